@@ -1,0 +1,81 @@
+#include "args.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static cli_option *find(cli_option *opts, const char *name, size_t len)
+{
+    for (cli_option *o = opts; o->name; o++)
+        if (strlen(o->name) == len && strncmp(o->name, name, len) == 0)
+            return o;
+    return NULL;
+}
+
+int cli_parse(const char *command, cli_option *opts, int argc, char **argv, int first)
+{
+    for (int i = first; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strncmp(arg, "--", 2) != 0) {
+            fprintf(stderr, "clmla %s: unexpected argument '%s' (see --help)\n", command, arg);
+            return 2;
+        }
+        const char *name = arg + 2;
+        const char *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        cli_option *o = find(opts, name, len);
+        if (!o) {
+            fprintf(stderr, "clmla %s: unknown option '%s' (see --help)\n", command, arg);
+            return 2;
+        }
+        if (o->kind == CLI_FLAG) {
+            if (eq) {
+                fprintf(stderr, "clmla %s: --%s takes no value\n", command, o->name);
+                return 2;
+            }
+            *(int *)o->value = 1;
+            continue;
+        }
+        const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!val) {
+            fprintf(stderr, "clmla %s: --%s needs a value\n", command, o->name);
+            return 2;
+        }
+        char *end = NULL;
+        errno = 0;
+        switch (o->kind) {
+        case CLI_STRING:
+            *(const char **)o->value = val;
+            break;
+        case CLI_INT: {
+            long v = strtol(val, &end, 10);
+            if (errno || end == val || *end || v < -2147483647L || v > 2147483647L) {
+                fprintf(stderr, "clmla %s: --%s expects an integer, got '%s'\n", command, o->name, val);
+                return 2;
+            }
+            *(int *)o->value = (int)v;
+            break;
+        }
+        case CLI_DOUBLE: {
+            double v = strtod(val, &end);
+            if (errno || end == val || *end) {
+                fprintf(stderr, "clmla %s: --%s expects a number, got '%s'\n", command, o->name, val);
+                return 2;
+            }
+            *(double *)o->value = v;
+            break;
+        }
+        default:
+            break;
+        }
+    }
+    return 0;
+}
+
+void cli_usage(const char *command, const char *summary, const cli_option *opts)
+{
+    printf("usage: clmla %s [options]\n\n%s\n\noptions:\n", command, summary);
+    for (const cli_option *o = opts; o->name; o++)
+        printf("  --%-14s %s\n", o->name, o->help);
+}

@@ -1,0 +1,19 @@
+/* Command-line options shared by every clmla subcommand: --name VALUE, --name=VALUE, --flag. */
+#ifndef CLMLA_CLI_ARGS_H
+#define CLMLA_CLI_ARGS_H
+#include <stddef.h>
+
+typedef enum { CLI_FLAG, CLI_STRING, CLI_INT, CLI_DOUBLE } cli_kind;
+
+typedef struct cli_option {
+    const char *name;  /* without the dashes: "device" */
+    cli_kind kind;
+    void *value;       /* int* for FLAG and INT, const char** for STRING, double* for DOUBLE */
+    const char *help;  /* "SPEC  device to use (see clmla devices)" */
+} cli_option;
+
+/* Parses argv[first..argc) against opts (a {NULL}-terminated array); --help and --device are
+   expected to be among them. Returns 0 on success, or prints a message to stderr and returns 2. */
+int cli_parse(const char *command, cli_option *opts, int argc, char **argv, int first);
+void cli_usage(const char *command, const char *summary, const cli_option *opts);
+#endif

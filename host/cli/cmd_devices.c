@@ -1,0 +1,111 @@
+/* clmla devices [--json] [--device SPEC]: the device table, and which device a spec picks. */
+#include "args.h"
+#include "clmla.h"
+#include "commands.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static const char *kind_name(clmla_device_kind k)
+{
+    switch (k) {
+    case CLMLA_DEVICE_KIND_CPU: return "cpu";
+    case CLMLA_DEVICE_KIND_GPU: return "gpu";
+    case CLMLA_DEVICE_KIND_ACCELERATOR: return "accelerator";
+    default: return "other";
+    }
+}
+
+static int print_json(const clmla_device_info *devs, size_t n, size_t selected)
+{
+    cJSON *arr = cJSON_CreateArray();
+    for (size_t i = 0; i < n && arr; i++) {
+        const clmla_device_info *d = &devs[i];
+        cJSON *o = cJSON_CreateObject();
+        char pd[32];
+        snprintf(pd, sizeof(pd), "%d:%d", d->platform_index, d->device_index);
+        cJSON_AddNumberToObject(o, "index", d->index);
+        cJSON_AddStringToObject(o, "platform_device", pd);
+        cJSON_AddStringToObject(o, "type", kind_name(d->kind));
+        cJSON_AddStringToObject(o, "platform", d->platform_name);
+        cJSON_AddStringToObject(o, "vendor", d->vendor);
+        cJSON_AddStringToObject(o, "name", d->name);
+        cJSON_AddStringToObject(o, "device_version", d->device_version);
+        cJSON_AddStringToObject(o, "driver_version", d->driver_version);
+        cJSON_AddNumberToObject(o, "global_mem_mib", (double)(d->global_mem_bytes >> 20));
+        cJSON_AddNumberToObject(o, "compute_units", d->compute_units);
+        cJSON_AddNumberToObject(o, "max_work_group_size", (double)d->max_work_group_size);
+        cJSON_AddNumberToObject(o, "local_mem_kib", (double)(d->local_mem_bytes >> 10));
+        cJSON_AddBoolToObject(o, "fp16", d->fp16);
+        cJSON_AddBoolToObject(o, "default", d->is_default);
+        cJSON_AddBoolToObject(o, "selected", i == selected);
+        cJSON_AddItemToArray(arr, o);
+    }
+    char *text = arr ? cJSON_Print(arr) : NULL;
+    if (!text) {
+        cJSON_Delete(arr);
+        fprintf(stderr, "clmla devices: out of memory\n");
+        return 1;
+    }
+    printf("%s\n", text);
+    free(text);
+    cJSON_Delete(arr);
+    return 0;
+}
+
+int cmd_devices(int argc, char **argv)
+{
+    int help = 0, json = 0;
+    const char *device = NULL;
+    cli_option opts[] = {
+        {"device", CLI_STRING, &device, "SPEC  mark the device SPEC picks (fails when it picks none)"},
+        {"json", CLI_FLAG, &json, "print a JSON array instead of the table"},
+        {"help", CLI_FLAG, &help, "this text"},
+        {NULL, CLI_FLAG, NULL, NULL},
+    };
+    if (cli_parse("devices", opts, argc, argv, 2))
+        return 2;
+    if (help) {
+        cli_usage("devices", "Lists every OpenCL device: flat index, P:D, type, vendor, name, global memory,\n"
+                             "compute units, max work-group size, local memory, fp16 arithmetic; '*' marks the\n"
+                             "device the default spec picks, '>' the one --device picks.",
+                  opts);
+        return 0;
+    }
+    clmla_device_info *devs = NULL;
+    size_t n = 0;
+    clmla_status st = clmla_devices_list(&devs, &n);
+    if (st != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla devices: %s\n", clmla_last_error(NULL));
+        return 1;
+    }
+    size_t selected = (size_t)-1;
+    if (device) {
+        st = clmla_device_resolve(device, &selected);
+        if (st != CLMLA_SUCCESS) {
+            fprintf(stderr, "clmla devices: %s\n", clmla_last_error(NULL));
+            clmla_free(devs);
+            return 1;
+        }
+    }
+    int rc = 0;
+    if (json) {
+        rc = print_json(devs, n, selected);
+    } else {
+        printf("   %-3s %-5s %-5s %-22s %-34s %9s %4s %6s %7s %4s\n", "#", "P:D", "type", "vendor", "name",
+               "mem MiB", "CUs", "max WG", "lmem KiB", "fp16");
+        for (size_t i = 0; i < n; i++) {
+            const clmla_device_info *d = &devs[i];
+            char pd[32];
+            snprintf(pd, sizeof(pd), "%d:%d", d->platform_index, d->device_index);
+            printf("%c%c %-3zu %-5s %-5s %-22.22s %-34.34s %9llu %4u %6zu %7llu %4s\n", d->is_default ? '*' : ' ',
+                   i == selected ? '>' : ' ', i, pd, kind_name(d->kind), d->vendor, d->name,
+                   (unsigned long long)(d->global_mem_bytes >> 20), d->compute_units, d->max_work_group_size,
+                   (unsigned long long)(d->local_mem_bytes >> 10), d->fp16 ? "yes" : "no");
+        }
+        printf("\n* = picked by the default spec (CLMLA_DEVICE unset: first GPU, else first device)\n");
+    }
+    clmla_free(devs);
+    return rc;
+}

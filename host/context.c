@@ -1,0 +1,167 @@
+/* A context: one device, its OpenCL context and an in-order queue, plus the program cache. */
+#include "internal.h"
+#include "program.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void set_device_key(clmla_context *ctx)
+{
+    snprintf(ctx->device_key, sizeof(ctx->device_key), "%s|%s|%s|%s", ctx->info.platform_name,
+             ctx->info.name, ctx->info.device_version, ctx->info.driver_version);
+}
+
+static cl_command_queue make_queue(cl_context c, cl_device_id dev, int *profiling, cl_int *err)
+{
+    cl_command_queue q = clCreateCommandQueue(c, dev, CL_QUEUE_PROFILING_ENABLE, err);
+    *profiling = q != NULL;
+    if (!q)
+        q = clCreateCommandQueue(c, dev, 0, err);
+    return q;
+}
+
+clmla_status clmla_context_create(const char *device_spec, clmla_context **out)
+{
+    if (!out)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_context_create: NULL output pointer");
+    *out = NULL;
+
+    clmla_context *ctx = calloc(1, sizeof(*ctx));
+    if (!ctx)
+        return clmla_fail(NULL, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    clmla_env_read(&ctx->env);
+
+    clmla_device_info *devs = NULL;
+    size_t n = 0;
+    clmla_status status = clmla_devices_list(&devs, &n);
+    if (status != CLMLA_SUCCESS) {
+        free(ctx);
+        return status;
+    }
+    size_t index = 0;
+    char why[CLMLA_ERRMSG_SIZE];
+    status = clmla_spec_match(device_spec, ctx->env.device, devs, n, &index, why, sizeof(why));
+    if (status != CLMLA_SUCCESS) {
+        free(devs);
+        free(ctx);
+        return clmla_fail(NULL, status, "%s", why);
+    }
+    ctx->info = devs[index];
+    free(devs);
+    ctx->platform = ctx->info.platform_id;
+    ctx->device = ctx->info.device_id;
+
+    cl_int err = CL_SUCCESS;
+    cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)ctx->platform, 0};
+    ctx->cl_ctx = clCreateContext(props, 1, &ctx->device, NULL, NULL, &err);
+    if (!ctx->cl_ctx) {
+        status = clmla_fail(NULL, err, "clCreateContext for '%s' failed: %s (%d)", ctx->info.name,
+                            clmla_status_string(err), err);
+        free(ctx);
+        return status;
+    }
+    ctx->queue = make_queue(ctx->cl_ctx, ctx->device, &ctx->profiling, &err);
+    if (!ctx->queue) {
+        status = clmla_fail(NULL, err, "clCreateCommandQueue for '%s' failed: %s (%d)", ctx->info.name,
+                            clmla_status_string(err), err);
+        clReleaseContext(ctx->cl_ctx);
+        free(ctx);
+        return status;
+    }
+    set_device_key(ctx);
+    *out = ctx;
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_context_create_from_queue(cl_command_queue queue, clmla_context **out)
+{
+    if (!out || !queue)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_context_create_from_queue: NULL argument");
+    *out = NULL;
+    cl_context c = NULL;
+    cl_device_id dev = NULL;
+    cl_command_queue_properties qp = 0;
+    cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof(c), &c, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof(dev), &dev, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof(qp), &qp, NULL);
+    if (err != CL_SUCCESS)
+        return clmla_fail_cl(NULL, err, "clGetCommandQueueInfo");
+    if (qp & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "the queue is out-of-order; clmla chains its commands on an in-order queue");
+    cl_platform_id plat = NULL;
+    err = clGetDeviceInfo(dev, CL_DEVICE_PLATFORM, sizeof(plat), &plat, NULL);
+    if (err != CL_SUCCESS)
+        return clmla_fail_cl(NULL, err, "clGetDeviceInfo(CL_DEVICE_PLATFORM)");
+
+    clmla_context *ctx = calloc(1, sizeof(*ctx));
+    if (!ctx)
+        return clmla_fail(NULL, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    clmla_env_read(&ctx->env);
+    clmla_device_query(plat, dev, &ctx->info);
+    /* Find the device's place in the flat list, when it is there. */
+    clmla_device_info *devs = NULL;
+    size_t n = 0;
+    if (clmla_devices_list(&devs, &n) == CLMLA_SUCCESS) {
+        for (size_t i = 0; i < n; i++)
+            if (devs[i].device_id == dev) {
+                ctx->info = devs[i];
+                break;
+            }
+        free(devs);
+    }
+    clmla_clear_error(NULL);
+    ctx->platform = plat;
+    ctx->device = dev;
+    ctx->cl_ctx = c;
+    ctx->queue = queue;
+    ctx->profiling = (qp & CL_QUEUE_PROFILING_ENABLE) != 0;
+    clRetainContext(c);
+    clRetainCommandQueue(queue);
+    set_device_key(ctx);
+    *out = ctx;
+    return CLMLA_SUCCESS;
+}
+
+void clmla_context_destroy(clmla_context *ctx)
+{
+    if (!ctx)
+        return;
+    if (ctx->queue)
+        clFinish(ctx->queue);
+    clmla_program_cache_release(ctx);
+    if (ctx->queue)
+        clReleaseCommandQueue(ctx->queue);
+    if (ctx->cl_ctx)
+        clReleaseContext(ctx->cl_ctx);
+    free(ctx);
+}
+
+clmla_status clmla_context_device(const clmla_context *ctx, clmla_device_info *info)
+{
+    if (!ctx || !info)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_context_device: NULL argument");
+    *info = ctx->info;
+    return CLMLA_SUCCESS;
+}
+
+cl_context clmla_context_cl_context(const clmla_context *ctx)
+{
+    return ctx ? ctx->cl_ctx : NULL;
+}
+
+cl_command_queue clmla_context_queue(const clmla_context *ctx)
+{
+    return ctx ? ctx->queue : NULL;
+}
+
+clmla_status clmla_context_program_stats(const clmla_context *ctx, clmla_program_stats *stats)
+{
+    if (!ctx || !stats)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_context_program_stats: NULL argument");
+    *stats = ctx->program_stats;
+    return CLMLA_SUCCESS;
+}

@@ -1,0 +1,30 @@
+#include "env.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void copy_var(char *dst, size_t size, const char *name)
+{
+    const char *v = getenv(name);
+    snprintf(dst, size, "%s", v ? v : "");
+}
+
+void clmla_env_read(clmla_env *env)
+{
+    memset(env, 0, sizeof(*env));
+    copy_var(env->device, sizeof(env->device), "CLMLA_DEVICE");
+    copy_var(env->kernel_dir, sizeof(env->kernel_dir), "CLMLA_KERNEL_DIR");
+
+    const char *cache = getenv("CLMLA_CACHE_DIR");
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    if (cache && *cache) {
+        if (strcmp(cache, "off") != 0)
+            snprintf(env->cache_dir, sizeof(env->cache_dir), "%s", cache);
+    } else if (xdg && *xdg) {
+        snprintf(env->cache_dir, sizeof(env->cache_dir), "%s/clmla", xdg);
+    } else if (home && *home) {
+        snprintf(env->cache_dir, sizeof(env->cache_dir), "%s/.cache/clmla", home);
+    }
+}

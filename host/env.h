@@ -1,0 +1,15 @@
+/* The environment variables clmla reads, all in one place (documented in README.md). */
+#ifndef CLMLA_ENV_H
+#define CLMLA_ENV_H
+
+#define CLMLA_PATH_SIZE 4096
+
+typedef struct clmla_env {
+    char device[256];               /* CLMLA_DEVICE: the default device spec ("" = unset) */
+    char kernel_dir[CLMLA_PATH_SIZE]; /* CLMLA_KERNEL_DIR: load cl/NAME.cl files from here ("" = embedded) */
+    char cache_dir[CLMLA_PATH_SIZE];  /* program binary cache; "" when disabled */
+} clmla_env;
+
+/* CLMLA_CACHE_DIR, else $XDG_CACHE_HOME/clmla, else $HOME/.cache/clmla; "off" disables. */
+void clmla_env_read(clmla_env *env);
+#endif

@@ -1,0 +1,47 @@
+/* Private declarations shared by the host files: the context and the error helpers. */
+#ifndef CLMLA_INTERNAL_H
+#define CLMLA_INTERNAL_H
+
+#include "clmla.h"
+#include "env.h"
+
+#include <stdarg.h>
+
+#define CLMLA_ERRMSG_SIZE 16384
+
+typedef struct clmla_program_entry clmla_program_entry; /* program.c */
+
+struct clmla_context {
+    cl_platform_id platform;
+    cl_device_id device;
+    cl_context cl_ctx;
+    cl_command_queue queue;
+    int profiling;              /* the queue was created with CL_QUEUE_PROFILING_ENABLE */
+    clmla_device_info info;
+    clmla_env env;              /* environment read once, at creation */
+    char device_key[512];       /* device name + driver version, for program cache keys */
+
+    clmla_program_entry *programs; /* in-memory program cache, a list */
+    clmla_program_stats program_stats;
+
+    char errmsg[CLMLA_ERRMSG_SIZE];
+};
+
+/* Records a message for ctx (or for this thread when ctx is NULL) and returns status, so that
+   `return clmla_fail(ctx, CLMLA_ERROR_..., "...")` reads as one step. */
+clmla_status clmla_fail(clmla_context *ctx, clmla_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* As clmla_fail, for an OpenCL or CLBlast code returned by `what`. */
+clmla_status clmla_fail_cl(clmla_context *ctx, cl_int err, const char *what);
+/* Clears the message (successful calls leave the last failure's message in place otherwise). */
+void clmla_clear_error(clmla_context *ctx);
+
+#include "device_spec.h"
+
+/* Fills info for a device that is already known by id. */
+void clmla_device_query(cl_platform_id platform, cl_device_id device, clmla_device_info *info);
+
+#endif

@@ -1,0 +1,322 @@
+/* Program builds with an in-memory cache per context and a binary cache on disk.
+ *
+ * Disk file <cache_dir>/<key>.clbin, key = hash(source, options, device name, driver version):
+ *   "CLMLABIN" | u32 format version | u32 0 | u64 payload bytes | u64 payload checksum | payload
+ * A file that is missing, short, from another format or failing its checksum, or that the driver
+ * refuses, is counted in disk_rejected and the program is built from source instead. Files are
+ * written to a unique temporary name and renamed, so a reader never sees half a file. */
+#include "program.h"
+#include "hash.h"
+#include "kernels_embedded.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CACHE_MAGIC "CLMLABIN"
+#define CACHE_FORMAT 1u
+#define CACHE_HEADER_BYTES 32
+
+struct clmla_program_entry {
+    char key[33];
+    cl_program program;
+    clmla_program_entry *next;
+};
+
+static int valid_name(const char *name)
+{
+    if (!name || !*name || strlen(name) > 64)
+        return 0;
+    for (const char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_'))
+            return 0;
+    return 1;
+}
+
+/* Reads a whole file; NULL when it cannot. *size excludes the added NUL. */
+static char *read_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *data = NULL;
+    long len = -1;
+    if (fseek(f, 0, SEEK_END) == 0)
+        len = ftell(f);
+    if (len >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+        data = malloc((size_t)len + 1);
+        if (data && fread(data, 1, (size_t)len, f) != (size_t)len) {
+            free(data);
+            data = NULL;
+        }
+    }
+    fclose(f);
+    if (data) {
+        data[len] = '\0';
+        *size = (size_t)len;
+    }
+    return data;
+}
+
+/* The source text of kernel file `name`: malloc'd copy from CLMLA_KERNEL_DIR, or the embedded
+   bytes (not to be freed, *owned = 0). */
+static clmla_status find_source(clmla_context *ctx, const char *name, const char **src, size_t *size, int *owned)
+{
+    *owned = 0;
+    if (ctx->env.kernel_dir[0]) {
+        char path[CLMLA_PATH_SIZE + 80];
+        snprintf(path, sizeof(path), "%s/%s.cl", ctx->env.kernel_dir, name);
+        char *text = read_file(path, size);
+        if (!text)
+            return clmla_fail(ctx, CLMLA_ERROR_KERNEL_NOT_FOUND, "kernel source %s cannot be read (CLMLA_KERNEL_DIR is set): %s",
+                              path, strerror(errno));
+        *src = text;
+        *owned = 1;
+        return CLMLA_SUCCESS;
+    }
+    for (const clmla_embedded_kernel *k = clmla_embedded_kernels; k->name; k++)
+        if (strcmp(k->name, name) == 0) {
+            *src = k->source;
+            *size = k->size;
+            return CLMLA_SUCCESS;
+        }
+    return clmla_fail(ctx, CLMLA_ERROR_KERNEL_NOT_FOUND,
+                      "no kernel file '%s.cl' is embedded in this library (and CLMLA_KERNEL_DIR is not set)", name);
+}
+
+static void put_u32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get_u32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+static uint64_t get_u64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static void cache_path(const clmla_context *ctx, const char *key, char *path, size_t size)
+{
+    snprintf(path, size, "%s/%s.clbin", ctx->env.cache_dir, key);
+}
+
+/* Creates every missing directory of path (like mkdir -p); failures show up at open time. */
+static void make_dirs(const char *path)
+{
+    char tmp[CLMLA_PATH_SIZE];
+    snprintf(tmp, sizeof(tmp), "%s", path);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(tmp, 0755);
+            *p = '/';
+        }
+    mkdir(tmp, 0755);
+}
+
+/* Tries the disk cache; returns a built program or NULL (counting a rejected file). */
+static cl_program load_cached(clmla_context *ctx, const char *key, const char *options)
+{
+    if (!ctx->env.cache_dir[0])
+        return NULL;
+    char path[CLMLA_PATH_SIZE + 64];
+    cache_path(ctx, key, path, sizeof(path));
+    size_t size = 0;
+    unsigned char *data = (unsigned char *)read_file(path, &size);
+    if (!data) {
+        if (errno != ENOENT)
+            ctx->program_stats.disk_rejected++;
+        return NULL;
+    }
+    cl_program program = NULL;
+    if (size >= CACHE_HEADER_BYTES && memcmp(data, CACHE_MAGIC, 8) == 0 && get_u32(data + 8) == CACHE_FORMAT &&
+        get_u64(data + 16) == size - CACHE_HEADER_BYTES &&
+        get_u64(data + 24) == clmla_checksum(data + CACHE_HEADER_BYTES, size - CACHE_HEADER_BYTES)) {
+        const unsigned char *bin = data + CACHE_HEADER_BYTES;
+        size_t bin_size = size - CACHE_HEADER_BYTES;
+        cl_int bin_status = CL_SUCCESS, err = CL_SUCCESS;
+        program = clCreateProgramWithBinary(ctx->cl_ctx, 1, &ctx->device, &bin_size, &bin, &bin_status, &err);
+        if (program && (err != CL_SUCCESS || bin_status != CL_SUCCESS ||
+                        clBuildProgram(program, 1, &ctx->device, options, NULL, NULL) != CL_SUCCESS)) {
+            clReleaseProgram(program);
+            program = NULL;
+        }
+    }
+    free(data);
+    if (program)
+        ctx->program_stats.loaded_from_disk++;
+    else
+        ctx->program_stats.disk_rejected++;
+    return program;
+}
+
+static void store_cached(clmla_context *ctx, const char *key, cl_program program)
+{
+    if (!ctx->env.cache_dir[0])
+        return;
+    size_t bin_size = 0;
+    if (clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof(bin_size), &bin_size, NULL) != CL_SUCCESS || bin_size == 0)
+        return;
+    unsigned char *file = malloc(CACHE_HEADER_BYTES + bin_size);
+    if (!file)
+        return;
+    unsigned char *bin = file + CACHE_HEADER_BYTES;
+    if (clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof(bin), &bin, NULL) != CL_SUCCESS) {
+        free(file);
+        return;
+    }
+    memcpy(file, CACHE_MAGIC, 8);
+    put_u32(file + 8, CACHE_FORMAT);
+    put_u32(file + 12, 0);
+    put_u64(file + 16, bin_size);
+    put_u64(file + 24, clmla_checksum(bin, bin_size));
+
+    make_dirs(ctx->env.cache_dir);
+    char path[CLMLA_PATH_SIZE + 64], tmp[CLMLA_PATH_SIZE + 128];
+    cache_path(ctx, key, path, sizeof(path));
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld.%p", path, (long)getpid(), (void *)ctx);
+    FILE *f = fopen(tmp, "wb");
+    int ok = f && fwrite(file, 1, CACHE_HEADER_BYTES + bin_size, f) == CACHE_HEADER_BYTES + bin_size;
+    if (f && fclose(f) != 0)
+        ok = 0;
+    if (ok && rename(tmp, path) == 0)
+        ctx->program_stats.disk_written++;
+    else
+        remove(tmp);
+    free(file);
+}
+
+static clmla_status build_from_source(clmla_context *ctx, const char *name, const char *src, size_t size,
+                                      const char *options, cl_program *out)
+{
+    cl_int err = CL_SUCCESS;
+    cl_program program = clCreateProgramWithSource(ctx->cl_ctx, 1, &src, &size, &err);
+    if (!program)
+        return clmla_fail_cl(ctx, err, "clCreateProgramWithSource");
+    err = clBuildProgram(program, 1, &ctx->device, options, NULL, NULL);
+    ctx->program_stats.built_from_source++;
+    if (err != CL_SUCCESS) {
+        size_t log_size = 0;
+        clGetProgramBuildInfo(program, ctx->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &log_size);
+        char *log = malloc(log_size + 1);
+        if (log && clGetProgramBuildInfo(program, ctx->device, CL_PROGRAM_BUILD_LOG, log_size, log, NULL) == CL_SUCCESS)
+            log[log_size] = '\0';
+        else if (log)
+            log[0] = '\0';
+        clmla_status st = clmla_fail(ctx, CLMLA_ERROR_BUILD_FAILED, "building kernel %s.cl with options '%s' failed (%s):\n%s",
+                                     name, options, clmla_status_string(err), log ? log : "(no log)");
+        free(log);
+        clReleaseProgram(program);
+        return st;
+    }
+    *out = program;
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_program_get(clmla_context *ctx, const char *name, const char *options, cl_program *out)
+{
+    if (!ctx || !out)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_program_get: NULL argument");
+    if (!valid_name(name))
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "kernel name '%s' is not a plain file name", name ? name : "(null)");
+    if (!options)
+        options = "";
+    const char *src = NULL;
+    size_t size = 0;
+    int owned = 0;
+    clmla_status status = find_source(ctx, name, &src, &size, &owned);
+    if (status != CLMLA_SUCCESS)
+        return status;
+
+    clmla_hash h;
+    clmla_hash_init(&h);
+    clmla_hash_str(&h, name);
+    clmla_hash_bytes(&h, src, size);
+    clmla_hash_str(&h, options);
+    clmla_hash_str(&h, ctx->device_key);
+    char key[33];
+    clmla_hash_hex(&h, key);
+
+    for (clmla_program_entry *e = ctx->programs; e; e = e->next)
+        if (strcmp(e->key, key) == 0) {
+            ctx->program_stats.memory_hits++;
+            *out = e->program;
+            if (owned)
+                free((void *)src);
+            return CLMLA_SUCCESS;
+        }
+
+    clmla_program_entry *entry = calloc(1, sizeof(*entry));
+    if (!entry) {
+        if (owned)
+            free((void *)src);
+        return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    }
+    cl_program program = load_cached(ctx, key, options);
+    if (!program) {
+        status = build_from_source(ctx, name, src, size, options, &program);
+        if (status == CLMLA_SUCCESS)
+            store_cached(ctx, key, program);
+    }
+    if (owned)
+        free((void *)src);
+    if (status != CLMLA_SUCCESS) {
+        free(entry);
+        return status;
+    }
+    memcpy(entry->key, key, sizeof(key));
+    entry->program = program;
+    entry->next = ctx->programs;
+    ctx->programs = entry;
+    *out = program;
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_kernel_create(clmla_context *ctx, const char *name, const char *options,
+                                 const char *kernel_name, cl_kernel *kernel)
+{
+    cl_program program = NULL;
+    clmla_status status = clmla_program_get(ctx, name, options, &program);
+    if (status != CLMLA_SUCCESS)
+        return status;
+    cl_int err = CL_SUCCESS;
+    *kernel = clCreateKernel(program, kernel_name, &err);
+    if (!*kernel)
+        return clmla_fail(ctx, err, "clCreateKernel(%s) from %s.cl failed: %s", kernel_name, name, clmla_status_string(err));
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_context_prepare_kernel(clmla_context *ctx, const char *name, const char *options)
+{
+    cl_program program = NULL;
+    return clmla_program_get(ctx, name, options, &program);
+}
+
+void clmla_program_cache_release(clmla_context *ctx)
+{
+    clmla_program_entry *e = ctx->programs;
+    while (e) {
+        clmla_program_entry *next = e->next;
+        clReleaseProgram(e->program);
+        free(e);
+        e = next;
+    }
+    ctx->programs = NULL;
+}
