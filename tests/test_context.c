@@ -1,0 +1,364 @@
+/* Context creation on the real device list, the program caches (memory and disk), build errors
+   and status strings. Runs on whatever OpenCL device there is (PoCL in CI). */
+#include "check.h"
+#include "clmla.h"
+#include "program.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char cache_dir[256];
+
+static clmla_context *open_ctx(const char *spec)
+{
+    clmla_context *ctx = NULL;
+    clmla_status st = clmla_context_create(spec, &ctx);
+    CHECK(st == CLMLA_SUCCESS && ctx, "context for '%s': %s", spec ? spec : "(default)", clmla_last_error(NULL));
+    return ctx;
+}
+
+static clmla_program_stats stats_of(clmla_context *ctx)
+{
+    clmla_program_stats s;
+    memset(&s, 0, sizeof(s));
+    clmla_context_program_stats(ctx, &s);
+    return s;
+}
+
+/* Paths of the cache files (not temporaries) in cache_dir; returns how many. */
+static int cache_files(char paths[][512], int max)
+{
+    int n = 0;
+    DIR *d = opendir(cache_dir);
+    if (!d)
+        return 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (len > 6 && strcmp(e->d_name + len - 6, ".clbin") == 0 && n < max)
+            snprintf(paths[n++], 512, "%s/%s", cache_dir, e->d_name);
+    }
+    closedir(d);
+    return n;
+}
+
+/* Runs the rmsnorm kernel built with `options` on a small odd-shaped matrix and compares with a
+   double-precision computation, so a program from any cache path is shown to work. */
+static void run_rmsnorm(clmla_context *ctx, const char *options, int wg)
+{
+    enum { ROWS = 3, COLS = 37, STRIDE = 41 };
+    float x[ROWS * STRIDE], w[COLS];
+    for (int i = 0; i < ROWS * STRIDE; i++)
+        x[i] = (float)((i * 7919) % 113) / 50.0f - 1.1f;
+    for (int i = 0; i < COLS; i++)
+        w[i] = 0.5f + (float)i / COLS;
+    cl_kernel k = NULL;
+    clmla_status st = clmla_kernel_create(ctx, "rmsnorm", options, "rmsnorm", &k);
+    CHECK(st == CLMLA_SUCCESS, "rmsnorm kernel: %s", clmla_last_error(ctx));
+    if (st != CLMLA_SUCCESS)
+        return;
+    cl_int err;
+    cl_context c = clmla_context_cl_context(ctx);
+    cl_command_queue q = clmla_context_queue(ctx);
+    cl_mem xb = clCreateBuffer(c, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof(x), x, &err);
+    cl_mem wb = clCreateBuffer(c, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof(w), w, &err);
+    int off = 0, stride = STRIDE, cols = COLS;
+    float eps = 1e-6f;
+    clSetKernelArg(k, 0, sizeof(cl_mem), &xb);
+    clSetKernelArg(k, 1, sizeof(int), &off);
+    clSetKernelArg(k, 2, sizeof(int), &stride);
+    clSetKernelArg(k, 3, sizeof(int), &cols);
+    clSetKernelArg(k, 4, sizeof(cl_mem), &wb);
+    clSetKernelArg(k, 5, sizeof(float), &eps);
+    size_t local = (size_t)wg, global = (size_t)wg * ROWS;
+    err = clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, NULL);
+    CHECK(err == CL_SUCCESS, "enqueue rmsnorm: %d", err);
+    float y[ROWS * STRIDE];
+    err = clEnqueueReadBuffer(q, xb, CL_TRUE, 0, sizeof(y), y, 0, NULL, NULL);
+    CHECK(err == CL_SUCCESS, "read back: %d", err);
+    double worst = 0;
+    for (int r = 0; r < ROWS; r++) {
+        double ss = 0;
+        for (int i = 0; i < COLS; i++)
+            ss += (double)x[r * STRIDE + i] * x[r * STRIDE + i];
+        double inv = 1.0 / sqrt(ss / COLS + 1e-6);
+        for (int i = 0; i < STRIDE; i++) {
+            double want = i < COLS ? w[i] * x[r * STRIDE + i] * inv : x[r * STRIDE + i];
+            double e = fabs(y[r * STRIDE + i] - want);
+            if (e > worst)
+                worst = e;
+        }
+    }
+    CHECK(worst < 1e-5, "rmsnorm max abs error %g", worst);
+    clReleaseMemObject(xb);
+    clReleaseMemObject(wb);
+    clReleaseKernel(k);
+}
+
+static void test_device_choice(void)
+{
+    clmla_device_info *devs = NULL;
+    size_t n = 0;
+    clmla_status st = clmla_devices_list(&devs, &n);
+    CHECK(st == CLMLA_SUCCESS && n > 0, "devices: %s", clmla_last_error(NULL));
+    if (st != CLMLA_SUCCESS)
+        return;
+    size_t def = 0;
+    int defaults = 0;
+    for (size_t i = 0; i < n; i++) {
+        CHECK(devs[i].index == (int)i, "flat index %d at %zu", devs[i].index, i);
+        if (devs[i].is_default) {
+            def = i;
+            defaults++;
+        }
+    }
+    CHECK(defaults == 1, "exactly one default device, got %d", defaults);
+
+    clmla_context *ctx = open_ctx(NULL);
+    clmla_device_info info;
+    if (ctx) {
+        clmla_context_device(ctx, &info);
+        CHECK(info.device_id == devs[def].device_id, "default context on '%s', expected '%s'", info.name, devs[def].name);
+        clmla_context_destroy(ctx);
+    }
+    /* By name substring (a piece of the real name, in upper case) and by P:D. */
+    char piece[8] = {0};
+    for (int i = 0; i < 4 && devs[n - 1].name[i]; i++)
+        piece[i] = (char)((devs[n - 1].name[i] >= 'a' && devs[n - 1].name[i] <= 'z') ? devs[n - 1].name[i] - 32 : devs[n - 1].name[i]);
+    size_t idx = 999;
+    st = clmla_device_resolve(piece, &idx);
+    CHECK(st == CLMLA_SUCCESS && idx <= n - 1, "resolve '%s': %s", piece, clmla_last_error(NULL));
+    char pd[32];
+    snprintf(pd, sizeof(pd), "%d:%d", devs[n - 1].platform_index, devs[n - 1].device_index);
+    ctx = open_ctx(pd);
+    if (ctx) {
+        clmla_context_device(ctx, &info);
+        CHECK(info.device_id == devs[n - 1].device_id, "P:D %s opened '%s'", pd, info.name);
+        clmla_context_destroy(ctx);
+    }
+
+    /* A spec that matches nothing: status, no context, and every device named in the message. */
+    ctx = (clmla_context *)0x1;
+    st = clmla_context_create("nosuch-device-xyz", &ctx);
+    CHECK(st == CLMLA_ERROR_DEVICE_NOT_FOUND && ctx == NULL, "nosuch gave %s", clmla_status_string(st));
+    for (size_t i = 0; i < n; i++)
+        CHECK(strstr(clmla_last_error(NULL), devs[i].name) != NULL, "message lists '%s': %s", devs[i].name,
+              clmla_last_error(NULL));
+
+    /* CLMLA_DEVICE is the default when no argument is given; the argument wins over it. */
+    setenv("CLMLA_DEVICE", "nosuch-device-xyz", 1);
+    st = clmla_context_create(NULL, &ctx);
+    CHECK(st == CLMLA_ERROR_DEVICE_NOT_FOUND && strstr(clmla_last_error(NULL), "CLMLA_DEVICE"),
+          "bad CLMLA_DEVICE: %s", clmla_last_error(NULL));
+    ctx = open_ctx("0");
+    clmla_context_destroy(ctx);
+    setenv("CLMLA_DEVICE", pd, 1);
+    ctx = open_ctx(NULL);
+    if (ctx) {
+        clmla_context_device(ctx, &info);
+        CHECK(info.device_id == devs[n - 1].device_id, "CLMLA_DEVICE=%s opened '%s'", pd, info.name);
+    }
+    clmla_context_destroy(ctx);
+    unsetenv("CLMLA_DEVICE");
+
+    /* An engine's own queue. */
+    ctx = open_ctx(NULL);
+    if (ctx) {
+        clmla_context *wrapped = NULL;
+        st = clmla_context_create_from_queue(clmla_context_queue(ctx), &wrapped);
+        CHECK(st == CLMLA_SUCCESS && wrapped, "from queue: %s", clmla_last_error(NULL));
+        if (wrapped) {
+            clmla_context_device(wrapped, &info);
+            CHECK(info.device_id == devs[def].device_id && info.index == (int)def, "wrapped device index %d", info.index);
+            run_rmsnorm(wrapped, "-D WG=16", 16);
+        }
+        clmla_context_destroy(wrapped);
+        clmla_context_destroy(ctx);
+    }
+    clmla_context_destroy(NULL); /* accepted */
+    clmla_free(devs);
+}
+
+static void test_disk_cache(void)
+{
+    snprintf(cache_dir, sizeof(cache_dir), "/tmp/clmla-test-cache-XXXXXX");
+    CHECK(mkdtemp(cache_dir) != NULL, "mkdtemp");
+    setenv("CLMLA_CACHE_DIR", cache_dir, 1);
+    const char *opts = "-D WG=32 -D CLMLA_TEST_CACHE=1";
+
+    /* First build: from source, written to disk; second request: from memory. */
+    clmla_context *ctx = open_ctx(NULL);
+    if (!ctx)
+        return;
+    CHECK(clmla_context_prepare_kernel(ctx, "rmsnorm", opts) == CLMLA_SUCCESS, "%s", clmla_last_error(ctx));
+    CHECK(clmla_context_prepare_kernel(ctx, "rmsnorm", opts) == CLMLA_SUCCESS, "%s", clmla_last_error(ctx));
+    clmla_program_stats s = stats_of(ctx);
+    CHECK(s.built_from_source == 1 && s.disk_written == 1 && s.memory_hits == 1 && s.loaded_from_disk == 0,
+          "first context: built %llu written %llu hits %llu loaded %llu", (unsigned long long)s.built_from_source,
+          (unsigned long long)s.disk_written, (unsigned long long)s.memory_hits, (unsigned long long)s.loaded_from_disk);
+    run_rmsnorm(ctx, opts, 32);
+    clmla_context_destroy(ctx);
+    char files[4][512];
+    CHECK(cache_files(files, 4) == 1, "one cache file after one build");
+
+    /* A new context loads the binary from disk and it works. */
+    ctx = open_ctx(NULL);
+    run_rmsnorm(ctx, opts, 32);
+    s = stats_of(ctx);
+    CHECK(s.loaded_from_disk == 1 && s.built_from_source == 0 && s.disk_rejected == 0,
+          "second context: loaded %llu built %llu", (unsigned long long)s.loaded_from_disk,
+          (unsigned long long)s.built_from_source);
+    /* Other options are another program. */
+    CHECK(clmla_context_prepare_kernel(ctx, "rmsnorm", "-D WG=8 -D CLMLA_TEST_CACHE=1") == CLMLA_SUCCESS, "WG=8");
+    s = stats_of(ctx);
+    CHECK(s.built_from_source == 1, "different options built anew (%llu)", (unsigned long long)s.built_from_source);
+    clmla_context_destroy(ctx);
+
+    /* Damaged files: truncated, flipped payload byte, garbage, empty. Each is rebuilt. */
+    static const char *damage[] = {"truncate", "flip", "garbage", "empty"};
+    for (int d = 0; d < 4; d++) {
+        int nf = cache_files(files, 4);
+        CHECK(nf == 2, "two cache files, got %d", nf);
+        for (int f = 0; f < nf; f++) {
+            FILE *fp = fopen(files[f], "r+b");
+            if (!fp)
+                continue;
+            fseek(fp, 0, SEEK_END);
+            long len = ftell(fp);
+            if (d == 0) {
+                CHECK(truncate(files[f], len / 2) == 0, "truncate");
+            } else if (d == 1) {
+                fseek(fp, len - 5, SEEK_SET);
+                int c = fgetc(fp);
+                fseek(fp, len - 5, SEEK_SET);
+                fputc(c ^ 0x55, fp);
+            } else if (d == 2) {
+                fseek(fp, 0, SEEK_SET);
+                for (long i = 0; i < len; i++)
+                    fputc((int)((i * 31) & 0xff), fp);
+            } else {
+                CHECK(truncate(files[f], 0) == 0, "truncate to 0");
+            }
+            fclose(fp);
+        }
+        ctx = open_ctx(NULL);
+        run_rmsnorm(ctx, opts, 32);
+        s = stats_of(ctx);
+        CHECK(s.disk_rejected == 1 && s.built_from_source == 1 && s.disk_written == 1,
+              "%s file: rejected %llu built %llu written %llu", damage[d], (unsigned long long)s.disk_rejected,
+              (unsigned long long)s.built_from_source, (unsigned long long)s.disk_written);
+        /* Keep the second file equally damaged or fresh: build it too so both are rewritten. */
+        clmla_context_prepare_kernel(ctx, "rmsnorm", "-D WG=8 -D CLMLA_TEST_CACHE=1");
+        clmla_context_destroy(ctx);
+        ctx = open_ctx(NULL);
+        run_rmsnorm(ctx, opts, 32);
+        s = stats_of(ctx);
+        CHECK(s.loaded_from_disk == 1 && s.disk_rejected == 0, "after %s: rewritten file loads (%llu)", damage[d],
+              (unsigned long long)s.loaded_from_disk);
+        clmla_context_destroy(ctx);
+    }
+
+    /* "off" disables the disk cache. */
+    setenv("CLMLA_CACHE_DIR", "off", 1);
+    ctx = open_ctx(NULL);
+    clmla_context_prepare_kernel(ctx, "rmsnorm", opts);
+    s = stats_of(ctx);
+    CHECK(s.built_from_source == 1 && s.loaded_from_disk == 0 && s.disk_written == 0, "cache off: built %llu",
+          (unsigned long long)s.built_from_source);
+    clmla_context_destroy(ctx);
+
+    /* An unwritable cache directory is not fatal. */
+    setenv("CLMLA_CACHE_DIR", "/proc/clmla-cannot-exist", 1);
+    ctx = open_ctx(NULL);
+    CHECK(clmla_context_prepare_kernel(ctx, "rmsnorm", opts) == CLMLA_SUCCESS, "unwritable cache dir: %s",
+          clmla_last_error(ctx));
+    clmla_context_destroy(ctx);
+
+    int nf = cache_files(files, 4);
+    for (int f = 0; f < nf; f++)
+        remove(files[f]);
+    rmdir(cache_dir);
+    unsetenv("CLMLA_CACHE_DIR");
+}
+
+static void test_build_errors(void)
+{
+    char dir[] = "/tmp/clmla-test-kernels-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char path[512];
+    snprintf(path, sizeof(path), "%s/broken.cl", dir);
+    FILE *f = fopen(path, "w");
+    fputs("__kernel void broken(__global float *x) { x[0] = undeclared_identifier_42 + ; }\n", f);
+    fclose(f);
+    setenv("CLMLA_KERNEL_DIR", dir, 1);
+    setenv("CLMLA_CACHE_DIR", "off", 1);
+    clmla_context *ctx = open_ctx(NULL);
+    if (ctx) {
+        CHECK_STATUS(clmla_context_prepare_kernel(ctx, "broken", "-D X=1"), CLMLA_ERROR_BUILD_FAILED, ctx);
+        const char *msg = clmla_last_error(ctx);
+        CHECK(strstr(msg, "broken.cl") && strstr(msg, "undeclared_identifier_42"), "build log in message: %s", msg);
+        /* The context is still usable afterwards... for files that exist in the directory. */
+        CHECK_STATUS(clmla_context_prepare_kernel(ctx, "rmsnorm", ""), CLMLA_ERROR_KERNEL_NOT_FOUND, ctx);
+        CHECK(strstr(clmla_last_error(ctx), "rmsnorm.cl") != NULL, "names the file: %s", clmla_last_error(ctx));
+        CHECK_STATUS(clmla_context_prepare_kernel(ctx, "../etc/passwd", ""), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+    }
+    clmla_context_destroy(ctx);
+    remove(path);
+    rmdir(dir);
+    unsetenv("CLMLA_KERNEL_DIR");
+
+    ctx = open_ctx(NULL);
+    if (ctx) {
+        CHECK_STATUS(clmla_context_prepare_kernel(ctx, "no_such_kernel", ""), CLMLA_ERROR_KERNEL_NOT_FOUND, ctx);
+        CHECK_STATUS(clmla_context_prepare_kernel(ctx, "rmsnorm", "-D WG=4"), CLMLA_SUCCESS, ctx);
+    }
+    clmla_context_destroy(ctx);
+    unsetenv("CLMLA_CACHE_DIR");
+}
+
+static void test_status_strings(void)
+{
+    for (int code = -5099; code <= -5000; code++) {
+        const char *s = clmla_status_string(code);
+        int known = strncmp(s, "CLMLA_ERROR_", 12) == 0;
+        int unknown = strncmp(s, "unknown status", 14) == 0;
+        CHECK(known || unknown, "code %d: '%s'", code, s);
+    }
+    static const int own[] = {
+        CLMLA_SUCCESS, CLMLA_ERROR_INVALID_ARGUMENT, CLMLA_ERROR_OUT_OF_HOST_MEMORY, CLMLA_ERROR_NO_PLATFORM,
+        CLMLA_ERROR_NO_DEVICE, CLMLA_ERROR_DEVICE_NOT_FOUND, CLMLA_ERROR_KERNEL_NOT_FOUND, CLMLA_ERROR_BUILD_FAILED,
+        CLMLA_ERROR_INVALID_CONFIG, CLMLA_ERROR_SHAPE_MISMATCH, CLMLA_ERROR_MISSING_TENSOR, CLMLA_ERROR_CACHE_FULL,
+        CLMLA_ERROR_UNKNOWN_SEQUENCE, CLMLA_ERROR_UNSUPPORTED, CLMLA_ERROR_IO, CLMLA_ERROR_INVALID_FILE,
+        CLMLA_ERROR_INTERNAL};
+    for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
+        CHECK(strncmp(clmla_status_string(own[i]), "unknown", 7) != 0, "own code %d is named", own[i]);
+    CHECK(strcmp(clmla_status_string(CLMLA_ERROR_CACHE_FULL), "CLMLA_ERROR_CACHE_FULL") == 0, "cache full name");
+    /* OpenCL and CLBlast codes pass through with their own names. */
+    for (int code = -1; code >= -70; code--) {
+        if (code < -19 && code > -30)
+            continue; /* unassigned in OpenCL */
+        CHECK(strncmp(clmla_status_string(code), "CL_", 3) == 0, "OpenCL code %d: %s", code, clmla_status_string(code));
+    }
+    CHECK(strcmp(clmla_status_string(CL_OUT_OF_RESOURCES), "CL_OUT_OF_RESOURCES") == 0, "CL_OUT_OF_RESOURCES");
+    CHECK(strcmp(clmla_status_string(-1017), "CLBlastInvalidDimension") == 0, "CLBlast code");
+    for (int code = -1024; code <= -1007; code++)
+        if (code != -1023)
+            CHECK(strncmp(clmla_status_string(code), "CLBlast", 7) == 0, "CLBlast code %d", code);
+    CHECK(strcmp(clmla_status_string(12345), "unknown status 12345") == 0, "unknown: %s", clmla_status_string(12345));
+    CHECK(strcmp(clmla_version_string(), "0.1.0") >= 0 && strchr(clmla_version_string(), '.'), "version %s",
+          clmla_version_string());
+    clmla_clear_error(NULL);
+}
+
+int main(void)
+{
+    test_status_strings();
+    test_device_choice();
+    test_disk_cache();
+    test_build_errors();
+    return check_summary();
+}
