@@ -1,0 +1,517 @@
+/*
+ * mla_ref.c: float64 reference implementation of Multi-head Latent Attention.
+ * See mla_ref.h for the API and shared/design/MLA.md for the math.
+ */
+#include "mla_ref.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef M_PI
+#define M_PI 3.14159265358979323846
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* Small linear-algebra helpers                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Dot product of a float32 weight row with a double vector, accumulated in double.
+   Four partial sums break the add dependency chain; this is still plain double arithmetic. */
+static double dot_fd(const float *w /* [n] */, const double *x /* [n] */, size_t n)
+{
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += (double)w[i + 0] * x[i + 0];
+        s1 += (double)w[i + 1] * x[i + 1];
+        s2 += (double)w[i + 2] * x[i + 2];
+        s3 += (double)w[i + 3] * x[i + 3];
+    }
+    for (; i < n; i++)
+        s0 += (double)w[i] * x[i];
+    return (s0 + s1) + (s2 + s3);
+}
+
+static double dot_dd(const double *a /* [n] */, const double *b /* [n] */, size_t n)
+{
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += a[i + 0] * b[i + 0];
+        s1 += a[i + 1] * b[i + 1];
+        s2 += a[i + 2] * b[i + 2];
+        s3 += a[i + 3] * b[i + 3];
+    }
+    for (; i < n; i++)
+        s0 += a[i] * b[i];
+    return (s0 + s1) + (s2 + s3);
+}
+
+/* y = W x for a row-major weight block W [rows, cols]. */
+static void matvec(const float *W /* [rows, cols] */, size_t rows, size_t cols,
+                   const double *x /* [cols] */, double *y /* [rows] */)
+{
+    for (size_t r = 0; r < rows; r++)
+        y[r] = dot_fd(W + r * cols, x, cols);
+}
+
+/* y = W^T x for a row-major weight block W [rows, cols]: y[c] = sum_r W[r, c] x[r]. */
+static void matvec_t(const float *W /* [rows, cols] */, size_t rows, size_t cols,
+                     const double *x /* [rows] */, double *y /* [cols] */)
+{
+    for (size_t c = 0; c < cols; c++)
+        y[c] = 0.0;
+    for (size_t r = 0; r < rows; r++) {
+        const float *row = W + r * cols;
+        const double xr = x[r];
+        for (size_t c = 0; c < cols; c++)
+            y[c] += (double)row[c] * xr;
+    }
+}
+
+/* In place: x = w * x / sqrt(mean(x^2) + eps), all in double. */
+static void rmsnorm(double *x /* [n] */, const float *w /* [n] */, size_t n, double eps)
+{
+    double ss = 0.0;
+    for (size_t i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    const double inv_rms = 1.0 / sqrt(ss / (double)n + eps);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (double)w[i] * (x[i] * inv_rms);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* RoPE / YaRN (MLA.md sections 3 and 4)                                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+static int yarn_on(const mla_ref_config *cfg)
+{
+    return cfg->yarn_factor > 1.0;
+}
+
+/* g(s, m) = 1 if s <= 1 else 0.1 * m * ln(s) + 1 */
+static double yarn_g(double s, double m)
+{
+    if (s <= 1.0)
+        return 1.0;
+    return 0.1 * m * log(s) + 1.0;
+}
+
+/* cd(r) = dr * ln(L / (2 pi r)) / (2 ln theta) */
+static double yarn_correction_dim(const mla_ref_config *cfg, double r)
+{
+    return (double)cfg->rope_dim * log(cfg->yarn_original_max_pos / (2.0 * M_PI * r)) /
+           (2.0 * log(cfg->rope_theta));
+}
+
+void mla_ref_yarn_bounds(const mla_ref_config *cfg, double *low, double *high)
+{
+    double lo = floor(yarn_correction_dim(cfg, cfg->yarn_beta_fast));
+    double hi = ceil(yarn_correction_dim(cfg, cfg->yarn_beta_slow));
+    if (lo < 0.0)
+        lo = 0.0;
+    if (hi > (double)(cfg->rope_dim - 1))
+        hi = (double)(cfg->rope_dim - 1);
+    if (lo == hi)
+        hi += 0.001;
+    *low = lo;
+    *high = hi;
+}
+
+/* inv_freq[i] = theta^(-2i/dr) * (1 - ramp_i + ramp_i / s), ramp_i = clamp((i-low)/(high-low), 0, 1)
+   with YaRN on; plain theta^(-2i/dr) otherwise. low/high are only read when YaRN is on. */
+static double rope_inv_freq(const mla_ref_config *cfg, int i, double low, double high)
+{
+    double f = pow(cfg->rope_theta, -2.0 * (double)i / (double)cfg->rope_dim);
+    if (yarn_on(cfg)) {
+        double ramp = ((double)i - low) / (high - low);
+        if (ramp < 0.0)
+            ramp = 0.0;
+        if (ramp > 1.0)
+            ramp = 1.0;
+        f = f * (1.0 - ramp + ramp / cfg->yarn_factor);
+    }
+    return f;
+}
+
+/* A = g(s, mscale) / g(s, mscale_all_dim) with YaRN on, else 1. */
+static double rope_amplitude(const mla_ref_config *cfg)
+{
+    if (!yarn_on(cfg))
+        return 1.0;
+    return yarn_g(cfg->yarn_factor, cfg->yarn_mscale) /
+           yarn_g(cfg->yarn_factor, cfg->yarn_mscale_all_dim);
+}
+
+void mla_ref_rope_tables(const mla_ref_config *cfg, double *inv_freq /* [dr/2] */, double *amplitude)
+{
+    double low = 0.0, high = 1.0;
+    if (yarn_on(cfg))
+        mla_ref_yarn_bounds(cfg, &low, &high);
+    for (int i = 0; i < cfg->rope_dim / 2; i++)
+        inv_freq[i] = rope_inv_freq(cfg, i, low, high);
+    if (amplitude)
+        *amplitude = rope_amplitude(cfg);
+}
+
+double mla_ref_softmax_scale(const mla_ref_config *cfg)
+{
+    const double dq = (double)(cfg->nope_dim + cfg->rope_dim);
+    double tau = 1.0 / sqrt(dq);
+    if (yarn_on(cfg)) {
+        const double g = yarn_g(cfg->yarn_factor, cfg->yarn_mscale_all_dim);
+        tau *= g * g;
+    }
+    return tau;
+}
+
+/* Rotate pair (a, b) by angle pos * f, scaled by amplitude A:
+   a' = A (a cos - b sin), b' = A (a sin + b cos). The angle is formed in double. */
+static void rotate_pair(double *a, double *b, double f, double amplitude, long pos)
+{
+    const double angle = (double)pos * f;
+    const double c = cos(angle) * amplitude;
+    const double s = sin(angle) * amplitude;
+    const double x0 = *a, x1 = *b;
+    *a = x0 * c - x1 * s;
+    *b = x0 * s + x1 * c;
+}
+
+/* Pair i is (x[2i], x[2i+1]) when interleaved, (x[i], x[i + dr/2]) when half split. */
+static void rope_pair_indices(int dr, int half_split, int i, int *ia, int *ib)
+{
+    *ia = half_split ? i : 2 * i;
+    *ib = half_split ? i + dr / 2 : 2 * i + 1;
+}
+
+/* RoPE with precomputed tables (used by the forward pass). */
+static void rope_rotate(int dr, int half_split, const double *inv_freq /* [dr/2] */,
+                        double amplitude, double *x /* [dr] */, long pos)
+{
+    for (int i = 0; i < dr / 2; i++) {
+        int ia, ib;
+        rope_pair_indices(dr, half_split, i, &ia, &ib);
+        rotate_pair(&x[ia], &x[ib], inv_freq[i], amplitude, pos);
+    }
+}
+
+void mla_ref_rope_apply(const mla_ref_config *cfg, double *x /* [dr] */, long pos)
+{
+    double low = 0.0, high = 1.0;
+    if (yarn_on(cfg))
+        mla_ref_yarn_bounds(cfg, &low, &high);
+    const double amplitude = rope_amplitude(cfg);
+    for (int i = 0; i < cfg->rope_dim / 2; i++) {
+        int ia, ib;
+        rope_pair_indices(cfg->rope_dim, cfg->rope_half_split, i, &ia, &ib);
+        rotate_pair(&x[ia], &x[ib], rope_inv_freq(cfg, i, low, high), amplitude, pos);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Attention kernels                                                                           */
+/* ------------------------------------------------------------------------------------------ */
+
+void mla_ref_latent_attention(int heads, int kv_lora_rank, int rope_dim, double scale, int n_keys,
+                              const double *q_tilde /* [H, rkv] */, const double *q_rope /* [H, dr] */,
+                              const double *ckv /* [n_keys, rkv] */, const double *kr /* [n_keys, dr] */,
+                              double *latent_out /* [H, rkv] */, double *lse_out /* [H] */)
+{
+    const size_t rkv = (size_t)kv_lora_rank;
+    const size_t dr = (size_t)rope_dim;
+
+    for (int h = 0; h < heads; h++) {
+        const double *qt = q_tilde + (size_t)h * rkv; /* [rkv] */
+        const double *qr = q_rope + (size_t)h * dr;   /* [dr] */
+        double *lat = latent_out + (size_t)h * rkv;   /* [rkv] */
+
+        for (size_t r = 0; r < rkv; r++)
+            lat[r] = 0.0;
+        if (n_keys <= 0) {
+            lse_out[h] = -INFINITY;
+            continue;
+        }
+
+        /* Pass 1: the maximum score, for a numerically stable softmax. */
+        double m = -INFINITY;
+        for (int j = 0; j < n_keys; j++) {
+            const double s = scale * (dot_dd(qt, ckv + (size_t)j * rkv, rkv) +
+                                      dot_dd(qr, kr + (size_t)j * dr, dr));
+            if (s > m)
+                m = s;
+        }
+
+        /* Pass 2: recompute each score, weight exp(s - m), accumulate the weighted latents. */
+        double sum = 0.0;
+        for (int j = 0; j < n_keys; j++) {
+            const double *c = ckv + (size_t)j * rkv; /* [rkv] */
+            const double s = scale * (dot_dd(qt, c, rkv) + dot_dd(qr, kr + (size_t)j * dr, dr));
+            const double e = exp(s - m);
+            sum += e;
+            for (size_t r = 0; r < rkv; r++)
+                lat[r] += e * c[r];
+        }
+        for (size_t r = 0; r < rkv; r++)
+            lat[r] /= sum;
+        lse_out[h] = m + log(sum);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Full forward pass                                                                           */
+/* ------------------------------------------------------------------------------------------ */
+
+/* malloc of a * b doubles (at least one), NULL on overflow or failure. */
+static double *alloc_doubles(size_t a, size_t b)
+{
+    if (b != 0 && a > SIZE_MAX / b)
+        return NULL;
+    size_t n = a * b;
+    if (n == 0)
+        n = 1;
+    if (n > SIZE_MAX / sizeof(double))
+        return NULL;
+    return malloc(n * sizeof(double));
+}
+
+static int config_ok(const mla_ref_config *cfg)
+{
+    if (cfg->hidden < 1 || cfg->heads < 1 || cfg->q_lora_rank < 0 || cfg->kv_lora_rank < 1)
+        return 0;
+    if (cfg->nope_dim < 0 || cfg->rope_dim < 0 || (cfg->rope_dim & 1) != 0 || cfg->v_dim < 1)
+        return 0;
+    if (cfg->nope_dim + cfg->rope_dim < 1)
+        return 0;
+    if (!(cfg->rms_eps >= 0.0))
+        return 0;
+    if (cfg->rope_half_split != 0 && cfg->rope_half_split != 1)
+        return 0;
+    if (cfg->rope_dim > 0 && !(cfg->rope_theta > 1.0))
+        return 0;
+    if (yarn_on(cfg) && cfg->rope_dim > 0) {
+        if (!(cfg->yarn_original_max_pos > 0.0) || !(cfg->yarn_beta_fast > 0.0) ||
+            !(cfg->yarn_beta_slow > 0.0))
+            return 0;
+    }
+    return 1;
+}
+
+static int weights_ok(const mla_ref_config *cfg, const mla_ref_weights *w)
+{
+    if (cfg->q_lora_rank > 0) {
+        if (!w->q_a_proj || !w->q_a_layernorm || !w->q_b_proj)
+            return 0;
+    } else if (!w->q_proj) {
+        return 0;
+    }
+    return w->kv_a_proj_with_mqa && w->kv_a_layernorm && w->kv_b_proj && w->o_proj;
+}
+
+int mla_ref_forward(const mla_ref_config *cfg, const mla_ref_weights *w, int T,
+                    const float *x /* [T, D] */, int path, double *out /* [T, D] */,
+                    double *ckv_out, double *kr_out, double *q_tilde_out, double *q_rope_out,
+                    double *latent_out, double *lse_out)
+{
+    if (!cfg || !w || !x || !out || T < 1)
+        return -1;
+    if (path != MLA_REF_ABSORBED && path != MLA_REF_DECOMPRESSED)
+        return -1;
+    if (!config_ok(cfg) || !weights_ok(cfg, w))
+        return -1;
+
+    const size_t D = (size_t)cfg->hidden;
+    const size_t H = (size_t)cfg->heads;
+    const size_t rq = (size_t)cfg->q_lora_rank;
+    const size_t rkv = (size_t)cfg->kv_lora_rank;
+    const size_t dn = (size_t)cfg->nope_dim;
+    const size_t dr = (size_t)cfg->rope_dim;
+    const size_t dv = (size_t)cfg->v_dim;
+    const size_t dq = dn + dr;
+    const size_t nT = (size_t)T;
+    const double tau = mla_ref_softmax_scale(cfg);
+
+    /* Working buffers (alloc_doubles never returns a zero-size block). */
+    double *hx = alloc_doubles(D, 1);            /* [D] one input token */
+    double *cq = alloc_doubles(rq, 1);           /* [rq] query latent */
+    double *q = alloc_doubles(nT * H, dq);       /* [T, H, dq] q^C | q^R (after RoPE) */
+    double *kv = alloc_doubles(rkv + dr, 1);     /* [rkv+dr] kv_a output of one token */
+    double *ckv = alloc_doubles(nT, rkv);        /* [T, rkv] c^KV after RMSNorm */
+    double *kr = alloc_doubles(nT, dr);          /* [T, dr] k^R after RoPE */
+    double *o = alloc_doubles(nT * H, dv);       /* [T, H*dv] per-head attention outputs */
+    double *inv_freq = alloc_doubles(dr / 2, 1); /* [dr/2] */
+    double *qt = alloc_doubles(H, rkv);          /* [H, rkv] q-tilde of one token */
+    double *qr = alloc_doubles(H, dr);           /* [H, dr] q^R of one token */
+    double *lat = alloc_doubles(H, rkv);         /* [H, rkv] o-bar of one token */
+    double *lse = alloc_doubles(H, 1);           /* [H] lse of one token */
+    double *kc = alloc_doubles(nT, dn);          /* [T, dn] k^C of one head */
+    double *vc = alloc_doubles(nT, dv);          /* [T, dv] v^C of one head */
+    double *p = alloc_doubles(nT, 1);            /* [T] scores, then probabilities */
+    int rc = -1;
+    if (!hx || !cq || !q || !kv || !ckv || !kr || !o || !inv_freq || !qt || !qr || !lat || !lse ||
+        !kc || !vc || !p)
+        goto done;
+
+    double amplitude = 1.0;
+    if (dr > 0)
+        mla_ref_rope_tables(cfg, inv_freq, &amplitude);
+
+    /* Phase 1: per-token projections (section 2). */
+    for (size_t t = 0; t < nT; t++) {
+        for (size_t i = 0; i < D; i++)
+            hx[i] = (double)x[t * D + i];
+
+        double *q_tok = q + t * H * dq; /* [H, dq] */
+        if (rq > 0) {
+            matvec(w->q_a_proj, rq, D, hx, cq);
+            rmsnorm(cq, w->q_a_layernorm, rq, cfg->rms_eps);
+            matvec(w->q_b_proj, H * dq, rq, cq, q_tok);
+        } else {
+            matvec(w->q_proj, H * dq, D, hx, q_tok);
+        }
+        for (size_t h = 0; h < H; h++)
+            rope_rotate((int)dr, cfg->rope_half_split, inv_freq, amplitude,
+                        q_tok + h * dq + dn, (long)t);
+
+        matvec(w->kv_a_proj_with_mqa, rkv + dr, D, hx, kv);
+        rmsnorm(kv, w->kv_a_layernorm, rkv, cfg->rms_eps);
+        rope_rotate((int)dr, cfg->rope_half_split, inv_freq, amplitude, kv + rkv, (long)t);
+        memcpy(ckv + t * rkv, kv, rkv * sizeof(double));
+        if (dr > 0)
+            memcpy(kr + t * dr, kv + rkv, dr * sizeof(double));
+    }
+
+    /* Phase 2: attention (section 5). */
+    for (size_t t = 0; t < nT; t++) {
+        /* The absorbed query q~_h = (W^UK_h)^T q^C_h, and q^R of this token as [H, dr]. */
+        for (size_t h = 0; h < H; h++) {
+            const float *w_uk = w->kv_b_proj + h * (dn + dv) * rkv; /* [dn, rkv] */
+            matvec_t(w_uk, dn, rkv, q + (t * H + h) * dq, qt + h * rkv);
+            if (dr > 0)
+                memcpy(qr + h * dr, q + (t * H + h) * dq + dn, dr * sizeof(double));
+        }
+        if (q_tilde_out)
+            memcpy(q_tilde_out + t * H * rkv, qt, H * rkv * sizeof(double));
+        if (q_rope_out && dr > 0)
+            memcpy(q_rope_out + t * H * dr, qr, H * dr * sizeof(double));
+
+        if (path == MLA_REF_ABSORBED) {
+            /* Attention in latent space over keys 0..t, then o_h = W^UV_h o-bar_h. */
+            mla_ref_latent_attention((int)H, (int)rkv, (int)dr, tau, (int)t + 1, qt, qr, ckv, kr,
+                                     lat, lse);
+            for (size_t h = 0; h < H; h++) {
+                const float *w_uv = w->kv_b_proj + (h * (dn + dv) + dn) * rkv; /* [dv, rkv] */
+                matvec(w_uv, dv, rkv, lat + h * rkv, o + (t * H + h) * dv);
+            }
+            if (latent_out)
+                memcpy(latent_out + t * H * rkv, lat, H * rkv * sizeof(double));
+            if (lse_out)
+                memcpy(lse_out + t * H, lse, H * sizeof(double));
+        }
+    }
+
+    if (path == MLA_REF_DECOMPRESSED) {
+        /* Head by head: up-project k^C = W^UK_h c^KV_j and v^C = W^UV_h c^KV_j for every token,
+           then ordinary causal attention with head dims dq (keys) and dv (values). */
+        for (size_t h = 0; h < H; h++) {
+            const float *w_uk = w->kv_b_proj + h * (dn + dv) * rkv;        /* [dn, rkv] */
+            const float *w_uv = w->kv_b_proj + (h * (dn + dv) + dn) * rkv; /* [dv, rkv] */
+            for (size_t j = 0; j < nT; j++) {
+                matvec(w_uk, dn, rkv, ckv + j * rkv, kc + j * dn);
+                matvec(w_uv, dv, rkv, ckv + j * rkv, vc + j * dv);
+            }
+            for (size_t t = 0; t < nT; t++) {
+                const double *qc_th = q + (t * H + h) * dq;      /* [dn] */
+                const double *qr_th = q + (t * H + h) * dq + dn; /* [dr] */
+                double m = -INFINITY;
+                for (size_t j = 0; j <= t; j++) {
+                    p[j] = tau * (dot_dd(qc_th, kc + j * dn, dn) + dot_dd(qr_th, kr + j * dr, dr));
+                    if (p[j] > m)
+                        m = p[j];
+                }
+                double sum = 0.0;
+                for (size_t j = 0; j <= t; j++) {
+                    p[j] = exp(p[j] - m);
+                    sum += p[j];
+                }
+                for (size_t j = 0; j <= t; j++)
+                    p[j] /= sum;
+
+                double *o_th = o + (t * H + h) * dv; /* [dv] */
+                for (size_t i = 0; i < dv; i++)
+                    o_th[i] = 0.0;
+                for (size_t j = 0; j <= t; j++)
+                    for (size_t i = 0; i < dv; i++)
+                        o_th[i] += p[j] * vc[j * dv + i];
+
+                if (lse_out)
+                    lse_out[t * H + h] = m + log(sum);
+                if (latent_out) {
+                    double *lat_th = latent_out + (t * H + h) * rkv; /* [rkv] */
+                    for (size_t r = 0; r < rkv; r++)
+                        lat_th[r] = 0.0;
+                    for (size_t j = 0; j <= t; j++)
+                        for (size_t r = 0; r < rkv; r++)
+                            lat_th[r] += p[j] * ckv[j * rkv + r];
+                }
+            }
+        }
+    }
+
+    /* Phase 3: u = W^O [o_1; ...; o_H]. */
+    for (size_t t = 0; t < nT; t++)
+        matvec(w->o_proj, D, H * dv, o + t * H * dv, out + t * D);
+
+    if (ckv_out)
+        memcpy(ckv_out, ckv, nT * rkv * sizeof(double));
+    if (kr_out && dr > 0)
+        memcpy(kr_out, kr, nT * dr * sizeof(double));
+    rc = 0;
+
+done:
+    free(hx);
+    free(cq);
+    free(q);
+    free(kv);
+    free(ckv);
+    free(kr);
+    free(o);
+    free(inv_freq);
+    free(qt);
+    free(qr);
+    free(lat);
+    free(lse);
+    free(kc);
+    free(vc);
+    free(p);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Comparison helper                                                                           */
+/* ------------------------------------------------------------------------------------------ */
+
+double mla_ref_max_rel_err(const float *got, const double *want, size_t n, size_t *worst_index)
+{
+    double max_diff = 0.0, max_ref = 0.0;
+    size_t worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)got[i] - want[i]);
+        if (!isfinite(d)) {
+            if (worst_index)
+                *worst_index = i;
+            return INFINITY;
+        }
+        if (d > max_diff) {
+            max_diff = d;
+            worst = i;
+        }
+        const double a = fabs(want[i]);
+        if (a > max_ref)
+            max_ref = a;
+    }
+    if (worst_index)
+        *worst_index = worst;
+    return max_ref > 0.0 ? max_diff / max_ref : max_diff;
+}

@@ -1,0 +1,734 @@
+/*
+ * test_ref.c: self-test of the float64 MLA reference (mla_ref.c).
+ *
+ * Prints one line per check ("PASS name: detail" or "FAIL name: detail") and a final line
+ * "N passed, N failed". Exit status 0 only when every check passes.
+ */
+#include "mla_ref.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int g_passed, g_failed;
+
+static void check(int ok, const char *name, const char *fmt, ...)
+{
+    va_list ap;
+    printf("%s %s: ", ok ? "PASS" : "FAIL", name);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    if (ok)
+        g_passed++;
+    else
+        g_failed++;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Deterministic random numbers (splitmix64)                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+
+static void rng_seed(uint64_t s)
+{
+    g_rng = s;
+}
+
+static uint64_t rng_next(void)
+{
+    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [-0.5, 0.5). */
+static double rng_unif(void)
+{
+    return (double)(rng_next() >> 11) * (1.0 / 9007199254740992.0) - 0.5;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Random layers                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct layer {
+    mla_ref_config cfg;
+    mla_ref_weights w;
+    float *q_a_proj;      /* [rq, D] or NULL */
+    float *q_a_layernorm; /* [rq] or NULL */
+    float *q_b_proj;      /* [H*dq, rq] or NULL */
+    float *q_proj;        /* [H*dq, D] or NULL */
+    float *kv_a;          /* [rkv+dr, D] */
+    float *kv_a_ln;       /* [rkv] */
+    float *kv_b;          /* [H*(dn+dv), rkv] */
+    float *o_proj;        /* [D, H*dv] */
+} layer;
+
+/* rows x cols matrix with entries U(-0.5, 0.5) / sqrt(cols). */
+static float *rand_matrix(size_t rows, size_t cols)
+{
+    float *m = malloc(rows * cols * sizeof *m);
+    if (!m) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    const double k = 1.0 / sqrt((double)cols);
+    for (size_t i = 0; i < rows * cols; i++)
+        m[i] = (float)(rng_unif() * k);
+    return m;
+}
+
+/* Norm weights around 1: 1 + U(-0.25, 0.25). */
+static float *rand_norm(size_t n)
+{
+    float *v = malloc(n * sizeof *v);
+    if (!v) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    for (size_t i = 0; i < n; i++)
+        v[i] = (float)(1.0 + 0.5 * rng_unif());
+    return v;
+}
+
+static layer make_layer(const mla_ref_config *cfg, uint64_t seed)
+{
+    layer L;
+    memset(&L, 0, sizeof L);
+    L.cfg = *cfg;
+    rng_seed(seed);
+    const size_t D = (size_t)cfg->hidden, H = (size_t)cfg->heads, rq = (size_t)cfg->q_lora_rank;
+    const size_t rkv = (size_t)cfg->kv_lora_rank, dn = (size_t)cfg->nope_dim;
+    const size_t dr = (size_t)cfg->rope_dim, dv = (size_t)cfg->v_dim, dq = dn + dr;
+    if (rq > 0) {
+        L.q_a_proj = rand_matrix(rq, D);
+        L.q_a_layernorm = rand_norm(rq);
+        L.q_b_proj = rand_matrix(H * dq, rq);
+    } else {
+        L.q_proj = rand_matrix(H * dq, D);
+    }
+    L.kv_a = rand_matrix(rkv + dr, D);
+    L.kv_a_ln = rand_norm(rkv);
+    L.kv_b = rand_matrix(H * (dn + dv), rkv);
+    L.o_proj = rand_matrix(D, H * dv);
+    L.w.q_a_proj = L.q_a_proj;
+    L.w.q_a_layernorm = L.q_a_layernorm;
+    L.w.q_b_proj = L.q_b_proj;
+    L.w.q_proj = L.q_proj;
+    L.w.kv_a_proj_with_mqa = L.kv_a;
+    L.w.kv_a_layernorm = L.kv_a_ln;
+    L.w.kv_b_proj = L.kv_b;
+    L.w.o_proj = L.o_proj;
+    return L;
+}
+
+static void free_layer(layer *L)
+{
+    free(L->q_a_proj);
+    free(L->q_a_layernorm);
+    free(L->q_b_proj);
+    free(L->q_proj);
+    free(L->kv_a);
+    free(L->kv_a_ln);
+    free(L->kv_b);
+    free(L->o_proj);
+}
+
+/* T x D input tokens, U(-1, 1). */
+static float *rand_input(int T, int D, uint64_t seed)
+{
+    rng_seed(seed);
+    float *x = malloc((size_t)T * (size_t)D * sizeof *x);
+    if (!x) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    for (size_t i = 0; i < (size_t)T * (size_t)D; i++)
+        x[i] = (float)(2.0 * rng_unif());
+    return x;
+}
+
+static double *dalloc(size_t n)
+{
+    double *p = calloc(n ? n : 1, sizeof *p);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+/* max|a-b| / max|b| in double (inf if anything is non-finite). */
+static double rel_err_dd(const double *a, const double *b, size_t n)
+{
+    double md = 0.0, mb = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs(a[i] - b[i]);
+        if (!isfinite(d))
+            return INFINITY;
+        if (d > md)
+            md = d;
+        if (fabs(b[i]) > mb)
+            mb = fabs(b[i]);
+    }
+    return mb > 0.0 ? md / mb : md;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Configurations                                                                              */
+/* ------------------------------------------------------------------------------------------ */
+
+static mla_ref_config base_config(int D, int H, int rq, int rkv, int dn, int dr, int dv)
+{
+    mla_ref_config c;
+    memset(&c, 0, sizeof c);
+    c.hidden = D;
+    c.heads = H;
+    c.q_lora_rank = rq;
+    c.kv_lora_rank = rkv;
+    c.nope_dim = dn;
+    c.rope_dim = dr;
+    c.v_dim = dv;
+    c.rms_eps = 1e-6;
+    c.rope_theta = 10000.0;
+    c.rope_half_split = 0;
+    c.yarn_factor = 1.0; /* off */
+    c.yarn_original_max_pos = 4096.0;
+    c.yarn_beta_fast = 32.0;
+    c.yarn_beta_slow = 1.0;
+    c.yarn_mscale = 1.0;
+    c.yarn_mscale_all_dim = 1.0;
+    return c;
+}
+
+static void set_yarn(mla_ref_config *c, double s, double mscale, double mscale_all_dim)
+{
+    c->yarn_factor = s;
+    c->yarn_mscale = mscale;
+    c->yarn_mscale_all_dim = mscale_all_dim;
+}
+
+/* DeepSeek-V2/V3 style RoPE dims (dr = 64, dn = 128). */
+static mla_ref_config deepseek_rope_config(double s, double mscale, double mscale_all_dim)
+{
+    mla_ref_config c = base_config(64, 1, 0, 16, 128, 64, 16);
+    set_yarn(&c, s, mscale, mscale_all_dim);
+    return c;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Checks                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+static void test_yarn_bounds_and_freqs(void)
+{
+    mla_ref_config c = deepseek_rope_config(40.0, 0.707, 0.707);
+    double low = -1.0, high = -1.0;
+    mla_ref_yarn_bounds(&c, &low, &high);
+    check(low == 10.0 && high == 23.0, "yarn_bounds_v2", "low=%g high=%g (want 10, 23)", low, high);
+
+    /* inv_freq: unchanged below low, divided by s from high on, linear blend in between. */
+    double inv[32], A = 0.0;
+    mla_ref_rope_tables(&c, inv, &A);
+    double worst = 0.0;
+    for (int i = 0; i < 32; i++) {
+        const double base = pow(1e4, -2.0 * i / 64.0);
+        double ramp = (i - 10.0) / 13.0;
+        ramp = ramp < 0.0 ? 0.0 : (ramp > 1.0 ? 1.0 : ramp);
+        const double want = base * (1.0 - ramp) + base * ramp / 40.0;
+        const double e = fabs(inv[i] - want) / want;
+        if (e > worst)
+            worst = e;
+    }
+    const int regions_ok = inv[0] == 1.0 && fabs(inv[31] - pow(1e4, -62.0 / 64.0) / 40.0) <
+                                                1e-15 * inv[31];
+    check(worst < 1e-14 && regions_ok && A == 1.0, "yarn_inv_freq_v2",
+          "max rel err %.3g, inv_freq[0]=%g, inv_freq[31]*40/base=%.15g, A=%g", worst, inv[0],
+          inv[31] * 40.0 / pow(1e4, -62.0 / 64.0), A);
+
+    /* YaRN off: plain theta^(-2i/dr), amplitude 1. */
+    mla_ref_config off = deepseek_rope_config(1.0, 0.707, 0.707);
+    mla_ref_rope_tables(&off, inv, &A);
+    worst = 0.0;
+    for (int i = 0; i < 32; i++) {
+        const double want = pow(1e4, -2.0 * i / 64.0);
+        const double e = fabs(inv[i] - want) / want;
+        if (e > worst)
+            worst = e;
+    }
+    check(worst < 1e-15 && A == 1.0, "rope_tables_plain", "max rel err %.3g, A=%g", worst, A);
+}
+
+static void test_softmax_scales(void)
+{
+    /* Published values (MLA.md section 4) carry 6 decimals, so the check is that the exact
+       formula rounds to them: |tau - published| <= 0.5e-6. */
+    struct {
+        const char *name;
+        double s, mscale_all_dim, published;
+    } cases[] = {
+        { "scale_v2", 40.0, 0.707, 0.114721 },
+        { "scale_v3", 40.0, 1.0, 0.135234 },
+        { "scale_kimi_k2", 32.0, 1.0, 0.130861 },
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        mla_ref_config c = deepseek_rope_config(cases[k].s, cases[k].mscale_all_dim,
+                                                 cases[k].mscale_all_dim);
+        const double tau = mla_ref_softmax_scale(&c);
+        const double d = fabs(tau - cases[k].published);
+        check(d <= 0.5e-6, cases[k].name, "tau=%.10f published=%.6f |diff|=%.2g (rel %.2g)", tau,
+              cases[k].published, d, d / cases[k].published);
+    }
+    mla_ref_config off = deepseek_rope_config(1.0, 1.0, 1.0);
+    const double tau = mla_ref_softmax_scale(&off);
+    check(tau == 1.0 / sqrt(192.0), "scale_yarn_off", "tau=%.17g want 1/sqrt(192)=%.17g", tau,
+          1.0 / sqrt(192.0));
+}
+
+static void test_rope(void)
+{
+    /* mscale != mscale_all_dim so that the amplitude A differs from 1. */
+    mla_ref_config c = deepseek_rope_config(40.0, 1.0, 0.707);
+    double inv[32], A = 0.0;
+    mla_ref_rope_tables(&c, inv, &A);
+    const double A_want = (0.1 * 1.0 * log(40.0) + 1.0) / (0.1 * 0.707 * log(40.0) + 1.0);
+    check(fabs(A - A_want) < 1e-15 && fabs(A - 1.0) > 0.05, "rope_amplitude", "A=%.15g want %.15g",
+          A, A_want);
+
+    double x0[64];
+    rng_seed(1234);
+    for (int i = 0; i < 64; i++)
+        x0[i] = rng_unif();
+
+    for (int hs = 0; hs <= 1; hs++) {
+        c.rope_half_split = hs;
+        const int half = 32;
+        /* Norm of every pair is multiplied by exactly A. */
+        double x[64];
+        memcpy(x, x0, sizeof x);
+        mla_ref_rope_apply(&c, x, 1000);
+        double worst = 0.0;
+        for (int i = 0; i < half; i++) {
+            const int ia = hs ? i : 2 * i, ib = hs ? i + half : 2 * i + 1;
+            const double n0 = hypot(x0[ia], x0[ib]);
+            const double n1 = hypot(x[ia], x[ib]);
+            const double e = fabs(n1 - A * n0) / (A * n0);
+            if (e > worst)
+                worst = e;
+        }
+        double moved = 0.0;
+        for (int i = 0; i < 64; i++)
+            moved = fmax(moved, fabs(x[i] - A * x0[i]));
+        char name[64];
+        snprintf(name, sizeof name, "rope_pair_norm_%s", hs ? "half" : "interleaved");
+        check(worst < 1e-13 && moved > 1e-3, name,
+              "max rel err of |pair'| vs A|pair| = %.3g, max|x'-Ax| = %.3g", worst, moved);
+
+        /* Position 0: identity times A. */
+        memcpy(x, x0, sizeof x);
+        mla_ref_rope_apply(&c, x, 0);
+        double e0 = 0.0;
+        for (int i = 0; i < 64; i++)
+            e0 = fmax(e0, fabs(x[i] - A * x0[i]));
+        snprintf(name, sizeof name, "rope_pos0_%s", hs ? "half" : "interleaved");
+        check(e0 < 1e-15, name, "max|x' - A x| = %.3g", e0);
+
+        /* Unit vector in the first slot of pair 0 (inv_freq[0] = 1) at position 3. */
+        memset(x, 0, sizeof x);
+        x[0] = 1.0;
+        mla_ref_rope_apply(&c, x, 3);
+        const int ib = hs ? half : 1;
+        double other = 0.0;
+        for (int i = 0; i < 64; i++)
+            if (i != 0 && i != ib)
+                other = fmax(other, fabs(x[i]));
+        snprintf(name, sizeof name, "rope_pair0_value_%s", hs ? "half" : "interleaved");
+        check(fabs(x[0] - A * cos(3.0)) < 1e-15 && fabs(x[ib] - A * sin(3.0)) < 1e-15 &&
+                  other == 0.0,
+              name, "x'[0]=%.15g (want %.15g), x'[%d]=%.15g (want %.15g), others max %.3g", x[0],
+              A * cos(3.0), ib, x[ib], A * sin(3.0), other);
+
+        /* Relative position: <R(q,m), R(k,n)> depends on m - n only. */
+        double q[64], k[64], q2[64], k2[64];
+        rng_seed(99);
+        for (int i = 0; i < 64; i++) {
+            q[i] = rng_unif();
+            k[i] = rng_unif();
+        }
+        memcpy(q2, q, sizeof q);
+        memcpy(k2, k, sizeof k);
+        mla_ref_rope_apply(&c, q, 17);
+        mla_ref_rope_apply(&c, k, 5);
+        mla_ref_rope_apply(&c, q2, 17 + 300);
+        mla_ref_rope_apply(&c, k2, 5 + 300);
+        double d1 = 0.0, d2 = 0.0;
+        for (int i = 0; i < 64; i++) {
+            d1 += q[i] * k[i];
+            d2 += q2[i] * k2[i];
+        }
+        snprintf(name, sizeof name, "rope_relative_%s", hs ? "half" : "interleaved");
+        check(fabs(d1 - d2) <= 1e-12 * fabs(d1), name, "<q17,k5>=%.15g <q317,k305>=%.15g", d1, d2);
+    }
+
+    /* The two pairings give different results on the same input. */
+    double xi[64], xh[64];
+    memcpy(xi, x0, sizeof xi);
+    memcpy(xh, x0, sizeof xh);
+    c.rope_half_split = 0;
+    mla_ref_rope_apply(&c, xi, 7);
+    c.rope_half_split = 1;
+    mla_ref_rope_apply(&c, xh, 7);
+    double diff = 0.0;
+    for (int i = 0; i < 64; i++)
+        diff = fmax(diff, fabs(xi[i] - xh[i]));
+    check(diff > 1e-3, "rope_pairings_differ", "max|interleaved - half| = %.3g at pos 7", diff);
+}
+
+/* Both paths on the same layer and input; compares every output. */
+static void test_paths_agree(const char *shape, mla_ref_config cfg, uint64_t seed)
+{
+    static const int Ts[] = { 1, 7, 33 };
+    for (int hs = 0; hs <= 1; hs++) {
+        cfg.rope_half_split = hs;
+        layer L = make_layer(&cfg, seed);
+        for (size_t k = 0; k < sizeof Ts / sizeof Ts[0]; k++) {
+            const int T = Ts[k];
+            const size_t D = (size_t)cfg.hidden, H = (size_t)cfg.heads;
+            const size_t rkv = (size_t)cfg.kv_lora_rank;
+            float *x = rand_input(T, cfg.hidden, seed + 1000 + (uint64_t)T);
+            double *out[2], *lat[2], *lse[2], *qt[2];
+            int rc[2];
+            for (int p = 0; p < 2; p++) {
+                out[p] = dalloc((size_t)T * D);
+                lat[p] = dalloc((size_t)T * H * rkv);
+                lse[p] = dalloc((size_t)T * H);
+                qt[p] = dalloc((size_t)T * H * rkv);
+                rc[p] = mla_ref_forward(&L.cfg, &L.w, T, x, p, out[p], NULL, NULL, qt[p], NULL,
+                                        lat[p], lse[p]);
+            }
+            const double e_out = rel_err_dd(out[1], out[0], (size_t)T * D);
+            const double e_lat = rel_err_dd(lat[1], lat[0], (size_t)T * H * rkv);
+            const double e_lse = rel_err_dd(lse[1], lse[0], (size_t)T * H);
+            const double e_qt = rel_err_dd(qt[1], qt[0], (size_t)T * H * rkv);
+            double out_mag = 0.0;
+            for (size_t i = 0; i < (size_t)T * D; i++)
+                out_mag = fmax(out_mag, fabs(out[0][i]));
+            char name[96];
+            snprintf(name, sizeof name, "paths_agree_%s_%s_T%d", shape, hs ? "half" : "interleaved",
+                     T);
+            check(rc[0] == 0 && rc[1] == 0 && e_out <= 1e-10 && e_lat <= 1e-10 && e_lse <= 1e-10 &&
+                      e_qt == 0.0 && out_mag > 1e-3,
+                  name, "rc=%d/%d rel err out %.2g latent %.2g lse %.2g (max|out|=%.3g)", rc[0],
+                  rc[1], e_out, e_lat, e_lse, out_mag);
+            for (int p = 0; p < 2; p++) {
+                free(out[p]);
+                free(lat[p]);
+                free(lse[p]);
+                free(qt[p]);
+            }
+            free(x);
+        }
+        free_layer(&L);
+    }
+}
+
+static mla_ref_config small_v2lite_config(void)
+{
+    mla_ref_config c = base_config(64, 4, 0, 32, 16, 8, 16);
+    set_yarn(&c, 40.0, 0.707, 0.707);
+    return c;
+}
+
+static mla_ref_config odd_config(int yarn)
+{
+    mla_ref_config c = base_config(37, 3, 24, 40, 12, 8, 10);
+    if (yarn)
+        set_yarn(&c, 40.0, 1.0, 0.707); /* amplitude != 1 */
+    return c;
+}
+
+static void test_causality(void)
+{
+    mla_ref_config cfg = odd_config(1);
+    layer L = make_layer(&cfg, 77);
+    const int T = 7;
+    const size_t D = (size_t)cfg.hidden;
+    for (int p = 0; p < 2; p++) {
+        float *x = rand_input(T, cfg.hidden, 555);
+        double *a = dalloc((size_t)T * D), *b = dalloc((size_t)T * D), *c = dalloc((size_t)T * D);
+        int rc = mla_ref_forward(&L.cfg, &L.w, T, x, p, a, NULL, NULL, NULL, NULL, NULL, NULL);
+        /* Change the last token. */
+        for (size_t i = 0; i < D; i++)
+            x[(size_t)(T - 1) * D + i] += 0.75f;
+        rc |= mla_ref_forward(&L.cfg, &L.w, T, x, p, b, NULL, NULL, NULL, NULL, NULL, NULL);
+        const int prefix_same = memcmp(a, b, (size_t)(T - 1) * D * sizeof(double)) == 0;
+        const double last_change = rel_err_dd(b + (size_t)(T - 1) * D, a + (size_t)(T - 1) * D, D);
+        char name[64];
+        snprintf(name, sizeof name, "causal_%s", p ? "decompressed" : "absorbed");
+        check(rc == 0 && prefix_same && last_change > 1e-3, name,
+              "tokens 0..%d bitwise unchanged: %s; token %d changed by rel %.3g", T - 2,
+              prefix_same ? "yes" : "no", T - 1, last_change);
+
+        /* The converse: the last token does attend to the past (changing token 0 moves it). */
+        for (size_t i = 0; i < D; i++)
+            x[i] -= 0.75f;
+        rc |= mla_ref_forward(&L.cfg, &L.w, T, x, p, c, NULL, NULL, NULL, NULL, NULL, NULL);
+        const double moved = rel_err_dd(c + (size_t)(T - 1) * D, b + (size_t)(T - 1) * D, D);
+        snprintf(name, sizeof name, "attends_past_%s", p ? "decompressed" : "absorbed");
+        check(rc == 0 && moved > 1e-4, name, "changing token 0 moves token %d by rel %.3g", T - 1,
+              moved);
+        free(a);
+        free(b);
+        free(c);
+        free(x);
+    }
+    free_layer(&L);
+}
+
+static void test_latent_attention(void)
+{
+    static const int Ts[] = { 7, 33 };
+    mla_ref_config cfg = odd_config(1);
+    layer L = make_layer(&cfg, 31);
+    const size_t H = (size_t)cfg.heads, rkv = (size_t)cfg.kv_lora_rank, dr = (size_t)cfg.rope_dim;
+    const size_t D = (size_t)cfg.hidden;
+    const double scale = mla_ref_softmax_scale(&cfg);
+    for (size_t k = 0; k < sizeof Ts / sizeof Ts[0]; k++) {
+        const int T = Ts[k];
+        for (int p = 0; p < 2; p++) {
+            float *x = rand_input(T, cfg.hidden, 4242 + (uint64_t)T);
+            double *out = dalloc((size_t)T * D), *ckv = dalloc((size_t)T * rkv);
+            double *kr = dalloc((size_t)T * dr), *qt = dalloc((size_t)T * H * rkv);
+            double *qr = dalloc((size_t)T * H * dr), *lat = dalloc((size_t)T * H * rkv);
+            double *lse = dalloc((size_t)T * H);
+            double *lat2 = dalloc(H * rkv), *lse2 = dalloc(H);
+            const int rc = mla_ref_forward(&L.cfg, &L.w, T, x, p, out, ckv, kr, qt, qr, lat, lse);
+            const size_t t = (size_t)T - 1;
+            mla_ref_latent_attention((int)H, (int)rkv, (int)dr, scale, T, qt + t * H * rkv,
+                                     qr + t * H * dr, ckv, kr, lat2, lse2);
+            const double e_lat = rel_err_dd(lat2, lat + t * H * rkv, H * rkv);
+            const double e_lse = rel_err_dd(lse2, lse + t * H, H);
+            /* Absorbed path calls the same function, so it must match to the last bit-ish. */
+            const double tol = p == MLA_REF_ABSORBED ? 1e-14 : 1e-10;
+            char name[96];
+            snprintf(name, sizeof name, "latent_attention_matches_%s_T%d",
+                     p ? "decompressed" : "absorbed", T);
+            check(rc == 0 && e_lat <= tol && e_lse <= tol, name, "rel err latent %.2g lse %.2g",
+                  e_lat, e_lse);
+            free(x);
+            free(out);
+            free(ckv);
+            free(kr);
+            free(qt);
+            free(qr);
+            free(lat);
+            free(lse);
+            free(lat2);
+            free(lse2);
+        }
+    }
+    free_layer(&L);
+}
+
+/* An independent, deliberately naive evaluation of the last token of a sequence straight from
+   MLA.md section 2 and the weight layout of section 1 (index arithmetic written out again). */
+static void naive_last_token(const layer *L, int T, const float *x /* [T, D] */,
+                             double *u /* [D] */, double *lse /* [H] */)
+{
+    const mla_ref_config *c = &L->cfg;
+    const int D = c->hidden, H = c->heads, rq = c->q_lora_rank, rkv = c->kv_lora_rank;
+    const int dn = c->nope_dim, dr = c->rope_dim, dv = c->v_dim, dq = dn + dr;
+    const double tau = mla_ref_softmax_scale(c);
+    double *ckv = dalloc((size_t)T * rkv), *kr = dalloc((size_t)T * dr);
+    double *q = dalloc((size_t)H * dq), *cq = dalloc((size_t)(rq > 0 ? rq : 1));
+    double *o = dalloc((size_t)H * dv), *s = dalloc((size_t)T);
+
+    for (int j = 0; j < T; j++) {
+        const float *h = x + (size_t)j * D;
+        double ss = 0.0;
+        for (int r = 0; r < rkv; r++) {
+            double a = 0.0;
+            for (int i = 0; i < D; i++)
+                a += (double)L->kv_a[(size_t)r * D + i] * h[i];
+            ckv[(size_t)j * rkv + r] = a;
+            ss += a * a;
+        }
+        for (int r = 0; r < rkv; r++)
+            ckv[(size_t)j * rkv + r] *= L->kv_a_ln[r] / sqrt(ss / rkv + c->rms_eps);
+        for (int r = 0; r < dr; r++) {
+            double a = 0.0;
+            for (int i = 0; i < D; i++)
+                a += (double)L->kv_a[(size_t)(rkv + r) * D + i] * h[i];
+            kr[(size_t)j * dr + r] = a;
+        }
+        mla_ref_rope_apply(c, kr + (size_t)j * dr, j);
+    }
+
+    const float *h = x + (size_t)(T - 1) * D;
+    if (rq > 0) {
+        double ss = 0.0;
+        for (int r = 0; r < rq; r++) {
+            double a = 0.0;
+            for (int i = 0; i < D; i++)
+                a += (double)L->q_a_proj[(size_t)r * D + i] * h[i];
+            cq[r] = a;
+            ss += a * a;
+        }
+        for (int r = 0; r < rq; r++)
+            cq[r] *= L->q_a_layernorm[r] / sqrt(ss / rq + c->rms_eps);
+        for (int r = 0; r < H * dq; r++) {
+            double a = 0.0;
+            for (int i = 0; i < rq; i++)
+                a += (double)L->q_b_proj[(size_t)r * rq + i] * cq[i];
+            q[r] = a;
+        }
+    } else {
+        for (int r = 0; r < H * dq; r++) {
+            double a = 0.0;
+            for (int i = 0; i < D; i++)
+                a += (double)L->q_proj[(size_t)r * D + i] * h[i];
+            q[r] = a;
+        }
+    }
+
+    for (int hd = 0; hd < H; hd++) {
+        double *qc = q + (size_t)hd * dq, *qrope = q + (size_t)hd * dq + dn;
+        mla_ref_rope_apply(c, qrope, T - 1);
+        double m = -INFINITY;
+        for (int j = 0; j < T; j++) {
+            double sc = 0.0;
+            for (int a = 0; a < dn; a++) {
+                double k = 0.0; /* (W^UK_h c^KV_j)[a] */
+                for (int r = 0; r < rkv; r++)
+                    k += (double)L->kv_b[((size_t)hd * (dn + dv) + a) * rkv + r] *
+                         ckv[(size_t)j * rkv + r];
+                sc += qc[a] * k;
+            }
+            for (int a = 0; a < dr; a++)
+                sc += qrope[a] * kr[(size_t)j * dr + a];
+            s[j] = tau * sc;
+            m = fmax(m, s[j]);
+        }
+        double sum = 0.0;
+        for (int j = 0; j < T; j++)
+            sum += exp(s[j] - m);
+        lse[hd] = m + log(sum);
+        for (int a = 0; a < dv; a++) {
+            double acc = 0.0;
+            for (int j = 0; j < T; j++) {
+                double v = 0.0; /* (W^UV_h c^KV_j)[a] */
+                for (int r = 0; r < rkv; r++)
+                    v += (double)L->kv_b[((size_t)hd * (dn + dv) + dn + a) * rkv + r] *
+                         ckv[(size_t)j * rkv + r];
+                acc += exp(s[j] - m) / sum * v;
+            }
+            o[(size_t)hd * dv + a] = acc;
+        }
+    }
+    for (int i = 0; i < D; i++) {
+        double a = 0.0;
+        for (int k = 0; k < H * dv; k++)
+            a += (double)L->o_proj[(size_t)i * H * dv + k] * o[k];
+        u[i] = a;
+    }
+    free(ckv);
+    free(kr);
+    free(q);
+    free(cq);
+    free(o);
+    free(s);
+}
+
+static void test_naive(const char *shape, mla_ref_config cfg, uint64_t seed)
+{
+    static const int Ts[] = { 1, 5 };
+    layer L = make_layer(&cfg, seed);
+    const size_t D = (size_t)cfg.hidden, H = (size_t)cfg.heads;
+    for (size_t k = 0; k < sizeof Ts / sizeof Ts[0]; k++) {
+        const int T = Ts[k];
+        float *x = rand_input(T, cfg.hidden, seed * 3 + (uint64_t)T);
+        double *u = dalloc(D), *lse_n = dalloc(H);
+        naive_last_token(&L, T, x, u, lse_n);
+        for (int p = 0; p < 2; p++) {
+            double *out = dalloc((size_t)T * D), *lse = dalloc((size_t)T * H);
+            const int rc =
+                mla_ref_forward(&L.cfg, &L.w, T, x, p, out, NULL, NULL, NULL, NULL, NULL, lse);
+            const double e_out = rel_err_dd(out + (size_t)(T - 1) * D, u, D);
+            const double e_lse = rel_err_dd(lse + (size_t)(T - 1) * H, lse_n, H);
+            char name[96];
+            snprintf(name, sizeof name, "naive_%s_%s_T%d", shape, p ? "decompressed" : "absorbed",
+                     T);
+            check(rc == 0 && e_out <= 1e-10 && e_lse <= 1e-10, name,
+                  "last token rel err out %.2g lse %.2g", e_out, e_lse);
+            free(out);
+            free(lse);
+        }
+        free(u);
+        free(lse_n);
+        free(x);
+    }
+    free_layer(&L);
+}
+
+static void test_bad_arguments(void)
+{
+    mla_ref_config cfg = odd_config(0);
+    layer L = make_layer(&cfg, 5);
+    float *x = rand_input(2, cfg.hidden, 6);
+    double *out = dalloc(2 * (size_t)cfg.hidden);
+    int bad = 0;
+    bad += mla_ref_forward(&L.cfg, &L.w, 2, x, 2, out, NULL, NULL, NULL, NULL, NULL, NULL) == -1;
+    bad += mla_ref_forward(&L.cfg, &L.w, 2, NULL, 0, out, NULL, NULL, NULL, NULL, NULL, NULL) == -1;
+    bad += mla_ref_forward(&L.cfg, &L.w, 0, x, 0, out, NULL, NULL, NULL, NULL, NULL, NULL) == -1;
+    mla_ref_config odd_dr = cfg;
+    odd_dr.rope_dim = 7;
+    bad += mla_ref_forward(&odd_dr, &L.w, 2, x, 0, out, NULL, NULL, NULL, NULL, NULL, NULL) == -1;
+    mla_ref_weights nw = L.w;
+    nw.q_a_proj = NULL; /* rq > 0 needs it */
+    bad += mla_ref_forward(&L.cfg, &nw, 2, x, 0, out, NULL, NULL, NULL, NULL, NULL, NULL) == -1;
+    const int good = mla_ref_forward(&L.cfg, &L.w, 2, x, 0, out, NULL, NULL, NULL, NULL, NULL,
+                                     NULL) == 0;
+    check(bad == 5 && good, "bad_arguments", "%d of 5 bad calls rejected, valid call ok: %s", bad,
+          good ? "yes" : "no");
+    free(out);
+    free(x);
+    free_layer(&L);
+}
+
+static void test_max_rel_err(void)
+{
+    const float got[4] = { 1.0f, 2.0f, 3.0f, -4.0f };
+    const double want[4] = { 1.0, 2.5, 3.0, -4.0 };
+    size_t idx = 99;
+    const double e = mla_ref_max_rel_err(got, want, 4, &idx);
+    const float gnan[3] = { 1.0f, NAN, 3.0f };
+    size_t idx2 = 99;
+    const double e2 = mla_ref_max_rel_err(gnan, want, 3, &idx2);
+    check(fabs(e - 0.125) < 1e-15 && idx == 1 && isinf(e2) && idx2 == 1, "max_rel_err",
+          "err=%.17g idx=%zu (want 0.125, 1); with NaN: %g idx=%zu", e, idx, e2, idx2);
+}
+
+int main(void)
+{
+    test_yarn_bounds_and_freqs();
+    test_softmax_scales();
+    test_rope();
+    test_paths_agree("v2lite_small", small_v2lite_config(), 11);
+    test_paths_agree("odd_yarn", odd_config(1), 12);
+    test_paths_agree("odd_plain", odd_config(0), 13);
+    test_causality();
+    test_latent_attention();
+    test_naive("v2lite_small", small_v2lite_config(), 21);
+    test_naive("odd_yarn", odd_config(1), 22);
+    test_bad_arguments();
+    test_max_rel_err();
+    printf("%d passed, %d failed\n", g_passed, g_failed);
+    return g_failed == 0 ? 0 : 1;
+}
