@@ -1,6 +1,7 @@
 /* A context: one device, its OpenCL context and an in-order queue, plus the program cache. */
 #include "internal.h"
 #include "program.h"
+#include "scratch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,6 +134,7 @@ void clmla_context_destroy(clmla_context *ctx)
     if (ctx->queue)
         clFinish(ctx->queue);
     clmla_program_cache_release(ctx);
+    clmla_scratch_release(ctx);
     if (ctx->queue)
         clReleaseCommandQueue(ctx->queue);
     if (ctx->cl_ctx)

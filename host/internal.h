@@ -24,6 +24,9 @@ struct clmla_context {
     clmla_program_entry *programs; /* in-memory program cache, a list */
     clmla_program_stats program_stats;
 
+    cl_mem scratch[16];          /* scratch.h: per-slot device buffers, grown on demand */
+    size_t scratch_bytes[16];
+
     char errmsg[CLMLA_ERRMSG_SIZE];
 };
 

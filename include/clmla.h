@@ -155,6 +155,212 @@ clmla_status clmla_context_program_stats(const clmla_context *ctx, clmla_program
    CLMLA_ERROR_BUILD_FAILED and the build log is in clmla_last_error(ctx). */
 clmla_status clmla_context_prepare_kernel(clmla_context *ctx, const char *name, const char *options);
 
+/* ---- layer configuration (MLA.md sections 1-4, 7) ----------------------------------------- */
+
+typedef enum clmla_rope_pairing {
+    CLMLA_ROPE_INTERLEAVED = 0, /* pairs (x[2i], x[2i+1]): DeepSeek and Kimi checkpoints */
+    CLMLA_ROPE_HALF_SPLIT = 1   /* pairs (x[i], x[i+dr/2]): "neox" style, e.g. MiniCPM3 */
+} clmla_rope_pairing;
+
+typedef struct clmla_layer_config {
+    int hidden_size;          /* D */
+    int num_heads;            /* H */
+    int q_lora_rank;          /* rq; 0 = no query compression (q_proj), as in V2-Lite */
+    int kv_lora_rank;         /* rkv */
+    int qk_nope_head_dim;     /* dn */
+    int qk_rope_head_dim;     /* dr, even */
+    int v_head_dim;           /* dv */
+    double rms_norm_eps;      /* 0 = 1e-6 */
+    double rope_theta;        /* 0 = 10000 */
+    clmla_rope_pairing rope_pairing;
+    /* YaRN: off when yarn_factor <= 1 (then the other yarn_* fields are ignored). */
+    double yarn_factor;                /* s */
+    int yarn_original_max_position;    /* L; 0 = 4096 */
+    double yarn_beta_fast;             /* 0 = 32 */
+    double yarn_beta_slow;             /* 0 = 1 */
+    double yarn_mscale;                /* used as given (1.0 in HF's default) */
+    double yarn_mscale_all_dim;        /* used as given (0.0 in HF's default) */
+} clmla_layer_config;
+
+typedef enum clmla_preset {
+    CLMLA_PRESET_DEEPSEEK_V2_LITE = 0,
+    CLMLA_PRESET_DEEPSEEK_V2 = 1,
+    CLMLA_PRESET_DEEPSEEK_V3 = 2, /* also R1 */
+    CLMLA_PRESET_KIMI_K2 = 3
+} clmla_preset;
+
+/* The configuration of a published model (MLA.md section 7). */
+clmla_status clmla_layer_config_preset(clmla_preset preset, clmla_layer_config *config);
+/* The preset's short name ("v2-lite", "v2", "v3", "kimi-k2"), or NULL. */
+const char *clmla_preset_name(clmla_preset preset);
+/* Looks a preset up by short name (any case); CLMLA_ERROR_INVALID_ARGUMENT when unknown. */
+clmla_status clmla_preset_from_name(const char *name, clmla_preset *preset);
+
+/* Checks a configuration (zero or negative sizes, odd rope dim, products that overflow, bad YaRN
+   values). Returns CLMLA_ERROR_INVALID_CONFIG with the reason in clmla_last_error(NULL). */
+clmla_status clmla_layer_config_validate(const clmla_layer_config *config);
+
+/* The softmax scale tau of MLA.md section 4 for this configuration. */
+double clmla_layer_config_softmax_scale(const clmla_layer_config *config);
+
+/* ---- weights -------------------------------------------------------------------------------- */
+
+/* A host float32 tensor, row-major. The shape is checked against the configuration. */
+typedef struct clmla_tensor {
+    const float *data;
+    int ndim;          /* 1 or 2 */
+    int64_t shape[2];
+} clmla_tensor;
+
+/* One attention layer's weights in the checkpoint layout of MLA.md section 1. With q_lora_rank 0,
+   q_proj is required and q_a_proj / q_a_layernorm / q_b_proj must be absent (data NULL); with
+   q_lora_rank > 0 it is the other way round. */
+typedef struct clmla_layer_weights {
+    clmla_tensor q_a_proj;           /* [rq, D] */
+    clmla_tensor q_a_layernorm;      /* [rq] */
+    clmla_tensor q_b_proj;           /* [H*(dn+dr), rq] */
+    clmla_tensor q_proj;             /* [H*(dn+dr), D] */
+    clmla_tensor kv_a_proj_with_mqa; /* [rkv+dr, D] */
+    clmla_tensor kv_a_layernorm;     /* [rkv] */
+    clmla_tensor kv_b_proj;          /* [H*(dn+dv), rkv] */
+    clmla_tensor o_proj;             /* [D, H*dv] */
+} clmla_layer_weights;
+
+/* Convenience: a 2-D or 1-D tensor descriptor. */
+clmla_tensor clmla_tensor_2d(const float *data, int64_t rows, int64_t cols);
+clmla_tensor clmla_tensor_1d(const float *data, int64_t size);
+
+/* ---- paged latent KV cache ------------------------------------------------------------------ */
+
+typedef enum clmla_cache_dtype {
+    CLMLA_CACHE_F32 = 0,
+    CLMLA_CACHE_F16 = 1 /* vstore_half / vload_half: works on every OpenCL 1.2 device */
+} clmla_cache_dtype;
+
+typedef struct clmla_cache_config {
+    int num_layers;        /* 0 = 1 */
+    int kv_lora_rank;      /* rkv */
+    int rope_dim;          /* dr */
+    int block_tokens;      /* tokens per block; 0 = 64 */
+    int num_blocks;        /* blocks in the pool, shared by all sequences (each block spans all layers) */
+    clmla_cache_dtype dtype;
+} clmla_cache_config;
+
+typedef struct clmla_cache clmla_cache;
+
+/* Holds, per layer and token, only c^KV after RMSNorm (rkv values) and k^R after RoPE (dr values).
+   A sequence owns a list of blocks (its block table), the same blocks in every layer. */
+clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *config, clmla_cache **cache);
+void clmla_cache_destroy(clmla_cache *cache);
+
+/* A new, empty sequence; ids are small non-negative integers, reused after a free. */
+clmla_status clmla_cache_seq_add(clmla_cache *cache, int32_t *seq_id);
+/* Returns the sequence's blocks to the pool. */
+clmla_status clmla_cache_seq_free(clmla_cache *cache, int32_t seq_id);
+/* Makes sure the sequence owns blocks for at least `tokens` tokens in total, so that later appends
+   up to that length cannot fail for lack of blocks. CLMLA_ERROR_CACHE_FULL changes nothing. */
+clmla_status clmla_cache_seq_reserve(clmla_cache *cache, int32_t seq_id, int tokens);
+/* Tokens stored for the sequence in `layer`. */
+clmla_status clmla_cache_seq_length(const clmla_cache *cache, int32_t seq_id, int layer, int *length);
+/* The sequence's block ids in order (at most max_blocks are written), and how many it owns. */
+clmla_status clmla_cache_seq_blocks(const clmla_cache *cache, int32_t seq_id, int32_t *blocks, int max_blocks,
+                                    int *num_blocks);
+
+typedef struct clmla_cache_info {
+    size_t bytes_per_token_per_layer; /* (rkv + dr) * element size */
+    size_t bytes_per_block;           /* per layer */
+    size_t bytes_total;               /* device memory of the pool, all layers */
+    int block_tokens;
+    int blocks_total, blocks_used, blocks_free;
+    int sequences;
+} clmla_cache_info;
+clmla_status clmla_cache_get_info(const clmla_cache *cache, clmla_cache_info *info);
+
+/* Appends n tokens to a sequence in one layer from the caller's device buffers (engines that run
+   their own projections): c_kv [n, rkv] after RMSNorm and k_rope [n, dr] after RoPE, float32,
+   rows of the given strides (in floats), offsets in floats. CLMLA_ERROR_CACHE_FULL changes nothing. */
+clmla_status clmla_cache_append_cl(clmla_cache *cache, int layer, int32_t seq_id, int n,
+                                   cl_mem c_kv, size_t c_kv_offset, int c_kv_stride,
+                                   cl_mem k_rope, size_t k_rope_offset, int k_rope_stride, cl_event *event);
+
+/* Copies tokens [start, start+n) of a sequence in one layer back to the host as float32:
+   c_kv [n, rkv], k_rope [n, dr] (either may be NULL). Blocking. */
+clmla_status clmla_cache_read(const clmla_cache *cache, int layer, int32_t seq_id, int start, int n, float *c_kv,
+                              float *k_rope);
+
+/* The device buffer of one layer: [blocks_total * block_tokens, rkv + dr] of the cache dtype,
+   row b*block_tokens + i is token i of block b. */
+cl_mem clmla_cache_layer_buffer(const clmla_cache *cache, int layer);
+
+/* ---- layer and forward step ----------------------------------------------------------------- */
+
+typedef struct clmla_layer clmla_layer;
+
+/* Checks the configuration and every weight's shape (a missing tensor is named; a wrong shape
+   names the tensor, the expected and the given shape) and uploads the weights once. */
+clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *config,
+                                const clmla_layer_weights *weights, clmla_layer **layer);
+void clmla_layer_destroy(clmla_layer *layer);
+clmla_status clmla_layer_get_config(const clmla_layer *layer, clmla_layer_config *config);
+
+typedef enum clmla_attention_path {
+    CLMLA_PATH_AUTO = 0,         /* absorbed below the layer's prefill threshold, else decompressed */
+    CLMLA_PATH_ABSORBED = 1,     /* attention in latent space (MLA.md section 5) */
+    CLMLA_PATH_DECOMPRESSED = 2  /* up-projected keys and values, ordinary causal attention */
+} clmla_attention_path;
+
+/* One entry of a step: num_tokens new tokens of a sequence, appended at its current length in the
+   cache layer, so their positions are length .. length+num_tokens-1. A sequence appears at most
+   once per step. */
+typedef struct clmla_batch_entry {
+    int32_t seq_id;
+    int32_t num_tokens;
+} clmla_batch_entry;
+
+typedef struct clmla_forward_args {
+    const clmla_batch_entry *entries; /* [num_entries]; their tokens are consecutive rows of x */
+    int num_entries;
+    int cache_layer;                  /* which layer of the cache this layer uses */
+    clmla_attention_path path;
+} clmla_forward_args;
+
+/* The attention output after o_proj (no residual) for hidden states x:
+   x [total_tokens, D] -> out [total_tokens, D], float32. Blocking. On any failure (including
+   CLMLA_ERROR_CACHE_FULL) every sequence keeps its length and contents. */
+clmla_status clmla_layer_forward(clmla_layer *layer, clmla_cache *cache, const clmla_forward_args *args,
+                                 const float *x, float *out);
+
+/* The same on device buffers (offsets in floats), enqueued on the context's queue with no
+   clFinish; *event (optional) completes when out is written. */
+clmla_status clmla_layer_forward_cl(clmla_layer *layer, clmla_cache *cache, const clmla_forward_args *args,
+                                    cl_mem x, size_t x_offset, cl_mem out, size_t out_offset, cl_event *event);
+
+/* Entries with at least this many tokens take the decompressed path under CLMLA_PATH_AUTO. */
+int clmla_layer_auto_threshold(const clmla_layer *layer);
+
+/* ---- latent attention alone (FlashMLA-style) ------------------------------------------------ */
+
+/* For engines that run their own projections: absorbed queries over the paged cache.
+   Token t attends to keys 0 .. token_ctx_len[t]-1 of the sequence whose block table is row
+   token_seq[t] of block_table. Offsets in elements. */
+typedef struct clmla_latent_attention_args {
+    int num_tokens;                 /* T */
+    int num_heads;                  /* H */
+    float softmax_scale;            /* tau */
+    cl_mem q_latent; size_t q_latent_offset;   /* [T, H, rkv] float32: q~_h = W^UK_h^T q^C_h */
+    cl_mem q_rope; size_t q_rope_offset;       /* [T, H, dr] float32, after RoPE */
+    cl_mem block_table;             /* [num_sequences, max_blocks_per_seq] int32 block ids */
+    int max_blocks_per_seq;
+    cl_mem token_seq;               /* [T] int32: row of block_table */
+    cl_mem token_ctx_len;           /* [T] int32: keys attended (0 = none: output 0, lse -inf) */
+    int max_ctx_len;                /* an upper bound of token_ctx_len, to size the split */
+    cl_mem out; size_t out_offset;  /* [T, H, rkv] float32: o-bar_h = softmax-weighted sum of c^KV */
+    cl_mem lse; size_t lse_offset;  /* [T, H] float32 natural-log log-sum-exp of the scores; may be NULL */
+} clmla_latent_attention_args;
+
+clmla_status clmla_attention_latent(clmla_cache *cache, int layer, const clmla_latent_attention_args *args,
+                                    cl_event *event);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,209 @@
+/* Latent attention over the paged cache: work-group shape from device queries, split-KV sizing,
+   and the public FlashMLA-style entry point. */
+#include "attention.h"
+#include "program.h"
+#include "scratch.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Keys below which a split is not worth its combine traffic. */
+#define MIN_SPLIT_TOKENS 256
+/* Upper bound on the partial-result workspace. */
+#define MAX_SPLIT_WORKSPACE_BYTES ((size_t)256 << 20)
+
+static size_t latent_local_bytes(int nt, int hg, int kt)
+{
+    return (size_t)(nt * kt * hg + kt * hg + 3 * hg) * sizeof(float);
+}
+
+/* The attn_latent kernel for `hg` heads per work-group: NT is the largest power of two <= 64 that
+   the device's work-group limit, the kernel's own limit and local memory allow. */
+static clmla_status latent_kernel(clmla_cache *cache, int hg, cl_kernel *kernel, int *threads)
+{
+    if (cache->latent_kernel[hg]) {
+        *kernel = cache->latent_kernel[hg];
+        *threads = cache->latent_threads[hg];
+        return CLMLA_SUCCESS;
+    }
+    clmla_context *ctx = cache->ctx;
+    int nt = 64;
+    while (nt > 1 && (size_t)nt > ctx->info.max_work_group_size)
+        nt /= 2;
+    for (;;) {
+        const int kt = nt / hg > 0 ? nt / hg : 1;
+        if (latent_local_bytes(nt, hg, kt) > ctx->info.local_mem_bytes && nt > 1) {
+            nt /= 2;
+            continue;
+        }
+        char options[256];
+        snprintf(options, sizeof(options), "%s -D NT=%d -D HG=%d -D KT=%d", cache->options, nt, hg, kt);
+        cl_kernel k = NULL;
+        clmla_status st = clmla_kernel_create(ctx, "attn_latent", options, "attn_latent", &k);
+        if (st != CLMLA_SUCCESS)
+            return st;
+        size_t limit = 0;
+        clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(limit), &limit, NULL);
+        if (limit >= (size_t)nt || nt == 1) {
+            cache->latent_kernel[hg] = k;
+            cache->latent_threads[hg] = nt;
+            *kernel = k;
+            *threads = nt;
+            return CLMLA_SUCCESS;
+        }
+        clReleaseKernel(k); /* too many registers for this size on this device: try half */
+        nt /= 2;
+    }
+}
+
+#define SET_ARG(k, i, v)                                                           \
+    do {                                                                          \
+        cl_int e_ = clSetKernelArg((k), (i), sizeof(v), &(v));                    \
+        if (e_ != CL_SUCCESS)                                                     \
+            return clmla_fail_cl(ctx, e_, "clSetKernelArg(attention)");           \
+    } while (0)
+
+clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const latent_launch *p, cl_event *event)
+{
+    clmla_context *ctx = cache->ctx;
+    const int rkv = cache->config.kv_lora_rank;
+    const int heads_per_group = p->num_heads < 8 ? p->num_heads : 8;
+    const int head_groups = (p->num_heads + heads_per_group - 1) / heads_per_group;
+    cl_kernel k = NULL;
+    int threads = 0;
+    clmla_status st = latent_kernel(cache, heads_per_group, &k, &threads);
+    if (st != CLMLA_SUCCESS)
+        return st;
+
+    /* Enough work-groups to give every compute unit a few, splitting long contexts. */
+    const long long groups = (long long)p->num_tokens * head_groups;
+    const long long target = 4LL * (ctx->info.compute_units ? ctx->info.compute_units : 1);
+    int splits = 1;
+    if (groups < target && p->max_ctx_len > MIN_SPLIT_TOKENS) {
+        long long want = (target + groups - 1) / groups;
+        long long most = (p->max_ctx_len + MIN_SPLIT_TOKENS - 1) / MIN_SPLIT_TOKENS;
+        splits = (int)(want < most ? want : most);
+    }
+    const size_t per_split = (size_t)p->num_tokens * p->num_heads * (rkv + 1) * sizeof(float);
+    while (splits > 1 && per_split * splits > MAX_SPLIT_WORKSPACE_BYTES)
+        splits--;
+    int split_tokens = p->max_ctx_len > 0 ? (p->max_ctx_len + splits - 1) / splits : 1;
+    if (splits > 1)
+        splits = (p->max_ctx_len + split_tokens - 1) / split_tokens;
+
+    cl_mem out = p->out, lse = p->lse;
+    size_t out_offset = p->out_offset, lse_offset = p->lse_offset;
+    if (splits > 1) {
+        st = clmla_scratch(ctx, SCRATCH_SPLIT_OUT, (size_t)p->num_tokens * splits * p->num_heads * rkv * sizeof(float), &out);
+        if (st == CLMLA_SUCCESS)
+            st = clmla_scratch(ctx, SCRATCH_SPLIT_LSE, (size_t)p->num_tokens * splits * p->num_heads * sizeof(float), &lse);
+        out_offset = lse_offset = 0;
+    } else if (!lse) {
+        st = clmla_scratch(ctx, SCRATCH_LSE, (size_t)p->num_tokens * p->num_heads * sizeof(float), &lse);
+        lse_offset = 0;
+    }
+    if (st != CLMLA_SUCCESS)
+        return st;
+
+    const int ql_off = (int)p->q_latent_offset, qr_off = (int)p->q_rope_offset;
+    const int out_off = (int)out_offset, lse_off = (int)lse_offset;
+    SET_ARG(k, 0, p->q_latent);
+    SET_ARG(k, 1, ql_off);
+    SET_ARG(k, 2, p->q_latent_token_stride);
+    SET_ARG(k, 3, p->q_latent_head_stride);
+    SET_ARG(k, 4, p->q_rope);
+    SET_ARG(k, 5, qr_off);
+    SET_ARG(k, 6, p->q_rope_token_stride);
+    SET_ARG(k, 7, p->q_rope_head_stride);
+    SET_ARG(k, 8, cache->layers[layer]);
+    SET_ARG(k, 9, p->block_table);
+    SET_ARG(k, 10, p->max_blocks_per_seq);
+    SET_ARG(k, 11, cache->config.block_tokens);
+    SET_ARG(k, 12, p->token_seq);
+    SET_ARG(k, 13, p->token_ctx_len);
+    SET_ARG(k, 14, p->num_heads);
+    SET_ARG(k, 15, splits);
+    SET_ARG(k, 16, split_tokens);
+    SET_ARG(k, 17, p->scale);
+    SET_ARG(k, 18, out);
+    SET_ARG(k, 19, out_off);
+    SET_ARG(k, 20, lse);
+    SET_ARG(k, 21, lse_off);
+    const size_t global[3] = {(size_t)threads * head_groups, (size_t)splits, (size_t)p->num_tokens};
+    const size_t local[3] = {(size_t)threads, 1, 1};
+    cl_int err = clEnqueueNDRangeKernel(ctx->queue, k, 3, NULL, global, local, 0, NULL, splits > 1 ? NULL : event);
+    if (err != CL_SUCCESS)
+        return clmla_fail_cl(ctx, err, "enqueue attn_latent");
+    if (splits == 1)
+        return CLMLA_SUCCESS;
+
+    cl_kernel c = cache->combine_kernel;
+    cl_mem final_lse = p->lse;
+    size_t final_lse_offset = p->lse_offset;
+    if (!final_lse) {
+        st = clmla_scratch(ctx, SCRATCH_LSE, (size_t)p->num_tokens * p->num_heads * sizeof(float), &final_lse);
+        if (st != CLMLA_SUCCESS)
+            return st;
+        final_lse_offset = 0;
+    }
+    const int fo = (int)p->out_offset, fl = (int)final_lse_offset;
+    SET_ARG(c, 0, out);
+    SET_ARG(c, 1, lse);
+    SET_ARG(c, 2, splits);
+    SET_ARG(c, 3, p->num_heads);
+    SET_ARG(c, 4, p->out);
+    SET_ARG(c, 5, fo);
+    SET_ARG(c, 6, final_lse);
+    SET_ARG(c, 7, fl);
+    const size_t cglobal[3] = {(size_t)rkv, (size_t)p->num_heads, (size_t)p->num_tokens};
+    err = clEnqueueNDRangeKernel(ctx->queue, c, 3, NULL, cglobal, NULL, 0, NULL, event);
+    if (err != CL_SUCCESS)
+        return clmla_fail_cl(ctx, err, "enqueue attn_combine");
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_attention_latent(clmla_cache *cache, int layer, const clmla_latent_attention_args *a, cl_event *event)
+{
+    if (!cache || !a)
+        return clmla_fail(cache ? cache->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_attention_latent: NULL argument");
+    clmla_context *ctx = cache->ctx;
+    if (layer < 0 || layer >= cache->config.num_layers)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "layer %d is not in 0..%d", layer, cache->config.num_layers - 1);
+    if (a->num_tokens < 1 || a->num_heads < 1 || a->max_blocks_per_seq < 1 || a->max_ctx_len < 0 ||
+        (long long)a->max_ctx_len > (long long)a->max_blocks_per_seq * cache->config.block_tokens)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "clmla_attention_latent: num_tokens %d and num_heads %d must be >= 1, max_blocks_per_seq %d >= 1, "
+                          "and max_ctx_len %d within max_blocks_per_seq * block_tokens",
+                          a->num_tokens, a->num_heads, a->max_blocks_per_seq, a->max_ctx_len);
+    if (!a->q_latent || !a->q_rope || !a->block_table || !a->token_seq || !a->token_ctx_len || !a->out)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_attention_latent: a required buffer is NULL");
+    const int rkv = cache->config.kv_lora_rank, dr = cache->config.rope_dim;
+    const long long elems = (long long)a->num_tokens * a->num_heads * rkv;
+    if (elems + (long long)a->q_latent_offset > INT_MAX || elems + (long long)a->out_offset > INT_MAX ||
+        (long long)a->num_tokens * a->num_heads * dr + (long long)a->q_rope_offset > INT_MAX)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_attention_latent: buffers past 2^31 elements");
+    latent_launch p;
+    memset(&p, 0, sizeof(p));
+    p.num_tokens = a->num_tokens;
+    p.num_heads = a->num_heads;
+    p.scale = a->softmax_scale;
+    p.q_latent = a->q_latent;
+    p.q_latent_offset = a->q_latent_offset;
+    p.q_latent_token_stride = a->num_heads * rkv;
+    p.q_latent_head_stride = rkv;
+    p.q_rope = a->q_rope;
+    p.q_rope_offset = a->q_rope_offset;
+    p.q_rope_token_stride = a->num_heads * dr;
+    p.q_rope_head_stride = dr;
+    p.block_table = a->block_table;
+    p.max_blocks_per_seq = a->max_blocks_per_seq;
+    p.token_seq = a->token_seq;
+    p.token_ctx_len = a->token_ctx_len;
+    p.max_ctx_len = a->max_ctx_len;
+    p.out = a->out;
+    p.out_offset = a->out_offset;
+    p.lse = a->lse;
+    p.lse_offset = a->lse_offset;
+    return clmla_latent_attention_enqueue(cache, layer, &p, event);
+}

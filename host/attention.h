@@ -1,0 +1,20 @@
+/* Launchers of the attention kernels. */
+#ifndef CLMLA_ATTENTION_H
+#define CLMLA_ATTENTION_H
+#include "cache.h"
+
+typedef struct latent_launch {
+    int num_tokens, num_heads;
+    float scale;
+    cl_mem q_latent; size_t q_latent_offset; int q_latent_token_stride, q_latent_head_stride;
+    cl_mem q_rope; size_t q_rope_offset; int q_rope_token_stride, q_rope_head_stride;
+    cl_mem block_table; int max_blocks_per_seq;
+    cl_mem token_seq, token_ctx_len;
+    int max_ctx_len;
+    cl_mem out; size_t out_offset;  /* [T, H, rkv] */
+    cl_mem lse; size_t lse_offset;  /* [T, H]; NULL = not wanted */
+} latent_launch;
+
+/* Split-KV latent attention (attn_latent.cl, and attn_combine.cl when the keys are split). */
+clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const latent_launch *p, cl_event *event);
+#endif

@@ -1,0 +1,493 @@
+/* Paged latent KV cache: a pool of blocks of block_tokens tokens, one device buffer per layer,
+   a block table per sequence shared by all layers, lengths per (sequence, layer). */
+#include "cache.h"
+#include "program.h"
+#include "scratch.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static clmla_status oom(clmla_context *ctx)
+{
+    return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+}
+
+clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *config, clmla_cache **out)
+{
+    if (!out)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_create: NULL output pointer");
+    *out = NULL;
+    if (!ctx || !config)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_create: NULL argument");
+    clmla_cache_config c = *config;
+    if (c.num_layers == 0)
+        c.num_layers = 1;
+    if (c.block_tokens == 0)
+        c.block_tokens = 64;
+    if (c.num_layers < 0 || c.block_tokens < 0 || c.num_blocks < 1 || c.kv_lora_rank < 1 || c.rope_dim < 2 ||
+        c.rope_dim % 2 || (c.dtype != CLMLA_CACHE_F32 && c.dtype != CLMLA_CACHE_F16))
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "invalid cache configuration: num_layers %d, block_tokens %d, num_blocks %d, kv_lora_rank %d, "
+                          "rope_dim %d (even, >= 2), dtype %d",
+                          c.num_layers, c.block_tokens, c.num_blocks, c.kv_lora_rank, c.rope_dim, (int)c.dtype);
+    const int row = c.kv_lora_rank + c.rope_dim;
+    const size_t elem = c.dtype == CLMLA_CACHE_F16 ? 2 : 4;
+    const double rows = (double)c.num_blocks * c.block_tokens;
+    if (rows * row >= (double)INT_MAX)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "cache of %d blocks x %d tokens x %d values is too large for one layer buffer",
+                          c.num_blocks, c.block_tokens, row);
+    const size_t layer_bytes = (size_t)rows * row * elem;
+    if (layer_bytes > ctx->info.max_alloc_bytes)
+        return clmla_fail(ctx, CL_INVALID_BUFFER_SIZE,
+                          "one cache layer needs %zu bytes, more than the device's largest allocation (%llu bytes)",
+                          layer_bytes, (unsigned long long)ctx->info.max_alloc_bytes);
+
+    clmla_cache *cache = calloc(1, sizeof(*cache));
+    if (!cache)
+        return oom(ctx);
+    cache->ctx = ctx;
+    cache->config = c;
+    cache->row = row;
+    cache->elem_bytes = elem;
+    cache->layers = calloc((size_t)c.num_layers, sizeof(cl_mem));
+    cache->free_blocks = malloc((size_t)c.num_blocks * sizeof(int32_t));
+    clmla_status st = CLMLA_SUCCESS;
+    if (!cache->layers || !cache->free_blocks)
+        st = oom(ctx);
+    /* Lowest ids on top of the stack, so a fresh pool hands out 0, 1, 2, ... */
+    for (int i = 0; st == CLMLA_SUCCESS && i < c.num_blocks; i++)
+        cache->free_blocks[i] = c.num_blocks - 1 - i;
+    cache->num_free = c.num_blocks;
+    for (int l = 0; st == CLMLA_SUCCESS && l < c.num_layers; l++) {
+        cl_int err = CL_SUCCESS;
+        cache->layers[l] = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, layer_bytes, NULL, &err);
+        if (!cache->layers[l])
+            st = clmla_fail(ctx, err, "allocating cache layer %d (%zu bytes) failed: %s", l, layer_bytes, clmla_status_string(err));
+    }
+    snprintf(cache->options, sizeof(cache->options), "-D RKV=%d -D DR=%d%s", c.kv_lora_rank, c.rope_dim,
+             c.dtype == CLMLA_CACHE_F16 ? " -D CACHE_F16" : "");
+    if (st == CLMLA_SUCCESS)
+        st = clmla_kernel_create(ctx, "cache_write", cache->options, "cache_write", &cache->write_kernel);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_kernel_create(ctx, "cache_gather", cache->options, "cache_gather", &cache->gather_kernel);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_kernel_create(ctx, "attn_combine", cache->options, "attn_combine", &cache->combine_kernel);
+    if (st != CLMLA_SUCCESS) {
+        clmla_cache_destroy(cache);
+        return st;
+    }
+    *out = cache;
+    return CLMLA_SUCCESS;
+}
+
+void clmla_cache_destroy(clmla_cache *cache)
+{
+    if (!cache)
+        return;
+    if (cache->layers) {
+        clFinish(cache->ctx->queue);
+        for (int l = 0; l < cache->config.num_layers; l++)
+            if (cache->layers[l])
+                clReleaseMemObject(cache->layers[l]);
+    }
+    cl_kernel kernels[] = {cache->write_kernel, cache->gather_kernel, cache->combine_kernel};
+    for (size_t i = 0; i < sizeof(kernels) / sizeof(kernels[0]); i++)
+        if (kernels[i])
+            clReleaseKernel(kernels[i]);
+    for (int i = 0; i < 9; i++)
+        if (cache->latent_kernel[i])
+            clReleaseKernel(cache->latent_kernel[i]);
+    for (int i = 0; i < cache->num_seqs; i++) {
+        free(cache->seqs[i].blocks);
+        free(cache->seqs[i].length);
+    }
+    free(cache->seqs);
+    free(cache->layers);
+    free(cache->free_blocks);
+    free(cache);
+}
+
+cache_seq *clmla_cache_find(const clmla_cache *cache, int32_t seq_id)
+{
+    if (seq_id >= 0 && seq_id < cache->num_seqs && cache->seqs[seq_id].in_use)
+        return &cache->seqs[seq_id];
+    clmla_fail(cache->ctx, CLMLA_ERROR_UNKNOWN_SEQUENCE, "sequence %d is not in the cache", (int)seq_id);
+    return NULL;
+}
+
+clmla_status clmla_cache_seq_add(clmla_cache *cache, int32_t *seq_id)
+{
+    if (!cache || !seq_id)
+        return clmla_fail(cache ? cache->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_seq_add: NULL argument");
+    int id = 0;
+    while (id < cache->num_seqs && cache->seqs[id].in_use)
+        id++;
+    if (id == cache->num_seqs) {
+        int grown = cache->num_seqs ? cache->num_seqs * 2 : 8;
+        cache_seq *seqs = realloc(cache->seqs, (size_t)grown * sizeof(*seqs));
+        if (!seqs)
+            return oom(cache->ctx);
+        memset(seqs + cache->num_seqs, 0, (size_t)(grown - cache->num_seqs) * sizeof(*seqs));
+        cache->seqs = seqs;
+        cache->num_seqs = grown;
+    }
+    cache_seq *s = &cache->seqs[id];
+    if (!s->length) {
+        s->length = calloc((size_t)cache->config.num_layers, sizeof(int));
+        if (!s->length)
+            return oom(cache->ctx);
+    }
+    memset(s->length, 0, (size_t)cache->config.num_layers * sizeof(int));
+    s->num_blocks = 0;
+    s->in_use = 1;
+    *seq_id = id;
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_cache_seq_free(clmla_cache *cache, int32_t seq_id)
+{
+    if (!cache)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_seq_free: NULL cache");
+    cache_seq *s = clmla_cache_find(cache, seq_id);
+    if (!s)
+        return CLMLA_ERROR_UNKNOWN_SEQUENCE;
+    /* Push in reverse so the sequence's first block is handed out first next time. */
+    for (int i = s->num_blocks - 1; i >= 0; i--)
+        cache->free_blocks[cache->num_free++] = s->blocks[i];
+    s->num_blocks = 0;
+    s->in_use = 0;
+    return CLMLA_SUCCESS;
+}
+
+static int blocks_for(const clmla_cache *cache, long long tokens)
+{
+    return (int)((tokens + cache->config.block_tokens - 1) / cache->config.block_tokens);
+}
+
+/* Gives the sequence `want` blocks in all, from the pool; the caller checked there are enough. */
+static clmla_status grow_blocks(clmla_cache *cache, cache_seq *s, int want)
+{
+    if (want > s->capacity) {
+        int cap = s->capacity ? s->capacity : 4;
+        while (cap < want)
+            cap *= 2;
+        int32_t *blocks = realloc(s->blocks, (size_t)cap * sizeof(int32_t));
+        if (!blocks)
+            return oom(cache->ctx);
+        s->blocks = blocks;
+        s->capacity = cap;
+    }
+    while (s->num_blocks < want)
+        s->blocks[s->num_blocks++] = cache->free_blocks[--cache->num_free];
+    return CLMLA_SUCCESS;
+}
+
+static void shrink_blocks(clmla_cache *cache, cache_seq *s, int keep)
+{
+    while (s->num_blocks > keep)
+        cache->free_blocks[cache->num_free++] = s->blocks[--s->num_blocks];
+}
+
+clmla_status clmla_cache_seq_reserve(clmla_cache *cache, int32_t seq_id, int tokens)
+{
+    if (!cache)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_seq_reserve: NULL cache");
+    cache_seq *s = clmla_cache_find(cache, seq_id);
+    if (!s)
+        return CLMLA_ERROR_UNKNOWN_SEQUENCE;
+    if (tokens < 0)
+        return clmla_fail(cache->ctx, CLMLA_ERROR_INVALID_ARGUMENT, "cannot reserve %d tokens", tokens);
+    const int want = blocks_for(cache, tokens);
+    if (want <= s->num_blocks)
+        return CLMLA_SUCCESS;
+    if (want - s->num_blocks > cache->num_free)
+        return clmla_fail(cache->ctx, CLMLA_ERROR_CACHE_FULL,
+                          "cache full: sequence %d needs %d more blocks for %d tokens, %d are free", (int)seq_id,
+                          want - s->num_blocks, tokens, cache->num_free);
+    return grow_blocks(cache, s, want);
+}
+
+clmla_status clmla_cache_seq_length(const clmla_cache *cache, int32_t seq_id, int layer, int *length)
+{
+    if (!cache || !length)
+        return clmla_fail(cache ? cache->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_seq_length: NULL argument");
+    if (layer < 0 || layer >= cache->config.num_layers)
+        return clmla_fail(cache->ctx, CLMLA_ERROR_INVALID_ARGUMENT, "layer %d is not in 0..%d", layer, cache->config.num_layers - 1);
+    const cache_seq *s = clmla_cache_find(cache, seq_id);
+    if (!s)
+        return CLMLA_ERROR_UNKNOWN_SEQUENCE;
+    *length = s->length[layer];
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_cache_seq_blocks(const clmla_cache *cache, int32_t seq_id, int32_t *blocks, int max_blocks,
+                                    int *num_blocks)
+{
+    if (!cache || (!blocks && max_blocks > 0))
+        return clmla_fail(cache ? cache->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_seq_blocks: NULL argument");
+    const cache_seq *s = clmla_cache_find(cache, seq_id);
+    if (!s)
+        return CLMLA_ERROR_UNKNOWN_SEQUENCE;
+    for (int i = 0; i < s->num_blocks && i < max_blocks; i++)
+        blocks[i] = s->blocks[i];
+    if (num_blocks)
+        *num_blocks = s->num_blocks;
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_cache_get_info(const clmla_cache *cache, clmla_cache_info *info)
+{
+    if (!cache || !info)
+        return clmla_fail(cache ? cache->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_get_info: NULL argument");
+    memset(info, 0, sizeof(*info));
+    info->bytes_per_token_per_layer = (size_t)cache->row * cache->elem_bytes;
+    info->bytes_per_block = info->bytes_per_token_per_layer * (size_t)cache->config.block_tokens;
+    info->bytes_total = info->bytes_per_block * (size_t)cache->config.num_blocks * (size_t)cache->config.num_layers;
+    info->block_tokens = cache->config.block_tokens;
+    info->blocks_total = cache->config.num_blocks;
+    info->blocks_free = cache->num_free;
+    info->blocks_used = cache->config.num_blocks - cache->num_free;
+    for (int i = 0; i < cache->num_seqs; i++)
+        info->sequences += cache->seqs[i].in_use;
+    return CLMLA_SUCCESS;
+}
+
+cl_mem clmla_cache_layer_buffer(const clmla_cache *cache, int layer)
+{
+    if (!cache || layer < 0 || layer >= cache->config.num_layers)
+        return NULL;
+    return cache->layers[layer];
+}
+
+/* ---- appends as transactions ---------------------------------------------------------------- */
+
+void clmla_cache_commit(cache_txn *txn)
+{
+    free(txn->seq);
+    free(txn->old_blocks);
+    free(txn->old_length);
+    memset(txn, 0, sizeof(*txn));
+}
+
+void clmla_cache_rollback(clmla_cache *cache, cache_txn *txn)
+{
+    for (int i = txn->count - 1; i >= 0; i--) {
+        cache_seq *s = &cache->seqs[txn->seq[i]];
+        s->length[txn->layer] = txn->old_length[i];
+        shrink_blocks(cache, s, txn->old_blocks[i]);
+    }
+    clmla_cache_commit(txn);
+}
+
+clmla_status clmla_cache_check_append(clmla_cache *cache, int layer, const clmla_batch_entry *entries, int count,
+                                      long long *total_tokens)
+{
+    clmla_context *ctx = cache->ctx;
+    if (layer < 0 || layer >= cache->config.num_layers)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "cache layer %d is not in 0..%d", layer, cache->config.num_layers - 1);
+    if (!entries || count < 1)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "a step needs at least one entry (got %d)", count);
+    long long need = 0, tokens = 0;
+    for (int i = 0; i < count; i++) {
+        const cache_seq *s = clmla_cache_find(cache, entries[i].seq_id);
+        if (!s)
+            return CLMLA_ERROR_UNKNOWN_SEQUENCE;
+        if (entries[i].num_tokens < 1)
+            return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "entry %d (sequence %d) has %d tokens; at least 1 is needed", i,
+                              (int)entries[i].seq_id, (int)entries[i].num_tokens);
+        for (int j = 0; j < i; j++)
+            if (entries[j].seq_id == entries[i].seq_id)
+                return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "sequence %d appears twice in one step (entries %d and %d)",
+                                  (int)entries[i].seq_id, j, i);
+        const long long new_length = (long long)s->length[layer] + entries[i].num_tokens;
+        if (new_length > (long long)cache->config.num_blocks * cache->config.block_tokens)
+            return clmla_fail(ctx, CLMLA_ERROR_CACHE_FULL, "cache full: sequence %d would hold %lld tokens, the pool holds %lld",
+                              (int)entries[i].seq_id, new_length, (long long)cache->config.num_blocks * cache->config.block_tokens);
+        const int want = blocks_for(cache, new_length);
+        if (want > s->num_blocks)
+            need += want - s->num_blocks;
+        tokens += entries[i].num_tokens;
+    }
+    if (need > cache->num_free)
+        return clmla_fail(ctx, CLMLA_ERROR_CACHE_FULL, "cache full: the step needs %lld more blocks, %d of %d are free", need,
+                          cache->num_free, cache->config.num_blocks);
+    if (total_tokens)
+        *total_tokens = tokens;
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_cache_begin_append(clmla_cache *cache, int layer, const clmla_batch_entry *entries, int count,
+                                      cache_txn *txn)
+{
+    memset(txn, 0, sizeof(*txn));
+    clmla_context *ctx = cache->ctx;
+    clmla_status st = clmla_cache_check_append(cache, layer, entries, count, NULL);
+    if (st != CLMLA_SUCCESS)
+        return st;
+
+    txn->layer = layer;
+    txn->seq = malloc((size_t)count * sizeof(int32_t));
+    txn->old_blocks = malloc((size_t)count * sizeof(int));
+    txn->old_length = malloc((size_t)count * sizeof(int));
+    if (!txn->seq || !txn->old_blocks || !txn->old_length) {
+        clmla_cache_commit(txn);
+        return oom(ctx);
+    }
+    for (int i = 0; i < count; i++) {
+        cache_seq *s = &cache->seqs[entries[i].seq_id];
+        txn->seq[i] = entries[i].seq_id;
+        txn->old_blocks[i] = s->num_blocks;
+        txn->old_length[i] = s->length[layer];
+        txn->count = i + 1;
+        clmla_status st = grow_blocks(cache, s, blocks_for(cache, (long long)s->length[layer] + entries[i].num_tokens));
+        if (st != CLMLA_SUCCESS) {
+            clmla_cache_rollback(cache, txn);
+            return st;
+        }
+        s->length[layer] += entries[i].num_tokens;
+    }
+    return CLMLA_SUCCESS;
+}
+
+/* ---- device-side writes and reads ----------------------------------------------------------- */
+
+#define SET_ARG(k, i, v)                                                           \
+    do {                                                                          \
+        cl_int e_ = clSetKernelArg((k), (i), sizeof(v), &(v));                    \
+        if (e_ != CL_SUCCESS)                                                     \
+            return clmla_fail_cl(cache->ctx, e_, "clSetKernelArg");               \
+    } while (0)
+
+clmla_status clmla_cache_enqueue_write(clmla_cache *cache, int layer, int count, cl_mem c_kv, size_t c_kv_offset,
+                                       int c_kv_stride, cl_mem k_rope, size_t k_rope_offset, int k_rope_stride,
+                                       cl_mem slots, cl_event *event)
+{
+    cl_kernel k = cache->write_kernel;
+    const int ckv_off = (int)c_kv_offset, kr_off = (int)k_rope_offset;
+    SET_ARG(k, 0, c_kv);
+    SET_ARG(k, 1, ckv_off);
+    SET_ARG(k, 2, c_kv_stride);
+    SET_ARG(k, 3, k_rope);
+    SET_ARG(k, 4, kr_off);
+    SET_ARG(k, 5, k_rope_stride);
+    SET_ARG(k, 6, slots);
+    SET_ARG(k, 7, cache->layers[layer]);
+    const size_t global[2] = {(size_t)cache->row, (size_t)count};
+    cl_int err = clEnqueueNDRangeKernel(cache->ctx->queue, k, 2, NULL, global, NULL, 0, NULL, event);
+    if (err != CL_SUCCESS)
+        return clmla_fail_cl(cache->ctx, err, "enqueue cache_write");
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_cache_enqueue_gather(clmla_cache *cache, int layer, cl_mem table, int table_offset, int start, int n,
+                                        cl_mem out, size_t out_offset)
+{
+    cl_kernel k = cache->gather_kernel;
+    const int out_off = (int)out_offset;
+    SET_ARG(k, 0, cache->layers[layer]);
+    SET_ARG(k, 1, table);
+    SET_ARG(k, 2, table_offset);
+    SET_ARG(k, 3, cache->config.block_tokens);
+    SET_ARG(k, 4, start);
+    SET_ARG(k, 5, out);
+    SET_ARG(k, 6, out_off);
+    const size_t global[2] = {(size_t)cache->row, (size_t)n};
+    cl_int err = clEnqueueNDRangeKernel(cache->ctx->queue, k, 2, NULL, global, NULL, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return clmla_fail_cl(cache->ctx, err, "enqueue cache_gather");
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_cache_append_cl(clmla_cache *cache, int layer, int32_t seq_id, int n, cl_mem c_kv, size_t c_kv_offset,
+                                   int c_kv_stride, cl_mem k_rope, size_t k_rope_offset, int k_rope_stride, cl_event *event)
+{
+    if (!cache)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_append_cl: NULL cache");
+    if (!c_kv || !k_rope || c_kv_stride < cache->config.kv_lora_rank || k_rope_stride < cache->config.rope_dim ||
+        c_kv_offset > INT_MAX || k_rope_offset > INT_MAX)
+        return clmla_fail(cache->ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "clmla_cache_append_cl: NULL buffer, or a stride below the row width (c_kv stride %d < %d or "
+                          "k_rope stride %d < %d), or an offset past 2^31",
+                          c_kv_stride, cache->config.kv_lora_rank, k_rope_stride, cache->config.rope_dim);
+    clmla_batch_entry entry = {seq_id, n};
+    cache_txn txn;
+    clmla_status st = clmla_cache_begin_append(cache, layer, &entry, 1, &txn);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    const cache_seq *s = &cache->seqs[seq_id];
+    int *slots = malloc((size_t)n * sizeof(int));
+    if (!slots) {
+        clmla_cache_rollback(cache, &txn);
+        return oom(cache->ctx);
+    }
+    for (int i = 0; i < n; i++)
+        slots[i] = clmla_cache_row(cache, s, txn.old_length[0] + i);
+    cl_mem slot_buf = NULL;
+    st = clmla_upload(cache->ctx, slots, (size_t)n * sizeof(int), &slot_buf);
+    free(slots);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_cache_enqueue_write(cache, layer, n, c_kv, c_kv_offset, c_kv_stride, k_rope, k_rope_offset,
+                                       k_rope_stride, slot_buf, event);
+    if (slot_buf)
+        clReleaseMemObject(slot_buf);
+    if (st != CLMLA_SUCCESS)
+        clmla_cache_rollback(cache, &txn);
+    else
+        clmla_cache_commit(&txn);
+    return st;
+}
+
+clmla_status clmla_cache_read(const clmla_cache *ccache, int layer, int32_t seq_id, int start, int n, float *c_kv,
+                              float *k_rope)
+{
+    clmla_cache *cache = (clmla_cache *)ccache; /* reading enqueues kernels; the cache's state is unchanged */
+    if (!cache)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_read: NULL cache");
+    if (layer < 0 || layer >= cache->config.num_layers)
+        return clmla_fail(cache->ctx, CLMLA_ERROR_INVALID_ARGUMENT, "layer %d is not in 0..%d", layer, cache->config.num_layers - 1);
+    const cache_seq *s = clmla_cache_find(cache, seq_id);
+    if (!s)
+        return CLMLA_ERROR_UNKNOWN_SEQUENCE;
+    if (start < 0 || n < 0 || start + (long long)n > s->length[layer])
+        return clmla_fail(cache->ctx, CLMLA_ERROR_INVALID_ARGUMENT, "tokens [%d, %d) are outside the %d stored in layer %d",
+                          start, start + n, s->length[layer], layer);
+    if (n == 0)
+        return CLMLA_SUCCESS;
+    clmla_context *ctx = cache->ctx;
+    const size_t row_bytes = (size_t)cache->row * sizeof(float);
+    float *host = malloc((size_t)n * row_bytes);
+    if (!host)
+        return oom(ctx);
+    cl_mem table = NULL, dense = NULL;
+    cl_int err = CL_SUCCESS;
+    clmla_status st = clmla_upload(ctx, s->blocks, (size_t)s->num_blocks * sizeof(int32_t), &table);
+    if (st == CLMLA_SUCCESS) {
+        dense = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, (size_t)n * row_bytes, NULL, &err);
+        if (!dense)
+            st = clmla_fail_cl(ctx, err, "clCreateBuffer");
+    }
+    if (st == CLMLA_SUCCESS)
+        st = clmla_cache_enqueue_gather(cache, layer, table, 0, start, n, dense, 0);
+    if (st == CLMLA_SUCCESS) {
+        err = clEnqueueReadBuffer(ctx->queue, dense, CL_TRUE, 0, (size_t)n * row_bytes, host, 0, NULL, NULL);
+        if (err != CL_SUCCESS)
+            st = clmla_fail_cl(ctx, err, "clEnqueueReadBuffer");
+    }
+    if (st == CLMLA_SUCCESS)
+        for (int i = 0; i < n; i++) {
+            if (c_kv)
+                memcpy(c_kv + (size_t)i * cache->config.kv_lora_rank, host + (size_t)i * cache->row,
+                       (size_t)cache->config.kv_lora_rank * sizeof(float));
+            if (k_rope)
+                memcpy(k_rope + (size_t)i * cache->config.rope_dim, host + (size_t)i * cache->row + cache->config.kv_lora_rank,
+                       (size_t)cache->config.rope_dim * sizeof(float));
+        }
+    if (table)
+        clReleaseMemObject(table);
+    if (dense)
+        clReleaseMemObject(dense);
+    free(host);
+    return st;
+}

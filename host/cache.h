@@ -1,0 +1,72 @@
+/* The paged latent KV cache, as the layer and attention code see it. */
+#ifndef CLMLA_CACHE_H
+#define CLMLA_CACHE_H
+#include "internal.h"
+
+typedef struct cache_seq {
+    int in_use;
+    int32_t *blocks;  /* block ids, in token order */
+    int num_blocks;
+    int capacity;     /* allocated length of blocks */
+    int *length;      /* [num_layers] tokens stored per layer */
+} cache_seq;
+
+struct clmla_cache {
+    clmla_context *ctx;
+    clmla_cache_config config; /* defaults resolved */
+    int row;                   /* rkv + dr values per token */
+    size_t elem_bytes;         /* 4 (f32) or 2 (f16) */
+    cl_mem *layers;            /* [num_layers] buffers [num_blocks * block_tokens, row] */
+    int32_t *free_blocks;      /* stack of free block ids */
+    int num_free;
+    cache_seq *seqs;
+    int num_seqs;              /* allocated entries of seqs (in use or not) */
+    char options[128];         /* kernel build options: -D RKV= -D DR= [-D CACHE_F16] */
+    cl_kernel write_kernel;    /* cache_write.cl */
+    cl_kernel gather_kernel;   /* cache_gather.cl */
+    cl_kernel combine_kernel;  /* attn_combine.cl */
+    cl_kernel latent_kernel[9];/* attn_latent.cl per heads-per-group 1..8, built on first use */
+    int latent_threads[9];     /* their work-group sizes */
+};
+
+/* What an append changed, so that a failure later in the step can put everything back. */
+typedef struct cache_txn {
+    int layer;
+    int count;
+    int32_t *seq;        /* [count] */
+    int *old_blocks;     /* [count] */
+    int *old_length;     /* [count] */
+} cache_txn;
+
+/* Checks that the entries could be appended (known, distinct sequences, num_tokens >= 1, enough
+   free blocks) without changing anything; *total_tokens (optional) is their sum. */
+clmla_status clmla_cache_check_append(clmla_cache *cache, int layer, const clmla_batch_entry *entries, int count,
+                                      long long *total_tokens);
+/* Checks the entries as above, takes the blocks they need
+   and advances their lengths in `layer`; on any error nothing has changed. */
+clmla_status clmla_cache_begin_append(clmla_cache *cache, int layer, const clmla_batch_entry *entries, int count,
+                                      cache_txn *txn);
+/* Undoes begin_append (blocks back to the pool, lengths restored), then frees the record. */
+void clmla_cache_rollback(clmla_cache *cache, cache_txn *txn);
+/* Keeps the changes and frees the record. */
+void clmla_cache_commit(cache_txn *txn);
+
+/* Cache row of token `pos` of a sequence (its block must exist). */
+static inline int clmla_cache_row(const clmla_cache *cache, const cache_seq *s, int pos)
+{
+    const int bt = cache->config.block_tokens;
+    return s->blocks[pos / bt] * bt + pos % bt;
+}
+
+/* The sequence, or NULL after setting CLMLA_ERROR_UNKNOWN_SEQUENCE on the context. */
+cache_seq *clmla_cache_find(const clmla_cache *cache, int32_t seq_id);
+
+/* Enqueues cache_write for count tokens whose cache rows are in `slots` (device int32 [count]). */
+clmla_status clmla_cache_enqueue_write(clmla_cache *cache, int layer, int count, cl_mem c_kv, size_t c_kv_offset,
+                                       int c_kv_stride, cl_mem k_rope, size_t k_rope_offset, int k_rope_stride,
+                                       cl_mem slots, cl_event *event);
+/* Enqueues cache_gather of tokens [start, start+n) of the sequence whose block table is on the
+   device in `table` from table_offset, into out (float32 rows of rkv+dr) from out_offset. */
+clmla_status clmla_cache_enqueue_gather(clmla_cache *cache, int layer, cl_mem table, int table_offset, int start, int n,
+                                        cl_mem out, size_t out_offset);
+#endif

@@ -1,0 +1,123 @@
+/* Layer configurations: the published presets and validation. */
+#include "internal.h"
+#include "rope.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+    const char *name;
+    clmla_layer_config config;
+} presets[] = {
+    /* MLA.md section 7. D, H, rq, rkv, dn, dr, dv, eps, theta, pairing, YaRN s, L, beta fast/slow, mscale, mscale_all_dim */
+    [CLMLA_PRESET_DEEPSEEK_V2_LITE] = {"v2-lite", {2048, 16, 0, 512, 128, 64, 128, 1e-6, 10000.0, CLMLA_ROPE_INTERLEAVED, 40.0, 4096, 32.0, 1.0, 0.707, 0.707}},
+    [CLMLA_PRESET_DEEPSEEK_V2] = {"v2", {5120, 128, 1536, 512, 128, 64, 128, 1e-6, 10000.0, CLMLA_ROPE_INTERLEAVED, 40.0, 4096, 32.0, 1.0, 0.707, 0.707}},
+    [CLMLA_PRESET_DEEPSEEK_V3] = {"v3", {7168, 128, 1536, 512, 128, 64, 128, 1e-6, 10000.0, CLMLA_ROPE_INTERLEAVED, 40.0, 4096, 32.0, 1.0, 1.0, 1.0}},
+    [CLMLA_PRESET_KIMI_K2] = {"kimi-k2", {7168, 64, 1536, 512, 128, 64, 128, 1e-6, 50000.0, CLMLA_ROPE_INTERLEAVED, 32.0, 4096, 1.0, 1.0, 1.0, 1.0}},
+};
+#define NUM_PRESETS ((int)(sizeof(presets) / sizeof(presets[0])))
+
+clmla_status clmla_layer_config_preset(clmla_preset preset, clmla_layer_config *config)
+{
+    if (!config || (int)preset < 0 || (int)preset >= NUM_PRESETS)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "unknown preset %d", (int)preset);
+    *config = presets[preset].config;
+    return CLMLA_SUCCESS;
+}
+
+const char *clmla_preset_name(clmla_preset preset)
+{
+    return ((int)preset >= 0 && (int)preset < NUM_PRESETS) ? presets[preset].name : NULL;
+}
+
+clmla_status clmla_preset_from_name(const char *name, clmla_preset *preset)
+{
+    if (name && preset)
+        for (int i = 0; i < NUM_PRESETS; i++) {
+            const char *a = presets[i].name, *b = name;
+            while (*a && *b && tolower((unsigned char)*a) == tolower((unsigned char)*b))
+                a++, b++;
+            if (!*a && !*b) {
+                *preset = (clmla_preset)i;
+                return CLMLA_SUCCESS;
+            }
+        }
+    return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "unknown preset '%s' (known: v2-lite, v2, v3, kimi-k2)",
+                      name ? name : "(null)");
+}
+
+/* Largest element count clmla accepts for one tensor or activation row set: int-indexed kernels. */
+#define MAX_ELEMENTS ((int64_t)1 << 31)
+
+#define INVALID(...) clmla_fail(NULL, CLMLA_ERROR_INVALID_CONFIG, "invalid layer configuration: " __VA_ARGS__)
+
+clmla_status clmla_layer_config_validate(const clmla_layer_config *config)
+{
+    if (!config)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_layer_config_validate: NULL configuration");
+    const clmla_layer_config c = clmla_config_resolved(config);
+    const struct {
+        const char *name;
+        int value;
+        int min;
+    } dims[] = {
+        {"hidden_size", c.hidden_size, 1}, {"num_heads", c.num_heads, 1}, {"q_lora_rank", c.q_lora_rank, 0},
+        {"kv_lora_rank", c.kv_lora_rank, 1}, {"qk_nope_head_dim", c.qk_nope_head_dim, 1},
+        {"qk_rope_head_dim", c.qk_rope_head_dim, 2}, {"v_head_dim", c.v_head_dim, 1},
+    };
+    for (size_t i = 0; i < sizeof(dims) / sizeof(dims[0]); i++)
+        if (dims[i].value < dims[i].min)
+            return INVALID("%s is %d, it must be at least %d", dims[i].name, dims[i].value, dims[i].min);
+    if (c.qk_rope_head_dim % 2)
+        return INVALID("qk_rope_head_dim is %d, it must be even (RoPE rotates pairs)", c.qk_rope_head_dim);
+    if (c.qk_rope_head_dim > 1024)
+        return INVALID("qk_rope_head_dim is %d, at most 1024 is supported", c.qk_rope_head_dim);
+    if (c.kv_lora_rank > 65536 || c.qk_nope_head_dim > 4096 || c.v_head_dim > 4096)
+        return INVALID("kv_lora_rank %d, qk_nope_head_dim %d or v_head_dim %d exceeds what clmla supports "
+                       "(kv_lora_rank <= 65536, head dims <= 4096)", c.kv_lora_rank, c.qk_nope_head_dim, c.v_head_dim);
+    /* Every weight and per-token activation must be indexable. */
+    const int64_t dq = (int64_t)c.qk_nope_head_dim + c.qk_rope_head_dim;
+    const int64_t products[][2] = {
+        {(int64_t)c.num_heads * dq, c.q_lora_rank ? c.q_lora_rank : c.hidden_size},
+        {(int64_t)c.num_heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank},
+        {c.hidden_size, (int64_t)c.num_heads * c.v_head_dim},
+        {(int64_t)c.kv_lora_rank + c.qk_rope_head_dim, c.hidden_size},
+        {c.q_lora_rank, c.hidden_size},
+        {c.num_heads, c.kv_lora_rank},
+    };
+    for (size_t i = 0; i < sizeof(products) / sizeof(products[0]); i++)
+        if (products[i][0] >= MAX_ELEMENTS || products[i][1] >= MAX_ELEMENTS ||
+            products[i][0] * products[i][1] >= MAX_ELEMENTS)
+            return INVALID("a weight of %lld x %lld elements is too large (at most 2^31 elements)",
+                           (long long)products[i][0], (long long)products[i][1]);
+    if (!(c.rms_norm_eps > 0 && c.rms_norm_eps < 1))
+        return INVALID("rms_norm_eps %g is not in (0, 1)", c.rms_norm_eps);
+    if (!(c.rope_theta > 1))
+        return INVALID("rope_theta %g must be > 1", c.rope_theta);
+    if (c.rope_pairing != CLMLA_ROPE_INTERLEAVED && c.rope_pairing != CLMLA_ROPE_HALF_SPLIT)
+        return INVALID("rope_pairing %d is neither interleaved (0) nor half-split (1)", (int)c.rope_pairing);
+    if (c.yarn_factor > 1.0) {
+        if (c.yarn_original_max_position < 1 || !(c.yarn_beta_fast > 0) || !(c.yarn_beta_slow > 0) ||
+            !(c.yarn_mscale >= 0) || !(c.yarn_mscale_all_dim >= 0))
+            return INVALID("YaRN needs original_max_position >= 1, beta_fast > 0, beta_slow > 0 and mscales >= 0 "
+                           "(got %d, %g, %g, %g, %g)",
+                              c.yarn_original_max_position, c.yarn_beta_fast, c.yarn_beta_slow, c.yarn_mscale,
+                              c.yarn_mscale_all_dim);
+    } else if (c.yarn_factor != c.yarn_factor || c.yarn_factor < 0) {
+        return INVALID("yarn_factor %g is not a number >= 0", c.yarn_factor);
+    }
+    return CLMLA_SUCCESS;
+}
+
+clmla_tensor clmla_tensor_2d(const float *data, int64_t rows, int64_t cols)
+{
+    clmla_tensor t = {data, 2, {rows, cols}};
+    return t;
+}
+
+clmla_tensor clmla_tensor_1d(const float *data, int64_t size)
+{
+    clmla_tensor t = {data, 1, {size, 0}};
+    return t;
+}

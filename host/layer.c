@@ -1,0 +1,646 @@
+/* One MLA attention layer: weights on the device and the forward step (MLA.md section 2).
+ *
+ * A step over T new tokens of several sequences:
+ *   q  = x W_q^T                    or  c^Q = RMSNorm(x W_qa^T), q = c^Q W_qb^T      [T, H*dq]
+ *   kv = x W_kva^T, RMSNorm of its first rkv columns                                [T, rkv+dr]
+ *   RoPE on q's rope dims and on kv's k^R; c^KV and k^R written to the paged cache
+ *   absorbed entries:     q~ = q^C W^UK (per head), latent attention, o = o-bar W^UV^T
+ *   decompressed entries: gather the sequence's cache rows, [k^C v^C] = c^KV W^UKV^T,
+ *                         causal attention with head dims dq / dv
+ *   out = o W_o^T                                                                   [T, D] */
+#include "attention.h"
+#include "gemm.h"
+#include "program.h"
+#include "rope.h"
+#include "scratch.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct clmla_layer {
+    clmla_context *ctx;
+    clmla_layer_config config; /* defaults resolved */
+    int D, H, rq, rkv, dn, dr, dv, dq, row;
+    float scale;
+    /* weights, float32, checkpoint layout */
+    cl_mem q_a_proj, q_a_layernorm, q_b_proj, q_proj, kv_a_proj, kv_a_layernorm, kv_b_proj, o_proj;
+    /* RoPE (A cos, A sin) for positions [0, rope_positions) */
+    cl_mem rope_table;
+    int rope_positions;
+    cl_kernel rmsnorm, rope, prefill;
+    int rmsnorm_threads, prefill_threads;
+    int auto_threshold;
+};
+
+/* ---- weights -------------------------------------------------------------------------------- */
+
+static void shape_text(const clmla_tensor *t, char *buf, size_t size)
+{
+    if (t->ndim == 1)
+        snprintf(buf, size, "[%lld]", (long long)t->shape[0]);
+    else if (t->ndim == 2)
+        snprintf(buf, size, "[%lld, %lld]", (long long)t->shape[0], (long long)t->shape[1]);
+    else
+        snprintf(buf, size, "(%d dimensions)", t->ndim);
+}
+
+/* cols == 0 means a 1-D tensor of `rows` values. */
+static clmla_status check_tensor(clmla_context *ctx, const char *name, const clmla_tensor *t, int64_t rows, int64_t cols)
+{
+    if (!t->data)
+        return clmla_fail(ctx, CLMLA_ERROR_MISSING_TENSOR, "missing tensor %s.weight (expected shape [%lld%s%lld])", name,
+                          (long long)rows, cols ? ", " : "", (long long)cols);
+    const int want_ndim = cols ? 2 : 1;
+    if (t->ndim != want_ndim || t->shape[0] != rows || (cols && t->shape[1] != cols)) {
+        char got[64], want[64];
+        shape_text(t, got, sizeof(got));
+        clmla_tensor expected = {NULL, want_ndim, {rows, cols}};
+        shape_text(&expected, want, sizeof(want));
+        return clmla_fail(ctx, CLMLA_ERROR_SHAPE_MISMATCH, "tensor %s.weight has shape %s, expected %s", name, got, want);
+    }
+    return CLMLA_SUCCESS;
+}
+
+static clmla_status upload_weight(clmla_context *ctx, const char *name, const clmla_tensor *t, cl_mem *buffer)
+{
+    const size_t bytes = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1) * sizeof(float);
+    if (bytes > ctx->info.max_alloc_bytes)
+        return clmla_fail(ctx, CL_INVALID_BUFFER_SIZE, "%s.weight needs %zu bytes, more than the device's largest allocation (%llu)",
+                          name, bytes, (unsigned long long)ctx->info.max_alloc_bytes);
+    cl_int err = CL_SUCCESS;
+    *buffer = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, (void *)t->data, &err);
+    if (!*buffer)
+        return clmla_fail(ctx, err, "uploading %s.weight (%zu bytes) failed: %s", name, bytes, clmla_status_string(err));
+    return CLMLA_SUCCESS;
+}
+
+static int pow2_at_most(size_t limit, int cap)
+{
+    int n = 1;
+    while (n * 2 <= cap && (size_t)(n * 2) <= limit)
+        n *= 2;
+    return n;
+}
+
+static clmla_status build_kernels(clmla_layer *L)
+{
+    clmla_context *ctx = L->ctx;
+    char options[256];
+    L->rmsnorm_threads = pow2_at_most(ctx->info.max_work_group_size, 64);
+    snprintf(options, sizeof(options), "-D WG=%d", L->rmsnorm_threads);
+    clmla_status st = clmla_kernel_create(ctx, "rmsnorm", options, "rmsnorm", &L->rmsnorm);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    snprintf(options, sizeof(options), "-D DR=%d%s", L->dr, L->config.rope_pairing == CLMLA_ROPE_HALF_SPLIT ? " -D HALF_SPLIT" : "");
+    st = clmla_kernel_create(ctx, "rope", options, "rope", &L->rope);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    /* Prefill tiles: NT queries per group, KT keys staged in local memory. */
+    int nt = pow2_at_most(ctx->info.max_work_group_size, 32), kt = 16;
+    while (kt > 1 && (size_t)kt * (L->dq + L->dv) * sizeof(float) > ctx->info.local_mem_bytes / 2)
+        kt /= 2;
+    for (;;) {
+        snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D NT=%d -D KT=%d", L->dn, L->dr, L->dv, nt, kt);
+        st = clmla_kernel_create(ctx, "attn_prefill", options, "attn_prefill", &L->prefill);
+        if (st != CLMLA_SUCCESS)
+            return st;
+        size_t limit = 0;
+        clGetKernelWorkGroupInfo(L->prefill, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(limit), &limit, NULL);
+        if (limit >= (size_t)nt || nt == 1)
+            break;
+        clReleaseKernel(L->prefill);
+        L->prefill = NULL;
+        nt /= 2;
+    }
+    L->prefill_threads = nt;
+    return CLMLA_SUCCESS;
+}
+
+/* Entries of at least this many tokens are cheaper decompressed: per key, the up-projection costs
+   2*rkv*H*(dn+dv) FLOPs once; per (query, key, head) the absorbed score and sum cost 2*(2*rkv+dr)
+   against 2*(dq+dv) decompressed (MLA.md section 5). Break-even: n = rkv*(dn+dv) / (2*rkv+dr-dq-dv). */
+static int cost_model_threshold(const clmla_layer *L)
+{
+    const double saved = (double)(2 * L->rkv + L->dr) - (double)(L->dq + L->dv);
+    if (saved <= 0)
+        return 1;
+    const double n = (double)L->rkv * (L->dn + L->dv) / saved;
+    return n < 1 ? 1 : n > 1e6 ? 1000000 : (int)ceil(n);
+}
+
+clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *config, const clmla_layer_weights *w,
+                                clmla_layer **out)
+{
+    if (!out)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_layer_create: NULL output pointer");
+    *out = NULL;
+    if (!ctx || !config || !w)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_layer_create: NULL argument");
+    clmla_status st = clmla_layer_config_validate(config);
+    if (st != CLMLA_SUCCESS)
+        return clmla_fail(ctx, st, "%s", clmla_last_error(NULL));
+    const clmla_layer_config c = clmla_config_resolved(config);
+    const int64_t D = c.hidden_size, H = c.num_heads, rq = c.q_lora_rank, rkv = c.kv_lora_rank;
+    const int64_t dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dv = c.v_head_dim, dq = dn + dr;
+
+    /* The query path must be exactly one of the two forms. */
+    if (rq == 0) {
+        if (w->q_a_proj.data || w->q_a_layernorm.data || w->q_b_proj.data)
+            return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                              "q_lora_rank is 0 (q_proj form) but q_a_proj / q_a_layernorm / q_b_proj were given");
+        st = check_tensor(ctx, "q_proj", &w->q_proj, H * dq, D);
+    } else {
+        if (w->q_proj.data)
+            return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                              "q_lora_rank is %lld (q_a_proj/q_b_proj form) but q_proj was given", (long long)rq);
+        st = check_tensor(ctx, "q_a_proj", &w->q_a_proj, rq, D);
+        if (st == CLMLA_SUCCESS)
+            st = check_tensor(ctx, "q_a_layernorm", &w->q_a_layernorm, rq, 0);
+        if (st == CLMLA_SUCCESS)
+            st = check_tensor(ctx, "q_b_proj", &w->q_b_proj, H * dq, rq);
+    }
+    if (st == CLMLA_SUCCESS)
+        st = check_tensor(ctx, "kv_a_proj_with_mqa", &w->kv_a_proj_with_mqa, rkv + dr, D);
+    if (st == CLMLA_SUCCESS)
+        st = check_tensor(ctx, "kv_a_layernorm", &w->kv_a_layernorm, rkv, 0);
+    if (st == CLMLA_SUCCESS)
+        st = check_tensor(ctx, "kv_b_proj", &w->kv_b_proj, H * (dn + dv), rkv);
+    if (st == CLMLA_SUCCESS)
+        st = check_tensor(ctx, "o_proj", &w->o_proj, D, H * dv);
+    if (st != CLMLA_SUCCESS)
+        return st;
+
+    clmla_layer *L = calloc(1, sizeof(*L));
+    if (!L)
+        return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    L->ctx = ctx;
+    L->config = c;
+    L->D = (int)D, L->H = (int)H, L->rq = (int)rq, L->rkv = (int)rkv;
+    L->dn = (int)dn, L->dr = (int)dr, L->dv = (int)dv, L->dq = (int)dq, L->row = (int)(rkv + dr);
+    L->scale = (float)clmla_layer_config_softmax_scale(&c);
+    L->auto_threshold = cost_model_threshold(L);
+
+    if (rq == 0) {
+        st = upload_weight(ctx, "q_proj", &w->q_proj, &L->q_proj);
+    } else {
+        st = upload_weight(ctx, "q_a_proj", &w->q_a_proj, &L->q_a_proj);
+        if (st == CLMLA_SUCCESS)
+            st = upload_weight(ctx, "q_a_layernorm", &w->q_a_layernorm, &L->q_a_layernorm);
+        if (st == CLMLA_SUCCESS)
+            st = upload_weight(ctx, "q_b_proj", &w->q_b_proj, &L->q_b_proj);
+    }
+    if (st == CLMLA_SUCCESS)
+        st = upload_weight(ctx, "kv_a_proj_with_mqa", &w->kv_a_proj_with_mqa, &L->kv_a_proj);
+    if (st == CLMLA_SUCCESS)
+        st = upload_weight(ctx, "kv_a_layernorm", &w->kv_a_layernorm, &L->kv_a_layernorm);
+    if (st == CLMLA_SUCCESS)
+        st = upload_weight(ctx, "kv_b_proj", &w->kv_b_proj, &L->kv_b_proj);
+    if (st == CLMLA_SUCCESS)
+        st = upload_weight(ctx, "o_proj", &w->o_proj, &L->o_proj);
+    if (st == CLMLA_SUCCESS)
+        st = build_kernels(L);
+    if (st != CLMLA_SUCCESS) {
+        clmla_layer_destroy(L);
+        return st;
+    }
+    *out = L;
+    return CLMLA_SUCCESS;
+}
+
+void clmla_layer_destroy(clmla_layer *L)
+{
+    if (!L)
+        return;
+    clFinish(L->ctx->queue);
+    cl_mem bufs[] = {L->q_a_proj, L->q_a_layernorm, L->q_b_proj, L->q_proj, L->kv_a_proj,
+                     L->kv_a_layernorm, L->kv_b_proj, L->o_proj, L->rope_table};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        if (bufs[i])
+            clReleaseMemObject(bufs[i]);
+    cl_kernel ks[] = {L->rmsnorm, L->rope, L->prefill};
+    for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
+        if (ks[i])
+            clReleaseKernel(ks[i]);
+    free(L);
+}
+
+clmla_status clmla_layer_get_config(const clmla_layer *L, clmla_layer_config *config)
+{
+    if (!L || !config)
+        return clmla_fail(L ? L->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_layer_get_config: NULL argument");
+    *config = L->config;
+    return CLMLA_SUCCESS;
+}
+
+int clmla_layer_auto_threshold(const clmla_layer *L)
+{
+    return L ? L->auto_threshold : 0;
+}
+
+/* ---- the step ------------------------------------------------------------------------------- */
+
+/* Makes the RoPE table cover positions [0, needed). */
+static clmla_status ensure_rope_table(clmla_layer *L, int needed)
+{
+    if (needed <= L->rope_positions)
+        return CLMLA_SUCCESS;
+    int positions = L->rope_positions ? L->rope_positions : 4096;
+    while (positions < needed)
+        positions = positions > INT_MAX / 2 ? needed : positions * 2;
+    const size_t bytes = (size_t)positions * (size_t)L->dr * sizeof(float);
+    float *table = malloc(bytes);
+    if (!table)
+        return clmla_fail(L->ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory for a RoPE table of %d positions", positions);
+    clmla_rope_fill_table(&L->config, 0, positions, table);
+    cl_mem fresh = NULL;
+    clmla_status st = clmla_upload(L->ctx, table, bytes, &fresh);
+    free(table);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    if (L->rope_table)
+        clReleaseMemObject(L->rope_table);
+    L->rope_table = fresh;
+    L->rope_positions = positions;
+    return CLMLA_SUCCESS;
+}
+
+#define SET_ARG(k, i, v)                                                           \
+    do {                                                                          \
+        cl_int e_ = clSetKernelArg((k), (i), sizeof(v), &(v));                    \
+        if (e_ != CL_SUCCESS)                                                     \
+            return clmla_fail_cl(ctx, e_, "clSetKernelArg");                      \
+    } while (0)
+
+static clmla_status enqueue_rmsnorm(clmla_layer *L, cl_mem x, int rows, int stride, int cols, cl_mem weight)
+{
+    clmla_context *ctx = L->ctx;
+    const int offset = 0;
+    const float eps = (float)L->config.rms_norm_eps;
+    SET_ARG(L->rmsnorm, 0, x);
+    SET_ARG(L->rmsnorm, 1, offset);
+    SET_ARG(L->rmsnorm, 2, stride);
+    SET_ARG(L->rmsnorm, 3, cols);
+    SET_ARG(L->rmsnorm, 4, weight);
+    SET_ARG(L->rmsnorm, 5, eps);
+    const size_t local = (size_t)L->rmsnorm_threads, global = local * (size_t)rows;
+    cl_int err = clEnqueueNDRangeKernel(ctx->queue, L->rmsnorm, 1, NULL, &global, &local, 0, NULL, NULL);
+    return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue rmsnorm");
+}
+
+static clmla_status enqueue_rope(clmla_layer *L, cl_mem q, cl_mem kv, cl_mem positions, int T)
+{
+    clmla_context *ctx = L->ctx;
+    const int zero = 0, q_row = L->H * L->dq;
+    SET_ARG(L->rope, 0, q);
+    SET_ARG(L->rope, 1, zero);
+    SET_ARG(L->rope, 2, q_row);
+    SET_ARG(L->rope, 3, L->dq);
+    SET_ARG(L->rope, 4, L->dn);
+    SET_ARG(L->rope, 5, L->H);
+    SET_ARG(L->rope, 6, kv);
+    SET_ARG(L->rope, 7, zero);
+    SET_ARG(L->rope, 8, L->row);
+    SET_ARG(L->rope, 9, L->rkv);
+    SET_ARG(L->rope, 10, positions);
+    SET_ARG(L->rope, 11, L->rope_table);
+    const size_t global[3] = {(size_t)L->dr / 2, (size_t)L->H + 1, (size_t)T};
+    cl_int err = clEnqueueNDRangeKernel(ctx->queue, L->rope, 3, NULL, global, NULL, 0, NULL, NULL);
+    return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue rope");
+}
+
+static clmla_status enqueue_prefill(clmla_layer *L, cl_mem q, int first_row, cl_mem kv_up, cl_mem gathered, int n_queries,
+                                    int prefix, cl_mem o)
+{
+    clmla_context *ctx = L->ctx;
+    const int q_off = first_row * L->H * L->dq, q_stride = L->H * L->dq;
+    const int zero = 0, kvu_stride = L->H * (L->dn + L->dv);
+    const int o_off = first_row * L->H * L->dv, o_stride = L->H * L->dv;
+    cl_kernel k = L->prefill;
+    SET_ARG(k, 0, q);
+    SET_ARG(k, 1, q_off);
+    SET_ARG(k, 2, q_stride);
+    SET_ARG(k, 3, kv_up);
+    SET_ARG(k, 4, zero);
+    SET_ARG(k, 5, kvu_stride);
+    SET_ARG(k, 6, gathered);
+    SET_ARG(k, 7, L->rkv);
+    SET_ARG(k, 8, L->row);
+    SET_ARG(k, 9, n_queries);
+    SET_ARG(k, 10, prefix);
+    SET_ARG(k, 11, L->scale);
+    SET_ARG(k, 12, o);
+    SET_ARG(k, 13, o_off);
+    SET_ARG(k, 14, o_stride);
+    const size_t nt = (size_t)L->prefill_threads;
+    const size_t global[2] = {(n_queries + nt - 1) / nt * nt, (size_t)L->H}, local[2] = {nt, 1};
+    cl_int err = clEnqueueNDRangeKernel(ctx->queue, k, 2, NULL, global, local, 0, NULL, NULL);
+    return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue attn_prefill");
+}
+
+static clmla_matrix mat(cl_mem buffer, size_t offset, size_t ld, int transposed)
+{
+    clmla_matrix m = {buffer, offset, ld, transposed};
+    return m;
+}
+
+/* Host-side description of a step. */
+typedef struct step_plan {
+    int T;
+    int max_blocks, max_ctx;
+    int *positions, *slots, *token_seq, *token_ctx; /* [T] */
+    int32_t *tables;                                 /* [num_entries, max_blocks] */
+    int *first_row, *prefix, *decompressed;          /* [num_entries] */
+} step_plan;
+
+static void plan_free(step_plan *p)
+{
+    free(p->positions);
+    free(p->slots);
+    free(p->token_seq);
+    free(p->token_ctx);
+    free(p->tables);
+    free(p->first_row);
+    free(p->prefix);
+    free(p->decompressed);
+}
+
+static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_forward_args *a, const cache_txn *txn,
+                              step_plan *p)
+{
+    const int n = a->num_entries;
+    memset(p, 0, sizeof(*p));
+    for (int e = 0; e < n; e++) {
+        const cache_seq *s = &cache->seqs[a->entries[e].seq_id];
+        p->T += a->entries[e].num_tokens;
+        if (s->num_blocks > p->max_blocks)
+            p->max_blocks = s->num_blocks;
+        if (s->length[a->cache_layer] > p->max_ctx)
+            p->max_ctx = s->length[a->cache_layer];
+    }
+    p->positions = malloc((size_t)p->T * sizeof(int));
+    p->slots = malloc((size_t)p->T * sizeof(int));
+    p->token_seq = malloc((size_t)p->T * sizeof(int));
+    p->token_ctx = malloc((size_t)p->T * sizeof(int));
+    p->tables = calloc((size_t)n * (size_t)p->max_blocks, sizeof(int32_t));
+    p->first_row = malloc((size_t)n * sizeof(int));
+    p->prefix = malloc((size_t)n * sizeof(int));
+    p->decompressed = malloc((size_t)n * sizeof(int));
+    if (!p->positions || !p->slots || !p->token_seq || !p->token_ctx || !p->tables || !p->first_row || !p->prefix ||
+        !p->decompressed) {
+        plan_free(p);
+        return clmla_fail(L->ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    }
+    int row = 0;
+    for (int e = 0; e < n; e++) {
+        const cache_seq *s = &cache->seqs[a->entries[e].seq_id];
+        const int tokens = a->entries[e].num_tokens;
+        p->first_row[e] = row;
+        p->prefix[e] = txn->old_length[e];
+        p->decompressed[e] = a->path == CLMLA_PATH_DECOMPRESSED ||
+                             (a->path == CLMLA_PATH_AUTO && tokens >= L->auto_threshold);
+        memcpy(p->tables + (size_t)e * p->max_blocks, s->blocks, (size_t)s->num_blocks * sizeof(int32_t));
+        for (int i = 0; i < tokens; i++, row++) {
+            const int pos = p->prefix[e] + i;
+            p->positions[row] = pos;
+            p->slots[row] = clmla_cache_row(cache, s, pos);
+            p->token_seq[row] = e;
+            p->token_ctx[row] = p->decompressed[e] ? 0 : pos + 1;
+        }
+    }
+    return CLMLA_SUCCESS;
+}
+
+static clmla_status check_step(clmla_layer *L, clmla_cache *cache, const clmla_forward_args *a)
+{
+    clmla_context *ctx = L->ctx;
+    if (cache->ctx != ctx)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "the cache and the layer belong to different contexts");
+    if (cache->config.kv_lora_rank != L->rkv || cache->config.rope_dim != L->dr)
+        return clmla_fail(ctx, CLMLA_ERROR_SHAPE_MISMATCH,
+                          "the cache holds rows of kv_lora_rank %d + rope_dim %d, the layer needs %d + %d",
+                          cache->config.kv_lora_rank, cache->config.rope_dim, L->rkv, L->dr);
+    if (a->path != CLMLA_PATH_AUTO && a->path != CLMLA_PATH_ABSORBED && a->path != CLMLA_PATH_DECOMPRESSED)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "unknown attention path %d", (int)a->path);
+    long long T = 0;
+    for (int e = 0; a->entries && e < a->num_entries; e++)
+        T += a->entries[e].num_tokens > 0 ? a->entries[e].num_tokens : 0;
+    /* Every activation must stay indexable by int in the kernels. */
+    const long long widest = (long long)L->H * (L->rkv > L->dq ? L->rkv : L->dq) + L->D;
+    if (T * widest >= INT_MAX)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "a step of %lld tokens is too large; split it", T);
+    return CLMLA_SUCCESS;
+}
+
+static clmla_status run_step(clmla_layer *L, clmla_cache *cache, const clmla_forward_args *a, const step_plan *p, cl_mem x,
+                             size_t x_offset, cl_mem out, size_t out_offset, cl_event *event)
+{
+    clmla_context *ctx = L->ctx;
+    const int T = p->T, H = L->H, rkv = L->rkv, dn = L->dn, dv = L->dv, dq = L->dq;
+    const int layer = a->cache_layer;
+    const size_t F = sizeof(float);
+    cl_mem q, kv, cq = NULL, q_abs = NULL, latent = NULL, o;
+    cl_mem positions = NULL, slots = NULL, token_seq = NULL, token_ctx = NULL, tables = NULL;
+    int any_absorbed = 0, max_decompressed = 0;
+    for (int e = 0; e < a->num_entries; e++) {
+        if (!p->decompressed[e])
+            any_absorbed = 1;
+        else if (p->prefix[e] + a->entries[e].num_tokens > max_decompressed)
+            max_decompressed = p->prefix[e] + a->entries[e].num_tokens;
+    }
+
+    clmla_status st = ensure_rope_table(L, p->max_ctx);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_scratch(ctx, SCRATCH_Q, (size_t)T * H * dq * F, &q);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_scratch(ctx, SCRATCH_KV, (size_t)T * L->row * F, &kv);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_scratch(ctx, SCRATCH_HEADS_OUT, (size_t)T * H * dv * F, &o);
+    if (st == CLMLA_SUCCESS && L->rq)
+        st = clmla_scratch(ctx, SCRATCH_Q_LATENT_IN, (size_t)T * L->rq * F, &cq);
+    if (st == CLMLA_SUCCESS && any_absorbed)
+        st = clmla_scratch(ctx, SCRATCH_Q_ABSORBED, (size_t)T * H * rkv * F, &q_abs);
+    if (st == CLMLA_SUCCESS && any_absorbed)
+        st = clmla_scratch(ctx, SCRATCH_LATENT_OUT, (size_t)T * H * rkv * F, &latent);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_upload(ctx, p->positions, (size_t)T * sizeof(int), &positions);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_upload(ctx, p->slots, (size_t)T * sizeof(int), &slots);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_upload(ctx, p->token_seq, (size_t)T * sizeof(int), &token_seq);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_upload(ctx, p->token_ctx, (size_t)T * sizeof(int), &token_ctx);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_upload(ctx, p->tables, (size_t)a->num_entries * p->max_blocks * sizeof(int32_t), &tables);
+
+    /* Projections, norms, RoPE, cache write. */
+    if (st == CLMLA_SUCCESS) {
+        if (L->rq) {
+            st = clmla_gemm(ctx, T, L->rq, L->D, 1.0f, mat(x, x_offset, L->D, 0), mat(L->q_a_proj, 0, L->D, 1), 0.0f,
+                            mat(cq, 0, L->rq, 0), NULL);
+            if (st == CLMLA_SUCCESS)
+                st = enqueue_rmsnorm(L, cq, T, L->rq, L->rq, L->q_a_layernorm);
+            if (st == CLMLA_SUCCESS)
+                st = clmla_gemm(ctx, T, (size_t)H * dq, L->rq, 1.0f, mat(cq, 0, L->rq, 0), mat(L->q_b_proj, 0, L->rq, 1), 0.0f,
+                                mat(q, 0, (size_t)H * dq, 0), NULL);
+        } else {
+            st = clmla_gemm(ctx, T, (size_t)H * dq, L->D, 1.0f, mat(x, x_offset, L->D, 0), mat(L->q_proj, 0, L->D, 1), 0.0f,
+                            mat(q, 0, (size_t)H * dq, 0), NULL);
+        }
+    }
+    if (st == CLMLA_SUCCESS)
+        st = clmla_gemm(ctx, T, L->row, L->D, 1.0f, mat(x, x_offset, L->D, 0), mat(L->kv_a_proj, 0, L->D, 1), 0.0f,
+                        mat(kv, 0, L->row, 0), NULL);
+    if (st == CLMLA_SUCCESS)
+        st = enqueue_rmsnorm(L, kv, T, L->row, rkv, L->kv_a_layernorm);
+    if (st == CLMLA_SUCCESS)
+        st = enqueue_rope(L, q, kv, positions, T);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_cache_enqueue_write(cache, layer, T, kv, 0, L->row, kv, (size_t)rkv, L->row, slots, NULL);
+
+    /* Absorbed entries: per run of consecutive absorbed rows, q~ = q^C W^UK for every head ... */
+    const size_t kvb_head = (size_t)(dn + dv) * rkv; /* floats between heads in kv_b_proj */
+    for (int e = 0; st == CLMLA_SUCCESS && any_absorbed && e < a->num_entries;) {
+        if (p->decompressed[e]) {
+            e++;
+            continue;
+        }
+        int end = e;
+        while (end < a->num_entries && !p->decompressed[end])
+            end++;
+        const int r0 = p->first_row[e];
+        const int rows = (end < a->num_entries ? p->first_row[end] : T) - r0;
+        st = clmla_gemm_strided_batched(ctx, rows, rkv, dn, 1.0f, mat(q, (size_t)r0 * H * dq, (size_t)H * dq, 0), dq,
+                                        mat(L->kv_b_proj, 0, rkv, 0), kvb_head, 0.0f,
+                                        mat(q_abs, (size_t)r0 * H * rkv, (size_t)H * rkv, 0), rkv, H, NULL);
+        e = end;
+    }
+    /* ... latent attention for all tokens (decompressed ones have no keys here) ... */
+    if (st == CLMLA_SUCCESS && any_absorbed) {
+        latent_launch lp;
+        memset(&lp, 0, sizeof(lp));
+        lp.num_tokens = T;
+        lp.num_heads = H;
+        lp.scale = L->scale;
+        lp.q_latent = q_abs;
+        lp.q_latent_token_stride = H * rkv;
+        lp.q_latent_head_stride = rkv;
+        lp.q_rope = q;
+        lp.q_rope_offset = (size_t)dn;
+        lp.q_rope_token_stride = H * dq;
+        lp.q_rope_head_stride = dq;
+        lp.block_table = tables;
+        lp.max_blocks_per_seq = p->max_blocks;
+        lp.token_seq = token_seq;
+        lp.token_ctx_len = token_ctx;
+        lp.max_ctx_len = p->max_ctx;
+        lp.out = latent;
+        st = clmla_latent_attention_enqueue(cache, layer, &lp, NULL);
+    }
+    /* ... and o = o-bar W^UV^T per head. */
+    for (int e = 0; st == CLMLA_SUCCESS && any_absorbed && e < a->num_entries;) {
+        if (p->decompressed[e]) {
+            e++;
+            continue;
+        }
+        int end = e;
+        while (end < a->num_entries && !p->decompressed[end])
+            end++;
+        const int r0 = p->first_row[e];
+        const int rows = (end < a->num_entries ? p->first_row[end] : T) - r0;
+        st = clmla_gemm_strided_batched(ctx, rows, dv, rkv, 1.0f, mat(latent, (size_t)r0 * H * rkv, (size_t)H * rkv, 0), rkv,
+                                        mat(L->kv_b_proj, (size_t)dn * rkv, rkv, 1), kvb_head, 0.0f,
+                                        mat(o, (size_t)r0 * H * dv, (size_t)H * dv, 0), dv, H, NULL);
+        e = end;
+    }
+
+    /* Decompressed entries: the sequence's keys and values up-projected, then causal attention. */
+    if (st == CLMLA_SUCCESS && max_decompressed > 0) {
+        cl_mem gathered = NULL, kv_up = NULL;
+        st = clmla_scratch(ctx, SCRATCH_GATHER, (size_t)max_decompressed * L->row * F, &gathered);
+        if (st == CLMLA_SUCCESS)
+            st = clmla_scratch(ctx, SCRATCH_KV_UP, (size_t)max_decompressed * H * (dn + dv) * F, &kv_up);
+        for (int e = 0; st == CLMLA_SUCCESS && e < a->num_entries; e++) {
+            if (!p->decompressed[e])
+                continue;
+            const int keys = p->prefix[e] + a->entries[e].num_tokens;
+            st = clmla_cache_enqueue_gather(cache, layer, tables, e * p->max_blocks, 0, keys, gathered, 0);
+            if (st == CLMLA_SUCCESS)
+                st = clmla_gemm(ctx, keys, (size_t)H * (dn + dv), rkv, 1.0f, mat(gathered, 0, L->row, 0),
+                                mat(L->kv_b_proj, 0, rkv, 1), 0.0f, mat(kv_up, 0, (size_t)H * (dn + dv), 0), NULL);
+            if (st == CLMLA_SUCCESS)
+                st = enqueue_prefill(L, q, p->first_row[e], kv_up, gathered, a->entries[e].num_tokens, p->prefix[e], o);
+        }
+    }
+
+    if (st == CLMLA_SUCCESS)
+        st = clmla_gemm(ctx, T, L->D, (size_t)H * dv, 1.0f, mat(o, 0, (size_t)H * dv, 0), mat(L->o_proj, 0, (size_t)H * dv, 1),
+                        0.0f, mat(out, out_offset, L->D, 0), event);
+
+    cl_mem uploads[] = {positions, slots, token_seq, token_ctx, tables};
+    for (size_t i = 0; i < sizeof(uploads) / sizeof(uploads[0]); i++)
+        if (uploads[i])
+            clReleaseMemObject(uploads[i]);
+    return st;
+}
+
+clmla_status clmla_layer_forward_cl(clmla_layer *L, clmla_cache *cache, const clmla_forward_args *a, cl_mem x,
+                                    size_t x_offset, cl_mem out, size_t out_offset, cl_event *event)
+{
+    if (!L || !cache || !a || !x || !out)
+        return clmla_fail(L ? L->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_layer_forward: NULL argument");
+    clmla_status st = check_step(L, cache, a);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    cache_txn txn;
+    st = clmla_cache_begin_append(cache, a->cache_layer, a->entries, a->num_entries, &txn);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    step_plan plan;
+    st = plan_step(L, cache, a, &txn, &plan);
+    if (st == CLMLA_SUCCESS) {
+        st = run_step(L, cache, a, &plan, x, x_offset, out, out_offset, event);
+        plan_free(&plan);
+    }
+    if (st != CLMLA_SUCCESS)
+        clmla_cache_rollback(cache, &txn);
+    else
+        clmla_cache_commit(&txn);
+    return st;
+}
+
+clmla_status clmla_layer_forward(clmla_layer *L, clmla_cache *cache, const clmla_forward_args *a, const float *x,
+                                 float *out)
+{
+    if (!L || !cache || !a || !x || !out)
+        return clmla_fail(L ? L->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_layer_forward: NULL argument");
+    clmla_context *ctx = L->ctx;
+    clmla_status st = check_step(L, cache, a);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    long long T = 0;
+    st = clmla_cache_check_append(cache, a->cache_layer, a->entries, a->num_entries, &T);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    const size_t bytes = (size_t)T * L->D * sizeof(float);
+    cl_mem xb = NULL, ob = NULL;
+    st = clmla_scratch(ctx, SCRATCH_X, bytes, &xb);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_scratch(ctx, SCRATCH_OUT, bytes, &ob);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    cl_int err = clEnqueueWriteBuffer(ctx->queue, xb, CL_TRUE, 0, bytes, x, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return clmla_fail_cl(ctx, err, "clEnqueueWriteBuffer(x)");
+    st = clmla_layer_forward_cl(L, cache, a, xb, 0, ob, 0, NULL);
+    if (st != CLMLA_SUCCESS) {
+        clFinish(ctx->queue);
+        return st;
+    }
+    err = clEnqueueReadBuffer(ctx->queue, ob, CL_TRUE, 0, bytes, out, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return clmla_fail_cl(ctx, err, "clEnqueueReadBuffer(out)");
+    return CLMLA_SUCCESS;
+}
