@@ -12,6 +12,7 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCLMLA_WERROR=ON
 cmake --build build -j"$(nproc)"
 clinfo -l || true
 ./build/clmla devices
+./build/clmla demo --decode 8
 
 # The README's test command:
 ctest --test-dir build --output-on-failure

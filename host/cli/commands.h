@@ -2,4 +2,5 @@
 #define CLMLA_CLI_COMMANDS_H
 /* Each subcommand: argv[0] is "clmla", argv[1] its name; returns the process exit code. */
 int cmd_devices(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
 #endif

@@ -11,6 +11,7 @@ static const struct {
     const char *summary;
 } commands[] = {
     {"devices", cmd_devices, "list the OpenCL devices and the one the default spec picks"},
+    {"demo", cmd_demo, "DeepSeek-V2-Lite attention with random weights: prefill, decode, check"},
 };
 
 static void usage(FILE *out)

@@ -1,0 +1,230 @@
+/* clmla demo: DeepSeek-V2-Lite-shaped attention with random weights on one device: prefill, then
+   decode through the paged latent cache, timed, and the last step checked against the float64
+   CPU reference (tests/ref). */
+#define _POSIX_C_SOURCE 200809L
+#include "args.h"
+#include "clmla.h"
+#include "commands.h"
+#include "mla_ref.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Uniform in [-scale, scale), from a 64-bit LCG: reproducible weights for a given seed. */
+static float *random_floats(size_t n, float scale, float bias, uint64_t *state)
+{
+    float *p = malloc(n * sizeof(float));
+    if (!p)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        *state = *state * 6364136223846793005ULL + 1442695040888963407ULL;
+        p[i] = bias + scale * (2.0f * (float)(*state >> 40) / (float)(1 << 24) - 1.0f);
+    }
+    return p;
+}
+
+static int compare_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int cmd_demo(int argc, char **argv)
+{
+    int help = 0, prefill = 512, decode = 64, seed = 1, no_check = 0;
+    const char *device = NULL, *cache_dtype = "f32";
+    cli_option opts[] = {
+        {"device", CLI_STRING, &device, "SPEC  device to run on (see clmla devices)"},
+        {"prefill", CLI_INT, &prefill, "N     prompt tokens, one prefill step (default 512)"},
+        {"decode", CLI_INT, &decode, "N     tokens decoded one at a time after it (default 64)"},
+        {"cache-dtype", CLI_STRING, &cache_dtype, "f32|f16  latent cache storage (default f32)"},
+        {"seed", CLI_INT, &seed, "N     seed of the random weights and inputs (default 1)"},
+        {"no-check", CLI_FLAG, &no_check, "skip the float64 CPU reference check"},
+        {"help", CLI_FLAG, &help, "this text"},
+        {NULL, CLI_FLAG, NULL, NULL},
+    };
+    if (cli_parse("demo", opts, argc, argv, 2))
+        return 2;
+    if (help) {
+        cli_usage("demo", "DeepSeek-V2-Lite-shaped MLA with random weights: a prefill step, then token-by-token\n"
+                          "decode through the paged latent cache; prints speed, cache size and the error of the\n"
+                          "last step against the float64 CPU reference.",
+                  opts);
+        return 0;
+    }
+    const int f16 = strcmp(cache_dtype, "f16") == 0;
+    if (!f16 && strcmp(cache_dtype, "f32") != 0) {
+        fprintf(stderr, "clmla demo: --cache-dtype must be f32 or f16, not '%s'\n", cache_dtype);
+        return 2;
+    }
+    if (prefill < 1 || decode < 0 || prefill + decode > 1 << 20) {
+        fprintf(stderr, "clmla demo: need --prefill >= 1, --decode >= 0, and at most 2^20 tokens in all\n");
+        return 2;
+    }
+    const int T = prefill + decode;
+
+    clmla_context *ctx = NULL;
+    if (clmla_context_create(device, &ctx) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla demo: %s\n", clmla_last_error(NULL));
+        return 1;
+    }
+    clmla_device_info info;
+    clmla_context_device(ctx, &info);
+    printf("device       %s (%s, %s), %u compute units\n", info.name, info.platform_name, info.driver_version,
+           info.compute_units);
+
+    clmla_layer_config cfg;
+    clmla_layer_config_preset(CLMLA_PRESET_DEEPSEEK_V2_LITE, &cfg);
+    const int D = cfg.hidden_size, H = cfg.num_heads, rkv = cfg.kv_lora_rank, dn = cfg.qk_nope_head_dim,
+              dr = cfg.qk_rope_head_dim, dv = cfg.v_head_dim, dq = dn + dr;
+    printf("model        DeepSeek-V2-Lite attention shape: D %d, %d heads, kv_lora_rank %d, head dims %d/%d/%d, YaRN s=%g\n",
+           D, H, rkv, dn, dr, dv, cfg.yarn_factor);
+
+    /* Weights ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), norms ~ 1, inputs ~ U(-1, 1). */
+    uint64_t rng = (uint64_t)seed * 0x9E3779B97F4A7C15ULL + 1;
+    float *q_proj = random_floats((size_t)H * dq * D, 1.0f / sqrtf((float)D), 0, &rng);
+    float *kv_a = random_floats((size_t)(rkv + dr) * D, 1.0f / sqrtf((float)D), 0, &rng);
+    float *kv_norm = random_floats((size_t)rkv, 0.1f, 1.0f, &rng);
+    float *kv_b = random_floats((size_t)H * (dn + dv) * rkv, 1.0f / sqrtf((float)rkv), 0, &rng);
+    float *o_proj = random_floats((size_t)D * H * dv, 1.0f / sqrtf((float)(H * dv)), 0, &rng);
+    float *x = random_floats((size_t)T * D, 1.0f, 0, &rng);
+    float *out = malloc((size_t)T * D * sizeof(float));
+    int rc = 1;
+    clmla_layer *layer = NULL;
+    clmla_cache *cache = NULL;
+    double *decode_ms = malloc(((size_t)decode + 1) * sizeof(double));
+    if (!q_proj || !kv_a || !kv_norm || !kv_b || !o_proj || !x || !out || !decode_ms) {
+        fprintf(stderr, "clmla demo: out of host memory\n");
+        goto done;
+    }
+    clmla_layer_weights w;
+    memset(&w, 0, sizeof(w));
+    w.q_proj = clmla_tensor_2d(q_proj, (int64_t)H * dq, D);
+    w.kv_a_proj_with_mqa = clmla_tensor_2d(kv_a, rkv + dr, D);
+    w.kv_a_layernorm = clmla_tensor_1d(kv_norm, rkv);
+    w.kv_b_proj = clmla_tensor_2d(kv_b, (int64_t)H * (dn + dv), rkv);
+    w.o_proj = clmla_tensor_2d(o_proj, D, (int64_t)H * dv);
+
+    printf("setup        building kernels and uploading weights (compiles happen on a first run only; "
+           "then they come from the cache)...\n");
+    fflush(stdout);
+    double t0 = now_seconds();
+    if (clmla_layer_create(ctx, &cfg, &w, &layer) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla demo: %s\n", clmla_last_error(ctx));
+        goto done;
+    }
+    const int block_tokens = 64;
+    clmla_cache_config cc = {1, rkv, dr, block_tokens, (T + block_tokens - 1) / block_tokens + 2,
+                             f16 ? CLMLA_CACHE_F16 : CLMLA_CACHE_F32};
+    if (clmla_cache_create(ctx, &cc, &cache) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla demo: %s\n", clmla_last_error(ctx));
+        goto done;
+    }
+    /* Warm-up on a throw-away sequence: both paths once, so GEMM kernels are compiled now. */
+    int32_t seq = -1;
+    clmla_batch_entry entry = {0, 0};
+    clmla_forward_args args = {&entry, 1, 0, CLMLA_PATH_AUTO};
+    for (int path = CLMLA_PATH_ABSORBED; path <= CLMLA_PATH_DECOMPRESSED; path++) {
+        clmla_cache_seq_add(cache, &seq);
+        entry.seq_id = seq;
+        entry.num_tokens = 8;
+        args.path = (clmla_attention_path)path;
+        if (clmla_layer_forward(layer, cache, &args, x, out) != CLMLA_SUCCESS) {
+            fprintf(stderr, "clmla demo: warm-up step: %s\n", clmla_last_error(ctx));
+            goto done;
+        }
+        entry.num_tokens = 1;
+        if (clmla_layer_forward(layer, cache, &args, x, out) != CLMLA_SUCCESS) {
+            fprintf(stderr, "clmla demo: warm-up step: %s\n", clmla_last_error(ctx));
+            goto done;
+        }
+        clmla_cache_seq_free(cache, seq);
+    }
+    printf("setup        %.1f s (kernel builds, weight upload, one warm-up step per path)\n", now_seconds() - t0);
+
+    /* The measured run. */
+    clmla_cache_seq_add(cache, &seq);
+    entry.seq_id = seq;
+    entry.num_tokens = prefill;
+    args.path = CLMLA_PATH_AUTO;
+    const char *prefill_path = prefill >= clmla_layer_auto_threshold(layer) ? "decompressed" : "absorbed";
+    t0 = now_seconds();
+    if (clmla_layer_forward(layer, cache, &args, x, out) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla demo: prefill: %s\n", clmla_last_error(ctx));
+        goto done;
+    }
+    const double prefill_s = now_seconds() - t0;
+    printf("prefill      %d tokens in %.1f ms: %.0f tokens/s (%s path)\n", prefill, prefill_s * 1e3, prefill / prefill_s,
+           prefill_path);
+    entry.num_tokens = 1;
+    for (int i = 0; i < decode; i++) {
+        t0 = now_seconds();
+        if (clmla_layer_forward(layer, cache, &args, x + (size_t)(prefill + i) * D, out + (size_t)(prefill + i) * D) !=
+            CLMLA_SUCCESS) {
+            fprintf(stderr, "clmla demo: decode step %d: %s\n", i, clmla_last_error(ctx));
+            goto done;
+        }
+        decode_ms[i] = (now_seconds() - t0) * 1e3;
+    }
+    if (decode > 0) {
+        qsort(decode_ms, (size_t)decode, sizeof(double), compare_double);
+        printf("decode       %d tokens at context %d..%d: median %.2f ms/token (min %.2f, max %.2f; absorbed path)\n",
+               decode, prefill + 1, T, decode_ms[decode / 2], decode_ms[0], decode_ms[decode - 1]);
+    }
+    clmla_cache_info ci;
+    clmla_cache_get_info(cache, &ci);
+    const size_t elem = f16 ? 2 : 4;
+    const size_t mha = (size_t)H * (dq + dv) * elem;
+    printf("kv cache     %zu bytes/token/layer (%s c^KV + k^R); standard MHA would cache %zu: %.1fx less\n",
+           ci.bytes_per_token_per_layer, cache_dtype, mha, (double)mha / ci.bytes_per_token_per_layer);
+
+    if (no_check) {
+        printf("check        skipped (--no-check)\n");
+        rc = 0;
+        goto done;
+    }
+    printf("check        float64 CPU reference of all %d tokens (takes a few seconds)...\n", T);
+    fflush(stdout);
+    mla_ref_config rcfg = {D, H, 0, rkv, dn, dr, dv, cfg.rms_norm_eps, cfg.rope_theta, 0, cfg.yarn_factor,
+                           cfg.yarn_original_max_position, cfg.yarn_beta_fast, cfg.yarn_beta_slow, cfg.yarn_mscale,
+                           cfg.yarn_mscale_all_dim};
+    mla_ref_weights rw = {NULL, NULL, NULL, q_proj, kv_a, kv_norm, kv_b, o_proj};
+    double *ref = malloc((size_t)T * D * sizeof(double));
+    if (!ref || mla_ref_forward(&rcfg, &rw, T, x, MLA_REF_ABSORBED, ref, NULL, NULL, NULL, NULL, NULL, NULL) != 0) {
+        fprintf(stderr, "clmla demo: the reference could not run\n");
+        free(ref);
+        goto done;
+    }
+    const double tolerance = f16 ? 5e-3 : 1e-4;
+    const double last = mla_ref_max_rel_err(out + (size_t)(T - 1) * D, ref + (size_t)(T - 1) * D, (size_t)D, NULL);
+    const double all = mla_ref_max_rel_err(out, ref, (size_t)T * D, NULL);
+    printf("check        max relative error, last step %.2e, all %d tokens %.2e (tolerance %.0e): %s\n", last, T, all,
+           tolerance, last <= tolerance && all <= tolerance ? "OK" : "FAILED");
+    rc = last <= tolerance && all <= tolerance ? 0 : 1;
+    free(ref);
+
+done:
+    clmla_cache_destroy(cache);
+    clmla_layer_destroy(layer);
+    clmla_context_destroy(ctx);
+    free(q_proj);
+    free(kv_a);
+    free(kv_norm);
+    free(kv_b);
+    free(o_proj);
+    free(x);
+    free(out);
+    free(decode_ms);
+    return rc;
+}
