@@ -121,7 +121,12 @@ static clmla_status build_kernels(clmla_layer *L)
 
 /* Entries of at least this many tokens are cheaper decompressed: per key, the up-projection costs
    2*rkv*H*(dn+dv) FLOPs once; per (query, key, head) the absorbed score and sum cost 2*(2*rkv+dr)
-   against 2*(dq+dv) decompressed (MLA.md section 5). Break-even: n = rkv*(dn+dv) / (2*rkv+dr-dq-dv). */
+   against 2*(dq+dv) decompressed (MLA.md section 5). Break-even: n = rkv*(dn+dv) / (2*rkv+dr-dq-dv),
+   171 tokens for DeepSeek shapes. That is the threshold for GPUs and other devices until it is
+   measured there. On CPU devices (PoCL) the measured crossover for V2-Lite was 32..64 tokens
+   (docs/DESIGN.md), so CPUs use 64, or the cost model when that is lower. */
+#define CPU_MEASURED_THRESHOLD 64
+
 static int cost_model_threshold(const clmla_layer *L)
 {
     const double saved = (double)(2 * L->rkv + L->dr) - (double)(L->dq + L->dv);
@@ -182,6 +187,8 @@ clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *co
     L->dn = (int)dn, L->dr = (int)dr, L->dv = (int)dv, L->dq = (int)dq, L->row = (int)(rkv + dr);
     L->scale = (float)clmla_layer_config_softmax_scale(&c);
     L->auto_threshold = cost_model_threshold(L);
+    if (ctx->info.kind == CLMLA_DEVICE_KIND_CPU && L->auto_threshold > CPU_MEASURED_THRESHOLD)
+        L->auto_threshold = CPU_MEASURED_THRESHOLD;
 
     if (rq == 0) {
         st = upload_weight(ctx, "q_proj", &w->q_proj, &L->q_proj);
