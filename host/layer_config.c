@@ -3,6 +3,7 @@
 #include "rope.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -91,6 +92,15 @@ clmla_status clmla_layer_config_validate(const clmla_layer_config *config)
             products[i][0] * products[i][1] >= MAX_ELEMENTS)
             return INVALID("a weight of %lld x %lld elements is too large (at most 2^31 elements)",
                            (long long)products[i][0], (long long)products[i][1]);
+    const struct {
+        const char *name;
+        double value;
+    } reals[] = {{"rms_norm_eps", c.rms_norm_eps}, {"rope_theta", c.rope_theta}, {"yarn_factor", c.yarn_factor},
+                 {"yarn_beta_fast", c.yarn_beta_fast}, {"yarn_beta_slow", c.yarn_beta_slow},
+                 {"yarn_mscale", c.yarn_mscale}, {"yarn_mscale_all_dim", c.yarn_mscale_all_dim}};
+    for (size_t i = 0; i < sizeof(reals) / sizeof(reals[0]); i++)
+        if (!isfinite(reals[i].value))
+            return INVALID("%s is %g, it must be a finite number", reals[i].name, reals[i].value);
     if (!(c.rms_norm_eps > 0 && c.rms_norm_eps < 1))
         return INVALID("rms_norm_eps %g is not in (0, 1)", c.rms_norm_eps);
     if (!(c.rope_theta > 1))

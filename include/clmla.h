@@ -262,7 +262,8 @@ clmla_status clmla_cache_seq_free(clmla_cache *cache, int32_t seq_id);
 clmla_status clmla_cache_seq_reserve(clmla_cache *cache, int32_t seq_id, int tokens);
 /* Tokens stored for the sequence in `layer`. */
 clmla_status clmla_cache_seq_length(const clmla_cache *cache, int32_t seq_id, int layer, int *length);
-/* The sequence's block ids in order (at most max_blocks are written), and how many it owns. */
+/* The sequence's block ids in order (at most max_blocks are written), and in *num_blocks
+   (optional, may be NULL) how many it owns. */
 clmla_status clmla_cache_seq_blocks(const clmla_cache *cache, int32_t seq_id, int32_t *blocks, int max_blocks,
                                     int *num_blocks);
 
@@ -353,7 +354,8 @@ typedef struct clmla_latent_attention_args {
     int max_blocks_per_seq;
     cl_mem token_seq;               /* [T] int32: row of block_table */
     cl_mem token_ctx_len;           /* [T] int32: keys attended (0 = none: output 0, lse -inf) */
-    int max_ctx_len;                /* an upper bound of token_ctx_len, to size the split */
+    int max_ctx_len;                /* an upper bound of token_ctx_len, to size the split; at most
+                                       max_blocks_per_seq * block_tokens */
     cl_mem out; size_t out_offset;  /* [T, H, rkv] float32: o-bar_h = softmax-weighted sum of c^KV */
     cl_mem lse; size_t lse_offset;  /* [T, H] float32 natural-log log-sum-exp of the scores; may be NULL */
 } clmla_latent_attention_args;

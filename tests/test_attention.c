@@ -1,0 +1,495 @@
+/* clmla_attention_latent alone (the FlashMLA-style entry point): absorbed queries over a paged
+   cache filled with clmla_cache_append_cl, through block tables of our own making whose block ids
+   are shuffled (never contiguous), for context lengths 0 (output 0, lse -inf), 1, ending mid-block,
+   exactly a block, and long (3000, so a split-KV combine runs), for 1, 3, 5, 16 and 128 heads,
+   f32 and f16 caches and odd sizes (rkv 40, dr 8, 5-token blocks). Compared with
+   mla_ref_latent_attention in float64. */
+#include "check.h"
+#include "clmla.h"
+#include "mla_ref.h"
+#include "test_util.h"
+#include "tolerance.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static clmla_context *ctx;
+
+/* A cache whose every block is full of known random rows. */
+typedef struct pool {
+    const char *name;
+    clmla_cache *cache;
+    int rkv, dr, bt, num_blocks;
+    clmla_cache_dtype dtype;
+    float *block_ckv; /* [num_blocks, bt, rkv] the rows appended, by block id */
+    float *block_kr;  /* [num_blocks, bt, dr] */
+} pool;
+
+static cl_mem make_buffer(size_t bytes, const void *host)
+{
+    cl_int err;
+    cl_mem m = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0),
+                              bytes ? bytes : 4, (void *)host, &err);
+    CHECK(err == CL_SUCCESS && m, "clCreateBuffer(%zu): %d", bytes, err);
+    return m;
+}
+
+/* Fills the pool through three sequences appended in turn (so each one's blocks are scattered),
+   in chunks that start and end mid-block, then records which rows landed in which block. */
+static int pool_make(pool *p, const char *name, int rkv, int dr, int bt, int num_blocks, clmla_cache_dtype dtype,
+                     uint64_t seed)
+{
+    memset(p, 0, sizeof(*p));
+    const int failed_before = check_failed;
+    p->name = name;
+    p->rkv = rkv;
+    p->dr = dr;
+    p->bt = bt;
+    p->num_blocks = num_blocks;
+    p->dtype = dtype;
+    clmla_cache_config cfg = {1, rkv, dr, bt, num_blocks, dtype};
+    clmla_status st = clmla_cache_create(ctx, &cfg, &p->cache);
+    CHECK(st == CLMLA_SUCCESS, "%s: cache_create: %s: %s", name, clmla_status_string(st), clmla_last_error(ctx));
+    if (st != CLMLA_SUCCESS)
+        return -1;
+
+    enum { SEQS = 3 };
+    const int per_seq = num_blocks / SEQS * bt, extra_last = num_blocks % SEQS * bt;
+    const int total = num_blocks * bt;
+    tu_rng rng = tu_rng_seed(seed);
+    /* All rows, unit variance: c^KV after RMSNorm has rms ~1. */
+    float *ckv = malloc((size_t)total * rkv * sizeof(float)), *kr = malloc((size_t)total * dr * sizeof(float));
+    tu_fill_uniform(ckv, (size_t)total * rkv, 0.0f, 1.7320508f, &rng);
+    tu_fill_uniform(kr, (size_t)total * dr, 0.0f, 1.7320508f, &rng);
+    cl_mem ckv_buf = make_buffer((size_t)total * rkv * sizeof(float), ckv);
+    cl_mem kr_buf = make_buffer((size_t)total * dr * sizeof(float), kr);
+
+    int32_t ids[SEQS];
+    int len[SEQS] = {0}, want_len[SEQS], start[SEQS];
+    for (int s = 0; s < SEQS; s++) {
+        CHECK_STATUS(clmla_cache_seq_add(p->cache, &ids[s]), CLMLA_SUCCESS, ctx);
+        want_len[s] = per_seq + (s == SEQS - 1 ? extra_last : 0);
+        start[s] = s * per_seq; /* sequence s holds rows start[s] .. of ckv/kr */
+    }
+    /* Round robin, chunks of 1 .. 2*bt tokens. */
+    int done = 0;
+    while (!done && check_failed == failed_before) {
+        done = 1;
+        for (int s = 0; s < SEQS; s++) {
+            if (len[s] >= want_len[s])
+                continue;
+            done = 0;
+            int n = 1 + tu_rng_below(&rng, 2 * bt);
+            if (n > want_len[s] - len[s])
+                n = want_len[s] - len[s];
+            size_t row = (size_t)(start[s] + len[s]);
+            st = clmla_cache_append_cl(p->cache, 0, ids[s], n, ckv_buf, row * rkv, rkv, kr_buf, row * dr, dr, NULL);
+            CHECK(st == CLMLA_SUCCESS, "%s: append %d rows: %s: %s", name, n, clmla_status_string(st),
+                  clmla_last_error(ctx));
+            len[s] += n;
+        }
+    }
+    clFinish(clmla_context_queue(ctx));
+    clReleaseMemObject(ckv_buf);
+    clReleaseMemObject(kr_buf);
+
+    p->block_ckv = malloc((size_t)total * rkv * sizeof(float));
+    p->block_kr = malloc((size_t)total * dr * sizeof(float));
+    int32_t *blocks = malloc((size_t)num_blocks * sizeof(int32_t));
+    int seen = 0;
+    for (int s = 0; s < SEQS && check_failed == failed_before; s++) {
+        int nb = 0;
+        CHECK_STATUS(clmla_cache_seq_blocks(p->cache, ids[s], blocks, num_blocks, &nb), CLMLA_SUCCESS, ctx);
+        CHECK(nb == want_len[s] / bt, "%s: sequence %d owns %d blocks, expected %d", name, s, nb, want_len[s] / bt);
+        for (int k = 0; k < nb && k < want_len[s] / bt; k++) {
+            int b = blocks[k];
+            CHECK(b >= 0 && b < num_blocks, "%s: block id %d", name, b);
+            if (b < 0 || b >= num_blocks)
+                continue;
+            size_t row = (size_t)start[s] + (size_t)k * bt;
+            memcpy(p->block_ckv + (size_t)b * bt * rkv, ckv + row * rkv, (size_t)bt * rkv * sizeof(float));
+            memcpy(p->block_kr + (size_t)b * bt * dr, kr + row * dr, (size_t)bt * dr * sizeof(float));
+            seen++;
+        }
+    }
+    CHECK(seen == num_blocks, "%s: %d of %d blocks filled", name, seen, num_blocks);
+    free(blocks);
+    free(ckv);
+    free(kr);
+    return check_failed == failed_before ? 0 : -1;
+}
+
+static void pool_free(pool *p)
+{
+    clmla_cache_destroy(p->cache);
+    free(p->block_ckv);
+    free(p->block_kr);
+    memset(p, 0, sizeof(*p));
+}
+
+/* One call of clmla_attention_latent: T tokens, each attending to the first ctx_len[t] keys of
+   virtual sequence seq_of[t]; sequence s walks a shuffled list of distinct blocks. */
+typedef struct attn_case {
+    int heads;
+    int tokens;
+    const int *ctx_len; /* [T] */
+    const int *seq_of;  /* [T] row of the block table */
+    int max_ctx_len;    /* passed to the call (0: the true maximum) */
+    int no_lse;         /* also run with lse == NULL and compare */
+} attn_case;
+
+static void run_case(const pool *p, const attn_case *c, uint64_t seed)
+{
+    const int H = c->heads, T = c->tokens, rkv = p->rkv, dr = p->dr, bt = p->bt;
+    char what[160];
+    snprintf(what, sizeof(what), "%s H=%d T=%d", p->name, H, T);
+    tu_rng rng = tu_rng_seed(seed);
+
+    /* Block table: one row per virtual sequence, distinct blocks in shuffled order. Entries past a
+       sequence's last needed block hold other valid blocks, so reading too far is wrong, not a crash. */
+    int num_seqs = 0, max_ctx = 0;
+    for (int t = 0; t < T; t++) {
+        if (c->seq_of[t] + 1 > num_seqs)
+            num_seqs = c->seq_of[t] + 1;
+        if (c->ctx_len[t] > max_ctx)
+            max_ctx = c->ctx_len[t];
+    }
+    const int max_blocks = (max_ctx + bt - 1) / bt + 1;
+    CHECK(max_blocks <= p->num_blocks, "%s: pool too small for %d blocks", what, max_blocks);
+    if (max_blocks > p->num_blocks)
+        return;
+    int32_t *table = malloc((size_t)num_seqs * max_blocks * sizeof(int32_t));
+    int *perm = malloc((size_t)p->num_blocks * sizeof(int));
+    for (int s = 0; s < num_seqs; s++) {
+        tu_shuffle_ints(perm, p->num_blocks, &rng);
+        for (int k = 0; k < max_blocks; k++)
+            table[s * max_blocks + k] = perm[k];
+    }
+    int contiguous = 1;
+    for (int k = 1; k < max_blocks; k++)
+        contiguous &= table[k] == table[k - 1] + 1;
+    CHECK(max_blocks < 3 || !contiguous, "%s: the shuffled table came out contiguous", what);
+
+    /* Queries: scores tau*(q~.c + q^R.k) with a standard deviation of about 2. */
+    const float tau = 1.0f / sqrtf(192.0f);
+    const double v = 4.0 / ((double)tau * tau * (rkv + dr));
+    const float amp = (float)sqrt(3.0 * v);
+    const size_t nq = (size_t)T * H * rkv, nr = (size_t)T * H * dr;
+    float *ql = malloc(nq * sizeof(float)), *qr = malloc((nr + 1) * sizeof(float));
+    tu_fill_uniform(ql, nq, 0.0f, amp, &rng);
+    tu_fill_uniform(qr, nr, 0.0f, amp, &rng);
+
+    /* The reference, token by token. */
+    double *want = malloc(nq * sizeof(double)), *want_lse = malloc((size_t)T * H * sizeof(double));
+    double *qt_d = malloc((size_t)H * rkv * sizeof(double)), *qr_d = malloc(((size_t)H * dr + 1) * sizeof(double));
+    double *keys_c = malloc(((size_t)max_ctx * rkv + 1) * sizeof(double));
+    double *keys_r = malloc(((size_t)max_ctx * dr + 1) * sizeof(double));
+    for (int t = 0; t < T; t++) {
+        const int n = c->ctx_len[t];
+        const int32_t *row = table + (size_t)c->seq_of[t] * max_blocks;
+        for (int j = 0; j < n; j++) {
+            size_t src = (size_t)row[j / bt] * bt + (size_t)(j % bt);
+            for (int i = 0; i < rkv; i++)
+                keys_c[(size_t)j * rkv + i] = p->block_ckv[src * rkv + i];
+            for (int i = 0; i < dr; i++)
+                keys_r[(size_t)j * dr + i] = p->block_kr[src * dr + i];
+        }
+        for (size_t i = 0; i < (size_t)H * rkv; i++)
+            qt_d[i] = ql[(size_t)t * H * rkv + i];
+        for (size_t i = 0; i < (size_t)H * dr; i++)
+            qr_d[i] = qr[(size_t)t * H * dr + i];
+        mla_ref_latent_attention(H, rkv, dr, (double)tau, n, qt_d, qr_d, keys_c, keys_r, want + (size_t)t * H * rkv,
+                                 want_lse + (size_t)t * H);
+    }
+
+    /* Device buffers, every one at a non-zero offset; out and lse start as sentinels. */
+    const size_t q_off = 3, r_off = 1, out_off = 5, lse_off = 2, tail = 4;
+    const float sentinel = 7777.0f;
+    float *ql_host = calloc(q_off + nq, sizeof(float)), *qr_host = calloc(r_off + nr + 1, sizeof(float));
+    memcpy(ql_host + q_off, ql, nq * sizeof(float));
+    memcpy(qr_host + r_off, qr, nr * sizeof(float));
+    size_t out_n = out_off + nq + tail, lse_n = lse_off + (size_t)T * H + tail;
+    float *out = malloc(out_n * sizeof(float)), *lse = malloc(lse_n * sizeof(float));
+    for (size_t i = 0; i < out_n; i++)
+        out[i] = sentinel;
+    for (size_t i = 0; i < lse_n; i++)
+        lse[i] = sentinel;
+    int32_t *seq_of = malloc((size_t)T * sizeof(int32_t)), *ctx_len = malloc((size_t)T * sizeof(int32_t));
+    for (int t = 0; t < T; t++) {
+        seq_of[t] = c->seq_of[t];
+        ctx_len[t] = c->ctx_len[t];
+    }
+    cl_mem ql_buf = make_buffer((q_off + nq) * sizeof(float), ql_host);
+    cl_mem qr_buf = make_buffer((r_off + nr + 1) * sizeof(float), qr_host);
+    cl_mem table_buf = make_buffer((size_t)num_seqs * max_blocks * sizeof(int32_t), table);
+    cl_mem seq_buf = make_buffer((size_t)T * sizeof(int32_t), seq_of);
+    cl_mem len_buf = make_buffer((size_t)T * sizeof(int32_t), ctx_len);
+    cl_mem out_buf = make_buffer(out_n * sizeof(float), out);
+    cl_mem lse_buf = make_buffer(lse_n * sizeof(float), lse);
+
+    clmla_latent_attention_args a;
+    memset(&a, 0, sizeof(a));
+    a.num_tokens = T;
+    a.num_heads = H;
+    a.softmax_scale = tau;
+    a.q_latent = ql_buf;
+    a.q_latent_offset = q_off;
+    a.q_rope = qr_buf;
+    a.q_rope_offset = r_off;
+    a.block_table = table_buf;
+    a.max_blocks_per_seq = max_blocks;
+    a.token_seq = seq_buf;
+    a.token_ctx_len = len_buf;
+    a.max_ctx_len = c->max_ctx_len ? c->max_ctx_len : max_ctx;
+    a.out = out_buf;
+    a.out_offset = out_off;
+    a.lse = lse_buf;
+    a.lse_offset = lse_off;
+    cl_event ev = NULL;
+    double t0 = tu_seconds();
+    clmla_status st = clmla_attention_latent(p->cache, 0, &a, &ev);
+    CHECK(st == CLMLA_SUCCESS, "%s: attention_latent: %s: %s", what, clmla_status_string(st), clmla_last_error(ctx));
+    if (st == CLMLA_SUCCESS) {
+        CHECK(ev != NULL, "%s: no event returned", what);
+        if (ev) {
+            CHECK(clWaitForEvents(1, &ev) == CL_SUCCESS, "%s: wait", what);
+            clReleaseEvent(ev);
+        }
+        double t1 = tu_seconds();
+        cl_command_queue q = clmla_context_queue(ctx);
+        clEnqueueReadBuffer(q, out_buf, CL_TRUE, 0, out_n * sizeof(float), out, 0, NULL, NULL);
+        clEnqueueReadBuffer(q, lse_buf, CL_TRUE, 0, lse_n * sizeof(float), lse, 0, NULL, NULL);
+
+        /* Nothing outside [offset, offset + size) is written. */
+        int outside = 0;
+        for (size_t i = 0; i < out_off; i++)
+            outside += out[i] != sentinel;
+        for (size_t i = out_off + nq; i < out_n; i++)
+            outside += out[i] != sentinel;
+        for (size_t i = 0; i < lse_off; i++)
+            outside += lse[i] != sentinel;
+        for (size_t i = lse_off + (size_t)T * H; i < lse_n; i++)
+            outside += lse[i] != sentinel;
+        CHECK(outside == 0, "%s: %d values written outside out/lse", what, outside);
+
+        const double tol = TOL_FOR_DTYPE(p->dtype);
+        double *lse_want = malloc((size_t)T * H * sizeof(double));
+        float *lse_got = malloc((size_t)T * H * sizeof(float));
+        size_t n_lse = 0;
+        for (int t = 0; t < T; t++) {
+            const float *got = out + out_off + (size_t)t * H * rkv;
+            const float *got_lse = lse + lse_off + (size_t)t * H;
+            if (c->ctx_len[t] == 0) {
+                int nonzero = 0, not_inf = 0;
+                for (size_t i = 0; i < (size_t)H * rkv; i++)
+                    nonzero += got[i] != 0.0f;
+                for (int h = 0; h < H; h++)
+                    not_inf += !(isinf(got_lse[h]) && got_lse[h] < 0);
+                CHECK(nonzero == 0 && not_inf == 0, "%s token %d with no keys: %d outputs not 0, %d lse not -inf (%g)",
+                      what, t, nonzero, not_inf, (double)got_lse[0]);
+                continue;
+            }
+            CHECK_CLOSE(got, want + (size_t)t * H * rkv, (size_t)H * rkv, rkv, tol,
+                        "%s token %d (ctx %d, table row %d) out [head, i]", what, t, c->ctx_len[t], c->seq_of[t]);
+            for (int h = 0; h < H; h++) {
+                lse_got[n_lse] = got_lse[h];
+                lse_want[n_lse++] = want_lse[(size_t)t * H + h];
+            }
+        }
+        CHECK_CLOSE(lse_got, lse_want, n_lse, H, tol, "%s lse [token with keys, head]", what);
+        free(lse_want);
+        free(lse_got);
+        printf("# %-40s max ctx %4d: %.3f s\n", what, max_ctx, t1 - t0);
+
+        /* Without lse: the same output. */
+        if (c->no_lse) {
+            double *first = tu_to_double(out + out_off, nq);
+            float *again = malloc(nq * sizeof(float));
+            a.lse = NULL;
+            a.lse_offset = 0;
+            st = clmla_attention_latent(p->cache, 0, &a, NULL);
+            CHECK(st == CLMLA_SUCCESS, "%s without lse: %s: %s", what, clmla_status_string(st), clmla_last_error(ctx));
+            clEnqueueReadBuffer(q, out_buf, CL_TRUE, out_off * sizeof(float), nq * sizeof(float), again, 0, NULL, NULL);
+            CHECK_CLOSE(again, first, nq, rkv, TOL_AGREE_FOR_DTYPE(p->dtype), "%s without lse vs with", what);
+            free(first);
+            free(again);
+        }
+    }
+    clReleaseMemObject(ql_buf);
+    clReleaseMemObject(qr_buf);
+    clReleaseMemObject(table_buf);
+    clReleaseMemObject(seq_buf);
+    clReleaseMemObject(len_buf);
+    clReleaseMemObject(out_buf);
+    clReleaseMemObject(lse_buf);
+    free(table);
+    free(perm);
+    free(ql);
+    free(qr);
+    free(want);
+    free(want_lse);
+    free(qt_d);
+    free(qr_d);
+    free(keys_c);
+    free(keys_r);
+    free(ql_host);
+    free(qr_host);
+    free(out);
+    free(lse);
+    free(seq_of);
+    free(ctx_len);
+}
+
+/* Bad arguments: the status, and the output buffer untouched. */
+static void test_bad_arguments(const pool *p)
+{
+    const int T = 2, H = 2;
+    float zeros[2 * 2 * 64] = {0};
+    int32_t table[2] = {0, 1}, seq_of[2] = {0, 0}, ctx_len[2] = {3, 1};
+    cl_mem ql = make_buffer(sizeof(float) * T * H * p->rkv, NULL);
+    cl_mem qr = make_buffer(sizeof(zeros), zeros);
+    cl_mem tb = make_buffer(sizeof(table), table);
+    cl_mem sq = make_buffer(sizeof(seq_of), seq_of);
+    cl_mem ln = make_buffer(sizeof(ctx_len), ctx_len);
+    cl_mem out = make_buffer(sizeof(float) * T * H * p->rkv, NULL);
+    clmla_latent_attention_args good = {T, H, 0.1f, ql, 0, qr, 0, tb, 2, sq, ln, 3, out, 0, NULL, 0};
+    clmla_latent_attention_args a;
+
+    CHECK_STATUS(clmla_attention_latent(NULL, 0, &good, NULL), CLMLA_ERROR_INVALID_ARGUMENT, NULL);
+    CHECK_STATUS(clmla_attention_latent(p->cache, 0, NULL, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+    CHECK_STATUS(clmla_attention_latent(p->cache, 1, &good, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+    CHECK_STATUS(clmla_attention_latent(p->cache, -1, &good, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+    a = good;
+    a.num_heads = 0;
+    CHECK_STATUS(clmla_attention_latent(p->cache, 0, &a, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+    a = good;
+    a.num_tokens = -1;
+    CHECK_STATUS(clmla_attention_latent(p->cache, 0, &a, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+    a = good;
+    a.q_latent = NULL;
+    CHECK_STATUS(clmla_attention_latent(p->cache, 0, &a, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+    a = good;
+    a.q_rope = NULL;
+    CHECK_STATUS(clmla_attention_latent(p->cache, 0, &a, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+    a = good;
+    a.out = NULL;
+    CHECK_STATUS(clmla_attention_latent(p->cache, 0, &a, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+    a = good;
+    a.block_table = NULL;
+    CHECK_STATUS(clmla_attention_latent(p->cache, 0, &a, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+    a = good;
+    a.token_seq = NULL;
+    CHECK_STATUS(clmla_attention_latent(p->cache, 0, &a, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+    a = good;
+    a.token_ctx_len = NULL;
+    CHECK_STATUS(clmla_attention_latent(p->cache, 0, &a, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+    a = good;
+    a.max_ctx_len = -1;
+    CHECK_STATUS(clmla_attention_latent(p->cache, 0, &a, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+    a = good;
+    a.max_blocks_per_seq = -1;
+    CHECK_STATUS(clmla_attention_latent(p->cache, 0, &a, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+    /* And the good call works (so the statuses above came from the arguments). */
+    CHECK_STATUS(clmla_attention_latent(p->cache, 0, &good, NULL), CLMLA_SUCCESS, ctx);
+    clFinish(clmla_context_queue(ctx));
+    clReleaseMemObject(ql);
+    clReleaseMemObject(qr);
+    clReleaseMemObject(tb);
+    clReleaseMemObject(sq);
+    clReleaseMemObject(ln);
+    clReleaseMemObject(out);
+}
+
+int main(void)
+{
+    clmla_status st = clmla_context_create(NULL, &ctx);
+    if (st != CLMLA_SUCCESS) {
+        printf("skipped: no OpenCL device (%s: %s)\n", clmla_status_string(st), clmla_last_error(NULL));
+        CHECK(0, "no device to run attention on");
+        return check_summary();
+    }
+
+    /* DeepSeek's cache row (512 + 64), 64-token blocks, f32. */
+    pool p;
+    if (pool_make(&p, "rkv512 dr64 bt64 f32", 512, 64, 64, 64, CLMLA_CACHE_F32, 1) == 0) {
+        static const int len1[] = {1, 37, 64, 3000, 0, 200, 65};
+        static const int seq1[] = {0, 1, 2, 3, 4, 0, 1};
+        attn_case c1 = {1, 7, len1, seq1, 0, 0};
+        run_case(&p, &c1, 101);
+        /* A prefill-like run of one sequence (consecutive lengths) beside other sequences. */
+        static const int len3[] = {100, 101, 102, 103, 104, 1, 0, 3000, 129};
+        static const int seq3[] = {2, 2, 2, 2, 2, 0, 1, 1, 3};
+        attn_case c3 = {3, 9, len3, seq3, 0, 0};
+        run_case(&p, &c3, 103);
+        static const int len16[] = {3000, 1, 129, 0, 2999, 63};
+        static const int seq16[] = {0, 1, 0, 2, 3, 4};
+        attn_case c16 = {16, 6, len16, seq16, 0, 1};
+        run_case(&p, &c16, 116);
+        /* 128 heads, and a max_ctx_len that is only an upper bound (the table's 48 blocks * 64). */
+        static const int len128[] = {3000, 65, 1, 0};
+        static const int seq128[] = {0, 1, 2, 3};
+        attn_case c128 = {128, 4, len128, seq128, 48 * 64, 0};
+        run_case(&p, &c128, 128);
+        /* One decode token: a single work-group's worth of heads, so the keys are split on any
+           device (the split count grows as the grid shrinks) and the combine step runs. */
+        static const int len_one[] = {3000};
+        static const int seq_one[] = {0};
+        attn_case one16 = {16, 1, len_one, seq_one, 0, 0};
+        run_case(&p, &one16, 117);
+        attn_case one3 = {3, 1, len_one, seq_one, 0, 0};
+        run_case(&p, &one3, 104);
+        test_bad_arguments(&p);
+        pool_free(&p);
+    }
+
+    /* The same rows in half precision. */
+    if (pool_make(&p, "rkv512 dr64 bt64 f16", 512, 64, 64, 64, CLMLA_CACHE_F16, 2) == 0) {
+        static const int len16[] = {3000, 37, 1, 0, 640};
+        static const int seq16[] = {0, 1, 2, 3, 0};
+        attn_case c16 = {16, 5, len16, seq16, 0, 1};
+        run_case(&p, &c16, 216);
+        static const int len128[] = {2000, 1, 64};
+        static const int seq128[] = {0, 1, 2};
+        attn_case c128 = {128, 3, len128, seq128, 0, 0};
+        run_case(&p, &c128, 228);
+        static const int len_one[] = {2500};
+        static const int seq_one[] = {0};
+        attn_case one = {16, 1, len_one, seq_one, 0, 0};
+        run_case(&p, &one, 217);
+        pool_free(&p);
+    }
+
+    /* Odd sizes: rkv 40, dr 8 (not a multiple of any tile), 16-token blocks. */
+    if (pool_make(&p, "rkv40 dr8 bt16 f32", 40, 8, 16, 200, CLMLA_CACHE_F32, 3) == 0) {
+        static const int len3[] = {3000, 17, 1, 0, 255, 16, 31};
+        static const int seq3[] = {0, 1, 2, 3, 4, 1, 0};
+        attn_case c3 = {3, 7, len3, seq3, 0, 1};
+        run_case(&p, &c3, 303);
+        static const int len5[] = {5, 6, 7, 1000};
+        static const int seq5[] = {0, 0, 0, 1};
+        attn_case c5 = {5, 4, len5, seq5, 0, 0};
+        run_case(&p, &c5, 305);
+        static const int len1[] = {1, 2, 3000};
+        static const int seq1[] = {0, 0, 1};
+        attn_case c1 = {1, 3, len1, seq1, 0, 0};
+        run_case(&p, &c1, 301);
+        pool_free(&p);
+    }
+
+    /* 5-token blocks in half precision. */
+    if (pool_make(&p, "rkv40 dr8 bt5 f16", 40, 8, 5, 640, CLMLA_CACHE_F16, 4) == 0) {
+        static const int len3[] = {3000, 12, 1, 0, 5, 2048};
+        static const int seq3[] = {0, 1, 2, 3, 4, 1};
+        attn_case c3 = {3, 6, len3, seq3, 0, 0};
+        run_case(&p, &c3, 403);
+        static const int len16[] = {333, 1};
+        static const int seq16[] = {0, 1};
+        attn_case c16 = {16, 2, len16, seq16, 0, 0};
+        run_case(&p, &c16, 416);
+        pool_free(&p);
+    }
+
+    clmla_context_destroy(ctx);
+    return check_summary();
+}

@@ -1,0 +1,110 @@
+/* Shared pieces of the layer tests: a fast fixed-seed PRNG, random weights for any configuration
+   (float arrays with clmla and reference views of them), the clmla -> reference configuration
+   converter, and comparison checks that name the worst element. */
+#ifndef CLMLA_TEST_UTIL_H
+#define CLMLA_TEST_UTIL_H
+
+#include "clmla.h"
+#include "mla_ref.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- random numbers ----------------------------------------------------------------------- */
+
+typedef struct tu_rng {
+    uint64_t state;
+} tu_rng;
+
+tu_rng tu_rng_seed(uint64_t seed);
+uint64_t tu_rng_next(tu_rng *rng);       /* splitmix64 */
+float tu_rng_uniform(tu_rng *rng);       /* [-1, 1) */
+int tu_rng_below(tu_rng *rng, int n);    /* [0, n) for n > 0 */
+/* a[i] = center + amplitude * uniform[-1, 1) for i < n. */
+void tu_fill_uniform(float *a, size_t n, float center, float amplitude, tu_rng *rng);
+/* Random permutation of 0 .. n-1. */
+void tu_shuffle_ints(int *a, int n, tu_rng *rng);
+
+/* Hidden states x [T, D] with unit variance (uniform in +-sqrt(3)), fixed by seed. NULL on OOM. */
+float *tu_random_inputs(int tokens, int hidden, uint64_t seed);
+
+/* ---- configurations ----------------------------------------------------------------------- */
+
+/* The reference's configuration for a clmla one: clmla's 0-means-default fields resolved
+   (rms_norm_eps 1e-6, rope_theta 1e4, L 4096, beta_fast 32, beta_slow 1) and YaRN off (factor 1)
+   when yarn_factor <= 1. */
+void tu_ref_config(const clmla_layer_config *config, mla_ref_config *ref);
+
+/* A small configuration with every size given, everything else default (YaRN off, interleaved). */
+clmla_layer_config tu_small_config(int hidden, int heads, int q_lora_rank, int kv_lora_rank, int nope_dim,
+                                   int rope_dim, int v_dim);
+
+/* "D=37 H=3 rq=0 rkv=40 dn/dr/dv=13/8/11 interleaved yarn=40" */
+void tu_config_describe(const clmla_layer_config *config, char *buf, size_t size);
+
+/* ---- random weights ------------------------------------------------------------------------ */
+
+/* The 8 tensors of MLA.md section 1 for one configuration. Projections are uniform with variance
+   1/fan_in (so every activation stays O(1)), norm weights are 1 +- 0.1. The tensors absent for
+   the configuration (q_a/q_b when rq == 0, q_proj otherwise) are NULL in every view. */
+typedef struct tu_weights {
+    clmla_layer_config config;
+    float *q_a_proj;           /* [rq, D] */
+    float *q_a_layernorm;      /* [rq] */
+    float *q_b_proj;           /* [H*(dn+dr), rq] */
+    float *q_proj;             /* [H*(dn+dr), D] */
+    float *kv_a_proj_with_mqa; /* [rkv+dr, D] */
+    float *kv_a_layernorm;     /* [rkv] */
+    float *kv_b_proj;          /* [H*(dn+dv), rkv] */
+    float *o_proj;             /* [D, H*dv] */
+    clmla_layer_weights layer; /* views for clmla_layer_create */
+    mla_ref_weights ref;       /* views for mla_ref_forward */
+    mla_ref_config ref_config;
+} tu_weights;
+
+/* Returns 0, or -1 when memory ran out (then nothing stays allocated). */
+int tu_weights_make(tu_weights *w, const clmla_layer_config *config, uint64_t seed);
+void tu_weights_free(tu_weights *w);
+
+/* ---- the reference, run once per sequence --------------------------------------------------- */
+
+/* Everything the layer tests compare with, for one sequence of T tokens at positions 0..T-1. */
+typedef struct tu_ref_run {
+    int tokens;
+    double *out; /* [T, D] */
+    double *ckv; /* [T, rkv] c^KV after RMSNorm */
+    double *kr;  /* [T, dr] k^R after RoPE */
+} tu_ref_run;
+
+/* Returns 0, or -1 (allocation or reference failure). */
+int tu_ref_run_make(tu_ref_run *run, const tu_weights *w, int tokens, const float *x /* [T, D] */, int path);
+void tu_ref_run_free(tu_ref_run *run);
+
+/* float -> double copy (to compare two float arrays with mla_ref_max_rel_err). NULL on OOM. */
+double *tu_to_double(const float *a, size_t n);
+
+/* IEEE half bits -> float, for reading an f16 cache buffer directly. */
+float tu_half_to_float(uint16_t h);
+
+/* Monotonic seconds. */
+double tu_seconds(void);
+
+/* ---- checks (need check.h, included by the test before this header) ----------------------- */
+
+#ifdef CLMLA_TEST_CHECK_H
+/* One CHECK: max|got - want| / max|want| over n values <= tol. On failure it prints the error,
+   the worst element as [index / cols, index % cols] with both values, and the description
+   (printf format and arguments after tol). */
+#define CHECK_CLOSE(got, want, n, cols, tol, ...)                                                          \
+    do {                                                                                                   \
+        char what_[320];                                                                                   \
+        snprintf(what_, sizeof(what_), __VA_ARGS__);                                                       \
+        size_t n_ = (size_t)(n), cols_ = (size_t)(cols) > 0 ? (size_t)(cols) : 1, worst_ = 0;              \
+        double err_ = mla_ref_max_rel_err((got), (want), n_, &worst_), tol_ = (tol);                      \
+        CHECK(err_ <= tol_, "%s: max rel err %.3g > %.3g, worst at [%zu, %zu]: got %.8g, want %.8g", what_,  \
+              err_, tol_, worst_ / cols_, worst_ % cols_, n_ ? (double)(got)[worst_] : 0.0,                  \
+              n_ ? (double)(want)[worst_] : 0.0);                                                          \
+    } while (0)
+#endif
+
+#endif

@@ -1,0 +1,39 @@
+/* Every numerical tolerance of the test suite, in one place. Errors are relative to the float64
+   reference (tests/ref/): max|got - want| / max|want| over the compared array (mla_ref_max_rel_err),
+   unless a line says otherwise. */
+#ifndef CLMLA_TEST_TOLERANCE_H
+#define CLMLA_TEST_TOLERANCE_H
+
+/* Attention output (after o_proj, or the latent o-bar and lse of clmla_attention_latent) and cache
+   contents, when the latent cache holds float32. float32 GEMMs with K up to 16384 stay well
+   inside this. */
+#define TOL_F32_CACHE 1e-4
+
+/* The same with a float16 cache: c^KV and k^R are rounded to 11 significant bits (2^-11 = 4.9e-4
+   relative per element) before attention reads them. */
+#define TOL_F16_CACHE 5e-3
+
+/* The tolerance that goes with a clmla_cache_dtype. */
+#define TOL_FOR_DTYPE(dtype) ((dtype) == CLMLA_CACHE_F16 ? TOL_F16_CACHE : TOL_F32_CACHE)
+
+/* Two library computations of the same thing (absorbed vs decompressed path, a batch vs each
+   sequence alone, prefill vs chunked prefill vs decode), relative to max|second|. Both are within
+   TOL_FOR_DTYPE of the reference; in practice they agree far closer, so the same bound is used. */
+#define TOL_AGREE_F32 1e-4
+#define TOL_AGREE_F16 5e-3
+#define TOL_AGREE_FOR_DTYPE(dtype) ((dtype) == CLMLA_CACHE_F16 ? TOL_AGREE_F16 : TOL_AGREE_F32)
+
+/* clmla_layer_config_softmax_scale against mla_ref_softmax_scale (same formula, double). */
+#define TOL_SOFTMAX_SCALE_REL 1e-12
+
+/* ... and against the 6-decimal numbers printed in MLA.md section 4: they are rounded, so the
+   exact value may differ from them by up to half a unit in the 6th decimal (1.6e-6 to 3.4e-6
+   relative for the three presets, so a 1e-6 relative bound would reject the exact value). */
+#define TOL_SOFTMAX_SCALE_DOC_ABS 5e-7
+
+/* One float16 element read back from the cache (round to nearest even): per element
+   |got - want| <= 2^-11 |want| + 2^-25 (the last term covers half subnormals). */
+#define TOL_F16_ELEMENT_REL (1.0 / 2048.0)
+#define TOL_F16_ELEMENT_ABS (1.0 / 33554432.0)
+
+#endif
