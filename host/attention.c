@@ -1,6 +1,7 @@
 /* Latent attention over the paged cache: work-group shape from device queries, split-KV sizing,
    and the public FlashMLA-style entry point. */
 #include "attention.h"
+#include "clcall.h"
 #include "program.h"
 #include "scratch.h"
 
@@ -132,7 +133,7 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
     SET_ARG(k, 21, lse_off);
     const size_t global[3] = {(size_t)threads * head_groups, (size_t)splits, (size_t)p->num_tokens};
     const size_t local[3] = {(size_t)threads, 1, 1};
-    cl_int err = clEnqueueNDRangeKernel(ctx->queue, k, 3, NULL, global, local, 0, NULL, splits > 1 ? NULL : event);
+    cl_int err = clmla_cl_enqueue(ctx, k, 3, global, local, splits > 1 ? NULL : event);
     if (err != CL_SUCCESS)
         return clmla_fail_cl(ctx, err, "enqueue attn_latent");
     if (splits == 1)
@@ -157,7 +158,7 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
     SET_ARG(c, 6, final_lse);
     SET_ARG(c, 7, fl);
     const size_t cglobal[3] = {(size_t)rkv, (size_t)p->num_heads, (size_t)p->num_tokens};
-    err = clEnqueueNDRangeKernel(ctx->queue, c, 3, NULL, cglobal, NULL, 0, NULL, event);
+    err = clmla_cl_enqueue(ctx, c, 3, cglobal, NULL, event);
     if (err != CL_SUCCESS)
         return clmla_fail_cl(ctx, err, "enqueue attn_combine");
     return CLMLA_SUCCESS;

@@ -1,6 +1,7 @@
 /* Paged latent KV cache: a pool of blocks of block_tokens tokens, one device buffer per layer,
    a block table per sequence shared by all layers, lengths per (sequence, layer). */
 #include "cache.h"
+#include "clcall.h"
 #include "program.h"
 #include "scratch.h"
 
@@ -62,7 +63,7 @@ clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *co
     cache->num_free = c.num_blocks;
     for (int l = 0; st == CLMLA_SUCCESS && l < c.num_layers; l++) {
         cl_int err = CL_SUCCESS;
-        cache->layers[l] = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, layer_bytes, NULL, &err);
+        cache->layers[l] = clmla_cl_buffer(ctx, CL_MEM_READ_WRITE, layer_bytes, NULL, &err);
         if (!cache->layers[l])
             st = clmla_fail(ctx, err, "allocating cache layer %d (%zu bytes) failed: %s", l, layer_bytes, clmla_status_string(err));
     }
@@ -375,7 +376,7 @@ clmla_status clmla_cache_enqueue_write(clmla_cache *cache, int layer, int count,
     SET_ARG(k, 6, slots);
     SET_ARG(k, 7, cache->layers[layer]);
     const size_t global[2] = {(size_t)cache->row, (size_t)count};
-    cl_int err = clEnqueueNDRangeKernel(cache->ctx->queue, k, 2, NULL, global, NULL, 0, NULL, event);
+    cl_int err = clmla_cl_enqueue(cache->ctx, k, 2, global, NULL, event);
     if (err != CL_SUCCESS)
         return clmla_fail_cl(cache->ctx, err, "enqueue cache_write");
     return CLMLA_SUCCESS;
@@ -394,7 +395,7 @@ clmla_status clmla_cache_enqueue_gather(clmla_cache *cache, int layer, cl_mem ta
     SET_ARG(k, 5, out);
     SET_ARG(k, 6, out_off);
     const size_t global[2] = {(size_t)cache->row, (size_t)n};
-    cl_int err = clEnqueueNDRangeKernel(cache->ctx->queue, k, 2, NULL, global, NULL, 0, NULL, NULL);
+    cl_int err = clmla_cl_enqueue(cache->ctx, k, 2, global, NULL, NULL);
     if (err != CL_SUCCESS)
         return clmla_fail_cl(cache->ctx, err, "enqueue cache_gather");
     return CLMLA_SUCCESS;
@@ -464,14 +465,14 @@ clmla_status clmla_cache_read(const clmla_cache *ccache, int layer, int32_t seq_
     cl_int err = CL_SUCCESS;
     clmla_status st = clmla_upload(ctx, s->blocks, (size_t)s->num_blocks * sizeof(int32_t), &table);
     if (st == CLMLA_SUCCESS) {
-        dense = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, (size_t)n * row_bytes, NULL, &err);
+        dense = clmla_cl_buffer(ctx, CL_MEM_WRITE_ONLY, (size_t)n * row_bytes, NULL, &err);
         if (!dense)
             st = clmla_fail_cl(ctx, err, "clCreateBuffer");
     }
     if (st == CLMLA_SUCCESS)
         st = clmla_cache_enqueue_gather(cache, layer, table, 0, start, n, dense, 0);
     if (st == CLMLA_SUCCESS) {
-        err = clEnqueueReadBuffer(ctx->queue, dense, CL_TRUE, 0, (size_t)n * row_bytes, host, 0, NULL, NULL);
+        err = clmla_cl_read(ctx, dense, 0, (size_t)n * row_bytes, host);
         if (err != CL_SUCCESS)
             st = clmla_fail_cl(ctx, err, "clEnqueueReadBuffer");
     }

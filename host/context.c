@@ -1,5 +1,6 @@
 /* A context: one device, its OpenCL context and an in-order queue, plus the program cache. */
 #include "internal.h"
+#include "clcall.h"
 #include "program.h"
 #include "scratch.h"
 
@@ -15,6 +16,11 @@ static void set_device_key(clmla_context *ctx)
 
 static cl_command_queue make_queue(cl_context c, cl_device_id dev, int *profiling, cl_int *err)
 {
+    if (clmla_fault_hit(NULL)) {
+        *err = CL_OUT_OF_HOST_MEMORY;
+        *profiling = 0;
+        return NULL;
+    }
     cl_command_queue q = clCreateCommandQueue(c, dev, CL_QUEUE_PROFILING_ENABLE, err);
     *profiling = q != NULL;
     if (!q)
@@ -55,7 +61,8 @@ clmla_status clmla_context_create(const char *device_spec, clmla_context **out)
 
     cl_int err = CL_SUCCESS;
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)ctx->platform, 0};
-    ctx->cl_ctx = clCreateContext(props, 1, &ctx->device, NULL, NULL, &err);
+    ctx->cl_ctx = clmla_fault_hit(NULL) ? (err = CL_OUT_OF_HOST_MEMORY, NULL)
+                                        : clCreateContext(props, 1, &ctx->device, NULL, NULL, &err);
     if (!ctx->cl_ctx) {
         status = clmla_fail(NULL, err, "clCreateContext for '%s' failed: %s (%d)", ctx->info.name,
                             clmla_status_string(err), err);

@@ -24,6 +24,8 @@ struct clmla_context {
     clmla_program_entry *programs; /* in-memory program cache, a list */
     clmla_program_stats program_stats;
 
+    long fault_at, fault_calls;  /* clcall.h: fault injection for tests */
+
     cl_mem scratch[16];          /* scratch.h: per-slot device buffers, grown on demand */
     size_t scratch_bytes[16];
 

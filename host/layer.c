@@ -9,6 +9,7 @@
  *                         causal attention with head dims dq / dv
  *   out = o W_o^T                                                                   [T, D] */
 #include "attention.h"
+#include "clcall.h"
 #include "gemm.h"
 #include "program.h"
 #include "rope.h"
@@ -71,7 +72,7 @@ static clmla_status upload_weight(clmla_context *ctx, const char *name, const cl
         return clmla_fail(ctx, CL_INVALID_BUFFER_SIZE, "%s.weight needs %zu bytes, more than the device's largest allocation (%llu)",
                           name, bytes, (unsigned long long)ctx->info.max_alloc_bytes);
     cl_int err = CL_SUCCESS;
-    *buffer = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, (void *)t->data, &err);
+    *buffer = clmla_cl_buffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, (void *)t->data, &err);
     if (!*buffer)
         return clmla_fail(ctx, err, "uploading %s.weight (%zu bytes) failed: %s", name, bytes, clmla_status_string(err));
     return CLMLA_SUCCESS;
@@ -293,7 +294,7 @@ static clmla_status enqueue_rmsnorm(clmla_layer *L, cl_mem x, int rows, int stri
     SET_ARG(L->rmsnorm, 4, weight);
     SET_ARG(L->rmsnorm, 5, eps);
     const size_t local = (size_t)L->rmsnorm_threads, global = local * (size_t)rows;
-    cl_int err = clEnqueueNDRangeKernel(ctx->queue, L->rmsnorm, 1, NULL, &global, &local, 0, NULL, NULL);
+    cl_int err = clmla_cl_enqueue(ctx, L->rmsnorm, 1, &global, &local, NULL);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue rmsnorm");
 }
 
@@ -314,7 +315,7 @@ static clmla_status enqueue_rope(clmla_layer *L, cl_mem q, cl_mem kv, cl_mem pos
     SET_ARG(L->rope, 10, positions);
     SET_ARG(L->rope, 11, L->rope_table);
     const size_t global[3] = {(size_t)L->dr / 2, (size_t)L->H + 1, (size_t)T};
-    cl_int err = clEnqueueNDRangeKernel(ctx->queue, L->rope, 3, NULL, global, NULL, 0, NULL, NULL);
+    cl_int err = clmla_cl_enqueue(ctx, L->rope, 3, global, NULL, NULL);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue rope");
 }
 
@@ -343,7 +344,7 @@ static clmla_status enqueue_prefill(clmla_layer *L, cl_mem q, int first_row, cl_
     SET_ARG(k, 14, o_stride);
     const size_t nt = (size_t)L->prefill_threads;
     const size_t global[2] = {(n_queries + nt - 1) / nt * nt, (size_t)L->H}, local[2] = {nt, 1};
-    cl_int err = clEnqueueNDRangeKernel(ctx->queue, k, 2, NULL, global, local, 0, NULL, NULL);
+    cl_int err = clmla_cl_enqueue(ctx, k, 2, global, local, NULL);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue attn_prefill");
 }
 
@@ -638,7 +639,7 @@ clmla_status clmla_layer_forward(clmla_layer *L, clmla_cache *cache, const clmla
         st = clmla_scratch(ctx, SCRATCH_OUT, bytes, &ob);
     if (st != CLMLA_SUCCESS)
         return st;
-    cl_int err = clEnqueueWriteBuffer(ctx->queue, xb, CL_TRUE, 0, bytes, x, 0, NULL, NULL);
+    cl_int err = clmla_cl_write(ctx, xb, 0, bytes, x);
     if (err != CL_SUCCESS)
         return clmla_fail_cl(ctx, err, "clEnqueueWriteBuffer(x)");
     st = clmla_layer_forward_cl(L, cache, a, xb, 0, ob, 0, NULL);
@@ -646,7 +647,7 @@ clmla_status clmla_layer_forward(clmla_layer *L, clmla_cache *cache, const clmla
         clFinish(ctx->queue);
         return st;
     }
-    err = clEnqueueReadBuffer(ctx->queue, ob, CL_TRUE, 0, bytes, out, 0, NULL, NULL);
+    err = clmla_cl_read(ctx, ob, 0, bytes, out);
     if (err != CL_SUCCESS)
         return clmla_fail_cl(ctx, err, "clEnqueueReadBuffer(out)");
     return CLMLA_SUCCESS;

@@ -1,4 +1,5 @@
 #include "scratch.h"
+#include "clcall.h"
 
 _Static_assert(SCRATCH_COUNT <= 16, "grow clmla_context.scratch");
 
@@ -14,7 +15,7 @@ clmla_status clmla_scratch(clmla_context *ctx, clmla_scratch_slot slot, size_t b
     if (grown > ctx->info.max_alloc_bytes && ctx->info.max_alloc_bytes >= bytes)
         grown = ctx->info.max_alloc_bytes;
     cl_int err = CL_SUCCESS;
-    cl_mem fresh = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, grown, NULL, &err);
+    cl_mem fresh = clmla_cl_buffer(ctx, CL_MEM_READ_WRITE, grown, NULL, &err);
     if (!fresh)
         return clmla_fail(ctx, err, "allocating %zu bytes of device scratch failed: %s", grown, clmla_status_string(err));
     if (ctx->scratch[slot])
@@ -35,7 +36,7 @@ void clmla_scratch_release(clmla_context *ctx)
 clmla_status clmla_upload(clmla_context *ctx, const void *data, size_t bytes, cl_mem *buffer)
 {
     cl_int err = CL_SUCCESS;
-    *buffer = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, (void *)data, &err);
+    *buffer = clmla_cl_buffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, (void *)data, &err);
     if (!*buffer)
         return clmla_fail(ctx, err, "uploading %zu bytes failed: %s", bytes, clmla_status_string(err));
     return CLMLA_SUCCESS;

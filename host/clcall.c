@@ -1,0 +1,57 @@
+#include "clcall.h"
+
+static _Thread_local long thread_fault_at, thread_fault_calls;
+
+void clmla_fault_arm(clmla_context *ctx, long n)
+{
+    if (ctx) {
+        ctx->fault_at = n;
+        ctx->fault_calls = 0;
+    } else {
+        thread_fault_at = n;
+        thread_fault_calls = 0;
+    }
+}
+
+long clmla_fault_count(const clmla_context *ctx)
+{
+    return ctx ? ctx->fault_calls : thread_fault_calls;
+}
+
+int clmla_fault_hit(clmla_context *ctx)
+{
+    long *calls = ctx ? &ctx->fault_calls : &thread_fault_calls;
+    const long at = ctx ? ctx->fault_at : thread_fault_at;
+    return ++*calls == at;
+}
+
+cl_mem clmla_cl_buffer(clmla_context *ctx, cl_mem_flags flags, size_t bytes, void *host, cl_int *err)
+{
+    if (clmla_fault_hit(ctx)) {
+        *err = CL_MEM_OBJECT_ALLOCATION_FAILURE;
+        return NULL;
+    }
+    return clCreateBuffer(ctx->cl_ctx, flags, bytes, host, err);
+}
+
+cl_int clmla_cl_enqueue(clmla_context *ctx, cl_kernel kernel, cl_uint dims, const size_t *global, const size_t *local,
+                        cl_event *event)
+{
+    if (clmla_fault_hit(ctx))
+        return CL_OUT_OF_RESOURCES;
+    return clEnqueueNDRangeKernel(ctx->queue, kernel, dims, NULL, global, local, 0, NULL, event);
+}
+
+cl_int clmla_cl_write(clmla_context *ctx, cl_mem buffer, size_t offset, size_t bytes, const void *host)
+{
+    if (clmla_fault_hit(ctx))
+        return CL_OUT_OF_RESOURCES;
+    return clEnqueueWriteBuffer(ctx->queue, buffer, CL_TRUE, offset, bytes, host, 0, NULL, NULL);
+}
+
+cl_int clmla_cl_read(clmla_context *ctx, cl_mem buffer, size_t offset, size_t bytes, void *host)
+{
+    if (clmla_fault_hit(ctx))
+        return CL_OUT_OF_RESOURCES;
+    return clEnqueueReadBuffer(ctx->queue, buffer, CL_TRUE, offset, bytes, host, 0, NULL, NULL);
+}

@@ -1,0 +1,25 @@
+/* Every OpenCL allocation, buffer transfer, kernel enqueue and GEMM of the library goes through
+ * these wrappers, so that a test can make the Nth such call fail (fault injection) and check that
+ * the library returns a status, leaks nothing and leaves the cache as it was. Disarmed (the
+ * default) they cost one comparison.
+ *
+ * Counting is per context; calls made before a context exists (clmla_context_create's own
+ * clCreateContext / clCreateCommandQueue) count on a per-thread counter. */
+#ifndef CLMLA_CLCALL_H
+#define CLMLA_CLCALL_H
+#include "internal.h"
+
+/* Test hook: the n-th counted call from now fails (n >= 1); 0 disarms. ctx NULL arms the calling
+   thread's counter for context creation. */
+void clmla_fault_arm(clmla_context *ctx, long n);
+/* Counted calls since the last arm (or since creation). */
+long clmla_fault_count(const clmla_context *ctx);
+/* Counts one call; 1 when it is the one that must fail. */
+int clmla_fault_hit(clmla_context *ctx);
+
+cl_mem clmla_cl_buffer(clmla_context *ctx, cl_mem_flags flags, size_t bytes, void *host, cl_int *err);
+cl_int clmla_cl_enqueue(clmla_context *ctx, cl_kernel kernel, cl_uint dims, const size_t *global, const size_t *local,
+                        cl_event *event);
+cl_int clmla_cl_write(clmla_context *ctx, cl_mem buffer, size_t offset, size_t bytes, const void *host);
+cl_int clmla_cl_read(clmla_context *ctx, cl_mem buffer, size_t offset, size_t bytes, void *host);
+#endif
