@@ -11,6 +11,7 @@ static const struct {
     const char *summary;
 } commands[] = {
     {"devices", cmd_devices, "list the OpenCL devices and the one the default spec picks"},
+    {"run", cmd_run, "one attention layer of a Hugging Face model folder: X.npy in, Y.npy out"},
     {"demo", cmd_demo, "DeepSeek-V2-Lite attention with random weights: prefill, decode, check"},
 };
 

@@ -1,0 +1,171 @@
+/* clmla run: one attention layer of a Hugging Face model folder over the hidden states of one
+   sequence, prefill (optionally in chunks) then token-by-token decode through the paged latent
+   cache; the attention output after o_proj is written as .npy. */
+#include "args.h"
+#include "clmla.h"
+#include "commands.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int parse_path(const char *text, clmla_attention_path *path)
+{
+    static const struct {
+        const char *name;
+        clmla_attention_path path;
+    } paths[] = {{"auto", CLMLA_PATH_AUTO}, {"absorbed", CLMLA_PATH_ABSORBED}, {"decompressed", CLMLA_PATH_DECOMPRESSED}};
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
+        if (strcmp(text, paths[i].name) == 0) {
+            *path = paths[i].path;
+            return 1;
+        }
+    return 0;
+}
+
+int cmd_run(int argc, char **argv)
+{
+    int help = 0, layer_index = 0, prefill = -1, chunk = 0, block_size = 64;
+    const char *device = NULL, *model = NULL, *input = NULL, *output = NULL, *path_name = "auto", *cache_dtype = "f32";
+    cli_option opts[] = {
+        {"model", CLI_STRING, &model, "DIR   model folder: config.json + model.safetensors or its shards"},
+        {"layer", CLI_INT, &layer_index, "N     which layer's attention (default 0)"},
+        {"input", CLI_STRING, &input, "X.npy hidden states entering self_attn, float32/float16 [T, hidden_size]"},
+        {"output", CLI_STRING, &output, "Y.npy where the attention output after o_proj goes, float32 [T, hidden_size]"},
+        {"prefill", CLI_INT, &prefill, "N     the first N tokens are prefilled, the rest decoded one by one (default T)"},
+        {"chunk", CLI_INT, &chunk, "C     prefill in steps of C tokens (default: one step)"},
+        {"path", CLI_STRING, &path_name, "auto|absorbed|decompressed  attention path of every step (default auto)"},
+        {"cache-dtype", CLI_STRING, &cache_dtype, "f32|f16  latent cache storage (default f32)"},
+        {"block-size", CLI_INT, &block_size, "B     tokens per cache block (default 64)"},
+        {"device", CLI_STRING, &device, "SPEC  device to run on (see clmla devices)"},
+        {"help", CLI_FLAG, &help, "this text"},
+        {NULL, CLI_FLAG, NULL, NULL},
+    };
+    if (cli_parse("run", opts, argc, argv, 2))
+        return 2;
+    if (help) {
+        cli_usage("run", "Runs the attention of one layer of a Hugging Face model folder (DeepSeek-V2/V3, Kimi-K2:\n"
+                         "config.json + safetensors, F32/F16/BF16/F8_E4M3) over the hidden states X of one sequence\n"
+                         "at positions 0..T-1 and writes the output after o_proj (no residual) to Y.",
+                  opts);
+        return 0;
+    }
+    clmla_attention_path path = CLMLA_PATH_AUTO;
+    if (!model || !input || !output) {
+        fprintf(stderr, "clmla run: --model, --input and --output are required (see --help)\n");
+        return 2;
+    }
+    if (!parse_path(path_name, &path)) {
+        fprintf(stderr, "clmla run: --path must be auto, absorbed or decompressed, not '%s'\n", path_name);
+        return 2;
+    }
+    const int f16 = strcmp(cache_dtype, "f16") == 0;
+    if (!f16 && strcmp(cache_dtype, "f32") != 0) {
+        fprintf(stderr, "clmla run: --cache-dtype must be f32 or f16, not '%s'\n", cache_dtype);
+        return 2;
+    }
+    if (block_size < 1 || chunk < 0 || layer_index < 0) {
+        fprintf(stderr, "clmla run: --block-size must be >= 1, --chunk >= 1 and --layer >= 0\n");
+        return 2;
+    }
+
+    clmla_layer_config config;
+    int num_layers = 0;
+    if (clmla_model_read_config(model, &config, &num_layers) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla run: %s\n", clmla_last_error(NULL));
+        return 1;
+    }
+    if (layer_index >= num_layers) {
+        fprintf(stderr, "clmla run: --layer %d is out of range: the model has %d layers (0 to %d)\n", layer_index,
+                num_layers, num_layers - 1);
+        return 2;
+    }
+    float *x = NULL;
+    int64_t shape[2] = {0, 0};
+    int ndim = 0;
+    if (clmla_npy_read_f32(input, &x, shape, &ndim) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla run: %s\n", clmla_last_error(NULL));
+        return 1;
+    }
+    const int D = config.hidden_size;
+    if (ndim != 2 || shape[1] != D || shape[0] < 1 || shape[0] > (1 << 24)) {
+        char got[64];
+        if (ndim == 2)
+            snprintf(got, sizeof(got), "(%lld, %lld)", (long long)shape[0], (long long)shape[1]);
+        else
+            snprintf(got, sizeof(got), "(%lld,)", (long long)shape[0]);
+        fprintf(stderr, "clmla run: %s has shape %s, expected (T, %d): 1 to 2^24 tokens of hidden_size %d\n", input, got,
+                D, D);
+        clmla_free(x);
+        return 1;
+    }
+    const int T = (int)shape[0];
+    if (prefill < 0)
+        prefill = T;
+    if (prefill > T) {
+        fprintf(stderr, "clmla run: --prefill %d is more than the %d tokens in %s\n", prefill, T, input);
+        clmla_free(x);
+        return 2;
+    }
+    if (chunk == 0 || chunk > prefill)
+        chunk = prefill > 0 ? prefill : 1;
+
+    int rc = 1;
+    clmla_context *ctx = NULL;
+    clmla_layer *layer = NULL;
+    clmla_cache *cache = NULL;
+    float *y = malloc((size_t)T * (size_t)D * sizeof(float));
+    if (!y) {
+        fprintf(stderr, "clmla run: out of host memory\n");
+        goto done;
+    }
+    if (clmla_context_create(device, &ctx) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla run: %s\n", clmla_last_error(NULL));
+        goto done;
+    }
+    if (clmla_layer_create_from_model(ctx, model, layer_index, &layer) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla run: %s\n", clmla_last_error(ctx));
+        goto done;
+    }
+    clmla_cache_config cc;
+    memset(&cc, 0, sizeof(cc));
+    cc.num_layers = 1;
+    cc.kv_lora_rank = config.kv_lora_rank;
+    cc.rope_dim = config.qk_rope_head_dim;
+    cc.block_tokens = block_size;
+    cc.num_blocks = (T + block_size - 1) / block_size;
+    cc.dtype = f16 ? CLMLA_CACHE_F16 : CLMLA_CACHE_F32;
+    int32_t seq = -1;
+    if (clmla_cache_create(ctx, &cc, &cache) != CLMLA_SUCCESS || clmla_cache_seq_add(cache, &seq) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla run: %s\n", clmla_last_error(ctx));
+        goto done;
+    }
+    clmla_batch_entry entry = {seq, 0};
+    clmla_forward_args args = {&entry, 1, 0, path};
+    for (int t = 0; t < T; t += entry.num_tokens) {
+        entry.num_tokens = t < prefill ? (prefill - t < chunk ? prefill - t : chunk) : 1;
+        if (clmla_layer_forward(layer, cache, &args, x + (size_t)t * D, y + (size_t)t * D) != CLMLA_SUCCESS) {
+            fprintf(stderr, "clmla run: step at token %d (%d tokens): %s\n", t, entry.num_tokens, clmla_last_error(ctx));
+            goto done;
+        }
+    }
+    const int64_t out_shape[2] = {T, D};
+    if (clmla_npy_write_f32(output, y, 2, out_shape) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla run: %s\n", clmla_last_error(NULL));
+        goto done;
+    }
+    const int prefill_steps = prefill > 0 ? (prefill + chunk - 1) / chunk : 0;
+    printf("clmla run: layer %d of %s, %d tokens: %d prefilled in %d step%s, %d decoded; path %s, %s cache; wrote %s\n",
+           layer_index, model, T, prefill, prefill_steps, prefill_steps == 1 ? "" : "s", T - prefill, path_name,
+           cache_dtype, output);
+    rc = 0;
+
+done:
+    clmla_cache_destroy(cache);
+    clmla_layer_destroy(layer);
+    clmla_context_destroy(ctx);
+    clmla_free(x);
+    free(y);
+    return rc;
+}

@@ -1,0 +1,384 @@
+/* Model folders: config.json + safetensors (single file or shards) -> one clmla_layer.
+ *
+ *   DIR/config.json                       the layer configuration (config.c)
+ *   DIR/model.safetensors                 every tensor, or
+ *   DIR/model.safetensors.index.json      {"weight_map": {tensor: shard}} and the shards beside it
+ *
+ * Only the shards that hold the layer's attention tensors are mapped; each tensor is converted to
+ * a float32 host copy, uploaded by clmla_layer_create, and freed. */
+#include "config.h"
+#include "internal.h"
+#include "safetensors.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define CONFIG_NAME "config.json"
+#define SINGLE_NAME "model.safetensors"
+#define INDEX_NAME "model.safetensors.index.json"
+/* config.json and the index are small (DeepSeek-V3's index, with its tens of thousands of tensors, is a few MB). */
+#define MAX_JSON_BYTES ((size_t)64 << 20)
+#define ERR_SIZE 4096
+
+static char *join(const char *dir, const char *name)
+{
+    const size_t a = strlen(dir), b = strlen(name);
+    const int slash = a > 0 && dir[a - 1] != '/';
+    char *path = malloc(a + (size_t)slash + b + 1);
+    if (path) {
+        memcpy(path, dir, a);
+        if (slash)
+            path[a] = '/';
+        memcpy(path + a + slash, name, b + 1);
+    }
+    return path;
+}
+
+static int is_file(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* The whole of a small text file; *text is malloc'ed and NUL-terminated. */
+static clmla_status read_small_file(const char *path, char **text, size_t *length, char *err, size_t errsize)
+{
+    *text = NULL;
+    *length = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errsize, "%s: cannot open: %s", path, strerror(errno));
+        return CLMLA_ERROR_IO;
+    }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        snprintf(err, errsize, "%s: not a regular file", path);
+        return CLMLA_ERROR_IO;
+    }
+    if ((uint64_t)sb.st_size > MAX_JSON_BYTES) {
+        fclose(f);
+        snprintf(err, errsize, "%s: %lld bytes, more than the %zu a JSON file of a model folder may have", path,
+                 (long long)sb.st_size, MAX_JSON_BYTES);
+        return CLMLA_ERROR_INVALID_FILE;
+    }
+    const size_t size = (size_t)sb.st_size;
+    char *buf = malloc(size + 1);
+    if (!buf) {
+        fclose(f);
+        snprintf(err, errsize, "%s: out of host memory", path);
+        return CLMLA_ERROR_OUT_OF_HOST_MEMORY;
+    }
+    const size_t n = fread(buf, 1, size, f);
+    const int failed = ferror(f) || n != size;
+    fclose(f);
+    if (failed) {
+        free(buf);
+        snprintf(err, errsize, "%s: read error", path);
+        return CLMLA_ERROR_IO;
+    }
+    buf[n] = '\0';
+    *text = buf;
+    *length = n;
+    return CLMLA_SUCCESS;
+}
+
+static clmla_status read_config(const char *model_dir, clmla_layer_config *config, int *num_layers, char *err,
+                                size_t errsize)
+{
+    char *path = join(model_dir, CONFIG_NAME);
+    if (!path) {
+        snprintf(err, errsize, "out of host memory");
+        return CLMLA_ERROR_OUT_OF_HOST_MEMORY;
+    }
+    char *text = NULL;
+    size_t length = 0;
+    clmla_status st = read_small_file(path, &text, &length, err, errsize);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_config_parse(text, length, path, config, num_layers, err, errsize);
+    free(text);
+    free(path);
+    return st;
+}
+
+clmla_status clmla_model_read_config(const char *model_dir, clmla_layer_config *config, int *num_layers)
+{
+    if (!model_dir || !config)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_model_read_config: NULL argument");
+    char err[ERR_SIZE];
+    int layers = 0;
+    clmla_status st = read_config(model_dir, config, &layers, err, sizeof(err));
+    if (st != CLMLA_SUCCESS)
+        return clmla_fail(NULL, st, "%s", err);
+    if (num_layers)
+        *num_layers = layers;
+    return CLMLA_SUCCESS;
+}
+
+/* ---- finding tensors ------------------------------------------------------------------------ */
+
+#define MAX_OPEN_SHARDS 32
+
+typedef struct shard {
+    char *file_name; /* as the index names it */
+    clmla_st_file st;
+} shard;
+
+typedef struct loader {
+    const char *dir;
+    char *single_path;   /* DIR/model.safetensors, when that is the layout */
+    char *index_path;    /* DIR/model.safetensors.index.json, when sharded */
+    clmla_st_index index;
+    shard shards[MAX_OPEN_SHARDS]; /* the single file is shards[0] */
+    int num_shards;
+    char err[ERR_SIZE];
+} loader;
+
+static void loader_free(loader *l)
+{
+    for (int i = 0; i < l->num_shards; i++) {
+        free(l->shards[i].file_name);
+        clmla_st_close(&l->shards[i].st);
+    }
+    clmla_st_index_free(&l->index);
+    free(l->single_path);
+    free(l->index_path);
+}
+
+static clmla_status loader_open(loader *l, const char *dir)
+{
+    memset(l, 0, sizeof(*l));
+    l->dir = dir;
+    l->single_path = join(dir, SINGLE_NAME);
+    l->index_path = join(dir, INDEX_NAME);
+    if (!l->single_path || !l->index_path) {
+        snprintf(l->err, sizeof(l->err), "out of host memory");
+        return CLMLA_ERROR_OUT_OF_HOST_MEMORY;
+    }
+    /* As transformers does: a single file first, then the index. */
+    if (is_file(l->single_path)) {
+        free(l->index_path);
+        l->index_path = NULL;
+        l->shards[0].file_name = strdup(SINGLE_NAME);
+        if (!l->shards[0].file_name) {
+            snprintf(l->err, sizeof(l->err), "out of host memory");
+            return CLMLA_ERROR_OUT_OF_HOST_MEMORY;
+        }
+        l->num_shards = 1;
+        return clmla_st_open(l->single_path, &l->shards[0].st, l->err, sizeof(l->err));
+    }
+    free(l->single_path);
+    l->single_path = NULL;
+    if (!is_file(l->index_path)) {
+        snprintf(l->err, sizeof(l->err), "%s: neither %s nor %s is there", dir, SINGLE_NAME, INDEX_NAME);
+        return CLMLA_ERROR_IO;
+    }
+    char *text = NULL;
+    size_t length = 0;
+    clmla_status st = read_small_file(l->index_path, &text, &length, l->err, sizeof(l->err));
+    if (st == CLMLA_SUCCESS)
+        st = clmla_st_index_parse(text, length, l->index_path, &l->index, l->err, sizeof(l->err));
+    free(text);
+    return st;
+}
+
+/* The file and header entry of a tensor; *t NULL (and CLMLA_SUCCESS) when it is absent. */
+static clmla_status find_tensor(loader *l, const char *name, const clmla_st_file **file, const clmla_st_tensor **t)
+{
+    *file = NULL;
+    *t = NULL;
+    if (l->single_path) {
+        *file = &l->shards[0].st;
+        *t = clmla_st_find(*file, name);
+        return CLMLA_SUCCESS;
+    }
+    const char *shard_name = clmla_st_index_lookup(&l->index, name);
+    if (!shard_name)
+        return CLMLA_SUCCESS;
+    int i = 0;
+    while (i < l->num_shards && strcmp(l->shards[i].file_name, shard_name) != 0)
+        i++;
+    if (i == l->num_shards) {
+        if (l->num_shards == MAX_OPEN_SHARDS) {
+            snprintf(l->err, sizeof(l->err), "%s: the layer's tensors are spread over more than %d shards", l->index_path,
+                     MAX_OPEN_SHARDS);
+            return CLMLA_ERROR_UNSUPPORTED;
+        }
+        char *path = join(l->dir, shard_name);
+        shard *s = &l->shards[i];
+        s->file_name = strdup(shard_name);
+        if (!path || !s->file_name) {
+            free(path);
+            free(s->file_name);
+            s->file_name = NULL;
+            snprintf(l->err, sizeof(l->err), "out of host memory");
+            return CLMLA_ERROR_OUT_OF_HOST_MEMORY;
+        }
+        if (!is_file(path)) {
+            snprintf(l->err, sizeof(l->err), "%s names shard '%s' (for tensor %s), but %s is missing", l->index_path,
+                     shard_name, name, path);
+            free(path);
+            free(s->file_name);
+            s->file_name = NULL;
+            return CLMLA_ERROR_IO;
+        }
+        clmla_status st = clmla_st_open(path, &s->st, l->err, sizeof(l->err));
+        free(path);
+        if (st != CLMLA_SUCCESS) {
+            free(s->file_name);
+            s->file_name = NULL;
+            return st;
+        }
+        l->num_shards++;
+    }
+    *file = &l->shards[i].st;
+    *t = clmla_st_find(*file, name);
+    if (!*t) {
+        snprintf(l->err, sizeof(l->err), "%s: tensor %s is missing (%s places it in this shard)", (*file)->name, name,
+                 l->index_path);
+        return CLMLA_ERROR_MISSING_TENSOR;
+    }
+    return CLMLA_SUCCESS;
+}
+
+/* Loads one weight as float32 into *data (malloc'ed) after checking its shape: [rows, cols], or
+   [rows] when cols is 0. */
+static clmla_status load_weight(loader *l, const char *prefix, const char *suffix, int64_t rows, int64_t cols,
+                                const char *implied_by, float **data)
+{
+    *data = NULL;
+    char name[256], scale_name[300];
+    snprintf(name, sizeof(name), "%s%s.weight", prefix, suffix);
+    snprintf(scale_name, sizeof(scale_name), "%s_scale_inv", name);
+    const clmla_st_file *file = NULL, *scale_file = NULL;
+    const clmla_st_tensor *t = NULL, *scale = NULL;
+    clmla_status st = find_tensor(l, name, &file, &t);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    if (!t) {
+        if (l->single_path)
+            snprintf(l->err, sizeof(l->err), "%s: tensor %s is missing", l->single_path, name);
+        else
+            snprintf(l->err, sizeof(l->err), "%s: tensor %s is missing (its weight_map does not list it)", l->index_path,
+                     name);
+        return CLMLA_ERROR_MISSING_TENSOR;
+    }
+    const int64_t want[2] = {rows, cols};
+    const int want_ndim = cols ? 2 : 1;
+    if (t->ndim != want_ndim || t->shape[0] != rows || (cols && t->shape[1] != cols)) {
+        char got_text[256], want_text[64];
+        clmla_st_shape_text(t->ndim, t->shape, got_text, sizeof(got_text));
+        clmla_st_shape_text(want_ndim, want, want_text, sizeof(want_text));
+        snprintf(l->err, sizeof(l->err), "%s: tensor %s has shape %s, but config.json implies %s (%s)", file->name, name,
+                 got_text, want_text, implied_by);
+        return CLMLA_ERROR_SHAPE_MISMATCH;
+    }
+    if (t->dtype == CLMLA_ST_F8_E4M3) {
+        st = find_tensor(l, scale_name, &scale_file, &scale);
+        if (st != CLMLA_SUCCESS)
+            return st;
+        if (!scale) {
+            snprintf(l->err, sizeof(l->err), "%s: tensor %s is F8_E4M3 but its block scales %s are missing", file->name,
+                     name, scale_name);
+            return CLMLA_ERROR_MISSING_TENSOR;
+        }
+    }
+    const size_t numel = (size_t)clmla_st_numel(t);
+    float *out = malloc((numel ? numel : 1) * sizeof(float));
+    if (!out) {
+        snprintf(l->err, sizeof(l->err), "out of host memory for %s (%zu values)", name, numel);
+        return CLMLA_ERROR_OUT_OF_HOST_MEMORY;
+    }
+    st = clmla_st_to_f32(file, t, scale_file, scale, out, l->err, sizeof(l->err));
+    if (st != CLMLA_SUCCESS) {
+        free(out);
+        return st;
+    }
+    *data = out;
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_layer_create_from_model(clmla_context *ctx, const char *model_dir, int layer_index,
+                                           clmla_layer **layer)
+{
+    if (!layer)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_layer_create_from_model: NULL output pointer");
+    *layer = NULL;
+    if (!ctx || !model_dir)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_layer_create_from_model: NULL argument");
+
+    clmla_layer_config c;
+    int num_layers = 0;
+    char err[ERR_SIZE];
+    clmla_status st = read_config(model_dir, &c, &num_layers, err, sizeof(err));
+    if (st != CLMLA_SUCCESS)
+        return clmla_fail(ctx, st, "%s", err);
+    if (layer_index < 0 || layer_index >= num_layers)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "layer %d is out of range: %s/%s has num_hidden_layers %d (layers 0 to %d)", layer_index,
+                          model_dir, CONFIG_NAME, num_layers, num_layers - 1);
+
+    loader *l = calloc(1, sizeof(*l));
+    if (!l)
+        return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    st = loader_open(l, model_dir);
+
+    const int64_t D = c.hidden_size, H = c.num_heads, rq = c.q_lora_rank, rkv = c.kv_lora_rank;
+    const int64_t dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dv = c.v_head_dim;
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "model.layers.%d.self_attn.", layer_index);
+    float *q_a = NULL, *q_a_norm = NULL, *q_b = NULL, *q = NULL, *kv_a = NULL, *kv_norm = NULL, *kv_b = NULL, *o = NULL;
+    if (st == CLMLA_SUCCESS && rq == 0)
+        st = load_weight(l, prefix, "q_proj", H * (dn + dr), D,
+                         "num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim), hidden_size", &q);
+    if (st == CLMLA_SUCCESS && rq > 0)
+        st = load_weight(l, prefix, "q_a_proj", rq, D, "q_lora_rank, hidden_size", &q_a);
+    if (st == CLMLA_SUCCESS && rq > 0)
+        st = load_weight(l, prefix, "q_a_layernorm", rq, 0, "q_lora_rank", &q_a_norm);
+    if (st == CLMLA_SUCCESS && rq > 0)
+        st = load_weight(l, prefix, "q_b_proj", H * (dn + dr), rq,
+                         "num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim), q_lora_rank", &q_b);
+    if (st == CLMLA_SUCCESS)
+        st = load_weight(l, prefix, "kv_a_proj_with_mqa", rkv + dr, D, "kv_lora_rank + qk_rope_head_dim, hidden_size",
+                         &kv_a);
+    if (st == CLMLA_SUCCESS)
+        st = load_weight(l, prefix, "kv_a_layernorm", rkv, 0, "kv_lora_rank", &kv_norm);
+    if (st == CLMLA_SUCCESS)
+        st = load_weight(l, prefix, "kv_b_proj", H * (dn + dv), rkv,
+                         "num_attention_heads x (qk_nope_head_dim + v_head_dim), kv_lora_rank", &kv_b);
+    if (st == CLMLA_SUCCESS)
+        st = load_weight(l, prefix, "o_proj", D, H * dv, "hidden_size, num_attention_heads x v_head_dim", &o);
+    if (st != CLMLA_SUCCESS)
+        clmla_fail(ctx, st, "%s", l->err);
+    loader_free(l);
+    free(l);
+
+    if (st == CLMLA_SUCCESS) {
+        clmla_layer_weights w;
+        memset(&w, 0, sizeof(w));
+        if (rq == 0) {
+            w.q_proj = clmla_tensor_2d(q, H * (dn + dr), D);
+        } else {
+            w.q_a_proj = clmla_tensor_2d(q_a, rq, D);
+            w.q_a_layernorm = clmla_tensor_1d(q_a_norm, rq);
+            w.q_b_proj = clmla_tensor_2d(q_b, H * (dn + dr), rq);
+        }
+        w.kv_a_proj_with_mqa = clmla_tensor_2d(kv_a, rkv + dr, D);
+        w.kv_a_layernorm = clmla_tensor_1d(kv_norm, rkv);
+        w.kv_b_proj = clmla_tensor_2d(kv_b, H * (dn + dv), rkv);
+        w.o_proj = clmla_tensor_2d(o, D, H * dv);
+        st = clmla_layer_create(ctx, &c, &w, layer);
+    }
+    free(q_a);
+    free(q_a_norm);
+    free(q_b);
+    free(q);
+    free(kv_a);
+    free(kv_norm);
+    free(kv_b);
+    free(o);
+    return st;
+}
