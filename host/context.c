@@ -140,6 +140,10 @@ void clmla_context_destroy(clmla_context *ctx)
         return;
     if (ctx->queue)
         clFinish(ctx->queue);
+    if (ctx->skinny_nt)
+        clReleaseKernel(ctx->skinny_nt);
+    if (ctx->skinny_nn)
+        clReleaseKernel(ctx->skinny_nn);
     clmla_program_cache_release(ctx);
     clmla_scratch_release(ctx);
     if (ctx->queue)

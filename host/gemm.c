@@ -1,16 +1,121 @@
+/* Matrix products: clmla's own kernels for decode-shaped products (few rows: the weights are
+   streamed once for all rows), CLBlast for the rest. */
 #include "gemm.h"
 #include "clcall.h"
+#include "program.h"
 
 #include <clblast_c.h>
+#include <limits.h>
+#include <stdio.h>
+
+/* Rows up to which cl/gemm_skinny.cl is used (its MMAX). */
+#define SKINNY_MAX_ROWS 8
 
 static CLBlastTranspose op(const clmla_matrix *x)
 {
     return x->transposed ? CLBlastTransposeYes : CLBlastTransposeNo;
 }
 
+static clmla_status skinny_kernels(clmla_context *ctx)
+{
+    if (ctx->skinny_nt)
+        return CLMLA_SUCCESS;
+    int wg = 64;
+    while (wg > 1 && (size_t)wg > ctx->info.max_work_group_size)
+        wg /= 2;
+    for (;;) {
+        char options[96];
+        snprintf(options, sizeof(options), "-D MMAX=%d -D WG=%d -D NC=4", SKINNY_MAX_ROWS, wg);
+        cl_kernel nt = NULL, nn = NULL;
+        clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options, "gemm_skinny_nt", &nt);
+        if (st == CLMLA_SUCCESS)
+            st = clmla_kernel_create(ctx, "gemm_skinny", options, "gemm_skinny_nn", &nn);
+        if (st != CLMLA_SUCCESS) {
+            if (nt)
+                clReleaseKernel(nt);
+            return st;
+        }
+        size_t limit = 0;
+        clGetKernelWorkGroupInfo(nt, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(limit), &limit, NULL);
+        if (limit >= (size_t)wg || wg == 1) {
+            ctx->skinny_nt = nt;
+            ctx->skinny_nn = nn;
+            ctx->skinny_threads = wg;
+            return CLMLA_SUCCESS;
+        }
+        clReleaseKernel(nt);
+        clReleaseKernel(nn);
+        wg /= 2;
+    }
+}
+
+static int fits_int(size_t v)
+{
+    return v <= (size_t)INT_MAX;
+}
+
+#define SET_ARG(k, i, v)                                                           \
+    do {                                                                          \
+        cl_int e_ = clSetKernelArg((k), (i), sizeof(v), &(v));                    \
+        if (e_ != CL_SUCCESS)                                                     \
+            return clmla_fail_cl(ctx, e_, "clSetKernelArg(gemm_skinny)");         \
+    } while (0)
+
+static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
+                           size_t a_stride, clmla_matrix b, size_t b_stride, float beta, clmla_matrix c, size_t c_stride,
+                           size_t batch, cl_event *event)
+{
+    clmla_status st = skinny_kernels(ctx);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    cl_kernel kernel = b.transposed ? ctx->skinny_nt : ctx->skinny_nn;
+    const int M = (int)m, N = (int)n, K = (int)k;
+    const int ao = (int)a.offset, lda = (int)a.ld, as = (int)a_stride;
+    const int bo = (int)b.offset, ldb = (int)b.ld, bs = (int)b_stride;
+    const int co = (int)c.offset, ldc = (int)c.ld, cs = (int)c_stride;
+    SET_ARG(kernel, 0, M);
+    SET_ARG(kernel, 1, N);
+    SET_ARG(kernel, 2, K);
+    SET_ARG(kernel, 3, alpha);
+    SET_ARG(kernel, 4, a.buffer);
+    SET_ARG(kernel, 5, ao);
+    SET_ARG(kernel, 6, lda);
+    SET_ARG(kernel, 7, as);
+    SET_ARG(kernel, 8, b.buffer);
+    SET_ARG(kernel, 9, bo);
+    SET_ARG(kernel, 10, ldb);
+    SET_ARG(kernel, 11, bs);
+    SET_ARG(kernel, 12, beta);
+    SET_ARG(kernel, 13, c.buffer);
+    SET_ARG(kernel, 14, co);
+    SET_ARG(kernel, 15, ldc);
+    SET_ARG(kernel, 16, cs);
+    const size_t wg = (size_t)ctx->skinny_threads;
+    cl_int err;
+    if (b.transposed) {
+        const size_t global[2] = {(n + 3) / 4 * wg, batch}, local[2] = {wg, 1};
+        err = clmla_cl_enqueue(ctx, kernel, 2, global, local, event);
+    } else {
+        const size_t global[2] = {(n + wg - 1) / wg * wg, batch}, local[2] = {wg, 1};
+        err = clmla_cl_enqueue(ctx, kernel, 2, global, local, event);
+    }
+    return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue gemm_skinny");
+}
+
+/* The skinny kernels take A untransposed and every index as int. */
+static int use_skinny(size_t m, const clmla_matrix *a, const clmla_matrix *b, const clmla_matrix *c, size_t a_span,
+                      size_t b_span, size_t c_span)
+{
+    return m <= SKINNY_MAX_ROWS && !a->transposed && !c->transposed && fits_int(a->offset + a_span) &&
+           fits_int(b->offset + b_span) && fits_int(c->offset + c_span) && fits_int(a->ld) && fits_int(b->ld) &&
+           fits_int(c->ld);
+}
+
 clmla_status clmla_gemm(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a, clmla_matrix b,
                         float beta, clmla_matrix c, cl_event *event)
 {
+    if (use_skinny(m, &a, &b, &c, m * a.ld, (b.transposed ? n : k) * b.ld, m * c.ld))
+        return skinny(ctx, m, n, k, alpha, a, 0, b, 0, beta, c, 0, 1, event);
     if (clmla_fault_hit(ctx))
         return clmla_fail(ctx, CL_OUT_OF_RESOURCES, "CLBlastSgemm(m=%zu n=%zu k=%zu): injected fault", m, n, k);
     CLBlastStatusCode st = CLBlastSgemm(CLBlastLayoutRowMajor, op(&a), op(&b), m, n, k, alpha, a.buffer, a.offset, a.ld,
@@ -24,6 +129,10 @@ clmla_status clmla_gemm_strided_batched(clmla_context *ctx, size_t m, size_t n, 
                                         size_t a_stride, clmla_matrix b, size_t b_stride, float beta, clmla_matrix c,
                                         size_t c_stride, size_t batch, cl_event *event)
 {
+    if (fits_int(a_stride) && fits_int(b_stride) && fits_int(c_stride) && fits_int(batch) &&
+        use_skinny(m, &a, &b, &c, batch * a_stride + m * a.ld, batch * b_stride + (b.transposed ? n : k) * b.ld,
+                   batch * c_stride + m * c.ld))
+        return skinny(ctx, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride, batch, event);
     if (clmla_fault_hit(ctx))
         return clmla_fail(ctx, CL_OUT_OF_RESOURCES, "CLBlastSgemmStridedBatched: injected fault");
     CLBlastStatusCode st = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, op(&a), op(&b), m, n, k, alpha, a.buffer,

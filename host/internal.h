@@ -24,6 +24,9 @@ struct clmla_context {
     clmla_program_entry *programs; /* in-memory program cache, a list */
     clmla_program_stats program_stats;
 
+    cl_kernel skinny_nt, skinny_nn; /* gemm.c: decode-shaped products, built on first use */
+    int skinny_threads;
+
     long fault_at, fault_calls;  /* clcall.h: fault injection for tests */
 
     cl_mem scratch[16];          /* scratch.h: per-slot device buffers, grown on demand */

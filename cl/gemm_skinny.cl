@@ -1,0 +1,104 @@
+/* Decode-shaped matrix products: C = alpha * A * op(B) + beta * C with few rows (M <= MMAX),
+ * where the cost is streaming B (the weights) once. Row-major, float32, batched by strides.
+ *
+ * gemm_skinny_nt: op(B) = B^T, B is [N, K] (a linear layer's weight, y = x W^T)
+ *   work-group (column block of NC columns, batch): WG items split K so that consecutive items
+ *   read consecutive float4s of each weight row (coalesced on GPUs, contiguous SIMD on CPUs);
+ *   every item keeps MMAX x NC partial sums, then one item per (row, column) adds the WG
+ *   partials from local memory (WG * MMAX * NC floats).
+ * gemm_skinny_nn: op(B) = B, B is [K, N] (the per-head W^UK absorption)
+ *   one work-item per column n walks K; consecutive items read consecutive columns.
+ *
+ * Batch b uses A + b*a_stride, B + b*b_stride, C + b*c_stride (all in floats). */
+#ifndef MMAX
+#define MMAX 8
+#endif
+#ifndef WG
+#define WG 64
+#endif
+#ifndef NC
+#define NC 4
+#endif
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void gemm_skinny_nt(const int M, const int N, const int K, const float alpha,
+                    __global const float *A, const int a_offset, const int lda, const int a_stride,
+                    __global const float *B, const int b_offset, const int ldb, const int b_stride,
+                    const float beta, __global float *C, const int c_offset, const int ldc, const int c_stride)
+{
+    __local float partial[MMAX * NC * WG]; /* [MMAX*NC][WG] */
+    const int lid = get_local_id(0);
+    const int n0 = get_group_id(0) * NC;
+    const int batch = get_group_id(1);
+    A += a_offset + (size_t)batch * a_stride;
+    B += b_offset + (size_t)batch * b_stride;
+    C += c_offset + (size_t)batch * c_stride;
+
+    float acc[MMAX][NC];
+    for (int m = 0; m < MMAX; m++)
+        for (int c = 0; c < NC; c++)
+            acc[m][c] = 0.0f;
+
+    const int k_vec = K & ~3;
+    for (int k = lid * 4; k < k_vec; k += WG * 4) {
+        float4 b[NC];
+        for (int c = 0; c < NC; c++)
+            b[c] = n0 + c < N ? vload4(0, B + (size_t)(n0 + c) * ldb + k) : (float4)(0.0f);
+        for (int m = 0; m < MMAX; m++) {
+            if (m < M) {
+                const float4 a = vload4(0, A + (size_t)m * lda + k);
+                for (int c = 0; c < NC; c++)
+                    acc[m][c] += dot(a, b[c]);
+            }
+        }
+    }
+    for (int k = k_vec + lid; k < K; k += WG)
+        for (int m = 0; m < MMAX; m++)
+            if (m < M)
+                for (int c = 0; c < NC; c++)
+                    if (n0 + c < N)
+                        acc[m][c] = fma(A[(size_t)m * lda + k], B[(size_t)(n0 + c) * ldb + k], acc[m][c]);
+
+    for (int m = 0; m < MMAX; m++)
+        for (int c = 0; c < NC; c++)
+            partial[(m * NC + c) * WG + lid] = acc[m][c];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int o = lid; o < MMAX * NC; o += WG) {
+        const int m = o / NC, c = o % NC;
+        if (m < M && n0 + c < N) {
+            float s = 0.0f;
+            for (int i = 0; i < WG; i++)
+                s += partial[o * WG + i];
+            __global float *dst = C + (size_t)m * ldc + n0 + c;
+            *dst = beta != 0.0f ? alpha * s + beta * *dst : alpha * s;
+        }
+    }
+}
+
+__kernel void gemm_skinny_nn(const int M, const int N, const int K, const float alpha,
+                             __global const float *A, const int a_offset, const int lda, const int a_stride,
+                             __global const float *B, const int b_offset, const int ldb, const int b_stride,
+                             const float beta, __global float *C, const int c_offset, const int ldc, const int c_stride)
+{
+    const int n = get_global_id(0);
+    const int batch = get_global_id(1);
+    if (n >= N)
+        return;
+    A += a_offset + (size_t)batch * a_stride;
+    B += b_offset + (size_t)batch * b_stride;
+    C += c_offset + (size_t)batch * c_stride;
+    float acc[MMAX];
+    for (int m = 0; m < MMAX; m++)
+        acc[m] = 0.0f;
+    for (int k = 0; k < K; k++) {
+        const float b = B[(size_t)k * ldb + n];
+        for (int m = 0; m < MMAX; m++)
+            if (m < M)
+                acc[m] = fma(A[(size_t)m * lda + k], b, acc[m]);
+    }
+    for (int m = 0; m < MMAX; m++)
+        if (m < M) {
+            __global float *dst = C + (size_t)m * ldc + n;
+            *dst = beta != 0.0f ? alpha * acc[m] + beta * *dst : alpha * acc[m];
+        }
+}
