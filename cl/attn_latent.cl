@@ -171,3 +171,150 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
             lse[lse_offset + row0 * num_heads + head] = l > 0.0f ? run_max[h] + log(l) : -INFINITY;
     }
 }
+
+/* ---- the same attention for CPU devices -------------------------------------------------------
+ *
+ * attn_latent_rows: one work-item per (head group of HGC heads, split, token), no barriers. The
+ * item walks its keys in tiles of KT rows: it copies the tile to private memory (converting from
+ * half when the cache is f16), computes the HGC x KT scores two heads by four keys at a time in
+ * float8 registers, runs the online softmax per head, then adds the weighted rows into its
+ * private accumulators [HGC][RKV], two heads at a time. Scores and sums each read a key row from
+ * L1 once per two heads, and q / the accumulators once per KT keys; with HGC = 16 this is a small
+ * GEMM per tile, which is what a CPU core does well. Outputs as attn_latent. */
+#ifndef HGC
+#define HGC 16
+#endif
+#ifndef KTC
+#define KTC 8
+#endif
+#define ROW8 (ROW / 8 * 8)
+#define RKV8 (RKV / 8 * 8)
+
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
+void attn_latent_rows(__global const float *q_latent, const int q_latent_offset, const int q_latent_token_stride,
+                      const int q_latent_head_stride,
+                      __global const float *q_rope, const int q_rope_offset, const int q_rope_token_stride,
+                      const int q_rope_head_stride,
+                      __global const CACHE_T *cache,
+                      __global const int *block_table, const int max_blocks_per_seq, const int block_tokens,
+                      __global const int *token_seq, __global const int *token_ctx_len,
+                      const int num_heads, const int num_splits, const int split_tokens, const float scale,
+                      __global float *out, const int out_offset, __global float *lse, const int lse_offset)
+{
+    const int h0 = get_global_id(0) * HGC;
+    const int split = get_global_id(1);
+    const int t = get_global_id(2);
+    const int ctx = token_ctx_len[t];
+    const int k_begin = split * split_tokens;
+    const int k_end = min(ctx, k_begin + split_tokens);
+    __global const int *table = block_table + (size_t)token_seq[t] * max_blocks_per_seq;
+    const int heads = min(HGC, num_heads - h0);
+
+    float q[HGC][ROW];   /* the group's queries [q~ ; q^R], pre-scaled by `scale` */
+    float acc[HGC][RKV];
+    float tile[KTC][ROW];
+    float p[HGC][KTC];
+    float run_max[HGC], run_sum[HGC];
+
+    for (int h = 0; h < HGC; h++) {
+        const int head = h0 + (h < heads ? h : 0);
+        for (int d = 0; d < ROW; d++)
+            q[h][d] = scale * (d < RKV ? q_latent[q_latent_offset + (size_t)t * q_latent_token_stride + (size_t)head * q_latent_head_stride + d]
+                                       : q_rope[q_rope_offset + (size_t)t * q_rope_token_stride + (size_t)head * q_rope_head_stride + (d - RKV)]);
+        for (int d = 0; d < RKV; d++)
+            acc[h][d] = 0.0f;
+        run_max[h] = -INFINITY;
+        run_sum[h] = 0.0f;
+    }
+
+    for (int j0 = k_begin; j0 < k_end; j0 += KTC) {
+        const int nk = min(KTC, k_end - j0);
+        for (int kk = 0; kk < KTC; kk++) {
+            const int j = j0 + min(kk, nk - 1); /* past the end: repeat the last row, masked below */
+            const size_t base = ((size_t)table[j / block_tokens] * block_tokens + j % block_tokens) * ROW;
+            for (int d = 0; d < ROW8; d += 8) {
+#ifdef CACHE_F16
+                vstore8(vload_half8(0, cache + base + d), 0, &tile[kk][d]);
+#else
+                vstore8(vload8(0, cache + base + d), 0, &tile[kk][d]);
+#endif
+            }
+            for (int d = ROW8; d < ROW; d++)
+                tile[kk][d] = LOAD(cache, base + d);
+        }
+        /* scores, 2 heads x 4 keys per pass */
+        for (int h = 0; h < HGC; h += 2) {
+            for (int kk = 0; kk < KTC; kk += 4) {
+                float8 s00 = 0, s01 = 0, s02 = 0, s03 = 0, s10 = 0, s11 = 0, s12 = 0, s13 = 0;
+                for (int d = 0; d < ROW8; d += 8) {
+                    const float8 a = vload8(0, &q[h][d]), b = vload8(0, &q[h + 1][d]);
+                    const float8 c0 = vload8(0, &tile[kk][d]), c1 = vload8(0, &tile[kk + 1][d]);
+                    const float8 c2 = vload8(0, &tile[kk + 2][d]), c3 = vload8(0, &tile[kk + 3][d]);
+                    s00 = fma(a, c0, s00); s01 = fma(a, c1, s01); s02 = fma(a, c2, s02); s03 = fma(a, c3, s03);
+                    s10 = fma(b, c0, s10); s11 = fma(b, c1, s11); s12 = fma(b, c2, s12); s13 = fma(b, c3, s13);
+                }
+#define HSUM(v) ((v).s0 + (v).s1 + (v).s2 + (v).s3 + (v).s4 + (v).s5 + (v).s6 + (v).s7)
+                float r00 = HSUM(s00), r01 = HSUM(s01), r02 = HSUM(s02), r03 = HSUM(s03);
+                float r10 = HSUM(s10), r11 = HSUM(s11), r12 = HSUM(s12), r13 = HSUM(s13);
+#undef HSUM
+                for (int d = ROW8; d < ROW; d++) {
+                    r00 = fma(q[h][d], tile[kk][d], r00); r01 = fma(q[h][d], tile[kk + 1][d], r01);
+                    r02 = fma(q[h][d], tile[kk + 2][d], r02); r03 = fma(q[h][d], tile[kk + 3][d], r03);
+                    r10 = fma(q[h + 1][d], tile[kk][d], r10); r11 = fma(q[h + 1][d], tile[kk + 1][d], r11);
+                    r12 = fma(q[h + 1][d], tile[kk + 2][d], r12); r13 = fma(q[h + 1][d], tile[kk + 3][d], r13);
+                }
+                p[h][kk] = r00; p[h][kk + 1] = r01; p[h][kk + 2] = r02; p[h][kk + 3] = r03;
+                p[h + 1][kk] = r10; p[h + 1][kk + 1] = r11; p[h + 1][kk + 2] = r12; p[h + 1][kk + 3] = r13;
+            }
+        }
+        /* online softmax; alpha rescales the accumulators when the maximum moves */
+        float alpha[HGC];
+        for (int h = 0; h < HGC; h++) {
+            float m = run_max[h];
+            for (int kk = 0; kk < nk; kk++)
+                m = fmax(m, p[h][kk]);
+            alpha[h] = exp(run_max[h] - m);
+            float sum = run_sum[h] * alpha[h];
+            for (int kk = 0; kk < KTC; kk++) {
+                const float w = kk < nk ? exp(p[h][kk] - m) : 0.0f;
+                p[h][kk] = w;
+                sum += w;
+            }
+            run_max[h] = m;
+            run_sum[h] = sum;
+        }
+        /* acc[h] = alpha[h] * acc[h] + sum_k p[h][k] * c_k, 2 heads per pass */
+        for (int h = 0; h < HGC; h += 2) {
+            const float a0 = alpha[h], a1 = alpha[h + 1];
+            for (int d = 0; d < RKV8; d += 8) {
+                float8 x0 = vload8(0, &acc[h][d]) * a0, x1 = vload8(0, &acc[h + 1][d]) * a1;
+                for (int kk = 0; kk < KTC; kk++) {
+                    const float8 c = vload8(0, &tile[kk][d]);
+                    x0 = fma((float8)(p[h][kk]), c, x0);
+                    x1 = fma((float8)(p[h + 1][kk]), c, x1);
+                }
+                vstore8(x0, 0, &acc[h][d]);
+                vstore8(x1, 0, &acc[h + 1][d]);
+            }
+            for (int d = RKV8; d < RKV; d++) {
+                float x0 = acc[h][d] * a0, x1 = acc[h + 1][d] * a1;
+                for (int kk = 0; kk < KTC; kk++) {
+                    x0 = fma(p[h][kk], tile[kk][d], x0);
+                    x1 = fma(p[h + 1][kk], tile[kk][d], x1);
+                }
+                acc[h][d] = x0;
+                acc[h + 1][d] = x1;
+            }
+        }
+    }
+
+    const size_t row0 = (size_t)t * num_splits + split;
+    for (int h = 0; h < heads; h++) {
+        const int head = h0 + h;
+        const float l = run_sum[h];
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        for (int d = 0; d < RKV; d++)
+            out[out_offset + (row0 * num_heads + head) * RKV + d] = acc[h][d] * inv;
+        lse[lse_offset + row0 * num_heads + head] = l > 0.0f ? run_max[h] + log(l) : -INFINITY;
+    }
+}

@@ -21,7 +21,7 @@ static size_t latent_local_bytes(int nt, int hg, int kt)
 
 /* The attn_latent kernel for `hg` heads per work-group: NT is the largest power of two <= 64 that
    the device's work-group limit, the kernel's own limit and local memory allow. */
-static clmla_status latent_kernel(clmla_cache *cache, int hg, cl_kernel *kernel, int *threads)
+static clmla_status group_kernel(clmla_cache *cache, int hg, cl_kernel *kernel, int *threads)
 {
     if (cache->latent_kernel[hg]) {
         *kernel = cache->latent_kernel[hg];
@@ -58,6 +58,43 @@ static clmla_status latent_kernel(clmla_cache *cache, int hg, cl_kernel *kernel,
     }
 }
 
+/* attn_latent_rows for `hg` (even, <= 16) heads per work-item. */
+static clmla_status rows_kernel(clmla_cache *cache, int hg, cl_kernel *kernel)
+{
+    if (!cache->latent_rows_kernel[hg / 2]) {
+        char options[256];
+        snprintf(options, sizeof(options), "%s -D HGC=%d -D KTC=8", cache->options, hg);
+        clmla_status st = clmla_kernel_create(cache->ctx, "attn_latent", options, "attn_latent_rows",
+                                              &cache->latent_rows_kernel[hg / 2]);
+        if (st != CLMLA_SUCCESS)
+            return st;
+    }
+    *kernel = cache->latent_rows_kernel[hg / 2];
+    return CLMLA_SUCCESS;
+}
+
+void clmla_attention_set_variant(clmla_context *ctx, int variant)
+{
+    ctx->latent_variant = variant;
+}
+
+/* Which kernel, its work-group size and its heads per group: the row-walking kernel on CPUs,
+   the work-group kernel elsewhere, unless a test forced one. */
+static clmla_status pick_kernel(clmla_cache *cache, int num_heads, cl_kernel *kernel, int *threads, int *heads_per_group)
+{
+    int variant = cache->ctx->latent_variant;
+    if (variant == CLMLA_LATENT_AUTO)
+        variant = cache->ctx->info.kind == CLMLA_DEVICE_KIND_CPU ? CLMLA_LATENT_ROWS : CLMLA_LATENT_GROUP;
+    if (variant == CLMLA_LATENT_ROWS) {
+        int hg = num_heads < 16 ? num_heads + (num_heads & 1) : 16;
+        *threads = 1;
+        *heads_per_group = hg;
+        return rows_kernel(cache, hg, kernel);
+    }
+    *heads_per_group = num_heads < 8 ? num_heads : 8;
+    return group_kernel(cache, *heads_per_group, kernel, threads);
+}
+
 #define SET_ARG(k, i, v)                                                           \
     do {                                                                          \
         cl_int e_ = clSetKernelArg((k), (i), sizeof(v), &(v));                    \
@@ -69,13 +106,12 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
 {
     clmla_context *ctx = cache->ctx;
     const int rkv = cache->config.kv_lora_rank;
-    const int heads_per_group = p->num_heads < 8 ? p->num_heads : 8;
-    const int head_groups = (p->num_heads + heads_per_group - 1) / heads_per_group;
     cl_kernel k = NULL;
-    int threads = 0;
-    clmla_status st = latent_kernel(cache, heads_per_group, &k, &threads);
+    int threads = 0, heads_per_group = 0;
+    clmla_status st = pick_kernel(cache, p->num_heads, &k, &threads, &heads_per_group);
     if (st != CLMLA_SUCCESS)
         return st;
+    const int head_groups = (p->num_heads + heads_per_group - 1) / heads_per_group;
 
     /* Enough work-groups to give every compute unit a few, splitting long contexts. */
     const long long groups = (long long)p->num_tokens * head_groups;
@@ -135,7 +171,7 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
     const size_t local[3] = {(size_t)threads, 1, 1};
     cl_int err = clmla_cl_enqueue(ctx, k, 3, global, local, splits > 1 ? NULL : event);
     if (err != CL_SUCCESS)
-        return clmla_fail_cl(ctx, err, "enqueue attn_latent");
+        return clmla_fail_cl(ctx, err, threads > 1 ? "enqueue attn_latent" : "enqueue attn_latent_rows");
     if (splits == 1)
         return CLMLA_SUCCESS;
 

@@ -15,6 +15,12 @@ typedef struct latent_launch {
     cl_mem lse; size_t lse_offset;  /* [T, H]; NULL = not wanted */
 } latent_launch;
 
+/* Kernel variants of latent attention: attn_latent (work-groups that share rows through local
+   memory, for GPUs) and attn_latent_rows (one work-item per head group and split, for CPUs). */
+enum { CLMLA_LATENT_AUTO = 0, CLMLA_LATENT_GROUP = 1, CLMLA_LATENT_ROWS = 2 };
+/* Test hook: force a variant on this context (CLMLA_LATENT_AUTO: by device type). */
+void clmla_attention_set_variant(clmla_context *ctx, int variant);
+
 /* Split-KV latent attention (attn_latent.cl, and attn_combine.cl when the keys are split). */
 clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const latent_launch *p, cl_event *event);
 #endif

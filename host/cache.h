@@ -27,6 +27,7 @@ struct clmla_cache {
     cl_kernel combine_kernel;  /* attn_combine.cl */
     cl_kernel latent_kernel[9];/* attn_latent.cl per heads-per-group 1..8, built on first use */
     int latent_threads[9];     /* their work-group sizes */
+    cl_kernel latent_rows_kernel[9]; /* attn_latent_rows per heads-per-item 2, 4, .., 16 (index hg/2) */
 };
 
 /* What an append changed, so that a failure later in the step can put everything back. */

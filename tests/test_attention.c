@@ -4,6 +4,7 @@
    exactly a block, and long (3000, so a split-KV combine runs), for 1, 3, 5, 16 and 128 heads,
    f32 and f16 caches and odd sizes (rkv 40, dr 8, 5-token blocks). Compared with
    mla_ref_latent_attention in float64. */
+#include "attention.h"
 #include "check.h"
 #include "clmla.h"
 #include "mla_ref.h"
@@ -401,17 +402,10 @@ static void test_bad_arguments(const pool *p)
     clReleaseMemObject(out);
 }
 
-int main(void)
+static void run_all(void)
 {
-    clmla_status st = clmla_context_create(NULL, &ctx);
-    if (st != CLMLA_SUCCESS) {
-        printf("skipped: no OpenCL device (%s: %s)\n", clmla_status_string(st), clmla_last_error(NULL));
-        CHECK(0, "no device to run attention on");
-        return check_summary();
-    }
-
-    /* DeepSeek's cache row (512 + 64), 64-token blocks, f32. */
     pool p;
+    /* DeepSeek's cache row (512 + 64), 64-token blocks, f32. */
     if (pool_make(&p, "rkv512 dr64 bt64 f32", 512, 64, 64, 64, CLMLA_CACHE_F32, 1) == 0) {
         static const int len1[] = {1, 37, 64, 3000, 0, 200, 65};
         static const int seq1[] = {0, 1, 2, 3, 4, 0, 1};
@@ -488,6 +482,30 @@ int main(void)
         attn_case c16 = {16, 2, len16, seq16, 0, 0};
         run_case(&p, &c16, 416);
         pool_free(&p);
+    }
+
+}
+
+int main(void)
+{
+    clmla_status st = clmla_context_create(NULL, &ctx);
+    if (st != CLMLA_SUCCESS) {
+        printf("skipped: no OpenCL device (%s: %s)\n", clmla_status_string(st), clmla_last_error(NULL));
+        CHECK(0, "no device to run attention on");
+        return check_summary();
+    }
+
+    /* Every case with each kernel variant: attn_latent_rows is what CPUs run and attn_latent what
+       GPUs run, and both must hold on any device. */
+    static const struct {
+        int variant;
+        const char *name;
+    } variants[] = {{CLMLA_LATENT_ROWS, "attn_latent_rows"}, {CLMLA_LATENT_GROUP, "attn_latent"}};
+    for (size_t v = 0; v < sizeof(variants) / sizeof(variants[0]); v++) {
+        int failed_before = check_failed;
+        clmla_attention_set_variant(ctx, variants[v].variant);
+        run_all();
+        printf("kernel %s: %s\n", variants[v].name, check_failed == failed_before ? "all cases pass" : "FAILURES above");
     }
 
     clmla_context_destroy(ctx);
