@@ -102,3 +102,66 @@ __kernel void gemm_skinny_nn(const int M, const int N, const int K, const float 
             *dst = beta != 0.0f ? alpha * acc[m] + beta * *dst : alpha * acc[m];
         }
 }
+
+/* gemm_skinny_nt_rows: the y = x W^T product for CPU devices. One work-item computes blocks of NCC
+ * columns for MR rows (MR * NCC = 8 float8 accumulators, all in registers) over the whole of K,
+ * with no barrier, for columns_per_item columns (a multiple of NCC); the host picks MR = the row
+ * count rounded up to 1, 2, 4 or 8. */
+#ifndef MR
+#define MR 1
+#endif
+#ifndef NCC
+#define NCC 8
+#endif
+
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
+void gemm_skinny_nt_rows(const int M, const int N, const int K, const float alpha,
+                         __global const float *A, const int a_offset, const int lda, const int a_stride,
+                         __global const float *B, const int b_offset, const int ldb, const int b_stride,
+                         const float beta, __global float *C, const int c_offset, const int ldc, const int c_stride,
+                         const int columns_per_item)
+{
+    const int batch = get_global_id(1);
+    A += a_offset + (size_t)batch * a_stride;
+    B += b_offset + (size_t)batch * b_stride;
+    C += c_offset + (size_t)batch * c_stride;
+    __global const float *xs[MR];
+    for (int m = 0; m < MR; m++)
+        xs[m] = A + (size_t)min(m, M - 1) * lda;
+    const int k_vec = K & ~7;
+    const int first = get_global_id(0) * columns_per_item;
+    const int last = min(first + columns_per_item, N);
+
+    /* Several column blocks per item: a work-group costs PoCL about a microsecond to start. */
+    for (int n0 = first; n0 < last; n0 += NCC) {
+        __global const float *rows[NCC];
+        for (int c = 0; c < NCC; c++)
+            rows[c] = B + (size_t)min(n0 + c, N - 1) * ldb; /* past N: a valid row, result dropped */
+        float8 acc[MR][NCC];
+        for (int m = 0; m < MR; m++)
+            for (int c = 0; c < NCC; c++)
+                acc[m][c] = (float8)(0.0f);
+        for (int k = 0; k < k_vec; k += 8) {
+            float8 x[MR];
+            for (int m = 0; m < MR; m++)
+                x[m] = vload8(0, xs[m] + k);
+            for (int c = 0; c < NCC; c++) {
+                const float8 w = vload8(0, rows[c] + k);
+                for (int m = 0; m < MR; m++)
+                    acc[m][c] = fma(x[m], w, acc[m][c]);
+            }
+        }
+        /* Constant indices only, so that acc stays in registers; out-of-range results are dropped. */
+        for (int m = 0; m < MR; m++)
+            for (int c = 0; c < NCC; c++) {
+                const float8 v = acc[m][c];
+                float s = (v.s0 + v.s1) + (v.s2 + v.s3) + (v.s4 + v.s5) + (v.s6 + v.s7);
+                for (int k = k_vec; k < K; k++)
+                    s = fma(xs[m][k], rows[c][k], s);
+                if (m < M && n0 + c < last) {
+                    __global float *dst = C + (size_t)m * ldc + n0 + c;
+                    *dst = beta != 0.0f ? alpha * s + beta * *dst : alpha * s;
+                }
+            }
+    }
+}

@@ -49,6 +49,25 @@ static clmla_status skinny_kernels(clmla_context *ctx)
     }
 }
 
+/* The CPU form of the y = x W^T product for m rows: rows bucket 1, 2, 4 or 8, columns 8 / bucket. */
+static clmla_status rows_kernel(clmla_context *ctx, size_t m, cl_kernel *kernel, int *columns)
+{
+    int bucket = 0;
+    while ((size_t)(1 << bucket) < m)
+        bucket++;
+    const int rows = 1 << bucket;
+    *columns = 8 / rows;
+    if (!ctx->skinny_rows[bucket]) {
+        char options[96];
+        snprintf(options, sizeof(options), "-D MR=%d -D NCC=%d", rows, *columns);
+        clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options, "gemm_skinny_nt_rows", &ctx->skinny_rows[bucket]);
+        if (st != CLMLA_SUCCESS)
+            return st;
+    }
+    *kernel = ctx->skinny_rows[bucket];
+    return CLMLA_SUCCESS;
+}
+
 static int fits_int(size_t v)
 {
     return v <= (size_t)INT_MAX;
@@ -69,6 +88,10 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
     if (st != CLMLA_SUCCESS)
         return st;
     cl_kernel kernel = b.transposed ? ctx->skinny_nt : ctx->skinny_nn;
+    int columns = 0;
+    const int cpu_rows = b.transposed && ctx->info.kind == CLMLA_DEVICE_KIND_CPU;
+    if (cpu_rows && (st = rows_kernel(ctx, m, &kernel, &columns)) != CLMLA_SUCCESS)
+        return st;
     const int M = (int)m, N = (int)n, K = (int)k;
     const int ao = (int)a.offset, lda = (int)a.ld, as = (int)a_stride;
     const int bo = (int)b.offset, ldb = (int)b.ld, bs = (int)b_stride;
@@ -92,7 +115,18 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
     SET_ARG(kernel, 16, cs);
     const size_t wg = (size_t)ctx->skinny_threads;
     cl_int err;
-    if (b.transposed) {
+    if (cpu_rows) {
+        /* About 8 items per compute unit over the whole batch, in whole column blocks. */
+        const size_t items_wanted = 8 * (size_t)(ctx->info.compute_units ? ctx->info.compute_units : 1);
+        size_t per_item = (n * batch + items_wanted - 1) / items_wanted;
+        per_item = (per_item + columns - 1) / columns * columns;
+        if (per_item > n)
+            per_item = (n + columns - 1) / columns * columns;
+        const int cpi = (int)per_item;
+        SET_ARG(kernel, 17, cpi);
+        const size_t global[2] = {(n + per_item - 1) / per_item, batch}, local[2] = {1, 1};
+        err = clmla_cl_enqueue(ctx, kernel, 2, global, local, event);
+    } else if (b.transposed) {
         const size_t global[2] = {(n + 3) / 4 * wg, batch}, local[2] = {wg, 1};
         err = clmla_cl_enqueue(ctx, kernel, 2, global, local, event);
     } else {
