@@ -229,6 +229,7 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
 
     for (int j0 = k_begin; j0 < k_end; j0 += KTC) {
         const int nk = min(KTC, k_end - j0);
+        #pragma unroll
         for (int kk = 0; kk < KTC; kk++) {
             const int j = j0 + min(kk, nk - 1); /* past the end: repeat the last row, masked below */
             const size_t base = ((size_t)table[j / block_tokens] * block_tokens + j % block_tokens) * ROW;
@@ -270,6 +271,18 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
         /* online softmax; alpha rescales the accumulators when the maximum moves */
         float alpha[HGC];
         for (int h = 0; h < HGC; h++) {
+#if KTC == 8
+            /* the tile's 8 scores of a head as one vector: one vector exp instead of 8 calls */
+            const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+            const float8 sv = select(vload8(0, p[h]), (float8)(-INFINITY), lane >= (int8)(nk));
+            const float4 m4 = fmax(sv.lo, sv.hi);
+            const float m = fmax(run_max[h], fmax(fmax(m4.x, m4.y), fmax(m4.z, m4.w)));
+            const float8 w = exp(sv - m);
+            vstore8(w, 0, p[h]);
+            alpha[h] = exp(run_max[h] - m);
+            run_sum[h] = run_sum[h] * alpha[h] + ((w.s0 + w.s1) + (w.s2 + w.s3)) + ((w.s4 + w.s5) + (w.s6 + w.s7));
+            run_max[h] = m;
+#else
             float m = run_max[h];
             for (int kk = 0; kk < nk; kk++)
                 m = fmax(m, p[h][kk]);
@@ -282,12 +295,14 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
             }
             run_max[h] = m;
             run_sum[h] = sum;
+#endif
         }
         /* acc[h] = alpha[h] * acc[h] + sum_k p[h][k] * c_k, 2 heads per pass */
         for (int h = 0; h < HGC; h += 2) {
             const float a0 = alpha[h], a1 = alpha[h + 1];
             for (int d = 0; d < RKV8; d += 8) {
                 float8 x0 = vload8(0, &acc[h][d]) * a0, x1 = vload8(0, &acc[h + 1][d]) * a1;
+                #pragma unroll
                 for (int kk = 0; kk < KTC; kk++) {
                     const float8 c = vload8(0, &tile[kk][d]);
                     x0 = fma((float8)(p[h][kk]), c, x0);
@@ -298,6 +313,7 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
             }
             for (int d = RKV8; d < RKV; d++) {
                 float x0 = acc[h][d] * a0, x1 = acc[h + 1][d] * a1;
+                #pragma unroll
                 for (int kk = 0; kk < KTC; kk++) {
                     x0 = fma(p[h][kk], tile[kk][d], x0);
                     x1 = fma(p[h + 1][kk], tile[kk][d], x1);
