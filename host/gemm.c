@@ -1,5 +1,8 @@
-/* Matrix products: clmla's own kernels for decode-shaped products (few rows: the weights are
-   streamed once for all rows), CLBlast for the rest. */
+/* Matrix products. clmla's own kernels where they measure faster (docs/BENCHMARKS.md):
+   - decode-shaped products (up to 8 rows) on every device: the weights are streamed once;
+   - y = x W^T with more rows on CPU devices (4-6x CLBlast's untuned kernels on PoCL);
+   CLBlast for everything else (large products on GPUs, the per-head W^UK absorption of long
+   absorbed chunks). */
 #include "gemm.h"
 #include "clcall.h"
 #include "program.h"
@@ -122,8 +125,9 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
         per_item = (per_item + columns - 1) / columns * columns;
         if (per_item > n)
             per_item = (n + columns - 1) / columns * columns;
-        const int cpi = (int)per_item;
+        const int cpi = (int)per_item, row_blocks = 1;
         SET_ARG(kernel, 17, cpi);
+        SET_ARG(kernel, 18, row_blocks);
         const size_t global[2] = {(n + per_item - 1) / per_item, batch}, local[2] = {1, 1};
         err = clmla_cl_enqueue(ctx, kernel, 2, global, local, event);
     } else if (b.transposed) {
@@ -145,10 +149,50 @@ static int use_skinny(size_t m, const clmla_matrix *a, const clmla_matrix *b, co
            fits_int(c->ld);
 }
 
+/* y = x W^T with many rows on a CPU device: blocks of 4 rows x 64 columns per work-item, so a
+   block's weight rows are reused from L2 for 4 rows at a time and x's rows stay in L1/L2. */
+static clmla_status rows_large(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
+                               clmla_matrix b, float beta, clmla_matrix c, cl_event *event)
+{
+    cl_kernel kernel = NULL;
+    int columns = 0;
+    clmla_status st = rows_kernel(ctx, 4, &kernel, &columns);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    const int M = (int)m, N = (int)n, K = (int)k, zero = 0;
+    const int ao = (int)a.offset, lda = (int)a.ld, bo = (int)b.offset, ldb = (int)b.ld, co = (int)c.offset, ldc = (int)c.ld;
+    const int cpi = 64, row_blocks = (int)((m + 3) / 4);
+    SET_ARG(kernel, 0, M);
+    SET_ARG(kernel, 1, N);
+    SET_ARG(kernel, 2, K);
+    SET_ARG(kernel, 3, alpha);
+    SET_ARG(kernel, 4, a.buffer);
+    SET_ARG(kernel, 5, ao);
+    SET_ARG(kernel, 6, lda);
+    SET_ARG(kernel, 7, zero);
+    SET_ARG(kernel, 8, b.buffer);
+    SET_ARG(kernel, 9, bo);
+    SET_ARG(kernel, 10, ldb);
+    SET_ARG(kernel, 11, zero);
+    SET_ARG(kernel, 12, beta);
+    SET_ARG(kernel, 13, c.buffer);
+    SET_ARG(kernel, 14, co);
+    SET_ARG(kernel, 15, ldc);
+    SET_ARG(kernel, 16, zero);
+    SET_ARG(kernel, 17, cpi);
+    SET_ARG(kernel, 18, row_blocks);
+    const size_t global[2] = {(n + cpi - 1) / cpi, (size_t)row_blocks}, local[2] = {1, 1};
+    cl_int err = clmla_cl_enqueue(ctx, kernel, 2, global, local, event);
+    return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue gemm_skinny_nt_rows");
+}
+
 clmla_status clmla_gemm(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a, clmla_matrix b,
                         float beta, clmla_matrix c, cl_event *event)
 {
-    if (use_skinny(m, &a, &b, &c, m * a.ld, (b.transposed ? n : k) * b.ld, m * c.ld))
+    if (!ctx->gemm_force_clblast && ctx->info.kind == CLMLA_DEVICE_KIND_CPU && m > SKINNY_MAX_ROWS && b.transposed &&
+        !a.transposed && fits_int(a.offset + m * a.ld) && fits_int(b.offset + n * b.ld) && fits_int(c.offset + m * c.ld))
+        return rows_large(ctx, m, n, k, alpha, a, b, beta, c, event);
+    if (!ctx->gemm_force_clblast && use_skinny(m, &a, &b, &c, m * a.ld, (b.transposed ? n : k) * b.ld, m * c.ld))
         return skinny(ctx, m, n, k, alpha, a, 0, b, 0, beta, c, 0, 1, event);
     if (clmla_fault_hit(ctx))
         return clmla_fail(ctx, CL_OUT_OF_RESOURCES, "CLBlastSgemm(m=%zu n=%zu k=%zu): injected fault", m, n, k);
@@ -163,7 +207,7 @@ clmla_status clmla_gemm_strided_batched(clmla_context *ctx, size_t m, size_t n, 
                                         size_t a_stride, clmla_matrix b, size_t b_stride, float beta, clmla_matrix c,
                                         size_t c_stride, size_t batch, cl_event *event)
 {
-    if (fits_int(a_stride) && fits_int(b_stride) && fits_int(c_stride) && fits_int(batch) &&
+    if (!ctx->gemm_force_clblast && fits_int(a_stride) && fits_int(b_stride) && fits_int(c_stride) && fits_int(batch) &&
         use_skinny(m, &a, &b, &c, batch * a_stride + m * a.ld, batch * b_stride + (b.transposed ? n : k) * b.ld,
                    batch * c_stride + m * c.ld))
         return skinny(ctx, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride, batch, event);
