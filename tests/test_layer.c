@@ -15,6 +15,7 @@
  * `test_layer PART...` runs the named parts ("all": every one); no argument runs every part but
  * the presets, which ctest runs as their own entry (test_layer_presets). */
 #include "check.h"
+#include "internal.h"
 #include "clmla.h"
 #include "mla_ref.h"
 #include "test_util.h"
@@ -982,11 +983,21 @@ static void test_presets(void)
 
 /* ---- main ------------------------------------------------------------------------------------ */
 
+/* The odd shapes again with every product through CLBlast: on CPUs clmla's own GEMM kernels take
+   most products, while GPUs give CLBlast the large ones, so both paths stay tested here. */
+static void test_shapes_clblast(void)
+{
+    ctx->gemm_force_clblast = 1;
+    test_shapes();
+    ctx->gemm_force_clblast = 0;
+}
+
 static const struct {
     const char *name;
     void (*run)(void);
 } parts[] = {
-    {"errors", test_create_errors}, {"forward-errors", test_forward_errors}, {"shapes", test_shapes},
+    {"errors", test_create_errors},
+    {"shapes-clblast", test_shapes_clblast}, {"forward-errors", test_forward_errors}, {"shapes", test_shapes},
     {"long", test_long},            {"batch", test_batch},                   {"layers", test_two_layers},
     {"forward-cl", test_forward_cl}, {"presets", test_presets},
 };
