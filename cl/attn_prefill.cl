@@ -100,3 +100,135 @@ void attn_prefill(__global const float *q, const int q_offset, const int q_row_s
             out[out_offset + (size_t)i * out_row_stride + (size_t)h * DV + d] = acc[d] * inv;
     }
 }
+
+/* ---- the same attention for CPU devices -------------------------------------------------------
+ *
+ * attn_prefill_rows: one work-item per (block of QBC consecutive queries, head), no barriers. It
+ * walks the keys its last query needs in tiles of 8: copies the tile's keys [k^C ; k^R] and values
+ * privately, computes the QBC x 8 scores two queries by four keys at a time in float8 registers,
+ * masks keys past each query's position, runs the online softmax per query as one float8, and
+ * adds the weighted values two queries per pass. */
+#ifndef QBC
+#define QBC 16
+#endif
+#define KTC 8
+#define DQ8 (DQ / 8 * 8)
+#define DV8 (DV / 8 * 8)
+
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
+void attn_prefill_rows(__global const float *q, const int q_offset, const int q_row_stride,
+                       __global const float *kv_up, const int kv_up_offset, const int kv_up_row_stride,
+                       __global const float *k_rope, const int k_rope_offset, const int k_rope_row_stride,
+                       const int n_queries, const int prefix, const float scale,
+                       __global float *out, const int out_offset, const int out_row_stride)
+{
+    const int i0 = get_global_id(0) * QBC;
+    const int h = get_global_id(1);
+    const int queries = min(QBC, n_queries - i0);
+    const int key_end = prefix + i0 + queries; /* keys the block's last query needs */
+
+    float qv[QBC][DQ]; /* pre-scaled */
+    float acc[QBC][DV];
+    float key[KTC][DQ];
+    float value[KTC][DV];
+    float p[QBC][KTC];
+    float run_max[QBC], run_sum[QBC];
+    for (int r = 0; r < QBC; r++) {
+        const int i = i0 + min(r, queries - 1);
+        for (int d = 0; d < DQ; d++)
+            qv[r][d] = scale * q[q_offset + (size_t)i * q_row_stride + (size_t)h * DQ + d];
+        for (int d = 0; d < DV; d++)
+            acc[r][d] = 0.0f;
+        run_max[r] = -INFINITY;
+        run_sum[r] = 0.0f;
+    }
+
+    for (int j0 = 0; j0 < key_end; j0 += KTC) {
+        const int nk = min(KTC, key_end - j0);
+#pragma unroll
+        for (int kk = 0; kk < KTC; kk++) {
+            const int j = j0 + min(kk, nk - 1);
+            __global const float *kv = kv_up + kv_up_offset + (size_t)j * kv_up_row_stride + (size_t)h * (DN + DV);
+            __global const float *kr = k_rope + k_rope_offset + (size_t)j * k_rope_row_stride;
+            for (int d = 0; d < DN; d++)
+                key[kk][d] = kv[d];
+            for (int d = 0; d < DR; d++)
+                key[kk][DN + d] = kr[d];
+            for (int d = 0; d < DV; d++)
+                value[kk][d] = kv[DN + d];
+        }
+        for (int r = 0; r < QBC; r += 2) {
+#pragma unroll
+            for (int kk = 0; kk < KTC; kk += 4) {
+                float8 s00 = 0, s01 = 0, s02 = 0, s03 = 0, s10 = 0, s11 = 0, s12 = 0, s13 = 0;
+                for (int d = 0; d < DQ8; d += 8) {
+                    const float8 a = vload8(0, &qv[r][d]), b = vload8(0, &qv[r + 1][d]);
+                    const float8 c0 = vload8(0, &key[kk][d]), c1 = vload8(0, &key[kk + 1][d]);
+                    const float8 c2 = vload8(0, &key[kk + 2][d]), c3 = vload8(0, &key[kk + 3][d]);
+                    s00 = fma(a, c0, s00); s01 = fma(a, c1, s01); s02 = fma(a, c2, s02); s03 = fma(a, c3, s03);
+                    s10 = fma(b, c0, s10); s11 = fma(b, c1, s11); s12 = fma(b, c2, s12); s13 = fma(b, c3, s13);
+                }
+#define HSUM(v) (((v).s0 + (v).s1) + ((v).s2 + (v).s3) + ((v).s4 + (v).s5) + ((v).s6 + (v).s7))
+                float r00 = HSUM(s00), r01 = HSUM(s01), r02 = HSUM(s02), r03 = HSUM(s03);
+                float r10 = HSUM(s10), r11 = HSUM(s11), r12 = HSUM(s12), r13 = HSUM(s13);
+#undef HSUM
+                for (int d = DQ8; d < DQ; d++) {
+                    r00 = fma(qv[r][d], key[kk][d], r00); r01 = fma(qv[r][d], key[kk + 1][d], r01);
+                    r02 = fma(qv[r][d], key[kk + 2][d], r02); r03 = fma(qv[r][d], key[kk + 3][d], r03);
+                    r10 = fma(qv[r + 1][d], key[kk][d], r10); r11 = fma(qv[r + 1][d], key[kk + 1][d], r11);
+                    r12 = fma(qv[r + 1][d], key[kk + 2][d], r12); r13 = fma(qv[r + 1][d], key[kk + 3][d], r13);
+                }
+                p[r][kk] = r00; p[r][kk + 1] = r01; p[r][kk + 2] = r02; p[r][kk + 3] = r03;
+                p[r + 1][kk] = r10; p[r + 1][kk + 1] = r11; p[r + 1][kk + 2] = r12; p[r + 1][kk + 3] = r13;
+            }
+        }
+        float alpha[QBC];
+        const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+        for (int r = 0; r < QBC; r++) {
+            /* query r sees keys j <= prefix + i0 + r, and only the tile's first nk */
+            const int visible = min(nk, prefix + i0 + r + 1 - j0);
+            const float8 sv = select(vload8(0, p[r]), (float8)(-INFINITY), lane >= (int8)(visible));
+            const float4 m4 = fmax(sv.lo, sv.hi);
+            const float m_tile = fmax(fmax(m4.x, m4.y), fmax(m4.z, m4.w));
+            const float m = fmax(run_max[r], m_tile);
+            if (m == -INFINITY) { /* nothing visible yet for this query (a later block row) */
+                vstore8((float8)(0.0f), 0, p[r]);
+                alpha[r] = 1.0f;
+                continue;
+            }
+            const float8 w = exp(sv - m);
+            vstore8(w, 0, p[r]);
+            alpha[r] = exp(run_max[r] - m);
+            run_sum[r] = run_sum[r] * alpha[r] + ((w.s0 + w.s1) + (w.s2 + w.s3)) + ((w.s4 + w.s5) + (w.s6 + w.s7));
+            run_max[r] = m;
+        }
+        for (int r = 0; r < QBC; r += 2) {
+            const float a0 = alpha[r], a1 = alpha[r + 1];
+            for (int d = 0; d < DV8; d += 8) {
+                float8 x0 = vload8(0, &acc[r][d]) * a0, x1 = vload8(0, &acc[r + 1][d]) * a1;
+#pragma unroll
+                for (int kk = 0; kk < KTC; kk++) {
+                    const float8 v = vload8(0, &value[kk][d]);
+                    x0 = fma((float8)(p[r][kk]), v, x0);
+                    x1 = fma((float8)(p[r + 1][kk]), v, x1);
+                }
+                vstore8(x0, 0, &acc[r][d]);
+                vstore8(x1, 0, &acc[r + 1][d]);
+            }
+            for (int d = DV8; d < DV; d++) {
+                float x0 = acc[r][d] * a0, x1 = acc[r + 1][d] * a1;
+                for (int kk = 0; kk < KTC; kk++) {
+                    x0 = fma(p[r][kk], value[kk][d], x0);
+                    x1 = fma(p[r + 1][kk], value[kk][d], x1);
+                }
+                acc[r][d] = x0;
+                acc[r + 1][d] = x1;
+            }
+        }
+    }
+    for (int r = 0; r < queries; r++) {
+        const float inv = 1.0f / run_sum[r];
+        for (int d = 0; d < DV; d++)
+            out[out_offset + (size_t)(i0 + r) * out_row_stride + (size_t)h * DV + d] = acc[r][d] * inv;
+    }
+}

@@ -15,8 +15,9 @@ typedef struct latent_launch {
     cl_mem lse; size_t lse_offset;  /* [T, H]; NULL = not wanted */
 } latent_launch;
 
-/* Kernel variants of latent attention: attn_latent (work-groups that share rows through local
-   memory, for GPUs) and attn_latent_rows (one work-item per head group and split, for CPUs). */
+/* Kernel variants of the attention kernels: work-group kernels that share rows through local
+   memory (attn_latent, attn_prefill: for GPUs) and row-walking kernels with one work-item per
+   head or query block (attn_latent_rows, attn_prefill_rows: for CPUs). */
 enum { CLMLA_LATENT_AUTO = 0, CLMLA_LATENT_GROUP = 1, CLMLA_LATENT_ROWS = 2 };
 /* Test hook: force a variant on this context (CLMLA_LATENT_AUTO: by device type). */
 void clmla_attention_set_variant(clmla_context *ctx, int variant);

@@ -31,7 +31,7 @@ struct clmla_layer {
     /* RoPE (A cos, A sin) for positions [0, rope_positions) */
     cl_mem rope_table;
     int rope_positions;
-    cl_kernel rmsnorm, rope, prefill;
+    cl_kernel rmsnorm, rope, prefill, prefill_rows; /* prefill: attn_prefill (GPUs), prefill_rows: CPUs */
     int rmsnorm_threads, prefill_threads;
     int auto_threshold;
 };
@@ -86,6 +86,9 @@ static int pow2_at_most(size_t limit, int cap)
     return n;
 }
 
+/* Queries per work-item of attn_prefill_rows (even). */
+#define PREFILL_ROWS_QUERIES 16
+
 static clmla_status build_kernels(clmla_layer *L)
 {
     clmla_context *ctx = L->ctx;
@@ -117,7 +120,8 @@ static clmla_status build_kernels(clmla_layer *L)
         nt /= 2;
     }
     L->prefill_threads = nt;
-    return CLMLA_SUCCESS;
+    snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D QBC=%d", L->dn, L->dr, L->dv, PREFILL_ROWS_QUERIES);
+    return clmla_kernel_create(ctx, "attn_prefill", options, "attn_prefill_rows", &L->prefill_rows);
 }
 
 /* Entries of at least this many tokens are cheaper decompressed: per key, the up-projection costs
@@ -228,7 +232,7 @@ void clmla_layer_destroy(clmla_layer *L)
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (bufs[i])
             clReleaseMemObject(bufs[i]);
-    cl_kernel ks[] = {L->rmsnorm, L->rope, L->prefill};
+    cl_kernel ks[] = {L->rmsnorm, L->rope, L->prefill, L->prefill_rows};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -326,7 +330,10 @@ static clmla_status enqueue_prefill(clmla_layer *L, cl_mem q, int first_row, cl_
     const int q_off = first_row * L->H * L->dq, q_stride = L->H * L->dq;
     const int zero = 0, kvu_stride = L->H * (L->dn + L->dv);
     const int o_off = first_row * L->H * L->dv, o_stride = L->H * L->dv;
-    cl_kernel k = L->prefill;
+    int variant = ctx->latent_variant;
+    if (variant == CLMLA_LATENT_AUTO)
+        variant = ctx->info.kind == CLMLA_DEVICE_KIND_CPU ? CLMLA_LATENT_ROWS : CLMLA_LATENT_GROUP;
+    cl_kernel k = variant == CLMLA_LATENT_ROWS ? L->prefill_rows : L->prefill;
     SET_ARG(k, 0, q);
     SET_ARG(k, 1, q_off);
     SET_ARG(k, 2, q_stride);
@@ -342,8 +349,9 @@ static clmla_status enqueue_prefill(clmla_layer *L, cl_mem q, int first_row, cl_
     SET_ARG(k, 12, o);
     SET_ARG(k, 13, o_off);
     SET_ARG(k, 14, o_stride);
-    const size_t nt = (size_t)L->prefill_threads;
-    const size_t global[2] = {(n_queries + nt - 1) / nt * nt, (size_t)L->H}, local[2] = {nt, 1};
+    const size_t nt = variant == CLMLA_LATENT_ROWS ? 1 : (size_t)L->prefill_threads;
+    const size_t per_item = variant == CLMLA_LATENT_ROWS ? PREFILL_ROWS_QUERIES : nt;
+    const size_t global[2] = {(n_queries + per_item - 1) / per_item * nt, (size_t)L->H}, local[2] = {nt, 1};
     cl_int err = clmla_cl_enqueue(ctx, k, 2, global, local, NULL);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue attn_prefill");
 }

@@ -14,6 +14,7 @@
  * The cache contents after every run (c^KV after RMSNorm, k^R after RoPE) are compared as well.
  * `test_layer PART...` runs the named parts ("all": every one); no argument runs every part but
  * the presets, which ctest runs as their own entry (test_layer_presets). */
+#include "attention.h"
 #include "check.h"
 #include "internal.h"
 #include "clmla.h"
@@ -992,12 +993,22 @@ static void test_shapes_clblast(void)
     ctx->gemm_force_clblast = 0;
 }
 
+/* The odd shapes and the long sequences with the work-group attention kernels (attn_latent,
+   attn_prefill) that GPUs run; on CPUs the row-walking kernels are the default. */
+static void test_group_kernels(void)
+{
+    clmla_attention_set_variant(ctx, CLMLA_LATENT_GROUP);
+    test_shapes();
+    test_long();
+    clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
+}
+
 static const struct {
     const char *name;
     void (*run)(void);
 } parts[] = {
     {"errors", test_create_errors},
-    {"shapes-clblast", test_shapes_clblast}, {"forward-errors", test_forward_errors}, {"shapes", test_shapes},
+    {"shapes-clblast", test_shapes_clblast}, {"group-kernels", test_group_kernels}, {"forward-errors", test_forward_errors}, {"shapes", test_shapes},
     {"long", test_long},            {"batch", test_batch},                   {"layers", test_two_layers},
     {"forward-cl", test_forward_cl}, {"presets", test_presets},
 };
