@@ -178,3 +178,54 @@ void gemm_skinny_nt_rows(const int M, const int N, const int K, const float alph
             }
     }
 }
+
+/* gemm_skinny_nn_rows: C = alpha * A * B + beta * C for CPU devices, B [K, N] row-major with N a
+ * multiple of 8. One work-item computes MR rows x (8 * NCC) columns as MR * NCC float8
+ * accumulators (8 in all): per k it loads NCC float8 strips of B's row k and broadcasts A[m, k].
+ * Dimension 1 enumerates the batch. */
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
+void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alpha,
+                         __global const float *A, const int a_offset, const int lda, const int a_stride,
+                         __global const float *B, const int b_offset, const int ldb, const int b_stride,
+                         const float beta, __global float *C, const int c_offset, const int ldc, const int c_stride)
+{
+    const int n0 = get_global_id(0) * 8 * NCC;
+    const int batch = get_global_id(1);
+    A += a_offset + (size_t)batch * a_stride;
+    B += b_offset + (size_t)batch * b_stride;
+    C += c_offset + (size_t)batch * c_stride;
+    int cols[NCC];
+#pragma unroll
+    for (int c = 0; c < NCC; c++)
+        cols[c] = min(n0 + 8 * c, N - 8); /* past N: a valid strip, result dropped */
+    __global const float *xs[MR];
+#pragma unroll
+    for (int m = 0; m < MR; m++)
+        xs[m] = A + (size_t)min(m, M - 1) * lda;
+
+    float8 acc[MR][NCC];
+#pragma unroll
+    for (int m = 0; m < MR; m++)
+#pragma unroll
+        for (int c = 0; c < NCC; c++)
+            acc[m][c] = (float8)(0.0f);
+    for (int k = 0; k < K; k++) {
+        __global const float *brow = B + (size_t)k * ldb;
+#pragma unroll
+        for (int c = 0; c < NCC; c++) {
+            const float8 b = vload8(0, brow + cols[c]);
+#pragma unroll
+            for (int m = 0; m < MR; m++)
+                acc[m][c] = fma((float8)(xs[m][k]), b, acc[m][c]);
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < MR; m++)
+#pragma unroll
+        for (int c = 0; c < NCC; c++)
+            if (m < M && n0 + 8 * c < N) {
+                __global float *dst = C + (size_t)m * ldc + n0 + 8 * c;
+                const float8 r = alpha * acc[m][c];
+                vstore8(beta != 0.0f ? r + beta * vload8(0, dst) : r, 0, dst);
+            }
+}

@@ -147,6 +147,9 @@ void clmla_context_destroy(clmla_context *ctx)
     for (int i = 0; i < 4; i++)
         if (ctx->skinny_rows[i])
             clReleaseKernel(ctx->skinny_rows[i]);
+    for (int i = 0; i < 4; i++)
+        if (ctx->skinny_nn_rows[i])
+            clReleaseKernel(ctx->skinny_nn_rows[i]);
     clmla_program_cache_release(ctx);
     clmla_scratch_release(ctx);
     if (ctx->queue)

@@ -52,22 +52,25 @@ static clmla_status skinny_kernels(clmla_context *ctx)
     }
 }
 
-/* The CPU form of the y = x W^T product for m rows: rows bucket 1, 2, 4 or 8, columns 8 / bucket. */
-static clmla_status rows_kernel(clmla_context *ctx, size_t m, cl_kernel *kernel, int *columns)
+/* The CPU forms for m rows: rows bucket 1, 2, 4 or 8, column blocks 8 / bucket (of single
+   columns for the x W^T kernel, of float8 strips for the x B kernel). */
+static clmla_status rows_kernel(clmla_context *ctx, size_t m, int transposed_b, cl_kernel *kernel, int *columns)
 {
     int bucket = 0;
     while ((size_t)(1 << bucket) < m)
         bucket++;
     const int rows = 1 << bucket;
     *columns = 8 / rows;
-    if (!ctx->skinny_rows[bucket]) {
+    cl_kernel *slot = transposed_b ? &ctx->skinny_rows[bucket] : &ctx->skinny_nn_rows[bucket];
+    if (!*slot) {
         char options[96];
         snprintf(options, sizeof(options), "-D MR=%d -D NCC=%d", rows, *columns);
-        clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options, "gemm_skinny_nt_rows", &ctx->skinny_rows[bucket]);
+        clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options,
+                                              transposed_b ? "gemm_skinny_nt_rows" : "gemm_skinny_nn_rows", slot);
         if (st != CLMLA_SUCCESS)
             return st;
     }
-    *kernel = ctx->skinny_rows[bucket];
+    *kernel = *slot;
     return CLMLA_SUCCESS;
 }
 
@@ -92,8 +95,10 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
         return st;
     cl_kernel kernel = b.transposed ? ctx->skinny_nt : ctx->skinny_nn;
     int columns = 0;
-    const int cpu_rows = b.transposed && ctx->info.kind == CLMLA_DEVICE_KIND_CPU;
-    if (cpu_rows && (st = rows_kernel(ctx, m, &kernel, &columns)) != CLMLA_SUCCESS)
+    const int cpu = ctx->info.kind == CLMLA_DEVICE_KIND_CPU;
+    const int cpu_rows = cpu && b.transposed;
+    const int cpu_nn = cpu && !b.transposed && n % 8 == 0;
+    if ((cpu_rows || cpu_nn) && (st = rows_kernel(ctx, m, b.transposed, &kernel, &columns)) != CLMLA_SUCCESS)
         return st;
     const int M = (int)m, N = (int)n, K = (int)k;
     const int ao = (int)a.offset, lda = (int)a.ld, as = (int)a_stride;
@@ -130,6 +135,10 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
         SET_ARG(kernel, 18, row_blocks);
         const size_t global[2] = {(n + per_item - 1) / per_item, batch}, local[2] = {1, 1};
         err = clmla_cl_enqueue(ctx, kernel, 2, global, local, event);
+    } else if (cpu_nn) {
+        const size_t strip = 8 * (size_t)columns;
+        const size_t global[2] = {(n + strip - 1) / strip, batch}, local[2] = {1, 1};
+        err = clmla_cl_enqueue(ctx, kernel, 2, global, local, event);
     } else if (b.transposed) {
         const size_t global[2] = {(n + 3) / 4 * wg, batch}, local[2] = {wg, 1};
         err = clmla_cl_enqueue(ctx, kernel, 2, global, local, event);
@@ -156,7 +165,7 @@ static clmla_status rows_large(clmla_context *ctx, size_t m, size_t n, size_t k,
 {
     cl_kernel kernel = NULL;
     int columns = 0;
-    clmla_status st = rows_kernel(ctx, 4, &kernel, &columns);
+    clmla_status st = rows_kernel(ctx, 4, 1, &kernel, &columns);
     if (st != CLMLA_SUCCESS)
         return st;
     const int M = (int)m, N = (int)n, K = (int)k, zero = 0;
