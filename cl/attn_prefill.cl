@@ -85,6 +85,8 @@ void attn_prefill(__global const float *q, const int q_offset, const int q_row_s
             for (int d = 0; d < DV; d++)
                 acc[d] *= alpha;
             for (int kk = 0; kk < KT; kk++) {
+                if (j0 + kk >= my_end)
+                    break; /* skipped, not weighted 0: 0 * a later token's NaN would be NaN */
                 const float p = exp(s[kk] - m_new);
                 l += p;
                 for (int d = 0; d < DV; d++)
@@ -202,27 +204,43 @@ void attn_prefill_rows(__global const float *q, const int q_offset, const int q_
             run_sum[r] = run_sum[r] * alpha[r] + ((w.s0 + w.s1) + (w.s2 + w.s3)) + ((w.s4 + w.s5) + (w.s6 + w.s7));
             run_max[r] = m;
         }
+        /* Keys a query must not see are skipped rather than weighted 0 (0 * a later token's NaN
+           is NaN); only the tiles on the causal diagonal need the per-key test. */
+        const bool all_visible = nk == KTC && j0 + KTC <= prefix + i0 + 1;
         for (int r = 0; r < QBC; r += 2) {
             const float a0 = alpha[r], a1 = alpha[r + 1];
-            for (int d = 0; d < DV8; d += 8) {
-                float8 x0 = vload8(0, &acc[r][d]) * a0, x1 = vload8(0, &acc[r + 1][d]) * a1;
+            if (all_visible) {
+                for (int d = 0; d < DV8; d += 8) {
+                    float8 x0 = vload8(0, &acc[r][d]) * a0, x1 = vload8(0, &acc[r + 1][d]) * a1;
 #pragma unroll
-                for (int kk = 0; kk < KTC; kk++) {
-                    const float8 v = vload8(0, &value[kk][d]);
-                    x0 = fma((float8)(p[r][kk]), v, x0);
-                    x1 = fma((float8)(p[r + 1][kk]), v, x1);
+                    for (int kk = 0; kk < KTC; kk++) {
+                        const float8 v = vload8(0, &value[kk][d]);
+                        x0 = fma((float8)(p[r][kk]), v, x0);
+                        x1 = fma((float8)(p[r + 1][kk]), v, x1);
+                    }
+                    vstore8(x0, 0, &acc[r][d]);
+                    vstore8(x1, 0, &acc[r + 1][d]);
                 }
-                vstore8(x0, 0, &acc[r][d]);
-                vstore8(x1, 0, &acc[r + 1][d]);
-            }
-            for (int d = DV8; d < DV; d++) {
-                float x0 = acc[r][d] * a0, x1 = acc[r + 1][d] * a1;
-                for (int kk = 0; kk < KTC; kk++) {
-                    x0 = fma(p[r][kk], value[kk][d], x0);
-                    x1 = fma(p[r + 1][kk], value[kk][d], x1);
+                for (int d = DV8; d < DV; d++) {
+                    float x0 = acc[r][d] * a0, x1 = acc[r + 1][d] * a1;
+                    for (int kk = 0; kk < KTC; kk++) {
+                        x0 = fma(p[r][kk], value[kk][d], x0);
+                        x1 = fma(p[r + 1][kk], value[kk][d], x1);
+                    }
+                    acc[r][d] = x0;
+                    acc[r + 1][d] = x1;
                 }
-                acc[r][d] = x0;
-                acc[r + 1][d] = x1;
+            } else {
+                const int vis0 = min(nk, prefix + i0 + r + 1 - j0), vis1 = min(nk, prefix + i0 + r + 2 - j0);
+                for (int d = 0; d < DV; d++) {
+                    float x0 = acc[r][d] * a0, x1 = acc[r + 1][d] * a1;
+                    for (int kk = 0; kk < vis0; kk++)
+                        x0 = fma(p[r][kk], value[kk][d], x0);
+                    for (int kk = 0; kk < vis1; kk++)
+                        x1 = fma(p[r + 1][kk], value[kk][d], x1);
+                    acc[r][d] = x0;
+                    acc[r + 1][d] = x1;
+                }
             }
         }
     }

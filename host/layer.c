@@ -602,27 +602,35 @@ static clmla_status run_step(clmla_layer *L, clmla_cache *cache, const clmla_for
     return st;
 }
 
-clmla_status clmla_layer_forward_cl(clmla_layer *L, clmla_cache *cache, const clmla_forward_args *a, cl_mem x,
-                                    size_t x_offset, cl_mem out, size_t out_offset, cl_event *event)
+/* Enqueues a step and leaves its cache transaction open in *txn (commit or roll back after). */
+static clmla_status forward_enqueue(clmla_layer *L, clmla_cache *cache, const clmla_forward_args *a, cl_mem x,
+                                    size_t x_offset, cl_mem out, size_t out_offset, cl_event *event, cache_txn *txn)
 {
-    if (!L || !cache || !a || !x || !out)
-        return clmla_fail(L ? L->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_layer_forward: NULL argument");
     clmla_status st = check_step(L, cache, a);
     if (st != CLMLA_SUCCESS)
         return st;
-    cache_txn txn;
-    st = clmla_cache_begin_append(cache, a->cache_layer, a->entries, a->num_entries, &txn);
+    st = clmla_cache_begin_append(cache, a->cache_layer, a->entries, a->num_entries, txn);
     if (st != CLMLA_SUCCESS)
         return st;
     step_plan plan;
-    st = plan_step(L, cache, a, &txn, &plan);
+    st = plan_step(L, cache, a, txn, &plan);
     if (st == CLMLA_SUCCESS) {
         st = run_step(L, cache, a, &plan, x, x_offset, out, out_offset, event);
         plan_free(&plan);
     }
     if (st != CLMLA_SUCCESS)
-        clmla_cache_rollback(cache, &txn);
-    else
+        clmla_cache_rollback(cache, txn);
+    return st;
+}
+
+clmla_status clmla_layer_forward_cl(clmla_layer *L, clmla_cache *cache, const clmla_forward_args *a, cl_mem x,
+                                    size_t x_offset, cl_mem out, size_t out_offset, cl_event *event)
+{
+    if (!L || !cache || !a || !x || !out)
+        return clmla_fail(L ? L->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_layer_forward: NULL argument");
+    cache_txn txn;
+    clmla_status st = forward_enqueue(L, cache, a, x, x_offset, out, out_offset, event, &txn);
+    if (st == CLMLA_SUCCESS)
         clmla_cache_commit(&txn);
     return st;
 }
@@ -650,13 +658,18 @@ clmla_status clmla_layer_forward(clmla_layer *L, clmla_cache *cache, const clmla
     cl_int err = clmla_cl_write(ctx, xb, 0, bytes, x);
     if (err != CL_SUCCESS)
         return clmla_fail_cl(ctx, err, "clEnqueueWriteBuffer(x)");
-    st = clmla_layer_forward_cl(L, cache, a, xb, 0, ob, 0, NULL);
+    cache_txn txn;
+    st = forward_enqueue(L, cache, a, xb, 0, ob, 0, NULL, &txn);
     if (st != CLMLA_SUCCESS) {
         clFinish(ctx->queue);
         return st;
     }
+    /* The step counts only once its output is read: a failed read puts the cache back too. */
     err = clmla_cl_read(ctx, ob, 0, bytes, out);
-    if (err != CL_SUCCESS)
+    if (err != CL_SUCCESS) {
+        clmla_cache_rollback(cache, &txn);
         return clmla_fail_cl(ctx, err, "clEnqueueReadBuffer(out)");
+    }
+    clmla_cache_commit(&txn);
     return CLMLA_SUCCESS;
 }
