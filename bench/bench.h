@@ -1,0 +1,147 @@
+/* clmla-bench: shared declarations of the benchmark program (a client of the public API, plus
+   its own baseline and peak kernels and direct CLBlast calls). */
+#ifndef CLMLA_BENCH_H
+#define CLMLA_BENCH_H
+
+#include "clmla.h"
+
+#include <stddef.h>
+
+/* ---- the device under test ------------------------------------------------------------------ */
+
+typedef struct bench_device {
+    clmla_context *ctx;
+    cl_context cl_ctx;
+    cl_command_queue queue;
+    cl_device_id device;
+    clmla_device_info info;
+    int profiling;          /* the queue has CL_QUEUE_PROFILING_ENABLE */
+    size_t memory_budget;   /* bytes a row may allocate before it is skipped */
+    cl_mem flush_buffer;    /* written before every timed call unless --warm-cache (NULL then) */
+    size_t flush_bytes;
+} bench_device;
+
+/* Compiles (once per source and options, then from a small in-process cache) one of the bench's
+   own kernels: "mha_decode" or "bench_util" (bench/kernels/NAME.cl). On failure prints the
+   build log to stderr and returns NULL. */
+cl_kernel bench_kernel(bench_device *dev, const char *file, const char *options, const char *kernel);
+void bench_kernels_release(void);
+
+/* dst[0..n) = scale * uniform[-1, 1) on the device; half = 1 stores f16 (vstore_half). */
+int bench_fill(bench_device *dev, cl_mem dst, size_t n, int half, unsigned seed, float scale);
+/* A device buffer, or NULL with a message on stderr. */
+cl_mem bench_buffer(bench_device *dev, size_t bytes, const char *what);
+void bench_release(cl_mem *buffer);
+
+/* ---- the model shape ----------------------------------------------------------------------- */
+
+typedef struct bench_shape {
+    char preset[32];            /* "v2-lite", ..., or "custom" */
+    clmla_layer_config config;
+    int D, H, rq, rkv, dn, dr, dv, dq, row; /* row = rkv + dr: values per latent cache token */
+    float scale;                /* softmax scale tau (MLA.md section 4) */
+} bench_shape;
+
+void bench_shape_from_config(bench_shape *s, const char *preset, const clmla_layer_config *config);
+
+/* ---- timing -------------------------------------------------------------------------------- */
+
+/* One call of the operation under test: enqueue it on dev->queue without waiting. *last
+   receives the event of its last command (or stays NULL when there is none). */
+typedef int (*bench_enqueue_fn)(void *user, cl_event *last);
+/* Called before each sample, untimed, to restore the state the calls consume (the context of a
+   decode step, the empty sequences of a prefill). May be NULL. */
+typedef int (*bench_reset_fn)(void *user);
+
+typedef struct bench_op {
+    bench_enqueue_fn enqueue;
+    bench_reset_fn reset;
+    void *user;
+    int max_calls_per_sample; /* 0 = 64 */
+} bench_op;
+
+typedef struct bench_timing_options {
+    int min_samples;          /* at least this many (3 when one call takes over half a second) */
+    int max_samples;
+    double min_seconds;       /* keep sampling at least this long... */
+    double max_seconds;       /* ...and stop after this long even if not stable */
+    double sample_ms;         /* a sample repeats the call back to back until it lasts about this */
+    double stable_fraction;   /* stable: the median of the first half of the samples is within
+                                 this fraction of the median of all of them */
+} bench_timing_options;
+
+typedef struct bench_timing {
+    double first_ms;          /* the very first call, with kernel compiles, wall time */
+    double median_ms, min_ms, max_ms; /* per call, over samples, with the timer below */
+    double wall_median_ms;    /* the same by wall clock around clFinish, for reference */
+    int samples, calls_per_sample, stable;
+    const char *timer;        /* "profiling" (OpenCL events) or "wall" */
+} bench_timing;
+
+void bench_timing_defaults(bench_timing_options *o, int quick);
+int bench_time(bench_device *dev, const bench_op *op, const bench_timing_options *o, bench_timing *t);
+double bench_now(void);
+
+/* ---- what one row of results holds ---------------------------------------------------------- */
+
+typedef struct bench_row {
+    char phase[16];           /* decode, layer, prefill, peak */
+    char path[24];            /* absorbed, decompressed, mha; peak: read-bandwidth, fp32-fma, sgemm */
+    char cache_dtype[8];      /* f32, f16; "" for peak rows */
+    int batch, ctx;
+    bench_timing t;
+    double tokens;            /* tokens per call: batch (decode, layer), batch * ctx (prefill) */
+    double bytes, flops;      /* per call, as docs/BENCHMARKS.md defines them */
+    double cache_bytes;       /* the KV memory this row's attention reads (MLA latent, or MHA K/V) */
+    double mha_cache_bytes;   /* a standard MHA cache for the same model, batch and ctx */
+    double check_error;       /* max relative error against a float64 host result; < 0 = not checked */
+    char note[160];
+} bench_row;
+
+typedef struct bench_peaks {
+    double read_gbs, fma_gflops, sgemm_gflops; /* 0 = not measured */
+} bench_peaks;
+
+/* ---- byte and FLOP counts (docs/BENCHMARKS.md, "Definitions") ---------------------------------- */
+
+double bench_weight_bytes(const bench_shape *s);
+/* Per token: the projections around the attention (q, kv_a, o_proj), and for the absorbed form
+   also W^UK into the query and W^UV after the weighted sum. */
+double bench_projection_flops(const bench_shape *s, int absorbed);
+/* Per (query, key) pair over all heads: 2*H*(2*rkv + dr) absorbed, 2*H*(dq + dv) otherwise. */
+double bench_pair_flops(const bench_shape *s, int absorbed);
+/* Per key per step for the decompressed path: k^C and v^C of every head from c^KV. */
+double bench_upproject_flops(const bench_shape *s);
+double bench_mla_cache_bytes(const bench_shape *s, int batch, int ctx, size_t elem);
+double bench_mha_cache_bytes(const bench_shape *s, int batch, int ctx, size_t elem);
+
+/* ---- phases: each fills *row and returns 0, 1 on a failure, or -1 when skipped (row->note) -- */
+
+typedef struct bench_case {
+    bench_device *dev;
+    const bench_shape *shape;
+    const bench_timing_options *timing;
+    const char *phase, *path;  /* path: absorbed | decompressed | mha | auto */
+    int batch, ctx;
+    clmla_cache_dtype dtype;
+    int block_tokens;
+    int check;                 /* compare the bench's own kernels with a float64 host result */
+    unsigned seed;
+} bench_case;
+
+int bench_decode(const bench_case *c, bench_row *row);
+int bench_layer(const bench_case *c, bench_row *row);   /* phases layer and prefill */
+/* The three peak rows; peaks receives the measured values. quick = smaller sizes. */
+int bench_peak(bench_device *dev, const bench_timing_options *timing, int quick, bench_row rows[3], bench_peaks *peaks);
+
+/* ---- output -------------------------------------------------------------------------------- */
+
+typedef struct bench_report bench_report;
+bench_report *bench_report_open(const bench_device *dev, const bench_shape *shape, const char *json_path);
+void bench_report_peaks(bench_report *r, const bench_peaks *peaks);
+/* Prints the row to stdout and, with --json, rewrites the file with every row so far. */
+int bench_report_row(bench_report *r, const bench_row *row);
+void bench_report_skip(bench_report *r, const bench_row *row);
+int bench_report_close(bench_report *r);
+
+#endif

@@ -1,0 +1,484 @@
+/* clmla-bench: MLA decode, layer and prefill speed on any OpenCL device, against the device's own
+   measured peaks and against standard multi-head attention. See docs/BENCHMARKS.md. */
+#include "bench.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_LIST 16
+
+typedef struct int_list {
+    int n;
+    int v[MAX_LIST];
+} int_list;
+
+typedef struct name_list {
+    int n;
+    const char *v[MAX_LIST];
+} name_list;
+
+typedef struct options {
+    const char *device, *preset, *json, *peaks;
+    const char *phase, *ctx, *batch, *path, *dtype;
+    int quick, peak, check, warm_cache, block_tokens, seed, help, version;
+    double max_mem_mib, max_time;
+    int dims[7]; /* hidden, heads, q-lora-rank, kv-lora-rank, nope-dim, rope-dim, v-dim; -1 = preset's */
+} options;
+
+static const char *const dim_names[7] = {"hidden", "heads", "q-lora-rank", "kv-lora-rank", "nope-dim", "rope-dim", "v-dim"};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: clmla-bench [options]\n\n"
+            "Multi-head Latent Attention speed on an OpenCL device: achieved GB/s and GFLOP/s, as fractions of\n"
+            "the device's own measured peaks, next to standard multi-head attention of the same model shape.\n\n"
+            "  --device SPEC        device (P:D, index, gpu|cpu|accelerator, or part of a name; see clmla devices)\n"
+            "  --preset NAME        v2-lite (default), v2, v3, kimi-k2, or custom (v2-lite's dims, changed by:)\n"
+            "  --hidden N --heads N --q-lora-rank N --kv-lora-rank N --nope-dim N --rope-dim N --v-dim N\n"
+            "  --phase LIST         decode (default), layer, prefill, peak; comma-separated\n"
+            "                         decode:  latent attention of one new token over the cache (FlashMLA's measure)\n"
+            "                         layer:   a whole decode step of one layer (projections, RoPE, cache write,\n"
+            "                                  attention, output projection)\n"
+            "                         prefill: a prompt of ctx tokens through one layer\n"
+            "                         peak:    same as --peak\n"
+            "  --ctx LIST           context lengths (decode 1024,4096,32768; layer 4096; prefill 512,4096)\n"
+            "  --batch LIST         sequences per step (decode 1,8,32; layer and prefill 1)\n"
+            "  --path LIST          absorbed, decompressed, mha (standard multi-head attention over a full\n"
+            "                       per-head K/V cache; decode only), auto (the library's choice; layer, prefill)\n"
+            "                       (defaults: decode absorbed,mha; layer absorbed; prefill auto)\n"
+            "  --cache-dtype LIST   f32 (default), f16\n"
+            "  --peak               first measure the device's peaks: read bandwidth, fp32 FMA, CLBlast SGEMM;\n"
+            "                       every row then carries the fraction of them it reached\n"
+            "  --peaks FILE         take the peaks from the peak rows of an earlier --json FILE of this device\n"
+            "  --json FILE          also write every row as a JSON array of objects\n"
+            "  --quick              small sweep, short timing (peak, decode, layer, prefill; under a minute on\n"
+            "                       a 2-core CPU once kernels are compiled and cached)\n"
+            "  --check              compare each decode output with a float64 host computation (small shapes)\n"
+            "  --warm-cache         do not flush the device's caches before each timed call (default: flush,\n"
+            "                       so that a cache that fits in the last-level cache is not read from it)\n"
+            "  --block-tokens N     tokens per cache block (default 64)\n"
+            "  --max-mem MIB        skip rows that need more device memory (default: the device's global memory)\n"
+            "  --max-time S         stop sampling a row after S seconds (default 3, 0.6 with --quick)\n"
+            "  --seed N             seed of the random inputs (default 1)\n"
+            "  --version, --help\n");
+}
+
+static int parse_int(const char *text, int *out)
+{
+    char *end = NULL;
+    errno = 0;
+    const long v = strtol(text, &end, 10);
+    if (errno || end == text || *end || v < 0 || v > 1 << 30)
+        return 1;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_ints(const char *text, int_list *list, const char *what)
+{
+    list->n = 0;
+    char buf[512];
+    snprintf(buf, sizeof(buf), "%s", text);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int v = 0;
+        if (list->n == MAX_LIST || parse_int(tok, &v) || v < 1) {
+            fprintf(stderr, "clmla-bench: --%s expects up to %d positive integers separated by commas, got '%s'\n", what,
+                    MAX_LIST, text);
+            return 1;
+        }
+        list->v[list->n++] = v;
+    }
+    if (list->n == 0) {
+        fprintf(stderr, "clmla-bench: --%s is empty\n", what);
+        return 1;
+    }
+    return 0;
+}
+
+/* Splits a comma list into names, each of which must be one of `allowed` (NULL-terminated);
+   the names point into static storage of `allowed`. */
+static int parse_names(const char *text, name_list *list, const char *const *allowed, const char *what)
+{
+    list->n = 0;
+    char buf[512];
+    snprintf(buf, sizeof(buf), "%s", text);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        const char *const *a = allowed;
+        while (*a && strcmp(*a, tok) != 0)
+            a++;
+        if (!*a || list->n == MAX_LIST) {
+            fprintf(stderr, "clmla-bench: --%s: '%s' is not one of", what, tok);
+            for (a = allowed; *a; a++)
+                fprintf(stderr, " %s", *a);
+            fprintf(stderr, "\n");
+            return 1;
+        }
+        list->v[list->n++] = *a;
+    }
+    if (list->n == 0) {
+        fprintf(stderr, "clmla-bench: --%s is empty\n", what);
+        return 1;
+    }
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->block_tokens = 64;
+    o->seed = 1;
+    for (int d = 0; d < 7; d++)
+        o->dims[d] = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strncmp(arg, "--", 2) != 0) {
+            fprintf(stderr, "clmla-bench: unexpected argument '%s' (see --help)\n", arg);
+            return 1;
+        }
+        const char *name = arg + 2;
+        char key[64];
+        const char *eq = strchr(name, '=');
+        const size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        snprintf(key, sizeof(key), "%.*s", (int)(len < sizeof(key) - 1 ? len : sizeof(key) - 1), name);
+        int *flag = strcmp(key, "quick") == 0     ? &o->quick
+                    : strcmp(key, "peak") == 0    ? &o->peak
+                    : strcmp(key, "check") == 0   ? &o->check
+                    : strcmp(key, "warm-cache") == 0 ? &o->warm_cache
+                    : strcmp(key, "help") == 0    ? &o->help
+                    : strcmp(key, "version") == 0 ? &o->version
+                                                  : NULL;
+        if (flag) {
+            if (eq) {
+                fprintf(stderr, "clmla-bench: --%s takes no value\n", key);
+                return 1;
+            }
+            *flag = 1;
+            continue;
+        }
+        const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!value) {
+            fprintf(stderr, "clmla-bench: --%s needs a value\n", key);
+            return 1;
+        }
+        const char **text = strcmp(key, "device") == 0        ? &o->device
+                            : strcmp(key, "preset") == 0      ? &o->preset
+                            : strcmp(key, "json") == 0        ? &o->json
+                            : strcmp(key, "peaks") == 0       ? &o->peaks
+                            : strcmp(key, "phase") == 0       ? &o->phase
+                            : strcmp(key, "ctx") == 0         ? &o->ctx
+                            : strcmp(key, "batch") == 0       ? &o->batch
+                            : strcmp(key, "path") == 0        ? &o->path
+                            : strcmp(key, "cache-dtype") == 0 ? &o->dtype
+                                                              : NULL;
+        if (text) {
+            *text = value;
+            continue;
+        }
+        int *number = strcmp(key, "block-tokens") == 0 ? &o->block_tokens : strcmp(key, "seed") == 0 ? &o->seed : NULL;
+        for (int d = 0; !number && d < 7; d++)
+            if (strcmp(key, dim_names[d]) == 0)
+                number = &o->dims[d];
+        if (number) {
+            if (parse_int(value, number)) {
+                fprintf(stderr, "clmla-bench: --%s expects a non-negative integer, got '%s'\n", key, value);
+                return 1;
+            }
+            continue;
+        }
+        double *real = strcmp(key, "max-mem") == 0 ? &o->max_mem_mib : strcmp(key, "max-time") == 0 ? &o->max_time : NULL;
+        if (real) {
+            char *end = NULL;
+            *real = strtod(value, &end);
+            if (end == value || *end || *real <= 0) {
+                fprintf(stderr, "clmla-bench: --%s expects a positive number, got '%s'\n", key, value);
+                return 1;
+            }
+            continue;
+        }
+        fprintf(stderr, "clmla-bench: unknown option '%s' (see --help)\n", arg);
+        return 1;
+    }
+    if (o->block_tokens < 1) {
+        fprintf(stderr, "clmla-bench: --block-tokens must be at least 1\n");
+        return 1;
+    }
+    return 0;
+}
+
+static int make_shape(const options *o, bench_shape *shape)
+{
+    const char *name = o->preset ? o->preset : "v2-lite";
+    const int custom = strcmp(name, "custom") == 0;
+    clmla_preset preset = CLMLA_PRESET_DEEPSEEK_V2_LITE;
+    if (!custom && clmla_preset_from_name(name, &preset) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla-bench: unknown preset '%s' (v2-lite, v2, v3, kimi-k2, custom)\n", name);
+        return 1;
+    }
+    clmla_layer_config config;
+    clmla_layer_config_preset(preset, &config);
+    int *fields[7] = {&config.hidden_size, &config.num_heads, &config.q_lora_rank, &config.kv_lora_rank,
+                      &config.qk_nope_head_dim, &config.qk_rope_head_dim, &config.v_head_dim};
+    int changed = 0;
+    for (int d = 0; d < 7; d++)
+        if (o->dims[d] >= 0 && o->dims[d] != *fields[d]) {
+            *fields[d] = o->dims[d];
+            changed = 1;
+        }
+    if (clmla_layer_config_validate(&config) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla-bench: %s\n", clmla_last_error(NULL));
+        return 1;
+    }
+    bench_shape_from_config(shape, custom || changed ? "custom" : clmla_preset_name(preset), &config);
+    return 0;
+}
+
+static const char *const phase_names[] = {"peak", "decode", "layer", "prefill", NULL};
+static const char *const path_names[] = {"absorbed", "decompressed", "mha", "auto", NULL};
+static const char *const dtype_names[] = {"f32", "f16", NULL};
+
+/* The sweep of one phase: explicit lists win, else the phase's defaults. */
+static int phase_lists(const options *o, const char *phase, int_list *ctx, int_list *batch, name_list *paths)
+{
+    const int decode = strcmp(phase, "decode") == 0, layer = strcmp(phase, "layer") == 0;
+    const char *ctx_text = o->ctx ? o->ctx
+                           : decode ? (o->quick ? "1024,4096" : "1024,4096,32768")
+                           : layer  ? (o->quick ? "1024" : "4096")
+                                    : (o->quick ? "256" : "512,4096");
+    const char *batch_text = o->batch ? o->batch : decode ? (o->quick ? "1,4" : "1,8,32") : "1";
+    const char *path_text = o->path ? o->path : decode ? "absorbed,mha" : layer ? "absorbed" : "auto";
+    return parse_ints(ctx_text, ctx, "ctx") || parse_ints(batch_text, batch, "batch") ||
+           parse_names(path_text, paths, path_names, "path");
+}
+
+/* The peaks of an earlier run on the same device: its rows with phase "peak". */
+static int read_peaks(const char *path, const char *device, bench_peaks *peaks)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "clmla-bench: cannot read %s\n", path);
+        return 1;
+    }
+    char *text = NULL;
+    size_t size = 0, cap = 0;
+    for (;;) {
+        if (size + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 65536;
+            char *grown = realloc(text, cap);
+            if (!grown) {
+                free(text);
+                fclose(f);
+                return 1;
+            }
+            text = grown;
+        }
+        const size_t got = fread(text + size, 1, 4096, f);
+        size += got;
+        if (got < 4096)
+            break;
+    }
+    fclose(f);
+    text[size] = 0;
+    cJSON *rows = cJSON_Parse(text);
+    free(text);
+    memset(peaks, 0, sizeof(*peaks));
+    int rc = 0;
+    const cJSON *row = NULL;
+    cJSON_ArrayForEach(row, rows)
+    {
+        const char *phase = cJSON_GetStringValue(cJSON_GetObjectItem(row, "phase"));
+        const char *kind = cJSON_GetStringValue(cJSON_GetObjectItem(row, "path"));
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(row, "device"));
+        if (!phase || !kind || !name || strcmp(phase, "peak") != 0)
+            continue;
+        if (strcmp(name, device) != 0) {
+            fprintf(stderr, "clmla-bench: the peaks in %s were measured on '%s', not on '%s'\n", path, name, device);
+            rc = 1;
+            break;
+        }
+        const double gbs = cJSON_GetNumberValue(cJSON_GetObjectItem(row, "gbs"));
+        const double gflops = cJSON_GetNumberValue(cJSON_GetObjectItem(row, "gflops"));
+        if (strcmp(kind, "read-bandwidth") == 0 && gbs > 0)
+            peaks->read_gbs = gbs;
+        else if (strcmp(kind, "fp32-fma") == 0 && gflops > 0)
+            peaks->fma_gflops = gflops;
+        else if (strcmp(kind, "sgemm") == 0 && gflops > 0)
+            peaks->sgemm_gflops = gflops;
+    }
+    if (!rows || (!rc && !peaks->read_gbs && !peaks->fma_gflops)) {
+        fprintf(stderr, "clmla-bench: %s holds no peak rows (run clmla-bench --peak --json FILE first)\n", path);
+        rc = 1;
+    }
+    cJSON_Delete(rows);
+    return rc;
+}
+
+static int progress_tty;
+
+static void progress(int index, int total, const char *phase, const char *path, const char *dtype, int batch, int ctx)
+{
+    if (progress_tty)
+        fprintf(stderr, "\r\033[K[%d/%d] %s %s %s batch %d ctx %d ...", index, total, phase, path, dtype, batch, ctx);
+    else
+        fprintf(stderr, "clmla-bench: [%d/%d] %s %s %s batch %d ctx %d\n", index, total, phase, path, dtype, batch, ctx);
+    fflush(stderr);
+}
+
+static void progress_clear(void)
+{
+    if (progress_tty) {
+        fprintf(stderr, "\r\033[K");
+        fflush(stderr);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    if (parse_args(argc, argv, &o))
+        return 2;
+    if (o.help) {
+        usage(stdout);
+        return 0;
+    }
+    if (o.version) {
+        printf("clmla-bench %s\n", clmla_version_string());
+        return 0;
+    }
+    bench_shape shape;
+    name_list phases, dtypes;
+    if (make_shape(&o, &shape) ||
+        parse_names(o.phase ? o.phase : (o.quick ? "peak,decode,layer,prefill" : "decode"), &phases, phase_names, "phase") ||
+        parse_names(o.dtype ? o.dtype : "f32", &dtypes, dtype_names, "cache-dtype"))
+        return 2;
+    int want_peak = o.peak;
+    for (int p = 0; p < phases.n; p++)
+        want_peak |= strcmp(phases.v[p], "peak") == 0;
+
+    /* Validate every list before opening the device, and count the rows for the progress line. */
+    int total = want_peak ? 3 : 0;
+    for (int p = 0; p < phases.n; p++) {
+        if (strcmp(phases.v[p], "peak") == 0)
+            continue;
+        int_list ctx, batch;
+        name_list paths;
+        if (phase_lists(&o, phases.v[p], &ctx, &batch, &paths))
+            return 2;
+        total += dtypes.n * paths.n * batch.n * ctx.n;
+    }
+
+    bench_device dev;
+    memset(&dev, 0, sizeof(dev));
+    if (clmla_context_create(o.device, &dev.ctx) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla-bench: %s\n", clmla_last_error(NULL));
+        return 1;
+    }
+    clmla_context_device(dev.ctx, &dev.info);
+    dev.cl_ctx = clmla_context_cl_context(dev.ctx);
+    dev.queue = clmla_context_queue(dev.ctx);
+    dev.device = dev.info.device_id;
+    cl_command_queue_properties props = 0;
+    clGetCommandQueueInfo(dev.queue, CL_QUEUE_PROPERTIES, sizeof(props), &props, NULL);
+    clGetCommandQueueInfo(dev.queue, CL_QUEUE_DEVICE, sizeof(dev.device), &dev.device, NULL);
+    dev.profiling = (props & CL_QUEUE_PROFILING_ENABLE) != 0;
+    dev.memory_budget = o.max_mem_mib > 0 ? (size_t)(o.max_mem_mib * 1048576.0) : (size_t)dev.info.global_mem_bytes;
+    progress_tty = isatty(fileno(stderr));
+    if (!o.warm_cache) {
+        cl_ulong llc = 0;
+        clGetDeviceInfo(dev.device, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof(llc), &llc, NULL);
+        dev.flush_bytes = (size_t)llc * 4 > ((size_t)64 << 20) ? (size_t)llc * 4 : ((size_t)64 << 20);
+        if (dev.flush_bytes > dev.info.max_alloc_bytes)
+            dev.flush_bytes = (size_t)dev.info.max_alloc_bytes;
+        dev.flush_buffer = bench_buffer(&dev, dev.flush_bytes, "cache flush buffer");
+        if (!dev.flush_buffer) {
+            clmla_context_destroy(dev.ctx);
+            return 1;
+        }
+    }
+
+    bench_timing_options timing;
+    bench_timing_defaults(&timing, o.quick);
+    if (o.max_time > 0) {
+        timing.max_seconds = o.max_time;
+        if (timing.min_seconds > o.max_time)
+            timing.min_seconds = o.max_time;
+    }
+
+    bench_report *report = bench_report_open(&dev, &shape, o.json);
+    if (!report) {
+        clmla_context_destroy(dev.ctx);
+        return 1;
+    }
+    int failures = 0, index = 0;
+    if (o.peaks && !want_peak) {
+        bench_peaks peaks;
+        if (read_peaks(o.peaks, dev.info.name, &peaks)) {
+            bench_report_close(report);
+            bench_release(&dev.flush_buffer);
+            clmla_context_destroy(dev.ctx);
+            return 1;
+        }
+        bench_report_peaks(report, &peaks);
+        printf("peak     read %.1f GB/s | fp32 FMA %.1f GFLOP/s | CLBlast SGEMM %.1f GFLOP/s (from %s)\n", peaks.read_gbs,
+               peaks.fma_gflops, peaks.sgemm_gflops, o.peaks);
+    }
+    if (want_peak) {
+        bench_row rows[3];
+        bench_peaks peaks;
+        progress(++index, total, "peak", "read-bandwidth, fp32-fma, sgemm", "", 0, 0);
+        failures += bench_peak(&dev, &timing, o.quick, rows, &peaks) != 0;
+        index += 2;
+        progress_clear();
+        bench_report_peaks(report, &peaks);
+        printf("peak     read %.1f GB/s | fp32 FMA %.1f GFLOP/s | CLBlast SGEMM %.1f GFLOP/s (%s)\n", peaks.read_gbs,
+               peaks.fma_gflops, peaks.sgemm_gflops, rows[2].note);
+        for (int i = 0; i < 3; i++)
+            if (rows[i].t.samples > 0)
+                bench_report_row(report, &rows[i]);
+    }
+    for (int p = 0; p < phases.n; p++) {
+        const char *phase = phases.v[p];
+        if (strcmp(phase, "peak") == 0)
+            continue;
+        int_list ctx, batch;
+        name_list paths;
+        phase_lists(&o, phase, &ctx, &batch, &paths);
+        for (int d = 0; d < dtypes.n; d++)
+            for (int q = 0; q < paths.n; q++)
+                for (int b = 0; b < batch.n; b++)
+                    for (int c = 0; c < ctx.n; c++) {
+                        bench_case bc = {&dev, &shape, &timing, phase, paths.v[q], batch.v[b], ctx.v[c],
+                                         strcmp(dtypes.v[d], "f16") == 0 ? CLMLA_CACHE_F16 : CLMLA_CACHE_F32,
+                                         o.block_tokens, o.check, (unsigned)o.seed * 1000003u};
+                        bench_row row;
+                        memset(&row, 0, sizeof(row));
+                        snprintf(row.phase, sizeof(row.phase), "%s", phase);
+                        snprintf(row.path, sizeof(row.path), "%s", paths.v[q]);
+                        snprintf(row.cache_dtype, sizeof(row.cache_dtype), "%s", dtypes.v[d]);
+                        row.batch = bc.batch;
+                        row.ctx = bc.ctx;
+                        row.check_error = -1;
+                        progress(++index, total, phase, paths.v[q], dtypes.v[d], bc.batch, bc.ctx);
+                        const int rc = strcmp(phase, "decode") == 0 ? bench_decode(&bc, &row) : bench_layer(&bc, &row);
+                        progress_clear();
+                        if (rc < 0) {
+                            bench_report_skip(report, &row);
+                        } else if (rc > 0) {
+                            failures++;
+                            snprintf(row.note, sizeof(row.note), "failed (see the message above)");
+                            bench_report_skip(report, &row);
+                        } else {
+                            failures += bench_report_row(report, &row) != 0;
+                        }
+                    }
+    }
+    failures += bench_report_close(report) != 0;
+    bench_release(&dev.flush_buffer);
+    bench_kernels_release();
+    clmla_context_destroy(dev.ctx);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,44 @@
+# ctest bench_smoke: runs clmla-bench on a tiny decode sweep (every path, both cache dtypes) and
+# checks that it prints a table row per case and writes a JSON array whose rows have the schema's
+# fields and pass the float64 host check. Timings are never asserted.
+#   cmake -DBENCH=path/to/clmla-bench -DOUT=file.json -P smoke_test.cmake
+execute_process(
+  COMMAND ${BENCH} --quick --check --phase decode --path absorbed,mha,decompressed --cache-dtype f32,f16
+          --ctx 300 --batch 2 --max-time 0.2 --json ${OUT}
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message("${out}")
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "clmla-bench exited with ${rc}:\n${err}")
+endif()
+foreach(path absorbed mha decompressed)
+  if(NOT out MATCHES "\ndecode +${path} +f32 +2 +300 " OR NOT out MATCHES "\ndecode +${path} +f16 +2 +300 ")
+    message(FATAL_ERROR "no f32 and f16 table rows for decode ${path}")
+  endif()
+endforeach()
+
+file(READ ${OUT} json)
+string(JSON rows ERROR_VARIABLE json_error LENGTH "${json}")
+if(json_error)
+  message(FATAL_ERROR "${OUT} is not valid JSON: ${json_error}")
+endif()
+if(NOT rows EQUAL 6)
+  message(FATAL_ERROR "${OUT} holds ${rows} rows, expected 6")
+endif()
+math(EXPR last "${rows} - 1")
+foreach(i RANGE ${last})
+  foreach(field device vendor driver preset phase path batch ctx cache_dtype median_ms min_ms max_ms tokens_per_s
+                gbs gflops frac_peak_bw frac_peak_flops cache_mib mha_cache_mib)
+    string(JSON value ERROR_VARIABLE field_error GET "${json}" ${i} ${field})
+    if(field_error)
+      message(FATAL_ERROR "row ${i} has no field ${field}: ${field_error}")
+    endif()
+  endforeach()
+  string(JSON path GET "${json}" ${i} path)
+  string(JSON dtype GET "${json}" ${i} cache_dtype)
+  string(JSON error GET "${json}" ${i} check_rel_error)
+  # f32: rounding of sums over 300 keys; f16: the same data read back through vload_half on both sides.
+  if(error STREQUAL "" OR error STREQUAL "null" OR error GREATER 0.001)
+    message(FATAL_ERROR "row ${i} (${path} ${dtype}): relative error ${error} against the float64 host result")
+  endif()
+endforeach()
+message(STATUS "bench_smoke: ${rows} rows, valid JSON, all paths agree with the host result")
