@@ -4,7 +4,7 @@
 set -eu
 
 PACKAGES="cmake make gcc pkg-config ocl-icd-opencl-dev opencl-headers pocl-opencl-icd
-libclblast-dev clinfo libcjson-dev clang libclang-rt-dev"
+libclblast-dev clinfo libcjson-dev clang libclang-rt-dev oclgrind perl"
 
 missing=""
 for p in $PACKAGES; do

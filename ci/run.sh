@@ -1,5 +1,6 @@
 #!/bin/sh
-# What CI runs: install dependencies, configure, build with -Werror, run the README's test command.
+# What CI runs: install dependencies, configure, build with -Werror, run the README's test command,
+# then the reliability checks (oclgrind, sanitizers, fuzzing).
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -16,3 +17,10 @@ clinfo -l || true
 
 # The README's test command:
 ctest --test-dir build --output-on-failure
+
+# Reliability (docs/RELIABILITY.md): every kernel under oclgrind, the whole suite again under
+# AddressSanitizer + UndefinedBehaviorSanitizer, then the file parsers and the device-spec grammar
+# under libFuzzer (a minute per target).
+sh ci/oclgrind.sh build
+sh ci/sanitize.sh build-asan
+sh ci/fuzz.sh

@@ -1,0 +1,41 @@
+#!/bin/sh
+# Builds the library, the command and the tests with AddressSanitizer and UndefinedBehaviorSanitizer
+# (gcc, every UB report fatal) in a build directory of its own, and runs the whole ctest suite on
+# the default OpenCL device (PoCL in CI) under them. Any ASan or UBSan report, or a leak that
+# LeakSanitizer finds in clmla, fails the run; leaks inside PoCL and LLVM are suppressed by
+# ci/lsan.supp (which says why, and how OpenCL-object leaks are caught instead).
+#   sh ci/sanitize.sh [BUILD_DIR] [CTEST_ARGS...]      (default build-asan)
+#
+# The runtime options, and why:
+#   ASAN_OPTIONS detect_leaks=1           LeakSanitizer at exit (the default on x86-64 Linux, said
+#                                         out loud);
+#                verify_asan_link_order=0 tests/install_consumer.sh builds its consumer without
+#                                         ASan against the installed (instrumented) libclmla.so;
+#                                         the runtime then is not first in the library list, which
+#                                         ASan refuses by default;
+#                detect_odr_violation is left on: PoCL, LLVM and CLBlast are not instrumented,
+#                                         so they register no globals, and none of clmla's is
+#                                         defined twice (a test links the static library, the
+#                                         command the shared one, never both).
+#   UBSAN_OPTIONS halt_on_error=1:print_stacktrace=1   a UB report stops the test, with its stack.
+#   LSAN_OPTIONS suppressions=ci/lsan.supp
+set -eu
+cd "$(dirname "$0")/.."
+
+build=${1:-build-asan}
+[ $# -gt 0 ] && shift
+case $build in /*) ;; *) build=$PWD/$build ;; esac
+flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+
+CC=${CC:-gcc} cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
+    -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
+cmake --build "$build" -j"$(nproc)"
+
+export ASAN_OPTIONS="detect_leaks=1:verify_asan_link_order=0"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+export LSAN_OPTIONS="suppressions=$PWD/ci/lsan.supp:print_suppressions=0"
+# A kernel cache of the build's own, so the run exercises the program cache from empty too.
+export CLMLA_CACHE_DIR="${CLMLA_CACHE_DIR:-$build/clmla-cache}"
+ctest --test-dir "$build" --output-on-failure "$@"
+echo "sanitize: the suite passed under ASan + UBSan, no leak in clmla"

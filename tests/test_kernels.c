@@ -1,0 +1,1136 @@
+/* Every kernel clmla ships (the .cl files of cl/), launched directly on small odd shapes and compared with a
+ * host computation, and then the library's own launches of them on tiny shapes. This is the
+ * program ci/oclgrind.sh runs under oclgrind (out-of-bounds accesses, data races, uninitialised
+ * values, API misuse); on the default device it is an ordinary ctest entry.
+ *
+ *   coverage  every `__kernel` function in the .cl files of CLMLA_SOURCE_DIR/cl has a direct test here, and
+ *             when `kernels` ran, was launched by it (a new kernel file fails until it is tested);
+ *   kernels   rmsnorm (two work-group sizes, offsets, columns past the normalised ones untouched),
+ *             rope (both pairings, heads and k^R, positions out of order), cache_write and
+ *             cache_gather (f32 and f16: round-to-nearest-even halves, padded strides, offsets,
+ *             permuted slots and block tables, rows outside untouched), attn_latent (1, 3 and 8
+ *             heads per group with a partial last group, one row of work per item and two, 1 to 3
+ *             splits with empty ones, contexts of 0, 1, mid-block and exact multiples), attn_combine
+ *             (splits and whole rows of -inf), attn_prefill (query tiles cut short, a cached
+ *             prefix, padded strides and offsets);
+ *   layer     clmla_layer_forward (both paths, f32 and f16 caches, a mixed AUTO batch),
+ *             clmla_attention_latent with split-KV, clmla_cache_read, against the float64
+ *             reference.
+ *
+ * Every device buffer this program makes lives until exit. With --keep-buffers the library's own
+ * clReleaseMemObject calls are kept from freeing too (this file defines clReleaseMemObject, which
+ * then does nothing): oclgrind 21.10's uninitialised-value checker keeps the shadow state of a
+ * released buffer and hands it to the next buffer that reuses its slot, which reports false errors
+ * (and hides true ones) in any program that frees and allocates buffers as it goes. */
+#define _GNU_SOURCE
+#include "check.h"
+#include "clmla.h"
+#include "internal.h"
+#include "mla_ref.h"
+#include "program.h"
+#include "test_util.h"
+#include "tolerance.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef CLMLA_SOURCE_DIR
+#error "CLMLA_SOURCE_DIR (the repository root) must be defined"
+#endif
+
+static clmla_context *ctx;
+
+/* ---- buffers that outlive everything ------------------------------------------------------------ */
+
+static int keep_buffers;
+
+/* Interposes the OpenCL entry point for the whole program (the static library and CLBlast call
+   this one); see the file comment. */
+CL_API_ENTRY cl_int CL_API_CALL clReleaseMemObject(cl_mem memobj)
+{
+    static cl_int(CL_API_CALL * real)(cl_mem);
+    if (keep_buffers)
+        return memobj ? CL_SUCCESS : CL_INVALID_MEM_OBJECT;
+    if (!real)
+        *(void **)&real = dlsym(RTLD_NEXT, "clReleaseMemObject");
+    return real ? real(memobj) : CL_INVALID_MEM_OBJECT;
+}
+
+enum { MAX_OBJECTS = 512 };
+static cl_mem buffers[MAX_OBJECTS];
+static int num_buffers;
+static cl_kernel kernels[MAX_OBJECTS];
+static int num_kernels;
+
+static cl_mem buffer(size_t bytes, const void *host)
+{
+    cl_int err = CL_SUCCESS;
+    cl_mem m = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0),
+                              bytes ? bytes : 4, (void *)host, &err);
+    CHECK(m != NULL, "clCreateBuffer(%zu): %d", bytes, err);
+    if (m && num_buffers < MAX_OBJECTS)
+        buffers[num_buffers++] = m;
+    return m;
+}
+
+static void download(cl_mem m, size_t bytes, void *host)
+{
+    cl_int err = clEnqueueReadBuffer(clmla_context_queue(ctx), m, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
+    CHECK(err == CL_SUCCESS, "clEnqueueReadBuffer: %d", err);
+}
+
+/* ---- kernels and which ones ran ------------------------------------------------------------------ */
+
+enum { MAX_NAMES = 64 };
+static char launched[MAX_NAMES][64];
+static int num_launched;
+
+static cl_kernel kernel(const char *file, const char *options, const char *name)
+{
+    cl_kernel k = NULL;
+    clmla_status st = clmla_kernel_create(ctx, file, options, name, &k);
+    CHECK(st == CLMLA_SUCCESS, "%s.cl with '%s': %s: %s", file, options, clmla_status_string(st), clmla_last_error(ctx));
+    if (k && num_kernels < MAX_OBJECTS)
+        kernels[num_kernels++] = k;
+    return k;
+}
+
+#define ARG(k, i, v)                                                                                   \
+    do {                                                                                               \
+        cl_int e_ = clSetKernelArg((k), (i), sizeof(v), &(v));                                         \
+        CHECK(e_ == CL_SUCCESS, "clSetKernelArg(%d): %d", (int)(i), e_);                               \
+    } while (0)
+
+static int launch(cl_kernel k, cl_uint dims, const size_t *global, const size_t *local)
+{
+    if (!k)
+        return 0;
+    cl_int err = clEnqueueNDRangeKernel(clmla_context_queue(ctx), k, dims, NULL, global, local, 0, NULL, NULL);
+    CHECK(err == CL_SUCCESS, "clEnqueueNDRangeKernel: %d", err);
+    clFinish(clmla_context_queue(ctx));
+    char name[64] = "";
+    clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof(name), name, NULL);
+    int seen = 0;
+    for (int i = 0; i < num_launched; i++)
+        seen |= strcmp(launched[i], name) == 0;
+    if (!seen && num_launched < MAX_NAMES)
+        snprintf(launched[num_launched++], sizeof(launched[0]), "%s", name);
+    return err == CL_SUCCESS;
+}
+
+/* ---- host helpers ---------------------------------------------------------------------------------- */
+
+static uint32_t shift_rne(uint32_t v, int s)
+{
+    const uint32_t q = v >> s, r = v & ((1u << s) - 1), half = 1u << (s - 1);
+    return q + (r > half || (r == half && (q & 1)));
+}
+
+/* float -> IEEE half, round to nearest even (what vstore_half_rte must do). */
+static uint16_t float_to_half(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000, mant = x & 0x7FFFFF;
+    const int exp = (int)((x >> 23) & 0xFF);
+    if (exp == 0xFF)
+        return (uint16_t)(sign | 0x7C00 | (mant ? 0x200 : 0));
+    const int e = exp - 127 + 15;
+    if (e >= 0x1F)
+        return (uint16_t)(sign | 0x7C00);
+    if (e <= 0) {
+        if (e < -10)
+            return (uint16_t)sign;
+        return (uint16_t)(sign | shift_rne(mant | 0x800000, 14 - e));
+    }
+    const uint32_t h = ((uint32_t)e << 10) + shift_rne(mant, 13); /* a carry may reach the exponent */
+    return (uint16_t)(sign | (h >= 0x7C00 ? 0x7C00 : h));
+}
+
+static void fill(float *a, size_t n, float amplitude, tu_rng *rng)
+{
+    tu_fill_uniform(a, n, 0.0f, amplitude, rng);
+}
+
+/* max |got - want| / max |want| over n, like CHECK_CLOSE but for two host arrays. */
+#define CHECK_NEAR(got, want, n, cols, tol, ...)                                                           \
+    do {                                                                                                   \
+        double *w_ = malloc(((size_t)(n) + 1) * sizeof(double));                                          \
+        for (size_t i_ = 0; i_ < (size_t)(n); i_++)                                                         \
+            w_[i_] = (want)[i_];                                                                           \
+        CHECK_CLOSE(got, w_, n, cols, tol, __VA_ARGS__);                                                   \
+        free(w_);                                                                                          \
+    } while (0)
+
+/* ---- rmsnorm ---------------------------------------------------------------------------------------- */
+
+static void test_rmsnorm(void)
+{
+    static const int wgs[] = {64, 8};
+    for (int wi = 0; wi < 2; wi++) {
+        const int wg = wgs[wi], rows = 3, cols = 37, stride = 41, offset = 2;
+        const size_t n = (size_t)offset + (size_t)rows * stride + 3;
+        char options[32];
+        snprintf(options, sizeof(options), "-D WG=%d", wg);
+        cl_kernel k = kernel("rmsnorm", options, "rmsnorm");
+        tu_rng rng = tu_rng_seed(10 + (uint64_t)wg);
+        float *x = malloc(n * sizeof(float)), w[37], *got = malloc(n * sizeof(float)), *want = malloc(n * sizeof(float));
+        fill(x, n, 2.0f, &rng);
+        for (int i = 0; i < cols; i++)
+            w[i] = 0.5f + (float)i / cols;
+        const float eps = 1e-6f;
+        memcpy(want, x, n * sizeof(float));
+        for (int r = 0; r < rows; r++) {
+            float *row = want + offset + (size_t)r * stride;
+            double ss = 0;
+            for (int i = 0; i < cols; i++)
+                ss += (double)row[i] * row[i];
+            const double inv = 1.0 / sqrt(ss / cols + eps);
+            for (int i = 0; i < cols; i++)
+                row[i] = (float)(w[i] * (row[i] * inv));
+        }
+        cl_mem xb = buffer(n * sizeof(float), x), wb = buffer(sizeof(w), w);
+        ARG(k, 0, xb);
+        ARG(k, 1, offset);
+        ARG(k, 2, stride);
+        ARG(k, 3, cols);
+        ARG(k, 4, wb);
+        ARG(k, 5, eps);
+        const size_t local = (size_t)wg, global = local * rows;
+        if (launch(k, 1, &global, &local)) {
+            download(xb, n * sizeof(float), got);
+            CHECK_NEAR(got, want, n, stride, 1e-5, "rmsnorm WG=%d (all of x, the untouched parts too)", wg);
+            int moved = 0;
+            for (size_t i = 0; i < n; i++) {
+                const size_t in_row = (i - offset) % stride;
+                if (i < (size_t)offset || i >= (size_t)offset + (size_t)rows * stride || in_row >= (size_t)cols)
+                    moved += got[i] != x[i];
+            }
+            CHECK(moved == 0, "rmsnorm WG=%d changed %d values outside the normalised columns", wg, moved);
+        }
+        free(x);
+        free(got);
+        free(want);
+    }
+}
+
+/* ---- rope -------------------------------------------------------------------------------------------- */
+
+static void test_rope(void)
+{
+    for (int half_split = 0; half_split < 2; half_split++) {
+        enum { DR = 8, H = 3, T = 5, DN = 3, RKV = 5, P = 12 };
+        const int dq = DN + DR, q_row = H * dq + 2, kv_row = RKV + DR + 1, q_off = 1, kv_off = 4;
+        char options[48];
+        snprintf(options, sizeof(options), "-D DR=%d%s", DR, half_split ? " -D HALF_SPLIT" : "");
+        cl_kernel k = kernel("rope", options, "rope");
+        const size_t nq = (size_t)q_off + (size_t)T * q_row, nkv = (size_t)kv_off + (size_t)T * kv_row;
+        float q[1 + 5 * 35], kv[4 + 5 * 14], table[P * DR], gq[1 + 5 * 35], gkv[4 + 5 * 14];
+        tu_rng rng = tu_rng_seed(20);
+        fill(q, nq, 1.0f, &rng);
+        fill(kv, nkv, 1.0f, &rng);
+        const double amplitude = 1.25;
+        for (int p = 0; p < P; p++)
+            for (int i = 0; i < DR / 2; i++) {
+                const double angle = p * pow(10000.0, -2.0 * i / DR);
+                table[(p * DR / 2 + i) * 2] = (float)(amplitude * cos(angle));
+                table[(p * DR / 2 + i) * 2 + 1] = (float)(amplitude * sin(angle));
+            }
+        const int positions[T] = {7, 0, 11, 3, 3};
+        float wq[1 + 5 * 35], wkv[4 + 5 * 14];
+        memcpy(wq, q, sizeof(q));
+        memcpy(wkv, kv, sizeof(kv));
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h <= H; h++) {
+                float *x = h < H ? wq + q_off + t * q_row + h * dq + DN : wkv + kv_off + t * kv_row + RKV;
+                for (int i = 0; i < DR / 2; i++) {
+                    const int a = half_split ? i : 2 * i, b = half_split ? i + DR / 2 : 2 * i + 1;
+                    const float c = table[(positions[t] * DR / 2 + i) * 2], s = table[(positions[t] * DR / 2 + i) * 2 + 1];
+                    const float x0 = x[a], x1 = x[b];
+                    x[a] = x0 * c - x1 * s;
+                    x[b] = x0 * s + x1 * c;
+                }
+            }
+        cl_mem qb = buffer(nq * sizeof(float), q), kvb = buffer(nkv * sizeof(float), kv);
+        cl_mem pb = buffer(sizeof(positions), positions), tb = buffer(sizeof(table), table);
+        const int heads = H, dn = DN, rkv = RKV;
+        ARG(k, 0, qb);
+        ARG(k, 1, q_off);
+        ARG(k, 2, q_row);
+        ARG(k, 3, dq);
+        ARG(k, 4, dn);
+        ARG(k, 5, heads);
+        ARG(k, 6, kvb);
+        ARG(k, 7, kv_off);
+        ARG(k, 8, kv_row);
+        ARG(k, 9, rkv);
+        ARG(k, 10, pb);
+        ARG(k, 11, tb);
+        const size_t global[3] = {DR / 2, H + 1, T};
+        if (launch(k, 3, global, NULL)) {
+            download(qb, nq * sizeof(float), gq);
+            download(kvb, nkv * sizeof(float), gkv);
+            CHECK_NEAR(gq, wq, nq, q_row, 1e-6, "rope %s: q (every value)", half_split ? "half-split" : "interleaved");
+            CHECK_NEAR(gkv, wkv, nkv, kv_row, 1e-6, "rope %s: kv (every value)", half_split ? "half-split" : "interleaved");
+        }
+    }
+}
+
+/* ---- cache_write / cache_gather ------------------------------------------------------------------------ */
+
+enum { CW_RKV = 5, CW_DR = 2, CW_ROW = CW_RKV + CW_DR };
+
+static void test_cache_write(void)
+{
+    for (int f16 = 0; f16 < 2; f16++) {
+        enum { T = 6, ROWS = 10 };
+        const int ckv_stride = 9, ckv_off = 3, kr_stride = 4, kr_off = 1;
+        char options[64];
+        snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s", CW_RKV, CW_DR, f16 ? " -D CACHE_F16" : "");
+        cl_kernel k = kernel("cache_write", options, "cache_write");
+        float ckv[3 + T * 9], kr[1 + T * 4];
+        tu_rng rng = tu_rng_seed(30);
+        fill(ckv, sizeof(ckv) / sizeof(float), 3.0f, &rng);
+        fill(kr, sizeof(kr) / sizeof(float), 3.0f, &rng);
+        /* Values that stress the rounding: a tie, subnormals, the top of the half range. */
+        ckv[ckv_off + 0] = 1.0f + 1.0f / 2048.0f;               /* tie: rounds to even, 1.0 */
+        ckv[ckv_off + 1] = 1.0f + 3.0f / 2048.0f;               /* tie: rounds up */
+        ckv[ckv_off + 2] = 3e-6f;                               /* half subnormal */
+        ckv[ckv_off + 3] = -65504.0f;                           /* largest half */
+        ckv[ckv_off + 4] = 1e-9f;                               /* below half's range: 0 */
+        kr[kr_off] = 65519.0f;                                  /* rounds down to 65504 */
+        const int slots[T] = {7, 2, 9, 0, 4, 5};
+        const size_t elem = f16 ? 2 : 4, bytes = (size_t)ROWS * CW_ROW * elem;
+        unsigned char sentinel[ROWS * CW_ROW * 4], got[ROWS * CW_ROW * 4], want[ROWS * CW_ROW * 4];
+        for (size_t i = 0; i < bytes; i++)
+            sentinel[i] = (unsigned char)(0xA5 ^ i);
+        memcpy(want, sentinel, bytes);
+        for (int t = 0; t < T; t++)
+            for (int d = 0; d < CW_ROW; d++) {
+                const float v = d < CW_RKV ? ckv[ckv_off + t * ckv_stride + d] : kr[kr_off + t * kr_stride + d - CW_RKV];
+                const size_t at = (size_t)slots[t] * CW_ROW + d;
+                if (f16) {
+                    const uint16_t h = float_to_half(v);
+                    memcpy(want + at * 2, &h, 2);
+                } else {
+                    memcpy(want + at * 4, &v, 4);
+                }
+            }
+        cl_mem cb = buffer(sizeof(ckv), ckv), kb = buffer(sizeof(kr), kr), sb = buffer(sizeof(slots), slots);
+        cl_mem cache = buffer(bytes, sentinel);
+        ARG(k, 0, cb);
+        ARG(k, 1, ckv_off);
+        ARG(k, 2, ckv_stride);
+        ARG(k, 3, kb);
+        ARG(k, 4, kr_off);
+        ARG(k, 5, kr_stride);
+        ARG(k, 6, sb);
+        ARG(k, 7, cache);
+        const size_t global[2] = {CW_ROW, T};
+        if (launch(k, 2, global, NULL)) {
+            download(cache, bytes, got);
+            size_t first = bytes;
+            for (size_t i = 0; i < bytes && first == bytes; i++)
+                if (got[i] != want[i])
+                    first = i;
+            CHECK(first == bytes, "cache_write %s: byte %zu (row %zu) differs", f16 ? "f16" : "f32", first,
+                  first / (elem * CW_ROW));
+        }
+    }
+}
+
+static void test_cache_gather(void)
+{
+    for (int f16 = 0; f16 < 2; f16++) {
+        enum { BT = 3, BLOCKS = 4, ROWS = BT * BLOCKS, START = 2, N = 8, OUT_OFF = 5 };
+        char options[64];
+        snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s", CW_RKV, CW_DR, f16 ? " -D CACHE_F16" : "");
+        cl_kernel k = kernel("cache_gather", options, "cache_gather");
+        tu_rng rng = tu_rng_seed(40);
+        float values[ROWS * CW_ROW];
+        uint16_t halves[ROWS * CW_ROW];
+        for (int i = 0; i < ROWS * CW_ROW; i++) {
+            halves[i] = (uint16_t)(tu_rng_next(&rng) & 0xFBFF); /* any finite half */
+            values[i] = f16 ? tu_half_to_float(halves[i]) : tu_rng_uniform(&rng) * 100.0f;
+        }
+        const int table[2 + BLOCKS] = {-7, 99, 2, 0, 3, 1}; /* from offset 2; the first two must not be read */
+        const int table_offset = 2, bt = BT, start = START, out_off = OUT_OFF;
+        const size_t out_n = OUT_OFF + (size_t)N * CW_ROW + 4;
+        float *sentinel = malloc(out_n * sizeof(float)), *got = malloc(out_n * sizeof(float));
+        float *want = malloc(out_n * sizeof(float));
+        for (size_t i = 0; i < out_n; i++)
+            sentinel[i] = want[i] = -1234.5f;
+        for (int j = 0; j < N; j++) {
+            const int token = START + j, row = table[table_offset + token / BT] * BT + token % BT;
+            for (int d = 0; d < CW_ROW; d++)
+                want[OUT_OFF + j * CW_ROW + d] = values[row * CW_ROW + d];
+        }
+        cl_mem cache = f16 ? buffer(sizeof(halves), halves) : buffer(sizeof(values), values);
+        cl_mem tb = buffer(sizeof(table), table), ob = buffer(out_n * sizeof(float), sentinel);
+        ARG(k, 0, cache);
+        ARG(k, 1, tb);
+        ARG(k, 2, table_offset);
+        ARG(k, 3, bt);
+        ARG(k, 4, start);
+        ARG(k, 5, ob);
+        ARG(k, 6, out_off);
+        const size_t global[2] = {CW_ROW, N};
+        if (launch(k, 2, global, NULL)) {
+            download(ob, out_n * sizeof(float), got);
+            CHECK(memcmp(got, want, out_n * sizeof(float)) == 0, "cache_gather %s: output differs", f16 ? "f16" : "f32");
+        }
+        free(sentinel);
+        free(got);
+        free(want);
+    }
+}
+
+/* ---- attn_latent / attn_combine --------------------------------------------------------------------- */
+
+typedef struct latent_case {
+    const char *name;
+    int rows;             /* attn_latent_rows: hg is HGC, nt is KTC */
+    int rkv, dr, heads, hg, nt, splits, split_tokens, bt, f16;
+    int tokens;
+    const int *ctx_len;   /* [tokens] */
+    const int *token_seq; /* [tokens] */
+} latent_case;
+
+static void run_latent(const latent_case *c)
+{
+    const int row = c->rkv + c->dr, kt = c->nt / c->hg > 0 ? c->nt / c->hg : 1;
+    const int groups = (c->heads + c->hg - 1) / c->hg, T = c->tokens, H = c->heads, S = c->splits;
+    int num_seqs = 0, max_ctx = 0;
+    for (int t = 0; t < T; t++) {
+        if (c->token_seq[t] + 1 > num_seqs)
+            num_seqs = c->token_seq[t] + 1;
+        if (c->ctx_len[t] > max_ctx)
+            max_ctx = c->ctx_len[t];
+    }
+    const int max_blocks = (max_ctx + c->bt - 1) / c->bt + 1, blocks = num_seqs * max_blocks + 2;
+    char options[160];
+    if (c->rows)
+        snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D HGC=%d -D KTC=%d", c->rkv, c->dr,
+                 c->f16 ? " -D CACHE_F16" : "", c->hg, c->nt);
+    else
+        snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D NT=%d -D HG=%d -D KT=%d", c->rkv, c->dr,
+                 c->f16 ? " -D CACHE_F16" : "", c->nt, c->hg, kt);
+    cl_kernel k = kernel("attn_latent", options, c->rows ? "attn_latent_rows" : "attn_latent");
+    tu_rng rng = tu_rng_seed((uint64_t)c->rkv * 7 + (uint64_t)c->heads);
+    /* The pool: every row written from the host (f16: random halves of moderate size). */
+    const size_t cells = (size_t)blocks * c->bt * row;
+    float *values = malloc(cells * sizeof(float));
+    uint16_t *halves = malloc(cells * sizeof(uint16_t));
+    for (size_t i = 0; i < cells; i++) {
+        values[i] = tu_rng_uniform(&rng) * 1.5f;
+        halves[i] = float_to_half(values[i]);
+        if (c->f16)
+            values[i] = tu_half_to_float(halves[i]);
+    }
+    /* Block tables: distinct shuffled blocks per sequence. */
+    int *table = malloc((size_t)num_seqs * max_blocks * sizeof(int)), *perm = malloc((size_t)blocks * sizeof(int));
+    for (int s = 0; s < num_seqs; s++) {
+        tu_shuffle_ints(perm, blocks, &rng);
+        for (int b = 0; b < max_blocks; b++)
+            table[s * max_blocks + b] = perm[b];
+    }
+    /* Queries with padding between heads and tokens: strides larger than the rows. */
+    const int ql_head = c->rkv + 1, ql_tok = H * ql_head + 3, ql_off = 2;
+    const int qr_head = c->dr + 2, qr_tok = H * qr_head + 1, qr_off = 5;
+    const size_t nql = (size_t)ql_off + (size_t)T * ql_tok, nqr = (size_t)qr_off + (size_t)T * qr_tok;
+    float *ql = malloc(nql * sizeof(float)), *qr = malloc(nqr * sizeof(float));
+    fill(ql, nql, 0.6f, &rng);
+    fill(qr, nqr, 0.6f, &rng);
+    const float scale = 0.35f;
+    const int out_off = 3, lse_off = 1;
+    const size_t nout = (size_t)out_off + (size_t)T * S * H * c->rkv, nlse = (size_t)lse_off + (size_t)T * S * H;
+    float *out = malloc(nout * sizeof(float)), *lse = malloc(nlse * sizeof(float));
+    for (size_t i = 0; i < nout; i++)
+        out[i] = -777.0f;
+    for (size_t i = 0; i < nlse; i++)
+        lse[i] = -777.0f;
+
+    cl_mem qlb = buffer(nql * sizeof(float), ql), qrb = buffer(nqr * sizeof(float), qr);
+    cl_mem cache = c->f16 ? buffer(cells * 2, halves) : buffer(cells * 4, values);
+    cl_mem tb = buffer((size_t)num_seqs * max_blocks * sizeof(int), table);
+    cl_mem tsb = buffer((size_t)T * sizeof(int), c->token_seq), tcb = buffer((size_t)T * sizeof(int), c->ctx_len);
+    cl_mem ob = buffer(nout * sizeof(float), out), lb = buffer(nlse * sizeof(float), lse);
+    ARG(k, 0, qlb);
+    ARG(k, 1, ql_off);
+    ARG(k, 2, ql_tok);
+    ARG(k, 3, ql_head);
+    ARG(k, 4, qrb);
+    ARG(k, 5, qr_off);
+    ARG(k, 6, qr_tok);
+    ARG(k, 7, qr_head);
+    ARG(k, 8, cache);
+    ARG(k, 9, tb);
+    ARG(k, 10, max_blocks);
+    ARG(k, 11, c->bt);
+    ARG(k, 12, tsb);
+    ARG(k, 13, tcb);
+    ARG(k, 14, H);
+    ARG(k, 15, S);
+    ARG(k, 16, c->split_tokens);
+    ARG(k, 17, scale);
+    ARG(k, 18, ob);
+    ARG(k, 19, out_off);
+    ARG(k, 20, lb);
+    ARG(k, 21, lse_off);
+    const size_t threads = c->rows ? 1 : (size_t)c->nt;
+    const size_t global[3] = {threads * groups, (size_t)S, (size_t)T}, local[3] = {threads, 1, 1};
+    if (launch(k, 3, global, local)) {
+        download(ob, nout * sizeof(float), out);
+        download(lb, nlse * sizeof(float), lse);
+        double *qt = malloc((size_t)H * c->rkv * sizeof(double)), *qrd = malloc((size_t)H * c->dr * sizeof(double));
+        double *keys_c = malloc(((size_t)c->split_tokens + 1) * c->rkv * sizeof(double));
+        double *keys_r = malloc(((size_t)c->split_tokens + 1) * c->dr * sizeof(double));
+        double *want = malloc((size_t)H * c->rkv * sizeof(double)), *want_lse = malloc((size_t)H * sizeof(double));
+        for (int t = 0; t < T; t++) {
+            for (int h = 0; h < H; h++) {
+                for (int d = 0; d < c->rkv; d++)
+                    qt[h * c->rkv + d] = ql[ql_off + t * ql_tok + h * ql_head + d];
+                for (int d = 0; d < c->dr; d++)
+                    qrd[h * c->dr + d] = qr[qr_off + t * qr_tok + h * qr_head + d];
+            }
+            for (int s = 0; s < S; s++) {
+                const int k0 = s * c->split_tokens, k1 = c->ctx_len[t] < k0 + c->split_tokens ? c->ctx_len[t] : k0 + c->split_tokens;
+                const int n = k1 > k0 ? k1 - k0 : 0;
+                for (int j = 0; j < n; j++) {
+                    const int key = k0 + j;
+                    const size_t r = (size_t)table[c->token_seq[t] * max_blocks + key / c->bt] * c->bt + key % c->bt;
+                    for (int d = 0; d < row; d++) {
+                        if (d < c->rkv)
+                            keys_c[(size_t)j * c->rkv + d] = values[r * row + d];
+                        else
+                            keys_r[(size_t)j * c->dr + d - c->rkv] = values[r * row + d];
+                    }
+                }
+                mla_ref_latent_attention(H, c->rkv, c->dr, scale, n, qt, qrd, keys_c, keys_r, want, want_lse);
+                const size_t row0 = (size_t)t * S + s;
+                CHECK_CLOSE(out + out_off + row0 * H * c->rkv, want, (size_t)H * c->rkv, c->rkv, TOL_F32_CACHE,
+                            "attn_latent %s: token %d split %d (%d keys) out [head, i]", c->name, t, s, n);
+                for (int h = 0; h < H; h++) {
+                    const float g = lse[lse_off + row0 * H + h];
+                    const int ok = n == 0 ? (isinf(g) && g < 0) : fabs(g - want_lse[h]) <= 1e-4 * (1.0 + fabs(want_lse[h]));
+                    CHECK(ok, "attn_latent %s: token %d split %d head %d lse %.7g, want %.7g", c->name, t, s, h, g,
+                          want_lse[h]);
+                }
+            }
+        }
+        CHECK(out[0] == -777.0f && out[1] == -777.0f && out[2] == -777.0f && lse[0] == -777.0f,
+              "attn_latent %s wrote before its offsets", c->name);
+        free(qt);
+        free(qrd);
+        free(keys_c);
+        free(keys_r);
+        free(want);
+        free(want_lse);
+    }
+    free(values);
+    free(halves);
+    free(table);
+    free(perm);
+    free(ql);
+    free(qr);
+    free(out);
+    free(lse);
+}
+
+static void test_attn_latent(void)
+{
+    /* 5 heads in groups of 3 (the last one partial), 3 splits of 7 keys, 16 work-items. */
+    static const int ctx_a[4] = {0, 1, 13, 21}, seq_a[4] = {0, 1, 1, 0};
+    const latent_case a = {"rkv 20 dr 4, 5 heads / 3 per group, 3 splits, f32", 0, 20, 4, 5, 3, 16, 3, 7, 4, 0, 4,
+                           ctx_a, seq_a};
+    /* A row of 80 values over 64 work-items (two elements each), 8 heads in one group. */
+    static const int ctx_b[2] = {17, 9}, seq_b[2] = {0, 1};
+    const latent_case b = {"rkv 72 dr 8, 8 heads / 8 per group, 64 items, f16", 0, 72, 8, 8, 8, 64, 1, 17, 5, 1, 2,
+                           ctx_b, seq_b};
+    /* One head per group, 2 splits, 32 items, a context that ends mid-block. */
+    static const int ctx_c[1] = {70}, seq_c[1] = {0};
+    const latent_case c = {"rkv 20 dr 4, 2 heads / 1 per group, 2 splits, f32", 0, 20, 4, 2, 1, 32, 2, 40, 6, 0, 1,
+                           ctx_c, seq_c};
+    run_latent(&a);
+    run_latent(&b);
+    run_latent(&c);
+}
+
+static void test_attn_latent_rows(void)
+{
+    /* 5 heads, 4 per item (the second item has one real head), rkv 20 (16 by float8 + 4 after),
+       3 splits with an empty one, tiles of 8 keys cut short. */
+    static const int ctx_a[4] = {0, 1, 13, 21}, seq_a[4] = {0, 1, 1, 0};
+    const latent_case a = {"rows: rkv 20 dr 4, 5 heads / 4 per item, 3 splits, f32", 1, 20, 4, 5, 4, 8, 3, 7, 4, 0, 4,
+                           ctx_a, seq_a};
+    /* The library's 16 heads per item with 8 real ones, a row of 80, f16. */
+    static const int ctx_b[2] = {17, 9}, seq_b[2] = {0, 1};
+    const latent_case b = {"rows: rkv 72 dr 8, 8 heads / 16 per item, f16", 1, 72, 8, 8, 16, 8, 1, 17, 5, 1, 2, ctx_b,
+                           seq_b};
+    /* Tiles of 4 keys (the scalar softmax), 2 heads, 2 splits. */
+    static const int ctx_c[1] = {70}, seq_c[1] = {0};
+    const latent_case c = {"rows: rkv 20 dr 4, 2 heads, tiles of 4, 2 splits, f32", 1, 20, 4, 2, 2, 4, 2, 40, 6, 0, 1,
+                           ctx_c, seq_c};
+    run_latent(&a);
+    run_latent(&b);
+    run_latent(&c);
+}
+
+static void test_attn_combine(void)
+{
+    enum { RKV = 6, S = 3, H = 2, T = 3, OUT_OFF = 4, LSE_OFF = 1 };
+    cl_kernel k = kernel("attn_combine", "-D RKV=6", "attn_combine");
+    tu_rng rng = tu_rng_seed(50);
+    float part_out[T * S * H * RKV], part_lse[T * S * H];
+    fill(part_out, sizeof(part_out) / sizeof(float), 2.0f, &rng);
+    fill(part_lse, sizeof(part_lse) / sizeof(float), 30.0f, &rng);
+    part_lse[(1 * S + 2) * H + 0] = -INFINITY; /* token 1: an empty split */
+    part_lse[(1 * S + 0) * H + 1] = -INFINITY;
+    for (int s = 0; s < S; s++)
+        part_lse[(2 * S + s) * H + 1] = -INFINITY; /* token 2, head 1: every split empty */
+    part_lse[(0 * S + 1) * H + 0] = 3000.0f;       /* dominates its row by thousands */
+    float out[OUT_OFF + T * H * RKV], lse[LSE_OFF + T * H], want[OUT_OFF + T * H * RKV], want_lse[LSE_OFF + T * H];
+    for (size_t i = 0; i < sizeof(out) / sizeof(float); i++)
+        out[i] = want[i] = 55.0f;
+    for (size_t i = 0; i < sizeof(lse) / sizeof(float); i++)
+        lse[i] = want_lse[i] = 55.0f;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+            double m = -INFINITY;
+            for (int s = 0; s < S; s++)
+                m = fmax(m, part_lse[(t * S + s) * H + h]);
+            for (int d = 0; d < RKV; d++) {
+                double sum = 0, acc = 0;
+                for (int s = 0; s < S && m != -INFINITY; s++) {
+                    const double w = exp(part_lse[(t * S + s) * H + h] - m);
+                    sum += w;
+                    acc += w * part_out[((t * S + s) * H + h) * RKV + d];
+                }
+                want[OUT_OFF + (t * H + h) * RKV + d] = m == -INFINITY ? 0.0f : (float)(acc / sum);
+                if (d == 0)
+                    want_lse[LSE_OFF + t * H + h] = m == -INFINITY ? -INFINITY : (float)(m + log(sum));
+            }
+        }
+    cl_mem pob = buffer(sizeof(part_out), part_out), plb = buffer(sizeof(part_lse), part_lse);
+    cl_mem ob = buffer(sizeof(out), out), lb = buffer(sizeof(lse), lse);
+    const int splits = S, heads = H, out_off = OUT_OFF, lse_off = LSE_OFF;
+    ARG(k, 0, pob);
+    ARG(k, 1, plb);
+    ARG(k, 2, splits);
+    ARG(k, 3, heads);
+    ARG(k, 4, ob);
+    ARG(k, 5, out_off);
+    ARG(k, 6, lb);
+    ARG(k, 7, lse_off);
+    const size_t global[3] = {RKV, H, T};
+    if (launch(k, 3, global, NULL)) {
+        download(ob, sizeof(out), out);
+        download(lb, sizeof(lse), lse);
+        CHECK_NEAR(out, want, sizeof(out) / sizeof(float), RKV, 1e-5, "attn_combine out (offset area too)");
+        int bad = 0;
+        for (size_t i = 0; i < sizeof(lse) / sizeof(float); i++)
+            bad += !(lse[i] == want_lse[i] || fabs(lse[i] - want_lse[i]) <= 1e-5 * (1 + fabs(want_lse[i])));
+        CHECK(bad == 0, "attn_combine: %d lse values differ", bad);
+    }
+}
+
+/* ---- attn_prefill ------------------------------------------------------------------------------------ */
+
+typedef struct prefill_case {
+    int rows; /* attn_prefill_rows: nt is QBC, kt unused */
+    int dn, dr, dv, nt, kt, heads, n_queries, prefix;
+} prefill_case;
+
+static void run_prefill(const prefill_case *c)
+{
+    const int dq = c->dn + c->dr, H = c->heads, L = c->prefix + c->n_queries, rkv = 6, row = rkv + c->dr;
+    char options[128];
+    if (c->rows)
+        snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D QBC=%d", c->dn, c->dr, c->dv, c->nt);
+    else
+        snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D NT=%d -D KT=%d", c->dn, c->dr, c->dv, c->nt,
+                 c->kt);
+    cl_kernel k = kernel("attn_prefill", options, c->rows ? "attn_prefill_rows" : "attn_prefill");
+    const int q_stride = H * dq + 1, q_off = 3, kvu_stride = H * (c->dn + c->dv) + 2, kvu_off = 1;
+    const int o_stride = H * c->dv + 1, o_off = 2;
+    const size_t nq = (size_t)q_off + (size_t)c->n_queries * q_stride, nkvu = (size_t)kvu_off + (size_t)L * kvu_stride;
+    const size_t ng = (size_t)L * row, no = (size_t)o_off + (size_t)c->n_queries * o_stride + 2;
+    tu_rng rng = tu_rng_seed((uint64_t)c->n_queries * 3 + (uint64_t)c->nt);
+    float *q = malloc(nq * sizeof(float)), *kvu = malloc(nkvu * sizeof(float)), *g = malloc(ng * sizeof(float));
+    float *out = malloc(no * sizeof(float)), *want = malloc(no * sizeof(float));
+    fill(q, nq, 1.0f, &rng);
+    fill(kvu, nkvu, 1.0f, &rng);
+    fill(g, ng, 1.0f, &rng);
+    for (size_t i = 0; i < no; i++)
+        out[i] = want[i] = 4242.0f;
+    const float scale = 0.4f;
+    double *p = malloc((size_t)L * sizeof(double));
+    for (int i = 0; i < c->n_queries; i++)
+        for (int h = 0; h < H; h++) {
+            const int keys = c->prefix + i + 1;
+            const float *qi = q + q_off + (size_t)i * q_stride + (size_t)h * dq;
+            double m = -INFINITY;
+            for (int j = 0; j < keys; j++) {
+                const float *kj = kvu + kvu_off + (size_t)j * kvu_stride + (size_t)h * (c->dn + c->dv);
+                double s = 0;
+                for (int d = 0; d < c->dn; d++)
+                    s += (double)qi[d] * kj[d];
+                for (int d = 0; d < c->dr; d++)
+                    s += (double)qi[c->dn + d] * g[(size_t)j * row + rkv + d];
+                p[j] = s * scale;
+                m = fmax(m, p[j]);
+            }
+            double sum = 0;
+            for (int j = 0; j < keys; j++)
+                sum += (p[j] = exp(p[j] - m));
+            for (int d = 0; d < c->dv; d++) {
+                double acc = 0;
+                for (int j = 0; j < keys; j++)
+                    acc += p[j] * kvu[kvu_off + (size_t)j * kvu_stride + (size_t)h * (c->dn + c->dv) + c->dn + d];
+                want[o_off + (size_t)i * o_stride + (size_t)h * c->dv + d] = (float)(acc / sum);
+            }
+        }
+    cl_mem qb = buffer(nq * sizeof(float), q), kb = buffer(nkvu * sizeof(float), kvu), gb = buffer(ng * sizeof(float), g);
+    cl_mem ob = buffer(no * sizeof(float), out);
+    ARG(k, 0, qb);
+    ARG(k, 1, q_off);
+    ARG(k, 2, q_stride);
+    ARG(k, 3, kb);
+    ARG(k, 4, kvu_off);
+    ARG(k, 5, kvu_stride);
+    ARG(k, 6, gb);
+    ARG(k, 7, rkv);
+    ARG(k, 8, row);
+    ARG(k, 9, c->n_queries);
+    ARG(k, 10, c->prefix);
+    ARG(k, 11, scale);
+    ARG(k, 12, ob);
+    ARG(k, 13, o_off);
+    ARG(k, 14, o_stride);
+    const size_t per = (size_t)c->nt, threads = c->rows ? 1 : per;
+    const size_t global[2] = {((size_t)c->n_queries + per - 1) / per * threads, (size_t)H}, local[2] = {threads, 1};
+    if (launch(k, 2, global, local)) {
+        download(ob, no * sizeof(float), out);
+        CHECK_NEAR(out, want, no, o_stride, 1e-5, "%s %s=%d H=%d queries %d after %d (all of out)",
+                   c->rows ? "attn_prefill_rows" : "attn_prefill", c->rows ? "QBC" : "NT", c->nt, H, c->n_queries,
+                   c->prefix);
+    }
+    free(q);
+    free(kvu);
+    free(g);
+    free(out);
+    free(want);
+    free(p);
+}
+
+static void test_attn_prefill(void)
+{
+    const prefill_case a = {0, 4, 2, 3, 8, 4, 2, 11, 5};  /* 2 query tiles, the second cut short */
+    const prefill_case b = {0, 8, 4, 8, 32, 16, 3, 37, 0}; /* the library's tile sizes */
+    run_prefill(&a);
+    run_prefill(&b);
+}
+
+static void test_attn_prefill_rows(void)
+{
+    /* Blocks of 4 queries after a 5-token prefix (no dimension reaches a float8), and the library's
+       16 with dq 12 and dv 8 (float8 parts and tails), 37 queries: the last block is cut short. */
+    const prefill_case a = {1, 4, 2, 3, 4, 0, 2, 11, 5};
+    const prefill_case b = {1, 8, 4, 8, 16, 0, 3, 37, 0};
+    const prefill_case c = {1, 8, 4, 8, 16, 0, 2, 20, 13};
+    run_prefill(&a);
+    run_prefill(&b);
+    run_prefill(&c);
+}
+
+/* ---- gemm_skinny ---------------------------------------------------------------------------------- */
+
+typedef struct gemm_case {
+    const char *kernel;  /* gemm_skinny_nt, _nn, _nt_rows, _nn_rows */
+    const char *options;
+    int M, N, K, batch, transposed;
+    float alpha, beta;
+    size_t global[2], local[2];
+    int columns_per_item, row_blocks; /* the _nt_rows kernel's two extra arguments (row_blocks 0: none) */
+} gemm_case;
+
+/* C = alpha A op(B) + beta C over batch products at strides and offsets, every value of C (its
+   padding too) against a double computation. row_blocks > 1 is the many-rows form: one product,
+   strides 0. */
+static void run_gemm(const gemm_case *c)
+{
+    const int M = c->M, N = c->N, K = c->K, batch = c->batch;
+    const int lda = K + 3, ldb = c->transposed ? K + 1 : N + 2, ldc = N + 4;
+    const int b_rows = c->transposed ? N : K;
+    const int many = c->row_blocks > 1;
+    const int a_stride = many ? 0 : M * lda + 5, b_stride = many ? 0 : b_rows * ldb + 3, c_stride = many ? 0 : M * ldc + 2;
+    const int ao = 2, bo = 1, co = 3;
+    const size_t na = (size_t)ao + (size_t)(batch - 1) * a_stride + (size_t)M * lda;
+    const size_t nb = (size_t)bo + (size_t)(batch - 1) * b_stride + (size_t)b_rows * ldb;
+    const size_t nc = (size_t)co + (size_t)(batch - 1) * c_stride + (size_t)M * ldc + 1;
+    tu_rng rng = tu_rng_seed((uint64_t)M * 131 + (uint64_t)N * 7 + (uint64_t)K);
+    float *a = malloc(na * sizeof(float)), *b = malloc(nb * sizeof(float)), *cm = malloc(nc * sizeof(float));
+    float *got = malloc(nc * sizeof(float)), *want = malloc(nc * sizeof(float));
+    fill(a, na, 1.0f, &rng);
+    fill(b, nb, 1.0f, &rng);
+    fill(cm, nc, 1.0f, &rng);
+    memcpy(want, cm, nc * sizeof(float));
+    for (int q = 0; q < batch; q++)
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) {
+                double s = 0;
+                for (int k = 0; k < K; k++) {
+                    const float bv = c->transposed ? b[bo + (size_t)q * b_stride + (size_t)n * ldb + k]
+                                                   : b[bo + (size_t)q * b_stride + (size_t)k * ldb + n];
+                    s += (double)a[ao + (size_t)q * a_stride + (size_t)m * lda + k] * bv;
+                }
+                float *dst = &want[co + (size_t)q * c_stride + (size_t)m * ldc + n];
+                *dst = (float)(c->alpha * s + (c->beta != 0.0f ? (double)c->beta * *dst : 0.0));
+            }
+    cl_kernel k = kernel("gemm_skinny", c->options, c->kernel);
+    cl_mem ab = buffer(na * sizeof(float), a), bb = buffer(nb * sizeof(float), b), cb = buffer(nc * sizeof(float), cm);
+    ARG(k, 0, M);
+    ARG(k, 1, N);
+    ARG(k, 2, K);
+    ARG(k, 3, c->alpha);
+    ARG(k, 4, ab);
+    ARG(k, 5, ao);
+    ARG(k, 6, lda);
+    ARG(k, 7, a_stride);
+    ARG(k, 8, bb);
+    ARG(k, 9, bo);
+    ARG(k, 10, ldb);
+    ARG(k, 11, b_stride);
+    ARG(k, 12, c->beta);
+    ARG(k, 13, cb);
+    ARG(k, 14, co);
+    ARG(k, 15, ldc);
+    ARG(k, 16, c_stride);
+    if (c->row_blocks > 0) {
+        ARG(k, 17, c->columns_per_item);
+        ARG(k, 18, c->row_blocks);
+    }
+    if (launch(k, 2, c->global, c->local)) {
+        download(cb, nc * sizeof(float), got);
+        CHECK_NEAR(got, want, nc, ldc, 1e-5, "%s (%s) M=%d N=%d K=%d batch %d alpha %g beta %g: all of C", c->kernel,
+                   c->options, M, N, K, batch, (double)c->alpha, (double)c->beta);
+    }
+    free(a);
+    free(b);
+    free(cm);
+    free(got);
+    free(want);
+}
+
+static void test_gemm_skinny(void)
+{
+    /* The work-group forms (GPUs): 64 and 16 items, K not a multiple of 4, a partial column block. */
+    const gemm_case cases[] = {
+        {"gemm_skinny_nt", "-D MMAX=8 -D WG=64 -D NC=4", 5, 7, 37, 2, 1, 1.0f, 0.0f, {2 * 64, 2}, {64, 1}, 0, 0},
+        {"gemm_skinny_nt", "-D MMAX=8 -D WG=16 -D NC=4", 8, 9, 133, 1, 1, 0.5f, 2.0f, {3 * 16, 1}, {16, 1}, 0, 0},
+        {"gemm_skinny_nn", "-D MMAX=8 -D WG=64 -D NC=4", 3, 13, 9, 3, 0, 1.0f, 0.0f, {64, 3}, {64, 1}, 0, 0},
+        {"gemm_skinny_nn", "-D MMAX=8 -D WG=16 -D NC=4", 8, 40, 5, 1, 0, -1.0f, 1.0f, {48, 1}, {16, 1}, 0, 0},
+        /* The CPU forms: rows bucketed to 1, 2, 4, 8 (NCC = 8 / rows), several column blocks per
+           item, N not a multiple of a block, K with a tail past its float8s. */
+        {"gemm_skinny_nt_rows", "-D MR=1 -D NCC=8", 1, 19, 37, 2, 1, 1.0f, 0.0f, {2, 2}, {1, 1}, 16, 1},
+        {"gemm_skinny_nt_rows", "-D MR=2 -D NCC=4", 2, 19, 37, 1, 1, 1.0f, 1.0f, {3, 1}, {1, 1}, 8, 1},
+        {"gemm_skinny_nt_rows", "-D MR=4 -D NCC=2", 3, 10, 8, 2, 1, 2.0f, 0.0f, {5, 2}, {1, 1}, 2, 1},
+        {"gemm_skinny_nt_rows", "-D MR=8 -D NCC=1", 7, 5, 21, 1, 1, 1.0f, 0.0f, {5, 1}, {1, 1}, 1, 1},
+        /* ... and many rows: blocks of 4 rows (the last one short), 64 columns per item. */
+        {"gemm_skinny_nt_rows", "-D MR=4 -D NCC=2", 11, 70, 19, 1, 1, 1.0f, 0.0f, {2, 3}, {1, 1}, 64, 3},
+        {"gemm_skinny_nn_rows", "-D MR=1 -D NCC=8", 1, 24, 7, 2, 0, 1.0f, 0.0f, {1, 2}, {1, 1}, 0, 0},
+        {"gemm_skinny_nn_rows", "-D MR=4 -D NCC=2", 3, 40, 9, 2, 0, 1.0f, 0.5f, {3, 2}, {1, 1}, 0, 0},
+        {"gemm_skinny_nn_rows", "-D MR=8 -D NCC=1", 8, 16, 3, 1, 0, 1.0f, 0.0f, {2, 1}, {1, 1}, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        run_gemm(&cases[i]);
+}
+
+/* ---- the library's launches -------------------------------------------------------------------------- */
+
+static void layer_pass(const char *kind)
+{
+    clmla_layer_config c = tu_small_config(16, 3, 8, 16, 8, 4, 8);
+    const int D = c.hidden_size, rkv = c.kv_lora_rank, dr = c.qk_rope_head_dim;
+    tu_weights w;
+    if (tu_weights_make(&w, &c, 60) != 0)
+        return;
+    clmla_layer *layer = NULL;
+    CHECK_STATUS(clmla_layer_create(ctx, &c, &w.layer, &layer), CLMLA_SUCCESS, ctx);
+    enum { TA = 13, TB = 17 };
+    float *xa = tu_random_inputs(TA, D, 61), *xb = tu_random_inputs(TB, D, 62);
+    tu_ref_run ra, rb;
+    int ok = tu_ref_run_make(&ra, &w, TA, xa, MLA_REF_DECOMPRESSED) == 0 && tu_ref_run_make(&rb, &w, TB, xb, MLA_REF_DECOMPRESSED) == 0;
+    printf("# layer: launches as on a %s device\n", kind);
+    for (int dt = 0; layer && ok && dt < 2; dt++) {
+        clmla_cache_config cc = {1, rkv, dr, 4, 12, (clmla_cache_dtype)dt};
+        clmla_cache *cache = NULL;
+        CHECK_STATUS(clmla_cache_create(ctx, &cc, &cache), CLMLA_SUCCESS, ctx);
+        if (!cache)
+            break;
+        int32_t a, b;
+        clmla_cache_seq_add(cache, &a);
+        clmla_cache_seq_add(cache, &b);
+        float out[(TA + TB) * 16], x[(TA + TB) * 16];
+        /* a: 5 absorbed, 6 decompressed, then a batch of a's 12th token (absorbed) and all 17 of b
+           (decompressed under AUTO: threshold 16), then a's last token alone. */
+        clmla_batch_entry e1 = {a, 5};
+        clmla_forward_args f1 = {&e1, 1, 0, CLMLA_PATH_ABSORBED};
+        CHECK_STATUS(clmla_layer_forward(layer, cache, &f1, xa, out), CLMLA_SUCCESS, ctx);
+        clmla_batch_entry e2 = {a, 6};
+        clmla_forward_args f2 = {&e2, 1, 0, CLMLA_PATH_DECOMPRESSED};
+        CHECK_STATUS(clmla_layer_forward(layer, cache, &f2, xa + 5 * D, out + 5 * D), CLMLA_SUCCESS, ctx);
+        CHECK_CLOSE(out, ra.out, (size_t)11 * D, D, TOL_FOR_DTYPE(dt), "layer %s: a's 11 tokens", dt ? "f16" : "f32");
+        clmla_batch_entry e3[2] = {{a, 1}, {b, TB}};
+        memcpy(x, xa + 11 * D, (size_t)D * sizeof(float));
+        memcpy(x + D, xb, (size_t)TB * D * sizeof(float));
+        clmla_forward_args f3 = {e3, 2, 0, CLMLA_PATH_AUTO};
+        CHECK_STATUS(clmla_layer_forward(layer, cache, &f3, x, out), CLMLA_SUCCESS, ctx);
+        CHECK_CLOSE(out, ra.out + 11 * D, (size_t)D, D, TOL_FOR_DTYPE(dt), "layer %s: a's token 11 in the batch",
+                    dt ? "f16" : "f32");
+        CHECK_CLOSE(out + D, rb.out, (size_t)TB * D, D, TOL_FOR_DTYPE(dt), "layer %s: b in the batch", dt ? "f16" : "f32");
+        clmla_batch_entry e4 = {a, 1};
+        clmla_forward_args f4 = {&e4, 1, 0, CLMLA_PATH_AUTO};
+        CHECK_STATUS(clmla_layer_forward(layer, cache, &f4, xa + 12 * D, out), CLMLA_SUCCESS, ctx);
+        CHECK_CLOSE(out, ra.out + 12 * D, (size_t)D, D, TOL_FOR_DTYPE(dt), "layer %s: a's decode", dt ? "f16" : "f32");
+        float ckv[TB * 16], kr[TB * 4];
+        CHECK_STATUS(clmla_cache_read(cache, 0, b, 0, TB, ckv, kr), CLMLA_SUCCESS, ctx);
+        CHECK_CLOSE(ckv, rb.ckv, (size_t)TB * rkv, rkv, TOL_FOR_DTYPE(dt), "layer %s: b's cached c^KV", dt ? "f16" : "f32");
+        clmla_cache_destroy(cache);
+    }
+    if (ok) {
+        tu_ref_run_free(&ra);
+        tu_ref_run_free(&rb);
+    }
+    clmla_layer_destroy(layer);
+    free(xa);
+    free(xb);
+    tu_weights_free(&w);
+
+    /* clmla_attention_latent over 300 keys: split across work-groups, then attn_combine. */
+    enum { N = 300, H = 2, RKV = 8, DR = 2, ROW = RKV + DR, BT = 16 };
+    clmla_cache_config cc = {1, RKV, DR, BT, (N + BT - 1) / BT, CLMLA_CACHE_F32};
+    clmla_cache *cache = NULL;
+    CHECK_STATUS(clmla_cache_create(ctx, &cc, &cache), CLMLA_SUCCESS, ctx);
+    if (!cache)
+        return;
+    int32_t s;
+    clmla_cache_seq_add(cache, &s);
+    tu_rng rng = tu_rng_seed(63);
+    float *rows = malloc((size_t)N * ROW * sizeof(float));
+    fill(rows, (size_t)N * ROW, 1.0f, &rng);
+    cl_mem rb_ = buffer((size_t)N * ROW * sizeof(float), rows);
+    CHECK_STATUS(clmla_cache_append_cl(cache, 0, s, N, rb_, 0, ROW, rb_, RKV, ROW, NULL), CLMLA_SUCCESS, ctx);
+    int32_t table[(N + BT - 1) / BT];
+    int nb = 0;
+    clmla_cache_seq_blocks(cache, s, table, (N + BT - 1) / BT, &nb);
+    float ql[H * RKV], qr[H * DR], out[H * RKV], lse[H];
+    fill(ql, H * RKV, 1.0f, &rng);
+    fill(qr, H * DR, 1.0f, &rng);
+    const int zero = 0, len = N;
+    cl_mem qlb = buffer(sizeof(ql), ql), qrb = buffer(sizeof(qr), qr), tb = buffer((size_t)nb * sizeof(int32_t), table);
+    cl_mem tsb = buffer(sizeof(int), &zero), tcb = buffer(sizeof(int), &len);
+    cl_mem ob = buffer(sizeof(out), NULL), lb = buffer(sizeof(lse), NULL);
+    clmla_latent_attention_args la;
+    memset(&la, 0, sizeof(la));
+    la.num_tokens = 1;
+    la.num_heads = H;
+    la.softmax_scale = 0.3f;
+    la.q_latent = qlb;
+    la.q_rope = qrb;
+    la.block_table = tb;
+    la.max_blocks_per_seq = nb;
+    la.token_seq = tsb;
+    la.token_ctx_len = tcb;
+    la.max_ctx_len = N;
+    la.out = ob;
+    la.lse = lb;
+    CHECK_STATUS(clmla_attention_latent(cache, 0, &la, NULL), CLMLA_SUCCESS, ctx);
+    download(ob, sizeof(out), out);
+    download(lb, sizeof(lse), lse);
+    double *cd = malloc((size_t)N * RKV * sizeof(double)), *kd = malloc((size_t)N * DR * sizeof(double));
+    for (int t = 0; t < N; t++)
+        for (int d = 0; d < ROW; d++) {
+            if (d < RKV)
+                cd[t * RKV + d] = rows[t * ROW + d];
+            else
+                kd[t * DR + d - RKV] = rows[t * ROW + d];
+        }
+    double qld[H * RKV], qrd[H * DR], want[H * RKV], want_lse[H];
+    for (int i = 0; i < H * RKV; i++)
+        qld[i] = ql[i];
+    for (int i = 0; i < H * DR; i++)
+        qrd[i] = qr[i];
+    mla_ref_latent_attention(H, RKV, DR, 0.3, N, qld, qrd, cd, kd, want, want_lse);
+    CHECK_CLOSE(out, want, (size_t)H * RKV, RKV, TOL_F32_CACHE, "clmla_attention_latent over %d keys [head, i]", N);
+    CHECK_CLOSE(lse, want_lse, (size_t)H, H, TOL_F32_CACHE, "clmla_attention_latent lse over %d keys", N);
+    free(cd);
+    free(kd);
+    free(rows);
+    clmla_cache_destroy(cache);
+}
+
+/* The library picks kernels by device type (CPU: the _rows forms and gemm_skinny_*_rows; else the
+   work-group forms, gemm_skinny_nt/nn and CLBlast): both choices run here, whatever the device. */
+static void test_layer(void)
+{
+    const clmla_device_kind real = ctx->info.kind;
+    const clmla_device_kind other = real == CLMLA_DEVICE_KIND_CPU ? CLMLA_DEVICE_KIND_GPU : CLMLA_DEVICE_KIND_CPU;
+    layer_pass(real == CLMLA_DEVICE_KIND_CPU ? "CPU" : "GPU");
+    ctx->info.kind = other;
+    layer_pass(other == CLMLA_DEVICE_KIND_CPU ? "CPU" : "GPU");
+    ctx->info.kind = real;
+}
+
+/* ---- coverage ---------------------------------------------------------------------------------------- */
+
+/* The kernels this file launches directly. */
+static const char *const tested[] = {"rmsnorm",        "rope",           "cache_write",         "cache_gather",
+                                     "attn_latent",    "attn_latent_rows", "attn_combine",       "attn_prefill",
+                                     "attn_prefill_rows", "gemm_skinny_nt", "gemm_skinny_nn",    "gemm_skinny_nt_rows",
+                                     "gemm_skinny_nn_rows"};
+
+static int ident_char(char c)
+{
+    return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+/* Appends the `__kernel` function names of one source file to names[]: after each "__kernel"
+   (attributes may follow), the identifier after the word "void". */
+static void kernels_in(const char *path, char names[][64], char files[][64], int *n, const char *file)
+{
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL, "cannot read %s", path);
+    if (!f)
+        return;
+    static char text[1 << 20];
+    const size_t len = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[len] = '\0';
+    for (char *p = strstr(text, "__kernel"); p; p = strstr(p + 8, "__kernel")) {
+        if (p > text && ident_char(p[-1]))
+            continue;
+        char *v = p;
+        while ((v = strstr(v + 1, "void")) != NULL && (ident_char(v[-1]) || ident_char(v[4])))
+            ;
+        if (!v)
+            break;
+        char *name = v + 4;
+        while (*name == ' ' || *name == '\t' || *name == '\n' || *name == '\r')
+            name++;
+        int k = 0;
+        while (ident_char(name[k]) && k < 63)
+            k++;
+        if (k > 0 && *n < MAX_NAMES) {
+            snprintf(names[*n], 64, "%.*s", k, name);
+            snprintf(files[*n], 64, "%s", file);
+            (*n)++;
+        }
+    }
+}
+
+static void check_coverage(int kernels_ran)
+{
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/cl", CLMLA_SOURCE_DIR);
+    DIR *d = opendir(dir);
+    CHECK(d != NULL, "cannot list %s", dir);
+    if (!d)
+        return;
+    char names[MAX_NAMES][64], files[MAX_NAMES][64];
+    int n = 0, num_files = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const size_t len = strlen(e->d_name);
+        if (len < 4 || strcmp(e->d_name + len - 3, ".cl") != 0)
+            continue;
+        char path[8192];
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        const int before = n;
+        kernels_in(path, names, files, &n, e->d_name);
+        CHECK(n > before, "cl/%s defines no __kernel this test can find", e->d_name);
+        num_files++;
+    }
+    closedir(d);
+    for (int i = 0; i < n; i++) {
+        int known = 0, ran = 0;
+        for (size_t t = 0; t < sizeof(tested) / sizeof(tested[0]); t++)
+            known |= strcmp(names[i], tested[t]) == 0;
+        for (int l = 0; l < num_launched; l++)
+            ran |= strcmp(names[i], launched[l]) == 0;
+        CHECK(known, "kernel %s (cl/%s) has no test in tests/test_kernels.c: add one, ci/oclgrind.sh runs them all",
+              names[i], files[i]);
+        if (kernels_ran)
+            CHECK(ran, "kernel %s (cl/%s) was not launched", names[i], files[i]);
+    }
+    printf("# coverage: %d kernels in %d files of cl/, %d launched directly\n", n, num_files, num_launched);
+}
+
+/* ---- main -------------------------------------------------------------------------------------------- */
+
+static void test_kernels(void)
+{
+    test_rmsnorm();
+    test_rope();
+    test_cache_write();
+    test_cache_gather();
+    test_attn_latent();
+    test_attn_latent_rows();
+    test_attn_combine();
+    test_attn_prefill();
+    test_attn_prefill_rows();
+    test_gemm_skinny();
+}
+
+static const struct {
+    const char *name;
+    void (*run)(void);
+} parts[] = {{"kernels", test_kernels}, {"layer", test_layer}};
+
+int main(int argc, char **argv)
+{
+    int selected[2] = {0, 0}, any = 0;
+    for (int a = 1; a < argc; a++) {
+        if (strcmp(argv[a], "--keep-buffers") == 0) {
+            keep_buffers = 1;
+            continue;
+        }
+        int known = 0;
+        for (int p = 0; p < 2; p++)
+            if (strcmp(argv[a], parts[p].name) == 0)
+                known = selected[p] = any = 1;
+        if (!known) {
+            printf("usage: test_kernels [--keep-buffers] [kernels] [layer]\n");
+            return 2;
+        }
+    }
+    clmla_status st = clmla_context_create(NULL, &ctx);
+    if (st != CLMLA_SUCCESS) {
+        printf("no OpenCL device (%s: %s)\n", clmla_status_string(st), clmla_last_error(NULL));
+        CHECK(0, "no device");
+        return check_summary();
+    }
+    clmla_device_info info;
+    clmla_context_device(ctx, &info);
+    printf("# device: %s (%s)\n", info.name, info.platform_name);
+    for (int p = 0; p < 2; p++) {
+        if (any && !selected[p])
+            continue;
+        double t0 = tu_seconds();
+        int failed = check_failed;
+        parts[p].run();
+        printf("# part %-8s %6.1f s, %d failed\n", parts[p].name, tu_seconds() - t0, check_failed - failed);
+    }
+    check_coverage(!any || selected[0]);
+    /* Nothing is allocated after this point: releasing is safe under oclgrind too. */
+    keep_buffers = 0;
+    for (int i = 0; i < num_kernels; i++)
+        clReleaseKernel(kernels[i]);
+    for (int i = 0; i < num_buffers; i++)
+        clReleaseMemObject(buffers[i]);
+    clmla_context_destroy(ctx);
+    return check_summary();
+}
