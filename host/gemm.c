@@ -86,20 +86,12 @@ static int fits_int(size_t v)
             return clmla_fail_cl(ctx, e_, "clSetKernelArg(gemm_skinny)");         \
     } while (0)
 
-static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
-                           size_t a_stride, clmla_matrix b, size_t b_stride, float beta, clmla_matrix c, size_t c_stride,
-                           size_t batch, cl_event *event)
+/* Arguments 0..16, common to every gemm_skinny kernel: M N K alpha, then (buffer, offset, ld,
+   batch stride) of A and B, beta, and the same of C. */
+static clmla_status set_product_args(clmla_context *ctx, cl_kernel kernel, size_t m, size_t n, size_t k, float alpha,
+                                     clmla_matrix a, size_t a_stride, clmla_matrix b, size_t b_stride, float beta,
+                                     clmla_matrix c, size_t c_stride)
 {
-    clmla_status st = skinny_kernels(ctx);
-    if (st != CLMLA_SUCCESS)
-        return st;
-    cl_kernel kernel = b.transposed ? ctx->skinny_nt : ctx->skinny_nn;
-    int columns = 0;
-    const int cpu = ctx->info.kind == CLMLA_DEVICE_KIND_CPU;
-    const int cpu_rows = cpu && b.transposed;
-    const int cpu_nn = cpu && !b.transposed && n % 8 == 0;
-    if ((cpu_rows || cpu_nn) && (st = rows_kernel(ctx, m, b.transposed, &kernel, &columns)) != CLMLA_SUCCESS)
-        return st;
     const int M = (int)m, N = (int)n, K = (int)k;
     const int ao = (int)a.offset, lda = (int)a.ld, as = (int)a_stride;
     const int bo = (int)b.offset, ldb = (int)b.ld, bs = (int)b_stride;
@@ -121,6 +113,25 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
     SET_ARG(kernel, 14, co);
     SET_ARG(kernel, 15, ldc);
     SET_ARG(kernel, 16, cs);
+    return CLMLA_SUCCESS;
+}
+
+static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
+                           size_t a_stride, clmla_matrix b, size_t b_stride, float beta, clmla_matrix c, size_t c_stride,
+                           size_t batch, cl_event *event)
+{
+    clmla_status st = skinny_kernels(ctx);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    cl_kernel kernel = b.transposed ? ctx->skinny_nt : ctx->skinny_nn;
+    int columns = 0;
+    const int cpu = ctx->info.kind == CLMLA_DEVICE_KIND_CPU;
+    const int cpu_rows = cpu && b.transposed;
+    const int cpu_nn = cpu && !b.transposed && n % 8 == 0;
+    if ((cpu_rows || cpu_nn) && (st = rows_kernel(ctx, m, b.transposed, &kernel, &columns)) != CLMLA_SUCCESS)
+        return st;
+    if ((st = set_product_args(ctx, kernel, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride)) != CLMLA_SUCCESS)
+        return st;
     const size_t wg = (size_t)ctx->skinny_threads;
     cl_int err;
     if (cpu_rows) {
@@ -168,26 +179,9 @@ static clmla_status rows_large(clmla_context *ctx, size_t m, size_t n, size_t k,
     clmla_status st = rows_kernel(ctx, 4, 1, &kernel, &columns);
     if (st != CLMLA_SUCCESS)
         return st;
-    const int M = (int)m, N = (int)n, K = (int)k, zero = 0;
-    const int ao = (int)a.offset, lda = (int)a.ld, bo = (int)b.offset, ldb = (int)b.ld, co = (int)c.offset, ldc = (int)c.ld;
+    if ((st = set_product_args(ctx, kernel, m, n, k, alpha, a, 0, b, 0, beta, c, 0)) != CLMLA_SUCCESS)
+        return st;
     const int cpi = 64, row_blocks = (int)((m + 3) / 4);
-    SET_ARG(kernel, 0, M);
-    SET_ARG(kernel, 1, N);
-    SET_ARG(kernel, 2, K);
-    SET_ARG(kernel, 3, alpha);
-    SET_ARG(kernel, 4, a.buffer);
-    SET_ARG(kernel, 5, ao);
-    SET_ARG(kernel, 6, lda);
-    SET_ARG(kernel, 7, zero);
-    SET_ARG(kernel, 8, b.buffer);
-    SET_ARG(kernel, 9, bo);
-    SET_ARG(kernel, 10, ldb);
-    SET_ARG(kernel, 11, zero);
-    SET_ARG(kernel, 12, beta);
-    SET_ARG(kernel, 13, c.buffer);
-    SET_ARG(kernel, 14, co);
-    SET_ARG(kernel, 15, ldc);
-    SET_ARG(kernel, 16, zero);
     SET_ARG(kernel, 17, cpi);
     SET_ARG(kernel, 18, row_blocks);
     const size_t global[2] = {(n + cpi - 1) / cpi, (size_t)row_blocks}, local[2] = {1, 1};
