@@ -23,7 +23,9 @@ set -eu
 cd "$(dirname "$0")/.."
 
 build=${1:-build-asan}
-[ $# -gt 0 ] && shift
+if [ $# -gt 0 ]; then
+    shift
+fi
 case $build in /*) ;; *) build=$PWD/$build ;; esac
 flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 
@@ -35,7 +37,7 @@ cmake --build "$build" -j"$(nproc)"
 export ASAN_OPTIONS="detect_leaks=1:verify_asan_link_order=0"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export LSAN_OPTIONS="suppressions=$PWD/ci/lsan.supp:print_suppressions=0"
-# A kernel cache of the build's own, so the run exercises the program cache from empty too.
+# Unless the caller set one (ci/run.sh does), a kernel cache of the build's own, from empty.
 export CLMLA_CACHE_DIR="${CLMLA_CACHE_DIR:-$build/clmla-cache}"
 ctest --test-dir "$build" --output-on-failure "$@"
 echo "sanitize: the suite passed under ASan + UBSan, no leak in clmla"
