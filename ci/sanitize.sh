@@ -39,9 +39,11 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export LSAN_OPTIONS="suppressions=$PWD/ci/lsan.supp:print_suppressions=0"
 # Unless the caller set one (ci/run.sh does), a kernel cache of the build's own, from empty.
 export CLMLA_CACHE_DIR="${CLMLA_CACHE_DIR:-$build/clmla-cache}"
-# A failed test is run once more: LeakSanitizer's own tracer sometimes crashes at process exit
-# ("Tracer caught signal 11") while PoCL's worker threads are still winding down, seen once in
-# the clmla children of test_cli_run after all its checks had passed. That is not a report about
-# clmla; a real ASan/UBSan/leak report reproduces and still fails the run.
-ctest --test-dir "$build" --output-on-failure --repeat until-pass:2 "$@"
+# test_cli_run runs the clmla command as child processes. LeakSanitizer's tracer (which stops
+# every thread at exit to scan for leaks) crashes with "Tracer caught signal 11" at exit of one of
+# those children, reproducibly, after all of the test's checks have passed, while PoCL's worker
+# threads wind down. So that test runs with ASan and UBSan but without LeakSanitizer; the
+# library's leaks stay checked in-process by every other test, test_checkpoint included.
+ctest --test-dir "$build" --output-on-failure -E '^test_cli_run$' "$@"
+ASAN_OPTIONS="detect_leaks=0:verify_asan_link_order=0" ctest --test-dir "$build" --output-on-failure -R '^test_cli_run$' "$@"
 echo "sanitize: the suite passed under ASan + UBSan, no leak in clmla"
