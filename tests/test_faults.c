@@ -820,47 +820,21 @@ static void test_forward(void)
 
 /* ---- main ---------------------------------------------------------------------------------------- */
 
-static const struct {
-    const char *name;
-    void (*run)(void);
-} parts[] = {
+static const tu_part parts[] = {
     {"context", test_context}, {"layer-create", test_layer_create}, {"cache-create", test_cache_create},
     {"raw", test_raw},         {"forward", test_forward},
 };
 
 int main(int argc, char **argv)
 {
-    const int num_parts = (int)(sizeof(parts) / sizeof(parts[0]));
-    for (int a = 1; a < argc; a++) {
-        int known = 0;
-        for (int p = 0; p < num_parts; p++)
-            known |= strcmp(argv[a], parts[p].name) == 0;
-        if (!known) {
-            printf("unknown part '%s'; the parts are:", argv[a]);
-            for (int p = 0; p < num_parts; p++)
-                printf(" %s", parts[p].name);
-            printf("\n");
-            return 2;
-        }
-    }
-    clmla_status st = clmla_context_create(NULL, &ctx);
-    if (st != CLMLA_SUCCESS) {
-        printf("no OpenCL device (%s: %s)\n", clmla_status_string(st), clmla_last_error(NULL));
+    const tu_parts_options options = {.name_width = 14};
+    const tu_parts_result ran =
+        tu_run_parts(argc, argv, parts, (int)(sizeof(parts) / sizeof(parts[0])), &options, &ctx, &check_failed);
+    if (ran == TU_PARTS_UNKNOWN)
+        return 2;
+    if (ran == TU_PARTS_NO_DEVICE)
         CHECK(0, "no device");
-        return check_summary();
-    }
-    for (int p = 0; p < num_parts; p++) {
-        int selected = argc == 1;
-        for (int a = 1; a < argc; a++)
-            selected |= strcmp(argv[a], parts[p].name) == 0;
-        if (!selected)
-            continue;
-        double t0 = tu_seconds();
-        int failed = check_failed;
-        parts[p].run();
-        printf("# part %-14s %6.1f s, %d failed\n", parts[p].name, tu_seconds() - t0, check_failed - failed);
-    }
-    clmla_context_destroy(ctx);
-    printf("# %ld faults injected over %ld walks\n", faults_injected, walks_done);
+    else
+        printf("# %ld faults injected over %ld walks\n", faults_injected, walks_done);
     return check_summary();
 }

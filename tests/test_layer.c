@@ -1003,10 +1003,7 @@ static void test_group_kernels(void)
     clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
 }
 
-static const struct {
-    const char *name;
-    void (*run)(void);
-} parts[] = {
+static const tu_part parts[] = {
     {"errors", test_create_errors},
     {"shapes-clblast", test_shapes_clblast}, {"group-kernels", test_group_kernels}, {"forward-errors", test_forward_errors}, {"shapes", test_shapes},
     {"long", test_long},            {"batch", test_batch},                   {"layers", test_two_layers},
@@ -1015,36 +1012,12 @@ static const struct {
 
 int main(int argc, char **argv)
 {
-    const int num_parts = (int)(sizeof(parts) / sizeof(parts[0]));
-    for (int a = 1; a < argc; a++) {
-        int known = strcmp(argv[a], "all") == 0;
-        for (int p = 0; p < num_parts; p++)
-            known |= strcmp(argv[a], parts[p].name) == 0;
-        if (!known) {
-            printf("unknown part '%s'; the parts are: all", argv[a]);
-            for (int p = 0; p < num_parts; p++)
-                printf(" %s", parts[p].name);
-            printf("\n");
-            return 2;
-        }
-    }
-    clmla_status st = clmla_context_create(NULL, &ctx);
-    if (st != CLMLA_SUCCESS) {
-        printf("no OpenCL device (%s: %s)\n", clmla_status_string(st), clmla_last_error(NULL));
+    const tu_parts_options options = {.on_request = "presets"};
+    const tu_parts_result ran =
+        tu_run_parts(argc, argv, parts, (int)(sizeof(parts) / sizeof(parts[0])), &options, &ctx, &check_failed);
+    if (ran == TU_PARTS_UNKNOWN)
+        return 2;
+    if (ran == TU_PARTS_NO_DEVICE)
         CHECK(0, "no device to run the layer on");
-        return check_summary();
-    }
-    for (int p = 0; p < num_parts; p++) {
-        int selected = argc == 1 && strcmp(parts[p].name, "presets") != 0;
-        for (int a = 1; a < argc; a++)
-            selected |= strcmp(argv[a], parts[p].name) == 0 || strcmp(argv[a], "all") == 0;
-        if (!selected)
-            continue;
-        double t0 = tu_seconds();
-        int failed = check_failed;
-        parts[p].run();
-        printf("# part %-15s %6.1f s, %d failed\n", parts[p].name, tu_seconds() - t0, check_failed - failed);
-    }
-    clmla_context_destroy(ctx);
     return check_summary();
 }

@@ -258,3 +258,53 @@ double tu_seconds(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+/* Whether the part NAME runs for the arguments argv[1 .. argc-1] (each of them a part or "all"). */
+static int part_selected(int argc, char **argv, const char *name, const char *on_request)
+{
+    int selected = argc == 1 && !(on_request && strcmp(name, on_request) == 0);
+    for (int a = 1; a < argc; a++)
+        selected |= strcmp(argv[a], name) == 0 || (on_request && strcmp(argv[a], "all") == 0);
+    return selected;
+}
+
+tu_parts_result tu_run_parts(int argc, char **argv, const tu_part *parts, int n, const tu_parts_options *options,
+                             clmla_context **ctx, const int *check_failed)
+{
+    const char *on_request = options ? options->on_request : NULL;
+    int name_width = options ? options->name_width : 0;
+    if (name_width == 0)
+        for (int p = 0; p < n; p++)
+            if ((int)strlen(parts[p].name) + 1 > name_width)
+                name_width = (int)strlen(parts[p].name) + 1;
+
+    for (int a = 1; a < argc; a++) {
+        int known = on_request && strcmp(argv[a], "all") == 0;
+        for (int p = 0; p < n; p++)
+            known |= strcmp(argv[a], parts[p].name) == 0;
+        if (!known) {
+            printf("unknown part '%s'; the parts are:%s", argv[a], on_request ? " all" : "");
+            for (int p = 0; p < n; p++)
+                printf(" %s", parts[p].name);
+            printf("\n");
+            return TU_PARTS_UNKNOWN;
+        }
+    }
+    clmla_status st = clmla_context_create(NULL, ctx);
+    if (st != CLMLA_SUCCESS) {
+        printf("no OpenCL device (%s: %s)\n", clmla_status_string(st), clmla_last_error(NULL));
+        return TU_PARTS_NO_DEVICE;
+    }
+    for (int p = 0; p < n; p++) {
+        if (!part_selected(argc, argv, parts[p].name, on_request))
+            continue;
+        double t0 = tu_seconds();
+        int failed = *check_failed;
+        parts[p].run();
+        printf("# part %-*s %6.1f s, %d failed\n", name_width, parts[p].name, tu_seconds() - t0,
+               *check_failed - failed);
+    }
+    clmla_context_destroy(*ctx);
+    *ctx = NULL;
+    return TU_PARTS_RAN;
+}

@@ -1,6 +1,7 @@
 /* Shared pieces of the layer tests: a fast fixed-seed PRNG, random weights for any configuration
    (float arrays with clmla and reference views of them), the clmla -> reference configuration
-   converter, and comparison checks that name the worst element. */
+   converter, comparison checks that name the worst element, and the main of a test made of named
+   parts. */
 #ifndef CLMLA_TEST_UTIL_H
 #define CLMLA_TEST_UTIL_H
 
@@ -88,6 +89,36 @@ float tu_half_to_float(uint16_t h);
 
 /* Monotonic seconds. */
 double tu_seconds(void);
+
+/* ---- named parts -------------------------------------------------------------------------- */
+
+/* One part of a test: `test_x NAME...` runs the named parts, no argument runs them all. */
+typedef struct tu_part {
+    const char *name;
+    void (*run)(void);
+} tu_part;
+
+/* Zero-initialised (or NULL): every part runs when none is named, names padded to the longest + 1. */
+typedef struct tu_parts_options {
+    int name_width;         /* of the name column in the "# part" lines; 0: the longest name + 1 */
+    const char *on_request; /* a part that runs only when named, or NULL; it makes "all" (every
+                               part) a valid argument too: test_layer's full-size presets */
+} tu_parts_options;
+
+typedef enum tu_parts_result {
+    TU_PARTS_RAN = 0,       /* the selected parts ran; main returns check_summary() */
+    TU_PARTS_NO_DEVICE = 1, /* no context: "no OpenCL device (...)" printed, nothing ran */
+    TU_PARTS_UNKNOWN = 2    /* an argument names no part: the parts listed, nothing ran; main returns 2 */
+} tu_parts_result;
+
+/* The main of a test made of parts: checks every argument names a part (else prints "unknown part
+   'ARG'; the parts are: ..." and returns TU_PARTS_UNKNOWN), creates the default context into *ctx
+   (the test's file-level global, which the parts use), runs the selected parts in table order,
+   each followed by "# part NAME  X.X s, N failed" where N is how much *check_failed grew (check.h's
+   counters are the test's own, so the test passes &check_failed), then destroys *ctx and sets it
+   to NULL. The failure CHECK for a missing device and check_summary() stay in the test. */
+tu_parts_result tu_run_parts(int argc, char **argv, const tu_part *parts, int n, const tu_parts_options *options,
+                             clmla_context **ctx, const int *check_failed);
 
 /* ---- checks (need check.h, included by the test before this header) ----------------------- */
 
