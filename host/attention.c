@@ -63,7 +63,12 @@ static clmla_status rows_kernel(clmla_cache *cache, int hg, cl_kernel *kernel)
 {
     if (!cache->latent_rows_kernel[hg / 2]) {
         char options[256];
-        snprintf(options, sizeof(options), "%s -D HGC=%d -D KTC=8", cache->options, hg);
+        /* Software prefetch (clang's __builtin_prefetch, llvm.prefetch) where it was measured: PoCL
+           on CPUs. Other CPU runtimes may not lower it (oclgrind rejects the kernel). */
+        const clmla_device_info *info = &cache->ctx->info;
+        const int prefetch = info->kind == CLMLA_DEVICE_KIND_CPU && strstr(info->platform_name, "Portable Computing Language");
+        snprintf(options, sizeof(options), "%s -D HGC=%d -D KTC=8%s", cache->options, hg,
+                 prefetch ? " -D CLMLA_PREFETCH" : "");
         clmla_status st = clmla_kernel_create(cache->ctx, "attn_latent", options, "attn_latent_rows",
                                               &cache->latent_rows_kernel[hg / 2]);
         if (st != CLMLA_SUCCESS)
