@@ -99,8 +99,12 @@ typedef struct bench_row {
 } bench_row;
 
 typedef struct bench_peaks {
-    double read_gbs, fma_gflops, sgemm_gflops; /* 0 = not measured */
+    double read_gbs, fma_gflops, sgemm_gflops; /* 0 = not measured; sgemm: the better of the paths */
+    char sgemm_path[16];                       /* which path that was: "CLBlast" or "clmla" */
 } bench_peaks;
+
+/* Peak rows: read-bandwidth, fp32-fma, sgemm (CLBlast), sgemm-clmla (the library's dispatch). */
+#define BENCH_PEAK_ROWS 4
 
 /* ---- byte and FLOP counts (docs/BENCHMARKS.md, "Definitions") ---------------------------------- */
 
@@ -132,7 +136,8 @@ typedef struct bench_case {
 int bench_decode(const bench_case *c, bench_row *row);
 int bench_layer(const bench_case *c, bench_row *row);   /* phases layer and prefill */
 /* The three peak rows; peaks receives the measured values. quick = smaller sizes. */
-int bench_peak(bench_device *dev, const bench_timing_options *timing, int quick, bench_row rows[3], bench_peaks *peaks);
+int bench_peak(bench_device *dev, const bench_timing_options *timing, int quick, bench_row rows[BENCH_PEAK_ROWS],
+               bench_peaks *peaks);
 
 /* ---- output -------------------------------------------------------------------------------- */
 

@@ -111,7 +111,7 @@ def roofline(rows, out):
                     (high, gflops), textcoords="offset points", xytext=(-4, 4), ha="right", fontsize=7)
         if sgemm:
             ax.axhline(sgemm, color="gray", linestyle="--", linewidth=1)
-            ax.annotate("CLBlast SGEMM %.1f GFLOP/s" % sgemm, (low, sgemm), textcoords="offset points", xytext=(4, 3),
+            ax.annotate("best SGEMM %.1f GFLOP/s" % sgemm, (low, sgemm), textcoords="offset points", xytext=(4, 3),
                         fontsize=7, color="gray")
     devices = sorted({device_label(r) for r in measured})
     seen = set()
