@@ -199,7 +199,7 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
     SET_ARG(c, 6, final_lse);
     SET_ARG(c, 7, fl);
     const size_t cglobal[3] = {(size_t)rkv, (size_t)p->num_heads, (size_t)p->num_tokens};
-    err = clmla_cl_enqueue(ctx, c, 3, cglobal, NULL, event);
+    err = clmla_cl_enqueue_rows(ctx, c, 3, cglobal, event);
     if (err != CL_SUCCESS)
         return clmla_fail_cl(ctx, err, "enqueue attn_combine");
     return CLMLA_SUCCESS;

@@ -379,7 +379,7 @@ clmla_status clmla_cache_enqueue_write(clmla_cache *cache, int layer, int count,
     SET_ARG(k, 6, slots);
     SET_ARG(k, 7, cache->layers[layer]);
     const size_t global[2] = {(size_t)cache->row, (size_t)count};
-    cl_int err = clmla_cl_enqueue(cache->ctx, k, 2, global, NULL, event);
+    cl_int err = clmla_cl_enqueue_rows(cache->ctx, k, 2, global, event);
     if (err != CL_SUCCESS)
         return clmla_fail_cl(cache->ctx, err, "enqueue cache_write");
     return CLMLA_SUCCESS;
@@ -398,7 +398,7 @@ clmla_status clmla_cache_enqueue_gather(clmla_cache *cache, int layer, cl_mem ta
     SET_ARG(k, 5, out);
     SET_ARG(k, 6, out_off);
     const size_t global[2] = {(size_t)cache->row, (size_t)n};
-    cl_int err = clmla_cl_enqueue(cache->ctx, k, 2, global, NULL, NULL);
+    cl_int err = clmla_cl_enqueue_rows(cache->ctx, k, 2, global, NULL);
     if (err != CL_SUCCESS)
         return clmla_fail_cl(cache->ctx, err, "enqueue cache_gather");
     return CLMLA_SUCCESS;

@@ -42,6 +42,26 @@ cl_int clmla_cl_enqueue(clmla_context *ctx, cl_kernel kernel, cl_uint dims, cons
     return clEnqueueNDRangeKernel(ctx->queue, kernel, dims, NULL, global, local, 0, NULL, event);
 }
 
+cl_int clmla_cl_enqueue_rows(clmla_context *ctx, cl_kernel kernel, cl_uint dims, const size_t *global, cl_event *event)
+{
+    size_t limit = 0, items[3] = {0, 0, 0};
+    if (clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(limit), &limit, NULL) != CL_SUCCESS)
+        limit = 1;
+    if (clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof(items), items, NULL) == CL_SUCCESS &&
+        items[0] > 0 && items[0] < limit)
+        limit = items[0];
+    if (ctx->info.max_work_group_size > 0 && ctx->info.max_work_group_size < limit)
+        limit = ctx->info.max_work_group_size;
+    size_t l = 64;
+    while (l > 1 && (l > limit || l / 2 >= global[0]))
+        l /= 2;
+    size_t g[3] = {0, 1, 1}, local[3] = {l, 1, 1};
+    for (cl_uint i = 0; i < dims && i < 3; i++)
+        g[i] = global[i];
+    g[0] = (global[0] + l - 1) / l * l;
+    return clmla_cl_enqueue(ctx, kernel, dims, g, local, event);
+}
+
 cl_int clmla_cl_write(clmla_context *ctx, cl_mem buffer, size_t offset, size_t bytes, const void *host)
 {
     if (clmla_fault_hit(ctx))

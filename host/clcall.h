@@ -20,6 +20,12 @@ int clmla_fault_hit(clmla_context *ctx);
 cl_mem clmla_cl_buffer(clmla_context *ctx, cl_mem_flags flags, size_t bytes, void *host, cl_int *err);
 cl_int clmla_cl_enqueue(clmla_context *ctx, cl_kernel kernel, cl_uint dims, const size_t *global, const size_t *local,
                         cl_event *event);
+/* An element-wise kernel whose dimension 0 runs over global[0] values (it returns for indices past
+   them), launched with the fixed work-group shape {L, 1, 1}: L is the largest power of two <= 64
+   that the device and the kernel allow (and no larger than global[0] needs), and dimension 0 is
+   rounded up to a multiple of L. A driver left to pick the shape itself may pick a new one for
+   each token count, and PoCL compiles each shape anew. */
+cl_int clmla_cl_enqueue_rows(clmla_context *ctx, cl_kernel kernel, cl_uint dims, const size_t *global, cl_event *event);
 cl_int clmla_cl_write(clmla_context *ctx, cl_mem buffer, size_t offset, size_t bytes, const void *host);
 cl_int clmla_cl_read(clmla_context *ctx, cl_mem buffer, size_t offset, size_t bytes, void *host);
 #endif

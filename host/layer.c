@@ -319,7 +319,7 @@ static clmla_status enqueue_rope(clmla_layer *L, cl_mem q, cl_mem kv, cl_mem pos
     SET_ARG(L->rope, 10, positions);
     SET_ARG(L->rope, 11, L->rope_table);
     const size_t global[3] = {(size_t)L->dr / 2, (size_t)L->H + 1, (size_t)T};
-    cl_int err = clmla_cl_enqueue(ctx, L->rope, 3, global, NULL, NULL);
+    cl_int err = clmla_cl_enqueue_rows(ctx, L->rope, 3, global, NULL);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue rope");
 }
 
