@@ -3,6 +3,8 @@
 #include "clcall.h"
 #include "program.h"
 #include "scratch.h"
+#include "tuning.h"
+#include "tuning.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +80,10 @@ clmla_status clmla_context_create(const char *device_spec, clmla_context **out)
         return status;
     }
     set_device_key(ctx);
+    if ((status = clmla_tuning_apply(ctx)) != CLMLA_SUCCESS) {
+        clmla_context_destroy(ctx);
+        return status;
+    }
     *out = ctx;
     return CLMLA_SUCCESS;
 }
@@ -130,6 +136,11 @@ clmla_status clmla_context_create_from_queue(cl_command_queue queue, clmla_conte
     clRetainContext(c);
     clRetainCommandQueue(queue);
     set_device_key(ctx);
+    const clmla_status status = clmla_tuning_apply(ctx);
+    if (status != CLMLA_SUCCESS) {
+        clmla_context_destroy(ctx);
+        return status;
+    }
     *out = ctx;
     return CLMLA_SUCCESS;
 }

@@ -15,6 +15,7 @@ void clmla_env_read(clmla_env *env)
     memset(env, 0, sizeof(*env));
     copy_var(env->device, sizeof(env->device), "CLMLA_DEVICE");
     copy_var(env->kernel_dir, sizeof(env->kernel_dir), "CLMLA_KERNEL_DIR");
+    copy_var(env->clblast_tuning, sizeof(env->clblast_tuning), "CLMLA_CLBLAST_TUNING");
 
     const char *cache = getenv("CLMLA_CACHE_DIR");
     const char *xdg = getenv("XDG_CACHE_HOME");

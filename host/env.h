@@ -8,6 +8,7 @@ typedef struct clmla_env {
     char device[256];               /* CLMLA_DEVICE: the default device spec ("" = unset) */
     char kernel_dir[CLMLA_PATH_SIZE]; /* CLMLA_KERNEL_DIR: load cl/NAME.cl files from here ("" = embedded) */
     char cache_dir[CLMLA_PATH_SIZE];  /* program binary cache; "" when disabled */
+    char clblast_tuning[CLMLA_PATH_SIZE]; /* CLMLA_CLBLAST_TUNING: a tuning file, "off", or "" (unset) */
 } clmla_env;
 
 /* CLMLA_CACHE_DIR, else $XDG_CACHE_HOME/clmla, else $HOME/.cache/clmla; "off" disables. */

@@ -33,6 +33,10 @@ struct clmla_context {
 
     long fault_at, fault_calls;  /* clcall.h: fault injection for tests */
 
+    clmla_xgemm_tuning tuning;   /* tuning.h: the CLBlast Xgemm entry applied at creation */
+    int tuning_applied;
+    char tuning_source[CLMLA_PATH_SIZE + 64]; /* "file PATH", "built-in table" or "none" */
+
     cl_mem scratch[16];          /* scratch.h: per-slot device buffers, grown on demand */
     size_t scratch_bytes[16];
 

@@ -155,6 +155,70 @@ clmla_status clmla_context_program_stats(const clmla_context *ctx, clmla_program
    CLMLA_ERROR_BUILD_FAILED and the build log is in clmla_last_error(ctx). */
 clmla_status clmla_context_prepare_kernel(clmla_context *ctx, const char *name, const char *options);
 
+/* ---- CLBlast tuning ------------------------------------------------------------------------ */
+
+/* CLBlast's Xgemm kernel (its SGEMM for every size above CLBlast's direct-kernel threshold) has 16
+   tuning parameters. CLBlast ships tuned values for many GPUs and generic ones for other devices,
+   which can be far off (PoCL on a Zen 3 CPU: 18 GFLOP/s at 1024^3, 70 with tuned values). An entry
+   holds the values measured for one device. clmla_context_create (and _from_queue) applies the
+   entry matching the device's vendor and name with CLBlastOverrideParameters, which CLBlast keeps
+   per device for the whole process (every CLBlast SGEMM on that device then uses it), taken from:
+     1. the JSON file CLMLA_CLBLAST_TUNING names ("off": apply nothing at all), else
+     2. <cache dir>/clblast-tuning.json (see CLMLA_CACHE_DIR), which `clmla tune` writes, else
+     3. the table built into the library (entries measured by clmla's developers).
+   A file that exists but is malformed, or holds values CLBlast's kernel cannot take, makes
+   context creation fail with CLMLA_ERROR_INVALID_FILE naming the file and the entry. */
+#define CLMLA_XGEMM_PARAMETERS 16
+
+typedef struct clmla_xgemm_tuning {
+    char vendor[128];       /* CL_DEVICE_VENDOR, as clmla_device_info.vendor */
+    char device[128];       /* CL_DEVICE_NAME, as clmla_device_info.name */
+    size_t values[CLMLA_XGEMM_PARAMETERS]; /* in the order of clmla_xgemm_parameter_name(i) */
+    int size;               /* n of the n x n x n SGEMM the entry was measured at; 0 = unknown */
+    double gflops;          /* that SGEMM with these values; 0 = unknown */
+    double default_gflops;  /* the same SGEMM, same run, with the values in effect before the search:
+                               CLBlast's own, or the entry the context had applied */
+} clmla_xgemm_tuning;
+
+/* "GEMMK", "KREG", "KWG", "KWI", "MDIMA", "MDIMC", "MWG", "NDIMB", "NDIMC", "NWG", "SA", "SB",
+   "STRM", "STRN", "VWM", "VWN" (CLBlast 1.5's names, sorted); NULL outside 0..15. */
+const char *clmla_xgemm_parameter_name(int i);
+
+/* Whether values satisfy the Xgemm kernel's own constraints (work-group tiling, vector widths,
+   local memory) on the context's device; when not, *why (if given) says which. */
+int clmla_xgemm_values_valid(const clmla_context *ctx, const size_t values[CLMLA_XGEMM_PARAMETERS],
+                             const char **why);
+
+/* The entry the context applied and where it came from ("file PATH" or "built-in table") in
+   *source; CLMLA_ERROR_UNSUPPORTED and *source "none" when no entry matched the device. */
+clmla_status clmla_context_xgemm_tuning(const clmla_context *ctx, clmla_xgemm_tuning *tuning, const char **source);
+
+typedef struct clmla_tune_options {
+    int size;             /* n of the timed row-major n^3 SGEMM; 0 = 1024 */
+    int max_candidates;   /* parameter sets to try; 0 = 40 */
+    double max_seconds;   /* try no new candidate after this long; 0 = no limit */
+    /* Called after each candidate (values NULL for CLBlast's own); may be NULL. */
+    void (*progress)(void *user, int index, int total, const size_t *values, double gflops, const char *note);
+    void *user;
+} clmla_tune_options;
+
+/* Searches Xgemm parameters for the context's device: times CLBlast's SGEMM with the values in
+   effect (CLBlast's own unless the context applied an entry) and with each candidate (each compiles once: about 7 s on a 2-core PoCL), keeps only
+   candidates whose result is exact (integer inputs), and fills *best with the fastest (its gflops
+   below default_gflops when no candidate beat CLBlast's own). The best candidate is left applied
+   to the device (CLBlast cannot restore its own values in a running process): tune in a process of
+   its own, as `clmla tune` does. Writes no file (clmla_xgemm_tuning_save does). */
+clmla_status clmla_tune_xgemm(clmla_context *ctx, const clmla_tune_options *options, clmla_xgemm_tuning *best);
+
+/* Adds the entry to the JSON file at path, replacing one for the same vendor and device (other
+   entries are kept); creates the file, not its folder. CLMLA_ERROR_INVALID_FILE when the existing
+   file is malformed (it is then left as it was). */
+clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning *tuning);
+
+/* Where `clmla tune` saves by default: CLMLA_CLBLAST_TUNING if set (and not "off"), else
+   <cache dir>/clblast-tuning.json; "" when there is neither. Written into buf (size bytes). */
+void clmla_xgemm_tuning_path(char *buf, size_t size);
+
 /* ---- layer configuration (MLA.md sections 1-4, 7) ----------------------------------------- */
 
 typedef enum clmla_rope_pairing {

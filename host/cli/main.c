@@ -13,6 +13,7 @@ static const struct {
     {"devices", cmd_devices, "list the OpenCL devices and the one the default spec picks"},
     {"run", cmd_run, "one attention layer of a Hugging Face model folder: X.npy in, Y.npy out"},
     {"demo", cmd_demo, "DeepSeek-V2-Lite attention with random weights: prefill, decode, check"},
+    {"tune", cmd_tune, "search CLBlast's SGEMM parameters for a device and save the fastest"},
 };
 
 static void usage(FILE *out)
