@@ -31,9 +31,20 @@ const char *clmla_xgemm_parameter_name(int i)
     return i >= 0 && i < CLMLA_XGEMM_PARAMETERS ? names[i] : NULL;
 }
 
-static int pow2_upto(size_t v, size_t most)
+/* The message for the first tiling parameter outside 1..1024, or NULL. */
+static const char *out_of_range(const size_t *v)
 {
-    return v >= 1 && v <= most && (v & (v - 1)) == 0;
+    static const struct {
+        int index;
+        const char *message;
+    } tiling[] = {{KWG, "KWG must be from 1 to 1024"},     {KWI, "KWI must be from 1 to 1024"},
+                  {MDIMA, "MDIMA must be from 1 to 1024"}, {MDIMC, "MDIMC must be from 1 to 1024"},
+                  {MWG, "MWG must be from 1 to 1024"},     {NDIMB, "NDIMB must be from 1 to 1024"},
+                  {NDIMC, "NDIMC must be from 1 to 1024"}, {NWG, "NWG must be from 1 to 1024"}};
+    for (size_t i = 0; i < sizeof(tiling) / sizeof(tiling[0]); i++)
+        if (v[tiling[i].index] < 1 || v[tiling[i].index] > 1024)
+            return tiling[i].message;
+    return NULL;
 }
 
 /* The constraints of CLBlast 1.5's Xgemm kernel (GEMMK = 0) on a device with the given limits. */
@@ -43,13 +54,15 @@ static const char *check_values(const size_t *v, size_t max_work_group, uint64_t
         return "GEMMK must be 0 (the 2D-register variant GEMMK = 1 is not supported here)";
     if (v[KREG] != 1)
         return "KREG must be 1 when GEMMK is 0";
-    for (int i = 0; i < CLMLA_XGEMM_PARAMETERS; i++)
-        if (i != GEMMK && i != SA && i != SB && i != STRM && i != STRN && !pow2_upto(v[i], 1024))
-            return "MWG, NWG, KWG, KWI, MDIMC, NDIMC, MDIMA, NDIMB must be powers of two up to 1024";
     if (v[SA] > 1 || v[SB] > 1 || v[STRM] > 1 || v[STRN] > 1)
         return "SA, SB, STRM and STRN must be 0 or 1";
-    if (v[VWM] > 8 || v[VWN] > 8)
-        return "VWM and VWN must be 1, 2, 4 or 8";
+    if (!(v[VWM] == 1 || v[VWM] == 2 || v[VWM] == 4 || v[VWM] == 8))
+        return "VWM (a vector width) must be 1, 2, 4 or 8";
+    if (!(v[VWN] == 1 || v[VWN] == 2 || v[VWN] == 4 || v[VWN] == 8))
+        return "VWN (a vector width) must be 1, 2, 4 or 8";
+    const char *range = out_of_range(v);
+    if (range)
+        return range;
     if (v[KWG] % v[KWI] != 0)
         return "KWG must be a multiple of KWI";
     if (v[MWG] % (v[MDIMC] * v[VWM]) != 0 || v[MWG] % (v[MDIMA] * v[VWM]) != 0)
@@ -88,7 +101,7 @@ void clmla_xgemm_tuning_path(char *buf, size_t size)
     clmla_env_read(&env);
     if (env.clblast_tuning[0] && strcmp(env.clblast_tuning, "off") != 0)
         snprintf(buf, size, "%s", env.clblast_tuning);
-    else if (!env.clblast_tuning[0] && env.cache_dir[0])
+    else if (env.cache_dir[0])
         snprintf(buf, size, "%s/clblast-tuning.json", env.cache_dir);
     else
         buf[0] = '\0';
@@ -218,10 +231,23 @@ clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning 
     if (old) {
         list = cJSON_Parse(old);
         free(old);
-        if (!cJSON_IsArray(list)) {
+        char why[512] = "";
+        int valid = cJSON_IsArray(list);
+        const cJSON *e = NULL;
+        clmla_xgemm_tuning scratch;
+        if (valid) {
+            cJSON_ArrayForEach(e, list)
+            {
+                if (!parse_entry(e, &scratch, why, sizeof(why))) {
+                    valid = 0;
+                    break;
+                }
+            }
+        }
+        if (!valid) {
             cJSON_Delete(list);
-            return clmla_fail(NULL, CLMLA_ERROR_INVALID_FILE,
-                              "%s is not a JSON array of tuning entries; it was left as it is", path);
+            return clmla_fail(NULL, CLMLA_ERROR_INVALID_FILE, "%s is not a JSON array of tuning entries%s%s; it was left as it is",
+                              path, why[0] ? ": " : "", why);
         }
     } else if (errno != ENOENT) {
         return clmla_fail(NULL, CLMLA_ERROR_IO, "cannot read %s: %s", path, strerror(errno));
@@ -587,6 +613,21 @@ clmla_status clmla_tune_xgemm(clmla_context *ctx, const clmla_tune_options *opti
         goto done;
     }
 
+    /* CLBlast runs the Xgemm kernel only from XGEMM_MIN_INDIRECT_SIZE^3 (704 on PoCL, up to 1984
+       on GPUs in its tables) and its direct kernel, which these values do not tune, below: the
+       search makes it run Xgemm at every size, which the process keeps (hence its own process). */
+    {
+        const char *routine[1] = {"XGEMM_MIN_INDIRECT_SIZE"};
+        const size_t always[1] = {1};
+        const CLBlastStatusCode st =
+            CLBlastOverrideParameters(ctx->device, "GemmRoutine", CLBlastPrecisionSingle, 1, routine, always);
+        if (st != CLBlastSuccess) {
+            status = clmla_fail(ctx, CLMLA_ERROR_UNSUPPORTED,
+                                "CLBlast refused to run its Xgemm kernel at every size (GemmRoutine): %s",
+                                clmla_status_string(st));
+            goto done;
+        }
+    }
     /* What is in effect now: CLBlast's own values, or the entry the context applied. */
     char note[256];
     const double start = seconds();

@@ -163,9 +163,12 @@ clmla_status clmla_context_prepare_kernel(clmla_context *ctx, const char *name, 
    holds the values measured for one device. clmla_context_create (and _from_queue) applies the
    entry matching the device's vendor and name with CLBlastOverrideParameters, which CLBlast keeps
    per device for the whole process (every CLBlast SGEMM on that device then uses it), taken from:
-     1. the JSON file CLMLA_CLBLAST_TUNING names ("off": apply nothing at all), else
-     2. <cache dir>/clblast-tuning.json (see CLMLA_CACHE_DIR), which `clmla tune` writes, else
-     3. the table built into the library (entries measured by clmla's developers).
+     1. the JSON file CLMLA_CLBLAST_TUNING names ("off": apply nothing at all), else, when that
+        variable is unset, <cache dir>/clblast-tuning.json (see CLMLA_CACHE_DIR), which
+        `clmla tune` writes; a file that does not exist holds no entry, then
+     2. the table built into the library (entries measured by clmla's developers).
+   The values tune CLBlast's Xgemm kernel, which CLBlast runs from its XGEMM_MIN_INDIRECT_SIZE
+   (704^3 on PoCL; smaller products use its direct kernel, which they leave alone).
    A file that exists but is malformed, or holds values CLBlast's kernel cannot take, makes
    context creation fail with CLMLA_ERROR_INVALID_FILE naming the file and the entry. */
 #define CLMLA_XGEMM_PARAMETERS 16
@@ -205,9 +208,10 @@ typedef struct clmla_tune_options {
 /* Searches Xgemm parameters for the context's device: times CLBlast's SGEMM with the values in
    effect (CLBlast's own unless the context applied an entry) and with each candidate (each compiles once: about 7 s on a 2-core PoCL), keeps only
    candidates whose result is exact (integer inputs), and fills *best with the fastest (its gflops
-   below default_gflops when no candidate beat CLBlast's own). The best candidate is left applied
-   to the device (CLBlast cannot restore its own values in a running process): tune in a process of
-   its own, as `clmla tune` does. Writes no file (clmla_xgemm_tuning_save does). */
+   below default_gflops when no candidate beat CLBlast's own). To time the tuned kernel at any size
+   it sets CLBlast's XGEMM_MIN_INDIRECT_SIZE to 1, and it leaves the best candidate applied
+   (CLBlast cannot restore its own values in a running process): tune in a process of its own, as
+   `clmla tune` does. Writes no file (clmla_xgemm_tuning_save does). */
 clmla_status clmla_tune_xgemm(clmla_context *ctx, const clmla_tune_options *options, clmla_xgemm_tuning *best);
 
 /* Adds the entry to the JSON file at path, replacing one for the same vendor and device (other
@@ -215,8 +219,8 @@ clmla_status clmla_tune_xgemm(clmla_context *ctx, const clmla_tune_options *opti
    file is malformed (it is then left as it was). */
 clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning *tuning);
 
-/* Where `clmla tune` saves by default: CLMLA_CLBLAST_TUNING if set (and not "off"), else
-   <cache dir>/clblast-tuning.json; "" when there is neither. Written into buf (size bytes). */
+/* Where `clmla tune` saves by default: CLMLA_CLBLAST_TUNING if set to a path, else (unset or
+   "off") <cache dir>/clblast-tuning.json; "" when there is no cache dir. Written into buf. */
 void clmla_xgemm_tuning_path(char *buf, size_t size);
 
 /* ---- layer configuration (MLA.md sections 1-4, 7) ----------------------------------------- */
