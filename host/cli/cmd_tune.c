@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void print_values(const size_t *v)
 {
@@ -70,6 +71,20 @@ int cmd_tune(int argc, char **argv)
         fprintf(stderr, "clmla tune: no tuning file to write (no cache folder: set --out, CLMLA_CLBLAST_TUNING or "
                         "CLMLA_CACHE_DIR), or use --dry-run\n");
         return 2;
+    }
+    if (!dry_run) { /* fail before minutes of tuning, not after */
+        char folder[4096];
+        snprintf(folder, sizeof(folder), "%s", path);
+        char *slash = strrchr(folder, '/');
+        if (slash)
+            *(slash == folder ? slash + 1 : slash) = '\0';
+        else
+            snprintf(folder, sizeof(folder), ".");
+        struct stat s;
+        if (stat(folder, &s) != 0 || !S_ISDIR(s.st_mode)) {
+            fprintf(stderr, "clmla tune: cannot write %s: folder %s does not exist\n", path, folder);
+            return 1;
+        }
     }
     /* Measure against CLBlast's own values, not an entry applied earlier. */
     setenv("CLMLA_CLBLAST_TUNING", "off", 1);
