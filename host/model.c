@@ -7,6 +7,7 @@
  * Only the shards that hold the layer's attention tensors are mapped; each tensor is converted to
  * a float32 host copy, uploaded by clmla_layer_create, and freed. */
 #include "config.h"
+#include "fileio.h"
 #include "internal.h"
 #include "safetensors.h"
 
@@ -43,49 +44,6 @@ static int is_file(const char *path)
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-/* The whole of a small text file; *text is malloc'ed and NUL-terminated. */
-static clmla_status read_small_file(const char *path, char **text, size_t *length, char *err, size_t errsize)
-{
-    *text = NULL;
-    *length = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errsize, "%s: cannot open: %s", path, strerror(errno));
-        return CLMLA_ERROR_IO;
-    }
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fclose(f);
-        snprintf(err, errsize, "%s: not a regular file", path);
-        return CLMLA_ERROR_IO;
-    }
-    if ((uint64_t)sb.st_size > MAX_JSON_BYTES) {
-        fclose(f);
-        snprintf(err, errsize, "%s: %lld bytes, more than the %zu a JSON file of a model folder may have", path,
-                 (long long)sb.st_size, MAX_JSON_BYTES);
-        return CLMLA_ERROR_INVALID_FILE;
-    }
-    const size_t size = (size_t)sb.st_size;
-    char *buf = malloc(size + 1);
-    if (!buf) {
-        fclose(f);
-        snprintf(err, errsize, "%s: out of host memory", path);
-        return CLMLA_ERROR_OUT_OF_HOST_MEMORY;
-    }
-    const size_t n = fread(buf, 1, size, f);
-    const int failed = ferror(f) || n != size;
-    fclose(f);
-    if (failed) {
-        free(buf);
-        snprintf(err, errsize, "%s: read error", path);
-        return CLMLA_ERROR_IO;
-    }
-    buf[n] = '\0';
-    *text = buf;
-    *length = n;
-    return CLMLA_SUCCESS;
-}
-
 static clmla_status read_config(const char *model_dir, clmla_layer_config *config, int *num_layers, char *err,
                                 size_t errsize)
 {
@@ -96,7 +54,7 @@ static clmla_status read_config(const char *model_dir, clmla_layer_config *confi
     }
     char *text = NULL;
     size_t length = 0;
-    clmla_status st = read_small_file(path, &text, &length, err, errsize);
+    clmla_status st = clmla_read_text_file(path, MAX_JSON_BYTES, "a JSON file of a model folder", &text, &length, err, errsize);
     if (st == CLMLA_SUCCESS)
         st = clmla_config_parse(text, length, path, config, num_layers, err, errsize);
     free(text);
@@ -178,7 +136,8 @@ static clmla_status loader_open(loader *l, const char *dir)
     }
     char *text = NULL;
     size_t length = 0;
-    clmla_status st = read_small_file(l->index_path, &text, &length, l->err, sizeof(l->err));
+    clmla_status st = clmla_read_text_file(l->index_path, MAX_JSON_BYTES, "a JSON file of a model folder", &text, &length, l->err,
+                                           sizeof(l->err));
     if (st == CLMLA_SUCCESS)
         st = clmla_st_index_parse(text, length, l->index_path, &l->index, l->err, sizeof(l->err));
     free(text);

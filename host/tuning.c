@@ -2,6 +2,7 @@
    table), saving entries, and the search behind `clmla tune`. See include/clmla.h. */
 #include "tuning.h"
 #include "clcall.h"
+#include "fileio.h"
 
 #include <clblast_c.h>
 #include <cjson/cJSON.h>
@@ -107,40 +108,14 @@ void clmla_xgemm_tuning_path(char *buf, size_t size)
         buf[0] = '\0';
 }
 
-/* The whole file, NUL-terminated; NULL with errno set when it cannot be read. */
-static char *read_text(const char *path)
+/* Tuning files are small; a larger one is not one. */
+#define MAX_TUNING_FILE_BYTES ((size_t)16 << 20)
+
+/* 1 when nothing is at path (a tuning file that does not exist holds no entry). */
+static int absent(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 8192;
-            char *grown = realloc(text, cap);
-            if (!grown) {
-                free(text);
-                fclose(f);
-                errno = ENOMEM;
-                return NULL;
-            }
-            text = grown;
-        }
-        const size_t got = fread(text + len, 1, cap - len - 1, f);
-        len += got;
-        if (got == 0)
-            break;
-    }
-    const int failed = ferror(f);
-    fclose(f);
-    if (failed) {
-        free(text);
-        errno = EIO;
-        return NULL;
-    }
-    text[len] = '\0';
-    return text;
+    struct stat sb;
+    return stat(path, &sb) != 0 && errno == ENOENT;
 }
 
 /* One entry of a file: everything but vendor/device checked here; *why says what is wrong. */
@@ -227,8 +202,13 @@ clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning 
     if (!path || !*path || !tuning)
         return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_xgemm_tuning_save: NULL or empty argument");
     cJSON *list = NULL;
-    char *old = read_text(path);
-    if (old) {
+    char *old = NULL, err[CLMLA_PATH_SIZE + 256];
+    size_t length = 0;
+    if (!absent(path)) {
+        const clmla_status st =
+            clmla_read_text_file(path, MAX_TUNING_FILE_BYTES, "a tuning file", &old, &length, err, sizeof(err));
+        if (st != CLMLA_SUCCESS)
+            return clmla_fail(NULL, st, "%s", err);
         list = cJSON_Parse(old);
         free(old);
         char why[512] = "";
@@ -249,8 +229,6 @@ clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning 
             return clmla_fail(NULL, CLMLA_ERROR_INVALID_FILE, "%s is not a JSON array of tuning entries%s%s; it was left as it is",
                               path, why[0] ? ": " : "", why);
         }
-    } else if (errno != ENOENT) {
-        return clmla_fail(NULL, CLMLA_ERROR_IO, "cannot read %s: %s", path, strerror(errno));
     } else {
         list = cJSON_CreateArray();
     }
@@ -320,11 +298,14 @@ static CLBlastStatusCode override(clmla_context *ctx, const size_t *values)
 /* The matching entry of a file: 1 found, 0 none (or no file), -1 error (recorded on ctx). */
 static int from_file(clmla_context *ctx, const char *path, clmla_xgemm_tuning *found, clmla_status *status)
 {
-    char *text = read_text(path);
-    if (!text) {
-        if (errno == ENOENT)
-            return 0;
-        *status = clmla_fail(NULL, CLMLA_ERROR_IO, "cannot read the CLBlast tuning file %s: %s", path, strerror(errno));
+    if (absent(path))
+        return 0;
+    char *text = NULL, err[CLMLA_PATH_SIZE + 256];
+    size_t length = 0;
+    const clmla_status st =
+        clmla_read_text_file(path, MAX_TUNING_FILE_BYTES, "a tuning file", &text, &length, err, sizeof(err));
+    if (st != CLMLA_SUCCESS) {
+        *status = clmla_fail(NULL, st, "the CLBlast tuning file %s", err);
         return -1;
     }
     cJSON *list = cJSON_Parse(text);

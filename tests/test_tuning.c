@@ -635,14 +635,22 @@ static void expect_not_from_file(const char *path, const char *what)
     clmla_context_destroy(c);
 }
 
+/* A part's folder NAME with tuning.json (*path) and a cache folder (*cache) whose tuning file
+   would be *cache_file. */
+static void part_files(const char *name, char path[512], char cache[512], char cache_file[600])
+{
+    char dir[320];
+    test_path(dir, sizeof(dir), name, 1);
+    snprintf(path, 512, "%s/tuning.json", dir);
+    snprintf(cache, 512, "%s/cache", dir);
+    snprintf(cache_file, 600, "%s/clblast-tuning.json", cache);
+    CHECK(mkdir(cache, 0700) == 0, "mkdir %s", cache);
+}
+
 static void test_applied(void)
 {
-    char dir[320], path[512], cache[512], cache_file[600];
-    test_path(dir, sizeof(dir), "applied", 1);
-    snprintf(path, sizeof(path), "%s/tuning.json", dir);
-    snprintf(cache, sizeof(cache), "%s/cache", dir);
-    snprintf(cache_file, sizeof(cache_file), "%s/clblast-tuning.json", cache);
-    CHECK(mkdir(cache, 0700) == 0, "mkdir %s", cache);
+    char path[512], cache[512], cache_file[600];
+    part_files("applied", path, cache, cache_file);
 
     /* 1. The file CLMLA_CLBLAST_TUNING names, with an entry for this device among others. */
     const file_entry entries_a[] = {{"Other vendor", "Other device", good_b, NULL, NULL, NULL},
@@ -726,12 +734,8 @@ static void expect_refused(const char *what, const char *word1, const char *word
 
 static void test_refused(void)
 {
-    char dir[320], path[512], cache[512], cache_file[600];
-    test_path(dir, sizeof(dir), "refused", 1);
-    snprintf(path, sizeof(path), "%s/tuning.json", dir);
-    snprintf(cache, sizeof(cache), "%s/cache", dir);
-    snprintf(cache_file, sizeof(cache_file), "%s/clblast-tuning.json", cache);
-    CHECK(mkdir(cache, 0700) == 0, "mkdir %s", cache);
+    char path[512], cache[512], cache_file[600];
+    part_files("refused", path, cache, cache_file);
     setenv("CLMLA_CLBLAST_TUNING", path, 1);
 
     write_text(path, "{not json");
@@ -783,10 +787,10 @@ static void test_refused(void)
     }
     clmla_context_destroy(c);
 
-    /* Not asserted (the header does not say): CLMLA_CLBLAST_TUNING naming a file that does not
-       exist, with and without a valid entry in the cache folder. */
+    /* CLMLA_CLBLAST_TUNING naming a file that does not exist: it holds no entry, and the cache
+       folder's file is not read instead (even with set B for this device in it). */
     char absent[600];
-    snprintf(absent, sizeof(absent), "%s/does-not-exist.json", dir);
+    snprintf(absent, sizeof(absent), "%s/does-not-exist.json", cache);
     setenv("CLMLA_CLBLAST_TUNING", absent, 1);
     for (int with_cache = 0; with_cache < 2; with_cache++) {
         if (with_cache) {
@@ -797,17 +801,19 @@ static void test_refused(void)
             setenv("CLMLA_CACHE_DIR", empty_cache, 1);
         }
         c = create(&st);
-        const char *source = "(no context)";
+        CHECK(c != NULL, "a missing CLMLA_CLBLAST_TUNING file%s: %s", with_cache ? " (cache file present)" : "",
+              clmla_last_error(NULL));
+        if (!c)
+            continue;
+        const char *source = "(none)";
         clmla_xgemm_tuning t;
         memset(&t, 0, sizeof(t));
-        clmla_status tst = CLMLA_SUCCESS;
-        if (c)
-            tst = clmla_context_xgemm_tuning(c, &t, &source);
-        printf("  note: CLMLA_CLBLAST_TUNING names a missing file%s: clmla_context_create %s (%s); "
-               "tuning %s, source '%s'%s\n",
-               with_cache ? " (cache folder holds set B for this device)" : "", clmla_status_string(st),
-               c ? "" : clmla_last_error(NULL), clmla_status_string(tst), source,
-               c && tst == CLMLA_SUCCESS && same_values(t.values, good_b) ? ", set B" : "");
+        const clmla_status tst = clmla_context_xgemm_tuning(c, &t, &source);
+        CHECK(strcmp(source, "built-in table") == 0 || strcmp(source, "none") == 0,
+              "a missing CLMLA_CLBLAST_TUNING file%s: source '%s', want the built-in table or none",
+              with_cache ? " (cache file present)" : "", source);
+        CHECK(tst != CLMLA_SUCCESS || !same_values(t.values, good_b),
+              "a missing CLMLA_CLBLAST_TUNING file: the cache folder's entry was applied instead");
         clmla_context_destroy(c);
     }
     env_reset();

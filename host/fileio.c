@@ -1,0 +1,52 @@
+/* Reading small text files (JSON) whole: model folders' config.json and index, tuning files. */
+#include "fileio.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+clmla_status clmla_read_text_file(const char *path, size_t max_bytes, const char *what, char **text, size_t *length,
+                                  char *err, size_t errsize)
+{
+    *text = NULL;
+    *length = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errsize, "%s: cannot open: %s", path, strerror(errno));
+        return CLMLA_ERROR_IO;
+    }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        snprintf(err, errsize, "%s: not a regular file", path);
+        return CLMLA_ERROR_IO;
+    }
+    if ((uint64_t)sb.st_size > max_bytes) {
+        fclose(f);
+        snprintf(err, errsize, "%s: %lld bytes, more than the %zu %s may have", path, (long long)sb.st_size, max_bytes,
+                 what);
+        return CLMLA_ERROR_INVALID_FILE;
+    }
+    const size_t size = (size_t)sb.st_size;
+    char *buf = malloc(size + 1);
+    if (!buf) {
+        fclose(f);
+        snprintf(err, errsize, "%s: out of host memory", path);
+        return CLMLA_ERROR_OUT_OF_HOST_MEMORY;
+    }
+    const size_t n = fread(buf, 1, size, f);
+    const int failed = ferror(f) || n != size;
+    fclose(f);
+    if (failed) {
+        free(buf);
+        snprintf(err, errsize, "%s: read error", path);
+        return CLMLA_ERROR_IO;
+    }
+    buf[n] = '\0';
+    *text = buf;
+    *length = n;
+    return CLMLA_SUCCESS;
+}
