@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 seconds=${1:-${CLMLA_FUZZ_SECONDS:-60}}
 build=build-fuzz
-targets="safetensors index npy config device_spec"
+targets="safetensors index npy config device_spec tuning"
 
 CC=clang cmake -S . -B "$build" -DCLMLA_FUZZ=ON -DCLMLA_TESTS=OFF -DCLMLA_BENCH=OFF \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

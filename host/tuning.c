@@ -295,7 +295,41 @@ static CLBlastStatusCode override(clmla_context *ctx, const size_t *values)
     return CLBlastOverrideParameters(ctx->device, "Xgemm", CLBlastPrecisionSingle, CLMLA_XGEMM_PARAMETERS, list, values);
 }
 
-/* The matching entry of a file: 1 found, 0 none (or no file), -1 error (recorded on ctx). */
+int clmla_tuning_parse(const char *text, const clmla_device_info *device, clmla_xgemm_tuning *found, char *why,
+                       size_t why_size)
+{
+    cJSON *list = cJSON_Parse(text);
+    if (!cJSON_IsArray(list)) {
+        cJSON_Delete(list);
+        snprintf(why, why_size, "not a JSON array of entries");
+        return -1;
+    }
+    int result = 0;
+    const cJSON *item = NULL;
+    cJSON_ArrayForEach(item, list)
+    {
+        clmla_xgemm_tuning t;
+        if (!parse_entry(item, &t, why, why_size)) {
+            result = -1;
+            break;
+        }
+        if (strcmp(t.vendor, device->vendor) != 0 || strcmp(t.device, device->name) != 0)
+            continue;
+        const char *bad = check_values(t.values, device->max_work_group_size, device->local_mem_bytes);
+        if (bad) {
+            snprintf(why, why_size, "entry for '%s': %s", t.device, bad);
+            result = -1;
+            break;
+        }
+        *found = t;
+        result = 1;
+        break;
+    }
+    cJSON_Delete(list);
+    return result;
+}
+
+/* The matching entry of a file: 1 found, 0 none (or no file), -1 error (recorded for the thread). */
 static int from_file(clmla_context *ctx, const char *path, clmla_xgemm_tuning *found, clmla_status *status)
 {
     if (absent(path))
@@ -308,41 +342,13 @@ static int from_file(clmla_context *ctx, const char *path, clmla_xgemm_tuning *f
         *status = clmla_fail(NULL, st, "the CLBlast tuning file %s", err);
         return -1;
     }
-    cJSON *list = cJSON_Parse(text);
+    char why[512];
+    const int result = clmla_tuning_parse(text, &ctx->info, found, why, sizeof(why));
     free(text);
-    if (!cJSON_IsArray(list)) {
-        cJSON_Delete(list);
+    if (result < 0)
         *status = clmla_fail(NULL, CLMLA_ERROR_INVALID_FILE,
-                             "the CLBlast tuning file %s is not a JSON array of entries (fix or remove it, or set "
-                             "CLMLA_CLBLAST_TUNING=off)",
-                             path);
-        return -1;
-    }
-    int result = 0;
-    const cJSON *item = NULL;
-    cJSON_ArrayForEach(item, list)
-    {
-        clmla_xgemm_tuning t;
-        char why[512];
-        if (!parse_entry(item, &t, why, sizeof(why))) {
-            *status = clmla_fail(NULL, CLMLA_ERROR_INVALID_FILE, "the CLBlast tuning file %s: %s", path, why);
-            result = -1;
-            break;
-        }
-        if (!same_device(&t, ctx))
-            continue;
-        const char *bad = check_values(t.values, ctx->info.max_work_group_size, ctx->info.local_mem_bytes);
-        if (bad) {
-            *status = clmla_fail(NULL, CLMLA_ERROR_INVALID_FILE, "the CLBlast tuning file %s: entry for '%s': %s", path,
-                                 t.device, bad);
-            result = -1;
-            break;
-        }
-        *found = t;
-        result = 1;
-        break;
-    }
-    cJSON_Delete(list);
+                             "the CLBlast tuning file %s: %s (fix or remove it, or set CLMLA_CLBLAST_TUNING=off)", path,
+                             why);
     return result;
 }
 

@@ -7,4 +7,10 @@
    built-in table, and records which in ctx. A malformed file (or one whose entry for the device
    CLBlast refuses) returns an error recorded for the thread (clmla_last_error(NULL)). */
 clmla_status clmla_tuning_apply(clmla_context *ctx);
+
+/* The entry of a tuning file's text (NUL-terminated) for the device's vendor and name: 1 found
+   (*found, its values valid for the device), 0 no entry for it, -1 malformed (why says what: the
+   first bad entry, whichever device it is for, or the matching entry's broken constraint). */
+int clmla_tuning_parse(const char *text, const clmla_device_info *device, clmla_xgemm_tuning *found, char *why,
+                       size_t why_size);
 #endif
