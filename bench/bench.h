@@ -135,6 +135,7 @@ typedef struct bench_case {
 
 int bench_decode(const bench_case *c, bench_row *row);
 int bench_layer(const bench_case *c, bench_row *row);   /* phases layer and prefill */
+int bench_products(const bench_case *c, bench_row *row); /* phase products (bench/products.c) */
 /* The three peak rows; peaks receives the measured values. quick = smaller sizes. */
 int bench_peak(bench_device *dev, const bench_timing_options *timing, int quick, bench_row rows[BENCH_PEAK_ROWS],
                bench_peaks *peaks);

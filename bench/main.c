@@ -40,11 +40,14 @@ static void usage(FILE *out)
             "  --device SPEC        device (P:D, index, gpu|cpu|accelerator, or part of a name; see clmla devices)\n"
             "  --preset NAME        v2-lite (default), v2, v3, kimi-k2, or custom (v2-lite's dims, changed by:)\n"
             "  --hidden N --heads N --q-lora-rank N --kv-lora-rank N --nope-dim N --rope-dim N --v-dim N\n"
-            "  --phase LIST         decode (default), layer, prefill, peak; comma-separated\n"
+            "  --phase LIST         decode (default), layer, prefill, products, peak; comma-separated\n"
             "                         decode:  latent attention of one new token over the cache (FlashMLA's measure)\n"
             "                         layer:   a whole decode step of one layer (projections, RoPE, cache write,\n"
             "                                  attention, output projection)\n"
             "                         prefill: a prompt of ctx tokens through one layer\n"
+            "                         products: the layer's projections alone, y = x W^T with batch rows\n"
+            "                                  (--batch, default 1,2,4,8; paths q_proj or q_a_proj,q_b_proj,\n"
+            "                                  kv_a_proj, kv_b_proj, o_proj), against the read peak\n"
             "                         peak:    same as --peak\n"
             "  --ctx LIST           context lengths (decode 1024,4096,32768; layer 4096; prefill 512,4096)\n"
             "  --batch LIST         sequences per step (decode 1,8,32; layer and prefill 1)\n"
@@ -237,13 +240,24 @@ static int make_shape(const options *o, bench_shape *shape)
     return 0;
 }
 
-static const char *const phase_names[] = {"peak", "decode", "layer", "prefill", NULL};
-static const char *const path_names[] = {"absorbed", "decompressed", "mha", "auto", NULL};
+static const char *const phase_names[] = {"peak", "decode", "layer", "prefill", "products", NULL};
+static const char *const path_names[] = {"absorbed", "decompressed", "mha",       "auto",      "q_proj", "q_a_proj",
+                                          "q_b_proj", "kv_a_proj",    "kv_b_proj", "o_proj",    NULL};
 static const char *const dtype_names[] = {"f32", "f16", NULL};
 
-/* The sweep of one phase: explicit lists win, else the phase's defaults. */
-static int phase_lists(const options *o, const char *phase, int_list *ctx, int_list *batch, name_list *paths)
+/* The sweep of one phase: explicit lists win, else the phase's defaults. The products phase has
+   no context (one pass, ctx 0) and runs in f32 only; its paths are the shape's projections. */
+static int phase_lists(const options *o, const bench_shape *shape, const char *phase, int_list *ctx, int_list *batch,
+                       name_list *paths)
 {
+    if (strcmp(phase, "products") == 0) {
+        ctx->n = 1;
+        ctx->v[0] = 0;
+        const char *names = shape->rq > 0 ? "q_a_proj,q_b_proj,kv_a_proj,kv_b_proj,o_proj"
+                                          : "q_proj,kv_a_proj,kv_b_proj,o_proj";
+        return parse_ints(o->batch ? o->batch : (o->quick ? "1,8" : "1,2,4,8"), batch, "batch") ||
+               parse_names(o->path ? o->path : names, paths, path_names, "path");
+    }
     const int decode = strcmp(phase, "decode") == 0, layer = strcmp(phase, "layer") == 0;
     const char *ctx_text = o->ctx ? o->ctx
                            : decode ? (o->quick ? "1024,4096" : "1024,4096,32768")
@@ -368,9 +382,9 @@ int main(int argc, char **argv)
             continue;
         int_list ctx, batch;
         name_list paths;
-        if (phase_lists(&o, phases.v[p], &ctx, &batch, &paths))
+        if (phase_lists(&o, &shape, phases.v[p], &ctx, &batch, &paths))
             return 2;
-        total += dtypes.n * paths.n * batch.n * ctx.n;
+        total += (strcmp(phases.v[p], "products") == 0 ? 1 : dtypes.n) * paths.n * batch.n * ctx.n;
     }
 
     bench_device dev;
@@ -450,24 +464,27 @@ int main(int argc, char **argv)
             continue;
         int_list ctx, batch;
         name_list paths;
-        phase_lists(&o, phase, &ctx, &batch, &paths);
-        for (int d = 0; d < dtypes.n; d++)
+        phase_lists(&o, &shape, phase, &ctx, &batch, &paths);
+        const int products = strcmp(phase, "products") == 0;
+        for (int d = 0; d < (products ? 1 : dtypes.n); d++)
             for (int q = 0; q < paths.n; q++)
                 for (int b = 0; b < batch.n; b++)
                     for (int c = 0; c < ctx.n; c++) {
                         bench_case bc = {&dev, &shape, &timing, phase, paths.v[q], batch.v[b], ctx.v[c],
-                                         strcmp(dtypes.v[d], "f16") == 0 ? CLMLA_CACHE_F16 : CLMLA_CACHE_F32,
+                                         !products && strcmp(dtypes.v[d], "f16") == 0 ? CLMLA_CACHE_F16 : CLMLA_CACHE_F32,
                                          o.block_tokens, o.check, (unsigned)o.seed * 1000003u};
                         bench_row row;
                         memset(&row, 0, sizeof(row));
                         snprintf(row.phase, sizeof(row.phase), "%s", phase);
                         snprintf(row.path, sizeof(row.path), "%s", paths.v[q]);
-                        snprintf(row.cache_dtype, sizeof(row.cache_dtype), "%s", dtypes.v[d]);
+                        snprintf(row.cache_dtype, sizeof(row.cache_dtype), "%s", products ? "f32" : dtypes.v[d]);
                         row.batch = bc.batch;
                         row.ctx = bc.ctx;
                         row.check_error = -1;
-                        progress(++index, total, phase, paths.v[q], dtypes.v[d], bc.batch, bc.ctx);
-                        const int rc = strcmp(phase, "decode") == 0 ? bench_decode(&bc, &row) : bench_layer(&bc, &row);
+                        progress(++index, total, phase, paths.v[q], products ? "f32" : dtypes.v[d], bc.batch, bc.ctx);
+                        const int rc = strcmp(phase, "decode") == 0 ? bench_decode(&bc, &row)
+                                       : products                   ? bench_products(&bc, &row)
+                                                                    : bench_layer(&bc, &row);
                         progress_clear();
                         if (rc < 0) {
                             bench_report_skip(report, &row);

@@ -1,5 +1,6 @@
-# ctest bench_smoke: runs clmla-bench on a tiny decode sweep (every path, both cache dtypes) and
-# checks that it prints a table row per case and writes a JSON array whose rows have the schema's
+# ctest bench_smoke: runs clmla-bench on a tiny decode sweep (every path, both cache dtypes) and on
+# the products phase (1 and 3 rows),
+# and checks that it prints a table row per case and writes a JSON array whose rows have the schema's
 # fields and pass the float64 host check. Timings are never asserted.
 #   cmake -DBENCH=path/to/clmla-bench -DOUT=file.json -P smoke_test.cmake
 execute_process(
@@ -42,3 +43,17 @@ foreach(i RANGE ${last})
   endif()
 endforeach()
 message(STATUS "bench_smoke: ${rows} rows, valid JSON, all paths agree with the host result")
+
+# The products phase: every projection of the shape with 1 and 3 rows, each checked against float64
+# by the bench itself (it fails on an error above 1e-4).
+execute_process(
+  COMMAND ${BENCH} --quick --phase products --batch 1,3 --max-time 0.2
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "clmla-bench --phase products exited with ${rc}:\n${out}\n${err}")
+endif()
+foreach(path q_proj kv_a_proj kv_b_proj o_proj)
+  if(NOT out MATCHES "\nproducts +${path} +f32 +1 +0 .*check" OR NOT out MATCHES "\nproducts +${path} +f32 +3 +0 ")
+    message(FATAL_ERROR "no products rows for ${path} with 1 and 3 rows:\n${out}")
+  endif()
+endforeach()
