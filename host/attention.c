@@ -66,8 +66,7 @@ static clmla_status rows_kernel(clmla_cache *cache, int hg, cl_kernel *kernel)
         /* Where they were measured, PoCL on CPUs: software prefetch (clang's __builtin_prefetch,
            which other CPU runtimes may not lower: oclgrind rejects it) and the combined horizontal
            sums (which crash oclgrind's uninitialised-value checker). */
-        const clmla_device_info *info = &cache->ctx->info;
-        const int pocl = info->kind == CLMLA_DEVICE_KIND_CPU && strstr(info->platform_name, "Portable Computing Language");
+        const int pocl = clmla_device_prefetches(&cache->ctx->info);
         snprintf(options, sizeof(options), "%s -D HGC=%d -D KTC=8%s", cache->options, hg,
                  pocl ? " -D CLMLA_PREFETCH -D CLMLA_HSUM8" : "");
         clmla_status st = clmla_kernel_create(cache->ctx, "attn_latent", options, "attn_latent_rows",

@@ -28,6 +28,7 @@ struct clmla_context {
     int skinny_threads;
     cl_kernel skinny_rows[4];     /* gemm_skinny_nt_rows for 1, 2, 4, 8 rows (CPU devices) */
     cl_kernel skinny_nn_rows[4];  /* gemm_skinny_nn_rows likewise */
+    cl_kernel skinny_rows_large;  /* gemm_skinny_nt_rows for many rows, without prefetch */
     int gemm_force_clblast;       /* gemm.c test hook: every product through CLBlast */
     int latent_variant;           /* attention.h: CLMLA_LATENT_*, a test hook; 0 = by device type */
 
@@ -56,6 +57,10 @@ clmla_status clmla_fail_cl(clmla_context *ctx, cl_int err, const char *what);
 void clmla_clear_error(clmla_context *ctx);
 
 #include "device_spec.h"
+
+/* PoCL on a CPU: where the kernels' software prefetch (clang's __builtin_prefetch) was measured
+   and is compiled in (-D CLMLA_PREFETCH); other runtimes may not lower it (oclgrind rejects it). */
+int clmla_device_prefetches(const clmla_device_info *info);
 
 /* Fills info for a device that is already known by id. */
 void clmla_device_query(cl_platform_id platform, cl_device_id device, clmla_device_info *info);

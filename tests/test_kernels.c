@@ -754,7 +754,8 @@ typedef struct gemm_case {
     int M, N, K, batch, transposed;
     float alpha, beta;
     size_t global[2], local[2];
-    int columns_per_item, row_blocks; /* the _nt_rows kernel's two extra arguments (row_blocks 0: none) */
+    int columns_per_item, row_blocks; /* the _nt_rows kernel's extra arguments (row_blocks 0: none) */
+    int k_chunk;                      /* and its K chunk (0: all of K) */
 } gemm_case;
 
 /* C = alpha A op(B) + beta C over batch products at strides and offsets, every value of C (its
@@ -812,6 +813,7 @@ static void run_gemm(const gemm_case *c)
     if (c->row_blocks > 0) {
         ARG(k, 17, c->columns_per_item);
         ARG(k, 18, c->row_blocks);
+        ARG(k, 19, c->k_chunk);
     }
     if (launch(k, 2, c->global, c->local)) {
         download(cb, nc * sizeof(float), got);
@@ -829,21 +831,27 @@ static void test_gemm_skinny(void)
 {
     /* The work-group forms (GPUs): 64 and 16 items, K not a multiple of 4, a partial column block. */
     const gemm_case cases[] = {
-        {"gemm_skinny_nt", "-D MMAX=8 -D WG=64 -D NC=4", 5, 7, 37, 2, 1, 1.0f, 0.0f, {2 * 64, 2}, {64, 1}, 0, 0},
-        {"gemm_skinny_nt", "-D MMAX=8 -D WG=16 -D NC=4", 8, 9, 133, 1, 1, 0.5f, 2.0f, {3 * 16, 1}, {16, 1}, 0, 0},
-        {"gemm_skinny_nn", "-D MMAX=8 -D WG=64 -D NC=4", 3, 13, 9, 3, 0, 1.0f, 0.0f, {64, 3}, {64, 1}, 0, 0},
-        {"gemm_skinny_nn", "-D MMAX=8 -D WG=16 -D NC=4", 8, 40, 5, 1, 0, -1.0f, 1.0f, {48, 1}, {16, 1}, 0, 0},
+        {"gemm_skinny_nt", "-D MMAX=8 -D WG=64 -D NC=4", 5, 7, 37, 2, 1, 1.0f, 0.0f, {2 * 64, 2}, {64, 1}, 0, 0, 0},
+        {"gemm_skinny_nt", "-D MMAX=8 -D WG=16 -D NC=4", 8, 9, 133, 1, 1, 0.5f, 2.0f, {3 * 16, 1}, {16, 1}, 0, 0, 0},
+        {"gemm_skinny_nn", "-D MMAX=8 -D WG=64 -D NC=4", 3, 13, 9, 3, 0, 1.0f, 0.0f, {64, 3}, {64, 1}, 0, 0, 0},
+        {"gemm_skinny_nn", "-D MMAX=8 -D WG=16 -D NC=4", 8, 40, 5, 1, 0, -1.0f, 1.0f, {48, 1}, {16, 1}, 0, 0, 0},
         /* The CPU forms: rows bucketed to 1, 2, 4, 8 (NCC = 8 / rows), several column blocks per
            item, N not a multiple of a block, K with a tail past its float8s. */
-        {"gemm_skinny_nt_rows", "-D MR=1 -D NCC=8", 1, 19, 37, 2, 1, 1.0f, 0.0f, {2, 2}, {1, 1}, 16, 1},
-        {"gemm_skinny_nt_rows", "-D MR=2 -D NCC=4", 2, 19, 37, 1, 1, 1.0f, 1.0f, {3, 1}, {1, 1}, 8, 1},
-        {"gemm_skinny_nt_rows", "-D MR=4 -D NCC=2", 3, 10, 8, 2, 1, 2.0f, 0.0f, {5, 2}, {1, 1}, 2, 1},
-        {"gemm_skinny_nt_rows", "-D MR=8 -D NCC=1", 7, 5, 21, 1, 1, 1.0f, 0.0f, {5, 1}, {1, 1}, 1, 1},
+        {"gemm_skinny_nt_rows", "-D MR=1 -D NCC=8", 1, 19, 37, 2, 1, 1.0f, 0.0f, {2, 2}, {1, 1}, 16, 1, 0},
+        {"gemm_skinny_nt_rows", "-D MR=2 -D NCC=4", 2, 19, 37, 1, 1, 1.0f, 1.0f, {3, 1}, {1, 1}, 8, 1, 0},
+        {"gemm_skinny_nt_rows", "-D MR=4 -D NCC=2", 3, 10, 8, 2, 1, 2.0f, 0.0f, {5, 2}, {1, 1}, 2, 1, 0},
+        {"gemm_skinny_nt_rows", "-D MR=8 -D NCC=1", 7, 5, 21, 1, 1, 1.0f, 0.0f, {5, 1}, {1, 1}, 1, 1, 0},
+        /* K in chunks (the partial sums added into C, beta applied once): chunks of 8 and 16 over
+           K = 37 (4 whole float8s + a tail) and 133, a chunk longer than K, K under 8. */
+        {"gemm_skinny_nt_rows", "-D MR=8 -D NCC=1", 8, 6, 37, 1, 1, 1.0f, 0.5f, {6, 1}, {1, 1}, 1, 1, 8},
+        {"gemm_skinny_nt_rows", "-D MR=4 -D NCC=2", 4, 9, 133, 2, 1, 2.0f, -1.0f, {3, 2}, {1, 1}, 4, 1, 16},
+        {"gemm_skinny_nt_rows", "-D MR=2 -D NCC=4", 2, 8, 37, 1, 1, 1.0f, 1.0f, {2, 1}, {1, 1}, 4, 1, 512},
+        {"gemm_skinny_nt_rows", "-D MR=1 -D NCC=8", 1, 8, 5, 1, 1, 1.0f, 2.0f, {1, 1}, {1, 1}, 8, 1, 8},
         /* ... and many rows: blocks of 4 rows (the last one short), 64 columns per item. */
-        {"gemm_skinny_nt_rows", "-D MR=4 -D NCC=2", 11, 70, 19, 1, 1, 1.0f, 0.0f, {2, 3}, {1, 1}, 64, 3},
-        {"gemm_skinny_nn_rows", "-D MR=1 -D NCC=8", 1, 24, 7, 2, 0, 1.0f, 0.0f, {1, 2}, {1, 1}, 0, 0},
-        {"gemm_skinny_nn_rows", "-D MR=4 -D NCC=2", 3, 40, 9, 2, 0, 1.0f, 0.5f, {3, 2}, {1, 1}, 0, 0},
-        {"gemm_skinny_nn_rows", "-D MR=8 -D NCC=1", 8, 16, 3, 1, 0, 1.0f, 0.0f, {2, 1}, {1, 1}, 0, 0},
+        {"gemm_skinny_nt_rows", "-D MR=4 -D NCC=2", 11, 70, 19, 1, 1, 1.0f, 0.0f, {2, 3}, {1, 1}, 64, 3, 0},
+        {"gemm_skinny_nn_rows", "-D MR=1 -D NCC=8", 1, 24, 7, 2, 0, 1.0f, 0.0f, {1, 2}, {1, 1}, 0, 0, 0},
+        {"gemm_skinny_nn_rows", "-D MR=4 -D NCC=2", 3, 40, 9, 2, 0, 1.0f, 0.5f, {3, 2}, {1, 1}, 0, 0, 0},
+        {"gemm_skinny_nn_rows", "-D MR=8 -D NCC=1", 8, 16, 3, 1, 0, 1.0f, 0.0f, {2, 1}, {1, 1}, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         run_gemm(&cases[i]);
