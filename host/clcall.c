@@ -44,12 +44,11 @@ cl_int clmla_cl_enqueue(clmla_context *ctx, cl_kernel kernel, cl_uint dims, cons
 
 cl_int clmla_cl_enqueue_rows(clmla_context *ctx, cl_kernel kernel, cl_uint dims, const size_t *global, cl_event *event)
 {
-    size_t limit = 0, items[3] = {0, 0, 0};
+    size_t limit = 0;
     if (clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(limit), &limit, NULL) != CL_SUCCESS)
         limit = 1;
-    if (clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof(items), items, NULL) == CL_SUCCESS &&
-        items[0] > 0 && items[0] < limit)
-        limit = items[0];
+    if (ctx->max_items0 > 0 && ctx->max_items0 < limit)
+        limit = ctx->max_items0;
     if (ctx->info.max_work_group_size > 0 && ctx->info.max_work_group_size < limit)
         limit = ctx->info.max_work_group_size;
     size_t l = 64;

@@ -10,10 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The device's identity for cache keys, and the limit clmla_cl_enqueue_rows needs per launch. */
 static void set_device_key(clmla_context *ctx)
 {
     snprintf(ctx->device_key, sizeof(ctx->device_key), "%s|%s|%s|%s", ctx->info.platform_name,
              ctx->info.name, ctx->info.device_version, ctx->info.driver_version);
+    size_t items[3] = {0, 0, 0};
+    if (clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof(items), items, NULL) == CL_SUCCESS)
+        ctx->max_items0 = items[0];
 }
 
 static cl_command_queue make_queue(cl_context c, cl_device_id dev, int *profiling, cl_int *err)

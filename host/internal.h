@@ -20,6 +20,7 @@ struct clmla_context {
     clmla_device_info info;
     clmla_env env;              /* environment read once, at creation */
     char device_key[512];       /* device name + driver version, for program cache keys */
+    size_t max_items0;          /* CL_DEVICE_MAX_WORK_ITEM_SIZES[0] (0: unknown) */
 
     clmla_program_entry *programs; /* in-memory program cache, a list */
     clmla_program_stats program_stats;
