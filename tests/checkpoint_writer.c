@@ -598,3 +598,30 @@ mla_ref_weights ckpt_ref_weights(const ckpt_weights *w)
                          w->kv_a_proj_with_mqa, w->kv_a_layernorm, w->kv_b_proj, w->o_proj};
     return r;
 }
+
+/* D 160 and rkv 144 are past one 128-wide scale block and not a multiple of it. */
+clmla_layer_config ckpt_tiny_config(int q_lora, int yarn)
+{
+    clmla_layer_config c;
+    memset(&c, 0, sizeof(c));
+    c.hidden_size = 160;
+    c.num_heads = 2;
+    c.q_lora_rank = q_lora ? 136 : 0;
+    c.kv_lora_rank = 144;
+    c.qk_nope_head_dim = 16;
+    c.qk_rope_head_dim = 8;
+    c.v_head_dim = 16;
+    c.rms_norm_eps = 1e-6;
+    c.rope_theta = 10000.0;
+    c.rope_pairing = CLMLA_ROPE_INTERLEAVED;
+    if (yarn) {
+        /* Different mscales, so that both the RoPE amplitude and the softmax factor are not 1. */
+        c.yarn_factor = 40.0;
+        c.yarn_original_max_position = 4096;
+        c.yarn_beta_fast = 32.0;
+        c.yarn_beta_slow = 1.0;
+        c.yarn_mscale = 1.0;
+        c.yarn_mscale_all_dim = 0.707;
+    }
+    return c;
+}

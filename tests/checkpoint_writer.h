@@ -76,6 +76,10 @@ void ckpt_remove_dir(const char *dir);
 /* dir/name into buf. */
 const char *ckpt_path(char *buf, size_t size, const char *dir, const char *name);
 
+/* A small configuration for checkpoint tests (D 160, 2 heads, rkv 144; q_lora: rq 136, yarn:
+   YaRN with different mscales). */
+clmla_layer_config ckpt_tiny_config(int q_lora, int yarn);
+
 /* The reference's view of a configuration and of one layer's weights. */
 mla_ref_config ckpt_ref_config(const clmla_layer_config *config);
 mla_ref_weights ckpt_ref_weights(const ckpt_weights *w);

@@ -22,33 +22,6 @@ static char root[512];
 
 #define CHECK_CONTAINS(text, needle) CHECK(strstr((text), (needle)) != NULL, "message \"%s\" lacks \"%s\"", (text), (needle))
 
-/* D 160 and rkv 144 are past one 128-wide scale block and not a multiple of it. */
-static clmla_layer_config tiny_config(int q_lora, int yarn)
-{
-    clmla_layer_config c;
-    memset(&c, 0, sizeof(c));
-    c.hidden_size = 160;
-    c.num_heads = 2;
-    c.q_lora_rank = q_lora ? 136 : 0;
-    c.kv_lora_rank = 144;
-    c.qk_nope_head_dim = 16;
-    c.qk_rope_head_dim = 8;
-    c.v_head_dim = 16;
-    c.rms_norm_eps = 1e-6;
-    c.rope_theta = 10000.0;
-    c.rope_pairing = CLMLA_ROPE_INTERLEAVED;
-    if (yarn) {
-        /* Different mscales, so that both the RoPE amplitude and the softmax factor are not 1. */
-        c.yarn_factor = 40.0;
-        c.yarn_original_max_position = 4096;
-        c.yarn_beta_fast = 32.0;
-        c.yarn_beta_slow = 1.0;
-        c.yarn_mscale = 1.0;
-        c.yarn_mscale_all_dim = 0.707;
-    }
-    return c;
-}
-
 static const char *subdir(char *buf, size_t size, const char *name)
 {
     snprintf(buf, size, "%s/%s", root, name);
@@ -144,7 +117,7 @@ static void test_good_models(void)
         subdir(dir, sizeof(dir), name);
         ckpt_model m;
         memset(&m, 0, sizeof(m));
-        m.config = tiny_config(cases[i].q_lora, cases[i].yarn);
+        m.config = ckpt_tiny_config(cases[i].q_lora, cases[i].yarn);
         if (cases[i].half_split) {
             m.config.rope_pairing = CLMLA_ROPE_HALF_SPLIT;
             m.write_interleave = 1;
@@ -453,7 +426,7 @@ static ckpt_model base_model(const char *dtype, int shards, int q_lora)
 {
     ckpt_model m;
     memset(&m, 0, sizeof(m));
-    m.config = tiny_config(q_lora, 1);
+    m.config = ckpt_tiny_config(q_lora, 1);
     m.dtype = dtype;
     m.shards = shards;
     m.num_layers = 2;
@@ -498,7 +471,7 @@ static void test_bad_models(void)
     m = base_model("F32", 0, 0);
     if (write_model("q_form", &m, dir, sizeof(dir)) == 0) {
         ckpt_path(path, sizeof(path), dir, "config.json");
-        clmla_layer_config c = tiny_config(1, 1);
+        clmla_layer_config c = ckpt_tiny_config(1, 1);
         char *json = ckpt_config_json(&c, 2, NULL, 0, 0);
         if (json && ckpt_write_text(path, json) == 0)
             load_fails(dir, 0, CLMLA_ERROR_MISSING_TENSOR, "model.layers.0.self_attn.q_a_proj.weight is missing", NULL, NULL);

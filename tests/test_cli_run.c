@@ -77,30 +77,6 @@ static void run_fails(const char *args, int want_rc, const char *needle)
     CHECK(strstr(text, needle) != NULL, "clmla run %s: output lacks \"%s\":\n%s", args, needle, text);
 }
 
-static clmla_layer_config tiny_config(int q_lora, int yarn)
-{
-    clmla_layer_config c;
-    memset(&c, 0, sizeof(c));
-    c.hidden_size = 160;
-    c.num_heads = 2;
-    c.q_lora_rank = q_lora ? 136 : 0;
-    c.kv_lora_rank = 144;
-    c.qk_nope_head_dim = 16;
-    c.qk_rope_head_dim = 8;
-    c.v_head_dim = 16;
-    c.rms_norm_eps = 1e-6;
-    c.rope_theta = 10000.0;
-    if (yarn) {
-        c.yarn_factor = 40.0;
-        c.yarn_original_max_position = 4096;
-        c.yarn_beta_fast = 32.0;
-        c.yarn_beta_slow = 1.0;
-        c.yarn_mscale = 1.0;
-        c.yarn_mscale_all_dim = 0.707;
-    }
-    return c;
-}
-
 static int reference(const clmla_layer_config *c, const ckpt_weights *w, const float *x, double *out)
 {
     const mla_ref_config rc = ckpt_ref_config(c);
@@ -149,13 +125,13 @@ int main(void)
     ckpt_model a, b;
     memset(&a, 0, sizeof(a));
     memset(&b, 0, sizeof(b));
-    a.config = tiny_config(1, 1);
+    a.config = ckpt_tiny_config(1, 1);
     a.num_layers = 2;
     a.dtype = "F8_E4M3";
     a.shards = 3;
     a.extras = 1;
     a.seed = 11;
-    b.config = tiny_config(0, 0);
+    b.config = ckpt_tiny_config(0, 0);
     b.dtype = "BF16";
     b.model_type = "deepseek_v2";
     b.seed = 12;
