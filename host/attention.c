@@ -85,12 +85,14 @@ void clmla_attention_set_variant(clmla_context *ctx, int variant)
 
 /* Which kernel, its work-group size and its heads per group: the row-walking kernel on CPUs,
    the work-group kernel elsewhere, unless a test forced one. */
-static clmla_status pick_kernel(clmla_cache *cache, int num_heads, cl_kernel *kernel, int *threads, int *heads_per_group)
+static clmla_status pick_kernel(clmla_cache *cache, int num_heads, cl_kernel *kernel, int *threads, int *heads_per_group,
+                                int *rows)
 {
     int variant = cache->ctx->latent_variant;
     if (variant == CLMLA_LATENT_AUTO)
         variant = cache->ctx->info.kind == CLMLA_DEVICE_KIND_CPU ? CLMLA_LATENT_ROWS : CLMLA_LATENT_GROUP;
-    if (variant == CLMLA_LATENT_ROWS) {
+    *rows = variant == CLMLA_LATENT_ROWS;
+    if (*rows) {
         int hg = num_heads < 16 ? num_heads + (num_heads & 1) : 16;
         *threads = 1;
         *heads_per_group = hg;
@@ -112,8 +114,8 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
     clmla_context *ctx = cache->ctx;
     const int rkv = cache->config.kv_lora_rank;
     cl_kernel k = NULL;
-    int threads = 0, heads_per_group = 0;
-    clmla_status st = pick_kernel(cache, p->num_heads, &k, &threads, &heads_per_group);
+    int threads = 0, heads_per_group = 0, rows = 0;
+    clmla_status st = pick_kernel(cache, p->num_heads, &k, &threads, &heads_per_group, &rows);
     if (st != CLMLA_SUCCESS)
         return st;
     const int head_groups = (p->num_heads + heads_per_group - 1) / heads_per_group;
@@ -176,11 +178,12 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
     const size_t local[3] = {(size_t)threads, 1, 1};
     cl_int err = clmla_cl_enqueue(ctx, k, 3, global, local, splits > 1 ? NULL : event);
     if (err != CL_SUCCESS)
-        return clmla_fail_cl(ctx, err, threads > 1 ? "enqueue attn_latent" : "enqueue attn_latent_rows");
+        return clmla_fail_cl(ctx, err, rows ? "enqueue attn_latent_rows" : "enqueue attn_latent");
     if (splits == 1)
         return CLMLA_SUCCESS;
 
-    cl_kernel c = cache->combine_kernel;
+    /* The merge in the same shape as the attention: rows after attn_latent_rows (CPUs). */
+    cl_kernel c = rows ? cache->combine_rows_kernel : cache->combine_kernel;
     cl_mem final_lse = p->lse;
     size_t final_lse_offset = p->lse_offset;
     if (!final_lse) {
@@ -198,10 +201,15 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
     SET_ARG(c, 5, fo);
     SET_ARG(c, 6, final_lse);
     SET_ARG(c, 7, fl);
-    const size_t cglobal[3] = {(size_t)rkv, (size_t)p->num_heads, (size_t)p->num_tokens};
-    err = clmla_cl_enqueue_rows(ctx, c, 3, cglobal, event);
+    if (rows) {
+        const size_t rglobal[2] = {(size_t)p->num_heads, (size_t)p->num_tokens}, rlocal[2] = {1, 1};
+        err = clmla_cl_enqueue(ctx, c, 2, rglobal, rlocal, event);
+    } else {
+        const size_t cglobal[3] = {(size_t)rkv, (size_t)p->num_heads, (size_t)p->num_tokens};
+        err = clmla_cl_enqueue_rows(ctx, c, 3, cglobal, event);
+    }
     if (err != CL_SUCCESS)
-        return clmla_fail_cl(ctx, err, "enqueue attn_combine");
+        return clmla_fail_cl(ctx, err, rows ? "enqueue attn_combine_rows" : "enqueue attn_combine");
     return CLMLA_SUCCESS;
 }
 

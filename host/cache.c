@@ -75,6 +75,8 @@ clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *co
         st = clmla_kernel_create(ctx, "cache_gather", cache->options, "cache_gather", &cache->gather_kernel);
     if (st == CLMLA_SUCCESS)
         st = clmla_kernel_create(ctx, "attn_combine", cache->options, "attn_combine", &cache->combine_kernel);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_kernel_create(ctx, "attn_combine", cache->options, "attn_combine_rows", &cache->combine_rows_kernel);
     if (st != CLMLA_SUCCESS) {
         clmla_cache_destroy(cache);
         return st;
@@ -93,7 +95,7 @@ void clmla_cache_destroy(clmla_cache *cache)
             if (cache->layers[l])
                 clReleaseMemObject(cache->layers[l]);
     }
-    cl_kernel kernels[] = {cache->write_kernel, cache->gather_kernel, cache->combine_kernel};
+    cl_kernel kernels[] = {cache->write_kernel, cache->gather_kernel, cache->combine_kernel, cache->combine_rows_kernel};
     for (size_t i = 0; i < sizeof(kernels) / sizeof(kernels[0]); i++)
         if (kernels[i])
             clReleaseKernel(kernels[i]);

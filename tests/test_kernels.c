@@ -579,10 +579,13 @@ static void test_attn_latent_rows(void)
     run_latent(&c);
 }
 
-static void test_attn_combine(void)
+/* attn_combine (an item per value) and attn_combine_rows (an item per row, float8 steps: RKV 11
+   is one step and three values left over) on the same splits. */
+static void run_attn_combine(const char *kernel_name)
 {
-    enum { RKV = 6, S = 3, H = 2, T = 3, OUT_OFF = 4, LSE_OFF = 1 };
-    cl_kernel k = kernel("attn_combine", "-D RKV=6", "attn_combine");
+    enum { RKV = 11, S = 3, H = 2, T = 3, OUT_OFF = 4, LSE_OFF = 1 };
+    const int rows = strcmp(kernel_name, "attn_combine_rows") == 0;
+    cl_kernel k = kernel("attn_combine", "-D RKV=11", kernel_name);
     tu_rng rng = tu_rng_seed(50);
     float part_out[T * S * H * RKV], part_lse[T * S * H];
     fill(part_out, sizeof(part_out) / sizeof(float), 2.0f, &rng);
@@ -625,16 +628,22 @@ static void test_attn_combine(void)
     ARG(k, 5, out_off);
     ARG(k, 6, lb);
     ARG(k, 7, lse_off);
-    const size_t global[3] = {RKV, H, T};
-    if (launch(k, 3, global, NULL)) {
+    const size_t global[3] = {RKV, H, T}, row_global[2] = {H, T}, row_local[2] = {1, 1};
+    if (rows ? launch(k, 2, row_global, row_local) : launch(k, 3, global, NULL)) {
         download(ob, sizeof(out), out);
         download(lb, sizeof(lse), lse);
-        CHECK_NEAR(out, want, sizeof(out) / sizeof(float), RKV, 1e-5, "attn_combine out (offset area too)");
+        CHECK_NEAR(out, want, sizeof(out) / sizeof(float), RKV, 1e-5, "%s out (offset area too)", kernel_name);
         int bad = 0;
         for (size_t i = 0; i < sizeof(lse) / sizeof(float); i++)
             bad += !(lse[i] == want_lse[i] || fabs(lse[i] - want_lse[i]) <= 1e-5 * (1 + fabs(want_lse[i])));
-        CHECK(bad == 0, "attn_combine: %d lse values differ", bad);
+        CHECK(bad == 0, "%s: %d lse values differ", kernel_name, bad);
     }
+}
+
+static void test_attn_combine(void)
+{
+    run_attn_combine("attn_combine");
+    run_attn_combine("attn_combine_rows");
 }
 
 /* ---- attn_prefill ------------------------------------------------------------------------------------ */
@@ -997,7 +1006,7 @@ static void test_layer(void)
 
 /* The kernels this file launches directly. */
 static const char *const tested[] = {"rmsnorm",        "rope",           "cache_write",         "cache_gather",
-                                     "attn_latent",    "attn_latent_rows", "attn_combine",       "attn_prefill",
+                                     "attn_latent",    "attn_latent_rows", "attn_combine",       "attn_combine_rows", "attn_prefill",
                                      "attn_prefill_rows", "gemm_skinny_nt", "gemm_skinny_nn",    "gemm_skinny_nt_rows",
                                      "gemm_skinny_nn_rows"};
 
