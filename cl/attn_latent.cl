@@ -288,23 +288,18 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
             for (int kk = 0; kk < KTC; kk += 4) {
                 float8 s00 = 0, s01 = 0, s02 = 0, s03 = 0, s10 = 0, s11 = 0, s12 = 0, s13 = 0;
 #ifdef CACHE_F16
-#define SCORE_STEP(d)                                                                               \
+                /* the first pass (h == 0) converts the tile as it goes; the others read it */
+#define SCORE_STEP_CONVERT(d)                                                                       \
     do {                                                                                            \
         const float8 a = vload8(0, &q[h][d]), b = vload8(0, &q[h + 1][d]);                          \
-        float8 c0, c1, c2, c3;                                                                      \
-        if (h == 0) { /* the first pass converts the tile as it goes */                             \
-            c0 = vload_half8(0, hrow[kk] + (d)); c1 = vload_half8(0, hrow[kk + 1] + (d));           \
-            c2 = vload_half8(0, hrow[kk + 2] + (d)); c3 = vload_half8(0, hrow[kk + 3] + (d));       \
-            vstore8(c0, 0, &tile[kk][d]); vstore8(c1, 0, &tile[kk + 1][d]);                         \
-            vstore8(c2, 0, &tile[kk + 2][d]); vstore8(c3, 0, &tile[kk + 3][d]);                     \
-        } else {                                                                                    \
-            c0 = vload8(0, &tile[kk][d]); c1 = vload8(0, &tile[kk + 1][d]);                         \
-            c2 = vload8(0, &tile[kk + 2][d]); c3 = vload8(0, &tile[kk + 3][d]);                     \
-        }                                                                                           \
+        const float8 c0 = vload_half8(0, hrow[kk] + (d)), c1 = vload_half8(0, hrow[kk + 1] + (d));  \
+        const float8 c2 = vload_half8(0, hrow[kk + 2] + (d)), c3 = vload_half8(0, hrow[kk + 3] + (d)); \
+        vstore8(c0, 0, &tile[kk][d]); vstore8(c1, 0, &tile[kk + 1][d]);                             \
+        vstore8(c2, 0, &tile[kk + 2][d]); vstore8(c3, 0, &tile[kk + 3][d]);                         \
         s00 = fma(a, c0, s00); s01 = fma(a, c1, s01); s02 = fma(a, c2, s02); s03 = fma(a, c3, s03); \
         s10 = fma(b, c0, s10); s11 = fma(b, c1, s11); s12 = fma(b, c2, s12); s13 = fma(b, c3, s13); \
     } while (0)
-#else
+#endif
 #define SCORE_STEP(d)                                                                               \
     do {                                                                                            \
         const float8 a = vload8(0, &q[h][d]), b = vload8(0, &q[h + 1][d]);                          \
@@ -313,22 +308,37 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
         s00 = fma(a, c0, s00); s01 = fma(a, c1, s01); s02 = fma(a, c2, s02); s03 = fma(a, c3, s03); \
         s10 = fma(b, c0, s10); s11 = fma(b, c1, s11); s12 = fma(b, c2, s12); s13 = fma(b, c3, s13); \
     } while (0)
+#ifdef CLMLA_PREFETCH
+#define PREFETCH_LINE()                                                                             \
+    if (pf_line < KTC * LPR) {                                                                      \
+        __builtin_prefetch(pf_rows[pf_line / LPR] + pf_line % LPR * 64, 0, 3);                      \
+        pf_line++;                                                                                  \
+    }
+#else
+#define PREFETCH_LINE()
 #endif
                 /* groups of PFS steps, one prefetched line per group; then the steps left over */
-                int d = 0;
-                for (; d + 8 * PFS <= ROW8; d += 8 * PFS) {
-#ifdef CLMLA_PREFETCH
-                    if (pf_line < KTC * LPR) {
-                        __builtin_prefetch(pf_rows[pf_line / LPR] + pf_line % LPR * 64, 0, 3);
-                        pf_line++;
-                    }
+#define SCORE_PASS(STEP)                                                                            \
+    do {                                                                                            \
+        int d = 0;                                                                                  \
+        for (; d + 8 * PFS <= ROW8; d += 8 * PFS) {                                                 \
+            PREFETCH_LINE()                                                                         \
+            _Pragma("unroll") for (int u = 0; u < PFS; u++) STEP(d + 8 * u);                        \
+        }                                                                                           \
+        for (; d < ROW8; d += 8)                                                                    \
+            STEP(d);                                                                                \
+    } while (0)
+#ifdef CACHE_F16
+                if (h == 0)
+                    SCORE_PASS(SCORE_STEP_CONVERT);
+                else
+                    SCORE_PASS(SCORE_STEP);
+#undef SCORE_STEP_CONVERT
+#else
+                SCORE_PASS(SCORE_STEP);
 #endif
-                    #pragma unroll
-                    for (int u = 0; u < PFS; u++)
-                        SCORE_STEP(d + 8 * u);
-                }
-                for (; d < ROW8; d += 8)
-                    SCORE_STEP(d);
+#undef SCORE_PASS
+#undef PREFETCH_LINE
 #undef SCORE_STEP
 #ifdef CLMLA_HSUM8
                 /* the eight horizontal sums together: halves, then even + odd lanes twice (3.7%
