@@ -9,9 +9,10 @@
  *   pairs     two rows of W at a time, M rows of x in blocks of 4 (4 x 2 accumulators), W's pair
  *             re-read from L1/L2 for the next block of x
  *   +pf       the same with a software prefetch of W a fixed distance ahead
- * each with the caches flushed before every call (a host read of 4 x the LLC, or 128 MiB) and,
- * with --warm, also without a flush (W then comes from L3 where it fits). x's rows are padded to
- * K + 16 floats so that the M lines of one step do not share an L1 set.
+ * each with the caches flushed before every call (a host read of --flush MiB, 128 by default) and,
+ * with --warm, also without a flush (W then comes from L3 where it fits). Every timed call starts
+ * and joins its threads (tens of microseconds), the read included, so the ratios carry it alike.
+ * x's rows are padded to K + 16 floats so that the M lines of one step do not share an L1 set.
  *
  * If the flushed time of a product is close to read + warm, the cores did not overlap streaming
  * with arithmetic: no loop order of this kind reaches the read speed, whatever the kernel language.
