@@ -59,7 +59,7 @@ static float hsum(v8 v)
     return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 }
 
-/* Rows [n0, n1) of W for thread j of t, in whole pairs. */
+/* The rows [n0, n1) of W that thread jb->index of jb->threads takes, in whole pairs. */
 static void share(const job *jb, int *n0, int *n1)
 {
     const int pairs = (jb->n + 1) / 2;
@@ -311,7 +311,6 @@ int main(int argc, char **argv)
                 printf("  read + warm %.3f ms", (med[READ][0] + med[c][1]) * 1e3);
             printf("\n");
         }
-    (void)sink;
     free(w);
     free(x);
     free(y);
