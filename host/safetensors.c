@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,30 +74,34 @@ static int dtype_lookup(const char *name, clmla_st_dtype *dtype)
     return 0;
 }
 
-float clmla_f16_to_f32(uint16_t h)
+/* A small float with 1 sign bit, `eb` exponent bits (bias 2^(eb-1) - 1) and `mb` mantissa bits, in
+   float32, which holds every such value exactly. `ieee`: the top exponent holds infinities and NaNs
+   (float16); otherwise only all-ones exponent and mantissa is NaN (FP8 E4M3, which has no
+   infinity). */
+static float small_float_to_f32(uint32_t v, int eb, int mb, int ieee)
 {
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    const uint32_t exponent = (h >> 10) & 0x1Fu, mantissa = h & 0x3FFu;
+    const uint32_t top = (1u << eb) - 1, mantissa_mask = (1u << mb) - 1;
+    const int bias = (1 << (eb - 1)) - 1;
+    const uint32_t sign = ((v >> (eb + mb)) & 1u) << 31, exponent = (v >> mb) & top, mantissa = v & mantissa_mask;
     uint32_t bits;
-    if (exponent == 0x1F) {
-        bits = sign | 0x7F800000u | (mantissa << 13); /* infinity or NaN (payload kept) */
-    } else if (exponent != 0) {
-        bits = sign | ((exponent + 112u) << 23) | (mantissa << 13);
-    } else if (mantissa == 0) {
-        bits = sign;
-    } else {
-        /* Subnormal half: mantissa * 2^-24, normal in float32. */
-        int e = -1;
-        uint32_t m = mantissa;
-        do {
-            e++;
-            m <<= 1;
-        } while (!(m & 0x400u));
-        bits = sign | ((uint32_t)(112 - e) << 23) | ((m & 0x3FFu) << 13);
+    if (exponent == 0) { /* zero or subnormal: mantissa * 2^(1 - bias - mb) */
+        const float f = ldexpf((float)mantissa, 1 - bias - mb);
+        return sign ? -f : f;
     }
+    if (ieee && exponent == top)
+        bits = sign | 0x7F800000u | (mantissa << (23 - mb)); /* infinity or NaN (payload kept) */
+    else if (!ieee && exponent == top && mantissa == mantissa_mask)
+        bits = sign | 0x7FC00000u;
+    else
+        bits = sign | ((exponent + 127u - (uint32_t)bias) << 23) | (mantissa << (23 - mb));
     float f;
     memcpy(&f, &bits, sizeof(f));
     return f;
+}
+
+float clmla_f16_to_f32(uint16_t h)
+{
+    return small_float_to_f32(h, 5, 10, 1);
 }
 
 float clmla_bf16_to_f32(uint16_t b)
@@ -109,28 +114,7 @@ float clmla_bf16_to_f32(uint16_t b)
 
 float clmla_f8_e4m3_to_f32(uint8_t v)
 {
-    /* 1 sign, 4 exponent (bias 7), 3 mantissa bits; exponent 0 is subnormal (m/8 * 2^-6). */
-    const uint32_t sign = (uint32_t)(v & 0x80u) << 24;
-    const uint32_t exponent = (v >> 3) & 0xFu, mantissa = v & 0x7u;
-    uint32_t bits;
-    if (exponent == 0xF && mantissa == 0x7) {
-        bits = sign | 0x7FC00000u;
-    } else if (exponent != 0) {
-        bits = sign | ((exponent + 120u) << 23) | (mantissa << 20);
-    } else if (mantissa == 0) {
-        bits = sign;
-    } else {
-        int e = -1;
-        uint32_t m = mantissa;
-        do {
-            e++;
-            m <<= 1;
-        } while (!(m & 0x8u));
-        bits = sign | ((uint32_t)(120 - e) << 23) | ((m & 0x7u) << 20);
-    }
-    float f;
-    memcpy(&f, &bits, sizeof(f));
-    return f;
+    return small_float_to_f32(v, 4, 3, 0);
 }
 
 /* Element i of a float tensor of a convertible dtype, read byte by byte (unaligned, little-endian). */
