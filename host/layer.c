@@ -450,6 +450,23 @@ static clmla_status check_step(clmla_layer *L, clmla_cache *cache, const clmla_f
     return CLMLA_SUCCESS;
 }
 
+/* The next run of consecutive absorbed entries from entry *e on: its first row and number of rows,
+   with *e moved past it. 0 when no absorbed entry is left. */
+static int next_absorbed_run(const step_plan *p, int num_entries, int *e, int *first_row, int *rows)
+{
+    while (*e < num_entries && p->decompressed[*e])
+        ++*e;
+    if (*e >= num_entries)
+        return 0;
+    int end = *e;
+    while (end < num_entries && !p->decompressed[end])
+        end++;
+    *first_row = p->first_row[*e];
+    *rows = (end < num_entries ? p->first_row[end] : p->T) - *first_row;
+    *e = end;
+    return 1;
+}
+
 static clmla_status run_step(clmla_layer *L, clmla_cache *cache, const clmla_forward_args *a, const step_plan *p, cl_mem x,
                              size_t x_offset, cl_mem out, size_t out_offset, cl_event *event)
 {
@@ -518,21 +535,10 @@ static clmla_status run_step(clmla_layer *L, clmla_cache *cache, const clmla_for
 
     /* Absorbed entries: per run of consecutive absorbed rows, q~ = q^C W^UK for every head ... */
     const size_t kvb_head = (size_t)(dn + dv) * rkv; /* floats between heads in kv_b_proj */
-    for (int e = 0; st == CLMLA_SUCCESS && any_absorbed && e < a->num_entries;) {
-        if (p->decompressed[e]) {
-            e++;
-            continue;
-        }
-        int end = e;
-        while (end < a->num_entries && !p->decompressed[end])
-            end++;
-        const int r0 = p->first_row[e];
-        const int rows = (end < a->num_entries ? p->first_row[end] : T) - r0;
+    for (int e = 0, r0, rows; st == CLMLA_SUCCESS && next_absorbed_run(p, a->num_entries, &e, &r0, &rows);)
         st = clmla_gemm_strided_batched(ctx, rows, rkv, dn, 1.0f, mat(q, (size_t)r0 * H * dq, (size_t)H * dq, 0), dq,
                                         mat(L->kv_b_proj, 0, rkv, 0), kvb_head, 0.0f,
                                         mat(q_abs, (size_t)r0 * H * rkv, (size_t)H * rkv, 0), rkv, H, NULL);
-        e = end;
-    }
     /* ... latent attention for all tokens (decompressed ones have no keys here) ... */
     if (st == CLMLA_SUCCESS && any_absorbed) {
         latent_launch lp;
@@ -556,21 +562,10 @@ static clmla_status run_step(clmla_layer *L, clmla_cache *cache, const clmla_for
         st = clmla_latent_attention_enqueue(cache, layer, &lp, NULL);
     }
     /* ... and o = o-bar W^UV^T per head. */
-    for (int e = 0; st == CLMLA_SUCCESS && any_absorbed && e < a->num_entries;) {
-        if (p->decompressed[e]) {
-            e++;
-            continue;
-        }
-        int end = e;
-        while (end < a->num_entries && !p->decompressed[end])
-            end++;
-        const int r0 = p->first_row[e];
-        const int rows = (end < a->num_entries ? p->first_row[end] : T) - r0;
+    for (int e = 0, r0, rows; st == CLMLA_SUCCESS && next_absorbed_run(p, a->num_entries, &e, &r0, &rows);)
         st = clmla_gemm_strided_batched(ctx, rows, dv, rkv, 1.0f, mat(latent, (size_t)r0 * H * rkv, (size_t)H * rkv, 0), rkv,
                                         mat(L->kv_b_proj, (size_t)dn * rkv, rkv, 1), kvb_head, 0.0f,
                                         mat(o, (size_t)r0 * H * dv, (size_t)H * dv, 0), dv, H, NULL);
-        e = end;
-    }
 
     /* Decompressed entries: the sequence's keys and values up-projected, then causal attention. */
     if (st == CLMLA_SUCCESS && max_decompressed > 0) {
