@@ -4,6 +4,9 @@
  *
  * It times, interleaved round by round so that a shared machine's drift hits every case alike:
  *   read      a pure read of W by T threads (the streaming speed of these cores)
+ *   read+fma  the same read with M fused multiply-adds per vector of 8 weights into M register
+ *             accumulators, by constants held in registers: the product's arithmetic with none
+ *             of its loads of x, so no loop that computes the product can beat it on these cores
  *   walk      the product with W walked in memory order: each thread takes whole rows of W, full K,
  *             all M rows of x at once (x's rows come from L2)
  *   pairs     two rows of W at a time, M rows of x in blocks of 4 (4 x 2 accumulators), W's pair
@@ -18,8 +21,9 @@
  * with arithmetic: no loop order of this kind reaches the read speed, whatever the kernel language.
  * --check compares every product with a float64 host computation and fails on a mismatch.
  *
- * The arithmetic uses GNU C vector extensions (8 floats); build with -O3 -march=native or the
- * like, so that they become the machine's FMA instructions. */
+ * The arithmetic uses GNU C vector extensions (8 floats); build with -O3 -march=native
+ * -ffp-contract=fast or the like, so that they become the machine's FMA instructions (in ISO C
+ * mode GCC does not contract a * b + c without the last flag). */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -30,8 +34,8 @@
 
 typedef float v8 __attribute__((vector_size(32)));
 
-enum { READ, WALK, PAIRS, PAIRS_PF, CASES };
-static const char *const case_names[CASES] = {"read", "walk", "pairs", "pairs+pf"};
+enum { READ, READ_FMA, WALK, PAIRS, PAIRS_PF, CASES };
+static const char *const case_names[CASES] = {"read", "read+fma", "walk", "pairs", "pairs+pf"};
 
 typedef struct job {
     int kind, m, n, k, ldx, prefetch_lines, threads, index;
@@ -78,6 +82,25 @@ static void run_read(job *jb, int n0, int n1)
         s1 += load8(p + 8);
     }
     jb->sum = hsum(s0 + s1);
+}
+
+/* The read with jb->m FMAs per vector of W into as many accumulators; the multipliers are the first
+   8 values of x's rows, loaded once, so that nothing is constant-folded. */
+static void run_read_fma(job *jb, int n0, int n1)
+{
+    const int m = jb->m;
+    v8 c[8], acc[8] = {{0}};
+    for (int r = 0; r < 8; r++)
+        c[r] = load8(jb->x + (size_t)(r < m ? r : 0) * jb->ldx);
+    const float *p = jb->w + (size_t)n0 * jb->k, *end = jb->w + (size_t)n1 * jb->k;
+    for (; p + 8 <= end; p += 8) {
+        const v8 wv = load8(p);
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++)
+            if (r < m)
+                acc[r] += wv * c[r];
+    }
+    jb->sum = hsum(((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])));
 }
 
 /* One row of W against up to 8 rows of x, all of K (K a multiple of 8). */
@@ -141,6 +164,9 @@ static void *thread_main(void *arg)
     switch (jb->kind) {
     case READ:
         run_read(jb, n0, n1);
+        break;
+    case READ_FMA:
+        run_read_fma(jb, n0, n1);
         break;
     case WALK:
         run_walk(jb, n0, n1);
@@ -270,7 +296,7 @@ int main(int argc, char **argv)
                     return 1;
                 }
                 times[(c * 2 + hot) * rounds + r] = sec;
-                if (check && c != READ && r == 0 && !hot) {
+                if (check && c != READ && c != READ_FMA && r == 0 && !hot) {
                     double worst = 0;
                     for (int i = 0; i < m; i++)
                         for (int j = 0; j < n; j++) {
