@@ -5,8 +5,9 @@
  * It times, interleaved round by round so that a shared machine's drift hits every case alike:
  *   read      a pure read of W by T threads (the streaming speed of these cores)
  *   read+fma  the same read with M fused multiply-adds per vector of 8 weights into M register
- *             accumulators, by constants held in registers: the product's arithmetic with none
- *             of its loads of x, so no loop that computes the product can beat it on these cores
+ *             accumulators, by constants held in registers, and the prefetch of +pf: the
+ *             product's arithmetic and streaming without its loads of x. Where it stays near the
+ *             read, the cores can overlap the two, and what a product loses is x's traffic
  *   walk      the product with W walked in memory order: each thread takes whole rows of W, full K,
  *             all M rows of x at once (x's rows come from L2)
  *   pairs     two rows of W at a time, M rows of x in blocks of 4 (4 x 2 accumulators), W's pair
@@ -84,8 +85,9 @@ static void run_read(job *jb, int n0, int n1)
     jb->sum = hsum(s0 + s1);
 }
 
-/* The read with jb->m FMAs per vector of W into as many accumulators; the multipliers are the first
-   8 values of x's rows, loaded once, so that nothing is constant-folded. */
+/* The read with jb->m FMAs per vector of W into as many accumulators, and W prefetched as in
+   run_pairs; the multipliers are the first 8 values of x's rows, loaded once, so that nothing is
+   constant-folded. */
 static void run_read_fma(job *jb, int n0, int n1)
 {
     const int m = jb->m;
@@ -93,12 +95,19 @@ static void run_read_fma(job *jb, int n0, int n1)
     for (int r = 0; r < 8; r++)
         c[r] = load8(jb->x + (size_t)(r < m ? r : 0) * jb->ldx);
     const float *p = jb->w + (size_t)n0 * jb->k, *end = jb->w + (size_t)n1 * jb->k;
-    for (; p + 8 <= end; p += 8) {
-        const v8 wv = load8(p);
+    const size_t ahead = (size_t)jb->prefetch_lines * 16;
+    for (; p + 16 <= end; p += 16) {
+        if (ahead)
+            __builtin_prefetch(p + ahead, 0, 2);
+        const v8 u = load8(p), v = load8(p + 8);
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++)
             if (r < m)
-                acc[r] += wv * c[r];
+                acc[r] += u * c[r];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++)
+            if (r < m)
+                acc[r] += v * c[r];
     }
     jb->sum = hsum(((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])));
 }
