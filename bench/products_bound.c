@@ -18,8 +18,8 @@
  * and joins its threads (tens of microseconds), the read included, so the ratios carry it alike.
  * x's rows are padded to K + 16 floats so that the M lines of one step do not share an L1 set.
  *
- * If the flushed time of a product is close to read + warm, the cores did not overlap streaming
- * with arithmetic: no loop order of this kind reaches the read speed, whatever the kernel language.
+ * If the flushed time of a product is close to read + warm, that loop did not overlap streaming
+ * with arithmetic; read+fma says how far the cores can overlap them at all.
  * --check compares every product with a float64 host computation and fails on a mismatch.
  *
  * The arithmetic uses GNU C vector extensions (8 floats); build with -O3 -march=native
@@ -99,15 +99,14 @@ static void run_read_fma(job *jb, int n0, int n1)
     for (; p + 16 <= end; p += 16) {
         if (ahead)
             __builtin_prefetch(p + ahead, 0, 2);
-        const v8 u = load8(p), v = load8(p + 8);
+#pragma GCC unroll 2
+        for (int h = 0; h < 16; h += 8) {
+            const v8 wv = load8(p + h);
 #pragma GCC unroll 8
-        for (int r = 0; r < 8; r++)
-            if (r < m)
-                acc[r] += u * c[r];
-#pragma GCC unroll 8
-        for (int r = 0; r < 8; r++)
-            if (r < m)
-                acc[r] += v * c[r];
+            for (int r = 0; r < 8; r++)
+                if (r < m)
+                    acc[r] += wv * c[r];
+        }
     }
     jb->sum = hsum(((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])));
 }
