@@ -6,20 +6,36 @@
  * The cache row [c^KV_j ; k^R_j] (ROW = RKV + DR values) is one key of width ROW whose first RKV
  * values are also the value: multi-query attention with one shared head.
  *
- * Work-group (head group g, split s, token t): NT work-items, HG heads (h0 = g*HG ...), keys
- * [s*split_tokens, min((s+1)*split_tokens, ctx)). Each cache row is read once per head group.
+ * attn_latent (GPUs and other devices with many lanes per compute unit): work-group (head group g,
+ * split s, token t) of NT work-items and HG heads h0 = g*HG .. (padded to HGP = 4, 8 or 16 heads,
+ * whose queries are zero and whose results are never stored), keys [s*split_tokens,
+ * min((s+1)*split_tokens, ctx)) in tiles of TK = KPT*4*NT/HGP keys. The group's queries, scaled,
+ * sit in local memory; every cache row is read by one work-group per head group and split.
+ *   A. scores: item (keys KPT*kk .. +KPT-1 with kk = lid / HQ, head quad hq = lid % HQ) computes
+ *      the full ROW-long dot products of its KPT keys with its 4 heads' queries: the rows stream
+ *      from global memory in float4s, UA of each row loaded before any is used, and each query
+ *      float4 read from local memory feeds KPT keys; no partial sums to reduce. -> s[kk][h]
+ *   B. online softmax: item (head h = lid % HGP, gi = lid / HGP) takes the maximum of KB = 4*KPT
+ *      keys; after a barrier every item reads the GI = NT/HGP maxima of its head, so all of them
+ *      hold the same running maximum; each turns its KB scores into weights exp(s - max) and
+ *      keeps its own running sum of them (added up over gi at the end). -> weights in s, alpha
+ *   C. values: item lid owns row elements d = lid, lid + NT, ... < RKV (coalesced loads, DPT of
+ *      them) for all HGP heads: acc[h][i] = alpha[h] acc[h][i] + sum_kk w[kk][h] c[kk][d], the
+ *      weights read as float4 broadcasts, UC keys' values loaded before any is used. The tile's
+ *      rows were read in A a moment before, so they come from the L1/L2 caches.
+ * Four barriers per tile, none inside a loop over keys or elements.
  *
- *   work-item lid owns row elements d = lid, lid+NT, lid+2NT, ... (DPI of them: coalesced loads)
- *   per tile of KT keys:
- *     1. partial[lid][k][h] = sum over its d of q[h][d] * c[k][d]         (private, then local)
- *     2. item col = k*HG+h adds the NT partials of its column -> score     (local)
- *     3. items lid < HG update the running max / sum of head lid and turn
- *        the tile's scores into weights exp(score - max)                   (local)
- *     4. every item rescales and accumulates acc[h][d] += w[k][h] * c[k][d] for its d
+ * Measured on an H100 through NVIDIA's OpenCL (docs/BENCHMARKS.md, "On an NVIDIA H100"): what
+ * limits this kernel there is the load traffic per FMA through L1 and local memory, not DRAM;
+ * KPT = 4 keys per item (each query float4 read once for four keys) with NT = 128 was 1.3-1.45x
+ * faster at ctx 32K, batch 1 to 32, than KPT = 2 with NT = 256. acc[][] must be indexed only by
+ * constants after unrolling: one loop with an early exit made the compiler keep all of it in
+ * stack memory, which cost 1.3-1.4x.
  *
  * Output rows are per split: out [T, num_splits, H, RKV], lse [T, num_splits, H]; with one split
  * that is the final [T, H, RKV] / [T, H], else attn_combine.cl merges the splits by their lse.
- * Local memory: NT*KT*HG + 2*KT*HG + 3*HG floats. */
+ * Local memory (floats): HGP*ROWV*4 (queries) + TK*HGP (scores) + GI*HGP (maxima, sums) + HGP
+ * (alpha) + TK ints (row slots); NT = 128, KPT = 4, 16 heads, ROW 576: 45.1 KiB. */
 #ifndef RKV
 #define RKV 512
 #endif
@@ -27,24 +43,42 @@
 #define DR 64
 #endif
 #ifndef NT
-#define NT 64
+#define NT 128
 #endif
 #ifndef HG
-#define HG 8
-#endif
-#ifndef KT
-#define KT 8
+#define HG 16
 #endif
 #define ROW (RKV + DR)
-#define DPI ((ROW + NT - 1) / NT)
-#define COLS (KT * HG)
+#define HGP (HG <= 4 ? 4 : HG <= 8 ? 8 : 16) /* heads padded to whole quads, a power of two */
+#ifndef KPT
+#define KPT 4                                /* keys per item in step A */
+#endif
+#ifndef UA
+#define UA 2                                 /* float4s of each row in flight per item in step A */
+#endif
+#ifndef UC
+#define UC 4                                 /* keys in flight per item in step C */
+#endif
+#define HQ (HGP / 4)                         /* head quads: items per key in step A */
+#define TK (KPT * NT / HQ)                   /* keys per tile */
+#define GI (NT / HGP)                        /* items per head in step B */
+#define KB (TK / GI)                         /* keys per item in step B: 4 * KPT */
+#define ROW4 (ROW / 4)                       /* whole float4s of a row */
+#define ROWV ((ROW + 3) / 4)                 /* float4s of a padded query row */
+#define DPT ((RKV + NT - 1) / NT)            /* value elements per item in step C */
 
 #ifdef CACHE_F16
 #define CACHE_T half
 #define LOAD(p, i) vload_half((i), (p))
+#define LOAD4(p, i) vload_half4((i), (p))
+#elif ROW % 4 == 0
+#define CACHE_T float
+#define LOAD(p, i) ((p)[i])
+#define LOAD4(p, i) (((__global const float4 *)(p))[i]) /* rows start 16-byte aligned */
 #else
 #define CACHE_T float
 #define LOAD(p, i) ((p)[i])
+#define LOAD4(p, i) vload4((i), (p))
 #endif
 
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
@@ -58,11 +92,11 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                  const int num_heads, const int num_splits, const int split_tokens, const float scale,
                  __global float *out, const int out_offset, __global float *lse, const int lse_offset)
 {
-    __local float partial[NT * COLS]; /* [NT][KT][HG] */
-    __local float weight[COLS];       /* [KT][HG]: scores, then exp(score - running max) */
-    __local float rescale[HG];
-    __local float run_max[HG];
-    __local float run_sum[HG];
+    __local float4 qs[HGP * ROWV]; /* [HGP][ROWV]: scaled queries, zero past ROW and for padding heads */
+    __local float4 sw[TK * HQ];    /* [TK][HGP]: the tile's scores, then its weights */
+    __local float red[GI * HGP];   /* [GI][HGP]: per-item maxima, at the end per-item sums */
+    __local float alpha_l[HGP];    /* exp(old max - new max) of the tile, per head */
+    __local int slot_l[TK];        /* cache slot of each key of the tile */
 
     const int lid = get_local_id(0);
     const int h0 = get_group_id(0) * HG;
@@ -72,103 +106,195 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
     const int k_begin = split * split_tokens;
     const int k_end = min(ctx, k_begin + split_tokens);
     __global const int *table = block_table + (size_t)token_seq[t] * max_blocks_per_seq;
-
-    float q[HG][DPI];
-    float acc[HG][DPI];
-    for (int h = 0; h < HG; h++) {
-        const int head = h0 + h;
-        for (int k = 0; k < DPI; k++) {
-            const int d = lid + k * NT;
-            float v = 0.0f;
-            if (head < num_heads && d < ROW)
-                v = d < RKV ? q_latent[q_latent_offset + (size_t)t * q_latent_token_stride + (size_t)head * q_latent_head_stride + d]
-                            : q_rope[q_rope_offset + (size_t)t * q_rope_token_stride + (size_t)head * q_rope_head_stride + (d - RKV)];
-            q[h][k] = v;
-            acc[h][k] = 0.0f;
-        }
-    }
-    if (lid < HG) {
-        run_max[lid] = -INFINITY;
-        run_sum[lid] = 0.0f;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-
-    for (int j0 = k_begin; j0 < k_end; j0 += KT) {
-        float c[KT][DPI];
-        for (int kk = 0; kk < KT; kk++) {
-            const int j = j0 + kk;
-            size_t base = 0;
-            if (j < k_end)
-                base = ((size_t)table[j / block_tokens] * block_tokens + j % block_tokens) * ROW;
-            for (int k = 0; k < DPI; k++) {
-                const int d = lid + k * NT;
-                c[kk][k] = (j < k_end && d < ROW) ? LOAD(cache, base + d) : 0.0f;
-            }
-        }
-        /* 1. partial dot products over this item's elements */
-        for (int kk = 0; kk < KT; kk++)
-            for (int h = 0; h < HG; h++) {
-                float s = 0.0f;
-                for (int k = 0; k < DPI; k++)
-                    s = fma(q[h][k], c[kk][k], s);
-                partial[lid * COLS + kk * HG + h] = s;
-            }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        /* 2. one column per item: the full score of (key kk, head h) */
-        for (int col = lid; col < COLS; col += NT) {
-            float s = 0.0f;
-            for (int n = 0; n < NT; n++)
-                s += partial[n * COLS + col];
-            weight[col] = (j0 + col / HG < k_end) ? s * scale : -INFINITY;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        /* 3. online softmax, one item per head */
-        if (lid < HG) {
-            const float m_old = run_max[lid];
-            float m_new = m_old;
-            for (int kk = 0; kk < KT; kk++)
-                m_new = fmax(m_new, weight[kk * HG + lid]);
-            const float alpha = exp(m_old - m_new); /* 0 on the first tile (m_old = -inf) */
-            float sum = run_sum[lid] * alpha;
-            for (int kk = 0; kk < KT; kk++) {
-                const float p = exp(weight[kk * HG + lid] - m_new);
-                weight[kk * HG + lid] = p;
-                sum += p;
-            }
-            run_max[lid] = m_new;
-            run_sum[lid] = sum;
-            rescale[lid] = alpha;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        /* 4. accumulate the weighted latent rows */
-        for (int h = 0; h < HG; h++) {
-            const float alpha = rescale[h];
-            for (int k = 0; k < DPI; k++) {
-                float a = acc[h][k] * alpha;
-                for (int kk = 0; kk < KT; kk++)
-                    a = fma(weight[kk * HG + h], c[kk][k], a);
-                acc[h][k] = a;
-            }
-        }
-        /* The next tile writes partial[] (read in step 2, before the step-2 barrier) and weight[]
-           (after its own step-1 barrier, which every item reaches only after step 4): no race. */
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-
     const size_t row0 = (size_t)t * num_splits + split;
+
+    if (k_end <= k_begin) { /* no keys (the same for the whole group): out 0, lse -inf; the token's
+                               queries are not read (a layer step leaves them unwritten for tokens
+                               that take the decompressed path) */
+        for (int h = 0; h < HG && h0 + h < num_heads; h++) {
+            for (int d = lid; d < RKV; d += NT)
+                out[out_offset + (row0 * num_heads + h0 + h) * RKV + d] = 0.0f;
+            if (lid == 0)
+                lse[lse_offset + row0 * num_heads + h0 + h] = -INFINITY;
+        }
+        return;
+    }
+
+    __local float *qf = (__local float *)qs;
+    for (int i = lid; i < HGP * ROWV * 4; i += NT) {
+        const int h = i / (ROWV * 4), d = i % (ROWV * 4), head = h0 + h;
+        float v = 0.0f;
+        if (h < HG && head < num_heads && d < ROW)
+            v = d < RKV ? q_latent[q_latent_offset + (size_t)t * q_latent_token_stride + (size_t)head * q_latent_head_stride + d]
+                        : q_rope[q_rope_offset + (size_t)t * q_rope_token_stride + (size_t)head * q_rope_head_stride + (d - RKV)];
+        qf[i] = v * scale;
+    }
+
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    const int kk_a = lid / HQ, hq = lid % HQ; /* step A: key of the tile, head quad */
+    const int hb = lid % HGP, gi = lid / HGP;  /* step B: head, item of that head */
+    float m_run = -INFINITY, l_run = 0.0f;     /* head hb: running maximum (the same in every item), own sum */
+    float acc[HGP][DPT];
+    for (int h = 0; h < HGP; h++)
+        for (int i = 0; i < DPT; i++)
+            acc[h][i] = 0.0f;
+    __local float *s = (__local float *)sw;
+
+    for (int j0 = k_begin; j0 < k_end; j0 += TK) {
+        const int nk = min(TK, k_end - j0); /* the same in every item */
+        /* A. scores of keys kk_a*KPT .. +KPT-1 with heads 4hq .. 4hq+3 (keys past the end: -inf) */
+        {
+            __global const CACHE_T *rowp[KPT];
+            for (int k = 0; k < KPT; k++) {
+                const int kk = kk_a * KPT + k;
+                const int j = j0 + (kk < nk ? kk : 0); /* past the end: key j0's row, score dropped */
+                const int slot = table[j / block_tokens] * block_tokens + j % block_tokens;
+                if (hq == 0 && kk < nk)
+                    slot_l[kk] = slot;
+                rowp[k] = cache + (size_t)slot * ROW;
+            }
+            __local const float4 *q0 = qs + 4 * hq * ROWV;
+            float4 a[KPT][4];
+            for (int k = 0; k < KPT; k++)
+                for (int h = 0; h < 4; h++)
+                    a[k][h] = 0.0f;
+            /* UA float4s of each row loaded before any is used: KPT*UA loads in flight per item */
+            int v = 0;
+            for (; v + UA <= ROW4; v += UA) {
+                float4 c[KPT][UA];
+                #pragma unroll
+                for (int k = 0; k < KPT; k++)
+                    #pragma unroll
+                    for (int u = 0; u < UA; u++)
+                        c[k][u] = LOAD4(rowp[k], v + u);
+                #pragma unroll
+                for (int u = 0; u < UA; u++)
+                    #pragma unroll
+                    for (int h = 0; h < 4; h++) {
+                        const float4 qv = q0[h * ROWV + v + u];
+                        #pragma unroll
+                        for (int k = 0; k < KPT; k++)
+                            a[k][h] = fma(qv, c[k][u], a[k][h]);
+                    }
+            }
+            for (; v < ROW4; v++)
+                for (int k = 0; k < KPT; k++) {
+                    const float4 c = LOAD4(rowp[k], v);
+                    for (int h = 0; h < 4; h++)
+                        a[k][h] = fma(q0[h * ROWV + v], c, a[k][h]);
+                }
+#if ROW % 4
+            for (int k = 0; k < KPT; k++) { /* the row's last ROW % 4 values against the zero-padded queries */
+                float4 c = 0.0f;
+                c.x = LOAD(rowp[k], 4 * ROW4);
+#if ROW % 4 > 1
+                c.y = LOAD(rowp[k], 4 * ROW4 + 1);
+#endif
+#if ROW % 4 > 2
+                c.z = LOAD(rowp[k], 4 * ROW4 + 2);
+#endif
+                for (int h = 0; h < 4; h++)
+                    a[k][h] = fma(q0[h * ROWV + ROW4], c, a[k][h]);
+            }
+#endif
+            for (int k = 0; k < KPT; k++) {
+                const int kk = kk_a * KPT + k;
+                sw[kk * HQ + hq] = kk < nk ? (float4)(a[k][0].x + a[k][0].y + a[k][0].z + a[k][0].w,
+                                                      a[k][1].x + a[k][1].y + a[k][1].z + a[k][1].w,
+                                                      a[k][2].x + a[k][2].y + a[k][2].z + a[k][2].w,
+                                                      a[k][3].x + a[k][3].y + a[k][3].z + a[k][3].w)
+                                           : (float4)(-INFINITY);
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* B. the tile's maximum per head, then weights and sums */
+        float mx = -INFINITY;
+        for (int i = 0; i < KB; i++)
+            mx = fmax(mx, s[(KB * gi + i) * HGP + hb]);
+        red[gi * HGP + hb] = mx;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float m_new = m_run;
+        for (int g = 0; g < GI; g++)
+            m_new = fmax(m_new, red[g * HGP + hb]);
+        /* m_new is -inf only while every score so far is -inf or not a number: nothing to rescale;
+           keys past the end weigh 0, and a NaN score stays NaN */
+        const float a = m_new == -INFINITY ? 1.0f : exp(m_run - m_new);
+        float sum = 0.0f;
+        for (int i = 0; i < KB; i++) {
+            const int at = (KB * gi + i) * HGP + hb;
+            const float w = s[at] == -INFINITY ? 0.0f : exp(s[at] - m_new);
+            s[at] = w;
+            sum += w;
+        }
+        l_run = l_run * a + sum;
+        m_run = m_new;
+        if (gi == 0)
+            alpha_l[hb] = a;
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* C. acc = alpha acc + w^T c over the tile's keys, elements lid + i*NT of each row */
+        for (int h = 0; h < HGP; h++) {
+            const float ah = alpha_l[h];
+            for (int i = 0; i < DPT; i++)
+                acc[h][i] *= ah;
+        }
+        /* UC keys' values loaded before any is used */
+        for (int k0 = 0; k0 < nk; k0 += UC) {
+            float c[UC][DPT];
+            #pragma unroll
+            for (int u = 0; u < UC; u++) {
+                /* past the end: values 0 (no early exit: acc[][] must stay in registers) */
+                const int valid = k0 + u < nk;
+                __global const CACHE_T *row = cache + (size_t)slot_l[valid ? k0 + u : nk - 1] * ROW;
+                #pragma unroll
+                for (int i = 0; i < DPT; i++) {
+                    const int d = lid + i * NT;
+                    c[u][i] = valid && (NT * DPT == RKV || d < RKV) ? LOAD(row, d) : 0.0f;
+                }
+            }
+            #pragma unroll
+            for (int u = 0; u < UC; u++) {
+                const int kw = min(k0 + u, nk - 1);
+                #pragma unroll
+                for (int q = 0; q < HQ; q++) {
+                    const float4 w = sw[kw * HQ + q];
+                    #pragma unroll
+                    for (int i = 0; i < DPT; i++) {
+                        acc[4 * q][i] = fma(w.x, c[u][i], acc[4 * q][i]);
+                        acc[4 * q + 1][i] = fma(w.y, c[u][i], acc[4 * q + 1][i]);
+                        acc[4 * q + 2][i] = fma(w.z, c[u][i], acc[4 * q + 2][i]);
+                        acc[4 * q + 3][i] = fma(w.w, c[u][i], acc[4 * q + 3][i]);
+                    }
+                }
+            }
+        }
+        /* the next tile writes sw, slot_l, red and alpha_l only after this */
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    /* the sums of each head, over its GI items */
+    red[gi * HGP + hb] = l_run;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    /* every index into acc[][] a constant after unrolling: a loop with an early exit left the
+       NVIDIA compiler indexing it at run time, which put all of acc in stack memory */
+    #pragma unroll
     for (int h = 0; h < HG; h++) {
         const int head = h0 + h;
         if (head >= num_heads)
-            break;
-        const float l = run_sum[h];
+            continue;
+        float l = 0.0f;
+        for (int g = 0; g < GI; g++)
+            l += red[g * HGP + h];
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        for (int k = 0; k < DPI; k++) {
-            const int d = lid + k * NT;
+        for (int i = 0; i < DPT; i++) {
+            const int d = lid + i * NT;
             if (d < RKV)
-                out[out_offset + (row0 * num_heads + head) * RKV + d] = acc[h][k] * inv;
+                out[out_offset + (row0 * num_heads + head) * RKV + d] = acc[h][i] * inv;
         }
-        if (lid == 0)
-            lse[lse_offset + row0 * num_heads + head] = l > 0.0f ? run_max[h] + log(l) : -INFINITY;
+        if (lid == h) /* item h is (head h, gi 0): its m_run is head h's maximum */
+            lse[lse_offset + row0 * num_heads + head] = l > 0.0f ? m_run + log(l) : -INFINITY;
     }
 }
 

@@ -14,13 +14,21 @@
 /* Upper bound on the partial-result workspace. */
 #define MAX_SPLIT_WORKSPACE_BYTES ((size_t)256 << 20)
 
-static size_t latent_local_bytes(int nt, int hg, int kt)
+/* Keys per work-item in attn_latent's score step (cl/attn_latent.cl, measured there). */
+#define LATENT_KPT 4
+/* attn_latent's split-KV: keys per split at least this (one tile of 128 keys with 16 heads). */
+#define MIN_SPLIT_TOKENS_GROUP 128
+
+/* Local memory of attn_latent with nt work-items and hg heads per group (cl/attn_latent.cl). */
+static size_t latent_local_bytes(int nt, int hg, int row)
 {
-    return (size_t)(nt * kt * hg + kt * hg + 3 * hg) * sizeof(float);
+    const size_t hgp = hg <= 4 ? 4 : hg <= 8 ? 8 : 16, tk = 4 * (size_t)LATENT_KPT * nt / hgp;
+    return (hgp * (((size_t)row + 3) / 4) * 4 + tk * hgp + (size_t)nt + hgp) * sizeof(float) + tk * sizeof(int);
 }
 
-/* The attn_latent kernel for `hg` heads per work-group: NT is the largest power of two <= 64 that
-   the device's work-group limit, the kernel's own limit and local memory allow. */
+/* The attn_latent kernel for `hg` heads per work-group: NT is the largest power of two <= 128, and
+   >= the heads padded to 4, 8 or 16, that the device's work-group limit, the kernel's own limit
+   and local memory allow. NULL kernel (and success) where none fits: the caller takes fewer heads. */
 static clmla_status group_kernel(clmla_cache *cache, int hg, cl_kernel *kernel, int *threads)
 {
     if (cache->latent_kernel[hg]) {
@@ -29,24 +37,23 @@ static clmla_status group_kernel(clmla_cache *cache, int hg, cl_kernel *kernel, 
         return CLMLA_SUCCESS;
     }
     clmla_context *ctx = cache->ctx;
-    int nt = 64;
-    while (nt > 1 && (size_t)nt > ctx->info.max_work_group_size)
+    const int hgp = hg <= 4 ? 4 : hg <= 8 ? 8 : 16;
+    const int row = cache->config.kv_lora_rank + cache->config.rope_dim;
+    int nt = 128;
+    while (nt > hgp && ((size_t)nt > ctx->info.max_work_group_size || latent_local_bytes(nt, hg, row) > ctx->info.local_mem_bytes))
         nt /= 2;
-    for (;;) {
-        const int kt = nt / hg > 0 ? nt / hg : 1;
-        if (latent_local_bytes(nt, hg, kt) > ctx->info.local_mem_bytes && nt > 1) {
-            nt /= 2;
-            continue;
-        }
+    *kernel = NULL;
+    while (nt >= hgp && (size_t)nt <= ctx->info.max_work_group_size &&
+           latent_local_bytes(nt, hg, row) <= ctx->info.local_mem_bytes) {
         char options[256];
-        snprintf(options, sizeof(options), "%s -D NT=%d -D HG=%d -D KT=%d", cache->options, nt, hg, kt);
+        snprintf(options, sizeof(options), "%s -D NT=%d -D HG=%d -D KPT=%d", cache->options, nt, hg, LATENT_KPT);
         cl_kernel k = NULL;
         clmla_status st = clmla_kernel_create(ctx, "attn_latent", options, "attn_latent", &k);
         if (st != CLMLA_SUCCESS)
             return st;
         size_t limit = 0;
         clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(limit), &limit, NULL);
-        if (limit >= (size_t)nt || nt == 1) {
+        if (limit >= (size_t)nt) {
             cache->latent_kernel[hg] = k;
             cache->latent_threads[hg] = nt;
             *kernel = k;
@@ -56,6 +63,7 @@ static clmla_status group_kernel(clmla_cache *cache, int hg, cl_kernel *kernel, 
         clReleaseKernel(k); /* too many registers for this size on this device: try half */
         nt /= 2;
     }
+    return CLMLA_SUCCESS;
 }
 
 /* attn_latent_rows for `hg` (even, <= 16) heads per work-item. */
@@ -98,8 +106,19 @@ static clmla_status pick_kernel(clmla_cache *cache, int num_heads, cl_kernel *ke
         *heads_per_group = hg;
         return rows_kernel(cache, hg, kernel);
     }
-    *heads_per_group = num_heads < 8 ? num_heads : 8;
-    return group_kernel(cache, *heads_per_group, kernel, threads);
+    /* up to 16 heads per work-group (each cache row read once per group), fewer where a device's
+       local memory or work-group size does not take 16 */
+    for (int hg = num_heads < 16 ? num_heads : 16;; hg = hg > 8 ? 8 : hg > 4 ? 4 : hg - 1) {
+        clmla_status st = group_kernel(cache, hg, kernel, threads);
+        if (st != CLMLA_SUCCESS || *kernel) {
+            *heads_per_group = hg;
+            return st;
+        }
+        if (hg == 1)
+            return clmla_fail(cache->ctx, CLMLA_ERROR_UNSUPPORTED,
+                              "attn_latent: no work-group size fits this device's local memory (%llu bytes)",
+                              (unsigned long long)cache->ctx->info.local_mem_bytes);
+    }
 }
 
 #define SET_ARG(k, i, v)                                                           \
@@ -124,9 +143,10 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
     const long long groups = (long long)p->num_tokens * head_groups;
     const long long target = 4LL * (ctx->info.compute_units ? ctx->info.compute_units : 1);
     int splits = 1;
-    if (groups < target && p->max_ctx_len > MIN_SPLIT_TOKENS) {
+    const int min_split = rows ? MIN_SPLIT_TOKENS : MIN_SPLIT_TOKENS_GROUP;
+    if (groups < target && p->max_ctx_len > min_split) {
         long long want = (target + groups - 1) / groups;
-        long long most = (p->max_ctx_len + MIN_SPLIT_TOKENS - 1) / MIN_SPLIT_TOKENS;
+        long long most = (p->max_ctx_len + min_split - 1) / min_split;
         splits = (int)(want < most ? want : most);
     }
     const size_t per_split = (size_t)p->num_tokens * p->num_heads * (rkv + 1) * sizeof(float);

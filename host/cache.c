@@ -99,12 +99,12 @@ void clmla_cache_destroy(clmla_cache *cache)
     for (size_t i = 0; i < sizeof(kernels) / sizeof(kernels[0]); i++)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
-    for (int i = 0; i < 9; i++) {
+    for (int i = 0; i < 17; i++)
         if (cache->latent_kernel[i])
             clReleaseKernel(cache->latent_kernel[i]);
+    for (int i = 0; i < 9; i++)
         if (cache->latent_rows_kernel[i])
             clReleaseKernel(cache->latent_rows_kernel[i]);
-    }
     for (int i = 0; i < cache->num_seqs; i++) {
         free(cache->seqs[i].blocks);
         free(cache->seqs[i].length);

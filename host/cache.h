@@ -26,8 +26,8 @@ struct clmla_cache {
     cl_kernel gather_kernel;   /* cache_gather.cl */
     cl_kernel combine_kernel;  /* attn_combine.cl */
     cl_kernel combine_rows_kernel; /* attn_combine_rows, after attn_latent_rows */
-    cl_kernel latent_kernel[9];/* attn_latent.cl per heads-per-group 1..8, built on first use */
-    int latent_threads[9];     /* their work-group sizes */
+    cl_kernel latent_kernel[17]; /* attn_latent.cl per heads-per-group 1..16, built on first use */
+    int latent_threads[17];      /* their work-group sizes */
     cl_kernel latent_rows_kernel[9]; /* attn_latent_rows per heads-per-item 2, 4, .., 16 (index hg/2) */
 };
 

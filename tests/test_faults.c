@@ -2,8 +2,9 @@
  * counts is made to fail in turn, and each time the call under test must
  *   - return an error status (the injected OpenCL code, passed through) with a message,
  *   - leak nothing: no OpenCL object (the cl_context's reference count, which every buffer, program
- *     and kernel holds, comes back to what it was, plus what the library legitimately keeps: scratch
- *     buffers, cached programs, latent kernels; host leaks are LeakSanitizer's job in
+ *     and kernel holds on PoCL, comes back to what it was, plus what the library legitimately keeps:
+ *     scratch buffers, cached programs, latent kernels; where the platform's count ignores the
+ *     objects, as NVIDIA's does, the test says it skips this check; host leaks are LeakSanitizer's job in
  *     ci/sanitize.sh; events cannot be counted this way: PoCL keeps each buffer's last event, which
  *     holds the queue, so the queue's count moves with the path a step took),
  *   - leave the cache exactly as it was: sequences, lengths per layer, contents (clmla_cache_read,
@@ -73,14 +74,35 @@ static objects objects_now(clmla_context *c, const clmla_cache *cache)
     clmla_program_stats ps;
     clmla_context_program_stats(c, &ps);
     o.programs = (long)(ps.built_from_source + ps.loaded_from_disk);
-    for (int i = 0; cache && i < 9; i++)
+    for (int i = 0; cache && i < 17; i++)
         o.latent += cache->latent_kernel[i] != NULL;
     return o;
+}
+
+/* Whether this platform's context reference count moves with the objects made in it: PoCL's does;
+   NVIDIA's stays at 1 whatever the context holds, so there the count says nothing about leaks. */
+static int refs_track_objects(clmla_context *c)
+{
+    static int known = -1;
+    if (known >= 0)
+        return known;
+    const cl_uint before = context_refs(c);
+    cl_int err = CL_SUCCESS;
+    cl_mem probe = clCreateBuffer(clmla_context_cl_context(c), CL_MEM_READ_WRITE, 64, NULL, &err);
+    known = err == CL_SUCCESS && context_refs(c) == before + 1;
+    if (probe)
+        clReleaseMemObject(probe);
+    if (!known)
+        printf("# SKIPPED: OpenCL object leak accounting; this platform's context reference count does not count "
+               "the buffers made in it (%u before and after one)\n", before);
+    return known;
 }
 
 /* The context holds exactly the objects it held before, plus what it is allowed to keep. */
 static void check_objects(const objects *before, clmla_context *c, const clmla_cache *cache, const char *what)
 {
+    if (!refs_track_objects(c))
+        return;
     objects now = objects_now(c, cache);
     long kept = (long)(now.scratch - before->scratch) + (now.programs - before->programs) + (now.latent - before->latent);
     long leaked = (long)now.context_refs - (long)before->context_refs - kept;

@@ -8,8 +8,8 @@
  *   kernels   rmsnorm (two work-group sizes, offsets, columns past the normalised ones untouched),
  *             rope (both pairings, heads and k^R, positions out of order), cache_write and
  *             cache_gather (f32 and f16: round-to-nearest-even halves, padded strides, offsets,
- *             permuted slots and block tables, rows outside untouched), attn_latent (1, 3 and 8
- *             heads per group with a partial last group, one row of work per item and two, 1 to 3
+ *             permuted slots and block tables, rows outside untouched), attn_latent (1, 3, 8 and 16
+ *             heads per group with a partial last group and padded ones, rows not a whole number of float4s, 1 to 3
  *             splits with empty ones, contexts of 0, 1, mid-block and exact multiples), attn_combine
  *             (splits and whole rows of -inf), attn_prefill (query tiles cut short, a cached
  *             prefix, padded strides and offsets);
@@ -401,7 +401,7 @@ typedef struct latent_case {
 
 static void run_latent(const latent_case *c)
 {
-    const int row = c->rkv + c->dr, kt = c->nt / c->hg > 0 ? c->nt / c->hg : 1;
+    const int row = c->rkv + c->dr;
     const int groups = (c->heads + c->hg - 1) / c->hg, T = c->tokens, H = c->heads, S = c->splits;
     int num_seqs = 0, max_ctx = 0;
     for (int t = 0; t < T; t++) {
@@ -416,8 +416,8 @@ static void run_latent(const latent_case *c)
         snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D HGC=%d -D KTC=%d", c->rkv, c->dr,
                  c->f16 ? " -D CACHE_F16" : "", c->hg, c->nt);
     else
-        snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D NT=%d -D HG=%d -D KT=%d", c->rkv, c->dr,
-                 c->f16 ? " -D CACHE_F16" : "", c->nt, c->hg, kt);
+        snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D NT=%d -D HG=%d", c->rkv, c->dr,
+                 c->f16 ? " -D CACHE_F16" : "", c->nt, c->hg);
     cl_kernel k = kernel("attn_latent", options, c->rows ? "attn_latent_rows" : "attn_latent");
     tu_rng rng = tu_rng_seed((uint64_t)c->rkv * 7 + (uint64_t)c->heads);
     /* The pool: every row written from the host (f16: random halves of moderate size). */
@@ -554,9 +554,22 @@ static void test_attn_latent(void)
     static const int ctx_c[1] = {70}, seq_c[1] = {0};
     const latent_case c = {"rkv 20 dr 4, 2 heads / 1 per group, 2 splits, f32", 0, 20, 4, 2, 1, 32, 2, 40, 6, 0, 1,
                            ctx_c, seq_c};
+    /* 13 heads padded to a group of 16 (four items per key), a row of 23 (float4s, then 3 values
+       against zero-padded queries), 21 values over 8 items (3 each, the last item's third past
+       the end), tiles of 16 keys cut short, 2 splits of 37 with an empty one. */
+    static const int ctx_d[3] = {37, 50, 0}, seq_d[3] = {1, 0, 2};
+    const latent_case d = {"rkv 21 dr 2, 13 heads / 16 per group, 64 items, 2 splits, f32", 0, 21, 2, 13, 16, 64, 2,
+                           37, 7, 0, 3, ctx_d, seq_d};
+    /* f16 rows of 34 halves (not a whole number of half4s), 16 heads in one group of 32 items:
+       tiles of 8 keys, 2 items per head in the softmax. */
+    static const int ctx_e[2] = {29, 8}, seq_e[2] = {0, 1};
+    const latent_case e = {"rkv 30 dr 4, 16 heads / 16 per group, 32 items, f16", 0, 30, 4, 16, 16, 32, 1, 29, 3, 1,
+                           2, ctx_e, seq_e};
     run_latent(&a);
     run_latent(&b);
     run_latent(&c);
+    run_latent(&d);
+    run_latent(&e);
 }
 
 static void test_attn_latent_rows(void)
