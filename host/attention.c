@@ -19,10 +19,16 @@
 /* attn_latent's split-KV: keys per split at least this (one tile of 128 keys with 16 heads). */
 #define MIN_SPLIT_TOKENS_GROUP 128
 
+/* attn_latent pads a group of hg heads to whole quads, a power of two (HGP in cl/attn_latent.cl). */
+static int padded_heads(int hg)
+{
+    return hg <= 4 ? 4 : hg <= 8 ? 8 : 16;
+}
+
 /* Local memory of attn_latent with nt work-items and hg heads per group (cl/attn_latent.cl). */
 static size_t latent_local_bytes(int nt, int hg, int row)
 {
-    const size_t hgp = hg <= 4 ? 4 : hg <= 8 ? 8 : 16, tk = 4 * (size_t)LATENT_KPT * nt / hgp;
+    const size_t hgp = (size_t)padded_heads(hg), tk = 4 * (size_t)LATENT_KPT * nt / hgp;
     return (hgp * (((size_t)row + 3) / 4) * 4 + tk * hgp + (size_t)nt + hgp) * sizeof(float) + tk * sizeof(int);
 }
 
@@ -31,20 +37,15 @@ static size_t latent_local_bytes(int nt, int hg, int row)
    and local memory allow. NULL kernel (and success) where none fits: the caller takes fewer heads. */
 static clmla_status group_kernel(clmla_cache *cache, int hg, cl_kernel *kernel, int *threads)
 {
-    if (cache->latent_kernel[hg]) {
-        *kernel = cache->latent_kernel[hg];
-        *threads = cache->latent_threads[hg];
+    *kernel = cache->latent_kernel[hg];
+    *threads = cache->latent_threads[hg];
+    if (*kernel)
         return CLMLA_SUCCESS;
-    }
     clmla_context *ctx = cache->ctx;
-    const int hgp = hg <= 4 ? 4 : hg <= 8 ? 8 : 16;
     const int row = cache->config.kv_lora_rank + cache->config.rope_dim;
-    int nt = 128;
-    while (nt > hgp && ((size_t)nt > ctx->info.max_work_group_size || latent_local_bytes(nt, hg, row) > ctx->info.local_mem_bytes))
-        nt /= 2;
-    *kernel = NULL;
-    while (nt >= hgp && (size_t)nt <= ctx->info.max_work_group_size &&
-           latent_local_bytes(nt, hg, row) <= ctx->info.local_mem_bytes) {
+    for (int nt = 128; nt >= padded_heads(hg); nt /= 2) {
+        if ((size_t)nt > ctx->info.max_work_group_size || latent_local_bytes(nt, hg, row) > ctx->info.local_mem_bytes)
+            continue;
         char options[256];
         snprintf(options, sizeof(options), "%s -D NT=%d -D HG=%d -D KPT=%d", cache->options, nt, hg, LATENT_KPT);
         cl_kernel k = NULL;
@@ -61,7 +62,6 @@ static clmla_status group_kernel(clmla_cache *cache, int hg, cl_kernel *kernel, 
             return CLMLA_SUCCESS;
         }
         clReleaseKernel(k); /* too many registers for this size on this device: try half */
-        nt /= 2;
     }
     return CLMLA_SUCCESS;
 }

@@ -99,10 +99,10 @@ void clmla_cache_destroy(clmla_cache *cache)
     for (size_t i = 0; i < sizeof(kernels) / sizeof(kernels[0]); i++)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
-    for (int i = 0; i < 17; i++)
+    for (size_t i = 0; i < sizeof(cache->latent_kernel) / sizeof(cache->latent_kernel[0]); i++)
         if (cache->latent_kernel[i])
             clReleaseKernel(cache->latent_kernel[i]);
-    for (int i = 0; i < 9; i++)
+    for (size_t i = 0; i < sizeof(cache->latent_rows_kernel) / sizeof(cache->latent_rows_kernel[0]); i++)
         if (cache->latent_rows_kernel[i])
             clReleaseKernel(cache->latent_rows_kernel[i]);
     for (int i = 0; i < cache->num_seqs; i++) {

@@ -74,7 +74,7 @@ static objects objects_now(clmla_context *c, const clmla_cache *cache)
     clmla_program_stats ps;
     clmla_context_program_stats(c, &ps);
     o.programs = (long)(ps.built_from_source + ps.loaded_from_disk);
-    for (int i = 0; cache && i < 17; i++)
+    for (size_t i = 0; cache && i < sizeof(cache->latent_kernel) / sizeof(cache->latent_kernel[0]); i++)
         o.latent += cache->latent_kernel[i] != NULL;
     return o;
 }
