@@ -3,7 +3,9 @@
    are shuffled (never contiguous), for context lengths 0 (output 0, lse -inf), 1, ending mid-block,
    exactly a block, and long (3000, so a split-KV combine runs), for 1, 3, 5, 16 and 128 heads,
    f32 and f16 caches and odd sizes (rkv 40, dr 8, 5-token blocks). Compared with
-   mla_ref_latent_attention in float64. */
+   mla_ref_latent_attention in float64. Each case runs with both kernels, then the work-group kernel
+   again as if the device had 32 KiB of local memory (where 16 heads of a 576-value row must fall
+   back to groups of 8). */
 #include "attention.h"
 #include "check.h"
 #include "clmla.h"
@@ -140,6 +142,9 @@ typedef struct attn_case {
     int no_lse;         /* also run with lse == NULL and compare */
 } attn_case;
 
+/* Set while the work-group kernel runs as if the device had 32 KiB of local memory. */
+static int small_local_mem;
+
 static void run_case(const pool *p, const attn_case *c, uint64_t seed)
 {
     const int H = c->heads, T = c->tokens, rkv = p->rkv, dr = p->dr, bt = p->bt;
@@ -251,6 +256,14 @@ static void run_case(const pool *p, const attn_case *c, uint64_t seed)
     double t0 = tu_seconds();
     clmla_status st = clmla_attention_latent(p->cache, 0, &a, &ev);
     CHECK(st == CLMLA_SUCCESS, "%s: attention_latent: %s: %s", what, clmla_status_string(st), clmla_last_error(ctx));
+    /* 16 heads' queries of a 576-value row take 36 KiB: there the work-group kernel must fall back
+       to 8 heads; rows of 48 leave room for 16 */
+    if (st == CLMLA_SUCCESS && small_local_mem && H >= 16) {
+        const int want16 = rkv + dr < 256;
+        CHECK(want16 ? p->cache->latent_kernel[16] != NULL : !p->cache->latent_kernel[16] && p->cache->latent_kernel[8],
+              "%s: with %llu bytes of local memory the work-group kernel should take %d heads", what,
+              (unsigned long long)ctx->info.local_mem_bytes, want16 ? 16 : 8);
+    }
     if (st == CLMLA_SUCCESS) {
         CHECK(ev != NULL, "%s: no event returned", what);
         if (ev) {
@@ -507,6 +520,21 @@ int main(void)
         run_all();
         printf("kernel %s: %s\n", variants[v].name, check_failed == failed_before ? "all cases pass" : "FAILURES above");
     }
+    /* attn_latent on a device with 32 KiB of local memory, the least OpenCL allows a GPU: 16 heads'
+       queries alone take 36 KiB there, so groups of 16 heads must fall back to 8. */
+    if (ctx->info.local_mem_bytes > 32768) {
+        const int failed_before = check_failed;
+        const uint64_t real = ctx->info.local_mem_bytes;
+        ctx->info.local_mem_bytes = 32768;
+        small_local_mem = 1;
+        clmla_attention_set_variant(ctx, CLMLA_LATENT_GROUP);
+        run_all();
+        small_local_mem = 0;
+        ctx->info.local_mem_bytes = real;
+        printf("kernel attn_latent with 32 KiB of local memory: %s\n",
+               check_failed == failed_before ? "all cases pass" : "FAILURES above");
+    }
+    clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
 
     clmla_context_destroy(ctx);
     return check_summary();
