@@ -38,7 +38,7 @@ static int kernel_enqueue(void *user, cl_event *last)
 static int clmla_sgemm_enqueue(void *user, cl_event *last)
 {
     peak_state *st = user;
-    const clmla_matrix a = {st->a, 0, st->n, 0}, b = {st->b, 0, st->n, 1}, c = {st->c, 0, st->n, 0};
+    const clmla_matrix a = {st->a, 0, st->n, 0, 0}, b = {st->b, 0, st->n, 1, 0}, c = {st->c, 0, st->n, 0, 0};
     clmla_status s = clmla_gemm(st->dev->ctx, st->n, st->n, st->n, 1.0f, a, b, 0.0f, c, last);
     if (s != CLMLA_SUCCESS)
         fprintf(stderr, "clmla-bench: clmla's product failed: %s\n", clmla_last_error(st->dev->ctx));

@@ -254,3 +254,97 @@ void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alph
                 vstore8(beta != 0.0f ? r + beta * vload8(0, dst) : r, 0, dst);
             }
 }
+
+/* gemm_packed_rows: y = x W^T for CPU devices, with W packed by the host (host/gemm.c,
+ * clmla_pack_weight): W's N rows in panels of `panel` rows, a work-item's share, and each panel
+ * stored chunk by chunk of PCH values of K, [chunk][row of the panel][value], so that an item's
+ * weights are one contiguous region walked in storage order while the chunk of x (8 rows x 512
+ * floats = 16 KiB) stays in L1.
+ *
+ * Within a chunk the item walks S rows of the panel at once, spread over it: row i of each of S
+ * segments of ceil(rows / S) rows. Each of the S pointers then moves through its own segment
+ * sequentially, so the hardware prefetchers see S streams, not one; one stream per item was
+ * 15-20% slower at 1 row than row-major W read 8 rows at a time (docs/BENCHMARKS.md). Rows of x
+ * go MRP = min(MR, 4) at a time, S = 8 / MRP: 8 float8 accumulators (MRP x S), 1 x row against 8
+ * streams, 4 rows against 2; 8 rows take two passes over the same S pieces of W, the second from
+ * L1. The partial sums of a chunk go to C, the first chunk with beta. Dimension 1 enumerates
+ * (batch, block of MR rows of x). */
+#ifndef PCH
+#define PCH 512
+#endif
+#define MRP (MR < 4 ? MR : 4)
+#define STREAMS (8 / MRP)
+#define PASSES (MR / MRP)
+
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
+void gemm_packed_rows(const int M, const int N, const int K, const float alpha,
+                      __global const float *A, const int a_offset, const int lda, const int a_stride,
+                      __global const float *B, const int b_offset, const int ldb, const int b_stride,
+                      const float beta, __global float *C, const int c_offset, const int ldc, const int c_stride,
+                      const int panel, const int row_blocks)
+{
+    const int batch = get_global_id(1) / row_blocks;
+    const int m0 = get_global_id(1) % row_blocks * MR;
+    A += a_offset + (size_t)batch * a_stride + (size_t)m0 * lda;
+    C += c_offset + (size_t)batch * c_stride + (size_t)m0 * ldc;
+    const int rows_here = min(MR, M - m0);
+    __global const float *xs[MR];
+#pragma unroll
+    for (int m = 0; m < MR; m++)
+        xs[m] = A + (size_t)min(m, rows_here - 1) * lda;
+    const int p0 = get_global_id(0) * panel;
+    if (p0 >= N)
+        return;
+    const int rows_p = min(panel, N - p0);
+    const int seg = (rows_p + STREAMS - 1) / STREAMS;
+    /* every panel but the last holds panel * K values, so panel p starts at p0 * K */
+    __global const float *chunk = B + b_offset + (size_t)batch * b_stride + (size_t)p0 * K;
+    for (int k0 = 0; k0 < K; k0 += PCH) {
+        const int len = min(PCH, K - k0), len8 = len & ~7;
+        for (int i = 0; i < seg; i++) {
+            __global const float *w[STREAMS];
+#pragma unroll
+            for (int s = 0; s < STREAMS; s++)
+                w[s] = chunk + (size_t)min(s * seg + i, rows_p - 1) * len; /* past the panel: a valid row, dropped */
+#pragma unroll
+            for (int pass = 0; pass < PASSES; pass++) {
+                float8 acc[MRP][STREAMS];
+#pragma unroll
+                for (int m = 0; m < MRP; m++)
+#pragma unroll
+                    for (int s = 0; s < STREAMS; s++)
+                        acc[m][s] = (float8)(0.0f);
+                for (int k = 0; k < len8; k += 8) {
+                    float8 wv[STREAMS];
+#pragma unroll
+                    for (int s = 0; s < STREAMS; s++)
+                        wv[s] = vload8(0, w[s] + k);
+#pragma unroll
+                    for (int m = 0; m < MRP; m++) {
+                        const float8 xv = vload8(0, xs[pass * MRP + m] + k0 + k);
+#pragma unroll
+                        for (int s = 0; s < STREAMS; s++)
+                            acc[m][s] = fma(xv, wv[s], acc[m][s]);
+                    }
+                }
+                /* Constant indices only, so that acc stays in registers; rows past M or past the
+                   panel are dropped. */
+#pragma unroll
+                for (int m = 0; m < MRP; m++)
+#pragma unroll
+                    for (int s = 0; s < STREAMS; s++) {
+                        const float8 v = acc[m][s];
+                        const int row = pass * MRP + m, col = s * seg + i;
+                        float sum = (v.s0 + v.s1) + (v.s2 + v.s3) + (v.s4 + v.s5) + (v.s6 + v.s7);
+                        for (int kk = len8; kk < len; kk++)
+                            sum = fma(xs[row][k0 + kk], w[s][kk], sum);
+                        if (row < rows_here && col < rows_p) {
+                            __global float *dst = C + (size_t)row * ldc + p0 + col;
+                            *dst = k0 > 0 ? *dst + alpha * sum : beta != 0.0f ? alpha * sum + beta * *dst : alpha * sum;
+                        }
+                    }
+            }
+        }
+        chunk += (size_t)len * rows_p;
+    }
+}

@@ -165,6 +165,9 @@ void clmla_context_destroy(clmla_context *ctx)
     for (int i = 0; i < 4; i++)
         if (ctx->skinny_nn_rows[i])
             clReleaseKernel(ctx->skinny_nn_rows[i]);
+    for (int i = 0; i < 4; i++)
+        if (ctx->packed_rows[i])
+            clReleaseKernel(ctx->packed_rows[i]);
     if (ctx->skinny_rows_large)
         clReleaseKernel(ctx->skinny_rows_large);
     clmla_program_cache_release(ctx);

@@ -10,6 +10,7 @@
 #include <clblast_c.h>
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
 
 /* Rows up to which cl/gemm_skinny.cl is used (its MMAX). */
 #define SKINNY_MAX_ROWS 8
@@ -68,7 +69,7 @@ static clmla_status rows_kernel(clmla_context *ctx, size_t m, int transposed_b, 
                       : transposed_b ? &ctx->skinny_rows[bucket] : &ctx->skinny_nn_rows[bucket];
     if (!*slot) {
         char options[96];
-        snprintf(options, sizeof(options), "-D MR=%d -D NCC=%d%s", rows, *columns,
+        snprintf(options, sizeof(options), "-D MR=%d -D NCC=%d -D PCH=%d%s", rows, *columns, CLMLA_PACK_CHUNK,
                  !large && clmla_device_prefetches(&ctx->info) ? " -D CLMLA_PREFETCH" : "");
         clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options,
                                               transposed_b ? "gemm_skinny_nt_rows" : "gemm_skinny_nn_rows", slot);
@@ -121,6 +122,12 @@ static clmla_status set_product_args(clmla_context *ctx, cl_kernel kernel, size_
     return CLMLA_SUCCESS;
 }
 
+/* Items wanted for a product on a CPU device: about 8 per compute unit. */
+static size_t cpu_items(const clmla_context *ctx)
+{
+    return 8 * (size_t)(ctx->info.compute_units ? ctx->info.compute_units : 1);
+}
+
 static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
                            size_t a_stride, clmla_matrix b, size_t b_stride, float beta, clmla_matrix c, size_t c_stride,
                            size_t batch, cl_event *event)
@@ -141,7 +148,7 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
     cl_int err;
     if (cpu_rows) {
         /* About 8 items per compute unit over the whole batch, in whole column blocks. */
-        const size_t items_wanted = 8 * (size_t)(ctx->info.compute_units ? ctx->info.compute_units : 1);
+        const size_t items_wanted = cpu_items(ctx);
         size_t per_item = (n * batch + items_wanted - 1) / items_wanted;
         per_item = (per_item + columns - 1) / columns * columns;
         if (per_item > n)
@@ -198,9 +205,65 @@ static clmla_status rows_large(clmla_context *ctx, size_t m, size_t n, size_t k,
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue gemm_skinny_nt_rows");
 }
 
+size_t clmla_weight_panel(const clmla_context *ctx, size_t n)
+{
+    if (ctx->info.kind != CLMLA_DEVICE_KIND_CPU || ctx->gemm_force_clblast || n == 0)
+        return 0;
+    const size_t items = cpu_items(ctx);
+    return (n + items - 1) / items;
+}
+
+void clmla_pack_weight(const float *w, size_t n, size_t k, size_t panel, float *out)
+{
+    for (size_t p0 = 0; p0 < n; p0 += panel) {
+        const size_t rows = n - p0 < panel ? n - p0 : panel;
+        for (size_t k0 = 0; k0 < k; k0 += CLMLA_PACK_CHUNK) {
+            const size_t len = k - k0 < CLMLA_PACK_CHUNK ? k - k0 : CLMLA_PACK_CHUNK;
+            for (size_t r = 0; r < rows; r++, out += len)
+                memcpy(out, w + (p0 + r) * k + k0, len * sizeof(float));
+        }
+    }
+}
+
+/* y = x W^T with W packed (clmla_pack_weight): blocks of 1, 2, 4 or 8 rows of x, and blocks of 8
+   for more rows, one work-item per (panel, block of rows). The build options are those of
+   rows_kernel for the same rows, so that one program serves both kernels. */
+static clmla_status packed(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
+                           clmla_matrix b, float beta, clmla_matrix c, cl_event *event)
+{
+    if (!b.transposed || a.transposed || !fits_int(a.offset + m * a.ld) || !fits_int(b.offset + n * k) ||
+        !fits_int(c.offset + m * c.ld) || !fits_int(b.panel))
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "packed weights (m=%zu n=%zu k=%zu): only y = x W^T within int indices", m, n, k);
+    int bucket = 0;
+    while ((size_t)(1 << bucket) < (m < SKINNY_MAX_ROWS ? m : SKINNY_MAX_ROWS))
+        bucket++;
+    cl_kernel *slot = &ctx->packed_rows[bucket];
+    if (!*slot) {
+        char options[96];
+        const int rows = 1 << bucket;
+        snprintf(options, sizeof(options), "-D MR=%d -D NCC=%d -D PCH=%d%s", rows, 8 / rows, CLMLA_PACK_CHUNK,
+                 clmla_device_prefetches(&ctx->info) ? " -D CLMLA_PREFETCH" : "");
+        clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options, "gemm_packed_rows", slot);
+        if (st != CLMLA_SUCCESS)
+            return st;
+    }
+    clmla_status st = set_product_args(ctx, *slot, m, n, k, alpha, a, 0, b, 0, beta, c, 0);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    const int panel = (int)b.panel, row_blocks = (int)((m + (1u << bucket) - 1) >> bucket);
+    SET_ARG(*slot, 17, panel);
+    SET_ARG(*slot, 18, row_blocks);
+    const size_t global[2] = {(n + b.panel - 1) / b.panel, (size_t)row_blocks}, local[2] = {1, 1};
+    cl_int err = clmla_cl_enqueue(ctx, *slot, 2, global, local, event);
+    return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue gemm_packed_rows");
+}
+
 clmla_status clmla_gemm(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a, clmla_matrix b,
                         float beta, clmla_matrix c, cl_event *event)
 {
+    if (b.panel) /* packed weights: only gemm_packed_rows reads them, whatever the device */
+        return packed(ctx, m, n, k, alpha, a, b, beta, c, event);
     if (!ctx->gemm_force_clblast && ctx->info.kind == CLMLA_DEVICE_KIND_CPU && m > SKINNY_MAX_ROWS && b.transposed &&
         !a.transposed && fits_int(a.offset + m * a.ld) && fits_int(b.offset + n * b.ld) && fits_int(c.offset + m * c.ld))
         return rows_large(ctx, m, n, k, alpha, a, b, beta, c, event);

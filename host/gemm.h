@@ -9,7 +9,23 @@ typedef struct clmla_matrix {
     size_t offset;
     size_t ld;
     int transposed; /* use op(X) = X^T */
+    size_t panel;   /* B of y = x W^T only: W packed by clmla_pack_weight in panels of this many rows
+                       (0: row-major, ld used) */
 } clmla_matrix;
+
+/* Weights of y = x W^T on CPU devices are kept packed for the kernel gemm_packed_rows, so that
+   each work-item's share is one contiguous region, walked as a few sequential streams while its
+   chunk of x stays in L1: panels of clmla_weight_panel() rows, each stored
+   [chunk of CLMLA_PACK_CHUNK values of K][row of the panel][value]. */
+#define CLMLA_PACK_CHUNK 512
+
+/* Rows per panel for a weight of n rows on this context's device (a work-item's share, about 8
+   per compute unit); 0 where weights stay row-major: non-CPU devices, and contexts whose products
+   all go through CLBlast. */
+size_t clmla_weight_panel(const clmla_context *ctx, size_t n);
+
+/* W [n, k] row-major into out (n * k floats, not overlapping w), panels of `panel` rows. */
+void clmla_pack_weight(const float *w, size_t n, size_t k, size_t panel, float *out);
 
 clmla_status clmla_gemm(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a, clmla_matrix b,
                         float beta, clmla_matrix c, cl_event *event);

@@ -778,6 +778,8 @@ typedef struct gemm_case {
     size_t global[2], local[2];
     int columns_per_item, row_blocks; /* the _nt_rows kernel's extra arguments (row_blocks 0: none) */
     int k_chunk;                      /* and its K chunk (0: all of K) */
+    int pack_chunk;                   /* gemm_packed_rows: B packed here in panels of columns_per_item
+                                         rows, chunks of this many values of K (its -D PCH) */
 } gemm_case;
 
 /* C = alpha A op(B) + beta C over batch products at strides and offsets, every value of C (its
@@ -801,6 +803,19 @@ static void run_gemm(const gemm_case *c)
     fill(b, nb, 1.0f, &rng);
     fill(cm, nc, 1.0f, &rng);
     memcpy(want, cm, nc * sizeof(float));
+    /* gemm_packed_rows reads B packed, batch q at bo + q * packed_stride: panels of P rows, each
+       [chunk][row][value], written here from the row-major B that the reference uses. */
+    const int P = c->columns_per_item, packed_stride = N * K + 3;
+    const size_t nbp = c->pack_chunk ? (size_t)bo + (size_t)(batch - 1) * packed_stride + (size_t)N * K : 0;
+    float *bp = c->pack_chunk ? calloc(nbp, sizeof(float)) : NULL;
+    for (int q = 0; bp && q < batch; q++) {
+        float *dst = bp + bo + (size_t)q * packed_stride;
+        for (int p0 = 0; p0 < N; p0 += P)
+            for (int k0 = 0; k0 < K; k0 += c->pack_chunk)
+                for (int r = p0; r < N && r < p0 + P; r++)
+                    for (int kk = k0; kk < K && kk < k0 + c->pack_chunk; kk++)
+                        *dst++ = b[bo + (size_t)q * b_stride + (size_t)r * ldb + kk];
+    }
     for (int q = 0; q < batch; q++)
         for (int m = 0; m < M; m++)
             for (int n = 0; n < N; n++) {
@@ -814,7 +829,9 @@ static void run_gemm(const gemm_case *c)
                 *dst = (float)(c->alpha * s + (c->beta != 0.0f ? (double)c->beta * *dst : 0.0));
             }
     cl_kernel k = kernel("gemm_skinny", c->options, c->kernel);
-    cl_mem ab = buffer(na * sizeof(float), a), bb = buffer(nb * sizeof(float), b), cb = buffer(nc * sizeof(float), cm);
+    cl_mem ab = buffer(na * sizeof(float), a), cb = buffer(nc * sizeof(float), cm);
+    cl_mem bb = bp ? buffer(nbp * sizeof(float), bp) : buffer(nb * sizeof(float), b);
+    const int b_stride_arg = bp ? packed_stride : b_stride;
     ARG(k, 0, M);
     ARG(k, 1, N);
     ARG(k, 2, K);
@@ -826,7 +843,7 @@ static void run_gemm(const gemm_case *c)
     ARG(k, 8, bb);
     ARG(k, 9, bo);
     ARG(k, 10, ldb);
-    ARG(k, 11, b_stride);
+    ARG(k, 11, b_stride_arg);
     ARG(k, 12, c->beta);
     ARG(k, 13, cb);
     ARG(k, 14, co);
@@ -835,7 +852,8 @@ static void run_gemm(const gemm_case *c)
     if (c->row_blocks > 0) {
         ARG(k, 17, c->columns_per_item);
         ARG(k, 18, c->row_blocks);
-        ARG(k, 19, c->k_chunk);
+        if (!bp)
+            ARG(k, 19, c->k_chunk);
     }
     if (launch(k, 2, c->global, c->local)) {
         download(cb, nc * sizeof(float), got);
@@ -844,6 +862,7 @@ static void run_gemm(const gemm_case *c)
     }
     free(a);
     free(b);
+    free(bp);
     free(cm);
     free(got);
     free(want);
@@ -853,27 +872,40 @@ static void test_gemm_skinny(void)
 {
     /* The work-group forms (GPUs): 64 and 16 items, K not a multiple of 4, a partial column block. */
     const gemm_case cases[] = {
-        {"gemm_skinny_nt", "-D MMAX=8 -D WG=64 -D NC=4", 5, 7, 37, 2, 1, 1.0f, 0.0f, {2 * 64, 2}, {64, 1}, 0, 0, 0},
-        {"gemm_skinny_nt", "-D MMAX=8 -D WG=16 -D NC=4", 8, 9, 133, 1, 1, 0.5f, 2.0f, {3 * 16, 1}, {16, 1}, 0, 0, 0},
-        {"gemm_skinny_nn", "-D MMAX=8 -D WG=64 -D NC=4", 3, 13, 9, 3, 0, 1.0f, 0.0f, {64, 3}, {64, 1}, 0, 0, 0},
-        {"gemm_skinny_nn", "-D MMAX=8 -D WG=16 -D NC=4", 8, 40, 5, 1, 0, -1.0f, 1.0f, {48, 1}, {16, 1}, 0, 0, 0},
+        {"gemm_skinny_nt", "-D MMAX=8 -D WG=64 -D NC=4", 5, 7, 37, 2, 1, 1.0f, 0.0f, {2 * 64, 2}, {64, 1}, 0, 0, 0, 0},
+        {"gemm_skinny_nt", "-D MMAX=8 -D WG=16 -D NC=4", 8, 9, 133, 1, 1, 0.5f, 2.0f, {3 * 16, 1}, {16, 1}, 0, 0, 0, 0},
+        {"gemm_skinny_nn", "-D MMAX=8 -D WG=64 -D NC=4", 3, 13, 9, 3, 0, 1.0f, 0.0f, {64, 3}, {64, 1}, 0, 0, 0, 0},
+        {"gemm_skinny_nn", "-D MMAX=8 -D WG=16 -D NC=4", 8, 40, 5, 1, 0, -1.0f, 1.0f, {48, 1}, {16, 1}, 0, 0, 0, 0},
         /* The CPU forms: rows bucketed to 1, 2, 4, 8 (NCC = 8 / rows), several column blocks per
            item, N not a multiple of a block, K with a tail past its float8s. */
-        {"gemm_skinny_nt_rows", "-D MR=1 -D NCC=8", 1, 19, 37, 2, 1, 1.0f, 0.0f, {2, 2}, {1, 1}, 16, 1, 0},
-        {"gemm_skinny_nt_rows", "-D MR=2 -D NCC=4", 2, 19, 37, 1, 1, 1.0f, 1.0f, {3, 1}, {1, 1}, 8, 1, 0},
-        {"gemm_skinny_nt_rows", "-D MR=4 -D NCC=2", 3, 10, 8, 2, 1, 2.0f, 0.0f, {5, 2}, {1, 1}, 2, 1, 0},
-        {"gemm_skinny_nt_rows", "-D MR=8 -D NCC=1", 7, 5, 21, 1, 1, 1.0f, 0.0f, {5, 1}, {1, 1}, 1, 1, 0},
+        {"gemm_skinny_nt_rows", "-D MR=1 -D NCC=8", 1, 19, 37, 2, 1, 1.0f, 0.0f, {2, 2}, {1, 1}, 16, 1, 0, 0},
+        {"gemm_skinny_nt_rows", "-D MR=2 -D NCC=4", 2, 19, 37, 1, 1, 1.0f, 1.0f, {3, 1}, {1, 1}, 8, 1, 0, 0},
+        {"gemm_skinny_nt_rows", "-D MR=4 -D NCC=2", 3, 10, 8, 2, 1, 2.0f, 0.0f, {5, 2}, {1, 1}, 2, 1, 0, 0},
+        {"gemm_skinny_nt_rows", "-D MR=8 -D NCC=1", 7, 5, 21, 1, 1, 1.0f, 0.0f, {5, 1}, {1, 1}, 1, 1, 0, 0},
         /* K in chunks (the partial sums added into C, beta applied once): chunks of 8 and 16 over
            K = 37 (4 whole float8s + a tail) and 133, a chunk longer than K, K under 8. */
-        {"gemm_skinny_nt_rows", "-D MR=8 -D NCC=1", 8, 6, 37, 1, 1, 1.0f, 0.5f, {6, 1}, {1, 1}, 1, 1, 8},
-        {"gemm_skinny_nt_rows", "-D MR=4 -D NCC=2", 4, 9, 133, 2, 1, 2.0f, -1.0f, {3, 2}, {1, 1}, 4, 1, 16},
-        {"gemm_skinny_nt_rows", "-D MR=2 -D NCC=4", 2, 8, 37, 1, 1, 1.0f, 1.0f, {2, 1}, {1, 1}, 4, 1, 512},
-        {"gemm_skinny_nt_rows", "-D MR=1 -D NCC=8", 1, 8, 5, 1, 1, 1.0f, 2.0f, {1, 1}, {1, 1}, 8, 1, 8},
+        {"gemm_skinny_nt_rows", "-D MR=8 -D NCC=1", 8, 6, 37, 1, 1, 1.0f, 0.5f, {6, 1}, {1, 1}, 1, 1, 8, 0},
+        {"gemm_skinny_nt_rows", "-D MR=4 -D NCC=2", 4, 9, 133, 2, 1, 2.0f, -1.0f, {3, 2}, {1, 1}, 4, 1, 16, 0},
+        {"gemm_skinny_nt_rows", "-D MR=2 -D NCC=4", 2, 8, 37, 1, 1, 1.0f, 1.0f, {2, 1}, {1, 1}, 4, 1, 512, 0},
+        {"gemm_skinny_nt_rows", "-D MR=1 -D NCC=8", 1, 8, 5, 1, 1, 1.0f, 2.0f, {1, 1}, {1, 1}, 8, 1, 8, 0},
         /* ... and many rows: blocks of 4 rows (the last one short), 64 columns per item. */
-        {"gemm_skinny_nt_rows", "-D MR=4 -D NCC=2", 11, 70, 19, 1, 1, 1.0f, 0.0f, {2, 3}, {1, 1}, 64, 3, 0},
-        {"gemm_skinny_nn_rows", "-D MR=1 -D NCC=8", 1, 24, 7, 2, 0, 1.0f, 0.0f, {1, 2}, {1, 1}, 0, 0, 0},
-        {"gemm_skinny_nn_rows", "-D MR=4 -D NCC=2", 3, 40, 9, 2, 0, 1.0f, 0.5f, {3, 2}, {1, 1}, 0, 0, 0},
-        {"gemm_skinny_nn_rows", "-D MR=8 -D NCC=1", 8, 16, 3, 1, 0, 1.0f, 0.0f, {2, 1}, {1, 1}, 0, 0, 0},
+        {"gemm_skinny_nt_rows", "-D MR=4 -D NCC=2", 11, 70, 19, 1, 1, 1.0f, 0.0f, {2, 3}, {1, 1}, 64, 3, 0, 0},
+        {"gemm_skinny_nn_rows", "-D MR=1 -D NCC=8", 1, 24, 7, 2, 0, 1.0f, 0.0f, {1, 2}, {1, 1}, 0, 0, 0, 0},
+        {"gemm_skinny_nn_rows", "-D MR=4 -D NCC=2", 3, 40, 9, 2, 0, 1.0f, 0.5f, {3, 2}, {1, 1}, 0, 0, 0, 0},
+        {"gemm_skinny_nn_rows", "-D MR=8 -D NCC=1", 8, 16, 3, 1, 0, 1.0f, 0.0f, {2, 1}, {1, 1}, 0, 0, 0, 0},
+        /* Packed weights: rows 1, 2, 4, 8 (8, 4, 2 and 2 streams of panel rows, 8 rows in two
+           passes), panels of fewer rows than streams, of rows not a multiple of the streams (the
+           last segment short) and a last panel short of P rows, chunks of K whose last one is
+           short (a tail under 8 values), and 19 rows as 3 blocks of 8 (the last one short). */
+        {"gemm_packed_rows", "-D MR=1 -D NCC=8 -D PCH=16", 1, 19, 37, 2, 1, 1.0f, 0.0f, {4, 2}, {1, 1}, 5, 1, 0, 16},
+        {"gemm_packed_rows", "-D MR=1 -D NCC=8 -D PCH=128", 1, 6, 200, 1, 1, 1.0f, 1.0f, {2, 1}, {1, 1}, 3, 1, 0, 128},
+        {"gemm_packed_rows", "-D MR=2 -D NCC=4 -D PCH=16", 2, 19, 40, 1, 1, 1.0f, 1.0f, {3, 1}, {1, 1}, 8, 1, 0, 16},
+        {"gemm_packed_rows", "-D MR=4 -D NCC=2 -D PCH=64", 3, 10, 133, 2, 1, 2.0f, 0.0f, {4, 2}, {1, 1}, 3, 1, 0, 64},
+        {"gemm_packed_rows", "-D MR=8 -D NCC=1 -D PCH=512", 7, 5, 21, 1, 1, 1.0f, 0.5f, {3, 1}, {1, 1}, 2, 1, 0, 512},
+        {"gemm_packed_rows", "-D MR=8 -D NCC=1 -D PCH=32", 19, 11, 70, 1, 1, 1.0f, 0.0f, {3, 3}, {1, 1}, 4, 3, 0, 32},
+        {"gemm_packed_rows", "-D MR=1 -D NCC=8 -D PCH=16", 1, 50, 37, 1, 1, 1.0f, 0.0f, {3, 1}, {1, 1}, 21, 1, 0, 16},
+        {"gemm_packed_rows", "-D MR=4 -D NCC=2 -D PCH=24", 4, 31, 61, 2, 1, 1.0f, 2.0f, {3, 2}, {1, 1}, 13, 1, 0, 24},
+        {"gemm_packed_rows", "-D MR=8 -D NCC=1 -D PCH=40", 8, 29, 93, 1, 1, 0.5f, 0.0f, {3, 1}, {1, 1}, 13, 1, 0, 40},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         run_gemm(&cases[i]);
@@ -1021,7 +1053,7 @@ static void test_layer(void)
 static const char *const tested[] = {"rmsnorm",        "rope",           "cache_write",         "cache_gather",
                                      "attn_latent",    "attn_latent_rows", "attn_combine",       "attn_combine_rows", "attn_prefill",
                                      "attn_prefill_rows", "gemm_skinny_nt", "gemm_skinny_nn",    "gemm_skinny_nt_rows",
-                                     "gemm_skinny_nn_rows"};
+                                     "gemm_skinny_nn_rows", "gemm_packed_rows"};
 
 static int ident_char(char c)
 {
