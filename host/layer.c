@@ -28,6 +28,8 @@ struct clmla_layer {
     float scale;
     /* weights, float32, checkpoint layout */
     cl_mem q_a_proj, q_a_layernorm, q_b_proj, q_proj, kv_a_proj, kv_a_layernorm, kv_b_proj, o_proj;
+    /* panel rows of the projections packed for CPU devices (host/gemm.h), 0 where row-major */
+    size_t q_a_panel, q_b_panel, q_panel, kv_a_panel, o_panel;
     /* RoPE (A cos, A sin) for positions [0, rope_positions) */
     cl_mem rope_table;
     int rope_positions;
@@ -76,6 +78,27 @@ static clmla_status upload_weight(clmla_context *ctx, const char *name, const cl
     if (!*buffer)
         return clmla_fail(ctx, err, "uploading %s.weight (%zu bytes) failed: %s", name, bytes, clmla_status_string(err));
     return CLMLA_SUCCESS;
+}
+
+/* A projection's weight [n, k], packed for the device's product kernel where it has one
+   (clmla_weight_panel: CPU devices); *panel 0 means row-major. */
+static clmla_status upload_projection(clmla_context *ctx, const char *name, const clmla_tensor *t, cl_mem *buffer,
+                                      size_t *panel)
+{
+    const size_t n = (size_t)t->shape[0], k = (size_t)t->shape[1];
+    *panel = clmla_weight_panel(ctx, n);
+    if (*panel == 0)
+        return upload_weight(ctx, name, t, buffer);
+    float *packed = malloc(n * k * sizeof(float));
+    if (!packed)
+        return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "packing %s.weight (%zu bytes): out of host memory", name,
+                          n * k * sizeof(float));
+    clmla_pack_weight(t->data, n, k, *panel, packed);
+    clmla_tensor p = *t;
+    p.data = packed;
+    const clmla_status st = upload_weight(ctx, name, &p, buffer);
+    free(packed);
+    return st;
 }
 
 static int pow2_at_most(size_t limit, int cap)
@@ -196,22 +219,22 @@ clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *co
         L->auto_threshold = CPU_MEASURED_THRESHOLD;
 
     if (rq == 0) {
-        st = upload_weight(ctx, "q_proj", &w->q_proj, &L->q_proj);
+        st = upload_projection(ctx, "q_proj", &w->q_proj, &L->q_proj, &L->q_panel);
     } else {
-        st = upload_weight(ctx, "q_a_proj", &w->q_a_proj, &L->q_a_proj);
+        st = upload_projection(ctx, "q_a_proj", &w->q_a_proj, &L->q_a_proj, &L->q_a_panel);
         if (st == CLMLA_SUCCESS)
             st = upload_weight(ctx, "q_a_layernorm", &w->q_a_layernorm, &L->q_a_layernorm);
         if (st == CLMLA_SUCCESS)
-            st = upload_weight(ctx, "q_b_proj", &w->q_b_proj, &L->q_b_proj);
+            st = upload_projection(ctx, "q_b_proj", &w->q_b_proj, &L->q_b_proj, &L->q_b_panel);
     }
     if (st == CLMLA_SUCCESS)
-        st = upload_weight(ctx, "kv_a_proj_with_mqa", &w->kv_a_proj_with_mqa, &L->kv_a_proj);
+        st = upload_projection(ctx, "kv_a_proj_with_mqa", &w->kv_a_proj_with_mqa, &L->kv_a_proj, &L->kv_a_panel);
     if (st == CLMLA_SUCCESS)
         st = upload_weight(ctx, "kv_a_layernorm", &w->kv_a_layernorm, &L->kv_a_layernorm);
     if (st == CLMLA_SUCCESS)
         st = upload_weight(ctx, "kv_b_proj", &w->kv_b_proj, &L->kv_b_proj);
     if (st == CLMLA_SUCCESS)
-        st = upload_weight(ctx, "o_proj", &w->o_proj, &L->o_proj);
+        st = upload_projection(ctx, "o_proj", &w->o_proj, &L->o_proj, &L->o_panel);
     if (st == CLMLA_SUCCESS)
         st = build_kernels(L);
     if (st != CLMLA_SUCCESS) {
@@ -358,7 +381,14 @@ static clmla_status enqueue_prefill(clmla_layer *L, cl_mem q, int first_row, cl_
 
 static clmla_matrix mat(cl_mem buffer, size_t offset, size_t ld, int transposed)
 {
-    clmla_matrix m = {buffer, offset, ld, transposed};
+    clmla_matrix m = {buffer, offset, ld, transposed, 0};
+    return m;
+}
+
+/* A projection's weight W [n, ld] as op(B) = W^T, packed or row-major. */
+static clmla_matrix weight(cl_mem buffer, size_t ld, size_t panel)
+{
+    clmla_matrix m = {buffer, 0, ld, 1, panel};
     return m;
 }
 
@@ -511,20 +541,20 @@ static clmla_status run_step(clmla_layer *L, clmla_cache *cache, const clmla_for
     /* Projections, norms, RoPE, cache write. */
     if (st == CLMLA_SUCCESS) {
         if (L->rq) {
-            st = clmla_gemm(ctx, T, L->rq, L->D, 1.0f, mat(x, x_offset, L->D, 0), mat(L->q_a_proj, 0, L->D, 1), 0.0f,
+            st = clmla_gemm(ctx, T, L->rq, L->D, 1.0f, mat(x, x_offset, L->D, 0), weight(L->q_a_proj, L->D, L->q_a_panel), 0.0f,
                             mat(cq, 0, L->rq, 0), NULL);
             if (st == CLMLA_SUCCESS)
                 st = enqueue_rmsnorm(L, cq, T, L->rq, L->rq, L->q_a_layernorm);
             if (st == CLMLA_SUCCESS)
-                st = clmla_gemm(ctx, T, (size_t)H * dq, L->rq, 1.0f, mat(cq, 0, L->rq, 0), mat(L->q_b_proj, 0, L->rq, 1), 0.0f,
+                st = clmla_gemm(ctx, T, (size_t)H * dq, L->rq, 1.0f, mat(cq, 0, L->rq, 0), weight(L->q_b_proj, L->rq, L->q_b_panel), 0.0f,
                                 mat(q, 0, (size_t)H * dq, 0), NULL);
         } else {
-            st = clmla_gemm(ctx, T, (size_t)H * dq, L->D, 1.0f, mat(x, x_offset, L->D, 0), mat(L->q_proj, 0, L->D, 1), 0.0f,
+            st = clmla_gemm(ctx, T, (size_t)H * dq, L->D, 1.0f, mat(x, x_offset, L->D, 0), weight(L->q_proj, L->D, L->q_panel), 0.0f,
                             mat(q, 0, (size_t)H * dq, 0), NULL);
         }
     }
     if (st == CLMLA_SUCCESS)
-        st = clmla_gemm(ctx, T, L->row, L->D, 1.0f, mat(x, x_offset, L->D, 0), mat(L->kv_a_proj, 0, L->D, 1), 0.0f,
+        st = clmla_gemm(ctx, T, L->row, L->D, 1.0f, mat(x, x_offset, L->D, 0), weight(L->kv_a_proj, L->D, L->kv_a_panel), 0.0f,
                         mat(kv, 0, L->row, 0), NULL);
     if (st == CLMLA_SUCCESS)
         st = enqueue_rmsnorm(L, kv, T, L->row, rkv, L->kv_a_layernorm);
@@ -587,7 +617,7 @@ static clmla_status run_step(clmla_layer *L, clmla_cache *cache, const clmla_for
     }
 
     if (st == CLMLA_SUCCESS)
-        st = clmla_gemm(ctx, T, L->D, (size_t)H * dv, 1.0f, mat(o, 0, (size_t)H * dv, 0), mat(L->o_proj, 0, (size_t)H * dv, 1),
+        st = clmla_gemm(ctx, T, L->D, (size_t)H * dv, 1.0f, mat(o, 0, (size_t)H * dv, 0), weight(L->o_proj, (size_t)H * dv, L->o_panel),
                         0.0f, mat(out, out_offset, L->D, 0), event);
 
     cl_mem uploads[] = {positions, slots, token_seq, token_ctx, tables};
