@@ -17,9 +17,18 @@ typedef struct bench_device {
     clmla_device_info info;
     int profiling;          /* the queue has CL_QUEUE_PROFILING_ENABLE */
     size_t memory_budget;   /* bytes a row may allocate before it is skipped */
-    cl_mem flush_buffer;    /* written before every timed call unless --warm-cache (NULL then) */
+    cl_mem flush_buffer;    /* written or read before every timed call unless --warm-cache (NULL then) */
     size_t flush_bytes;
+    cl_kernel flush_kernel; /* --flush read: read_bandwidth over flush_buffer (NULL: --flush write) */
+    cl_mem flush_sink;      /* its one float per work-item */
+    size_t flush_global, flush_local;
 } bench_device;
+
+/* Sets up the flush of dev->flush_bytes before every timed call: `read` 1, a kernel that reads
+   the buffer on every compute unit; 0, a fill of it from the queue. Returns nonzero on failure,
+   with a message on stderr. bench_flush_release frees what it made. */
+int bench_flush_setup(bench_device *dev, int read);
+void bench_flush_release(bench_device *dev);
 
 /* Compiles (once per source and options, then from a small in-process cache) one of the bench's
    own kernels: "mha_decode" or "bench_util" (bench/kernels/NAME.cl). On failure prints the

@@ -125,3 +125,47 @@ int bench_fill(bench_device *dev, cl_mem dst, size_t n, int half, unsigned seed,
     }
     return 0;
 }
+
+int bench_flush_setup(bench_device *dev, int read)
+{
+    /* The buffer is written once either way: a read of pages never written may come from one
+       shared zero page, which would flush nothing. */
+    if (bench_fill(dev, dev->flush_buffer, dev->flush_bytes / sizeof(float), 0, 7, 1.0f))
+        return 1;
+    if (!read)
+        return 0;
+    /* Each work-item reads a contiguous KiB on CPUs (one stream per thread), the items of a
+       work-group interleave on other devices (coalesced), as the read peak's two orders. */
+    const int per_item = 64; /* float4s */
+    const int cpu = dev->info.kind == CLMLA_DEVICE_KIND_CPU;
+    dev->flush_kernel = bench_kernel(dev, "bench_util", cpu ? "-D CONTIGUOUS" : "", "read_bandwidth");
+    if (!dev->flush_kernel)
+        return 1;
+    size_t limit = 0;
+    clGetKernelWorkGroupInfo(dev->flush_kernel, dev->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(limit), &limit, NULL);
+    size_t local = 1;
+    while (local * 2 <= 64 && local * 2 <= limit && local * 2 <= dev->info.max_work_group_size)
+        local *= 2;
+    dev->flush_local = local;
+    dev->flush_global = dev->flush_bytes / (16 * (size_t)per_item) / local * local;
+    dev->flush_sink = bench_buffer(dev, dev->flush_global * sizeof(float), "cache flush sink");
+    if (!dev->flush_sink || dev->flush_global == 0 ||
+        clSetKernelArg(dev->flush_kernel, 0, sizeof(cl_mem), &dev->flush_buffer) != CL_SUCCESS ||
+        clSetKernelArg(dev->flush_kernel, 1, sizeof(int), &per_item) != CL_SUCCESS ||
+        clSetKernelArg(dev->flush_kernel, 2, sizeof(cl_mem), &dev->flush_sink) != CL_SUCCESS) {
+        fprintf(stderr, "clmla-bench: cannot set up the cache flush kernel\n");
+        bench_flush_release(dev);
+        return 1;
+    }
+    return 0;
+}
+
+void bench_flush_release(bench_device *dev)
+{
+    if (dev->flush_kernel)
+        clReleaseKernel(dev->flush_kernel);
+    dev->flush_kernel = NULL;
+    dev->flush_global = dev->flush_local = 0;
+    bench_release(&dev->flush_sink);
+    bench_release(&dev->flush_buffer);
+}

@@ -23,7 +23,7 @@ typedef struct name_list {
 
 typedef struct options {
     const char *device, *preset, *json, *peaks;
-    const char *phase, *ctx, *batch, *path, *dtype;
+    const char *phase, *ctx, *batch, *path, *dtype, *flush;
     int quick, peak, check, warm_cache, block_tokens, seed, help, version;
     double max_mem_mib, max_time;
     int dims[7]; /* hidden, heads, q-lora-rank, kv-lora-rank, nope-dim, rope-dim, v-dim; -1 = preset's */
@@ -64,6 +64,8 @@ static void usage(FILE *out)
             "  --check              compare each decode output with a float64 host computation (small shapes)\n"
             "  --warm-cache         do not flush the device's caches before each timed call (default: flush,\n"
             "                       so that a cache that fits in the last-level cache is not read from it)\n"
+            "  --flush read|write   how: read 4x the last-level cache on every compute unit, or write as much\n"
+            "                       from the queue (triton's do_bench; leaves that many dirty lines) (default write)\n"
             "  --block-tokens N     tokens per cache block (default 64)\n"
             "  --max-mem MIB        skip rows that need more device memory (default: the device's global memory)\n"
             "  --max-time S         stop sampling a row after S seconds (default 3, 0.6 with --quick)\n"
@@ -177,6 +179,7 @@ static int parse_args(int argc, char **argv, options *o)
                             : strcmp(key, "batch") == 0       ? &o->batch
                             : strcmp(key, "path") == 0        ? &o->path
                             : strcmp(key, "cache-dtype") == 0 ? &o->dtype
+                            : strcmp(key, "flush") == 0       ? &o->flush
                                                               : NULL;
         if (text) {
             *text = value;
@@ -208,6 +211,12 @@ static int parse_args(int argc, char **argv, options *o)
     }
     if (o->block_tokens < 1) {
         fprintf(stderr, "clmla-bench: --block-tokens must be at least 1\n");
+        return 1;
+    }
+    if (!o->flush)
+        o->flush = "write";
+    if (strcmp(o->flush, "read") != 0 && strcmp(o->flush, "write") != 0) {
+        fprintf(stderr, "clmla-bench: --flush is read or write, got '%s'\n", o->flush);
         return 1;
     }
     return 0;
@@ -410,7 +419,8 @@ int main(int argc, char **argv)
         if (dev.flush_bytes > dev.info.max_alloc_bytes)
             dev.flush_bytes = (size_t)dev.info.max_alloc_bytes;
         dev.flush_buffer = bench_buffer(&dev, dev.flush_bytes, "cache flush buffer");
-        if (!dev.flush_buffer) {
+        if (!dev.flush_buffer || bench_flush_setup(&dev, strcmp(o.flush, "read") == 0)) {
+            bench_flush_release(&dev);
             clmla_context_destroy(dev.ctx);
             return 1;
         }
@@ -434,7 +444,7 @@ int main(int argc, char **argv)
         bench_peaks peaks;
         if (read_peaks(o.peaks, dev.info.name, &peaks)) {
             bench_report_close(report);
-            bench_release(&dev.flush_buffer);
+            bench_flush_release(&dev);
             clmla_context_destroy(dev.ctx);
             return 1;
         }
@@ -498,7 +508,7 @@ int main(int argc, char **argv)
                     }
     }
     failures += bench_report_close(report) != 0;
-    bench_release(&dev.flush_buffer);
+    bench_flush_release(&dev);
     bench_kernels_release();
     clmla_context_destroy(dev.ctx);
     return failures ? 1 : 0;

@@ -18,15 +18,18 @@ typedef struct product_state {
     bench_device *dev;
     size_t m, n, k;
     cl_mem x, w, y;
-    cl_mem w_packed; /* W as the layer keeps it on this device (host/gemm.h), or NULL: row-major */
-    size_t panel;
+    cl_mem timed;    /* `copies` copies of W as the layer keeps it on this device: packed (host/gemm.h)
+                        where panel > 0, else row-major */
+    size_t panel, copies, calls;
 } product_state;
 
 static int product_enqueue(void *user, cl_event *last)
 {
     product_state *st = user;
     const clmla_matrix x = {st->x, 0, st->k, 0, 0}, y = {st->y, 0, st->n, 0, 0};
-    const clmla_matrix w = {st->w_packed ? st->w_packed : st->w, 0, st->k, 1, st->w_packed ? st->panel : 0};
+    /* each call reads the next copy, as a model's layers each read their own weights */
+    const size_t offset = st->calls++ % st->copies * st->n * st->k;
+    const clmla_matrix w = {st->timed, offset, st->k, 1, st->panel};
     const clmla_status s = clmla_gemm(st->dev->ctx, st->m, st->n, st->k, 1.0f, x, w, 0.0f, y, last);
     if (s != CLMLA_SUCCESS)
         fprintf(stderr, "clmla-bench: product failed: %s\n", clmla_last_error(st->dev->ctx));
@@ -106,19 +109,33 @@ int bench_products(const bench_case *c, bench_row *row)
     st.y = bench_buffer(c->dev, st.m * n * sizeof(float), "product output");
     int rc = !st.w || !st.x || !st.y || bench_fill(c->dev, st.w, n * k, 0, c->seed + 1, 1.0f / sqrtf((float)k)) ||
              bench_fill(c->dev, st.x, st.m * k, 0, c->seed + 2, 1.0f);
-    /* Where the layer packs its projections (CPU devices), time the product on the packed copy,
-       as a decode step runs it; the check still reads the row-major W. */
+    /* The timed calls read W as the layer keeps it on this device: packed where the layer packs
+       its projections (CPU devices); the check still reads the row-major W. With the caches
+       flushed, they also cycle through enough copies of it to fill the flush size (at most 64),
+       so that a copy is not read again before that many bytes of other weights: a flush alone
+       left part of W in this CPU's last-level cache (docs/BENCHMARKS.md). */
+    const size_t w_bytes = n * k * sizeof(float);
     st.panel = clmla_weight_panel(c->dev->ctx, n);
-    if (!rc && st.panel) {
-        float *w = malloc(n * k * sizeof(float)), *p = malloc(n * k * sizeof(float));
-        rc = !w || !p ||
-             clEnqueueReadBuffer(c->dev->queue, st.w, CL_TRUE, 0, n * k * sizeof(float), w, 0, NULL, NULL) != CL_SUCCESS;
-        if (!rc) {
+    st.copies = 1;
+    if (c->dev->flush_buffer) {
+        st.copies = (c->dev->flush_bytes + w_bytes - 1) / w_bytes;
+        if (st.copies > 64)
+            st.copies = 64;
+        while (st.copies > 1 && (st.copies + 1) * w_bytes > c->dev->memory_budget)
+            st.copies--;
+    }
+    if (!rc) {
+        float *w = malloc(w_bytes), *p = malloc(w_bytes);
+        rc = !w || !p || clEnqueueReadBuffer(c->dev->queue, st.w, CL_TRUE, 0, w_bytes, w, 0, NULL, NULL) != CL_SUCCESS;
+        if (!rc && st.panel)
             clmla_pack_weight(w, n, k, st.panel, p);
-            st.w_packed = bench_buffer(c->dev, n * k * sizeof(float), "packed product weights");
-            rc = !st.w_packed || clEnqueueWriteBuffer(c->dev->queue, st.w_packed, CL_TRUE, 0, n * k * sizeof(float), p, 0,
-                                                      NULL, NULL) != CL_SUCCESS;
-        }
+        else if (!rc)
+            memcpy(p, w, w_bytes);
+        if (!rc)
+            st.timed = bench_buffer(c->dev, st.copies * w_bytes, "timed product weights");
+        for (size_t i = 0; !rc && i < st.copies; i++)
+            rc = !st.timed || clEnqueueWriteBuffer(c->dev->queue, st.timed, CL_TRUE, i * w_bytes, w_bytes, p, 0, NULL,
+                                                   NULL) != CL_SUCCESS;
         free(w);
         free(p);
     }
@@ -131,8 +148,9 @@ int bench_products(const bench_case *c, bench_row *row)
         row->flops = 2.0 * (double)st.m * n * k;
         row->bytes = ((double)n * k + (double)st.m * k + (double)st.m * n) * sizeof(float);
         row->check_error = check_product(&st);
-        snprintf(row->note, sizeof(row->note), "%zu x %zu x %zu, weights %.1f MiB%s", st.m, n, k,
-                 (double)n * k * sizeof(float) / 1048576.0, st.panel ? " packed" : "");
+        snprintf(row->note, sizeof(row->note), "%zu x %zu x %zu, weights %.1f MiB%s, %zu cop%s", st.m, n, k,
+                 (double)n * k * sizeof(float) / 1048576.0, st.panel ? " packed" : "", st.copies,
+                 st.copies == 1 ? "y" : "ies");
         if (row->check_error < 0 || row->check_error > 1e-4) {
             fprintf(stderr, "clmla-bench: %s with %zu rows: relative error %.3g against float64\n", c->path, st.m,
                     row->check_error);
@@ -140,7 +158,7 @@ int bench_products(const bench_case *c, bench_row *row)
         }
     }
     bench_release(&st.w);
-    bench_release(&st.w_packed);
+    bench_release(&st.timed);
     bench_release(&st.x);
     bench_release(&st.y);
     return rc;

@@ -42,7 +42,9 @@ bench_report *bench_report_open(const bench_device *dev, const bench_shape *shap
            i->vendor, i->platform_name, i->driver_version, i->compute_units, mib((double)i->global_mem_bytes),
            mib((double)i->max_alloc_bytes));
     printf("timing   %s; %s\n", dev->profiling ? "OpenCL profiling events" : "wall clock around clFinish",
-           dev->flush_buffer ? "caches flushed before every call (a write of the flush size below)" : "warm caches (--warm-cache)");
+           !dev->flush_buffer  ? "warm caches (--warm-cache)"
+           : dev->flush_kernel ? "caches flushed before every call (a read of the flush size below on every compute unit)"
+                               : "caches flushed before every call (a write of the flush size below)");
     if (dev->flush_buffer)
         printf("flush    %.0f MiB\n", mib((double)dev->flush_bytes));
     printf("model    %s: D %d, %d heads, q_lora_rank %d, kv_lora_rank %d, head dims nope/rope/v %d/%d/%d, softmax scale %.6f\n",
@@ -181,6 +183,8 @@ int bench_report_row(bench_report *r, const bench_row *row)
     cJSON_AddNumberToObject(o, "v_head_dim", s->dv);
     cJSON_AddStringToObject(o, "timer", row->t.timer ? row->t.timer : "wall");
     cJSON_AddBoolToObject(o, "cold_cache", r->dev->flush_buffer != NULL);
+    if (r->dev->flush_buffer)
+        cJSON_AddStringToObject(o, "flush", r->dev->flush_kernel ? "read" : "write");
     cJSON_AddNumberToObject(o, "samples", row->t.samples);
     cJSON_AddNumberToObject(o, "calls_per_sample", row->t.calls_per_sample);
     cJSON_AddBoolToObject(o, "stable", row->t.stable);

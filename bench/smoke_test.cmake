@@ -45,15 +45,26 @@ endforeach()
 message(STATUS "bench_smoke: ${rows} rows, valid JSON, all paths agree with the host result")
 
 # The products phase: every projection of the shape with 1 and 3 rows, each checked against float64
-# by the bench itself (it fails on an error above 1e-4).
+# by the bench itself (it fails on an error above 1e-4), the caches flushed by a read.
 execute_process(
-  COMMAND ${BENCH} --quick --phase products --batch 1,3 --max-time 0.2
+  COMMAND ${BENCH} --quick --phase products --batch 1,3 --max-time 0.2 --flush read
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "clmla-bench --phase products exited with ${rc}:\n${out}\n${err}")
+endif()
+if(NOT out MATCHES "caches flushed before every call \\(a read of the flush size")
+  message(FATAL_ERROR "--flush read: the header does not say the flush is a read:\n${out}")
 endif()
 foreach(path q_proj kv_a_proj kv_b_proj o_proj)
   if(NOT out MATCHES "\nproducts +${path} +f32 +1 +0 .*check" OR NOT out MATCHES "\nproducts +${path} +f32 +3 +0 ")
     message(FATAL_ERROR "no products rows for ${path} with 1 and 3 rows:\n${out}")
   endif()
 endforeach()
+
+# A flush that is neither read nor write is refused, with the choices named.
+execute_process(
+  COMMAND ${BENCH} --phase products --flush sideways
+  RESULT_VARIABLE bad_rc OUTPUT_VARIABLE bad_out ERROR_VARIABLE bad_err)
+if(bad_rc EQUAL 0 OR NOT bad_err MATCHES "--flush is read or write, got 'sideways'")
+  message(FATAL_ERROR "--flush sideways: exit ${bad_rc}, stderr:\n${bad_err}")
+endif()

@@ -3,7 +3,10 @@
    By default every call starts cold, as a layer's cache does in a model of many layers: before
    it, untimed, the device writes a buffer of 4x its last-level cache (at least 64 MiB), so no
    input is still in a cache from the call before (triton's do_bench, which FlashMLA's benchmark
-   uses, does the same with 256 MB), and a sample is one call. With --warm-cache a sample
+   uses, does the same with 256 MB), and a sample is one call. With --flush read a kernel reads
+   that buffer on every compute unit instead: the caches are left holding clean lines, where the
+   write leaves as many dirty ones for the timed call to write back, which a decode step, whose
+   work before a product mostly reads, does not pay. With --warm-cache a sample
    enqueues the call k times back to back and waits once (clFinish), k chosen so that a sample
    lasts about sample_ms; inputs that fit in a cache then stay there. Per call time of a sample:
      profiling: (END of the last call's last command - START of a marker enqueued just before
@@ -64,8 +67,11 @@ static int one_sample(bench_device *dev, const bench_op *op, int k, double *wall
     if (dev->flush_buffer) {
         static cl_uint generation;
         generation++;
-        cl_int e = clEnqueueFillBuffer(dev->queue, dev->flush_buffer, &generation, sizeof(generation), 0,
-                                       dev->flush_bytes, 0, NULL, NULL);
+        const size_t *local = dev->flush_local ? &dev->flush_local : NULL;
+        cl_int e = dev->flush_kernel ? clEnqueueNDRangeKernel(dev->queue, dev->flush_kernel, 1, NULL, &dev->flush_global,
+                                                              local, 0, NULL, NULL)
+                                     : clEnqueueFillBuffer(dev->queue, dev->flush_buffer, &generation, sizeof(generation),
+                                                           0, dev->flush_bytes, 0, NULL, NULL);
         if (e != CL_SUCCESS) {
             fprintf(stderr, "clmla-bench: cache flush failed (%s)\n", clmla_status_string(e));
             return 1;
