@@ -265,15 +265,17 @@ void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alph
  * segments of ceil(rows / S) rows. Each of the S pointers then moves through its own segment
  * sequentially, so the hardware prefetchers see S streams, not one; one stream per item was
  * 15-20% slower at 1 row than row-major W read 8 rows at a time (docs/BENCHMARKS.md). Rows of x
- * go MRP = min(MR, 4) at a time, S = 8 / MRP: 8 float8 accumulators (MRP x S), 1 x row against 8
- * streams, 4 rows against 2; 8 rows take two passes over the same S pieces of W, the second from
- * L1. The partial sums of a chunk go to C, the first chunk with beta. Dimension 1 enumerates
- * (batch, block of MR rows of x). */
+ * go MRP = min(MR, 4) at a time against S streams, MRP x S float8 accumulators: 1 row against 8
+ * streams, 2 against 4, 4 against 3 (12 accumulators, 3 weight vectors: 15 of AVX2's 16
+ * registers; 10% faster than 4 x 2, whose 8 chains of FMAs wait on the FMA latency; 12 streams
+ * for 1 row and 6 for 2 were slower); 8 rows take two passes over the same S pieces of W, the
+ * second from L1. The partial sums of a chunk go to C, the first chunk with beta. Dimension 1
+ * enumerates (batch, block of MR rows of x). */
 #ifndef PCH
 #define PCH 512
 #endif
 #define MRP (MR < 4 ? MR : 4)
-#define STREAMS (8 / MRP)
+#define STREAMS (MRP == 4 ? 3 : 8 / MRP)
 #define PASSES (MR / MRP)
 
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))

@@ -893,7 +893,7 @@ static void test_gemm_skinny(void)
         {"gemm_skinny_nn_rows", "-D MR=1 -D NCC=8", 1, 24, 7, 2, 0, 1.0f, 0.0f, {1, 2}, {1, 1}, 0, 0, 0, 0},
         {"gemm_skinny_nn_rows", "-D MR=4 -D NCC=2", 3, 40, 9, 2, 0, 1.0f, 0.5f, {3, 2}, {1, 1}, 0, 0, 0, 0},
         {"gemm_skinny_nn_rows", "-D MR=8 -D NCC=1", 8, 16, 3, 1, 0, 1.0f, 0.0f, {2, 1}, {1, 1}, 0, 0, 0, 0},
-        /* Packed weights: rows 1, 2, 4, 8 (8, 4, 2 and 2 streams of panel rows, 8 rows in two
+        /* Packed weights: rows 1, 2, 4, 8 (8, 4, 3 and 3 streams of panel rows, 8 rows in two
            passes), panels of fewer rows than streams, of rows not a multiple of the streams (the
            last segment short) and a last panel short of P rows, chunks of K whose last one is
            short (a tail under 8 values), and 19 rows as 3 blocks of 8 (the last one short). */
