@@ -114,6 +114,18 @@ __kernel void gemm_skinny_nn(const int M, const int N, const int K, const float 
 #ifndef MR
 #define MR 1
 #endif
+
+/* The CPU kernels' shared ends: the sum of a float8 accumulator, and one result of a chunk of K
+   into C, the first chunk (k0 == 0) with beta, the later ones added to it. */
+float sum8(const float8 v)
+{
+    return (v.s0 + v.s1) + (v.s2 + v.s3) + (v.s4 + v.s5) + (v.s6 + v.s7);
+}
+
+void store_chunk(__global float *dst, const float s, const int k0, const float alpha, const float beta)
+{
+    *dst = k0 > 0 ? *dst + alpha * s : beta != 0.0f ? alpha * s + beta * *dst : alpha * s;
+}
 #ifndef NCC
 #define NCC 8
 #endif
@@ -189,15 +201,12 @@ void gemm_skinny_nt_rows(const int M, const int N, const int K, const float alph
             for (int m = 0; m < MR; m++)
 #pragma unroll
                 for (int c = 0; c < NCC; c++) {
-                    const float8 v = acc[m][c];
-                    float s = (v.s0 + v.s1) + (v.s2 + v.s3) + (v.s4 + v.s5) + (v.s6 + v.s7);
+                    float s = sum8(acc[m][c]);
                     if (k1 == k_vec)
                         for (int k = k_vec; k < K; k++)
                             s = fma(xs[m][k], rows[c][k], s);
-                    if (m < rows_here && n0 + c < last) {
-                        __global float *dst = C + (size_t)m * ldc + n0 + c;
-                        *dst = k0 > 0 ? *dst + alpha * s : beta != 0.0f ? alpha * s + beta * *dst : alpha * s;
-                    }
+                    if (m < rows_here && n0 + c < last)
+                        store_chunk(C + (size_t)m * ldc + n0 + c, s, k0, alpha, beta);
                 }
         }
         k0 += chunk;
@@ -347,15 +356,12 @@ void gemm_packed_rows(const int M, const int N, const int K, const float alpha,
                 for (int m = 0; m < MRP; m++)
 #pragma unroll
                     for (int s = 0; s < STREAMS; s++) {
-                        const float8 v = acc[m][s];
                         const int row = pass * MRP + m, col = s * seg + i;
-                        float sum = (v.s0 + v.s1) + (v.s2 + v.s3) + (v.s4 + v.s5) + (v.s6 + v.s7);
+                        float sum = sum8(acc[m][s]);
                         for (int kk = len8; kk < len; kk++)
                             sum = fma(xs[row][k0 + kk], w[s][kk], sum);
-                        if (row < rows_here && col < rows_p) {
-                            __global float *dst = C + (size_t)row * ldc + p0 + col;
-                            *dst = k0 > 0 ? *dst + alpha * sum : beta != 0.0f ? alpha * sum + beta * *dst : alpha * sum;
-                        }
+                        if (row < rows_here && col < rows_p)
+                            store_chunk(C + (size_t)row * ldc + p0 + col, sum, k0, alpha, beta);
                     }
             }
         }
