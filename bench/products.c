@@ -121,7 +121,8 @@ int bench_products(const bench_case *c, bench_row *row)
         st.copies = (c->dev->flush_bytes + w_bytes - 1) / w_bytes;
         if (st.copies > 64)
             st.copies = 64;
-        while (st.copies > 1 && (st.copies + 1) * w_bytes > c->dev->memory_budget)
+        while (st.copies > 1 && ((st.copies + 1) * w_bytes > c->dev->memory_budget ||
+                                 st.copies * w_bytes > c->dev->info.max_alloc_bytes))
             st.copies--;
     }
     if (!rc) {

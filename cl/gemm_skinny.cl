@@ -126,6 +126,7 @@ void store_chunk(__global float *dst, const float s, const int k0, const float a
 {
     *dst = k0 > 0 ? *dst + alpha * s : beta != 0.0f ? alpha * s + beta * *dst : alpha * s;
 }
+
 #ifndef NCC
 #define NCC 8
 #endif
