@@ -1,11 +1,12 @@
-/* Decode-shaped matrix products: C = alpha * A * op(B) + beta * C with few rows (M <= MMAX),
- * where the cost is streaming B (the weights) once. Row-major, float32, batched by strides.
+/* Decode-shaped matrix products: C = alpha * A * op(B) + beta * C with few rows (M <= 8), where
+ * the cost is streaming B (the weights) once. Row-major, float32, batched by strides.
  *
- * gemm_skinny_nt: op(B) = B^T, B is [N, K] (a linear layer's weight, y = x W^T)
- *   work-group (column block of NC columns, batch): WG items split K so that consecutive items
- *   read consecutive float4s of each weight row (coalesced on GPUs, contiguous SIMD on CPUs);
- *   every item keeps MMAX x NC partial sums, then one item per (row, column) adds the WG
- *   partials from local memory (WG * MMAX * NC floats).
+ * gemm_skinny_nt (GPUs): op(B) = B^T, B is [N, K] (a linear layer's weight, y = x W^T)
+ *   work-group (block of NC columns, batch) of WG items; the items split K so that consecutive
+ *   items read consecutive float4s of each weight row (coalesced), UK float4s of each of the NC
+ *   rows loaded before any is used; each item keeps MR x NC partial sums (MR = the rows bucketed
+ *   to 1, 2, 4 or 8, rows past M neither read nor stored), then a tree over local memory adds
+ *   the WG partials of every (row, column), log2(WG) steps of consecutive addresses.
  * gemm_skinny_nn: op(B) = B, B is [K, N] (the per-head W^UK absorption)
  *   one work-item per column n walks K; consecutive items read consecutive columns.
  *
@@ -13,11 +14,17 @@
 #ifndef MMAX
 #define MMAX 8
 #endif
+#ifndef MR
+#define MR 1
+#endif
 #ifndef WG
 #define WG 64
 #endif
 #ifndef NC
 #define NC 4
+#endif
+#ifndef UK
+#define UK 2
 #endif
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
@@ -26,7 +33,7 @@ void gemm_skinny_nt(const int M, const int N, const int K, const float alpha,
                     __global const float *B, const int b_offset, const int ldb, const int b_stride,
                     const float beta, __global float *C, const int c_offset, const int ldc, const int c_stride)
 {
-    __local float partial[MMAX * NC * WG]; /* [MMAX*NC][WG] */
+    __local float partial[MR * NC * WG]; /* [MR*NC][WG] */
     const int lid = get_local_id(0);
     const int n0 = get_group_id(0) * NC;
     const int batch = get_group_id(1);
@@ -34,41 +41,67 @@ void gemm_skinny_nt(const int M, const int N, const int K, const float alpha,
     B += b_offset + (size_t)batch * b_stride;
     C += c_offset + (size_t)batch * c_stride;
 
-    float acc[MMAX][NC];
-    for (int m = 0; m < MMAX; m++)
+    float acc[MR][NC];
+    #pragma unroll
+    for (int m = 0; m < MR; m++)
+        #pragma unroll
         for (int c = 0; c < NC; c++)
             acc[m][c] = 0.0f;
+    __global const float *brow[NC];
+    #pragma unroll
+    for (int c = 0; c < NC; c++) /* a column past N reads row 0 (N >= 1) and is never stored */
+        brow[c] = B + (size_t)(n0 + c < N ? n0 + c : 0) * ldb;
 
-    const int k_vec = K & ~3;
-    for (int k = lid * 4; k < k_vec; k += WG * 4) {
-        float4 b[NC];
-        for (int c = 0; c < NC; c++)
-            b[c] = n0 + c < N ? vload4(0, B + (size_t)(n0 + c) * ldb + k) : (float4)(0.0f);
-        for (int m = 0; m < MMAX; m++) {
-            if (m < M) {
-                const float4 a = vload4(0, A + (size_t)m * lda + k);
-                for (int c = 0; c < NC; c++)
-                    acc[m][c] += dot(a, b[c]);
-            }
+    const int k4 = K >> 2; /* whole float4s of a row */
+    for (int v0 = 0; v0 < k4; v0 += WG * UK) {
+        float4 b[UK][NC];
+        #pragma unroll
+        for (int u = 0; u < UK; u++) {
+            const int v = min(v0 + u * WG + lid, k4 - 1); /* past the end: a repeat, skipped below */
+            #pragma unroll
+            for (int c = 0; c < NC; c++)
+                b[u][c] = vload4(v, brow[c]);
+        }
+        #pragma unroll
+        for (int u = 0; u < UK; u++) {
+            const int v = v0 + u * WG + lid;
+            if (v < k4) /* not a repeat (skipped, not weighed 0: 0 * inf would be NaN) */
+                #pragma unroll
+                for (int m = 0; m < MR; m++) {
+                    if (MR == 1 || m < M) {
+                        const float4 a = vload4(v, A + (size_t)m * lda);
+                        #pragma unroll
+                        for (int c = 0; c < NC; c++)
+                            acc[m][c] += dot(a, b[u][c]);
+                    }
+                }
         }
     }
-    for (int k = k_vec + lid; k < K; k += WG)
-        for (int m = 0; m < MMAX; m++)
-            if (m < M)
+    for (int k = 4 * k4 + lid; k < K; k += WG) /* K % 4 */
+        #pragma unroll
+        for (int m = 0; m < MR; m++)
+            if (MR == 1 || m < M)
+                #pragma unroll
                 for (int c = 0; c < NC; c++)
-                    if (n0 + c < N)
-                        acc[m][c] = fma(A[(size_t)m * lda + k], B[(size_t)(n0 + c) * ldb + k], acc[m][c]);
+                    acc[m][c] = fma(A[(size_t)m * lda + k], brow[c][k], acc[m][c]);
 
-    for (int m = 0; m < MMAX; m++)
+    #pragma unroll
+    for (int m = 0; m < MR; m++)
+        #pragma unroll
         for (int c = 0; c < NC; c++)
             partial[(m * NC + c) * WG + lid] = acc[m][c];
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int o = lid; o < MMAX * NC; o += WG) {
+    for (int s = WG / 2; s > 0; s >>= 1) {
+        if (lid < s)
+            #pragma unroll
+            for (int o = 0; o < MR * NC; o++)
+                partial[o * WG + lid] += partial[o * WG + lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (int o = lid; o < MR * NC; o += WG) {
         const int m = o / NC, c = o % NC;
         if (m < M && n0 + c < N) {
-            float s = 0.0f;
-            for (int i = 0; i < WG; i++)
-                s += partial[o * WG + i];
+            const float s = partial[o * WG];
             __global float *dst = C + (size_t)m * ldc + n0 + c;
             *dst = beta != 0.0f ? alpha * s + beta * *dst : alpha * s;
         }
@@ -111,10 +144,6 @@ __kernel void gemm_skinny_nn(const int M, const int N, const int K, const float 
  * column block's weights are prefetched a line at a time meanwhile, without which a chunk's first
  * lines of every weight row were misses (measured: 8 x 3072 x 2048 0.9-1.1 ms against 1.4-2.7). The loops over MR and NCC are unrolled explicitly: PoCL does
  * not unroll them by itself, and then keeps the accumulators on the stack (4x slower at 8 rows). */
-#ifndef MR
-#define MR 1
-#endif
-
 /* The CPU kernels' shared ends: the sum of a float8 accumulator, and one result of a chunk of K
    into C, the first chunk (k0 == 0) with beta, the later ones added to it. */
 float sum8(const float8 v)

@@ -155,8 +155,10 @@ void clmla_context_destroy(clmla_context *ctx)
         return;
     if (ctx->queue)
         clFinish(ctx->queue);
-    if (ctx->skinny_nt)
-        clReleaseKernel(ctx->skinny_nt);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 3; j++)
+            if (ctx->skinny_nt[i][j])
+                clReleaseKernel(ctx->skinny_nt[i][j]);
     if (ctx->skinny_nn)
         clReleaseKernel(ctx->skinny_nn);
     for (int i = 0; i < 4; i++)

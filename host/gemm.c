@@ -20,37 +20,86 @@ static CLBlastTranspose op(const clmla_matrix *x)
     return x->transposed ? CLBlastTransposeYes : CLBlastTransposeNo;
 }
 
-static clmla_status skinny_kernels(clmla_context *ctx)
+/* gemm_skinny_nn (work-group form): 64 items or the device's limit. */
+static clmla_status nn_kernel(clmla_context *ctx)
 {
-    if (ctx->skinny_nt)
+    if (ctx->skinny_nn)
         return CLMLA_SUCCESS;
     int wg = 64;
     while (wg > 1 && (size_t)wg > ctx->info.max_work_group_size)
         wg /= 2;
     for (;;) {
         char options[96];
-        snprintf(options, sizeof(options), "-D MMAX=%d -D WG=%d -D NC=4", SKINNY_MAX_ROWS, wg);
-        cl_kernel nt = NULL, nn = NULL;
-        clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options, "gemm_skinny_nt", &nt);
-        if (st == CLMLA_SUCCESS)
-            st = clmla_kernel_create(ctx, "gemm_skinny", options, "gemm_skinny_nn", &nn);
-        if (st != CLMLA_SUCCESS) {
-            if (nt)
-                clReleaseKernel(nt);
+        snprintf(options, sizeof(options), "-D MMAX=%d -D WG=%d", SKINNY_MAX_ROWS, wg);
+        cl_kernel nn = NULL;
+        clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options, "gemm_skinny_nn", &nn);
+        if (st != CLMLA_SUCCESS)
             return st;
-        }
         size_t limit = 0;
-        clGetKernelWorkGroupInfo(nt, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(limit), &limit, NULL);
+        clGetKernelWorkGroupInfo(nn, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(limit), &limit, NULL);
         if (limit >= (size_t)wg || wg == 1) {
-            ctx->skinny_nt = nt;
             ctx->skinny_nn = nn;
             ctx->skinny_threads = wg;
             return CLMLA_SUCCESS;
         }
-        clReleaseKernel(nt);
         clReleaseKernel(nn);
         wg /= 2;
     }
+}
+
+/* Items per work-group of gemm_skinny_nt, and float4s of each weight row loaded per item before
+   any is used (cl/gemm_skinny.cl). On an H100, against the kernel before (64 items, 4 columns,
+   partial sums added by one item each, 32-way bank conflicts at 8 rows) with the V2-Lite
+   projections: 8 rows 1.2-2.0x faster, 1 row 1.0-1.3x; 64 or 256 items, 4 float4s in flight,
+   and fixed 1, 2 or 4 columns were within a few microseconds of these (docs/BENCHMARKS.md). */
+#define NT_ITEMS 128
+#define NT_UNROLL 2
+
+/* gemm_skinny_nt for rows bucket 1 << bucket and 1 << nc_log columns per group: NT_ITEMS items,
+   or fewer where the device's work-group limit, the kernel's own or local memory (the partial
+   sums, rows x columns x items floats) says so. */
+static clmla_status nt_kernel(clmla_context *ctx, int bucket, int nc_log, cl_kernel *kernel, int *threads)
+{
+    cl_kernel *slot = &ctx->skinny_nt[bucket][nc_log];
+    if (*slot) {
+        *kernel = *slot;
+        *threads = ctx->skinny_nt_threads[bucket][nc_log];
+        return CLMLA_SUCCESS;
+    }
+    const int rows = 1 << bucket, nc = 1 << nc_log;
+    int wg = NT_ITEMS;
+    const int uk = NT_UNROLL;
+    while (wg > 1 && ((size_t)wg > ctx->info.max_work_group_size ||
+                      (size_t)rows * nc * wg * sizeof(float) > ctx->info.local_mem_bytes))
+        wg /= 2;
+    for (;;) {
+        char options[96];
+        snprintf(options, sizeof(options), "-D MR=%d -D NC=%d -D WG=%d -D UK=%d", rows, nc, wg, uk);
+        cl_kernel k = NULL;
+        clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options, "gemm_skinny_nt", &k);
+        if (st != CLMLA_SUCCESS)
+            return st;
+        size_t limit = 0;
+        clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(limit), &limit, NULL);
+        if (limit >= (size_t)wg || wg == 1) {
+            *slot = *kernel = k;
+            ctx->skinny_nt_threads[bucket][nc_log] = *threads = wg;
+            return CLMLA_SUCCESS;
+        }
+        clReleaseKernel(k);
+        wg /= 2;
+    }
+}
+
+/* Columns per work-group of gemm_skinny_nt (log2): 4, unless that leaves fewer than 8 groups per
+   compute unit, then 2 or 1. */
+static int nt_columns_log(const clmla_context *ctx, size_t n, size_t batch)
+{
+    const size_t want = 8 * (size_t)(ctx->info.compute_units ? ctx->info.compute_units : 1);
+    int lg = 2;
+    while (lg > 0 && (n + ((size_t)1 << lg) - 1) / ((size_t)1 << lg) * batch < want)
+        lg--;
+    return lg;
 }
 
 /* The CPU forms for m rows: rows bucket 1, 2, 4 or 8, column blocks 8 / bucket (of single
@@ -132,19 +181,28 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
                            size_t a_stride, clmla_matrix b, size_t b_stride, float beta, clmla_matrix c, size_t c_stride,
                            size_t batch, cl_event *event)
 {
-    clmla_status st = skinny_kernels(ctx);
-    if (st != CLMLA_SUCCESS)
-        return st;
-    cl_kernel kernel = b.transposed ? ctx->skinny_nt : ctx->skinny_nn;
-    int columns = 0;
+    cl_kernel kernel = NULL;
+    int columns = 0, wg = 0, bucket = 0, nc_log = 0;
     const int cpu = ctx->info.kind == CLMLA_DEVICE_KIND_CPU;
     const int cpu_rows = cpu && b.transposed;
     const int cpu_nn = cpu && !b.transposed && n % 8 == 0;
-    if ((cpu_rows || cpu_nn) && (st = rows_kernel(ctx, m, b.transposed, 0, &kernel, &columns)) != CLMLA_SUCCESS)
+    clmla_status st;
+    if (cpu_rows || cpu_nn)
+        st = rows_kernel(ctx, m, b.transposed, 0, &kernel, &columns);
+    else if (b.transposed) {
+        while ((size_t)(1 << bucket) < m)
+            bucket++;
+        nc_log = nt_columns_log(ctx, n, batch);
+        st = nt_kernel(ctx, bucket, nc_log, &kernel, &wg);
+    } else {
+        st = nn_kernel(ctx);
+        kernel = ctx->skinny_nn;
+        wg = ctx->skinny_threads;
+    }
+    if (st != CLMLA_SUCCESS)
         return st;
     if ((st = set_product_args(ctx, kernel, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride)) != CLMLA_SUCCESS)
         return st;
-    const size_t wg = (size_t)ctx->skinny_threads;
     cl_int err;
     if (cpu_rows) {
         /* About 8 items per compute unit over the whole batch, in whole column blocks. */
@@ -166,10 +224,11 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
         const size_t global[2] = {(n + strip - 1) / strip, batch}, local[2] = {1, 1};
         err = clmla_cl_enqueue(ctx, kernel, 2, global, local, event);
     } else if (b.transposed) {
-        const size_t global[2] = {(n + 3) / 4 * wg, batch}, local[2] = {wg, 1};
+        const size_t nc = (size_t)1 << nc_log;
+        const size_t global[2] = {(n + nc - 1) / nc * (size_t)wg, batch}, local[2] = {(size_t)wg, 1};
         err = clmla_cl_enqueue(ctx, kernel, 2, global, local, event);
     } else {
-        const size_t global[2] = {(n + wg - 1) / wg * wg, batch}, local[2] = {wg, 1};
+        const size_t global[2] = {(n + wg - 1) / wg * wg, batch}, local[2] = {(size_t)wg, 1};
         err = clmla_cl_enqueue(ctx, kernel, 2, global, local, event);
     }
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue gemm_skinny");

@@ -25,7 +25,9 @@ struct clmla_context {
     clmla_program_entry *programs; /* in-memory program cache, a list */
     clmla_program_stats program_stats;
 
-    cl_kernel skinny_nt, skinny_nn; /* gemm.c: decode-shaped products, built on first use */
+    cl_kernel skinny_nt[4][3];    /* gemm.c: gemm_skinny_nt for 1, 2, 4, 8 rows x 1, 2, 4 columns per group */
+    int skinny_nt_threads[4][3];
+    cl_kernel skinny_nn;          /* gemm_skinny_nn, built on first use */
     int skinny_threads;
     cl_kernel skinny_rows[4];     /* gemm_skinny_nt_rows for 1, 2, 4, 8 rows (CPU devices) */
     cl_kernel skinny_nn_rows[4];  /* gemm_skinny_nn_rows likewise */

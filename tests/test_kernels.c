@@ -870,12 +870,19 @@ static void run_gemm(const gemm_case *c)
 
 static void test_gemm_skinny(void)
 {
-    /* The work-group forms (GPUs): 64 and 16 items, K not a multiple of 4, a partial column block. */
+    /* The work-group forms (GPUs). gemm_skinny_nt: rows bucketed to 1, 2, 4, 8 (5 and 3 rows in
+       buckets of 8 and 4: the rows past M neither read nor stored), 1, 2 and 4 columns per group
+       with a partial last block, K not a multiple of 4 (a tail of 1-3), K whose float4s end inside
+       an unrolled step or take several of them, K under 4, 64, 32 and 16 items. */
     const gemm_case cases[] = {
-        {"gemm_skinny_nt", "-D MMAX=8 -D WG=64 -D NC=4", 5, 7, 37, 2, 1, 1.0f, 0.0f, {2 * 64, 2}, {64, 1}, 0, 0, 0, 0},
-        {"gemm_skinny_nt", "-D MMAX=8 -D WG=16 -D NC=4", 8, 9, 133, 1, 1, 0.5f, 2.0f, {3 * 16, 1}, {16, 1}, 0, 0, 0, 0},
-        {"gemm_skinny_nn", "-D MMAX=8 -D WG=64 -D NC=4", 3, 13, 9, 3, 0, 1.0f, 0.0f, {64, 3}, {64, 1}, 0, 0, 0, 0},
-        {"gemm_skinny_nn", "-D MMAX=8 -D WG=16 -D NC=4", 8, 40, 5, 1, 0, -1.0f, 1.0f, {48, 1}, {16, 1}, 0, 0, 0, 0},
+        {"gemm_skinny_nt", "-D MR=8 -D NC=4 -D WG=64 -D UK=2", 5, 7, 37, 2, 1, 1.0f, 0.0f, {2 * 64, 2}, {64, 1}, 0, 0, 0, 0},
+        {"gemm_skinny_nt", "-D MR=8 -D NC=4 -D WG=16 -D UK=2", 8, 9, 133, 1, 1, 0.5f, 2.0f, {3 * 16, 1}, {16, 1}, 0, 0, 0, 0},
+        {"gemm_skinny_nt", "-D MR=1 -D NC=1 -D WG=32 -D UK=4", 1, 5, 1030, 2, 1, 1.0f, 0.0f, {5 * 32, 2}, {32, 1}, 0, 0, 0, 0},
+        {"gemm_skinny_nt", "-D MR=2 -D NC=2 -D WG=16 -D UK=2", 2, 7, 131, 1, 1, 1.0f, 1.0f, {4 * 16, 1}, {16, 1}, 0, 0, 0, 0},
+        {"gemm_skinny_nt", "-D MR=4 -D NC=1 -D WG=64 -D UK=2", 3, 3, 3, 1, 1, 2.0f, 0.0f, {3 * 64, 1}, {64, 1}, 0, 0, 0, 0},
+        {"gemm_skinny_nt", "-D MR=4 -D NC=2 -D WG=16 -D UK=4", 4, 6, 512, 3, 1, 1.0f, 0.5f, {3 * 16, 3}, {16, 1}, 0, 0, 0, 0},
+        {"gemm_skinny_nn", "-D MMAX=8 -D WG=64", 3, 13, 9, 3, 0, 1.0f, 0.0f, {64, 3}, {64, 1}, 0, 0, 0, 0},
+        {"gemm_skinny_nn", "-D MMAX=8 -D WG=16", 8, 40, 5, 1, 0, -1.0f, 1.0f, {48, 1}, {16, 1}, 0, 0, 0, 0},
         /* The CPU forms: rows bucketed to 1, 2, 4, 8 (NCC = 8 / rows), several column blocks per
            item, N not a multiple of a block, K with a tail past its float8s. */
         {"gemm_skinny_nt_rows", "-D MR=1 -D NCC=8", 1, 19, 37, 2, 1, 1.0f, 0.0f, {2, 2}, {1, 1}, 16, 1, 0, 0},
