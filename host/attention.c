@@ -18,6 +18,13 @@
 #define LATENT_KPT 4
 /* attn_latent's split-KV: keys per split at least this (one tile of 128 keys with 16 heads). */
 #define MIN_SPLIT_TOKENS_GROUP 128
+/* Work-groups wanted per compute unit when splitting. attn_latent: 8. On an H100 (two groups of
+   its 246-register items fit a compute unit) 4 left batch 32 with 17 splits, 544 groups for 264
+   places: a third wave of 16 groups. With 8, ctx 4096 and 32768 at batch 32 took 0.42 and 2.86 ms
+   against 0.53 and 3.74, batch 8 at ctx 32768 0.78 against 0.75, batch 1 the same; 16 was no
+   better (docs/BENCHMARKS.md). attn_latent_rows (CPUs): 4, as measured on PoCL. */
+#define GROUPS_PER_CU_GROUP 8
+#define GROUPS_PER_CU_ROWS 4
 
 /* attn_latent pads a group of hg heads to whole quads, a power of two (HGP in cl/attn_latent.cl). */
 static int padded_heads(int hg)
@@ -141,9 +148,10 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
 
     /* Enough work-groups to give every compute unit a few, splitting long contexts. */
     const long long groups = (long long)p->num_tokens * head_groups;
-    const long long target = 4LL * (ctx->info.compute_units ? ctx->info.compute_units : 1);
-    int splits = 1;
+    const long long per_cu = rows ? GROUPS_PER_CU_ROWS : GROUPS_PER_CU_GROUP;
     const int min_split = rows ? MIN_SPLIT_TOKENS : MIN_SPLIT_TOKENS_GROUP;
+    const long long target = per_cu * (ctx->info.compute_units ? ctx->info.compute_units : 1);
+    int splits = 1;
     if (groups < target && p->max_ctx_len > min_split) {
         long long want = (target + groups - 1) / groups;
         long long most = (p->max_ctx_len + min_split - 1) / min_split;
