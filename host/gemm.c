@@ -20,6 +20,30 @@ static CLBlastTranspose op(const clmla_matrix *x)
     return x->transposed ? CLBlastTransposeYes : CLBlastTransposeNo;
 }
 
+/* A work-group kernel of gemm_skinny built with `options` and -D WG=wg, wg halved until the
+   kernel's own limit (CL_KERNEL_WORK_GROUP_SIZE: its registers on a GPU) takes it. */
+static clmla_status sized_kernel(clmla_context *ctx, const char *name, const char *options, int wg, cl_kernel *kernel,
+                                 int *threads)
+{
+    for (;;) {
+        char all[128];
+        snprintf(all, sizeof(all), "%s -D WG=%d", options, wg);
+        cl_kernel k = NULL;
+        clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", all, name, &k);
+        if (st != CLMLA_SUCCESS)
+            return st;
+        size_t limit = 0;
+        clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(limit), &limit, NULL);
+        if (limit >= (size_t)wg || wg == 1) {
+            *kernel = k;
+            *threads = wg;
+            return CLMLA_SUCCESS;
+        }
+        clReleaseKernel(k);
+        wg /= 2;
+    }
+}
+
 /* gemm_skinny_nn (work-group form): 64 items or the device's limit. */
 static clmla_status nn_kernel(clmla_context *ctx)
 {
@@ -28,23 +52,9 @@ static clmla_status nn_kernel(clmla_context *ctx)
     int wg = 64;
     while (wg > 1 && (size_t)wg > ctx->info.max_work_group_size)
         wg /= 2;
-    for (;;) {
-        char options[96];
-        snprintf(options, sizeof(options), "-D MMAX=%d -D WG=%d", SKINNY_MAX_ROWS, wg);
-        cl_kernel nn = NULL;
-        clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options, "gemm_skinny_nn", &nn);
-        if (st != CLMLA_SUCCESS)
-            return st;
-        size_t limit = 0;
-        clGetKernelWorkGroupInfo(nn, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(limit), &limit, NULL);
-        if (limit >= (size_t)wg || wg == 1) {
-            ctx->skinny_nn = nn;
-            ctx->skinny_threads = wg;
-            return CLMLA_SUCCESS;
-        }
-        clReleaseKernel(nn);
-        wg /= 2;
-    }
+    char options[64];
+    snprintf(options, sizeof(options), "-D MMAX=%d", SKINNY_MAX_ROWS);
+    return sized_kernel(ctx, "gemm_skinny_nn", options, wg, &ctx->skinny_nn, &ctx->skinny_threads);
 }
 
 /* Items per work-group of gemm_skinny_nt, and float4s of each weight row loaded per item before
@@ -61,34 +71,22 @@ static clmla_status nn_kernel(clmla_context *ctx)
 static clmla_status nt_kernel(clmla_context *ctx, int bucket, int nc_log, cl_kernel *kernel, int *threads)
 {
     cl_kernel *slot = &ctx->skinny_nt[bucket][nc_log];
-    if (*slot) {
-        *kernel = *slot;
-        *threads = ctx->skinny_nt_threads[bucket][nc_log];
-        return CLMLA_SUCCESS;
-    }
-    const int rows = 1 << bucket, nc = 1 << nc_log;
-    int wg = NT_ITEMS;
-    const int uk = NT_UNROLL;
-    while (wg > 1 && ((size_t)wg > ctx->info.max_work_group_size ||
-                      (size_t)rows * nc * wg * sizeof(float) > ctx->info.local_mem_bytes))
-        wg /= 2;
-    for (;;) {
-        char options[96];
-        snprintf(options, sizeof(options), "-D MR=%d -D NC=%d -D WG=%d -D UK=%d", rows, nc, wg, uk);
-        cl_kernel k = NULL;
-        clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options, "gemm_skinny_nt", &k);
+    int *slot_threads = &ctx->skinny_nt_threads[bucket][nc_log];
+    if (!*slot) {
+        const int rows = 1 << bucket, nc = 1 << nc_log;
+        int wg = NT_ITEMS;
+        while (wg > 1 && ((size_t)wg > ctx->info.max_work_group_size ||
+                          (size_t)rows * nc * wg * sizeof(float) > ctx->info.local_mem_bytes))
+            wg /= 2;
+        char options[64];
+        snprintf(options, sizeof(options), "-D MR=%d -D NC=%d -D UK=%d", rows, nc, NT_UNROLL);
+        clmla_status st = sized_kernel(ctx, "gemm_skinny_nt", options, wg, slot, slot_threads);
         if (st != CLMLA_SUCCESS)
             return st;
-        size_t limit = 0;
-        clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(limit), &limit, NULL);
-        if (limit >= (size_t)wg || wg == 1) {
-            *slot = *kernel = k;
-            ctx->skinny_nt_threads[bucket][nc_log] = *threads = wg;
-            return CLMLA_SUCCESS;
-        }
-        clReleaseKernel(k);
-        wg /= 2;
     }
+    *kernel = *slot;
+    *threads = *slot_threads;
+    return CLMLA_SUCCESS;
 }
 
 /* Columns per work-group of gemm_skinny_nt (log2): 4, unless that leaves fewer than 8 groups per
