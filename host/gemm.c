@@ -20,6 +20,15 @@ static CLBlastTranspose op(const clmla_matrix *x)
     return x->transposed ? CLBlastTransposeYes : CLBlastTransposeNo;
 }
 
+/* The rows bucket of a product of m rows: log2 of m rounded up to 1, 2, 4 or 8 (more rows: 8). */
+static int rows_bucket(size_t m)
+{
+    int bucket = 0;
+    while (bucket < 3 && ((size_t)1 << bucket) < m)
+        bucket++;
+    return bucket;
+}
+
 /* A work-group kernel of gemm_skinny built with `options` and -D WG=wg, wg halved until the
    kernel's own limit (CL_KERNEL_WORK_GROUP_SIZE: its registers on a GPU) takes it. */
 static clmla_status sized_kernel(clmla_context *ctx, const char *name, const char *options, int wg, cl_kernel *kernel,
@@ -54,7 +63,7 @@ static clmla_status nn_kernel(clmla_context *ctx)
         wg /= 2;
     char options[64];
     snprintf(options, sizeof(options), "-D MMAX=%d", SKINNY_MAX_ROWS);
-    return sized_kernel(ctx, "gemm_skinny_nn", options, wg, &ctx->skinny_nn, &ctx->skinny_threads);
+    return sized_kernel(ctx, "gemm_skinny_nn", options, wg, &ctx->skinny_nn, &ctx->skinny_nn_threads);
 }
 
 /* Items per work-group of gemm_skinny_nt, and float4s of each weight row loaded per item before
@@ -107,10 +116,7 @@ static int nt_columns_log(const clmla_context *ctx, size_t n, size_t batch)
 static clmla_status rows_kernel(clmla_context *ctx, size_t m, int transposed_b, int large, cl_kernel *kernel,
                                 int *columns)
 {
-    int bucket = 0;
-    while ((size_t)(1 << bucket) < m)
-        bucket++;
-    const int rows = 1 << bucket;
+    const int bucket = rows_bucket(m), rows = 1 << bucket;
     *columns = 8 / rows;
     cl_kernel *slot = large ? &ctx->skinny_rows_large
                       : transposed_b ? &ctx->skinny_rows[bucket] : &ctx->skinny_nn_rows[bucket];
@@ -188,14 +194,13 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
     if (cpu_rows || cpu_nn)
         st = rows_kernel(ctx, m, b.transposed, 0, &kernel, &columns);
     else if (b.transposed) {
-        while ((size_t)(1 << bucket) < m)
-            bucket++;
+        bucket = rows_bucket(m);
         nc_log = nt_columns_log(ctx, n, batch);
         st = nt_kernel(ctx, bucket, nc_log, &kernel, &wg);
     } else {
         st = nn_kernel(ctx);
         kernel = ctx->skinny_nn;
-        wg = ctx->skinny_threads;
+        wg = ctx->skinny_nn_threads;
     }
     if (st != CLMLA_SUCCESS)
         return st;
@@ -292,9 +297,7 @@ static clmla_status packed(clmla_context *ctx, size_t m, size_t n, size_t k, flo
         !fits_int(c.offset + m * c.ld) || !fits_int(b.panel))
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
                           "packed weights (m=%zu n=%zu k=%zu): only y = x W^T within int indices", m, n, k);
-    int bucket = 0;
-    while ((size_t)(1 << bucket) < (m < SKINNY_MAX_ROWS ? m : SKINNY_MAX_ROWS))
-        bucket++;
+    const int bucket = rows_bucket(m);
     cl_kernel *slot = &ctx->packed_rows[bucket];
     if (!*slot) {
         char options[96];

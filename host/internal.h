@@ -28,7 +28,7 @@ struct clmla_context {
     cl_kernel skinny_nt[4][3];    /* gemm.c: gemm_skinny_nt for 1, 2, 4, 8 rows x 1, 2, 4 columns per group */
     int skinny_nt_threads[4][3];
     cl_kernel skinny_nn;          /* gemm_skinny_nn, built on first use */
-    int skinny_threads;
+    int skinny_nn_threads;
     cl_kernel skinny_rows[4];     /* gemm_skinny_nt_rows for 1, 2, 4, 8 rows (CPU devices) */
     cl_kernel skinny_nn_rows[4];  /* gemm_skinny_nn_rows likewise */
     cl_kernel skinny_rows_large;  /* gemm_skinny_nt_rows for many rows, without prefetch */
