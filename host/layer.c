@@ -27,9 +27,13 @@ struct clmla_layer {
     int D, H, rq, rkv, dn, dr, dv, dq, row;
     float scale;
     /* weights, float32, checkpoint layout */
-    cl_mem q_a_proj, q_a_layernorm, q_b_proj, q_proj, kv_a_proj, kv_a_layernorm, kv_b_proj, o_proj;
+    /* qkv_a: the two products of the hidden state in one matrix, [q_proj (or q_a_proj);
+       kv_a_proj_with_mqa], qa_rows + row rows of D: one launch reads both (docs/BENCHMARKS.md,
+       "Fused q and kv_a projections") */
+    cl_mem qkv_a, q_a_layernorm, q_b_proj, kv_a_layernorm, kv_b_proj, o_proj;
+    int qa_rows, qkv_ld; /* rows of q_proj (H*dq) or q_a_proj (rq); qa_rows + row */
     /* panel rows of the projections packed for CPU devices (host/gemm.h), 0 where row-major */
-    size_t q_a_panel, q_b_panel, q_panel, kv_a_panel, o_panel;
+    size_t qkv_a_panel, q_b_panel, o_panel;
     /* RoPE (A cos, A sin) for positions [0, rope_positions) */
     cl_mem rope_table;
     int rope_positions;
@@ -98,6 +102,24 @@ static clmla_status upload_projection(clmla_context *ctx, const char *name, cons
     p.data = packed;
     const clmla_status st = upload_weight(ctx, name, &p, buffer);
     free(packed);
+    return st;
+}
+
+/* Two projections of the same input stacked into one weight [n1 + n2, k] (same k), packed or
+   row-major as upload_projection would; the host copy is freed before returning. */
+static clmla_status upload_stacked(clmla_context *ctx, const char *name, const clmla_tensor *t1, const clmla_tensor *t2,
+                                   cl_mem *buffer, size_t *panel)
+{
+    const size_t n1 = (size_t)t1->shape[0], n2 = (size_t)t2->shape[0], k = (size_t)t1->shape[1];
+    const size_t bytes = (n1 + n2) * k * sizeof(float);
+    float *stacked = malloc(bytes);
+    if (!stacked)
+        return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "stacking %s (%zu bytes): out of host memory", name, bytes);
+    memcpy(stacked, t1->data, n1 * k * sizeof(float));
+    memcpy(stacked + n1 * k, t2->data, n2 * k * sizeof(float));
+    const clmla_tensor t = clmla_tensor_2d(stacked, (int64_t)(n1 + n2), (int64_t)k);
+    const clmla_status st = upload_projection(ctx, name, &t, buffer, panel);
+    free(stacked);
     return st;
 }
 
@@ -218,17 +240,19 @@ clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *co
     if (ctx->info.kind == CLMLA_DEVICE_KIND_CPU && L->auto_threshold > CPU_MEASURED_THRESHOLD)
         L->auto_threshold = CPU_MEASURED_THRESHOLD;
 
+    L->qa_rows = (int)(rq ? rq : H * dq);
+    L->qkv_ld = L->qa_rows + L->row;
     if (rq == 0) {
-        st = upload_projection(ctx, "q_proj", &w->q_proj, &L->q_proj, &L->q_panel);
+        st = upload_stacked(ctx, "q_proj+kv_a_proj_with_mqa", &w->q_proj, &w->kv_a_proj_with_mqa, &L->qkv_a,
+                            &L->qkv_a_panel);
     } else {
-        st = upload_projection(ctx, "q_a_proj", &w->q_a_proj, &L->q_a_proj, &L->q_a_panel);
+        st = upload_stacked(ctx, "q_a_proj+kv_a_proj_with_mqa", &w->q_a_proj, &w->kv_a_proj_with_mqa, &L->qkv_a,
+                            &L->qkv_a_panel);
         if (st == CLMLA_SUCCESS)
             st = upload_weight(ctx, "q_a_layernorm", &w->q_a_layernorm, &L->q_a_layernorm);
         if (st == CLMLA_SUCCESS)
             st = upload_projection(ctx, "q_b_proj", &w->q_b_proj, &L->q_b_proj, &L->q_b_panel);
     }
-    if (st == CLMLA_SUCCESS)
-        st = upload_projection(ctx, "kv_a_proj_with_mqa", &w->kv_a_proj_with_mqa, &L->kv_a_proj, &L->kv_a_panel);
     if (st == CLMLA_SUCCESS)
         st = upload_weight(ctx, "kv_a_layernorm", &w->kv_a_layernorm, &L->kv_a_layernorm);
     if (st == CLMLA_SUCCESS)
@@ -250,8 +274,7 @@ void clmla_layer_destroy(clmla_layer *L)
     if (!L)
         return;
     clFinish(L->ctx->queue);
-    cl_mem bufs[] = {L->q_a_proj, L->q_a_layernorm, L->q_b_proj, L->q_proj, L->kv_a_proj,
-                     L->kv_a_layernorm, L->kv_b_proj, L->o_proj, L->rope_table};
+    cl_mem bufs[] = {L->qkv_a, L->q_a_layernorm, L->q_b_proj, L->kv_a_layernorm, L->kv_b_proj, L->o_proj, L->rope_table};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (bufs[i])
             clReleaseMemObject(bufs[i]);
@@ -309,10 +332,9 @@ static clmla_status ensure_rope_table(clmla_layer *L, int needed)
             return clmla_fail_cl(ctx, e_, "clSetKernelArg");                      \
     } while (0)
 
-static clmla_status enqueue_rmsnorm(clmla_layer *L, cl_mem x, int rows, int stride, int cols, cl_mem weight)
+static clmla_status enqueue_rmsnorm(clmla_layer *L, cl_mem x, int offset, int rows, int stride, int cols, cl_mem weight)
 {
     clmla_context *ctx = L->ctx;
-    const int offset = 0;
     const float eps = (float)L->config.rms_norm_eps;
     SET_ARG(L->rmsnorm, 0, x);
     SET_ARG(L->rmsnorm, 1, offset);
@@ -325,19 +347,21 @@ static clmla_status enqueue_rmsnorm(clmla_layer *L, cl_mem x, int rows, int stri
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue rmsnorm");
 }
 
-static clmla_status enqueue_rope(clmla_layer *L, cl_mem q, cl_mem kv, cl_mem positions, int T)
+/* q: T rows of H*dq values q_ld apart; kv: T rows of row values from kv_offset, kv_ld apart. */
+static clmla_status enqueue_rope(clmla_layer *L, cl_mem q, int q_ld, cl_mem kv, int kv_offset, int kv_ld, cl_mem positions,
+                                 int T)
 {
     clmla_context *ctx = L->ctx;
-    const int zero = 0, q_row = L->H * L->dq;
+    const int zero = 0;
     SET_ARG(L->rope, 0, q);
     SET_ARG(L->rope, 1, zero);
-    SET_ARG(L->rope, 2, q_row);
+    SET_ARG(L->rope, 2, q_ld);
     SET_ARG(L->rope, 3, L->dq);
     SET_ARG(L->rope, 4, L->dn);
     SET_ARG(L->rope, 5, L->H);
     SET_ARG(L->rope, 6, kv);
-    SET_ARG(L->rope, 7, zero);
-    SET_ARG(L->rope, 8, L->row);
+    SET_ARG(L->rope, 7, kv_offset);
+    SET_ARG(L->rope, 8, kv_ld);
     SET_ARG(L->rope, 9, L->rkv);
     SET_ARG(L->rope, 10, positions);
     SET_ARG(L->rope, 11, L->rope_table);
@@ -346,11 +370,11 @@ static clmla_status enqueue_rope(clmla_layer *L, cl_mem q, cl_mem kv, cl_mem pos
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue rope");
 }
 
-static clmla_status enqueue_prefill(clmla_layer *L, cl_mem q, int first_row, cl_mem kv_up, cl_mem gathered, int n_queries,
-                                    int prefix, cl_mem o)
+static clmla_status enqueue_prefill(clmla_layer *L, cl_mem q, int q_ld, int first_row, cl_mem kv_up, cl_mem gathered,
+                                    int n_queries, int prefix, cl_mem o)
 {
     clmla_context *ctx = L->ctx;
-    const int q_off = first_row * L->H * L->dq, q_stride = L->H * L->dq;
+    const int q_off = first_row * q_ld, q_stride = q_ld;
     const int zero = 0, kvu_stride = L->H * (L->dn + L->dv);
     const int o_off = first_row * L->H * L->dv, o_stride = L->H * L->dv;
     int variant = ctx->latent_variant;
@@ -504,7 +528,10 @@ static clmla_status run_step(clmla_layer *L, clmla_cache *cache, const clmla_for
     const int T = p->T, H = L->H, rkv = L->rkv, dn = L->dn, dv = L->dv, dq = L->dq;
     const int layer = a->cache_layer;
     const size_t F = sizeof(float);
-    cl_mem q, kv, cq = NULL, q_abs = NULL, latent = NULL, o;
+    /* qkv: the fused product [T, qkv_ld]: q (or c^Q) in columns [0, qa_rows), kv after them */
+    cl_mem qkv, q, q_abs = NULL, latent = NULL, o;
+    const int ld = L->qkv_ld, kv_off = L->qa_rows;
+    const int q_ld = L->rq ? H * dq : ld; /* q: q_b_proj's own output, or the first columns of qkv */
     cl_mem positions = NULL, slots = NULL, token_seq = NULL, token_ctx = NULL, tables = NULL;
     int any_absorbed = 0, max_decompressed = 0;
     for (int e = 0; e < a->num_entries; e++) {
@@ -516,13 +543,12 @@ static clmla_status run_step(clmla_layer *L, clmla_cache *cache, const clmla_for
 
     clmla_status st = ensure_rope_table(L, p->max_ctx);
     if (st == CLMLA_SUCCESS)
+        st = clmla_scratch(ctx, SCRATCH_QKV, (size_t)T * ld * F, &qkv);
+    q = qkv;
+    if (st == CLMLA_SUCCESS && L->rq)
         st = clmla_scratch(ctx, SCRATCH_Q, (size_t)T * H * dq * F, &q);
     if (st == CLMLA_SUCCESS)
-        st = clmla_scratch(ctx, SCRATCH_KV, (size_t)T * L->row * F, &kv);
-    if (st == CLMLA_SUCCESS)
         st = clmla_scratch(ctx, SCRATCH_HEADS_OUT, (size_t)T * H * dv * F, &o);
-    if (st == CLMLA_SUCCESS && L->rq)
-        st = clmla_scratch(ctx, SCRATCH_Q_LATENT_IN, (size_t)T * L->rq * F, &cq);
     if (st == CLMLA_SUCCESS && any_absorbed)
         st = clmla_scratch(ctx, SCRATCH_Q_ABSORBED, (size_t)T * H * rkv * F, &q_abs);
     if (st == CLMLA_SUCCESS && any_absorbed)
@@ -539,34 +565,26 @@ static clmla_status run_step(clmla_layer *L, clmla_cache *cache, const clmla_for
         st = clmla_upload(ctx, p->tables, (size_t)a->num_entries * p->max_blocks * sizeof(int32_t), &tables);
 
     /* Projections, norms, RoPE, cache write. */
-    if (st == CLMLA_SUCCESS) {
-        if (L->rq) {
-            st = clmla_gemm(ctx, T, L->rq, L->D, 1.0f, mat(x, x_offset, L->D, 0), weight(L->q_a_proj, L->D, L->q_a_panel), 0.0f,
-                            mat(cq, 0, L->rq, 0), NULL);
-            if (st == CLMLA_SUCCESS)
-                st = enqueue_rmsnorm(L, cq, T, L->rq, L->rq, L->q_a_layernorm);
-            if (st == CLMLA_SUCCESS)
-                st = clmla_gemm(ctx, T, (size_t)H * dq, L->rq, 1.0f, mat(cq, 0, L->rq, 0), weight(L->q_b_proj, L->rq, L->q_b_panel), 0.0f,
-                                mat(q, 0, (size_t)H * dq, 0), NULL);
-        } else {
-            st = clmla_gemm(ctx, T, (size_t)H * dq, L->D, 1.0f, mat(x, x_offset, L->D, 0), weight(L->q_proj, L->D, L->q_panel), 0.0f,
-                            mat(q, 0, (size_t)H * dq, 0), NULL);
-        }
+    if (st == CLMLA_SUCCESS)
+        st = clmla_gemm(ctx, T, (size_t)ld, L->D, 1.0f, mat(x, x_offset, L->D, 0), weight(L->qkv_a, L->D, L->qkv_a_panel), 0.0f,
+                        mat(qkv, 0, (size_t)ld, 0), NULL);
+    if (st == CLMLA_SUCCESS && L->rq) {
+        st = enqueue_rmsnorm(L, qkv, 0, T, ld, L->rq, L->q_a_layernorm);
+        if (st == CLMLA_SUCCESS)
+            st = clmla_gemm(ctx, T, (size_t)H * dq, L->rq, 1.0f, mat(qkv, 0, (size_t)ld, 0), weight(L->q_b_proj, L->rq, L->q_b_panel),
+                            0.0f, mat(q, 0, (size_t)H * dq, 0), NULL);
     }
     if (st == CLMLA_SUCCESS)
-        st = clmla_gemm(ctx, T, L->row, L->D, 1.0f, mat(x, x_offset, L->D, 0), weight(L->kv_a_proj, L->D, L->kv_a_panel), 0.0f,
-                        mat(kv, 0, L->row, 0), NULL);
+        st = enqueue_rmsnorm(L, qkv, kv_off, T, ld, rkv, L->kv_a_layernorm);
     if (st == CLMLA_SUCCESS)
-        st = enqueue_rmsnorm(L, kv, T, L->row, rkv, L->kv_a_layernorm);
+        st = enqueue_rope(L, q, q_ld, qkv, kv_off, ld, positions, T);
     if (st == CLMLA_SUCCESS)
-        st = enqueue_rope(L, q, kv, positions, T);
-    if (st == CLMLA_SUCCESS)
-        st = clmla_cache_enqueue_write(cache, layer, T, kv, 0, L->row, kv, (size_t)rkv, L->row, slots, NULL);
+        st = clmla_cache_enqueue_write(cache, layer, T, qkv, (size_t)kv_off, ld, qkv, (size_t)(kv_off + rkv), ld, slots, NULL);
 
     /* Absorbed entries: per run of consecutive absorbed rows, q~ = q^C W^UK for every head ... */
     const size_t kvb_head = (size_t)(dn + dv) * rkv; /* floats between heads in kv_b_proj */
     for (int e = 0, r0, rows; st == CLMLA_SUCCESS && next_absorbed_run(p, a->num_entries, &e, &r0, &rows);)
-        st = clmla_gemm_strided_batched(ctx, rows, rkv, dn, 1.0f, mat(q, (size_t)r0 * H * dq, (size_t)H * dq, 0), dq,
+        st = clmla_gemm_strided_batched(ctx, rows, rkv, dn, 1.0f, mat(q, (size_t)r0 * q_ld, (size_t)q_ld, 0), dq,
                                         mat(L->kv_b_proj, 0, rkv, 0), kvb_head, 0.0f,
                                         mat(q_abs, (size_t)r0 * H * rkv, (size_t)H * rkv, 0), rkv, H, NULL);
     /* ... latent attention for all tokens (decompressed ones have no keys here) ... */
@@ -581,7 +599,7 @@ static clmla_status run_step(clmla_layer *L, clmla_cache *cache, const clmla_for
         lp.q_latent_head_stride = rkv;
         lp.q_rope = q;
         lp.q_rope_offset = (size_t)dn;
-        lp.q_rope_token_stride = H * dq;
+        lp.q_rope_token_stride = q_ld;
         lp.q_rope_head_stride = dq;
         lp.block_table = tables;
         lp.max_blocks_per_seq = p->max_blocks;
@@ -612,7 +630,7 @@ static clmla_status run_step(clmla_layer *L, clmla_cache *cache, const clmla_for
                 st = clmla_gemm(ctx, keys, (size_t)H * (dn + dv), rkv, 1.0f, mat(gathered, 0, L->row, 0),
                                 mat(L->kv_b_proj, 0, rkv, 1), 0.0f, mat(kv_up, 0, (size_t)H * (dn + dv), 0), NULL);
             if (st == CLMLA_SUCCESS)
-                st = enqueue_prefill(L, q, p->first_row[e], kv_up, gathered, a->entries[e].num_tokens, p->prefix[e], o);
+                st = enqueue_prefill(L, q, q_ld, p->first_row[e], kv_up, gathered, a->entries[e].num_tokens, p->prefix[e], o);
         }
     }
 

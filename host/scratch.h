@@ -7,9 +7,8 @@
 
 typedef enum clmla_scratch_slot {
     SCRATCH_X, SCRATCH_OUT,         /* host-pointer forward: input and output */
-    SCRATCH_Q_LATENT_IN,            /* c^Q [T, rq] */
+    SCRATCH_QKV,                    /* fused q (or c^Q) and kv_a output [T, qa_rows + rkv + dr] */
     SCRATCH_Q,                      /* q [T, H*dq] */
-    SCRATCH_KV,                     /* kv_a output [T, rkv+dr] */
     SCRATCH_Q_ABSORBED,             /* q~ [T, H, rkv] */
     SCRATCH_LATENT_OUT,             /* o-bar [T, H, rkv] */
     SCRATCH_LSE,                    /* [T, H] */

@@ -929,9 +929,10 @@ static void test_presets(void)
         const int D = c.hidden_size;
         /* The weights live on the device too: skip (and say so) where they cannot fit. */
         const double H = c.num_heads, dq = c.qk_nope_head_dim + c.qk_rope_head_dim;
-        const double largest = 4.0 * (c.hidden_size * H * c.v_head_dim > H * dq * (c.q_lora_rank ? c.q_lora_rank : D)
-                                          ? c.hidden_size * H * c.v_head_dim
-                                          : H * dq * (c.q_lora_rank ? c.q_lora_rank : D));
+        /* the largest buffer: o_proj, q_b_proj, or q_proj (q_a_proj) stacked with kv_a_proj */
+        const double o_proj = (double)D * H * c.v_head_dim, q_b = c.q_lora_rank ? H * dq * c.q_lora_rank : 0;
+        const double stacked = ((c.q_lora_rank ? c.q_lora_rank : H * dq) + c.kv_lora_rank + c.qk_rope_head_dim) * (double)D;
+        const double largest = 4.0 * fmax(o_proj, fmax(q_b, stacked));
         const double all = 4.0 * ((double)c.q_lora_rank * D + H * dq * (c.q_lora_rank ? c.q_lora_rank : D) +
                                   (c.kv_lora_rank + c.qk_rope_head_dim) * (double)D +
                                   H * (c.qk_nope_head_dim + c.v_head_dim) * c.kv_lora_rank + D * H * c.v_head_dim);
