@@ -47,7 +47,8 @@ static void usage(FILE *out)
             "                         prefill: a prompt of ctx tokens through one layer\n"
             "                         products: the layer's projections alone, y = x W^T with batch rows\n"
             "                                  (--batch, default 1,2,4,8; paths q_proj or q_a_proj,q_b_proj,\n"
-            "                                  kv_a_proj, kv_b_proj, o_proj), against the read peak\n"
+            "                                  kv_a_proj, qkv_a_proj (the two stacked, as the layer runs them),\n"
+            "                                  kv_b_proj, o_proj), against the read peak\n"
             "                         peak:    same as --peak\n"
             "  --ctx LIST           context lengths (decode 1024,4096,32768; layer 4096; prefill 512,4096)\n"
             "  --batch LIST         sequences per step (decode 1,8,32; layer and prefill 1)\n"
@@ -250,8 +251,9 @@ static int make_shape(const options *o, bench_shape *shape)
 }
 
 static const char *const phase_names[] = {"peak", "decode", "layer", "prefill", "products", NULL};
-static const char *const path_names[] = {"absorbed", "decompressed", "mha",       "auto",      "q_proj", "q_a_proj",
-                                          "q_b_proj", "kv_a_proj",    "kv_b_proj", "o_proj",    NULL};
+static const char *const path_names[] = {"absorbed",  "decompressed", "mha",        "auto",      "q_proj",
+                                          "q_a_proj",  "q_b_proj",     "kv_a_proj",  "qkv_a_proj", "kv_b_proj",
+                                          "o_proj",    NULL};
 static const char *const dtype_names[] = {"f32", "f16", NULL};
 
 /* The sweep of one phase: explicit lists win, else the phase's defaults. The products phase has
@@ -262,8 +264,8 @@ static int phase_lists(const options *o, const bench_shape *shape, const char *p
     if (strcmp(phase, "products") == 0) {
         ctx->n = 1;
         ctx->v[0] = 0;
-        const char *names = shape->rq > 0 ? "q_a_proj,q_b_proj,kv_a_proj,kv_b_proj,o_proj"
-                                          : "q_proj,kv_a_proj,kv_b_proj,o_proj";
+        const char *names = shape->rq > 0 ? "q_a_proj,q_b_proj,kv_a_proj,qkv_a_proj,kv_b_proj,o_proj"
+                                          : "q_proj,kv_a_proj,qkv_a_proj,kv_b_proj,o_proj";
         return parse_ints(o->batch ? o->batch : (o->quick ? "1,8" : "1,2,4,8"), batch, "batch") ||
                parse_names(o->path ? o->path : names, paths, path_names, "path");
     }

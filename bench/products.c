@@ -1,7 +1,8 @@
 /* Phase "products": the layer's projections alone, y = x W^T with x of `batch` rows (the tokens of
  * a decode step), through the library's own product dispatch (host/gemm.c, as the layer calls it).
  * The paths name the projections of the checkpoint: q_proj (or q_a_proj and q_b_proj with a query
- * LoRA), kv_a_proj_with_mqa, kv_b_proj, o_proj. A decode step reads each weight matrix once,
+ * LoRA), kv_a_proj_with_mqa, kv_b_proj, o_proj, and qkv_a_proj, the product the layer runs: q_proj
+ * (or q_a_proj) and kv_a_proj_with_mqa stacked into one matrix, as both multiply the hidden state. A decode step reads each weight matrix once,
  * whatever the number of rows, so the row's GB/s (weights + x + y, with the caches flushed before
  * every call) against the read peak is how close the product comes to streaming speed.
  * Every row is checked against a float64 host computation of 64 sampled outputs. */
@@ -50,6 +51,9 @@ static int projection(const bench_shape *s, const char *name, size_t *n, size_t 
         *k = (size_t)s->rq;
     } else if (strcmp(name, "kv_a_proj") == 0) {
         *n = (size_t)s->row;
+        *k = (size_t)s->D;
+    } else if (strcmp(name, "qkv_a_proj") == 0) { /* the layer's fused product: q_proj or q_a_proj, then kv_a */
+        *n = (size_t)(s->rq > 0 ? s->rq : s->H * s->dq) + (size_t)s->row;
         *k = (size_t)s->D;
     } else if (strcmp(name, "kv_b_proj") == 0) {
         *n = (size_t)s->H * (s->dn + s->dv);
