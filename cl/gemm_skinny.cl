@@ -243,6 +243,96 @@ void gemm_skinny_nt_rows(const int M, const int N, const int K, const float alph
     } while (k0 < k_vec);
 }
 
+/* gemm_tiled_rows: C = alpha * A B^T + beta * C for CPU devices and more than 8 rows (prefill,
+ * the decompressed path's up-projection), B [N, K] row-major (panel 0) or packed by the host in
+ * panels of `panel` rows (clmla_pack_weight; then KC must be the packing's chunk, PCH). A
+ * work-item owns a tile of TR rows x TC columns of C and walks K in chunks of KC: the chunk of its
+ * TC rows of B (192 KiB at TC 48, KC 1024) stays in L2 while the item walks its TR rows of A four
+ * at a time, those 4 rows' chunk (16 KiB) in L1, against MC = 3 rows of B at a time: 4 x 3 float8
+ * accumulators along K, 12 independent FMA chains (4 x 2 leaves the FMA units waiting on their
+ * latency). Partial sums of a chunk go to C, the first chunk with beta (store_chunk). With 8 rows
+ * per item and no tiling, every 8 rows of A re-read all of B from the last-level cache or DRAM;
+ * measured in docs/BENCHMARKS.md. */
+#ifndef TR
+#define TR 256
+#endif
+#ifndef TC
+#define TC 48
+#endif
+#ifndef KC
+#define KC 1024
+#endif
+#define MC 3
+
+/* Row r of B from k0 on: row-major, or in the packed layout [panel][chunk][row][value] */
+__global const float *tiled_b_row(__global const float *B, const int r, const int k0, const int N, const int K,
+                                  const int ldb, const int panel)
+{
+    if (panel == 0)
+        return B + (size_t)r * ldb + k0;
+    const int p = r / panel, i = r - p * panel, rows_p = min(panel, N - p * panel);
+    return B + (size_t)p * panel * K + (size_t)k0 * rows_p + (size_t)i * min(KC, K - k0);
+}
+
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
+void gemm_tiled_rows(const int M, const int N, const int K, const float alpha,
+                     __global const float *A, const int a_offset, const int lda,
+                     __global const float *B, const int b_offset, const int ldb, const int panel,
+                     const float beta, __global float *C, const int c_offset, const int ldc)
+{
+    const int c0 = get_global_id(0) * TC, r0 = get_global_id(1) * TR;
+    const int c_end = min(c0 + TC, N), r_end = min(r0 + TR, M);
+    A += a_offset;
+    B += b_offset;
+    C += c_offset;
+    int k0 = 0;
+    do { /* once even for K = 0, so that C is still scaled by beta */
+        const int len = min(KC, K - k0), len8 = len & ~7;
+        for (int m0 = r0; m0 < r_end; m0 += 4) {
+            __global const float *xs[4];
+#pragma unroll
+            for (int m = 0; m < 4; m++)
+                xs[m] = A + (size_t)min(m0 + m, M - 1) * lda + k0; /* past M: a valid row, result dropped */
+            for (int n0 = c0; n0 < c_end; n0 += MC) {
+                __global const float *ws[MC];
+#pragma unroll
+                for (int c = 0; c < MC; c++)
+                    ws[c] = tiled_b_row(B, min(n0 + c, N - 1), k0, N, K, ldb, panel);
+                float8 acc[4][MC];
+#pragma unroll
+                for (int m = 0; m < 4; m++)
+#pragma unroll
+                    for (int c = 0; c < MC; c++)
+                        acc[m][c] = (float8)(0.0f);
+                for (int k = 0; k < len8; k += 8) {
+                    float8 w[MC];
+#pragma unroll
+                    for (int c = 0; c < MC; c++)
+                        w[c] = vload8(0, ws[c] + k);
+#pragma unroll
+                    for (int m = 0; m < 4; m++) {
+                        const float8 x = vload8(0, xs[m] + k);
+#pragma unroll
+                        for (int c = 0; c < MC; c++)
+                            acc[m][c] = fma(x, w[c], acc[m][c]);
+                    }
+                }
+#pragma unroll
+                for (int m = 0; m < 4; m++)
+#pragma unroll
+                    for (int c = 0; c < MC; c++) {
+                        float s = sum8(acc[m][c]);
+                        for (int k = len8; k < len; k++)
+                            s = fma(xs[m][k], ws[c][k], s);
+                        if (m0 + m < r_end && n0 + c < c_end)
+                            store_chunk(C + (size_t)(m0 + m) * ldc + n0 + c, s, k0, alpha, beta);
+                    }
+            }
+        }
+        k0 += KC;
+    } while (k0 < K);
+}
+
 /* gemm_skinny_nn_rows: C = alpha * A * B + beta * C for CPU devices, B [K, N] row-major with N a
  * multiple of 8. One work-item computes MR rows x (8 * NCC) columns as MR * NCC float8
  * accumulators (8 in all): per k it loads NCC float8 strips of B's row k and broadcasts A[m, k].

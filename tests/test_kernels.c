@@ -918,6 +918,100 @@ static void test_gemm_skinny(void)
         run_gemm(&cases[i]);
 }
 
+/* gemm_tiled_rows (CPUs, more than 8 rows): C = alpha A B^T + beta C, B row-major (panel 0) or
+   packed in panels of `panel` rows and chunks of KC values of K, as the host packs it. Tiles of TR
+   x TC small enough here that rows, columns and K all end inside a tile, a micro-tile of 4 x 3 or
+   a chunk; every value of C (its padding too) against a double computation. */
+typedef struct tiled_case {
+    int tr, tc, kc, panel;
+    int M, N, K;
+    float alpha, beta;
+} tiled_case;
+
+static void run_tiled(const tiled_case *c)
+{
+    const int M = c->M, N = c->N, K = c->K, P = c->panel;
+    const int lda = K + 3, ldb = K + 1, ldc = N + 4, ao = 2, bo = 1, co = 3;
+    const size_t na = (size_t)ao + (size_t)M * lda + 1, nb = (size_t)bo + (size_t)N * ldb + 1;
+    const size_t nc = (size_t)co + (size_t)M * ldc + 1;
+    tu_rng rng = tu_rng_seed((uint64_t)M * 977 + (uint64_t)N * 13 + (uint64_t)K + (uint64_t)P);
+    float *a = malloc(na * sizeof(float)), *b = malloc(nb * sizeof(float)), *cm = malloc(nc * sizeof(float));
+    float *got = malloc(nc * sizeof(float)), *want = malloc(nc * sizeof(float));
+    fill(a, na, 1.0f, &rng);
+    fill(b, nb, 1.0f, &rng);
+    fill(cm, nc, 1.0f, &rng);
+    memcpy(want, cm, nc * sizeof(float));
+    float *bp = NULL;
+    if (P) { /* [panel][chunk][row of the panel][value], from bo */
+        bp = calloc((size_t)bo + (size_t)N * K + 1, sizeof(float));
+        float *dst = bp + bo;
+        for (int p0 = 0; p0 < N; p0 += P)
+            for (int k0 = 0; k0 < K; k0 += c->kc)
+                for (int r = p0; r < N && r < p0 + P; r++)
+                    for (int kk = k0; kk < K && kk < k0 + c->kc; kk++)
+                        *dst++ = b[bo + (size_t)r * ldb + kk];
+    }
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double sum = 0;
+            for (int k = 0; k < K; k++)
+                sum += (double)a[ao + (size_t)m * lda + k] * b[bo + (size_t)n * ldb + k];
+            float *dst = &want[co + (size_t)m * ldc + n];
+            *dst = (float)(c->alpha * sum + (c->beta != 0.0f ? (double)c->beta * *dst : 0.0));
+        }
+    char options[96];
+    snprintf(options, sizeof(options), "-D TR=%d -D TC=%d -D KC=%d", c->tr, c->tc, c->kc);
+    cl_kernel k = kernel("gemm_skinny", options, "gemm_tiled_rows");
+    cl_mem ab = buffer(na * sizeof(float), a), cb = buffer(nc * sizeof(float), cm);
+    cl_mem bb = bp ? buffer(((size_t)bo + (size_t)N * K + 1) * sizeof(float), bp) : buffer(nb * sizeof(float), b);
+    ARG(k, 0, M);
+    ARG(k, 1, N);
+    ARG(k, 2, K);
+    ARG(k, 3, c->alpha);
+    ARG(k, 4, ab);
+    ARG(k, 5, ao);
+    ARG(k, 6, lda);
+    ARG(k, 7, bb);
+    ARG(k, 8, bo);
+    ARG(k, 9, ldb);
+    ARG(k, 10, P);
+    ARG(k, 11, c->beta);
+    ARG(k, 12, cb);
+    ARG(k, 13, co);
+    ARG(k, 14, ldc);
+    const size_t global[2] = {(size_t)(N + c->tc - 1) / c->tc, (size_t)(M + c->tr - 1) / c->tr}, local[2] = {1, 1};
+    if (launch(k, 2, global, local)) {
+        download(cb, nc * sizeof(float), got);
+        CHECK_NEAR(got, want, nc, ldc, 1e-5, "gemm_tiled_rows (%s, panel %d) M=%d N=%d K=%d alpha %g beta %g: all of C",
+                   options, P, M, N, K, (double)c->alpha, (double)c->beta);
+    }
+    free(a);
+    free(b);
+    free(bp);
+    free(cm);
+    free(got);
+    free(want);
+}
+
+static void test_gemm_tiled(void)
+{
+    static const tiled_case cases[] = {
+        /* row-major: rows ending inside a tile and a 4-row group, columns inside a 3-column group,
+           K in chunks with a short last one whose tail is under 8 values */
+        {8, 6, 16, 0, 19, 17, 37, 1.0f, 0.0f},
+        {4, 3, 8, 0, 5, 7, 5, 2.0f, 0.5f},    /* K under 8: the tail alone */
+        {4, 3, 8, 0, 3, 4, 0, 1.0f, 2.0f},    /* K = 0: C = beta C */
+        {12, 9, 24, 0, 13, 10, 48, -1.0f, 1.0f}, /* K a whole number of chunks */
+        {256, 48, 1024, 0, 259, 20, 1030, 1.0f, 0.0f}, /* the library's tiles: two row tiles, a chunk and a tail */
+        /* packed: panels of 5 (the last one short) and 7 rows, tiles crossing panels */
+        {8, 9, 16, 5, 21, 23, 53, 1.0f, 1.0f},
+        {8, 6, 32, 7, 9, 14, 64, 0.5f, 0.0f},
+        {256, 48, 512, 13, 258, 20, 530, 1.0f, 0.0f},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        run_tiled(&cases[i]);
+}
+
 /* ---- the library's launches -------------------------------------------------------------------------- */
 
 static void layer_pass(const char *kind)
@@ -1060,7 +1154,7 @@ static void test_layer(void)
 static const char *const tested[] = {"rmsnorm",        "rope",           "cache_write",         "cache_gather",
                                      "attn_latent",    "attn_latent_rows", "attn_combine",       "attn_combine_rows", "attn_prefill",
                                      "attn_prefill_rows", "gemm_skinny_nt", "gemm_skinny_nn",    "gemm_skinny_nt_rows",
-                                     "gemm_skinny_nn_rows", "gemm_packed_rows"};
+                                     "gemm_skinny_nn_rows", "gemm_packed_rows", "gemm_tiled_rows"};
 
 static int ident_char(char c)
 {
@@ -1152,6 +1246,7 @@ static void test_kernels(void)
     test_attn_prefill();
     test_attn_prefill_rows();
     test_gemm_skinny();
+    test_gemm_tiled();
 }
 
 static const struct {
