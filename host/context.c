@@ -170,6 +170,8 @@ void clmla_context_destroy(clmla_context *ctx)
     for (int i = 0; i < 4; i++)
         if (ctx->packed_rows[i])
             clReleaseKernel(ctx->packed_rows[i]);
+    if (ctx->skinny_rows_large)
+        clReleaseKernel(ctx->skinny_rows_large);
     for (int i = 0; i < 2; i++)
         if (ctx->tiled_rows[i])
             clReleaseKernel(ctx->tiled_rows[i]);

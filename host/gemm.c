@@ -110,16 +110,20 @@ static int nt_columns_log(const clmla_context *ctx, size_t n, size_t batch)
 }
 
 /* The CPU forms for m rows: rows bucket 1, 2, 4 or 8, column blocks 8 / bucket (of single
-   columns for the x W^T kernel, of float8 strips for the x B kernel). */
-static clmla_status rows_kernel(clmla_context *ctx, size_t m, int transposed_b, cl_kernel *kernel, int *columns)
+   columns for the x W^T kernel, of float8 strips for the x B kernel). `large`: the x W^T kernel
+   for 9 to TILED_MIN_ROWS - 1 rows, built without the weight prefetch (20% slower there: 2048^3
+   in 200 against 170 ms, while 8 rows of the decode-shaped products gain 25-40%). */
+static clmla_status rows_kernel(clmla_context *ctx, size_t m, int transposed_b, int large, cl_kernel *kernel,
+                                int *columns)
 {
     const int bucket = rows_bucket(m), rows = 1 << bucket;
     *columns = 8 / rows;
-    cl_kernel *slot = transposed_b ? &ctx->skinny_rows[bucket] : &ctx->skinny_nn_rows[bucket];
+    cl_kernel *slot = large ? &ctx->skinny_rows_large
+                      : transposed_b ? &ctx->skinny_rows[bucket] : &ctx->skinny_nn_rows[bucket];
     if (!*slot) {
         char options[96];
         snprintf(options, sizeof(options), "-D MR=%d -D NCC=%d -D PCH=%d%s", rows, *columns, CLMLA_PACK_CHUNK,
-                 clmla_device_prefetches(&ctx->info) ? " -D CLMLA_PREFETCH" : "");
+                 !large && clmla_device_prefetches(&ctx->info) ? " -D CLMLA_PREFETCH" : "");
         clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options,
                                               transposed_b ? "gemm_skinny_nt_rows" : "gemm_skinny_nn_rows", slot);
         if (st != CLMLA_SUCCESS)
@@ -188,7 +192,7 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
     const int cpu_nn = cpu && !b.transposed && n % 8 == 0;
     clmla_status st;
     if (cpu_rows || cpu_nn)
-        st = rows_kernel(ctx, m, b.transposed, &kernel, &columns);
+        st = rows_kernel(ctx, m, b.transposed, 0, &kernel, &columns);
     else if (b.transposed) {
         bucket = rows_bucket(m);
         nc_log = nt_columns_log(ctx, n, batch);
@@ -244,9 +248,12 @@ static int use_skinny(size_t m, const clmla_matrix *a, const clmla_matrix *b, co
 
 /* y = x W^T with many rows on a CPU device: blocks of 4 rows x 64 columns per work-item, so a
    block's weight rows are reused from L2 for 4 rows at a time and x's rows stay in L1/L2. */
-/* y = x W^T for more than 8 rows on CPU devices: gemm_tiled_rows, tiles of TILED_ROWS x
-   TILED_COLUMNS of C per work-item, K in chunks of 1024 (of the packing's chunk where W is packed).
-   Tile sizes measured on the EPYC (docs/BENCHMARKS.md, decisions table). */
+/* y = x W^T for TILED_MIN_ROWS rows or more on CPU devices: gemm_tiled_rows, tiles of TILED_ROWS
+   x TILED_COLUMNS of C per work-item, K in chunks of 1024 (of the packing's chunk where W is
+   packed). Below TILED_MIN_ROWS, where the read of W and not the arithmetic sets the time, blocks
+   of rows that stream W again per block were faster (16 and 32 rows: 1.2-2x); at 64 rows the two
+   were even, from 128 the tiles faster. Sizes measured on the EPYC (docs/BENCHMARKS.md). */
+#define TILED_MIN_ROWS 64
 #define TILED_ROWS 256
 #define TILED_COLUMNS 48
 static clmla_status tiled(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
@@ -287,6 +294,28 @@ static clmla_status tiled(clmla_context *ctx, size_t m, size_t n, size_t k, floa
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue gemm_tiled_rows");
 }
 
+/* y = x W^T, 9 to TILED_MIN_ROWS - 1 rows, W row-major, on CPU devices: blocks of 4 rows x 64 columns. */
+static clmla_status rows_large(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
+                               clmla_matrix b, float beta, clmla_matrix c, cl_event *event)
+{
+    if (m >= TILED_MIN_ROWS)
+        return tiled(ctx, m, n, k, alpha, a, b, beta, c, event);
+    cl_kernel kernel = NULL;
+    int columns = 0;
+    clmla_status st = rows_kernel(ctx, 4, 1, 1, &kernel, &columns);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    if ((st = set_product_args(ctx, kernel, m, n, k, alpha, a, 0, b, 0, beta, c, 0)) != CLMLA_SUCCESS)
+        return st;
+    const int cpi = 64, row_blocks = (int)((m + 3) / 4), k_chunk = 0; /* all of K: measured for large products */
+    SET_ARG(kernel, 17, cpi);
+    SET_ARG(kernel, 18, row_blocks);
+    SET_ARG(kernel, 19, k_chunk);
+    const size_t global[2] = {(n + cpi - 1) / cpi, (size_t)row_blocks}, local[2] = {1, 1};
+    cl_int err = clmla_cl_enqueue(ctx, kernel, 2, global, local, event);
+    return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue gemm_skinny_nt_rows");
+}
+
 size_t clmla_weight_panel(const clmla_context *ctx, size_t n)
 {
     if (ctx->info.kind != CLMLA_DEVICE_KIND_CPU || ctx->gemm_force_clblast || n == 0)
@@ -307,8 +336,9 @@ void clmla_pack_weight(const float *w, size_t n, size_t k, size_t panel, float *
     }
 }
 
-/* y = x W^T with W packed (clmla_pack_weight): up to 8 rows of x, gemm_packed_rows with blocks of
-   1, 2, 4 or 8 rows, one work-item per panel; more rows, gemm_tiled_rows. The build options are
+/* y = x W^T with W packed (clmla_pack_weight): gemm_packed_rows with blocks of 1, 2, 4 or 8 rows
+   of x (blocks of 8 for 9 to TILED_MIN_ROWS - 1 rows), one work-item per (panel, block); from
+   TILED_MIN_ROWS rows on, gemm_tiled_rows. The build options are
    those of rows_kernel for the same rows, so that one program serves both kernels. */
 static clmla_status packed(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
                            clmla_matrix b, float beta, clmla_matrix c, cl_event *event)
@@ -317,7 +347,7 @@ static clmla_status packed(clmla_context *ctx, size_t m, size_t n, size_t k, flo
         !fits_int(c.offset + m * c.ld) || !fits_int(b.panel))
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
                           "packed weights (m=%zu n=%zu k=%zu): only y = x W^T within int indices", m, n, k);
-    if (m > SKINNY_MAX_ROWS)
+    if (m >= TILED_MIN_ROWS)
         return tiled(ctx, m, n, k, alpha, a, b, beta, c, event);
     const int bucket = rows_bucket(m);
     cl_kernel *slot = &ctx->packed_rows[bucket];
@@ -348,7 +378,7 @@ clmla_status clmla_gemm(clmla_context *ctx, size_t m, size_t n, size_t k, float 
         return packed(ctx, m, n, k, alpha, a, b, beta, c, event);
     if (!ctx->gemm_force_clblast && ctx->info.kind == CLMLA_DEVICE_KIND_CPU && m > SKINNY_MAX_ROWS && b.transposed &&
         !a.transposed && fits_int(a.offset + m * a.ld) && fits_int(b.offset + n * b.ld) && fits_int(c.offset + m * c.ld))
-        return tiled(ctx, m, n, k, alpha, a, b, beta, c, event);
+        return rows_large(ctx, m, n, k, alpha, a, b, beta, c, event);
     if (!ctx->gemm_force_clblast && use_skinny(m, &a, &b, &c, m * a.ld, (b.transposed ? n : k) * b.ld, m * c.ld))
         return skinny(ctx, m, n, k, alpha, a, 0, b, 0, beta, c, 0, 1, event);
     if (clmla_fault_hit(ctx))

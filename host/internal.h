@@ -31,7 +31,8 @@ struct clmla_context {
     int skinny_nn_threads;
     cl_kernel skinny_rows[4];     /* gemm_skinny_nt_rows for 1, 2, 4, 8 rows (CPU devices) */
     cl_kernel skinny_nn_rows[4];  /* gemm_skinny_nn_rows likewise */
-    cl_kernel tiled_rows[2];      /* gemm_tiled_rows, x W^T for more than 8 rows on CPUs: W row-major, packed */
+    cl_kernel skinny_rows_large;  /* gemm_skinny_nt_rows for 9-63 rows, without prefetch */
+    cl_kernel tiled_rows[2];      /* gemm_tiled_rows, x W^T for 64 rows or more on CPUs: W row-major, packed */
     cl_kernel packed_rows[4];     /* gemm_packed_rows for 1, 2, 4, 8 (and more) rows (CPU devices) */
     int gemm_force_clblast;       /* gemm.c test hook: every product through CLBlast */
     int latent_variant;           /* attention.h: CLMLA_LATENT_*, a test hook; 0 = by device type */
