@@ -276,10 +276,12 @@ __global const float *tiled_b_row(__global const float *B, const int r, const in
 
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void gemm_tiled_rows(const int M, const int N, const int K, const float alpha,
-                     __global const float *A, const int a_offset, const int lda,
-                     __global const float *B, const int b_offset, const int ldb, const int panel,
-                     const float beta, __global float *C, const int c_offset, const int ldc)
+                     __global const float *A, const int a_offset, const int lda, const int a_stride,
+                     __global const float *B, const int b_offset, const int ldb, const int b_stride,
+                     const float beta, __global float *C, const int c_offset, const int ldc, const int c_stride,
+                     const int panel)
 {
+    /* one product: the batch strides are those of the other gemm_skinny kernels' arguments, unused */
     const int c0 = get_global_id(0) * TC, r0 = get_global_id(1) * TR;
     const int c_end = min(c0 + TC, N), r_end = min(r0 + TR, M);
     A += a_offset;

@@ -269,28 +269,14 @@ static clmla_status tiled(clmla_context *ctx, size_t m, size_t n, size_t k, floa
         if (st != CLMLA_SUCCESS)
             return st;
     }
-    cl_kernel kernel = *slot;
-    const int M = (int)m, N = (int)n, K = (int)k, panel = (int)b.panel;
-    const int ao = (int)a.offset, lda = (int)a.ld, bo = (int)b.offset, ldb = (int)b.ld;
-    const int co = (int)c.offset, ldc = (int)c.ld;
-    SET_ARG(kernel, 0, M);
-    SET_ARG(kernel, 1, N);
-    SET_ARG(kernel, 2, K);
-    SET_ARG(kernel, 3, alpha);
-    SET_ARG(kernel, 4, a.buffer);
-    SET_ARG(kernel, 5, ao);
-    SET_ARG(kernel, 6, lda);
-    SET_ARG(kernel, 7, b.buffer);
-    SET_ARG(kernel, 8, bo);
-    SET_ARG(kernel, 9, ldb);
-    SET_ARG(kernel, 10, panel);
-    SET_ARG(kernel, 11, beta);
-    SET_ARG(kernel, 12, c.buffer);
-    SET_ARG(kernel, 13, co);
-    SET_ARG(kernel, 14, ldc);
+    clmla_status st = set_product_args(ctx, *slot, m, n, k, alpha, a, 0, b, 0, beta, c, 0);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    const int panel = (int)b.panel;
+    SET_ARG(*slot, 17, panel);
     const size_t global[2] = {(n + TILED_COLUMNS - 1) / TILED_COLUMNS, (m + TILED_ROWS - 1) / TILED_ROWS};
     const size_t local[2] = {1, 1};
-    cl_int err = clmla_cl_enqueue(ctx, kernel, 2, global, local, event);
+    cl_int err = clmla_cl_enqueue(ctx, *slot, 2, global, local, event);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue gemm_tiled_rows");
 }
 

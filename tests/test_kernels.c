@@ -771,12 +771,13 @@ static void test_attn_prefill_rows(void)
 /* ---- gemm_skinny ---------------------------------------------------------------------------------- */
 
 typedef struct gemm_case {
-    const char *kernel;  /* gemm_skinny_nt, _nn, _nt_rows, _nn_rows */
+    const char *kernel;  /* gemm_skinny_nt, _nn, _nt_rows, _nn_rows, gemm_packed_rows, gemm_tiled_rows */
     const char *options;
     int M, N, K, batch, transposed;
     float alpha, beta;
     size_t global[2], local[2];
-    int columns_per_item, row_blocks; /* the _nt_rows kernel's extra arguments (row_blocks 0: none) */
+    int columns_per_item, row_blocks; /* the _nt_rows kernel's extra arguments (row_blocks 0: none);
+                                         gemm_tiled_rows: columns_per_item is the panel of packed B */
     int k_chunk;                      /* and its K chunk (0: all of K) */
     int pack_chunk;                   /* gemm_packed_rows: B packed here in panels of columns_per_item
                                          rows, chunks of this many values of K (its -D PCH) */
@@ -849,7 +850,10 @@ static void run_gemm(const gemm_case *c)
     ARG(k, 14, co);
     ARG(k, 15, ldc);
     ARG(k, 16, c_stride);
-    if (c->row_blocks > 0) {
+    if (strcmp(c->kernel, "gemm_tiled_rows") == 0) {
+        const int panel = bp ? P : 0;
+        ARG(k, 17, panel);
+    } else if (c->row_blocks > 0) {
         ARG(k, 17, c->columns_per_item);
         ARG(k, 18, c->row_blocks);
         if (!bp)
@@ -918,98 +922,27 @@ static void test_gemm_skinny(void)
         run_gemm(&cases[i]);
 }
 
-/* gemm_tiled_rows (CPUs, more than 8 rows): C = alpha A B^T + beta C, B row-major (panel 0) or
-   packed in panels of `panel` rows and chunks of KC values of K, as the host packs it. Tiles of TR
-   x TC small enough here that rows, columns and K all end inside a tile, a micro-tile of 4 x 3 or
-   a chunk; every value of C (its padding too) against a double computation. */
-typedef struct tiled_case {
-    int tr, tc, kc, panel;
-    int M, N, K;
-    float alpha, beta;
-} tiled_case;
-
-static void run_tiled(const tiled_case *c)
-{
-    const int M = c->M, N = c->N, K = c->K, P = c->panel;
-    const int lda = K + 3, ldb = K + 1, ldc = N + 4, ao = 2, bo = 1, co = 3;
-    const size_t na = (size_t)ao + (size_t)M * lda + 1, nb = (size_t)bo + (size_t)N * ldb + 1;
-    const size_t nc = (size_t)co + (size_t)M * ldc + 1;
-    tu_rng rng = tu_rng_seed((uint64_t)M * 977 + (uint64_t)N * 13 + (uint64_t)K + (uint64_t)P);
-    float *a = malloc(na * sizeof(float)), *b = malloc(nb * sizeof(float)), *cm = malloc(nc * sizeof(float));
-    float *got = malloc(nc * sizeof(float)), *want = malloc(nc * sizeof(float));
-    fill(a, na, 1.0f, &rng);
-    fill(b, nb, 1.0f, &rng);
-    fill(cm, nc, 1.0f, &rng);
-    memcpy(want, cm, nc * sizeof(float));
-    float *bp = NULL;
-    if (P) { /* [panel][chunk][row of the panel][value], from bo */
-        bp = calloc((size_t)bo + (size_t)N * K + 1, sizeof(float));
-        float *dst = bp + bo;
-        for (int p0 = 0; p0 < N; p0 += P)
-            for (int k0 = 0; k0 < K; k0 += c->kc)
-                for (int r = p0; r < N && r < p0 + P; r++)
-                    for (int kk = k0; kk < K && kk < k0 + c->kc; kk++)
-                        *dst++ = b[bo + (size_t)r * ldb + kk];
-    }
-    for (int m = 0; m < M; m++)
-        for (int n = 0; n < N; n++) {
-            double sum = 0;
-            for (int k = 0; k < K; k++)
-                sum += (double)a[ao + (size_t)m * lda + k] * b[bo + (size_t)n * ldb + k];
-            float *dst = &want[co + (size_t)m * ldc + n];
-            *dst = (float)(c->alpha * sum + (c->beta != 0.0f ? (double)c->beta * *dst : 0.0));
-        }
-    char options[96];
-    snprintf(options, sizeof(options), "-D TR=%d -D TC=%d -D KC=%d", c->tr, c->tc, c->kc);
-    cl_kernel k = kernel("gemm_skinny", options, "gemm_tiled_rows");
-    cl_mem ab = buffer(na * sizeof(float), a), cb = buffer(nc * sizeof(float), cm);
-    cl_mem bb = bp ? buffer(((size_t)bo + (size_t)N * K + 1) * sizeof(float), bp) : buffer(nb * sizeof(float), b);
-    ARG(k, 0, M);
-    ARG(k, 1, N);
-    ARG(k, 2, K);
-    ARG(k, 3, c->alpha);
-    ARG(k, 4, ab);
-    ARG(k, 5, ao);
-    ARG(k, 6, lda);
-    ARG(k, 7, bb);
-    ARG(k, 8, bo);
-    ARG(k, 9, ldb);
-    ARG(k, 10, P);
-    ARG(k, 11, c->beta);
-    ARG(k, 12, cb);
-    ARG(k, 13, co);
-    ARG(k, 14, ldc);
-    const size_t global[2] = {(size_t)(N + c->tc - 1) / c->tc, (size_t)(M + c->tr - 1) / c->tr}, local[2] = {1, 1};
-    if (launch(k, 2, global, local)) {
-        download(cb, nc * sizeof(float), got);
-        CHECK_NEAR(got, want, nc, ldc, 1e-5, "gemm_tiled_rows (%s, panel %d) M=%d N=%d K=%d alpha %g beta %g: all of C",
-                   options, P, M, N, K, (double)c->alpha, (double)c->beta);
-    }
-    free(a);
-    free(b);
-    free(bp);
-    free(cm);
-    free(got);
-    free(want);
-}
-
+/* gemm_tiled_rows (CPUs, 64 rows or more): C = alpha A B^T + beta C, B row-major or packed in
+   panels of columns_per_item rows and chunks of KC (= pack_chunk) values, one product. Tiles of TR x
+   TC small enough here that rows, columns and K all end inside a tile, a micro-tile of 4 x 3 or a
+   chunk; then the library's own tile sizes. */
 static void test_gemm_tiled(void)
 {
-    static const tiled_case cases[] = {
-        /* row-major: rows ending inside a tile and a 4-row group, columns inside a 3-column group,
-           K in chunks with a short last one whose tail is under 8 values */
-        {8, 6, 16, 0, 19, 17, 37, 1.0f, 0.0f},
-        {4, 3, 8, 0, 5, 7, 5, 2.0f, 0.5f},    /* K under 8: the tail alone */
-        {4, 3, 8, 0, 3, 4, 0, 1.0f, 2.0f},    /* K = 0: C = beta C */
-        {12, 9, 24, 0, 13, 10, 48, -1.0f, 1.0f}, /* K a whole number of chunks */
-        {256, 48, 1024, 0, 259, 20, 1030, 1.0f, 0.0f}, /* the library's tiles: two row tiles, a chunk and a tail */
-        /* packed: panels of 5 (the last one short) and 7 rows, tiles crossing panels */
-        {8, 9, 16, 5, 21, 23, 53, 1.0f, 1.0f},
-        {8, 6, 32, 7, 9, 14, 64, 0.5f, 0.0f},
-        {256, 48, 512, 13, 258, 20, 530, 1.0f, 0.0f},
+    static const gemm_case cases[] = {
+        /* row-major: K in chunks with a short last one whose tail is under 8 values */
+        {"gemm_tiled_rows", "-D TR=8 -D TC=6 -D KC=16", 19, 17, 37, 1, 1, 1.0f, 0.0f, {3, 3}, {1, 1}, 0, 0, 0, 0},
+        {"gemm_tiled_rows", "-D TR=4 -D TC=3 -D KC=8", 5, 7, 5, 1, 1, 2.0f, 0.5f, {3, 2}, {1, 1}, 0, 0, 0, 0},  /* K < 8 */
+        {"gemm_tiled_rows", "-D TR=4 -D TC=3 -D KC=8", 3, 4, 0, 1, 1, 1.0f, 2.0f, {2, 1}, {1, 1}, 0, 0, 0, 0},  /* K = 0: beta C */
+        {"gemm_tiled_rows", "-D TR=12 -D TC=9 -D KC=24", 13, 10, 48, 1, 1, -1.0f, 1.0f, {2, 2}, {1, 1}, 0, 0, 0, 0},
+        /* the library's tiles: two row tiles, a whole chunk and a tail */
+        {"gemm_tiled_rows", "-D TR=256 -D TC=48 -D KC=1024", 259, 20, 1030, 1, 1, 1.0f, 0.0f, {1, 2}, {1, 1}, 0, 0, 0, 0},
+        /* packed in panels of 5 (the last one short), 7 and 13 rows: tiles cross panels */
+        {"gemm_tiled_rows", "-D TR=8 -D TC=9 -D KC=16", 21, 23, 53, 1, 1, 1.0f, 1.0f, {3, 3}, {1, 1}, 5, 0, 0, 16},
+        {"gemm_tiled_rows", "-D TR=8 -D TC=6 -D KC=32", 9, 14, 64, 1, 1, 0.5f, 0.0f, {3, 2}, {1, 1}, 7, 0, 0, 32},
+        {"gemm_tiled_rows", "-D TR=256 -D TC=48 -D KC=512", 258, 20, 530, 1, 1, 1.0f, 0.0f, {1, 2}, {1, 1}, 13, 0, 0, 512},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-        run_tiled(&cases[i]);
+        run_gemm(&cases[i]);
 }
 
 /* ---- the library's launches -------------------------------------------------------------------------- */
