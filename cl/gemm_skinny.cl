@@ -243,8 +243,8 @@ void gemm_skinny_nt_rows(const int M, const int N, const int K, const float alph
     } while (k0 < k_vec);
 }
 
-/* gemm_tiled_rows: C = alpha * A B^T + beta * C for CPU devices and more than 8 rows (prefill,
- * the decompressed path's up-projection), B [N, K] row-major (panel 0) or packed by the host in
+/* gemm_tiled_rows: C = alpha * A B^T + beta * C for CPU devices and 64 rows or more (prefill,
+ * the decompressed path's up-projection; TILED_MIN_ROWS in host/gemm.c), B [N, K] row-major (panel 0) or packed by the host in
  * panels of `panel` rows (clmla_pack_weight; then KC must be the packing's chunk, PCH). A
  * work-item owns a tile of TR rows x TC columns of C and walks K in chunks of KC: the chunk of its
  * TC rows of B (192 KiB at TC 48, KC 1024) stays in L2 while the item walks its TR rows of A four

@@ -246,8 +246,6 @@ static int use_skinny(size_t m, const clmla_matrix *a, const clmla_matrix *b, co
            fits_int(c->ld);
 }
 
-/* y = x W^T with many rows on a CPU device: blocks of 4 rows x 64 columns per work-item, so a
-   block's weight rows are reused from L2 for 4 rows at a time and x's rows stay in L1/L2. */
 /* y = x W^T for TILED_MIN_ROWS rows or more on CPU devices: gemm_tiled_rows, tiles of TILED_ROWS
    x TILED_COLUMNS of C per work-item, K in chunks of 1024 (of the packing's chunk where W is
    packed). Below TILED_MIN_ROWS, where the read of W and not the arithmetic sets the time, blocks
@@ -280,7 +278,9 @@ static clmla_status tiled(clmla_context *ctx, size_t m, size_t n, size_t k, floa
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue gemm_tiled_rows");
 }
 
-/* y = x W^T, 9 to TILED_MIN_ROWS - 1 rows, W row-major, on CPU devices: blocks of 4 rows x 64 columns. */
+/* y = x W^T with more than 8 rows, W row-major, on a CPU device: from TILED_MIN_ROWS rows the tiles;
+   below, blocks of 4 rows x 64 columns per work-item, so a block's weight rows are reused from L2
+   for 4 rows at a time and x's rows stay in L1/L2. */
 static clmla_status rows_large(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
                                clmla_matrix b, float beta, clmla_matrix c, cl_event *event)
 {
@@ -324,8 +324,8 @@ void clmla_pack_weight(const float *w, size_t n, size_t k, size_t panel, float *
 
 /* y = x W^T with W packed (clmla_pack_weight): gemm_packed_rows with blocks of 1, 2, 4 or 8 rows
    of x (blocks of 8 for 9 to TILED_MIN_ROWS - 1 rows), one work-item per (panel, block); from
-   TILED_MIN_ROWS rows on, gemm_tiled_rows. The build options are
-   those of rows_kernel for the same rows, so that one program serves both kernels. */
+   TILED_MIN_ROWS rows on, gemm_tiled_rows. The build options are those of rows_kernel for the
+   same rows, so that one program serves both kernels. */
 static clmla_status packed(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
                            clmla_matrix b, float beta, clmla_matrix c, cl_event *event)
 {

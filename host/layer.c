@@ -28,8 +28,8 @@ struct clmla_layer {
     float scale;
     /* weights, float32, checkpoint layout */
     /* qkv_a: the two products of the hidden state in one matrix, [q_proj (or q_a_proj);
-       kv_a_proj_with_mqa], qa_rows + row rows of D: one launch reads both (docs/BENCHMARKS.md,
-       "Fused q and kv_a projections") */
+       kv_a_proj_with_mqa], qa_rows + row rows of D: one launch reads both (docs/DESIGN.md; the
+       numbers in docs/BENCHMARKS.md's decisions table) */
     cl_mem qkv_a, q_a_layernorm, q_b_proj, kv_a_layernorm, kv_b_proj, o_proj;
     int qa_rows, qkv_ld; /* rows of q_proj (H*dq) or q_a_proj (rq); qa_rows + row */
     /* panel rows of the projections packed for CPU devices (host/gemm.h), 0 where row-major */
@@ -529,7 +529,7 @@ static clmla_status run_step(clmla_layer *L, clmla_cache *cache, const clmla_for
     const int layer = a->cache_layer;
     const size_t F = sizeof(float);
     /* qkv: the fused product [T, qkv_ld]: q (or c^Q) in columns [0, qa_rows), kv after them */
-    cl_mem qkv, q, q_abs = NULL, latent = NULL, o;
+    cl_mem qkv = NULL, q = NULL, q_abs = NULL, latent = NULL, o = NULL;
     const int ld = L->qkv_ld, kv_off = L->qa_rows;
     const int q_ld = L->rq ? H * dq : ld; /* q: q_b_proj's own output, or the first columns of qkv */
     cl_mem positions = NULL, slots = NULL, token_seq = NULL, token_ctx = NULL, tables = NULL;
