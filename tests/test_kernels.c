@@ -763,9 +763,15 @@ static void test_attn_prefill_rows(void)
     const prefill_case a = {1, 4, 2, 3, 4, 0, 2, 11, 5};
     const prefill_case b = {1, 8, 4, 8, 16, 0, 3, 37, 0};
     const prefill_case c = {1, 8, 4, 8, 16, 0, 2, 20, 13};
+    /* dv 24 and 33 (the cases above stop at 8): the weighted sum in several float8 steps, with no
+       value and with one left over; dq 13 (8 + 5 left over); tiles wholly visible and on the diagonal */
+    const prefill_case d = {1, 8, 4, 24, 16, 0, 2, 45, 19};
+    const prefill_case e = {1, 10, 3, 33, 8, 0, 1, 29, 40};
     run_prefill(&a);
     run_prefill(&b);
     run_prefill(&c);
+    run_prefill(&d);
+    run_prefill(&e);
 }
 
 /* ---- gemm_skinny ---------------------------------------------------------------------------------- */
