@@ -131,7 +131,7 @@ static int pow2_at_most(size_t limit, int cap)
     return n;
 }
 
-/* Queries per work-item of attn_prefill_rows (even). */
+/* Queries per work-item of attn_prefill_rows (a multiple of 4; of 8 for the widest softmax). */
 #define PREFILL_ROWS_QUERIES 16
 
 static clmla_status build_kernels(clmla_layer *L)
