@@ -3,12 +3,18 @@
  *   q     : [T, q_row_stride] floats from q_offset; head h of token t has its rope dims at
  *           q[t*q_row_stride + h*q_head_stride + q_rope_offset + 0 .. DR-1]
  *   kv    : [T, kv_row_stride] floats from kv_offset; k^R at kv[t*kv_row_stride + kv_rope_offset + ..]
- *   positions : [T] absolute position of each token
- *   table : [max_position, DR/2] float2 (A*cos, A*sin) of position*inv_freq[i], made on the host
- *           in double (YaRN's inv_freq and amplitude A folded in), so no angle is rounded to float.
+ *   positions : [T] the table row of each token: its absolute position (for LongRoPE's long
+ *           factors, the position plus the number of short rows before them)
+ *   table : [rows, DR/2] float2 (A*cos, A*sin) of position*inv_freq[i], made on the host in
+ *           double (the rope type's inv_freq and amplitude A folded in), so no angle is rounded
+ *           to float.
  *
  * Work-item (i, h, t) rotates pair i of head h of token t; h == num_heads means k^R.
- * Pairing: interleaved (2i, 2i+1), or with HALF_SPLIT defined, (i, i + DR/2). */
+ * Pairing: interleaved (2i, 2i+1), or with HALF_SPLIT defined, (i, i + DR/2).
+ *
+ * With QSCALE defined, qscale [T] multiplies every value of token t's query heads (its nope dims
+ * [0, q_rope_offset) and its rotated pair) after the rotation; k^R is left unscaled (Mistral 4's
+ * per-position query scale). Work-item i scales nope dims i, i + DR/2, i + DR, ... */
 #ifndef DR
 #define DR 64
 #endif
@@ -16,7 +22,11 @@
 __kernel void rope(__global float *q, const int q_offset, const int q_row_stride, const int q_head_stride,
                    const int q_rope_offset, const int num_heads,
                    __global float *kv, const int kv_offset, const int kv_row_stride, const int kv_rope_offset,
-                   __global const int *positions, __global const float2 *table)
+                   __global const int *positions, __global const float2 *table
+#ifdef QSCALE
+                   , __global const float *qscale
+#endif
+                   )
 {
     const int i = get_global_id(0);
     const int h = get_global_id(1);
@@ -33,6 +43,18 @@ __kernel void rope(__global float *q, const int q_offset, const int q_row_stride
 #endif
     const float2 cs = table[(size_t)positions[t] * (DR / 2) + i];
     const float x0 = x[a], x1 = x[b];
-    x[a] = x0 * cs.x - x1 * cs.y;
-    x[b] = x0 * cs.y + x1 * cs.x;
+    float y0 = x0 * cs.x - x1 * cs.y;
+    float y1 = x0 * cs.y + x1 * cs.x;
+#ifdef QSCALE
+    if (h < num_heads) {
+        const float s = qscale[t];
+        y0 *= s;
+        y1 *= s;
+        __global float *head = x - q_rope_offset;
+        for (int j = i; j < q_rope_offset; j += DR / 2)
+            head[j] *= s;
+    }
+#endif
+    x[a] = y0;
+    x[b] = y1;
 }

@@ -34,10 +34,15 @@ struct clmla_layer {
     int qa_rows, qkv_ld; /* rows of q_proj (H*dq) or q_a_proj (rq); qa_rows + row */
     /* panel rows of the projections packed for CPU devices (host/gemm.h), 0 where row-major */
     size_t qkv_a_panel, q_b_panel, o_panel;
-    /* RoPE (A cos, A sin) for positions [0, rope_positions) */
+    /* optional biases (attention_bias): [qkv_ld] for the stacked product (zeros over q_proj's
+       columns, which never have one), [D] for o_proj; NULL when the layer has none */
+    cl_mem qkv_bias, o_bias;
+    /* RoPE (A cos, A sin) for positions [0, rope_positions); LongRoPE's long factors in a second
+       block of as many rows after the short ones */
     cl_mem rope_table;
     int rope_positions;
     cl_kernel rmsnorm, rope, prefill, prefill_rows; /* prefill: attn_prefill (GPUs), prefill_rows: CPUs */
+    cl_kernel add_bias;
     int rmsnorm_threads, prefill_threads;
     int auto_threshold;
 };
@@ -123,6 +128,61 @@ static clmla_status upload_stacked(clmla_context *ctx, const char *name, const c
     return st;
 }
 
+/* A 1-D weight multiplied by `scale` (1: uploaded as given). */
+static clmla_status upload_scaled(clmla_context *ctx, const char *name, const clmla_tensor *t, double scale, cl_mem *buffer)
+{
+    if (scale == 1.0)
+        return upload_weight(ctx, name, t, buffer);
+    const size_t n = (size_t)t->shape[0];
+    float *scaled = malloc(n * sizeof(float));
+    if (!scaled)
+        return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "scaling %s.weight: out of host memory", name);
+    for (size_t i = 0; i < n; i++)
+        scaled[i] = (float)((double)t->data[i] * scale);
+    clmla_tensor s = *t;
+    s.data = scaled;
+    const clmla_status st = upload_weight(ctx, name, &s, buffer);
+    free(scaled);
+    return st;
+}
+
+/* A bias, when given, must be 1-D of `n` values. */
+static clmla_status check_bias(clmla_context *ctx, const char *name, const clmla_tensor *t, int64_t n)
+{
+    if (!t->data)
+        return CLMLA_SUCCESS;
+    if (t->ndim != 1 || t->shape[0] != n) {
+        char got[64];
+        shape_text(t, got, sizeof(got));
+        return clmla_fail(ctx, CLMLA_ERROR_SHAPE_MISMATCH, "tensor %s.bias has shape %s, expected [%lld]", name, got,
+                          (long long)n);
+    }
+    return CLMLA_SUCCESS;
+}
+
+/* The biases of the stacked product ([q_a_proj or q_proj; kv_a_proj_with_mqa]) and of o_proj. */
+static clmla_status upload_biases(clmla_layer *L, const clmla_layer_weights *w)
+{
+    clmla_context *ctx = L->ctx;
+    if (w->q_a_proj_bias.data || w->kv_a_proj_with_mqa_bias.data) {
+        float *stacked = calloc((size_t)L->qkv_ld, sizeof(float));
+        if (!stacked)
+            return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "stacking the biases: out of host memory");
+        if (w->q_a_proj_bias.data)
+            memcpy(stacked, w->q_a_proj_bias.data, (size_t)L->rq * sizeof(float));
+        if (w->kv_a_proj_with_mqa_bias.data)
+            memcpy(stacked + L->qa_rows, w->kv_a_proj_with_mqa_bias.data, (size_t)L->row * sizeof(float));
+        const clmla_tensor t = clmla_tensor_1d(stacked, L->qkv_ld);
+        const clmla_status st = upload_weight(ctx, "q_a_proj+kv_a_proj_with_mqa bias", &t, &L->qkv_bias);
+        free(stacked);
+        if (st != CLMLA_SUCCESS)
+            return st;
+    }
+    if (w->o_proj_bias.data)
+        return upload_weight(ctx, "o_proj.bias", &w->o_proj_bias, &L->o_bias);
+    return CLMLA_SUCCESS;
+}
+
 static int pow2_at_most(size_t limit, int cap)
 {
     int n = 1;
@@ -143,10 +203,16 @@ static clmla_status build_kernels(clmla_layer *L)
     clmla_status st = clmla_kernel_create(ctx, "rmsnorm", options, "rmsnorm", &L->rmsnorm);
     if (st != CLMLA_SUCCESS)
         return st;
-    snprintf(options, sizeof(options), "-D DR=%d%s", L->dr, L->config.rope_pairing == CLMLA_ROPE_HALF_SPLIT ? " -D HALF_SPLIT" : "");
+    snprintf(options, sizeof(options), "-D DR=%d%s%s", L->dr, L->config.rope_pairing == CLMLA_ROPE_HALF_SPLIT ? " -D HALF_SPLIT" : "",
+             L->config.query_scale_beta != 0 ? " -D QSCALE" : "");
     st = clmla_kernel_create(ctx, "rope", options, "rope", &L->rope);
     if (st != CLMLA_SUCCESS)
         return st;
+    if (L->qkv_bias || L->o_bias) {
+        st = clmla_kernel_create(ctx, "bias", "", "add_bias", &L->add_bias);
+        if (st != CLMLA_SUCCESS)
+            return st;
+    }
     /* Prefill tiles: NT queries per group, KT keys staged in local memory. */
     int nt = pow2_at_most(ctx->info.max_work_group_size, 32), kt = 16;
     while (kt > 1 && (size_t)kt * (L->dq + L->dv) * sizeof(float) > ctx->info.local_mem_bytes / 2)
@@ -225,6 +291,14 @@ clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *co
         st = check_tensor(ctx, "kv_b_proj", &w->kv_b_proj, H * (dn + dv), rkv);
     if (st == CLMLA_SUCCESS)
         st = check_tensor(ctx, "o_proj", &w->o_proj, D, H * dv);
+    if (st == CLMLA_SUCCESS && rq == 0 && w->q_a_proj_bias.data)
+        st = clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "q_lora_rank is 0 (q_proj form) but q_a_proj's bias was given");
+    if (st == CLMLA_SUCCESS)
+        st = check_bias(ctx, "q_a_proj", &w->q_a_proj_bias, rq);
+    if (st == CLMLA_SUCCESS)
+        st = check_bias(ctx, "kv_a_proj_with_mqa", &w->kv_a_proj_with_mqa_bias, rkv + dr);
+    if (st == CLMLA_SUCCESS)
+        st = check_bias(ctx, "o_proj", &w->o_proj_bias, D);
     if (st != CLMLA_SUCCESS)
         return st;
 
@@ -249,12 +323,14 @@ clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *co
         st = upload_stacked(ctx, "q_a_proj+kv_a_proj_with_mqa", &w->q_a_proj, &w->kv_a_proj_with_mqa, &L->qkv_a,
                             &L->qkv_a_panel);
         if (st == CLMLA_SUCCESS)
-            st = upload_weight(ctx, "q_a_layernorm", &w->q_a_layernorm, &L->q_a_layernorm);
+            st = upload_scaled(ctx, "q_a_layernorm", &w->q_a_layernorm, c.q_latent_scale, &L->q_a_layernorm);
         if (st == CLMLA_SUCCESS)
             st = upload_projection(ctx, "q_b_proj", &w->q_b_proj, &L->q_b_proj, &L->q_b_panel);
     }
     if (st == CLMLA_SUCCESS)
-        st = upload_weight(ctx, "kv_a_layernorm", &w->kv_a_layernorm, &L->kv_a_layernorm);
+        st = upload_scaled(ctx, "kv_a_layernorm", &w->kv_a_layernorm, c.kv_latent_scale, &L->kv_a_layernorm);
+    if (st == CLMLA_SUCCESS)
+        st = upload_biases(L, w);
     if (st == CLMLA_SUCCESS)
         st = upload_weight(ctx, "kv_b_proj", &w->kv_b_proj, &L->kv_b_proj);
     if (st == CLMLA_SUCCESS)
@@ -274,11 +350,12 @@ void clmla_layer_destroy(clmla_layer *L)
     if (!L)
         return;
     clFinish(L->ctx->queue);
-    cl_mem bufs[] = {L->qkv_a, L->q_a_layernorm, L->q_b_proj, L->kv_a_layernorm, L->kv_b_proj, L->o_proj, L->rope_table};
+    cl_mem bufs[] = {L->qkv_a, L->q_a_layernorm, L->q_b_proj, L->kv_a_layernorm, L->kv_b_proj, L->o_proj, L->rope_table,
+                     L->qkv_bias, L->o_bias};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (bufs[i])
             clReleaseMemObject(bufs[i]);
-    cl_kernel ks[] = {L->rmsnorm, L->rope, L->prefill, L->prefill_rows};
+    cl_kernel ks[] = {L->rmsnorm, L->rope, L->prefill, L->prefill_rows, L->add_bias};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -308,11 +385,14 @@ static clmla_status ensure_rope_table(clmla_layer *L, int needed)
     int positions = L->rope_positions ? L->rope_positions : 4096;
     while (positions < needed)
         positions = positions > INT_MAX / 2 ? needed : positions * 2;
-    const size_t bytes = (size_t)positions * (size_t)L->dr * sizeof(float);
+    const int blocks = L->config.rope_type == CLMLA_ROPE_TYPE_LONGROPE ? 2 : 1;
+    const size_t per_block = (size_t)positions * (size_t)L->dr;
+    const size_t bytes = per_block * blocks * sizeof(float);
     float *table = malloc(bytes);
     if (!table)
         return clmla_fail(L->ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory for a RoPE table of %d positions", positions);
-    clmla_rope_fill_table(&L->config, 0, positions, table);
+    for (int b = 0; b < blocks; b++)
+        clmla_rope_fill_table(&L->config, b, 0, positions, table + (size_t)b * per_block);
     cl_mem fresh = NULL;
     clmla_status st = clmla_upload(L->ctx, table, bytes, &fresh);
     free(table);
@@ -349,7 +429,7 @@ static clmla_status enqueue_rmsnorm(clmla_layer *L, cl_mem x, int offset, int ro
 
 /* q: T rows of H*dq values q_ld apart; kv: T rows of row values from kv_offset, kv_ld apart. */
 static clmla_status enqueue_rope(clmla_layer *L, cl_mem q, int q_ld, cl_mem kv, int kv_offset, int kv_ld, cl_mem positions,
-                                 int T)
+                                 cl_mem qscale, int T)
 {
     clmla_context *ctx = L->ctx;
     const int zero = 0;
@@ -365,9 +445,26 @@ static clmla_status enqueue_rope(clmla_layer *L, cl_mem q, int q_ld, cl_mem kv, 
     SET_ARG(L->rope, 9, L->rkv);
     SET_ARG(L->rope, 10, positions);
     SET_ARG(L->rope, 11, L->rope_table);
+    if (qscale)
+        SET_ARG(L->rope, 12, qscale);
     const size_t global[3] = {(size_t)L->dr / 2, (size_t)L->H + 1, (size_t)T};
     cl_int err = clmla_cl_enqueue_rows(ctx, L->rope, 3, global, NULL);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue rope");
+}
+
+/* x[r, i] += bias[i] for T rows of `cols` values, `stride` apart, from `offset`. */
+static clmla_status enqueue_bias(clmla_layer *L, cl_mem x, int offset, int rows, int stride, int cols, cl_mem bias,
+                                 cl_event *event)
+{
+    clmla_context *ctx = L->ctx;
+    SET_ARG(L->add_bias, 0, x);
+    SET_ARG(L->add_bias, 1, offset);
+    SET_ARG(L->add_bias, 2, stride);
+    SET_ARG(L->add_bias, 3, cols);
+    SET_ARG(L->add_bias, 4, bias);
+    const size_t global[2] = {(size_t)cols, (size_t)rows};
+    cl_int err = clmla_cl_enqueue(ctx, L->add_bias, 2, global, NULL, event);
+    return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue add_bias");
 }
 
 static clmla_status enqueue_prefill(clmla_layer *L, cl_mem q, int q_ld, int first_row, cl_mem kv_up, cl_mem gathered,
@@ -420,7 +517,8 @@ static clmla_matrix weight(cl_mem buffer, size_t ld, size_t panel)
 typedef struct step_plan {
     int T;
     int max_blocks, max_ctx;
-    int *positions, *slots, *token_seq, *token_ctx; /* [T] */
+    int *positions, *slots, *token_seq, *token_ctx; /* [T]; positions: rows of the RoPE table */
+    float *qscale;                                   /* [T] when the layer has a query scale */
     int32_t *tables;                                 /* [num_entries, max_blocks] */
     int *first_row, *prefix, *decompressed;          /* [num_entries] */
 } step_plan;
@@ -428,6 +526,7 @@ typedef struct step_plan {
 static void plan_free(step_plan *p)
 {
     free(p->positions);
+    free(p->qscale);
     free(p->slots);
     free(p->token_seq);
     free(p->token_ctx);
@@ -450,7 +549,18 @@ static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_fo
         if (s->length[a->cache_layer] > p->max_ctx)
             p->max_ctx = s->length[a->cache_layer];
     }
+    if (L->config.dense_max_keys > 0 && p->max_ctx > L->config.dense_max_keys)
+        return clmla_fail(L->ctx, CLMLA_ERROR_UNSUPPORTED,
+                          "a sequence would reach %d tokens, but this model selects index_topk = %d keys per query with "
+                          "its sparse-attention indexer beyond that, which clmla does not implement yet; attention is "
+                          "exact only up to %d tokens",
+                          p->max_ctx, L->config.dense_max_keys, L->config.dense_max_keys);
+    clmla_status st = ensure_rope_table(L, p->max_ctx);
+    if (st != CLMLA_SUCCESS)
+        return st;
     p->positions = malloc((size_t)p->T * sizeof(int));
+    if (L->config.query_scale_beta != 0 && p->T > 0)
+        p->qscale = malloc((size_t)p->T * sizeof(float));
     p->slots = malloc((size_t)p->T * sizeof(int));
     p->token_seq = malloc((size_t)p->T * sizeof(int));
     p->token_ctx = malloc((size_t)p->T * sizeof(int));
@@ -459,7 +569,7 @@ static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_fo
     p->prefix = malloc((size_t)n * sizeof(int));
     p->decompressed = malloc((size_t)n * sizeof(int));
     if (!p->positions || !p->slots || !p->token_seq || !p->token_ctx || !p->tables || !p->first_row || !p->prefix ||
-        !p->decompressed) {
+        !p->decompressed || (L->config.query_scale_beta != 0 && p->T > 0 && !p->qscale)) {
         plan_free(p);
         return clmla_fail(L->ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     }
@@ -472,9 +582,13 @@ static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_fo
         p->decompressed[e] = a->path == CLMLA_PATH_DECOMPRESSED ||
                              (a->path == CLMLA_PATH_AUTO && tokens >= L->auto_threshold);
         memcpy(p->tables + (size_t)e * p->max_blocks, s->blocks, (size_t)s->num_blocks * sizeof(int32_t));
+        /* LongRoPE: the step's last position decides between the short and the long factors. */
+        const int long_rows = clmla_rope_uses_long(&L->config, (long)p->prefix[e] + tokens - 1) ? L->rope_positions : 0;
         for (int i = 0; i < tokens; i++, row++) {
             const int pos = p->prefix[e] + i;
-            p->positions[row] = pos;
+            p->positions[row] = pos + long_rows;
+            if (p->qscale)
+                p->qscale[row] = (float)clmla_query_scale(&L->config, pos);
             p->slots[row] = clmla_cache_row(cache, s, pos);
             p->token_seq[row] = e;
             p->token_ctx[row] = p->decompressed[e] ? 0 : pos + 1;
@@ -541,9 +655,8 @@ static clmla_status run_step(clmla_layer *L, clmla_cache *cache, const clmla_for
             max_decompressed = p->prefix[e] + a->entries[e].num_tokens;
     }
 
-    clmla_status st = ensure_rope_table(L, p->max_ctx);
-    if (st == CLMLA_SUCCESS)
-        st = clmla_scratch(ctx, SCRATCH_QKV, (size_t)T * ld * F, &qkv);
+    cl_mem qscale = NULL;
+    clmla_status st = clmla_scratch(ctx, SCRATCH_QKV, (size_t)T * ld * F, &qkv);
     q = qkv;
     if (st == CLMLA_SUCCESS && L->rq)
         st = clmla_scratch(ctx, SCRATCH_Q, (size_t)T * H * dq * F, &q);
@@ -555,6 +668,8 @@ static clmla_status run_step(clmla_layer *L, clmla_cache *cache, const clmla_for
         st = clmla_scratch(ctx, SCRATCH_LATENT_OUT, (size_t)T * H * rkv * F, &latent);
     if (st == CLMLA_SUCCESS)
         st = clmla_upload(ctx, p->positions, (size_t)T * sizeof(int), &positions);
+    if (st == CLMLA_SUCCESS && p->qscale)
+        st = clmla_upload(ctx, p->qscale, (size_t)T * sizeof(float), &qscale);
     if (st == CLMLA_SUCCESS)
         st = clmla_upload(ctx, p->slots, (size_t)T * sizeof(int), &slots);
     if (st == CLMLA_SUCCESS)
@@ -568,6 +683,8 @@ static clmla_status run_step(clmla_layer *L, clmla_cache *cache, const clmla_for
     if (st == CLMLA_SUCCESS)
         st = clmla_gemm(ctx, T, (size_t)ld, L->D, 1.0f, mat(x, x_offset, L->D, 0), weight(L->qkv_a, L->D, L->qkv_a_panel), 0.0f,
                         mat(qkv, 0, (size_t)ld, 0), NULL);
+    if (st == CLMLA_SUCCESS && L->qkv_bias)
+        st = enqueue_bias(L, qkv, 0, T, ld, ld, L->qkv_bias, NULL);
     if (st == CLMLA_SUCCESS && L->rq) {
         st = enqueue_rmsnorm(L, qkv, 0, T, ld, L->rq, L->q_a_layernorm);
         if (st == CLMLA_SUCCESS)
@@ -577,7 +694,7 @@ static clmla_status run_step(clmla_layer *L, clmla_cache *cache, const clmla_for
     if (st == CLMLA_SUCCESS)
         st = enqueue_rmsnorm(L, qkv, kv_off, T, ld, rkv, L->kv_a_layernorm);
     if (st == CLMLA_SUCCESS)
-        st = enqueue_rope(L, q, q_ld, qkv, kv_off, ld, positions, T);
+        st = enqueue_rope(L, q, q_ld, qkv, kv_off, ld, positions, qscale, T);
     if (st == CLMLA_SUCCESS)
         st = clmla_cache_enqueue_write(cache, layer, T, qkv, (size_t)kv_off, ld, qkv, (size_t)(kv_off + rkv), ld, slots, NULL);
 
@@ -636,9 +753,11 @@ static clmla_status run_step(clmla_layer *L, clmla_cache *cache, const clmla_for
 
     if (st == CLMLA_SUCCESS)
         st = clmla_gemm(ctx, T, L->D, (size_t)H * dv, 1.0f, mat(o, 0, (size_t)H * dv, 0), weight(L->o_proj, (size_t)H * dv, L->o_panel),
-                        0.0f, mat(out, out_offset, L->D, 0), event);
+                        0.0f, mat(out, out_offset, L->D, 0), L->o_bias ? NULL : event);
+    if (st == CLMLA_SUCCESS && L->o_bias)
+        st = enqueue_bias(L, out, (int)out_offset, T, L->D, L->D, L->o_bias, event);
 
-    cl_mem uploads[] = {positions, slots, token_seq, token_ctx, tables};
+    cl_mem uploads[] = {positions, qscale, slots, token_seq, token_ctx, tables};
     for (size_t i = 0; i < sizeof(uploads) / sizeof(uploads[0]); i++)
         if (uploads[i])
             clReleaseMemObject(uploads[i]);

@@ -107,12 +107,45 @@ clmla_status clmla_layer_config_validate(const clmla_layer_config *config)
         return INVALID("rope_theta %g must be > 1", c.rope_theta);
     if (c.rope_pairing != CLMLA_ROPE_INTERLEAVED && c.rope_pairing != CLMLA_ROPE_HALF_SPLIT)
         return INVALID("rope_pairing %d is neither interleaved (0) nor half-split (1)", (int)c.rope_pairing);
-    if (c.yarn_factor > 1.0) {
-        if (c.yarn_original_max_position < 1 || !(c.yarn_beta_fast > 0) || !(c.yarn_beta_slow > 0) ||
+    if (c.rope_type < CLMLA_ROPE_TYPE_DEFAULT || c.rope_type > CLMLA_ROPE_TYPE_NONE)
+        return INVALID("rope_type %d is not one of clmla_rope_type", (int)c.rope_type);
+    const struct {
+        const char *name;
+        double value;
+    } more[] = {{"rope_attention_factor", c.rope_attention_factor}, {"llama3_low_freq_factor", c.llama3_low_freq_factor},
+                {"llama3_high_freq_factor", c.llama3_high_freq_factor}, {"query_scale_beta", c.query_scale_beta},
+                {"q_latent_scale", c.q_latent_scale}, {"kv_latent_scale", c.kv_latent_scale}};
+    for (size_t i = 0; i < sizeof(more) / sizeof(more[0]); i++)
+        if (!isfinite(more[i].value) || (i != 3 && more[i].value < 0))
+            return INVALID("%s is %g, it must be a finite number%s", more[i].name, more[i].value, i != 3 ? " >= 0" : "");
+    if (c.q_latent_scale <= 0 || c.kv_latent_scale <= 0)
+        return INVALID("q_latent_scale %g and kv_latent_scale %g must be positive", c.q_latent_scale, c.kv_latent_scale);
+    if (c.query_scale_beta != 0 && c.query_scale_interval < 1)
+        return INVALID("query_scale_interval %d must be at least 1", c.query_scale_interval);
+    if (c.dense_max_keys < 0)
+        return INVALID("dense_max_keys %d must be >= 0", c.dense_max_keys);
+    if (c.rope_type == CLMLA_ROPE_TYPE_LONGROPE) {
+        if (c.qk_rope_head_dim / 2 > CLMLA_MAX_ROPE_PAIRS)
+            return INVALID("LongRoPE keeps at most %d factors, qk_rope_head_dim %d needs %d", CLMLA_MAX_ROPE_PAIRS,
+                           c.qk_rope_head_dim, c.qk_rope_head_dim / 2);
+        for (int i = 0; i < c.qk_rope_head_dim / 2; i++)
+            if (!(c.longrope_short_factor[i] > 0 && isfinite(c.longrope_short_factor[i])) ||
+                !(c.longrope_long_factor[i] > 0 && isfinite(c.longrope_long_factor[i])))
+                return INVALID("LongRoPE factor %d is %g (short) / %g (long), both must be positive", i,
+                               c.longrope_short_factor[i], c.longrope_long_factor[i]);
+    }
+    if (c.rope_type == CLMLA_ROPE_TYPE_LLAMA3 &&
+        !(c.llama3_low_freq_factor > 0 && c.llama3_high_freq_factor > c.llama3_low_freq_factor && c.yarn_factor > 0))
+        return INVALID("llama3 RoPE needs factor > 0 and 0 < low_freq_factor < high_freq_factor (got %g, %g, %g)",
+                       c.yarn_factor, c.llama3_low_freq_factor, c.llama3_high_freq_factor);
+    if (c.rope_type == CLMLA_ROPE_TYPE_LINEAR && !(c.yarn_factor > 0))
+        return INVALID("linear RoPE needs factor > 0 (got %g)", c.yarn_factor);
+    if (c.rope_type == CLMLA_ROPE_TYPE_YARN) {
+        if (!(c.yarn_factor > 0) || c.yarn_original_max_position < 1 || !(c.yarn_beta_fast > 0) || !(c.yarn_beta_slow > 0) ||
             !(c.yarn_mscale >= 0) || !(c.yarn_mscale_all_dim >= 0))
-            return INVALID("YaRN needs original_max_position >= 1, beta_fast > 0, beta_slow > 0 and mscales >= 0 "
-                           "(got %d, %g, %g, %g, %g)",
-                              c.yarn_original_max_position, c.yarn_beta_fast, c.yarn_beta_slow, c.yarn_mscale,
+            return INVALID("YaRN needs factor > 0, original_max_position >= 1, beta_fast > 0, beta_slow > 0 and "
+                           "mscales >= 0 (got %g, %d, %g, %g, %g, %g)",
+                           c.yarn_factor, c.yarn_original_max_position, c.yarn_beta_fast, c.yarn_beta_slow, c.yarn_mscale,
                               c.yarn_mscale_all_dim);
     } else if (c.yarn_factor != c.yarn_factor || c.yarn_factor < 0) {
         return INVALID("yarn_factor %g is not a number >= 0", c.yarn_factor);

@@ -1,15 +1,23 @@
-/* RoPE tables, computed on the host in double (MLA.md sections 3 and 4). */
+/* RoPE tables and the softmax scale, computed on the host in double (MLA.md sections 3 and 4,
+   and the other rope types of transformers' modeling_rope_utils: linear, longrope, llama3). */
 #ifndef CLMLA_ROPE_H
 #define CLMLA_ROPE_H
 #include "clmla.h"
 
-/* The configuration with every 0-means-default field filled in. */
+/* The configuration with every 0-means-default field filled in (rope_type AUTO made explicit). */
 clmla_layer_config clmla_config_resolved(const clmla_layer_config *config);
 
-/* inv_freq[i] for i < dr/2 (YaRN-corrected when on) and the cos/sin amplitude A. */
-void clmla_rope_inv_freq(const clmla_layer_config *resolved, double *inv_freq, double *amplitude);
+/* inv_freq[i] for i < dr/2 and the cos/sin amplitude A. `long_factors` picks LongRoPE's long
+   list (ignored by the other types). NONE gives inv_freq 0 and A 1: cos 1, sin 0. */
+void clmla_rope_inv_freq(const clmla_layer_config *resolved, int long_factors, double *inv_freq, double *amplitude);
 
 /* table [positions, dr/2] of (A cos(p*inv_freq[i]), A sin(p*inv_freq[i])) as float pairs, for
    positions first .. first+count-1 (written from table[0]). */
-void clmla_rope_fill_table(const clmla_layer_config *resolved, int first, int count, float *table);
+void clmla_rope_fill_table(const clmla_layer_config *resolved, int long_factors, int first, int count, float *table);
+
+/* Whether a step whose last position is `last` rotates with LongRoPE's long factors. */
+int clmla_rope_uses_long(const clmla_layer_config *resolved, long last);
+
+/* The per-position query multiplier (query_scale_beta), 1 when off. */
+double clmla_query_scale(const clmla_layer_config *resolved, long position);
 #endif

@@ -230,6 +230,20 @@ typedef enum clmla_rope_pairing {
     CLMLA_ROPE_HALF_SPLIT = 1   /* pairs (x[i], x[i+dr/2]): "neox" style, e.g. MiniCPM3 */
 } clmla_rope_pairing;
 
+/* How the rotary frequencies are made (transformers' "rope_type"). */
+typedef enum clmla_rope_type {
+    CLMLA_ROPE_TYPE_AUTO = 0,     /* YARN when yarn_factor > 1, else DEFAULT (the 0.1 behaviour) */
+    CLMLA_ROPE_TYPE_DEFAULT = 1,  /* inv_freq_i = theta^(-2i/dr) */
+    CLMLA_ROPE_TYPE_LINEAR = 2,   /* default / yarn_factor */
+    CLMLA_ROPE_TYPE_YARN = 3,     /* MLA.md section 3 */
+    CLMLA_ROPE_TYPE_LONGROPE = 4, /* default / short or long factor per pair (MiniCPM3) */
+    CLMLA_ROPE_TYPE_LLAMA3 = 5,   /* Llama 3's wavelength-split scaling */
+    CLMLA_ROPE_TYPE_NONE = 6      /* no rotation: the rope dims are used as they are (Kimi-Linear) */
+} clmla_rope_type;
+
+/* Longest LongRoPE factor list clmla keeps: dr <= 2 * CLMLA_MAX_ROPE_PAIRS for that type. */
+#define CLMLA_MAX_ROPE_PAIRS 128
+
 typedef struct clmla_layer_config {
     int hidden_size;          /* D */
     int num_heads;            /* H */
@@ -248,6 +262,35 @@ typedef struct clmla_layer_config {
     double yarn_beta_slow;             /* 0 = 1 */
     double yarn_mscale;                /* used as given (1.0 in HF's default) */
     double yarn_mscale_all_dim;        /* used as given (0.0 in HF's default) */
+
+    /* ---- added in 0.2; all 0 keep the 0.1 meaning ---- */
+    clmla_rope_type rope_type;         /* AUTO: YARN when yarn_factor > 1, else DEFAULT */
+    /* A, the amplitude multiplying cos and sin; 0 = the type's own rule: YARN g(s, yarn_mscale) /
+       g(s, yarn_mscale_all_dim) with g(s, m) = 0.1 m ln s + 1 (1 for s <= 1); LONGROPE
+       sqrt(1 + ln s / ln L) (1 for s <= 1); every other type 1. */
+    double rope_attention_factor;
+    int yarn_no_truncate;              /* 1: YaRN's correction range is not rounded (transformers' "truncate": false) */
+    double llama3_low_freq_factor;     /* LLAMA3 only */
+    double llama3_high_freq_factor;
+    /* LONGROPE: per-pair frequency divisors, dr/2 each. A step of a sequence whose last position
+       p has p + 1 > L (yarn_original_max_position) rotates its new tokens with the long factors,
+       else the short ones; cached keys keep the rotation they were written with (transformers'
+       behaviour, decided per sequence and step). yarn_factor is LongRoPE's s, for A. */
+    double longrope_short_factor[CLMLA_MAX_ROPE_PAIRS];
+    double longrope_long_factor[CLMLA_MAX_ROPE_PAIRS];
+    /* Per-position query scale (Mistral 4's Llama-4 scaling): after RoPE every query value of a token
+       at position p is multiplied by 1 + query_scale_beta * ln(1 + floor(p / query_scale_interval)).
+       0 = off; query_scale_interval 0 = yarn_original_max_position. */
+    double query_scale_beta;
+    int query_scale_interval;
+    /* Constant factors on c^Q and c^KV after their RMSNorms (LongCat-Flash: sqrt(D/rq), sqrt(D/rkv));
+       folded into the norm weights at creation. 0 = 1. */
+    double q_latent_scale;
+    double kv_latent_scale;
+    /* Sparse-attention models (DeepSeek-V3.2, GLM-5) attend densely while a query sees at most
+       index_topk keys; clmla has no indexer yet, so a step that would give a query more keys than
+       this fails with CLMLA_ERROR_UNSUPPORTED and changes nothing. 0 = no limit (dense models). */
+    int dense_max_keys;
 } clmla_layer_config;
 
 typedef enum clmla_preset {
@@ -292,6 +335,11 @@ typedef struct clmla_layer_weights {
     clmla_tensor kv_a_layernorm;     /* [rkv] */
     clmla_tensor kv_b_proj;          /* [H*(dn+dv), rkv] */
     clmla_tensor o_proj;             /* [D, H*dv] */
+    /* Optional biases, 1-D (checkpoints with "attention_bias": true); data NULL = none. q_proj,
+       q_b_proj and kv_b_proj have none in any published MLA model. */
+    clmla_tensor q_a_proj_bias;           /* [rq] */
+    clmla_tensor kv_a_proj_with_mqa_bias; /* [rkv+dr] */
+    clmla_tensor o_proj_bias;             /* [D] */
 } clmla_layer_weights;
 
 /* Convenience: a 2-D or 1-D tensor descriptor. */
@@ -456,6 +504,20 @@ clmla_status clmla_model_read_config(const char *model_dir, clmla_layer_config *
    clmla_last_error(ctx) that names the file and the problem. */
 clmla_status clmla_layer_create_from_model(clmla_context *ctx, const char *model_dir, int layer_index,
                                            clmla_layer **layer);
+
+/* The config.json model_type values clmla runs, as one line of text (docs/MODELS.md). */
+const char *clmla_model_types(void);
+
+/* Which attention of a model folder to load. Zero-initialised: layer 0, its only attention. */
+typedef struct clmla_model_options {
+    int layer;    /* decoder layer, numbered as the model numbers them (--layer) */
+    int sublayer; /* the attention inside it: 0, or 1 for longcat_flash's self_attn.1 (--sublayer) */
+} clmla_model_options;
+
+/* clmla_layer_create_from_model with options. A layer that is not MLA (kimi_linear's linear
+   attention layers) fails with CLMLA_ERROR_INVALID_CONFIG naming the layers that are. */
+clmla_status clmla_layer_create_from_model_opts(clmla_context *ctx, const char *model_dir,
+                                                const clmla_model_options *options, clmla_layer **layer);
 
 /* Reads a .npy file of float32 or float16 values (little-endian, C order, 1-D or 2-D) as float32:
    *data [shape[0] * shape[1]] (shape[1] = 0 for 1-D), allocated by the library, freed with

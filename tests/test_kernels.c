@@ -219,16 +219,20 @@ static void test_rmsnorm(void)
 
 /* ---- rope -------------------------------------------------------------------------------------------- */
 
+/* Both pairings, and with QSCALE (a per-token multiplier of every query value, nope dims too;
+   DN = 11 > DR / 2 so each work-item scales more than one nope dim). */
 static void test_rope(void)
 {
-    for (int half_split = 0; half_split < 2; half_split++) {
-        enum { DR = 8, H = 3, T = 5, DN = 3, RKV = 5, P = 12 };
+    for (int variant = 0; variant < 3; variant++) {
+        const int half_split = variant == 1, qscaled = variant == 2;
+        enum { DR = 8, H = 3, T = 5, DN = 11, RKV = 5, P = 12 };
         const int dq = DN + DR, q_row = H * dq + 2, kv_row = RKV + DR + 1, q_off = 1, kv_off = 4;
-        char options[48];
-        snprintf(options, sizeof(options), "-D DR=%d%s", DR, half_split ? " -D HALF_SPLIT" : "");
+        char options[64];
+        snprintf(options, sizeof(options), "-D DR=%d%s%s", DR, half_split ? " -D HALF_SPLIT" : "", qscaled ? " -D QSCALE" : "");
         cl_kernel k = kernel("rope", options, "rope");
         const size_t nq = (size_t)q_off + (size_t)T * q_row, nkv = (size_t)kv_off + (size_t)T * kv_row;
-        float q[1 + 5 * 35], kv[4 + 5 * 14], table[P * DR], gq[1 + 5 * 35], gkv[4 + 5 * 14];
+        float q[1 + 5 * 59], kv[4 + 5 * 14], table[P * DR], gq[1 + 5 * 59], gkv[4 + 5 * 14];
+        const float qscale[T] = {1.5f, 1.0f, 0.25f, 2.0f, 3.0f};
         tu_rng rng = tu_rng_seed(20);
         fill(q, nq, 1.0f, &rng);
         fill(kv, nkv, 1.0f, &rng);
@@ -240,7 +244,7 @@ static void test_rope(void)
                 table[(p * DR / 2 + i) * 2 + 1] = (float)(amplitude * sin(angle));
             }
         const int positions[T] = {7, 0, 11, 3, 3};
-        float wq[1 + 5 * 35], wkv[4 + 5 * 14];
+        float wq[1 + 5 * 59], wkv[4 + 5 * 14];
         memcpy(wq, q, sizeof(q));
         memcpy(wkv, kv, sizeof(kv));
         for (int t = 0; t < T; t++)
@@ -252,7 +256,12 @@ static void test_rope(void)
                     const float x0 = x[a], x1 = x[b];
                     x[a] = x0 * c - x1 * s;
                     x[b] = x0 * s + x1 * c;
+                    if (qscaled && h < H)
+                        x[a] *= qscale[t], x[b] *= qscale[t];
                 }
+                if (qscaled && h < H)
+                    for (int j = 0; j < DN; j++)
+                        x[j - DN] *= qscale[t];
             }
         cl_mem qb = buffer(nq * sizeof(float), q), kvb = buffer(nkv * sizeof(float), kv);
         cl_mem pb = buffer(sizeof(positions), positions), tb = buffer(sizeof(table), table);
@@ -269,13 +278,46 @@ static void test_rope(void)
         ARG(k, 9, rkv);
         ARG(k, 10, pb);
         ARG(k, 11, tb);
+        cl_mem sb = qscaled ? buffer(sizeof(qscale), qscale) : NULL;
+        if (qscaled)
+            ARG(k, 12, sb);
         const size_t global[3] = {DR / 2, H + 1, T};
+        static const char *const names[] = {"interleaved", "half-split", "interleaved, query scale"};
         if (launch(k, 3, global, NULL)) {
             download(qb, nq * sizeof(float), gq);
             download(kvb, nkv * sizeof(float), gkv);
-            CHECK_NEAR(gq, wq, nq, q_row, 1e-6, "rope %s: q (every value)", half_split ? "half-split" : "interleaved");
-            CHECK_NEAR(gkv, wkv, nkv, kv_row, 1e-6, "rope %s: kv (every value)", half_split ? "half-split" : "interleaved");
+            CHECK_NEAR(gq, wq, nq, q_row, 1e-6, "rope %s: q (every value)", names[variant]);
+            CHECK_NEAR(gkv, wkv, nkv, kv_row, 1e-6, "rope %s: kv (every value)", names[variant]);
         }
+    }
+}
+
+/* ---- add_bias ----------------------------------------------------------------------------------------- */
+
+static void test_add_bias(void)
+{
+    enum { ROWS = 3, COLS = 13, STRIDE = 17, OFF = 2 };
+    const size_t n = OFF + ROWS * STRIDE + 1;
+    cl_kernel k = kernel("bias", "", "add_bias");
+    float x[OFF + ROWS * STRIDE + 1], bias[COLS], got[OFF + ROWS * STRIDE + 1], want[OFF + ROWS * STRIDE + 1];
+    tu_rng rng = tu_rng_seed(23);
+    fill(x, n, 1.0f, &rng);
+    fill(bias, COLS, 1.0f, &rng);
+    memcpy(want, x, sizeof(x));
+    for (int r = 0; r < ROWS; r++)
+        for (int i = 0; i < COLS; i++)
+            want[OFF + r * STRIDE + i] += bias[i];
+    cl_mem xb = buffer(sizeof(x), x), bb = buffer(sizeof(bias), bias);
+    const int off = OFF, stride = STRIDE, cols = COLS;
+    ARG(k, 0, xb);
+    ARG(k, 1, off);
+    ARG(k, 2, stride);
+    ARG(k, 3, cols);
+    ARG(k, 4, bb);
+    const size_t global[2] = {COLS, ROWS};
+    if (launch(k, 2, global, NULL)) {
+        download(xb, sizeof(x), got);
+        CHECK_NEAR(got, want, n, STRIDE, 0, "add_bias: every value, the untouched columns too");
     }
 }
 
@@ -1090,7 +1132,7 @@ static void test_layer(void)
 /* ---- coverage ---------------------------------------------------------------------------------------- */
 
 /* The kernels this file launches directly. */
-static const char *const tested[] = {"rmsnorm",        "rope",           "cache_write",         "cache_gather",
+static const char *const tested[] = {"rmsnorm",        "rope",           "add_bias",       "cache_write",         "cache_gather",
                                      "attn_latent",    "attn_latent_rows", "attn_combine",       "attn_combine_rows", "attn_prefill",
                                      "attn_prefill_rows", "gemm_skinny_nt", "gemm_skinny_nn",    "gemm_skinny_nt_rows",
                                      "gemm_skinny_nn_rows", "gemm_packed_rows", "gemm_tiled_rows"};
@@ -1177,6 +1219,7 @@ static void test_kernels(void)
 {
     test_rmsnorm();
     test_rope();
+    test_add_bias();
     test_cache_write();
     test_cache_gather();
     test_attn_latent();
