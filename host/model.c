@@ -44,8 +44,7 @@ static int is_file(const char *path)
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-static clmla_status read_config(const char *model_dir, clmla_layer_config *config, int *num_layers, char *err,
-                                size_t errsize)
+static clmla_status read_desc(const char *model_dir, clmla_model_desc *desc, char *err, size_t errsize)
 {
     char *path = join(model_dir, CONFIG_NAME);
     if (!path) {
@@ -56,7 +55,7 @@ static clmla_status read_config(const char *model_dir, clmla_layer_config *confi
     size_t length = 0;
     clmla_status st = clmla_read_text_file(path, MAX_JSON_BYTES, "a JSON file of a model folder", &text, &length, err, errsize);
     if (st == CLMLA_SUCCESS)
-        st = clmla_config_parse(text, length, path, config, num_layers, err, errsize);
+        st = clmla_model_config_parse(text, length, path, desc, err, errsize);
     free(text);
     free(path);
     return st;
@@ -67,12 +66,14 @@ clmla_status clmla_model_read_config(const char *model_dir, clmla_layer_config *
     if (!model_dir || !config)
         return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_model_read_config: NULL argument");
     char err[ERR_SIZE];
-    int layers = 0;
-    clmla_status st = read_config(model_dir, config, &layers, err, sizeof(err));
+    clmla_model_desc d;
+    clmla_status st = read_desc(model_dir, &d, err, sizeof(err));
     if (st != CLMLA_SUCCESS)
         return clmla_fail(NULL, st, "%s", err);
+    *config = d.layer;
     if (num_layers)
-        *num_layers = layers;
+        *num_layers = d.num_layers;
+    clmla_model_desc_free(&d);
     return CLMLA_SUCCESS;
 }
 
@@ -205,12 +206,12 @@ static clmla_status find_tensor(loader *l, const char *name, const clmla_st_file
 
 /* Loads one weight as float32 into *data (malloc'ed) after checking its shape: [rows, cols], or
    [rows] when cols is 0. */
-static clmla_status load_weight(loader *l, const char *prefix, const char *suffix, int64_t rows, int64_t cols,
+static clmla_status load_tensor(loader *l, const char *prefix, const char *suffix, int64_t rows, int64_t cols,
                                 const char *implied_by, float **data)
 {
     *data = NULL;
     char name[256], scale_name[300];
-    snprintf(name, sizeof(name), "%s%s.weight", prefix, suffix);
+    snprintf(name, sizeof(name), "%s%s", prefix, suffix);
     snprintf(scale_name, sizeof(scale_name), "%s_scale_inv", name);
     const clmla_st_file *file = NULL, *scale_file = NULL;
     const clmla_st_tensor *t = NULL, *scale = NULL;
@@ -260,25 +261,88 @@ static clmla_status load_weight(loader *l, const char *prefix, const char *suffi
     return CLMLA_SUCCESS;
 }
 
+/* Where layer N's attention tensors sit: transformers' own names, and those of the multimodal
+   wrappers (kimi_k25, mistral3) as published and as transformers 5 saves them. */
+static const char *const prefixes[] = {"model.layers.%d.self_attn.%s", "language_model.model.layers.%d.self_attn.%s",
+                                       "model.language_model.layers.%d.self_attn.%s",
+                                       "language_model.layers.%d.self_attn.%s"};
+
+static clmla_status find_prefix(loader *l, int layer, const char *sub, char *prefix, size_t size)
+{
+    for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
+        char probe[300];
+        snprintf(prefix, size, prefixes[i], layer, sub);
+        snprintf(probe, sizeof(probe), "%skv_a_proj_with_mqa.weight", prefix);
+        const clmla_st_file *file = NULL;
+        const clmla_st_tensor *t = NULL;
+        clmla_status st = find_tensor(l, probe, &file, &t);
+        if (st != CLMLA_SUCCESS)
+            return st;
+        if (t)
+            return CLMLA_SUCCESS;
+    }
+    snprintf(prefix, size, prefixes[0], layer, sub); /* the missing-tensor message names transformers' own */
+    return CLMLA_SUCCESS;
+}
+
+/* "0, 4, 8" of the MLA layers, for messages. */
+static void mla_list(const clmla_model_desc *d, char *buf, size_t size)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < d->num_layers && n + 16 < size; i++)
+        if (d->is_mla[i])
+            n += (size_t)snprintf(buf + n, size - n, "%s%d", n ? ", " : "", i);
+}
+
 clmla_status clmla_layer_create_from_model(clmla_context *ctx, const char *model_dir, int layer_index,
                                            clmla_layer **layer)
+{
+    clmla_model_options o;
+    memset(&o, 0, sizeof(o));
+    o.layer = layer_index;
+    return clmla_layer_create_from_model_opts(ctx, model_dir, &o, layer);
+}
+
+clmla_status clmla_layer_create_from_model_opts(clmla_context *ctx, const char *model_dir, const clmla_model_options *opt,
+                                                clmla_layer **layer)
 {
     if (!layer)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_layer_create_from_model: NULL output pointer");
     *layer = NULL;
-    if (!ctx || !model_dir)
+    if (!ctx || !model_dir || !opt)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_layer_create_from_model: NULL argument");
 
-    clmla_layer_config c;
-    int num_layers = 0;
+    clmla_model_desc d;
     char err[ERR_SIZE];
-    clmla_status st = read_config(model_dir, &c, &num_layers, err, sizeof(err));
+    clmla_status st = read_desc(model_dir, &d, err, sizeof(err));
     if (st != CLMLA_SUCCESS)
         return clmla_fail(ctx, st, "%s", err);
-    if (layer_index < 0 || layer_index >= num_layers)
+    const int layer_index = opt->layer;
+    if (layer_index < 0 || layer_index >= d.num_layers) {
+        clmla_model_desc_free(&d);
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
-                          "layer %d is out of range: %s/%s has num_hidden_layers %d (layers 0 to %d)", layer_index,
-                          model_dir, CONFIG_NAME, num_layers, num_layers - 1);
+                          "layer %d is out of range: %s/%s has %d decoder layers (0 to %d)", layer_index, model_dir,
+                          CONFIG_NAME, d.num_layers, d.num_layers - 1);
+    }
+    if (opt->sublayer < 0 || opt->sublayer >= d.attentions_per_layer) {
+        const int n = d.attentions_per_layer;
+        clmla_model_desc_free(&d);
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "sublayer %d is out of range: %s has %d attention%s per layer%s",
+                          opt->sublayer, d.model_type, n, n == 1 ? "" : "s", n == 1 ? " (sublayer 0)" : " (0 to 1)");
+    }
+    if (d.is_mla && !d.is_mla[layer_index]) {
+        char list[512];
+        mla_list(&d, list, sizeof(list));
+        clmla_fail(ctx, CLMLA_ERROR_INVALID_CONFIG,
+                   "layer %d of %s is not an MLA layer (%s's other layers are linear attention); its MLA layers are %s",
+                   layer_index, model_dir, d.model_type, list[0] ? list : "none");
+        clmla_model_desc_free(&d);
+        return CLMLA_ERROR_INVALID_CONFIG;
+    }
+    const clmla_layer_config c = d.layer;
+    const int bias = d.attention_bias;
+    clmla_model_desc_free(&d);
 
     loader *l = calloc(1, sizeof(*l));
     if (!l)
@@ -287,29 +351,41 @@ clmla_status clmla_layer_create_from_model(clmla_context *ctx, const char *model
 
     const int64_t D = c.hidden_size, H = c.num_heads, rq = c.q_lora_rank, rkv = c.kv_lora_rank;
     const int64_t dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dv = c.v_head_dim;
-    char prefix[64];
-    snprintf(prefix, sizeof(prefix), "model.layers.%d.self_attn.", layer_index);
+    char prefix[256], sub[16] = "";
+    if (d.attentions_per_layer > 1)
+        snprintf(sub, sizeof(sub), "%d.", opt->sublayer);
+    if (st == CLMLA_SUCCESS)
+        st = find_prefix(l, layer_index, sub, prefix, sizeof(prefix));
     float *q_a = NULL, *q_a_norm = NULL, *q_b = NULL, *q = NULL, *kv_a = NULL, *kv_norm = NULL, *kv_b = NULL, *o = NULL;
+    float *q_a_bias = NULL, *kv_a_bias = NULL, *o_bias = NULL;
     if (st == CLMLA_SUCCESS && rq == 0)
-        st = load_weight(l, prefix, "q_proj", H * (dn + dr), D,
+        st = load_tensor(l, prefix, "q_proj.weight", H * (dn + dr), D,
                          "num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim), hidden_size", &q);
     if (st == CLMLA_SUCCESS && rq > 0)
-        st = load_weight(l, prefix, "q_a_proj", rq, D, "q_lora_rank, hidden_size", &q_a);
+        st = load_tensor(l, prefix, "q_a_proj.weight", rq, D, "q_lora_rank, hidden_size", &q_a);
     if (st == CLMLA_SUCCESS && rq > 0)
-        st = load_weight(l, prefix, "q_a_layernorm", rq, 0, "q_lora_rank", &q_a_norm);
+        st = load_tensor(l, prefix, "q_a_layernorm.weight", rq, 0, "q_lora_rank", &q_a_norm);
     if (st == CLMLA_SUCCESS && rq > 0)
-        st = load_weight(l, prefix, "q_b_proj", H * (dn + dr), rq,
+        st = load_tensor(l, prefix, "q_b_proj.weight", H * (dn + dr), rq,
                          "num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim), q_lora_rank", &q_b);
     if (st == CLMLA_SUCCESS)
-        st = load_weight(l, prefix, "kv_a_proj_with_mqa", rkv + dr, D, "kv_lora_rank + qk_rope_head_dim, hidden_size",
-                         &kv_a);
+        st = load_tensor(l, prefix, "kv_a_proj_with_mqa.weight", rkv + dr, D,
+                         "kv_lora_rank + qk_rope_head_dim, hidden_size", &kv_a);
     if (st == CLMLA_SUCCESS)
-        st = load_weight(l, prefix, "kv_a_layernorm", rkv, 0, "kv_lora_rank", &kv_norm);
+        st = load_tensor(l, prefix, "kv_a_layernorm.weight", rkv, 0, "kv_lora_rank", &kv_norm);
     if (st == CLMLA_SUCCESS)
-        st = load_weight(l, prefix, "kv_b_proj", H * (dn + dv), rkv,
+        st = load_tensor(l, prefix, "kv_b_proj.weight", H * (dn + dv), rkv,
                          "num_attention_heads x (qk_nope_head_dim + v_head_dim), kv_lora_rank", &kv_b);
     if (st == CLMLA_SUCCESS)
-        st = load_weight(l, prefix, "o_proj", D, H * dv, "hidden_size, num_attention_heads x v_head_dim", &o);
+        st = load_tensor(l, prefix, "o_proj.weight", D, H * dv, "hidden_size, num_attention_heads x v_head_dim", &o);
+    /* "attention_bias": true (q_proj, q_b_proj and kv_b_proj have none). */
+    if (st == CLMLA_SUCCESS && bias && rq > 0)
+        st = load_tensor(l, prefix, "q_a_proj.bias", rq, 0, "q_lora_rank, attention_bias", &q_a_bias);
+    if (st == CLMLA_SUCCESS && bias)
+        st = load_tensor(l, prefix, "kv_a_proj_with_mqa.bias", rkv + dr, 0, "kv_lora_rank + qk_rope_head_dim, attention_bias",
+                         &kv_a_bias);
+    if (st == CLMLA_SUCCESS && bias)
+        st = load_tensor(l, prefix, "o_proj.bias", D, 0, "hidden_size, attention_bias", &o_bias);
     if (st != CLMLA_SUCCESS)
         clmla_fail(ctx, st, "%s", l->err);
     loader_free(l);
@@ -329,15 +405,16 @@ clmla_status clmla_layer_create_from_model(clmla_context *ctx, const char *model
         w.kv_a_layernorm = clmla_tensor_1d(kv_norm, rkv);
         w.kv_b_proj = clmla_tensor_2d(kv_b, H * (dn + dv), rkv);
         w.o_proj = clmla_tensor_2d(o, D, H * dv);
+        if (q_a_bias)
+            w.q_a_proj_bias = clmla_tensor_1d(q_a_bias, rq);
+        if (kv_a_bias)
+            w.kv_a_proj_with_mqa_bias = clmla_tensor_1d(kv_a_bias, rkv + dr);
+        if (o_bias)
+            w.o_proj_bias = clmla_tensor_1d(o_bias, D);
         st = clmla_layer_create(ctx, &c, &w, layer);
     }
-    free(q_a);
-    free(q_a_norm);
-    free(q_b);
-    free(q);
-    free(kv_a);
-    free(kv_norm);
-    free(kv_b);
-    free(o);
+    float *all[] = {q_a, q_a_norm, q_b, q, kv_a, kv_norm, kv_b, o, q_a_bias, kv_a_bias, o_bias};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        free(all[i]);
     return st;
 }

@@ -271,7 +271,8 @@ static void test_config(void)
         CHECK(layers == published[i].layers, "%s: %d layers", clmla_preset_name(published[i].preset), layers);
     }
 
-    /* Pairing: rope_interleave decides when present; another model type must say. */
+    /* Pairing: rope_interleave decides where the family reads it (default true); minicpm3 is
+       always half-split, deepseek_v2 always interleaved (tests/test_model_config.c has the rest). */
     char text[4096];
     clmla_layer_config c;
     int layers;
@@ -286,9 +287,9 @@ static void test_config(void)
           "rope_interleave true gives interleaved pairs: %s", err);
     const char *minimal = "{\"model_type\": \"%s\", \"hidden_size\": 64, \"num_attention_heads\": 2, \"num_hidden_layers\": 1,"
                           " \"kv_lora_rank\": 32, \"qk_nope_head_dim\": 8, \"qk_rope_head_dim\": 4, \"v_head_dim\": 8%s}";
-    snprintf(text, sizeof(text), minimal, "minicpm3", "");
-    config_fails(text, CLMLA_ERROR_INVALID_CONFIG, "rope_interleave");
-    snprintf(text, sizeof(text), minimal, "minicpm3", ", \"rope_interleave\": false");
+    snprintf(text, sizeof(text), minimal, "llama", ", \"rope_interleave\": false");
+    config_fails(text, CLMLA_ERROR_INVALID_CONFIG, "model_type 'llama' is not an MLA family");
+    snprintf(text, sizeof(text), minimal, "minicpm3", ", \"rope_interleave\": true");
     CHECK(clmla_config_parse(text, strlen(text), "c", &c, &layers, err, sizeof(err)) == CLMLA_SUCCESS &&
               c.rope_pairing == CLMLA_ROPE_HALF_SPLIT && c.q_lora_rank == 0 && c.yarn_factor == 0 && c.rope_theta == 10000.0,
           "minimal half-split config with defaults: %s", err);
@@ -303,16 +304,18 @@ static void test_config(void)
 
     /* Refusals, by name. */
     snprintf(text, sizeof(text), minimal, "deepseek_v2", ", \"rope_scaling\": {\"type\": \"longrope\", \"factor\": 4}");
-    config_fails(text, CLMLA_ERROR_INVALID_CONFIG, "rope_scaling type 'longrope' is not supported");
+    config_fails(text, CLMLA_ERROR_INVALID_CONFIG, "'longrope': DeepSeek's published modeling code accepts only");
     snprintf(text, sizeof(text), minimal, "deepseek_v2", ", \"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 2}");
     config_fails(text, CLMLA_ERROR_INVALID_CONFIG, "'dynamic'");
     snprintf(text, sizeof(text), minimal, "deepseek_v2", ", \"rope_scaling\": {\"type\": \"yarn\"}");
     config_fails(text, CLMLA_ERROR_INVALID_FILE, "rope_scaling.factor");
     snprintf(text, sizeof(text), minimal, "deepseek_v2", ", \"rope_scaling\": {\"factor\": 2}");
-    config_fails(text, CLMLA_ERROR_INVALID_FILE, "no \"type\"");
+    CHECK(clmla_config_parse(text, strlen(text), "c", &c, &layers, err, sizeof(err)) == CLMLA_SUCCESS &&
+              c.rope_type == CLMLA_ROPE_TYPE_DEFAULT,
+          "rope_scaling without a type is the default type, as transformers reads it: %s", err);
     snprintf(text, sizeof(text), minimal, "deepseek_v2", ", \"rope_scaling\": \"yarn\"");
     config_fails(text, CLMLA_ERROR_INVALID_FILE, "rope_scaling");
-    snprintf(text, sizeof(text), minimal, "deepseek_v2", ", \"rope_interleave\": 1");
+    snprintf(text, sizeof(text), minimal, "deepseek_v3", ", \"rope_interleave\": 1");
     config_fails(text, CLMLA_ERROR_INVALID_FILE, "rope_interleave");
     config_fails("{\"model_type\": \"deepseek_v2\", \"hidden_size\": 64}", CLMLA_ERROR_INVALID_FILE,
                  "\"num_attention_heads\" is missing");
@@ -529,7 +532,7 @@ static void test_bad_models(void)
     /* Layer index out of range. */
     m = base_model("F32", 0, 0);
     if (write_model("range", &m, dir, sizeof(dir)) == 0) {
-        load_fails(dir, 2, CLMLA_ERROR_INVALID_ARGUMENT, "layer 2 is out of range", "config.json has num_hidden_layers 2",
+        load_fails(dir, 2, CLMLA_ERROR_INVALID_ARGUMENT, "layer 2 is out of range", "config.json has 2 decoder layers",
                    NULL);
         load_fails(dir, -1, CLMLA_ERROR_INVALID_ARGUMENT, "layer -1 is out of range", NULL, NULL);
         /* ... and a config that promises a layer the weights lack. */
@@ -617,8 +620,7 @@ static void test_bad_models(void)
                               "\"hidden_size\": 160, \"num_attention_heads\": 2, \"kv_lora_rank\": 144, "
                               "\"qk_nope_head_dim\": 16, \"qk_rope_head_dim\": 8, \"v_head_dim\": 16, "
                               "\"num_hidden_layers\": 1}");
-        load_fails(dir, 0, CLMLA_ERROR_INVALID_CONFIG, "config.json: rope_scaling type 'longrope' is not supported", NULL,
-                   NULL);
+        load_fails(dir, 0, CLMLA_ERROR_INVALID_CONFIG, "config.json: \"rope_scaling.type\" 'longrope'", NULL, NULL);
         ckpt_write_text(path, "{\"hidden_size\": ");
         load_fails(dir, 0, CLMLA_ERROR_INVALID_FILE, "config.json: not valid JSON", NULL, NULL);
     }

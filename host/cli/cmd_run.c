@@ -26,11 +26,12 @@ static int parse_path(const char *text, clmla_attention_path *path)
 
 int cmd_run(int argc, char **argv)
 {
-    int help = 0, layer_index = 0, prefill = -1, chunk = 0, block_size = 64;
+    int help = 0, layer_index = 0, sublayer = 0, prefill = -1, chunk = 0, block_size = 64;
     const char *device = NULL, *model = NULL, *input = NULL, *output = NULL, *path_name = "auto", *cache_dtype = "f32";
     cli_option opts[] = {
         {"model", CLI_STRING, &model, "DIR   model folder: config.json + model.safetensors or its shards"},
-        {"layer", CLI_INT, &layer_index, "N     which layer's attention (default 0)"},
+        {"layer", CLI_INT, &layer_index, "N     which decoder layer's attention, as the model numbers them (default 0)"},
+        {"sublayer", CLI_INT, &sublayer, "K     which attention inside the layer: 0, or 1 (longcat_flash's self_attn.1)"},
         {"input", CLI_STRING, &input, "X.npy hidden states entering self_attn, float32/float16 [T, hidden_size]"},
         {"output", CLI_STRING, &output, "Y.npy where the attention output after o_proj goes, float32 [T, hidden_size]"},
         {"prefill", CLI_INT, &prefill, "N     the first N tokens are prefilled, the rest decoded one by one (default T)"},
@@ -45,10 +46,11 @@ int cmd_run(int argc, char **argv)
     if (cli_parse("run", opts, argc, argv, 2))
         return 2;
     if (help) {
-        cli_usage("run", "Runs the attention of one layer of a Hugging Face model folder (DeepSeek-V2/V3, Kimi-K2:\n"
-                         "config.json + safetensors, F32/F16/BF16/F8_E4M3) over the hidden states X of one sequence\n"
-                         "at positions 0..T-1 and writes the output after o_proj (no residual) to Y.",
+        cli_usage("run", "Runs the attention of one layer of a Hugging Face model folder (config.json +\n"
+                         "safetensors, F32/F16/BF16/F8_E4M3) over the hidden states X of one sequence at\n"
+                         "positions 0..T-1 and writes the output after o_proj (no residual) to Y.",
                   opts);
+        printf("\nmodel_type values it runs (docs/MODELS.md): %s\n", clmla_model_types());
         return 0;
     }
     clmla_attention_path path = CLMLA_PATH_AUTO;
@@ -124,7 +126,11 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "clmla run: %s\n", clmla_last_error(NULL));
         goto done;
     }
-    if (clmla_layer_create_from_model(ctx, model, layer_index, &layer) != CLMLA_SUCCESS) {
+    clmla_model_options mo;
+    memset(&mo, 0, sizeof(mo));
+    mo.layer = layer_index;
+    mo.sublayer = sublayer;
+    if (clmla_layer_create_from_model_opts(ctx, model, &mo, &layer) != CLMLA_SUCCESS) {
         fprintf(stderr, "clmla run: %s\n", clmla_last_error(ctx));
         goto done;
     }
