@@ -115,10 +115,16 @@ static int present(const cJSON *item)
     return item && !cJSON_IsNull(item);
 }
 
+/* obj[key], or NULL when absent or null. A key given twice means its last value, as Python's
+   json module (and so transformers) reads it. */
 static const cJSON *item(const cJSON *obj, const char *key)
 {
-    const cJSON *i = obj ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
-    return present(i) ? i : NULL;
+    const cJSON *found = NULL;
+    if (obj && cJSON_IsObject(obj))
+        for (const cJSON *i = obj->child; i; i = i->next)
+            if (i->string && strcmp(i->string, key) == 0)
+                found = i;
+    return present(found) ? found : NULL;
 }
 
 /* An integer field; `fallback` < 0 makes it required. `where` prefixes the key in messages. */
@@ -230,8 +236,8 @@ static clmla_status read_rope(const reader *r, const cJSON *root, const family *
         c->rope_theta = 1e4; /* unused */
         return CLMLA_SUCCESS;
     }
-    const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
-    const cJSON *parameters = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    const cJSON *scaling = item(root, "rope_scaling");
+    const cJSON *parameters = item(root, "rope_parameters");
     if (present(scaling) && !cJSON_IsObject(scaling))
         return bad(r, CLMLA_ERROR_INVALID_FILE, "\"%srope_scaling\" is neither an object nor null", w);
     if (present(parameters) && !cJSON_IsObject(parameters))

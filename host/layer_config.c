@@ -7,6 +7,13 @@
 #include <stdio.h>
 #include <string.h>
 
+/* MiniCPM3-4B's LongRoPE factors (its config.json gives the same list as short and long). */
+#define MINICPM3_FACTORS                                                                                              \
+    {1.0591234137867171, 1.1241891283591912, 1.2596935748670968, 1.5380380402321725, 2.093982484148734,               \
+     3.1446935121267696, 4.937952647693647,  7.524541999994549,  10.475458000005451, 13.062047352306353,              \
+     14.85530648787323,  15.906017515851266, 16.461961959767827, 16.740306425132907, 16.87581087164081,               \
+     16.940876586213285}
+
 static const struct {
     const char *name;
     clmla_layer_config config;
@@ -16,6 +23,18 @@ static const struct {
     [CLMLA_PRESET_DEEPSEEK_V2] = {"v2", {5120, 128, 1536, 512, 128, 64, 128, 1e-6, 10000.0, CLMLA_ROPE_INTERLEAVED, 40.0, 4096, 32.0, 1.0, 0.707, 0.707}},
     [CLMLA_PRESET_DEEPSEEK_V3] = {"v3", {7168, 128, 1536, 512, 128, 64, 128, 1e-6, 10000.0, CLMLA_ROPE_INTERLEAVED, 40.0, 4096, 32.0, 1.0, 1.0, 1.0}},
     [CLMLA_PRESET_KIMI_K2] = {"kimi-k2", {7168, 64, 1536, 512, 128, 64, 128, 1e-6, 50000.0, CLMLA_ROPE_INTERLEAVED, 32.0, 4096, 1.0, 1.0, 1.0, 1.0}},
+    /* docs/MODELS.md gives the sources of these four. */
+    [CLMLA_PRESET_GLM_4_7_FLASH] = {"glm-4.7-flash", {2048, 20, 768, 512, 192, 64, 256, 1e-6, 1e6, CLMLA_ROPE_INTERLEAVED, 0, 0, 0, 0, 0, 0,
+                                                      .rope_type = CLMLA_ROPE_TYPE_DEFAULT}},
+    [CLMLA_PRESET_MINICPM3_4B] = {"minicpm3-4b", {2560, 40, 768, 256, 64, 32, 64, 1e-6, 1e4, CLMLA_ROPE_HALF_SPLIT, 1.0, 32768, 0, 0, 0, 0,
+                                                  .rope_type = CLMLA_ROPE_TYPE_LONGROPE,
+                                                  .longrope_short_factor = MINICPM3_FACTORS,
+                                                  .longrope_long_factor = MINICPM3_FACTORS}},
+    [CLMLA_PRESET_MISTRAL_SMALL_4] = {"mistral-small-4", {4096, 32, 1024, 256, 64, 64, 128, 1e-6, 1e4, CLMLA_ROPE_INTERLEAVED, 128.0, 8192, 32.0, 1.0, 1.0, 1.0,
+                                                          .rope_type = CLMLA_ROPE_TYPE_YARN, .query_scale_beta = 0.1,
+                                                          .query_scale_interval = 8192}},
+    [CLMLA_PRESET_MOONLIGHT] = {"moonlight", {2048, 16, 0, 512, 128, 64, 128, 1e-6, 50000.0, CLMLA_ROPE_INTERLEAVED, 0, 0, 0, 0, 0, 0,
+                                              .rope_type = CLMLA_ROPE_TYPE_DEFAULT}},
 };
 #define NUM_PRESETS ((int)(sizeof(presets) / sizeof(presets[0])))
 
@@ -44,7 +63,8 @@ clmla_status clmla_preset_from_name(const char *name, clmla_preset *preset)
                 return CLMLA_SUCCESS;
             }
         }
-    return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "unknown preset '%s' (known: v2-lite, v2, v3, kimi-k2)",
+    return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "unknown preset '%s' (known: v2-lite, v2, v3, kimi-k2, glm-4.7-flash, minicpm3-4b, "
+                      "mistral-small-4, moonlight)",
                       name ? name : "(null)");
 }
 

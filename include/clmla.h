@@ -297,12 +297,17 @@ typedef enum clmla_preset {
     CLMLA_PRESET_DEEPSEEK_V2_LITE = 0,
     CLMLA_PRESET_DEEPSEEK_V2 = 1,
     CLMLA_PRESET_DEEPSEEK_V3 = 2, /* also R1 */
-    CLMLA_PRESET_KIMI_K2 = 3
+    CLMLA_PRESET_KIMI_K2 = 3,
+    CLMLA_PRESET_GLM_4_7_FLASH = 4,   /* zai-org/GLM-4.7-Flash (glm4_moe_lite) */
+    CLMLA_PRESET_MINICPM3_4B = 5,     /* openbmb/MiniCPM3-4B: half-split pairs, LongRoPE */
+    CLMLA_PRESET_MISTRAL_SMALL_4 = 6, /* Mistral-Small-4-119B-2603 (mistral4): YaRN, per-position query scale */
+    CLMLA_PRESET_MOONLIGHT = 7        /* moonshotai/Moonlight-16B-A3B: 16 heads, no query compression */
 } clmla_preset;
 
 /* The configuration of a published model (MLA.md section 7). */
 clmla_status clmla_layer_config_preset(clmla_preset preset, clmla_layer_config *config);
-/* The preset's short name ("v2-lite", "v2", "v3", "kimi-k2"), or NULL. */
+/* The preset's short name ("v2-lite", "v2", "v3", "kimi-k2", "glm-4.7-flash", "minicpm3-4b",
+   "mistral-small-4", "moonlight"), or NULL. */
 const char *clmla_preset_name(clmla_preset preset);
 /* Looks a preset up by short name (any case); CLMLA_ERROR_INVALID_ARGUMENT when unknown. */
 clmla_status clmla_preset_from_name(const char *name, clmla_preset *preset);

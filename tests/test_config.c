@@ -30,6 +30,55 @@ static const expected_preset expected[] = {
 };
 enum { NUM_PRESETS = sizeof(expected) / sizeof(expected[0]) };
 
+/* The presets added with the other MLA families, against their published configs (docs/MODELS.md
+   names the sources), written out again here. */
+static void test_family_presets(void)
+{
+    static const struct {
+        clmla_preset preset;
+        const char *name;
+        int hidden, heads, rq, rkv, dn, dr, dv;
+        double theta;
+        clmla_rope_pairing pairing;
+        clmla_rope_type type;
+        double tau; /* written out: dq^-1/2, times g(128, 1)^2 for Mistral Small 4's YaRN */
+    } want[] = {
+        {CLMLA_PRESET_GLM_4_7_FLASH, "glm-4.7-flash", 2048, 20, 768, 512, 192, 64, 256, 1e6, CLMLA_ROPE_INTERLEAVED,
+         CLMLA_ROPE_TYPE_DEFAULT, 0.0625},
+        {CLMLA_PRESET_MINICPM3_4B, "minicpm3-4b", 2560, 40, 768, 256, 64, 32, 64, 1e4, CLMLA_ROPE_HALF_SPLIT,
+         CLMLA_ROPE_TYPE_LONGROPE, 0.10206207261596575},
+        {CLMLA_PRESET_MISTRAL_SMALL_4, "mistral-small-4", 4096, 32, 1024, 256, 64, 64, 128, 1e4, CLMLA_ROPE_INTERLEAVED,
+         CLMLA_ROPE_TYPE_YARN, 0.19496949473302966},
+        {CLMLA_PRESET_MOONLIGHT, "moonlight", 2048, 16, 0, 512, 128, 64, 128, 5e4, CLMLA_ROPE_INTERLEAVED,
+         CLMLA_ROPE_TYPE_DEFAULT, 0.07216878364870323},
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        clmla_layer_config c;
+        CHECK_STATUS(clmla_layer_config_preset(want[i].preset, &c), CLMLA_SUCCESS, NULL);
+        CHECK(strcmp(clmla_preset_name(want[i].preset), want[i].name) == 0, "preset %d is '%s'", (int)want[i].preset,
+              clmla_preset_name(want[i].preset));
+        CHECK(c.hidden_size == want[i].hidden && c.num_heads == want[i].heads && c.q_lora_rank == want[i].rq &&
+                  c.kv_lora_rank == want[i].rkv && c.qk_nope_head_dim == want[i].dn && c.qk_rope_head_dim == want[i].dr &&
+                  c.v_head_dim == want[i].dv && c.rope_theta == want[i].theta && c.rope_pairing == want[i].pairing &&
+                  c.rope_type == want[i].type,
+              "%s: a dimension, theta, pairing or rope type differs", want[i].name);
+        CHECK_STATUS(clmla_layer_config_validate(&c), CLMLA_SUCCESS, NULL);
+        const double tau = clmla_layer_config_softmax_scale(&c);
+        CHECK(fabs(tau - want[i].tau) <= 1e-7 * want[i].tau, "%s: softmax scale %.10g, expected %.10g", want[i].name, tau,
+              want[i].tau);
+    }
+    clmla_layer_config c;
+    clmla_layer_config_preset(CLMLA_PRESET_MINICPM3_4B, &c);
+    CHECK(c.longrope_short_factor[0] == 1.0591234137867171 && c.longrope_long_factor[15] == 16.940876586213285 &&
+              c.yarn_original_max_position == 32768,
+          "minicpm3-4b: LongRoPE factors or original context differ");
+    clmla_layer_config_preset(CLMLA_PRESET_MISTRAL_SMALL_4, &c);
+    CHECK(c.query_scale_beta == 0.1 && c.query_scale_interval == 8192 && c.yarn_factor == 128 &&
+              c.yarn_original_max_position == 8192,
+          "mistral-small-4: query scale %g / %d, YaRN %g / %d", c.query_scale_beta, c.query_scale_interval, c.yarn_factor,
+          c.yarn_original_max_position);
+}
+
 /* The value a 0-means-default field stands for. */
 static double or_default(double v, double def)
 {
@@ -108,10 +157,10 @@ static void test_presets(void)
 
     /* Unknown presets and names, NULL pointers. */
     clmla_layer_config c;
-    CHECK_STATUS(clmla_layer_config_preset((clmla_preset)4, &c), CLMLA_ERROR_INVALID_ARGUMENT, NULL);
+    CHECK_STATUS(clmla_layer_config_preset((clmla_preset)8, &c), CLMLA_ERROR_INVALID_ARGUMENT, NULL);
     CHECK_STATUS(clmla_layer_config_preset((clmla_preset)-1, &c), CLMLA_ERROR_INVALID_ARGUMENT, NULL);
     CHECK_STATUS(clmla_layer_config_preset(CLMLA_PRESET_DEEPSEEK_V3, NULL), CLMLA_ERROR_INVALID_ARGUMENT, NULL);
-    CHECK(clmla_preset_name((clmla_preset)4) == NULL, "name of preset 4");
+    CHECK(clmla_preset_name((clmla_preset)8) == NULL, "name of preset 8");
     CHECK(clmla_preset_name((clmla_preset)-1) == NULL, "name of preset -1");
     clmla_preset p = CLMLA_PRESET_KIMI_K2;
     static const char *bad_names[] = {"", "v4", "v2-lite ", " v3", "deepseek", "v2lite", "kimi"};
@@ -305,6 +354,7 @@ static void test_tensor_helpers(void)
 int main(void)
 {
     test_presets();
+    test_family_presets();
     test_softmax_scale();
     test_validate();
     test_tensor_helpers();
