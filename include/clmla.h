@@ -486,27 +486,25 @@ clmla_status clmla_attention_latent(clmla_cache *cache, int layer, const clmla_l
 
 /* ---- model folders (Hugging Face checkpoints) ---- */
 
-/* A model folder as published (DeepSeek-V2/V3, Kimi-K2): config.json and either model.safetensors
-   or the shards listed in model.safetensors.index.json (MLA.md section 8). */
+/* A model folder as published or as transformers' save_pretrained writes it: config.json and
+   either model.safetensors or the shards listed in model.safetensors.index.json. The MLA families
+   clmla runs, how each config.json field is read (both RoPE layouts, transformers' precedence,
+   the family defaults) and what is refused are in docs/MODELS.md; clmla_model_types() lists them. */
 
-/* Reads MODEL_DIR/config.json: hidden_size, num_attention_heads, q_lora_rank (null or absent: no
-   query compression), kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, rope_theta,
-   rope_scaling (absent: plain RoPE; "yarn" with its fields; any other type is refused by name),
-   rope_interleave (false: half-split pairs; absent: interleaved for the DeepSeek and Kimi model
-   types, required for any other) and num_hidden_layers (into *num_layers, which may be NULL). The
-   latent norms use eps 1e-6 as the published code does (config.json's rms_norm_eps belongs to the
-   decoder's other norms). Errors name the file and the field; the message is in
-   clmla_last_error(NULL). */
+/* Reads MODEL_DIR/config.json into the layer configuration every MLA layer of the model shares,
+   and the number of decoder layers (into *num_layers, which may be NULL). A model_type that is not
+   an MLA family clmla runs, a rope type or field that would change the result and that clmla does
+   not implement, a missing or mistyped field: an error naming the file and the field, with the
+   message in clmla_last_error(NULL). */
 clmla_status clmla_model_read_config(const char *model_dir, clmla_layer_config *config, int *num_layers);
 
-/* Creates the attention layer `layer_index` of a model folder: reads config.json, maps the
-   safetensors file(s) holding model.layers.N.self_attn.{q_proj | q_a_proj, q_a_layernorm,
-   q_b_proj}, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj}.weight, converts them to
-   float32 (from F32, F16, BF16, or F8_E4M3 with their "<name>_scale_inv" 128x128 block scales,
-   W[i,j] = fp8(Wq[i,j]) * S[i/128, j/128]) and calls clmla_layer_create. Every other tensor is
-   ignored. A malformed file, a missing tensor or shard, a shape that disagrees with config.json,
-   an unsupported dtype or a layer index out of range fails with a message in
-   clmla_last_error(ctx) that names the file and the problem. */
+/* Creates the attention of decoder layer `layer_index` of a model folder: reads config.json, finds
+   the layer's self_attn tensors (under transformers' names, or a multimodal wrapper's prefix),
+   converts them to float32 (from F32, F16, BF16, or F8_E4M3 with their "<name>_scale_inv" 128x128
+   block scales, W[i,j] = fp8(Wq[i,j]) * S[i/128, j/128]), with the biases when config.json says
+   "attention_bias": true, and calls clmla_layer_create. Every other tensor is ignored. A malformed
+   file, a missing tensor or shard, a shape that disagrees with config.json (both shapes named), an
+   unsupported dtype or a layer index out of range fails with a message in clmla_last_error(ctx). */
 clmla_status clmla_layer_create_from_model(clmla_context *ctx, const char *model_dir, int layer_index,
                                            clmla_layer **layer);
 

@@ -1004,7 +1004,43 @@ static void test_group_kernels(void)
     clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
 }
 
+/* A sparse-attention model's limit (dense_max_keys = index_topk): a step that would give a query
+   more keys fails with CLMLA_ERROR_UNSUPPORTED and leaves the sequence as it was; up to the limit
+   the layer runs. */
+static void test_dense_limit(void)
+{
+    clmla_layer_config c = tu_small_config(40, 3, 16, 24, 8, 6, 8);
+    c.dense_max_keys = 5;
+    tu_weights w;
+    if (tu_weights_make(&w, &c, 77) != 0) {
+        CHECK(0, "dense limit: weights");
+        return;
+    }
+    clmla_layer *layer = make_layer(&w, "dense limit");
+    clmla_cache *cache = make_cache(&c, 1, 4, 8, CLMLA_CACHE_F32);
+    float *x = tu_random_inputs(6, 40, 78), *out = malloc(6 * 40 * sizeof(float));
+    if (layer && cache && x && out) {
+        const int32_t s = add_seq(cache);
+        clmla_batch_entry e = {s, 4};
+        CHECK_STATUS(forward(layer, cache, 0, &e, 1, CLMLA_PATH_AUTO, x, out), CLMLA_SUCCESS, ctx);
+        e.num_tokens = 2; /* the last token would see 6 keys */
+        CHECK_STATUS(forward(layer, cache, 0, &e, 1, CLMLA_PATH_ABSORBED, x + 4 * 40, out), CLMLA_ERROR_UNSUPPORTED, ctx);
+        CHECK(strstr(clmla_last_error(ctx), "index_topk = 5") != NULL, "dense limit message: %s", clmla_last_error(ctx));
+        int len = -1;
+        clmla_cache_seq_length(cache, s, 0, &len);
+        CHECK(len == 4, "a refused step left the sequence at %d tokens, not 4", len);
+        e.num_tokens = 1; /* exactly 5 keys */
+        CHECK_STATUS(forward(layer, cache, 0, &e, 1, CLMLA_PATH_ABSORBED, x + 4 * 40, out), CLMLA_SUCCESS, ctx);
+    }
+    free(x);
+    free(out);
+    clmla_cache_destroy(cache);
+    clmla_layer_destroy(layer);
+    tu_weights_free(&w);
+}
+
 static const tu_part parts[] = {
+    {"dense-limit", test_dense_limit},
     {"errors", test_create_errors},
     {"shapes-clblast", test_shapes_clblast}, {"group-kernels", test_group_kernels}, {"forward-errors", test_forward_errors}, {"shapes", test_shapes},
     {"long", test_long},            {"batch", test_batch},                   {"layers", test_two_layers},

@@ -41,7 +41,7 @@ static char *read_text(const char *path)
 static int number(const cJSON *obj, const char *key, double fallback, double *value)
 {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!it) {
+    if (!it || cJSON_IsNull(it)) {
         *value = fallback;
         return 1;
     }
