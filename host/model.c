@@ -262,10 +262,12 @@ static clmla_status load_tensor(loader *l, const char *prefix, const char *suffi
 }
 
 /* Where layer N's attention tensors sit: transformers' own names, and those of the multimodal
-   wrappers (kimi_k25, mistral3) as published and as transformers 5 saves them. */
+   wrappers (kimi_k25, mistral3) as published and as transformers 5 saves them (its kimi_k25
+   renaming "blocks" -> "layers" on load writes "blocks" back on save). */
 static const char *const prefixes[] = {"model.layers.%d.self_attn.%s", "language_model.model.layers.%d.self_attn.%s",
                                        "model.language_model.layers.%d.self_attn.%s",
-                                       "language_model.layers.%d.self_attn.%s"};
+                                       "language_model.layers.%d.self_attn.%s",
+                                       "language_model.model.blocks.%d.self_attn.%s"};
 
 static clmla_status find_prefix(loader *l, int layer, const char *sub, char *prefix, size_t size)
 {
