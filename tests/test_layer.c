@@ -1039,8 +1039,95 @@ static void test_dense_limit(void)
     tu_weights_free(&w);
 }
 
+/* LongRoPE's short/long choice and the per-position query scale are per sequence: a batch that
+   mixes a sequence past original_max_position_embeddings with one before it gives each the output
+   it gets alone. */
+static void test_per_sequence_rope(void)
+{
+    enum { D = 40, L = 6 };
+    clmla_layer_config c = tu_small_config(D, 3, 16, 24, 8, 6, 8);
+    c.rope_type = CLMLA_ROPE_TYPE_LONGROPE;
+    c.rope_pairing = CLMLA_ROPE_HALF_SPLIT;
+    c.yarn_factor = 4;
+    c.yarn_original_max_position = L;
+    for (int i = 0; i < 3; i++) {
+        c.longrope_short_factor[i] = 1.0 + 0.5 * i;
+        c.longrope_long_factor[i] = 3.0 + 2.0 * i;
+    }
+    c.query_scale_beta = 0.3;
+    c.query_scale_interval = 3;
+    tu_weights w;
+    if (tu_weights_make(&w, &c, 91) != 0) {
+        CHECK(0, "per-sequence rope: weights");
+        return;
+    }
+    clmla_layer *layer = make_layer(&w, "per-sequence rope");
+    float *x = tu_random_inputs(12, D, 92), *alone = malloc(12 * D * sizeof(float)), *both = malloc(12 * D * sizeof(float));
+    for (int path = CLMLA_PATH_ABSORBED; layer && x && alone && both && path <= CLMLA_PATH_DECOMPRESSED; path++) {
+        /* a: 6 tokens, then 2 more (positions 6, 7: past L, long factors); b: 3 tokens (short). */
+        clmla_cache *one = make_cache(&c, 1, 4, 16, CLMLA_CACHE_F32), *two = make_cache(&c, 1, 4, 16, CLMLA_CACHE_F32);
+        if (!one || !two) {
+            clmla_cache_destroy(one);
+            clmla_cache_destroy(two);
+            break;
+        }
+        const int32_t a1 = add_seq(one), b1 = add_seq(one), a2 = add_seq(two), b2 = add_seq(two);
+        clmla_batch_entry e = {a1, 6};
+        CHECK_STATUS(forward(layer, one, 0, &e, 1, CLMLA_PATH_AUTO, x, alone), CLMLA_SUCCESS, ctx);
+        e.num_tokens = 2;
+        CHECK_STATUS(forward(layer, one, 0, &e, 1, (clmla_attention_path)path, x + 6 * D, alone + 6 * D), CLMLA_SUCCESS, ctx);
+        e.seq_id = b1;
+        e.num_tokens = 3;
+        CHECK_STATUS(forward(layer, one, 0, &e, 1, (clmla_attention_path)path, x + 8 * D, alone + 8 * D), CLMLA_SUCCESS, ctx);
+        e.seq_id = a2;
+        e.num_tokens = 6;
+        CHECK_STATUS(forward(layer, two, 0, &e, 1, CLMLA_PATH_AUTO, x, both), CLMLA_SUCCESS, ctx);
+        clmla_batch_entry batch[2] = {{a2, 2}, {b2, 3}};
+        CHECK_STATUS(forward(layer, two, 0, batch, 2, (clmla_attention_path)path, x + 6 * D, both + 6 * D), CLMLA_SUCCESS, ctx);
+        double worst = 0, scale = 0;
+        for (int i = 6 * D; i < 11 * D; i++) {
+            worst = fmax(worst, fabs((double)alone[i] - both[i]));
+            scale = fmax(scale, fabs((double)alone[i]));
+        }
+        CHECK(worst <= 1e-5 * scale, "per-sequence rope (%s path): batched differs from alone by %g (max %g)",
+              path == CLMLA_PATH_ABSORBED ? "absorbed" : "decompressed", worst, scale);
+        /* ... and the long factors did matter: the short ones give another output for a's step. */
+        clmla_layer_config s = c;
+        for (int i = 0; i < 3; i++)
+            s.longrope_long_factor[i] = s.longrope_short_factor[i];
+        clmla_layer_weights lw = w.layer;
+        clmla_layer *short_only = NULL;
+        CHECK_STATUS(clmla_layer_create(ctx, &s, &lw, &short_only), CLMLA_SUCCESS, ctx);
+        clmla_cache *three = make_cache(&c, 1, 4, 16, CLMLA_CACHE_F32);
+        if (short_only && three) {
+            const int32_t a3 = add_seq(three);
+            float *other = malloc(8 * D * sizeof(float));
+            e.seq_id = a3;
+            e.num_tokens = 6;
+            CHECK_STATUS(forward(short_only, three, 0, &e, 1, CLMLA_PATH_AUTO, x, other), CLMLA_SUCCESS, ctx);
+            e.num_tokens = 2;
+            CHECK_STATUS(forward(short_only, three, 0, &e, 1, (clmla_attention_path)path, x + 6 * D, other + 6 * D),
+                         CLMLA_SUCCESS, ctx);
+            double diff = 0;
+            for (int i = 6 * D; i < 8 * D; i++)
+                diff = fmax(diff, fabs((double)alone[i] - other[i]));
+            CHECK(diff > 1e-3 * scale, "per-sequence rope: positions past L should use the long factors (diff %g)", diff);
+            free(other);
+        }
+        clmla_cache_destroy(three);
+        clmla_layer_destroy(short_only);
+        clmla_cache_destroy(one);
+        clmla_cache_destroy(two);
+    }
+    free(x);
+    free(alone);
+    free(both);
+    clmla_layer_destroy(layer);
+    tu_weights_free(&w);
+}
+
 static const tu_part parts[] = {
-    {"dense-limit", test_dense_limit},
+    {"dense-limit", test_dense_limit}, {"per-sequence-rope", test_per_sequence_rope},
     {"errors", test_create_errors},
     {"shapes-clblast", test_shapes_clblast}, {"group-kernels", test_group_kernels}, {"forward-errors", test_forward_errors}, {"shapes", test_shapes},
     {"long", test_long},            {"batch", test_batch},                   {"layers", test_two_layers},
