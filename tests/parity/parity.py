@@ -1,0 +1,766 @@
+#!/usr/bin/env python3
+"""Parity of clmla's attention layer with transformers' own attention modules, per MLA family.
+
+For every case: build a tiny model of the family with transformers (random weights, float32),
+save it with save_pretrained, optionally write the same weights with a legacy config.json layout,
+compute the reference with transformers in float64 (eager attention, prefill of P tokens then
+decode one token at a time through transformers' own cache), run `clmla run` on the folder and
+compare max|clmla - ref| / max|ref| with the tolerance of the cache dtype.
+
+Usage: parity.py [--clmla BIN] [--out DIR] [--device SPEC] [--only REGEX] [--write-fixtures]
+The reference side is transformers only; clmla's output never feeds a fixture.
+"""
+
+import argparse
+import copy
+import inspect
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+import zlib
+
+import numpy as np
+import torch
+import transformers
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
+TOL = {"f32": 1e-5, "f16": 2e-3}
+PATHS = ("auto", "absorbed", "decompressed")
+DTYPES = ("f32", "f16")
+
+# --------------------------------------------------------------------------------------------
+# Cases
+# --------------------------------------------------------------------------------------------
+
+# Tiny shapes shared by the DeepSeek-style families: D 64, H 4, rq 24, rkv 32, dn 16, dr 8, dv 16.
+BASE = dict(
+    vocab_size=32,
+    hidden_size=64,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    q_lora_rank=24,
+    kv_lora_rank=32,
+    qk_nope_head_dim=16,
+    qk_rope_head_dim=8,
+    v_head_dim=16,
+    num_hidden_layers=2,
+    intermediate_size=16,
+    moe_intermediate_size=8,
+    n_routed_experts=2,
+    num_experts_per_tok=1,
+    n_shared_experts=1,
+    first_k_dense_replace=1,
+    n_group=1,
+    topk_group=1,
+    max_position_embeddings=256,
+    tie_word_embeddings=False,
+)
+
+YARN_V3 = {  # DeepSeek-V3 style: mscale = mscale_all_dim (A = 1, tau x g(s,1)^2)
+    "rope_type": "yarn",
+    "rope_theta": 10000.0,
+    "factor": 40.0,
+    "original_max_position_embeddings": 4096,
+    "beta_fast": 32,
+    "beta_slow": 1,
+    "mscale": 1.0,
+    "mscale_all_dim": 1.0,
+}
+YARN_V2 = {  # DeepSeek-V2(-Lite) style
+    "rope_type": "yarn",
+    "rope_theta": 10000.0,
+    "factor": 40.0,
+    "original_max_position_embeddings": 4096,
+    "beta_fast": 32,
+    "beta_slow": 1,
+    "mscale": 0.707,
+    "mscale_all_dim": 0.707,
+}
+
+
+def with_(d, **kw):
+    e = copy.deepcopy(d)
+    e.update(kw)
+    return e
+
+
+def drop(d, *keys):
+    return {k: v for k, v in d.items() if k not in keys}
+
+
+# Each case: name, family (model_type), cfg (config kwargs), layouts, layer, sublayer, T, P, auto
+# (the Auto class that builds the model). "layouts": "params" = the config.json save_pretrained
+# writes (rope_parameters); "legacy" = the same folder with the config keys rewritten into the layout
+# the family's publisher uses (top-level rope_theta, rope_scaling {"type": ...}, ...).
+CASES = [
+    # deepseek_v3 first: the baseline
+    dict(name="deepseek_v3-yarn", family="deepseek_v3",
+         cfg=with_(BASE, rope_parameters=YARN_V3, max_position_embeddings=163840),
+         layouts=("params", "legacy"), layer=1, T=11, P=5),
+    dict(name="deepseek_v3-halfsplit", family="deepseek_v3",
+         cfg=with_(BASE, rope_parameters=YARN_V3, max_position_embeddings=163840, rope_interleave=False),
+         layouts=("params",), layer=1, T=11, P=5),
+    dict(name="deepseek_v3-bias", family="deepseek_v3",
+         cfg=with_(BASE, rope_parameters=YARN_V3, max_position_embeddings=163840, attention_bias=True),
+         layouts=("params",), layer=0, T=11, P=5),
+    dict(name="deepseek_v3-yarn-notrunc", family="deepseek_v3",
+         cfg=with_(BASE, max_position_embeddings=1024,
+                   rope_parameters=with_(YARN_V3, factor=8.0, original_max_position_embeddings=128,
+                                         truncate=False)),
+         layouts=("params", "legacy"), layer=1, T=11, P=5),
+    dict(name="deepseek_v3-yarn-attnfactor", family="deepseek_v3",
+         cfg=with_(BASE, max_position_embeddings=1024,
+                   rope_parameters=with_(YARN_V3, factor=8.0, original_max_position_embeddings=128,
+                                         attention_factor=0.8, mscale=0.5, mscale_all_dim=0.75,
+                                         beta_fast=16, beta_slow=2)),
+         layouts=("params", "legacy"), layer=1, T=11, P=5),
+    dict(name="deepseek_v3-yarn-mscaleonly", family="deepseek_v3",  # A = g(s,1), tau unscaled
+         cfg=with_(BASE, max_position_embeddings=1024,
+                   rope_parameters=drop(with_(YARN_V3, factor=8.0, original_max_position_embeddings=128,
+                                              mscale=0.707), "mscale_all_dim")),
+         layouts=("params",), layer=1, T=11, P=5),
+    dict(name="deepseek_v3-linear", family="deepseek_v3",
+         cfg=with_(BASE, rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.5}),
+         layouts=("params", "legacy"), layer=1, T=11, P=5),
+    dict(name="deepseek_v3-linear-mscaleall", family="deepseek_v3",  # tau x g(s,m_all)^2 for any type
+         cfg=with_(BASE, rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0,
+                                          "mscale_all_dim": 1.0}),
+         layouts=("params",), layer=1, T=11, P=5),
+    dict(name="deepseek_v3-theta5e4-odd", family="deepseek_v3",  # unequal sizes, Kimi-K2 theta
+         cfg=with_(BASE, num_attention_heads=3, num_key_value_heads=3, q_lora_rank=20, kv_lora_rank=36,
+                   qk_nope_head_dim=12, qk_rope_head_dim=6, v_head_dim=20,
+                   rope_parameters={"rope_type": "default", "rope_theta": 50000.0}),
+         layouts=("params", "legacy"), layer=1, T=13, P=7),
+    dict(name="deepseek_v3-qproj", family="deepseek_v3",
+         cfg=with_(BASE, q_lora_rank=None, rope_parameters=YARN_V3, max_position_embeddings=163840),
+         layouts=("params",), layer=1, T=11, P=1),
+    # deepseek_v2: complex (interleaved) RoPE, V2-Lite style q_proj
+    dict(name="deepseek_v2-yarn-qproj", family="deepseek_v2",
+         cfg=with_(BASE, q_lora_rank=None, rope_parameters=YARN_V2, max_position_embeddings=163840),
+         layouts=("params", "legacy"), layer=1, T=11, P=5),
+    dict(name="deepseek_v2-yarn-qlora", family="deepseek_v2",
+         cfg=with_(BASE, rope_parameters=YARN_V2, max_position_embeddings=163840),
+         layouts=("params",), layer=0, T=13, P=9),
+    # kimi_k25: multimodal wrapper; text_config is deepseek_v3 (published as model_type kimi_k2)
+    dict(name="kimi_k25-yarn", family="kimi_k25",
+         cfg=dict(text_config=with_(BASE, model_type="deepseek_v3",
+                                    rope_parameters=with_(YARN_V3, rope_theta=50000.0, factor=32.0,
+                                                          beta_fast=1.0),
+                                    max_position_embeddings=131072),
+                  vision_config=dict(hidden_size=16, num_attention_heads=2, num_hidden_layers=1,
+                                     intermediate_size=16, patch_size=2, pos_emb_height=4, pos_emb_width=4,
+                                     pos_emb_time=1),
+                  projection_hidden_size=16, image_token_id=31, video_token_id=30,
+                  vision_start_token_id=29, vision_end_token_id=28, tie_word_embeddings=False),
+         layouts=("params", "legacy"), layer=1, T=11, P=5, auto="AutoModelForImageTextToText"),
+    dict(name="axk1-yarn", family="axk1",
+         cfg=with_(BASE, rope_parameters=YARN_V3, max_position_embeddings=163840),
+         layouts=("params", "legacy"), layer=1, T=11, P=5),
+    dict(name="youtu-default", family="youtu",
+         cfg=with_(drop(BASE, "n_routed_experts", "num_experts_per_tok", "n_shared_experts",
+                        "first_k_dense_replace", "moe_intermediate_size", "n_group", "topk_group"),
+                   rope_parameters={"rope_type": "default", "rope_theta": 1600000.0}),
+         layouts=("params", "legacy"), layer=1, T=11, P=5),
+    dict(name="sarvam_mla-yarn", family="sarvam_mla",
+         cfg=with_(BASE, q_lora_rank=None, rope_parameters=with_(YARN_V3, factor=4.0,
+                                                                 original_max_position_embeddings=64),
+                   max_position_embeddings=256),
+         layouts=("params", "legacy"), layer=1, T=11, P=5),
+    dict(name="glm4_moe_lite-default", family="glm4_moe_lite",
+         cfg=with_(BASE, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                                          "partial_rotary_factor": 1.0}),
+         layouts=("params", "legacy"), layer=1, T=11, P=5),
+    # minicpm3: longrope, original 8 < T: prefill 5 (short factors), decode crosses 8 (long factors)
+    dict(name="minicpm3-longrope", family="minicpm3",
+         cfg=dict(vocab_size=32, hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
+                  q_lora_rank=24, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=None,
+                  num_hidden_layers=2, intermediate_size=16, max_position_embeddings=32,
+                  tie_word_embeddings=False, scale_emb=1, scale_depth=1.4, dim_model_base=64,
+                  rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                   "short_factor": [1.0, 1.1, 1.3, 1.7],
+                                   "long_factor": [1.2, 2.5, 4.0, 9.0],
+                                   "original_max_position_embeddings": 8}),
+         layouts=("params", "legacy"), layer=1, T=13, P=5),
+    dict(name="minicpm3-longrope-prefillall", family="minicpm3",  # one prefill past original: all long
+         cfg="minicpm3-longrope", layouts=("params",), layer=1, T=13, P=13),
+    dict(name="minicpm3-longrope-short", family="minicpm3",  # never crosses original: short only
+         cfg="minicpm3-longrope", layouts=("params",), layer=0, T=7, P=3, fixture=False),
+    # mistral4: yarn + per-position query scale 1 + beta*ln(1 + floor(p / original)); original 4
+    dict(name="mistral4-yarn-llama4", family="mistral4",
+         cfg=with_(drop(BASE, "n_group", "topk_group"), qk_nope_head_dim=24, qk_rope_head_dim=8,
+                   max_position_embeddings=64,
+                   rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 16.0,
+                                    "original_max_position_embeddings": 4, "beta_fast": 32.0,
+                                    "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                                    "llama_4_scaling_beta": 0.1, "partial_rotary_factor": 0.25}),
+         layouts=("params", "legacy"), layer=1, T=13, P=5, auto="Mistral4ForCausalLM"),
+    # longcat_flash: two MLA sublayers per decoder layer, q x sqrt(D/rq), latent x sqrt(D/rkv)
+    dict(name="longcat_flash-s0", family="longcat_flash",
+         cfg=dict(vocab_size=32, hidden_size=64, num_layers=1, num_attention_heads=4, num_key_value_heads=4,
+                  q_lora_rank=24, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, head_dim=8,
+                  v_head_dim=16, ffn_hidden_size=16, expert_ffn_hidden_size=8, n_routed_experts=2,
+                  moe_topk=2, zero_expert_num=1, max_position_embeddings=256, tie_word_embeddings=False,
+                  rope_parameters={"rope_type": "default", "rope_theta": 10000000.0}),
+         layouts=("params", "legacy"), layer=0, sublayer=0, T=11, P=5),
+    dict(name="longcat_flash-s1", family="longcat_flash", cfg="longcat_flash-s0",
+         layouts=("params", "legacy"), layer=0, sublayer=1, T=11, P=5),
+    # kimi_linear: NoPE MLA on the full-attention layers, KDA elsewhere (pure-torch fallback)
+    dict(name="kimi_linear-kda", family="kimi_linear",
+         cfg=dict(vocab_size=32, hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
+                  q_lora_rank=None, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                  num_hidden_layers=2, intermediate_size=16, moe_intermediate_size=8, num_experts=2,
+                  num_experts_per_token=1, num_shared_experts=1, first_k_dense_replace=1,
+                  layer_types=["linear_attention", "full_attention"], linear_head_dim=16,
+                  linear_num_heads=4, linear_conv_kernel_dim=4, max_position_embeddings=256,
+                  tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+         layouts=("params", "legacy"), layer=1, T=11, P=5),
+    dict(name="kimi_linear-allfull", family="kimi_linear",
+         cfg=dict(vocab_size=32, hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
+                  q_lora_rank=None, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                  num_hidden_layers=2, intermediate_size=16, moe_intermediate_size=8, num_experts=2,
+                  num_experts_per_token=1, num_shared_experts=1, first_k_dense_replace=1,
+                  layer_types=["full_attention", "full_attention"], max_position_embeddings=256,
+                  tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+         layouts=("params",), layer=1, T=11, P=5),
+    # DSA families with T <= index_topk: the indexer removes nothing beyond causal (dense)
+    dict(name="deepseek_v32-yarn", family="deepseek_v32",
+         cfg=with_(BASE, rope_parameters=YARN_V3, max_position_embeddings=163840, index_topk=16,
+                   index_head_dim=16, index_n_heads=2),
+         layouts=("params", "legacy"), layer=1, T=11, P=5),
+    dict(name="glm_moe_dsa-default", family="glm_moe_dsa",
+         cfg=with_(BASE, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                   index_topk=16, index_head_dim=16, index_n_heads=2, mlp_layer_types=["dense", "sparse"]),
+         layouts=("params", "legacy"), layer=1, T=11, P=5),
+]
+
+
+def case_cfg(case):
+    """A case's config kwargs (a case may borrow another case's config and weights)."""
+    c = case["cfg"]
+    if isinstance(c, str):
+        return weights_owner(case)["cfg"]
+    return c
+
+
+def weights_owner(case):
+    c = case
+    while isinstance(c["cfg"], str):
+        c = next(x for x in CASES if x["name"] == c["cfg"])
+    return c
+
+
+# --------------------------------------------------------------------------------------------
+# Building the folders (transformers only)
+# --------------------------------------------------------------------------------------------
+
+
+def seeded(name):
+    g = torch.Generator().manual_seed(zlib.crc32(name.encode()))
+    return g
+
+
+def init_weights(model, name):
+    """Random weights with a non-trivial scale; norm weights around 1 so that norms matter."""
+    g = seeded(name + ":weights")
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if not p.dtype.is_floating_point:
+                continue
+            base = pname.rsplit(".", 1)[-1]
+            is_norm = ("norm" in pname.split(".")[-2]) if pname.count(".") else False
+            if is_norm and base == "weight":
+                p.copy_(1.0 + 0.25 * torch.randn(p.shape, generator=g))
+            elif base == "bias":
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+
+
+def make_config(case):
+    family = case["family"]
+    kw = copy.deepcopy(case_cfg(case))
+    return transformers.AutoConfig.for_model(family, **kw)
+
+
+def auto_class(case):
+    return getattr(transformers, case.get("auto", "AutoModelForCausalLM"))
+
+
+def to_legacy(d, case):
+    """Rewrite a config.json dict saved by transformers 5 into the family's published layout."""
+    family = case["family"]
+    d = copy.deepcopy(d)
+    if family == "kimi_k25":
+        d["text_config"] = to_legacy(d["text_config"], dict(case, family="deepseek_v3"))
+        d["text_config"]["model_type"] = "kimi_k2"  # as moonshotai/Kimi-K2.5 publishes it
+        return d
+    if family == "kimi_linear":
+        lt = d.pop("layer_types")
+        d["linear_attn_config"] = {
+            "full_attn_layers": [i + 1 for i, t in enumerate(lt) if t == "full_attention"],
+            "kda_layers": [i + 1 for i, t in enumerate(lt) if t == "linear_attention"],
+            "head_dim": d.pop("linear_head_dim"),
+            "num_heads": d.pop("linear_num_heads"),
+            "short_conv_kernel_size": d.pop("linear_conv_kernel_dim"),
+        }
+        return d
+    rp = d.pop("rope_parameters", None)
+    if rp is not None:
+        rp = dict(rp)
+        rtype = rp.pop("rope_type", "default")
+        rp.pop("type", None)
+        theta = rp.pop("rope_theta", None)
+        if theta is not None:
+            d["rope_theta"] = theta
+        pf = rp.pop("partial_rotary_factor", None)
+        if pf is not None and family != "mistral4":
+            d["partial_rotary_factor"] = pf
+        elif pf is not None:
+            rp["partial_rotary_factor"] = pf  # Mistral keeps it with the other rope keys
+        if rtype == "default":
+            d["rope_scaling"] = None
+        elif family == "sarvam_mla" and rtype == "yarn":
+            d["rope_scaling"] = dict(rp, type="deepseek_yarn")  # as sarvamai/sarvam-105b publishes it
+        else:
+            d["rope_scaling"] = dict(rp, type=rtype)
+    if family == "sarvam_mla":
+        d["head_dim"] = d["kv_lora_rank"] + d["qk_rope_head_dim"]  # what sarvam-105b stores (for vLLM)
+        d["q_head_dim"] = d["qk_nope_head_dim"] + d["qk_rope_head_dim"]
+    return d
+
+
+def rope_view(cfg):
+    """The rope parameters transformers ends with, for the layout check (the leftover 'type' dropped)."""
+    c = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    rp = dict(getattr(c, "rope_parameters", None) or {})
+    rp.pop("type", None)
+    keys = ("head_dim", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "q_lora_rank", "kv_lora_rank",
+            "rope_interleave", "layer_types", "qk_head_dim")
+    other = {k: getattr(c, k, None) for k in keys}
+    return {"rope_parameters": rp, **other}
+
+
+def tensor_names(folder):
+    with safe_open(os.path.join(folder, "model.safetensors"), "np") as f:
+        return list(f.keys())
+
+
+# --------------------------------------------------------------------------------------------
+# Reference (transformers, float64, eager, prefill + decode through transformers' cache)
+# --------------------------------------------------------------------------------------------
+
+
+def find_stack(model):
+    """(text base model, its decoder layer list)."""
+    for mname, mod in model.named_modules():
+        if mname.endswith("layers") and isinstance(mod, torch.nn.ModuleList):
+            parent = mname.rsplit(".", 1)[0] if "." in mname else ""
+            if "vision" in parent or "visual" in parent:
+                continue
+            return model.get_submodule(parent), mod
+    raise RuntimeError("no decoder layer list found")
+
+
+def reference(folder, case, X):
+    torch.manual_seed(0)
+    model, load = auto_class(case).from_pretrained(
+        folder, dtype=torch.float64, attn_implementation="eager", experts_implementation="eager",
+        output_loading_info=True)
+    bad = {k: sorted(v)[:6] for k, v in load.items() if v}
+    if bad:  # a weight not read from the folder would make the reference meaningless
+        raise RuntimeError(f"transformers did not load the folder cleanly: {bad}")
+    model.eval()
+    base, layers = find_stack(model)
+    attn = layers[case["layer"]].self_attn
+    if case.get("sublayer") is not None:
+        attn = attn[case["sublayer"]]
+    info = {"model_class": type(model).__name__, "base_class": type(base).__name__,
+            "attn_class": type(attn).__name__,
+            "attn_module": [n for n, m in model.named_modules() if m is attn][0],
+            "attn_forward": ", ".join(inspect.signature(attn.forward).parameters)}
+    xt = torch.from_numpy(X.astype(np.float64))[None]  # [1, T, D]
+    T, P = X.shape[0], case["P"]
+    state = {"rows": None}
+    outs = []
+
+    def pre(mod, args, kwargs):
+        h = kwargs.get("hidden_states", args[0] if args else None)
+        lo, hi = state["rows"]
+        assert h.shape[1] == hi - lo, (h.shape, lo, hi)
+        new = xt[:, lo:hi].to(h.dtype)
+        if "hidden_states" in kwargs:
+            kwargs["hidden_states"] = new
+        else:
+            args = (new,) + tuple(args[1:])
+        return args, kwargs
+
+    def post(mod, args, kwargs, out):
+        outs.append((out[0] if isinstance(out, tuple) else out).detach().clone())
+
+    h1 = attn.register_forward_pre_hook(pre, with_kwargs=True)
+    h2 = attn.register_forward_hook(post, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            cache = None
+            steps = [(0, P)] + [(t, t + 1) for t in range(P, T)]
+            for lo, hi in steps:
+                state["rows"] = (lo, hi)
+                pos = torch.arange(lo, hi)[None]
+                kw = dict(inputs_embeds=xt[:, lo:hi], position_ids=pos, use_cache=True)
+                if cache is not None:
+                    kw["cache"] = cache
+                o = base(**kw)
+                cache = o["cache"] if "cache" in o else o["past_key_values"]
+                assert len(outs) == len([s for s in steps if s[0] <= lo]), "attention ran != once per step"
+            info["cache_class"] = type(cache).__name__
+    finally:
+        h1.remove()
+        h2.remove()
+    Y = torch.cat(outs, dim=1)[0].numpy().astype(np.float64)
+    assert Y.shape == X.shape, (Y.shape, X.shape)
+    return Y, info
+
+
+# --------------------------------------------------------------------------------------------
+# clmla
+# --------------------------------------------------------------------------------------------
+
+
+def run_clmla(clmla, folder, case, path, dtype, device):
+    out = os.path.join(folder, f"out_{path}_{dtype}.npy")
+    if os.path.exists(out):
+        os.remove(out)
+    cmd = [clmla, "run", "--model", folder, "--layer", str(case["layer"])]
+    if case.get("sublayer") is not None:
+        cmd += ["--sublayer", str(case["sublayer"])]
+    cmd += ["--input", os.path.join(folder, "X.npy"), "--output", out, "--prefill", str(case["P"]),
+            "--cache-dtype", dtype, "--path", path]
+    if device:
+        cmd += ["--device", device]
+    t0 = time.time()
+    for attempt in range(8):  # the binary may be mid-rebuild: wait for it rather than report a non-result
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        except subprocess.TimeoutExpired:
+            return None, "timeout after 300 s", cmd
+        except OSError as e:
+            if attempt == 7:
+                return None, f"cannot run {clmla}: {e}", cmd
+            time.sleep(5)
+            continue
+        if p.returncode == 127 or "error while loading shared libraries" in p.stderr:
+            if attempt < 7:
+                time.sleep(5)
+                continue
+        break
+    msg = (p.stderr.strip() or p.stdout.strip()).splitlines()
+    if p.returncode != 0 or not os.path.exists(out):
+        return None, f"rc={p.returncode}: " + (" | ".join(msg[-3:]) if msg else "(no message)"), cmd
+    try:
+        y = np.load(out).astype(np.float64)
+    except Exception as e:  # noqa: BLE001
+        return None, f"unreadable output: {e}", cmd
+    return y, f"{time.time() - t0:.2f}s", cmd
+
+
+def rel_err(y, ref):
+    if y.shape != ref.shape:
+        return float("inf")
+    return float(np.max(np.abs(y - ref)) / np.max(np.abs(ref)))
+
+
+# --------------------------------------------------------------------------------------------
+# Driver
+# --------------------------------------------------------------------------------------------
+
+
+def build_case_folders(case, outdir, notes):
+    """Writes <out>/<name>.<layout>/ for each layout; returns {layout: folder}."""
+    owner = weights_owner(case)
+    folders = {}
+    params_dir = os.path.join(outdir, f"{case['name']}.params")
+    shutil.rmtree(params_dir, ignore_errors=True)
+    os.makedirs(params_dir)
+    torch.manual_seed(zlib.crc32(owner["name"].encode()))
+    cfg = make_config(case)
+    cls = auto_class(case)
+    build = getattr(cls, "from_config", None) or cls._from_config  # Auto* classes, else a concrete class
+    model = build(cfg, dtype=torch.float32)
+    init_weights(model, owner["name"])
+    model.save_pretrained(params_dir)
+    for extra in ("generation_config.json",):
+        if os.path.exists(os.path.join(params_dir, extra)):
+            os.remove(os.path.join(params_dir, extra))
+    folders["params"] = params_dir
+    if "legacy" in case["layouts"]:
+        leg_dir = os.path.join(outdir, f"{case['name']}.legacy")
+        shutil.rmtree(leg_dir, ignore_errors=True)
+        os.makedirs(leg_dir)
+        if case["family"] == "kimi_k25":
+            # transformers saves the text layers as language_model.model.blocks.N (its "blocks" -> "layers"
+            # rename for the vision tower, reverted on save, hits them too); the published folders use
+            # language_model.model.layers.N: write those names, transformers reads both.
+            with safe_open(os.path.join(params_dir, "model.safetensors"), "np") as f:
+                meta = f.metadata()
+                ts = {re.sub(r"^language_model\.model\.blocks\.", "language_model.model.layers.", k):
+                      f.get_tensor(k) for k in f.keys()}
+            save_file(ts, os.path.join(leg_dir, "model.safetensors"), metadata=meta)
+        else:
+            shutil.copy(os.path.join(params_dir, "model.safetensors"), leg_dir)
+        with open(os.path.join(params_dir, "config.json")) as f:
+            d = json.load(f)
+        with open(os.path.join(leg_dir, "config.json"), "w") as f:
+            json.dump(to_legacy(d, case), f, indent=2, sort_keys=True)
+            f.write("\n")
+        # transformers itself must read the legacy layout to the same rope parameters
+        a = rope_view(transformers.AutoConfig.from_pretrained(params_dir))
+        b = rope_view(transformers.AutoConfig.from_pretrained(leg_dir))
+        if a != b:
+            diff = {k: (a[k], b[k]) for k in a if a[k] != b[k]}
+            notes.append(f"{case['name']}.legacy: transformers reads the legacy layout differently: {diff}")
+            folders["legacy!"] = leg_dir
+        else:
+            folders["legacy"] = leg_dir
+    return folders
+
+
+def write_inputs(case, folder):
+    g = seeded(weights_owner(case)["name"] + f":X:{case['T']}")
+    D = json.load(open(os.path.join(folder, "config.json")))
+    D = (D.get("text_config") or D)["hidden_size"]
+    X = torch.randn((case["T"], D), generator=g).numpy().astype(np.float32)
+    np.save(os.path.join(folder, "X.npy"), X)
+    return X
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--clmla", default=os.environ.get("CLMLA", "build/clmla"))
+    ap.add_argument("--out", default="build/parity")
+    ap.add_argument("--device", default=os.environ.get("CLMLA_PARITY_DEVICE", "cpu"))
+    ap.add_argument("--only", default=None, help="regex on case names")
+    ap.add_argument("--write-fixtures", action="store_true")
+    ap.add_argument("--fixtures", default="tests/fixtures/parity")
+    ap.add_argument("--paths", default=",".join(PATHS))
+    ap.add_argument("--dtypes", default=",".join(DTYPES))
+    ap.add_argument("--strict", action="store_true", help="also exit non-zero when clmla refuses or errors")
+    ap.add_argument("--check-fixtures", action="store_true",
+                    help="only run clmla on the committed fixtures and compare with their Y.npy")
+    args = ap.parse_args()
+    if args.check_fixtures:
+        return check_fixtures(os.path.abspath(args.clmla), args.fixtures, args.device,
+                              args.paths.split(","), args.dtypes.split(","))
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    os.makedirs(args.out, exist_ok=True)
+    clmla = os.path.abspath(args.clmla)
+    paths = args.paths.split(",")
+    dtypes = args.dtypes.split(",")
+    rows, notes, details = [], [], []
+    nfail = 0
+    for case in CASES:
+        if args.only and not re.search(args.only, case["name"]):
+            continue
+        try:
+            folders = build_case_folders(case, args.out, notes)
+        except Exception as e:  # noqa: BLE001
+            notes.append(f"{case['name']}: transformers could not build it: {type(e).__name__}: {e}")
+            rows.append(dict(case=case["name"], layout="-", family=case["family"], status="REF-ERR",
+                             errs={}, msgs={}, info={}, folder=None, case_def=case, size=0))
+            traceback.print_exc()
+            continue
+        for layout, folder in folders.items():
+            row = dict(case=case["name"], layout=layout, family=case["family"], errs={}, msgs={},
+                       folder=folder, case_def=case, info={})
+            rows.append(row)
+            try:
+                X = write_inputs(case, folder)
+                Y, info = reference(folder, case, X)
+            except Exception as e:  # noqa: BLE001
+                row["status"] = "REF-ERR"
+                notes.append(f"{case['name']}.{layout}: transformers reference failed: {type(e).__name__}: {e}")
+                traceback.print_exc()
+                continue
+            row["info"] = info
+            np.save(os.path.join(folder, "Y64.npy"), Y)
+            np.save(os.path.join(folder, "Y.npy"), Y.astype(np.float32))
+            meta = {"layer": case["layer"], "sublayer": case.get("sublayer"), "prefill": case["P"],
+                    "family": case["family"], "layout": layout.rstrip("!"), "tol_f32": TOL["f32"],
+                    "tol_f16": TOL["f16"], "T": case["T"], "transformers_class": info["attn_class"],
+                    "attn_module": info["attn_module"]}
+            with open(os.path.join(folder, "case.json"), "w") as f:
+                json.dump(meta, f, indent=2)
+                f.write("\n")
+            row["size"] = os.path.getsize(os.path.join(folder, "model.safetensors"))
+            names = tensor_names(folder)
+            sub = "" if case.get("sublayer") is None else r"\.%d" % case["sublayer"]
+            pat = re.compile(r"(layers|blocks)\.%d\.self_attn%s\.kv_b_proj\.weight$" % (case["layer"], sub))
+            hit = [n for n in names if pat.search(n)]
+            row["info"]["disk_prefix"] = hit[0][: -len(".kv_b_proj.weight")] if hit else "?"
+            status = "PASS"
+            for path in paths:
+                for dt in dtypes:
+                    y, msg, cmd = run_clmla(clmla, folder, case, path, dt, args.device)
+                    key = f"{path}/{dt}"
+                    row["msgs"][key] = msg
+                    if y is None:
+                        row["errs"][key] = None
+                        if status == "PASS":
+                            status = "CLMLA-ERR"
+                        continue
+                    err = rel_err(y, Y)
+                    row["errs"][key] = err
+                    if not err <= TOL[dt]:
+                        status = "FAIL"
+            row["status"] = status
+            if status == "FAIL":
+                nfail += 1
+            line = f"{case['name']:32s} {layout:8s} {status:9s} " + " ".join(
+                f"{k}={'ERR' if v is None else f'{v:.1e}'}" for k, v in row["errs"].items())
+            print(line, flush=True)
+            if status == "CLMLA-ERR":
+                first = next(m for k, m in row["msgs"].items() if row["errs"][k] is None)
+                print(f"    clmla: {first}", flush=True)
+
+    table = render(rows, notes, paths, dtypes, clmla)
+    with open(os.path.join(args.out, "RESULTS.md"), "w") as f:
+        f.write(table)
+    print()
+    print(table)
+    if args.write_fixtures:
+        write_fixtures(rows, args.fixtures)
+    if args.strict and any(r.get("status") in ("CLMLA-ERR", "REF-ERR") for r in rows):
+        return 1
+    return 1 if nfail else 0
+
+
+def fmt(v, tol):
+    if v is None:
+        return "err"
+    s = f"{v:.1e}"
+    return s if v <= tol else f"**{s}**"
+
+
+def render(rows, notes, paths, dtypes, clmla):
+    keys = [f"{p}/{d}" for d in dtypes for p in paths]
+    out = [f"# clmla parity with transformers {transformers.__version__} (torch {torch.__version__})", "",
+           f"clmla: `{clmla}`. Error = max|clmla - ref| / max|ref| against transformers' attention in "
+           f"float64 (eager, prefill P then decode through its DynamicCache). Tolerance: f32 cache "
+           f"{TOL['f32']:g}, f16 cache {TOL['f16']:g}; bold = over tolerance, err = clmla did not run. "
+           f"Layout `params`: config.json as save_pretrained writes it (rope_parameters); `legacy`: the same "
+           f"weights with the publisher's layout (rope_theta + rope_scaling {{type}}, ...), which transformers "
+           f"was checked to read to the same rope parameters (`legacy!` + a note if not).", "",
+           "| case | layout | L/K | T/P | status | " + " | ".join(keys) + " |",
+           "|---|---|---|---|---|" + "---|" * len(keys)]
+    for r in rows:
+        c = r["case_def"]
+        lk = f"{c['layer']}" + (f"/{c['sublayer']}" if c.get("sublayer") is not None else "")
+        cells = [fmt(r["errs"].get(k), TOL[k.split("/")[1]]) if k in r["errs"] else "-" for k in keys]
+        out.append(f"| {r['case']} | {r['layout']} | {lk} | {c['T']}/{c['P']} | {r['status']} | "
+                   + " | ".join(cells) + " |")
+    out += ["", "## transformers classes", "",
+            "| case | layout | model | attention module (in memory) | on disk | class | forward(...) |",
+            "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        i = r.get("info") or {}
+        if i:
+            sig = i["attn_forward"]
+            out.append(f"| {r['case']} | {r['layout']} | {i['model_class']} | `{i['attn_module']}` | "
+                       f"`{i.get('disk_prefix', '?')}` | {i['attn_class']} | {sig} |")
+    errs = []
+    for r in rows:
+        bad = {k: m for k, m in r["msgs"].items() if r["errs"].get(k) is None}
+        if bad:
+            uniq = sorted(set(bad.values()))
+            errs.append(f"- {r['case']}.{r['layout']}: " + "; ".join(f"`{u}`" for u in uniq))
+    if errs:
+        out += ["", "## clmla failures", ""] + errs
+    if notes:
+        out += ["", "## notes", ""] + [f"- {n}" for n in notes]
+    return "\n".join(out) + "\n"
+
+
+def write_fixtures(rows, fixdir):
+    """Every case and layout: config.json, pruned model.safetensors, X.npy, Y.npy, case.json."""
+    best = {}
+    for r in rows:
+        c = r["case_def"]
+        if not r.get("folder") or r["status"] == "REF-ERR" or c.get("fixture") is False:
+            continue
+        key = (c["name"], c.get("sublayer"), r["layout"].rstrip("!"))
+        rank = (r["size"], c["T"], c["name"])
+        if key not in best or rank < best[key][0]:
+            best[key] = (rank, r)
+    if os.path.isdir(fixdir):
+        for e in os.listdir(fixdir):
+            p = os.path.join(fixdir, e)
+            if os.path.isdir(p):
+                shutil.rmtree(p)
+    os.makedirs(fixdir, exist_ok=True)
+    for (family, _sub, layout), (_, r) in sorted(best.items(), key=lambda kv: kv[1][1]["folder"]):
+        c = r["case_def"]
+        dst = os.path.join(fixdir, f"{c['name']}.{layout}")
+        os.makedirs(dst)
+        src = r["folder"]
+        for fn in ("config.json", "X.npy", "Y.npy", "case.json"):
+            shutil.copy(os.path.join(src, fn), dst)
+        # keep only the tested decoder layer's attention tensors, under transformers' own names
+        layer_tag = re.compile(r"(^|\.)(layers|blocks)\.%d\.self_attn\." % c["layer"])
+        with safe_open(os.path.join(src, "model.safetensors"), "np") as f:
+            meta = f.metadata()
+            keep = {k: f.get_tensor(k) for k in f.keys() if layer_tag.search(k) and "vision" not in k}
+        save_file(keep, os.path.join(dst, "model.safetensors"), metadata=meta)
+    with open(os.path.join(fixdir, "VERSIONS"), "w") as f:
+        f.write(f"transformers {transformers.__version__}\ntorch {torch.__version__}\n"
+                f"numpy {np.__version__}\npython {sys.version.split()[0]}\n")
+    with open(os.path.join(fixdir, "README.md"), "w") as f:
+        f.write("# Parity fixtures (transformers references)\n\n"
+                "Produced by transformers only (float64 eager attention, prefill then decode through its cache), by\n"
+                "`sh tests/parity/run.sh --write-fixtures`; never by clmla. One folder per case and config\n"
+                "layout: config.json, model.safetensors (only layer `layer`'s self_attn tensors, transformers' names),\n"
+                "X.npy (input), Y.npy (float32 of the float64 reference), case.json (layer, sublayer, prefill, tolerances).\n"
+                "`sh tests/parity/run.sh --check-fixtures` runs clmla on them and compares with Y.npy.\n")
+    total = sum(os.path.getsize(os.path.join(dp, fn)) for dp, _, fns in os.walk(fixdir) for fn in fns)
+    print(f"fixtures: {len(best)} folders, {total / 1024:.0f} KiB in {fixdir}")
+
+
+def check_fixtures(clmla, fixdir, device, paths, dtypes):
+    """clmla on every committed fixture folder against its Y.npy (no transformers involved)."""
+    nfail = 0
+    for name in sorted(os.listdir(fixdir)):
+        folder = os.path.join(fixdir, name)
+        if not os.path.isfile(os.path.join(folder, "case.json")):
+            continue
+        meta = json.load(open(os.path.join(folder, "case.json")))
+        case = {"layer": meta["layer"], "sublayer": meta.get("sublayer"), "P": meta["prefill"]}
+        ref = np.load(os.path.join(folder, "Y.npy")).astype(np.float64)
+        work = os.path.join("build", "parity", "fixture-check", name)
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(folder, work)  # clmla writes its outputs next to the inputs; keep the fixtures clean
+        cells = []
+        for path in paths:
+            for dt in dtypes:
+                y, msg, _ = run_clmla(clmla, work, case, path, dt, device)
+                if y is None:
+                    cells.append(f"{path}/{dt}=ERR")
+                    nfail += 1
+                    print(f"    {msg}")
+                    continue
+                e = rel_err(y, ref)
+                ok = e <= meta[f"tol_{dt}"]
+                nfail += not ok
+                cells.append(f"{path}/{dt}={e:.1e}" + ("" if ok else "!"))
+        print(f"{name:36s} " + " ".join(cells), flush=True)
+    return 1 if nfail else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
