@@ -38,7 +38,8 @@ static void usage(FILE *out)
             "Multi-head Latent Attention speed on an OpenCL device: achieved GB/s and GFLOP/s, as fractions of\n"
             "the device's own measured peaks, next to standard multi-head attention of the same model shape.\n\n"
             "  --device SPEC        device (P:D, index, gpu|cpu|accelerator, or part of a name; see clmla devices)\n"
-            "  --preset NAME        v2-lite (default), v2, v3, kimi-k2, or custom (v2-lite's dims, changed by:)\n"
+            "  --preset NAME        v2-lite (default), v2, v3, kimi-k2, glm-4.7-flash, minicpm3-4b, mistral-small-4,\n"
+            "                       moonlight, or custom (v2-lite's dims, changed by:)\n"
             "  --hidden N --heads N --q-lora-rank N --kv-lora-rank N --nope-dim N --rope-dim N --v-dim N\n"
             "  --phase LIST         decode (default), layer, prefill, products, peak; comma-separated\n"
             "                         decode:  latent attention of one new token over the cache (FlashMLA's measure)\n"
@@ -229,7 +230,8 @@ static int make_shape(const options *o, bench_shape *shape)
     const int custom = strcmp(name, "custom") == 0;
     clmla_preset preset = CLMLA_PRESET_DEEPSEEK_V2_LITE;
     if (!custom && clmla_preset_from_name(name, &preset) != CLMLA_SUCCESS) {
-        fprintf(stderr, "clmla-bench: unknown preset '%s' (v2-lite, v2, v3, kimi-k2, custom)\n", name);
+        fprintf(stderr, "clmla-bench: unknown preset '%s' (v2-lite, v2, v3, kimi-k2, glm-4.7-flash, minicpm3-4b, "
+                        "mistral-small-4, moonlight, custom)\n", name);
         return 1;
     }
     clmla_layer_config config;
