@@ -504,8 +504,7 @@ int main(void)
     clmla_status st = clmla_context_create(NULL, &ctx);
     if (st != CLMLA_SUCCESS) {
         printf("skipped: no OpenCL device (%s: %s)\n", clmla_status_string(st), clmla_last_error(NULL));
-        CHECK(0, "no device to run attention on");
-        return check_summary();
+        return 77;
     }
 
     /* Every case with each kernel variant: attn_latent_rows is what CPUs run and attn_latent what

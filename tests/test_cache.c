@@ -691,8 +691,7 @@ int main(void)
     clmla_status st = clmla_context_create(NULL, &ctx);
     if (st != CLMLA_SUCCESS) {
         printf("skipped: no OpenCL device (%s: %s)\n", clmla_status_string(st), clmla_last_error(NULL));
-        CHECK(0, "no device to test the cache on");
-        return check_summary();
+        return 77;
     }
     static const struct {
         const char *name;

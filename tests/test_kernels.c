@@ -1255,9 +1255,8 @@ int main(int argc, char **argv)
     }
     clmla_status st = clmla_context_create(NULL, &ctx);
     if (st != CLMLA_SUCCESS) {
-        printf("no OpenCL device (%s: %s)\n", clmla_status_string(st), clmla_last_error(NULL));
-        CHECK(0, "no device");
-        return check_summary();
+        printf("skipped: no OpenCL device (%s: %s)\n", clmla_status_string(st), clmla_last_error(NULL));
+        return 77;
     }
     clmla_device_info info;
     clmla_context_device(ctx, &info);

@@ -916,12 +916,22 @@ static void test_forward_errors(void)
 
 /* ---- presets at full size -------------------------------------------------------------------- */
 
+static int presets_run; /* presets that fitted and ran */
+
+static int presets_requested(int argc, char **argv)
+{
+    return argc == 2 && strcmp(argv[1], "presets") == 0;
+}
+
 static void test_presets(void)
 {
+    /* (MiniCPM3's LongRoPE and Mistral Small 4's query scale are outside tests/ref; transformers
+       checks them, tests/fixtures/parity.) */
     static const clmla_preset presets[] = {CLMLA_PRESET_DEEPSEEK_V2_LITE, CLMLA_PRESET_DEEPSEEK_V2,
-                                           CLMLA_PRESET_DEEPSEEK_V3, CLMLA_PRESET_KIMI_K2};
+                                           CLMLA_PRESET_DEEPSEEK_V3,      CLMLA_PRESET_KIMI_K2,
+                                           CLMLA_PRESET_GLM_4_7_FLASH,    CLMLA_PRESET_MOONLIGHT};
     const int T = 3;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < (int)(sizeof(presets) / sizeof(presets[0])); i++) {
         double t0 = tu_seconds();
         clmla_layer_config c;
         CHECK_STATUS(clmla_layer_config_preset(presets[i], &c), CLMLA_SUCCESS, NULL);
@@ -951,6 +961,7 @@ static void test_presets(void)
         }
         float *x = tu_random_inputs(T, D, 9100 + (uint64_t)i);
         tu_ref_run ref;
+        presets_run++;
         CHECK(tu_ref_run_make(&ref, &w, T, x, MLA_REF_DECOMPRESSED) == 0, "%s: reference failed", name);
         double t1 = tu_seconds();
         clmla_layer *layer = ref.out ? make_layer(&w, name) : NULL;
@@ -1142,6 +1153,11 @@ int main(int argc, char **argv)
     if (ran == TU_PARTS_UNKNOWN)
         return 2;
     if (ran == TU_PARTS_NO_DEVICE)
-        CHECK(0, "no device to run the layer on");
+        return 77; /* tu_run_parts said why */
+    /* `test_layer presets` with no preset that fits this device has tested nothing. */
+    if (presets_requested(argc, argv) && presets_run == 0 && check_failed == 0) {
+        printf("skipped: no preset fits this device\n");
+        return 77;
+    }
     return check_summary();
 }

@@ -438,9 +438,8 @@ int main(int argc, char **argv)
     const long ops_f32 = argc > 1 ? atol(argv[1]) : 6000, ops_f16 = argc > 2 ? atol(argv[2]) : 3000;
     clmla_status st = clmla_context_create(NULL, &ctx);
     if (st != CLMLA_SUCCESS) {
-        printf("no OpenCL device (%s: %s)\n", clmla_status_string(st), clmla_last_error(NULL));
-        CHECK(0, "no device");
-        return check_summary();
+        printf("skipped: no OpenCL device (%s: %s)\n", clmla_status_string(st), clmla_last_error(NULL));
+        return 77;
     }
     run("f32 cache", CLMLA_CACHE_F32, ops_f32, 101);
     run("f16 cache", CLMLA_CACHE_F16, ops_f16, 202);

@@ -292,7 +292,7 @@ tu_parts_result tu_run_parts(int argc, char **argv, const tu_part *parts, int n,
     }
     clmla_status st = clmla_context_create(NULL, ctx);
     if (st != CLMLA_SUCCESS) {
-        printf("no OpenCL device (%s: %s)\n", clmla_status_string(st), clmla_last_error(NULL));
+        printf("skipped: no OpenCL device (%s: %s)\n", clmla_status_string(st), clmla_last_error(NULL));
         return TU_PARTS_NO_DEVICE;
     }
     for (int p = 0; p < n; p++) {
