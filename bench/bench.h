@@ -48,7 +48,7 @@ typedef struct bench_shape {
     char preset[32];            /* "v2-lite", ..., or "custom" */
     clmla_layer_config config;
     int D, H, rq, rkv, dn, dr, dv, dq, row; /* row = rkv + dr: values per latent cache token */
-    float scale;                /* softmax scale tau (MLA.md section 4) */
+    float scale;                /* softmax scale tau (docs/MLA.md section 4) */
 } bench_shape;
 
 void bench_shape_from_config(bench_shape *s, const char *preset, const clmla_layer_config *config);

@@ -25,7 +25,7 @@ void bench_shape_from_config(bench_shape *s, const char *preset, const clmla_lay
     s->scale = (float)clmla_layer_config_softmax_scale(config);
 }
 
-/* All weights of one layer, float32 (MLA.md section 1). */
+/* All weights of one layer, float32 (docs/MLA.md section 1). */
 double bench_weight_bytes(const bench_shape *s)
 {
     const double D = s->D, H = s->H, rq = s->rq, rkv = s->rkv, dn = s->dn, dr = s->dr, dv = s->dv, dq = dn + dr;

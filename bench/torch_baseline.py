@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The shapes clmla-bench measures, in PyTorch on the CPU: what one would otherwise run.
 
-Written from the project's MLA notes (MLA.md): DeepSeek's absorbed formulation (W^UK folded into
+Written from the project's MLA notes (docs/MLA.md): DeepSeek's absorbed formulation (W^UK folded into
 the query, attention over the latent cache c^KV and the shared k^R, W^UV after the weighted sum)
 and the decompressed one (k^C, v^C up-projected from c^KV, ordinary attention with head dims
 dq / dv), plus standard multi-head attention over a full per-head K/V cache ("mha", decode only).
@@ -26,7 +26,7 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import torch  # noqa: E402
 
-# MLA.md section 7: D, H, rq, rkv, dn, dr, dv, theta, YaRN (factor, L, beta_fast, beta_slow,
+# docs/MLA.md section 7: D, H, rq, rkv, dn, dr, dv, theta, YaRN (factor, L, beta_fast, beta_slow,
 # mscale, mscale_all_dim).
 PRESETS = {
     "v2-lite": dict(D=2048, H=16, rq=0, rkv=512, dn=128, dr=64, dv=128, theta=1e4,
@@ -51,13 +51,13 @@ def yarn_mscale(s, m):
 
 
 def softmax_scale(cfg):
-    """tau of MLA.md section 4."""
+    """tau of docs/MLA.md section 4."""
     s, _, _, _, _, m_all = cfg["yarn"]
     return (cfg["dn"] + cfg["dr"]) ** -0.5 * yarn_mscale(s, m_all) ** 2
 
 
 def rope_tables(cfg, positions):
-    """(A cos, A sin) [len(positions), dr/2] of MLA.md section 3, YaRN included."""
+    """(A cos, A sin) [len(positions), dr/2] of docs/MLA.md section 3, YaRN included."""
     dr, theta = cfg["dr"], cfg["theta"]
     s, L, beta_fast, beta_slow, mscale, mscale_all = cfg["yarn"]
     i = torch.arange(dr // 2, dtype=torch.float64)
@@ -90,7 +90,7 @@ def rms_norm(x, weight):
 
 
 class Layer:
-    """One attention layer's weights in the checkpoint layout of MLA.md section 1, random."""
+    """One attention layer's weights in the checkpoint layout of docs/MLA.md section 1, random."""
 
     def __init__(self, cfg, gen):
         D, H, rq, rkv, dn, dr, dv = (cfg[k] for k in ("D", "H", "rq", "rkv", "dn", "dr", "dv"))

@@ -1,4 +1,4 @@
-/* Latent (absorbed) attention over the paged cache (MLA.md section 5), FlashMLA-style.
+/* Latent (absorbed) attention over the paged cache (docs/MLA.md section 5), FlashMLA-style.
  *
  * For query token t and head h, over keys j < token_ctx_len[t] of its sequence:
  *   score_j = scale * (q_latent[t,h,:] . c^KV_j + q_rope[t,h,:] . k^R_j)

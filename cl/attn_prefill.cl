@@ -1,4 +1,4 @@
-/* Decompressed causal attention for a prefill chunk (MLA.md section 5, second form).
+/* Decompressed causal attention for a prefill chunk (docs/MLA.md section 5, second form).
  *
  * The chunk's n_queries tokens sit at positions prefix .. prefix+n_queries-1 of one sequence;
  * the keys are its tokens 0 .. prefix+n_queries-1 (cached prefix and the chunk itself):

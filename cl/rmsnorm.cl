@@ -1,4 +1,4 @@
-/* RMSNorm of matrix rows, in place (MLA.md section 2: the latent norms of c^Q and c^KV).
+/* RMSNorm of matrix rows, in place (docs/MLA.md section 2: the latent norms of c^Q and c^KV).
  *
  *   x : [rows, row_stride] floats starting at x_offset; the first `cols` of each row are
  *       normalised, the rest (k^R behind c^KV in the kv_a output) are left alone:

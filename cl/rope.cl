@@ -1,4 +1,4 @@
-/* Decoupled RoPE (MLA.md section 3) on the rope part of every query head and on the shared k^R.
+/* Decoupled RoPE (docs/MLA.md section 3) on the rope part of every query head and on the shared k^R.
  *
  *   q     : [T, q_row_stride] floats from q_offset; head h of token t has its rope dims at
  *           q[t*q_row_stride + h*q_head_stride + q_rope_offset + 0 .. DR-1]

@@ -1,4 +1,4 @@
-/* One MLA attention layer: weights on the device and the forward step (MLA.md section 2).
+/* One MLA attention layer: weights on the device and the forward step (docs/MLA.md section 2).
  *
  * A step over T new tokens of several sequences:
  *   q  = x W_q^T                    or  c^Q = RMSNorm(x W_qa^T), q = c^Q W_qb^T      [T, H*dq]
@@ -237,7 +237,7 @@ static clmla_status build_kernels(clmla_layer *L)
 
 /* Entries of at least this many tokens are cheaper decompressed: per key, the up-projection costs
    2*rkv*H*(dn+dv) FLOPs once; per (query, key, head) the absorbed score and sum cost 2*(2*rkv+dr)
-   against 2*(dq+dv) decompressed (MLA.md section 5). Break-even: n = rkv*(dn+dv) / (2*rkv+dr-dq-dv),
+   against 2*(dq+dv) decompressed (docs/MLA.md section 5). Break-even: n = rkv*(dn+dv) / (2*rkv+dr-dq-dv),
    171 tokens for DeepSeek shapes. That is the threshold for GPUs and other devices until it is
    measured there. On CPU devices (PoCL) the measured crossover for V2-Lite was 32..64 tokens
    (docs/DESIGN.md), so CPUs use 64, or the cost model when that is lower. */

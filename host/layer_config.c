@@ -18,7 +18,7 @@ static const struct {
     const char *name;
     clmla_layer_config config;
 } presets[] = {
-    /* MLA.md section 7. D, H, rq, rkv, dn, dr, dv, eps, theta, pairing, YaRN s, L, beta fast/slow, mscale, mscale_all_dim */
+    /* docs/MLA.md section 7. D, H, rq, rkv, dn, dr, dv, eps, theta, pairing, YaRN s, L, beta fast/slow, mscale, mscale_all_dim */
     [CLMLA_PRESET_DEEPSEEK_V2_LITE] = {"v2-lite", {2048, 16, 0, 512, 128, 64, 128, 1e-6, 10000.0, CLMLA_ROPE_INTERLEAVED, 40.0, 4096, 32.0, 1.0, 0.707, 0.707}},
     [CLMLA_PRESET_DEEPSEEK_V2] = {"v2", {5120, 128, 1536, 512, 128, 64, 128, 1e-6, 10000.0, CLMLA_ROPE_INTERLEAVED, 40.0, 4096, 32.0, 1.0, 0.707, 0.707}},
     [CLMLA_PRESET_DEEPSEEK_V3] = {"v3", {7168, 128, 1536, 512, 128, 64, 128, 1e-6, 10000.0, CLMLA_ROPE_INTERLEAVED, 40.0, 4096, 32.0, 1.0, 1.0, 1.0}},

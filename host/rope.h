@@ -1,4 +1,4 @@
-/* RoPE tables and the softmax scale, computed on the host in double (MLA.md sections 3 and 4,
+/* RoPE tables and the softmax scale, computed on the host in double (docs/MLA.md sections 3 and 4,
    and the other rope types of transformers' modeling_rope_utils: linear, longrope, llama3). */
 #ifndef CLMLA_ROPE_H
 #define CLMLA_ROPE_H

@@ -1,4 +1,4 @@
-/* safetensors files (MLA.md section 8): the header parsed and checked, tensors looked up and
+/* safetensors files (docs/MLA.md section 8): the header parsed and checked, tensors looked up and
  * converted to float32, and the shard index of sharded checkpoints.
  *
  *   file  = [8-byte little-endian header length N] [N bytes of JSON] [data]

@@ -223,7 +223,7 @@ clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning 
    "off") <cache dir>/clblast-tuning.json; "" when there is no cache dir. Written into buf. */
 void clmla_xgemm_tuning_path(char *buf, size_t size);
 
-/* ---- layer configuration (MLA.md sections 1-4, 7) ----------------------------------------- */
+/* ---- layer configuration (docs/MLA.md sections 1-4, 7) ----------------------------------------- */
 
 typedef enum clmla_rope_pairing {
     CLMLA_ROPE_INTERLEAVED = 0, /* pairs (x[2i], x[2i+1]): DeepSeek and Kimi checkpoints */
@@ -235,7 +235,7 @@ typedef enum clmla_rope_type {
     CLMLA_ROPE_TYPE_AUTO = 0,     /* YARN when yarn_factor > 1, else DEFAULT (the 0.1 behaviour) */
     CLMLA_ROPE_TYPE_DEFAULT = 1,  /* inv_freq_i = theta^(-2i/dr) */
     CLMLA_ROPE_TYPE_LINEAR = 2,   /* default / yarn_factor */
-    CLMLA_ROPE_TYPE_YARN = 3,     /* MLA.md section 3 */
+    CLMLA_ROPE_TYPE_YARN = 3,     /* docs/MLA.md section 3 */
     CLMLA_ROPE_TYPE_LONGROPE = 4, /* default / short or long factor per pair (MiniCPM3) */
     CLMLA_ROPE_TYPE_LLAMA3 = 5,   /* Llama 3's wavelength-split scaling */
     CLMLA_ROPE_TYPE_NONE = 6      /* no rotation: the rope dims are used as they are (Kimi-Linear) */
@@ -304,7 +304,7 @@ typedef enum clmla_preset {
     CLMLA_PRESET_MOONLIGHT = 7        /* moonshotai/Moonlight-16B-A3B: 16 heads, no query compression */
 } clmla_preset;
 
-/* The configuration of a published model (MLA.md section 7). */
+/* The configuration of a published model (docs/MLA.md section 7). */
 clmla_status clmla_layer_config_preset(clmla_preset preset, clmla_layer_config *config);
 /* The preset's short name ("v2-lite", "v2", "v3", "kimi-k2", "glm-4.7-flash", "minicpm3-4b",
    "mistral-small-4", "moonlight"), or NULL. */
@@ -316,7 +316,7 @@ clmla_status clmla_preset_from_name(const char *name, clmla_preset *preset);
    values). Returns CLMLA_ERROR_INVALID_CONFIG with the reason in clmla_last_error(NULL). */
 clmla_status clmla_layer_config_validate(const clmla_layer_config *config);
 
-/* The softmax scale tau of MLA.md section 4 for this configuration. */
+/* The softmax scale tau of docs/MLA.md section 4 for this configuration. */
 double clmla_layer_config_softmax_scale(const clmla_layer_config *config);
 
 /* ---- weights -------------------------------------------------------------------------------- */
@@ -328,7 +328,7 @@ typedef struct clmla_tensor {
     int64_t shape[2];
 } clmla_tensor;
 
-/* One attention layer's weights in the checkpoint layout of MLA.md section 1. With q_lora_rank 0,
+/* One attention layer's weights in the checkpoint layout of docs/MLA.md section 1. With q_lora_rank 0,
    q_proj is required and q_a_proj / q_a_layernorm / q_b_proj must be absent (data NULL); with
    q_lora_rank > 0 it is the other way round. */
 typedef struct clmla_layer_weights {
@@ -427,7 +427,7 @@ clmla_status clmla_layer_get_config(const clmla_layer *layer, clmla_layer_config
 
 typedef enum clmla_attention_path {
     CLMLA_PATH_AUTO = 0,         /* absorbed below the layer's prefill threshold, else decompressed */
-    CLMLA_PATH_ABSORBED = 1,     /* attention in latent space (MLA.md section 5) */
+    CLMLA_PATH_ABSORBED = 1,     /* attention in latent space (docs/MLA.md section 5) */
     CLMLA_PATH_DECOMPRESSED = 2  /* up-projected keys and values, ordinary causal attention */
 } clmla_attention_path;
 

@@ -31,7 +31,7 @@ typedef struct ckpt_model {
     unsigned seed;
 } ckpt_model;
 
-/* One layer's weights, float32, checkpoint layout (MLA.md section 1); absent ones NULL. */
+/* One layer's weights, float32, checkpoint layout (docs/MLA.md section 1); absent ones NULL. */
 typedef struct ckpt_weights {
     float *q_a_proj;           /* [rq, D] */
     float *q_a_layernorm;      /* [rq] */

@@ -1,4 +1,4 @@
-/* Layer configurations: the presets carry MLA.md section 7, the softmax scale follows section 4,
+/* Layer configurations: the presets carry docs/MLA.md section 7, the softmax scale follows section 4,
    and clmla_layer_config_validate rejects what cannot be run. No device needed. */
 #include "check.h"
 #include "clmla.h"
@@ -10,7 +10,7 @@
 #include <math.h>
 #include <string.h>
 
-/* MLA.md section 7, written out again here so that a preset cannot agree with itself. */
+/* docs/MLA.md section 7, written out again here so that a preset cannot agree with itself. */
 typedef struct expected_preset {
     clmla_preset preset;
     const char *name;
@@ -18,7 +18,7 @@ typedef struct expected_preset {
     double theta, yarn_factor;
     int original_max_position;
     double beta_fast, beta_slow, mscale, mscale_all_dim;
-    double softmax_scale_doc; /* MLA.md section 4, 6 decimals */
+    double softmax_scale_doc; /* docs/MLA.md section 4, 6 decimals */
 } expected_preset;
 
 static const expected_preset expected[] = {
@@ -124,7 +124,7 @@ static void test_presets(void)
         double want = mla_ref_softmax_scale(&rc);
         CHECK(fabs(tau - want) <= TOL_SOFTMAX_SCALE_REL * want, "%s softmax scale %.12g, reference %.12g", e->name,
               tau, want);
-        CHECK(fabs(tau - e->softmax_scale_doc) <= TOL_SOFTMAX_SCALE_DOC_ABS, "%s softmax scale %.9f, MLA.md says %.6f",
+        CHECK(fabs(tau - e->softmax_scale_doc) <= TOL_SOFTMAX_SCALE_DOC_ABS, "%s softmax scale %.9f, docs/MLA.md says %.6f",
               e->name, tau, e->softmax_scale_doc);
         /* Written out: dq^-1/2 * (0.1 mscale_all_dim ln s + 1)^2. */
         double g = 0.1 * e->mscale_all_dim * log(e->yarn_factor) + 1.0;

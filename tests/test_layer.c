@@ -229,7 +229,7 @@ static void test_shapes(void)
         clmla_layer *layer = make_layer(&w, desc);
         if (layer && ref.out) {
             check_config_roundtrip(layer, &c, desc);
-            /* Decode steps (1 token) take the absorbed path under AUTO (MLA.md section 5). */
+            /* Decode steps (1 token) take the absorbed path under AUTO (docs/MLA.md section 5). */
             CHECK(clmla_layer_auto_threshold(layer) > 1, "%s: auto threshold %d", desc,
                   clmla_layer_auto_threshold(layer));
             for (int dt = 0; dt < 2; dt++) {

@@ -45,7 +45,7 @@ void tu_config_describe(const clmla_layer_config *config, char *buf, size_t size
 
 /* ---- random weights ------------------------------------------------------------------------ */
 
-/* The 8 tensors of MLA.md section 1 for one configuration. Projections are uniform with variance
+/* The 8 tensors of docs/MLA.md section 1 for one configuration. Projections are uniform with variance
    1/fan_in (so every activation stays O(1)), norm weights are 1 +- 0.1. The tensors absent for
    the configuration (q_a/q_b when rq == 0, q_proj otherwise) are NULL in every view. */
 typedef struct tu_weights {

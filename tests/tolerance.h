@@ -26,7 +26,7 @@
 /* clmla_layer_config_softmax_scale against mla_ref_softmax_scale (same formula, double). */
 #define TOL_SOFTMAX_SCALE_REL 1e-12
 
-/* ... and against the 6-decimal numbers printed in MLA.md section 4: they are rounded, so the
+/* ... and against the 6-decimal numbers printed in docs/MLA.md section 4: they are rounded, so the
    exact value may differ from them by up to half a unit in the 6th decimal (1.6e-6 to 3.4e-6
    relative for the three presets, so a 1e-6 relative bound would reject the exact value). */
 #define TOL_SOFTMAX_SCALE_DOC_ABS 5e-7

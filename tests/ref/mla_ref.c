@@ -1,6 +1,6 @@
 /*
  * mla_ref.c: float64 reference implementation of Multi-head Latent Attention.
- * See mla_ref.h for the API and shared/design/MLA.md for the math.
+ * See mla_ref.h for the API and docs/MLA.md for the math.
  */
 #include "mla_ref.h"
 
@@ -83,7 +83,7 @@ static void rmsnorm(double *x /* [n] */, const float *w /* [n] */, size_t n, dou
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* RoPE / YaRN (MLA.md sections 3 and 4)                                                       */
+/* RoPE / YaRN (docs/MLA.md sections 3 and 4)                                                       */
 /* ------------------------------------------------------------------------------------------ */
 
 static int yarn_on(const mla_ref_config *cfg)

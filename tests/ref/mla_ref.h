@@ -2,10 +2,10 @@
  * mla_ref: plain-C float64 reference implementation of DeepSeek Multi-head Latent Attention.
  *
  * Written for clarity, not speed; used by the clmla test suite as the numerical ground truth.
- * The math contract is shared/design/MLA.md; section numbers below refer to it.
+ * The math contract is docs/MLA.md; section numbers below refer to it.
  *
  * Conventions:
- *   - Weights are float32 in checkpoint layout (MLA.md section 1), row-major [out, in];
+ *   - Weights are float32 in checkpoint layout (docs/MLA.md section 1), row-major [out, in];
  *     a linear layer computes y = W x (y[i] = sum_j W[i*in + j] * x[j]).
  *   - Everything else (activations, norms, RoPE angles, softmax) is computed in double.
  *   - Shapes are written in comments next to every array pointer, outermost index first.
@@ -37,7 +37,7 @@ typedef struct mla_ref_config {
     double yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
 } mla_ref_config;
 
-typedef struct mla_ref_weights {      /* checkpoint layout of MLA.md section 1, row-major [out, in] */
+typedef struct mla_ref_weights {      /* checkpoint layout of docs/MLA.md section 1, row-major [out, in] */
     const float *q_a_proj;        /* [rq, D]       (NULL when rq == 0) */
     const float *q_a_layernorm;   /* [rq] */
     const float *q_b_proj;        /* [H*(dn+dr), rq] */
@@ -50,7 +50,7 @@ typedef struct mla_ref_weights {      /* checkpoint layout of MLA.md section 1, 
 
 enum { MLA_REF_ABSORBED = 0, MLA_REF_DECOMPRESSED = 1 };
 
-/* YaRN ramp bounds of MLA.md section 3, computed from theta, dr, L, beta_fast and beta_slow
+/* YaRN ramp bounds of docs/MLA.md section 3, computed from theta, dr, L, beta_fast and beta_slow
    (regardless of whether YaRN is on):
      cd(r) = dr * ln(L / (2 pi r)) / (2 ln theta)
      low   = max(floor(cd(beta_fast)), 0);  high = min(ceil(cd(beta_slow)), dr - 1);
@@ -60,7 +60,7 @@ void mla_ref_yarn_bounds(const mla_ref_config *cfg, double *low, double *high);
 
 /* inv_freq[i] (YaRN-corrected when on) for i < dr/2, and the cos/sin amplitude A. */
 void mla_ref_rope_tables(const mla_ref_config *cfg, double *inv_freq /* [dr/2] */, double *amplitude);
-double mla_ref_softmax_scale(const mla_ref_config *cfg);  /* tau of MLA.md section 4 */
+double mla_ref_softmax_scale(const mla_ref_config *cfg);  /* tau of docs/MLA.md section 4 */
 /* Rotate x (dr values) in place for absolute position pos, with the configured pairing and amplitude. Angle computed in double. */
 void mla_ref_rope_apply(const mla_ref_config *cfg, double *x /* [dr] */, long pos);
 

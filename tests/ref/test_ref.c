@@ -268,7 +268,7 @@ static void test_yarn_bounds_and_freqs(void)
 
 static void test_softmax_scales(void)
 {
-    /* Published values (MLA.md section 4) carry 6 decimals, so the check is that the exact
+    /* Published values (docs/MLA.md section 4) carry 6 decimals, so the check is that the exact
        formula rounds to them: |tau - published| <= 0.5e-6. */
     struct {
         const char *name;
@@ -538,7 +538,7 @@ static void test_latent_attention(void)
 }
 
 /* An independent, deliberately naive evaluation of the last token of a sequence straight from
-   MLA.md section 2 and the weight layout of section 1 (index arithmetic written out again). */
+   docs/MLA.md section 2 and the weight layout of section 1 (index arithmetic written out again). */
 static void naive_last_token(const layer *L, int T, const float *x /* [T, D] */,
                              double *u /* [D] */, double *lse /* [H] */)
 {

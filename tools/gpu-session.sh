@@ -3,10 +3,10 @@
 # the device machines lent to some sessions (docs/BENCHMARKS.md, "On an NVIDIA H100") have
 # NVIDIA's driver and its OpenCL library, and no ICD loader, CLBlast or cJSON.
 #
-#   sh bench/gpu-session.sh pack
+#   sh tools/gpu-session.sh pack
 #       here, on Debian: download ocl-icd-libopencl1, libclblast1 and libcjson1 and unpack them
 #       into .device/root (ignored by git; carry it with the build folder)
-#   sh bench/gpu-session.sh run COMMAND [ARG...]
+#   sh tools/gpu-session.sh run COMMAND [ARG...]
 #       there: put .device/root's libraries on LD_LIBRARY_PATH, write an ICD file naming the
 #       vendor's OpenCL library (found through ldconfig and the usual folders) into .device/icd,
 #       point OCL_ICD_VENDORS at that folder alone, and run COMMAND
@@ -14,7 +14,7 @@
 # CLMLA_ICD_LIB names the vendor library to look for (default libnvidia-opencl.so.1; AMD's is
 # libamdocl64.so, Intel's libigdrcl.so, PoCL's libpocl.so.2, which tries the script on a CPU).
 # For example, as one call of the device tool, with .device and build carried:
-#   sh bench/gpu-session.sh run sh -c 'build/clmla devices && cd build && ctest'
+#   sh tools/gpu-session.sh run sh -c 'build/clmla devices && cd build && ctest'
 set -eu
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -52,7 +52,7 @@ pack)
     ;;
 run)
     shift
-    [ $# -gt 0 ] || { echo "usage: sh bench/gpu-session.sh run COMMAND [ARG...]" >&2; exit 2; }
+    [ $# -gt 0 ] || { echo "usage: sh tools/gpu-session.sh run COMMAND [ARG...]" >&2; exit 2; }
     libdir="$dev/root/usr/lib/x86_64-linux-gnu"
     [ -d "$libdir" ] || { echo "gpu-session: $libdir is missing: run 'pack' here and carry .device" >&2; exit 1; }
     name=${CLMLA_ICD_LIB:-libnvidia-opencl.so.1}
@@ -75,7 +75,7 @@ run)
     exec "$@"
     ;;
 *)
-    echo "usage: sh bench/gpu-session.sh pack | run COMMAND [ARG...]" >&2
+    echo "usage: sh tools/gpu-session.sh pack | run COMMAND [ARG...]" >&2
     exit 2
     ;;
 esac
