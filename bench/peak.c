@@ -7,7 +7,7 @@
  *                   item, VEC = 1, 4, 8, the best of them: flops = 2 * 8 * VEC * iterations * items
  *   sgemm           CLBlastSgemm, n x n x n, row-major, no transposes: flops = 2 n^3,
  *                   bytes = 3 n^2 * 4 (A, B read once, C written once)
- *   sgemm-clmla     the library's own product dispatch (host/gemm.c) for the same n, as the layer
+ *   sgemm-clmla     the library's own product dispatch (host/mla/gemm.c) for the same n, as the layer
  *                   calls it (y = x W^T): clmla's CPU kernel on CPU devices, CLBlast elsewhere
  * The SGEMM peak is the better of the two: "the best GEMM path the library has". */
 #include "bench.h"

@@ -1,5 +1,5 @@
 /* Phase "products": the layer's projections alone, y = x W^T with x of `batch` rows (the tokens of
- * a decode step), through the library's own product dispatch (host/gemm.c, as the layer calls it).
+ * a decode step), through the library's own product dispatch (host/mla/gemm.c, as the layer calls it).
  * The paths name the projections of the checkpoint: q_proj (or q_a_proj and q_b_proj with a query
  * LoRA), kv_a_proj_with_mqa, kv_b_proj, o_proj, and qkv_a_proj, the product the layer runs: q_proj
  * (or q_a_proj) and kv_a_proj_with_mqa stacked into one matrix, as both multiply the hidden state. A decode step reads each weight matrix once,
@@ -19,7 +19,7 @@ typedef struct product_state {
     bench_device *dev;
     size_t m, n, k;
     cl_mem x, w, y;
-    cl_mem timed;    /* `copies` copies of W as the layer keeps it on this device: packed (host/gemm.h)
+    cl_mem timed;    /* `copies` copies of W as the layer keeps it on this device: packed (host/mla/gemm.h)
                         where panel > 0, else row-major */
     size_t panel, copies, calls;
 } product_state;

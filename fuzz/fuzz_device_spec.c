@@ -1,4 +1,4 @@
-/* libFuzzer: the device-spec grammar (clmla_spec_match, host/device_spec.h) on device lists made up
+/* libFuzzer: the device-spec grammar (clmla_spec_match, host/runtime/device_spec.h) on device lists made up
  * from the input, checked against the rules of include/clmla.h and the README:
  *   - the status is SUCCESS, DEVICE_NOT_FOUND, or NO_DEVICE exactly when the list is empty;
  *   - no spec (NULL, and no CLMLA_DEVICE) picks the first GPU, else device 0;

@@ -4,7 +4,7 @@
  * dequantisation, which is what the float64 reference must be fed.
  *
  * The encoders here are the test's own (round to nearest even), written independently of the
- * library's decoders in host/safetensors.c. */
+ * library's decoders in host/io/safetensors.c. */
 #ifndef CLMLA_TEST_CHECKPOINT_WRITER_H
 #define CLMLA_TEST_CHECKPOINT_WRITER_H
 #include "clmla.h"

@@ -1,4 +1,4 @@
-/* Fault injection (host/clcall.h): every OpenCL allocation, transfer, enqueue and GEMM the library
+/* Fault injection (host/runtime/clcall.h): every OpenCL allocation, transfer, enqueue and GEMM the library
  * counts is made to fail in turn, and each time the call under test must
  *   - return an error status (the injected OpenCL code, passed through) with a message,
  *   - leak nothing: no OpenCL object (the cl_context's reference count, which every buffer, program
@@ -41,7 +41,7 @@ static char walk_prefix[64]; /* which kernels the forward walks use */
 
 typedef struct objects {
     cl_uint context_refs; /* every buffer, program and kernel of the context retains it */
-    int scratch;          /* scratch buffers the context keeps (host/scratch.h) */
+    int scratch;          /* scratch buffers the context keeps (host/runtime/scratch.h) */
     long programs;        /* programs in the context's cache */
     int latent;           /* attn_latent kernels a cache keeps, built on first use */
 } objects;

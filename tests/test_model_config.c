@@ -1,4 +1,4 @@
-/* config.json as transformers reads it, per MLA family (host/config.c, docs/MODELS.md): both RoPE
+/* config.json as transformers reads it, per MLA family (host/io/config.c, docs/MODELS.md): both RoPE
    layouts and their precedence, every rope type, the family defaults and fixed choices, the layer
    sets, and the refusals by name. Expected values are written out here from transformers' and
    DeepSeek's code, not taken from clmla. No device needed. */

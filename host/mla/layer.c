@@ -32,7 +32,7 @@ struct clmla_layer {
        numbers in docs/BENCHMARKS.md's decisions table) */
     cl_mem qkv_a, q_a_layernorm, q_b_proj, kv_a_layernorm, kv_b_proj, o_proj;
     int qa_rows, qkv_ld; /* rows of q_proj (H*dq) or q_a_proj (rq); qa_rows + row */
-    /* panel rows of the projections packed for CPU devices (host/gemm.h), 0 where row-major */
+    /* panel rows of the projections packed for CPU devices (host/mla/gemm.h), 0 where row-major */
     size_t qkv_a_panel, q_b_panel, o_panel;
     /* optional biases (attention_bias): [qkv_ld] for the stacked product (zeros over q_proj's
        columns, which never have one), [D] for o_proj; NULL when the layer has none */
