@@ -244,7 +244,7 @@ void gemm_skinny_nt_rows(const int M, const int N, const int K, const float alph
 }
 
 /* gemm_tiled_rows: C = alpha * A B^T + beta * C for CPU devices and 64 rows or more (prefill,
- * the decompressed path's up-projection; TILED_MIN_ROWS in host/gemm.c), B [N, K] row-major (panel 0) or packed by the host in
+ * the decompressed path's up-projection; TILED_MIN_ROWS in host/mla/gemm.c), B [N, K] row-major (panel 0) or packed by the host in
  * panels of `panel` rows (clmla_pack_weight; then KC must be the packing's chunk, PCH). A
  * work-item owns a tile of TR rows x TC columns of C and walks K in chunks of KC: the chunk of its
  * TC rows of B (192 KiB at TC 48, KC 1024) stays in L2 while the item walks its TR rows of A four
@@ -386,7 +386,7 @@ void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alph
             }
 }
 
-/* gemm_packed_rows: y = x W^T for CPU devices, with W packed by the host (host/gemm.c,
+/* gemm_packed_rows: y = x W^T for CPU devices, with W packed by the host (host/mla/gemm.c,
  * clmla_pack_weight): W's N rows in panels of `panel` rows, a work-item's share, and each panel
  * stored chunk by chunk of PCH values of K, [chunk][row of the panel][value], so that an item's
  * weights are one contiguous region walked in storage order while the chunk of x (8 rows x 512
