@@ -98,15 +98,19 @@ void clmla_attention_set_variant(clmla_context *ctx, int variant)
     ctx->latent_variant = variant;
 }
 
+int clmla_attention_variant(const clmla_context *ctx)
+{
+    if (ctx->latent_variant != CLMLA_LATENT_AUTO)
+        return ctx->latent_variant;
+    return ctx->info.kind == CLMLA_DEVICE_KIND_CPU ? CLMLA_LATENT_ROWS : CLMLA_LATENT_GROUP;
+}
+
 /* Which kernel, its work-group size and its heads per group: the row-walking kernel on CPUs,
    the work-group kernel elsewhere, unless a test forced one. */
 static clmla_status pick_kernel(clmla_cache *cache, int num_heads, cl_kernel *kernel, int *threads, int *heads_per_group,
                                 int *rows)
 {
-    int variant = cache->ctx->latent_variant;
-    if (variant == CLMLA_LATENT_AUTO)
-        variant = cache->ctx->info.kind == CLMLA_DEVICE_KIND_CPU ? CLMLA_LATENT_ROWS : CLMLA_LATENT_GROUP;
-    *rows = variant == CLMLA_LATENT_ROWS;
+    *rows = clmla_attention_variant(cache->ctx) == CLMLA_LATENT_ROWS;
     if (*rows) {
         int hg = num_heads < 16 ? num_heads + (num_heads & 1) : 16;
         *threads = 1;

@@ -21,6 +21,9 @@ typedef struct latent_launch {
 enum { CLMLA_LATENT_AUTO = 0, CLMLA_LATENT_GROUP = 1, CLMLA_LATENT_ROWS = 2 };
 /* Test hook: force a variant on this context (CLMLA_LATENT_AUTO: by device type). */
 void clmla_attention_set_variant(clmla_context *ctx, int variant);
+/* The variant the context runs, GROUP or ROWS: the forced one, else ROWS on CPU devices and GROUP
+   on every other device. The one place this choice is made, for both attention paths. */
+int clmla_attention_variant(const clmla_context *ctx);
 
 /* Split-KV latent attention (attn_latent.cl, and attn_combine.cl when the keys are split). */
 clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const latent_launch *p, cl_event *event);

@@ -1,4 +1,5 @@
-/* Matrix products on the device: the only place that calls CLBlast. Row-major, float32,
+/* Matrix products on the device: the only place that runs CLBlast's GEMMs (tuning.c sets their
+   parameters). Row-major, float32,
    offsets and leading dimensions in floats. C = alpha * op(A) * op(B) + beta * C. */
 #ifndef CLMLA_GEMM_H
 #define CLMLA_GEMM_H

@@ -12,6 +12,7 @@
 #include "clcall.h"
 #include "gemm.h"
 #include "program.h"
+#include "layer_config.h"
 #include "rope.h"
 #include "scratch.h"
 
@@ -474,9 +475,7 @@ static clmla_status enqueue_prefill(clmla_layer *L, cl_mem q, int q_ld, int firs
     const int q_off = first_row * q_ld, q_stride = q_ld;
     const int zero = 0, kvu_stride = L->H * (L->dn + L->dv);
     const int o_off = first_row * L->H * L->dv, o_stride = L->H * L->dv;
-    int variant = ctx->latent_variant;
-    if (variant == CLMLA_LATENT_AUTO)
-        variant = ctx->info.kind == CLMLA_DEVICE_KIND_CPU ? CLMLA_LATENT_ROWS : CLMLA_LATENT_GROUP;
+    const int variant = clmla_attention_variant(ctx);
     cl_kernel k = variant == CLMLA_LATENT_ROWS ? L->prefill_rows : L->prefill;
     SET_ARG(k, 0, q);
     SET_ARG(k, 1, q_off);

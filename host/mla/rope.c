@@ -1,32 +1,9 @@
 #include "rope.h"
+#include "layer_config.h"
 
 #include <math.h>
 
 #define PI 3.14159265358979323846
-
-clmla_layer_config clmla_config_resolved(const clmla_layer_config *c)
-{
-    clmla_layer_config r = *c;
-    if (r.rms_norm_eps == 0)
-        r.rms_norm_eps = 1e-6;
-    if (r.rope_theta == 0)
-        r.rope_theta = 10000.0;
-    if (r.yarn_original_max_position == 0)
-        r.yarn_original_max_position = 4096;
-    if (r.yarn_beta_fast == 0)
-        r.yarn_beta_fast = 32.0;
-    if (r.yarn_beta_slow == 0)
-        r.yarn_beta_slow = 1.0;
-    if (r.rope_type == CLMLA_ROPE_TYPE_AUTO)
-        r.rope_type = r.yarn_factor > 1.0 ? CLMLA_ROPE_TYPE_YARN : CLMLA_ROPE_TYPE_DEFAULT;
-    if (r.query_scale_interval == 0)
-        r.query_scale_interval = r.yarn_original_max_position;
-    if (r.q_latent_scale == 0)
-        r.q_latent_scale = 1.0;
-    if (r.kv_latent_scale == 0)
-        r.kv_latent_scale = 1.0;
-    return r;
-}
 
 /* YaRN's g(s, m). */
 static double yarn_mscale(double s, double m)

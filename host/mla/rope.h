@@ -4,9 +4,6 @@
 #define CLMLA_ROPE_H
 #include "clmla.h"
 
-/* The configuration with every 0-means-default field filled in (rope_type AUTO made explicit). */
-clmla_layer_config clmla_config_resolved(const clmla_layer_config *config);
-
 /* inv_freq[i] for i < dr/2 and the cos/sin amplitude A. `long_factors` picks LongRoPE's long
    list (ignored by the other types). NONE gives inv_freq 0 and A 1: cos 1, sin 0. */
 void clmla_rope_inv_freq(const clmla_layer_config *resolved, int long_factors, double *inv_freq, double *amplitude);
