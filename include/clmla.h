@@ -9,7 +9,13 @@
  *    have no context (or that failed to make one), clmla_last_error(NULL), which is per thread;
  *  - handles are created and destroyed in pairs; destroy accepts NULL;
  *  - descriptor structs are valid when zero-initialised: 0 means "default";
- *  - the library never exits, aborts or prints on its own.
+ *  - the library never exits, aborts or prints on its own;
+ *  - threads: calls on different contexts (and on the caches and layers made from them) may run
+ *    at the same time in different threads (tests/test_concurrency.c). The calls on one context
+ *    and its objects must not overlap: serialise them, one thread at a time. Calls that take no
+ *    context (device lists, device specs, presets, configuration checks, config.json and .npy
+ *    reading, status strings) may be made from any thread. clmla_last_error(NULL) is per thread.
+ *    CLBlast's tuned parameters are per process: a context applies them when it is created.
  */
 #ifndef CLMLA_H
 #define CLMLA_H
@@ -27,7 +33,7 @@ extern "C" {
 #endif
 
 #define CLMLA_VERSION_MAJOR 0
-#define CLMLA_VERSION_MINOR 1
+#define CLMLA_VERSION_MINOR 2
 #define CLMLA_VERSION_PATCH 0
 
 /* "MAJOR.MINOR.PATCH" of the library actually linked. */
@@ -124,6 +130,26 @@ clmla_status clmla_context_create(const char *device_spec, clmla_context **ctx);
 /* Wraps a caller's OpenCL objects instead (an engine that already has its queue). The queue must
    be in-order; the library retains the context, device and queue and releases them on destroy. */
 clmla_status clmla_context_create_from_queue(cl_command_queue queue, clmla_context **ctx);
+
+/* Settings of a context. Zero-initialised (or NULL where a pointer to options is taken), every
+   field falls back to its environment variable (README: Environment variables), then to the
+   built-in default; a field that is set wins over the variable. */
+typedef struct clmla_context_options {
+    const char *device;         /* device spec (clmla_device_resolve); NULL: CLMLA_DEVICE, else the
+                                   first GPU, else the first device. Ignored by _from_queue. */
+    const char *kernel_dir;     /* load kernel sources NAME.cl from here; NULL: CLMLA_KERNEL_DIR,
+                                   else (and "") the sources embedded in the library */
+    const char *cache_dir;      /* compiled-kernel cache folder, "off" for none; NULL: CLMLA_CACHE_DIR,
+                                   else $XDG_CACHE_HOME/clmla, else ~/.cache/clmla */
+    const char *clblast_tuning; /* CLBlast tuning file to apply, "off" to apply none; NULL:
+                                   CLMLA_CLBLAST_TUNING, else <cache dir>/clblast-tuning.json and
+                                   the built-in table (see "CLBlast tuning" below) */
+} clmla_context_options;
+
+/* clmla_context_create and clmla_context_create_from_queue with options (NULL: all defaults). */
+clmla_status clmla_context_create_opts(const clmla_context_options *options, clmla_context **ctx);
+clmla_status clmla_context_create_from_queue_opts(cl_command_queue queue, const clmla_context_options *options,
+                                                  clmla_context **ctx);
 
 void clmla_context_destroy(clmla_context *ctx);
 

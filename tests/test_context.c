@@ -320,6 +320,50 @@ static void test_build_errors(void)
     unsetenv("CLMLA_CACHE_DIR");
 }
 
+/* clmla_context_options win over the environment variables they stand for. */
+static void test_options(void)
+{
+    char env_dir[] = "/tmp/clmla-test-env-XXXXXX", opt_dir[] = "/tmp/clmla-test-opt-XXXXXX";
+    char kdir[] = "/tmp/clmla-test-nokernels-XXXXXX";
+    CHECK(mkdtemp(env_dir) && mkdtemp(opt_dir) && mkdtemp(kdir), "mkdtemp");
+    setenv("CLMLA_CACHE_DIR", env_dir, 1);
+    clmla_context_options o;
+    memset(&o, 0, sizeof(o));
+    o.cache_dir = opt_dir;
+    o.clblast_tuning = "off";
+    clmla_context *ctx = NULL;
+    CHECK_STATUS(clmla_context_create_opts(&o, &ctx), CLMLA_SUCCESS, NULL);
+    if (ctx) {
+        CHECK_STATUS(clmla_context_prepare_kernel(ctx, "rmsnorm", "-D WG=16 -D CLMLA_TEST_OPTIONS=1"), CLMLA_SUCCESS, ctx);
+        clmla_program_stats s = stats_of(ctx);
+        CHECK(s.disk_written == 1, "options.cache_dir: %llu binaries written", (unsigned long long)s.disk_written);
+        clmla_xgemm_tuning t;
+        const char *source = NULL;
+        CHECK(clmla_context_xgemm_tuning(ctx, &t, &source) == CLMLA_ERROR_UNSUPPORTED && source && strcmp(source, "none") == 0,
+              "options.clblast_tuning \"off\" applied %s", source ? source : "(null)");
+        clmla_context_destroy(ctx);
+    }
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "test -n \"$(ls -A %s)\" && test -z \"$(ls -A %s)\"", opt_dir, env_dir);
+    CHECK(system(cmd) == 0, "the binary went to options.cache_dir %s, not CLMLA_CACHE_DIR %s", opt_dir, env_dir);
+
+    /* kernel_dir: a folder without kernels, whatever CLMLA_KERNEL_DIR says (unset here). */
+    memset(&o, 0, sizeof(o));
+    o.kernel_dir = kdir;
+    o.cache_dir = "off";
+    CHECK_STATUS(clmla_context_create_opts(&o, &ctx), CLMLA_SUCCESS, NULL);
+    if (ctx)
+        CHECK_STATUS(clmla_context_prepare_kernel(ctx, "rmsnorm", "-D WG=16"), CLMLA_ERROR_KERNEL_NOT_FOUND, ctx);
+    clmla_context_destroy(ctx);
+    /* NULL options: the defaults, like clmla_context_create(NULL). */
+    ctx = NULL;
+    CHECK_STATUS(clmla_context_create_opts(NULL, &ctx), CLMLA_SUCCESS, NULL);
+    clmla_context_destroy(ctx);
+    unsetenv("CLMLA_CACHE_DIR");
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s' '%s'", env_dir, opt_dir, kdir);
+    CHECK(system(cmd) == 0, "cleanup");
+}
+
 static void test_status_strings(void)
 {
     for (int code = -5099; code <= -5000; code++) {
@@ -358,6 +402,7 @@ int main(void)
 {
     test_status_strings();
     test_device_choice();
+    test_options();
     test_disk_cache();
     test_build_errors();
     return check_summary();

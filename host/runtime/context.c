@@ -36,6 +36,14 @@ static cl_command_queue make_queue(cl_context c, cl_device_id dev, int *profilin
 
 clmla_status clmla_context_create(const char *device_spec, clmla_context **out)
 {
+    clmla_context_options o;
+    memset(&o, 0, sizeof(o));
+    o.device = device_spec;
+    return clmla_context_create_opts(&o, out);
+}
+
+clmla_status clmla_context_create_opts(const clmla_context_options *options, clmla_context **out)
+{
     if (!out)
         return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_context_create: NULL output pointer");
     *out = NULL;
@@ -43,7 +51,8 @@ clmla_status clmla_context_create(const char *device_spec, clmla_context **out)
     clmla_context *ctx = calloc(1, sizeof(*ctx));
     if (!ctx)
         return clmla_fail(NULL, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
-    clmla_env_read(&ctx->env);
+    clmla_env_with_options(&ctx->env, options);
+    const char *device_spec = options ? options->device : NULL;
 
     clmla_device_info *devs = NULL;
     size_t n = 0;
@@ -94,6 +103,12 @@ clmla_status clmla_context_create(const char *device_spec, clmla_context **out)
 
 clmla_status clmla_context_create_from_queue(cl_command_queue queue, clmla_context **out)
 {
+    return clmla_context_create_from_queue_opts(queue, NULL, out);
+}
+
+clmla_status clmla_context_create_from_queue_opts(cl_command_queue queue, const clmla_context_options *options,
+                                                  clmla_context **out)
+{
     if (!out || !queue)
         return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_context_create_from_queue: NULL argument");
     *out = NULL;
@@ -118,7 +133,7 @@ clmla_status clmla_context_create_from_queue(cl_command_queue queue, clmla_conte
     clmla_context *ctx = calloc(1, sizeof(*ctx));
     if (!ctx)
         return clmla_fail(NULL, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
-    clmla_env_read(&ctx->env);
+    clmla_env_with_options(&ctx->env, options);
     clmla_device_query(plat, dev, &ctx->info);
     /* Find the device's place in the flat list, when it is there. */
     clmla_device_info *devs = NULL;

@@ -29,3 +29,16 @@ void clmla_env_read(clmla_env *env)
         snprintf(env->cache_dir, sizeof(env->cache_dir), "%s/.cache/clmla", home);
     }
 }
+
+void clmla_env_with_options(clmla_env *env, const clmla_context_options *o)
+{
+    clmla_env_read(env);
+    if (!o)
+        return;
+    if (o->kernel_dir)
+        snprintf(env->kernel_dir, sizeof(env->kernel_dir), "%s", o->kernel_dir);
+    if (o->cache_dir)
+        snprintf(env->cache_dir, sizeof(env->cache_dir), "%s", strcmp(o->cache_dir, "off") == 0 ? "" : o->cache_dir);
+    if (o->clblast_tuning)
+        snprintf(env->clblast_tuning, sizeof(env->clblast_tuning), "%s", o->clblast_tuning);
+}

@@ -1,6 +1,7 @@
 /* The environment variables clmla reads, all in one place (documented in README.md). */
 #ifndef CLMLA_ENV_H
 #define CLMLA_ENV_H
+#include "clmla.h"
 
 #define CLMLA_PATH_SIZE 4096
 
@@ -13,4 +14,8 @@ typedef struct clmla_env {
 
 /* CLMLA_CACHE_DIR, else $XDG_CACHE_HOME/clmla, else $HOME/.cache/clmla; "off" disables. */
 void clmla_env_read(clmla_env *env);
+
+/* The environment, then each field the options set (clmla_context_options) over it; the device
+   spec is the caller's to match (clmla_spec_match), with env->device as its fallback. */
+void clmla_env_with_options(clmla_env *env, const clmla_context_options *options);
 #endif
