@@ -70,18 +70,13 @@
 #define DPT ((RKV + NT - 1) / NT)            /* value elements per item in step C */
 #define QIT ((HGP * ROWV + NT - 1) / NT)     /* query float4s per item */
 
-#ifdef CACHE_F16
-#define CACHE_T half
-#define LOAD(p, i) vload_half((i), (p))
-#define LOAD4(p, i) vload_half4((i), (p))
-#elif ROW % 4 == 0
-#define CACHE_T float
-#define LOAD(p, i) ((p)[i])
-#define LOAD4(p, i) (((__global const float4 *)(p))[i]) /* rows start 16-byte aligned */
+/* The cache's loads (cl/prelude.cl); float rows of a multiple of 4 start 16-byte aligned, so
+   their float4s load as such. */
+#define LOAD(p, i) CACHE_LOAD(p, i)
+#if !defined(CACHE_F16) && ROW % 4 == 0
+#define LOAD4(p, i) (((__global const float4 *)(p))[i])
 #else
-#define CACHE_T float
-#define LOAD(p, i) ((p)[i])
-#define LOAD4(p, i) vload4((i), (p))
+#define LOAD4(p, i) CACHE_LOAD4(p, i)
 #endif
 
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))

@@ -15,13 +15,7 @@
 #endif
 #define ROW (RKV + DR)
 
-#ifdef CACHE_F16
-#define CACHE_T half
-#define LOAD(p, i) vload_half((i), (p))
-#else
-#define CACHE_T float
-#define LOAD(p, i) ((p)[i])
-#endif
+#define LOAD(p, i) CACHE_LOAD(p, i) /* cl/prelude.cl */
 
 __kernel void cache_gather(__global const CACHE_T *cache, __global const int *block_table, const int table_offset, const int block_tokens,
                            const int start, __global float *out, const int out_offset)

@@ -15,11 +15,6 @@
 #endif
 #define ROW (RKV + DR)
 
-#ifdef CACHE_F16
-#define CACHE_T half
-#else
-#define CACHE_T float
-#endif
 
 __kernel void cache_write(__global const float *c_kv, const int c_kv_offset, const int c_kv_stride,
                           __global const float *k_rope, const int k_rope_offset, const int k_rope_stride,
@@ -32,9 +27,5 @@ __kernel void cache_write(__global const float *c_kv, const int c_kv_offset, con
     const float v = d < RKV ? c_kv[c_kv_offset + (size_t)t * c_kv_stride + d]
                             : k_rope[k_rope_offset + (size_t)t * k_rope_stride + (d - RKV)];
     const size_t at = (size_t)slots[t] * ROW + d;
-#ifdef CACHE_F16
-    vstore_half_rte(v, at, cache);
-#else
-    cache[at] = v;
-#endif
+    CACHE_STORE(v, at, cache); /* cl/prelude.cl */
 }

@@ -87,6 +87,54 @@ static clmla_status find_source(clmla_context *ctx, const char *name, const char
                       "no kernel file '%s.cl' is embedded in this library (and CLMLA_KERNEL_DIR is not set)", name);
 }
 
+/* What is compiled for kernel file `name`: cl/prelude.cl (the definitions every kernel file
+   shares: the cache element type and its loads and stores), then the file itself, line numbers
+   restarted so that build logs point into it. The prelude comes from CLMLA_KERNEL_DIR when that
+   folder has one, else from the library. Always malloc'd. */
+static clmla_status assemble_source(clmla_context *ctx, const char *name, char **out, size_t *out_size)
+{
+    const char *src = NULL, *pre = NULL;
+    size_t size = 0, pre_size = 0;
+    int owned = 0, pre_owned = 0;
+    clmla_status st = find_source(ctx, name, &src, &size, &owned);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    st = find_source(ctx, "prelude", &pre, &pre_size, &pre_owned);
+    if (st != CLMLA_SUCCESS && ctx->env.kernel_dir[0]) {
+        clmla_clear_error(ctx);
+        for (const clmla_embedded_kernel *k = clmla_embedded_kernels; k->name; k++)
+            if (strcmp(k->name, "prelude") == 0) {
+                pre = k->source;
+                pre_size = k->size;
+                pre_owned = 0;
+                st = CLMLA_SUCCESS;
+            }
+    }
+    if (st != CLMLA_SUCCESS) {
+        if (owned)
+            free((void *)src);
+        return st;
+    }
+    static const char restart[] = "\n#line 1\n";
+    const size_t total = pre_size + sizeof(restart) - 1 + size;
+    char *text = malloc(total + 1);
+    if (text) {
+        memcpy(text, pre, pre_size);
+        memcpy(text + pre_size, restart, sizeof(restart) - 1);
+        memcpy(text + pre_size + sizeof(restart) - 1, src, size);
+        text[total] = '\0';
+    }
+    if (owned)
+        free((void *)src);
+    if (pre_owned)
+        free((void *)pre);
+    if (!text)
+        return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory for kernel source %s", name);
+    *out = text;
+    *out_size = total;
+    return CLMLA_SUCCESS;
+}
+
 static void put_u32(unsigned char *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++)
@@ -238,10 +286,9 @@ clmla_status clmla_program_get(clmla_context *ctx, const char *name, const char 
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "kernel name '%s' is not a plain file name", name ? name : "(null)");
     if (!options)
         options = "";
-    const char *src = NULL;
+    char *src = NULL;
     size_t size = 0;
-    int owned = 0;
-    clmla_status status = find_source(ctx, name, &src, &size, &owned);
+    clmla_status status = assemble_source(ctx, name, &src, &size);
     if (status != CLMLA_SUCCESS)
         return status;
 
@@ -258,15 +305,13 @@ clmla_status clmla_program_get(clmla_context *ctx, const char *name, const char 
         if (strcmp(e->key, key) == 0) {
             ctx->program_stats.memory_hits++;
             *out = e->program;
-            if (owned)
-                free((void *)src);
+            free(src);
             return CLMLA_SUCCESS;
         }
 
     clmla_program_entry *entry = calloc(1, sizeof(*entry));
     if (!entry) {
-        if (owned)
-            free((void *)src);
+        free(src);
         return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     }
     cl_program program = load_cached(ctx, key, options);
@@ -275,8 +320,7 @@ clmla_status clmla_program_get(clmla_context *ctx, const char *name, const char 
         if (status == CLMLA_SUCCESS)
             store_cached(ctx, key, program);
     }
-    if (owned)
-        free((void *)src);
+    free(src);
     if (status != CLMLA_SUCCESS) {
         free(entry);
         return status;
