@@ -396,21 +396,51 @@ typedef struct clmla_cache_config {
 typedef struct clmla_cache clmla_cache;
 
 /* Holds, per layer and token, only c^KV after RMSNorm (rkv values) and k^R after RoPE (dr values).
-   A sequence owns a list of blocks (its block table), the same blocks in every layer. */
+   A sequence owns a list of blocks (its block table), the same blocks in every layer. After
+   clmla_cache_seq_fork, sequences may share blocks (see there). */
 clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *config, clmla_cache **cache);
 void clmla_cache_destroy(clmla_cache *cache);
 
 /* A new, empty sequence; ids are small non-negative integers, reused after a free. */
 clmla_status clmla_cache_seq_add(clmla_cache *cache, int32_t *seq_id);
-/* Returns the sequence's blocks to the pool. */
+/* Returns the sequence's blocks to the pool; a block shared with other sequences returns only when
+   the last of them lets go of it. */
 clmla_status clmla_cache_seq_free(clmla_cache *cache, int32_t seq_id);
 /* Makes sure the sequence owns blocks for at least `tokens` tokens in total, so that later appends
-   up to that length cannot fail for lack of blocks. CLMLA_ERROR_CACHE_FULL changes nothing. */
+   up to that length cannot fail for lack of blocks: a shared block (clmla_cache_seq_fork) that
+   those appends would write into is copied now, taking a block. CLMLA_ERROR_CACHE_FULL changes
+   nothing. */
 clmla_status clmla_cache_seq_reserve(clmla_cache *cache, int32_t seq_id, int tokens);
+/* Shortens the sequence to its first `tokens` tokens in every layer (e.g. to drop rejected
+   speculative tokens). `tokens` must not exceed its length in any layer, else
+   CLMLA_ERROR_INVALID_ARGUMENT and nothing changes. The rows kept are unchanged. The sequence
+   keeps the ceil(tokens / block_tokens) blocks that hold them and lets go of the others, blocks
+   reserved with clmla_cache_seq_reserve included; a block shared with other sequences returns to
+   the pool only when the last of them lets go of it. */
+clmla_status clmla_cache_seq_truncate(clmla_cache *cache, int32_t seq_id, int tokens);
+/* A new sequence, *new_seq, with the same tokens as src_seq in every layer (parallel sampling,
+   beam search), made without copying anything: it lists the blocks that hold src_seq's tokens
+   (not those src_seq only reserved), and every block counts the sequences that list it.
+   Copy on write: before an append (clmla_cache_append_cl, clmla_layer_forward[_cl]) or a
+   clmla_cache_seq_reserve writes into a block that other sequences list too, the writing
+   sequence gets a block of its own, filled on the device with a copy of that block's rows in
+   every layer, so writes to one sequence never change another's tokens. So after a fork, the
+   first of the two sequences to append into their shared, partly filled last block takes a block
+   for its copy (CLMLA_ERROR_CACHE_FULL when none is free, and nothing changes) and the other then
+   owns the original alone; full blocks stay shared (a truncate into one makes the next append
+   copy it). When several sequences sharing a block write into it in one step, each takes a copy
+   and the original returns to the pool at the end of the step. Freeing or truncating a sequence
+   releases its blocks; a block returns to the pool when the last sequence listing it lets go of
+   it. The fork itself takes no block (never CLMLA_ERROR_CACHE_FULL); on failure *new_seq is -1
+   and nothing changes. */
+clmla_status clmla_cache_seq_fork(clmla_cache *cache, int32_t src_seq, int32_t *new_seq);
 /* Tokens stored for the sequence in `layer`. */
 clmla_status clmla_cache_seq_length(const clmla_cache *cache, int32_t seq_id, int layer, int *length);
 /* The sequence's block ids in order (at most max_blocks are written), and in *num_blocks
-   (optional, may be NULL) how many it owns. */
+   (optional, may be NULL) how many it owns. A block shared after a fork is in the list of every
+   sequence sharing it. An append, reserve or truncate may replace entries already listed (copy on
+   write, see clmla_cache_seq_fork), not only add or drop some at the end: read the table again
+   after them. */
 clmla_status clmla_cache_seq_blocks(const clmla_cache *cache, int32_t seq_id, int32_t *blocks, int max_blocks,
                                     int *num_blocks);
 
@@ -419,7 +449,7 @@ typedef struct clmla_cache_info {
     size_t bytes_per_block;           /* per layer */
     size_t bytes_total;               /* device memory of the pool, all layers */
     int block_tokens;
-    int blocks_total, blocks_used, blocks_free;
+    int blocks_total, blocks_used, blocks_free; /* a shared block counts once */
     int sequences;
 } clmla_cache_info;
 clmla_status clmla_cache_get_info(const clmla_cache *cache, clmla_cache_info *info);

@@ -1,5 +1,6 @@
 /* Paged latent KV cache: a pool of blocks of block_tokens tokens, one device buffer per layer,
-   a block table per sequence shared by all layers, lengths per (sequence, layer). */
+   a block table per sequence shared by all layers, lengths per (sequence, layer). Blocks may be
+   shared by sequences after a fork, with a count of owners per block and copy on write (cache.h). */
 #include "cache.h"
 #include "clcall.h"
 #include "program.h"
@@ -54,8 +55,9 @@ clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *co
     cache->elem_bytes = elem;
     cache->layers = calloc((size_t)c.num_layers, sizeof(cl_mem));
     cache->free_blocks = malloc((size_t)c.num_blocks * sizeof(int32_t));
+    cache->refs = calloc((size_t)c.num_blocks, sizeof(int));
     clmla_status st = CLMLA_SUCCESS;
-    if (!cache->layers || !cache->free_blocks)
+    if (!cache->layers || !cache->free_blocks || !cache->refs)
         st = oom(ctx);
     /* Lowest ids on top of the stack, so a fresh pool hands out 0, 1, 2, ... */
     for (int i = 0; st == CLMLA_SUCCESS && i < c.num_blocks; i++)
@@ -112,6 +114,7 @@ void clmla_cache_destroy(clmla_cache *cache)
     free(cache->seqs);
     free(cache->layers);
     free(cache->free_blocks);
+    free(cache->refs);
     free(cache);
 }
 
@@ -123,10 +126,10 @@ cache_seq *clmla_cache_find(const clmla_cache *cache, int32_t seq_id)
     return NULL;
 }
 
-clmla_status clmla_cache_seq_add(clmla_cache *cache, int32_t *seq_id)
+/* The lowest free sequence id, marked in use with zero lengths and no blocks. May move
+   cache->seqs: pointers into it taken before are stale. */
+static clmla_status new_slot(clmla_cache *cache, int32_t *seq_id)
 {
-    if (!cache || !seq_id)
-        return clmla_fail(cache ? cache->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_seq_add: NULL argument");
     int id = 0;
     while (id < cache->num_seqs && cache->seqs[id].in_use)
         id++;
@@ -152,19 +155,28 @@ clmla_status clmla_cache_seq_add(clmla_cache *cache, int32_t *seq_id)
     return CLMLA_SUCCESS;
 }
 
-clmla_status clmla_cache_seq_free(clmla_cache *cache, int32_t seq_id)
+clmla_status clmla_cache_seq_add(clmla_cache *cache, int32_t *seq_id)
 {
-    if (!cache)
-        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_seq_free: NULL cache");
-    cache_seq *s = clmla_cache_find(cache, seq_id);
-    if (!s)
-        return CLMLA_ERROR_UNKNOWN_SEQUENCE;
-    /* Push in reverse so the sequence's first block is handed out first next time. */
-    for (int i = s->num_blocks - 1; i >= 0; i--)
-        cache->free_blocks[cache->num_free++] = s->blocks[i];
-    s->num_blocks = 0;
-    s->in_use = 0;
-    return CLMLA_SUCCESS;
+    if (!cache || !seq_id)
+        return clmla_fail(cache ? cache->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_seq_add: NULL argument");
+    return new_slot(cache, seq_id);
+}
+
+/* ---- blocks and their owners ------------------------------------------------------------------ */
+
+/* The block on top of the free stack, for one owner; the caller checked there is one. */
+static int32_t take_block(clmla_cache *cache)
+{
+    const int32_t b = cache->free_blocks[--cache->num_free];
+    cache->refs[b] = 1;
+    return b;
+}
+
+/* One owner lets go of block b; it goes back to the pool with its last owner. */
+static void release_block(clmla_cache *cache, int32_t b)
+{
+    if (--cache->refs[b] == 0)
+        cache->free_blocks[cache->num_free++] = b;
 }
 
 static int blocks_for(const clmla_cache *cache, long long tokens)
@@ -172,8 +184,8 @@ static int blocks_for(const clmla_cache *cache, long long tokens)
     return (int)((tokens + cache->config.block_tokens - 1) / cache->config.block_tokens);
 }
 
-/* Gives the sequence `want` blocks in all, from the pool; the caller checked there are enough. */
-static clmla_status grow_blocks(clmla_cache *cache, cache_seq *s, int want)
+/* Room for `want` entries in the sequence's block table. */
+static clmla_status ensure_capacity(clmla_cache *cache, cache_seq *s, int want)
 {
     if (want > s->capacity) {
         int cap = s->capacity ? s->capacity : 4;
@@ -185,15 +197,210 @@ static clmla_status grow_blocks(clmla_cache *cache, cache_seq *s, int want)
         s->blocks = blocks;
         s->capacity = cap;
     }
-    while (s->num_blocks < want)
-        s->blocks[s->num_blocks++] = cache->free_blocks[--cache->num_free];
     return CLMLA_SUCCESS;
 }
 
+/* Gives the sequence `want` blocks in all, new ones from the pool; the caller checked there are
+   enough. */
+static clmla_status grow_blocks(clmla_cache *cache, cache_seq *s, int want)
+{
+    clmla_status st = ensure_capacity(cache, s, want);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    while (s->num_blocks < want)
+        s->blocks[s->num_blocks++] = take_block(cache);
+    return CLMLA_SUCCESS;
+}
+
+/* Lets go of the sequence's blocks past the first `keep`, last first (so that, pushed in reverse,
+   the first of them is handed out first next time). */
 static void shrink_blocks(clmla_cache *cache, cache_seq *s, int keep)
 {
     while (s->num_blocks > keep)
-        cache->free_blocks[cache->num_free++] = s->blocks[--s->num_blocks];
+        release_block(cache, s->blocks[--s->num_blocks]);
+}
+
+/* How many of the blocks at table positions [first, end) of the sequence other sequences list too. */
+static int shared_in(const clmla_cache *cache, const cache_seq *s, int first, int end)
+{
+    int n = 0;
+    if (end > s->num_blocks)
+        end = s->num_blocks;
+    for (int j = first < 0 ? 0 : first; j < end; j++)
+        n += cache->refs[s->blocks[j]] > 1;
+    return n;
+}
+
+/* Enqueues the device copy of block `from` into block `to`, in every layer the rows of table
+   position `index` that hold tokens of s (those below its length in that layer). */
+static clmla_status copy_block(clmla_cache *cache, const cache_seq *s, int index, int32_t from, int32_t to)
+{
+    const int bt = cache->config.block_tokens;
+    const size_t row_bytes = (size_t)cache->row * cache->elem_bytes;
+    for (int l = 0; l < cache->config.num_layers; l++) {
+        long long rows = (long long)s->length[l] - (long long)index * bt;
+        if (rows <= 0)
+            continue;
+        if (rows > bt)
+            rows = bt;
+        /* Counted like every other transfer (clcall.h), so that fault injection reaches it. */
+        cl_int err = clmla_fault_hit(cache->ctx)
+                         ? CL_OUT_OF_RESOURCES
+                         : clEnqueueCopyBuffer(cache->ctx->queue, cache->layers[l], cache->layers[l],
+                                               (size_t)from * bt * row_bytes, (size_t)to * bt * row_bytes,
+                                               (size_t)rows * row_bytes, 0, NULL, NULL);
+        if (err != CL_SUCCESS)
+            return clmla_fail(cache->ctx, err, "copying shared cache block %d into block %d (layer %d) failed: %s",
+                              (int)from, (int)to, l, clmla_status_string(err));
+    }
+    return CLMLA_SUCCESS;
+}
+
+/* ---- transactions ------------------------------------------------------------------------------ */
+
+static void txn_free(cache_txn *txn)
+{
+    free(txn->seq);
+    free(txn->old_blocks);
+    free(txn->old_length);
+    free(txn->copies);
+    memset(txn, 0, sizeof(*txn));
+}
+
+/* An empty record for `count` entries and at most `copies` copies of shared blocks. */
+static clmla_status txn_open(clmla_cache *cache, cache_txn *txn, int layer, int count, int copies)
+{
+    memset(txn, 0, sizeof(*txn));
+    txn->cache = cache;
+    txn->layer = layer;
+    txn->seq = malloc((size_t)count * sizeof(int32_t));
+    txn->old_blocks = malloc((size_t)count * sizeof(int));
+    txn->old_length = malloc((size_t)count * sizeof(int));
+    txn->copies = malloc((size_t)(copies > 0 ? copies : 1) * sizeof(cache_copy));
+    if (!txn->seq || !txn->old_blocks || !txn->old_length || !txn->copies) {
+        txn_free(txn);
+        return oom(cache->ctx);
+    }
+    return CLMLA_SUCCESS;
+}
+
+/* Makes entry i of the transaction, sequence s, ready for writes into its table positions
+   [first, want): its own copy of each block there that was shared when the transaction began
+   (the old block keeps its count until commit), then new blocks up to `want` in all. The caller
+   checked that enough blocks are free, and rolls the transaction back on failure. */
+static clmla_status prepare_writes(clmla_cache *cache, cache_txn *txn, int i, cache_seq *s, int first, int want)
+{
+    const int end = want < s->num_blocks ? want : s->num_blocks;
+    for (int j = first < 0 ? 0 : first; j < end; j++) {
+        const int32_t old = s->blocks[j];
+        if (cache->refs[old] <= 1)
+            continue;
+        const int32_t copy = take_block(cache);
+        clmla_status st = copy_block(cache, s, j, old, copy);
+        if (st != CLMLA_SUCCESS) {
+            release_block(cache, copy);
+            return st;
+        }
+        s->blocks[j] = copy;
+        txn->copies[txn->num_copies++] = (cache_copy){i, j, old, copy};
+    }
+    return grow_blocks(cache, s, want);
+}
+
+void clmla_cache_commit(cache_txn *txn)
+{
+    /* The shared blocks copied away from lose this owner now; a block that every owner copied
+       away from in this step returns to the pool here, not before (see cache.h). */
+    for (int c = 0; c < txn->num_copies; c++)
+        release_block(txn->cache, txn->copies[c].old_block);
+    txn_free(txn);
+}
+
+void clmla_cache_rollback(clmla_cache *cache, cache_txn *txn)
+{
+    /* In reverse order of the takes, so the free stack is exactly as before. */
+    int c = txn->num_copies;
+    for (int i = txn->count - 1; i >= 0; i--) {
+        cache_seq *s = &cache->seqs[txn->seq[i]];
+        s->length[txn->layer] = txn->old_length[i];
+        shrink_blocks(cache, s, txn->old_blocks[i]);
+        for (; c > 0 && txn->copies[c - 1].entry == i; c--) {
+            const cache_copy *k = &txn->copies[c - 1];
+            s->blocks[k->index] = k->old_block;
+            release_block(cache, k->new_block);
+        }
+    }
+    txn_free(txn);
+}
+
+/* ---- sequence operations ------------------------------------------------------------------------ */
+
+clmla_status clmla_cache_seq_free(clmla_cache *cache, int32_t seq_id)
+{
+    if (!cache)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_seq_free: NULL cache");
+    cache_seq *s = clmla_cache_find(cache, seq_id);
+    if (!s)
+        return CLMLA_ERROR_UNKNOWN_SEQUENCE;
+    shrink_blocks(cache, s, 0);
+    s->in_use = 0;
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_cache_seq_truncate(clmla_cache *cache, int32_t seq_id, int tokens)
+{
+    if (!cache)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_seq_truncate: NULL cache");
+    cache_seq *s = clmla_cache_find(cache, seq_id);
+    if (!s)
+        return CLMLA_ERROR_UNKNOWN_SEQUENCE;
+    if (tokens < 0)
+        return clmla_fail(cache->ctx, CLMLA_ERROR_INVALID_ARGUMENT, "cannot truncate sequence %d to %d tokens",
+                          (int)seq_id, tokens);
+    for (int l = 0; l < cache->config.num_layers; l++)
+        if (tokens > s->length[l])
+            return clmla_fail(cache->ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                              "cannot truncate sequence %d to %d tokens: layer %d holds only %d", (int)seq_id, tokens,
+                              l, s->length[l]);
+    for (int l = 0; l < cache->config.num_layers; l++)
+        s->length[l] = tokens;
+    shrink_blocks(cache, s, blocks_for(cache, tokens));
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_cache_seq_fork(clmla_cache *cache, int32_t src_seq, int32_t *new_seq)
+{
+    if (new_seq)
+        *new_seq = -1;
+    if (!cache || !new_seq)
+        return clmla_fail(cache ? cache->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_seq_fork: NULL argument");
+    if (!clmla_cache_find(cache, src_seq))
+        return CLMLA_ERROR_UNKNOWN_SEQUENCE;
+    int32_t id = -1;
+    clmla_status st = new_slot(cache, &id);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    const cache_seq *src = &cache->seqs[src_seq]; /* after new_slot, which may move cache->seqs */
+    cache_seq *dst = &cache->seqs[id];
+    int longest = 0;
+    for (int l = 0; l < cache->config.num_layers; l++)
+        if (src->length[l] > longest)
+            longest = src->length[l];
+    /* The blocks holding src's tokens; blocks it only reserved stay its own. */
+    const int keep = blocks_for(cache, longest);
+    st = ensure_capacity(cache, dst, keep);
+    if (st != CLMLA_SUCCESS) {
+        dst->in_use = 0;
+        return st;
+    }
+    for (int j = 0; j < keep; j++) {
+        dst->blocks[j] = src->blocks[j];
+        cache->refs[src->blocks[j]]++;
+    }
+    dst->num_blocks = keep;
+    memcpy(dst->length, src->length, (size_t)cache->config.num_layers * sizeof(int));
+    *new_seq = id;
+    return CLMLA_SUCCESS;
 }
 
 clmla_status clmla_cache_seq_reserve(clmla_cache *cache, int32_t seq_id, int tokens)
@@ -206,13 +413,40 @@ clmla_status clmla_cache_seq_reserve(clmla_cache *cache, int32_t seq_id, int tok
     if (tokens < 0)
         return clmla_fail(cache->ctx, CLMLA_ERROR_INVALID_ARGUMENT, "cannot reserve %d tokens", tokens);
     const int want = blocks_for(cache, tokens);
-    if (want <= s->num_blocks)
+    /* Appends up to `tokens` write positions [shortest layer's length, tokens): the shared blocks
+       there are copied now, so that those appends need no block either. */
+    int shortest = s->length[0];
+    for (int l = 1; l < cache->config.num_layers; l++)
+        if (s->length[l] < shortest)
+            shortest = s->length[l];
+    const int first = tokens > shortest ? shortest / cache->config.block_tokens : want;
+    const int grow = want > s->num_blocks ? want - s->num_blocks : 0, copies = shared_in(cache, s, first, want);
+    if (grow + copies == 0)
         return CLMLA_SUCCESS;
-    if (want - s->num_blocks > cache->num_free)
+    if (grow + copies > cache->num_free) {
+        if (copies == 0)
+            return clmla_fail(cache->ctx, CLMLA_ERROR_CACHE_FULL,
+                              "cache full: sequence %d needs %d more blocks for %d tokens, %d are free", (int)seq_id,
+                              grow, tokens, cache->num_free);
         return clmla_fail(cache->ctx, CLMLA_ERROR_CACHE_FULL,
-                          "cache full: sequence %d needs %d more blocks for %d tokens, %d are free", (int)seq_id,
-                          want - s->num_blocks, tokens, cache->num_free);
-    return grow_blocks(cache, s, want);
+                          "cache full: sequence %d needs %d more blocks for %d tokens (%d of them copies of blocks it "
+                          "shares), %d are free",
+                          (int)seq_id, grow + copies, tokens, copies, cache->num_free);
+    }
+    cache_txn txn;
+    clmla_status st = txn_open(cache, &txn, 0, 1, copies);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    txn.seq[0] = seq_id;
+    txn.old_blocks[0] = s->num_blocks;
+    txn.old_length[0] = s->length[0];
+    txn.count = 1;
+    st = prepare_writes(cache, &txn, 0, s, first, want);
+    if (st != CLMLA_SUCCESS)
+        clmla_cache_rollback(cache, &txn);
+    else
+        clmla_cache_commit(&txn);
+    return st;
 }
 
 clmla_status clmla_cache_seq_length(const clmla_cache *cache, int32_t seq_id, int layer, int *length)
@@ -269,26 +503,9 @@ cl_mem clmla_cache_layer_buffer(const clmla_cache *cache, int layer)
 
 /* ---- appends as transactions ---------------------------------------------------------------- */
 
-void clmla_cache_commit(cache_txn *txn)
-{
-    free(txn->seq);
-    free(txn->old_blocks);
-    free(txn->old_length);
-    memset(txn, 0, sizeof(*txn));
-}
-
-void clmla_cache_rollback(clmla_cache *cache, cache_txn *txn)
-{
-    for (int i = txn->count - 1; i >= 0; i--) {
-        cache_seq *s = &cache->seqs[txn->seq[i]];
-        s->length[txn->layer] = txn->old_length[i];
-        shrink_blocks(cache, s, txn->old_blocks[i]);
-    }
-    clmla_cache_commit(txn);
-}
-
-clmla_status clmla_cache_check_append(clmla_cache *cache, int layer, const clmla_batch_entry *entries, int count,
-                                      long long *total_tokens)
+/* clmla_cache_check_append, and in *copies how many shared blocks the append would copy. */
+static clmla_status check_entries(clmla_cache *cache, int layer, const clmla_batch_entry *entries, int count,
+                                  long long *total_tokens, int *copies)
 {
     clmla_context *ctx = cache->ctx;
     if (layer < 0 || layer >= cache->config.num_layers)
@@ -296,6 +513,7 @@ clmla_status clmla_cache_check_append(clmla_cache *cache, int layer, const clmla
     if (!entries || count < 1)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "a step needs at least one entry (got %d)", count);
     long long need = 0, tokens = 0;
+    int shared = 0;
     for (int i = 0; i < count; i++) {
         const cache_seq *s = clmla_cache_find(cache, entries[i].seq_id);
         if (!s)
@@ -314,40 +532,53 @@ clmla_status clmla_cache_check_append(clmla_cache *cache, int layer, const clmla
         const int want = blocks_for(cache, new_length);
         if (want > s->num_blocks)
             need += want - s->num_blocks;
+        /* The blocks it writes into that other sequences list too are copied first (cache.h). */
+        const int c = shared_in(cache, s, s->length[layer] / cache->config.block_tokens, want);
+        need += c;
+        shared += c;
         tokens += entries[i].num_tokens;
     }
-    if (need > cache->num_free)
-        return clmla_fail(ctx, CLMLA_ERROR_CACHE_FULL, "cache full: the step needs %lld more blocks, %d of %d are free", need,
-                          cache->num_free, cache->config.num_blocks);
+    if (need > cache->num_free) {
+        if (shared == 0)
+            return clmla_fail(ctx, CLMLA_ERROR_CACHE_FULL, "cache full: the step needs %lld more blocks, %d of %d are free",
+                              need, cache->num_free, cache->config.num_blocks);
+        return clmla_fail(ctx, CLMLA_ERROR_CACHE_FULL,
+                          "cache full: the step needs %lld more blocks (%d of them copies of shared blocks it writes "
+                          "into), %d of %d are free",
+                          need, shared, cache->num_free, cache->config.num_blocks);
+    }
     if (total_tokens)
         *total_tokens = tokens;
+    if (copies)
+        *copies = shared;
     return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_cache_check_append(clmla_cache *cache, int layer, const clmla_batch_entry *entries, int count,
+                                      long long *total_tokens)
+{
+    return check_entries(cache, layer, entries, count, total_tokens, NULL);
 }
 
 clmla_status clmla_cache_begin_append(clmla_cache *cache, int layer, const clmla_batch_entry *entries, int count,
                                       cache_txn *txn)
 {
     memset(txn, 0, sizeof(*txn));
-    clmla_context *ctx = cache->ctx;
-    clmla_status st = clmla_cache_check_append(cache, layer, entries, count, NULL);
+    int copies = 0;
+    clmla_status st = check_entries(cache, layer, entries, count, NULL, &copies);
     if (st != CLMLA_SUCCESS)
         return st;
-
-    txn->layer = layer;
-    txn->seq = malloc((size_t)count * sizeof(int32_t));
-    txn->old_blocks = malloc((size_t)count * sizeof(int));
-    txn->old_length = malloc((size_t)count * sizeof(int));
-    if (!txn->seq || !txn->old_blocks || !txn->old_length) {
-        clmla_cache_commit(txn);
-        return oom(ctx);
-    }
+    st = txn_open(cache, txn, layer, count, copies);
+    if (st != CLMLA_SUCCESS)
+        return st;
     for (int i = 0; i < count; i++) {
         cache_seq *s = &cache->seqs[entries[i].seq_id];
         txn->seq[i] = entries[i].seq_id;
         txn->old_blocks[i] = s->num_blocks;
         txn->old_length[i] = s->length[layer];
         txn->count = i + 1;
-        clmla_status st = grow_blocks(cache, s, blocks_for(cache, (long long)s->length[layer] + entries[i].num_tokens));
+        st = prepare_writes(cache, txn, i, s, s->length[layer] / cache->config.block_tokens,
+                            blocks_for(cache, (long long)s->length[layer] + entries[i].num_tokens));
         if (st != CLMLA_SUCCESS) {
             clmla_cache_rollback(cache, txn);
             return st;

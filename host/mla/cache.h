@@ -19,6 +19,7 @@ struct clmla_cache {
     cl_mem *layers;            /* [num_layers] buffers [num_blocks * block_tokens, row] */
     int32_t *free_blocks;      /* stack of free block ids */
     int num_free;
+    int *refs;                 /* [num_blocks] how many sequences list each block (see below) */
     cache_seq *seqs;
     int num_seqs;              /* allocated entries of seqs (in use or not) */
     char options[128];         /* kernel build options: -D RKV= -D DR= [-D CACHE_F16] */
@@ -31,26 +32,58 @@ struct clmla_cache {
     cl_kernel latent_rows_kernel[9]; /* attn_latent_rows per heads-per-item 2, 4, .., 16 (index hg/2) */
 };
 
+/* Shared blocks (clmla_cache_seq_fork) and copy on write.
+ *
+ * A block may be listed by several sequences (a fork shares the blocks holding the source's
+ * tokens); refs[b] counts them (between begin_append and commit, a block that the step copied
+ * away from still counts the sequences that listed it when the step began), and a block is in the
+ * free stack exactly when refs[b] is 0. A sequence never lists a block twice.
+ *
+ * Rows are written only at positions >= a sequence's length in a layer, so a shared block is
+ * safe until one of its sequences writes into it. Before that, the writer takes a free block,
+ * the block's rows are copied into it on the device (clEnqueueCopyBuffer, every layer, the rows
+ * below the writer's length; the queue is in order, so the copy runs after every earlier write
+ * and before the step's own write) and the writer's table points at the copy.
+ *
+ * In a transaction (an append step) the rule is decided on the counts as they were when the step
+ * began: a block listed by several sequences then is copied by every one of them that writes
+ * into it, and the old block's count drops only at commit (where it returns to the pool if it
+ * reached 0). So the step never writes into a block that any sequence listed at its start unless
+ * that sequence was the block's only owner, and rollback only has to point the tables back at
+ * the old blocks and return the copies: nothing any sequence held has been overwritten. */
+typedef struct cache_copy {
+    int entry;           /* which entry of the transaction */
+    int index;           /* position in that sequence's block table */
+    int32_t old_block;   /* the shared block the table listed */
+    int32_t new_block;   /* its copy, now in the table */
+} cache_copy;
+
 /* What an append changed, so that a failure later in the step can put everything back. */
 typedef struct cache_txn {
+    clmla_cache *cache;
     int layer;
     int count;
     int32_t *seq;        /* [count] */
     int *old_blocks;     /* [count] */
     int *old_length;     /* [count] */
+    int num_copies;      /* shared blocks copied (copy on write), in the order they were taken */
+    cache_copy *copies;  /* [at most the number the check counted] */
 } cache_txn;
 
 /* Checks that the entries could be appended (known, distinct sequences, num_tokens >= 1, enough
-   free blocks) without changing anything; *total_tokens (optional) is their sum. */
+   free blocks for new blocks and for copies of shared blocks written into) without changing
+   anything; *total_tokens (optional) is their sum. */
 clmla_status clmla_cache_check_append(clmla_cache *cache, int layer, const clmla_batch_entry *entries, int count,
                                       long long *total_tokens);
-/* Checks the entries as above, takes the blocks they need
-   and advances their lengths in `layer`; on any error nothing has changed. */
+/* Checks the entries as above, takes the blocks they need (copying the shared blocks they will
+   write into, see above) and advances their lengths in `layer`; on any error nothing has changed. */
 clmla_status clmla_cache_begin_append(clmla_cache *cache, int layer, const clmla_batch_entry *entries, int count,
                                       cache_txn *txn);
-/* Undoes begin_append (blocks back to the pool, lengths restored), then frees the record. */
+/* Undoes begin_append (block tables, new blocks and copies back to the pool, lengths restored),
+   then frees the record. */
 void clmla_cache_rollback(clmla_cache *cache, cache_txn *txn);
-/* Keeps the changes and frees the record. */
+/* Keeps the changes (the shared blocks copied away from lose an owner, and return to the pool
+   when that was their last) and frees the record. */
 void clmla_cache_commit(cache_txn *txn);
 
 /* Cache row of token `pos` of a sequence (its block must exist). */
