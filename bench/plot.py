@@ -11,7 +11,7 @@ writes
                       byte, as the README defines them) against its GFLOP/s, under each device's
                       measured roofline: min(peak GB/s x intensity, peak fp32 FMA GFLOP/s), with
                       CLBlast SGEMM's GFLOP/s as a dashed line;
-and with --markdown FILE, the tables docs/BENCHMARKS.md shows: peaks, every row, MLA against
+and with --markdown FILE, tables of the run: peaks, every row, MLA against
 MHA, and clmla against PyTorch on the same shapes.
 """
 import argparse
@@ -215,7 +215,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("json", nargs="+", help="clmla-bench --json or torch_baseline.py --json files")
     ap.add_argument("--out", default=".", help="directory for the PNG files (default: .)")
-    ap.add_argument("--markdown", help="also write the tables of docs/BENCHMARKS.md to this file")
+    ap.add_argument("--markdown", help="also write tables of the run (peaks, every row, MLA against MHA) to this file")
     a = ap.parse_args()
     rows = load_rows(a.json)
     if not rows:

@@ -25,7 +25,7 @@
  *      rows were read in A a moment before, so they come from the L1/L2 caches.
  * Four barriers per tile, none inside a loop over keys or elements.
  *
- * Measured on an H100 through NVIDIA's OpenCL (docs/BENCHMARKS.md, "On an NVIDIA H100"): what
+ * Measured on an H100 through NVIDIA's OpenCL (docs/perf-log.md, "GPUs: attn_latent on an NVIDIA H100"): what
  * limits this kernel there is the load traffic per FMA through L1 and local memory, not DRAM;
  * KPT = 4 keys per item (each query float4 read once for four keys) with NT = 128 was 1.3-1.45x
  * faster at ctx 32K, batch 1 to 32, than KPT = 2 with NT = 256. acc[][] must be indexed only by

@@ -252,7 +252,7 @@ void gemm_skinny_nt_rows(const int M, const int N, const int K, const float alph
  * accumulators along K, 12 independent FMA chains (4 x 2 leaves the FMA units waiting on their
  * latency). Partial sums of a chunk go to C, the first chunk with beta (store_chunk). With 8 rows
  * per item and no tiling, every 8 rows of A re-read all of B from the last-level cache or DRAM;
- * measured in docs/BENCHMARKS.md. */
+ * measured in docs/perf-log.md ("Larger products on CPUs"). */
 #ifndef TR
 #define TR 256
 #endif
@@ -395,7 +395,7 @@ void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alph
  * Within a chunk the item walks S rows of the panel at once, spread over it: row i of each of S
  * segments of ceil(rows / S) rows. Each of the S pointers then moves through its own segment
  * sequentially, so the hardware prefetchers see S streams, not one; one stream per item was
- * 15-20% slower at 1 row than row-major W read 8 rows at a time (docs/BENCHMARKS.md). Rows of x
+ * 13-19% slower at 1 row than row-major W read 8 rows at a time (docs/perf-log.md). Rows of x
  * go MRP = min(MR, 4) at a time against S streams, MRP x S float8 accumulators: 1 row against 8
  * streams, 2 against 4, 4 against 3 (12 accumulators, 3 weight vectors: 15 of AVX2's 16
  * registers; 10% faster than 4 x 2, whose 8 chains of FMAs wait on the FMA latency; 12 streams

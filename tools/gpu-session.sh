@@ -1,6 +1,6 @@
 #!/bin/sh
 # Runs clmla, built here, on a machine that has a GPU driver but none of clmla's runtime libraries:
-# the device machines lent to some sessions (docs/BENCHMARKS.md, "On an NVIDIA H100") have
+# the device machines lent to some sessions (docs/perf-log.md, "GPU sessions") have
 # NVIDIA's driver and its OpenCL library, and no ICD loader, CLBlast or cJSON.
 #
 #   sh tools/gpu-session.sh pack

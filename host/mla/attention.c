@@ -22,7 +22,7 @@
    its 246-register items fit a compute unit) 4 left batch 32 with 17 splits, 544 groups for 264
    places: a third wave of 16 groups. With 8, ctx 4096 and 32768 at batch 32 took 0.42 and 2.86 ms
    against 0.53 and 3.74, batch 8 at ctx 32768 0.78 against 0.75, batch 1 the same; 16 was no
-   better (docs/BENCHMARKS.md). attn_latent_rows (CPUs): 4, as measured on PoCL. */
+   better (docs/perf-log.md). attn_latent_rows (CPUs): 4, as measured on PoCL. */
 #define GROUPS_PER_CU_GROUP 8
 #define GROUPS_PER_CU_ROWS 4
 

@@ -70,7 +70,7 @@ static clmla_status nn_kernel(clmla_context *ctx)
    any is used (cl/gemm_skinny.cl). On an H100, against the kernel before (64 items, 4 columns,
    partial sums added by one item each, 32-way bank conflicts at 8 rows) with the V2-Lite
    projections: 8 rows 1.2-2.0x faster, 1 row 1.0-1.3x; 64 or 256 items, 4 float4s in flight,
-   and fixed 1, 2 or 4 columns were within a few microseconds of these (docs/BENCHMARKS.md). */
+   and fixed 1, 2 or 4 columns were within a few microseconds of these (docs/perf-log.md, "Products on GPUs"). */
 #define NT_ITEMS 128
 #define NT_UNROLL 2
 
@@ -250,7 +250,7 @@ static int use_skinny(size_t m, const clmla_matrix *a, const clmla_matrix *b, co
    x TILED_COLUMNS of C per work-item, K in chunks of 1024 (of the packing's chunk where W is
    packed). Below TILED_MIN_ROWS, where the read of W and not the arithmetic sets the time, blocks
    of rows that stream W again per block were faster (16 and 32 rows: 1.2-2x); at 64 rows the two
-   were even, from 128 the tiles faster. Sizes measured on the EPYC (docs/BENCHMARKS.md). */
+   were even, from 128 the tiles faster. Sizes measured on the EPYC (docs/perf-log.md). */
 #define TILED_MIN_ROWS 64
 #define TILED_ROWS 256
 #define TILED_COLUMNS 48

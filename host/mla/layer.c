@@ -30,7 +30,7 @@ struct clmla_layer {
     /* weights, float32, checkpoint layout */
     /* qkv_a: the two products of the hidden state in one matrix, [q_proj (or q_a_proj);
        kv_a_proj_with_mqa], qa_rows + row rows of D: one launch reads both (docs/DESIGN.md; the
-       numbers in docs/BENCHMARKS.md's decisions table) */
+       numbers in docs/perf-log.md, "Products") */
     cl_mem qkv_a, q_a_layernorm, q_b_proj, kv_a_layernorm, kv_b_proj, o_proj;
     int qa_rows, qkv_ld; /* rows of q_proj (H*dq) or q_a_proj (rq); qa_rows + row */
     /* panel rows of the projections packed for CPU devices (host/mla/gemm.h), 0 where row-major */
