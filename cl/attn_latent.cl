@@ -55,12 +55,8 @@
 #ifndef KPT
 #define KPT 4                                /* keys per item in step A */
 #endif
-#ifndef UA
 #define UA 4                                 /* float4s of each row in flight per item in step A */
-#endif
-#ifndef UC
 #define UC 4                                 /* keys in flight per item in step C */
-#endif
 #define HQ (HGP / 4)                         /* head quads: items per key in step A */
 #define TK (KPT * NT / HQ)                   /* keys per tile */
 #define GI (NT / HGP)                        /* items per head in step B */
@@ -339,9 +335,7 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
  * loop runs in groups of PFS unrolled steps with one prefetch per group rather than testing d at
  * every step (5% faster, ctx 16K, one core). With ROW = 576 and PFS = 4 there are 18 groups per
  * pass and 16 passes per tile of 8: 288 groups for the tile's 8 x 36 lines, one line each. */
-#ifndef PFS
 #define PFS 4
-#endif
 #define LPR ((ROW * (int)sizeof(CACHE_T) + 63) / 64) /* cache lines per row */
 #ifndef HGC
 #define HGC 16

@@ -10,6 +10,12 @@
  * gemm_skinny_nn: op(B) = B, B is [K, N] (the per-head W^UK absorption)
  *   one work-item per column n walks K; consecutive items read consecutive columns.
  *
+ * CPU devices (one work-item per block of columns, no local memory; each described where it is
+ * defined below): gemm_skinny_nt_rows and gemm_skinny_nn_rows (the same two products, rows walked
+ * by one item), gemm_packed_rows (x W^T with W packed in panels by the host, several streams per
+ * item) and gemm_tiled_rows (x W^T from 64 rows on: prefill and the decompressed up-projection).
+ * host/mla/gemm.c chooses among them.
+ *
  * Batch b uses A + b*a_stride, B + b*b_stride, C + b*c_stride (all in floats). */
 #ifndef MMAX
 #define MMAX 8
