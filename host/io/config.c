@@ -71,11 +71,6 @@ static const family families[] = {
 
 const char *clmla_model_types(void)
 {
-    return clmla_supported_model_types();
-}
-
-const char *clmla_supported_model_types(void)
-{
     return "deepseek_v2, deepseek_v3, kimi_k2 (and kimi_k25's text model), axk1, youtu, sarvam_mla, glm4_moe_lite, "
            "minicpm3, mistral4 (and mistral3 wrapping it), longcat_flash, kimi_linear (its MLA layers), deepseek_v32 "
            "and glm_moe_dsa (dense, up to index_topk tokens)";
@@ -228,6 +223,24 @@ static clmla_status check_width(const reader *r, const char *why, double head_di
     return CLMLA_SUCCESS;
 }
 
+/* The RoPE dict transformers reads: a non-empty legacy rope_scaling replaces rope_parameters
+   wholesale. *params NULL when there is neither; *legacy says which; pw gets its name for messages. */
+static clmla_status rope_params(const reader *r, const cJSON *root, const cJSON **params, int *legacy, char *pw,
+                                size_t pw_size)
+{
+    const char *w = r->where;
+    const cJSON *scaling = item(root, "rope_scaling");
+    const cJSON *parameters = item(root, "rope_parameters");
+    if (scaling && !cJSON_IsObject(scaling))
+        return bad(r, CLMLA_ERROR_INVALID_FILE, "\"%srope_scaling\" is neither an object nor null", w);
+    if (parameters && !cJSON_IsObject(parameters))
+        return bad(r, CLMLA_ERROR_INVALID_FILE, "\"%srope_parameters\" is neither an object nor null", w);
+    *legacy = scaling && scaling->child != NULL;
+    *params = *legacy ? scaling : parameters;
+    snprintf(pw, pw_size, "%s%s.", w, *legacy ? "rope_scaling" : "rope_parameters");
+    return CLMLA_SUCCESS;
+}
+
 static clmla_status read_rope(const reader *r, const cJSON *root, const family *f, clmla_layer_config *c)
 {
     const char *w = r->where;
@@ -236,17 +249,12 @@ static clmla_status read_rope(const reader *r, const cJSON *root, const family *
         c->rope_theta = 1e4; /* unused */
         return CLMLA_SUCCESS;
     }
-    const cJSON *scaling = item(root, "rope_scaling");
-    const cJSON *parameters = item(root, "rope_parameters");
-    if (present(scaling) && !cJSON_IsObject(scaling))
-        return bad(r, CLMLA_ERROR_INVALID_FILE, "\"%srope_scaling\" is neither an object nor null", w);
-    if (present(parameters) && !cJSON_IsObject(parameters))
-        return bad(r, CLMLA_ERROR_INVALID_FILE, "\"%srope_parameters\" is neither an object nor null", w);
-    /* transformers: a non-empty legacy rope_scaling replaces rope_parameters wholesale. */
-    const int legacy = present(scaling) && scaling->child != NULL;
-    const cJSON *params = legacy ? scaling : present(parameters) ? parameters : NULL;
+    const cJSON *params = NULL;
+    int legacy = 0;
     char pw[64];
-    snprintf(pw, sizeof(pw), "%s%s.", w, legacy ? "rope_scaling" : "rope_parameters");
+    clmla_status st = rope_params(r, root, &params, &legacy, pw, sizeof(pw));
+    if (st != CLMLA_SUCCESS)
+        return st;
     if (params) {
         const cJSON *first = params->child;
         if (first && cJSON_IsObject(first))
@@ -256,7 +264,7 @@ static clmla_status read_rope(const reader *r, const cJSON *root, const family *
     }
 
     /* rope_theta: the dict's value, else the top-level key, else the family's default. */
-    clmla_status st = get_number(r, root, w, "rope_theta", f->default_theta, &c->rope_theta, NULL);
+    st = get_number(r, root, w, "rope_theta", f->default_theta, &c->rope_theta, NULL);
     if (st == CLMLA_SUCCESS)
         st = get_number(r, params, pw, "rope_theta", c->rope_theta, &c->rope_theta, NULL);
     if (st != CLMLA_SUCCESS)
@@ -506,7 +514,7 @@ static clmla_status read_config(reader *r, const cJSON *top, clmla_model_desc *d
         return st;
     if (!model_type)
         return bad(r, CLMLA_ERROR_INVALID_CONFIG, "\"model_type\" is missing, so the model family is unknown (clmla runs %s)",
-                   clmla_supported_model_types());
+                   clmla_model_types());
     /* Multimodal wrappers: the attention is the text model's. */
     const cJSON *root = top;
     if (strcmp(model_type, "kimi_k25") == 0 || strcmp(model_type, "mistral3") == 0) {
@@ -532,7 +540,7 @@ static clmla_status read_config(reader *r, const cJSON *top, clmla_model_desc *d
     const family *f = find_family(model_type);
     if (!f)
         return bad(r, CLMLA_ERROR_INVALID_CONFIG, "model_type '%.64s' is not an MLA family clmla runs (it runs %s)",
-                   model_type, clmla_supported_model_types());
+                   model_type, clmla_model_types());
     if (f->refusal)
         return bad(r, CLMLA_ERROR_INVALID_CONFIG, "model_type '%s' is refused: %s", model_type, f->refusal);
     snprintf(d->model_type, sizeof(d->model_type), "%s", model_type);
@@ -642,14 +650,15 @@ static clmla_status read_config(reader *r, const cJSON *top, clmla_model_desc *d
         return st;
 
     if (f->flags & F_QUERY_SCALE) {
-        const cJSON *params = item(root, "rope_scaling");
-        if (!params || !params->child)
-            params = item(root, "rope_parameters");
-        int has_beta = 0;
-        st = get_number(r, params, "rope_parameters.", "llama_4_scaling_beta", 0, &c->query_scale_beta, &has_beta);
+        const cJSON *params = NULL;
+        int legacy = 0, has_beta = 0;
+        char pw[64];
+        st = rope_params(r, root, &params, &legacy, pw, sizeof(pw));
+        if (st == CLMLA_SUCCESS)
+            st = get_number(r, params, pw, "llama_4_scaling_beta", 0, &c->query_scale_beta, &has_beta);
         if (st == CLMLA_SUCCESS && !has_beta)
-            st = bad(r, CLMLA_ERROR_INVALID_FILE, "\"%srope_parameters.llama_4_scaling_beta\" is missing (mistral4 scales "
-                     "its queries with it)", w);
+            st = bad(r, CLMLA_ERROR_INVALID_FILE, "\"%sllama_4_scaling_beta\" is missing (mistral4 scales its queries "
+                     "with it)", pw);
         if (st != CLMLA_SUCCESS)
             return st;
         c->query_scale_interval = c->yarn_original_max_position;

@@ -36,7 +36,5 @@ clmla_status clmla_model_config_parse(const char *text, size_t length, const cha
 clmla_status clmla_config_parse(const char *text, size_t length, const char *name, clmla_layer_config *config,
                                 int *num_layers, char *err, size_t errsize);
 
-/* "deepseek_v2, deepseek_v3, ..." : the model types clmla runs, for messages and --help. */
-const char *clmla_supported_model_types(void);
 
 #endif

@@ -126,6 +126,12 @@ cache_seq *clmla_cache_find(const clmla_cache *cache, int32_t seq_id)
     return NULL;
 }
 
+/* UNKNOWN_SEQUENCE for a sequence id the cache does not hold, with the id in the message. */
+static clmla_status unknown(const clmla_cache *cache, const char *fn, int32_t seq_id)
+{
+    return clmla_fail(cache->ctx, CLMLA_ERROR_UNKNOWN_SEQUENCE, "%s: sequence %d is not in the cache", fn, (int)seq_id);
+}
+
 /* The lowest free sequence id, marked in use with zero lengths and no blocks. May move
    cache->seqs: pointers into it taken before are stale. */
 static clmla_status new_slot(clmla_cache *cache, int32_t *seq_id)
@@ -341,7 +347,7 @@ clmla_status clmla_cache_seq_free(clmla_cache *cache, int32_t seq_id)
         return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_seq_free: NULL cache");
     cache_seq *s = clmla_cache_find(cache, seq_id);
     if (!s)
-        return CLMLA_ERROR_UNKNOWN_SEQUENCE;
+        return unknown(cache, "clmla_cache_seq_free", seq_id);
     shrink_blocks(cache, s, 0);
     s->in_use = 0;
     return CLMLA_SUCCESS;
@@ -353,7 +359,7 @@ clmla_status clmla_cache_seq_truncate(clmla_cache *cache, int32_t seq_id, int to
         return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_seq_truncate: NULL cache");
     cache_seq *s = clmla_cache_find(cache, seq_id);
     if (!s)
-        return CLMLA_ERROR_UNKNOWN_SEQUENCE;
+        return unknown(cache, "clmla_cache_seq_truncate", seq_id);
     if (tokens < 0)
         return clmla_fail(cache->ctx, CLMLA_ERROR_INVALID_ARGUMENT, "cannot truncate sequence %d to %d tokens",
                           (int)seq_id, tokens);
@@ -375,7 +381,7 @@ clmla_status clmla_cache_seq_fork(clmla_cache *cache, int32_t src_seq, int32_t *
     if (!cache || !new_seq)
         return clmla_fail(cache ? cache->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_seq_fork: NULL argument");
     if (!clmla_cache_find(cache, src_seq))
-        return CLMLA_ERROR_UNKNOWN_SEQUENCE;
+        return unknown(cache, "clmla_cache_seq_fork", src_seq);
     int32_t id = -1;
     clmla_status st = new_slot(cache, &id);
     if (st != CLMLA_SUCCESS)
@@ -409,7 +415,7 @@ clmla_status clmla_cache_seq_reserve(clmla_cache *cache, int32_t seq_id, int tok
         return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_seq_reserve: NULL cache");
     cache_seq *s = clmla_cache_find(cache, seq_id);
     if (!s)
-        return CLMLA_ERROR_UNKNOWN_SEQUENCE;
+        return unknown(cache, "clmla_cache_seq_reserve", seq_id);
     if (tokens < 0)
         return clmla_fail(cache->ctx, CLMLA_ERROR_INVALID_ARGUMENT, "cannot reserve %d tokens", tokens);
     const int want = blocks_for(cache, tokens);
@@ -457,7 +463,7 @@ clmla_status clmla_cache_seq_length(const clmla_cache *cache, int32_t seq_id, in
         return clmla_fail(cache->ctx, CLMLA_ERROR_INVALID_ARGUMENT, "layer %d is not in 0..%d", layer, cache->config.num_layers - 1);
     const cache_seq *s = clmla_cache_find(cache, seq_id);
     if (!s)
-        return CLMLA_ERROR_UNKNOWN_SEQUENCE;
+        return unknown(cache, "clmla_cache_seq_length", seq_id);
     *length = s->length[layer];
     return CLMLA_SUCCESS;
 }
@@ -469,7 +475,7 @@ clmla_status clmla_cache_seq_blocks(const clmla_cache *cache, int32_t seq_id, in
         return clmla_fail(cache ? cache->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_seq_blocks: NULL argument");
     const cache_seq *s = clmla_cache_find(cache, seq_id);
     if (!s)
-        return CLMLA_ERROR_UNKNOWN_SEQUENCE;
+        return unknown(cache, "clmla_cache_seq_blocks", seq_id);
     for (int i = 0; i < s->num_blocks && i < max_blocks; i++)
         blocks[i] = s->blocks[i];
     if (num_blocks)
@@ -517,7 +523,7 @@ static clmla_status check_entries(clmla_cache *cache, int layer, const clmla_bat
     for (int i = 0; i < count; i++) {
         const cache_seq *s = clmla_cache_find(cache, entries[i].seq_id);
         if (!s)
-            return CLMLA_ERROR_UNKNOWN_SEQUENCE;
+            return unknown(cache, "a step's entry", entries[i].seq_id);
         if (entries[i].num_tokens < 1)
             return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "entry %d (sequence %d) has %d tokens; at least 1 is needed", i,
                               (int)entries[i].seq_id, (int)entries[i].num_tokens);
@@ -686,7 +692,7 @@ clmla_status clmla_cache_read(const clmla_cache *ccache, int layer, int32_t seq_
         return clmla_fail(cache->ctx, CLMLA_ERROR_INVALID_ARGUMENT, "layer %d is not in 0..%d", layer, cache->config.num_layers - 1);
     const cache_seq *s = clmla_cache_find(cache, seq_id);
     if (!s)
-        return CLMLA_ERROR_UNKNOWN_SEQUENCE;
+        return unknown(cache, "clmla_cache_read", seq_id);
     if (start < 0 || n < 0 || start + (long long)n > s->length[layer])
         return clmla_fail(cache->ctx, CLMLA_ERROR_INVALID_ARGUMENT, "tokens [%d, %d) are outside the %d stored in layer %d",
                           start, start + n, s->length[layer], layer);

@@ -60,21 +60,29 @@ static void shape_text(const clmla_tensor *t, char *buf, size_t size)
         snprintf(buf, size, "(%d dimensions)", t->ndim);
 }
 
-/* cols == 0 means a 1-D tensor of `rows` values. */
-static clmla_status check_tensor(clmla_context *ctx, const char *name, const clmla_tensor *t, int64_t rows, int64_t cols)
+/* Tensor `name`.`kind` ("weight" or "bias") must have shape [rows, cols], or [rows] when cols is
+   0; a missing one is an error unless optional. */
+static clmla_status check_shape(clmla_context *ctx, const char *name, const char *kind, const clmla_tensor *t, int64_t rows,
+                                int64_t cols, int optional)
 {
     if (!t->data)
-        return clmla_fail(ctx, CLMLA_ERROR_MISSING_TENSOR, "missing tensor %s.weight (expected shape [%lld%s%lld])", name,
-                          (long long)rows, cols ? ", " : "", (long long)cols);
+        return optional ? CLMLA_SUCCESS
+                        : clmla_fail(ctx, CLMLA_ERROR_MISSING_TENSOR, "missing tensor %s.%s (expected shape [%lld%s%lld])",
+                                     name, kind, (long long)rows, cols ? ", " : "", (long long)cols);
     const int want_ndim = cols ? 2 : 1;
     if (t->ndim != want_ndim || t->shape[0] != rows || (cols && t->shape[1] != cols)) {
         char got[64], want[64];
         shape_text(t, got, sizeof(got));
         clmla_tensor expected = {NULL, want_ndim, {rows, cols}};
         shape_text(&expected, want, sizeof(want));
-        return clmla_fail(ctx, CLMLA_ERROR_SHAPE_MISMATCH, "tensor %s.weight has shape %s, expected %s", name, got, want);
+        return clmla_fail(ctx, CLMLA_ERROR_SHAPE_MISMATCH, "tensor %s.%s has shape %s, expected %s", name, kind, got, want);
     }
     return CLMLA_SUCCESS;
+}
+
+static clmla_status check_tensor(clmla_context *ctx, const char *name, const clmla_tensor *t, int64_t rows, int64_t cols)
+{
+    return check_shape(ctx, name, "weight", t, rows, cols, 0);
 }
 
 static clmla_status upload_weight(clmla_context *ctx, const char *name, const clmla_tensor *t, cl_mem *buffer)
@@ -145,20 +153,6 @@ static clmla_status upload_scaled(clmla_context *ctx, const char *name, const cl
     const clmla_status st = upload_weight(ctx, name, &s, buffer);
     free(scaled);
     return st;
-}
-
-/* A bias, when given, must be 1-D of `n` values. */
-static clmla_status check_bias(clmla_context *ctx, const char *name, const clmla_tensor *t, int64_t n)
-{
-    if (!t->data)
-        return CLMLA_SUCCESS;
-    if (t->ndim != 1 || t->shape[0] != n) {
-        char got[64];
-        shape_text(t, got, sizeof(got));
-        return clmla_fail(ctx, CLMLA_ERROR_SHAPE_MISMATCH, "tensor %s.bias has shape %s, expected [%lld]", name, got,
-                          (long long)n);
-    }
-    return CLMLA_SUCCESS;
 }
 
 /* The biases of the stacked product ([q_a_proj or q_proj; kv_a_proj_with_mqa]) and of o_proj. */
@@ -295,11 +289,11 @@ clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *co
     if (st == CLMLA_SUCCESS && rq == 0 && w->q_a_proj_bias.data)
         st = clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "q_lora_rank is 0 (q_proj form) but q_a_proj's bias was given");
     if (st == CLMLA_SUCCESS)
-        st = check_bias(ctx, "q_a_proj", &w->q_a_proj_bias, rq);
+        st = check_shape(ctx, "q_a_proj", "bias", &w->q_a_proj_bias, rq, 0, 1);
     if (st == CLMLA_SUCCESS)
-        st = check_bias(ctx, "kv_a_proj_with_mqa", &w->kv_a_proj_with_mqa_bias, rkv + dr);
+        st = check_shape(ctx, "kv_a_proj_with_mqa", "bias", &w->kv_a_proj_with_mqa_bias, rkv + dr, 0, 1);
     if (st == CLMLA_SUCCESS)
-        st = check_bias(ctx, "o_proj", &w->o_proj_bias, D);
+        st = check_shape(ctx, "o_proj", "bias", &w->o_proj_bias, D, 0, 1);
     if (st != CLMLA_SUCCESS)
         return st;
 

@@ -159,12 +159,14 @@ clmla_status clmla_layer_config_validate(const clmla_layer_config *config)
     const struct {
         const char *name;
         double value;
-    } more[] = {{"rope_attention_factor", c.rope_attention_factor}, {"llama3_low_freq_factor", c.llama3_low_freq_factor},
-                {"llama3_high_freq_factor", c.llama3_high_freq_factor}, {"query_scale_beta", c.query_scale_beta},
-                {"q_latent_scale", c.q_latent_scale}, {"kv_latent_scale", c.kv_latent_scale}};
+        int signed_ok; /* may be negative */
+    } more[] = {{"rope_attention_factor", c.rope_attention_factor, 0}, {"llama3_low_freq_factor", c.llama3_low_freq_factor, 0},
+                {"llama3_high_freq_factor", c.llama3_high_freq_factor, 0}, {"query_scale_beta", c.query_scale_beta, 1},
+                {"q_latent_scale", c.q_latent_scale, 0}, {"kv_latent_scale", c.kv_latent_scale, 0}};
     for (size_t i = 0; i < sizeof(more) / sizeof(more[0]); i++)
-        if (!isfinite(more[i].value) || (i != 3 && more[i].value < 0))
-            return INVALID("%s is %g, it must be a finite number%s", more[i].name, more[i].value, i != 3 ? " >= 0" : "");
+        if (!isfinite(more[i].value) || (!more[i].signed_ok && more[i].value < 0))
+            return INVALID("%s is %g, it must be a finite number%s", more[i].name, more[i].value,
+                           more[i].signed_ok ? "" : " >= 0");
     if (c.q_latent_scale <= 0 || c.kv_latent_scale <= 0)
         return INVALID("q_latent_scale %g and kv_latent_scale %g must be positive", c.q_latent_scale, c.kv_latent_scale);
     if (c.query_scale_beta != 0 && c.query_scale_interval < 1)

@@ -61,6 +61,15 @@ static char *read_file(const char *path, size_t *size)
     return data;
 }
 
+/* The embedded copy of kernel file `name`, or NULL. */
+static const clmla_embedded_kernel *embedded(const char *name)
+{
+    for (const clmla_embedded_kernel *k = clmla_embedded_kernels; k->name; k++)
+        if (strcmp(k->name, name) == 0)
+            return k;
+    return NULL;
+}
+
 /* The source text of kernel file `name`: malloc'd copy from CLMLA_KERNEL_DIR, or the embedded
    bytes (not to be freed, *owned = 0). */
 static clmla_status find_source(clmla_context *ctx, const char *name, const char **src, size_t *size, int *owned)
@@ -77,12 +86,12 @@ static clmla_status find_source(clmla_context *ctx, const char *name, const char
         *owned = 1;
         return CLMLA_SUCCESS;
     }
-    for (const clmla_embedded_kernel *k = clmla_embedded_kernels; k->name; k++)
-        if (strcmp(k->name, name) == 0) {
-            *src = k->source;
-            *size = k->size;
-            return CLMLA_SUCCESS;
-        }
+    const clmla_embedded_kernel *k = embedded(name);
+    if (k) {
+        *src = k->source;
+        *size = k->size;
+        return CLMLA_SUCCESS;
+    }
     return clmla_fail(ctx, CLMLA_ERROR_KERNEL_NOT_FOUND,
                       "no kernel file '%s.cl' is embedded in this library (and CLMLA_KERNEL_DIR is not set)", name);
 }
@@ -100,15 +109,12 @@ static clmla_status assemble_source(clmla_context *ctx, const char *name, char *
     if (st != CLMLA_SUCCESS)
         return st;
     st = find_source(ctx, "prelude", &pre, &pre_size, &pre_owned);
-    if (st != CLMLA_SUCCESS && ctx->env.kernel_dir[0]) {
+    const clmla_embedded_kernel *k = st != CLMLA_SUCCESS && ctx->env.kernel_dir[0] ? embedded("prelude") : NULL;
+    if (k) { /* CLMLA_KERNEL_DIR without a prelude of its own */
         clmla_clear_error(ctx);
-        for (const clmla_embedded_kernel *k = clmla_embedded_kernels; k->name; k++)
-            if (strcmp(k->name, "prelude") == 0) {
-                pre = k->source;
-                pre_size = k->size;
-                pre_owned = 0;
-                st = CLMLA_SUCCESS;
-            }
+        pre = k->source;
+        pre_size = k->size;
+        st = CLMLA_SUCCESS;
     }
     if (st != CLMLA_SUCCESS) {
         if (owned)
