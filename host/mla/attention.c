@@ -32,9 +32,10 @@ static int padded_heads(int hg)
     return hg <= 4 ? 4 : hg <= 8 ? 8 : 16;
 }
 
-/* Local memory of attn_latent with nt work-items and hg heads per group (cl/attn_latent.cl). */
-static size_t latent_local_bytes(int nt, int hg, int row)
+/* Local memory of attn_latent with nt work-items (cl/attn_latent.cl); arg: {heads per group, row}. */
+static size_t latent_local_bytes(int nt, const void *arg)
 {
+    const int hg = ((const int *)arg)[0], row = ((const int *)arg)[1];
     const size_t hgp = (size_t)padded_heads(hg), tk = 4 * (size_t)LATENT_KPT * nt / hgp;
     return (hgp * (((size_t)row + 3) / 4) * 4 + tk * hgp + (size_t)nt + hgp) * sizeof(float) + tk * sizeof(int);
 }
@@ -44,32 +45,18 @@ static size_t latent_local_bytes(int nt, int hg, int row)
    and local memory allow. NULL kernel (and success) where none fits: the caller takes fewer heads. */
 static clmla_status group_kernel(clmla_cache *cache, int hg, cl_kernel *kernel, int *threads)
 {
-    *kernel = cache->latent_kernel[hg];
-    *threads = cache->latent_threads[hg];
-    if (*kernel)
-        return CLMLA_SUCCESS;
-    clmla_context *ctx = cache->ctx;
-    const int row = cache->config.kv_lora_rank + cache->config.rope_dim;
-    for (int nt = 128; nt >= padded_heads(hg); nt /= 2) {
-        if ((size_t)nt > ctx->info.max_work_group_size || latent_local_bytes(nt, hg, row) > ctx->info.local_mem_bytes)
-            continue;
+    if (!cache->latent_kernel[hg]) {
+        const int shape[2] = {hg, cache->config.kv_lora_rank + cache->config.rope_dim};
         char options[256];
-        snprintf(options, sizeof(options), "%s -D NT=%d -D HG=%d -D KPT=%d", cache->options, nt, hg, LATENT_KPT);
-        cl_kernel k = NULL;
-        clmla_status st = clmla_kernel_create(ctx, "attn_latent", options, "attn_latent", &k);
+        snprintf(options, sizeof(options), "%s -D HG=%d -D KPT=%d", cache->options, hg, LATENT_KPT);
+        const clmla_kernel_fit fit = {"attn_latent", "attn_latent", options, "NT", 128, padded_heads(hg),
+                                      latent_local_bytes, shape};
+        clmla_status st = clmla_kernel_create_fitted(cache->ctx, &fit, &cache->latent_kernel[hg], &cache->latent_threads[hg]);
         if (st != CLMLA_SUCCESS)
             return st;
-        size_t limit = 0;
-        clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(limit), &limit, NULL);
-        if (limit >= (size_t)nt) {
-            cache->latent_kernel[hg] = k;
-            cache->latent_threads[hg] = nt;
-            *kernel = k;
-            *threads = nt;
-            return CLMLA_SUCCESS;
-        }
-        clReleaseKernel(k); /* too many registers for this size on this device: try half */
     }
+    *kernel = cache->latent_kernel[hg];
+    *threads = cache->latent_threads[hg];
     return CLMLA_SUCCESS;
 }
 
@@ -132,13 +119,6 @@ static clmla_status pick_kernel(clmla_cache *cache, int num_heads, cl_kernel *ke
     }
 }
 
-#define SET_ARG(k, i, v)                                                           \
-    do {                                                                          \
-        cl_int e_ = clSetKernelArg((k), (i), sizeof(v), &(v));                    \
-        if (e_ != CL_SUCCESS)                                                     \
-            return clmla_fail_cl(ctx, e_, "clSetKernelArg(attention)");           \
-    } while (0)
-
 clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const latent_launch *p, cl_event *event)
 {
     clmla_context *ctx = cache->ctx;
@@ -184,28 +164,28 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
 
     const int ql_off = (int)p->q_latent_offset, qr_off = (int)p->q_rope_offset;
     const int out_off = (int)out_offset, lse_off = (int)lse_offset;
-    SET_ARG(k, 0, p->q_latent);
-    SET_ARG(k, 1, ql_off);
-    SET_ARG(k, 2, p->q_latent_token_stride);
-    SET_ARG(k, 3, p->q_latent_head_stride);
-    SET_ARG(k, 4, p->q_rope);
-    SET_ARG(k, 5, qr_off);
-    SET_ARG(k, 6, p->q_rope_token_stride);
-    SET_ARG(k, 7, p->q_rope_head_stride);
-    SET_ARG(k, 8, cache->layers[layer]);
-    SET_ARG(k, 9, p->block_table);
-    SET_ARG(k, 10, p->max_blocks_per_seq);
-    SET_ARG(k, 11, cache->config.block_tokens);
-    SET_ARG(k, 12, p->token_seq);
-    SET_ARG(k, 13, p->token_ctx_len);
-    SET_ARG(k, 14, p->num_heads);
-    SET_ARG(k, 15, splits);
-    SET_ARG(k, 16, split_tokens);
-    SET_ARG(k, 17, p->scale);
-    SET_ARG(k, 18, out);
-    SET_ARG(k, 19, out_off);
-    SET_ARG(k, 20, lse);
-    SET_ARG(k, 21, lse_off);
+    CLMLA_SET_ARG(ctx, k, 0, p->q_latent);
+    CLMLA_SET_ARG(ctx, k, 1, ql_off);
+    CLMLA_SET_ARG(ctx, k, 2, p->q_latent_token_stride);
+    CLMLA_SET_ARG(ctx, k, 3, p->q_latent_head_stride);
+    CLMLA_SET_ARG(ctx, k, 4, p->q_rope);
+    CLMLA_SET_ARG(ctx, k, 5, qr_off);
+    CLMLA_SET_ARG(ctx, k, 6, p->q_rope_token_stride);
+    CLMLA_SET_ARG(ctx, k, 7, p->q_rope_head_stride);
+    CLMLA_SET_ARG(ctx, k, 8, cache->layers[layer]);
+    CLMLA_SET_ARG(ctx, k, 9, p->block_table);
+    CLMLA_SET_ARG(ctx, k, 10, p->max_blocks_per_seq);
+    CLMLA_SET_ARG(ctx, k, 11, cache->config.block_tokens);
+    CLMLA_SET_ARG(ctx, k, 12, p->token_seq);
+    CLMLA_SET_ARG(ctx, k, 13, p->token_ctx_len);
+    CLMLA_SET_ARG(ctx, k, 14, p->num_heads);
+    CLMLA_SET_ARG(ctx, k, 15, splits);
+    CLMLA_SET_ARG(ctx, k, 16, split_tokens);
+    CLMLA_SET_ARG(ctx, k, 17, p->scale);
+    CLMLA_SET_ARG(ctx, k, 18, out);
+    CLMLA_SET_ARG(ctx, k, 19, out_off);
+    CLMLA_SET_ARG(ctx, k, 20, lse);
+    CLMLA_SET_ARG(ctx, k, 21, lse_off);
     const size_t global[3] = {(size_t)threads * head_groups, (size_t)splits, (size_t)p->num_tokens};
     const size_t local[3] = {(size_t)threads, 1, 1};
     cl_int err = clmla_cl_enqueue(ctx, k, 3, global, local, splits > 1 ? NULL : event);
@@ -225,14 +205,14 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
         final_lse_offset = 0;
     }
     const int fo = (int)p->out_offset, fl = (int)final_lse_offset;
-    SET_ARG(c, 0, out);
-    SET_ARG(c, 1, lse);
-    SET_ARG(c, 2, splits);
-    SET_ARG(c, 3, p->num_heads);
-    SET_ARG(c, 4, p->out);
-    SET_ARG(c, 5, fo);
-    SET_ARG(c, 6, final_lse);
-    SET_ARG(c, 7, fl);
+    CLMLA_SET_ARG(ctx, c, 0, out);
+    CLMLA_SET_ARG(ctx, c, 1, lse);
+    CLMLA_SET_ARG(ctx, c, 2, splits);
+    CLMLA_SET_ARG(ctx, c, 3, p->num_heads);
+    CLMLA_SET_ARG(ctx, c, 4, p->out);
+    CLMLA_SET_ARG(ctx, c, 5, fo);
+    CLMLA_SET_ARG(ctx, c, 6, final_lse);
+    CLMLA_SET_ARG(ctx, c, 7, fl);
     if (rows) {
         const size_t rglobal[2] = {(size_t)p->num_heads, (size_t)p->num_tokens}, rlocal[2] = {1, 1};
         err = clmla_cl_enqueue(ctx, c, 2, rglobal, rlocal, event);

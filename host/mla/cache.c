@@ -596,27 +596,20 @@ clmla_status clmla_cache_begin_append(clmla_cache *cache, int layer, const clmla
 
 /* ---- device-side writes and reads ----------------------------------------------------------- */
 
-#define SET_ARG(k, i, v)                                                           \
-    do {                                                                          \
-        cl_int e_ = clSetKernelArg((k), (i), sizeof(v), &(v));                    \
-        if (e_ != CL_SUCCESS)                                                     \
-            return clmla_fail_cl(cache->ctx, e_, "clSetKernelArg");               \
-    } while (0)
-
 clmla_status clmla_cache_enqueue_write(clmla_cache *cache, int layer, int count, cl_mem c_kv, size_t c_kv_offset,
                                        int c_kv_stride, cl_mem k_rope, size_t k_rope_offset, int k_rope_stride,
                                        cl_mem slots, cl_event *event)
 {
     cl_kernel k = cache->write_kernel;
     const int ckv_off = (int)c_kv_offset, kr_off = (int)k_rope_offset;
-    SET_ARG(k, 0, c_kv);
-    SET_ARG(k, 1, ckv_off);
-    SET_ARG(k, 2, c_kv_stride);
-    SET_ARG(k, 3, k_rope);
-    SET_ARG(k, 4, kr_off);
-    SET_ARG(k, 5, k_rope_stride);
-    SET_ARG(k, 6, slots);
-    SET_ARG(k, 7, cache->layers[layer]);
+    CLMLA_SET_ARG(cache->ctx, k, 0, c_kv);
+    CLMLA_SET_ARG(cache->ctx, k, 1, ckv_off);
+    CLMLA_SET_ARG(cache->ctx, k, 2, c_kv_stride);
+    CLMLA_SET_ARG(cache->ctx, k, 3, k_rope);
+    CLMLA_SET_ARG(cache->ctx, k, 4, kr_off);
+    CLMLA_SET_ARG(cache->ctx, k, 5, k_rope_stride);
+    CLMLA_SET_ARG(cache->ctx, k, 6, slots);
+    CLMLA_SET_ARG(cache->ctx, k, 7, cache->layers[layer]);
     const size_t global[2] = {(size_t)cache->row, (size_t)count};
     cl_int err = clmla_cl_enqueue_rows(cache->ctx, k, 2, global, event);
     if (err != CL_SUCCESS)
@@ -629,13 +622,13 @@ clmla_status clmla_cache_enqueue_gather(clmla_cache *cache, int layer, cl_mem ta
 {
     cl_kernel k = cache->gather_kernel;
     const int out_off = (int)out_offset;
-    SET_ARG(k, 0, cache->layers[layer]);
-    SET_ARG(k, 1, table);
-    SET_ARG(k, 2, table_offset);
-    SET_ARG(k, 3, cache->config.block_tokens);
-    SET_ARG(k, 4, start);
-    SET_ARG(k, 5, out);
-    SET_ARG(k, 6, out_off);
+    CLMLA_SET_ARG(cache->ctx, k, 0, cache->layers[layer]);
+    CLMLA_SET_ARG(cache->ctx, k, 1, table);
+    CLMLA_SET_ARG(cache->ctx, k, 2, table_offset);
+    CLMLA_SET_ARG(cache->ctx, k, 3, cache->config.block_tokens);
+    CLMLA_SET_ARG(cache->ctx, k, 4, start);
+    CLMLA_SET_ARG(cache->ctx, k, 5, out);
+    CLMLA_SET_ARG(cache->ctx, k, 6, out_off);
     const size_t global[2] = {(size_t)cache->row, (size_t)n};
     cl_int err = clmla_cl_enqueue_rows(cache->ctx, k, 2, global, NULL);
     if (err != CL_SUCCESS)

@@ -29,28 +29,16 @@ static int rows_bucket(size_t m)
     return bucket;
 }
 
-/* A work-group kernel of gemm_skinny built with `options` and -D WG=wg, wg halved until the
-   kernel's own limit (CL_KERNEL_WORK_GROUP_SIZE: its registers on a GPU) takes it. */
-static clmla_status sized_kernel(clmla_context *ctx, const char *name, const char *options, int wg, cl_kernel *kernel,
-                                 int *threads)
+/* A work-group kernel of gemm_skinny built with `options` and -D WG= the largest power of two up
+   to `wg` that the device, the kernel's own limit and local memory (local_bytes) take. */
+static clmla_status sized_kernel(clmla_context *ctx, const char *name, const char *options, int wg,
+                                 size_t (*local_bytes)(int, const void *), const void *arg, cl_kernel *kernel, int *threads)
 {
-    for (;;) {
-        char all[128];
-        snprintf(all, sizeof(all), "%s -D WG=%d", options, wg);
-        cl_kernel k = NULL;
-        clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", all, name, &k);
-        if (st != CLMLA_SUCCESS)
-            return st;
-        size_t limit = 0;
-        clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(limit), &limit, NULL);
-        if (limit >= (size_t)wg || wg == 1) {
-            *kernel = k;
-            *threads = wg;
-            return CLMLA_SUCCESS;
-        }
-        clReleaseKernel(k);
-        wg /= 2;
-    }
+    const clmla_kernel_fit fit = {"gemm_skinny", name, options, "WG", wg, 1, local_bytes, arg};
+    clmla_status st = clmla_kernel_create_fitted(ctx, &fit, kernel, threads);
+    if (st == CLMLA_SUCCESS && !*kernel)
+        return clmla_fail(ctx, CLMLA_ERROR_UNSUPPORTED, "%s: no work-group size fits this device", name);
+    return st;
 }
 
 /* gemm_skinny_nn (work-group form): 64 items or the device's limit. */
@@ -58,12 +46,9 @@ static clmla_status nn_kernel(clmla_context *ctx)
 {
     if (ctx->skinny_nn)
         return CLMLA_SUCCESS;
-    int wg = 64;
-    while (wg > 1 && (size_t)wg > ctx->info.max_work_group_size)
-        wg /= 2;
     char options[64];
     snprintf(options, sizeof(options), "-D MMAX=%d", SKINNY_MAX_ROWS);
-    return sized_kernel(ctx, "gemm_skinny_nn", options, wg, &ctx->skinny_nn, &ctx->skinny_nn_threads);
+    return sized_kernel(ctx, "gemm_skinny_nn", options, 64, NULL, NULL, &ctx->skinny_nn, &ctx->skinny_nn_threads);
 }
 
 /* Items per work-group of gemm_skinny_nt, and float4s of each weight row loaded per item before
@@ -74,22 +59,23 @@ static clmla_status nn_kernel(clmla_context *ctx)
 #define NT_ITEMS 128
 #define NT_UNROLL 2
 
+/* Local memory of gemm_skinny_nt: the partial sums, rows x columns x items floats. */
+static size_t nt_local_bytes(int items, const void *arg)
+{
+    return (size_t)*(const int *)arg * (size_t)items * sizeof(float);
+}
+
 /* gemm_skinny_nt for rows bucket 1 << bucket and 1 << nc_log columns per group: NT_ITEMS items,
-   or fewer where the device's work-group limit, the kernel's own or local memory (the partial
-   sums, rows x columns x items floats) says so. */
+   or fewer where the device's work-group limit, the kernel's own or local memory says so. */
 static clmla_status nt_kernel(clmla_context *ctx, int bucket, int nc_log, cl_kernel *kernel, int *threads)
 {
     cl_kernel *slot = &ctx->skinny_nt[bucket][nc_log];
     int *slot_threads = &ctx->skinny_nt_threads[bucket][nc_log];
     if (!*slot) {
-        const int rows = 1 << bucket, nc = 1 << nc_log;
-        int wg = NT_ITEMS;
-        while (wg > 1 && ((size_t)wg > ctx->info.max_work_group_size ||
-                          (size_t)rows * nc * wg * sizeof(float) > ctx->info.local_mem_bytes))
-            wg /= 2;
+        const int rows = 1 << bucket, nc = 1 << nc_log, sums = rows * nc;
         char options[64];
         snprintf(options, sizeof(options), "-D MR=%d -D NC=%d -D UK=%d", rows, nc, NT_UNROLL);
-        clmla_status st = sized_kernel(ctx, "gemm_skinny_nt", options, wg, slot, slot_threads);
+        clmla_status st = sized_kernel(ctx, "gemm_skinny_nt", options, NT_ITEMS, nt_local_bytes, &sums, slot, slot_threads);
         if (st != CLMLA_SUCCESS)
             return st;
     }
@@ -138,13 +124,6 @@ static int fits_int(size_t v)
     return v <= (size_t)INT_MAX;
 }
 
-#define SET_ARG(k, i, v)                                                           \
-    do {                                                                          \
-        cl_int e_ = clSetKernelArg((k), (i), sizeof(v), &(v));                    \
-        if (e_ != CL_SUCCESS)                                                     \
-            return clmla_fail_cl(ctx, e_, "clSetKernelArg(gemm_skinny)");         \
-    } while (0)
-
 /* Arguments 0..16, common to every gemm_skinny kernel: M N K alpha, then (buffer, offset, ld,
    batch stride) of A and B, beta, and the same of C. */
 static clmla_status set_product_args(clmla_context *ctx, cl_kernel kernel, size_t m, size_t n, size_t k, float alpha,
@@ -155,23 +134,23 @@ static clmla_status set_product_args(clmla_context *ctx, cl_kernel kernel, size_
     const int ao = (int)a.offset, lda = (int)a.ld, as = (int)a_stride;
     const int bo = (int)b.offset, ldb = (int)b.ld, bs = (int)b_stride;
     const int co = (int)c.offset, ldc = (int)c.ld, cs = (int)c_stride;
-    SET_ARG(kernel, 0, M);
-    SET_ARG(kernel, 1, N);
-    SET_ARG(kernel, 2, K);
-    SET_ARG(kernel, 3, alpha);
-    SET_ARG(kernel, 4, a.buffer);
-    SET_ARG(kernel, 5, ao);
-    SET_ARG(kernel, 6, lda);
-    SET_ARG(kernel, 7, as);
-    SET_ARG(kernel, 8, b.buffer);
-    SET_ARG(kernel, 9, bo);
-    SET_ARG(kernel, 10, ldb);
-    SET_ARG(kernel, 11, bs);
-    SET_ARG(kernel, 12, beta);
-    SET_ARG(kernel, 13, c.buffer);
-    SET_ARG(kernel, 14, co);
-    SET_ARG(kernel, 15, ldc);
-    SET_ARG(kernel, 16, cs);
+    CLMLA_SET_ARG(ctx, kernel, 0, M);
+    CLMLA_SET_ARG(ctx, kernel, 1, N);
+    CLMLA_SET_ARG(ctx, kernel, 2, K);
+    CLMLA_SET_ARG(ctx, kernel, 3, alpha);
+    CLMLA_SET_ARG(ctx, kernel, 4, a.buffer);
+    CLMLA_SET_ARG(ctx, kernel, 5, ao);
+    CLMLA_SET_ARG(ctx, kernel, 6, lda);
+    CLMLA_SET_ARG(ctx, kernel, 7, as);
+    CLMLA_SET_ARG(ctx, kernel, 8, b.buffer);
+    CLMLA_SET_ARG(ctx, kernel, 9, bo);
+    CLMLA_SET_ARG(ctx, kernel, 10, ldb);
+    CLMLA_SET_ARG(ctx, kernel, 11, bs);
+    CLMLA_SET_ARG(ctx, kernel, 12, beta);
+    CLMLA_SET_ARG(ctx, kernel, 13, c.buffer);
+    CLMLA_SET_ARG(ctx, kernel, 14, co);
+    CLMLA_SET_ARG(ctx, kernel, 15, ldc);
+    CLMLA_SET_ARG(ctx, kernel, 16, cs);
     return CLMLA_SUCCESS;
 }
 
@@ -217,9 +196,9 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
         const int cpi = (int)per_item, row_blocks = 1;
         /* chunks of K whose x rows take 16 KiB, half of a common L1 */
         const int k_chunk = (int)(16384 / (sizeof(float) * (size_t)(8 / columns))) & ~7;
-        SET_ARG(kernel, 17, cpi);
-        SET_ARG(kernel, 18, row_blocks);
-        SET_ARG(kernel, 19, k_chunk);
+        CLMLA_SET_ARG(ctx, kernel, 17, cpi);
+        CLMLA_SET_ARG(ctx, kernel, 18, row_blocks);
+        CLMLA_SET_ARG(ctx, kernel, 19, k_chunk);
         const size_t global[2] = {(n + per_item - 1) / per_item, batch}, local[2] = {1, 1};
         err = clmla_cl_enqueue(ctx, kernel, 2, global, local, event);
     } else if (cpu_nn) {
@@ -271,7 +250,7 @@ static clmla_status tiled(clmla_context *ctx, size_t m, size_t n, size_t k, floa
     if (st != CLMLA_SUCCESS)
         return st;
     const int panel = (int)b.panel;
-    SET_ARG(*slot, 17, panel);
+    CLMLA_SET_ARG(ctx, *slot, 17, panel);
     const size_t global[2] = {(n + TILED_COLUMNS - 1) / TILED_COLUMNS, (m + TILED_ROWS - 1) / TILED_ROWS};
     const size_t local[2] = {1, 1};
     cl_int err = clmla_cl_enqueue(ctx, *slot, 2, global, local, event);
@@ -294,9 +273,9 @@ static clmla_status rows_large(clmla_context *ctx, size_t m, size_t n, size_t k,
     if ((st = set_product_args(ctx, kernel, m, n, k, alpha, a, 0, b, 0, beta, c, 0)) != CLMLA_SUCCESS)
         return st;
     const int cpi = 64, row_blocks = (int)((m + 3) / 4), k_chunk = 0; /* all of K: measured for large products */
-    SET_ARG(kernel, 17, cpi);
-    SET_ARG(kernel, 18, row_blocks);
-    SET_ARG(kernel, 19, k_chunk);
+    CLMLA_SET_ARG(ctx, kernel, 17, cpi);
+    CLMLA_SET_ARG(ctx, kernel, 18, row_blocks);
+    CLMLA_SET_ARG(ctx, kernel, 19, k_chunk);
     const size_t global[2] = {(n + cpi - 1) / cpi, (size_t)row_blocks}, local[2] = {1, 1};
     cl_int err = clmla_cl_enqueue(ctx, kernel, 2, global, local, event);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue gemm_skinny_nt_rows");
@@ -350,8 +329,8 @@ static clmla_status packed(clmla_context *ctx, size_t m, size_t n, size_t k, flo
     if (st != CLMLA_SUCCESS)
         return st;
     const int panel = (int)b.panel, row_blocks = (int)((m + (1u << bucket) - 1) >> bucket);
-    SET_ARG(*slot, 17, panel);
-    SET_ARG(*slot, 18, row_blocks);
+    CLMLA_SET_ARG(ctx, *slot, 17, panel);
+    CLMLA_SET_ARG(ctx, *slot, 18, row_blocks);
     const size_t global[2] = {(n + b.panel - 1) / b.panel, (size_t)row_blocks}, local[2] = {1, 1};
     cl_int err = clmla_cl_enqueue(ctx, *slot, 2, global, local, event);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue gemm_packed_rows");

@@ -208,24 +208,17 @@ static clmla_status build_kernels(clmla_layer *L)
         if (st != CLMLA_SUCCESS)
             return st;
     }
-    /* Prefill tiles: NT queries per group, KT keys staged in local memory. */
-    int nt = pow2_at_most(ctx->info.max_work_group_size, 32), kt = 16;
+    /* Prefill tiles: NT queries per group (up to 32), KT keys staged in local memory. */
+    int kt = 16;
     while (kt > 1 && (size_t)kt * (L->dq + L->dv) * sizeof(float) > ctx->info.local_mem_bytes / 2)
         kt /= 2;
-    for (;;) {
-        snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D NT=%d -D KT=%d", L->dn, L->dr, L->dv, nt, kt);
-        st = clmla_kernel_create(ctx, "attn_prefill", options, "attn_prefill", &L->prefill);
-        if (st != CLMLA_SUCCESS)
-            return st;
-        size_t limit = 0;
-        clGetKernelWorkGroupInfo(L->prefill, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(limit), &limit, NULL);
-        if (limit >= (size_t)nt || nt == 1)
-            break;
-        clReleaseKernel(L->prefill);
-        L->prefill = NULL;
-        nt /= 2;
-    }
-    L->prefill_threads = nt;
+    snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D KT=%d", L->dn, L->dr, L->dv, kt);
+    const clmla_kernel_fit fit = {"attn_prefill", "attn_prefill", options, "NT", 32, 1, NULL, NULL};
+    st = clmla_kernel_create_fitted(ctx, &fit, &L->prefill, &L->prefill_threads);
+    if (st == CLMLA_SUCCESS && !L->prefill)
+        st = clmla_fail(ctx, CLMLA_ERROR_UNSUPPORTED, "attn_prefill: no work-group size fits this device");
+    if (st != CLMLA_SUCCESS)
+        return st;
     snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D QBC=%d", L->dn, L->dr, L->dv, PREFILL_ROWS_QUERIES);
     return clmla_kernel_create(ctx, "attn_prefill", options, "attn_prefill_rows", &L->prefill_rows);
 }
@@ -400,23 +393,16 @@ static clmla_status ensure_rope_table(clmla_layer *L, int needed)
     return CLMLA_SUCCESS;
 }
 
-#define SET_ARG(k, i, v)                                                           \
-    do {                                                                          \
-        cl_int e_ = clSetKernelArg((k), (i), sizeof(v), &(v));                    \
-        if (e_ != CL_SUCCESS)                                                     \
-            return clmla_fail_cl(ctx, e_, "clSetKernelArg");                      \
-    } while (0)
-
 static clmla_status enqueue_rmsnorm(clmla_layer *L, cl_mem x, int offset, int rows, int stride, int cols, cl_mem weight)
 {
     clmla_context *ctx = L->ctx;
     const float eps = (float)L->config.rms_norm_eps;
-    SET_ARG(L->rmsnorm, 0, x);
-    SET_ARG(L->rmsnorm, 1, offset);
-    SET_ARG(L->rmsnorm, 2, stride);
-    SET_ARG(L->rmsnorm, 3, cols);
-    SET_ARG(L->rmsnorm, 4, weight);
-    SET_ARG(L->rmsnorm, 5, eps);
+    CLMLA_SET_ARG(ctx, L->rmsnorm, 0, x);
+    CLMLA_SET_ARG(ctx, L->rmsnorm, 1, offset);
+    CLMLA_SET_ARG(ctx, L->rmsnorm, 2, stride);
+    CLMLA_SET_ARG(ctx, L->rmsnorm, 3, cols);
+    CLMLA_SET_ARG(ctx, L->rmsnorm, 4, weight);
+    CLMLA_SET_ARG(ctx, L->rmsnorm, 5, eps);
     const size_t local = (size_t)L->rmsnorm_threads, global = local * (size_t)rows;
     cl_int err = clmla_cl_enqueue(ctx, L->rmsnorm, 1, &global, &local, NULL);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue rmsnorm");
@@ -428,20 +414,20 @@ static clmla_status enqueue_rope(clmla_layer *L, cl_mem q, int q_ld, cl_mem kv, 
 {
     clmla_context *ctx = L->ctx;
     const int zero = 0;
-    SET_ARG(L->rope, 0, q);
-    SET_ARG(L->rope, 1, zero);
-    SET_ARG(L->rope, 2, q_ld);
-    SET_ARG(L->rope, 3, L->dq);
-    SET_ARG(L->rope, 4, L->dn);
-    SET_ARG(L->rope, 5, L->H);
-    SET_ARG(L->rope, 6, kv);
-    SET_ARG(L->rope, 7, kv_offset);
-    SET_ARG(L->rope, 8, kv_ld);
-    SET_ARG(L->rope, 9, L->rkv);
-    SET_ARG(L->rope, 10, positions);
-    SET_ARG(L->rope, 11, L->rope_table);
+    CLMLA_SET_ARG(ctx, L->rope, 0, q);
+    CLMLA_SET_ARG(ctx, L->rope, 1, zero);
+    CLMLA_SET_ARG(ctx, L->rope, 2, q_ld);
+    CLMLA_SET_ARG(ctx, L->rope, 3, L->dq);
+    CLMLA_SET_ARG(ctx, L->rope, 4, L->dn);
+    CLMLA_SET_ARG(ctx, L->rope, 5, L->H);
+    CLMLA_SET_ARG(ctx, L->rope, 6, kv);
+    CLMLA_SET_ARG(ctx, L->rope, 7, kv_offset);
+    CLMLA_SET_ARG(ctx, L->rope, 8, kv_ld);
+    CLMLA_SET_ARG(ctx, L->rope, 9, L->rkv);
+    CLMLA_SET_ARG(ctx, L->rope, 10, positions);
+    CLMLA_SET_ARG(ctx, L->rope, 11, L->rope_table);
     if (qscale)
-        SET_ARG(L->rope, 12, qscale);
+        CLMLA_SET_ARG(ctx, L->rope, 12, qscale);
     const size_t global[3] = {(size_t)L->dr / 2, (size_t)L->H + 1, (size_t)T};
     cl_int err = clmla_cl_enqueue_rows(ctx, L->rope, 3, global, NULL);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue rope");
@@ -452,11 +438,11 @@ static clmla_status enqueue_bias(clmla_layer *L, cl_mem x, int offset, int rows,
                                  cl_event *event)
 {
     clmla_context *ctx = L->ctx;
-    SET_ARG(L->add_bias, 0, x);
-    SET_ARG(L->add_bias, 1, offset);
-    SET_ARG(L->add_bias, 2, stride);
-    SET_ARG(L->add_bias, 3, cols);
-    SET_ARG(L->add_bias, 4, bias);
+    CLMLA_SET_ARG(ctx, L->add_bias, 0, x);
+    CLMLA_SET_ARG(ctx, L->add_bias, 1, offset);
+    CLMLA_SET_ARG(ctx, L->add_bias, 2, stride);
+    CLMLA_SET_ARG(ctx, L->add_bias, 3, cols);
+    CLMLA_SET_ARG(ctx, L->add_bias, 4, bias);
     const size_t global[2] = {(size_t)cols, (size_t)rows};
     cl_int err = clmla_cl_enqueue(ctx, L->add_bias, 2, global, NULL, event);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue add_bias");
@@ -471,21 +457,21 @@ static clmla_status enqueue_prefill(clmla_layer *L, cl_mem q, int q_ld, int firs
     const int o_off = first_row * L->H * L->dv, o_stride = L->H * L->dv;
     const int variant = clmla_attention_variant(ctx);
     cl_kernel k = variant == CLMLA_LATENT_ROWS ? L->prefill_rows : L->prefill;
-    SET_ARG(k, 0, q);
-    SET_ARG(k, 1, q_off);
-    SET_ARG(k, 2, q_stride);
-    SET_ARG(k, 3, kv_up);
-    SET_ARG(k, 4, zero);
-    SET_ARG(k, 5, kvu_stride);
-    SET_ARG(k, 6, gathered);
-    SET_ARG(k, 7, L->rkv);
-    SET_ARG(k, 8, L->row);
-    SET_ARG(k, 9, n_queries);
-    SET_ARG(k, 10, prefix);
-    SET_ARG(k, 11, L->scale);
-    SET_ARG(k, 12, o);
-    SET_ARG(k, 13, o_off);
-    SET_ARG(k, 14, o_stride);
+    CLMLA_SET_ARG(ctx, k, 0, q);
+    CLMLA_SET_ARG(ctx, k, 1, q_off);
+    CLMLA_SET_ARG(ctx, k, 2, q_stride);
+    CLMLA_SET_ARG(ctx, k, 3, kv_up);
+    CLMLA_SET_ARG(ctx, k, 4, zero);
+    CLMLA_SET_ARG(ctx, k, 5, kvu_stride);
+    CLMLA_SET_ARG(ctx, k, 6, gathered);
+    CLMLA_SET_ARG(ctx, k, 7, L->rkv);
+    CLMLA_SET_ARG(ctx, k, 8, L->row);
+    CLMLA_SET_ARG(ctx, k, 9, n_queries);
+    CLMLA_SET_ARG(ctx, k, 10, prefix);
+    CLMLA_SET_ARG(ctx, k, 11, L->scale);
+    CLMLA_SET_ARG(ctx, k, 12, o);
+    CLMLA_SET_ARG(ctx, k, 13, o_off);
+    CLMLA_SET_ARG(ctx, k, 14, o_stride);
     const size_t nt = variant == CLMLA_LATENT_ROWS ? 1 : (size_t)L->prefill_threads;
     const size_t per_item = variant == CLMLA_LATENT_ROWS ? PREFILL_ROWS_QUERIES : nt;
     const size_t global[2] = {(n_queries + per_item - 1) / per_item * nt, (size_t)L->H}, local[2] = {nt, 1};

@@ -1,5 +1,7 @@
 #include "clcall.h"
 
+#include <stdio.h>
+
 static _Thread_local long thread_fault_at, thread_fault_calls;
 
 void clmla_fault_arm(clmla_context *ctx, long n)
@@ -73,4 +75,14 @@ cl_int clmla_cl_read(clmla_context *ctx, cl_mem buffer, size_t offset, size_t by
     if (clmla_fault_hit(ctx))
         return CL_OUT_OF_RESOURCES;
     return clEnqueueReadBuffer(ctx->queue, buffer, CL_TRUE, offset, bytes, host, 0, NULL, NULL);
+}
+
+clmla_status clmla_fail_kernel_arg(clmla_context *ctx, cl_int err, cl_kernel kernel, cl_uint index)
+{
+    char name[96] = "?";
+    if (clGetKernelInfo(kernel, CL_KERNEL_FUNCTION_NAME, sizeof(name), name, NULL) != CL_SUCCESS)
+        snprintf(name, sizeof(name), "?");
+    name[sizeof(name) - 1] = '\0';
+    return clmla_fail(ctx, err, "clSetKernelArg(%s, argument %u) failed: %s (%d)", name, index, clmla_status_string(err),
+                      err);
 }

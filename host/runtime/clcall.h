@@ -26,6 +26,16 @@ cl_int clmla_cl_enqueue(clmla_context *ctx, cl_kernel kernel, cl_uint dims, cons
    rounded up to a multiple of L. A driver left to pick the shape itself may pick a new one for
    each token count, and PoCL compiles each shape anew. */
 cl_int clmla_cl_enqueue_rows(clmla_context *ctx, cl_kernel kernel, cl_uint dims, const size_t *global, cl_event *event);
+/* Sets argument i of kernel k to the value of the lvalue v; on failure returns, from the function
+   that uses it, a status whose message names the kernel and the argument. */
+#define CLMLA_SET_ARG(ctx, k, i, v)                                                                     \
+    do {                                                                                             \
+        cl_int e_ = clSetKernelArg((k), (i), sizeof(v), &(v));                                       \
+        if (e_ != CL_SUCCESS)                                                                        \
+            return clmla_fail_kernel_arg((ctx), e_, (k), (i));                                       \
+    } while (0)
+clmla_status clmla_fail_kernel_arg(clmla_context *ctx, cl_int err, cl_kernel kernel, cl_uint index);
+
 cl_int clmla_cl_write(clmla_context *ctx, cl_mem buffer, size_t offset, size_t bytes, const void *host);
 cl_int clmla_cl_read(clmla_context *ctx, cl_mem buffer, size_t offset, size_t bytes, void *host);
 #endif

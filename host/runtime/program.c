@@ -353,10 +353,31 @@ clmla_status clmla_kernel_create(clmla_context *ctx, const char *name, const cha
     return CLMLA_SUCCESS;
 }
 
-clmla_status clmla_context_prepare_kernel(clmla_context *ctx, const char *name, const char *options)
+clmla_status clmla_kernel_create_fitted(clmla_context *ctx, const clmla_kernel_fit *fit, cl_kernel *kernel, int *items)
 {
-    cl_program program = NULL;
-    return clmla_program_get(ctx, name, options, &program);
+    *kernel = NULL;
+    *items = 0;
+    for (int n = fit->max_items; n >= fit->min_items && n >= 1; n /= 2) {
+        const size_t wg_limit = ctx->info.max_work_group_size, local_limit = ctx->info.local_mem_bytes; /* 0: unknown */
+        if ((wg_limit && (size_t)n > wg_limit) || (local_limit && fit->local_bytes && fit->local_bytes(n, fit->arg) > local_limit))
+            continue;
+        char options[512];
+        snprintf(options, sizeof(options), "%s -D %s=%d", fit->options, fit->define, n);
+        cl_kernel k = NULL;
+        clmla_status st = clmla_kernel_create(ctx, fit->file, options, fit->kernel_name, &k);
+        if (st != CLMLA_SUCCESS)
+            return st;
+        size_t limit = 0;
+        if (clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(limit), &limit, NULL) !=
+                CL_SUCCESS ||
+            limit >= (size_t)n) {
+            *kernel = k;
+            *items = n;
+            return CLMLA_SUCCESS;
+        }
+        clReleaseKernel(k);
+    }
+    return CLMLA_SUCCESS;
 }
 
 void clmla_program_cache_release(clmla_context *ctx)

@@ -11,5 +11,24 @@ clmla_status clmla_program_get(clmla_context *ctx, const char *name, const char 
 clmla_status clmla_kernel_create(clmla_context *ctx, const char *name, const char *options,
                                  const char *kernel_name, cl_kernel *kernel);
 
+/* A kernel whose work-group size is a build option: `define` (e.g. "NT") is set to the number of
+   items, tried from max_items down to min_items by halving, skipping sizes above the device's
+   work-group limit or whose local memory, local_bytes(items, arg) when given, is more than the
+   device has, and sizes the built kernel itself does not take (CL_KERNEL_WORK_GROUP_SIZE: its
+   registers on a GPU). */
+typedef struct clmla_kernel_fit {
+    const char *file;        /* cl/<file>.cl */
+    const char *kernel_name;
+    const char *options;     /* the other build options */
+    const char *define;
+    int max_items, min_items;
+    size_t (*local_bytes)(int items, const void *arg); /* NULL: no local-memory bound */
+    const void *arg;
+} clmla_kernel_fit;
+
+/* The kernel (the caller releases it) and its items, or *kernel NULL (and success) where no size
+   fits; a build failure returns its status. */
+clmla_status clmla_kernel_create_fitted(clmla_context *ctx, const clmla_kernel_fit *fit, cl_kernel *kernel, int *items);
+
 void clmla_program_cache_release(clmla_context *ctx);
 #endif
