@@ -176,11 +176,6 @@ typedef struct clmla_program_stats {
 
 clmla_status clmla_context_program_stats(const clmla_context *ctx, clmla_program_stats *stats);
 
-/* Builds (or fetches from the caches) the program of kernel file cl/<name>.cl with extra build
-   options, so engines can warm up at start time. A compile error returns
-   CLMLA_ERROR_BUILD_FAILED and the build log is in clmla_last_error(ctx). */
-clmla_status clmla_context_prepare_kernel(clmla_context *ctx, const char *name, const char *options);
-
 /* ---- CLBlast tuning ------------------------------------------------------------------------ */
 
 /* CLBlast's Xgemm kernel (its SGEMM for every size above CLBlast's direct-kernel threshold) has 16
@@ -539,6 +534,43 @@ typedef struct clmla_latent_attention_args {
 
 clmla_status clmla_attention_latent(clmla_cache *cache, int layer, const clmla_latent_attention_args *args,
                                     cl_event *event);
+
+/* ---- projections alone: y = x W^T ---------------------------------------------------------- */
+
+/* For engines that run their own projections (and for clmla-bench): one weight W [n, k] uploaded
+   once and kept on the device as a layer keeps its projections (packed in panels for clmla's CPU
+   kernels on CPU devices, row-major elsewhere; docs/DESIGN.md), and y = x W^T run through the
+   library's product kernels: clmla's decode-shaped kernels for up to 8 rows on every device and
+   for any number of rows on CPUs, CLBlast otherwise. float32. A linear belongs to its context like
+   a layer or a cache: the threading rules at the top hold, and it is destroyed before the context. */
+typedef struct clmla_linear clmla_linear;
+
+/* Checks w (2-D, both dimensions > 0, data given; the message names the shape given) and uploads
+   it once; the host array may be freed afterwards. On failure *linear is NULL. */
+clmla_status clmla_linear_create(clmla_context *ctx, const clmla_tensor *w, clmla_linear **linear);
+void clmla_linear_destroy(clmla_linear *linear);
+
+/* y [m, n] = x [m, k] W^T on device buffers of the context's cl_context, rows packed (x's row
+   stride k, y's n), offsets in floats, enqueued on the context's queue with no clFinish; *event
+   (optional) completes when y is written (NULL after a failure). m > 0. Buffers smaller than
+   offset + rows * stride floats (CL_MEM_SIZE), buffers of another cl_context and an x that overlaps
+   y are refused with CLMLA_ERROR_INVALID_ARGUMENT before anything is enqueued. */
+clmla_status clmla_linear_forward_cl(clmla_linear *linear, int m, cl_mem x, size_t x_offset, cl_mem y, size_t y_offset,
+                                     cl_event *event);
+
+/* The same on host arrays x [m, k], y [m, n], through the context's scratch buffers. Blocking. */
+clmla_status clmla_linear_forward(clmla_linear *linear, int m, const float *x, float *y);
+
+/* Device memory the weight holds (the scratch of clmla_linear_forward belongs to the context). */
+clmla_status clmla_linear_device_bytes(const clmla_linear *linear, size_t *bytes);
+
+typedef struct clmla_linear_info {
+    int64_t n;           /* output features: rows of W, columns of y */
+    int64_t k;           /* input features: columns of W and of x */
+    size_t device_bytes; /* as clmla_linear_device_bytes */
+    int packed;          /* 1: W kept in panels for clmla's CPU kernels, 0: row-major */
+} clmla_linear_info;
+clmla_status clmla_linear_get_info(const clmla_linear *linear, clmla_linear_info *info);
 
 /* ---- model folders (Hugging Face checkpoints) ---- */
 

@@ -183,6 +183,13 @@ static void test_device_choice(void)
     clmla_free(devs);
 }
 
+/* Builds (or fetches from the caches) the program of cl/<name>.cl with these options. */
+static clmla_status build_program(clmla_context *ctx, const char *name, const char *options)
+{
+    cl_program program = NULL;
+    return clmla_program_get(ctx, name, options, &program);
+}
+
 static void test_disk_cache(void)
 {
     snprintf(cache_dir, sizeof(cache_dir), "/tmp/clmla-test-cache-XXXXXX");
@@ -194,8 +201,8 @@ static void test_disk_cache(void)
     clmla_context *ctx = open_ctx(NULL);
     if (!ctx)
         return;
-    CHECK(clmla_context_prepare_kernel(ctx, "rmsnorm", opts) == CLMLA_SUCCESS, "%s", clmla_last_error(ctx));
-    CHECK(clmla_context_prepare_kernel(ctx, "rmsnorm", opts) == CLMLA_SUCCESS, "%s", clmla_last_error(ctx));
+    CHECK(build_program(ctx, "rmsnorm", opts) == CLMLA_SUCCESS, "%s", clmla_last_error(ctx));
+    CHECK(build_program(ctx, "rmsnorm", opts) == CLMLA_SUCCESS, "%s", clmla_last_error(ctx));
     clmla_program_stats s = stats_of(ctx);
     CHECK(s.built_from_source == 1 && s.disk_written == 1 && s.memory_hits == 1 && s.loaded_from_disk == 0,
           "first context: built %llu written %llu hits %llu loaded %llu", (unsigned long long)s.built_from_source,
@@ -213,7 +220,7 @@ static void test_disk_cache(void)
           "second context: loaded %llu built %llu", (unsigned long long)s.loaded_from_disk,
           (unsigned long long)s.built_from_source);
     /* Other options are another program. */
-    CHECK(clmla_context_prepare_kernel(ctx, "rmsnorm", "-D WG=8 -D CLMLA_TEST_CACHE=1") == CLMLA_SUCCESS, "WG=8");
+    CHECK(build_program(ctx, "rmsnorm", "-D WG=8 -D CLMLA_TEST_CACHE=1") == CLMLA_SUCCESS, "WG=8");
     s = stats_of(ctx);
     CHECK(s.built_from_source == 1, "different options built anew (%llu)", (unsigned long long)s.built_from_source);
     clmla_context_destroy(ctx);
@@ -252,7 +259,7 @@ static void test_disk_cache(void)
               "%s file: rejected %llu built %llu written %llu", damage[d], (unsigned long long)s.disk_rejected,
               (unsigned long long)s.built_from_source, (unsigned long long)s.disk_written);
         /* Keep the second file equally damaged or fresh: build it too so both are rewritten. */
-        clmla_context_prepare_kernel(ctx, "rmsnorm", "-D WG=8 -D CLMLA_TEST_CACHE=1");
+        build_program(ctx, "rmsnorm", "-D WG=8 -D CLMLA_TEST_CACHE=1");
         clmla_context_destroy(ctx);
         ctx = open_ctx(NULL);
         run_rmsnorm(ctx, opts, 32);
@@ -265,7 +272,7 @@ static void test_disk_cache(void)
     /* "off" disables the disk cache. */
     setenv("CLMLA_CACHE_DIR", "off", 1);
     ctx = open_ctx(NULL);
-    clmla_context_prepare_kernel(ctx, "rmsnorm", opts);
+    build_program(ctx, "rmsnorm", opts);
     s = stats_of(ctx);
     CHECK(s.built_from_source == 1 && s.loaded_from_disk == 0 && s.disk_written == 0, "cache off: built %llu",
           (unsigned long long)s.built_from_source);
@@ -274,7 +281,7 @@ static void test_disk_cache(void)
     /* An unwritable cache directory is not fatal. */
     setenv("CLMLA_CACHE_DIR", "/proc/clmla-cannot-exist", 1);
     ctx = open_ctx(NULL);
-    CHECK(clmla_context_prepare_kernel(ctx, "rmsnorm", opts) == CLMLA_SUCCESS, "unwritable cache dir: %s",
+    CHECK(build_program(ctx, "rmsnorm", opts) == CLMLA_SUCCESS, "unwritable cache dir: %s",
           clmla_last_error(ctx));
     clmla_context_destroy(ctx);
 
@@ -298,13 +305,13 @@ static void test_build_errors(void)
     setenv("CLMLA_CACHE_DIR", "off", 1);
     clmla_context *ctx = open_ctx(NULL);
     if (ctx) {
-        CHECK_STATUS(clmla_context_prepare_kernel(ctx, "broken", "-D X=1"), CLMLA_ERROR_BUILD_FAILED, ctx);
+        CHECK_STATUS(build_program(ctx, "broken", "-D X=1"), CLMLA_ERROR_BUILD_FAILED, ctx);
         const char *msg = clmla_last_error(ctx);
         CHECK(strstr(msg, "broken.cl") && strstr(msg, "undeclared_identifier_42"), "build log in message: %s", msg);
         /* The context is still usable afterwards... for files that exist in the directory. */
-        CHECK_STATUS(clmla_context_prepare_kernel(ctx, "rmsnorm", ""), CLMLA_ERROR_KERNEL_NOT_FOUND, ctx);
+        CHECK_STATUS(build_program(ctx, "rmsnorm", ""), CLMLA_ERROR_KERNEL_NOT_FOUND, ctx);
         CHECK(strstr(clmla_last_error(ctx), "rmsnorm.cl") != NULL, "names the file: %s", clmla_last_error(ctx));
-        CHECK_STATUS(clmla_context_prepare_kernel(ctx, "../etc/passwd", ""), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+        CHECK_STATUS(build_program(ctx, "../etc/passwd", ""), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
     }
     clmla_context_destroy(ctx);
     remove(path);
@@ -313,8 +320,8 @@ static void test_build_errors(void)
 
     ctx = open_ctx(NULL);
     if (ctx) {
-        CHECK_STATUS(clmla_context_prepare_kernel(ctx, "no_such_kernel", ""), CLMLA_ERROR_KERNEL_NOT_FOUND, ctx);
-        CHECK_STATUS(clmla_context_prepare_kernel(ctx, "rmsnorm", "-D WG=4"), CLMLA_SUCCESS, ctx);
+        CHECK_STATUS(build_program(ctx, "no_such_kernel", ""), CLMLA_ERROR_KERNEL_NOT_FOUND, ctx);
+        CHECK_STATUS(build_program(ctx, "rmsnorm", "-D WG=4"), CLMLA_SUCCESS, ctx);
     }
     clmla_context_destroy(ctx);
     unsetenv("CLMLA_CACHE_DIR");
@@ -334,7 +341,7 @@ static void test_options(void)
     clmla_context *ctx = NULL;
     CHECK_STATUS(clmla_context_create_opts(&o, &ctx), CLMLA_SUCCESS, NULL);
     if (ctx) {
-        CHECK_STATUS(clmla_context_prepare_kernel(ctx, "rmsnorm", "-D WG=16 -D CLMLA_TEST_OPTIONS=1"), CLMLA_SUCCESS, ctx);
+        CHECK_STATUS(build_program(ctx, "rmsnorm", "-D WG=16 -D CLMLA_TEST_OPTIONS=1"), CLMLA_SUCCESS, ctx);
         clmla_program_stats s = stats_of(ctx);
         CHECK(s.disk_written == 1, "options.cache_dir: %llu binaries written", (unsigned long long)s.disk_written);
         clmla_xgemm_tuning t;
@@ -353,7 +360,7 @@ static void test_options(void)
     o.cache_dir = "off";
     CHECK_STATUS(clmla_context_create_opts(&o, &ctx), CLMLA_SUCCESS, NULL);
     if (ctx)
-        CHECK_STATUS(clmla_context_prepare_kernel(ctx, "rmsnorm", "-D WG=16"), CLMLA_ERROR_KERNEL_NOT_FOUND, ctx);
+        CHECK_STATUS(build_program(ctx, "rmsnorm", "-D WG=16"), CLMLA_ERROR_KERNEL_NOT_FOUND, ctx);
     clmla_context_destroy(ctx);
     /* NULL options: the defaults, like clmla_context_create(NULL). */
     ctx = NULL;
