@@ -126,6 +126,17 @@ cache_seq *clmla_cache_find(const clmla_cache *cache, int32_t seq_id)
     return NULL;
 }
 
+clmla_status clmla_cache_seq_view(const clmla_cache *cache, int32_t seq_id, int layer, clmla_seq_view *view)
+{
+    const cache_seq *s = clmla_cache_find(cache, seq_id);
+    if (!s)
+        return CLMLA_ERROR_UNKNOWN_SEQUENCE;
+    view->blocks = s->blocks;
+    view->num_blocks = s->num_blocks;
+    view->length = s->length[layer];
+    return CLMLA_SUCCESS;
+}
+
 /* UNKNOWN_SEQUENCE for a sequence id the cache does not hold, with the id in the message. */
 static clmla_status unknown(const clmla_cache *cache, const char *fn, int32_t seq_id)
 {

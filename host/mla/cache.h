@@ -1,4 +1,6 @@
-/* The paged latent KV cache, as the layer and attention code see it. */
+/* The paged latent KV cache: its state (read directly only by cache.c, attention.c's kernel slots
+   and the invariant checks of tests/test_cache.c), the append transaction a step runs in, and the
+   views and kernels the layer uses. */
 #ifndef CLMLA_CACHE_H
 #define CLMLA_CACHE_H
 #include "internal.h"
@@ -91,6 +93,24 @@ static inline int clmla_cache_row(const clmla_cache *cache, const cache_seq *s, 
 {
     const int bt = cache->config.block_tokens;
     return s->blocks[pos / bt] * bt + pos % bt;
+}
+
+/* What a step needs of a sequence: its block table (token order) and its length in one layer;
+   valid until the cache next changes. */
+typedef struct clmla_seq_view {
+    const int32_t *blocks;
+    int num_blocks;
+    int length;
+} clmla_seq_view;
+
+/* The view of seq_id in `layer`, or CLMLA_ERROR_UNKNOWN_SEQUENCE. */
+clmla_status clmla_cache_seq_view(const clmla_cache *cache, int32_t seq_id, int layer, clmla_seq_view *view);
+
+/* Cache row of token `pos` of a viewed sequence (its block must exist). */
+static inline int clmla_seq_view_row(const clmla_cache *cache, const clmla_seq_view *v, int pos)
+{
+    const int bt = cache->config.block_tokens;
+    return v->blocks[pos / bt] * bt + pos % bt;
 }
 
 /* The sequence, or NULL after setting CLMLA_ERROR_UNKNOWN_SEQUENCE on the context. */

@@ -496,6 +496,8 @@ static clmla_matrix weight(cl_mem buffer, size_t ld, size_t panel)
 typedef struct step_plan {
     int T;
     int max_blocks, max_ctx;
+    int any_absorbed;     /* some entry takes the absorbed path */
+    int max_decompressed; /* the most keys of an entry on the decompressed path (0: none) */
     int *positions, *slots, *token_seq, *token_ctx; /* [T]; positions: rows of the RoPE table */
     float *qscale;                                   /* [T] when the layer has a query scale */
     int32_t *tables;                                 /* [num_entries, max_blocks] */
@@ -515,28 +517,41 @@ static void plan_free(step_plan *p)
     free(p->decompressed);
 }
 
+/* The plan of a step whose cache transaction `txn` is open (the sequences' new lengths and blocks
+   are in the cache, their lengths before the step in txn). */
 static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_forward_args *a, const cache_txn *txn,
                               step_plan *p)
 {
     const int n = a->num_entries;
     memset(p, 0, sizeof(*p));
+    clmla_seq_view *views = malloc((size_t)(n > 0 ? n : 1) * sizeof(*views));
+    if (!views)
+        return clmla_fail(L->ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     for (int e = 0; e < n; e++) {
-        const cache_seq *s = &cache->seqs[a->entries[e].seq_id];
+        clmla_status st = clmla_cache_seq_view(cache, a->entries[e].seq_id, a->cache_layer, &views[e]);
+        if (st != CLMLA_SUCCESS) {
+            free(views);
+            return st;
+        }
         p->T += a->entries[e].num_tokens;
-        if (s->num_blocks > p->max_blocks)
-            p->max_blocks = s->num_blocks;
-        if (s->length[a->cache_layer] > p->max_ctx)
-            p->max_ctx = s->length[a->cache_layer];
+        if (views[e].num_blocks > p->max_blocks)
+            p->max_blocks = views[e].num_blocks;
+        if (views[e].length > p->max_ctx)
+            p->max_ctx = views[e].length;
     }
+    clmla_status st = CLMLA_SUCCESS;
     if (L->config.dense_max_keys > 0 && p->max_ctx > L->config.dense_max_keys)
-        return clmla_fail(L->ctx, CLMLA_ERROR_UNSUPPORTED,
-                          "a sequence would reach %d tokens, but this model selects index_topk = %d keys per query with "
-                          "its sparse-attention indexer beyond that, which clmla does not implement yet; attention is "
-                          "exact only up to %d tokens",
-                          p->max_ctx, L->config.dense_max_keys, L->config.dense_max_keys);
-    clmla_status st = ensure_rope_table(L, p->max_ctx);
-    if (st != CLMLA_SUCCESS)
+        st = clmla_fail(L->ctx, CLMLA_ERROR_UNSUPPORTED,
+                        "a sequence would reach %d tokens, but this model selects index_topk = %d keys per query with "
+                        "its sparse-attention indexer beyond that, which clmla does not implement yet; attention is "
+                        "exact only up to %d tokens",
+                        p->max_ctx, L->config.dense_max_keys, L->config.dense_max_keys);
+    if (st == CLMLA_SUCCESS)
+        st = ensure_rope_table(L, p->max_ctx);
+    if (st != CLMLA_SUCCESS) {
+        free(views);
         return st;
+    }
     p->positions = malloc((size_t)p->T * sizeof(int));
     if (L->config.query_scale_beta != 0 && p->T > 0)
         p->qscale = malloc((size_t)p->T * sizeof(float));
@@ -550,17 +565,22 @@ static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_fo
     if (!p->positions || !p->slots || !p->token_seq || !p->token_ctx || !p->tables || !p->first_row || !p->prefix ||
         !p->decompressed || (L->config.query_scale_beta != 0 && p->T > 0 && !p->qscale)) {
         plan_free(p);
+        free(views);
         return clmla_fail(L->ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     }
     int row = 0;
     for (int e = 0; e < n; e++) {
-        const cache_seq *s = &cache->seqs[a->entries[e].seq_id];
+        const clmla_seq_view *v = &views[e];
         const int tokens = a->entries[e].num_tokens;
         p->first_row[e] = row;
         p->prefix[e] = txn->old_length[e];
         p->decompressed[e] = a->path == CLMLA_PATH_DECOMPRESSED ||
                              (a->path == CLMLA_PATH_AUTO && tokens >= L->auto_threshold);
-        memcpy(p->tables + (size_t)e * p->max_blocks, s->blocks, (size_t)s->num_blocks * sizeof(int32_t));
+        if (!p->decompressed[e])
+            p->any_absorbed = 1;
+        else if (p->prefix[e] + tokens > p->max_decompressed)
+            p->max_decompressed = p->prefix[e] + tokens;
+        memcpy(p->tables + (size_t)e * p->max_blocks, v->blocks, (size_t)v->num_blocks * sizeof(int32_t));
         /* LongRoPE: the step's last position decides between the short and the long factors. */
         const int long_rows = clmla_rope_uses_long(&L->config, (long)p->prefix[e] + tokens - 1) ? L->rope_positions : 0;
         for (int i = 0; i < tokens; i++, row++) {
@@ -568,11 +588,12 @@ static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_fo
             p->positions[row] = pos + long_rows;
             if (p->qscale)
                 p->qscale[row] = (float)clmla_query_scale(&L->config, pos);
-            p->slots[row] = clmla_cache_row(cache, s, pos);
+            p->slots[row] = clmla_seq_view_row(cache, v, pos);
             p->token_seq[row] = e;
             p->token_ctx[row] = p->decompressed[e] ? 0 : pos + 1;
         }
     }
+    free(views);
     return CLMLA_SUCCESS;
 }
 
@@ -614,132 +635,178 @@ static int next_absorbed_run(const step_plan *p, int num_entries, int *e, int *f
     return 1;
 }
 
-static clmla_status run_step(clmla_layer *L, clmla_cache *cache, const clmla_forward_args *a, const step_plan *p, cl_mem x,
-                             size_t x_offset, cl_mem out, size_t out_offset, cl_event *event)
+/* The device buffers of a step: activations in the context's scratch slots (kept between steps),
+   and the plan's tables uploaded. */
+typedef struct step_buffers {
+    cl_mem qkv;    /* [T, qkv_ld]: q (or c^Q) in columns [0, qa_rows), [c^KV ; k^R] after them */
+    cl_mem q;      /* [T, H*dq]: q_b_proj's output, or qkv itself without a query LoRA */
+    int q_ld;
+    cl_mem q_abs;  /* [T, H, rkv] absorbed queries (absorbed entries only) */
+    cl_mem latent; /* [T, H, rkv] latent attention output (absorbed entries only) */
+    cl_mem o;      /* [T, H*dv] per-head outputs, the input of o_proj */
+    cl_mem positions, qscale, slots, token_seq, token_ctx, tables;
+} step_buffers;
+
+static void release_step_buffers(step_buffers *b)
 {
-    clmla_context *ctx = L->ctx;
-    const int T = p->T, H = L->H, rkv = L->rkv, dn = L->dn, dv = L->dv, dq = L->dq;
-    const int layer = a->cache_layer;
-    const size_t F = sizeof(float);
-    /* qkv: the fused product [T, qkv_ld]: q (or c^Q) in columns [0, qa_rows), kv after them */
-    cl_mem qkv = NULL, q = NULL, q_abs = NULL, latent = NULL, o = NULL;
-    const int ld = L->qkv_ld, kv_off = L->qa_rows;
-    const int q_ld = L->rq ? H * dq : ld; /* q: q_b_proj's own output, or the first columns of qkv */
-    cl_mem positions = NULL, slots = NULL, token_seq = NULL, token_ctx = NULL, tables = NULL;
-    int any_absorbed = 0, max_decompressed = 0;
-    for (int e = 0; e < a->num_entries; e++) {
-        if (!p->decompressed[e])
-            any_absorbed = 1;
-        else if (p->prefix[e] + a->entries[e].num_tokens > max_decompressed)
-            max_decompressed = p->prefix[e] + a->entries[e].num_tokens;
-    }
-
-    cl_mem qscale = NULL;
-    clmla_status st = clmla_scratch(ctx, SCRATCH_QKV, (size_t)T * ld * F, &qkv);
-    q = qkv;
-    if (st == CLMLA_SUCCESS && L->rq)
-        st = clmla_scratch(ctx, SCRATCH_Q, (size_t)T * H * dq * F, &q);
-    if (st == CLMLA_SUCCESS)
-        st = clmla_scratch(ctx, SCRATCH_HEADS_OUT, (size_t)T * H * dv * F, &o);
-    if (st == CLMLA_SUCCESS && any_absorbed)
-        st = clmla_scratch(ctx, SCRATCH_Q_ABSORBED, (size_t)T * H * rkv * F, &q_abs);
-    if (st == CLMLA_SUCCESS && any_absorbed)
-        st = clmla_scratch(ctx, SCRATCH_LATENT_OUT, (size_t)T * H * rkv * F, &latent);
-    if (st == CLMLA_SUCCESS)
-        st = clmla_upload(ctx, p->positions, (size_t)T * sizeof(int), &positions);
-    if (st == CLMLA_SUCCESS && p->qscale)
-        st = clmla_upload(ctx, p->qscale, (size_t)T * sizeof(float), &qscale);
-    if (st == CLMLA_SUCCESS)
-        st = clmla_upload(ctx, p->slots, (size_t)T * sizeof(int), &slots);
-    if (st == CLMLA_SUCCESS)
-        st = clmla_upload(ctx, p->token_seq, (size_t)T * sizeof(int), &token_seq);
-    if (st == CLMLA_SUCCESS)
-        st = clmla_upload(ctx, p->token_ctx, (size_t)T * sizeof(int), &token_ctx);
-    if (st == CLMLA_SUCCESS)
-        st = clmla_upload(ctx, p->tables, (size_t)a->num_entries * p->max_blocks * sizeof(int32_t), &tables);
-
-    /* Projections, norms, RoPE, cache write. */
-    if (st == CLMLA_SUCCESS)
-        st = clmla_gemm(ctx, T, (size_t)ld, L->D, 1.0f, mat(x, x_offset, L->D, 0), weight(L->qkv_a, L->D, L->qkv_a_panel), 0.0f,
-                        mat(qkv, 0, (size_t)ld, 0), NULL);
-    if (st == CLMLA_SUCCESS && L->qkv_bias)
-        st = enqueue_bias(L, qkv, 0, T, ld, ld, L->qkv_bias, NULL);
-    if (st == CLMLA_SUCCESS && L->rq) {
-        st = enqueue_rmsnorm(L, qkv, 0, T, ld, L->rq, L->q_a_layernorm);
-        if (st == CLMLA_SUCCESS)
-            st = clmla_gemm(ctx, T, (size_t)H * dq, L->rq, 1.0f, mat(qkv, 0, (size_t)ld, 0), weight(L->q_b_proj, L->rq, L->q_b_panel),
-                            0.0f, mat(q, 0, (size_t)H * dq, 0), NULL);
-    }
-    if (st == CLMLA_SUCCESS)
-        st = enqueue_rmsnorm(L, qkv, kv_off, T, ld, rkv, L->kv_a_layernorm);
-    if (st == CLMLA_SUCCESS)
-        st = enqueue_rope(L, q, q_ld, qkv, kv_off, ld, positions, qscale, T);
-    if (st == CLMLA_SUCCESS)
-        st = clmla_cache_enqueue_write(cache, layer, T, qkv, (size_t)kv_off, ld, qkv, (size_t)(kv_off + rkv), ld, slots, NULL);
-
-    /* Absorbed entries: per run of consecutive absorbed rows, q~ = q^C W^UK for every head ... */
-    const size_t kvb_head = (size_t)(dn + dv) * rkv; /* floats between heads in kv_b_proj */
-    for (int e = 0, r0, rows; st == CLMLA_SUCCESS && next_absorbed_run(p, a->num_entries, &e, &r0, &rows);)
-        st = clmla_gemm_strided_batched(ctx, rows, rkv, dn, 1.0f, mat(q, (size_t)r0 * q_ld, (size_t)q_ld, 0), dq,
-                                        mat(L->kv_b_proj, 0, rkv, 0), kvb_head, 0.0f,
-                                        mat(q_abs, (size_t)r0 * H * rkv, (size_t)H * rkv, 0), rkv, H, NULL);
-    /* ... latent attention for all tokens (decompressed ones have no keys here) ... */
-    if (st == CLMLA_SUCCESS && any_absorbed) {
-        latent_launch lp;
-        memset(&lp, 0, sizeof(lp));
-        lp.num_tokens = T;
-        lp.num_heads = H;
-        lp.scale = L->scale;
-        lp.q_latent = q_abs;
-        lp.q_latent_token_stride = H * rkv;
-        lp.q_latent_head_stride = rkv;
-        lp.q_rope = q;
-        lp.q_rope_offset = (size_t)dn;
-        lp.q_rope_token_stride = q_ld;
-        lp.q_rope_head_stride = dq;
-        lp.block_table = tables;
-        lp.max_blocks_per_seq = p->max_blocks;
-        lp.token_seq = token_seq;
-        lp.token_ctx_len = token_ctx;
-        lp.max_ctx_len = p->max_ctx;
-        lp.out = latent;
-        st = clmla_latent_attention_enqueue(cache, layer, &lp, NULL);
-    }
-    /* ... and o = o-bar W^UV^T per head. */
-    for (int e = 0, r0, rows; st == CLMLA_SUCCESS && next_absorbed_run(p, a->num_entries, &e, &r0, &rows);)
-        st = clmla_gemm_strided_batched(ctx, rows, dv, rkv, 1.0f, mat(latent, (size_t)r0 * H * rkv, (size_t)H * rkv, 0), rkv,
-                                        mat(L->kv_b_proj, (size_t)dn * rkv, rkv, 1), kvb_head, 0.0f,
-                                        mat(o, (size_t)r0 * H * dv, (size_t)H * dv, 0), dv, H, NULL);
-
-    /* Decompressed entries: the sequence's keys and values up-projected, then causal attention. */
-    if (st == CLMLA_SUCCESS && max_decompressed > 0) {
-        cl_mem gathered = NULL, kv_up = NULL;
-        st = clmla_scratch(ctx, SCRATCH_GATHER, (size_t)max_decompressed * L->row * F, &gathered);
-        if (st == CLMLA_SUCCESS)
-            st = clmla_scratch(ctx, SCRATCH_KV_UP, (size_t)max_decompressed * H * (dn + dv) * F, &kv_up);
-        for (int e = 0; st == CLMLA_SUCCESS && e < a->num_entries; e++) {
-            if (!p->decompressed[e])
-                continue;
-            const int keys = p->prefix[e] + a->entries[e].num_tokens;
-            st = clmla_cache_enqueue_gather(cache, layer, tables, e * p->max_blocks, 0, keys, gathered, 0);
-            if (st == CLMLA_SUCCESS)
-                st = clmla_gemm(ctx, keys, (size_t)H * (dn + dv), rkv, 1.0f, mat(gathered, 0, L->row, 0),
-                                mat(L->kv_b_proj, 0, rkv, 1), 0.0f, mat(kv_up, 0, (size_t)H * (dn + dv), 0), NULL);
-            if (st == CLMLA_SUCCESS)
-                st = enqueue_prefill(L, q, q_ld, p->first_row[e], kv_up, gathered, a->entries[e].num_tokens, p->prefix[e], o);
-        }
-    }
-
-    if (st == CLMLA_SUCCESS)
-        st = clmla_gemm(ctx, T, L->D, (size_t)H * dv, 1.0f, mat(o, 0, (size_t)H * dv, 0), weight(L->o_proj, (size_t)H * dv, L->o_panel),
-                        0.0f, mat(out, out_offset, L->D, 0), L->o_bias ? NULL : event);
-    if (st == CLMLA_SUCCESS && L->o_bias)
-        st = enqueue_bias(L, out, (int)out_offset, T, L->D, L->D, L->o_bias, event);
-
-    cl_mem uploads[] = {positions, qscale, slots, token_seq, token_ctx, tables};
+    cl_mem uploads[] = {b->positions, b->qscale, b->slots, b->token_seq, b->token_ctx, b->tables};
     for (size_t i = 0; i < sizeof(uploads) / sizeof(uploads[0]); i++)
         if (uploads[i])
             clReleaseMemObject(uploads[i]);
+}
+
+static clmla_status stage_step(clmla_layer *L, const clmla_forward_args *a, const step_plan *p, step_buffers *b)
+{
+    clmla_context *ctx = L->ctx;
+    const size_t T = (size_t)p->T, H = (size_t)L->H, F = sizeof(float);
+    memset(b, 0, sizeof(*b));
+    b->q_ld = L->rq ? L->H * L->dq : L->qkv_ld;
+    clmla_status st = clmla_scratch(ctx, SCRATCH_QKV, T * (size_t)L->qkv_ld * F, &b->qkv);
+    b->q = b->qkv;
+    if (st == CLMLA_SUCCESS && L->rq)
+        st = clmla_scratch(ctx, SCRATCH_Q, T * H * (size_t)L->dq * F, &b->q);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_scratch(ctx, SCRATCH_HEADS_OUT, T * H * (size_t)L->dv * F, &b->o);
+    if (st == CLMLA_SUCCESS && p->any_absorbed)
+        st = clmla_scratch(ctx, SCRATCH_Q_ABSORBED, T * H * (size_t)L->rkv * F, &b->q_abs);
+    if (st == CLMLA_SUCCESS && p->any_absorbed)
+        st = clmla_scratch(ctx, SCRATCH_LATENT_OUT, T * H * (size_t)L->rkv * F, &b->latent);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_upload(ctx, p->positions, T * sizeof(int), &b->positions);
+    if (st == CLMLA_SUCCESS && p->qscale)
+        st = clmla_upload(ctx, p->qscale, T * sizeof(float), &b->qscale);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_upload(ctx, p->slots, T * sizeof(int), &b->slots);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_upload(ctx, p->token_seq, T * sizeof(int), &b->token_seq);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_upload(ctx, p->token_ctx, T * sizeof(int), &b->token_ctx);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_upload(ctx, p->tables, (size_t)a->num_entries * p->max_blocks * sizeof(int32_t), &b->tables);
+    return st;
+}
+
+/* Projections, latent norms and RoPE for every token of the step, and [c^KV ; k^R] into the cache
+   (docs/MLA.md section 2). */
+static clmla_status project_step(clmla_layer *L, clmla_cache *cache, int layer, const step_plan *p, const step_buffers *b,
+                                 cl_mem x, size_t x_offset)
+{
+    clmla_context *ctx = L->ctx;
+    const int T = p->T, ld = L->qkv_ld, kv_off = L->qa_rows, rkv = L->rkv;
+    clmla_status st = clmla_gemm(ctx, T, (size_t)ld, L->D, 1.0f, mat(x, x_offset, L->D, 0),
+                                 weight(L->qkv_a, L->D, L->qkv_a_panel), 0.0f, mat(b->qkv, 0, (size_t)ld, 0), NULL);
+    if (st == CLMLA_SUCCESS && L->qkv_bias)
+        st = enqueue_bias(L, b->qkv, 0, T, ld, ld, L->qkv_bias, NULL);
+    if (st == CLMLA_SUCCESS && L->rq) {
+        st = enqueue_rmsnorm(L, b->qkv, 0, T, ld, L->rq, L->q_a_layernorm);
+        if (st == CLMLA_SUCCESS)
+            st = clmla_gemm(ctx, T, (size_t)L->H * L->dq, L->rq, 1.0f, mat(b->qkv, 0, (size_t)ld, 0),
+                            weight(L->q_b_proj, L->rq, L->q_b_panel), 0.0f, mat(b->q, 0, (size_t)b->q_ld, 0), NULL);
+    }
+    if (st == CLMLA_SUCCESS)
+        st = enqueue_rmsnorm(L, b->qkv, kv_off, T, ld, rkv, L->kv_a_layernorm);
+    if (st == CLMLA_SUCCESS)
+        st = enqueue_rope(L, b->q, b->q_ld, b->qkv, kv_off, ld, b->positions, b->qscale, T);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_cache_enqueue_write(cache, layer, T, b->qkv, (size_t)kv_off, ld, b->qkv, (size_t)(kv_off + rkv), ld,
+                                       b->slots, NULL);
+    return st;
+}
+
+/* Absorbed entries (docs/MLA.md section 5): per run of consecutive absorbed rows q~ = q^C W^UK for
+   every head, latent attention over the cache for all of the step's tokens (decompressed ones have
+   no keys here), then o = o-bar W^UV^T per head. */
+static clmla_status absorbed_attention(clmla_layer *L, clmla_cache *cache, const clmla_forward_args *a, const step_plan *p,
+                                       const step_buffers *b)
+{
+    clmla_context *ctx = L->ctx;
+    const int H = L->H, rkv = L->rkv, dn = L->dn, dv = L->dv, q_ld = b->q_ld;
+    const size_t kvb_head = (size_t)(dn + dv) * rkv; /* floats between heads in kv_b_proj */
+    clmla_status st = CLMLA_SUCCESS;
+    for (int e = 0, r0, rows; st == CLMLA_SUCCESS && next_absorbed_run(p, a->num_entries, &e, &r0, &rows);)
+        st = clmla_gemm_strided_batched(ctx, rows, rkv, dn, 1.0f, mat(b->q, (size_t)r0 * q_ld, (size_t)q_ld, 0), L->dq,
+                                        mat(L->kv_b_proj, 0, rkv, 0), kvb_head, 0.0f,
+                                        mat(b->q_abs, (size_t)r0 * H * rkv, (size_t)H * rkv, 0), rkv, H, NULL);
+    if (st == CLMLA_SUCCESS) {
+        latent_launch lp;
+        memset(&lp, 0, sizeof(lp));
+        lp.num_tokens = p->T;
+        lp.num_heads = H;
+        lp.scale = L->scale;
+        lp.q_latent = b->q_abs;
+        lp.q_latent_token_stride = H * rkv;
+        lp.q_latent_head_stride = rkv;
+        lp.q_rope = b->q;
+        lp.q_rope_offset = (size_t)dn;
+        lp.q_rope_token_stride = q_ld;
+        lp.q_rope_head_stride = L->dq;
+        lp.block_table = b->tables;
+        lp.max_blocks_per_seq = p->max_blocks;
+        lp.token_seq = b->token_seq;
+        lp.token_ctx_len = b->token_ctx;
+        lp.max_ctx_len = p->max_ctx;
+        lp.out = b->latent;
+        st = clmla_latent_attention_enqueue(cache, a->cache_layer, &lp, NULL);
+    }
+    for (int e = 0, r0, rows; st == CLMLA_SUCCESS && next_absorbed_run(p, a->num_entries, &e, &r0, &rows);)
+        st = clmla_gemm_strided_batched(ctx, rows, dv, rkv, 1.0f, mat(b->latent, (size_t)r0 * H * rkv, (size_t)H * rkv, 0),
+                                        rkv, mat(L->kv_b_proj, (size_t)dn * rkv, rkv, 1), kvb_head, 0.0f,
+                                        mat(b->o, (size_t)r0 * H * dv, (size_t)H * dv, 0), dv, H, NULL);
+    return st;
+}
+
+/* Decompressed entries (docs/MLA.md section 5): each sequence's keys and values up-projected from
+   the cache, then causal attention with head dims dq and dv. */
+static clmla_status decompressed_attention(clmla_layer *L, clmla_cache *cache, const clmla_forward_args *a,
+                                           const step_plan *p, const step_buffers *b)
+{
+    clmla_context *ctx = L->ctx;
+    const size_t F = sizeof(float), up_cols = (size_t)L->H * (L->dn + L->dv);
+    cl_mem gathered = NULL, kv_up = NULL;
+    clmla_status st = clmla_scratch(ctx, SCRATCH_GATHER, (size_t)p->max_decompressed * L->row * F, &gathered);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_scratch(ctx, SCRATCH_KV_UP, (size_t)p->max_decompressed * up_cols * F, &kv_up);
+    for (int e = 0; st == CLMLA_SUCCESS && e < a->num_entries; e++) {
+        if (!p->decompressed[e])
+            continue;
+        const int keys = p->prefix[e] + a->entries[e].num_tokens;
+        st = clmla_cache_enqueue_gather(cache, a->cache_layer, b->tables, e * p->max_blocks, 0, keys, gathered, 0);
+        if (st == CLMLA_SUCCESS)
+            st = clmla_gemm(ctx, keys, up_cols, L->rkv, 1.0f, mat(gathered, 0, L->row, 0), mat(L->kv_b_proj, 0, L->rkv, 1),
+                            0.0f, mat(kv_up, 0, up_cols, 0), NULL);
+        if (st == CLMLA_SUCCESS)
+            st = enqueue_prefill(L, b->q, b->q_ld, p->first_row[e], kv_up, gathered, a->entries[e].num_tokens,
+                                 p->prefix[e], b->o);
+    }
+    return st;
+}
+
+/* out = o_proj [o_1 ; ... ; o_H] (+ its bias); `event` marks the last command. */
+static clmla_status output_projection(clmla_layer *L, const step_plan *p, const step_buffers *b, cl_mem out,
+                                      size_t out_offset, cl_event *event)
+{
+    const size_t hv = (size_t)L->H * L->dv;
+    clmla_status st = clmla_gemm(L->ctx, p->T, L->D, hv, 1.0f, mat(b->o, 0, hv, 0), weight(L->o_proj, hv, L->o_panel), 0.0f,
+                                 mat(out, out_offset, L->D, 0), L->o_bias ? NULL : event);
+    if (st == CLMLA_SUCCESS && L->o_bias)
+        st = enqueue_bias(L, out, (int)out_offset, p->T, L->D, L->D, L->o_bias, event);
+    return st;
+}
+
+static clmla_status run_step(clmla_layer *L, clmla_cache *cache, const clmla_forward_args *a, const step_plan *p, cl_mem x,
+                             size_t x_offset, cl_mem out, size_t out_offset, cl_event *event)
+{
+    step_buffers b;
+    clmla_status st = stage_step(L, a, p, &b);
+    if (st == CLMLA_SUCCESS)
+        st = project_step(L, cache, a->cache_layer, p, &b, x, x_offset);
+    if (st == CLMLA_SUCCESS && p->any_absorbed)
+        st = absorbed_attention(L, cache, a, p, &b);
+    if (st == CLMLA_SUCCESS && p->max_decompressed > 0)
+        st = decompressed_attention(L, cache, a, p, &b);
+    if (st == CLMLA_SUCCESS)
+        st = output_projection(L, p, &b, out, out_offset, event);
+    release_step_buffers(&b);
     return st;
 }
 
