@@ -24,6 +24,7 @@
 #include "clmla.h"
 #include "cache.h"
 #include "clcall.h"
+#include "gemm.h"
 #include "internal.h"
 #include "mla_ref.h"
 #include "test_util.h"
@@ -833,10 +834,10 @@ static void test_forward(void)
     snprintf(walk_prefix, sizeof(walk_prefix), "%s kernels: ", other == CLMLA_DEVICE_KIND_CPU ? "CPU" : "GPU");
     forward_walks();
     ctx->info.kind = real;
-    ctx->gemm_force_clblast = 1;
+    clmla_gemm_force_clblast(ctx, 1);
     snprintf(walk_prefix, sizeof(walk_prefix), "CLBlast: ");
     forward_walks();
-    ctx->gemm_force_clblast = 0;
+    clmla_gemm_force_clblast(ctx, 0);
     walk_prefix[0] = '\0';
 }
 

@@ -16,6 +16,7 @@
  * the presets, which ctest runs as their own entry (test_layer_presets). */
 #include "attention.h"
 #include "check.h"
+#include "gemm.h"
 #include "internal.h"
 #include "clmla.h"
 #include "mla_ref.h"
@@ -1000,9 +1001,9 @@ static void test_presets(void)
    most products, while GPUs give CLBlast the large ones, so both paths stay tested here. */
 static void test_shapes_clblast(void)
 {
-    ctx->gemm_force_clblast = 1;
+    clmla_gemm_force_clblast(ctx, 1);
     test_shapes();
-    ctx->gemm_force_clblast = 0;
+    clmla_gemm_force_clblast(ctx, 0);
 }
 
 /* The odd shapes and the long sequences with the work-group attention kernels (attn_latent,

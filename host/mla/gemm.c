@@ -20,6 +20,70 @@ static CLBlastTranspose op(const clmla_matrix *x)
     return x->transposed ? CLBlastTransposeYes : CLBlastTransposeNo;
 }
 
+/* The product kernels of a context, built on first use and kept until it is destroyed. */
+typedef struct clmla_products {
+    cl_kernel skinny_nt[4][3];   /* gemm_skinny_nt for 1, 2, 4, 8 rows x 1, 2, 4 columns per group */
+    int skinny_nt_threads[4][3];
+    cl_kernel skinny_nn;         /* gemm_skinny_nn */
+    int skinny_nn_threads;
+    cl_kernel skinny_rows[4];    /* gemm_skinny_nt_rows for 1, 2, 4, 8 rows (CPU devices) */
+    cl_kernel skinny_nn_rows[4]; /* gemm_skinny_nn_rows likewise */
+    cl_kernel skinny_rows_large; /* gemm_skinny_nt_rows for 9-63 rows, without prefetch */
+    cl_kernel tiled_rows[2];     /* gemm_tiled_rows, x W^T for 64 rows or more on CPUs: W row-major, packed */
+    cl_kernel packed_rows[4];    /* gemm_packed_rows for 1, 2, 4, 8 (and more) rows (CPU devices) */
+    int force_clblast;           /* test hook: every product through CLBlast */
+} clmla_products;
+
+static void release_kernels(cl_kernel *k, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (k[i])
+            clReleaseKernel(k[i]);
+}
+
+static void products_release(void *p)
+{
+    clmla_products *P = p;
+    release_kernels(&P->skinny_nt[0][0], 12);
+    release_kernels(&P->skinny_nn, 1);
+    release_kernels(P->skinny_rows, 4);
+    release_kernels(P->skinny_nn_rows, 4);
+    release_kernels(&P->skinny_rows_large, 1);
+    release_kernels(P->tiled_rows, 2);
+    release_kernels(P->packed_rows, 4);
+    free(P);
+}
+
+/* The context's product kernels: made by ensure_products before any product runs. */
+static clmla_products *products(const clmla_context *ctx)
+{
+    return ctx->products;
+}
+
+static int forced(const clmla_context *ctx)
+{
+    return ctx->products && products(ctx)->force_clblast;
+}
+
+static clmla_status ensure_products(clmla_context *ctx)
+{
+    if (ctx->products)
+        return CLMLA_SUCCESS;
+    ctx->products = calloc(1, sizeof(clmla_products));
+    if (!ctx->products)
+        return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    ctx->products_release = products_release;
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_gemm_force_clblast(clmla_context *ctx, int on)
+{
+    clmla_status st = ensure_products(ctx);
+    if (st == CLMLA_SUCCESS)
+        products(ctx)->force_clblast = on;
+    return st;
+}
+
 /* The rows bucket of a product of m rows: log2 of m rounded up to 1, 2, 4 or 8 (more rows: 8). */
 static int rows_bucket(size_t m)
 {
@@ -44,11 +108,11 @@ static clmla_status sized_kernel(clmla_context *ctx, const char *name, const cha
 /* gemm_skinny_nn (work-group form): 64 items or the device's limit. */
 static clmla_status nn_kernel(clmla_context *ctx)
 {
-    if (ctx->skinny_nn)
+    if (products(ctx)->skinny_nn)
         return CLMLA_SUCCESS;
     char options[64];
     snprintf(options, sizeof(options), "-D MMAX=%d", SKINNY_MAX_ROWS);
-    return sized_kernel(ctx, "gemm_skinny_nn", options, 64, NULL, NULL, &ctx->skinny_nn, &ctx->skinny_nn_threads);
+    return sized_kernel(ctx, "gemm_skinny_nn", options, 64, NULL, NULL, &products(ctx)->skinny_nn, &products(ctx)->skinny_nn_threads);
 }
 
 /* Items per work-group of gemm_skinny_nt, and float4s of each weight row loaded per item before
@@ -69,8 +133,8 @@ static size_t nt_local_bytes(int items, const void *arg)
    or fewer where the device's work-group limit, the kernel's own or local memory says so. */
 static clmla_status nt_kernel(clmla_context *ctx, int bucket, int nc_log, cl_kernel *kernel, int *threads)
 {
-    cl_kernel *slot = &ctx->skinny_nt[bucket][nc_log];
-    int *slot_threads = &ctx->skinny_nt_threads[bucket][nc_log];
+    cl_kernel *slot = &products(ctx)->skinny_nt[bucket][nc_log];
+    int *slot_threads = &products(ctx)->skinny_nt_threads[bucket][nc_log];
     if (!*slot) {
         const int rows = 1 << bucket, nc = 1 << nc_log, sums = rows * nc;
         char options[64];
@@ -104,8 +168,8 @@ static clmla_status rows_kernel(clmla_context *ctx, size_t m, int transposed_b, 
 {
     const int bucket = rows_bucket(m), rows = 1 << bucket;
     *columns = 8 / rows;
-    cl_kernel *slot = large ? &ctx->skinny_rows_large
-                      : transposed_b ? &ctx->skinny_rows[bucket] : &ctx->skinny_nn_rows[bucket];
+    cl_kernel *slot = large ? &products(ctx)->skinny_rows_large
+                      : transposed_b ? &products(ctx)->skinny_rows[bucket] : &products(ctx)->skinny_nn_rows[bucket];
     if (!*slot) {
         char options[96];
         snprintf(options, sizeof(options), "-D MR=%d -D NCC=%d -D PCH=%d%s", rows, *columns, CLMLA_PACK_CHUNK,
@@ -178,8 +242,8 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
         st = nt_kernel(ctx, bucket, nc_log, &kernel, &wg);
     } else {
         st = nn_kernel(ctx);
-        kernel = ctx->skinny_nn;
-        wg = ctx->skinny_nn_threads;
+        kernel = products(ctx)->skinny_nn;
+        wg = products(ctx)->skinny_nn_threads;
     }
     if (st != CLMLA_SUCCESS)
         return st;
@@ -237,7 +301,7 @@ static clmla_status tiled(clmla_context *ctx, size_t m, size_t n, size_t k, floa
                           clmla_matrix b, float beta, clmla_matrix c, cl_event *event)
 {
     const int packed_b = b.panel != 0;
-    cl_kernel *slot = &ctx->tiled_rows[packed_b];
+    cl_kernel *slot = &products(ctx)->tiled_rows[packed_b];
     if (!*slot) {
         char options[96];
         snprintf(options, sizeof(options), "-D TR=%d -D TC=%d -D KC=%d", TILED_ROWS, TILED_COLUMNS,
@@ -283,7 +347,7 @@ static clmla_status rows_large(clmla_context *ctx, size_t m, size_t n, size_t k,
 
 size_t clmla_weight_panel(const clmla_context *ctx, size_t n)
 {
-    if (ctx->info.kind != CLMLA_DEVICE_KIND_CPU || ctx->gemm_force_clblast || n == 0)
+    if (ctx->info.kind != CLMLA_DEVICE_KIND_CPU || forced(ctx) || n == 0)
         return 0;
     const size_t items = cpu_items(ctx);
     return (n + items - 1) / items;
@@ -315,7 +379,7 @@ static clmla_status packed(clmla_context *ctx, size_t m, size_t n, size_t k, flo
     if (m >= TILED_MIN_ROWS)
         return tiled(ctx, m, n, k, alpha, a, b, beta, c, event);
     const int bucket = rows_bucket(m);
-    cl_kernel *slot = &ctx->packed_rows[bucket];
+    cl_kernel *slot = &products(ctx)->packed_rows[bucket];
     if (!*slot) {
         char options[96];
         const int rows = 1 << bucket;
@@ -339,19 +403,22 @@ static clmla_status packed(clmla_context *ctx, size_t m, size_t n, size_t k, flo
 clmla_status clmla_gemm(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a, clmla_matrix b,
                         float beta, clmla_matrix c, cl_event *event)
 {
+    clmla_status st = ensure_products(ctx);
+    if (st != CLMLA_SUCCESS)
+        return st;
     if (b.panel) /* packed weights: only gemm_packed_rows reads them, whatever the device */
         return packed(ctx, m, n, k, alpha, a, b, beta, c, event);
-    if (!ctx->gemm_force_clblast && ctx->info.kind == CLMLA_DEVICE_KIND_CPU && m > SKINNY_MAX_ROWS && b.transposed &&
+    if (!forced(ctx) && ctx->info.kind == CLMLA_DEVICE_KIND_CPU && m > SKINNY_MAX_ROWS && b.transposed &&
         !a.transposed && fits_int(a.offset + m * a.ld) && fits_int(b.offset + n * b.ld) && fits_int(c.offset + m * c.ld))
         return rows_large(ctx, m, n, k, alpha, a, b, beta, c, event);
-    if (!ctx->gemm_force_clblast && use_skinny(m, &a, &b, &c, m * a.ld, (b.transposed ? n : k) * b.ld, m * c.ld))
+    if (!forced(ctx) && use_skinny(m, &a, &b, &c, m * a.ld, (b.transposed ? n : k) * b.ld, m * c.ld))
         return skinny(ctx, m, n, k, alpha, a, 0, b, 0, beta, c, 0, 1, event);
     if (clmla_fault_hit(ctx))
         return clmla_fail(ctx, CL_OUT_OF_RESOURCES, "CLBlastSgemm(m=%zu n=%zu k=%zu): injected fault", m, n, k);
-    CLBlastStatusCode st = CLBlastSgemm(CLBlastLayoutRowMajor, op(&a), op(&b), m, n, k, alpha, a.buffer, a.offset, a.ld,
+    CLBlastStatusCode bs = CLBlastSgemm(CLBlastLayoutRowMajor, op(&a), op(&b), m, n, k, alpha, a.buffer, a.offset, a.ld,
                                         b.buffer, b.offset, b.ld, beta, c.buffer, c.offset, c.ld, &ctx->queue, event);
-    if (st != CLBlastSuccess)
-        return clmla_fail(ctx, st, "CLBlastSgemm(m=%zu n=%zu k=%zu) failed: %s", m, n, k, clmla_status_string(st));
+    if (bs != CLBlastSuccess)
+        return clmla_fail(ctx, bs, "CLBlastSgemm(m=%zu n=%zu k=%zu) failed: %s", m, n, k, clmla_status_string(bs));
     return CLMLA_SUCCESS;
 }
 
@@ -359,17 +426,20 @@ clmla_status clmla_gemm_strided_batched(clmla_context *ctx, size_t m, size_t n, 
                                         size_t a_stride, clmla_matrix b, size_t b_stride, float beta, clmla_matrix c,
                                         size_t c_stride, size_t batch, cl_event *event)
 {
-    if (!ctx->gemm_force_clblast && fits_int(a_stride) && fits_int(b_stride) && fits_int(c_stride) && fits_int(batch) &&
+    clmla_status st = ensure_products(ctx);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    if (!forced(ctx) && fits_int(a_stride) && fits_int(b_stride) && fits_int(c_stride) && fits_int(batch) &&
         use_skinny(m, &a, &b, &c, batch * a_stride + m * a.ld, batch * b_stride + (b.transposed ? n : k) * b.ld,
                    batch * c_stride + m * c.ld))
         return skinny(ctx, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride, batch, event);
     if (clmla_fault_hit(ctx))
         return clmla_fail(ctx, CL_OUT_OF_RESOURCES, "CLBlastSgemmStridedBatched: injected fault");
-    CLBlastStatusCode st = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, op(&a), op(&b), m, n, k, alpha, a.buffer,
+    CLBlastStatusCode bs = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, op(&a), op(&b), m, n, k, alpha, a.buffer,
                                                       a.offset, a.ld, a_stride, b.buffer, b.offset, b.ld, b_stride, beta,
                                                       c.buffer, c.offset, c.ld, c_stride, batch, &ctx->queue, event);
-    if (st != CLBlastSuccess)
-        return clmla_fail(ctx, st, "CLBlastSgemmStridedBatched(m=%zu n=%zu k=%zu batch=%zu) failed: %s", m, n, k, batch,
-                          clmla_status_string(st));
+    if (bs != CLBlastSuccess)
+        return clmla_fail(ctx, bs, "CLBlastSgemmStridedBatched(m=%zu n=%zu k=%zu batch=%zu) failed: %s", m, n, k, batch,
+                          clmla_status_string(bs));
     return CLMLA_SUCCESS;
 }

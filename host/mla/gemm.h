@@ -35,4 +35,6 @@ clmla_status clmla_gemm(clmla_context *ctx, size_t m, size_t n, size_t k, float 
 clmla_status clmla_gemm_strided_batched(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
                                         size_t a_stride, clmla_matrix b, size_t b_stride, float beta, clmla_matrix c,
                                         size_t c_stride, size_t batch, cl_event *event);
+/* Test hook: every product through CLBlast (on = 1) or as dispatched (0). */
+clmla_status clmla_gemm_force_clblast(clmla_context *ctx, int on);
 #endif

@@ -170,26 +170,8 @@ void clmla_context_destroy(clmla_context *ctx)
         return;
     if (ctx->queue)
         clFinish(ctx->queue);
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 3; j++)
-            if (ctx->skinny_nt[i][j])
-                clReleaseKernel(ctx->skinny_nt[i][j]);
-    if (ctx->skinny_nn)
-        clReleaseKernel(ctx->skinny_nn);
-    for (int i = 0; i < 4; i++)
-        if (ctx->skinny_rows[i])
-            clReleaseKernel(ctx->skinny_rows[i]);
-    for (int i = 0; i < 4; i++)
-        if (ctx->skinny_nn_rows[i])
-            clReleaseKernel(ctx->skinny_nn_rows[i]);
-    for (int i = 0; i < 4; i++)
-        if (ctx->packed_rows[i])
-            clReleaseKernel(ctx->packed_rows[i]);
-    if (ctx->skinny_rows_large)
-        clReleaseKernel(ctx->skinny_rows_large);
-    for (int i = 0; i < 2; i++)
-        if (ctx->tiled_rows[i])
-            clReleaseKernel(ctx->tiled_rows[i]);
+    if (ctx->products && ctx->products_release)
+        ctx->products_release(ctx->products);
     clmla_program_cache_release(ctx);
     clmla_scratch_release(ctx);
     if (ctx->queue)

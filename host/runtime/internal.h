@@ -25,16 +25,8 @@ struct clmla_context {
     clmla_program_entry *programs; /* in-memory program cache, a list */
     clmla_program_stats program_stats;
 
-    cl_kernel skinny_nt[4][3];    /* gemm.c: gemm_skinny_nt for 1, 2, 4, 8 rows x 1, 2, 4 columns per group */
-    int skinny_nt_threads[4][3];
-    cl_kernel skinny_nn;          /* gemm_skinny_nn, built on first use */
-    int skinny_nn_threads;
-    cl_kernel skinny_rows[4];     /* gemm_skinny_nt_rows for 1, 2, 4, 8 rows (CPU devices) */
-    cl_kernel skinny_nn_rows[4];  /* gemm_skinny_nn_rows likewise */
-    cl_kernel skinny_rows_large;  /* gemm_skinny_nt_rows for 9-63 rows, without prefetch */
-    cl_kernel tiled_rows[2];      /* gemm_tiled_rows, x W^T for 64 rows or more on CPUs: W row-major, packed */
-    cl_kernel packed_rows[4];     /* gemm_packed_rows for 1, 2, 4, 8 (and more) rows (CPU devices) */
-    int gemm_force_clblast;       /* gemm.c test hook: every product through CLBlast */
+    void *products;                      /* gemm.c's kernels, built on first use */
+    void (*products_release)(void *);    /* set by gemm.c with them; called at destroy */
     int latent_variant;           /* attention.h: CLMLA_LATENT_*, a test hook; 0 = by device type */
 
     long fault_at, fault_calls;  /* clcall.h: fault injection for tests */
