@@ -25,14 +25,13 @@
  *      rows were read in A a moment before, so they come from the L1/L2 caches.
  * Four barriers per tile, none inside a loop over keys or elements.
  *
- * Measured on an H100 through NVIDIA's OpenCL (docs/perf-log.md, "GPUs: attn_latent on an NVIDIA H100"): what
- * limits this kernel there is the load traffic per FMA through L1 and local memory, not DRAM;
- * KPT = 4 keys per item (each query float4 read once for four keys) with NT = 128 was 1.3-1.45x
- * faster at ctx 32K, batch 1 to 32, than KPT = 2 with NT = 256. acc[][] must be indexed only by
- * constants after unrolling: one loop with an early exit made the compiler keep all of it in
- * stack memory, which cost 1.3-1.4x. UA = 4 float4s of each row in flight (246 registers, still
- * two groups per compute unit) against 2: 2-10% faster; the queries staged by float4s in one
- * unrolled loop instead of a loop of scalar loads: 0.083 against 0.099 ms at batch 1, ctx 1024.
+ * On a GPU what limits the kernel is the load traffic per FMA through L1 and local memory, not
+ * DRAM, hence: KPT = 4 keys per item (each query float4 read from local memory feeds four keys)
+ * with NT = 128; acc[][] indexed only by constants once the loops are unrolled (a loop with an
+ * early exit makes compilers keep it in stack memory); UA = 4 float4s of each row in flight (246
+ * registers on an H100, still two groups per compute unit); the queries staged by float4s in one
+ * unrolled loop. The figures behind each are in docs/perf-log.md, "GPUs: attn_latent on an
+ * NVIDIA H100".
  *
  * Output rows are per split: out [T, num_splits, H, RKV], lse [T, num_splits, H]; with one split
  * that is the final [T, H, RKV] / [T, H], else attn_combine.cl merges the splits by their lse.
@@ -313,27 +312,23 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
  *
  * attn_latent_rows: one work-item per (head group of HGC heads, split, token), no barriers. The
  * item walks its keys in tiles of KTC rows (an f32 tile is read in place; an f16 tile is converted
- * into private memory by the first score pass, which uses the values as it converts them: 5%
- * faster than converting in a loop of its own), computes the HGC x KTC scores two heads by four keys
+ * into private memory by the first score pass, which uses the values as it converts them), computes
+ * the HGC x KTC scores two heads by four keys
  * at a time in float8 registers, runs the online softmax eight heads per vector, then adds the
  * weighted rows into its
  * private accumulators [HGC][RKV] in blocks of four heads x 16 values held in registers over the
  * tile. Scores read a key row once per two heads, sums once per four heads, and q / the
  * accumulators once per KTC keys; with HGC = 16 this is a small GEMM per tile, which is what a CPU
- * core does well (HGC even; a multiple of 4 uses the 4-head blocks throughout). Reading f32 rows
- * in place instead of copying them measured 8% faster (118 -> 128 GFLOP/s, ctx 32K, PoCL/Zen 3).
- * Scores are kept in base 2 (q is pre-scaled by scale * log2(e), weights are exp2, the lse is
+ * core does well (HGC even; a multiple of 4 uses the 4-head blocks throughout). Scores are kept in base 2 (q is pre-scaled by scale * log2(e), weights are exp2, the lse is
  * converted back to natural log at the end) and key-major, p[key][head], so that the softmax is
- * vertical vector work: one exp2 of eight heads per key and no horizontal max or sum. Per head it
- * had been a vector exp of the eight keys plus a scalar exp for the rescale and two horizontal
- * reductions, 12% of the kernel's time (ctx 16K, one core: 8.37 -> 7.72 ms).
- * Outputs as attn_latent. */
+ * vertical vector work: one exp2 of eight heads per key and no horizontal max or sum.
+ * Outputs as attn_latent. The figures behind these choices (PoCL on Zen 3) are in docs/perf-log.md,
+ * "CPU devices: attn_latent_rows". */
 /* With CLMLA_PREFETCH (CPU devices, clang-based compilers), the next tile's rows are prefetched
- * one 64-byte line every PFS vector steps of the score passes: spread out like this the misses
- * overlap the fma (measured on PoCL/Zen 3: 114 -> 121 GFLOP/s at ctx 32K; the same prefetches
- * issued as one burst per tile were slower than none, as they queue behind each other). The score
- * loop runs in groups of PFS unrolled steps with one prefetch per group rather than testing d at
- * every step (5% faster, ctx 16K, one core). With ROW = 576 and PFS = 4 there are 18 groups per
+ * one 64-byte line every PFS vector steps of the score passes, so that the misses overlap the fma
+ * instead of queueing behind each other as one burst per tile would. The score loop runs in
+ * groups of PFS unrolled steps with one prefetch per group rather than testing d at every step.
+ * With ROW = 576 and PFS = 4 there are 18 groups per
  * pass and 16 passes per tile of 8: 288 groups for the tile's 8 x 36 lines, one line each. */
 #define PFS 4
 #define LPR ((ROW * (int)sizeof(CACHE_T) + 63) / 64) /* cache lines per row */

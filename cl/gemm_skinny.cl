@@ -147,9 +147,10 @@ __kernel void gemm_skinny_nn(const int M, const int N, const int K, const float 
  * in registers), with no barrier, for columns_per_item columns (a multiple of NCC); the host picks
  * MR = the row count rounded up to 1, 2, 4 or 8. K is walked in chunks of k_chunk so that the
  * chunk of x stays in L1 (8 rows of K = 2048 are 64 KiB); with CLMLA_PREFETCH (PoCL) the next
- * column block's weights are prefetched a line at a time meanwhile, without which a chunk's first
- * lines of every weight row were misses (measured: 8 x 3072 x 2048 0.9-1.1 ms against 1.4-2.7). The loops over MR and NCC are unrolled explicitly: PoCL does
- * not unroll them by itself, and then keeps the accumulators on the stack (4x slower at 8 rows). */
+ * column block's weights are prefetched a line at a time meanwhile, so that a chunk's first lines
+ * of every weight row are not misses. The loops over MR and NCC are unrolled explicitly: PoCL
+ * does not unroll them by itself, and then keeps the accumulators on the stack. Figures:
+ * docs/perf-log.md, "Decode-shaped products on CPUs". */
 /* The CPU kernels' shared ends: the sum of a float8 accumulator, and one result of a chunk of K
    into C, the first chunk (k0 == 0) with beta, the later ones added to it. */
 float sum8(const float8 v)
@@ -257,8 +258,8 @@ void gemm_skinny_nt_rows(const int M, const int N, const int K, const float alph
  * at a time, those 4 rows' chunk (16 KiB) in L1, against MC = 3 rows of B at a time: 4 x 3 float8
  * accumulators along K, 12 independent FMA chains (4 x 2 leaves the FMA units waiting on their
  * latency). Partial sums of a chunk go to C, the first chunk with beta (store_chunk). With 8 rows
- * per item and no tiling, every 8 rows of A re-read all of B from the last-level cache or DRAM;
- * measured in docs/perf-log.md ("Larger products on CPUs"). */
+ * per item and no tiling, every 8 rows of A would re-read all of B from the last-level cache or
+ * DRAM (docs/perf-log.md, "Larger products on CPUs"). */
 #ifndef TR
 #define TR 256
 #endif
@@ -400,14 +401,13 @@ void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alph
  *
  * Within a chunk the item walks S rows of the panel at once, spread over it: row i of each of S
  * segments of ceil(rows / S) rows. Each of the S pointers then moves through its own segment
- * sequentially, so the hardware prefetchers see S streams, not one; one stream per item was
- * 13-19% slower at 1 row than row-major W read 8 rows at a time (docs/perf-log.md). Rows of x
- * go MRP = min(MR, 4) at a time against S streams, MRP x S float8 accumulators: 1 row against 8
- * streams, 2 against 4, 4 against 3 (12 accumulators, 3 weight vectors: 15 of AVX2's 16
- * registers; 10% faster than 4 x 2, whose 8 chains of FMAs wait on the FMA latency; 12 streams
- * for 1 row and 6 for 2 were slower); 8 rows take two passes over the same S pieces of W, the
+ * sequentially, so the hardware prefetchers see S streams, not one. Rows of x go MRP = min(MR, 4)
+ * at a time against S streams, MRP x S float8 accumulators: 1 row against 8 streams, 2 against 4,
+ * 4 against 3 (12 accumulators, 3 weight vectors: 15 of AVX2's 16 registers, and 12 independent
+ * FMA chains to cover the FMA latency); 8 rows take two passes over the same S pieces of W, the
  * second from L1. The partial sums of a chunk go to C, the first chunk with beta. Dimension 1
- * enumerates (batch, block of MR rows of x). */
+ * enumerates (batch, block of MR rows of x). The alternatives measured against this layout are in
+ * docs/perf-log.md, "Decode-shaped products on CPUs". */
 #ifndef PCH
 #define PCH 512
 #endif
@@ -467,9 +467,8 @@ void gemm_packed_rows(const int M, const int N, const int K, const float alpha,
                     /* With 4 rows of x per pass the streams advance slowly, and for 8 rows the
                        second pass reads W from L1, leaving the memory idle: in the last pass, a
                        line of each stream's next piece every 16 values (past the panel's end: a
-                       prefetch, which does not fault). Measured: 8 rows 5-10% faster, 4 rows 4%;
-                       1 row 16% slower, so not there. Following the jump to the next chunk gave
-                       kv_a_proj (36 rows per panel: 12 such jumps per item) another 3-4%. */
+                       prefetch, which does not fault), following the jump to the next chunk. With
+                       fewer rows the streams keep the memory busy and the prefetches only cost. */
                     if (pass == PASSES - 1 && (k & 15) == 0) {
 #pragma unroll
                         for (int s = 0; s < STREAMS; s++)
