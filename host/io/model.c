@@ -53,7 +53,7 @@ static clmla_status read_desc(const char *model_dir, clmla_model_desc *desc, cha
     }
     char *text = NULL;
     size_t length = 0;
-    clmla_status st = clmla_read_text_file(path, MAX_JSON_BYTES, "a JSON file of a model folder", &text, &length, err, errsize);
+    clmla_status st = clmla_read_file(path, MAX_JSON_BYTES, "a JSON file of a model folder", &text, &length, err, errsize);
     if (st == CLMLA_SUCCESS)
         st = clmla_model_config_parse(text, length, path, desc, err, errsize);
     free(text);
@@ -137,7 +137,7 @@ static clmla_status loader_open(loader *l, const char *dir)
     }
     char *text = NULL;
     size_t length = 0;
-    clmla_status st = clmla_read_text_file(l->index_path, MAX_JSON_BYTES, "a JSON file of a model folder", &text, &length, l->err,
+    clmla_status st = clmla_read_file(l->index_path, MAX_JSON_BYTES, "a JSON file of a model folder", &text, &length, l->err,
                                            sizeof(l->err));
     if (st == CLMLA_SUCCESS)
         st = clmla_st_index_parse(text, length, l->index_path, &l->index, l->err, sizeof(l->err));

@@ -1,5 +1,6 @@
 /* .npy reading and writing (float32 / float16, little-endian, C order, 1-D or 2-D). */
 #include "npy.h"
+#include "fileio.h"
 #include "internal.h"
 #include "safetensors.h" /* clmla_f16_to_f32 */
 
@@ -267,34 +268,14 @@ clmla_status clmla_npy_read_f32(const char *path, float **data, int64_t shape[2]
     *data = NULL;
     *ndim = 0;
     shape[0] = shape[1] = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return clmla_fail(NULL, CLMLA_ERROR_IO, "%s: cannot open: %s", path, strerror(errno));
-    uint8_t *buf = NULL;
-    size_t size = 0, capacity = 0;
-    clmla_status st = CLMLA_SUCCESS;
-    for (;;) {
-        if (size == capacity) {
-            const size_t grown = capacity ? capacity * 2 : 1 << 16;
-            uint8_t *bigger = grown > capacity ? realloc(buf, grown) : NULL;
-            if (!bigger) {
-                st = clmla_fail(NULL, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "%s: out of host memory reading the file", path);
-                break;
-            }
-            buf = bigger;
-            capacity = grown;
-        }
-        const size_t got = fread(buf + size, 1, capacity - size, f);
-        size += got;
-        if (got == 0) {
-            if (ferror(f))
-                st = clmla_fail(NULL, CLMLA_ERROR_IO, "%s: read error", path);
-            break;
-        }
-    }
-    fclose(f);
-    clmla_npy_info info;
+    char *text = NULL;
+    size_t size = 0;
     char err[512];
+    clmla_status st = clmla_read_file(path, SIZE_MAX / 2, "a .npy file", &text, &size, err, sizeof(err));
+    if (st != CLMLA_SUCCESS)
+        clmla_fail(NULL, st, "%s", err);
+    uint8_t *buf = (uint8_t *)text;
+    clmla_npy_info info;
     if (st == CLMLA_SUCCESS) {
         st = clmla_npy_parse(buf, size, path, &info, err, sizeof(err));
         if (st != CLMLA_SUCCESS)

@@ -206,7 +206,7 @@ clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning 
     size_t length = 0;
     if (!absent(path)) {
         const clmla_status st =
-            clmla_read_text_file(path, MAX_TUNING_FILE_BYTES, "a tuning file", &old, &length, err, sizeof(err));
+            clmla_read_file(path, MAX_TUNING_FILE_BYTES, "a tuning file", &old, &length, err, sizeof(err));
         if (st != CLMLA_SUCCESS)
             return clmla_fail(NULL, st, "%s", err);
         list = cJSON_Parse(old);
@@ -337,7 +337,7 @@ static int from_file(clmla_context *ctx, const char *path, clmla_xgemm_tuning *f
     char *text = NULL, err[CLMLA_PATH_SIZE + 256];
     size_t length = 0;
     const clmla_status st =
-        clmla_read_text_file(path, MAX_TUNING_FILE_BYTES, "a tuning file", &text, &length, err, sizeof(err));
+        clmla_read_file(path, MAX_TUNING_FILE_BYTES, "a tuning file", &text, &length, err, sizeof(err));
     if (st != CLMLA_SUCCESS) {
         *status = clmla_fail(NULL, st, "the CLBlast tuning file %s", err);
         return -1;

@@ -6,6 +6,7 @@
  * refuses, is counted in disk_rejected and the program is built from source instead. Files are
  * written to a unique temporary name and renamed, so a reader never sees half a file. */
 #include "program.h"
+#include "fileio.h"
 #include "hash.h"
 #include "kernels_embedded.h"
 
@@ -36,28 +37,17 @@ static int valid_name(const char *name)
     return 1;
 }
 
-/* Reads a whole file; NULL when it cannot. *size excludes the added NUL. */
-static char *read_file(const char *path, size_t *size)
+/* Kernel sources and program binaries are far smaller than this. */
+#define MAX_PROGRAM_FILE_BYTES ((size_t)1 << 30)
+
+/* A whole file (NUL after its *size bytes), or NULL with the reason in err (errno ENOENT when it
+   does not exist). */
+static char *read_file(const char *path, size_t *size, char *err, size_t errsize)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
     char *data = NULL;
-    long len = -1;
-    if (fseek(f, 0, SEEK_END) == 0)
-        len = ftell(f);
-    if (len >= 0 && fseek(f, 0, SEEK_SET) == 0) {
-        data = malloc((size_t)len + 1);
-        if (data && fread(data, 1, (size_t)len, f) != (size_t)len) {
-            free(data);
-            data = NULL;
-        }
-    }
-    fclose(f);
-    if (data) {
-        data[len] = '\0';
-        *size = (size_t)len;
-    }
+    if (clmla_read_file(path, MAX_PROGRAM_FILE_BYTES, "a kernel or program file", &data, size, err, errsize) !=
+        CLMLA_SUCCESS)
+        return NULL;
     return data;
 }
 
@@ -78,10 +68,11 @@ static clmla_status find_source(clmla_context *ctx, const char *name, const char
     if (ctx->env.kernel_dir[0]) {
         char path[CLMLA_PATH_SIZE + 80];
         snprintf(path, sizeof(path), "%s/%s.cl", ctx->env.kernel_dir, name);
-        char *text = read_file(path, size);
+        char err[CLMLA_PATH_SIZE + 160];
+        char *text = read_file(path, size, err, sizeof(err));
         if (!text)
-            return clmla_fail(ctx, CLMLA_ERROR_KERNEL_NOT_FOUND, "kernel source %s cannot be read (CLMLA_KERNEL_DIR is set): %s",
-                              path, strerror(errno));
+            return clmla_fail(ctx, CLMLA_ERROR_KERNEL_NOT_FOUND, "kernel source cannot be read (CLMLA_KERNEL_DIR is set): %s",
+                              err);
         *src = text;
         *owned = 1;
         return CLMLA_SUCCESS;
@@ -193,7 +184,8 @@ static cl_program load_cached(clmla_context *ctx, const char *key, const char *o
     char path[CLMLA_PATH_SIZE + 64];
     cache_path(ctx, key, path, sizeof(path));
     size_t size = 0;
-    unsigned char *data = (unsigned char *)read_file(path, &size);
+    char err[CLMLA_PATH_SIZE + 160];
+    unsigned char *data = (unsigned char *)read_file(path, &size, err, sizeof(err));
     if (!data) {
         if (errno != ENOENT)
             ctx->program_stats.disk_rejected++;

@@ -1,4 +1,4 @@
-/* Reading small text files (JSON) whole: model folders' config.json and index, tuning files. */
+/* Reading a file whole (fileio.h). */
 #include "fileio.h"
 
 #include <errno.h>
@@ -8,14 +8,16 @@
 #include <string.h>
 #include <sys/stat.h>
 
-clmla_status clmla_read_text_file(const char *path, size_t max_bytes, const char *what, char **text, size_t *length,
-                                  char *err, size_t errsize)
+clmla_status clmla_read_file(const char *path, size_t max_bytes, const char *what, char **text, size_t *length,
+                             char *err, size_t errsize)
 {
     *text = NULL;
     *length = 0;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        snprintf(err, errsize, "%s: cannot open: %s", path, strerror(errno));
+        const int why = errno;
+        snprintf(err, errsize, "%s: cannot open: %s", path, strerror(why));
+        errno = why; /* callers may tell a missing file from another failure */
         return CLMLA_ERROR_IO;
     }
     struct stat sb;
