@@ -22,7 +22,9 @@ void bench_shape_from_config(bench_shape *s, const char *preset, const clmla_lay
     s->dv = config->v_head_dim;
     s->dq = s->dn + s->dr;
     s->row = s->rkv + s->dr;
-    s->scale = (float)clmla_layer_config_softmax_scale(config);
+    double tau = 0;
+    clmla_layer_config_softmax_scale(config, &tau); /* the shapes clmla-bench runs are valid presets */
+    s->scale = (float)tau;
 }
 
 /* All weights of one layer, float32 (docs/MLA.md section 1). */

@@ -199,11 +199,14 @@ int bench_layer(const bench_case *c, bench_row *row)
 
     int rc = create_layer(&st, c->seed);
     int decompressed = path == CLMLA_PATH_DECOMPRESSED;
+    int threshold = 0;
+    if (!rc)
+        rc = clmla_layer_auto_threshold(st.layer, &threshold) != CLMLA_SUCCESS;
     if (!rc && path == CLMLA_PATH_AUTO)
-        decompressed = step_tokens >= clmla_layer_auto_threshold(st.layer);
+        decompressed = step_tokens >= threshold;
     snprintf(row->path, sizeof(row->path), "%s", decompressed ? "decompressed" : "absorbed");
     if (path == CLMLA_PATH_AUTO)
-        snprintf(row->note, sizeof(row->note), "path auto (threshold %d tokens)", st.layer ? clmla_layer_auto_threshold(st.layer) : 0);
+        snprintf(row->note, sizeof(row->note), "path auto (threshold %d tokens)", threshold);
 
     if (!rc) {
         clmla_cache_config cc = {1, s->rkv, s->dr, c->block_tokens, B * blocks_per_seq, f16 ? CLMLA_CACHE_F16 : CLMLA_CACHE_F32};

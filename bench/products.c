@@ -1,5 +1,6 @@
 /* Phase "products": the layer's projections alone, y = x W^T with x of `batch` rows (the tokens of
- * a decode step), through the library's own product dispatch (host/mla/gemm.c, as the layer calls it).
+ * a decode step), through the public clmla_linear (clmla_linear_forward_cl): the weight kept on the
+ * device as the layer keeps its projections and the library's own product dispatch (host/mla/gemm.c).
  * The paths name the projections of the checkpoint: q_proj (or q_a_proj and q_b_proj with a query
  * LoRA), kv_a_proj_with_mqa, kv_b_proj, o_proj, and qkv_a_proj, the product the layer runs: q_proj
  * (or q_a_proj) and kv_a_proj_with_mqa stacked into one matrix, as both multiply the hidden state. A decode step reads each weight matrix once,
@@ -7,7 +8,6 @@
  * every call) against the read peak is how close the product comes to streaming speed.
  * Every row is checked against a float64 host computation of 64 sampled outputs. */
 #include "bench.h"
-#include "gemm.h" /* the library's internal product dispatch (bench links clmla_static) */
 
 #include <math.h>
 #include <stdint.h>
@@ -18,20 +18,19 @@
 typedef struct product_state {
     bench_device *dev;
     size_t m, n, k;
-    cl_mem x, w, y;
-    cl_mem timed;    /* `copies` copies of W as the layer keeps it on this device: packed (host/mla/gemm.h)
-                        where panel > 0, else row-major */
-    size_t panel, copies, calls;
+    cl_mem x, y;
+    float *w;               /* W [n, k] row-major on the host, for the check */
+    clmla_linear **timed;   /* `copies` clmla_linears of W, each its own device copy */
+    size_t copies, calls;
+    int packed;             /* clmla_linear_info.packed: kept as the layer keeps it on CPU devices */
 } product_state;
 
 static int product_enqueue(void *user, cl_event *last)
 {
     product_state *st = user;
-    const clmla_matrix x = {st->x, 0, st->k, 0, 0}, y = {st->y, 0, st->n, 0, 0};
     /* each call reads the next copy, as a model's layers each read their own weights */
-    const size_t offset = st->calls++ % st->copies * st->n * st->k;
-    const clmla_matrix w = {st->timed, offset, st->k, 1, st->panel};
-    const clmla_status s = clmla_gemm(st->dev->ctx, st->m, st->n, st->k, 1.0f, x, w, 0.0f, y, last);
+    clmla_linear *w = st->timed[st->calls++ % st->copies];
+    const clmla_status s = clmla_linear_forward_cl(w, (int)st->m, st->x, 0, st->y, 0, last);
     if (s != CLMLA_SUCCESS)
         fprintf(stderr, "clmla-bench: product failed: %s\n", clmla_last_error(st->dev->ctx));
     return s != CLMLA_SUCCESS;
@@ -71,10 +70,10 @@ static int projection(const bench_shape *s, const char *name, size_t *n, size_t 
 static double check_product(product_state *st)
 {
     const size_t m = st->m, n = st->n, k = st->k;
-    float *x = malloc(m * k * sizeof(float)), *w = malloc(n * k * sizeof(float)), *y = malloc(m * n * sizeof(float));
+    const float *w = st->w;
+    float *x = malloc(m * k * sizeof(float)), *y = malloc(m * n * sizeof(float));
     double worst = -1;
     if (x && w && y && clEnqueueReadBuffer(st->dev->queue, st->x, CL_TRUE, 0, m * k * sizeof(float), x, 0, NULL, NULL) == CL_SUCCESS &&
-        clEnqueueReadBuffer(st->dev->queue, st->w, CL_TRUE, 0, n * k * sizeof(float), w, 0, NULL, NULL) == CL_SUCCESS &&
         clEnqueueReadBuffer(st->dev->queue, st->y, CL_TRUE, 0, m * n * sizeof(float), y, 0, NULL, NULL) == CL_SUCCESS) {
         worst = 0;
         for (size_t s = 0; s < 64; s++) {
@@ -90,7 +89,6 @@ static double check_product(product_state *st)
         }
     }
     free(x);
-    free(w);
     free(y);
     return worst;
 }
@@ -108,41 +106,49 @@ int bench_products(const bench_case *c, bench_row *row)
     st.m = (size_t)c->batch;
     st.n = n;
     st.k = k;
-    st.w = bench_buffer(c->dev, n * k * sizeof(float), "product weights");
+    /* W is made on the device (the same values as every other phase's weights), then read back:
+       the host copy feeds clmla_linear_create and the check. */
+    const size_t w_bytes = n * k * sizeof(float);
+    cl_mem w_fill = bench_buffer(c->dev, w_bytes, "product weights");
     st.x = bench_buffer(c->dev, st.m * k * sizeof(float), "product input");
     st.y = bench_buffer(c->dev, st.m * n * sizeof(float), "product output");
-    int rc = !st.w || !st.x || !st.y || bench_fill(c->dev, st.w, n * k, 0, c->seed + 1, 1.0f / sqrtf((float)k)) ||
-             bench_fill(c->dev, st.x, st.m * k, 0, c->seed + 2, 1.0f);
-    /* The timed calls read W as the layer keeps it on this device: packed where the layer packs
-       its projections (CPU devices); the check still reads the row-major W. With the caches
-       flushed, they also cycle through enough copies of it to fill the flush size (at most 64),
-       so that a copy is not read again before that many bytes of other weights: a flush alone
-       left part of W in this CPU's last-level cache (docs/BENCHMARKS.md). */
-    const size_t w_bytes = n * k * sizeof(float);
-    st.panel = clmla_weight_panel(c->dev->ctx, n);
+    st.w = malloc(w_bytes);
+    int rc = !w_fill || !st.x || !st.y || !st.w ||
+             bench_fill(c->dev, w_fill, n * k, 0, c->seed + 1, 1.0f / sqrtf((float)k)) ||
+             bench_fill(c->dev, st.x, st.m * k, 0, c->seed + 2, 1.0f) ||
+             clEnqueueReadBuffer(c->dev->queue, w_fill, CL_TRUE, 0, w_bytes, st.w, 0, NULL, NULL) != CL_SUCCESS;
+    bench_release(&w_fill);
+    /* The timed calls read W as clmla_linear keeps it on this device, as the layer keeps its
+       projections: packed on CPU devices. With the caches flushed, they also cycle through enough
+       copies of it (one clmla_linear each) to fill the flush size (at most 64), so that a copy is
+       not read again before that many bytes of other weights: a flush alone left part of W in this
+       CPU's last-level cache (docs/BENCHMARKS.md). The budget keeps room for one more W, as when
+       the copies shared one buffer next to the row-major W. */
     st.copies = 1;
     if (c->dev->flush_buffer) {
         st.copies = (c->dev->flush_bytes + w_bytes - 1) / w_bytes;
         if (st.copies > 64)
             st.copies = 64;
-        while (st.copies > 1 && ((st.copies + 1) * w_bytes > c->dev->memory_budget ||
-                                 st.copies * w_bytes > c->dev->info.max_alloc_bytes))
+        while (st.copies > 1 && (st.copies + 1) * w_bytes > c->dev->memory_budget)
             st.copies--;
     }
     if (!rc) {
-        float *w = malloc(w_bytes), *p = malloc(w_bytes);
-        rc = !w || !p || clEnqueueReadBuffer(c->dev->queue, st.w, CL_TRUE, 0, w_bytes, w, 0, NULL, NULL) != CL_SUCCESS;
-        if (!rc && st.panel)
-            clmla_pack_weight(w, n, k, st.panel, p);
-        else if (!rc)
-            memcpy(p, w, w_bytes);
-        if (!rc)
-            st.timed = bench_buffer(c->dev, st.copies * w_bytes, "timed product weights");
-        for (size_t i = 0; !rc && i < st.copies; i++)
-            rc = !st.timed || clEnqueueWriteBuffer(c->dev->queue, st.timed, CL_TRUE, i * w_bytes, w_bytes, p, 0, NULL,
-                                                   NULL) != CL_SUCCESS;
-        free(w);
-        free(p);
+        st.timed = calloc(st.copies, sizeof(*st.timed));
+        rc = !st.timed;
+    }
+    const clmla_tensor w = clmla_tensor_2d(st.w, (int64_t)n, (int64_t)k);
+    for (size_t i = 0; !rc && i < st.copies; i++) {
+        const clmla_status s = clmla_linear_create(c->dev->ctx, &w, &st.timed[i]);
+        if (s != CLMLA_SUCCESS) {
+            fprintf(stderr, "clmla-bench: clmla_linear_create (copy %zu of %zu) failed: %s\n", i + 1, st.copies,
+                    clmla_last_error(c->dev->ctx));
+            rc = 1;
+        }
+    }
+    if (!rc) {
+        clmla_linear_info info;
+        rc = clmla_linear_get_info(st.timed[0], &info) != CLMLA_SUCCESS;
+        st.packed = !rc && info.packed;
     }
     if (!rc) {
         bench_op op = {product_enqueue, NULL, &st, 0};
@@ -154,7 +160,7 @@ int bench_products(const bench_case *c, bench_row *row)
         row->bytes = ((double)n * k + (double)st.m * k + (double)st.m * n) * sizeof(float);
         row->check_error = check_product(&st);
         snprintf(row->note, sizeof(row->note), "%zu x %zu x %zu, weights %.1f MiB%s, %zu cop%s", st.m, n, k,
-                 (double)n * k * sizeof(float) / 1048576.0, st.panel ? " packed" : "", st.copies,
+                 (double)n * k * sizeof(float) / 1048576.0, st.packed ? " packed" : "", st.copies,
                  st.copies == 1 ? "y" : "ies");
         if (row->check_error < 0 || row->check_error > 1e-4) {
             fprintf(stderr, "clmla-bench: %s with %zu rows: relative error %.3g against float64\n", c->path, st.m,
@@ -162,8 +168,10 @@ int bench_products(const bench_case *c, bench_row *row)
             rc = 1;
         }
     }
-    bench_release(&st.w);
-    bench_release(&st.timed);
+    for (size_t i = 0; st.timed && i < st.copies; i++)
+        clmla_linear_destroy(st.timed[i]);
+    free(st.timed);
+    free(st.w);
     bench_release(&st.x);
     bench_release(&st.y);
     return rc;

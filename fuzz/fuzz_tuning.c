@@ -28,11 +28,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (r < 0 && !why[0])
         abort();
     if (r > 0) {
-        clmla_context ctx; /* clmla_xgemm_values_valid reads only the device limits */
+        clmla_context ctx; /* clmla_xgemm_values_check reads only the device limits */
         memset(&ctx, 0, sizeof(ctx));
         ctx.info = device;
         const char *bad = NULL;
-        if (!clmla_xgemm_values_valid(&ctx, found.values, &bad) || strcmp(found.device, device.name) != 0)
+        if (clmla_xgemm_values_check(&ctx, found.values, &bad) != CLMLA_SUCCESS || strcmp(found.device, device.name) != 0)
             abort();
     }
     return 0;

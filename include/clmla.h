@@ -2,9 +2,17 @@
  * clmla: DeepSeek Multi-head Latent Attention on any OpenCL device.
  *
  * The whole public API. Conventions:
- *  - every call returns a clmla_status; 0 (CLMLA_SUCCESS) is success. OpenCL's own negative codes
- *    and CLBlast's codes pass through unchanged; clmla's own codes are CLMLA_ERROR_* below, in
- *    the range [-5099, -5000]. clmla_status_string() names any of them;
+ *  - every call that can fail returns a clmla_status; 0 (CLMLA_SUCCESS) is success. OpenCL's own
+ *    negative codes and CLBlast's codes pass through unchanged; clmla's own codes are CLMLA_ERROR_*
+ *    below, in the range [-5099, -5000]. clmla_status_string() names any of them. The calls that
+ *    cannot fail return their value directly: strings (version, status and parameter names,
+ *    presets, model types, clmla_last_error), tensor descriptors, the context's OpenCL handles;
+ *    destroy and free return nothing;
+ *  - one integer type per kind of quantity: counts and indices of tokens, heads, layers and blocks,
+ *    positions and dimensions: int; sequence ids: int32_t (the width the kernels' block tables
+ *    use); tensor extents: int64_t (as safetensors stores them); byte sizes, buffer offsets and
+ *    the lengths and indices of arrays the library hands out (device lists): size_t; memory and
+ *    counter statistics: uint64_t;
  *  - the human-readable reason for the last failure is clmla_last_error(ctx), or, for calls that
  *    have no context (or that failed to make one), clmla_last_error(NULL), which is per thread;
  *  - handles are created and destroyed in pairs; destroy accepts NULL;
@@ -208,10 +216,11 @@ typedef struct clmla_xgemm_tuning {
    "STRM", "STRN", "VWM", "VWN" (CLBlast 1.5's names, sorted); NULL outside 0..15. */
 const char *clmla_xgemm_parameter_name(int i);
 
-/* Whether values satisfy the Xgemm kernel's own constraints (work-group tiling, vector widths,
-   local memory) on the context's device; when not, *why (if given) says which. */
-int clmla_xgemm_values_valid(const clmla_context *ctx, const size_t values[CLMLA_XGEMM_PARAMETERS],
-                             const char **why);
+/* CLMLA_SUCCESS when values satisfy the Xgemm kernel's own constraints (work-group tiling, vector
+   widths, local memory) on the context's device; otherwise CLMLA_ERROR_INVALID_ARGUMENT, and *why
+   (if given; also in clmla_last_error(NULL)) says which. */
+clmla_status clmla_xgemm_values_check(const clmla_context *ctx, const size_t values[CLMLA_XGEMM_PARAMETERS],
+                                      const char **why);
 
 /* The entry the context applied and where it came from ("file PATH" or "built-in table") in
    *source; CLMLA_ERROR_UNSUPPORTED and *source "none" when no entry matched the device. */
@@ -241,8 +250,9 @@ clmla_status clmla_tune_xgemm(clmla_context *ctx, const clmla_tune_options *opti
 clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning *tuning);
 
 /* Where `clmla tune` saves by default: CLMLA_CLBLAST_TUNING if set to a path, else (unset or
-   "off") <cache dir>/clblast-tuning.json; "" when there is no cache dir. Written into buf. */
-void clmla_xgemm_tuning_path(char *buf, size_t size);
+   "off") <cache dir>/clblast-tuning.json; "" when there is no cache dir. Written into buf;
+   CLMLA_ERROR_INVALID_ARGUMENT (buf holding "" when size > 0) when it does not fit. */
+clmla_status clmla_xgemm_tuning_path(char *buf, size_t size);
 
 /* ---- layer configuration (docs/MLA.md sections 1-4, 7) ----------------------------------------- */
 
@@ -288,7 +298,7 @@ typedef struct clmla_layer_config {
     clmla_rope_type rope_type;         /* AUTO: YARN when yarn_factor > 1, else DEFAULT */
     /* A, the amplitude multiplying cos and sin; 0 = the type's own rule: YARN g(s, yarn_mscale) /
        g(s, yarn_mscale_all_dim) with g(s, m) = 0.1 m ln s + 1 (1 for s <= 1); LONGROPE
-       sqrt(1 + ln s / ln L) (1 for s <= 1); every other type 1. */
+       sqrt(1 + ln s / ln L) (1 for s <= 1). Every other type has A = 1 and refuses a non-zero value. */
     double rope_attention_factor;
     int yarn_no_truncate;              /* 1: YaRN's correction range is not rounded (transformers' "truncate": false) */
     double llama3_low_freq_factor;     /* LLAMA3 only */
@@ -337,8 +347,9 @@ clmla_status clmla_preset_from_name(const char *name, clmla_preset *preset);
    values). Returns CLMLA_ERROR_INVALID_CONFIG with the reason in clmla_last_error(NULL). */
 clmla_status clmla_layer_config_validate(const clmla_layer_config *config);
 
-/* The softmax scale tau of docs/MLA.md section 4 for this configuration. */
-double clmla_layer_config_softmax_scale(const clmla_layer_config *config);
+/* The softmax scale tau of docs/MLA.md section 4 for this configuration in *scale; a configuration
+   that clmla_layer_config_validate refuses returns its status and reason. */
+clmla_status clmla_layer_config_softmax_scale(const clmla_layer_config *config, double *scale);
 
 /* ---- weights -------------------------------------------------------------------------------- */
 
@@ -461,9 +472,10 @@ clmla_status clmla_cache_append_cl(clmla_cache *cache, int layer, int32_t seq_id
 clmla_status clmla_cache_read(const clmla_cache *cache, int layer, int32_t seq_id, int start, int n, float *c_kv,
                               float *k_rope);
 
-/* The device buffer of one layer: [blocks_total * block_tokens, rkv + dr] of the cache dtype,
-   row b*block_tokens + i is token i of block b. */
-cl_mem clmla_cache_layer_buffer(const clmla_cache *cache, int layer);
+/* The device buffer of one layer in *buffer (owned by the cache: do not release it):
+   [blocks_total * block_tokens, rkv + dr] of the cache dtype, row b*block_tokens + i is token i of
+   block b. CLMLA_ERROR_INVALID_ARGUMENT for a layer outside [0, num_layers). */
+clmla_status clmla_cache_layer_buffer(const clmla_cache *cache, int layer, cl_mem *buffer);
 
 /* ---- layer and forward step ----------------------------------------------------------------- */
 
@@ -487,7 +499,7 @@ typedef enum clmla_attention_path {
    once per step. */
 typedef struct clmla_batch_entry {
     int32_t seq_id;
-    int32_t num_tokens;
+    int num_tokens;
 } clmla_batch_entry;
 
 typedef struct clmla_forward_args {
@@ -508,8 +520,9 @@ clmla_status clmla_layer_forward(clmla_layer *layer, clmla_cache *cache, const c
 clmla_status clmla_layer_forward_cl(clmla_layer *layer, clmla_cache *cache, const clmla_forward_args *args,
                                     cl_mem x, size_t x_offset, cl_mem out, size_t out_offset, cl_event *event);
 
-/* Entries with at least this many tokens take the decompressed path under CLMLA_PATH_AUTO. */
-int clmla_layer_auto_threshold(const clmla_layer *layer);
+/* In *tokens: entries with at least this many tokens take the decompressed path under
+   CLMLA_PATH_AUTO. */
+clmla_status clmla_layer_auto_threshold(const clmla_layer *layer, int *tokens);
 
 /* ---- latent attention alone (FlashMLA-style) ------------------------------------------------ */
 
@@ -541,20 +554,25 @@ clmla_status clmla_attention_latent(clmla_cache *cache, int layer, const clmla_l
    once and kept on the device as a layer keeps its projections (packed in panels for clmla's CPU
    kernels on CPU devices, row-major elsewhere; docs/DESIGN.md), and y = x W^T run through the
    library's product kernels: clmla's decode-shaped kernels for up to 8 rows on every device and
-   for any number of rows on CPUs, CLBlast otherwise. float32. A linear belongs to its context like
-   a layer or a cache: the threading rules at the top hold, and it is destroyed before the context. */
+   for any number of rows on CPUs, CLBlast otherwise. float32, the element type of clmla_tensor.
+   A linear belongs to its context like a layer or a cache: the threading rules at the top hold,
+   and it is destroyed before the context. */
 typedef struct clmla_linear clmla_linear;
 
-/* Checks w (2-D, both dimensions > 0, data given; the message names the shape given) and uploads
-   it once; the host array may be freed afterwards. On failure *linear is NULL. */
+/* Checks w and uploads it once; the host array may be freed afterwards. On failure *linear is NULL
+   and the message names the shape given: a NULL argument is CLMLA_ERROR_INVALID_ARGUMENT, w->data
+   NULL CLMLA_ERROR_MISSING_TENSOR, a w that is not 2-D or has a dimension <= 0
+   CLMLA_ERROR_SHAPE_MISMATCH, one larger than the device's largest allocation CL_INVALID_BUFFER_SIZE. */
 clmla_status clmla_linear_create(clmla_context *ctx, const clmla_tensor *w, clmla_linear **linear);
 void clmla_linear_destroy(clmla_linear *linear);
 
-/* y [m, n] = x [m, k] W^T on device buffers of the context's cl_context, rows packed (x's row
-   stride k, y's n), offsets in floats, enqueued on the context's queue with no clFinish; *event
-   (optional) completes when y is written (NULL after a failure). m > 0. Buffers smaller than
-   offset + rows * stride floats (CL_MEM_SIZE), buffers of another cl_context and an x that overlaps
-   y are refused with CLMLA_ERROR_INVALID_ARGUMENT before anything is enqueued. */
+/* y [m, n] = x [m, k] W^T on float32 device buffers of the context's cl_context, rows contiguous
+   (x's row stride k, y's n), offsets in floats, enqueued on the context's queue with no clFinish;
+   *event (optional) completes when y is written (NULL after a failure). m <= 0, a NULL buffer, a
+   buffer smaller than its offset + m rows (CL_MEM_SIZE), one of another cl_context and an x that
+   overlaps y are refused with CLMLA_ERROR_INVALID_ARGUMENT before anything is enqueued. Where W is
+   packed (clmla_linear_info) the kernels index x and y by int: each offset + m rows must stay
+   below 2^31 floats (split the rows otherwise). */
 clmla_status clmla_linear_forward_cl(clmla_linear *linear, int m, cl_mem x, size_t x_offset, cl_mem y, size_t y_offset,
                                      cl_event *event);
 

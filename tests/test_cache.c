@@ -311,7 +311,8 @@ static void cm_check_layer_buffer(const cache_model *m, int slot, int layer)
 {
     const seq_model *q = &m->seqs[slot];
     const int rkv = m->cfg.kv_lora_rank, dr = m->cfg.rope_dim, row = rkv + dr;
-    cl_mem buf = clmla_cache_layer_buffer(m->cache, layer);
+    cl_mem buf = NULL;
+    CHECK_STATUS(clmla_cache_layer_buffer(m->cache, layer, &buf), CLMLA_SUCCESS, ctx);
     CHECK(buf != NULL, "%s: layer %d buffer", m->name, layer);
     if (!buf)
         return;
@@ -373,10 +374,15 @@ static void test_create_and_info(void)
                   info.sequences == 0,
               "dtype %d: bt %d total %d used %d free %d seqs %d", dt, info.block_tokens, info.blocks_total,
               info.blocks_used, info.blocks_free, info.sequences);
-        for (int l = 0; l < 3; l++)
-            CHECK(clmla_cache_layer_buffer(cache, l) != NULL, "layer %d buffer", l);
-        CHECK(clmla_cache_layer_buffer(cache, 3) == NULL, "layer 3 of 3 has no buffer");
-        CHECK(clmla_cache_layer_buffer(cache, -1) == NULL, "layer -1 has no buffer");
+        cl_mem buf = NULL;
+        for (int l = 0; l < 3; l++) {
+            CHECK_STATUS(clmla_cache_layer_buffer(cache, l, &buf), CLMLA_SUCCESS, ctx);
+            CHECK(buf != NULL, "layer %d buffer", l);
+        }
+        CHECK_STATUS(clmla_cache_layer_buffer(cache, 3, &buf), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+        CHECK(buf == NULL, "layer 3 of 3 has no buffer");
+        CHECK_STATUS(clmla_cache_layer_buffer(cache, -1, &buf), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+        CHECK_STATUS(clmla_cache_layer_buffer(cache, 0, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
         clmla_cache_destroy(cache);
     }
 
@@ -391,7 +397,9 @@ static void test_create_and_info(void)
                   info.bytes_total == (size_t)576 * 4 * 64 * 3,
               "defaults: bt %d, bytes/token %zu, total %zu", info.block_tokens, info.bytes_per_token_per_layer,
               info.bytes_total);
-        CHECK(clmla_cache_layer_buffer(cache, 0) != NULL && clmla_cache_layer_buffer(cache, 1) == NULL,
+        cl_mem buf = NULL;
+        CHECK(clmla_cache_layer_buffer(cache, 0, &buf) == CLMLA_SUCCESS && buf &&
+                  clmla_cache_layer_buffer(cache, 1, &buf) == CLMLA_ERROR_INVALID_ARGUMENT,
               "default num_layers is 1");
         int32_t id;
         clmla_cache_seq_add(cache, &id);
@@ -690,7 +698,8 @@ static void test_bad_arguments(void)
     CHECK_STATUS(clmla_cache_get_info(m.cache, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
     clmla_cache_info info;
     CHECK_STATUS(clmla_cache_get_info(NULL, &info), CLMLA_ERROR_INVALID_ARGUMENT, NULL);
-    CHECK(clmla_cache_layer_buffer(NULL, 0) == NULL, "layer buffer of NULL");
+    cl_mem none = NULL;
+    CHECK_STATUS(clmla_cache_layer_buffer(NULL, 0, &none), CLMLA_ERROR_INVALID_ARGUMENT, NULL);
     cm_verify(&m);
     clReleaseMemObject(buf);
     cm_destroy(&m);

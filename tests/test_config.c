@@ -10,6 +10,14 @@
 #include <math.h>
 #include <string.h>
 
+/* clmla_layer_config_softmax_scale of a configuration that must be valid (NaN, and a failed check, if not). */
+static double tau_of(const clmla_layer_config *c)
+{
+    double tau = NAN;
+    CHECK_STATUS(clmla_layer_config_softmax_scale(c, &tau), CLMLA_SUCCESS, NULL);
+    return tau;
+}
+
 /* docs/MLA.md section 7, written out again here so that a preset cannot agree with itself. */
 typedef struct expected_preset {
     clmla_preset preset;
@@ -63,7 +71,7 @@ static void test_family_presets(void)
                   c.rope_type == want[i].type,
               "%s: a dimension, theta, pairing or rope type differs", want[i].name);
         CHECK_STATUS(clmla_layer_config_validate(&c), CLMLA_SUCCESS, NULL);
-        const double tau = clmla_layer_config_softmax_scale(&c);
+        const double tau = tau_of(&c);
         CHECK(fabs(tau - want[i].tau) <= 1e-7 * want[i].tau, "%s: softmax scale %.10g, expected %.10g", want[i].name, tau,
               want[i].tau);
     }
@@ -118,7 +126,7 @@ static void test_presets(void)
         CHECK_STATUS(clmla_layer_config_validate(&c), CLMLA_SUCCESS, NULL);
 
         /* Softmax scale: the exact section 4 formula (via the reference), and the printed digits. */
-        double tau = clmla_layer_config_softmax_scale(&c);
+        double tau = tau_of(&c);
         mla_ref_config rc;
         tu_ref_config(&c, &rc);
         double want = mla_ref_softmax_scale(&rc);
@@ -152,7 +160,7 @@ static void test_presets(void)
     clmla_layer_config lite, v2;
     clmla_layer_config_preset(CLMLA_PRESET_DEEPSEEK_V2_LITE, &lite);
     clmla_layer_config_preset(CLMLA_PRESET_DEEPSEEK_V2, &v2);
-    CHECK(clmla_layer_config_softmax_scale(&lite) == clmla_layer_config_softmax_scale(&v2),
+    CHECK(tau_of(&lite) == tau_of(&v2),
           "V2-Lite and V2 share the softmax scale");
 
     /* Unknown presets and names, NULL pointers. */
@@ -194,7 +202,7 @@ static void test_softmax_scale(void)
         c.yarn_factor = cases[i].factor;
         c.yarn_mscale = cases[i].mscale;
         c.yarn_mscale_all_dim = cases[i].mscale_all_dim;
-        double tau = clmla_layer_config_softmax_scale(&c);
+        double tau = tau_of(&c);
         mla_ref_config rc;
         tu_ref_config(&c, &rc);
         double want = mla_ref_softmax_scale(&rc);
@@ -288,6 +296,21 @@ static void test_validate(void)
     c = valid_config();
     c.kv_lora_rank = INT_MAX;
     EXPECT_INVALID(c, "kv_lora_rank + rope dim past INT_MAX");
+    /* An attention factor only yarn and longrope have: refused, not applied or ignored. */
+    const clmla_rope_type no_factor[] = {CLMLA_ROPE_TYPE_DEFAULT, CLMLA_ROPE_TYPE_LINEAR, CLMLA_ROPE_TYPE_LLAMA3,
+                                         CLMLA_ROPE_TYPE_NONE};
+    for (size_t i = 0; i < sizeof(no_factor) / sizeof(no_factor[0]); i++) {
+        c = valid_config();
+        c.rope_type = no_factor[i];
+        c.yarn_factor = 4;
+        c.llama3_low_freq_factor = 1;
+        c.llama3_high_freq_factor = 4;
+        CHECK_STATUS(clmla_layer_config_validate(&c), CLMLA_SUCCESS, NULL);
+        c.rope_attention_factor = 1.5;
+        char what[64];
+        snprintf(what, sizeof(what), "rope_attention_factor with rope_type %d", (int)no_factor[i]);
+        EXPECT_INVALID(c, what);
+    }
     c = valid_config();
     c.qk_nope_head_dim = INT_MAX - 4;
     EXPECT_INVALID(c, "dn + dr past INT_MAX");

@@ -231,8 +231,9 @@ static void test_shapes(void)
         if (layer && ref.out) {
             check_config_roundtrip(layer, &c, desc);
             /* Decode steps (1 token) take the absorbed path under AUTO (docs/MLA.md section 5). */
-            CHECK(clmla_layer_auto_threshold(layer) > 1, "%s: auto threshold %d", desc,
-                  clmla_layer_auto_threshold(layer));
+            int threshold = 0;
+            CHECK_STATUS(clmla_layer_auto_threshold(layer, &threshold), CLMLA_SUCCESS, ctx);
+            CHECK(threshold > 1, "%s: auto threshold %d", desc, threshold);
             for (int dt = 0; dt < 2; dt++) {
                 float *outs[3] = {NULL, NULL, NULL};
                 for (int p = 0; p < 3; p++) {

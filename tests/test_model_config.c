@@ -9,6 +9,14 @@
 #include <stdio.h>
 #include <string.h>
 
+/* clmla_layer_config_softmax_scale of a configuration that must be valid (NaN, and a failed check, if not). */
+static double tau_of(const clmla_layer_config *c)
+{
+    double tau = NAN;
+    CHECK_STATUS(clmla_layer_config_softmax_scale(c, &tau), CLMLA_SUCCESS, NULL);
+    return tau;
+}
+
 /* A small DeepSeek-shaped config of `model_type` with `extra` JSON members appended. */
 static const char *make(const char *model_type, const char *extra)
 {
@@ -64,8 +72,8 @@ static void test_layouts(void)
           "rope_parameters: type %d theta %g factor %g L %d A %g", (int)d.layer.rope_type, d.layer.rope_theta,
           d.layer.yarn_factor, d.layer.yarn_original_max_position, d.layer.rope_attention_factor);
     const double tau = 1 / sqrt(24.0) * g(40, 0.707) * g(40, 0.707);
-    CHECK(NEAR(clmla_layer_config_softmax_scale(&d.layer), tau), "softmax scale %.12g, expected %.12g",
-          clmla_layer_config_softmax_scale(&d.layer), tau);
+    CHECK(NEAR(tau_of(&d.layer), tau), "softmax scale %.12g, expected %.12g",
+          tau_of(&d.layer), tau);
     clmla_model_desc_free(&d);
 
     /* The dict's rope_theta wins over the top-level key; rope_type over type. */
@@ -188,8 +196,8 @@ static void test_families(void)
               !d.is_mla[4],
           "kimi_linear: type %d, layer 3 %d, layer 8 %d", (int)d.layer.rope_type, d.is_mla ? d.is_mla[3] : -1,
           d.is_mla ? d.is_mla[8] : -1);
-    CHECK(NEAR(clmla_layer_config_softmax_scale(&d.layer), 1 / sqrt(24.0)), "kimi_linear tau %g",
-          clmla_layer_config_softmax_scale(&d.layer));
+    CHECK(NEAR(tau_of(&d.layer), 1 / sqrt(24.0)), "kimi_linear tau %g",
+          tau_of(&d.layer));
     clmla_model_desc_free(&d);
     d = parse_ok(make("kimi_linear", "\"num_hidden_layers\": 9"), "kimi_linear default layers");
     CHECK(d.is_mla && !d.is_mla[0] && d.is_mla[4] && d.is_mla[8] && !d.is_mla[5], "kimi_linear default: i > 0 and i %% 4 == 0");

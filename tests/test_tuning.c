@@ -332,14 +332,17 @@ static void expect_invalid(const size_t *base, int param, size_t value, const ch
     if (param >= 0)
         v[param] = value;
     const char *why = NULL;
-    const int valid = clmla_xgemm_values_valid(ctx, v, &why);
+    const int valid = clmla_xgemm_values_check(ctx, v, &why) == CLMLA_SUCCESS;
     char text[400];
     values_text(v, text, sizeof(text));
     CHECK(!valid, "%s: accepted %s", what, text);
     CHECK(!valid && why && why[0], "%s: no reason given", what);
     if (!valid && why)
         printf("  refused (%s): %s\n", what, why);
-    CHECK(clmla_xgemm_values_valid(ctx, v, NULL) == valid, "%s: a NULL why changed the answer", what);
+    CHECK((clmla_xgemm_values_check(ctx, v, NULL) == CLMLA_SUCCESS) == valid, "%s: a NULL why changed the answer", what);
+    if (!valid)
+        CHECK(strstr(clmla_last_error(NULL), why) != NULL, "%s: the message '%s' does not give the reason", what,
+              clmla_last_error(NULL));
 }
 
 static void expect_valid(const size_t *v, const char *what)
@@ -347,14 +350,14 @@ static void expect_valid(const size_t *v, const char *what)
     const char *why = NULL;
     char text[400];
     values_text(v, text, sizeof(text));
-    CHECK(clmla_xgemm_values_valid(ctx, v, &why), "%s: %s refused: %s", what, text, why ? why : "(no reason)");
+    CHECK(clmla_xgemm_values_check(ctx, v, &why) == CLMLA_SUCCESS, "%s: %s refused: %s", what, text, why ? why : "(no reason)");
 }
 
 static void test_valid(void)
 {
     expect_valid(good_a, "known-good set A");
     expect_valid(good_b, "known-good set B");
-    CHECK(clmla_xgemm_values_valid(ctx, good_a, NULL), "known-good set A with a NULL why");
+    CHECK(clmla_xgemm_values_check(ctx, good_a, NULL) == CLMLA_SUCCESS, "known-good set A with a NULL why");
     /* The constraints are divisibility, not powers of two: CLBlast 1.5 computes this set's SGEMM
        exactly (MWG 192 = 3 * MDIMC * VWM, NWG 96 = 3 * NDIMC * VWN, KWG 24 = 8 * KWI 3). */
     const size_t not_pow2[NPARAMS] = {0, 1, 24, 3, 8, 8, 192, 8, 8, 96, 1, 1, 1, 1, 8, 4};
@@ -449,8 +452,8 @@ static void test_valid(void)
 
     /* NULL arguments: not valid, no crash. */
     const char *why = NULL;
-    CHECK(!clmla_xgemm_values_valid(NULL, good_a, &why), "NULL context accepted");
-    CHECK(!clmla_xgemm_values_valid(ctx, NULL, &why), "NULL values accepted");
+    CHECK_STATUS(clmla_xgemm_values_check(NULL, good_a, &why), CLMLA_ERROR_INVALID_ARGUMENT, NULL);
+    CHECK_STATUS(clmla_xgemm_values_check(ctx, NULL, &why), CLMLA_ERROR_INVALID_ARGUMENT, NULL);
 }
 
 /* ---- 3. saving ------------------------------------------------------------------------------------ */
@@ -631,7 +634,7 @@ static void expect_not_from_file(const char *path, const char *what)
         printf("  %s: source '%s'\n", what, source);
     }
     if (st == CLMLA_SUCCESS)
-        CHECK(clmla_xgemm_values_valid(c, t.values, NULL), "%s: the built-in entry is not valid here", what);
+        CHECK(clmla_xgemm_values_check(c, t.values, NULL) == CLMLA_SUCCESS, "%s: the built-in entry is not valid here", what);
     clmla_context_destroy(c);
 }
 
@@ -825,7 +828,7 @@ static void expect_path(const char *want, const char *what)
 {
     char buf[4096];
     memset(buf, 'x', sizeof(buf));
-    clmla_xgemm_tuning_path(buf, sizeof(buf));
+    CHECK_STATUS(clmla_xgemm_tuning_path(buf, sizeof(buf)), CLMLA_SUCCESS, NULL);
     CHECK(memchr(buf, '\0', sizeof(buf)) && strcmp(buf, want) == 0, "%s: '%.200s', want '%s'", what, buf, want);
 }
 
@@ -848,17 +851,16 @@ static void test_default_path(void)
     unsetenv("XDG_CACHE_HOME");
     expect_path("/tmp/home/.cache/clmla/clblast-tuning.json", "HOME=/tmp/home");
 
-    /* A short buffer holds a NUL-terminated prefix; size 0 or NULL writes nothing. */
+    /* A short buffer is refused and holds ""; size 0 or NULL writes nothing. */
     setenv("CLMLA_CLBLAST_TUNING", "/some/file", 1);
     char small[8];
     memset(small, 'x', sizeof(small));
-    clmla_xgemm_tuning_path(small, sizeof(small));
-    CHECK(memchr(small, '\0', sizeof(small)) && strncmp(small, "/some/file", strlen(small)) == 0,
-          "8-byte buffer: '%.8s'", small);
+    CHECK_STATUS(clmla_xgemm_tuning_path(small, sizeof(small)), CLMLA_ERROR_INVALID_ARGUMENT, NULL);
+    CHECK(small[0] == '\0', "8-byte buffer: '%.8s'", small);
     small[0] = 'x';
-    clmla_xgemm_tuning_path(small, 0);
+    CHECK_STATUS(clmla_xgemm_tuning_path(small, 0), CLMLA_ERROR_INVALID_ARGUMENT, NULL);
     CHECK(small[0] == 'x', "a 0-byte buffer was written");
-    clmla_xgemm_tuning_path(NULL, 16);
+    CHECK_STATUS(clmla_xgemm_tuning_path(NULL, 16), CLMLA_ERROR_INVALID_ARGUMENT, NULL);
 
     /* Not asserted (the header does not say): "off" with a cache folder. */
     setenv("CLMLA_CLBLAST_TUNING", "off", 1);
@@ -964,7 +966,7 @@ static void test_tune(void)
     const char *why = NULL;
     char text[400];
     values_text(best.values, text, sizeof(text));
-    CHECK(clmla_xgemm_values_valid(c, best.values, &why), "best %s refused: %s", text, why ? why : "");
+    CHECK(clmla_xgemm_values_check(c, best.values, &why) == CLMLA_SUCCESS, "best %s refused: %s", text, why ? why : "");
     CHECK(log.calls >= 2 && log.calls <= 3, "progress called %d times, want 2 or 3", log.calls);
     CHECK(log.bad_index == 0, "%d progress calls with an index outside 0..total-1, not increasing, or another total",
           log.bad_index);

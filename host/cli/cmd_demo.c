@@ -158,7 +158,9 @@ int cmd_demo(int argc, char **argv)
     entry.seq_id = seq;
     entry.num_tokens = prefill;
     args.path = CLMLA_PATH_AUTO;
-    const char *prefill_path = prefill >= clmla_layer_auto_threshold(layer) ? "decompressed" : "absorbed";
+    int threshold = 0;
+    clmla_layer_auto_threshold(layer, &threshold);
+    const char *prefill_path = prefill >= threshold ? "decompressed" : "absorbed";
     t0 = now_seconds();
     if (clmla_layer_forward(layer, cache, &args, x, out) != CLMLA_SUCCESS) {
         fprintf(stderr, "clmla demo: prefill: %s\n", clmla_last_error(ctx));

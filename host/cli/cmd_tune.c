@@ -65,8 +65,10 @@ int cmd_tune(int argc, char **argv)
     char path[4096];
     if (out)
         snprintf(path, sizeof(path), "%s", out);
-    else
-        clmla_xgemm_tuning_path(path, sizeof(path));
+    else if (clmla_xgemm_tuning_path(path, sizeof(path)) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla tune: %s\n", clmla_last_error(NULL));
+        return 1;
+    }
     if (!dry_run && !path[0]) {
         fprintf(stderr, "clmla tune: no tuning file to write (no cache folder: set --out, CLMLA_CLBLAST_TUNING or "
                         "CLMLA_CACHE_DIR), or use --dry-run\n");

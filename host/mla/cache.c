@@ -511,11 +511,16 @@ clmla_status clmla_cache_get_info(const clmla_cache *cache, clmla_cache_info *in
     return CLMLA_SUCCESS;
 }
 
-cl_mem clmla_cache_layer_buffer(const clmla_cache *cache, int layer)
+clmla_status clmla_cache_layer_buffer(const clmla_cache *cache, int layer, cl_mem *buffer)
 {
-    if (!cache || layer < 0 || layer >= cache->config.num_layers)
-        return NULL;
-    return cache->layers[layer];
+    if (!cache || !buffer)
+        return clmla_fail(cache ? cache->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_layer_buffer: NULL argument");
+    *buffer = NULL;
+    if (layer < 0 || layer >= cache->config.num_layers)
+        return clmla_fail(cache->ctx, CLMLA_ERROR_INVALID_ARGUMENT, "layer %d is not in the cache (layers 0..%d)", layer,
+                          cache->config.num_layers - 1);
+    *buffer = cache->layers[layer];
+    return CLMLA_SUCCESS;
 }
 
 /* ---- appends as transactions ---------------------------------------------------------------- */

@@ -50,16 +50,6 @@ struct clmla_layer {
 
 /* ---- weights -------------------------------------------------------------------------------- */
 
-static void shape_text(const clmla_tensor *t, char *buf, size_t size)
-{
-    if (t->ndim == 1)
-        snprintf(buf, size, "[%lld]", (long long)t->shape[0]);
-    else if (t->ndim == 2)
-        snprintf(buf, size, "[%lld, %lld]", (long long)t->shape[0], (long long)t->shape[1]);
-    else
-        snprintf(buf, size, "(%d dimensions)", t->ndim);
-}
-
 /* Tensor `name`.`kind` ("weight" or "bias") must have shape [rows, cols], or [rows] when cols is
    0; a missing one is an error unless optional. */
 static clmla_status check_shape(clmla_context *ctx, const char *name, const char *kind, const clmla_tensor *t, int64_t rows,
@@ -72,9 +62,9 @@ static clmla_status check_shape(clmla_context *ctx, const char *name, const char
     const int want_ndim = cols ? 2 : 1;
     if (t->ndim != want_ndim || t->shape[0] != rows || (cols && t->shape[1] != cols)) {
         char got[64], want[64];
-        shape_text(t, got, sizeof(got));
+        clmla_tensor_shape_text(t, got, sizeof(got));
         clmla_tensor expected = {NULL, want_ndim, {rows, cols}};
-        shape_text(&expected, want, sizeof(want));
+        clmla_tensor_shape_text(&expected, want, sizeof(want));
         return clmla_fail(ctx, CLMLA_ERROR_SHAPE_MISMATCH, "tensor %s.%s has shape %s, expected %s", name, kind, got, want);
     }
     return CLMLA_SUCCESS;
@@ -297,7 +287,7 @@ clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *co
     L->config = c;
     L->D = (int)D, L->H = (int)H, L->rq = (int)rq, L->rkv = (int)rkv;
     L->dn = (int)dn, L->dr = (int)dr, L->dv = (int)dv, L->dq = (int)dq, L->row = (int)(rkv + dr);
-    L->scale = (float)clmla_layer_config_softmax_scale(&c);
+    L->scale = (float)clmla_softmax_scale(&c);
     L->auto_threshold = cost_model_threshold(L);
     if (ctx->info.kind == CLMLA_DEVICE_KIND_CPU && L->auto_threshold > CPU_MEASURED_THRESHOLD)
         L->auto_threshold = CPU_MEASURED_THRESHOLD;
@@ -358,9 +348,12 @@ clmla_status clmla_layer_get_config(const clmla_layer *L, clmla_layer_config *co
     return CLMLA_SUCCESS;
 }
 
-int clmla_layer_auto_threshold(const clmla_layer *L)
+clmla_status clmla_layer_auto_threshold(const clmla_layer *L, int *tokens)
 {
-    return L ? L->auto_threshold : 0;
+    if (!L || !tokens)
+        return clmla_fail(L ? L->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_layer_auto_threshold: NULL argument");
+    *tokens = L->auto_threshold;
+    return CLMLA_SUCCESS;
 }
 
 /* ---- the step ------------------------------------------------------------------------------- */

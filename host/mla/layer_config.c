@@ -156,6 +156,9 @@ clmla_status clmla_layer_config_validate(const clmla_layer_config *config)
         return INVALID("rope_pairing %d is neither interleaved (0) nor half-split (1)", (int)c.rope_pairing);
     if (c.rope_type < CLMLA_ROPE_TYPE_DEFAULT || c.rope_type > CLMLA_ROPE_TYPE_NONE)
         return INVALID("rope_type %d is not one of clmla_rope_type", (int)c.rope_type);
+    if (c.rope_attention_factor != 0 && c.rope_type != CLMLA_ROPE_TYPE_YARN && c.rope_type != CLMLA_ROPE_TYPE_LONGROPE)
+        return INVALID("rope_attention_factor %g: only the yarn and longrope types have an attention factor (rope_type %d)",
+                       c.rope_attention_factor, (int)c.rope_type);
     const struct {
         const char *name;
         double value;
@@ -200,6 +203,16 @@ clmla_status clmla_layer_config_validate(const clmla_layer_config *config)
         return INVALID("yarn_factor %g is not a number >= 0", c.yarn_factor);
     }
     return CLMLA_SUCCESS;
+}
+
+void clmla_tensor_shape_text(const clmla_tensor *t, char *buf, size_t size)
+{
+    if (t->ndim == 1)
+        snprintf(buf, size, "[%lld]", (long long)t->shape[0]);
+    else if (t->ndim == 2)
+        snprintf(buf, size, "[%lld, %lld]", (long long)t->shape[0], (long long)t->shape[1]);
+    else
+        snprintf(buf, size, "(%d dimensions)", t->ndim);
 }
 
 clmla_tensor clmla_tensor_2d(const float *data, int64_t rows, int64_t cols)

@@ -5,4 +5,6 @@
 
 /* The configuration with every 0-means-default field filled in (rope_type AUTO made explicit). */
 clmla_layer_config clmla_config_resolved(const clmla_layer_config *config);
+/* "[rows, cols]", "[size]" or "(N dimensions)", for messages. */
+void clmla_tensor_shape_text(const clmla_tensor *t, char *buf, size_t size);
 #endif

@@ -1,5 +1,6 @@
 #include "rope.h"
 #include "layer_config.h"
+#include "internal.h"
 
 #include <math.h>
 
@@ -120,10 +121,8 @@ double clmla_query_scale(const clmla_layer_config *c, long position)
     return 1.0 + c->query_scale_beta * log(1.0 + floor((double)position / c->query_scale_interval));
 }
 
-double clmla_layer_config_softmax_scale(const clmla_layer_config *config)
+double clmla_softmax_scale(const clmla_layer_config *config)
 {
-    if (!config)
-        return 0.0;
     const clmla_layer_config c = clmla_config_resolved(config);
     double scale = 1.0 / sqrt((double)(c.qk_nope_head_dim + c.qk_rope_head_dim));
     /* transformers' DeepSeek attention: any type but the default one, with mscale_all_dim set. */
@@ -132,4 +131,15 @@ double clmla_layer_config_softmax_scale(const clmla_layer_config *config)
         scale *= g * g;
     }
     return scale;
+}
+
+clmla_status clmla_layer_config_softmax_scale(const clmla_layer_config *config, double *scale)
+{
+    if (!config || !scale)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_layer_config_softmax_scale: NULL argument");
+    const clmla_status st = clmla_layer_config_validate(config);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    *scale = clmla_softmax_scale(config);
+    return CLMLA_SUCCESS;
 }

@@ -15,6 +15,9 @@ void clmla_rope_fill_table(const clmla_layer_config *resolved, int long_factors,
 /* Whether a step whose last position is `last` rotates with LongRoPE's long factors. */
 int clmla_rope_uses_long(const clmla_layer_config *resolved, long last);
 
+/* tau of docs/MLA.md section 4 for a configuration (resolved here; not validated). */
+double clmla_softmax_scale(const clmla_layer_config *config);
+
 /* The per-position query multiplier (query_scale_beta), 1 when off. */
 double clmla_query_scale(const clmla_layer_config *resolved, long position);
 #endif

@@ -83,29 +83,37 @@ static const char *check_values(const size_t *v, size_t max_work_group, uint64_t
     return NULL;
 }
 
-int clmla_xgemm_values_valid(const clmla_context *ctx, const size_t values[CLMLA_XGEMM_PARAMETERS], const char **why)
+clmla_status clmla_xgemm_values_check(const clmla_context *ctx, const size_t values[CLMLA_XGEMM_PARAMETERS],
+                                      const char **why)
 {
     const char *w = !ctx || !values ? "NULL argument"
                                     : check_values(values, ctx->info.max_work_group_size, ctx->info.local_mem_bytes);
     if (why)
         *why = w;
-    return w == NULL;
+    return w ? clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "Xgemm parameters refused: %s", w) : CLMLA_SUCCESS;
 }
 
 /* ---- files ----------------------------------------------------------------------------------- */
 
-void clmla_xgemm_tuning_path(char *buf, size_t size)
+clmla_status clmla_xgemm_tuning_path(char *buf, size_t size)
 {
     if (!buf || size == 0)
-        return;
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_xgemm_tuning_path: no buffer");
     clmla_env env;
     clmla_env_read(&env);
+    int n = 0;
     if (env.clblast_tuning[0] && strcmp(env.clblast_tuning, "off") != 0)
-        snprintf(buf, size, "%s", env.clblast_tuning);
+        n = snprintf(buf, size, "%s", env.clblast_tuning);
     else if (env.cache_dir[0])
-        snprintf(buf, size, "%s/clblast-tuning.json", env.cache_dir);
+        n = snprintf(buf, size, "%s/clblast-tuning.json", env.cache_dir);
     else
         buf[0] = '\0';
+    if (n < 0 || (size_t)n >= size) {
+        buf[0] = '\0';
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "the tuning path needs %d bytes, the buffer has %zu", n + 1,
+                          size);
+    }
+    return CLMLA_SUCCESS;
 }
 
 /* Tuning files are small; a larger one is not one. */

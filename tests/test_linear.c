@@ -1,0 +1,347 @@
+/* clmla_linear, the public y = x W^T: odd shapes (W 37x129, 1x5, 257x33, 70x1030 across the packing's
+ * 512-value chunks; m 1, 3, 8, 9, 70, so every rows bucket, the 9-63 row blocks and the 64-row tiles
+ * run) against float64 sums, through clmla_linear_forward_cl (offsets inside larger buffers whose
+ * other values must stay untouched, with an event) and clmla_linear_forward; each with the weight as
+ * the device keeps it by default (packed on CPUs) and again with every product through CLBlast
+ * (weights row-major). Then every refused argument (status and message), the device bytes, and an
+ * injected fault at every counted OpenCL call of create and both forwards (an error with a message,
+ * then a correct result once the fault falls past the last call).
+ * `test_linear PART...` runs the named parts. */
+#include "check.h"
+#include "clcall.h"
+#include "clmla.h"
+#include "gemm.h"
+#include "internal.h"
+#include "test_util.h"
+#include "tolerance.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static clmla_context *ctx;
+
+#define SENTINEL 12345.0f
+
+static const struct {
+    int n, k;
+} shapes[] = {{37, 129}, {1, 5}, {257, 33}, {70, 1030}};
+static const int row_counts[] = {1, 3, 8, 9, 70};
+
+/* float64 y [m, n] = x [m, k] W^T. */
+static double *reference(const float *x, const float *w, int m, int n, int k)
+{
+    double *y = malloc((size_t)m * n * sizeof(double));
+    for (int i = 0; y && i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double s = 0;
+            for (int p = 0; p < k; p++)
+                s += (double)x[(size_t)i * k + p] * w[(size_t)j * k + p];
+            y[(size_t)i * n + j] = s;
+        }
+    return y;
+}
+
+static cl_mem make_buffer(size_t floats, const float *host)
+{
+    cl_int err = CL_SUCCESS;
+    cl_mem m = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0),
+                              (floats ? floats : 1) * sizeof(float), (void *)host, &err);
+    CHECK(err == CL_SUCCESS && m, "clCreateBuffer(%zu floats): %d", floats, err);
+    return m;
+}
+
+/* Both forms for one W and every row count; `what` names the variant. */
+static void check_shape(int n, int k, const char *what)
+{
+    tu_rng rng = tu_rng_seed(1000u + (unsigned)n * 7u + (unsigned)k);
+    float *w = malloc((size_t)n * k * sizeof(float));
+    tu_fill_uniform(w, (size_t)n * k, 0.0f, 1.0f, &rng);
+    clmla_linear *lin = NULL;
+    const clmla_tensor t = clmla_tensor_2d(w, n, k);
+    CHECK_STATUS(clmla_linear_create(ctx, &t, &lin), CLMLA_SUCCESS, ctx);
+    if (!lin) {
+        free(w);
+        return;
+    }
+    for (size_t r = 0; r < sizeof(row_counts) / sizeof(row_counts[0]); r++) {
+        const int m = row_counts[r];
+        float *x = malloc((size_t)m * k * sizeof(float));
+        tu_fill_uniform(x, (size_t)m * k, 0.0f, 1.0f, &rng);
+        double *want = reference(x, w, m, n, k);
+
+        /* _cl: x at 3 floats into its buffer, y at 5 into one with 7 spare floats after it. */
+        const size_t xo = 3, yo = 5, y_floats = yo + (size_t)m * n + 7;
+        float *x_host = malloc((xo + (size_t)m * k) * sizeof(float)), *y_host = malloc(y_floats * sizeof(float));
+        for (size_t i = 0; i < xo; i++)
+            x_host[i] = SENTINEL;
+        memcpy(x_host + xo, x, (size_t)m * k * sizeof(float));
+        for (size_t i = 0; i < y_floats; i++)
+            y_host[i] = SENTINEL;
+        cl_mem xb = make_buffer(xo + (size_t)m * k, x_host), yb = make_buffer(y_floats, y_host);
+        cl_event ev = NULL;
+        CHECK_STATUS(clmla_linear_forward_cl(lin, m, xb, xo, yb, yo, &ev), CLMLA_SUCCESS, ctx);
+        CHECK(ev != NULL, "%s W [%d, %d] m %d: no event", what, n, k, m);
+        if (ev) {
+            CHECK(clWaitForEvents(1, &ev) == CL_SUCCESS, "clWaitForEvents");
+            cl_int done = -1;
+            clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(done), &done, NULL);
+            CHECK(done == CL_COMPLETE, "%s W [%d, %d] m %d: event status %d after the wait", what, n, k, m, done);
+            clReleaseEvent(ev);
+        }
+        CHECK(clEnqueueReadBuffer(clmla_context_queue(ctx), yb, CL_TRUE, 0, y_floats * sizeof(float), y_host, 0, NULL,
+                                  NULL) == CL_SUCCESS,
+              "read y");
+        CHECK_CLOSE(y_host + yo, want, (size_t)m * n, n, TOL_LINEAR_F32, "%s forward_cl W [%d, %d] m %d", what, n, k, m);
+        int spoiled = 0;
+        for (size_t i = 0; i < y_floats; i++)
+            spoiled += (i < yo || i >= yo + (size_t)m * n) && y_host[i] != SENTINEL;
+        CHECK(spoiled == 0, "%s forward_cl W [%d, %d] m %d: %d values outside y changed", what, n, k, m, spoiled);
+        clReleaseMemObject(xb);
+        clReleaseMemObject(yb);
+
+        /* host arrays */
+        float *y = malloc((size_t)m * n * sizeof(float));
+        CHECK_STATUS(clmla_linear_forward(lin, m, x, y), CLMLA_SUCCESS, ctx);
+        CHECK_CLOSE(y, want, (size_t)m * n, n, TOL_LINEAR_F32, "%s forward W [%d, %d] m %d", what, n, k, m);
+        free(y);
+        free(x_host);
+        free(y_host);
+        free(want);
+        free(x);
+    }
+    clmla_linear_destroy(lin);
+    free(w);
+}
+
+static void test_shapes(void)
+{
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+        check_shape(shapes[s].n, shapes[s].k, "default");
+}
+
+/* The weight row-major and every product through CLBlast (the hook must be set before create: the
+   layout is chosen there). */
+static void test_shapes_clblast(void)
+{
+    CHECK_STATUS(clmla_gemm_force_clblast(ctx, 1), CLMLA_SUCCESS, ctx);
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+        check_shape(shapes[s].n, shapes[s].k, "clblast");
+    CHECK_STATUS(clmla_gemm_force_clblast(ctx, 0), CLMLA_SUCCESS, ctx);
+}
+
+/* The status, and a message that contains `part` (NULL: any non-empty message). */
+#define CHECK_REFUSED(call, want, msg_ctx, part)                                                            \
+    do {                                                                                                \
+        CHECK_STATUS((call), (want), (msg_ctx));                                                        \
+        const char *m_ = clmla_last_error(msg_ctx);                                                     \
+        CHECK(m_[0] != '\0' && (!(part) || strstr(m_, (part)) != NULL), "%s: message \"%s\" lacks \"%s\"", \
+              #call, m_, (part) ? (part) : "(any)");                                                     \
+    } while (0)
+
+static void test_errors(void)
+{
+    float w[3 * 5] = {0}, x[2 * 5] = {0}, y[2 * 3] = {0};
+    clmla_linear *lin = (clmla_linear *)&lin; /* must come back NULL */
+
+    /* create */
+    clmla_tensor t = clmla_tensor_2d(w, 3, 5);
+    CHECK_REFUSED(clmla_linear_create(NULL, &t, &lin), CLMLA_ERROR_INVALID_ARGUMENT, NULL, "context");
+    CHECK(lin == NULL, "handle not cleared on failure");
+    CHECK_REFUSED(clmla_linear_create(ctx, NULL, &lin), CLMLA_ERROR_INVALID_ARGUMENT, ctx, "NULL");
+    CHECK_REFUSED(clmla_linear_create(ctx, &t, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx, "NULL");
+    clmla_tensor bad = clmla_tensor_2d(NULL, 3, 5);
+    CHECK_REFUSED(clmla_linear_create(ctx, &bad, &lin), CLMLA_ERROR_MISSING_TENSOR, ctx, "[3, 5]");
+    bad = clmla_tensor_1d(w, 15);
+    CHECK_REFUSED(clmla_linear_create(ctx, &bad, &lin), CLMLA_ERROR_SHAPE_MISMATCH, ctx, "[15]");
+    bad = t;
+    bad.ndim = 3;
+    CHECK_REFUSED(clmla_linear_create(ctx, &bad, &lin), CLMLA_ERROR_SHAPE_MISMATCH, ctx, "3 dimensions");
+    bad = clmla_tensor_2d(w, 0, 5);
+    CHECK_REFUSED(clmla_linear_create(ctx, &bad, &lin), CLMLA_ERROR_SHAPE_MISMATCH, ctx, "[0, 5]");
+    bad = clmla_tensor_2d(w, 3, 0);
+    CHECK_REFUSED(clmla_linear_create(ctx, &bad, &lin), CLMLA_ERROR_SHAPE_MISMATCH, ctx, "[3, 0]");
+    bad = clmla_tensor_2d(w, -2, 5);
+    CHECK_REFUSED(clmla_linear_create(ctx, &bad, &lin), CLMLA_ERROR_SHAPE_MISMATCH, ctx, "[-2, 5]");
+    bad = clmla_tensor_2d(w, (int64_t)1 << 40, (int64_t)1 << 40);
+    CHECK_REFUSED(clmla_linear_create(ctx, &bad, &lin), CLMLA_ERROR_INVALID_ARGUMENT, ctx, "too large");
+    bad = clmla_tensor_2d(w, (int64_t)1 << 20, (int64_t)1 << 20); /* 4 TiB: past any device's allocation */
+    CHECK_REFUSED(clmla_linear_create(ctx, &bad, &lin), CL_INVALID_BUFFER_SIZE, ctx, "largest allocation");
+    CHECK(lin == NULL, "handle not NULL after refused creates");
+
+    CHECK_STATUS(clmla_linear_create(ctx, &t, &lin), CLMLA_SUCCESS, ctx);
+    if (!lin)
+        return;
+
+    /* forward_cl */
+    cl_mem xb = make_buffer(2 * 5, x), yb = make_buffer(2 * 3, y), big = make_buffer(64, NULL);
+    cl_event ev = (cl_event)&ev; /* must come back NULL */
+    CHECK_REFUSED(clmla_linear_forward_cl(NULL, 2, xb, 0, yb, 0, &ev), CLMLA_ERROR_INVALID_ARGUMENT, NULL, "linear");
+    CHECK(ev == NULL, "event not cleared on failure");
+    CHECK_REFUSED(clmla_linear_forward_cl(lin, 2, NULL, 0, yb, 0, &ev), CLMLA_ERROR_INVALID_ARGUMENT, ctx, "NULL x");
+    CHECK_REFUSED(clmla_linear_forward_cl(lin, 2, xb, 0, NULL, 0, &ev), CLMLA_ERROR_INVALID_ARGUMENT, ctx, "NULL y");
+    CHECK_REFUSED(clmla_linear_forward_cl(lin, 0, xb, 0, yb, 0, &ev), CLMLA_ERROR_INVALID_ARGUMENT, ctx, "m = 0");
+    CHECK_REFUSED(clmla_linear_forward_cl(lin, -1, xb, 0, yb, 0, &ev), CLMLA_ERROR_INVALID_ARGUMENT, ctx, "m = -1");
+    CHECK_REFUSED(clmla_linear_forward_cl(lin, 3, xb, 0, big, 0, &ev), CLMLA_ERROR_INVALID_ARGUMENT, ctx,
+                  "x [3, 5] from offset 0 floats needs 60 bytes, the buffer has 40");
+    CHECK_REFUSED(clmla_linear_forward_cl(lin, 2, xb, 1, yb, 0, &ev), CLMLA_ERROR_INVALID_ARGUMENT, ctx,
+                  "x [2, 5] from offset 1");
+    CHECK_REFUSED(clmla_linear_forward_cl(lin, 3, big, 0, yb, 0, &ev), CLMLA_ERROR_INVALID_ARGUMENT, ctx,
+                  "y [3, 3] from offset 0 floats needs 36 bytes, the buffer has 24");
+    CHECK_REFUSED(clmla_linear_forward_cl(lin, 2, xb, 0, yb, (size_t)-2, &ev), CLMLA_ERROR_INVALID_ARGUMENT, ctx,
+                  "too large");
+    CHECK_REFUSED(clmla_linear_forward_cl(lin, 2, big, 0, big, 8, &ev), CLMLA_ERROR_INVALID_ARGUMENT, ctx, "overlap");
+    CHECK(ev == NULL, "event not NULL after refused forwards");
+    CHECK_STATUS(clmla_linear_forward_cl(lin, 2, big, 0, big, 10, NULL), CLMLA_SUCCESS, ctx); /* adjacent: fine */
+
+    /* a buffer of another cl_context on the same device */
+    cl_device_id device = NULL;
+    clGetCommandQueueInfo(clmla_context_queue(ctx), CL_QUEUE_DEVICE, sizeof(device), &device, NULL);
+    cl_int err = CL_SUCCESS;
+    cl_context other = clCreateContext(NULL, 1, &device, NULL, NULL, &err);
+    if (other) {
+        cl_mem foreign = clCreateBuffer(other, CL_MEM_READ_WRITE, 64 * sizeof(float), NULL, &err);
+        CHECK_REFUSED(clmla_linear_forward_cl(lin, 2, foreign, 0, yb, 0, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx,
+                      "another cl_context");
+        clReleaseMemObject(foreign);
+        clReleaseContext(other);
+    }
+
+    /* host form */
+    CHECK_REFUSED(clmla_linear_forward(NULL, 2, x, y), CLMLA_ERROR_INVALID_ARGUMENT, NULL, "linear");
+    CHECK_REFUSED(clmla_linear_forward(lin, 2, NULL, y), CLMLA_ERROR_INVALID_ARGUMENT, ctx, "NULL x");
+    CHECK_REFUSED(clmla_linear_forward(lin, 2, x, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx, "NULL y");
+    CHECK_REFUSED(clmla_linear_forward(lin, 0, x, y), CLMLA_ERROR_INVALID_ARGUMENT, ctx, "m = 0");
+
+    /* queries */
+    size_t bytes = 1;
+    CHECK_REFUSED(clmla_linear_device_bytes(NULL, &bytes), CLMLA_ERROR_INVALID_ARGUMENT, NULL, "linear");
+    CHECK(bytes == 0, "bytes not cleared on failure");
+    CHECK_REFUSED(clmla_linear_device_bytes(lin, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx, "bytes");
+    clmla_linear_info info;
+    CHECK_REFUSED(clmla_linear_get_info(NULL, &info), CLMLA_ERROR_INVALID_ARGUMENT, NULL, "linear");
+    CHECK_REFUSED(clmla_linear_get_info(lin, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx, "info");
+
+    clReleaseMemObject(xb);
+    clReleaseMemObject(yb);
+    clReleaseMemObject(big);
+    clmla_linear_destroy(lin);
+    clmla_linear_destroy(NULL);
+}
+
+/* n k 4 bytes, at most 1% more; the info agrees with the shape and with the layer's layout. */
+static void test_bytes(void)
+{
+    for (int force = 0; force < 2; force++) {
+        CHECK_STATUS(clmla_gemm_force_clblast(ctx, force), CLMLA_SUCCESS, ctx);
+        for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+            const int n = shapes[s].n, k = shapes[s].k;
+            float *w = calloc((size_t)n * k, sizeof(float));
+            const clmla_tensor t = clmla_tensor_2d(w, n, k);
+            clmla_linear *lin = NULL;
+            CHECK_STATUS(clmla_linear_create(ctx, &t, &lin), CLMLA_SUCCESS, ctx);
+            size_t bytes = 0;
+            clmla_linear_info info;
+            memset(&info, 0, sizeof(info));
+            CHECK_STATUS(clmla_linear_device_bytes(lin, &bytes), CLMLA_SUCCESS, ctx);
+            CHECK_STATUS(clmla_linear_get_info(lin, &info), CLMLA_SUCCESS, ctx);
+            const double exact = (double)n * k * sizeof(float);
+            CHECK(bytes >= exact && bytes <= exact * 1.01, "W [%d, %d]: %zu device bytes, expected %.0f (+1%%)", n, k,
+                  bytes, exact);
+            CHECK(info.n == n && info.k == k && info.device_bytes == bytes, "info [%lld, %lld] %zu bytes for W [%d, %d]",
+                  (long long)info.n, (long long)info.k, info.device_bytes, n, k);
+            const int want_packed = !force && ctx->info.kind == CLMLA_DEVICE_KIND_CPU;
+            CHECK(info.packed == want_packed, "W [%d, %d] %s: packed %d, expected %d", n, k,
+                  force ? "clblast" : "default", info.packed, want_packed);
+            clmla_linear_destroy(lin);
+            free(w);
+        }
+    }
+    CHECK_STATUS(clmla_gemm_force_clblast(ctx, 0), CLMLA_SUCCESS, ctx);
+}
+
+/* Injected faults: the n-th counted call of create, forward_cl and forward fails, for n = 1, 2, ...
+   until the call succeeds; each failure is a status with a message, and the success is correct. */
+static void test_faults(void)
+{
+    const int n = 37, k = 129, m = 3;
+    tu_rng rng = tu_rng_seed(77);
+    float *w = malloc((size_t)n * k * sizeof(float)), *x = malloc((size_t)m * k * sizeof(float));
+    float *y = malloc((size_t)m * n * sizeof(float));
+    tu_fill_uniform(w, (size_t)n * k, 0.0f, 1.0f, &rng);
+    tu_fill_uniform(x, (size_t)m * k, 0.0f, 1.0f, &rng);
+    double *want = reference(x, w, m, n, k);
+    const clmla_tensor t = clmla_tensor_2d(w, n, k);
+    clmla_linear *lin = NULL;
+    /* warm: kernels built, scratch grown, so that the walks count only the calls of the step itself */
+    CHECK_STATUS(clmla_linear_create(ctx, &t, &lin), CLMLA_SUCCESS, ctx);
+    CHECK_STATUS(clmla_linear_forward(lin, m, x, y), CLMLA_SUCCESS, ctx);
+    clmla_linear_destroy(lin);
+    lin = NULL;
+
+    int walked = 0;
+    for (long at = 1; at < 100; at++) {
+        clmla_fault_arm(ctx, at);
+        const clmla_status st = clmla_linear_create(ctx, &t, &lin);
+        clmla_fault_arm(ctx, 0);
+        if (st == CLMLA_SUCCESS)
+            break;
+        walked++;
+        CHECK(lin == NULL && clmla_last_error(ctx)[0], "create with fault %ld: handle %p, message \"%s\"", at,
+              (void *)lin, clmla_last_error(ctx));
+    }
+    CHECK(lin != NULL && walked >= 1, "create: %d faults walked", walked);
+    if (!lin)
+        goto done;
+
+    cl_mem xb = make_buffer((size_t)m * k, x), yb = make_buffer((size_t)m * n, NULL);
+    for (int form = 0; form < 2; form++) {
+        walked = 0;
+        for (long at = 1; at < 100; at++) {
+            memset(y, 0, (size_t)m * n * sizeof(float));
+            cl_event ev = NULL;
+            clmla_fault_arm(ctx, at);
+            const clmla_status st = form ? clmla_linear_forward(lin, m, x, y)
+                                         : clmla_linear_forward_cl(lin, m, xb, 0, yb, 0, &ev);
+            clmla_fault_arm(ctx, 0);
+            if (st == CLMLA_SUCCESS) {
+                if (ev)
+                    clReleaseEvent(ev);
+                if (!form)
+                    clEnqueueReadBuffer(clmla_context_queue(ctx), yb, CL_TRUE, 0, (size_t)m * n * sizeof(float), y, 0,
+                                        NULL, NULL);
+                CHECK_CLOSE(y, want, (size_t)m * n, n, TOL_LINEAR_F32, "%s after %d faults",
+                            form ? "forward" : "forward_cl", walked);
+                break;
+            }
+            walked++;
+            CHECK(ev == NULL && clmla_last_error(ctx)[0], "%s with fault %ld: event %p, message \"%s\"",
+                  form ? "forward" : "forward_cl", at, (void *)ev, clmla_last_error(ctx));
+        }
+        CHECK(walked >= 1, "%s: %d faults walked", form ? "forward" : "forward_cl", walked);
+        printf("# %s: %d faults, each refused with a message\n", form ? "forward" : "forward_cl", walked);
+    }
+    clReleaseMemObject(xb);
+    clReleaseMemObject(yb);
+    clmla_linear_destroy(lin);
+done:
+    free(want);
+    free(w);
+    free(x);
+    free(y);
+}
+
+static const tu_part parts[] = {
+    {"shapes", test_shapes}, {"shapes-clblast", test_shapes_clblast}, {"errors", test_errors},
+    {"bytes", test_bytes},   {"faults", test_faults},
+};
+
+int main(int argc, char **argv)
+{
+    const tu_parts_result ran =
+        tu_run_parts(argc, argv, parts, (int)(sizeof(parts) / sizeof(parts[0])), NULL, &ctx, &check_failed);
+    if (ran == TU_PARTS_UNKNOWN)
+        return 2;
+    if (ran == TU_PARTS_NO_DEVICE)
+        return 77;
+    return check_summary();
+}
