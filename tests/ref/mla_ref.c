@@ -83,12 +83,28 @@ static void rmsnorm(double *x /* [n] */, const float *w /* [n] */, size_t n, dou
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* RoPE / YaRN (docs/MLA.md sections 3 and 4)                                                       */
+/* RoPE: default, linear, YaRN, LongRoPE, llama3, none (docs/MLA.md sections 3 and 4)          */
 /* ------------------------------------------------------------------------------------------ */
+
+/* All zero: no features, what mla_ref_config alone describes. */
+static const mla_ref_features no_features;
+
+static const mla_ref_features *features_or_none(const mla_ref_features *f)
+{
+    return f ? f : &no_features;
+}
 
 static int yarn_on(const mla_ref_config *cfg)
 {
     return cfg->yarn_factor > 1.0;
+}
+
+mla_ref_rope_type mla_ref_rope_type_of(const mla_ref_config *cfg, const mla_ref_features *f)
+{
+    f = features_or_none(f);
+    if (f->rope_type == MLA_REF_ROPE_AUTO)
+        return yarn_on(cfg) ? MLA_REF_ROPE_YARN : MLA_REF_ROPE_DEFAULT;
+    return f->rope_type;
 }
 
 /* g(s, m) = 1 if s <= 1 else 0.1 * m * ln(s) + 1 */
@@ -106,10 +122,15 @@ static double yarn_correction_dim(const mla_ref_config *cfg, double r)
            (2.0 * log(cfg->rope_theta));
 }
 
-void mla_ref_yarn_bounds(const mla_ref_config *cfg, double *low, double *high)
+void mla_ref_yarn_bounds_ext(const mla_ref_config *cfg, const mla_ref_features *f, double *low, double *high)
 {
-    double lo = floor(yarn_correction_dim(cfg, cfg->yarn_beta_fast));
-    double hi = ceil(yarn_correction_dim(cfg, cfg->yarn_beta_slow));
+    f = features_or_none(f);
+    double lo = yarn_correction_dim(cfg, cfg->yarn_beta_fast);
+    double hi = yarn_correction_dim(cfg, cfg->yarn_beta_slow);
+    if (!f->yarn_no_truncate) {
+        lo = floor(lo);
+        hi = ceil(hi);
+    }
     if (lo < 0.0)
         lo = 0.0;
     if (hi > (double)(cfg->rope_dim - 1))
@@ -120,51 +141,141 @@ void mla_ref_yarn_bounds(const mla_ref_config *cfg, double *low, double *high)
     *high = hi;
 }
 
-/* inv_freq[i] = theta^(-2i/dr) * (1 - ramp_i + ramp_i / s), ramp_i = clamp((i-low)/(high-low), 0, 1)
-   with YaRN on; plain theta^(-2i/dr) otherwise. low/high are only read when YaRN is on. */
-static double rope_inv_freq(const mla_ref_config *cfg, int i, double low, double high)
+void mla_ref_yarn_bounds(const mla_ref_config *cfg, double *low, double *high)
 {
-    double f = pow(cfg->rope_theta, -2.0 * (double)i / (double)cfg->rope_dim);
-    if (yarn_on(cfg)) {
+    mla_ref_yarn_bounds_ext(cfg, NULL, low, high);
+}
+
+int mla_ref_longrope_long(const mla_ref_config *cfg, const mla_ref_features *f, long step_last_pos)
+{
+    f = features_or_none(f);
+    if (mla_ref_rope_type_of(cfg, f) != MLA_REF_ROPE_LONGROPE)
+        return 0;
+    return (double)step_last_pos + 1.0 > f->longrope_original_max_pos;
+}
+
+/* The factor s by which a type scales frequencies (its g(s, mscale_all_dim) enters tau); 0 for the
+   types that have none (DEFAULT, NONE). */
+static double rope_factor(const mla_ref_config *cfg, const mla_ref_features *f, mla_ref_rope_type type)
+{
+    switch (type) {
+    case MLA_REF_ROPE_LINEAR:
+        return f->linear_factor;
+    case MLA_REF_ROPE_YARN:
+        return cfg->yarn_factor;
+    case MLA_REF_ROPE_LONGROPE:
+        return f->longrope_factor;
+    case MLA_REF_ROPE_LLAMA3:
+        return f->llama3_factor;
+    default:
+        return 0.0;
+    }
+}
+
+/* f_i of pair i for the resolved type. low / high (YaRN's ramp bounds) are read only for YARN,
+   use_long (LongRoPE's choice for the step) only for LONGROPE. */
+static double rope_inv_freq(const mla_ref_config *cfg, const mla_ref_features *f, mla_ref_rope_type type, int i,
+                            double low, double high, int use_long)
+{
+    const double f0 = pow(cfg->rope_theta, -2.0 * (double)i / (double)cfg->rope_dim); /* theta^(-2i/dr) */
+    switch (type) {
+    case MLA_REF_ROPE_DEFAULT:
+        return f0;
+    case MLA_REF_ROPE_LINEAR:
+        return f0 / f->linear_factor;
+    case MLA_REF_ROPE_YARN: {
+        /* f0 * (1 - ramp + ramp / s), ramp = clamp((i - low) / (high - low), 0, 1) */
         double ramp = ((double)i - low) / (high - low);
         if (ramp < 0.0)
             ramp = 0.0;
         if (ramp > 1.0)
             ramp = 1.0;
-        f = f * (1.0 - ramp + ramp / cfg->yarn_factor);
+        return f0 * (1.0 - ramp + ramp / cfg->yarn_factor);
     }
-    return f;
+    case MLA_REF_ROPE_LONGROPE:
+        return f0 / (use_long ? f->longrope_long_factor[i] : f->longrope_short_factor[i]);
+    case MLA_REF_ROPE_LLAMA3: {
+        const double s = f->llama3_factor, lo = f->llama3_low_freq_factor, hi = f->llama3_high_freq_factor;
+        const double L = f->llama3_original_max_pos;
+        const double wavelength = 2.0 * M_PI / f0;
+        if (wavelength < L / hi) /* high frequencies: kept */
+            return f0;
+        if (wavelength > L / lo) /* low frequencies: interpolated by s */
+            return f0 / s;
+        const double a = (L / wavelength - lo) / (hi - lo); /* in between: a blend */
+        return (1.0 - a) * f0 / s + a * f0;
+    }
+    default: /* NONE: no rotation */
+        return 0.0;
+    }
 }
 
-/* A = g(s, mscale) / g(s, mscale_all_dim) with YaRN on, else 1. */
-static double rope_amplitude(const mla_ref_config *cfg)
+/* A: the attention factor when given (YaRN, LongRoPE), else the type's rule. */
+static double rope_amplitude(const mla_ref_config *cfg, const mla_ref_features *f, mla_ref_rope_type type)
 {
-    if (!yarn_on(cfg))
-        return 1.0;
-    return yarn_g(cfg->yarn_factor, cfg->yarn_mscale) /
-           yarn_g(cfg->yarn_factor, cfg->yarn_mscale_all_dim);
+    if (type == MLA_REF_ROPE_YARN) {
+        if (f->rope_attention_factor > 0.0)
+            return f->rope_attention_factor;
+        /* g(s, mscale) / g(s, mscale_all_dim) */
+        return yarn_g(cfg->yarn_factor, cfg->yarn_mscale) / yarn_g(cfg->yarn_factor, cfg->yarn_mscale_all_dim);
+    }
+    if (type == MLA_REF_ROPE_LONGROPE) {
+        if (f->rope_attention_factor > 0.0)
+            return f->rope_attention_factor;
+        const double s = f->longrope_factor;
+        if (s <= 1.0)
+            return 1.0;
+        return sqrt(1.0 + log(s) / log(f->longrope_original_max_pos)); /* sqrt(1 + ln s / ln L) */
+    }
+    return 1.0;
+}
+
+void mla_ref_rope_tables_ext(const mla_ref_config *cfg, const mla_ref_features *f, long step_last_pos,
+                             double *inv_freq /* [dr/2] */, double *amplitude)
+{
+    f = features_or_none(f);
+    const mla_ref_rope_type type = mla_ref_rope_type_of(cfg, f);
+    double low = 0.0, high = 1.0;
+    if (type == MLA_REF_ROPE_YARN)
+        mla_ref_yarn_bounds_ext(cfg, f, &low, &high);
+    const int use_long = mla_ref_longrope_long(cfg, f, step_last_pos);
+    for (int i = 0; i < cfg->rope_dim / 2; i++)
+        inv_freq[i] = rope_inv_freq(cfg, f, type, i, low, high, use_long);
+    if (amplitude)
+        *amplitude = rope_amplitude(cfg, f, type);
 }
 
 void mla_ref_rope_tables(const mla_ref_config *cfg, double *inv_freq /* [dr/2] */, double *amplitude)
 {
-    double low = 0.0, high = 1.0;
-    if (yarn_on(cfg))
-        mla_ref_yarn_bounds(cfg, &low, &high);
-    for (int i = 0; i < cfg->rope_dim / 2; i++)
-        inv_freq[i] = rope_inv_freq(cfg, i, low, high);
-    if (amplitude)
-        *amplitude = rope_amplitude(cfg);
+    mla_ref_rope_tables_ext(cfg, NULL, 0, inv_freq, amplitude);
+}
+
+double mla_ref_softmax_scale_ext(const mla_ref_config *cfg, const mla_ref_features *f)
+{
+    f = features_or_none(f);
+    const double dq = (double)(cfg->nope_dim + cfg->rope_dim);
+    double tau = 1.0 / sqrt(dq);
+    const double s = rope_factor(cfg, f, mla_ref_rope_type_of(cfg, f));
+    if (s > 0.0) {
+        const double g = yarn_g(s, cfg->yarn_mscale_all_dim);
+        tau *= g * g;
+    }
+    return tau;
 }
 
 double mla_ref_softmax_scale(const mla_ref_config *cfg)
 {
-    const double dq = (double)(cfg->nope_dim + cfg->rope_dim);
-    double tau = 1.0 / sqrt(dq);
-    if (yarn_on(cfg)) {
-        const double g = yarn_g(cfg->yarn_factor, cfg->yarn_mscale_all_dim);
-        tau *= g * g;
-    }
-    return tau;
+    return mla_ref_softmax_scale_ext(cfg, NULL);
+}
+
+double mla_ref_query_scale(const mla_ref_features *f, long pos)
+{
+    f = features_or_none(f);
+    if (f->query_scale_beta == 0.0)
+        return 1.0;
+    /* m(p) = 1 + beta * ln(1 + floor(p / interval)), p >= 0 */
+    const long block = pos / f->query_scale_interval;
+    return 1.0 + f->query_scale_beta * log(1.0 + (double)block);
 }
 
 /* Rotate pair (a, b) by angle pos * f, scaled by amplitude A:
@@ -197,17 +308,28 @@ static void rope_rotate(int dr, int half_split, const double *inv_freq /* [dr/2]
     }
 }
 
-void mla_ref_rope_apply(const mla_ref_config *cfg, double *x /* [dr] */, long pos)
+void mla_ref_rope_apply_ext(const mla_ref_config *cfg, const mla_ref_features *f, double *x /* [dr] */, long pos,
+                            long step_last_pos)
 {
+    f = features_or_none(f);
+    const mla_ref_rope_type type = mla_ref_rope_type_of(cfg, f);
+    if (type == MLA_REF_ROPE_NONE)
+        return; /* the rope dims are used as they are */
     double low = 0.0, high = 1.0;
-    if (yarn_on(cfg))
-        mla_ref_yarn_bounds(cfg, &low, &high);
-    const double amplitude = rope_amplitude(cfg);
+    if (type == MLA_REF_ROPE_YARN)
+        mla_ref_yarn_bounds_ext(cfg, f, &low, &high);
+    const int use_long = mla_ref_longrope_long(cfg, f, step_last_pos);
+    const double amplitude = rope_amplitude(cfg, f, type);
     for (int i = 0; i < cfg->rope_dim / 2; i++) {
         int ia, ib;
         rope_pair_indices(cfg->rope_dim, cfg->rope_half_split, i, &ia, &ib);
-        rotate_pair(&x[ia], &x[ib], rope_inv_freq(cfg, i, low, high), amplitude, pos);
+        rotate_pair(&x[ia], &x[ib], rope_inv_freq(cfg, f, type, i, low, high, use_long), amplitude, pos);
     }
+}
+
+void mla_ref_rope_apply(const mla_ref_config *cfg, double *x /* [dr] */, long pos)
+{
+    mla_ref_rope_apply_ext(cfg, NULL, x, pos, pos);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -276,7 +398,7 @@ static double *alloc_doubles(size_t a, size_t b)
     return malloc(n * sizeof(double));
 }
 
-static int config_ok(const mla_ref_config *cfg)
+static int config_ok(const mla_ref_config *cfg, const mla_ref_features *f)
 {
     if (cfg->hidden < 1 || cfg->heads < 1 || cfg->q_lora_rank < 0 || cfg->kv_lora_rank < 1)
         return 0;
@@ -288,25 +410,76 @@ static int config_ok(const mla_ref_config *cfg)
         return 0;
     if (cfg->rope_half_split != 0 && cfg->rope_half_split != 1)
         return 0;
-    if (cfg->rope_dim > 0 && !(cfg->rope_theta > 1.0))
+    if (f->rope_type < MLA_REF_ROPE_AUTO || f->rope_type > MLA_REF_ROPE_NONE)
         return 0;
-    if (yarn_on(cfg) && cfg->rope_dim > 0) {
-        if (!(cfg->yarn_original_max_pos > 0.0) || !(cfg->yarn_beta_fast > 0.0) ||
-            !(cfg->yarn_beta_slow > 0.0))
-            return 0;
+    const mla_ref_rope_type type = mla_ref_rope_type_of(cfg, f);
+    if (cfg->rope_dim > 0 && type != MLA_REF_ROPE_NONE && !(cfg->rope_theta > 1.0))
+        return 0;
+    if (!(f->rope_attention_factor >= 0.0) || !isfinite(f->rope_attention_factor))
+        return 0;
+    if (cfg->rope_dim > 0) {
+        switch (type) {
+        case MLA_REF_ROPE_LINEAR:
+            if (!(f->linear_factor > 0.0))
+                return 0;
+            break;
+        case MLA_REF_ROPE_YARN:
+            if (!(cfg->yarn_factor > 0.0) || !(cfg->yarn_original_max_pos > 0.0) || !(cfg->yarn_beta_fast > 0.0) ||
+                !(cfg->yarn_beta_slow > 0.0))
+                return 0;
+            break;
+        case MLA_REF_ROPE_LONGROPE:
+            if (!f->longrope_short_factor || !f->longrope_long_factor || !(f->longrope_original_max_pos >= 1.0))
+                return 0;
+            for (int i = 0; i < cfg->rope_dim / 2; i++)
+                if (!(f->longrope_short_factor[i] > 0.0) || !(f->longrope_long_factor[i] > 0.0) ||
+                    !isfinite(f->longrope_short_factor[i]) || !isfinite(f->longrope_long_factor[i]))
+                    return 0;
+            /* A = sqrt(1 + ln s / ln L) needs ln L > 0 */
+            if (f->longrope_factor > 1.0 && f->rope_attention_factor == 0.0 && !(f->longrope_original_max_pos > 1.0))
+                return 0;
+            break;
+        case MLA_REF_ROPE_LLAMA3:
+            if (!(f->llama3_factor > 0.0) || !(f->llama3_low_freq_factor > 0.0) ||
+                !(f->llama3_high_freq_factor > f->llama3_low_freq_factor) || !(f->llama3_original_max_pos > 0.0))
+                return 0;
+            break;
+        default:
+            break;
+        }
     }
+    if (f->query_scale_beta != 0.0 && (!isfinite(f->query_scale_beta) || f->query_scale_interval < 1))
+        return 0;
+    if (!isfinite(f->q_latent_scale) || !isfinite(f->kv_latent_scale))
+        return 0;
     return 1;
 }
 
-static int weights_ok(const mla_ref_config *cfg, const mla_ref_weights *w)
+static int weights_ok(const mla_ref_config *cfg, const mla_ref_features *f, const mla_ref_weights *w)
 {
     if (cfg->q_lora_rank > 0) {
         if (!w->q_a_proj || !w->q_a_layernorm || !w->q_b_proj)
             return 0;
-    } else if (!w->q_proj) {
-        return 0;
+    } else if (!w->q_proj || f->q_a_proj_bias) {
+        return 0; /* q_proj has no bias */
     }
     return w->kv_a_proj_with_mqa && w->kv_a_layernorm && w->kv_b_proj && w->o_proj;
+}
+
+/* y += b for a float32 bias b [n]; nothing when b is NULL. */
+static void add_bias(double *y /* [n] */, const float *b /* [n] or NULL */, size_t n)
+{
+    if (!b)
+        return;
+    for (size_t i = 0; i < n; i++)
+        y[i] += (double)b[i];
+}
+
+/* x *= s for n values (s = 1 leaves x bitwise unchanged). */
+static void scale_by(double *x /* [n] */, size_t n, double s)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] *= s;
 }
 
 int mla_ref_forward(const mla_ref_config *cfg, const mla_ref_weights *w, int T,
@@ -314,11 +487,37 @@ int mla_ref_forward(const mla_ref_config *cfg, const mla_ref_weights *w, int T,
                     double *ckv_out, double *kr_out, double *q_tilde_out, double *q_rope_out,
                     double *latent_out, double *lse_out)
 {
+    return mla_ref_forward_ext(cfg, NULL, w, T, x, NULL, 0, path, out, ckv_out, kr_out, q_tilde_out, q_rope_out,
+                               latent_out, lse_out);
+}
+
+int mla_ref_forward_ext(const mla_ref_config *cfg, const mla_ref_features *f, const mla_ref_weights *w, int T,
+                        const float *x /* [T, D] */, const int *step_tokens /* [num_steps] */, int num_steps,
+                        int path, double *out /* [T, D] */, double *ckv_out, double *kr_out, double *q_tilde_out,
+                        double *q_rope_out, double *latent_out, double *lse_out)
+{
     if (!cfg || !w || !x || !out || T < 1)
         return -1;
     if (path != MLA_REF_ABSORBED && path != MLA_REF_DECOMPRESSED)
         return -1;
-    if (!config_ok(cfg) || !weights_ok(cfg, w))
+    f = features_or_none(f);
+    if (!config_ok(cfg, f) || !weights_ok(cfg, f, w))
+        return -1;
+    /* The steps: step_tokens[k] >= 1 tokens each, T in all; none given = one step of T. */
+    const int whole[1] = {T};
+    if (!step_tokens || num_steps == 0) {
+        step_tokens = whole;
+        num_steps = 1;
+    }
+    if (num_steps < 1)
+        return -1;
+    long total = 0;
+    for (int k = 0; k < num_steps; k++) {
+        if (step_tokens[k] < 1)
+            return -1;
+        total += step_tokens[k];
+    }
+    if (total != (long)T)
         return -1;
 
     const size_t D = (size_t)cfg->hidden;
@@ -330,12 +529,15 @@ int mla_ref_forward(const mla_ref_config *cfg, const mla_ref_weights *w, int T,
     const size_t dv = (size_t)cfg->v_dim;
     const size_t dq = dn + dr;
     const size_t nT = (size_t)T;
-    const double tau = mla_ref_softmax_scale(cfg);
+    const double tau = mla_ref_softmax_scale_ext(cfg, f);
+    const int rotate = mla_ref_rope_type_of(cfg, f) != MLA_REF_ROPE_NONE;
+    const double sq = f->q_latent_scale == 0.0 ? 1.0 : f->q_latent_scale;    /* LongCat-Flash's sq */
+    const double skv = f->kv_latent_scale == 0.0 ? 1.0 : f->kv_latent_scale; /* and skv */
 
     /* Working buffers (alloc_doubles never returns a zero-size block). */
     double *hx = alloc_doubles(D, 1);            /* [D] one input token */
     double *cq = alloc_doubles(rq, 1);           /* [rq] query latent */
-    double *q = alloc_doubles(nT * H, dq);       /* [T, H, dq] q^C | q^R (after RoPE) */
+    double *q = alloc_doubles(nT * H, dq);       /* [T, H, dq] q^C | q^R (after RoPE and m(p)) */
     double *kv = alloc_doubles(rkv + dr, 1);     /* [rkv+dr] kv_a output of one token */
     double *ckv = alloc_doubles(nT, rkv);        /* [T, rkv] c^KV after RMSNorm */
     double *kr = alloc_doubles(nT, dr);          /* [T, dr] k^R after RoPE */
@@ -353,33 +555,43 @@ int mla_ref_forward(const mla_ref_config *cfg, const mla_ref_weights *w, int T,
         !kc || !vc || !p)
         goto done;
 
-    double amplitude = 1.0;
-    if (dr > 0)
-        mla_ref_rope_tables(cfg, inv_freq, &amplitude);
-
-    /* Phase 1: per-token projections (section 2). */
-    for (size_t t = 0; t < nT; t++) {
-        for (size_t i = 0; i < D; i++)
-            hx[i] = (double)x[t * D + i];
-
-        double *q_tok = q + t * H * dq; /* [H, dq] */
-        if (rq > 0) {
-            matvec(w->q_a_proj, rq, D, hx, cq);
-            rmsnorm(cq, w->q_a_layernorm, rq, cfg->rms_eps);
-            matvec(w->q_b_proj, H * dq, rq, cq, q_tok);
-        } else {
-            matvec(w->q_proj, H * dq, D, hx, q_tok);
-        }
-        for (size_t h = 0; h < H; h++)
-            rope_rotate((int)dr, cfg->rope_half_split, inv_freq, amplitude,
-                        q_tok + h * dq + dn, (long)t);
-
-        matvec(w->kv_a_proj_with_mqa, rkv + dr, D, hx, kv);
-        rmsnorm(kv, w->kv_a_layernorm, rkv, cfg->rms_eps);
-        rope_rotate((int)dr, cfg->rope_half_split, inv_freq, amplitude, kv + rkv, (long)t);
-        memcpy(ckv + t * rkv, kv, rkv * sizeof(double));
+    /* Phase 1: per-token projections (section 2), step by step: the RoPE tables of a step depend
+       on its last position (LongRoPE's short or long factors). */
+    for (size_t k = 0, t = 0; k < (size_t)num_steps; k++) {
+        const size_t step_end = t + (size_t)step_tokens[k];
+        double amplitude = 1.0;
         if (dr > 0)
-            memcpy(kr + t * dr, kv + rkv, dr * sizeof(double));
+            mla_ref_rope_tables_ext(cfg, f, (long)step_end - 1, inv_freq, &amplitude);
+
+        for (; t < step_end; t++) {
+            for (size_t i = 0; i < D; i++)
+                hx[i] = (double)x[t * D + i];
+
+            double *q_tok = q + t * H * dq; /* [H, dq] */
+            if (rq > 0) {
+                matvec(w->q_a_proj, rq, D, hx, cq);
+                add_bias(cq, f->q_a_proj_bias, rq);
+                rmsnorm(cq, w->q_a_layernorm, rq, cfg->rms_eps);
+                scale_by(cq, rq, sq);
+                matvec(w->q_b_proj, H * dq, rq, cq, q_tok);
+            } else {
+                matvec(w->q_proj, H * dq, D, hx, q_tok);
+            }
+            if (rotate)
+                for (size_t h = 0; h < H; h++)
+                    rope_rotate((int)dr, cfg->rope_half_split, inv_freq, amplitude, q_tok + h * dq + dn, (long)t);
+            scale_by(q_tok, H * dq, mla_ref_query_scale(f, (long)t)); /* q_h = m(p) [q^C_h ; q^R_h] */
+
+            matvec(w->kv_a_proj_with_mqa, rkv + dr, D, hx, kv);
+            add_bias(kv, f->kv_a_proj_with_mqa_bias, rkv + dr);
+            rmsnorm(kv, w->kv_a_layernorm, rkv, cfg->rms_eps);
+            scale_by(kv, rkv, skv);
+            if (rotate)
+                rope_rotate((int)dr, cfg->rope_half_split, inv_freq, amplitude, kv + rkv, (long)t);
+            memcpy(ckv + t * rkv, kv, rkv * sizeof(double));
+            if (dr > 0)
+                memcpy(kr + t * dr, kv + rkv, dr * sizeof(double));
+        }
     }
 
     /* Phase 2: attention (section 5). */
@@ -459,9 +671,11 @@ int mla_ref_forward(const mla_ref_config *cfg, const mla_ref_weights *w, int T,
         }
     }
 
-    /* Phase 3: u = W^O [o_1; ...; o_H]. */
-    for (size_t t = 0; t < nT; t++)
+    /* Phase 3: u = W^O [o_1; ...; o_H] (+ its bias). */
+    for (size_t t = 0; t < nT; t++) {
         matvec(w->o_proj, D, H * dv, o + t * H * dv, out + t * D);
+        add_bias(out + t * D, f->o_proj_bias, D);
+    }
 
     if (ckv_out)
         memcpy(ckv_out, ckv, nT * rkv * sizeof(double));

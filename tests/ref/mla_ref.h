@@ -32,7 +32,8 @@ typedef struct mla_ref_config {
     double rms_eps;      /* used for both latent norms */
     double rope_theta;
     int rope_half_split; /* 0 = interleaved pairs (2i,2i+1) (DeepSeek default); 1 = (i, i+dr/2) */
-    double yarn_factor;  /* s; <= 1.0 means YaRN off (plain RoPE, amplitude 1, scale dq^-1/2) */
+    double yarn_factor;  /* s; <= 1.0 means YaRN off (plain RoPE, amplitude 1, scale dq^-1/2), unless
+                            mla_ref_features.rope_type (below) names another type */
     double yarn_original_max_pos; /* L */
     double yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
 } mla_ref_config;
@@ -50,6 +51,63 @@ typedef struct mla_ref_weights {      /* checkpoint layout of docs/MLA.md sectio
 
 enum { MLA_REF_ABSORBED = 0, MLA_REF_DECOMPRESSED = 1 };
 
+/* ---- what the other model families add (docs/MLA.md sections 1-4) -------------------------------
+
+   Kept in a struct of its own, next to mla_ref_config and mla_ref_weights rather than inside them,
+   because callers initialise those two positionally (host/cli/cmd_demo.c): a new field there would
+   be a missing-initializer warning, an error under CLMLA_WERROR. A zero-initialised
+   mla_ref_features (or NULL wherever one is taken) adds nothing: every function then computes
+   exactly what it computed with mla_ref_config alone. */
+
+typedef enum mla_ref_rope_type {
+    MLA_REF_ROPE_AUTO = 0,     /* as mla_ref_config alone: YARN when yarn_factor > 1, else DEFAULT */
+    MLA_REF_ROPE_DEFAULT = 1,  /* f_i = f0_i = theta^(-2i/dr), A = 1 */
+    MLA_REF_ROPE_LINEAR = 2,   /* f_i = f0_i / linear_factor, A = 1 */
+    MLA_REF_ROPE_YARN = 3,     /* the yarn_* fields of mla_ref_config (section 3), for any s > 0 */
+    MLA_REF_ROPE_LONGROPE = 4, /* f_i = f0_i / short_i or f0_i / long_i, chosen per step */
+    MLA_REF_ROPE_LLAMA3 = 5,   /* wavelength split of f0_i */
+    MLA_REF_ROPE_NONE = 6      /* no rotation: the rope dims are used as they are */
+} mla_ref_rope_type;
+
+typedef struct mla_ref_features {
+    mla_ref_rope_type rope_type;
+    /* A of YARN (AUTO with YaRN on included) and LONGROPE; 0 = the type's rule: YaRN
+       g(s, mscale) / g(s, mscale_all_dim), LongRoPE sqrt(1 + ln s / ln L) (1 when s <= 1).
+       The other types have A = 1 (transformers reads attention_factor only for those two). */
+    double rope_attention_factor;
+    double linear_factor;                 /* LINEAR: s > 0 */
+    int yarn_no_truncate;                 /* YARN: low / high of the ramp are not floored / ceiled */
+    /* LONGROPE. A step (see mla_ref_forward_ext) whose last position p has p + 1 > L rotates all of
+       its tokens, queries and keys, with the long factors, else with the short ones; a key keeps
+       the rotation of the step that wrote it. */
+    const double *longrope_short_factor;  /* [dr/2], each > 0 */
+    const double *longrope_long_factor;   /* [dr/2], each > 0 */
+    double longrope_factor;               /* s, for A only */
+    double longrope_original_max_pos;     /* L >= 1 */
+    /* LLAMA3: with lambda_i = 2 pi / f0_i: f0_i when lambda_i < L/hi, f0_i / s when lambda_i > L/lo,
+       else (1 - a) f0_i / s + a f0_i with a = (L / lambda_i - lo) / (hi - lo). */
+    double llama3_factor;                 /* s > 0 */
+    double llama3_low_freq_factor;        /* lo > 0 */
+    double llama3_high_freq_factor;       /* hi > lo */
+    double llama3_original_max_pos;       /* L > 0 */
+    /* Query scale (Mistral 4, section 4): after RoPE, every value of the query of a token at position
+       p (q^C and q^R of every head) is multiplied by m(p) = 1 + beta * ln(1 + floor(p / interval)).
+       Keys are not scaled. beta 0 = off; otherwise interval >= 1. */
+    double query_scale_beta;
+    long query_scale_interval;
+    /* Latent scales (LongCat-Flash, section 2): c^Q = RMSNorm(q_a_proj x) * sq and
+       c^KV = RMSNorm(c) * skv. 0 or 1 = none. */
+    double q_latent_scale;                /* sq (used only when rq > 0) */
+    double kv_latent_scale;               /* skv */
+    /* Biases ("attention_bias": true, section 1), float32, added right after their product:
+       q_a_proj x + b before the query RMSNorm, kv_a_proj_with_mqa x + b before the KV RMSNorm and
+       RoPE (its last dr values go to the rope key), o_proj o + b on the output. NULL = none.
+       q_proj, q_b_proj and kv_b_proj have none; q_a_proj_bias needs rq > 0. */
+    const float *q_a_proj_bias;           /* [rq] */
+    const float *kv_a_proj_with_mqa_bias; /* [rkv+dr] */
+    const float *o_proj_bias;             /* [D] */
+} mla_ref_features;
+
 /* YaRN ramp bounds of docs/MLA.md section 3, computed from theta, dr, L, beta_fast and beta_slow
    (regardless of whether YaRN is on):
      cd(r) = dr * ln(L / (2 pi r)) / (2 ln theta)
@@ -64,12 +122,38 @@ double mla_ref_softmax_scale(const mla_ref_config *cfg);  /* tau of docs/MLA.md 
 /* Rotate x (dr values) in place for absolute position pos, with the configured pairing and amplitude. Angle computed in double. */
 void mla_ref_rope_apply(const mla_ref_config *cfg, double *x /* [dr] */, long pos);
 
+/* The same with features (NULL = none; then each equals the function above). */
+
+/* The rope type in effect: AUTO resolved to YARN or DEFAULT. */
+mla_ref_rope_type mla_ref_rope_type_of(const mla_ref_config *cfg, const mla_ref_features *f);
+/* mla_ref_yarn_bounds, with the ramp bounds left unrounded when f->yarn_no_truncate:
+   low = max(cd(beta_fast), 0), high = min(cd(beta_slow), dr - 1), then the same low == high rule. */
+void mla_ref_yarn_bounds_ext(const mla_ref_config *cfg, const mla_ref_features *f, double *low, double *high);
+/* 1 when a step whose last position is step_last_pos uses LongRoPE's long factors
+   (type LONGROPE and step_last_pos + 1 > L), else 0. */
+int mla_ref_longrope_long(const mla_ref_config *cfg, const mla_ref_features *f, long step_last_pos);
+/* inv_freq[i] and A for the tokens of a step whose last position is step_last_pos (which matters only
+   to LONGROPE). Type NONE gives inv_freq 0 and A 1 (no rotation). */
+void mla_ref_rope_tables_ext(const mla_ref_config *cfg, const mla_ref_features *f, long step_last_pos,
+                             double *inv_freq /* [dr/2] */, double *amplitude);
+/* Rotates x for position pos, a token of a step whose last position is step_last_pos (a decode step
+   of one token: step_last_pos = pos). */
+void mla_ref_rope_apply_ext(const mla_ref_config *cfg, const mla_ref_features *f, double *x /* [dr] */, long pos,
+                            long step_last_pos);
+/* tau = dq^(-1/2), times g(s, mscale_all_dim)^2 (mscale_all_dim of mla_ref_config) for the types
+   that scale frequencies by a factor s: LINEAR, YARN, LONGROPE, LLAMA3, each with its own s
+   (g(s, m) = 0.1 m ln s + 1, 1 for s <= 1; g(s, 0) = 1). DEFAULT and NONE: dq^(-1/2). */
+double mla_ref_softmax_scale_ext(const mla_ref_config *cfg, const mla_ref_features *f);
+/* m(pos) of the query scale; 1 when it is off. */
+double mla_ref_query_scale(const mla_ref_features *f, long pos);
+
 /* One sequence of T tokens at positions 0..T-1, causal, through one attention layer.
    out: [T, D] attention output after o_proj. Optional (may be NULL): ckv_out [T, rkv] (c^KV after
    RMSNorm), kr_out [T, dr] (k^R after RoPE), q_tilde_out [T, H, rkv] (absorbed queries),
    q_rope_out [T, H, dr] (q^R after RoPE), latent_out [T, H, rkv] (o-bar of the absorbed path),
    lse_out [T, H] (natural-log log-sum-exp of the scaled scores).
    path selects absorbed or decompressed math (section 5). Returns 0, or -1 on bad arguments/alloc failure.
+   The T tokens form one step, with no features: mla_ref_forward_ext(cfg, NULL, w, T, x, NULL, 0, ...).
 
    With path == MLA_REF_DECOMPRESSED the scores and out come from the up-projected keys/values;
    q_tilde_out is still filled with (W^UK_h)^T q^C_h (not used for the scores), and latent_out
@@ -78,6 +162,20 @@ int mla_ref_forward(const mla_ref_config *cfg, const mla_ref_weights *w, int T,
                     const float *x /* [T, D] */, int path, double *out /* [T, D] */,
                     double *ckv_out, double *kr_out, double *q_tilde_out, double *q_rope_out,
                     double *latent_out, double *lse_out);
+
+/* mla_ref_forward with features (NULL = none) and steps. The T tokens, at positions 0..T-1, are
+   fed as num_steps consecutive steps of step_tokens[k] tokens each (they must add up to T; NULL or
+   num_steps 0 = one step of all T tokens, which is what mla_ref_forward does). Steps change nothing
+   but LongRoPE's choice of factors: each step's tokens are rotated with the factors chosen by the
+   step's last position (mla_ref_longrope_long), and every key keeps that rotation for the later
+   steps, as a cache would hold it. So, for one step of T tokens: long factors when T > L. Every
+   output is as in mla_ref_forward, with the features applied: q_tilde_out and q_rope_out include
+   the query scale m(p), ckv_out the latent scale, kr_out the bias, out the o_proj bias. Returns 0,
+   or -1 on bad arguments (features included) or allocation failure. */
+int mla_ref_forward_ext(const mla_ref_config *cfg, const mla_ref_features *f, const mla_ref_weights *w, int T,
+                        const float *x /* [T, D] */, const int *step_tokens /* [num_steps] */, int num_steps,
+                        int path, double *out /* [T, D] */, double *ckv_out, double *kr_out, double *q_tilde_out,
+                        double *q_rope_out, double *latent_out, double *lse_out);
 
 /* Latent (absorbed) attention alone, as FlashMLA computes it, for one query token:
    scores_j = scale*(q_tilde_h . ckv_j + q_rope_h . kr_j) over keys j < n_keys;

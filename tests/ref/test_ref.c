@@ -13,6 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifndef M_PI
+#define M_PI 3.14159265358979323846
+#endif
+
 static int g_passed, g_failed;
 
 static void check(int ok, const char *name, const char *fmt, ...)
@@ -538,14 +542,24 @@ static void test_latent_attention(void)
 }
 
 /* An independent, deliberately naive evaluation of the last token of a sequence straight from
-   docs/MLA.md section 2 and the weight layout of section 1 (index arithmetic written out again). */
-static void naive_last_token(const layer *L, int T, const float *x /* [T, D] */,
-                             double *u /* [D] */, double *lse /* [H] */)
+   docs/MLA.md section 2 and the weight layout of section 1 (index arithmetic written out again).
+   With features f (NULL = none): biases added after their products, the latent scales after the
+   norms, m(p) written out from section 4, and token j's rope key rotated for a step whose last
+   position is step_last[j] (NULL: one step of T tokens). RoPE itself is mla_ref_rope_apply_ext,
+   one pair at a time, which test_rope and the test_*_freqs checks test on their own. */
+static void naive_last_token(const layer *L, const mla_ref_features *f, const long *step_last /* [T] */, int T,
+                             const float *x /* [T, D] */, double *u /* [D] */, double *lse /* [H] */)
 {
+    static const mla_ref_features none;
+    if (!f)
+        f = &none;
     const mla_ref_config *c = &L->cfg;
     const int D = c->hidden, H = c->heads, rq = c->q_lora_rank, rkv = c->kv_lora_rank;
     const int dn = c->nope_dim, dr = c->rope_dim, dv = c->v_dim, dq = dn + dr;
-    const double tau = mla_ref_softmax_scale(c);
+    const double tau = mla_ref_softmax_scale_ext(c, f);
+    const double sq = f->q_latent_scale == 0.0 ? 1.0 : f->q_latent_scale;
+    const double skv = f->kv_latent_scale == 0.0 ? 1.0 : f->kv_latent_scale;
+    const long last = (long)T - 1;
     double *ckv = dalloc((size_t)T * rkv), *kr = dalloc((size_t)T * dr);
     double *q = dalloc((size_t)H * dq), *cq = dalloc((size_t)(rq > 0 ? rq : 1));
     double *o = dalloc((size_t)H * dv), *s = dalloc((size_t)T);
@@ -557,18 +571,22 @@ static void naive_last_token(const layer *L, int T, const float *x /* [T, D] */,
             double a = 0.0;
             for (int i = 0; i < D; i++)
                 a += (double)L->kv_a[(size_t)r * D + i] * h[i];
+            if (f->kv_a_proj_with_mqa_bias)
+                a += f->kv_a_proj_with_mqa_bias[r];
             ckv[(size_t)j * rkv + r] = a;
             ss += a * a;
         }
         for (int r = 0; r < rkv; r++)
-            ckv[(size_t)j * rkv + r] *= L->kv_a_ln[r] / sqrt(ss / rkv + c->rms_eps);
+            ckv[(size_t)j * rkv + r] *= L->kv_a_ln[r] / sqrt(ss / rkv + c->rms_eps) * skv;
         for (int r = 0; r < dr; r++) {
             double a = 0.0;
             for (int i = 0; i < D; i++)
                 a += (double)L->kv_a[(size_t)(rkv + r) * D + i] * h[i];
+            if (f->kv_a_proj_with_mqa_bias)
+                a += f->kv_a_proj_with_mqa_bias[rkv + r];
             kr[(size_t)j * dr + r] = a;
         }
-        mla_ref_rope_apply(c, kr + (size_t)j * dr, j);
+        mla_ref_rope_apply_ext(c, f, kr + (size_t)j * dr, j, step_last ? step_last[j] : last);
     }
 
     const float *h = x + (size_t)(T - 1) * D;
@@ -578,11 +596,13 @@ static void naive_last_token(const layer *L, int T, const float *x /* [T, D] */,
             double a = 0.0;
             for (int i = 0; i < D; i++)
                 a += (double)L->q_a_proj[(size_t)r * D + i] * h[i];
+            if (f->q_a_proj_bias)
+                a += f->q_a_proj_bias[r];
             cq[r] = a;
             ss += a * a;
         }
         for (int r = 0; r < rq; r++)
-            cq[r] *= L->q_a_layernorm[r] / sqrt(ss / rq + c->rms_eps);
+            cq[r] *= L->q_a_layernorm[r] / sqrt(ss / rq + c->rms_eps) * sq;
         for (int r = 0; r < H * dq; r++) {
             double a = 0.0;
             for (int i = 0; i < rq; i++)
@@ -600,7 +620,13 @@ static void naive_last_token(const layer *L, int T, const float *x /* [T, D] */,
 
     for (int hd = 0; hd < H; hd++) {
         double *qc = q + (size_t)hd * dq, *qrope = q + (size_t)hd * dq + dn;
-        mla_ref_rope_apply(c, qrope, T - 1);
+        mla_ref_rope_apply_ext(c, f, qrope, last, step_last ? step_last[T - 1] : last);
+        /* m(p) = 1 + beta ln(1 + floor(p / interval)) on the whole query (section 4) */
+        if (f->query_scale_beta != 0.0) {
+            const double m_p = 1.0 + f->query_scale_beta * log(1.0 + (double)(last / f->query_scale_interval));
+            for (int a = 0; a < dq; a++)
+                q[(size_t)hd * dq + a] *= m_p;
+        }
         double m = -INFINITY;
         for (int j = 0; j < T; j++) {
             double sc = 0.0;
@@ -636,7 +662,7 @@ static void naive_last_token(const layer *L, int T, const float *x /* [T, D] */,
         double a = 0.0;
         for (int k = 0; k < H * dv; k++)
             a += (double)L->o_proj[(size_t)i * H * dv + k] * o[k];
-        u[i] = a;
+        u[i] = a + (f->o_proj_bias ? (double)f->o_proj_bias[i] : 0.0);
     }
     free(ckv);
     free(kr);
@@ -655,7 +681,7 @@ static void test_naive(const char *shape, mla_ref_config cfg, uint64_t seed)
         const int T = Ts[k];
         float *x = rand_input(T, cfg.hidden, seed * 3 + (uint64_t)T);
         double *u = dalloc(D), *lse_n = dalloc(H);
-        naive_last_token(&L, T, x, u, lse_n);
+        naive_last_token(&L, NULL, NULL, T, x, u, lse_n);
         for (int p = 0; p < 2; p++) {
             double *out = dalloc((size_t)T * D), *lse = dalloc((size_t)T * H);
             const int rc =
@@ -674,6 +700,482 @@ static void test_naive(const char *shape, mla_ref_config cfg, uint64_t seed)
         free(lse_n);
         free(x);
     }
+    free_layer(&L);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Features of the other model families (mla_ref_features)                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Relative error of a against a hand-computed value. */
+static double rel(double a, double want)
+{
+    return fabs(a - want) / fabs(want);
+}
+
+static void test_linear_freqs(void)
+{
+    /* linear, s = 4: f_i = theta^(-2i/dr) / 4 exactly, A = 1; tau = 192^(-1/2) g(4, 0.707)^2. */
+    mla_ref_config c = deepseek_rope_config(1.0, 1.0, 0.707);
+    mla_ref_features f = { 0 };
+    f.rope_type = MLA_REF_ROPE_LINEAR;
+    f.linear_factor = 4.0;
+    double inv[32], A = 0.0, worst = 0.0;
+    mla_ref_rope_tables_ext(&c, &f, 0, inv, &A);
+    for (int i = 0; i < 32; i++)
+        worst = fmax(worst, rel(inv[i], pow(1e4, -2.0 * i / 64.0) / 4.0));
+    const double g = 0.1 * 0.707 * log(4.0) + 1.0;
+    const double tau = mla_ref_softmax_scale_ext(&c, &f);
+    check(worst < 1e-15 && inv[0] == 0.25 && A == 1.0 && rel(tau, g * g / sqrt(192.0)) < 1e-15,
+          "linear_freqs", "max rel err %.3g, inv_freq[0]=%g (want 0.25), A=%g, tau=%.15g (want %.15g)", worst,
+          inv[0], A, tau, g * g / sqrt(192.0));
+}
+
+static void test_yarn_features(void)
+{
+    /* No truncation, DeepSeek's dr 64, theta 1e4, L 4096, beta 32/1:
+         low  = 64 ln(4096 / (2 pi 32)) / (2 ln 1e4) = 10.47224081...
+         high = 64 ln(4096 / (2 pi))    / (2 ln 1e4) = 22.51344064...
+       (truncated: 10 and 23, yarn_bounds_v2). */
+    mla_ref_config c = deepseek_rope_config(40.0, 1.0, 0.707);
+    mla_ref_features f = { 0 };
+    f.rope_type = MLA_REF_ROPE_YARN;
+    f.yarn_no_truncate = 1;
+    double low = 0.0, high = 0.0;
+    mla_ref_yarn_bounds_ext(&c, &f, &low, &high);
+    check(fabs(low - 10.47224081) < 1e-8 && fabs(high - 22.51344064) < 1e-8, "yarn_no_truncate_bounds",
+          "low=%.10f (want 10.47224081) high=%.10f (want 22.51344064)", low, high);
+
+    /* Pair 16: ramp = (16 - low) / (high - low) = 5.52775919 / 12.04119983 = 0.45907... */
+    double inv[32], A = 0.0;
+    mla_ref_rope_tables_ext(&c, &f, 0, inv, &A);
+    const double ramp = (16.0 - 10.472240810318025) / (22.513440636877274 - 10.472240810318025);
+    const double want16 = pow(1e4, -0.5) * (1.0 - ramp + ramp / 40.0);
+    check(rel(inv[16], want16) < 1e-14 && fabs(ramp - 0.45907) < 1e-5, "yarn_no_truncate_freq",
+          "inv_freq[16]=%.15g want %.15g (ramp %.6f)", inv[16], want16, ramp);
+
+    /* attention_factor replaces g(s, mscale) / g(s, mscale_all_dim), leaves f_i and tau alone. */
+    mla_ref_features fa = { 0 };
+    fa.rope_type = MLA_REF_ROPE_YARN;
+    fa.rope_attention_factor = 1.3;
+    double inv_a[32], inv_auto[32], A_a = 0.0, A_auto = 0.0;
+    mla_ref_rope_tables_ext(&c, &fa, 0, inv_a, &A_a);
+    mla_ref_rope_tables(&c, inv_auto, &A_auto);
+    check(A_a == 1.3 && memcmp(inv_a, inv_auto, sizeof inv_a) == 0 &&
+              mla_ref_softmax_scale_ext(&c, &fa) == mla_ref_softmax_scale(&c) && fabs(A_auto - 1.3) > 0.05,
+          "yarn_attention_factor", "A=%g (want 1.3; the mscale rule gives %.6f), frequencies and tau unchanged",
+          A_a, A_auto);
+}
+
+static void test_longrope_freqs(void)
+{
+    /* dr 8, theta 1e4: f0 = 1, 0.1, 0.01, 0.001. s 4, L 8: A = sqrt(1 + ln 4 / ln 8)
+       = sqrt(1 + 2/3) = sqrt(5/3) = 1.29099444873... for both factor lists. */
+    static const double short_f[4] = { 1.0, 2.0, 4.0, 8.0 }, long_f[4] = { 1.5, 3.0, 10.0, 40.0 };
+    mla_ref_config c = base_config(37, 3, 24, 40, 12, 8, 10);
+    mla_ref_features f = { 0 };
+    f.rope_type = MLA_REF_ROPE_LONGROPE;
+    f.longrope_short_factor = short_f;
+    f.longrope_long_factor = long_f;
+    f.longrope_factor = 4.0;
+    f.longrope_original_max_pos = 8.0;
+    double is[4], il[4], As = 0.0, Al = 0.0;
+    mla_ref_rope_tables_ext(&c, &f, 7, is, &As); /* last position 7: 7 + 1 > 8 is false: short */
+    mla_ref_rope_tables_ext(&c, &f, 8, il, &Al); /* last position 8: long */
+    const double want_s[4] = { 1.0, 0.05, 0.0025, 0.000125 }, want_l[4] = { 1.0 / 1.5, 0.1 / 3.0, 0.001, 0.000025 };
+    double worst = 0.0;
+    for (int i = 0; i < 4; i++)
+        worst = fmax(worst, fmax(rel(is[i], want_s[i]), rel(il[i], want_l[i])));
+    check(worst < 1e-14 && fabs(As - 1.2909944487358056) < 1e-15 && As == Al, "longrope_freqs",
+          "max rel err %.3g, A short %.16g long %.16g (want sqrt(5/3) = 1.2909944487358056)", worst, As, Al);
+    check(mla_ref_longrope_long(&c, &f, 7) == 0 && mla_ref_longrope_long(&c, &f, 8) == 1 &&
+              mla_ref_longrope_long(&c, NULL, 100) == 0,
+          "longrope_choice", "step ending at 7: %d, at 8: %d (want 0, 1); without features: %d",
+          mla_ref_longrope_long(&c, &f, 7), mla_ref_longrope_long(&c, &f, 8), mla_ref_longrope_long(&c, NULL, 100));
+    /* s <= 1: A = 1; an attention factor wins. */
+    f.longrope_factor = 1.0;
+    mla_ref_rope_tables_ext(&c, &f, 0, is, &As);
+    f.rope_attention_factor = 0.9;
+    mla_ref_rope_tables_ext(&c, &f, 0, is, &Al);
+    check(As == 1.0 && Al == 0.9, "longrope_amplitude_rules", "A with s 1: %g (want 1), with attention 0.9: %g",
+          As, Al);
+}
+
+static void test_llama3_freqs(void)
+{
+    /* dr 8, theta 1e4: f0 = 1, 0.1, 0.01, 0.001, wavelengths 2 pi / f0 = 6.28, 62.83, 628.3, 6283.
+       s 8, lo 1, hi 8, L 256: L/hi = 32, L/lo = 256.
+         pair 0: 6.28 < 32: kept, 1;
+         pair 1: 32 <= 62.83 <= 256: a = (256 / (20 pi) - 1) / 7, and
+                 f = (1 - a) 0.1/8 + a 0.1 = (0.1/8)(1 + 7a) = (0.1/8)(256 / (20 pi)) = 0.16 / pi
+                   = 0.0509295817894...;
+         pair 2: 628.3 > 256: 0.01 / 8 = 0.00125;  pair 3: 0.000125.
+       A = 1; tau = 20^(-1/2) (0.1 ln 8 + 1)^2 = 0.326271180990... with mscale_all_dim 1, dq 12 + 8. */
+    mla_ref_config c = base_config(37, 3, 24, 40, 12, 8, 10);
+    c.yarn_mscale_all_dim = 1.0;
+    mla_ref_features f = { 0 };
+    f.rope_type = MLA_REF_ROPE_LLAMA3;
+    f.llama3_factor = 8.0;
+    f.llama3_low_freq_factor = 1.0;
+    f.llama3_high_freq_factor = 8.0;
+    f.llama3_original_max_pos = 256.0;
+    double inv[4], A = 0.0;
+    mla_ref_rope_tables_ext(&c, &f, 0, inv, &A);
+    const double want[4] = { 1.0, 0.16 / M_PI, 0.00125, 0.000125 };
+    double worst = 0.0;
+    for (int i = 0; i < 4; i++)
+        worst = fmax(worst, rel(inv[i], want[i]));
+    const double tau = mla_ref_softmax_scale_ext(&c, &f);
+    check(worst < 1e-14 && fabs(inv[1] - 0.0509295817894065) < 1e-16 && A == 1.0 &&
+              fabs(tau - 0.32627118099068) < 1e-13,
+          "llama3_freqs", "max rel err %.3g, inv_freq[1]=%.16g (want 0.16/pi), A=%g, tau=%.14f (want 0.32627118099068)",
+          worst, inv[1], A, tau);
+}
+
+static void test_none_and_query_scale(void)
+{
+    mla_ref_config c = base_config(37, 3, 24, 40, 12, 8, 10);
+    c.yarn_mscale_all_dim = 1.0;
+    mla_ref_features f = { 0 };
+    f.rope_type = MLA_REF_ROPE_NONE;
+    double x[8], x0[8];
+    for (int i = 0; i < 8; i++)
+        x[i] = x0[i] = 0.1 * i - 0.3;
+    mla_ref_rope_apply_ext(&c, &f, x, 1234, 1234);
+    check(memcmp(x, x0, sizeof x) == 0 && mla_ref_softmax_scale_ext(&c, &f) == 1.0 / sqrt(20.0), "rope_none",
+          "values unchanged at position 1234; tau = 20^(-1/2)");
+
+    /* m(p) = 1 + 0.5 ln(1 + floor(p / 4)): 1 for p 0..3, 1 + 0.5 ln 2 = 1.34657359028 for 4..7,
+       1 + 0.5 ln 3 = 1.54930614433 at 8, 1 + 0.5 ln 4 = 1 + ln 2 = 1.69314718056 at 12. */
+    mla_ref_features q = { 0 };
+    q.query_scale_beta = 0.5;
+    q.query_scale_interval = 4;
+    const long pos[7] = { 0, 3, 4, 7, 8, 12, 15 };
+    const double want[7] = { 1.0, 1.0, 1.3465735902799727, 1.3465735902799727, 1.549306144334055,
+                             1.6931471805599454, 1.6931471805599454 };
+    double worst = 0.0;
+    for (int k = 0; k < 7; k++)
+        worst = fmax(worst, rel(mla_ref_query_scale(&q, pos[k]), want[k]));
+    check(worst < 1e-15 && mla_ref_query_scale(NULL, 1000) == 1.0, "query_scale_values",
+          "max rel err %.3g over p = 0, 3, 4, 7, 8, 12, 15", worst);
+}
+
+/* Random biases for the layer: sets f's three pointers to arrays it allocates (free_biases). */
+static void make_biases(const layer *L, mla_ref_features *f, int with_q)
+{
+    const mla_ref_config *c = &L->cfg;
+    f->q_a_proj_bias = with_q && c->q_lora_rank > 0 ? rand_matrix(1, (size_t)c->q_lora_rank) : NULL;
+    f->kv_a_proj_with_mqa_bias = rand_matrix(1, (size_t)(c->kv_lora_rank + c->rope_dim));
+    f->o_proj_bias = rand_matrix(1, (size_t)c->hidden);
+}
+
+static void free_biases(mla_ref_features *f)
+{
+    free((void *)f->q_a_proj_bias);
+    free((void *)f->kv_a_proj_with_mqa_bias);
+    free((void *)f->o_proj_bias);
+    f->q_a_proj_bias = f->kv_a_proj_with_mqa_bias = f->o_proj_bias = NULL;
+}
+
+/* What each feature does to the outputs, in isolation, on one layer and input. */
+static void test_feature_effects(void)
+{
+    mla_ref_config cfg = odd_config(0);
+    layer L = make_layer(&cfg, 61);
+    enum { T = 9 };
+    const size_t D = (size_t)cfg.hidden, H = (size_t)cfg.heads, rkv = (size_t)cfg.kv_lora_rank;
+    const size_t dr = (size_t)cfg.rope_dim;
+    float *x = rand_input(T, cfg.hidden, 62);
+    double *out0 = dalloc(T * D), *ckv0 = dalloc(T * rkv), *kr0 = dalloc(T * dr), *qt0 = dalloc(T * H * rkv);
+    double *qr0 = dalloc(T * H * dr);
+    double *out1 = dalloc(T * D), *ckv1 = dalloc(T * rkv), *kr1 = dalloc(T * dr), *qt1 = dalloc(T * H * rkv);
+    double *qr1 = dalloc(T * H * dr);
+    int rc = mla_ref_forward(&L.cfg, &L.w, T, x, 0, out0, ckv0, kr0, qt0, qr0, NULL, NULL);
+
+    /* The query scale multiplies q~ and q^R of token t by exactly m(t); keys are unchanged. */
+    mla_ref_features q = { 0 };
+    q.query_scale_beta = 0.5;
+    q.query_scale_interval = 4;
+    rc |= mla_ref_forward_ext(&L.cfg, &q, &L.w, T, x, NULL, 0, 0, out1, ckv1, kr1, qt1, qr1, NULL, NULL);
+    double worst = 0.0;
+    for (size_t t = 0; t < T; t++) {
+        const double m = mla_ref_query_scale(&q, (long)t);
+        for (size_t i = 0; i < H * rkv; i++)
+            worst = fmax(worst, fabs(qt1[t * H * rkv + i] - m * qt0[t * H * rkv + i]));
+        for (size_t i = 0; i < H * dr; i++)
+            worst = fmax(worst, fabs(qr1[t * H * dr + i] - m * qr0[t * H * dr + i]));
+    }
+    check(rc == 0 && worst < 1e-13 && memcmp(ckv0, ckv1, T * rkv * sizeof(double)) == 0 &&
+              memcmp(kr0, kr1, T * dr * sizeof(double)) == 0 && rel_err_dd(out1, out0, T * D) > 1e-3,
+          "query_scale_effect", "max |q(m) - m q| = %.3g, keys bitwise unchanged, out moved by rel %.3g", worst,
+          rel_err_dd(out1, out0, T * D));
+
+    /* Latent scales: c^KV times skv exactly; q~ (linear in c^Q) times sq. */
+    mla_ref_features ls = { 0 };
+    ls.q_latent_scale = 1.7;
+    ls.kv_latent_scale = 0.6;
+    rc |= mla_ref_forward_ext(&L.cfg, &ls, &L.w, T, x, NULL, 0, 0, out1, ckv1, kr1, qt1, qr1, NULL, NULL);
+    double e_kv = 0.0, e_q = 0.0;
+    for (size_t i = 0; i < T * rkv; i++)
+        e_kv = fmax(e_kv, fabs(ckv1[i] - 0.6 * ckv0[i]));
+    for (size_t i = 0; i < T * H * rkv; i++)
+        e_q = fmax(e_q, fabs(qt1[i] - 1.7 * qt0[i]));
+    check(rc == 0 && e_kv < 1e-14 && e_q < 1e-13 && memcmp(kr0, kr1, T * dr * sizeof(double)) == 0,
+          "latent_scales_effect", "max |ckv - 0.6 ckv0| = %.3g, max |q~ - 1.7 q~0| = %.3g, k^R unchanged", e_kv,
+          e_q);
+
+    /* Biases: the o_proj bias adds to the output; the rope part of the kv_a bias adds to k^R before
+       RoPE, so at position 0 (no rotation, A = 1) k^R = (kv_a x)_rope + b_rope. */
+    mla_ref_features b = { 0 };
+    make_biases(&L, &b, 0);
+    mla_ref_features ob = { 0 };
+    ob.o_proj_bias = b.o_proj_bias;
+    rc |= mla_ref_forward_ext(&L.cfg, &ob, &L.w, T, x, NULL, 0, 0, out1, NULL, NULL, NULL, NULL, NULL, NULL);
+    double e_o = 0.0;
+    for (size_t t = 0; t < T; t++)
+        for (size_t i = 0; i < D; i++)
+            e_o = fmax(e_o, fabs(out1[t * D + i] - out0[t * D + i] - (double)b.o_proj_bias[i]));
+    mla_ref_features kb = { 0 };
+    kb.kv_a_proj_with_mqa_bias = b.kv_a_proj_with_mqa_bias;
+    rc |= mla_ref_forward_ext(&L.cfg, &kb, &L.w, T, x, NULL, 0, 0, out1, ckv1, kr1, NULL, NULL, NULL, NULL);
+    double e_k = 0.0;
+    for (size_t r = 0; r < dr; r++) {
+        double a = 0.0;
+        for (size_t i = 0; i < D; i++)
+            a += (double)L.kv_a[(rkv + r) * D + i] * x[i];
+        e_k = fmax(e_k, fabs(kr1[r] - (a + (double)b.kv_a_proj_with_mqa_bias[rkv + r])));
+    }
+    check(rc == 0 && e_o < 1e-14 && e_k < 1e-14 && rel_err_dd(ckv1, ckv0, T * rkv) > 1e-3, "bias_effect",
+          "max |out_b - out - b| = %.3g, max |k^R_0 - (kv_a x + b)_rope| = %.3g, c^KV moved by rel %.3g", e_o, e_k,
+          rel_err_dd(ckv1, ckv0, T * rkv));
+    free_biases(&b);
+
+    /* Steps change nothing but LongRoPE's choice: the same features (no LongRoPE), fed as 4 + 1 + 3 + 1,
+       give bitwise the same result. */
+    static const int steps[4] = { 4, 1, 3, 1 };
+    rc |= mla_ref_forward_ext(&L.cfg, &q, &L.w, T, x, steps, 4, 1, out1, NULL, NULL, NULL, NULL, NULL, NULL);
+    rc |= mla_ref_forward_ext(&L.cfg, &q, &L.w, T, x, NULL, 0, 1, out0, NULL, NULL, NULL, NULL, NULL, NULL);
+    check(rc == 0 && memcmp(out0, out1, T * D * sizeof(double)) == 0, "steps_neutral_without_longrope",
+          "4+1+3+1 steps == one step, bitwise");
+
+    free(out0);
+    free(ckv0);
+    free(kr0);
+    free(qt0);
+    free(qr0);
+    free(out1);
+    free(ckv1);
+    free(kr1);
+    free(qt1);
+    free(qr1);
+    free(x);
+    free_layer(&L);
+}
+
+/* LongRoPE in a forward pass: each step's tokens rotated by the step's choice, keys keeping theirs. */
+static void test_longrope_steps(void)
+{
+    static const double short_f[4] = { 1.0, 1.7, 2.9, 4.3 }, long_f[4] = { 2.0, 5.0, 9.0, 30.0 };
+    mla_ref_config cfg = odd_config(0);
+    layer L = make_layer(&cfg, 71);
+    mla_ref_features f = { 0 };
+    f.rope_type = MLA_REF_ROPE_LONGROPE;
+    f.longrope_short_factor = short_f;
+    f.longrope_long_factor = long_f;
+    f.longrope_factor = 4.0;
+    f.longrope_original_max_pos = 8.0;
+    enum { T = 11 };
+    const size_t D = (size_t)cfg.hidden, rkv = (size_t)cfg.kv_lora_rank, dr = (size_t)cfg.rope_dim;
+    float *x = rand_input(T, cfg.hidden, 72);
+    static const int steps[5] = { 6, 1, 1, 1, 2 }; /* steps end at 5, 6, 7, 8, 10: long from 8 on */
+    const long step_last[T] = { 5, 5, 5, 5, 5, 5, 6, 7, 8, 10, 10 };
+    double *kr_steps = dalloc(T * dr), *kr_one = dalloc(T * dr), *out = dalloc(T * D), *ckv = dalloc(T * rkv);
+    int rc = mla_ref_forward_ext(&L.cfg, &f, &L.w, T, x, steps, 5, 0, out, ckv, kr_steps, NULL, NULL, NULL, NULL);
+    rc |= mla_ref_forward_ext(&L.cfg, &f, &L.w, T, x, NULL, 0, 0, out, ckv, kr_one, NULL, NULL, NULL, NULL);
+    /* Each k^R against the raw projection rotated one pair at a time for its step. */
+    double e_steps = 0.0, e_one = 0.0;
+    for (size_t t = 0; t < T; t++) {
+        double k[8], k1[8];
+        for (size_t r = 0; r < dr; r++) {
+            double a = 0.0;
+            for (size_t i = 0; i < D; i++)
+                a += (double)L.kv_a[(rkv + r) * D + i] * x[t * D + i];
+            k[r] = k1[r] = a;
+        }
+        mla_ref_rope_apply_ext(&L.cfg, &f, k, (long)t, step_last[t]);
+        mla_ref_rope_apply_ext(&L.cfg, &f, k1, (long)t, T - 1); /* one step of 11 > 8: all long */
+        for (size_t r = 0; r < dr; r++) {
+            e_steps = fmax(e_steps, fabs(kr_steps[t * dr + r] - k[r]));
+            e_one = fmax(e_one, fabs(kr_one[t * dr + r] - k1[r]));
+        }
+    }
+    /* Short and long rotations differ where the steps differ (token 3: short in 6+..., long in one step). */
+    const double moved = rel_err_dd(kr_steps + 3 * dr, kr_one + 3 * dr, dr);
+    const double same8 = rel_err_dd(kr_steps + 8 * dr, kr_one + 8 * dr, dr);
+    check(rc == 0 && e_steps < 1e-14 && e_one < 1e-14 && moved > 1e-2 && same8 < 1e-15, "longrope_steps_keys",
+          "k^R vs rope_apply_ext per step: %.3g, one step: %.3g; token 3 short vs long: rel %.3g; token 8 long in "
+          "both: %.3g",
+          e_steps, e_one, moved, same8);
+
+    /* The last token against the naive evaluation, both as steps and as one step. */
+    double *u = dalloc(D), *lse_n = dalloc((size_t)cfg.heads), *lse = dalloc(T * (size_t)cfg.heads);
+    for (int p = 0; p < 2; p++) {
+        for (int stepped = 0; stepped < 2; stepped++) {
+            naive_last_token(&L, &f, stepped ? step_last : NULL, T, x, u, lse_n);
+            rc = mla_ref_forward_ext(&L.cfg, &f, &L.w, T, x, stepped ? steps : NULL, stepped ? 5 : 0, p, out, NULL,
+                                     NULL, NULL, NULL, NULL, lse);
+            char name[96];
+            snprintf(name, sizeof name, "naive_longrope_%s_%s", stepped ? "steps" : "one_step",
+                     p ? "decompressed" : "absorbed");
+            const double e_out = rel_err_dd(out + (T - 1) * D, u, D);
+            const double e_lse = rel_err_dd(lse + (T - 1) * (size_t)cfg.heads, lse_n, (size_t)cfg.heads);
+            check(rc == 0 && e_out <= 1e-10 && e_lse <= 1e-10, name, "last token rel err out %.2g lse %.2g", e_out,
+                  e_lse);
+        }
+    }
+    free(u);
+    free(lse_n);
+    free(lse);
+    free(kr_steps);
+    free(kr_one);
+    free(out);
+    free(ckv);
+    free(x);
+    free_layer(&L);
+}
+
+/* Every feature at once against the naive evaluation, q_lora present and absent. */
+static void test_naive_features(void)
+{
+    static const double short_f[4] = { 1.0, 1.3, 2.2, 3.1 }, long_f[4] = { 1.1, 4.0, 7.0, 19.0 };
+    for (int variant = 0; variant < 5; variant++) {
+        mla_ref_config cfg = variant % 2 ? base_config(29, 5, 0, 23, 7, 8, 9) : odd_config(0);
+        cfg.rope_half_split = variant % 2;
+        cfg.yarn_mscale_all_dim = 0.8;
+        layer L = make_layer(&cfg, 81 + (uint64_t)variant);
+        mla_ref_features f = { 0 };
+        const char *what = "";
+        switch (variant) {
+        case 0:
+            f.rope_type = MLA_REF_ROPE_YARN;
+            cfg.yarn_factor = 8.0;
+            cfg.yarn_original_max_pos = 64.0;
+            f.yarn_no_truncate = 1;
+            f.rope_attention_factor = 1.2;
+            what = "yarn";
+            break;
+        case 1:
+            f.rope_type = MLA_REF_ROPE_LLAMA3;
+            f.llama3_factor = 8.0;
+            f.llama3_low_freq_factor = 1.0;
+            f.llama3_high_freq_factor = 8.0;
+            f.llama3_original_max_pos = 256.0;
+            what = "llama3";
+            break;
+        case 2:
+            f.rope_type = MLA_REF_ROPE_LONGROPE;
+            f.longrope_short_factor = short_f;
+            f.longrope_long_factor = long_f;
+            f.longrope_factor = 3.0;
+            f.longrope_original_max_pos = 4.0;
+            what = "longrope";
+            break;
+        case 3:
+            f.rope_type = MLA_REF_ROPE_NONE;
+            what = "none";
+            break;
+        default:
+            f.rope_type = MLA_REF_ROPE_LINEAR;
+            f.linear_factor = 3.0;
+            what = "linear";
+            break;
+        }
+        L.cfg = cfg;
+        f.query_scale_beta = 0.4;
+        f.query_scale_interval = 2;
+        f.q_latent_scale = 1.4;
+        f.kv_latent_scale = 0.7;
+        make_biases(&L, &f, 1);
+        char shape[64];
+        snprintf(shape, sizeof shape, "features_%s_%s", what, cfg.q_lora_rank ? "q_lora" : "q_proj");
+        static const int Ts[] = { 1, 7 };
+        const size_t D = (size_t)cfg.hidden, H = (size_t)cfg.heads;
+        for (size_t k = 0; k < 2; k++) {
+            const int T = Ts[k];
+            float *x = rand_input(T, cfg.hidden, 90 + (uint64_t)variant * 7 + (uint64_t)T);
+            double *u = dalloc(D), *lse_n = dalloc(H);
+            naive_last_token(&L, &f, NULL, T, x, u, lse_n);
+            for (int p = 0; p < 2; p++) {
+                double *out = dalloc((size_t)T * D), *lse = dalloc((size_t)T * H);
+                const int rc = mla_ref_forward_ext(&L.cfg, &f, &L.w, T, x, NULL, 0, p, out, NULL, NULL, NULL, NULL,
+                                                   NULL, lse);
+                const double e_out = rel_err_dd(out + (size_t)(T - 1) * D, u, D);
+                const double e_lse = rel_err_dd(lse + (size_t)(T - 1) * H, lse_n, H);
+                char name[128];
+                snprintf(name, sizeof name, "naive_%s_%s_T%d", shape, p ? "decompressed" : "absorbed", T);
+                check(rc == 0 && e_out <= 1e-10 && e_lse <= 1e-10, name, "last token rel err out %.2g lse %.2g",
+                      e_out, e_lse);
+                free(out);
+                free(lse);
+            }
+            free(u);
+            free(lse_n);
+            free(x);
+        }
+        free_biases(&f);
+        free_layer(&L);
+    }
+}
+
+static void test_bad_features(void)
+{
+    mla_ref_config cfg = odd_config(0);
+    layer L = make_layer(&cfg, 5);
+    float *x = rand_input(3, cfg.hidden, 6);
+    double *out = dalloc(3 * (size_t)cfg.hidden);
+    static const double ok_f[4] = { 1, 1, 1, 1 }, zero_f[4] = { 1, 0, 1, 1 };
+    int bad = 0, n = 0;
+    mla_ref_features f = { 0 };
+#define REJECTS(steps_, nsteps_)                                                                                   \
+    (n++, bad += mla_ref_forward_ext(&L.cfg, &f, &L.w, 3, x, steps_, nsteps_, 0, out, NULL, NULL, NULL, NULL, NULL, \
+                                     NULL) == -1)
+    f.rope_type = (mla_ref_rope_type)7;
+    REJECTS(NULL, 0);
+    f.rope_type = MLA_REF_ROPE_LINEAR; /* linear_factor 0 */
+    REJECTS(NULL, 0);
+    f.rope_type = MLA_REF_ROPE_LONGROPE; /* no factor lists */
+    f.longrope_original_max_pos = 8;
+    REJECTS(NULL, 0);
+    f.longrope_short_factor = ok_f;
+    f.longrope_long_factor = zero_f;
+    REJECTS(NULL, 0);
+    f.rope_type = MLA_REF_ROPE_LLAMA3; /* hi <= lo */
+    f.llama3_factor = 8;
+    f.llama3_original_max_pos = 64;
+    f.llama3_low_freq_factor = f.llama3_high_freq_factor = 2;
+    REJECTS(NULL, 0);
+    memset(&f, 0, sizeof f);
+    f.query_scale_beta = 0.1; /* interval 0 */
+    REJECTS(NULL, 0);
+    memset(&f, 0, sizeof f);
+    static const int short_steps[2] = { 1, 1 }, zero_step[3] = { 2, 0, 1 };
+    REJECTS(short_steps, 2); /* 2 tokens of 3 */
+    REJECTS(zero_step, 3);
+    mla_ref_config q_proj_cfg = base_config(37, 3, 0, 40, 12, 8, 10);
+    layer Q = make_layer(&q_proj_cfg, 7);
+    const float qb[1] = { 0.5f };
+    f.q_a_proj_bias = qb; /* q_proj has no bias */
+    n++;
+    bad += mla_ref_forward_ext(&Q.cfg, &f, &Q.w, 3, x, NULL, 0, 0, out, NULL, NULL, NULL, NULL, NULL, NULL) == -1;
+#undef REJECTS
+    memset(&f, 0, sizeof f);
+    const int good = mla_ref_forward_ext(&L.cfg, &f, &L.w, 3, x, short_steps, 0, 0, out, NULL, NULL, NULL, NULL,
+                                         NULL, NULL) == 0;
+    check(bad == n && good, "bad_features", "%d of %d bad calls rejected, valid call ok: %s", bad, n,
+          good ? "yes" : "no");
+    free(out);
+    free(x);
+    free_layer(&Q);
     free_layer(&L);
 }
 
@@ -727,7 +1229,16 @@ int main(void)
     test_latent_attention();
     test_naive("v2lite_small", small_v2lite_config(), 21);
     test_naive("odd_yarn", odd_config(1), 22);
+    test_linear_freqs();
+    test_yarn_features();
+    test_longrope_freqs();
+    test_llama3_freqs();
+    test_none_and_query_scale();
+    test_feature_effects();
+    test_longrope_steps();
+    test_naive_features();
     test_bad_arguments();
+    test_bad_features();
     test_max_rel_err();
     printf("%d passed, %d failed\n", g_passed, g_failed);
     return g_failed == 0 ? 0 : 1;
