@@ -1,4 +1,4 @@
-/* Extreme inputs, against the float64 reference (tests/ref/):
+/* Extreme inputs, against the float64 reference (ref/):
  *   scale     hidden states scaled by 1e3, 1e-3 and 0 (with q_proj the scores grow with the square
  *             of the scale: ~1e5 at x1e3, far past where a naive exp overflows), f32 and f16
  *             caches, both paths, prefill then decode: outputs finite and within tolerance;

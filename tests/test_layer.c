@@ -1,4 +1,4 @@
-/* clmla_layer_forward against the float64 reference (tests/ref/), with random fixed-seed weights:
+/* clmla_layer_forward against the float64 reference (ref/), with random fixed-seed weights:
  *   shapes    odd sizes (3/5/1/2/16 heads, kv_lora 40/72/3, rope 8/6/2, D 37/64/96/7/160), both rope
  *             pairings, YaRN on and off (amplitude != 1 too), q_lora absent and present, f32 and
  *             f16 caches, each path, and the two paths against each other;
@@ -927,8 +927,8 @@ static int presets_requested(int argc, char **argv)
 
 static void test_presets(void)
 {
-    /* (MiniCPM3's LongRoPE and Mistral Small 4's query scale are outside tests/ref; transformers
-       checks them, tests/fixtures/parity.) */
+    /* (MiniCPM3's LongRoPE and Mistral Small 4's query scale are checked on small shapes by
+       test_layer_features and against transformers by test_parity_fixtures.) */
     static const clmla_preset presets[] = {CLMLA_PRESET_DEEPSEEK_V2_LITE, CLMLA_PRESET_DEEPSEEK_V2,
                                            CLMLA_PRESET_DEEPSEEK_V3,      CLMLA_PRESET_KIMI_K2,
                                            CLMLA_PRESET_GLM_4_7_FLASH,    CLMLA_PRESET_MOONLIGHT};

@@ -1,5 +1,5 @@
 /* clmla_layer_forward with the model-family features of clmla_layer_config on, against the float64
- * reference's mla_ref_forward_ext (tests/ref/, written from docs/MLA.md sections 2-4):
+ * reference's mla_ref_forward_ext (ref/, written from docs/MLA.md sections 2-4):
  *   rope types linear (with mscale_all_dim in tau), yarn with rope_attention_factor, yarn with
  *   yarn_no_truncate, LongRoPE with the whole sequence inside L and past it (a decode crossing L),
  *   llama3, none; the per-position query scale (an explicit interval, and interval 0 = L); the

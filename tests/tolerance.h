@@ -1,5 +1,5 @@
 /* Every numerical tolerance of the test suite, in one place. Errors are relative to the float64
-   reference (tests/ref/): max|got - want| / max|want| over the compared array (mla_ref_max_rel_err),
+   reference (ref/): max|got - want| / max|want| over the compared array (mla_ref_max_rel_err),
    unless a line says otherwise. */
 #ifndef CLMLA_TEST_TOLERANCE_H
 #define CLMLA_TEST_TOLERANCE_H

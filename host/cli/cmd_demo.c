@@ -1,6 +1,6 @@
 /* clmla demo: DeepSeek-V2-Lite-shaped attention with random weights on one device: prefill, then
    decode through the paged latent cache, timed, and the last step checked against the float64
-   CPU reference (tests/ref). */
+   CPU reference (ref/). */
 #define _POSIX_C_SOURCE 200809L
 #include "args.h"
 #include "clmla.h"
