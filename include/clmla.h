@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define CLMLA_VERSION_MAJOR 0
-#define CLMLA_VERSION_MINOR 2
+#define CLMLA_VERSION_MINOR 3
 #define CLMLA_VERSION_PATCH 0
 
 /* "MAJOR.MINOR.PATCH" of the library actually linked. */
