@@ -10,5 +10,5 @@ typedef struct clmla_embedded_kernel {
 } clmla_embedded_kernel;
 
 extern const clmla_embedded_kernel clmla_embedded_kernels[]; /* ends with a {NULL} entry */
-extern const size_t clmla_embedded_kernel_count;
+extern const size_t clmla_embedded_kernels_count;
 #endif
