@@ -68,7 +68,7 @@
 /* The cache's loads (cl/prelude.cl); float rows of a multiple of 4 start 16-byte aligned, so
    their float4s load as such. */
 #define LOAD(p, i) CACHE_LOAD(p, i)
-#if !defined(CACHE_F16) && ROW % 4 == 0
+#if !defined(CACHE_CONVERTS) && ROW % 4 == 0
 #define LOAD4(p, i) (((__global const float4 *)(p))[i])
 #else
 #define LOAD4(p, i) CACHE_LOAD4(p, i)
@@ -311,7 +311,7 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
 /* ---- the same attention for CPU devices -------------------------------------------------------
  *
  * attn_latent_rows: one work-item per (head group of HGC heads, split, token), no barriers. The
- * item walks its keys in tiles of KTC rows (an f32 tile is read in place; an f16 tile is converted
+ * item walks its keys in tiles of KTC rows (an f32 tile is read in place; an f16 or bf16 tile is converted
  * into private memory by the first score pass, which uses the values as it converts them), computes
  * the HGC x KTC scores two heads by four keys
  * at a time in float8 registers, runs the online softmax eight heads per vector, then adds the
@@ -364,9 +364,9 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
 
     float q[HGC][ROW];   /* the group's queries [q~ ; q^R], pre-scaled by `scale` * log2(e) */
     float acc[HGC][RKV];
-#ifdef CACHE_F16
+#ifdef CACHE_CONVERTS
     float tile[KTC][ROW]; /* the tile's rows converted to float, in the first score passes */
-    __global const half *hrow[KTC];
+    __global const CACHE_T *hrow[KTC];
 #define TROW(kk) (tile[kk])
 #else
     __global const float *trow[KTC]; /* f32: the tile's rows are read in place */
@@ -392,12 +392,12 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
 
     for (int j0 = k_begin; j0 < k_end; j0 += KTC) {
         const int nk = min(KTC, k_end - j0);
-#ifdef CACHE_F16
+#ifdef CACHE_CONVERTS
         for (int kk = 0; kk < KTC; kk++) {
             const int j = j0 + min(kk, nk - 1); /* past the end: repeat the last row, masked below */
             hrow[kk] = cache + ((size_t)table[j / block_tokens] * block_tokens + j % block_tokens) * ROW;
             for (int d = ROW8; d < ROW; d++)
-                tile[kk][d] = vload_half(d, hrow[kk]);
+                tile[kk][d] = CACHE_LOAD(hrow[kk], d);
         }
 #else
         for (int kk = 0; kk < KTC; kk++) {
@@ -417,13 +417,13 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
         for (int h = 0; h < HGC; h += 2) {
             for (int kk = 0; kk < KTC; kk += 4) {
                 float8 s00 = 0, s01 = 0, s02 = 0, s03 = 0, s10 = 0, s11 = 0, s12 = 0, s13 = 0;
-#ifdef CACHE_F16
+#ifdef CACHE_CONVERTS
                 /* the first pass (h == 0) converts the tile as it goes; the others read it */
 #define SCORE_STEP_CONVERT(d)                                                                       \
     do {                                                                                            \
         const float8 a = vload8(0, &q[h][d]), b = vload8(0, &q[h + 1][d]);                          \
-        const float8 c0 = vload_half8(0, hrow[kk] + (d)), c1 = vload_half8(0, hrow[kk + 1] + (d));  \
-        const float8 c2 = vload_half8(0, hrow[kk + 2] + (d)), c3 = vload_half8(0, hrow[kk + 3] + (d)); \
+        const float8 c0 = CACHE_LOAD8(hrow[kk] + (d), 0), c1 = CACHE_LOAD8(hrow[kk + 1] + (d), 0);  \
+        const float8 c2 = CACHE_LOAD8(hrow[kk + 2] + (d), 0), c3 = CACHE_LOAD8(hrow[kk + 3] + (d), 0); \
         vstore8(c0, 0, &tile[kk][d]); vstore8(c1, 0, &tile[kk + 1][d]);                             \
         vstore8(c2, 0, &tile[kk + 2][d]); vstore8(c3, 0, &tile[kk + 3][d]);                         \
         s00 = fma(a, c0, s00); s01 = fma(a, c1, s01); s02 = fma(a, c2, s02); s03 = fma(a, c3, s03); \
@@ -458,7 +458,7 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
         for (; d < ROW8; d += 8)                                                                    \
             STEP(d);                                                                                \
     } while (0)
-#ifdef CACHE_F16
+#ifdef CACHE_CONVERTS
                 if (h == 0)
                     SCORE_PASS(SCORE_STEP_CONVERT);
                 else

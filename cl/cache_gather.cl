@@ -1,7 +1,7 @@
 /* Copies tokens [0, n) of one sequence out of the paged cache into a dense float32 matrix, for
  * the decompressed path's up-projection (and for reading the cache back).
  *
- *   cache       : [rows, RKV + DR] float, or half with CACHE_F16
+ *   cache       : [rows, RKV + DR] of CACHE_T (cl/prelude.cl: float, half or bf16)
  *   block_table : from table_offset, the sequence's block ids; token j lives in row
  *                 block_table[j / block_tokens] * block_tokens + j % block_tokens
  *   out         : [n, RKV + DR] float32 from out_offset

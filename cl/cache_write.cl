@@ -4,7 +4,7 @@
  *   c_kv   : rows of RKV floats, row t at c_kv[c_kv_offset + t*c_kv_stride]
  *   k_rope : rows of DR floats,  row t at k_rope[k_rope_offset + t*k_rope_stride]
  *   slots  : [T] cache row of token t (block * block_tokens + index in block)
- *   cache  : [rows, RKV + DR] of float, or of half with CACHE_F16 (vstore_half_rte)
+ *   cache  : [rows, RKV + DR] of CACHE_T (cl/prelude.cl: float, half or bf16), rounded to nearest even
  *
  * Work-item (d, t) copies element d of the cache row of token t. */
 #ifndef RKV

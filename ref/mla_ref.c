@@ -72,6 +72,80 @@ static void matvec_t(const float *W /* [rows, cols] */, size_t rows, size_t cols
 }
 
 /* In place: x = w * x / sqrt(mean(x^2) + eps), all in double. */
+/* x rounded to `bits` significant bits, ties to even, with values below 2^min_exp kept on the
+   grid of 2^(min_exp - bits + 1) (subnormals). */
+static double round_to_bits(double x, int bits, int min_exp)
+{
+    if (x == 0.0 || !isfinite(x))
+        return x;
+    const double a = fabs(x);
+    int e = 0;
+    frexp(a, &e);                                  /* a in [2^(e-1), 2^e) */
+    const int lead = e - 1 < min_exp ? min_exp : e - 1; /* exponent of the leading bit's place */
+    const double quantum = ldexp(1.0, lead - bits + 1);
+    const double q = a / quantum;                  /* exact: a power of two */
+    double r = floor(q);
+    const double frac = q - r;
+    if (frac > 0.5 || (frac == 0.5 && fmod(r, 2.0) != 0.0))
+        r += 1.0;
+    return copysign(r * quantum, x);               /* a value that rounds to 0 keeps its sign */
+}
+
+double mla_ref_round_f16(double x)
+{
+    return round_to_bits(x, 11, -14);
+}
+
+double mla_ref_round_bf16(double x)
+{
+    return round_to_bits(x, 8, -126);
+}
+
+double mla_ref_decode_f16(unsigned bits)
+{
+    const int sign = (bits >> 15) & 1, e = (bits >> 10) & 31, m = bits & 1023;
+    double v;
+    if (e == 31)
+        v = m ? NAN : INFINITY;
+    else if (e == 0)
+        v = ldexp((double)m, -24);
+    else
+        v = ldexp(1024.0 + m, e - 25);
+    return sign ? -v : v;
+}
+
+double mla_ref_decode_bf16(unsigned bits)
+{
+    const int sign = (bits >> 15) & 1, e = (bits >> 7) & 255, m = bits & 127;
+    double v;
+    if (e == 255)
+        v = m ? NAN : INFINITY;
+    else if (e == 0)
+        v = ldexp((double)m, -133);
+    else
+        v = ldexp(128.0 + m, e - 134);
+    return sign ? -v : v;
+}
+
+double mla_ref_decode_e4m3(unsigned bits)
+{
+    const int sign = (bits >> 7) & 1, e = (bits >> 3) & 15, m = bits & 7;
+    double v;
+    if (e == 15 && m == 7)
+        v = NAN;
+    else if (e == 0)
+        v = ldexp((double)m, -9);
+    else
+        v = ldexp(8.0 + m, e - 10);
+    return sign ? -v : v;
+}
+
+static void round_cache(mla_ref_cache_type type, double *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        v[i] = type == MLA_REF_CACHE_F16 ? mla_ref_round_f16(v[i]) : type == MLA_REF_CACHE_BF16 ? mla_ref_round_bf16(v[i]) : v[i];
+}
+
 static void rmsnorm(double *x /* [n] */, const float *w /* [n] */, size_t n, double eps)
 {
     double ss = 0.0;
@@ -588,6 +662,7 @@ int mla_ref_forward_ext(const mla_ref_config *cfg, const mla_ref_features *f, co
             scale_by(kv, rkv, skv);
             if (rotate)
                 rope_rotate((int)dr, cfg->rope_half_split, inv_freq, amplitude, kv + rkv, (long)t);
+            round_cache(f->cache_type, kv, rkv + dr);
             memcpy(ckv + t * rkv, kv, rkv * sizeof(double));
             if (dr > 0)
                 memcpy(kr + t * dr, kv + rkv, dr * sizeof(double));

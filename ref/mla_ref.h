@@ -69,6 +69,8 @@ typedef enum mla_ref_rope_type {
     MLA_REF_ROPE_NONE = 6      /* no rotation: the rope dims are used as they are */
 } mla_ref_rope_type;
 
+typedef enum mla_ref_cache_type { MLA_REF_CACHE_F32 = 0, MLA_REF_CACHE_F16 = 1, MLA_REF_CACHE_BF16 = 2 } mla_ref_cache_type;
+
 typedef struct mla_ref_features {
     mla_ref_rope_type rope_type;
     /* A of YARN (AUTO with YaRN on included) and LONGROPE; 0 = the type's rule: YaRN
@@ -106,7 +108,22 @@ typedef struct mla_ref_features {
     const float *q_a_proj_bias;           /* [rq] */
     const float *kv_a_proj_with_mqa_bias; /* [rkv+dr] */
     const float *o_proj_bias;             /* [D] */
+    /* The cache's element type (section 6): c^KV and k^R are rounded to it, to nearest even, when
+       written, and every later use (scores, values, ckv_out, kr_out) sees the rounded values, as
+       a cache of that type holds them. */
+    mla_ref_cache_type cache_type;
 } mla_ref_features;
+
+/* x rounded to the nearest value of binary16 (11 significant bits, subnormals below 2^-14;
+   |x| past 65504 is not handled) or of bfloat16 (8 significant bits, subnormals below 2^-126;
+   |x| past the largest bfloat16 is not handled), ties to even. Exact in double. */
+double mla_ref_round_f16(double x);
+double mla_ref_round_bf16(double x);
+/* The float denoted by a 16-bit binary16 code, a 16-bit bfloat16 code, an 8-bit float8 e4m3
+   ("fn": bias 7, no infinities, S.1111.111 is NaN) code: from the formats' definitions. */
+double mla_ref_decode_f16(unsigned bits);
+double mla_ref_decode_bf16(unsigned bits);
+double mla_ref_decode_e4m3(unsigned bits);
 
 /* YaRN ramp bounds of docs/MLA.md section 3, computed from theta, dr, L, beta_fast and beta_slow
    (regardless of whether YaRN is on):

@@ -294,6 +294,92 @@ static void test_rope(void)
 
 /* ---- add_bias ----------------------------------------------------------------------------------------- */
 
+/* ---- convert.cl: the prelude's decoders on every code, the bf16 encoder on every rounding case ---- */
+
+/* Same float, or both NaN. */
+static int same_value(float got, double want)
+{
+    if (isnan(want))
+        return isnan(got);
+    return (double)got == want && (got != 0.0f || !signbit(got) == !signbit(want));
+}
+
+static void decode_all(const char *option, size_t code_bytes, int count, double (*decode)(unsigned), const char *what)
+{
+    unsigned char *codes = malloc((size_t)count * code_bytes);
+    float *got = malloc((size_t)count * sizeof(float));
+    for (int c = 0; c < count; c++)
+        for (size_t b = 0; b < code_bytes; b++) /* little-endian, as OpenCL devices and the checkpoints are */
+            codes[(size_t)c * code_bytes + b] = (unsigned char)(c >> (8 * b));
+    cl_kernel k = kernel("convert", option, "convert_to_f32");
+    cl_mem in = buffer((size_t)count * code_bytes, codes), out = buffer((size_t)count * sizeof(float), NULL);
+    ARG(k, 0, in);
+    ARG(k, 1, count);
+    ARG(k, 2, out);
+    const size_t global = (size_t)count;
+    if (launch(k, 1, &global, NULL)) {
+        download(out, (size_t)count * sizeof(float), got);
+        int bad = 0;
+        for (int c = 0; c < count; c++)
+            if (!same_value(got[c], decode((unsigned)c)) && bad++ < 5)
+                CHECK(0, "%s code 0x%x: %.9g, the format's definition gives %.9g", what, c, got[c], decode((unsigned)c));
+        CHECK(bad == 0, "%s: %d of %d codes decoded wrong", what, bad, count);
+        printf("  %s: all %d codes decode exactly\n", what, count);
+    }
+    free(codes);
+    free(got);
+}
+
+static void test_convert(void)
+{
+    decode_all("-D SRC_BF16", 2, 65536, mla_ref_decode_bf16, "bf16");
+    decode_all("-D SRC_F16", 2, 65536, mla_ref_decode_f16, "f16 (vload_half)");
+    decode_all("-D SRC_E4M3", 1, 256, mla_ref_decode_e4m3, "e4m3");
+
+    /* The encoder: for every finite bf16 code, floats just above it, a quarter, exactly half and just
+       past half an ulp on, and the next code, each against the reference's rounding. */
+    static const uint32_t lows[] = {0x0000, 0x0001, 0x4000, 0x7FFF, 0x8000, 0x8001, 0xFFFF};
+    const int nl = (int)(sizeof(lows) / sizeof(lows[0]));
+    int n = 0;
+    float *in = malloc((size_t)65536 * nl * sizeof(float));
+    for (uint32_t c = 0; c < 65536; c++) {
+        if (((c >> 7) & 0xFF) == 0xFF) /* inf and NaN codes: below */
+            continue;
+        for (int l = 0; l < nl; l++) {
+            const uint32_t bits = c << 16 | lows[l];
+            memcpy(&in[n++], &bits, 4);
+        }
+    }
+    const float special[] = {INFINITY, -INFINITY, NAN, -NAN, 0.0f, -0.0f};
+    for (size_t i = 0; i < sizeof(special) / sizeof(special[0]); i++)
+        in[n++] = special[i];
+    uint16_t *out = malloc((size_t)n * sizeof(uint16_t));
+    cl_kernel k = kernel("convert", "", "convert_to_bf16");
+    cl_mem din = buffer((size_t)n * sizeof(float), in), dout = buffer((size_t)n * sizeof(uint16_t), NULL);
+    ARG(k, 0, din);
+    ARG(k, 1, n);
+    ARG(k, 2, dout);
+    const size_t global = (size_t)n;
+    if (launch(k, 1, &global, NULL)) {
+        download(dout, (size_t)n * sizeof(uint16_t), out);
+        int bad = 0;
+        for (int i = 0; i < n; i++) {
+            double want = isnan(in[i]) ? NAN : mla_ref_round_bf16((double)in[i]);
+            if (fabs(want) > 3.3895313892515355e38) /* past the largest bf16: rounds to infinity */
+                want = want > 0 ? INFINITY : -INFINITY;
+            const double got = mla_ref_decode_bf16(out[i]);
+            const int ok = isnan(want) ? isnan(got) : got == want && !signbit(got) == !signbit(want);
+            if (!ok && bad++ < 5)
+                CHECK(0, "bf16 of %.9g (bits 0x%08x): 0x%04x = %.9g, want %.9g", in[i], *(const uint32_t *)&in[i],
+                      out[i], got, want);
+        }
+        CHECK(bad == 0, "bf16 encoder: %d of %d values rounded wrong", bad, n);
+        printf("  bf16 encoder: %d values (every finite code, ties included, and the specials) round to nearest even\n", n);
+    }
+    free(in);
+    free(out);
+}
+
 static void test_add_bias(void)
 {
     enum { ROWS = 3, COLS = 13, STRIDE = 17, OFF = 2 };
@@ -1132,7 +1218,7 @@ static void test_layer(void)
 /* ---- coverage ---------------------------------------------------------------------------------------- */
 
 /* The kernels this file launches directly. */
-static const char *const tested[] = {"rmsnorm",        "rope",           "add_bias",       "cache_write",         "cache_gather",
+static const char *const tested[] = {"convert_to_f32", "convert_to_bf16", "rmsnorm",        "rope",           "add_bias",       "cache_write",         "cache_gather",
                                      "attn_latent",    "attn_latent_rows", "attn_combine",       "attn_combine_rows", "attn_prefill",
                                      "attn_prefill_rows", "gemm_skinny_nt", "gemm_skinny_nn",    "gemm_skinny_nt_rows",
                                      "gemm_skinny_nn_rows", "gemm_packed_rows", "gemm_tiled_rows"};
@@ -1221,6 +1307,7 @@ static void test_kernels(void)
 {
     test_rmsnorm();
     test_rope();
+    test_convert();
     test_add_bias();
     test_cache_write();
     test_cache_gather();
