@@ -96,7 +96,7 @@ double bench_now(void);
 typedef struct bench_row {
     char phase[16];           /* decode, layer, prefill, peak */
     char path[24];            /* absorbed, decompressed, mha; peak: read-bandwidth, fp32-fma, sgemm */
-    char cache_dtype[8];      /* f32, f16; "" for peak rows */
+    char cache_dtype[8];      /* f32, f16, bf16; "" for peak rows */
     int batch, ctx;
     bench_timing t;
     double tokens;            /* tokens per call: batch (decode, layer), batch * ctx (prefill) */

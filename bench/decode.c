@@ -25,7 +25,8 @@
 typedef struct decode_state {
     bench_device *dev;
     const bench_shape *s;
-    int batch, ctx, f16;
+    int batch, ctx, f16;   /* f16: the bench's own buffers (mha, decompressed) hold half */
+    clmla_cache_dtype dtype; /* the library's cache (absorbed) */
     /* absorbed */
     clmla_cache *cache;
     int32_t *seq_ids;      /* [B] */
@@ -78,7 +79,7 @@ static int absorbed_setup(decode_state *st, int block_tokens, unsigned seed)
     const bench_shape *s = st->s;
     const int blocks_per_seq = (st->ctx + block_tokens - 1) / block_tokens;
     clmla_cache_config cc = {1, s->rkv, s->dr, block_tokens, st->batch * blocks_per_seq,
-                             st->f16 ? CLMLA_CACHE_F16 : CLMLA_CACHE_F32};
+                             st->dtype};
     if (clmla_cache_create(dev->ctx, &cc, &st->cache) != CLMLA_SUCCESS) {
         fprintf(stderr, "clmla-bench: %s\n", clmla_last_error(dev->ctx));
         return 1;
@@ -548,9 +549,13 @@ int bench_decode(const bench_case *c, bench_row *row)
 {
     const bench_shape *s = c->shape;
     const int B = c->batch, ctx = c->ctx, f16 = c->dtype == CLMLA_CACHE_F16;
-    const size_t elem = f16 ? 2 : 4;
+    const size_t elem = c->dtype == CLMLA_CACHE_F32 ? 4 : 2;
     const int mha = strcmp(c->path, "mha") == 0, decompressed = strcmp(c->path, "decompressed") == 0;
     const int absorbed = strcmp(c->path, "absorbed") == 0 || strcmp(c->path, "auto") == 0;
+    if (!absorbed && c->dtype == CLMLA_CACHE_BF16) {
+        snprintf(row->note, sizeof(row->note), "bf16: the bench's own %s kernels read f32 or f16 only", c->path);
+        return -1;
+    }
     snprintf(row->path, sizeof(row->path), "%s", absorbed ? "absorbed" : c->path);
     row->tokens = B;
     row->cache_bytes = mha ? bench_mha_cache_bytes(s, B, ctx, elem) : bench_mla_cache_bytes(s, B, ctx, elem);
@@ -587,6 +592,7 @@ int bench_decode(const bench_case *c, bench_row *row)
     st.batch = B;
     st.ctx = ctx;
     st.f16 = f16;
+    st.dtype = c->dtype;
     int rc = absorbed ? absorbed_setup(&st, c->block_tokens, c->seed)
                       : mha ? mha_setup(&st, c->seed) : decompressed_setup(&st, c->seed);
     bench_op op = {absorbed ? absorbed_enqueue : mha ? mha_enqueue : decompressed_enqueue, NULL, &st, 0};

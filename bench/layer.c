@@ -159,8 +159,7 @@ int bench_layer(const bench_case *c, bench_row *row)
     const bench_shape *s = c->shape;
     bench_device *dev = c->dev;
     const int prefill = strcmp(c->phase, "prefill") == 0, B = c->batch, ctx = c->ctx;
-    const int f16 = c->dtype == CLMLA_CACHE_F16;
-    const size_t elem = f16 ? 2 : 4;
+    const size_t elem = c->dtype == CLMLA_CACHE_F32 ? 4 : 2;
     clmla_attention_path path;
     if (strcmp(c->path, "absorbed") == 0)
         path = CLMLA_PATH_ABSORBED;
@@ -209,7 +208,7 @@ int bench_layer(const bench_case *c, bench_row *row)
         snprintf(row->note, sizeof(row->note), "path auto (threshold %d tokens)", threshold);
 
     if (!rc) {
-        clmla_cache_config cc = {1, s->rkv, s->dr, c->block_tokens, B * blocks_per_seq, f16 ? CLMLA_CACHE_F16 : CLMLA_CACHE_F32};
+        clmla_cache_config cc = {1, s->rkv, s->dr, c->block_tokens, B * blocks_per_seq, c->dtype};
         rc = clmla_cache_create(dev->ctx, &cc, &st.cache) != CLMLA_SUCCESS;
         if (rc)
             fail(&st);

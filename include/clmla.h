@@ -385,9 +385,12 @@ clmla_tensor clmla_tensor_1d(const float *data, int64_t size);
 
 /* ---- paged latent KV cache ------------------------------------------------------------------ */
 
+/* The element type of the latent cache. Values are rounded to nearest even when written and read
+   back as float32 (clmla_cache_read returns float32 whatever the dtype). */
 typedef enum clmla_cache_dtype {
     CLMLA_CACHE_F32 = 0,
-    CLMLA_CACHE_F16 = 1 /* vstore_half / vload_half: works on every OpenCL 1.2 device */
+    CLMLA_CACHE_F16 = 1, /* vstore_half / vload_half: works on every OpenCL 1.2 device */
+    CLMLA_CACHE_BF16 = 2 /* bfloat16: float32's range, 8 bits of mantissa; plain 16-bit loads */
 } clmla_cache_dtype;
 
 typedef struct clmla_cache_config {

@@ -11,6 +11,7 @@
 #include "clmla.h"
 #include "cache.h"
 #include "clcall.h"
+#include "mla_ref.h"
 #include "test_util.h"
 #include "tolerance.h"
 
@@ -46,7 +47,13 @@ typedef struct cache_model {
 
 static size_t elem_size(clmla_cache_dtype dtype)
 {
-    return dtype == CLMLA_CACHE_F16 ? 2 : 4;
+    return dtype == CLMLA_CACHE_F32 ? 4 : 2;
+}
+
+/* What a cache of this dtype must hold for the float v: v rounded to nearest even (ref/). */
+static double stored_value(clmla_cache_dtype dtype, double v)
+{
+    return dtype == CLMLA_CACHE_F16 ? mla_ref_round_f16(v) : dtype == CLMLA_CACHE_BF16 ? mla_ref_round_bf16(v) : v;
 }
 
 static int cm_create(cache_model *m, const char *name, int layers, int rkv, int dr, int bt, int num_blocks,
@@ -220,7 +227,7 @@ static void cm_free(cache_model *m, int slot)
     q->live = 0;
 }
 
-/* Compares read-back rows with what was appended: exact for f32, to half precision for f16.
+/* Compares read-back rows with what was appended, rounded to the dtype by the reference: exactly.
    Returns the number of mismatches and reports the first. */
 static int compare_rows_as(const char *name, clmla_cache_dtype dtype, const float *got, const float *want, size_t n,
                            const char *what, int32_t id, int layer, int cols, int first_token)
@@ -229,7 +236,7 @@ static int compare_rows_as(const char *name, clmla_cache_dtype dtype, const floa
     size_t first = 0;
     for (size_t i = 0; i < n; i++) {
         double w = want[i], g = got[i];
-        int ok = dtype == CLMLA_CACHE_F16 ? fabs(g - w) <= TOL_F16_ELEMENT_REL * fabs(w) + TOL_F16_ELEMENT_ABS : g == w;
+        int ok = g == stored_value(dtype, w);
         if (!ok && bad++ == 0)
             first = i;
     }
@@ -332,17 +339,15 @@ static void cm_check_layer_buffer(const cache_model *m, int slot, int layer)
         size_t r = (size_t)blocks[t / m->bt] * m->bt + (size_t)(t % m->bt);
         for (int d = 0; d < row; d++) {
             float got;
-            if (m->cfg.dtype == CLMLA_CACHE_F16) {
+            if (m->cfg.dtype != CLMLA_CACHE_F32) {
                 uint16_t h;
                 memcpy(&h, raw + (r * row + d) * 2, 2);
-                got = tu_half_to_float(h);
+                got = (float)(m->cfg.dtype == CLMLA_CACHE_F16 ? mla_ref_decode_f16(h) : mla_ref_decode_bf16(h));
             } else {
                 memcpy(&got, raw + (r * row + d) * 4, 4);
             }
             double want = d < rkv ? q->ckv[layer][(size_t)t * rkv + d] : q->kr[layer][(size_t)t * dr + d - rkv];
-            int ok = m->cfg.dtype == CLMLA_CACHE_F16
-                         ? fabs(got - want) <= TOL_F16_ELEMENT_REL * fabs(want) + TOL_F16_ELEMENT_ABS
-                         : got == want;
+            int ok = got == stored_value(m->cfg.dtype, want);
             if (!ok && bad++ == 0)
                 CHECK(0, "%s: layer buffer row %zu (seq %d token %d) [%d] = %.9g, expected %.9g", m->name, r,
                       (int)q->id, t, d, got, want);
@@ -355,7 +360,7 @@ static void cm_check_layer_buffer(const cache_model *m, int slot, int layer)
 
 static void test_create_and_info(void)
 {
-    for (int dt = 0; dt < 2; dt++) {
+    for (int dt = 0; dt < 3; dt++) {
         clmla_cache_config cfg = {3, 40, 8, 16, 10, (clmla_cache_dtype)dt};
         clmla_cache *cache = NULL;
         CHECK_STATUS(clmla_cache_create(ctx, &cfg, &cache), CLMLA_SUCCESS, ctx);
@@ -448,9 +453,9 @@ static void test_create_and_info(void)
    buffer's layout; block tables. */
 static void test_append_read(void)
 {
-    for (int dt = 0; dt < 2; dt++) {
+    for (int dt = 0; dt < 3; dt++) {
         cache_model m;
-        if (cm_create(&m, dt ? "append f16" : "append f32", 2, 40, 8, 16, 12, (clmla_cache_dtype)dt, 11 + dt))
+        if (cm_create(&m, (const char *[]){"append f32", "append f16", "append bf16"}[dt], 2, 40, 8, 16, 12, (clmla_cache_dtype)dt, 11 + dt))
             continue;
         int a = cm_add(&m);
         int b = cm_add(&m);
@@ -508,9 +513,9 @@ static void test_append_read(void)
    succeeds; reserved blocks are not taken again. */
 static void test_cache_full(void)
 {
-    for (int dt = 0; dt < 2; dt++) {
+    for (int dt = 0; dt < 3; dt++) {
         cache_model m;
-        if (cm_create(&m, dt ? "full f16" : "full f32", 1, 40, 8, 16, 6, (clmla_cache_dtype)dt, 21 + dt))
+        if (cm_create(&m, (const char *[]){"full f32", "full f16", "full bf16"}[dt], 1, 40, 8, 16, 6, (clmla_cache_dtype)dt, 21 + dt))
             continue;
         int a = cm_add(&m), b = cm_add(&m);
         cm_append(&m, a, 0, 40); /* 3 blocks */
@@ -595,9 +600,9 @@ static void test_free_reuse(void)
 /* Random adds, appends, reserves and frees against the model, with exact block accounting. */
 static void test_many_sequences(void)
 {
-    for (int dt = 0; dt < 2; dt++) {
+    for (int dt = 0; dt < 3; dt++) {
         cache_model m;
-        if (cm_create(&m, dt ? "random f16" : "random f32", 2, 20, 4, 8, 40, (clmla_cache_dtype)dt, 41 + dt))
+        if (cm_create(&m, (const char *[]){"random f32", "random f16", "random bf16"}[dt], 2, 20, 4, 8, 40, (clmla_cache_dtype)dt, 41 + dt))
             continue;
         int full = 0, frees = 0, adds = 0;
         for (int step = 0; step < 400; step++) {
@@ -1260,9 +1265,9 @@ static void test_truncate(void)
    moves f16 rows bit for bit. */
 static void test_fork(void)
 {
-    for (int dt = 0; dt < 2; dt++) {
+    for (int dt = 0; dt < 3; dt++) {
         share_model m;
-        if (sm_create(&m, dt ? "fork f16" : "fork f32", 3, 24, 8, 8, 20, (clmla_cache_dtype)dt, 71 + dt)) {
+        if (sm_create(&m, (const char *[]){"fork f32", "fork f16", "fork bf16"}[dt], 3, 24, 8, 8, 20, (clmla_cache_dtype)dt, 71 + dt)) {
             sm_destroy(&m);
             continue;
         }
@@ -1585,9 +1590,9 @@ static void test_fork_faults(void)
    invariants after every operation and every sequence's rows every few. */
 static void test_fork_random(void)
 {
-    for (int dt = 0; dt < 2; dt++) {
+    for (int dt = 0; dt < 3; dt++) {
         share_model m;
-        if (sm_create(&m, dt ? "fork random f16" : "fork random f32", 3, 20, 4, 4, 40, (clmla_cache_dtype)dt,
+        if (sm_create(&m, (const char *[]){"fork random f32", "fork random f16", "fork random bf16"}[dt], 3, 20, 4, 4, 40, (clmla_cache_dtype)dt,
                       91 + dt)) {
             sm_destroy(&m);
             continue;

@@ -169,6 +169,7 @@ int main(void)
         {"--prefill 7 --chunk 3 --path auto --block-size 2", 0, TOL_F32_CACHE},
         {"--prefill 0 --path absorbed", 0, TOL_F32_CACHE},
         {"--prefill 3 --chunk 1 --cache-dtype f16", 0, TOL_F16_CACHE},
+        {"--prefill 2 --chunk 3 --cache-dtype bf16", 0, TOL_BF16_CACHE},
         {"--layer 1 --prefill 6 --chunk 5 --path decompressed", 1, TOL_F32_CACHE},
         {"--layer 1 --device 0", 1, TOL_F32_CACHE},
     };
@@ -191,8 +192,8 @@ int main(void)
     run_fails(args, 2, "--prefill 10 is more than the 9 tokens");
     snprintf(args, sizeof(args), "--model '%s' --input '%s' --output '%s' --path fast", model_a, x_path, y_path);
     run_fails(args, 2, "--path must be auto, absorbed or decompressed, not 'fast'");
-    snprintf(args, sizeof(args), "--model '%s' --input '%s' --output '%s' --cache-dtype bf16", model_a, x_path, y_path);
-    run_fails(args, 2, "--cache-dtype must be f32 or f16");
+    snprintf(args, sizeof(args), "--model '%s' --input '%s' --output '%s' --cache-dtype fp4", model_a, x_path, y_path);
+    run_fails(args, 2, "--cache-dtype must be one of f32|f16|bf16");
     snprintf(args, sizeof(args), "--model '%s/nothing' --input '%s' --output '%s'", root, x_path, y_path);
     run_fails(args, 1, "nothing/config.json: cannot open");
     const int64_t wrong_shape[2] = {3, 7};

@@ -366,6 +366,8 @@ static const char *path_name(clmla_attention_path p)
 
 /* The reference's outputs for one schedule. */
 typedef struct ref_result {
+    int rounded; /* the reference rounded the cache as the cache's dtype does: the output is held to
+                    TOL_F32_CACHE, the cache to TOL_ROUNDED_ELEMENT */
     double *out; /* [T, D] */
     double *ckv; /* [T, rkv] */
     double *kr;  /* [T, dr] */
@@ -451,18 +453,19 @@ static double run_steps(clmla_layer *layer, const clmla_layer_config *c, int T, 
         done += steps[k];
     }
     if (ok) {
-        const double tol = TOL_FOR_DTYPE(dt);
+        const double tol = want->rounded ? TOL_F32_CACHE : TOL_FOR_DTYPE(dt);
         char w[400];
         snprintf(w, sizeof(w), "%s: out [token, i]", what);
         err = check_close(out, want->out, (size_t)T * D, (size_t)D, tol, w);
+        const double tol_cache = want->rounded ? TOL_ROUNDED_ELEMENT(dt) : tol;
         st = clmla_cache_read(cache, 0, seq, 0, T, ckv, kr);
         CHECK(st == CLMLA_SUCCESS, "%s: cache_read: %s: %s", what, clmla_status_string(st), clmla_last_error(ctx));
         if (st == CLMLA_SUCCESS) {
             snprintf(w, sizeof(w), "%s: cached c^KV [token, i]", what);
-            err = fmax(err, check_close(ckv, want->ckv, (size_t)T * rkv, (size_t)rkv, tol, w));
+            err = fmax(err, check_close(ckv, want->ckv, (size_t)T * rkv, (size_t)rkv, tol_cache, w));
             if (dr > 0) {
                 snprintf(w, sizeof(w), "%s: cached k^R [token, i]", what);
-                err = fmax(err, check_close(kr, want->kr, (size_t)T * dr, (size_t)dr, tol, w));
+                err = fmax(err, check_close(kr, want->kr, (size_t)T * dr, (size_t)dr, tol_cache, w));
             }
         } else {
             err = INFINITY;
@@ -626,6 +629,24 @@ static void run_case(int which)
         printf("    max rel err: prefill abs %.2e dec %.2e | decode abs %.2e dec %.2e | chunks %.2e | f16 %.2e"
                " (tol %.0e / %.0e); smallest feature effect %.3g\n",
                e[0], e[1], e[2], e[3], e[4], e[5], TOL_F32_CACHE, TOL_F16_CACHE, effect_min);
+        /* 16-bit caches against the reference that rounds its cache the same way: as tight as f32. */
+        static const clmla_cache_dtype dts[2] = {CLMLA_CACHE_F16, CLMLA_CACHE_BF16};
+        static const mla_ref_cache_type rts[2] = {MLA_REF_CACHE_F16, MLA_REF_CACHE_BF16};
+        for (int i = 0; i < 2; i++) {
+            ref_view vr = v;
+            vr.f.cache_type = rts[i];
+            ref_result r_round;
+            memset(&r_round, 0, sizeof(r_round));
+            CHECK(ref_run(&vr, &w.ref, T, x, decode, ndecode, &r_round) == 0, "%s: rounded reference", k.name);
+            r_round.rounded = 1;
+            snprintf(what, sizeof(what), "%s: %s cache against the reference rounding its cache alike, prefill %d + "
+                     "decode, paths alternating", k.name, i ? "bf16" : "f16", P);
+            const double er = r_round.out ? run_steps(layer, c, T, x, decode, ndecode, alternate, 2, dts[i], &r_round, what)
+                                          : INFINITY;
+            printf("    %s cache vs rounded reference: max rel err %.2e (output tol %.0e, cache one ulp)\n",
+                   i ? "bf16" : "f16", er, TOL_F32_CACHE);
+            ref_result_free(&r_round);
+        }
     }
     clmla_layer_destroy(layer);
     ref_result_free(&r_one);

@@ -13,15 +13,29 @@
    relative per element) before attention reads them. */
 #define TOL_F16_CACHE 5e-3
 
+/* The same with a bfloat16 cache: 8 significant bits (2^-8 = 3.9e-3 relative per element), eight
+   times coarser than float16. Against a reference that rounds its cache alike (ref/,
+   mla_ref_features.cache_type), every 16-bit cache is held to TOL_F32_CACHE instead. */
+#define TOL_BF16_CACHE 4e-2
+
+/* A 16-bit cache's contents against the reference's own rounding of them: the library rounds its
+   float32 value and the reference its double one, so a value within float32's error of a tie may
+   land one unit in the last place apart (seen: 1 value in about 10^4). Relative to the array's
+   largest value, one unit is at most 2^-10 (f16) or 2^-7 (bf16). */
+#define TOL_ROUNDED_ELEMENT(dtype) ((dtype) == CLMLA_CACHE_BF16 ? 0x1p-7 : (dtype) == CLMLA_CACHE_F16 ? 0x1p-10 : 0.0)
+
 /* The tolerance that goes with a clmla_cache_dtype. */
-#define TOL_FOR_DTYPE(dtype) ((dtype) == CLMLA_CACHE_F16 ? TOL_F16_CACHE : TOL_F32_CACHE)
+#define TOL_FOR_DTYPE(dtype)                                                                            \
+    ((dtype) == CLMLA_CACHE_F16 ? TOL_F16_CACHE : (dtype) == CLMLA_CACHE_BF16 ? TOL_BF16_CACHE : TOL_F32_CACHE)
 
 /* Two library computations of the same thing (absorbed vs decompressed path, a batch vs each
    sequence alone, prefill vs chunked prefill vs decode), relative to max|second|. Both are within
    TOL_FOR_DTYPE of the reference; in practice they agree far closer, so the same bound is used. */
 #define TOL_AGREE_F32 1e-4
 #define TOL_AGREE_F16 5e-3
-#define TOL_AGREE_FOR_DTYPE(dtype) ((dtype) == CLMLA_CACHE_F16 ? TOL_AGREE_F16 : TOL_AGREE_F32)
+#define TOL_AGREE_BF16 4e-2
+#define TOL_AGREE_FOR_DTYPE(dtype)                                                                      \
+    ((dtype) == CLMLA_CACHE_F16 ? TOL_AGREE_F16 : (dtype) == CLMLA_CACHE_BF16 ? TOL_AGREE_BF16 : TOL_AGREE_F32)
 
 /* A product y = x W^T alone (clmla_linear) against float64 sums of the same float32 inputs, with K
    up to about 1000: float32 accumulation gives a few 1e-7; 1e-5 leaves room for any order. */

@@ -1,4 +1,5 @@
 #include "args.h"
+#include "clmla.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -78,4 +79,14 @@ void cli_usage(const char *command, const char *summary, const cli_option *opts)
     printf("usage: clmla %s [options]\n\n%s\n\noptions:\n", command, summary);
     for (const cli_option *o = opts; o->name; o++)
         printf("  --%-14s %s\n", o->name, o->help);
+}
+
+int cli_cache_dtype(const char *name)
+{
+    static const char *const names[] = {"f32", "f16", "bf16"};
+    static const int dtypes[] = {CLMLA_CACHE_F32, CLMLA_CACHE_F16, CLMLA_CACHE_BF16};
+    for (int i = 0; i < 3; i++)
+        if (name && strcmp(name, names[i]) == 0)
+            return dtypes[i];
+    return -1;
 }

@@ -37,7 +37,7 @@ int cmd_run(int argc, char **argv)
         {"prefill", CLI_INT, &prefill, "N     the first N tokens are prefilled, the rest decoded one by one (default T)"},
         {"chunk", CLI_INT, &chunk, "C     prefill in steps of C tokens (default: one step)"},
         {"path", CLI_STRING, &path_name, "auto|absorbed|decompressed  attention path of every step (default auto)"},
-        {"cache-dtype", CLI_STRING, &cache_dtype, "f32|f16  latent cache storage (default f32)"},
+        {"cache-dtype", CLI_STRING, &cache_dtype, CLI_CACHE_DTYPES "  latent cache storage (default f32)"},
         {"block-size", CLI_INT, &block_size, "B     tokens per cache block (default 64)"},
         {"device", CLI_STRING, &device, "SPEC  device to run on (see clmla devices)"},
         {"help", CLI_FLAG, &help, "this text"},
@@ -62,9 +62,9 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "clmla run: --path must be auto, absorbed or decompressed, not '%s'\n", path_name);
         return 2;
     }
-    const int f16 = strcmp(cache_dtype, "f16") == 0;
-    if (!f16 && strcmp(cache_dtype, "f32") != 0) {
-        fprintf(stderr, "clmla run: --cache-dtype must be f32 or f16, not '%s'\n", cache_dtype);
+    const int dtype = cli_cache_dtype(cache_dtype);
+    if (dtype < 0) {
+        fprintf(stderr, "clmla run: --cache-dtype must be one of " CLI_CACHE_DTYPES ", not '%s'\n", cache_dtype);
         return 2;
     }
     if (block_size < 1 || chunk < 0 || layer_index < 0) {
@@ -141,7 +141,7 @@ int cmd_run(int argc, char **argv)
     cc.rope_dim = config.qk_rope_head_dim;
     cc.block_tokens = block_size;
     cc.num_blocks = (T + block_size - 1) / block_size;
-    cc.dtype = f16 ? CLMLA_CACHE_F16 : CLMLA_CACHE_F32;
+    cc.dtype = (clmla_cache_dtype)dtype;
     int32_t seq = -1;
     if (clmla_cache_create(ctx, &cc, &cache) != CLMLA_SUCCESS || clmla_cache_seq_add(cache, &seq) != CLMLA_SUCCESS) {
         fprintf(stderr, "clmla run: %s\n", clmla_last_error(ctx));

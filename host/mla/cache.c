@@ -29,13 +29,13 @@ clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *co
     if (c.block_tokens == 0)
         c.block_tokens = 64;
     if (c.num_layers < 0 || c.block_tokens < 0 || c.num_blocks < 1 || c.kv_lora_rank < 1 || c.rope_dim < 2 ||
-        c.rope_dim % 2 || (c.dtype != CLMLA_CACHE_F32 && c.dtype != CLMLA_CACHE_F16))
+        c.rope_dim % 2 || (c.dtype != CLMLA_CACHE_F32 && c.dtype != CLMLA_CACHE_F16 && c.dtype != CLMLA_CACHE_BF16))
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
                           "invalid cache configuration: num_layers %d, block_tokens %d, num_blocks %d, kv_lora_rank %d, "
                           "rope_dim %d (even, >= 2), dtype %d",
                           c.num_layers, c.block_tokens, c.num_blocks, c.kv_lora_rank, c.rope_dim, (int)c.dtype);
     const int row = c.kv_lora_rank + c.rope_dim;
-    const size_t elem = c.dtype == CLMLA_CACHE_F16 ? 2 : 4;
+    const size_t elem = c.dtype == CLMLA_CACHE_F32 ? 4 : 2;
     const double rows = (double)c.num_blocks * c.block_tokens;
     if (rows * row >= (double)INT_MAX)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "cache of %d blocks x %d tokens x %d values is too large for one layer buffer",
@@ -70,7 +70,7 @@ clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *co
             st = clmla_fail(ctx, err, "allocating cache layer %d (%zu bytes) failed: %s", l, layer_bytes, clmla_status_string(err));
     }
     snprintf(cache->options, sizeof(cache->options), "-D RKV=%d -D DR=%d%s", c.kv_lora_rank, c.rope_dim,
-             c.dtype == CLMLA_CACHE_F16 ? " -D CACHE_F16" : "");
+             c.dtype == CLMLA_CACHE_F16 ? " -D CACHE_F16" : c.dtype == CLMLA_CACHE_BF16 ? " -D CACHE_BF16" : "");
     if (st == CLMLA_SUCCESS)
         st = clmla_kernel_create(ctx, "cache_write", cache->options, "cache_write", &cache->write_kernel);
     if (st == CLMLA_SUCCESS)
