@@ -96,7 +96,7 @@ double bench_now(void);
 typedef struct bench_row {
     char phase[16];           /* decode, layer, prefill, peak */
     char path[24];            /* absorbed, decompressed, mha; peak: read-bandwidth, fp32-fma, sgemm */
-    char cache_dtype[8];      /* f32, f16, bf16; "" for peak rows */
+    char cache_dtype[8];      /* f32, f16, bf16, fp8; "" for peak rows */
     int batch, ctx;
     bench_timing t;
     double tokens;            /* tokens per call: batch (decode, layer), batch * ctx (prefill) */
@@ -125,7 +125,7 @@ double bench_projection_flops(const bench_shape *s, int absorbed);
 double bench_pair_flops(const bench_shape *s, int absorbed);
 /* Per key per step for the decompressed path: k^C and v^C of every head from c^KV. */
 double bench_upproject_flops(const bench_shape *s);
-double bench_mla_cache_bytes(const bench_shape *s, int batch, int ctx, size_t elem);
+double bench_mla_cache_bytes(const bench_shape *s, int batch, int ctx, clmla_cache_dtype dtype);
 double bench_mha_cache_bytes(const bench_shape *s, int batch, int ctx, size_t elem);
 
 /* ---- phases: each fills *row and returns 0, 1 on a failure, or -1 when skipped (row->note) -- */

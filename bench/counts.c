@@ -58,9 +58,14 @@ double bench_upproject_flops(const bench_shape *s)
     return 2.0 * s->rkv * s->H * ((double)s->dn + s->dv);
 }
 
-double bench_mla_cache_bytes(const bench_shape *s, int batch, int ctx, size_t elem)
+double bench_mla_cache_bytes(const bench_shape *s, int batch, int ctx, clmla_cache_dtype dtype)
 {
-    return (double)batch * ctx * s->row * (double)elem;
+    /* a row as the library stores it (include/clmla.h): fp8 is rkv codes, a float32 scale per 128
+       of them and dr bf16 values */
+    const double row = dtype == CLMLA_CACHE_F32   ? 4.0 * s->row
+                       : dtype == CLMLA_CACHE_FP8 ? s->rkv + 4.0 * (s->rkv / 128) + 2.0 * s->dr
+                                                  : 2.0 * s->row;
+    return (double)batch * ctx * row;
 }
 
 double bench_mha_cache_bytes(const bench_shape *s, int batch, int ctx, size_t elem)

@@ -552,19 +552,20 @@ int bench_decode(const bench_case *c, bench_row *row)
     const size_t elem = c->dtype == CLMLA_CACHE_F32 ? 4 : 2;
     const int mha = strcmp(c->path, "mha") == 0, decompressed = strcmp(c->path, "decompressed") == 0;
     const int absorbed = strcmp(c->path, "absorbed") == 0 || strcmp(c->path, "auto") == 0;
-    if (!absorbed && c->dtype == CLMLA_CACHE_BF16) {
-        snprintf(row->note, sizeof(row->note), "bf16: the bench's own %s kernels read f32 or f16 only", c->path);
+    if (!absorbed && (c->dtype == CLMLA_CACHE_BF16 || c->dtype == CLMLA_CACHE_FP8)) {
+        snprintf(row->note, sizeof(row->note), "%s: the bench's own %s kernels read f32 or f16 only",
+                 c->dtype == CLMLA_CACHE_FP8 ? "fp8" : "bf16", c->path);
         return -1;
     }
     snprintf(row->path, sizeof(row->path), "%s", absorbed ? "absorbed" : c->path);
     row->tokens = B;
-    row->cache_bytes = mha ? bench_mha_cache_bytes(s, B, ctx, elem) : bench_mla_cache_bytes(s, B, ctx, elem);
+    row->cache_bytes = mha ? bench_mha_cache_bytes(s, B, ctx, elem) : bench_mla_cache_bytes(s, B, ctx, c->dtype);
     row->mha_cache_bytes = bench_mha_cache_bytes(s, B, ctx, elem);
     const double nq = (double)B * s->H;
     if (absorbed) {
         row->flops = (double)B * ctx * bench_pair_flops(s, 1);
         row->bytes = row->cache_bytes + nq * s->row * 4 + nq * s->rkv * 4;
-        const double blocks = (double)B * ((ctx + c->block_tokens - 1) / c->block_tokens) * c->block_tokens * s->row * elem;
+        const double blocks = bench_mla_cache_bytes(s, B, (ctx + c->block_tokens - 1) / c->block_tokens * c->block_tokens, c->dtype);
         if (too_big(c, row, blocks + 8192.0 * s->row * 4, blocks, blocks / elem))
             return -1;
     } else if (mha) {

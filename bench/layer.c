@@ -236,7 +236,7 @@ int bench_layer(const bench_case *c, bench_row *row)
     st.args.path = path;
 
     row->tokens = (double)B * step_tokens;
-    row->cache_bytes = bench_mla_cache_bytes(s, B, keys, elem);
+    row->cache_bytes = bench_mla_cache_bytes(s, B, keys, c->dtype);
     row->mha_cache_bytes = bench_mha_cache_bytes(s, B, keys, elem);
     const double pairs = prefill ? (double)ctx * (ctx + 1) / 2 : (double)keys; /* causal (query, key) pairs */
     row->flops = (double)B * (step_tokens * bench_projection_flops(s, !decompressed) +

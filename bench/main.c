@@ -56,7 +56,7 @@ static void usage(FILE *out)
             "  --path LIST          absorbed, decompressed, mha (standard multi-head attention over a full\n"
             "                       per-head K/V cache; decode only), auto (the library's choice; layer, prefill)\n"
             "                       (defaults: decode absorbed,mha; layer absorbed; prefill auto)\n"
-            "  --cache-dtype LIST   f32 (default), f16, bf16 (bf16: the absorbed path, through the library)\n"
+            "  --cache-dtype LIST   f32 (default), f16, bf16, fp8 (bf16 and fp8: the absorbed path, through the library)\n"
             "  --peak               first measure the device's peaks: read bandwidth, fp32 FMA, CLBlast SGEMM;\n"
             "                       every row then carries the fraction of them it reached\n"
             "  --peaks FILE         take the peaks from the peak rows of an earlier --json FILE of this device\n"
@@ -256,7 +256,7 @@ static const char *const phase_names[] = {"peak", "decode", "layer", "prefill", 
 static const char *const path_names[] = {"absorbed",  "decompressed", "mha",        "auto",      "q_proj",
                                           "q_a_proj",  "q_b_proj",     "kv_a_proj",  "qkv_a_proj", "kv_b_proj",
                                           "o_proj",    NULL};
-static const char *const dtype_names[] = {"f32", "f16", "bf16", NULL};
+static const char *const dtype_names[] = {"f32", "f16", "bf16", "fp8", NULL};
 
 /* The sweep of one phase: explicit lists win, else the phase's defaults. The products phase has
    no context (one pass, ctx 0) and runs in f32 only; its paths are the shape's projections. */
@@ -488,6 +488,7 @@ int main(int argc, char **argv)
                                          products                                ? CLMLA_CACHE_F32
                                          : strcmp(dtypes.v[d], "f16") == 0  ? CLMLA_CACHE_F16
                                          : strcmp(dtypes.v[d], "bf16") == 0 ? CLMLA_CACHE_BF16
+                                         : strcmp(dtypes.v[d], "fp8") == 0  ? CLMLA_CACHE_FP8
                                                                             : CLMLA_CACHE_F32,
                                          o.block_tokens, o.check, (unsigned)o.seed * 1000003u};
                         bench_row row;

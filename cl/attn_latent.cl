@@ -162,7 +162,7 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                 const int slot = table[j / block_tokens] * block_tokens + j % block_tokens;
                 if (hq == 0 && kk < nk)
                     slot_l[kk] = slot;
-                rowp[k] = cache + (size_t)slot * ROW;
+                rowp[k] = cache + (size_t)slot * CACHE_ROW_UNITS;
             }
             __local const float4 *q0 = qs + 4 * hq * ROWV;
             float4 a[KPT][4];
@@ -257,7 +257,7 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
             for (int u = 0; u < UC; u++) {
                 /* past the end: values 0 (no early exit: acc[][] must stay in registers) */
                 const int valid = k0 + u < nk;
-                __global const CACHE_T *row = cache + (size_t)slot_l[valid ? k0 + u : nk - 1] * ROW;
+                __global const CACHE_T *row = cache + (size_t)slot_l[valid ? k0 + u : nk - 1] * CACHE_ROW_UNITS;
                 #pragma unroll
                 for (int i = 0; i < DPT; i++) {
                     const int d = lid + i * NT;
@@ -331,7 +331,7 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
  * With ROW = 576 and PFS = 4 there are 18 groups per
  * pass and 16 passes per tile of 8: 288 groups for the tile's 8 x 36 lines, one line each. */
 #define PFS 4
-#define LPR ((ROW * (int)sizeof(CACHE_T) + 63) / 64) /* cache lines per row */
+#define LPR ((CACHE_ROW_UNITS * (int)sizeof(CACHE_T) + 63) / 64) /* cache lines per row */
 #ifndef HGC
 #define HGC 16
 #endif
@@ -395,21 +395,21 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
 #ifdef CACHE_CONVERTS
         for (int kk = 0; kk < KTC; kk++) {
             const int j = j0 + min(kk, nk - 1); /* past the end: repeat the last row, masked below */
-            hrow[kk] = cache + ((size_t)table[j / block_tokens] * block_tokens + j % block_tokens) * ROW;
+            hrow[kk] = cache + ((size_t)table[j / block_tokens] * block_tokens + j % block_tokens) * CACHE_ROW_UNITS;
             for (int d = ROW8; d < ROW; d++)
                 tile[kk][d] = CACHE_LOAD(hrow[kk], d);
         }
 #else
         for (int kk = 0; kk < KTC; kk++) {
             const int j = j0 + min(kk, nk - 1); /* past the end: repeat the last row, masked below */
-            trow[kk] = cache + ((size_t)table[j / block_tokens] * block_tokens + j % block_tokens) * ROW;
+            trow[kk] = cache + ((size_t)table[j / block_tokens] * block_tokens + j % block_tokens) * CACHE_ROW_UNITS;
         }
 #endif
 #ifdef CLMLA_PREFETCH
         __global const char *pf_rows[KTC]; /* the next tile's rows (past the end: the last row) */
         for (int kk = 0; kk < KTC; kk++) {
             const int jp = min(j0 + KTC + kk, k_end - 1);
-            pf_rows[kk] = (__global const char *)(cache + ((size_t)table[jp / block_tokens] * block_tokens + jp % block_tokens) * ROW);
+            pf_rows[kk] = (__global const char *)(cache + ((size_t)table[jp / block_tokens] * block_tokens + jp % block_tokens) * CACHE_ROW_UNITS);
         }
         int pf_line = 0;
 #endif
@@ -422,8 +422,8 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
 #define SCORE_STEP_CONVERT(d)                                                                       \
     do {                                                                                            \
         const float8 a = vload8(0, &q[h][d]), b = vload8(0, &q[h + 1][d]);                          \
-        const float8 c0 = CACHE_LOAD8(hrow[kk] + (d), 0), c1 = CACHE_LOAD8(hrow[kk + 1] + (d), 0);  \
-        const float8 c2 = CACHE_LOAD8(hrow[kk + 2] + (d), 0), c3 = CACHE_LOAD8(hrow[kk + 3] + (d), 0); \
+        const float8 c0 = CACHE_LOAD8(hrow[kk], (d) / 8), c1 = CACHE_LOAD8(hrow[kk + 1], (d) / 8);  \
+        const float8 c2 = CACHE_LOAD8(hrow[kk + 2], (d) / 8), c3 = CACHE_LOAD8(hrow[kk + 3], (d) / 8); \
         vstore8(c0, 0, &tile[kk][d]); vstore8(c1, 0, &tile[kk + 1][d]);                             \
         vstore8(c2, 0, &tile[kk + 2][d]); vstore8(c3, 0, &tile[kk + 3][d]);                         \
         s00 = fma(a, c0, s00); s01 = fma(a, c1, s01); s02 = fma(a, c2, s02); s03 = fma(a, c3, s03); \

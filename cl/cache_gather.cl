@@ -1,7 +1,7 @@
 /* Copies tokens [0, n) of one sequence out of the paged cache into a dense float32 matrix, for
  * the decompressed path's up-projection (and for reading the cache back).
  *
- *   cache       : [rows, RKV + DR] of CACHE_T (cl/prelude.cl: float, half or bf16)
+ *   cache       : rows of CACHE_ROW_UNITS CACHE_Ts (cl/prelude.cl: float, half, bf16 or fp8)
  *   block_table : from table_offset, the sequence's block ids; token j lives in row
  *                 block_table[j / block_tokens] * block_tokens + j % block_tokens
  *   out         : [n, RKV + DR] float32 from out_offset
@@ -26,5 +26,5 @@ __kernel void cache_gather(__global const CACHE_T *cache, __global const int *bl
         return;
     const int token = start + j;
     const size_t row = (size_t)block_table[table_offset + token / block_tokens] * block_tokens + token % block_tokens;
-    out[out_offset + (size_t)j * ROW + d] = LOAD(cache, row * ROW + d);
+    out[out_offset + (size_t)j * ROW + d] = LOAD(cache + row * CACHE_ROW_UNITS, d);
 }

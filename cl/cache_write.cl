@@ -4,9 +4,13 @@
  *   c_kv   : rows of RKV floats, row t at c_kv[c_kv_offset + t*c_kv_stride]
  *   k_rope : rows of DR floats,  row t at k_rope[k_rope_offset + t*k_rope_stride]
  *   slots  : [T] cache row of token t (block * block_tokens + index in block)
- *   cache  : [rows, RKV + DR] of CACHE_T (cl/prelude.cl: float, half or bf16), rounded to nearest even
+ *   cache  : rows of CACHE_ROW_UNITS CACHE_Ts (cl/prelude.cl: float, half, bf16 or fp8)
  *
- * Work-item (d, t) copies element d of the cache row of token t. */
+ * Work-item (d, t) stores value d of the cache row of token t, rounded to nearest even. With
+ * CACHE_FP8 (FlashMLA's layout, cl/prelude.cl) work-item (d, t) with d < RKV/128 quantises tile d
+ * of c^KV instead, as FlashMLA's tests/quant.py does: its scale is max(max|x| / 448, 1e-4)
+ * rounded up to a power of two (so at least 2^-13), which makes x / scale exact and at most 448
+ * in magnitude, and the codes are e4m3(x / scale); the items after them store k^R as bf16. */
 #ifndef RKV
 #define RKV 512
 #endif
@@ -22,10 +26,28 @@ __kernel void cache_write(__global const float *c_kv, const int c_kv_offset, con
 {
     const int d = get_global_id(0);
     const int t = get_global_id(1);
+    __global CACHE_T *r = cache + (size_t)slots[t] * CACHE_ROW_UNITS;
+#ifdef CACHE_FP8
+    if (d < RKV / 128) {
+        __global const float *x = c_kv + c_kv_offset + (size_t)t * c_kv_stride + d * 128;
+        float amax = 0.0f;
+        for (int i = 0; i < 128; i++)
+            amax = fmax(amax, fabs(x[i]));
+        /* 2^ceil(log2(max(amax / 448, 1e-4))), from the bits: the argument is positive and normal */
+        const uint b = as_uint(fmax(amax / 448.0f, 1e-4f));
+        const float scale = as_float((b & 0x007FFFFFu) ? (b & 0x7F800000u) + 0x00800000u : b);
+        ((__global float *)(r + RKV))[d] = scale;
+        for (int i = 0; i < 128; i++)
+            r[d * 128 + i] = dt_to_e4m3(x[i] / scale);
+    } else if (d < RKV / 128 + DR) {
+        const int i = d - RKV / 128;
+        ((__global ushort *)(r + RKV + 4 * (RKV / 128)))[i] = dt_to_bf16(k_rope[k_rope_offset + (size_t)t * k_rope_stride + i]);
+    }
+#else
     if (d >= ROW)
         return;
     const float v = d < RKV ? c_kv[c_kv_offset + (size_t)t * c_kv_stride + d]
                             : k_rope[k_rope_offset + (size_t)t * k_rope_stride + (d - RKV)];
-    const size_t at = (size_t)slots[t] * ROW + d;
-    CACHE_STORE(v, at, cache); /* cl/prelude.cl */
+    CACHE_STORE(v, d, r); /* cl/prelude.cl */
+#endif
 }

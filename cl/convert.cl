@@ -4,6 +4,7 @@
  *                     SRC_F16 (half, loaded with vload_half) or SRC_E4M3 (uchar), one of them
  *                     defined at build time
  *   convert_to_bf16:  out[i] = bf16 bits of in[i], rounded to nearest even
+ *   convert_to_e4m3:  out[i] = e4m3 bits of in[i], rounded to nearest even, saturating at 448
  * Dimension 0 runs over n values (items past n return). */
 #if defined(SRC_BF16)
 #define SRC_T ushort
@@ -14,9 +15,19 @@
 #elif defined(SRC_E4M3)
 #define SRC_T uchar
 #define SRC_LOAD(p, i) dt_e4m3((p)[i])
+#elif defined(SRC_E4M3X8) /* the vector decoder, 8 codes per item (n a multiple of 8) */
+#define SRC_T uchar
+#define SRC_VECTOR
 #endif
 
-#ifdef SRC_T
+#if defined(SRC_VECTOR)
+__kernel void convert_to_f32(__global const SRC_T *code, const int n, __global float *out)
+{
+    const int i = get_global_id(0);
+    if (8 * i < n)
+        vstore8(dt_e4m3x8(vload8(i, code)), i, out);
+}
+#elif defined(SRC_T)
 __kernel void convert_to_f32(__global const SRC_T *code, const int n, __global float *out)
 {
     const int i = get_global_id(0);
@@ -24,6 +35,13 @@ __kernel void convert_to_f32(__global const SRC_T *code, const int n, __global f
         out[i] = SRC_LOAD(code, i);
 }
 #endif
+
+__kernel void convert_to_e4m3(__global const float *in, const int n, __global uchar *out)
+{
+    const int i = get_global_id(0);
+    if (i < n)
+        out[i] = dt_to_e4m3(in[i]);
+}
 
 __kernel void convert_to_bf16(__global const float *in, const int n, __global ushort *out)
 {

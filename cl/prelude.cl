@@ -7,17 +7,29 @@
  *   dt_bf16x4/x8(b)  the same for ushort4 / ushort8
  *   dt_e4m3(b)       float8 e4m3 "fn" bits (uchar) as float: bias 7, no infinities,
  *                    S.1111.111 is NaN, subnormals m * 2^-9
- * Encoder:
- *   dt_to_bf16(v)    float to bfloat16 bits, rounded to nearest even; NaN stays a (quiet) NaN
+ *   dt_e4m3x4/x8(b)  the same for uchar4 / uchar8, without branches: the code's exponent and
+ *                    mantissa placed in a float's, rebiased (normal codes), or with the implicit
+ *                    leading one subtracted back out (subnormal codes)
+ * Encoders, rounding to nearest even:
+ *   dt_to_bf16(v)    float to bfloat16 bits; NaN stays a (quiet) NaN
+ *   dt_to_e4m3(v)    float to e4m3 bits; magnitudes past 448 saturate to 448, NaN gives S.1111.111
  * (half goes through OpenCL's own vload_half / vstore_half_rte, which every 1.2 device has.)
  *
- * The latent cache's element type, chosen by the build option CACHE_F16 or CACHE_BF16 (else float):
- *   CACHE_T               the element type in memory: float, half (storage only) or ushort (bf16)
- *   CACHE_CONVERTS        defined when CACHE_T is not float (kernels may then convert a tile once)
- *   CACHE_LOAD(p, i)      element i of p, as float
- *   CACHE_LOAD4(p, i)     elements 4i .. 4i+3 of p, as float4 (no alignment beyond the element's)
- *   CACHE_LOAD8(p, i)     elements 8i .. 8i+7 of p, as float8 (likewise)
- *   CACHE_STORE(v, i, p)  float v stored as element i of p, rounded to nearest even
+ * The latent cache's element type, chosen by the build option CACHE_F16, CACHE_BF16 or CACHE_FP8
+ * (else float). A cache row holds one token's [c^KV ; k^R], RKV + DR values:
+ *   CACHE_T                the unit of a row in memory: float, half (storage only), ushort (bf16)
+ *                          or uchar (fp8)
+ *   CACHE_ROW_UNITS        CACHE_Ts per row: RKV + DR, or for fp8 its bytes (below)
+ *   CACHE_CONVERTS         defined when the values are not float (kernels may convert a tile once)
+ *   CACHE_LOAD(r, i)       value i of the row that starts at r, as float
+ *   CACHE_LOAD4(r, i)      values 4i .. 4i+3 of row r, as float4 (no alignment beyond the unit's)
+ *   CACHE_LOAD8(r, i)      values 8i .. 8i+7 of row r, as float8 (likewise)
+ *   CACHE_STORE(v, i, r)   float v stored as value i of row r, rounded to nearest even (not fp8:
+ *                          its rows are written a 128-value tile at a time, cl/cache_write.cl)
+ * fp8 rows follow FlashMLA's layout for DeepSeek's latent cache: the RKV values of c^KV as e4m3
+ * codes, then RKV/128 float32 scales (value = code * scale, one scale per 128 codes), then the DR
+ * values of k^R as bf16: RKV + 4 RKV/128 + 2 DR bytes (656 for 512 + 64). RKV is a multiple of 128
+ * and DR even, so the scales are 4-byte and the bf16 values 2-byte aligned when rows are.
  */
 inline float dt_bf16(const ushort b)
 {
@@ -55,8 +67,36 @@ inline float dt_e4m3(const uchar b)
     return (b & 0x80u) ? -v : v;
 }
 
+inline uchar dt_to_e4m3(const float v)
+{
+    const uint sign = (as_uint(v) >> 24) & 0x80u;
+    const float a = fabs(v);
+    if (isnan(v))
+        return (uchar)(sign | 0x7Fu);
+    if (a >= 464.0f) /* 448 + half its unit and beyond */
+        return (uchar)(sign | 0x7Eu);
+    if (a < 0x1.0p-6f) /* subnormal codes, a grid of 2^-9 (the product is exact) */
+        return (uchar)(sign | (uint)rint(a * 512.0f));
+    const uint u = as_uint(a), r = u + 0x7FFFFu + ((u >> 20) & 1u); /* to 3 mantissa bits */
+    return (uchar)(sign | ((((r >> 23) - 120u) << 3) | ((r >> 20) & 7u)));
+}
+
+#define DT_E4M3_VECTOR(N)                                                                           \
+    inline float##N dt_e4m3x##N(const uchar##N b)                                                   \
+    {                                                                                               \
+        const uint##N u = convert_uint##N(b), mag = (u & 0x7Fu) << 20;                              \
+        const float##N normal = as_float##N(mag + (120u << 23));                                    \
+        const float##N subnormal = as_float##N(mag + (121u << 23)) - 0x1.0p-6f;                     \
+        float##N v = select(normal, subnormal, (u & 0x78u) == 0u);                                  \
+        v = as_float##N(as_uint##N(v) | ((u & 0x80u) << 24));                                       \
+        return select(v, (float##N)(NAN), (u & 0x7Fu) == 0x7Fu);                                   \
+    }
+DT_E4M3_VECTOR(4)
+DT_E4M3_VECTOR(8)
+
 #if defined(CACHE_F16)
 #define CACHE_T half
+#define CACHE_ROW_UNITS (RKV + DR)
 #define CACHE_CONVERTS
 #define CACHE_LOAD(p, i) vload_half((i), (p))
 #define CACHE_LOAD4(p, i) vload_half4((i), (p))
@@ -64,13 +104,37 @@ inline float dt_e4m3(const uchar b)
 #define CACHE_STORE(v, i, p) vstore_half_rte((v), (i), (p))
 #elif defined(CACHE_BF16)
 #define CACHE_T ushort
+#define CACHE_ROW_UNITS (RKV + DR)
 #define CACHE_CONVERTS
 #define CACHE_LOAD(p, i) dt_bf16((p)[i])
 #define CACHE_LOAD4(p, i) dt_bf16x4(vload4((i), (p)))
 #define CACHE_LOAD8(p, i) dt_bf16x8(vload8((i), (p)))
 #define CACHE_STORE(v, i, p) ((p)[i] = dt_to_bf16(v))
+#elif defined(CACHE_FP8)
+#define CACHE_T uchar
+#define CACHE_ROW_UNITS (RKV + 4 * (RKV / 128) + 2 * DR)
+#define CACHE_CONVERTS
+#define FP8_SCALES(r) ((__global const float *)((r) + RKV))
+#define FP8_ROPE(r) ((__global const ushort *)((r) + RKV + 4 * (RKV / 128)))
+#define CACHE_LOAD(r, i)                                                                            \
+    ((i) < RKV ? dt_e4m3((r)[i]) * FP8_SCALES(r)[(i) / 128] : dt_bf16(FP8_ROPE(r)[(i) - RKV]))
+inline float4 fp8_load4(__global const uchar *r, const int i)
+{
+    if (4 * i < RKV)
+        return dt_e4m3x4(vload4(i, r)) * FP8_SCALES(r)[4 * i / 128];
+    return dt_bf16x4(vload4(0, FP8_ROPE(r) + (4 * i - RKV)));
+}
+inline float8 fp8_load8(__global const uchar *r, const int i)
+{
+    if (8 * i < RKV)
+        return dt_e4m3x8(vload8(i, r)) * FP8_SCALES(r)[8 * i / 128];
+    return dt_bf16x8(vload8(0, FP8_ROPE(r) + (8 * i - RKV)));
+}
+#define CACHE_LOAD4(r, i) fp8_load4((r), (i))
+#define CACHE_LOAD8(r, i) fp8_load8((r), (i))
 #else
 #define CACHE_T float
+#define CACHE_ROW_UNITS (RKV + DR)
 #define CACHE_LOAD(p, i) ((p)[i])
 #define CACHE_LOAD4(p, i) vload4((i), (p))
 #define CACHE_LOAD8(p, i) vload8((i), (p))

@@ -390,7 +390,11 @@ clmla_tensor clmla_tensor_1d(const float *data, int64_t size);
 typedef enum clmla_cache_dtype {
     CLMLA_CACHE_F32 = 0,
     CLMLA_CACHE_F16 = 1, /* vstore_half / vload_half: works on every OpenCL 1.2 device */
-    CLMLA_CACHE_BF16 = 2 /* bfloat16: float32's range, 8 bits of mantissa; plain 16-bit loads */
+    CLMLA_CACHE_BF16 = 2, /* bfloat16: float32's range, 8 bits of mantissa; plain 16-bit loads */
+    /* FlashMLA's fp8 layout for DeepSeek's latent cache: per token, c^KV as float8 e4m3 codes with
+       one float32 scale per 128 of them (a power of two, from max|x| / 448), then k^R as bf16:
+       rkv + 4 rkv/128 + 2 dr bytes (656 for 512 + 64). Needs kv_lora_rank a multiple of 128. */
+    CLMLA_CACHE_FP8 = 3
 } clmla_cache_dtype;
 
 typedef struct clmla_cache_config {

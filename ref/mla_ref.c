@@ -140,10 +140,33 @@ double mla_ref_decode_e4m3(unsigned bits)
     return sign ? -v : v;
 }
 
-static void round_cache(mla_ref_cache_type type, double *v, size_t n)
+double mla_ref_round_e4m3(double x)
 {
-    for (size_t i = 0; i < n; i++)
-        v[i] = type == MLA_REF_CACHE_F16 ? mla_ref_round_f16(v[i]) : type == MLA_REF_CACHE_BF16 ? mla_ref_round_bf16(v[i]) : v[i];
+    const double r = round_to_bits(x, 4, -6);
+    return fabs(r) > 448.0 ? copysign(448.0, x) : r;
+}
+
+void mla_ref_round_cache_row(mla_ref_cache_type type, double *ckv, int rkv, double *kr, int dr)
+{
+    if (type == MLA_REF_CACHE_FP8) {
+        for (int t0 = 0; t0 + 128 <= rkv; t0 += 128) {
+            double amax = 0.0;
+            for (int i = t0; i < t0 + 128; i++)
+                amax = fmax(amax, fabs(ckv[i]));
+            int e = 0;
+            const double m = frexp(fmax(amax / 448.0, 1e-4), &e); /* = m 2^e, m in [0.5, 1) */
+            const double s = m == 0.5 ? ldexp(1.0, e - 1) : ldexp(1.0, e); /* the power of two at or above */
+            for (int i = t0; i < t0 + 128; i++)
+                ckv[i] = mla_ref_round_e4m3(ckv[i] / s) * s;
+        }
+        for (int i = 0; i < dr; i++)
+            kr[i] = mla_ref_round_bf16(kr[i]);
+        return;
+    }
+    for (int i = 0; i < rkv; i++)
+        ckv[i] = type == MLA_REF_CACHE_F16 ? mla_ref_round_f16(ckv[i]) : type == MLA_REF_CACHE_BF16 ? mla_ref_round_bf16(ckv[i]) : ckv[i];
+    for (int i = 0; i < dr; i++)
+        kr[i] = type == MLA_REF_CACHE_F16 ? mla_ref_round_f16(kr[i]) : type == MLA_REF_CACHE_BF16 ? mla_ref_round_bf16(kr[i]) : kr[i];
 }
 
 static void rmsnorm(double *x /* [n] */, const float *w /* [n] */, size_t n, double eps)
@@ -526,6 +549,9 @@ static int config_ok(const mla_ref_config *cfg, const mla_ref_features *f)
         return 0;
     if (!isfinite(f->q_latent_scale) || !isfinite(f->kv_latent_scale))
         return 0;
+    if (f->cache_type < MLA_REF_CACHE_F32 || f->cache_type > MLA_REF_CACHE_FP8 ||
+        (f->cache_type == MLA_REF_CACHE_FP8 && cfg->kv_lora_rank % 128 != 0))
+        return 0;
     return 1;
 }
 
@@ -662,7 +688,7 @@ int mla_ref_forward_ext(const mla_ref_config *cfg, const mla_ref_features *f, co
             scale_by(kv, rkv, skv);
             if (rotate)
                 rope_rotate((int)dr, cfg->rope_half_split, inv_freq, amplitude, kv + rkv, (long)t);
-            round_cache(f->cache_type, kv, rkv + dr);
+            mla_ref_round_cache_row(f->cache_type, kv, (int)rkv, kv + rkv, (int)dr);
             memcpy(ckv + t * rkv, kv, rkv * sizeof(double));
             if (dr > 0)
                 memcpy(kr + t * dr, kv + rkv, dr * sizeof(double));

@@ -69,7 +69,12 @@ typedef enum mla_ref_rope_type {
     MLA_REF_ROPE_NONE = 6      /* no rotation: the rope dims are used as they are */
 } mla_ref_rope_type;
 
-typedef enum mla_ref_cache_type { MLA_REF_CACHE_F32 = 0, MLA_REF_CACHE_F16 = 1, MLA_REF_CACHE_BF16 = 2 } mla_ref_cache_type;
+typedef enum mla_ref_cache_type {
+    MLA_REF_CACHE_F32 = 0,
+    MLA_REF_CACHE_F16 = 1,
+    MLA_REF_CACHE_BF16 = 2,
+    MLA_REF_CACHE_FP8 = 3 /* FlashMLA's: c^KV in e4m3 with a power-of-two scale per 128 values, k^R in bf16 */
+} mla_ref_cache_type;
 
 typedef struct mla_ref_features {
     mla_ref_rope_type rope_type;
@@ -119,6 +124,14 @@ typedef struct mla_ref_features {
    |x| past the largest bfloat16 is not handled), ties to even. Exact in double. */
 double mla_ref_round_f16(double x);
 double mla_ref_round_bf16(double x);
+/* x rounded to float8 e4m3 (4 significant bits, subnormals below 2^-6 on a grid of 2^-9), ties to
+   even; magnitudes past 448 saturate to 448. */
+double mla_ref_round_e4m3(double x);
+/* One cache row [c^KV (rkv) ; k^R (dr)] replaced by what a cache of this type holds: each value
+   rounded (f16, bf16), or for FP8, following FlashMLA's tests/quant.py: per tile of 128 values of
+   c^KV the scale s = 2^ceil(log2(max(max|x| / 448, 1e-4))) and the values e4m3(x / s) * s, and
+   k^R rounded to bf16 (rkv a multiple of 128). */
+void mla_ref_round_cache_row(mla_ref_cache_type type, double *ckv, int rkv, double *kr, int dr);
 /* The float denoted by a 16-bit binary16 code, a 16-bit bfloat16 code, an 8-bit float8 e4m3
    ("fn": bias 7, no infinities, S.1111.111 is NaN) code: from the formats' definitions. */
 double mla_ref_decode_f16(unsigned bits);

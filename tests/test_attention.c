@@ -38,11 +38,6 @@ static cl_mem make_buffer(size_t bytes, const void *host)
     return m;
 }
 
-static double rounded(clmla_cache_dtype dtype, double v)
-{
-    return dtype == CLMLA_CACHE_F16 ? mla_ref_round_f16(v) : dtype == CLMLA_CACHE_BF16 ? mla_ref_round_bf16(v) : v;
-}
-
 /* Fills the pool through three sequences appended in turn (so each one's blocks are scattered),
    in chunks that start and end mid-block, then records which rows landed in which block. */
 static int pool_make(pool *p, const char *name, int rkv, int dr, int bt, int num_blocks, clmla_cache_dtype dtype,
@@ -75,10 +70,20 @@ static int pool_make(pool *p, const char *name, int rkv, int dr, int bt, int num
     /* The host copy holds what the cache holds: each float rounded to the dtype (the reference's
        rounding, ref/; exact, since both round the same float32), so the attention is checked at
        float32's tolerance whatever the dtype. */
-    for (size_t i = 0; i < (size_t)total * rkv; i++)
-        ckv[i] = (float)rounded(dtype, ckv[i]);
-    for (size_t i = 0; i < (size_t)total * dr; i++)
-        kr[i] = (float)rounded(dtype, kr[i]);
+    double *rc = malloc((size_t)rkv * sizeof(double)), *rr = malloc(((size_t)dr + 1) * sizeof(double));
+    for (int t = 0; t < total; t++) {
+        for (int i = 0; i < rkv; i++)
+            rc[i] = ckv[(size_t)t * rkv + i];
+        for (int i = 0; i < dr; i++)
+            rr[i] = kr[(size_t)t * dr + i];
+        mla_ref_round_cache_row((mla_ref_cache_type)dtype, rc, rkv, rr, dr); /* the same numbering */
+        for (int i = 0; i < rkv; i++)
+            ckv[(size_t)t * rkv + i] = (float)rc[i];
+        for (int i = 0; i < dr; i++)
+            kr[(size_t)t * dr + i] = (float)rr[i];
+    }
+    free(rc);
+    free(rr);
 
     int32_t ids[SEQS];
     int len[SEQS] = {0}, want_len[SEQS], start[SEQS];
@@ -489,6 +494,27 @@ static void run_all(void)
         static const int seq_one[] = {0};
         attn_case one = {16, 1, len_one, seq_one, 0, 0};
         run_case(&p, &one, 517);
+        pool_free(&p);
+    }
+
+    /* The same rows in fp8 (FlashMLA's layout: 656 bytes a row). */
+    if (pool_make(&p, "rkv512 dr64 bt64 fp8", 512, 64, 64, 64, CLMLA_CACHE_FP8, 7) == 0) {
+        static const int len16[] = {3000, 37, 1, 0, 640};
+        static const int seq16[] = {0, 1, 2, 3, 0};
+        attn_case c16 = {16, 5, len16, seq16, 0, 1};
+        run_case(&p, &c16, 716);
+        static const int len_one[] = {2500};
+        static const int seq_one[] = {0};
+        attn_case one = {16, 1, len_one, seq_one, 0, 0};
+        run_case(&p, &one, 717);
+        pool_free(&p);
+    }
+    /* fp8 with one scale a row, odd heads and 5-token blocks. */
+    if (pool_make(&p, "rkv128 dr8 bt5 fp8", 128, 8, 5, 640, CLMLA_CACHE_FP8, 8) == 0) {
+        static const int len3[] = {3000, 12, 1, 0, 5, 2048};
+        static const int seq3[] = {0, 1, 2, 3, 4, 1};
+        attn_case c3 = {3, 6, len3, seq3, 0, 0};
+        run_case(&p, &c3, 803);
         pool_free(&p);
     }
 

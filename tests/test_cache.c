@@ -45,16 +45,27 @@ typedef struct cache_model {
     const char *name;
 } cache_model;
 
-static size_t elem_size(clmla_cache_dtype dtype)
+/* Bytes of one token's row (include/clmla.h; fp8 in FlashMLA's layout). */
+static size_t row_bytes(clmla_cache_dtype dtype, int rkv, int dr)
 {
-    return dtype == CLMLA_CACHE_F32 ? 4 : 2;
+    if (dtype == CLMLA_CACHE_FP8)
+        return (size_t)rkv + 4 * (size_t)(rkv / 128) + 2 * (size_t)dr;
+    return (size_t)(rkv + dr) * (dtype == CLMLA_CACHE_F32 ? 4 : 2);
 }
 
-/* What a cache of this dtype must hold for the float v: v rounded to nearest even (ref/). */
-static double stored_value(clmla_cache_dtype dtype, double v)
+/* What the cache must hold for rows of c^KV or of k^R (is_ckv), `cols` values each: the
+   reference's rounding of them (ref/; fp8 scales each 128 values of a c^KV row together). */
+static void stored_rows(clmla_cache_dtype dtype, int is_ckv, const float *v, size_t n, int cols, double *out)
 {
-    return dtype == CLMLA_CACHE_F16 ? mla_ref_round_f16(v) : dtype == CLMLA_CACHE_BF16 ? mla_ref_round_bf16(v) : v;
+    for (size_t i = 0; i < n; i++)
+        out[i] = v[i];
+    for (size_t r = 0; r + (size_t)cols <= n; r += (size_t)cols)
+        if (is_ckv)
+            mla_ref_round_cache_row((mla_ref_cache_type)dtype, out + r, cols, NULL, 0);
+        else
+            mla_ref_round_cache_row((mla_ref_cache_type)dtype, NULL, 0, out + r, cols);
 }
+
 
 static int cm_create(cache_model *m, const char *name, int layers, int rkv, int dr, int bt, int num_blocks,
                      clmla_cache_dtype dtype, uint64_t seed)
@@ -234,12 +245,14 @@ static int compare_rows_as(const char *name, clmla_cache_dtype dtype, const floa
 {
     int bad = 0;
     size_t first = 0;
+    double *stored = malloc((n + 1) * sizeof(double));
+    stored_rows(dtype, strncmp(what, "c_kv", 4) == 0, want, n, cols, stored);
     for (size_t i = 0; i < n; i++) {
-        double w = want[i], g = got[i];
-        int ok = g == stored_value(dtype, w);
+        int ok = (double)got[i] == stored[i];
         if (!ok && bad++ == 0)
             first = i;
     }
+    free(stored);
     CHECK(bad == 0, "%s: seq %d layer %d %s: %d of %zu values differ, first token %d [%d]: got %.9g, want %.9g",
           name, (int)id, layer, what, bad, n, first_token + (int)(first / (size_t)cols), (int)(first % (size_t)cols),
           bad ? (double)got[first] : 0.0, bad ? (double)want[first] : 0.0);
@@ -323,7 +336,8 @@ static void cm_check_layer_buffer(const cache_model *m, int slot, int layer)
     CHECK(buf != NULL, "%s: layer %d buffer", m->name, layer);
     if (!buf)
         return;
-    size_t want_size = (size_t)m->cfg.num_blocks * m->bt * row * elem_size(m->cfg.dtype), size = 0;
+    const size_t rb = row_bytes(m->cfg.dtype, rkv, dr);
+    size_t want_size = (size_t)m->cfg.num_blocks * m->bt * rb, size = 0;
     clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof(size), &size, NULL);
     CHECK(size >= want_size, "%s: layer buffer %zu bytes, expected at least %zu", m->name, size, want_size);
     if (size < want_size)
@@ -335,24 +349,38 @@ static void cm_check_layer_buffer(const cache_model *m, int slot, int layer)
     int nb = 0;
     clmla_cache_seq_blocks(m->cache, q->id, blocks, 256, &nb);
     int bad = 0;
+    double *want_ckv = malloc((size_t)rkv * sizeof(double)), *want_kr = malloc(((size_t)dr + 1) * sizeof(double));
     for (int t = 0; t < q->len[layer] && err == CL_SUCCESS && blocks_for(t + 1, m->bt) <= nb; t++) {
         size_t r = (size_t)blocks[t / m->bt] * m->bt + (size_t)(t % m->bt);
+        const unsigned char *p = raw + r * rb;
+        stored_rows(m->cfg.dtype, 1, q->ckv[layer] + (size_t)t * rkv, (size_t)rkv, rkv, want_ckv);
+        stored_rows(m->cfg.dtype, 0, q->kr[layer] + (size_t)t * dr, (size_t)dr, dr, want_kr);
         for (int d = 0; d < row; d++) {
-            float got;
-            if (m->cfg.dtype != CLMLA_CACHE_F32) {
-                uint16_t h;
-                memcpy(&h, raw + (r * row + d) * 2, 2);
-                got = (float)(m->cfg.dtype == CLMLA_CACHE_F16 ? mla_ref_decode_f16(h) : mla_ref_decode_bf16(h));
+            double got;
+            uint16_t h;
+            if (m->cfg.dtype == CLMLA_CACHE_FP8) { /* codes, a float32 scale per 128, bf16 k^R */
+                float scale;
+                memcpy(&scale, p + rkv + 4 * (d / 128), 4);
+                if (d >= rkv)
+                    memcpy(&h, p + rkv + 4 * (rkv / 128) + 2 * (d - rkv), 2);
+                got = d < rkv ? mla_ref_decode_e4m3(p[d]) * scale : mla_ref_decode_bf16(h);
+            } else if (m->cfg.dtype != CLMLA_CACHE_F32) {
+                memcpy(&h, p + (size_t)d * 2, 2);
+                got = m->cfg.dtype == CLMLA_CACHE_F16 ? mla_ref_decode_f16(h) : mla_ref_decode_bf16(h);
             } else {
-                memcpy(&got, raw + (r * row + d) * 4, 4);
+                float f;
+                memcpy(&f, p + (size_t)d * 4, 4);
+                got = f;
             }
-            double want = d < rkv ? q->ckv[layer][(size_t)t * rkv + d] : q->kr[layer][(size_t)t * dr + d - rkv];
-            int ok = got == stored_value(m->cfg.dtype, want);
+            double want = d < rkv ? want_ckv[d] : want_kr[d - rkv];
+            int ok = got == want;
             if (!ok && bad++ == 0)
                 CHECK(0, "%s: layer buffer row %zu (seq %d token %d) [%d] = %.9g, expected %.9g", m->name, r,
                       (int)q->id, t, d, got, want);
         }
     }
+    free(want_ckv);
+    free(want_kr);
     free(raw);
 }
 
@@ -369,7 +397,7 @@ static void test_create_and_info(void)
         clmla_cache_info info;
         memset(&info, 0xFF, sizeof(info));
         CHECK_STATUS(clmla_cache_get_info(cache, &info), CLMLA_SUCCESS, ctx);
-        size_t es = elem_size(cfg.dtype);
+        size_t es = row_bytes(cfg.dtype, 40, 8) / 48;
         CHECK(info.bytes_per_token_per_layer == 48 * es, "dtype %d: bytes per token %zu", dt,
               info.bytes_per_token_per_layer);
         CHECK(info.bytes_per_block == 48 * es * 16, "dtype %d: bytes per block %zu", dt, info.bytes_per_block);
@@ -427,11 +455,16 @@ static void test_create_and_info(void)
         {{1, 40, 8, 16, -4, CLMLA_CACHE_F32}, "num_blocks -4"},
         {{-1, 40, 8, 16, 4, CLMLA_CACHE_F32}, "num_layers -1"},
         {{1, 40, 8, 16, 4, (clmla_cache_dtype)7}, "dtype 7"},
+        {{1, 40, 8, 16, 4, CLMLA_CACHE_FP8}, "fp8 with kv_lora_rank 40 (not a multiple of 128)"},
+        {{1, 200, 8, 16, 4, CLMLA_CACHE_FP8}, "fp8 with kv_lora_rank 200"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         cache = NULL;
         CHECK_STATUS(clmla_cache_create(ctx, &bad[i].cfg, &cache), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
         CHECK(cache == NULL, "%s: cache made anyway", bad[i].what);
+        if (bad[i].cfg.dtype == CLMLA_CACHE_FP8)
+            CHECK(strstr(clmla_last_error(ctx), "multiple of 128") != NULL, "%s: the message does not name the rule: %s",
+                  bad[i].what, clmla_last_error(ctx));
         clmla_cache_destroy(cache);
     }
     /* Sizes whose product overflows: refused one way or another, never made. */
@@ -600,9 +633,10 @@ static void test_free_reuse(void)
 /* Random adds, appends, reserves and frees against the model, with exact block accounting. */
 static void test_many_sequences(void)
 {
-    for (int dt = 0; dt < 3; dt++) {
+    for (int dt = 0; dt < 4; dt++) { /* fp8 needs kv_lora_rank a multiple of 128 */
         cache_model m;
-        if (cm_create(&m, (const char *[]){"random f32", "random f16", "random bf16"}[dt], 2, 20, 4, 8, 40, (clmla_cache_dtype)dt, 41 + dt))
+        if (cm_create(&m, (const char *[]){"random f32", "random f16", "random bf16", "random fp8"}[dt], 2,
+                      dt == CLMLA_CACHE_FP8 ? 128 : 20, 4, 8, 40, (clmla_cache_dtype)dt, 41 + dt))
             continue;
         int full = 0, frees = 0, adds = 0;
         for (int step = 0; step < 400; step++) {
@@ -1590,9 +1624,10 @@ static void test_fork_faults(void)
    invariants after every operation and every sequence's rows every few. */
 static void test_fork_random(void)
 {
-    for (int dt = 0; dt < 3; dt++) {
+    for (int dt = 0; dt < 4; dt++) { /* fp8 needs kv_lora_rank a multiple of 128 */
         share_model m;
-        if (sm_create(&m, (const char *[]){"fork random f32", "fork random f16", "fork random bf16"}[dt], 3, 20, 4, 4, 40, (clmla_cache_dtype)dt,
+        if (sm_create(&m, (const char *[]){"fork random f32", "fork random f16", "fork random bf16", "fork random fp8"}[dt], 3,
+                      dt == CLMLA_CACHE_FP8 ? 128 : 20, 4, 4, 40, (clmla_cache_dtype)dt,
                       91 + dt)) {
             sm_destroy(&m);
             continue;

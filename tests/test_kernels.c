@@ -335,6 +335,7 @@ static void test_convert(void)
     decode_all("-D SRC_BF16", 2, 65536, mla_ref_decode_bf16, "bf16");
     decode_all("-D SRC_F16", 2, 65536, mla_ref_decode_f16, "f16 (vload_half)");
     decode_all("-D SRC_E4M3", 1, 256, mla_ref_decode_e4m3, "e4m3");
+    decode_all("-D SRC_E4M3X8", 1, 256, mla_ref_decode_e4m3, "e4m3 (8 at a time, the cache's decoder)");
 
     /* The encoder: for every finite bf16 code, floats just above it, a quarter, exactly half and just
        past half an ulp on, and the next code, each against the reference's rounding. */
@@ -378,6 +379,43 @@ static void test_convert(void)
     }
     free(in);
     free(out);
+
+    /* e4m3: every finite code's value, a quarter, a half (the tie) and three quarters of the way to
+       the next, negated too; past 448 (saturating), infinities, NaN, and values in the subnormal
+       range; each against the reference's rounding. */
+    float vals[256 * 8 + 16];
+    int nv = 0;
+    for (unsigned c = 0; c < 0x7F; c++) {
+        const double a = mla_ref_decode_e4m3(c), b = c == 0x7E ? 464.0 : mla_ref_decode_e4m3(c + 1);
+        const double pts[4] = {a, a + (b - a) / 4, (a + b) / 2, a + 3 * (b - a) / 4};
+        for (int k = 0; k < 4; k++) {
+            vals[nv++] = (float)pts[k];
+            vals[nv++] = (float)-pts[k];
+        }
+    }
+    const float more[] = {463.9f, 464.0f, 1000.0f, -1e30f, INFINITY, -INFINITY, NAN, 0x1p-10f, 3 * 0x1p-11f, 1e-30f};
+    for (size_t i = 0; i < sizeof(more) / sizeof(more[0]); i++)
+        vals[nv++] = more[i];
+    uint8_t codes[sizeof(vals) / sizeof(vals[0])];
+    cl_kernel k8 = kernel("convert", "", "convert_to_e4m3");
+    cl_mem v_in = buffer((size_t)nv * sizeof(float), vals), c_out = buffer((size_t)nv, NULL);
+    ARG(k8, 0, v_in);
+    ARG(k8, 1, nv);
+    ARG(k8, 2, c_out);
+    const size_t g8 = (size_t)nv;
+    if (launch(k8, 1, &g8, NULL)) {
+        download(c_out, (size_t)nv, codes);
+        int bad = 0;
+        for (int i = 0; i < nv; i++) {
+            const double want = isnan(vals[i]) ? NAN : mla_ref_round_e4m3((double)vals[i]);
+            const double got = mla_ref_decode_e4m3(codes[i]);
+            const int ok = isnan(want) ? isnan(got) : got == want && !signbit(got) == !signbit(want);
+            if (!ok && bad++ < 5)
+                CHECK(0, "e4m3 of %.9g: 0x%02x = %.9g, want %.9g", vals[i], codes[i], got, want);
+        }
+        CHECK(bad == 0, "e4m3 encoder: %d of %d values rounded wrong", bad, nv);
+        printf("  e4m3 encoder: %d values (every code, ties, saturation, specials) round to nearest even\n", nv);
+    }
 }
 
 static void test_add_bias(void)
@@ -467,6 +505,113 @@ static void test_cache_write(void)
             CHECK(first == bytes, "cache_write %s: byte %zu (row %zu) differs", f16 ? "f16" : "f32", first,
                   first / (elem * CW_ROW));
         }
+    }
+}
+
+/* The e4m3 code whose value is v (a value of the format), by search; -0 gets 0x80. */
+static uint8_t e4m3_code_of(double v)
+{
+    for (unsigned c = 0; c < 256; c++)
+        if (mla_ref_decode_e4m3(c) == v && !signbit(mla_ref_decode_e4m3(c)) == !signbit(v))
+            return (uint8_t)c;
+    return 0x7F;
+}
+
+/* cache_write and cache_gather with CACHE_FP8 (FlashMLA's row layout, cl/prelude.cl): the bytes
+   written against the reference's quantisation (ref/: scales, codes, bf16 k^R), then gathered
+   back to float32. RKV 256 (two scales), DR 6, rows of 256 + 8 + 12 = 276 bytes. */
+static void test_cache_fp8(void)
+{
+    enum { RKV = 256, DR = 6, ROWB = RKV + 8 + 2 * DR, T = 3, ROWS = 5, BT = 5 };
+    char options[64];
+    snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d -D CACHE_FP8", RKV, DR);
+    cl_kernel kw = kernel("cache_write", options, "cache_write");
+    cl_kernel kg = kernel("cache_gather", options, "cache_gather");
+    float ckv[T * RKV], kr[T * DR];
+    tu_rng rng = tu_rng_seed(35);
+    fill(ckv, T * RKV, 3.0f, &rng);
+    fill(kr, T * DR, 3.0f, &rng);
+    for (int i = 0; i < 128; i++) /* token 1: a zero tile (the 1e-4 floor), then a tiny one */
+        ckv[RKV + i] = 0.0f, ckv[RKV + 128 + i] = 1e-6f * (float)(i - 64);
+    ckv[2 * RKV + 5] = 1000.0f; /* token 2: one large value sets its tile's scale */
+    const int slots[T] = {4, 0, 2};
+    unsigned char sentinel[ROWS * ROWB], got[ROWS * ROWB], want[ROWS * ROWB];
+    for (size_t i = 0; i < sizeof(sentinel); i++)
+        sentinel[i] = (unsigned char)(0x5A ^ i);
+    memcpy(want, sentinel, sizeof(want));
+    double stored[T][RKV + DR];
+    for (int t = 0; t < T; t++) {
+        double c[RKV], r[DR];
+        for (int i = 0; i < RKV; i++)
+            c[i] = ckv[t * RKV + i];
+        for (int i = 0; i < DR; i++)
+            r[i] = kr[t * DR + i];
+        mla_ref_round_cache_row(MLA_REF_CACHE_FP8, c, RKV, r, DR);
+        unsigned char *row = want + (size_t)slots[t] * ROWB;
+        for (int g = 0; g < RKV / 128; g++) {
+            double amax = 0;
+            for (int i = 0; i < 128; i++)
+                amax = fmax(amax, fabs((double)ckv[t * RKV + g * 128 + i]));
+            int e = 0;
+            const double m = frexp(fmax(amax / 448.0, 1e-4), &e), s = m == 0.5 ? ldexp(1, e - 1) : ldexp(1, e);
+            const float sf = (float)s;
+            memcpy(row + RKV + 4 * g, &sf, 4);
+            for (int i = 0; i < 128; i++)
+                row[g * 128 + i] = e4m3_code_of(c[g * 128 + i] / s);
+        }
+        for (int i = 0; i < DR; i++) {
+            const float f = (float)r[i];
+            uint32_t bits;
+            memcpy(&bits, &f, 4);
+            const uint16_t h = (uint16_t)(bits >> 16);
+            memcpy(row + RKV + 8 + 2 * i, &h, 2);
+        }
+        for (int i = 0; i < RKV; i++)
+            stored[t][i] = c[i];
+        for (int i = 0; i < DR; i++)
+            stored[t][RKV + i] = r[i];
+    }
+    const int zero = 0, ckv_stride = RKV, kr_stride = DR;
+    cl_mem cb = buffer(sizeof(ckv), ckv), kb = buffer(sizeof(kr), kr), sb = buffer(sizeof(slots), slots);
+    cl_mem cache = buffer(sizeof(sentinel), sentinel);
+    ARG(kw, 0, cb);
+    ARG(kw, 1, zero);
+    ARG(kw, 2, ckv_stride);
+    ARG(kw, 3, kb);
+    ARG(kw, 4, zero);
+    ARG(kw, 5, kr_stride);
+    ARG(kw, 6, sb);
+    ARG(kw, 7, cache);
+    const size_t gw[2] = {RKV / 128 + DR, T};
+    if (launch(kw, 2, gw, NULL)) {
+        download(cache, sizeof(got), got);
+        size_t first = sizeof(got);
+        for (size_t i = 0; i < sizeof(got) && first == sizeof(got); i++)
+            if (got[i] != want[i])
+                first = i;
+        CHECK(first == sizeof(got), "cache_write fp8: byte %zu (row %zu, byte %zu of it) is 0x%02x, want 0x%02x", first,
+              first / ROWB, first % ROWB, first < sizeof(got) ? got[first] : 0, first < sizeof(want) ? want[first] : 0);
+    }
+    /* Gather the three tokens back: a sequence whose block table is {0} (one block of 5 rows) and
+       tokens 4, 0, 2 of it are the rows written above. */
+    const int table[1] = {0}, table_offset = 0, bt = BT, start = 0;
+    float out[ROWS * (RKV + DR)];
+    cl_mem tb = buffer(sizeof(table), table), ob = buffer(sizeof(out), NULL);
+    ARG(kg, 0, cache);
+    ARG(kg, 1, tb);
+    ARG(kg, 2, table_offset);
+    ARG(kg, 3, bt);
+    ARG(kg, 4, start);
+    ARG(kg, 5, ob);
+    ARG(kg, 6, zero);
+    const size_t gg[2] = {RKV + DR, ROWS};
+    if (launch(kg, 2, gg, NULL)) {
+        download(ob, sizeof(out), out);
+        int bad = 0;
+        for (int t = 0; t < T; t++)
+            for (int d = 0; d < RKV + DR; d++)
+                bad += (double)out[(size_t)slots[t] * (RKV + DR) + d] != stored[t][d];
+        CHECK(bad == 0, "cache_gather fp8: %d values differ from the stored ones", bad);
     }
 }
 
@@ -1218,7 +1363,7 @@ static void test_layer(void)
 /* ---- coverage ---------------------------------------------------------------------------------------- */
 
 /* The kernels this file launches directly. */
-static const char *const tested[] = {"convert_to_f32", "convert_to_bf16", "rmsnorm",        "rope",           "add_bias",       "cache_write",         "cache_gather",
+static const char *const tested[] = {"convert_to_f32", "convert_to_bf16", "convert_to_e4m3", "rmsnorm",        "rope",           "add_bias",       "cache_write",         "cache_gather",
                                      "attn_latent",    "attn_latent_rows", "attn_combine",       "attn_combine_rows", "attn_prefill",
                                      "attn_prefill_rows", "gemm_skinny_nt", "gemm_skinny_nn",    "gemm_skinny_nt_rows",
                                      "gemm_skinny_nn_rows", "gemm_packed_rows", "gemm_tiled_rows"};
@@ -1311,6 +1456,7 @@ static void test_kernels(void)
     test_add_bias();
     test_cache_write();
     test_cache_gather();
+    test_cache_fp8();
     test_attn_latent();
     test_attn_latent_rows();
     test_attn_combine();

@@ -336,7 +336,7 @@ static feature_case make_case(int which)
         break;
     case CASE_BIASES:
         k.name = "biases";
-        *c = tu_small_config(35, 3, 13, 19, 5, 8, 7);
+        *c = tu_small_config(35, 3, 13, 128, 5, 8, 7); /* rkv 128: an fp8 cache runs too */
         c->yarn_factor = 40; /* AUTO: YaRN */
         c->yarn_mscale = 1.0;
         c->yarn_mscale_all_dim = 0.8;
@@ -629,10 +629,12 @@ static void run_case(int which)
         printf("    max rel err: prefill abs %.2e dec %.2e | decode abs %.2e dec %.2e | chunks %.2e | f16 %.2e"
                " (tol %.0e / %.0e); smallest feature effect %.3g\n",
                e[0], e[1], e[2], e[3], e[4], e[5], TOL_F32_CACHE, TOL_F16_CACHE, effect_min);
-        /* 16-bit caches against the reference that rounds its cache the same way: as tight as f32. */
-        static const clmla_cache_dtype dts[2] = {CLMLA_CACHE_F16, CLMLA_CACHE_BF16};
-        static const mla_ref_cache_type rts[2] = {MLA_REF_CACHE_F16, MLA_REF_CACHE_BF16};
-        for (int i = 0; i < 2; i++) {
+        /* 16-bit caches (and fp8, where rkv is a multiple of 128) against the reference that rounds
+           its cache the same way: the output as tight as f32. */
+        static const clmla_cache_dtype dts[3] = {CLMLA_CACHE_F16, CLMLA_CACHE_BF16, CLMLA_CACHE_FP8};
+        static const mla_ref_cache_type rts[3] = {MLA_REF_CACHE_F16, MLA_REF_CACHE_BF16, MLA_REF_CACHE_FP8};
+        static const char *const dt_names[3] = {"f16", "bf16", "fp8"};
+        for (int i = 0; i < (c->kv_lora_rank % 128 == 0 ? 3 : 2); i++) {
             ref_view vr = v;
             vr.f.cache_type = rts[i];
             ref_result r_round;
@@ -640,11 +642,11 @@ static void run_case(int which)
             CHECK(ref_run(&vr, &w.ref, T, x, decode, ndecode, &r_round) == 0, "%s: rounded reference", k.name);
             r_round.rounded = 1;
             snprintf(what, sizeof(what), "%s: %s cache against the reference rounding its cache alike, prefill %d + "
-                     "decode, paths alternating", k.name, i ? "bf16" : "f16", P);
+                     "decode, paths alternating", k.name, dt_names[i], P);
             const double er = r_round.out ? run_steps(layer, c, T, x, decode, ndecode, alternate, 2, dts[i], &r_round, what)
                                           : INFINITY;
             printf("    %s cache vs rounded reference: max rel err %.2e (output tol %.0e, cache one ulp)\n",
-                   i ? "bf16" : "f16", er, TOL_F32_CACHE);
+                   dt_names[i], er, TOL_F32_CACHE);
             ref_result_free(&r_round);
         }
     }

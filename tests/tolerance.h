@@ -21,8 +21,9 @@
 /* A 16-bit cache's contents against the reference's own rounding of them: the library rounds its
    float32 value and the reference its double one, so a value within float32's error of a tie may
    land one unit in the last place apart (seen: 1 value in about 10^4). Relative to the array's
-   largest value, one unit is at most 2^-10 (f16) or 2^-7 (bf16). */
-#define TOL_ROUNDED_ELEMENT(dtype) ((dtype) == CLMLA_CACHE_BF16 ? 0x1p-7 : (dtype) == CLMLA_CACHE_F16 ? 0x1p-10 : 0.0)
+   largest value, one unit is at most 2^-10 (f16), 2^-7 (bf16) or 2^-3 (fp8's e4m3 codes). */
+#define TOL_ROUNDED_ELEMENT(dtype)                                                                      \
+    ((dtype) == CLMLA_CACHE_FP8 ? 0x1p-3 : (dtype) == CLMLA_CACHE_BF16 ? 0x1p-7 : (dtype) == CLMLA_CACHE_F16 ? 0x1p-10 : 0.0)
 
 /* The tolerance that goes with a clmla_cache_dtype. */
 #define TOL_FOR_DTYPE(dtype)                                                                            \

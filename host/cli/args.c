@@ -83,9 +83,9 @@ void cli_usage(const char *command, const char *summary, const cli_option *opts)
 
 int cli_cache_dtype(const char *name)
 {
-    static const char *const names[] = {"f32", "f16", "bf16"};
-    static const int dtypes[] = {CLMLA_CACHE_F32, CLMLA_CACHE_F16, CLMLA_CACHE_BF16};
-    for (int i = 0; i < 3; i++)
+    static const char *const names[] = {"f32", "f16", "bf16", "fp8"};
+    static const int dtypes[] = {CLMLA_CACHE_F32, CLMLA_CACHE_F16, CLMLA_CACHE_BF16, CLMLA_CACHE_FP8};
+    for (int i = 0; i < 4; i++)
         if (name && strcmp(name, names[i]) == 0)
             return dtypes[i];
     return -1;

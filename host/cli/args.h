@@ -16,7 +16,7 @@ typedef struct cli_option {
    expected to be among them. Returns 0 on success, or prints a message to stderr and returns 2. */
 int cli_parse(const char *command, cli_option *opts, int argc, char **argv, int first);
 void cli_usage(const char *command, const char *summary, const cli_option *opts);
-/* The cache dtype named "f32", "f16" or "bf16"; -1 for any other name. */
+/* The cache dtype named "f32", "f16", "bf16" or "fp8"; -1 for any other name. */
 int cli_cache_dtype(const char *name);
-#define CLI_CACHE_DTYPES "f32|f16|bf16"
+#define CLI_CACHE_DTYPES "f32|f16|bf16|fp8"
 #endif

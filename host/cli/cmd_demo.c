@@ -186,7 +186,7 @@ int cmd_demo(int argc, char **argv)
     }
     clmla_cache_info ci;
     clmla_cache_get_info(cache, &ci);
-    const size_t elem = dtype == CLMLA_CACHE_F32 ? 4 : 2;
+    const size_t elem = dtype == CLMLA_CACHE_F32 ? 4 : dtype == CLMLA_CACHE_FP8 ? 1 : 2;
     const size_t mha = (size_t)H * (dq + dv) * elem;
     printf("kv cache     %zu bytes/token/layer (%s c^KV + k^R); standard MHA would cache %zu: %.1fx less\n",
            ci.bytes_per_token_per_layer, cache_dtype, mha, (double)mha / ci.bytes_per_token_per_layer);
@@ -206,7 +206,7 @@ int cmd_demo(int argc, char **argv)
        tolerance: what is checked is the computation, not the dtype's rounding. */
     mla_ref_features rf;
     memset(&rf, 0, sizeof(rf));
-    rf.cache_type = dtype == CLMLA_CACHE_F16 ? MLA_REF_CACHE_F16 : dtype == CLMLA_CACHE_BF16 ? MLA_REF_CACHE_BF16 : MLA_REF_CACHE_F32;
+    rf.cache_type = (mla_ref_cache_type)dtype; /* the same numbering */
     double *ref = malloc((size_t)T * D * sizeof(double));
     if (!ref || mla_ref_forward_ext(&rcfg, &rf, &rw, T, x, NULL, 0, MLA_REF_ABSORBED, ref, NULL, NULL, NULL, NULL, NULL,
                                     NULL) != 0) {

@@ -29,18 +29,28 @@ clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *co
     if (c.block_tokens == 0)
         c.block_tokens = 64;
     if (c.num_layers < 0 || c.block_tokens < 0 || c.num_blocks < 1 || c.kv_lora_rank < 1 || c.rope_dim < 2 ||
-        c.rope_dim % 2 || (c.dtype != CLMLA_CACHE_F32 && c.dtype != CLMLA_CACHE_F16 && c.dtype != CLMLA_CACHE_BF16))
+        c.rope_dim % 2 || (c.dtype != CLMLA_CACHE_F32 && c.dtype != CLMLA_CACHE_F16 && c.dtype != CLMLA_CACHE_BF16 &&
+                           c.dtype != CLMLA_CACHE_FP8))
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
                           "invalid cache configuration: num_layers %d, block_tokens %d, num_blocks %d, kv_lora_rank %d, "
                           "rope_dim %d (even, >= 2), dtype %d",
                           c.num_layers, c.block_tokens, c.num_blocks, c.kv_lora_rank, c.rope_dim, (int)c.dtype);
+    if (c.dtype == CLMLA_CACHE_FP8 && c.kv_lora_rank % 128 != 0)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "an fp8 cache needs kv_lora_rank to be a multiple of 128 (one float32 scale per 128 values, "
+                          "FlashMLA's layout); kv_lora_rank is %d",
+                          c.kv_lora_rank);
     const int row = c.kv_lora_rank + c.rope_dim;
-    const size_t elem = c.dtype == CLMLA_CACHE_F32 ? 4 : 2;
+    /* Bytes of one token's row (cl/prelude.cl): 4 or 2 per value, or fp8's codes, scales and bf16 k^R. */
+    const size_t row_bytes = c.dtype == CLMLA_CACHE_F32 ? (size_t)row * 4
+                             : c.dtype == CLMLA_CACHE_FP8
+                                 ? (size_t)c.kv_lora_rank + 4 * (size_t)(c.kv_lora_rank / 128) + 2 * (size_t)c.rope_dim
+                                 : (size_t)row * 2;
     const double rows = (double)c.num_blocks * c.block_tokens;
-    if (rows * row >= (double)INT_MAX)
-        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "cache of %d blocks x %d tokens x %d values is too large for one layer buffer",
-                          c.num_blocks, c.block_tokens, row);
-    const size_t layer_bytes = (size_t)rows * row * elem;
+    if (rows * (double)row_bytes >= (double)INT_MAX)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "cache of %d blocks x %d tokens x %zu bytes is too large for one layer buffer",
+                          c.num_blocks, c.block_tokens, row_bytes);
+    const size_t layer_bytes = (size_t)rows * row_bytes;
     if (layer_bytes > ctx->info.max_alloc_bytes)
         return clmla_fail(ctx, CL_INVALID_BUFFER_SIZE,
                           "one cache layer needs %zu bytes, more than the device's largest allocation (%llu bytes)",
@@ -52,7 +62,7 @@ clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *co
     cache->ctx = ctx;
     cache->config = c;
     cache->row = row;
-    cache->elem_bytes = elem;
+    cache->row_bytes = row_bytes;
     cache->layers = calloc((size_t)c.num_layers, sizeof(cl_mem));
     cache->free_blocks = malloc((size_t)c.num_blocks * sizeof(int32_t));
     cache->refs = calloc((size_t)c.num_blocks, sizeof(int));
@@ -70,7 +80,10 @@ clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *co
             st = clmla_fail(ctx, err, "allocating cache layer %d (%zu bytes) failed: %s", l, layer_bytes, clmla_status_string(err));
     }
     snprintf(cache->options, sizeof(cache->options), "-D RKV=%d -D DR=%d%s", c.kv_lora_rank, c.rope_dim,
-             c.dtype == CLMLA_CACHE_F16 ? " -D CACHE_F16" : c.dtype == CLMLA_CACHE_BF16 ? " -D CACHE_BF16" : "");
+             c.dtype == CLMLA_CACHE_F16    ? " -D CACHE_F16"
+             : c.dtype == CLMLA_CACHE_BF16 ? " -D CACHE_BF16"
+             : c.dtype == CLMLA_CACHE_FP8  ? " -D CACHE_FP8"
+                                           : "");
     if (st == CLMLA_SUCCESS)
         st = clmla_kernel_create(ctx, "cache_write", cache->options, "cache_write", &cache->write_kernel);
     if (st == CLMLA_SUCCESS)
@@ -253,7 +266,7 @@ static int shared_in(const clmla_cache *cache, const cache_seq *s, int first, in
 static clmla_status copy_block(clmla_cache *cache, const cache_seq *s, int index, int32_t from, int32_t to)
 {
     const int bt = cache->config.block_tokens;
-    const size_t row_bytes = (size_t)cache->row * cache->elem_bytes;
+    const size_t row_bytes = cache->row_bytes;
     for (int l = 0; l < cache->config.num_layers; l++) {
         long long rows = (long long)s->length[l] - (long long)index * bt;
         if (rows <= 0)
@@ -499,7 +512,7 @@ clmla_status clmla_cache_get_info(const clmla_cache *cache, clmla_cache_info *in
     if (!cache || !info)
         return clmla_fail(cache ? cache->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_get_info: NULL argument");
     memset(info, 0, sizeof(*info));
-    info->bytes_per_token_per_layer = (size_t)cache->row * cache->elem_bytes;
+    info->bytes_per_token_per_layer = cache->row_bytes;
     info->bytes_per_block = info->bytes_per_token_per_layer * (size_t)cache->config.block_tokens;
     info->bytes_total = info->bytes_per_block * (size_t)cache->config.num_blocks * (size_t)cache->config.num_layers;
     info->block_tokens = cache->config.block_tokens;
@@ -626,7 +639,11 @@ clmla_status clmla_cache_enqueue_write(clmla_cache *cache, int layer, int count,
     CLMLA_SET_ARG(cache->ctx, k, 5, k_rope_stride);
     CLMLA_SET_ARG(cache->ctx, k, 6, slots);
     CLMLA_SET_ARG(cache->ctx, k, 7, cache->layers[layer]);
-    const size_t global[2] = {(size_t)cache->row, (size_t)count};
+    /* an item per value, or for fp8 one per 128-value tile of c^KV and one per value of k^R */
+    const size_t items = cache->config.dtype == CLMLA_CACHE_FP8
+                             ? (size_t)(cache->config.kv_lora_rank / 128 + cache->config.rope_dim)
+                             : (size_t)cache->row;
+    const size_t global[2] = {items, (size_t)count};
     cl_int err = clmla_cl_enqueue_rows(cache->ctx, k, 2, global, event);
     if (err != CL_SUCCESS)
         return clmla_fail_cl(cache->ctx, err, "enqueue cache_write");

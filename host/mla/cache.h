@@ -17,14 +17,14 @@ struct clmla_cache {
     clmla_context *ctx;
     clmla_cache_config config; /* defaults resolved */
     int row;                   /* rkv + dr values per token */
-    size_t elem_bytes;         /* 4 (f32) or 2 (f16, bf16) */
+    size_t row_bytes;          /* one token's row: (rkv + dr) x 4 (f32) or 2 (f16, bf16); fp8 as cl/prelude.cl */
     cl_mem *layers;            /* [num_layers] buffers [num_blocks * block_tokens, row] */
     int32_t *free_blocks;      /* stack of free block ids */
     int num_free;
     int *refs;                 /* [num_blocks] how many sequences list each block (see below) */
     cache_seq *seqs;
     int num_seqs;              /* allocated entries of seqs (in use or not) */
-    char options[128];         /* kernel build options: -D RKV= -D DR= [-D CACHE_F16 | -D CACHE_BF16] */
+    char options[128];         /* kernel build options: -D RKV= -D DR= [-D CACHE_F16 | -D CACHE_BF16 | -D CACHE_FP8] */
     cl_kernel write_kernel;    /* cache_write.cl */
     cl_kernel gather_kernel;   /* cache_gather.cl */
     cl_kernel combine_kernel;  /* attn_combine.cl */
