@@ -10,7 +10,9 @@
  * CACHE_FP8 (FlashMLA's layout, cl/prelude.cl) work-item (d, t) with d < RKV/128 quantises tile d
  * of c^KV instead, as FlashMLA's tests/quant.py does: its scale is max(max|x| / 448, 1e-4)
  * rounded up to a power of two (so at least 2^-13), which makes x / scale exact and at most 448
- * in magnitude, and the codes are e4m3(x / scale); the items after them store k^R as bf16. */
+ * in magnitude, and the codes are e4m3(x / scale); the items after them store k^R as bf16. A tile
+ * that holds a NaN gets a NaN scale, so that all of it reads back as NaN (the decoder of
+ * cl/prelude.cl does not test codes for NaN). */
 #ifndef RKV
 #define RKV 512
 #endif
@@ -31,11 +33,14 @@ __kernel void cache_write(__global const float *c_kv, const int c_kv_offset, con
     if (d < RKV / 128) {
         __global const float *x = c_kv + c_kv_offset + (size_t)t * c_kv_stride + d * 128;
         float amax = 0.0f;
-        for (int i = 0; i < 128; i++)
+        int nan = 0;
+        for (int i = 0; i < 128; i++) {
             amax = fmax(amax, fabs(x[i]));
+            nan |= isnan(x[i]);
+        }
         /* 2^ceil(log2(max(amax / 448, 1e-4))), from the bits: the argument is positive and normal */
         const uint b = as_uint(fmax(amax / 448.0f, 1e-4f));
-        const float scale = as_float((b & 0x007FFFFFu) ? (b & 0x7F800000u) + 0x00800000u : b);
+        const float scale = nan ? NAN : as_float((b & 0x007FFFFFu) ? (b & 0x7F800000u) + 0x00800000u : b);
         ((__global float *)(r + RKV))[d] = scale;
         for (int i = 0; i < 128; i++)
             r[d * 128 + i] = dt_to_e4m3(x[i] / scale);

@@ -15,7 +15,8 @@
 #elif defined(SRC_E4M3)
 #define SRC_T uchar
 #define SRC_LOAD(p, i) dt_e4m3((p)[i])
-#elif defined(SRC_E4M3X8) /* the vector decoder, 8 codes per item (n a multiple of 8) */
+#elif defined(SRC_E4M3X8) /* the cache's vector decoder, 8 codes per item (n a multiple of 8): S.1111.111
+                             is not NaN there (cl/prelude.cl) */
 #define SRC_T uchar
 #define SRC_VECTOR
 #endif
@@ -25,7 +26,7 @@ __kernel void convert_to_f32(__global const SRC_T *code, const int n, __global f
 {
     const int i = get_global_id(0);
     if (8 * i < n)
-        vstore8(dt_e4m3x8(vload8(i, code)), i, out);
+        vstore8(dt_e4m3x8s(vload8(i, code), 1.0f), i, out);
 }
 #elif defined(SRC_T)
 __kernel void convert_to_f32(__global const SRC_T *code, const int n, __global float *out)

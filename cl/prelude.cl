@@ -7,9 +7,15 @@
  *   dt_bf16x4/x8(b)  the same for ushort4 / ushort8
  *   dt_e4m3(b)       float8 e4m3 "fn" bits (uchar) as float: bias 7, no infinities,
  *                    S.1111.111 is NaN, subnormals m * 2^-9
- *   dt_e4m3x4/x8(b)  the same for uchar4 / uchar8, without branches: the code's exponent and
- *                    mantissa placed in a float's, rebiased (normal codes), or with the implicit
- *                    leading one subtracted back out (subnormal codes)
+ *   dt_e4m3x8s(b, s) uchar8 codes times s, without branches: the code's exponent and mantissa
+ *                    placed in a float's low exponent bits make it 2^-120 times the value
+ *                    (subnormal codes become float denormals), which a multiply by 2^120 puts
+ *                    right, exactly. Codes S.1111.111 decode as 480 s, not NaN: a cache tile
+ *                    that holds a NaN has a NaN scale instead (cl/cache_write.cl), so all of
+ *                    its values read back as NaN. On a device without float denormals
+ *                    (CLMLA_NO_DENORMS, set by the library from CL_DEVICE_SINGLE_FP_CONFIG) the
+ *                    exponent is rebiased instead and subnormal codes are handled apart.
+ *   dt_e4m3x4s(b, s) the same for uchar4
  * Encoders, rounding to nearest even:
  *   dt_to_bf16(v)    float to bfloat16 bits; NaN stays a (quiet) NaN
  *   dt_to_e4m3(v)    float to e4m3 bits; magnitudes past 448 saturate to 448, NaN gives S.1111.111
@@ -81,16 +87,24 @@ inline uchar dt_to_e4m3(const float v)
     return (uchar)(sign | ((((r >> 23) - 120u) << 3) | ((r >> 20) & 7u)));
 }
 
+#ifndef CLMLA_NO_DENORMS
 #define DT_E4M3_VECTOR(N)                                                                           \
-    inline float##N dt_e4m3x##N(const uchar##N b)                                                   \
+    inline float##N dt_e4m3x##N##s(const uchar##N b, const float s)                                 \
+    {                                                                                               \
+        const uint##N u = convert_uint##N(b);                                                       \
+        return as_float##N(((u & 0x7Fu) << 20) | ((u & 0x80u) << 24)) * 0x1.0p120f * s;            \
+    }
+#else
+#define DT_E4M3_VECTOR(N)                                                                           \
+    inline float##N dt_e4m3x##N##s(const uchar##N b, const float s)                                 \
     {                                                                                               \
         const uint##N u = convert_uint##N(b), mag = (u & 0x7Fu) << 20;                              \
         const float##N normal = as_float##N(mag + (120u << 23));                                    \
         const float##N subnormal = as_float##N(mag + (121u << 23)) - 0x1.0p-6f;                     \
         float##N v = select(normal, subnormal, (u & 0x78u) == 0u);                                  \
-        v = as_float##N(as_uint##N(v) | ((u & 0x80u) << 24));                                       \
-        return select(v, (float##N)(NAN), (u & 0x7Fu) == 0x7Fu);                                   \
+        return as_float##N(as_uint##N(v) | ((u & 0x80u) << 24)) * s;                                \
     }
+#endif
 DT_E4M3_VECTOR(4)
 DT_E4M3_VECTOR(8)
 
@@ -121,13 +135,13 @@ DT_E4M3_VECTOR(8)
 inline float4 fp8_load4(__global const uchar *r, const int i)
 {
     if (4 * i < RKV)
-        return dt_e4m3x4(vload4(i, r)) * FP8_SCALES(r)[4 * i / 128];
+        return dt_e4m3x4s(vload4(i, r), FP8_SCALES(r)[4 * i / 128]);
     return dt_bf16x4(vload4(0, FP8_ROPE(r) + (4 * i - RKV)));
 }
 inline float8 fp8_load8(__global const uchar *r, const int i)
 {
     if (8 * i < RKV)
-        return dt_e4m3x8(vload8(i, r)) * FP8_SCALES(r)[8 * i / 128];
+        return dt_e4m3x8s(vload8(i, r), FP8_SCALES(r)[8 * i / 128]);
     return dt_bf16x8(vload8(0, FP8_ROPE(r) + (8 * i - RKV)));
 }
 #define CACHE_LOAD4(r, i) fp8_load4((r), (i))

@@ -151,11 +151,16 @@ void mla_ref_round_cache_row(mla_ref_cache_type type, double *ckv, int rkv, doub
     if (type == MLA_REF_CACHE_FP8) {
         for (int t0 = 0; t0 + 128 <= rkv; t0 += 128) {
             double amax = 0.0;
-            for (int i = t0; i < t0 + 128; i++)
+            int nan = 0;
+            for (int i = t0; i < t0 + 128; i++) {
                 amax = fmax(amax, fabs(ckv[i]));
+                nan |= isnan(ckv[i]);
+            }
             int e = 0;
             const double m = frexp(fmax(amax / 448.0, 1e-4), &e); /* = m 2^e, m in [0.5, 1) */
-            const double s = m == 0.5 ? ldexp(1.0, e - 1) : ldexp(1.0, e); /* the power of two at or above */
+            double s = m == 0.5 ? ldexp(1.0, e - 1) : ldexp(1.0, e); /* the power of two at or above */
+            if (nan)
+                s = NAN; /* the whole tile reads back as NaN */
             for (int i = t0; i < t0 + 128; i++)
                 ckv[i] = mla_ref_round_e4m3(ckv[i] / s) * s;
         }

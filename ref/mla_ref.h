@@ -129,8 +129,8 @@ double mla_ref_round_bf16(double x);
 double mla_ref_round_e4m3(double x);
 /* One cache row [c^KV (rkv) ; k^R (dr)] replaced by what a cache of this type holds: each value
    rounded (f16, bf16), or for FP8, following FlashMLA's tests/quant.py: per tile of 128 values of
-   c^KV the scale s = 2^ceil(log2(max(max|x| / 448, 1e-4))) and the values e4m3(x / s) * s, and
-   k^R rounded to bf16 (rkv a multiple of 128). */
+   c^KV the scale s = 2^ceil(log2(max(max|x| / 448, 1e-4))) and the values e4m3(x / s) * s (a tile
+   with a NaN: all NaN), and k^R rounded to bf16 (rkv a multiple of 128). */
 void mla_ref_round_cache_row(mla_ref_cache_type type, double *ckv, int rkv, double *kr, int dr);
 /* The float denoted by a 16-bit binary16 code, a 16-bit bfloat16 code, an 8-bit float8 e4m3
    ("fn": bias 7, no infinities, S.1111.111 is NaN) code: from the formats' definitions. */
