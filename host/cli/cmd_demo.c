@@ -220,6 +220,15 @@ int cmd_demo(int argc, char **argv)
     printf("check        max relative error, last step %.2e, all %d tokens %.2e (tolerance %.0e): %s\n", last, T, all,
            tolerance, last <= tolerance && all <= tolerance ? "OK" : "FAILED");
     rc = last <= tolerance && all <= tolerance ? 0 : 1;
+    /* What the cache dtype's own rounding costs: the same run against the reference with an
+       unrounded (float64) cache. Informational: a property of the dtype, not a check. */
+    if (dtype != CLMLA_CACHE_F32) {
+        rf.cache_type = MLA_REF_CACHE_F32;
+        if (mla_ref_forward_ext(&rcfg, &rf, &rw, T, x, NULL, 0, MLA_REF_ABSORBED, ref, NULL, NULL, NULL, NULL, NULL,
+                                NULL) == 0)
+            printf("rounding     the %s cache's own error, against an unrounded cache: max relative error %.2e\n",
+                   cache_dtype, mla_ref_max_rel_err(out, ref, (size_t)T * D, NULL));
+    }
     free(ref);
 
 done:
