@@ -402,7 +402,13 @@ int main(int argc, char **argv)
 
     bench_device dev;
     memset(&dev, 0, sizeof(dev));
-    if (clmla_context_create(o.device, &dev.ctx) != CLMLA_SUCCESS) {
+    /* A benchmark process of its own: CLBlast tuned as the clmla commands tune it ("auto"), unless
+       CLMLA_CLBLAST_TUNING says otherwise. */
+    clmla_context_options copts;
+    memset(&copts, 0, sizeof(copts));
+    copts.device = o.device;
+    copts.clblast_tuning = getenv("CLMLA_CLBLAST_TUNING") ? NULL : "auto";
+    if (clmla_context_create_opts(&copts, &dev.ctx) != CLMLA_SUCCESS) {
         fprintf(stderr, "clmla-bench: %s\n", clmla_last_error(NULL));
         return 1;
     }

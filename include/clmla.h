@@ -23,7 +23,8 @@
  *    and its objects must not overlap: serialise them, one thread at a time. Calls that take no
  *    context (device lists, device specs, presets, configuration checks, config.json and .npy
  *    reading, status strings) may be made from any thread. clmla_last_error(NULL) is per thread.
- *    CLBlast's tuned parameters are per process: a context applies them when it is created.
+ *    CLBlast's tuned parameters are per process: a context applies them at creation only when its
+ *    options (or CLMLA_CLBLAST_TUNING) ask for it.
  */
 #ifndef CLMLA_H
 #define CLMLA_H
@@ -149,9 +150,11 @@ typedef struct clmla_context_options {
                                    else (and "") the sources embedded in the library */
     const char *cache_dir;      /* compiled-kernel cache folder, "off" for none; NULL: CLMLA_CACHE_DIR,
                                    else $XDG_CACHE_HOME/clmla, else ~/.cache/clmla */
-    const char *clblast_tuning; /* CLBlast tuning file to apply, "off" to apply none; NULL:
-                                   CLMLA_CLBLAST_TUNING, else <cache dir>/clblast-tuning.json and
-                                   the built-in table (see "CLBlast tuning" below) */
+    const char *clblast_tuning; /* opt-in override of CLBlast's SGEMM parameters, which are the
+                                   whole process's (see "CLBlast tuning" below): a tuning file
+                                   to apply, "auto" for <cache dir>/clblast-tuning.json else the
+                                   built-in table, "off" for none; NULL: CLMLA_CLBLAST_TUNING,
+                                   else none. An engine that tunes CLBlast itself keeps its own. */
 } clmla_context_options;
 
 /* clmla_context_create and clmla_context_create_from_queue with options (NULL: all defaults). */
@@ -189,12 +192,13 @@ clmla_status clmla_context_program_stats(const clmla_context *ctx, clmla_program
 /* CLBlast's Xgemm kernel (its SGEMM for every size above CLBlast's direct-kernel threshold) has 16
    tuning parameters. CLBlast ships tuned values for many GPUs and generic ones for other devices,
    which can be far off (PoCL on a Zen 3 CPU: 18 GFLOP/s at 1024^3, 70 with tuned values). An entry
-   holds the values measured for one device. clmla_context_create (and _from_queue) applies the
-   entry matching the device's vendor and name with CLBlastOverrideParameters, which CLBlast keeps
-   per device for the whole process (every CLBlast SGEMM on that device then uses it), taken from:
-     1. the JSON file CLMLA_CLBLAST_TUNING names ("off": apply nothing at all), else, when that
-        variable is unset, <cache dir>/clblast-tuning.json (see CLMLA_CACHE_DIR), which
-        `clmla tune` writes; a file that does not exist holds no entry, then
+   holds the values measured for one device. Only when asked to (the context option
+   clblast_tuning, or CLMLA_CLBLAST_TUNING, set to a file or "auto"; the clmla commands and
+   clmla-bench ask for "auto") does context creation apply the entry matching the device's vendor
+   and name with CLBlastOverrideParameters, which CLBlast keeps per device for the whole process
+   (every CLBlast SGEMM on that device then uses it), taken from:
+     1. the file named, or with "auto" <cache dir>/clblast-tuning.json (see CLMLA_CACHE_DIR),
+        which `clmla tune` writes; a file that does not exist holds no entry, then
      2. the table built into the library (entries measured by clmla's developers).
    The values tune CLBlast's Xgemm kernel, which CLBlast runs from its XGEMM_MIN_INDIRECT_SIZE
    (704^3 on PoCL; smaller products use its direct kernel, which they leave alone).
@@ -249,8 +253,8 @@ clmla_status clmla_tune_xgemm(clmla_context *ctx, const clmla_tune_options *opti
    file is malformed (it is then left as it was). */
 clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning *tuning);
 
-/* Where `clmla tune` saves by default: CLMLA_CLBLAST_TUNING if set to a path, else (unset or
-   "off") <cache dir>/clblast-tuning.json; "" when there is no cache dir. Written into buf;
+/* Where `clmla tune` saves by default: CLMLA_CLBLAST_TUNING if set to a path, else (unset, "auto"
+   or "off") <cache dir>/clblast-tuning.json; "" when there is no cache dir. Written into buf;
    CLMLA_ERROR_INVALID_ARGUMENT (buf holding "" when size > 0) when it does not fit. */
 clmla_status clmla_xgemm_tuning_path(char *buf, size_t size);
 

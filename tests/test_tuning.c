@@ -689,10 +689,25 @@ static void test_applied(void)
     }
     clmla_context_destroy(c);
 
-    /* 2. <cache dir>/clblast-tuning.json when CLMLA_CLBLAST_TUNING is unset ... */
+    /* 2. Nothing at all when CLMLA_CLBLAST_TUNING is unset (the override is opt-in: CLBlast's
+       parameters are the process's), even with a file in the cache folder ... */
     write_tuning_file(cache_file, entries_b, 1);
     unsetenv("CLMLA_CLBLAST_TUNING");
     setenv("CLMLA_CACHE_DIR", cache, 1);
+    {
+        clmla_status st0;
+        clmla_context *c0 = create(&st0);
+        CHECK(c0 != NULL, "unset: %s: %s", clmla_status_string(st0), clmla_last_error(NULL));
+        if (c0) {
+            clmla_xgemm_tuning t0;
+            const char *source0 = NULL;
+            CHECK_STATUS(clmla_context_xgemm_tuning(c0, &t0, &source0), CLMLA_ERROR_UNSUPPORTED, c0);
+            CHECK(source0 && strcmp(source0, "none") == 0, "unset: source '%s', want 'none'", source0 ? source0 : "(null)");
+        }
+        clmla_context_destroy(c0);
+    }
+    /* ... <cache dir>/clblast-tuning.json with "auto" (what the clmla commands ask for) ... */
+    setenv("CLMLA_CLBLAST_TUNING", "auto", 1);
     c = expect_applied(cache_file, good_b, "set B from the cache folder");
     clmla_context_destroy(c);
     /* ... and CLMLA_CLBLAST_TUNING wins over it. */
@@ -771,9 +786,9 @@ static void test_refused(void)
     write_tuning_file(path, negative, 1);
     expect_refused("VWN -8", path, "VWN", NULL);
 
-    /* The cache folder's file when CLMLA_CLBLAST_TUNING is unset: refused the same way ... */
+    /* The cache folder's file with CLMLA_CLBLAST_TUNING=auto: refused the same way ... */
     write_text(cache_file, "{not json");
-    unsetenv("CLMLA_CLBLAST_TUNING");
+    setenv("CLMLA_CLBLAST_TUNING", "auto", 1);
     setenv("CLMLA_CACHE_DIR", cache, 1);
     expect_refused("malformed file in the cache folder", cache_file, NULL, NULL);
 
@@ -839,6 +854,9 @@ static void test_default_path(void)
     expect_path("/some/file", "CLMLA_CLBLAST_TUNING set");
     unsetenv("CLMLA_CLBLAST_TUNING");
     expect_path("/tmp/x/clblast-tuning.json", "CLMLA_CACHE_DIR=/tmp/x");
+    setenv("CLMLA_CLBLAST_TUNING", "auto", 1);
+    expect_path("/tmp/x/clblast-tuning.json", "CLMLA_CLBLAST_TUNING=auto, CLMLA_CACHE_DIR=/tmp/x");
+    unsetenv("CLMLA_CLBLAST_TUNING");
     setenv("CLMLA_CACHE_DIR", "off", 1);
     expect_path("", "CLMLA_CACHE_DIR=off");
     setenv("HOME", "/tmp/home", 1);

@@ -90,3 +90,12 @@ int cli_cache_dtype(const char *name)
             return dtypes[i];
     return -1;
 }
+
+clmla_status cli_context_create(const char *device, clmla_context **ctx)
+{
+    clmla_context_options o;
+    memset(&o, 0, sizeof(o));
+    o.device = device;
+    o.clblast_tuning = getenv("CLMLA_CLBLAST_TUNING") ? NULL : "auto";
+    return clmla_context_create_opts(&o, ctx);
+}

@@ -16,6 +16,12 @@ typedef struct cli_option {
    expected to be among them. Returns 0 on success, or prints a message to stderr and returns 2. */
 int cli_parse(const char *command, cli_option *opts, int argc, char **argv, int first);
 void cli_usage(const char *command, const char *summary, const cli_option *opts);
+/* A context on the device spec (NULL: the default), with CLBlast's parameters overridden from
+   the tuning entries ("auto") unless CLMLA_CLBLAST_TUNING says otherwise: a clmla command is a
+   process of its own, so nobody else's CLBlast parameters are at stake. */
+#include "clmla.h"
+clmla_status cli_context_create(const char *device, clmla_context **ctx);
+
 /* The cache dtype named "f32", "f16", "bf16" or "fp8"; -1 for any other name. */
 int cli_cache_dtype(const char *name);
 #define CLI_CACHE_DTYPES "f32|f16|bf16|fp8"

@@ -75,7 +75,7 @@ int cmd_demo(int argc, char **argv)
     const int T = prefill + decode;
 
     clmla_context *ctx = NULL;
-    if (clmla_context_create(device, &ctx) != CLMLA_SUCCESS) {
+    if (cli_context_create(device, &ctx) != CLMLA_SUCCESS) {
         fprintf(stderr, "clmla demo: %s\n", clmla_last_error(NULL));
         return 1;
     }

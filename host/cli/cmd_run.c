@@ -122,7 +122,7 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "clmla run: out of host memory\n");
         goto done;
     }
-    if (clmla_context_create(device, &ctx) != CLMLA_SUCCESS) {
+    if (cli_context_create(device, &ctx) != CLMLA_SUCCESS) {
         fprintf(stderr, "clmla run: %s\n", clmla_last_error(NULL));
         goto done;
     }

@@ -91,7 +91,7 @@ int cmd_tune(int argc, char **argv)
     /* Measure against CLBlast's own values, not an entry applied earlier. */
     setenv("CLMLA_CLBLAST_TUNING", "off", 1);
     clmla_context *ctx = NULL;
-    if (clmla_context_create(device, &ctx) != CLMLA_SUCCESS) {
+    if (cli_context_create(device, &ctx) != CLMLA_SUCCESS) {
         fprintf(stderr, "clmla tune: %s\n", clmla_last_error(NULL));
         return 1;
     }

@@ -102,7 +102,7 @@ clmla_status clmla_xgemm_tuning_path(char *buf, size_t size)
     clmla_env env;
     clmla_env_read(&env);
     int n = 0;
-    if (env.clblast_tuning[0] && strcmp(env.clblast_tuning, "off") != 0)
+    if (env.clblast_tuning[0] && strcmp(env.clblast_tuning, "off") != 0 && strcmp(env.clblast_tuning, "auto") != 0)
         n = snprintf(buf, size, "%s", env.clblast_tuning);
     else if (env.cache_dir[0])
         n = snprintf(buf, size, "%s/clblast-tuning.json", env.cache_dir);
@@ -364,10 +364,12 @@ clmla_status clmla_tuning_apply(clmla_context *ctx)
 {
     snprintf(ctx->tuning_source, sizeof(ctx->tuning_source), "none");
     ctx->tuning_applied = 0;
-    if (strcmp(ctx->env.clblast_tuning, "off") == 0)
+    /* Opt-in: CLBlast's parameters belong to the process, so nothing is applied unless asked for
+       ("auto" or a file). */
+    if (!ctx->env.clblast_tuning[0] || strcmp(ctx->env.clblast_tuning, "off") == 0)
         return CLMLA_SUCCESS;
     char path[CLMLA_PATH_SIZE + 32];
-    if (ctx->env.clblast_tuning[0])
+    if (strcmp(ctx->env.clblast_tuning, "auto") != 0)
         snprintf(path, sizeof(path), "%s", ctx->env.clblast_tuning);
     else if (ctx->env.cache_dir[0])
         snprintf(path, sizeof(path), "%s/clblast-tuning.json", ctx->env.cache_dir);
