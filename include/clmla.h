@@ -143,6 +143,17 @@ clmla_status clmla_context_create_from_queue(cl_command_queue queue, clmla_conte
 /* Settings of a context. Zero-initialised (or NULL where a pointer to options is taken), every
    field falls back to its environment variable (README: Environment variables), then to the
    built-in default; a field that is set wins over the variable. */
+/* Diagnostics a context can hand to the caller (the library itself never prints). */
+typedef enum clmla_log_level {
+    CLMLA_LOG_OFF = 0,
+    CLMLA_LOG_WARNING = 1, /* something was recovered from: a corrupt program-cache file rebuilt, a
+                              binary that could not be stored */
+    CLMLA_LOG_INFO = 2     /* what setup did: each kernel program built from source or loaded from
+                              the disk cache (and how long it took), the CLBlast entry applied */
+} clmla_log_level;
+
+typedef void (*clmla_log_fn)(void *user, clmla_log_level level, const char *message);
+
 typedef struct clmla_context_options {
     const char *device;         /* device spec (clmla_device_resolve); NULL: CLMLA_DEVICE, else the
                                    first GPU, else the first device. Ignored by _from_queue. */
@@ -155,6 +166,10 @@ typedef struct clmla_context_options {
                                    to apply, "auto" for <cache dir>/clblast-tuning.json else the
                                    built-in table, "off" for none; NULL: CLMLA_CLBLAST_TUNING,
                                    else none. An engine that tunes CLBlast itself keeps its own. */
+    clmla_log_fn log;           /* called with each message up to log_level, on the thread of the
+                                   call that produced it; NULL: none */
+    void *log_user;             /* passed to log */
+    clmla_log_level log_level;  /* 0: no messages */
 } clmla_context_options;
 
 /* clmla_context_create and clmla_context_create_from_queue with options (NULL: all defaults). */

@@ -391,6 +391,7 @@ clmla_status clmla_tuning_apply(clmla_context *ctx)
         ctx->tuning = t;
         ctx->tuning_applied = 1;
         snprintf(ctx->tuning_source, sizeof(ctx->tuning_source), "file %s", path);
+        clmla_log(ctx, CLMLA_LOG_INFO, "CLBlast's SGEMM parameters for this device set from %s", path);
         return CLMLA_SUCCESS;
     }
     for (size_t i = 0; i < sizeof(builtin) / sizeof(builtin[0]); i++) {
@@ -402,6 +403,7 @@ clmla_status clmla_tuning_apply(clmla_context *ctx)
             ctx->tuning = builtin[i];
             ctx->tuning_applied = 1;
             snprintf(ctx->tuning_source, sizeof(ctx->tuning_source), "built-in table");
+            clmla_log(ctx, CLMLA_LOG_INFO, "CLBlast's SGEMM parameters for this device set from the built-in table");
         }
         break;
     }

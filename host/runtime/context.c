@@ -52,6 +52,11 @@ clmla_status clmla_context_create_opts(const clmla_context_options *options, clm
     if (!ctx)
         return clmla_fail(NULL, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     clmla_env_with_options(&ctx->env, options);
+    if (options && options->log && options->log_level > CLMLA_LOG_OFF) {
+        ctx->log = options->log;
+        ctx->log_user = options->log_user;
+        ctx->log_level = options->log_level;
+    }
     const char *device_spec = options ? options->device : NULL;
 
     clmla_device_info *devs = NULL;
@@ -134,6 +139,11 @@ clmla_status clmla_context_create_from_queue_opts(cl_command_queue queue, const 
     if (!ctx)
         return clmla_fail(NULL, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     clmla_env_with_options(&ctx->env, options);
+    if (options && options->log && options->log_level > CLMLA_LOG_OFF) {
+        ctx->log = options->log;
+        ctx->log_user = options->log_user;
+        ctx->log_level = options->log_level;
+    }
     clmla_device_query(plat, dev, &ctx->info);
     /* Find the device's place in the flat list, when it is there. */
     clmla_device_info *devs = NULL;

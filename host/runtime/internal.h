@@ -38,6 +38,10 @@ struct clmla_context {
     cl_mem scratch[16];          /* scratch.h: per-slot device buffers, grown on demand */
     size_t scratch_bytes[16];
 
+    clmla_log_fn log;            /* clmla_context_options: diagnostics for the caller */
+    void *log_user;
+    clmla_log_level log_level;
+
     char errmsg[CLMLA_ERRMSG_SIZE];
 };
 
@@ -50,6 +54,12 @@ clmla_status clmla_fail(clmla_context *ctx, clmla_status status, const char *fmt
     ;
 /* As clmla_fail, for an OpenCL or CLBlast code returned by `what`. */
 clmla_status clmla_fail_cl(clmla_context *ctx, cl_int err, const char *what);
+/* Hands a message to the context's log callback when its level is enabled. */
+void clmla_log(clmla_context *ctx, clmla_log_level level, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 /* Clears the message (successful calls leave the last failure's message in place otherwise). */
 void clmla_clear_error(clmla_context *ctx);
 

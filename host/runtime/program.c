@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CACHE_MAGIC "CLMLABIN"
@@ -35,6 +36,14 @@ static int valid_name(const char *name)
         if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_'))
             return 0;
     return 1;
+}
+
+/* Milliseconds on a monotonic clock, for the log. */
+static double clmla_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
 /* Kernel sources and program binaries are far smaller than this. */
@@ -187,8 +196,10 @@ static cl_program load_cached(clmla_context *ctx, const char *key, const char *o
     char err[CLMLA_PATH_SIZE + 160];
     unsigned char *data = (unsigned char *)read_file(path, &size, err, sizeof(err));
     if (!data) {
-        if (errno != ENOENT)
+        if (errno != ENOENT) {
             ctx->program_stats.disk_rejected++;
+            clmla_log(ctx, CLMLA_LOG_WARNING, "program cache: %s; building from source", err);
+        }
         return NULL;
     }
     cl_program program = NULL;
@@ -206,10 +217,13 @@ static cl_program load_cached(clmla_context *ctx, const char *key, const char *o
         }
     }
     free(data);
-    if (program)
+    if (program) {
         ctx->program_stats.loaded_from_disk++;
-    else
+    } else {
         ctx->program_stats.disk_rejected++;
+        clmla_log(ctx, CLMLA_LOG_WARNING, "program cache: %s is corrupt or not for this device; building from source",
+                  path);
+    }
     return program;
 }
 
@@ -242,10 +256,12 @@ static void store_cached(clmla_context *ctx, const char *key, cl_program program
     int ok = f && fwrite(file, 1, CACHE_HEADER_BYTES + bin_size, f) == CACHE_HEADER_BYTES + bin_size;
     if (f && fclose(f) != 0)
         ok = 0;
-    if (ok && rename(tmp, path) == 0)
+    if (ok && rename(tmp, path) == 0) {
         ctx->program_stats.disk_written++;
-    else
+    } else {
         remove(tmp);
+        clmla_log(ctx, CLMLA_LOG_WARNING, "program cache: could not store %s", path);
+    }
     free(file);
 }
 
@@ -312,11 +328,18 @@ clmla_status clmla_program_get(clmla_context *ctx, const char *name, const char 
         free(src);
         return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     }
+    const double t0 = clmla_now_ms();
     cl_program program = load_cached(ctx, key, options);
-    if (!program) {
+    if (program) {
+        clmla_log(ctx, CLMLA_LOG_INFO, "kernel %s.cl [%s]: loaded from the program cache in %.1f ms", name, options,
+                  clmla_now_ms() - t0);
+    } else {
         status = build_from_source(ctx, name, src, size, options, &program);
-        if (status == CLMLA_SUCCESS)
+        if (status == CLMLA_SUCCESS) {
+            clmla_log(ctx, CLMLA_LOG_INFO, "kernel %s.cl [%s]: built from source in %.1f ms", name, options,
+                      clmla_now_ms() - t0);
             store_cached(ctx, key, program);
+        }
     }
     free(src);
     if (status != CLMLA_SUCCESS) {

@@ -1,6 +1,7 @@
 /* Status names and the last-error messages (per context, or per thread without one). */
 #include "internal.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -112,4 +113,16 @@ void clmla_clear_error(clmla_context *ctx)
 const char *clmla_last_error(const clmla_context *ctx)
 {
     return ctx ? ctx->errmsg : thread_errmsg;
+}
+
+void clmla_log(clmla_context *ctx, clmla_log_level level, const char *fmt, ...)
+{
+    if (!ctx || !ctx->log || level == CLMLA_LOG_OFF || level > ctx->log_level)
+        return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    ctx->log(ctx->log_user, level, msg);
 }
