@@ -550,6 +550,24 @@ clmla_status clmla_layer_forward_cl(clmla_layer *layer, clmla_cache *cache, cons
    CLMLA_PATH_AUTO. */
 clmla_status clmla_layer_auto_threshold(const clmla_layer *layer, int *tokens);
 
+/* The device memory a layer holds, in bytes, by checkpoint tensor (as the layer stores it: today
+   float32, packed in panels on CPU devices; q_proj or q_a_proj and kv_a_proj_with_mqa share one
+   buffer, each counted for its rows of it). */
+typedef struct clmla_layer_memory {
+    size_t q_a_proj;           /* 0 without a query LoRA */
+    size_t q_proj;             /* 0 with one */
+    size_t kv_a_proj_with_mqa;
+    size_t q_b_proj;           /* 0 without a query LoRA */
+    size_t kv_b_proj;
+    size_t o_proj;
+    size_t norms;              /* q_a_layernorm and kv_a_layernorm */
+    size_t biases;             /* the optional biases, together */
+    size_t rope_table;         /* (A cos, A sin) by position, grown with the longest sequence seen */
+    size_t total;              /* every buffer of the layer: the sum of the above */
+} clmla_layer_memory;
+
+clmla_status clmla_layer_get_memory(const clmla_layer *layer, clmla_layer_memory *memory);
+
 /* ---- latent attention alone (FlashMLA-style) ------------------------------------------------ */
 
 /* For engines that run their own projections: absorbed queries over the paged cache.

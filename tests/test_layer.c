@@ -158,6 +158,36 @@ static void check_agree(const float *a, const float *b, size_t n, int cols, clml
 
 /* ---- shapes ------------------------------------------------------------------------------------ */
 
+/* clmla_layer_get_memory: each checkpoint tensor's float32 bytes (packing may pad by at most 1%),
+   and the total the sum of the parts. */
+static void check_memory(const clmla_layer *layer, const clmla_layer_config *c, const char *desc)
+{
+    clmla_layer_memory m;
+    CHECK_STATUS(clmla_layer_get_memory(layer, &m), CLMLA_SUCCESS, ctx);
+    const size_t D = (size_t)c->hidden_size, H = (size_t)c->num_heads, rq = (size_t)c->q_lora_rank;
+    const size_t rkv = (size_t)c->kv_lora_rank, dn = (size_t)c->qk_nope_head_dim, dr = (size_t)c->qk_rope_head_dim;
+    const size_t dv = (size_t)c->v_head_dim, F = sizeof(float);
+    const struct {
+        const char *name;
+        size_t got, want;
+    } parts[] = {{"q_a_proj", m.q_a_proj, rq * D * F},
+                 {"q_proj", m.q_proj, rq ? 0 : H * (dn + dr) * D * F},
+                 {"kv_a_proj_with_mqa", m.kv_a_proj_with_mqa, (rkv + dr) * D * F},
+                 {"q_b_proj", m.q_b_proj, H * (dn + dr) * rq * F},
+                 {"kv_b_proj", m.kv_b_proj, H * (dn + dv) * rkv * F},
+                 {"o_proj", m.o_proj, D * H * dv * F},
+                 {"norms", m.norms, (rq + rkv) * F}};
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
+        CHECK(parts[i].got >= parts[i].want && (double)parts[i].got <= 1.01 * (double)parts[i].want,
+              "%s: %s holds %zu bytes on the device, its float32 values are %zu", desc, parts[i].name, parts[i].got,
+              parts[i].want);
+    CHECK(m.total == m.q_a_proj + m.q_proj + m.kv_a_proj_with_mqa + m.q_b_proj + m.kv_b_proj + m.o_proj + m.norms +
+                         m.biases + m.rope_table,
+          "%s: total %zu is not the sum of the parts", desc, m.total);
+    CHECK_STATUS(clmla_layer_get_memory(NULL, &m), CLMLA_ERROR_INVALID_ARGUMENT, NULL);
+    CHECK_STATUS(clmla_layer_get_memory(layer, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+}
+
 static void check_config_roundtrip(const clmla_layer *layer, const clmla_layer_config *want, const char *what)
 {
     clmla_layer_config got;
@@ -230,6 +260,7 @@ static void test_shapes(void)
         clmla_layer *layer = make_layer(&w, desc);
         if (layer && ref.out) {
             check_config_roundtrip(layer, &c, desc);
+            check_memory(layer, &c, desc);
             /* Decode steps (1 token) take the absorbed path under AUTO (docs/MLA.md section 5). */
             int threshold = 0;
             CHECK_STATUS(clmla_layer_auto_threshold(layer, &threshold), CLMLA_SUCCESS, ctx);

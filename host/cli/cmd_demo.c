@@ -190,6 +190,12 @@ int cmd_demo(int argc, char **argv)
     const size_t mha = (size_t)H * (dq + dv) * elem;
     printf("kv cache     %zu bytes/token/layer (%s c^KV + k^R); standard MHA would cache %zu: %.1fx less\n",
            ci.bytes_per_token_per_layer, cache_dtype, mha, (double)mha / ci.bytes_per_token_per_layer);
+    clmla_layer_memory lm;
+    if (clmla_layer_get_memory(layer, &lm) == CLMLA_SUCCESS)
+        printf("weights      %.1f MiB on the device (float32): q_proj %.1f, kv_a_proj_with_mqa %.1f, kv_b_proj %.1f, "
+               "o_proj %.1f\n",
+               lm.total / 1048576.0, lm.q_proj / 1048576.0, lm.kv_a_proj_with_mqa / 1048576.0, lm.kv_b_proj / 1048576.0,
+               lm.o_proj / 1048576.0);
 
     if (no_check) {
         printf("check        skipped (--no-check)\n");

@@ -348,6 +348,38 @@ clmla_status clmla_layer_get_config(const clmla_layer *L, clmla_layer_config *co
     return CLMLA_SUCCESS;
 }
 
+/* Bytes of a device buffer; 0 for none. */
+static size_t buffer_bytes(cl_mem m)
+{
+    size_t bytes = 0;
+    if (m && clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof(bytes), &bytes, NULL) != CL_SUCCESS)
+        bytes = 0;
+    return bytes;
+}
+
+clmla_status clmla_layer_get_memory(const clmla_layer *L, clmla_layer_memory *m)
+{
+    if (!L || !m)
+        return clmla_fail(L ? L->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_layer_get_memory: NULL argument");
+    memset(m, 0, sizeof(*m));
+    /* The stacked [q_proj or q_a_proj ; kv_a_proj_with_mqa]: each its rows' share. */
+    const size_t qkv = buffer_bytes(L->qkv_a);
+    const size_t q_part = (size_t)((double)qkv * L->qa_rows / L->qkv_ld);
+    if (L->rq)
+        m->q_a_proj = q_part;
+    else
+        m->q_proj = q_part;
+    m->kv_a_proj_with_mqa = qkv - q_part;
+    m->q_b_proj = buffer_bytes(L->q_b_proj);
+    m->kv_b_proj = buffer_bytes(L->kv_b_proj);
+    m->o_proj = buffer_bytes(L->o_proj);
+    m->norms = buffer_bytes(L->q_a_layernorm) + buffer_bytes(L->kv_a_layernorm);
+    m->biases = buffer_bytes(L->qkv_bias) + buffer_bytes(L->o_bias);
+    m->rope_table = buffer_bytes(L->rope_table);
+    m->total = qkv + m->q_b_proj + m->kv_b_proj + m->o_proj + m->norms + m->biases + m->rope_table;
+    return CLMLA_SUCCESS;
+}
+
 clmla_status clmla_layer_auto_threshold(const clmla_layer *L, int *tokens)
 {
     if (!L || !tokens)
