@@ -34,6 +34,21 @@ static cl_command_queue make_queue(cl_context c, cl_device_id dev, int *profilin
     return q;
 }
 
+/* A zeroed context with the options' environment and log callback; NULL when out of memory. */
+static clmla_context *new_context(const clmla_context_options *options)
+{
+    clmla_context *ctx = calloc(1, sizeof(*ctx));
+    if (!ctx)
+        return NULL;
+    clmla_env_with_options(&ctx->env, options);
+    if (options && options->log && options->log_level > CLMLA_LOG_OFF) {
+        ctx->log = options->log;
+        ctx->log_user = options->log_user;
+        ctx->log_level = options->log_level;
+    }
+    return ctx;
+}
+
 clmla_status clmla_context_create(const char *device_spec, clmla_context **out)
 {
     clmla_context_options o;
@@ -48,15 +63,9 @@ clmla_status clmla_context_create_opts(const clmla_context_options *options, clm
         return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_context_create: NULL output pointer");
     *out = NULL;
 
-    clmla_context *ctx = calloc(1, sizeof(*ctx));
+    clmla_context *ctx = new_context(options);
     if (!ctx)
         return clmla_fail(NULL, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
-    clmla_env_with_options(&ctx->env, options);
-    if (options && options->log && options->log_level > CLMLA_LOG_OFF) {
-        ctx->log = options->log;
-        ctx->log_user = options->log_user;
-        ctx->log_level = options->log_level;
-    }
     const char *device_spec = options ? options->device : NULL;
 
     clmla_device_info *devs = NULL;
@@ -135,15 +144,9 @@ clmla_status clmla_context_create_from_queue_opts(cl_command_queue queue, const 
     if (err != CL_SUCCESS)
         return clmla_fail_cl(NULL, err, "clGetDeviceInfo(CL_DEVICE_PLATFORM)");
 
-    clmla_context *ctx = calloc(1, sizeof(*ctx));
+    clmla_context *ctx = new_context(options);
     if (!ctx)
         return clmla_fail(NULL, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
-    clmla_env_with_options(&ctx->env, options);
-    if (options && options->log && options->log_level > CLMLA_LOG_OFF) {
-        ctx->log = options->log;
-        ctx->log_user = options->log_user;
-        ctx->log_level = options->log_level;
-    }
     clmla_device_query(plat, dev, &ctx->info);
     /* Find the device's place in the flat list, when it is there. */
     clmla_device_info *devs = NULL;
