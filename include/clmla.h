@@ -87,6 +87,9 @@ typedef enum clmla_device_kind {
     CLMLA_DEVICE_KIND_ACCELERATOR = 3
 } clmla_device_kind;
 
+/* "cpu", "gpu", "accelerator" or "other": the names device specs and `clmla devices` use. */
+const char *clmla_device_kind_name(clmla_device_kind kind);
+
 typedef struct clmla_device_info {
     int index;              /* position in the flat list `clmla devices` prints */
     int platform_index;     /* P of "P:D" */

@@ -7,16 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static const char *kind_name(clmla_device_kind k)
-{
-    switch (k) {
-    case CLMLA_DEVICE_KIND_CPU: return "cpu";
-    case CLMLA_DEVICE_KIND_GPU: return "gpu";
-    case CLMLA_DEVICE_KIND_ACCELERATOR: return "accelerator";
-    default: return "other";
-    }
-}
-
 static int print_json(const clmla_device_info *devs, size_t n, size_t selected)
 {
     cJSON *arr = cJSON_CreateArray();
@@ -27,7 +17,7 @@ static int print_json(const clmla_device_info *devs, size_t n, size_t selected)
         snprintf(pd, sizeof(pd), "%d:%d", d->platform_index, d->device_index);
         cJSON_AddNumberToObject(o, "index", d->index);
         cJSON_AddStringToObject(o, "platform_device", pd);
-        cJSON_AddStringToObject(o, "type", kind_name(d->kind));
+        cJSON_AddStringToObject(o, "type", clmla_device_kind_name(d->kind));
         cJSON_AddStringToObject(o, "platform", d->platform_name);
         cJSON_AddStringToObject(o, "vendor", d->vendor);
         cJSON_AddStringToObject(o, "name", d->name);
@@ -100,7 +90,7 @@ int cmd_devices(int argc, char **argv)
             char pd[32];
             snprintf(pd, sizeof(pd), "%d:%d", d->platform_index, d->device_index);
             printf("%c%c %-3zu %-5s %-5s %-22.22s %-34.34s %9llu %4u %6zu %7llu %4s\n", d->is_default ? '*' : ' ',
-                   i == selected ? '>' : ' ', i, pd, kind_name(d->kind), d->vendor, d->name,
+                   i == selected ? '>' : ' ', i, pd, clmla_device_kind_name(d->kind), d->vendor, d->name,
                    (unsigned long long)(d->global_mem_bytes >> 20), d->compute_units, d->max_work_group_size,
                    (unsigned long long)(d->local_mem_bytes >> 10), d->fp16 ? "yes" : "no");
         }

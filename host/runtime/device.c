@@ -156,7 +156,7 @@ void clmla_free(void *ptr)
     free(ptr);
 }
 
-static const char *kind_name(clmla_device_kind k)
+const char *clmla_device_kind_name(clmla_device_kind k)
 {
     switch (k) {
     case CLMLA_DEVICE_KIND_CPU: return "cpu";
@@ -166,17 +166,12 @@ static const char *kind_name(clmla_device_kind k)
     }
 }
 
-const char *clmla_device_kind_name(clmla_device_kind kind)
-{
-    return kind_name(kind);
-}
-
 void clmla_describe_device_list(const clmla_device_info *devs, size_t n, char *buf, size_t size)
 {
     size_t used = strlen(buf);
     for (size_t i = 0; i < n && used + 1 < size; i++) {
         int w = snprintf(buf + used, size - used, "\n  %zu  %d:%d  %-11s %s / %s (%s)", i,
-                         devs[i].platform_index, devs[i].device_index, kind_name(devs[i].kind),
+                         devs[i].platform_index, devs[i].device_index, clmla_device_kind_name(devs[i].kind),
                          devs[i].vendor, devs[i].name, devs[i].platform_name);
         if (w < 0)
             break;

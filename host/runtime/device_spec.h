@@ -13,7 +13,6 @@ size_t clmla_spec_default_index(const clmla_device_info *devs, size_t n);
 clmla_status clmla_spec_match(const char *spec, const char *env_spec, const clmla_device_info *devs,
                               size_t n, size_t *index, char *why, size_t why_size);
 
-const char *clmla_device_kind_name(clmla_device_kind kind);
 /* Appends one line per device to buf (which holds a NUL-terminated prefix). */
 void clmla_describe_device_list(const clmla_device_info *devs, size_t n, char *buf, size_t size);
 #endif
