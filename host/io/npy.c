@@ -12,26 +12,6 @@
 
 static const uint8_t magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 
-static clmla_status fail(char *err, size_t errsize, clmla_status status, const char *name, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 5, 6)))
-#endif
-    ;
-
-static clmla_status fail(char *err, size_t errsize, clmla_status status, const char *name, const char *fmt, ...)
-{
-    if (err && errsize) {
-        int n = snprintf(err, errsize, "%s: ", name);
-        if (n >= 0 && (size_t)n < errsize) {
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(err + n, errsize - (size_t)n, fmt, ap);
-            va_end(ap);
-        }
-    }
-    return status;
-}
-
 /* ---- the header dict: a small tokenizer for the Python literal numpy writes ------------------- */
 
 typedef struct scanner {
@@ -137,10 +117,10 @@ clmla_status clmla_npy_parse(const uint8_t *buf, size_t size, const char *name, 
 {
     const char *fname = name ? name : "(npy)";
     if (!info || (!buf && size))
-        return fail(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, fname, "NULL argument");
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, fname, "NULL argument");
     memset(info, 0, sizeof(*info));
     if (size < 10 || memcmp(buf, magic, sizeof(magic)) != 0)
-        return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "not a .npy file (no \\x93NUMPY magic)");
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "not a .npy file (no \\x93NUMPY magic)");
     const int major = buf[6];
     size_t header_start, header_len;
     if (major == 1) {
@@ -148,15 +128,15 @@ clmla_status clmla_npy_parse(const uint8_t *buf, size_t size, const char *name, 
         header_len = (size_t)buf[8] | (size_t)buf[9] << 8;
     } else if (major == 2 || major == 3) {
         if (size < 12)
-            return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "truncated in the header length");
+            return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "truncated in the header length");
         header_start = 12;
         header_len = (size_t)buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
     } else {
-        return fail(err, errsize, CLMLA_ERROR_UNSUPPORTED, fname, ".npy format version %d.%d is not supported (1.x-3.x)",
+        return clmla_file_error(err, errsize, CLMLA_ERROR_UNSUPPORTED, fname, ".npy format version %d.%d is not supported (1.x-3.x)",
                     major, buf[7]);
     }
     if (header_len > size - header_start)
-        return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
                     "header length %zu is past the end of the file (%zu bytes)", header_len, size);
 
     scanner s = {(const char *)buf + header_start, (const char *)buf + header_start + header_len};
@@ -164,42 +144,42 @@ clmla_status clmla_npy_parse(const uint8_t *buf, size_t size, const char *name, 
     int have_descr = 0, have_order = 0, have_shape = 0, fortran = 0, ndim = 0;
     uint64_t shape[2] = {0, 0};
     if (!accept(&s, '{'))
-        return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "the header is not a dict literal");
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "the header is not a dict literal");
     while (!accept(&s, '}')) {
         char key[32];
         if (!scan_string(&s, key, sizeof(key)) || !accept(&s, ':'))
-            return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "malformed header dict near byte %zu",
+            return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "malformed header dict near byte %zu",
                         (size_t)(s.p - (const char *)buf));
         if (strcmp(key, "descr") == 0 && !have_descr) {
             have_descr = 1;
             if (!scan_string(&s, descr, sizeof(descr)))
-                return fail(err, errsize, CLMLA_ERROR_UNSUPPORTED, fname,
+                return clmla_file_error(err, errsize, CLMLA_ERROR_UNSUPPORTED, fname,
                             "'descr' is not a simple dtype string (structured arrays are not supported)");
         } else if (strcmp(key, "fortran_order") == 0 && !have_order) {
             have_order = 1;
             if (scan_word(&s, "True"))
                 fortran = 1;
             else if (!scan_word(&s, "False"))
-                return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "'fortran_order' is not True or False");
+                return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "'fortran_order' is not True or False");
         } else if (strcmp(key, "shape") == 0 && !have_shape) {
             have_shape = 1;
             if (!scan_shape(&s, &ndim, shape))
-                return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "'shape' is not a tuple of non-negative integers");
+                return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "'shape' is not a tuple of non-negative integers");
         } else {
-            return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "unexpected or repeated key '%s' in the header", key);
+            return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "unexpected or repeated key '%s' in the header", key);
         }
         if (!accept(&s, ',')) {
             if (!accept(&s, '}'))
-                return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "malformed header dict near byte %zu",
+                return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "malformed header dict near byte %zu",
                             (size_t)(s.p - (const char *)buf));
             break;
         }
     }
     skip_space(&s);
     if (s.p != s.end)
-        return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "data after the header dict");
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "data after the header dict");
     if (!have_descr || !have_order || !have_shape)
-        return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "the header lacks '%s'",
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "the header lacks '%s'",
                     !have_descr ? "descr" : !have_order ? "fortran_order" : "shape");
 
     if (strcmp(descr, "<f4") == 0)
@@ -207,22 +187,22 @@ clmla_status clmla_npy_parse(const uint8_t *buf, size_t size, const char *name, 
     else if (strcmp(descr, "<f2") == 0)
         info->element_bytes = 2;
     else if (strcmp(descr, ">f4") == 0 || strcmp(descr, ">f2") == 0)
-        return fail(err, errsize, CLMLA_ERROR_UNSUPPORTED, fname,
+        return clmla_file_error(err, errsize, CLMLA_ERROR_UNSUPPORTED, fname,
                     "dtype '%s' is big-endian; clmla reads little-endian float32 ('<f4') or float16 ('<f2')", descr);
     else
-        return fail(err, errsize, CLMLA_ERROR_UNSUPPORTED, fname,
+        return clmla_file_error(err, errsize, CLMLA_ERROR_UNSUPPORTED, fname,
                     "dtype '%s' is not supported; clmla reads float32 ('<f4') or float16 ('<f2')", descr);
     if (fortran)
-        return fail(err, errsize, CLMLA_ERROR_UNSUPPORTED, fname,
+        return clmla_file_error(err, errsize, CLMLA_ERROR_UNSUPPORTED, fname,
                     "the array is in Fortran order; save a C-ordered array (numpy.ascontiguousarray)");
     if (ndim < 1 || ndim > 2)
-        return fail(err, errsize, CLMLA_ERROR_UNSUPPORTED, fname, "the array has %d dimensions; 1 or 2 are supported",
+        return clmla_file_error(err, errsize, CLMLA_ERROR_UNSUPPORTED, fname, "the array has %d dimensions; 1 or 2 are supported",
                     ndim);
     if (ndim == 1)
         shape[1] = 1;
     if (shape[0] > (uint64_t)INT64_MAX || shape[1] > (uint64_t)INT64_MAX ||
         (shape[1] && shape[0] > (UINT64_MAX / 8) / shape[1]))
-        return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "the shape's element count overflows");
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "the shape's element count overflows");
     info->ndim = ndim;
     info->shape[0] = (int64_t)shape[0];
     info->shape[1] = (int64_t)shape[1];
@@ -236,7 +216,7 @@ clmla_status clmla_npy_parse(const uint8_t *buf, size_t size, const char *name, 
         else
             snprintf(shape_text, sizeof(shape_text), "(%lld, %lld)", (long long)info->shape[0], (long long)info->shape[1]);
         const clmla_status st =
-            fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "%s: %llu bytes of data, but shape %s of '%s' needs %llu",
+            clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "%s: %llu bytes of data, but shape %s of '%s' needs %llu",
                  have < need ? "truncated" : "trailing bytes", (unsigned long long)have, shape_text, descr,
                  (unsigned long long)need);
         memset(info, 0, sizeof(*info));

@@ -1,5 +1,6 @@
 /* safetensors: header checks, tensor lookup, float32 conversion, the shard index. */
 #include "safetensors.h"
+#include "fileio.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -15,26 +16,6 @@
 
 /* Integers in JSON arrive as doubles: anything at or above 2^53 may have been rounded. */
 #define MAX_EXACT_INTEGER 9007199254740992.0
-
-static clmla_status fail(char *err, size_t errsize, clmla_status status, const char *name, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 5, 6)))
-#endif
-    ;
-
-static clmla_status fail(char *err, size_t errsize, clmla_status status, const char *name, const char *fmt, ...)
-{
-    if (err && errsize) {
-        int n = snprintf(err, errsize, "%s: ", name ? name : "(safetensors)");
-        if (n >= 0 && (size_t)n < errsize) {
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(err + n, errsize - (size_t)n, fmt, ap);
-            va_end(ap);
-        }
-    }
-    return status;
-}
 
 static uint64_t read_u64_le(const uint8_t *p)
 {
@@ -206,16 +187,16 @@ static clmla_status parse_entry(const cJSON *entry, const char *fname, uint64_t 
 {
     const char *tname = t->name;
     if (!cJSON_IsObject(entry))
-        return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "header entry '%s' is not an object", tname);
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "header entry '%s' is not an object", tname);
     const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(entry, "dtype");
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(entry, "shape");
     const cJSON *offsets = cJSON_GetObjectItemCaseSensitive(entry, "data_offsets");
     if (!cJSON_IsString(dtype) || !dtype->valuestring)
-        return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "tensor '%s' has no \"dtype\" string", tname);
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "tensor '%s' has no \"dtype\" string", tname);
     if (!cJSON_IsArray(shape))
-        return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "tensor '%s' has no \"shape\" array", tname);
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "tensor '%s' has no \"shape\" array", tname);
     if (!cJSON_IsArray(offsets) || cJSON_GetArraySize(offsets) != 2)
-        return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
                     "tensor '%s' has no \"data_offsets\" array of two integers", tname);
 
     snprintf(t->dtype_name, sizeof(t->dtype_name), "%s", dtype->valuestring);
@@ -225,7 +206,7 @@ static clmla_status parse_entry(const cJSON *entry, const char *fname, uint64_t 
 
     const int ndim = cJSON_GetArraySize(shape);
     if (ndim > CLMLA_ST_MAX_DIMS)
-        return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "tensor '%s' has %d dimensions, at most %d are supported",
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "tensor '%s' has %d dimensions, at most %d are supported",
                     tname, ndim, CLMLA_ST_MAX_DIMS);
     t->ndim = ndim;
     uint64_t numel = 1;
@@ -233,24 +214,24 @@ static clmla_status parse_entry(const cJSON *entry, const char *fname, uint64_t 
     for (const cJSON *dim = shape->child; dim; dim = dim->next, d++) {
         uint64_t v = 0;
         if (!json_uint(dim, &v) || v > (uint64_t)INT64_MAX)
-            return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
+            return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
                         "tensor '%s': shape dimension %d is not a non-negative integer", tname, d);
         t->shape[d] = (int64_t)v;
         /* numel * 64 bits must stay representable. */
         if (v != 0 && numel > (UINT64_MAX / 64) / v)
-            return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "tensor '%s': the shape's element count overflows",
+            return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "tensor '%s': the shape's element count overflows",
                         tname);
         numel *= v;
     }
 
     if (!json_uint(offsets->child, &t->begin) || !json_uint(offsets->child->next, &t->end))
-        return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
                     "tensor '%s': data_offsets are not two non-negative integers", tname);
     if (t->begin > t->end)
-        return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "tensor '%s': data_offsets [%llu, %llu] end before they begin",
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "tensor '%s': data_offsets [%llu, %llu] end before they begin",
                     tname, (unsigned long long)t->begin, (unsigned long long)t->end);
     if (t->end > data_size)
-        return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
                     "tensor '%s': data_offsets [%llu, %llu] are out of bounds (the data section has %llu bytes)", tname,
                     (unsigned long long)t->begin, (unsigned long long)t->end, (unsigned long long)data_size);
     if (bits) {
@@ -258,7 +239,7 @@ static clmla_status parse_entry(const cJSON *entry, const char *fname, uint64_t 
         char shape_text[256];
         clmla_st_shape_text(t->ndim, t->shape, shape_text, sizeof(shape_text));
         if (total_bits % 8 != 0 || t->end - t->begin != total_bits / 8)
-            return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
+            return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
                         "tensor '%s': data_offsets [%llu, %llu] hold %llu bytes, but %s x %s needs %llu%s", tname,
                         (unsigned long long)t->begin, (unsigned long long)t->end,
                         (unsigned long long)(t->end - t->begin), t->dtype_name, shape_text,
@@ -273,7 +254,7 @@ static clmla_status check_layout(clmla_st_tensor *tensors, size_t n, const char 
 {
     clmla_st_tensor **order = malloc((n ? n : 1) * sizeof(*order));
     if (!order)
-        return fail(err, errsize, CLMLA_ERROR_OUT_OF_HOST_MEMORY, fname, "out of host memory");
+        return clmla_file_error(err, errsize, CLMLA_ERROR_OUT_OF_HOST_MEMORY, fname, "out of host memory");
     for (size_t i = 0; i < n; i++)
         order[i] = &tensors[i];
     qsort(order, n, sizeof(*order), compare_by_offset);
@@ -282,18 +263,18 @@ static clmla_status check_layout(clmla_st_tensor *tensors, size_t n, const char 
     for (size_t i = 0; i < n && st == CLMLA_SUCCESS; i++) {
         const clmla_st_tensor *t = order[i];
         if (t->begin < expected)
-            st = fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
+            st = clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
                       "tensors '%s' [%llu, %llu) and '%s' [%llu, %llu) overlap", order[i - 1]->name,
                       (unsigned long long)order[i - 1]->begin, (unsigned long long)order[i - 1]->end, t->name,
                       (unsigned long long)t->begin, (unsigned long long)t->end);
         else if (t->begin > expected)
-            st = fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
+            st = clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
                       "data_offsets leave a gap of %llu bytes before tensor '%s' (the data must be contiguous)",
                       (unsigned long long)(t->begin - expected), t->name);
         expected = t->end;
     }
     if (st == CLMLA_SUCCESS && expected != data_size)
-        st = fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
+        st = clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
                   "the tensors cover %llu bytes of data but the data section has %llu bytes", (unsigned long long)expected,
                   (unsigned long long)data_size);
     free(order);
@@ -313,37 +294,37 @@ clmla_status clmla_st_parse(const uint8_t *data, size_t size, const char *name, 
 {
     const char *fname = name ? name : "(buffer)";
     if (!out)
-        return fail(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, fname, "NULL output");
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, fname, "NULL output");
     memset(out, 0, sizeof(*out));
     if (!data && size)
-        return fail(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, fname, "NULL data");
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, fname, "NULL data");
     if (size < 8)
-        return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
                     "the file is %zu bytes long, too short for a safetensors header length (8 bytes)", size);
     const uint64_t header_size = read_u64_le(data);
     if (header_size > (uint64_t)size - 8)
-        return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
                     "header length %llu is past the end of the file (%zu bytes, %zu after the length)",
                     (unsigned long long)header_size, size, size - 8);
     if (header_size > CLMLA_ST_MAX_HEADER)
-        return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "header length %llu exceeds the limit of %llu bytes",
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "header length %llu exceeds the limit of %llu bytes",
                     (unsigned long long)header_size, (unsigned long long)CLMLA_ST_MAX_HEADER);
     const char *text = (const char *)data + 8;
     const char *parse_end = NULL;
     cJSON *root = header_size ? cJSON_ParseWithLengthOpts(text, (size_t)header_size, &parse_end, 0) : NULL;
     if (!root) {
         const size_t at = parse_end && parse_end >= text ? (size_t)(parse_end - text) : 0;
-        return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
                     "the header (%llu bytes) is not valid JSON (parsing stopped at byte %zu)", (unsigned long long)header_size,
                     at);
     }
     if (!parse_end || !only_white_space(parse_end, text + header_size)) {
         cJSON_Delete(root);
-        return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "the header has data after its JSON object");
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "the header has data after its JSON object");
     }
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "the header is JSON but not an object");
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "the header is JSON but not an object");
     }
 
     const uint64_t data_size = (uint64_t)size - 8 - header_size;
@@ -354,7 +335,7 @@ clmla_status clmla_st_parse(const uint8_t *data, size_t size, const char *name, 
     clmla_st_tensor *tensors = calloc(count ? count : 1, sizeof(*tensors));
     if (!tensors) {
         cJSON_Delete(root);
-        return fail(err, errsize, CLMLA_ERROR_OUT_OF_HOST_MEMORY, fname, "out of host memory");
+        return clmla_file_error(err, errsize, CLMLA_ERROR_OUT_OF_HOST_MEMORY, fname, "out of host memory");
     }
     clmla_status st = CLMLA_SUCCESS;
     size_t n = 0;
@@ -364,7 +345,7 @@ clmla_status clmla_st_parse(const uint8_t *data, size_t size, const char *name, 
         clmla_st_tensor *t = &tensors[n++];
         t->name = strdup(e->string ? e->string : "");
         if (!t->name)
-            st = fail(err, errsize, CLMLA_ERROR_OUT_OF_HOST_MEMORY, fname, "out of host memory");
+            st = clmla_file_error(err, errsize, CLMLA_ERROR_OUT_OF_HOST_MEMORY, fname, "out of host memory");
         else
             st = parse_entry(e, fname, data_size, t, err, errsize);
     }
@@ -373,7 +354,7 @@ clmla_status clmla_st_parse(const uint8_t *data, size_t size, const char *name, 
         qsort(tensors, n, sizeof(*tensors), compare_by_name);
         for (size_t i = 1; i < n && st == CLMLA_SUCCESS; i++)
             if (strcmp(tensors[i - 1].name, tensors[i].name) == 0)
-                st = fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "tensor '%s' appears twice in the header",
+                st = clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "tensor '%s' appears twice in the header",
                           tensors[i].name);
     }
     if (st == CLMLA_SUCCESS)
@@ -381,7 +362,7 @@ clmla_status clmla_st_parse(const uint8_t *data, size_t size, const char *name, 
     if (st == CLMLA_SUCCESS) {
         out->name = strdup(fname);
         if (!out->name)
-            st = fail(err, errsize, CLMLA_ERROR_OUT_OF_HOST_MEMORY, fname, "out of host memory");
+            st = clmla_file_error(err, errsize, CLMLA_ERROR_OUT_OF_HOST_MEMORY, fname, "out of host memory");
     }
     if (st != CLMLA_SUCCESS) {
         free_tensors(tensors, n);
@@ -398,22 +379,22 @@ clmla_status clmla_st_parse(const uint8_t *data, size_t size, const char *name, 
 clmla_status clmla_st_open(const char *path, clmla_st_file *out, char *err, size_t errsize)
 {
     if (!out)
-        return fail(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, path, "NULL output");
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, path, "NULL output");
     memset(out, 0, sizeof(*out));
     if (!path)
-        return fail(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, "(null)", "NULL path");
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, "(null)", "NULL path");
     const int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return fail(err, errsize, CLMLA_ERROR_IO, path, "cannot open: %s", strerror(errno));
+        return clmla_file_error(err, errsize, CLMLA_ERROR_IO, path, "cannot open: %s", strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         const int e = errno;
         close(fd);
-        return fail(err, errsize, CLMLA_ERROR_IO, path, "cannot stat: %s", strerror(e));
+        return clmla_file_error(err, errsize, CLMLA_ERROR_IO, path, "cannot stat: %s", strerror(e));
     }
     if (!S_ISREG(sb.st_mode)) {
         close(fd);
-        return fail(err, errsize, CLMLA_ERROR_IO, path, "not a regular file");
+        return clmla_file_error(err, errsize, CLMLA_ERROR_IO, path, "not a regular file");
     }
     const size_t size = (size_t)sb.st_size;
     void *map = NULL;
@@ -422,7 +403,7 @@ clmla_status clmla_st_open(const char *path, clmla_st_file *out, char *err, size
         if (map == MAP_FAILED) {
             const int e = errno;
             close(fd);
-            return fail(err, errsize, CLMLA_ERROR_IO, path, "cannot map %zu bytes: %s", size, strerror(e));
+            return clmla_file_error(err, errsize, CLMLA_ERROR_IO, path, "cannot map %zu bytes: %s", size, strerror(e));
         }
     }
     close(fd);
@@ -467,9 +448,9 @@ clmla_status clmla_st_to_f32(const clmla_st_file *f, const clmla_st_tensor *t, c
                              const clmla_st_tensor *scale_inv, float *out, char *err, size_t errsize)
 {
     if (!f || !t || !out)
-        return fail(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, f ? f->name : NULL, "NULL argument");
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, f ? f->name : NULL, "NULL argument");
     if (!convertible(t->dtype))
-        return fail(err, errsize, CLMLA_ERROR_UNSUPPORTED, f->name,
+        return clmla_file_error(err, errsize, CLMLA_ERROR_UNSUPPORTED, f->name,
                     "tensor '%s' has dtype %s; clmla reads F32, F16, BF16 and F8_E4M3 (with _scale_inv block scales)",
                     t->name, t->dtype_name);
     const uint8_t *p = f->data + t->begin;
@@ -482,11 +463,11 @@ clmla_status clmla_st_to_f32(const clmla_st_file *f, const clmla_st_tensor *t, c
 
     /* F8_E4M3: W[i, j] = fp8(Wq[i, j]) * S[i / 128, j / 128]. */
     if (t->ndim != 2)
-        return fail(err, errsize, CLMLA_ERROR_UNSUPPORTED, f->name,
+        return clmla_file_error(err, errsize, CLMLA_ERROR_UNSUPPORTED, f->name,
                     "tensor '%s' is F8_E4M3 with %d dimensions; clmla reads F8_E4M3 as 2-D weights with 128x128 block "
                     "scales only", t->name, t->ndim);
     if (!scale_inv || !scale_file)
-        return fail(err, errsize, CLMLA_ERROR_MISSING_TENSOR, f->name,
+        return clmla_file_error(err, errsize, CLMLA_ERROR_MISSING_TENSOR, f->name,
                     "tensor '%s' is F8_E4M3 but its block scales '%s_scale_inv' are missing", t->name, t->name);
     const int64_t rows = t->shape[0], cols = t->shape[1];
     const int64_t want[2] = {(rows + 127) / 128, (cols + 127) / 128};
@@ -494,12 +475,12 @@ clmla_status clmla_st_to_f32(const clmla_st_file *f, const clmla_st_tensor *t, c
         char got_text[256], want_text[64];
         clmla_st_shape_text(scale_inv->ndim, scale_inv->shape, got_text, sizeof(got_text));
         clmla_st_shape_text(2, want, want_text, sizeof(want_text));
-        return fail(err, errsize, CLMLA_ERROR_SHAPE_MISMATCH, scale_file->name,
+        return clmla_file_error(err, errsize, CLMLA_ERROR_SHAPE_MISMATCH, scale_file->name,
                     "block scales '%s' have shape %s; 128x128 blocks of '%s' [%lld, %lld] need %s", scale_inv->name,
                     got_text, t->name, (long long)rows, (long long)cols, want_text);
     }
     if (scale_inv->dtype != CLMLA_ST_F32 && scale_inv->dtype != CLMLA_ST_F16 && scale_inv->dtype != CLMLA_ST_BF16)
-        return fail(err, errsize, CLMLA_ERROR_UNSUPPORTED, scale_file->name,
+        return clmla_file_error(err, errsize, CLMLA_ERROR_UNSUPPORTED, scale_file->name,
                     "block scales '%s' have dtype %s; F32, F16 or BF16 expected", scale_inv->name, scale_inv->dtype_name);
     const uint8_t *s = scale_file->data + scale_inv->begin;
     for (int64_t i = 0; i < rows; i++)
@@ -539,15 +520,15 @@ clmla_status clmla_st_index_parse(const char *text, size_t length, const char *n
 {
     const char *fname = name ? name : "(index)";
     if (!out)
-        return fail(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, fname, "NULL output");
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, fname, "NULL output");
     memset(out, 0, sizeof(*out));
     if (!text && length)
-        return fail(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, fname, "NULL text");
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, fname, "NULL text");
     const char *parse_end = NULL;
     cJSON *root = length ? cJSON_ParseWithLengthOpts(text, length, &parse_end, 0) : NULL;
     if (!root) {
         const size_t at = parse_end && parse_end >= text ? (size_t)(parse_end - text) : 0;
-        return fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "not valid JSON (parsing stopped at byte %zu)", at);
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "not valid JSON (parsing stopped at byte %zu)", at);
     }
     /* Trailing white space (and a NUL some writers leave) is fine; anything else is not. */
     const char *p = parse_end ? parse_end : text + length;
@@ -556,27 +537,27 @@ clmla_status clmla_st_index_parse(const char *text, size_t length, const char *n
     const cJSON *map = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
     clmla_status st = CLMLA_SUCCESS;
     if (p != text + length)
-        st = fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "data after the JSON object");
+        st = clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "data after the JSON object");
     else if (!cJSON_IsObject(root))
-        st = fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "JSON but not an object");
+        st = clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "JSON but not an object");
     else if (!cJSON_IsObject(map))
-        st = fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "no \"weight_map\" object");
+        st = clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "no \"weight_map\" object");
     size_t n = 0;
     if (st == CLMLA_SUCCESS) {
         for (const cJSON *e = map->child; e; e = e->next)
             n++;
         out->entries = calloc(n ? n : 1, sizeof(*out->entries));
         if (!out->entries)
-            st = fail(err, errsize, CLMLA_ERROR_OUT_OF_HOST_MEMORY, fname, "out of host memory");
+            st = clmla_file_error(err, errsize, CLMLA_ERROR_OUT_OF_HOST_MEMORY, fname, "out of host memory");
     }
     for (const cJSON *e = st == CLMLA_SUCCESS ? map->child : NULL; e && st == CLMLA_SUCCESS; e = e->next) {
         const char *tensor = e->string ? e->string : "";
         if (!cJSON_IsString(e) || !e->valuestring) {
-            st = fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "weight_map entry '%s' is not a file name string", tensor);
+            st = clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "weight_map entry '%s' is not a file name string", tensor);
             break;
         }
         if (!plain_file_name(e->valuestring)) {
-            st = fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
+            st = clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
                       "weight_map places '%s' in '%s', which is not a plain file name in the model folder", tensor,
                       e->valuestring);
             break;
@@ -585,14 +566,14 @@ clmla_status clmla_st_index_parse(const char *text, size_t length, const char *n
         entry->tensor = strdup(tensor);
         entry->file = strdup(e->valuestring);
         if (!entry->tensor || !entry->file)
-            st = fail(err, errsize, CLMLA_ERROR_OUT_OF_HOST_MEMORY, fname, "out of host memory");
+            st = clmla_file_error(err, errsize, CLMLA_ERROR_OUT_OF_HOST_MEMORY, fname, "out of host memory");
     }
     cJSON_Delete(root);
     if (st == CLMLA_SUCCESS) {
         qsort(out->entries, out->num_entries, sizeof(*out->entries), compare_entries);
         for (size_t i = 1; i < out->num_entries && st == CLMLA_SUCCESS; i++)
             if (strcmp(out->entries[i - 1].tensor, out->entries[i].tensor) == 0)
-                st = fail(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "weight_map names tensor '%s' twice",
+                st = clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname, "weight_map names tensor '%s' twice",
                           out->entries[i].tensor);
     }
     if (st != CLMLA_SUCCESS)

@@ -2,6 +2,7 @@
 #include "fileio.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,4 +52,18 @@ clmla_status clmla_read_file(const char *path, size_t max_bytes, const char *wha
     *text = buf;
     *length = n;
     return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_file_error(char *err, size_t errsize, clmla_status status, const char *name, const char *fmt, ...)
+{
+    if (err && errsize) {
+        int n = snprintf(err, errsize, "%s: ", name ? name : "(unnamed)");
+        if (n >= 0 && (size_t)n < errsize) {
+            va_list ap;
+            va_start(ap, fmt);
+            vsnprintf(err + n, errsize - (size_t)n, fmt, ap);
+            va_end(ap);
+        }
+    }
+    return status;
 }
