@@ -549,20 +549,16 @@ static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_fo
 {
     const int n = a->num_entries;
     memset(p, 0, sizeof(*p));
-    clmla_seq_view *views = malloc((size_t)(n > 0 ? n : 1) * sizeof(*views));
-    if (!views)
-        return clmla_fail(L->ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     for (int e = 0; e < n; e++) {
-        clmla_status st = clmla_cache_seq_view(cache, a->entries[e].seq_id, a->cache_layer, &views[e]);
-        if (st != CLMLA_SUCCESS) {
-            free(views);
+        clmla_seq_view v;
+        clmla_status st = clmla_cache_seq_view(cache, a->entries[e].seq_id, a->cache_layer, &v);
+        if (st != CLMLA_SUCCESS)
             return st;
-        }
         p->T += a->entries[e].num_tokens;
-        if (views[e].num_blocks > p->max_blocks)
-            p->max_blocks = views[e].num_blocks;
-        if (views[e].length > p->max_ctx)
-            p->max_ctx = views[e].length;
+        if (v.num_blocks > p->max_blocks)
+            p->max_blocks = v.num_blocks;
+        if (v.length > p->max_ctx)
+            p->max_ctx = v.length;
     }
     clmla_status st = CLMLA_SUCCESS;
     if (L->config.dense_max_keys > 0 && p->max_ctx > L->config.dense_max_keys)
@@ -573,10 +569,8 @@ static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_fo
                         p->max_ctx, L->config.dense_max_keys, L->config.dense_max_keys);
     if (st == CLMLA_SUCCESS)
         st = ensure_rope_table(L, p->max_ctx);
-    if (st != CLMLA_SUCCESS) {
-        free(views);
+    if (st != CLMLA_SUCCESS)
         return st;
-    }
     p->positions = malloc((size_t)p->T * sizeof(int));
     if (L->config.query_scale_beta != 0 && p->T > 0)
         p->qscale = malloc((size_t)p->T * sizeof(float));
@@ -590,12 +584,13 @@ static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_fo
     if (!p->positions || !p->slots || !p->token_seq || !p->token_ctx || !p->tables || !p->first_row || !p->prefix ||
         !p->decompressed || (L->config.query_scale_beta != 0 && p->T > 0 && !p->qscale)) {
         plan_free(p);
-        free(views);
         return clmla_fail(L->ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     }
     int row = 0;
     for (int e = 0; e < n; e++) {
-        const clmla_seq_view *v = &views[e];
+        clmla_seq_view view; /* known: the first loop found every sequence */
+        clmla_cache_seq_view(cache, a->entries[e].seq_id, a->cache_layer, &view);
+        const clmla_seq_view *v = &view;
         const int tokens = a->entries[e].num_tokens;
         p->first_row[e] = row;
         p->prefix[e] = txn->old_length[e];
@@ -618,7 +613,6 @@ static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_fo
             p->token_ctx[row] = p->decompressed[e] ? 0 : pos + 1;
         }
     }
-    free(views);
     return CLMLA_SUCCESS;
 }
 
