@@ -343,13 +343,23 @@ static void keep_log(void *user, clmla_log_level level, const char *message)
     snprintf(r->text + used, sizeof(r->text) - used, "%d %s\n", (int)level, message);
 }
 
+/* A context with options o builds (or loads) rmsnorm with `options`, into a fresh record r. */
+static void log_build(const clmla_context_options *o, const char *options, log_record *r)
+{
+    memset(r, 0, sizeof(*r));
+    clmla_context *ctx = NULL;
+    CHECK_STATUS(clmla_context_create_opts(o, &ctx), CLMLA_SUCCESS, NULL);
+    if (ctx)
+        CHECK_STATUS(build_program(ctx, "rmsnorm", options), CLMLA_SUCCESS, ctx);
+    clmla_context_destroy(ctx);
+}
+
 /* clmla_context_options.log: what setup did, at the level asked for, and nothing without it. */
 static void test_log(void)
 {
     char dir[] = "/tmp/clmla-test-log-XXXXXX";
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     log_record r;
-    memset(&r, 0, sizeof(r));
     clmla_context_options o;
     memset(&o, 0, sizeof(o));
     o.cache_dir = dir;
@@ -357,48 +367,26 @@ static void test_log(void)
     o.log = keep_log;
     o.log_user = &r;
     o.log_level = CLMLA_LOG_INFO;
-    clmla_context *ctx = NULL;
-    CHECK_STATUS(clmla_context_create_opts(&o, &ctx), CLMLA_SUCCESS, NULL);
-    if (ctx) {
-        CHECK_STATUS(build_program(ctx, "rmsnorm", "-D WG=8 -D CLMLA_TEST_LOG=1"), CLMLA_SUCCESS, ctx);
-        CHECK(strstr(r.text, "kernel rmsnorm.cl [-D WG=8 -D CLMLA_TEST_LOG=1]: built from source") != NULL,
-              "no build message at INFO:\n%s", r.text);
-        clmla_context_destroy(ctx);
-    }
+    const char *opts = "-D WG=8 -D CLMLA_TEST_LOG=1";
+    log_build(&o, opts, &r);
+    CHECK(strstr(r.text, "kernel rmsnorm.cl [-D WG=8 -D CLMLA_TEST_LOG=1]: built from source") != NULL,
+          "no build message at INFO:\n%s", r.text);
     /* A second context loads it from the cache folder, and says so. */
-    memset(&r, 0, sizeof(r));
-    ctx = NULL;
-    CHECK_STATUS(clmla_context_create_opts(&o, &ctx), CLMLA_SUCCESS, NULL);
-    if (ctx) {
-        CHECK_STATUS(build_program(ctx, "rmsnorm", "-D WG=8 -D CLMLA_TEST_LOG=1"), CLMLA_SUCCESS, ctx);
-        CHECK(strstr(r.text, "loaded from the program cache") != NULL, "no cache message:\n%s", r.text);
-        clmla_context_destroy(ctx);
-    }
+    log_build(&o, opts, &r);
+    CHECK(strstr(r.text, "loaded from the program cache") != NULL, "no cache message:\n%s", r.text);
     /* A corrupt cache file is a warning, and WARNING leaves the INFO messages out. */
     char cmd[512];
     snprintf(cmd, sizeof(cmd), "find '%s' -type f -exec sh -c 'printf garbage > \"$1\"' _ {} \\;", dir);
     CHECK(system(cmd) == 0, "corrupting the cache");
-    memset(&r, 0, sizeof(r));
     o.log_level = CLMLA_LOG_WARNING;
-    ctx = NULL;
-    CHECK_STATUS(clmla_context_create_opts(&o, &ctx), CLMLA_SUCCESS, NULL);
-    if (ctx) {
-        CHECK_STATUS(build_program(ctx, "rmsnorm", "-D WG=8 -D CLMLA_TEST_LOG=1"), CLMLA_SUCCESS, ctx);
-        CHECK(r.count[CLMLA_LOG_WARNING] == 1 && r.count[CLMLA_LOG_INFO] == 0 && strstr(r.text, "program cache"),
-              "at WARNING with a corrupt file: %d warnings, %d info:\n%s", r.count[CLMLA_LOG_WARNING],
-              r.count[CLMLA_LOG_INFO], r.text);
-        clmla_context_destroy(ctx);
-    }
-    /* Level 0 or no callback: nothing. */
-    memset(&r, 0, sizeof(r));
+    log_build(&o, opts, &r);
+    CHECK(r.count[CLMLA_LOG_WARNING] == 1 && r.count[CLMLA_LOG_INFO] == 0 && strstr(r.text, "program cache"),
+          "at WARNING with a corrupt file: %d warnings, %d info:\n%s", r.count[CLMLA_LOG_WARNING],
+          r.count[CLMLA_LOG_INFO], r.text);
+    /* Level 0: nothing. */
     o.log_level = CLMLA_LOG_OFF;
-    ctx = NULL;
-    CHECK_STATUS(clmla_context_create_opts(&o, &ctx), CLMLA_SUCCESS, NULL);
-    if (ctx) {
-        CHECK_STATUS(build_program(ctx, "rmsnorm", "-D WG=8 -D CLMLA_TEST_LOG=2"), CLMLA_SUCCESS, ctx);
-        CHECK(r.text[0] == '\0', "level 0 logged:\n%s", r.text);
-        clmla_context_destroy(ctx);
-    }
+    log_build(&o, "-D WG=8 -D CLMLA_TEST_LOG=2", &r);
+    CHECK(r.text[0] == '\0', "level 0 logged:\n%s", r.text);
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     CHECK(system(cmd) == 0, "cleanup");
 }

@@ -174,20 +174,29 @@ static clmla_status enqueue(clmla_linear *lin, size_t m, cl_mem x, size_t x_offs
     return clmla_gemm(ctx, m, lin->n, lin->k, 1.0f, a, b, 0.0f, c, event);
 }
 
+/* The checks both forward calls start with: the handle, x and y given, m > 0. */
+static clmla_status check_call(const char *call, const clmla_linear *lin, int m, int have_x, int have_y)
+{
+    if (!lin || !have_x || !have_y)
+        return clmla_fail(lin ? lin->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "%s: NULL %s", call,
+                          !lin ? "linear" : !have_x ? "x" : "y");
+    if (m <= 0)
+        return clmla_fail(lin->ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: m = %d rows; expected m > 0 (W is [%zu, %zu])",
+                          call, m, lin->n, lin->k);
+    return CLMLA_SUCCESS;
+}
+
 clmla_status clmla_linear_forward_cl(clmla_linear *lin, int m, cl_mem x, size_t x_offset, cl_mem y, size_t y_offset,
                                      cl_event *event)
 {
     if (event)
         *event = NULL;
-    if (!lin || !x || !y)
-        return clmla_fail(lin ? lin->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_linear_forward_cl: NULL %s",
-                          !lin ? "linear" : !x ? "x" : "y");
+    clmla_status st = check_call("clmla_linear_forward_cl", lin, m, x != NULL, y != NULL);
+    if (st != CLMLA_SUCCESS)
+        return st;
     clmla_context *ctx = lin->ctx;
-    if (m <= 0)
-        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_linear_forward_cl: m = %d rows; expected m > 0 (W is [%zu, %zu])",
-                          m, lin->n, lin->k);
     size_t x_begin = 0, x_end = 0, y_begin = 0, y_end = 0;
-    clmla_status st = check_buffer(ctx, "x", x, x_offset, (size_t)m, lin->k, &x_begin, &x_end);
+    st = check_buffer(ctx, "x", x, x_offset, (size_t)m, lin->k, &x_begin, &x_end);
     if (st == CLMLA_SUCCESS)
         st = check_buffer(ctx, "y", y, y_offset, (size_t)m, lin->n, &y_begin, &y_end);
     if (st != CLMLA_SUCCESS)
@@ -204,13 +213,10 @@ clmla_status clmla_linear_forward_cl(clmla_linear *lin, int m, cl_mem x, size_t 
 
 clmla_status clmla_linear_forward(clmla_linear *lin, int m, const float *x, float *y)
 {
-    if (!lin || !x || !y)
-        return clmla_fail(lin ? lin->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_linear_forward: NULL %s",
-                          !lin ? "linear" : !x ? "x" : "y");
+    clmla_status st = check_call("clmla_linear_forward", lin, m, x != NULL, y != NULL);
+    if (st != CLMLA_SUCCESS)
+        return st;
     clmla_context *ctx = lin->ctx;
-    if (m <= 0)
-        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_linear_forward: m = %d rows; expected m > 0 (W is [%zu, %zu])",
-                          m, lin->n, lin->k);
     int ok = 1;
     const size_t x_bytes = mul(mul((size_t)m, lin->k, &ok), sizeof(float), &ok);
     const size_t y_bytes = mul(mul((size_t)m, lin->n, &ok), sizeof(float), &ok);
@@ -218,7 +224,7 @@ clmla_status clmla_linear_forward(clmla_linear *lin, int m, const float *x, floa
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
                           "clmla_linear_forward: x [%d, %zu] or y [%d, %zu] is too large to address", m, lin->k, m, lin->n);
     cl_mem xb = NULL, yb = NULL;
-    clmla_status st = clmla_scratch(ctx, SCRATCH_X, x_bytes, &xb);
+    st = clmla_scratch(ctx, SCRATCH_X, x_bytes, &xb);
     if (st == CLMLA_SUCCESS)
         st = clmla_scratch(ctx, SCRATCH_OUT, y_bytes, &yb);
     if (st != CLMLA_SUCCESS)
