@@ -1,6 +1,8 @@
 /* Command-line options shared by every clmla subcommand: --name VALUE, --name=VALUE, --flag. */
 #ifndef CLMLA_CLI_ARGS_H
 #define CLMLA_CLI_ARGS_H
+#include "clmla.h"
+
 #include <stddef.h>
 
 typedef enum { CLI_FLAG, CLI_STRING, CLI_INT, CLI_DOUBLE } cli_kind;
@@ -19,7 +21,6 @@ void cli_usage(const char *command, const char *summary, const cli_option *opts)
 /* A context on the device spec (NULL: the default), with CLBlast's parameters overridden from
    the tuning entries ("auto") unless CLMLA_CLBLAST_TUNING says otherwise: a clmla command is a
    process of its own, so nobody else's CLBlast parameters are at stake. */
-#include "clmla.h"
 clmla_status cli_context_create(const char *device, clmla_context **ctx);
 
 /* The cache dtype named "f32", "f16", "bf16" or "fp8"; -1 for any other name. */
