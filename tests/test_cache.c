@@ -473,6 +473,15 @@ static void test_create_and_info(void)
     clmla_status st = clmla_cache_create(ctx, &huge, &cache);
     CHECK(st != CLMLA_SUCCESS && cache == NULL, "an overflowing pool was made (%s)", clmla_status_string(st));
     clmla_cache_destroy(cache);
+    /* More token slots than an int holds (2^26 blocks x 64 tokens): refused by that rule, before
+       any size check. A layer of more than 2 GiB with fewer slots is allowed up to the device's
+       largest allocation (the H100 ran batch 32 x 32K tokens in f32: 2.25 GiB). */
+    clmla_cache_config slots = {1, 512, 64, 64, 1 << 26, CLMLA_CACHE_FP8};
+    cache = NULL;
+    CHECK_STATUS(clmla_cache_create(ctx, &slots, &cache), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+    CHECK(cache == NULL && strstr(clmla_last_error(ctx), "2^31 - 1 token slots") != NULL,
+          "too many slots: %s", clmla_last_error(ctx));
+    clmla_cache_destroy(cache);
 
     clmla_cache_config ok = {1, 40, 8, 16, 4, CLMLA_CACHE_F32};
     cache = NULL;

@@ -46,10 +46,13 @@ clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *co
                              : c.dtype == CLMLA_CACHE_FP8
                                  ? (size_t)c.kv_lora_rank + 4 * (size_t)(c.kv_lora_rank / 128) + 2 * (size_t)c.rope_dim
                                  : (size_t)row * 2;
+    /* Kernels address a token's row by an int slot (block * block_tokens + offset) and its bytes
+       with size_t, so a layer may pass 2 GiB; only the slot count is bounded. */
     const double rows = (double)c.num_blocks * c.block_tokens;
-    if (rows * (double)row_bytes >= (double)INT_MAX)
-        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "cache of %d blocks x %d tokens x %zu bytes is too large for one layer buffer",
-                          c.num_blocks, c.block_tokens, row_bytes);
+    if (rows > (double)INT_MAX)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "cache of %d blocks x %d tokens has more than 2^31 - 1 token slots per layer",
+                          c.num_blocks, c.block_tokens);
     const size_t layer_bytes = (size_t)rows * row_bytes;
     if (layer_bytes > ctx->info.max_alloc_bytes)
         return clmla_fail(ctx, CL_INVALID_BUFFER_SIZE,
