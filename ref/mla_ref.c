@@ -694,6 +694,12 @@ int mla_ref_forward_ext(const mla_ref_config *cfg, const mla_ref_features *f, co
             if (rotate)
                 rope_rotate((int)dr, cfg->rope_half_split, inv_freq, amplitude, kv + rkv, (long)t);
             mla_ref_round_cache_row(f->cache_type, kv, (int)rkv, kv + rkv, (int)dr);
+            if (f->stored_ckv)
+                for (size_t i = 0; i < rkv; i++)
+                    kv[i] = (double)f->stored_ckv[t * rkv + i];
+            if (f->stored_kr)
+                for (size_t i = 0; i < dr; i++)
+                    kv[rkv + i] = (double)f->stored_kr[t * dr + i];
             memcpy(ckv + t * rkv, kv, rkv * sizeof(double));
             if (dr > 0)
                 memcpy(kr + t * dr, kv + rkv, dr * sizeof(double));

@@ -117,6 +117,12 @@ typedef struct mla_ref_features {
        written, and every later use (scores, values, ckv_out, kr_out) sees the rounded values, as
        a cache of that type holds them. */
     mla_ref_cache_type cache_type;
+    /* A cache's contents as read back from a device ([T, rkv] and [T, dr], float32), used by the
+       attention in place of the reference's own (rounded) c^KV and k^R; NULL = none. For checking
+       the attention given what a device stored, where a value within float32 error of a rounding
+       boundary may have been rounded the other way (the stored values are checked separately). */
+    const float *stored_ckv;
+    const float *stored_kr;
 } mla_ref_features;
 
 /* x rounded to the nearest value of binary16 (11 significant bits, subnormals below 2^-14;

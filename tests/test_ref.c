@@ -1217,6 +1217,46 @@ static void test_max_rel_err(void)
           "err=%.17g idx=%zu (want 0.125, 1); with NaN: %g idx=%zu", e, idx, e2, idx2);
 }
 
+/* Stored cache values: an FP8 run's rounded c^KV and k^R, handed back as float32 to a run with no
+   rounding of its own, give that run's output exactly (the rounded values are floats); the same
+   values with one changed give another output. */
+static void test_stored_cache(void)
+{
+    mla_ref_config cfg = base_config(40, 3, 0, 128, 16, 8, 12);
+    layer L = make_layer(&cfg, 131);
+    const int T = 9;
+    const size_t D = 40, rkv = 128, dr = 8;
+    float *x = rand_input(T, cfg.hidden, 132);
+    double *want = dalloc((size_t)T * D), *got = dalloc((size_t)T * D);
+    double *ckv = dalloc((size_t)T * rkv), *kr = dalloc((size_t)T * dr);
+    float *sc = malloc((size_t)T * rkv * sizeof(float)), *sk = malloc((size_t)T * dr * sizeof(float));
+    mla_ref_features f = { 0 };
+    f.cache_type = MLA_REF_CACHE_FP8;
+    int rc = mla_ref_forward_ext(&cfg, &f, &L.w, T, x, NULL, 0, MLA_REF_ABSORBED, want, ckv, kr, NULL, NULL, NULL, NULL);
+    for (size_t i = 0; i < (size_t)T * rkv; i++)
+        sc[i] = (float)ckv[i];
+    for (size_t i = 0; i < (size_t)T * dr; i++)
+        sk[i] = (float)kr[i];
+    mla_ref_features g = { 0 };
+    g.stored_ckv = sc;
+    g.stored_kr = sk;
+    rc |= mla_ref_forward_ext(&cfg, &g, &L.w, T, x, NULL, 0, MLA_REF_ABSORBED, got, NULL, NULL, NULL, NULL, NULL, NULL);
+    const double same = rel_err_dd(got, want, (size_t)T * D);
+    sc[3 * rkv + 5] *= 1.5f; /* key 3: changes every output from token 3 on */
+    rc |= mla_ref_forward_ext(&cfg, &g, &L.w, T, x, NULL, 0, MLA_REF_ABSORBED, got, NULL, NULL, NULL, NULL, NULL, NULL);
+    const double before = rel_err_dd(got, want, 3 * D), after = rel_err_dd(got + 3 * D, want + 3 * D, (size_t)(T - 3) * D);
+    check(rc == 0 && same == 0.0 && before == 0.0 && after > 1e-6, "stored_cache_fp8",
+          "rel err same values %.2g, one value changed: tokens 0-2 %.2g, 3- %.2g", same, before, after);
+    free(want);
+    free(got);
+    free(ckv);
+    free(kr);
+    free(sc);
+    free(sk);
+    free(x);
+    free_layer(&L);
+}
+
 int main(void)
 {
     test_yarn_bounds_and_freqs();
@@ -1237,6 +1277,7 @@ int main(void)
     test_feature_effects();
     test_longrope_steps();
     test_naive_features();
+    test_stored_cache();
     test_bad_arguments();
     test_bad_features();
     test_max_rel_err();
