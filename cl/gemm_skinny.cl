@@ -16,7 +16,11 @@
  * item) and gemm_tiled_rows (x W^T from 64 rows on: prefill and the decompressed up-projection).
  * host/mla/gemm.c chooses among them.
  *
- * Batch b uses A + b*a_stride, B + b*b_stride, C + b*c_stride (all in floats). */
+ * Batch b uses A + b*a_stride, B + b*b_stride, C + b*c_stride (in elements). B's elements are of
+ * the type W_DTYPE chooses (cl/prelude.cl), converted in registers; products accumulate in float.
+ * An fp8 B has block scales Bs [blocks(rows), bs_ld] over the whole weight it is a part of: B's
+ * first row is row (b_offset + b * b_stride) / ldb of that weight (the host hands over whole rows),
+ * so every kernel finds an element's block from its row and column. */
 #ifndef MMAX
 #define MMAX 8
 #endif
@@ -36,13 +40,15 @@
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void gemm_skinny_nt(const int M, const int N, const int K, const float alpha,
                     __global const float *A, const int a_offset, const int lda, const int a_stride,
-                    __global const float *B, const int b_offset, const int ldb, const int b_stride,
-                    const float beta, __global float *C, const int c_offset, const int ldc, const int c_stride)
+                    __global const W_T *B, const int b_offset, const int ldb, const int b_stride,
+                    const float beta, __global float *C, const int c_offset, const int ldc, const int c_stride,
+                    __global const float *Bs, const int bs_ld)
 {
     __local float partial[MR * NC * WG]; /* [MR*NC][WG] */
     const int lid = get_local_id(0);
     const int n0 = get_group_id(0) * NC;
     const int batch = get_group_id(1);
+    const int brow0 = (b_offset + batch * b_stride) / ldb; /* B's first row in the weight (W_SCALE) */
     A += a_offset + (size_t)batch * a_stride;
     B += b_offset + (size_t)batch * b_stride;
     C += c_offset + (size_t)batch * c_stride;
@@ -53,10 +59,13 @@ void gemm_skinny_nt(const int M, const int N, const int K, const float alpha,
         #pragma unroll
         for (int c = 0; c < NC; c++)
             acc[m][c] = 0.0f;
-    __global const float *brow[NC];
+    __global const W_T *brow[NC];
+    int bn[NC]; /* the rows read, for their block scales */
     #pragma unroll
-    for (int c = 0; c < NC; c++) /* a column past N reads row 0 (N >= 1) and is never stored */
-        brow[c] = B + (size_t)(n0 + c < N ? n0 + c : 0) * ldb;
+    for (int c = 0; c < NC; c++) { /* a column past N reads row 0 (N >= 1) and is never stored */
+        bn[c] = brow0 + (n0 + c < N ? n0 + c : 0);
+        brow[c] = B + (size_t)(bn[c] - brow0) * ldb;
+    }
 
     const int k4 = K >> 2; /* whole float4s of a row */
     for (int v0 = 0; v0 < k4; v0 += WG * UK) {
@@ -66,7 +75,7 @@ void gemm_skinny_nt(const int M, const int N, const int K, const float alpha,
             const int v = min(v0 + u * WG + lid, k4 - 1); /* past the end: a repeat, skipped below */
             #pragma unroll
             for (int c = 0; c < NC; c++)
-                b[u][c] = vload4(v, brow[c]);
+                b[u][c] = W_LOAD4(brow[c], v, W_SCALE(Bs, bs_ld, bn[c], 4 * v));
         }
         #pragma unroll
         for (int u = 0; u < UK; u++) {
@@ -89,7 +98,7 @@ void gemm_skinny_nt(const int M, const int N, const int K, const float alpha,
             if (MR == 1 || m < M)
                 #pragma unroll
                 for (int c = 0; c < NC; c++)
-                    acc[m][c] = fma(A[(size_t)m * lda + k], brow[c][k], acc[m][c]);
+                    acc[m][c] = fma(A[(size_t)m * lda + k], W_LOAD(brow[c], k, W_SCALE(Bs, bs_ld, bn[c], k)), acc[m][c]);
 
     #pragma unroll
     for (int m = 0; m < MR; m++)
@@ -116,13 +125,15 @@ void gemm_skinny_nt(const int M, const int N, const int K, const float alpha,
 
 __kernel void gemm_skinny_nn(const int M, const int N, const int K, const float alpha,
                              __global const float *A, const int a_offset, const int lda, const int a_stride,
-                             __global const float *B, const int b_offset, const int ldb, const int b_stride,
-                             const float beta, __global float *C, const int c_offset, const int ldc, const int c_stride)
+                             __global const W_T *B, const int b_offset, const int ldb, const int b_stride,
+                             const float beta, __global float *C, const int c_offset, const int ldc, const int c_stride,
+                             __global const float *Bs, const int bs_ld)
 {
     const int n = get_global_id(0);
     const int batch = get_global_id(1);
     if (n >= N)
         return;
+    const int brow0 = (b_offset + batch * b_stride) / ldb; /* B's first row in the weight (W_SCALE) */
     A += a_offset + (size_t)batch * a_stride;
     B += b_offset + (size_t)batch * b_stride;
     C += c_offset + (size_t)batch * c_stride;
@@ -130,7 +141,7 @@ __kernel void gemm_skinny_nn(const int M, const int N, const int K, const float 
     for (int m = 0; m < MMAX; m++)
         acc[m] = 0.0f;
     for (int k = 0; k < K; k++) {
-        const float b = B[(size_t)k * ldb + n];
+        const float b = W_LOAD(B, (size_t)k * ldb + n, W_SCALE(Bs, bs_ld, brow0 + k, n));
         for (int m = 0; m < MMAX; m++)
             if (m < M)
                 acc[m] = fma(A[(size_t)m * lda + k], b, acc[m]);
@@ -170,13 +181,15 @@ void store_chunk(__global float *dst, const float s, const int k0, const float a
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void gemm_skinny_nt_rows(const int M, const int N, const int K, const float alpha,
                          __global const float *A, const int a_offset, const int lda, const int a_stride,
-                         __global const float *B, const int b_offset, const int ldb, const int b_stride,
+                         __global const W_T *B, const int b_offset, const int ldb, const int b_stride,
                          const float beta, __global float *C, const int c_offset, const int ldc, const int c_stride,
+                         __global const float *Bs, const int bs_ld,
                          const int columns_per_item, const int row_blocks, const int k_chunk)
 {
     /* dimension 1 enumerates (batch, block of MR rows) */
     const int batch = get_global_id(1) / row_blocks;
     const int m0 = get_global_id(1) % row_blocks * MR;
+    const int brow0 = (b_offset + batch * b_stride) / ldb; /* B's first row in the weight (W_SCALE) */
     A += a_offset + (size_t)batch * a_stride + (size_t)m0 * lda;
     B += b_offset + (size_t)batch * b_stride;
     C += c_offset + (size_t)batch * c_stride + (size_t)m0 * ldc;
@@ -197,12 +210,15 @@ void gemm_skinny_nt_rows(const int M, const int N, const int K, const float alph
     do {
         const int k1 = min(k0 + chunk, k_vec);
         for (int n0 = first; n0 < last; n0 += NCC) {
-            __global const float *rows[NCC];
+            __global const W_T *rows[NCC];
+            int rn[NCC]; /* the rows read, for their block scales */
         #pragma unroll
-            for (int c = 0; c < NCC; c++)
-                rows[c] = B + (size_t)min(n0 + c, N - 1) * ldb; /* past N: a valid row, result dropped */
+            for (int c = 0; c < NCC; c++) {
+                rn[c] = brow0 + min(n0 + c, N - 1); /* past N: a valid row, result dropped */
+                rows[c] = B + (size_t)(rn[c] - brow0) * ldb;
+            }
 #ifdef CLMLA_PREFETCH
-            __global const float *next[NCC]; /* the next block's rows, a line every 16 values */
+            __global const W_T *next[NCC]; /* the next block's rows, a line every 16 values */
         #pragma unroll
             for (int c = 0; c < NCC; c++)
                 next[c] = B + (size_t)min(n0 + NCC + c, N - 1) * ldb;
@@ -227,7 +243,7 @@ void gemm_skinny_nt_rows(const int M, const int N, const int K, const float alph
                     x[m] = vload8(0, xs[m] + k);
 #pragma unroll
                 for (int c = 0; c < NCC; c++) {
-                    const float8 w = vload8(0, rows[c] + k);
+                    const float8 w = W_LOAD8(rows[c] + k, 0, W_SCALE(Bs, bs_ld, rn[c], k));
         #pragma unroll
                     for (int m = 0; m < MR; m++)
                         acc[m][c] = fma(x[m], w, acc[m][c]);
@@ -241,7 +257,7 @@ void gemm_skinny_nt_rows(const int M, const int N, const int K, const float alph
                     float s = sum8(acc[m][c]);
                     if (k1 == k_vec)
                         for (int k = k_vec; k < K; k++)
-                            s = fma(xs[m][k], rows[c][k], s);
+                            s = fma(xs[m][k], W_LOAD(rows[c], k, W_SCALE(Bs, bs_ld, rn[c], k)), s);
                     if (m < rows_here && n0 + c < last)
                         store_chunk(C + (size_t)m * ldc + n0 + c, s, k0, alpha, beta);
                 }
@@ -272,7 +288,7 @@ void gemm_skinny_nt_rows(const int M, const int N, const int K, const float alph
 #define MC 3
 
 /* Row r of B from k0 on: row-major, or in the packed layout [panel][chunk][row][value] */
-__global const float *tiled_b_row(__global const float *B, const int r, const int k0, const int N, const int K,
+__global const W_T *tiled_b_row(__global const W_T *B, const int r, const int k0, const int N, const int K,
                                   const int ldb, const int panel)
 {
     if (panel == 0)
@@ -284,13 +300,15 @@ __global const float *tiled_b_row(__global const float *B, const int r, const in
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void gemm_tiled_rows(const int M, const int N, const int K, const float alpha,
                      __global const float *A, const int a_offset, const int lda, const int a_stride,
-                     __global const float *B, const int b_offset, const int ldb, const int b_stride,
+                     __global const W_T *B, const int b_offset, const int ldb, const int b_stride,
                      const float beta, __global float *C, const int c_offset, const int ldc, const int c_stride,
+                     __global const float *Bs, const int bs_ld,
                      const int panel)
 {
     /* one product: the batch strides are those of the other gemm_skinny kernels' arguments, unused */
     const int c0 = get_global_id(0) * TC, r0 = get_global_id(1) * TR;
     const int c_end = min(c0 + TC, N), r_end = min(r0 + TR, M);
+    const int brow0 = b_offset / ldb; /* B's first row in the weight (W_SCALE); 0 when packed */
     A += a_offset;
     B += b_offset;
     C += c_offset;
@@ -303,10 +321,14 @@ void gemm_tiled_rows(const int M, const int N, const int K, const float alpha,
             for (int m = 0; m < 4; m++)
                 xs[m] = A + (size_t)min(m0 + m, M - 1) * lda + k0; /* past M: a valid row, result dropped */
             for (int n0 = c0; n0 < c_end; n0 += MC) {
-                __global const float *ws[MC];
+                __global const W_T *ws[MC];
+                int wn[MC]; /* the rows read, for their block scales */
 #pragma unroll
-                for (int c = 0; c < MC; c++)
-                    ws[c] = tiled_b_row(B, min(n0 + c, N - 1), k0, N, K, ldb, panel);
+                for (int c = 0; c < MC; c++) {
+                    wn[c] = min(n0 + c, N - 1);
+                    ws[c] = tiled_b_row(B, wn[c], k0, N, K, ldb, panel);
+                    wn[c] += brow0;
+                }
                 float8 acc[4][MC];
 #pragma unroll
                 for (int m = 0; m < 4; m++)
@@ -317,7 +339,7 @@ void gemm_tiled_rows(const int M, const int N, const int K, const float alpha,
                     float8 w[MC];
 #pragma unroll
                     for (int c = 0; c < MC; c++)
-                        w[c] = vload8(0, ws[c] + k);
+                        w[c] = W_LOAD8(ws[c] + k, 0, W_SCALE(Bs, bs_ld, wn[c], k0 + k));
 #pragma unroll
                     for (int m = 0; m < 4; m++) {
                         const float8 x = vload8(0, xs[m] + k);
@@ -332,7 +354,7 @@ void gemm_tiled_rows(const int M, const int N, const int K, const float alpha,
                     for (int c = 0; c < MC; c++) {
                         float s = sum8(acc[m][c]);
                         for (int k = len8; k < len; k++)
-                            s = fma(xs[m][k], ws[c][k], s);
+                            s = fma(xs[m][k], W_LOAD(ws[c], k, W_SCALE(Bs, bs_ld, wn[c], k0 + k)), s);
                         if (m0 + m < r_end && n0 + c < c_end)
                             store_chunk(C + (size_t)(m0 + m) * ldc + n0 + c, s, k0, alpha, beta);
                     }
@@ -349,11 +371,13 @@ void gemm_tiled_rows(const int M, const int N, const int K, const float alpha,
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alpha,
                          __global const float *A, const int a_offset, const int lda, const int a_stride,
-                         __global const float *B, const int b_offset, const int ldb, const int b_stride,
-                         const float beta, __global float *C, const int c_offset, const int ldc, const int c_stride)
+                         __global const W_T *B, const int b_offset, const int ldb, const int b_stride,
+                         const float beta, __global float *C, const int c_offset, const int ldc, const int c_stride,
+                         __global const float *Bs, const int bs_ld)
 {
     const int n0 = get_global_id(0) * 8 * NCC;
     const int batch = get_global_id(1);
+    const int brow0 = (b_offset + batch * b_stride) / ldb; /* B's first row in the weight (W_SCALE) */
     A += a_offset + (size_t)batch * a_stride;
     B += b_offset + (size_t)batch * b_stride;
     C += c_offset + (size_t)batch * c_stride;
@@ -373,10 +397,10 @@ void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alph
         for (int c = 0; c < NCC; c++)
             acc[m][c] = (float8)(0.0f);
     for (int k = 0; k < K; k++) {
-        __global const float *brow = B + (size_t)k * ldb;
+        __global const W_T *brow = B + (size_t)k * ldb;
 #pragma unroll
         for (int c = 0; c < NCC; c++) {
-            const float8 b = vload8(0, brow + cols[c]);
+            const float8 b = W_LOAD8(brow + cols[c], 0, W_SCALE(Bs, bs_ld, brow0 + k, cols[c])); /* 8 | cols[c]: one block */
 #pragma unroll
             for (int m = 0; m < MR; m++)
                 acc[m][c] = fma((float8)(xs[m][k]), b, acc[m][c]);
@@ -418,8 +442,9 @@ void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alph
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void gemm_packed_rows(const int M, const int N, const int K, const float alpha,
                       __global const float *A, const int a_offset, const int lda, const int a_stride,
-                      __global const float *B, const int b_offset, const int ldb, const int b_stride,
+                      __global const W_T *B, const int b_offset, const int ldb, const int b_stride,
                       const float beta, __global float *C, const int c_offset, const int ldc, const int c_stride,
+                      __global const float *Bs, const int bs_ld,
                       const int panel, const int row_blocks)
 {
     const int batch = get_global_id(1) / row_blocks;
@@ -437,18 +462,22 @@ void gemm_packed_rows(const int M, const int N, const int K, const float alpha,
     const int rows_p = min(panel, N - p0);
     const int seg = (rows_p + STREAMS - 1) / STREAMS;
     /* every panel but the last holds panel * K values, so panel p starts at p0 * K */
-    __global const float *chunk = B + b_offset + (size_t)batch * b_stride + (size_t)p0 * K;
+    __global const W_T *chunk = B + b_offset + (size_t)batch * b_stride + (size_t)p0 * K;
     for (int k0 = 0; k0 < K; k0 += PCH) {
         const int len = min(PCH, K - k0), len8 = len & ~7;
         for (int i = 0; i < seg; i++) {
-            __global const float *w[STREAMS];
+            __global const W_T *w[STREAMS];
+            int wr[STREAMS]; /* the weight rows read, for their block scales */
 #pragma unroll
-            for (int s = 0; s < STREAMS; s++)
-                w[s] = chunk + (size_t)min(s * seg + i, rows_p - 1) * len; /* past the panel: a valid row, dropped */
+            for (int s = 0; s < STREAMS; s++) {
+                wr[s] = min(s * seg + i, rows_p - 1); /* past the panel: a valid row, dropped */
+                w[s] = chunk + (size_t)wr[s] * len;
+                wr[s] += p0;
+            }
 #if defined(CLMLA_PREFETCH) && MRP == 4
             /* each stream's next piece: the next row of its segment, or after the segment's last
                row the segment's first row in the next chunk (a jump the hardware cannot guess) */
-            __global const float *next[STREAMS];
+            __global const W_T *next[STREAMS];
             const int len_next = clamp(K - k0 - PCH, 0, PCH);
 #pragma unroll
             for (int s = 0; s < STREAMS; s++)
@@ -478,7 +507,7 @@ void gemm_packed_rows(const int M, const int N, const int K, const float alpha,
                     float8 wv[STREAMS];
 #pragma unroll
                     for (int s = 0; s < STREAMS; s++)
-                        wv[s] = vload8(0, w[s] + k);
+                        wv[s] = W_LOAD8(w[s] + k, 0, W_SCALE(Bs, bs_ld, wr[s], k0 + k));
 #pragma unroll
                     for (int m = 0; m < MRP; m++) {
                         const float8 xv = vload8(0, xs[pass * MRP + m] + k0 + k);
@@ -496,7 +525,7 @@ void gemm_packed_rows(const int M, const int N, const int K, const float alpha,
                         const int row = pass * MRP + m, col = s * seg + i;
                         float sum = sum8(acc[m][s]);
                         for (int kk = len8; kk < len; kk++)
-                            sum = fma(xs[row][k0 + kk], w[s][kk], sum);
+                            sum = fma(xs[row][k0 + kk], W_LOAD(w[s], kk, W_SCALE(Bs, bs_ld, wr[s], k0 + kk)), sum);
                         if (row < rows_here && col < rows_p)
                             store_chunk(C + (size_t)row * ldc + p0 + col, sum, k0, alpha, beta);
                     }
@@ -504,4 +533,17 @@ void gemm_packed_rows(const int M, const int N, const int K, const float alpha,
         }
         chunk += (size_t)len * rows_p;
     }
+}
+
+/* gemm_weight_f32: `rows` rows of B (row-major from b_offset, K values each) decoded to float32,
+ * out [rows, K], for CLBlast where a product of a weight dtype has no kernel of its own here
+ * (host/mla/gemm.c, decoded_gemm): a piece of the weight at a time. */
+__kernel void gemm_weight_f32(__global const W_T *B, const int b_offset, const int ldb, const int rows, const int K,
+                              __global const float *Bs, const int bs_ld, __global float *out)
+{
+    const int k = get_global_id(0), r = get_global_id(1);
+    if (k >= K || r >= rows)
+        return;
+    const int brow0 = b_offset / ldb;
+    out[(size_t)r * K + k] = W_LOAD(B + b_offset, (size_t)r * ldb + k, W_SCALE(Bs, bs_ld, brow0 + r, k));
 }

@@ -32,6 +32,15 @@
  *   CACHE_LOAD8(r, i)      values 8i .. 8i+7 of row r, as float8 (likewise)
  *   CACHE_STORE(v, i, r)   float v stored as value i of row r, rounded to nearest even (not fp8:
  *                          its rows are written a 128-value tile at a time, cl/cache_write.cl)
+ * The weights' element type, chosen by the build option W_DTYPE (0 float, 1 half, 2 bf16, 3 fp8
+ * e4m3 with float32 scales per 128 x 128 block; host/runtime/dtype.h), for the product kernels:
+ *   W_T                    the unit of a weight in memory
+ *   W_LOAD(p, i, s)        element i of p as float (fp8: times its block scale s; s is unused,
+ *                          and need not be read, for the other types: W_SCALED says when it is)
+ *   W_LOAD4(p, i, s)       elements 4i .. 4i+3 as float4 (one block: 4i is a multiple of 4)
+ *   W_LOAD8(p, i, s)       elements 8i .. 8i+7 as float8
+ * fp8 codes S.1111.111 (NaN) are refused when a weight is uploaded, so the branch-free decoder
+ * serves.
  * fp8 rows follow FlashMLA's layout for DeepSeek's latent cache: the RKV values of c^KV as e4m3
  * codes, then RKV/128 float32 scales (value = code * scale, one scale per 128 codes), then the DR
  * values of k^R as bf16: RKV + 4 RKV/128 + 2 DR bytes (656 for 512 + 64). RKV is a multiple of 128
@@ -153,4 +162,33 @@ inline float8 fp8_load8(__global const uchar *r, const int i)
 #define CACHE_LOAD4(p, i) vload4((i), (p))
 #define CACHE_LOAD8(p, i) vload8((i), (p))
 #define CACHE_STORE(v, i, p) ((p)[i] = (v))
+#endif
+
+#if W_DTYPE == 1
+#define W_T half
+#define W_LOAD(p, i, s) vload_half((i), (p))
+#define W_LOAD4(p, i, s) vload_half4((i), (p))
+#define W_LOAD8(p, i, s) vload_half8((i), (p))
+#elif W_DTYPE == 2
+#define W_T ushort
+#define W_LOAD(p, i, s) dt_bf16((p)[i])
+#define W_LOAD4(p, i, s) dt_bf16x4(vload4((i), (p)))
+#define W_LOAD8(p, i, s) dt_bf16x8(vload8((i), (p)))
+#elif W_DTYPE == 3
+#define W_T uchar
+#define W_SCALED
+#define W_LOAD(p, i, s) (dt_e4m3((p)[i]) * (s))
+#define W_LOAD4(p, i, s) dt_e4m3x4s(vload4((i), (p)), (s))
+#define W_LOAD8(p, i, s) dt_e4m3x8s(vload8((i), (p)), (s))
+#else
+#define W_T float
+#define W_LOAD(p, i, s) ((p)[i])
+#define W_LOAD4(p, i, s) vload4((i), (p))
+#define W_LOAD8(p, i, s) vload8((i), (p))
+#endif
+/* The block scale of weight element (row r, column k): Bs [blocks(rows), bs_ld]; 1 unscaled. */
+#ifdef W_SCALED
+#define W_SCALE(Bs, bs_ld, r, k) ((Bs)[((r) >> 7) * (bs_ld) + ((k) >> 7)])
+#else
+#define W_SCALE(Bs, bs_ld, r, k) 1.0f
 #endif

@@ -297,6 +297,31 @@ typedef enum clmla_rope_type {
 /* Longest LongRoPE factor list clmla keeps: dr <= 2 * CLMLA_MAX_ROPE_PAIRS for that type. */
 #define CLMLA_MAX_ROPE_PAIRS 128
 
+/* Element types of weights (clmla_tensor.dtype); the numbering is clmla_cache_dtype's. */
+typedef enum clmla_dtype {
+    CLMLA_DTYPE_F32 = 0,
+    CLMLA_DTYPE_F16 = 1,     /* IEEE binary16 */
+    CLMLA_DTYPE_BF16 = 2,    /* bfloat16: the top 16 bits of a float32 */
+    /* float8 e4m3 (OCP "E4M3FN": no infinities, 0x7F / 0xFF NaN, largest 448) with float32 scales
+       per 128 x 128 block, DeepSeek-V3's layout: W[i, j] = e4m3(data[i, j]) * scale[i / 128, j / 128]
+       (the checkpoint's "<name>_scale_inv"); 2-D weights only. */
+    CLMLA_DTYPE_FP8_E4M3 = 3
+} clmla_dtype;
+
+/* The type a layer keeps its weights in (clmla_layer_config.weights_dtype). */
+typedef enum clmla_weights_dtype {
+    CLMLA_WEIGHTS_AS_GIVEN = 0, /* each tensor as given: a checkpoint's own dtype */
+    CLMLA_WEIGHTS_F32 = 1,
+    CLMLA_WEIGHTS_F16 = 2,
+    CLMLA_WEIGHTS_BF16 = 3,
+    /* Quantised at creation, 128 x 128 blocks with scale max|W| / 448 (DeepSeek-V3's rule); the
+       1-D weights (norms, biases) stay float32. */
+    CLMLA_WEIGHTS_FP8 = 4
+} clmla_weights_dtype;
+
+/* "f32", "f16", "bf16", "fp8" (the command line's names), or NULL. */
+const char *clmla_dtype_name(clmla_dtype dtype);
+
 typedef struct clmla_layer_config {
     int hidden_size;          /* D */
     int num_heads;            /* H */
@@ -344,6 +369,11 @@ typedef struct clmla_layer_config {
        index_topk keys; clmla has no indexer yet, so a step that would give a query more keys than
        this fails with CLMLA_ERROR_UNSUPPORTED and changes nothing. 0 = no limit (dense models). */
     int dense_max_keys;
+
+    /* ---- added in 0.4 ---- */
+    /* The element type the layer keeps its weights in on the device: as each tensor is given
+       (clmla_tensor.dtype), or one type for all, converted once at creation. */
+    clmla_weights_dtype weights_dtype;
 } clmla_layer_config;
 
 typedef enum clmla_preset {
@@ -375,11 +405,15 @@ clmla_status clmla_layer_config_softmax_scale(const clmla_layer_config *config, 
 
 /* ---- weights -------------------------------------------------------------------------------- */
 
-/* A host float32 tensor, row-major. The shape is checked against the configuration. */
+/* A host tensor, row-major, of elements of `dtype` (float32 unless set). The shape is checked
+   against the configuration. 1-D tensors (norms, biases) are float32, F16 or BF16. */
 typedef struct clmla_tensor {
-    const float *data;
+    const void *data;
     int ndim;          /* 1 or 2 */
     int64_t shape[2];
+    /* ---- added in 0.4; 0 / NULL: float32 as before ---- */
+    clmla_dtype dtype;
+    const float *scale; /* FP8_E4M3 only: [ceil(rows / 128), ceil(cols / 128)] block scales */
 } clmla_tensor;
 
 /* One attention layer's weights in the checkpoint layout of docs/MLA.md section 1. With q_lora_rank 0,
@@ -553,9 +587,9 @@ clmla_status clmla_layer_forward_cl(clmla_layer *layer, clmla_cache *cache, cons
    CLMLA_PATH_AUTO. */
 clmla_status clmla_layer_auto_threshold(const clmla_layer *layer, int *tokens);
 
-/* The device memory a layer holds, in bytes, by checkpoint tensor (as the layer stores it: today
-   float32, packed in panels on CPU devices; q_proj or q_a_proj and kv_a_proj_with_mqa share one
-   buffer, each counted for its rows of it). */
+/* The device memory a layer holds, in bytes, by checkpoint tensor, as the layer stores it: in its
+   weights dtype (an FP8 tensor's block scales included), packed in panels on CPU devices;
+   q_proj or q_a_proj and kv_a_proj_with_mqa share one buffer, each counted for its rows of it. */
 typedef struct clmla_layer_memory {
     size_t q_a_proj;           /* 0 without a query LoRA */
     size_t q_proj;             /* 0 with one */
@@ -653,9 +687,9 @@ clmla_status clmla_model_read_config(const char *model_dir, clmla_layer_config *
 
 /* Creates the attention of decoder layer `layer_index` of a model folder: reads config.json, finds
    the layer's self_attn tensors (under transformers' names, or a multimodal wrapper's prefix),
-   converts them to float32 (from F32, F16, BF16, or F8_E4M3 with their "<name>_scale_inv" 128x128
-   block scales, W[i,j] = fp8(Wq[i,j]) * S[i/128, j/128]), with the biases when config.json says
-   "attention_bias": true, and calls clmla_layer_create. Every other tensor is ignored. A malformed
+   keeps them in their stored dtype (F32, F16, BF16, or F8_E4M3 with their "<name>_scale_inv" 128x128
+   block scales, W[i,j] = fp8(Wq[i,j]) * S[i/128, j/128]; see clmla_model_options to convert), with
+   the biases when config.json says "attention_bias": true, and calls clmla_layer_create. Every other tensor is ignored. A malformed
    file, a missing tensor or shard, a shape that disagrees with config.json (both shapes named), an
    unsupported dtype or a layer index out of range fails with a message in clmla_last_error(ctx). */
 clmla_status clmla_layer_create_from_model(clmla_context *ctx, const char *model_dir, int layer_index,
@@ -668,6 +702,9 @@ const char *clmla_model_types(void);
 typedef struct clmla_model_options {
     int layer;    /* decoder layer, numbered as the model numbers them (--layer) */
     int sublayer; /* the attention inside it: 0, or 1 for longcat_flash's self_attn.1 (--sublayer) */
+    /* added in 0.4: the weights as stored (F32, F16, BF16, F8_E4M3 with its scales: 0), or
+       converted at load (--weights-dtype) */
+    clmla_weights_dtype weights_dtype;
 } clmla_model_options;
 
 /* clmla_layer_create_from_model with options. A layer that is not MLA (kimi_linear's linear

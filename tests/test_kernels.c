@@ -1157,14 +1157,18 @@ static void run_gemm(const gemm_case *c)
     ARG(k, 14, co);
     ARG(k, 15, ldc);
     ARG(k, 16, c_stride);
+    const cl_mem no_scale = NULL; /* float32 B: no block scales (test_linear runs the weight dtypes) */
+    const int no_scale_ld = 0;
+    ARG(k, 17, no_scale);
+    ARG(k, 18, no_scale_ld);
     if (strcmp(c->kernel, "gemm_tiled_rows") == 0) {
         const int panel = bp ? P : 0;
-        ARG(k, 17, panel);
+        ARG(k, 19, panel);
     } else if (c->row_blocks > 0) {
-        ARG(k, 17, c->columns_per_item);
-        ARG(k, 18, c->row_blocks);
+        ARG(k, 19, c->columns_per_item);
+        ARG(k, 20, c->row_blocks);
         if (!bp)
-            ARG(k, 19, c->k_chunk);
+            ARG(k, 21, c->k_chunk);
     }
     if (launch(k, 2, c->global, c->local)) {
         download(cb, nc * sizeof(float), got);
@@ -1177,6 +1181,50 @@ static void run_gemm(const gemm_case *c)
     free(cm);
     free(got);
     free(want);
+}
+
+/* gemm_weight_f32 with fp8 codes: rows 1..3 of a 131 x 260 weight with two block rows and three
+   block columns of scales, from an offset of whole rows, decoded to float32 = code * its block's
+   scale, exactly (ref/'s e4m3 decoder). The bf16 and f16 forms share W_LOAD with the product
+   kernels, which test_linear checks per dtype. */
+static void test_gemm_weight_f32(void)
+{
+    enum { R = 131, K = 260, FIRST = 126, ROWS = 5 };
+    unsigned char *codes = malloc((size_t)R * K);
+    float scales[2 * 3], *got = malloc((size_t)ROWS * K * sizeof(float));
+    tu_rng rng = tu_rng_seed(77);
+    for (size_t i = 0; i < (size_t)R * K; i++) {
+        unsigned c = (unsigned)(tu_rng_next(&rng) & 0xFF);
+        codes[i] = (unsigned char)((c & 0x7F) == 0x7F ? c ^ 1 : c);
+    }
+    for (int i = 0; i < 6; i++)
+        scales[i] = 0.25f * (float)(i + 1);
+    cl_kernel k = kernel("gemm_skinny", "-D W_DTYPE=3", "gemm_weight_f32");
+    cl_mem cb = buffer((size_t)R * K, codes), sb = buffer(sizeof(scales), scales);
+    cl_mem ob = buffer((size_t)ROWS * K * sizeof(float), NULL);
+    const int b_offset = FIRST * K, ldb = K, rows = ROWS, cols = K, bs_ld = 3;
+    ARG(k, 0, cb);
+    ARG(k, 1, b_offset);
+    ARG(k, 2, ldb);
+    ARG(k, 3, rows);
+    ARG(k, 4, cols);
+    ARG(k, 5, sb);
+    ARG(k, 6, bs_ld);
+    ARG(k, 7, ob);
+    const size_t global[2] = {K, ROWS}, local[2] = {4, 1};
+    if (launch(k, 2, global, local)) {
+        download(ob, (size_t)ROWS * K * sizeof(float), got);
+        int bad = 0;
+        for (int r = 0; r < ROWS; r++)
+            for (int j = 0; j < K; j++) {
+                const int row = FIRST + r;
+                const double want = mla_ref_decode_e4m3(codes[(size_t)row * K + j]) * scales[(row / 128) * 3 + j / 128];
+                bad += got[(size_t)r * K + j] != (float)want;
+            }
+        CHECK(bad == 0, "gemm_weight_f32 fp8: %d of %d values differ from code * scale", bad, ROWS * K);
+    }
+    free(codes);
+    free(got);
 }
 
 static void test_gemm_skinny(void)
@@ -1394,7 +1442,7 @@ static void test_layer(void)
 static const char *const tested[] = {"convert_to_f32", "convert_to_bf16", "convert_to_e4m3", "rmsnorm",        "rope",           "add_bias",       "cache_write",         "cache_gather",
                                      "attn_latent",    "attn_latent_rows", "attn_combine",       "attn_combine_rows", "attn_prefill",
                                      "attn_prefill_rows", "gemm_skinny_nt", "gemm_skinny_nn",    "gemm_skinny_nt_rows",
-                                     "gemm_skinny_nn_rows", "gemm_packed_rows", "gemm_tiled_rows"};
+                                     "gemm_skinny_nn_rows", "gemm_packed_rows", "gemm_tiled_rows", "gemm_weight_f32"};
 
 static int ident_char(char c)
 {
@@ -1491,6 +1539,7 @@ static void test_kernels(void)
     test_attn_prefill();
     test_attn_prefill_rows();
     test_gemm_skinny();
+    test_gemm_weight_f32();
     test_gemm_tiled();
 }
 

@@ -5,7 +5,8 @@
  * the device keeps it by default (packed on CPUs) and again with every product through CLBlast
  * (weights row-major). Then every refused argument (status and message), the device bytes, and an
  * injected fault at every counted OpenCL call of create and both forwards (an error with a message,
- * then a correct result once the fault falls past the last call).
+ * then a correct result once the fault falls past the last call), and W given as f16, bf16 and fp8
+ * codes with block scales.
  * `test_linear PART...` runs the named parts. */
 #include "check.h"
 #include "clcall.h"
@@ -13,6 +14,7 @@
 #include "gemm.h"
 #include "internal.h"
 #include "test_util.h"
+#include "mla_ref.h"
 #include "tolerance.h"
 
 #include <stdlib.h>
@@ -127,6 +129,94 @@ static void test_shapes_clblast(void)
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
         check_shape(shapes[s].n, shapes[s].k, "clblast");
     CHECK_STATUS(clmla_gemm_force_clblast(ctx, 0), CLMLA_SUCCESS, ctx);
+}
+
+/* W given in each dtype as random codes (finite, of moderate size; fp8 with random block scales):
+   the product must equal, within float32's tolerance, the float64 product with W decoded by
+   ref/'s decoders, written from the formats' definitions. Shapes with partial scale blocks along
+   both dimensions; every row count; as the device keeps the weight and through CLBlast. */
+static void check_dtype(clmla_dtype dtype, int n, int k, const char *what)
+{
+    tu_rng rng = tu_rng_seed(2000u + (unsigned)dtype * 31u + (unsigned)n);
+    const size_t count = (size_t)n * k, bk = ((size_t)k + 127) / 128, scales = ((size_t)n + 127) / 128 * bk;
+    unsigned char *codes = malloc(count * 2);
+    float *scale = malloc(scales * sizeof(float)), *w = malloc(count * sizeof(float));
+    for (size_t b = 0; b < scales; b++)
+        scale[b] = 0.001f + 0.01f * (float)(tu_rng_next(&rng) % 1000) / 1000.0f;
+    for (size_t i = 0; i < count; i++) {
+        const uint64_t r = tu_rng_next(&rng);
+        const size_t row = i / (size_t)k, col = i % (size_t)k;
+        if (dtype == CLMLA_DTYPE_FP8_E4M3) {
+            unsigned c = (unsigned)(r & 0xFF);
+            if ((c & 0x7F) == 0x7F)
+                c ^= 1; /* not NaN */
+            codes[i] = (unsigned char)c;
+            w[i] = (float)(mla_ref_decode_e4m3(c) * scale[row / 128 * bk + col / 128]);
+        } else {
+            /* sign, exponent within 2^-6 .. 2^4 (f16) or 2^-7 .. 2^3 (bf16), any mantissa */
+            const unsigned sign = (unsigned)(r >> 63) << 15;
+            const unsigned bits = dtype == CLMLA_DTYPE_F16
+                                      ? sign | (unsigned)(9 + (r >> 8) % 11) << 10 | (unsigned)(r & 0x3FF)
+                                      : sign | (unsigned)(120 + (r >> 8) % 11) << 7 | (unsigned)(r & 0x7F);
+            codes[2 * i] = (unsigned char)(bits & 0xFF);
+            codes[2 * i + 1] = (unsigned char)(bits >> 8);
+            w[i] = (float)(dtype == CLMLA_DTYPE_F16 ? mla_ref_decode_f16(bits) : mla_ref_decode_bf16(bits));
+        }
+    }
+    clmla_tensor t = clmla_tensor_2d(NULL, n, k);
+    t.data = codes;
+    t.dtype = dtype;
+    t.scale = dtype == CLMLA_DTYPE_FP8_E4M3 ? scale : NULL;
+    for (int clblast = 0; clblast < 2; clblast++) {
+        CHECK_STATUS(clmla_gemm_force_clblast(ctx, clblast), CLMLA_SUCCESS, ctx);
+        clmla_linear *lin = NULL;
+        CHECK_STATUS(clmla_linear_create(ctx, &t, &lin), CLMLA_SUCCESS, ctx);
+        size_t bytes = 0;
+        clmla_linear_device_bytes(lin, &bytes);
+        const size_t want_bytes = count * (dtype == CLMLA_DTYPE_FP8_E4M3 ? 1 : 2) +
+                                  (dtype == CLMLA_DTYPE_FP8_E4M3 ? scales * sizeof(float) : 0);
+        CHECK(bytes == want_bytes, "%s W [%d, %d]: %zu device bytes, the codes and scales are %zu", what, n, k, bytes,
+              want_bytes);
+        for (size_t r = 0; lin && r < sizeof(row_counts) / sizeof(row_counts[0]); r++) {
+            const int m = row_counts[r];
+            float *x = malloc((size_t)m * k * sizeof(float)), *y = malloc((size_t)m * n * sizeof(float));
+            tu_fill_uniform(x, (size_t)m * k, 0.0f, 1.0f, &rng);
+            double *want = reference(x, w, m, n, k);
+            CHECK_STATUS(clmla_linear_forward(lin, m, x, y), CLMLA_SUCCESS, ctx);
+            CHECK_CLOSE(y, want, (size_t)m * n, n, TOL_LINEAR_F32, "%s%s W [%d, %d] m %d", what,
+                        clblast ? " (CLBlast)" : "", n, k, m);
+            free(x);
+            free(y);
+            free(want);
+        }
+        clmla_linear_destroy(lin);
+    }
+    CHECK_STATUS(clmla_gemm_force_clblast(ctx, 0), CLMLA_SUCCESS, ctx);
+    free(codes);
+    free(scale);
+    free(w);
+}
+
+static void test_dtypes(void)
+{
+    check_dtype(CLMLA_DTYPE_F16, 37, 129, "f16");
+    check_dtype(CLMLA_DTYPE_BF16, 70, 1030, "bf16");
+    check_dtype(CLMLA_DTYPE_FP8_E4M3, 130, 300, "fp8");
+    check_dtype(CLMLA_DTYPE_FP8_E4M3, 257, 33, "fp8");
+    /* a NaN code is refused by position, nothing made */
+    unsigned char codes[6] = {1, 2, 3, 0xFF, 5, 6};
+    float scale[1] = {1.0f};
+    clmla_tensor t = clmla_tensor_2d(NULL, 2, 3);
+    t.data = codes;
+    t.dtype = CLMLA_DTYPE_FP8_E4M3;
+    t.scale = scale;
+    clmla_linear *lin = NULL;
+    CHECK_STATUS(clmla_linear_create(ctx, &t, &lin), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+    CHECK(lin == NULL && strstr(clmla_last_error(ctx), "NaN fp8 code at [1, 0]") != NULL, "NaN code: %s",
+          clmla_last_error(ctx));
+    t.scale = NULL;
+    CHECK_STATUS(clmla_linear_create(ctx, &t, &lin), CLMLA_ERROR_MISSING_TENSOR, ctx);
+    CHECK(lin == NULL, "fp8 without scales made");
 }
 
 /* The status, and a message that contains `part` (NULL: any non-empty message). */
@@ -332,7 +422,7 @@ done:
 
 static const tu_part parts[] = {
     {"shapes", test_shapes}, {"shapes-clblast", test_shapes_clblast}, {"errors", test_errors},
-    {"bytes", test_bytes},   {"faults", test_faults},
+    {"bytes", test_bytes},   {"faults", test_faults}, {"dtypes", test_dtypes},
 };
 
 int main(int argc, char **argv)

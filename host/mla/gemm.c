@@ -6,6 +6,8 @@
 #include "gemm.h"
 #include "clcall.h"
 #include "program.h"
+#include "scratch.h"
+#include "dtype.h"
 
 #include <clblast_c.h>
 #include <limits.h>
@@ -20,8 +22,9 @@ static CLBlastTranspose op(const clmla_matrix *x)
     return x->transposed ? CLBlastTransposeYes : CLBlastTransposeNo;
 }
 
-/* The product kernels of a context, built on first use and kept until it is destroyed. */
-typedef struct clmla_products {
+/* The product kernels of a context for one weight dtype, built on first use and kept until the
+   context is destroyed. */
+typedef struct clmla_dtype_kernels {
     cl_kernel skinny_nt[4][3];   /* gemm_skinny_nt for 1, 2, 4, 8 rows x 1, 2, 4 columns per group */
     int skinny_nt_threads[4][3];
     cl_kernel skinny_nn;         /* gemm_skinny_nn */
@@ -31,7 +34,13 @@ typedef struct clmla_products {
     cl_kernel skinny_rows_large; /* gemm_skinny_nt_rows for 9-63 rows, without prefetch */
     cl_kernel tiled_rows[2];     /* gemm_tiled_rows, x W^T for 64 rows or more on CPUs: W row-major, packed */
     cl_kernel packed_rows[4];    /* gemm_packed_rows for 1, 2, 4, 8 (and more) rows (CPU devices) */
-    int force_clblast;           /* test hook: every product through CLBlast */
+    cl_kernel weight_f32;        /* gemm_weight_f32: rows of a weight decoded for CLBlast */
+} clmla_dtype_kernels;
+
+#define NUM_DTYPES 4
+typedef struct clmla_products {
+    clmla_dtype_kernels k[NUM_DTYPES]; /* by clmla_dtype */
+    int force_clblast;                 /* test hook: every product through CLBlast */
 } clmla_products;
 
 static void release_kernels(cl_kernel *k, size_t n)
@@ -44,13 +53,17 @@ static void release_kernels(cl_kernel *k, size_t n)
 static void products_release(void *p)
 {
     clmla_products *P = p;
-    release_kernels(&P->skinny_nt[0][0], 12);
-    release_kernels(&P->skinny_nn, 1);
-    release_kernels(P->skinny_rows, 4);
-    release_kernels(P->skinny_nn_rows, 4);
-    release_kernels(&P->skinny_rows_large, 1);
-    release_kernels(P->tiled_rows, 2);
-    release_kernels(P->packed_rows, 4);
+    for (int d = 0; d < NUM_DTYPES; d++) {
+        clmla_dtype_kernels *K = &P->k[d];
+        release_kernels(&K->skinny_nt[0][0], 12);
+        release_kernels(&K->skinny_nn, 1);
+        release_kernels(K->skinny_rows, 4);
+        release_kernels(K->skinny_nn_rows, 4);
+        release_kernels(&K->skinny_rows_large, 1);
+        release_kernels(K->tiled_rows, 2);
+        release_kernels(K->packed_rows, 4);
+        release_kernels(&K->weight_f32, 1);
+    }
     free(P);
 }
 
@@ -58,6 +71,23 @@ static void products_release(void *p)
 static clmla_products *products(const clmla_context *ctx)
 {
     return ctx->products;
+}
+
+/* The kernels reading weights of `dtype` (a valid clmla_dtype: the layer and clmla_linear check). */
+static clmla_dtype_kernels *kernels(const clmla_context *ctx, clmla_dtype dtype)
+{
+    return &products(ctx)->k[dtype];
+}
+
+/* Build options naming the weight dtype (cl/prelude.cl's W_DTYPE), after `extra`. fp8's decoder
+   needs float denormals, or its rebiasing form (as the fp8 cache, host/mla/cache.c). */
+static void dtype_options(const clmla_context *ctx, clmla_dtype dtype, const char *extra, char *out, size_t size)
+{
+    cl_device_fp_config fp = 0;
+    if (dtype == CLMLA_DTYPE_FP8_E4M3)
+        clGetDeviceInfo(ctx->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof(fp), &fp, NULL);
+    snprintf(out, size, "%s -D W_DTYPE=%d%s", extra, (int)dtype,
+             dtype == CLMLA_DTYPE_FP8_E4M3 && !(fp & CL_FP_DENORM) ? " -D CLMLA_NO_DENORMS" : "");
 }
 
 static int forced(const clmla_context *ctx)
@@ -106,13 +136,15 @@ static clmla_status sized_kernel(clmla_context *ctx, const char *name, const cha
 }
 
 /* gemm_skinny_nn (work-group form): 64 items or the device's limit. */
-static clmla_status nn_kernel(clmla_context *ctx)
+static clmla_status nn_kernel(clmla_context *ctx, clmla_dtype dtype)
 {
-    if (products(ctx)->skinny_nn)
+    clmla_dtype_kernels *K = kernels(ctx, dtype);
+    if (K->skinny_nn)
         return CLMLA_SUCCESS;
-    char options[64];
-    snprintf(options, sizeof(options), "-D MMAX=%d", SKINNY_MAX_ROWS);
-    return sized_kernel(ctx, "gemm_skinny_nn", options, 64, NULL, NULL, &products(ctx)->skinny_nn, &products(ctx)->skinny_nn_threads);
+    char extra[64], options[128];
+    snprintf(extra, sizeof(extra), "-D MMAX=%d", SKINNY_MAX_ROWS);
+    dtype_options(ctx, dtype, extra, options, sizeof(options));
+    return sized_kernel(ctx, "gemm_skinny_nn", options, 64, NULL, NULL, &K->skinny_nn, &K->skinny_nn_threads);
 }
 
 /* Items per work-group of gemm_skinny_nt, and float4s of each weight row loaded per item before
@@ -131,14 +163,16 @@ static size_t nt_local_bytes(int items, const void *arg)
 
 /* gemm_skinny_nt for rows bucket 1 << bucket and 1 << nc_log columns per group: NT_ITEMS items,
    or fewer where the device's work-group limit, the kernel's own or local memory says so. */
-static clmla_status nt_kernel(clmla_context *ctx, int bucket, int nc_log, cl_kernel *kernel, int *threads)
+static clmla_status nt_kernel(clmla_context *ctx, clmla_dtype dtype, int bucket, int nc_log, cl_kernel *kernel,
+                              int *threads)
 {
-    cl_kernel *slot = &products(ctx)->skinny_nt[bucket][nc_log];
-    int *slot_threads = &products(ctx)->skinny_nt_threads[bucket][nc_log];
+    cl_kernel *slot = &kernels(ctx, dtype)->skinny_nt[bucket][nc_log];
+    int *slot_threads = &kernels(ctx, dtype)->skinny_nt_threads[bucket][nc_log];
     if (!*slot) {
         const int rows = 1 << bucket, nc = 1 << nc_log, sums = rows * nc;
-        char options[64];
-        snprintf(options, sizeof(options), "-D MR=%d -D NC=%d -D UK=%d", rows, nc, NT_UNROLL);
+        char extra[64], options[128];
+        snprintf(extra, sizeof(extra), "-D MR=%d -D NC=%d -D UK=%d", rows, nc, NT_UNROLL);
+        dtype_options(ctx, dtype, extra, options, sizeof(options));
         clmla_status st = sized_kernel(ctx, "gemm_skinny_nt", options, NT_ITEMS, nt_local_bytes, &sums, slot, slot_threads);
         if (st != CLMLA_SUCCESS)
             return st;
@@ -163,17 +197,18 @@ static int nt_columns_log(const clmla_context *ctx, size_t n, size_t batch)
    columns for the x W^T kernel, of float8 strips for the x B kernel). `large`: the x W^T kernel
    for 9 to TILED_MIN_ROWS - 1 rows, built without the weight prefetch (20% slower there: 2048^3
    in 200 against 170 ms, while 8 rows of the decode-shaped products gain 25-40%). */
-static clmla_status rows_kernel(clmla_context *ctx, size_t m, int transposed_b, int large, cl_kernel *kernel,
-                                int *columns)
+static clmla_status rows_kernel(clmla_context *ctx, clmla_dtype dtype, size_t m, int transposed_b, int large,
+                                cl_kernel *kernel, int *columns)
 {
     const int bucket = rows_bucket(m), rows = 1 << bucket;
     *columns = 8 / rows;
-    cl_kernel *slot = large ? &products(ctx)->skinny_rows_large
-                      : transposed_b ? &products(ctx)->skinny_rows[bucket] : &products(ctx)->skinny_nn_rows[bucket];
+    clmla_dtype_kernels *K = kernels(ctx, dtype);
+    cl_kernel *slot = large ? &K->skinny_rows_large : transposed_b ? &K->skinny_rows[bucket] : &K->skinny_nn_rows[bucket];
     if (!*slot) {
-        char options[96];
-        snprintf(options, sizeof(options), "-D MR=%d -D NCC=%d -D PCH=%d%s", rows, *columns, CLMLA_PACK_CHUNK,
+        char extra[96], options[160];
+        snprintf(extra, sizeof(extra), "-D MR=%d -D NCC=%d -D PCH=%d%s", rows, *columns, CLMLA_PACK_CHUNK,
                  !large && clmla_device_prefetches(&ctx->info) ? " -D CLMLA_PREFETCH" : "");
+        dtype_options(ctx, dtype, extra, options, sizeof(options));
         clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options,
                                               transposed_b ? "gemm_skinny_nt_rows" : "gemm_skinny_nn_rows", slot);
         if (st != CLMLA_SUCCESS)
@@ -188,8 +223,8 @@ static int fits_int(size_t v)
     return v <= (size_t)INT_MAX;
 }
 
-/* Arguments 0..16, common to every gemm_skinny kernel: M N K alpha, then (buffer, offset, ld,
-   batch stride) of A and B, beta, and the same of C. */
+/* Arguments 0..18, common to every gemm_skinny kernel: M N K alpha, then (buffer, offset, ld,
+   batch stride) of A and B, beta, the same of C, then B's block scales and their row length. */
 static clmla_status set_product_args(clmla_context *ctx, cl_kernel kernel, size_t m, size_t n, size_t k, float alpha,
                                      clmla_matrix a, size_t a_stride, clmla_matrix b, size_t b_stride, float beta,
                                      clmla_matrix c, size_t c_stride)
@@ -215,6 +250,10 @@ static clmla_status set_product_args(clmla_context *ctx, cl_kernel kernel, size_
     CLMLA_SET_ARG(ctx, kernel, 14, co);
     CLMLA_SET_ARG(ctx, kernel, 15, ldc);
     CLMLA_SET_ARG(ctx, kernel, 16, cs);
+    const cl_mem scale = b.dtype == CLMLA_DTYPE_FP8_E4M3 ? b.scale : NULL;
+    const int scale_ld = (int)b.scale_ld;
+    CLMLA_SET_ARG(ctx, kernel, 17, scale);
+    CLMLA_SET_ARG(ctx, kernel, 18, scale_ld);
     return CLMLA_SUCCESS;
 }
 
@@ -235,15 +274,15 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
     const int cpu_nn = cpu && !b.transposed && n % 8 == 0;
     clmla_status st;
     if (cpu_rows || cpu_nn)
-        st = rows_kernel(ctx, m, b.transposed, 0, &kernel, &columns);
+        st = rows_kernel(ctx, b.dtype, m, b.transposed, 0, &kernel, &columns);
     else if (b.transposed) {
         bucket = rows_bucket(m);
         nc_log = nt_columns_log(ctx, n, batch);
-        st = nt_kernel(ctx, bucket, nc_log, &kernel, &wg);
+        st = nt_kernel(ctx, b.dtype, bucket, nc_log, &kernel, &wg);
     } else {
-        st = nn_kernel(ctx);
-        kernel = products(ctx)->skinny_nn;
-        wg = products(ctx)->skinny_nn_threads;
+        st = nn_kernel(ctx, b.dtype);
+        kernel = kernels(ctx, b.dtype)->skinny_nn;
+        wg = kernels(ctx, b.dtype)->skinny_nn_threads;
     }
     if (st != CLMLA_SUCCESS)
         return st;
@@ -260,9 +299,9 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
         const int cpi = (int)per_item, row_blocks = 1;
         /* chunks of K whose x rows take 16 KiB, half of a common L1 */
         const int k_chunk = (int)(16384 / (sizeof(float) * (size_t)(8 / columns))) & ~7;
-        CLMLA_SET_ARG(ctx, kernel, 17, cpi);
-        CLMLA_SET_ARG(ctx, kernel, 18, row_blocks);
-        CLMLA_SET_ARG(ctx, kernel, 19, k_chunk);
+        CLMLA_SET_ARG(ctx, kernel, 19, cpi);
+        CLMLA_SET_ARG(ctx, kernel, 20, row_blocks);
+        CLMLA_SET_ARG(ctx, kernel, 21, k_chunk);
         const size_t global[2] = {(n + per_item - 1) / per_item, batch}, local[2] = {1, 1};
         err = clmla_cl_enqueue(ctx, kernel, 2, global, local, event);
     } else if (cpu_nn) {
@@ -301,11 +340,12 @@ static clmla_status tiled(clmla_context *ctx, size_t m, size_t n, size_t k, floa
                           clmla_matrix b, float beta, clmla_matrix c, cl_event *event)
 {
     const int packed_b = b.panel != 0;
-    cl_kernel *slot = &products(ctx)->tiled_rows[packed_b];
+    cl_kernel *slot = &kernels(ctx, b.dtype)->tiled_rows[packed_b];
     if (!*slot) {
-        char options[96];
-        snprintf(options, sizeof(options), "-D TR=%d -D TC=%d -D KC=%d", TILED_ROWS, TILED_COLUMNS,
+        char extra[96], options[160];
+        snprintf(extra, sizeof(extra), "-D TR=%d -D TC=%d -D KC=%d", TILED_ROWS, TILED_COLUMNS,
                  packed_b ? CLMLA_PACK_CHUNK : 1024);
+        dtype_options(ctx, b.dtype, extra, options, sizeof(options));
         clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options, "gemm_tiled_rows", slot);
         if (st != CLMLA_SUCCESS)
             return st;
@@ -314,7 +354,7 @@ static clmla_status tiled(clmla_context *ctx, size_t m, size_t n, size_t k, floa
     if (st != CLMLA_SUCCESS)
         return st;
     const int panel = (int)b.panel;
-    CLMLA_SET_ARG(ctx, *slot, 17, panel);
+    CLMLA_SET_ARG(ctx, *slot, 19, panel);
     const size_t global[2] = {(n + TILED_COLUMNS - 1) / TILED_COLUMNS, (m + TILED_ROWS - 1) / TILED_ROWS};
     const size_t local[2] = {1, 1};
     cl_int err = clmla_cl_enqueue(ctx, *slot, 2, global, local, event);
@@ -331,15 +371,15 @@ static clmla_status rows_large(clmla_context *ctx, size_t m, size_t n, size_t k,
         return tiled(ctx, m, n, k, alpha, a, b, beta, c, event);
     cl_kernel kernel = NULL;
     int columns = 0;
-    clmla_status st = rows_kernel(ctx, 4, 1, 1, &kernel, &columns);
+    clmla_status st = rows_kernel(ctx, b.dtype, 4, 1, 1, &kernel, &columns);
     if (st != CLMLA_SUCCESS)
         return st;
     if ((st = set_product_args(ctx, kernel, m, n, k, alpha, a, 0, b, 0, beta, c, 0)) != CLMLA_SUCCESS)
         return st;
     const int cpi = 64, row_blocks = (int)((m + 3) / 4), k_chunk = 0; /* all of K: measured for large products */
-    CLMLA_SET_ARG(ctx, kernel, 17, cpi);
-    CLMLA_SET_ARG(ctx, kernel, 18, row_blocks);
-    CLMLA_SET_ARG(ctx, kernel, 19, k_chunk);
+    CLMLA_SET_ARG(ctx, kernel, 19, cpi);
+    CLMLA_SET_ARG(ctx, kernel, 20, row_blocks);
+    CLMLA_SET_ARG(ctx, kernel, 21, k_chunk);
     const size_t global[2] = {(n + cpi - 1) / cpi, (size_t)row_blocks}, local[2] = {1, 1};
     cl_int err = clmla_cl_enqueue(ctx, kernel, 2, global, local, event);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue gemm_skinny_nt_rows");
@@ -353,14 +393,16 @@ size_t clmla_weight_panel(const clmla_context *ctx, size_t n)
     return (n + items - 1) / items;
 }
 
-void clmla_pack_weight(const float *w, size_t n, size_t k, size_t panel, float *out)
+void clmla_pack_weight(const void *w, size_t n, size_t k, size_t bytes, size_t panel, void *out)
 {
+    const char *src = w;
+    char *dst = out;
     for (size_t p0 = 0; p0 < n; p0 += panel) {
         const size_t rows = n - p0 < panel ? n - p0 : panel;
         for (size_t k0 = 0; k0 < k; k0 += CLMLA_PACK_CHUNK) {
             const size_t len = k - k0 < CLMLA_PACK_CHUNK ? k - k0 : CLMLA_PACK_CHUNK;
-            for (size_t r = 0; r < rows; r++, out += len)
-                memcpy(out, w + (p0 + r) * k + k0, len * sizeof(float));
+            for (size_t r = 0; r < rows; r++, dst += len * bytes)
+                memcpy(dst, src + ((p0 + r) * k + k0) * bytes, len * bytes);
         }
     }
 }
@@ -379,12 +421,13 @@ static clmla_status packed(clmla_context *ctx, size_t m, size_t n, size_t k, flo
     if (m >= TILED_MIN_ROWS)
         return tiled(ctx, m, n, k, alpha, a, b, beta, c, event);
     const int bucket = rows_bucket(m);
-    cl_kernel *slot = &products(ctx)->packed_rows[bucket];
+    cl_kernel *slot = &kernels(ctx, b.dtype)->packed_rows[bucket];
     if (!*slot) {
-        char options[96];
+        char extra[96], options[160];
         const int rows = 1 << bucket;
-        snprintf(options, sizeof(options), "-D MR=%d -D NCC=%d -D PCH=%d%s", rows, 8 / rows, CLMLA_PACK_CHUNK,
+        snprintf(extra, sizeof(extra), "-D MR=%d -D NCC=%d -D PCH=%d%s", rows, 8 / rows, CLMLA_PACK_CHUNK,
                  clmla_device_prefetches(&ctx->info) ? " -D CLMLA_PREFETCH" : "");
+        dtype_options(ctx, b.dtype, extra, options, sizeof(options));
         clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options, "gemm_packed_rows", slot);
         if (st != CLMLA_SUCCESS)
             return st;
@@ -393,11 +436,70 @@ static clmla_status packed(clmla_context *ctx, size_t m, size_t n, size_t k, flo
     if (st != CLMLA_SUCCESS)
         return st;
     const int panel = (int)b.panel, row_blocks = (int)((m + (1u << bucket) - 1) >> bucket);
-    CLMLA_SET_ARG(ctx, *slot, 17, panel);
-    CLMLA_SET_ARG(ctx, *slot, 18, row_blocks);
+    CLMLA_SET_ARG(ctx, *slot, 19, panel);
+    CLMLA_SET_ARG(ctx, *slot, 20, row_blocks);
     const size_t global[2] = {(n + b.panel - 1) / b.panel, (size_t)row_blocks}, local[2] = {1, 1};
     cl_int err = clmla_cl_enqueue(ctx, *slot, 2, global, local, event);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue gemm_packed_rows");
+}
+
+/* CLBlast with B of a weight dtype: B decoded to float32 a piece of at most WEIGHT_PIECE_BYTES at a
+   time into a scratch (no whole float32 copy of a weight), each piece's product run before the
+   next is decoded (the queue is in order). y = x W^T (B transposed, W [n, k]): a piece of W's rows
+   gives a block of C's columns; x W (W [k, n]): a piece of W's rows is a piece of K, the pieces
+   after the first added with beta 1. B row-major (packed weights never come here). */
+#define WEIGHT_PIECE_BYTES ((size_t)32 << 20)
+static clmla_status decoded_gemm(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
+                                 clmla_matrix b, float beta, clmla_matrix c, cl_event *event)
+{
+    const size_t rows = b.transposed ? n : k, cols = b.transposed ? k : n;
+    size_t piece = WEIGHT_PIECE_BYTES / (cols * sizeof(float));
+    piece = piece < 1 ? 1 : piece > rows ? rows : piece;
+    if (b.panel || !fits_int(b.offset + rows * b.ld) || !fits_int(cols) || !fits_int(b.scale_ld))
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "a %s weight through CLBlast (m=%zu n=%zu k=%zu): only row-major within int indices",
+                          clmla_dtype_name(b.dtype), m, n, k);
+    cl_kernel *kernel = &kernels(ctx, b.dtype)->weight_f32;
+    if (!*kernel) {
+        char options[96];
+        dtype_options(ctx, b.dtype, "", options, sizeof(options));
+        clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options, "gemm_weight_f32", kernel);
+        if (st != CLMLA_SUCCESS)
+            return st;
+    }
+    cl_mem f32 = NULL;
+    clmla_status st = clmla_scratch(ctx, SCRATCH_WEIGHT_F32, piece * cols * sizeof(float), &f32);
+    for (size_t r0 = 0; st == CLMLA_SUCCESS && r0 < rows; r0 += piece) {
+        const size_t nr = rows - r0 < piece ? rows - r0 : piece;
+        const int b_offset = (int)(b.offset + r0 * b.ld), ldb = (int)b.ld, nri = (int)nr, K = (int)cols;
+        const int scale_ld = (int)b.scale_ld;
+        const cl_mem scale = b.dtype == CLMLA_DTYPE_FP8_E4M3 ? b.scale : NULL;
+        CLMLA_SET_ARG(ctx, *kernel, 0, b.buffer);
+        CLMLA_SET_ARG(ctx, *kernel, 1, b_offset);
+        CLMLA_SET_ARG(ctx, *kernel, 2, ldb);
+        CLMLA_SET_ARG(ctx, *kernel, 3, nri);
+        CLMLA_SET_ARG(ctx, *kernel, 4, K);
+        CLMLA_SET_ARG(ctx, *kernel, 5, scale);
+        CLMLA_SET_ARG(ctx, *kernel, 6, scale_ld);
+        CLMLA_SET_ARG(ctx, *kernel, 7, f32);
+        const size_t global[2] = {cols, nr};
+        cl_int err = clmla_cl_enqueue_rows(ctx, *kernel, 2, global, NULL);
+        if (err != CL_SUCCESS)
+            return clmla_fail_cl(ctx, err, "enqueue gemm_weight_f32");
+        cl_event *ev = r0 + nr == rows ? event : NULL;
+        CLBlastStatusCode bs;
+        if (b.transposed) /* columns [r0, r0 + nr) of C */
+            bs = CLBlastSgemm(CLBlastLayoutRowMajor, op(&a), CLBlastTransposeYes, m, nr, k, alpha, a.buffer, a.offset,
+                              a.ld, f32, 0, cols, beta, c.buffer, c.offset + r0, c.ld, &ctx->queue, ev);
+        else /* K's values [r0, r0 + nr): A's columns (or rows, transposed) */
+            bs = CLBlastSgemm(CLBlastLayoutRowMajor, op(&a), CLBlastTransposeNo, m, n, nr, alpha, a.buffer,
+                              a.offset + (a.transposed ? r0 * a.ld : r0), a.ld, f32, 0, cols, r0 ? 1.0f : beta, c.buffer,
+                              c.offset, c.ld, &ctx->queue, ev);
+        if (bs != CLBlastSuccess)
+            return clmla_fail(ctx, bs, "CLBlastSgemm(m=%zu n=%zu k=%zu, a decoded %s piece) failed: %s", m, n, k,
+                              clmla_dtype_name(b.dtype), clmla_status_string(bs));
+    }
+    return st;
 }
 
 clmla_status clmla_gemm(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a, clmla_matrix b,
@@ -415,6 +517,8 @@ clmla_status clmla_gemm(clmla_context *ctx, size_t m, size_t n, size_t k, float 
         return skinny(ctx, m, n, k, alpha, a, 0, b, 0, beta, c, 0, 1, event);
     if (clmla_fault_hit(ctx))
         return clmla_fail(ctx, CL_OUT_OF_RESOURCES, "CLBlastSgemm(m=%zu n=%zu k=%zu): injected fault", m, n, k);
+    if (b.dtype != CLMLA_DTYPE_F32)
+        return decoded_gemm(ctx, m, n, k, alpha, a, b, beta, c, event);
     CLBlastStatusCode bs = CLBlastSgemm(CLBlastLayoutRowMajor, op(&a), op(&b), m, n, k, alpha, a.buffer, a.offset, a.ld,
                                         b.buffer, b.offset, b.ld, beta, c.buffer, c.offset, c.ld, &ctx->queue, event);
     if (bs != CLBlastSuccess)
@@ -435,6 +539,18 @@ clmla_status clmla_gemm_strided_batched(clmla_context *ctx, size_t m, size_t n, 
         return skinny(ctx, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride, batch, event);
     if (clmla_fault_hit(ctx))
         return clmla_fail(ctx, CL_OUT_OF_RESOURCES, "CLBlastSgemmStridedBatched: injected fault");
+    if (b.dtype != CLMLA_DTYPE_F32) { /* one decoded product per batch entry */
+        for (size_t i = 0; i < batch; i++) {
+            clmla_matrix ai = a, bi = b, ci = c;
+            ai.offset += i * a_stride;
+            bi.offset += i * b_stride;
+            ci.offset += i * c_stride;
+            st = decoded_gemm(ctx, m, n, k, alpha, ai, bi, beta, ci, i + 1 == batch ? event : NULL);
+            if (st != CLMLA_SUCCESS)
+                return st;
+        }
+        return CLMLA_SUCCESS;
+    }
     CLBlastStatusCode bs = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, op(&a), op(&b), m, n, k, alpha, a.buffer,
                                                       a.offset, a.ld, a_stride, b.buffer, b.offset, b.ld, b_stride, beta,
                                                       c.buffer, c.offset, c.ld, c_stride, batch, &ctx->queue, event);

@@ -1,6 +1,6 @@
 /* Matrix products on the device: the only place that runs CLBlast's GEMMs (tuning.c sets their
-   parameters). Row-major, float32,
-   offsets and leading dimensions in floats. C = alpha * op(A) * op(B) + beta * C. */
+   parameters). Row-major; A and C float32, B (the weights) float32 or a weight dtype; offsets and
+   leading dimensions in elements. C = alpha * op(A) * op(B) + beta * C. */
 #ifndef CLMLA_GEMM_H
 #define CLMLA_GEMM_H
 #include "internal.h"
@@ -12,6 +12,12 @@ typedef struct clmla_matrix {
     int transposed; /* use op(X) = X^T */
     size_t panel;   /* B of y = x W^T only: W packed by clmla_pack_weight in panels of this many rows
                        (0: row-major, ld used) */
+    /* B only (A and C are float32): the element type, and for FP8 the block scales of the whole
+       weight B is part of ([blocks(rows), scale_ld] float32; B's offset and batch strides are
+       whole rows of it, ld its row length) */
+    clmla_dtype dtype;
+    cl_mem scale;
+    size_t scale_ld;
 } clmla_matrix;
 
 /* Weights of y = x W^T on CPU devices are kept packed for the kernel gemm_packed_rows, so that
@@ -25,8 +31,9 @@ typedef struct clmla_matrix {
    all go through CLBlast. */
 size_t clmla_weight_panel(const clmla_context *ctx, size_t n);
 
-/* W [n, k] row-major into out (n * k floats, not overlapping w), panels of `panel` rows. */
-void clmla_pack_weight(const float *w, size_t n, size_t k, size_t panel, float *out);
+/* W [n, k] row-major into out (n * k elements of `bytes` bytes, not overlapping w), panels of
+   `panel` rows. */
+void clmla_pack_weight(const void *w, size_t n, size_t k, size_t bytes, size_t panel, void *out);
 
 clmla_status clmla_gemm(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a, clmla_matrix b,
                         float beta, clmla_matrix c, cl_event *event);

@@ -15,6 +15,7 @@
 #include "layer_config.h"
 #include "rope.h"
 #include "scratch.h"
+#include "weight.h"
 
 #include <limits.h>
 #include <math.h>
@@ -27,14 +28,16 @@ struct clmla_layer {
     clmla_layer_config config; /* defaults resolved */
     int D, H, rq, rkv, dn, dr, dv, dq, row;
     float scale;
-    /* weights, float32, checkpoint layout */
+    /* projections in their weights dtype, checkpoint layout (weight.h; packed on CPU devices but
+       kv_b_proj, which the absorbed path reads by head) */
     /* qkv_a: the two products of the hidden state in one matrix, [q_proj (or q_a_proj);
        kv_a_proj_with_mqa], qa_rows + row rows of D: one launch reads both (docs/DESIGN.md; the
        numbers in docs/perf-log.md, "Products") */
-    cl_mem qkv_a, q_a_layernorm, q_b_proj, kv_a_layernorm, kv_b_proj, o_proj;
-    int qa_rows, qkv_ld; /* rows of q_proj (H*dq) or q_a_proj (rq); qa_rows + row */
-    /* panel rows of the projections packed for CPU devices (host/mla/gemm.h), 0 where row-major */
-    size_t qkv_a_panel, q_b_panel, o_panel;
+    clmla_weight qkv_a, q_b_proj, kv_b_proj, o_proj;
+    cl_mem q_a_layernorm, kv_a_layernorm; /* float32 */
+    /* where kv_a_proj_with_mqa's rows start in qkv_a: the rows of q_proj (H*dq) or q_a_proj (rq),
+       rounded up to a multiple of 128 for fp8 (its block scales); qa_rows + row */
+    int qa_rows, qkv_ld;
     /* optional biases (attention_bias): [qkv_ld] for the stacked product (zeros over q_proj's
        columns, which never have one), [D] for o_proj; NULL when the layer has none */
     cl_mem qkv_bias, o_bias;
@@ -63,7 +66,7 @@ static clmla_status check_shape(clmla_context *ctx, const char *name, const char
     if (t->ndim != want_ndim || t->shape[0] != rows || (cols && t->shape[1] != cols)) {
         char got[64], want[64];
         clmla_tensor_shape_text(t, got, sizeof(got));
-        clmla_tensor expected = {NULL, want_ndim, {rows, cols}};
+        clmla_tensor expected = {NULL, want_ndim, {rows, cols}, CLMLA_DTYPE_F32, NULL};
         clmla_tensor_shape_text(&expected, want, sizeof(want));
         return clmla_fail(ctx, CLMLA_ERROR_SHAPE_MISMATCH, "tensor %s.%s has shape %s, expected %s", name, kind, got, want);
     }
@@ -88,60 +91,26 @@ static clmla_status upload_weight(clmla_context *ctx, const char *name, const cl
     return CLMLA_SUCCESS;
 }
 
-/* A projection's weight [n, k], packed for the device's product kernel where it has one
-   (clmla_weight_panel: CPU devices); *panel 0 means row-major. */
-static clmla_status upload_projection(clmla_context *ctx, const char *name, const clmla_tensor *t, cl_mem *buffer,
-                                      size_t *panel)
-{
-    const size_t n = (size_t)t->shape[0], k = (size_t)t->shape[1];
-    *panel = clmla_weight_panel(ctx, n);
-    if (*panel == 0)
-        return upload_weight(ctx, name, t, buffer);
-    float *packed = malloc(n * k * sizeof(float));
-    if (!packed)
-        return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "packing %s.weight (%zu bytes): out of host memory", name,
-                          n * k * sizeof(float));
-    clmla_pack_weight(t->data, n, k, *panel, packed);
-    clmla_tensor p = *t;
-    p.data = packed;
-    const clmla_status st = upload_weight(ctx, name, &p, buffer);
-    free(packed);
-    return st;
-}
-
-/* Two projections of the same input stacked into one weight [n1 + n2, k] (same k), packed or
-   row-major as upload_projection would; the host copy is freed before returning. */
-static clmla_status upload_stacked(clmla_context *ctx, const char *name, const clmla_tensor *t1, const clmla_tensor *t2,
-                                   cl_mem *buffer, size_t *panel)
-{
-    const size_t n1 = (size_t)t1->shape[0], n2 = (size_t)t2->shape[0], k = (size_t)t1->shape[1];
-    const size_t bytes = (n1 + n2) * k * sizeof(float);
-    float *stacked = malloc(bytes);
-    if (!stacked)
-        return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "stacking %s (%zu bytes): out of host memory", name, bytes);
-    memcpy(stacked, t1->data, n1 * k * sizeof(float));
-    memcpy(stacked + n1 * k, t2->data, n2 * k * sizeof(float));
-    const clmla_tensor t = clmla_tensor_2d(stacked, (int64_t)(n1 + n2), (int64_t)k);
-    const clmla_status st = upload_projection(ctx, name, &t, buffer, panel);
-    free(stacked);
-    return st;
-}
-
-/* A 1-D weight multiplied by `scale` (1: uploaded as given). */
+/* A 1-D weight as float32, multiplied by `scale` (1: its values as given). */
 static clmla_status upload_scaled(clmla_context *ctx, const char *name, const clmla_tensor *t, double scale, cl_mem *buffer)
 {
-    if (scale == 1.0)
-        return upload_weight(ctx, name, t, buffer);
+    const float *values = NULL;
+    float *owned = NULL;
+    clmla_status st = clmla_tensor_values(ctx, name, t, &values, &owned);
+    if (st != CLMLA_SUCCESS)
+        return st;
     const size_t n = (size_t)t->shape[0];
-    float *scaled = malloc(n * sizeof(float));
-    if (!scaled)
+    float *scaled = scale == 1.0 ? NULL : malloc(n * sizeof(float));
+    if (scale != 1.0 && !scaled) {
+        free(owned);
         return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "scaling %s.weight: out of host memory", name);
-    for (size_t i = 0; i < n; i++)
-        scaled[i] = (float)((double)t->data[i] * scale);
-    clmla_tensor s = *t;
-    s.data = scaled;
-    const clmla_status st = upload_weight(ctx, name, &s, buffer);
+    }
+    for (size_t i = 0; scaled && i < n; i++)
+        scaled[i] = (float)((double)values[i] * scale);
+    const clmla_tensor s = clmla_tensor_1d(scaled ? scaled : values, (int64_t)n);
+    st = upload_weight(ctx, name, &s, buffer);
     free(scaled);
+    free(owned);
     return st;
 }
 
@@ -153,18 +122,32 @@ static clmla_status upload_biases(clmla_layer *L, const clmla_layer_weights *w)
         float *stacked = calloc((size_t)L->qkv_ld, sizeof(float));
         if (!stacked)
             return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "stacking the biases: out of host memory");
-        if (w->q_a_proj_bias.data)
-            memcpy(stacked, w->q_a_proj_bias.data, (size_t)L->rq * sizeof(float));
-        if (w->kv_a_proj_with_mqa_bias.data)
-            memcpy(stacked + L->qa_rows, w->kv_a_proj_with_mqa_bias.data, (size_t)L->row * sizeof(float));
+        const struct {
+            const clmla_tensor *t;
+            const char *name;
+            int at, n;
+        } parts[2] = {{&w->q_a_proj_bias, "q_a_proj.bias", 0, L->rq},
+                      {&w->kv_a_proj_with_mqa_bias, "kv_a_proj_with_mqa.bias", L->qa_rows, L->row}};
+        clmla_status st = CLMLA_SUCCESS;
+        for (int i = 0; i < 2 && st == CLMLA_SUCCESS; i++) {
+            const float *values = NULL;
+            float *owned = NULL;
+            if (!parts[i].t->data)
+                continue;
+            st = clmla_tensor_values(ctx, parts[i].name, parts[i].t, &values, &owned);
+            if (st == CLMLA_SUCCESS)
+                memcpy(stacked + parts[i].at, values, (size_t)parts[i].n * sizeof(float));
+            free(owned);
+        }
         const clmla_tensor t = clmla_tensor_1d(stacked, L->qkv_ld);
-        const clmla_status st = upload_weight(ctx, "q_a_proj+kv_a_proj_with_mqa bias", &t, &L->qkv_bias);
+        if (st == CLMLA_SUCCESS)
+            st = upload_weight(ctx, "q_a_proj+kv_a_proj_with_mqa bias", &t, &L->qkv_bias);
         free(stacked);
         if (st != CLMLA_SUCCESS)
             return st;
     }
     if (w->o_proj_bias.data)
-        return upload_weight(ctx, "o_proj.bias", &w->o_proj_bias, &L->o_bias);
+        return upload_scaled(ctx, "o_proj.bias", &w->o_proj_bias, 1.0, &L->o_bias);
     return CLMLA_SUCCESS;
 }
 
@@ -292,27 +275,26 @@ clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *co
     if (ctx->info.kind == CLMLA_DEVICE_KIND_CPU && L->auto_threshold > CPU_MEASURED_THRESHOLD)
         L->auto_threshold = CPU_MEASURED_THRESHOLD;
 
-    L->qa_rows = (int)(rq ? rq : H * dq);
+    const clmla_weights_dtype wd = c.weights_dtype;
+    const clmla_tensor qkv_parts[2] = {rq ? w->q_a_proj : w->q_proj, w->kv_a_proj_with_mqa};
+    size_t qkv_offsets[2] = {0, 0};
+    st = clmla_weight_upload(ctx, rq ? "q_a_proj+kv_a_proj_with_mqa" : "q_proj+kv_a_proj_with_mqa", qkv_parts, 2, wd, 1,
+                             &L->qkv_a, qkv_offsets);
+    L->qa_rows = (int)qkv_offsets[1];
     L->qkv_ld = L->qa_rows + L->row;
-    if (rq == 0) {
-        st = upload_stacked(ctx, "q_proj+kv_a_proj_with_mqa", &w->q_proj, &w->kv_a_proj_with_mqa, &L->qkv_a,
-                            &L->qkv_a_panel);
-    } else {
-        st = upload_stacked(ctx, "q_a_proj+kv_a_proj_with_mqa", &w->q_a_proj, &w->kv_a_proj_with_mqa, &L->qkv_a,
-                            &L->qkv_a_panel);
+    if (st == CLMLA_SUCCESS && rq) {
+        st = upload_scaled(ctx, "q_a_layernorm", &w->q_a_layernorm, c.q_latent_scale, &L->q_a_layernorm);
         if (st == CLMLA_SUCCESS)
-            st = upload_scaled(ctx, "q_a_layernorm", &w->q_a_layernorm, c.q_latent_scale, &L->q_a_layernorm);
-        if (st == CLMLA_SUCCESS)
-            st = upload_projection(ctx, "q_b_proj", &w->q_b_proj, &L->q_b_proj, &L->q_b_panel);
+            st = clmla_weight_upload(ctx, "q_b_proj", &w->q_b_proj, 1, wd, 1, &L->q_b_proj, NULL);
     }
     if (st == CLMLA_SUCCESS)
         st = upload_scaled(ctx, "kv_a_layernorm", &w->kv_a_layernorm, c.kv_latent_scale, &L->kv_a_layernorm);
     if (st == CLMLA_SUCCESS)
         st = upload_biases(L, w);
     if (st == CLMLA_SUCCESS)
-        st = upload_weight(ctx, "kv_b_proj", &w->kv_b_proj, &L->kv_b_proj);
+        st = clmla_weight_upload(ctx, "kv_b_proj", &w->kv_b_proj, 1, wd, 0, &L->kv_b_proj, NULL);
     if (st == CLMLA_SUCCESS)
-        st = upload_projection(ctx, "o_proj", &w->o_proj, &L->o_proj, &L->o_panel);
+        st = clmla_weight_upload(ctx, "o_proj", &w->o_proj, 1, wd, 1, &L->o_proj, NULL);
     if (st == CLMLA_SUCCESS)
         st = build_kernels(L);
     if (st != CLMLA_SUCCESS) {
@@ -328,8 +310,11 @@ void clmla_layer_destroy(clmla_layer *L)
     if (!L)
         return;
     clFinish(L->ctx->queue);
-    cl_mem bufs[] = {L->qkv_a, L->q_a_layernorm, L->q_b_proj, L->kv_a_layernorm, L->kv_b_proj, L->o_proj, L->rope_table,
-                     L->qkv_bias, L->o_bias};
+    clmla_weight_release(&L->qkv_a);
+    clmla_weight_release(&L->q_b_proj);
+    clmla_weight_release(&L->kv_b_proj);
+    clmla_weight_release(&L->o_proj);
+    cl_mem bufs[] = {L->q_a_layernorm, L->kv_a_layernorm, L->rope_table, L->qkv_bias, L->o_bias};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (bufs[i])
             clReleaseMemObject(bufs[i]);
@@ -357,22 +342,29 @@ static size_t buffer_bytes(cl_mem m)
     return bytes;
 }
 
+/* Bytes of a weight's device buffers: its codes and, for fp8, its scales. */
+static size_t weight_bytes(const clmla_weight *w)
+{
+    return buffer_bytes(w->data) + buffer_bytes(w->scale);
+}
+
 clmla_status clmla_layer_get_memory(const clmla_layer *L, clmla_layer_memory *m)
 {
     if (!L || !m)
         return clmla_fail(L ? L->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_layer_get_memory: NULL argument");
     memset(m, 0, sizeof(*m));
-    /* The stacked [q_proj or q_a_proj ; kv_a_proj_with_mqa]: each its rows' share. */
-    const size_t qkv = buffer_bytes(L->qkv_a);
+    /* The stacked [q_proj or q_a_proj ; kv_a_proj_with_mqa]: each its rows' share (fp8's padding
+       rows before kv_a_proj_with_mqa, if any, counted with the first). */
+    const size_t qkv = weight_bytes(&L->qkv_a);
     const size_t q_part = (size_t)((double)qkv * L->qa_rows / L->qkv_ld);
     if (L->rq)
         m->q_a_proj = q_part;
     else
         m->q_proj = q_part;
     m->kv_a_proj_with_mqa = qkv - q_part;
-    m->q_b_proj = buffer_bytes(L->q_b_proj);
-    m->kv_b_proj = buffer_bytes(L->kv_b_proj);
-    m->o_proj = buffer_bytes(L->o_proj);
+    m->q_b_proj = weight_bytes(&L->q_b_proj);
+    m->kv_b_proj = weight_bytes(&L->kv_b_proj);
+    m->o_proj = weight_bytes(&L->o_proj);
     m->norms = buffer_bytes(L->q_a_layernorm) + buffer_bytes(L->kv_a_layernorm);
     m->biases = buffer_bytes(L->qkv_bias) + buffer_bytes(L->o_bias);
     m->rope_table = buffer_bytes(L->rope_table);
@@ -504,16 +496,10 @@ static clmla_status enqueue_prefill(clmla_layer *L, cl_mem q, int q_ld, int firs
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue attn_prefill");
 }
 
+/* A float32 activation buffer as a matrix operand. */
 static clmla_matrix mat(cl_mem buffer, size_t offset, size_t ld, int transposed)
 {
-    clmla_matrix m = {buffer, offset, ld, transposed, 0};
-    return m;
-}
-
-/* A projection's weight W [n, ld] as op(B) = W^T, packed or row-major. */
-static clmla_matrix weight(cl_mem buffer, size_t ld, size_t panel)
-{
-    clmla_matrix m = {buffer, 0, ld, 1, panel};
+    clmla_matrix m = {buffer, offset, ld, transposed, 0, CLMLA_DTYPE_F32, NULL, 0};
     return m;
 }
 
@@ -713,14 +699,14 @@ static clmla_status project_step(clmla_layer *L, clmla_cache *cache, int layer, 
     clmla_context *ctx = L->ctx;
     const int T = p->T, ld = L->qkv_ld, kv_off = L->qa_rows, rkv = L->rkv;
     clmla_status st = clmla_gemm(ctx, T, (size_t)ld, L->D, 1.0f, mat(x, x_offset, L->D, 0),
-                                 weight(L->qkv_a, L->D, L->qkv_a_panel), 0.0f, mat(b->qkv, 0, (size_t)ld, 0), NULL);
+                                 clmla_weight_matrix(&L->qkv_a), 0.0f, mat(b->qkv, 0, (size_t)ld, 0), NULL);
     if (st == CLMLA_SUCCESS && L->qkv_bias)
         st = enqueue_bias(L, b->qkv, 0, T, ld, ld, L->qkv_bias, NULL);
     if (st == CLMLA_SUCCESS && L->rq) {
         st = enqueue_rmsnorm(L, b->qkv, 0, T, ld, L->rq, L->q_a_layernorm);
         if (st == CLMLA_SUCCESS)
             st = clmla_gemm(ctx, T, (size_t)L->H * L->dq, L->rq, 1.0f, mat(b->qkv, 0, (size_t)ld, 0),
-                            weight(L->q_b_proj, L->rq, L->q_b_panel), 0.0f, mat(b->q, 0, (size_t)b->q_ld, 0), NULL);
+                            clmla_weight_matrix(&L->q_b_proj), 0.0f, mat(b->q, 0, (size_t)b->q_ld, 0), NULL);
     }
     if (st == CLMLA_SUCCESS)
         st = enqueue_rmsnorm(L, b->qkv, kv_off, T, ld, rkv, L->kv_a_layernorm);
@@ -744,7 +730,7 @@ static clmla_status absorbed_attention(clmla_layer *L, clmla_cache *cache, const
     clmla_status st = CLMLA_SUCCESS;
     for (int e = 0, r0, rows; st == CLMLA_SUCCESS && next_absorbed_run(p, a->num_entries, &e, &r0, &rows);)
         st = clmla_gemm_strided_batched(ctx, rows, rkv, dn, 1.0f, mat(b->q, (size_t)r0 * q_ld, (size_t)q_ld, 0), L->dq,
-                                        mat(L->kv_b_proj, 0, rkv, 0), kvb_head, 0.0f,
+                                        clmla_weight_slice(&L->kv_b_proj, 0, 0), kvb_head, 0.0f,
                                         mat(b->q_abs, (size_t)r0 * H * rkv, (size_t)H * rkv, 0), rkv, H, NULL);
     if (st == CLMLA_SUCCESS) {
         latent_launch lp;
@@ -769,7 +755,7 @@ static clmla_status absorbed_attention(clmla_layer *L, clmla_cache *cache, const
     }
     for (int e = 0, r0, rows; st == CLMLA_SUCCESS && next_absorbed_run(p, a->num_entries, &e, &r0, &rows);)
         st = clmla_gemm_strided_batched(ctx, rows, dv, rkv, 1.0f, mat(b->latent, (size_t)r0 * H * rkv, (size_t)H * rkv, 0),
-                                        rkv, mat(L->kv_b_proj, (size_t)dn * rkv, rkv, 1), kvb_head, 0.0f,
+                                        rkv, clmla_weight_slice(&L->kv_b_proj, (size_t)dn, 1), kvb_head, 0.0f,
                                         mat(b->o, (size_t)r0 * H * dv, (size_t)H * dv, 0), dv, H, NULL);
     return st;
 }
@@ -791,7 +777,7 @@ static clmla_status decompressed_attention(clmla_layer *L, clmla_cache *cache, c
         const int keys = p->prefix[e] + a->entries[e].num_tokens;
         st = clmla_cache_enqueue_gather(cache, a->cache_layer, b->tables, e * p->max_blocks, 0, keys, gathered, 0);
         if (st == CLMLA_SUCCESS)
-            st = clmla_gemm(ctx, keys, up_cols, L->rkv, 1.0f, mat(gathered, 0, L->row, 0), mat(L->kv_b_proj, 0, L->rkv, 1),
+            st = clmla_gemm(ctx, keys, up_cols, L->rkv, 1.0f, mat(gathered, 0, L->row, 0), clmla_weight_slice(&L->kv_b_proj, 0, 1),
                             0.0f, mat(kv_up, 0, up_cols, 0), NULL);
         if (st == CLMLA_SUCCESS)
             st = enqueue_prefill(L, b->q, b->q_ld, p->first_row[e], kv_up, gathered, a->entries[e].num_tokens,
@@ -805,7 +791,7 @@ static clmla_status output_projection(clmla_layer *L, const step_plan *p, const 
                                       size_t out_offset, cl_event *event)
 {
     const size_t hv = (size_t)L->H * L->dv;
-    clmla_status st = clmla_gemm(L->ctx, p->T, L->D, hv, 1.0f, mat(b->o, 0, hv, 0), weight(L->o_proj, hv, L->o_panel), 0.0f,
+    clmla_status st = clmla_gemm(L->ctx, p->T, L->D, hv, 1.0f, mat(b->o, 0, hv, 0), clmla_weight_matrix(&L->o_proj), 0.0f,
                                  mat(out, out_offset, L->D, 0), L->o_bias ? NULL : event);
     if (st == CLMLA_SUCCESS && L->o_bias)
         st = enqueue_bias(L, out, (int)out_offset, p->T, L->D, L->D, L->o_bias, event);

@@ -217,12 +217,12 @@ void clmla_tensor_shape_text(const clmla_tensor *t, char *buf, size_t size)
 
 clmla_tensor clmla_tensor_2d(const float *data, int64_t rows, int64_t cols)
 {
-    clmla_tensor t = {data, 2, {rows, cols}};
+    clmla_tensor t = {data, 2, {rows, cols}, CLMLA_DTYPE_F32, NULL};
     return t;
 }
 
 clmla_tensor clmla_tensor_1d(const float *data, int64_t size)
 {
-    clmla_tensor t = {data, 1, {size, 0}};
+    clmla_tensor t = {data, 1, {size, 0}, CLMLA_DTYPE_F32, NULL};
     return t;
 }

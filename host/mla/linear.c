@@ -1,10 +1,11 @@
 /* The public product: y = x W^T with W [n, k] kept on the device as the layer keeps its projections
-   (host/mla/layer.c, upload_projection): packed in panels by clmla_pack_weight where
-   clmla_weight_panel says so (CPU devices), else row-major; every product through clmla_gemm. */
+   (weight.h: in W's dtype, packed in panels where clmla_weight_panel says so, CPU devices, else
+   row-major); every product through clmla_gemm. */
 #include "clcall.h"
 #include "gemm.h"
 #include "layer_config.h"
 #include "scratch.h"
+#include "weight.h"
 
 #include <limits.h>
 #include <stdint.h>
@@ -14,12 +15,8 @@
 struct clmla_linear {
     clmla_context *ctx;
     size_t n, k;
-    /* Bytes of one element of W on the device. Only float32 today; a weight dtype (bf16, fp8) would
-       set it at creation, and the upload and clmla_gemm's matrix would carry the dtype. */
-    size_t element_bytes;
-    cl_mem w;     /* [n, k]: packed (panel > 0) or row-major */
-    size_t panel; /* rows per panel of the packed layout (host/mla/gemm.h), 0 for row-major */
-    size_t bytes; /* of w */
+    clmla_weight w; /* [n, k] in W's dtype: packed (w.panel > 0) or row-major */
+    size_t bytes;   /* of w, its fp8 scales included */
 };
 
 /* a * b, or 0 with *ok cleared when it does not fit a size_t. */
@@ -32,7 +29,8 @@ static size_t mul(size_t a, size_t b, int *ok)
     return a * b;
 }
 
-/* W must be a 2-D float32 tensor with data and positive dimensions whose bytes fit a size_t. */
+/* W must be a 2-D tensor with data and positive dimensions whose bytes fit a size_t (its dtype and
+   scales are checked by clmla_weight_upload). */
 static clmla_status check_weight(clmla_context *ctx, const clmla_tensor *w)
 {
     char got[64];
@@ -48,17 +46,6 @@ static clmla_status check_weight(clmla_context *ctx, const clmla_tensor *w)
     if ((uint64_t)w->shape[0] > (uint64_t)(SIZE_MAX / sizeof(float)) / (uint64_t)w->shape[1])
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_linear_create: W of shape %s is too large to address",
                           got);
-    return CLMLA_SUCCESS;
-}
-
-static clmla_status upload(clmla_linear *lin, const float *data)
-{
-    clmla_context *ctx = lin->ctx;
-    cl_int err = CL_SUCCESS;
-    lin->w = clmla_cl_buffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, lin->bytes, (void *)data, &err);
-    if (!lin->w)
-        return clmla_fail(ctx, err, "clmla_linear_create: uploading W [%zu, %zu] (%zu bytes) failed: %s", lin->n, lin->k,
-                          lin->bytes, clmla_status_string(err));
     return CLMLA_SUCCESS;
 }
 
@@ -78,31 +65,8 @@ clmla_status clmla_linear_create(clmla_context *ctx, const clmla_tensor *w, clml
     lin->ctx = ctx;
     lin->n = (size_t)w->shape[0];
     lin->k = (size_t)w->shape[1];
-    lin->element_bytes = sizeof(float);
-    lin->bytes = lin->n * lin->k * lin->element_bytes;
-    if (lin->bytes > ctx->info.max_alloc_bytes) {
-        st = clmla_fail(ctx, CL_INVALID_BUFFER_SIZE,
-                        "clmla_linear_create: W [%zu, %zu] needs %zu bytes, more than the device's largest allocation (%llu)",
-                        lin->n, lin->k, lin->bytes, (unsigned long long)ctx->info.max_alloc_bytes);
-        free(lin);
-        return st;
-    }
-    /* The packed kernel indexes W by int: a larger W stays row-major, which every path can read. */
-    lin->panel = lin->n * lin->k <= (size_t)INT_MAX ? clmla_weight_panel(ctx, lin->n) : 0;
-    if (lin->panel == 0) {
-        st = upload(lin, w->data);
-    } else {
-        float *packed = malloc(lin->bytes);
-        if (!packed) {
-            st = clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY,
-                            "clmla_linear_create: packing W [%zu, %zu] (%zu bytes): out of host memory", lin->n, lin->k,
-                            lin->bytes);
-        } else {
-            clmla_pack_weight(w->data, lin->n, lin->k, lin->panel, packed);
-            st = upload(lin, packed);
-            free(packed);
-        }
-    }
+    st = clmla_weight_upload(ctx, "clmla_linear_create: W", w, 1, CLMLA_WEIGHTS_AS_GIVEN, 1, &lin->w, NULL);
+    lin->bytes = lin->w.data_bytes + lin->w.scale_bytes;
     if (st != CLMLA_SUCCESS) {
         clmla_linear_destroy(lin);
         return st;
@@ -115,9 +79,9 @@ void clmla_linear_destroy(clmla_linear *lin)
 {
     if (!lin)
         return;
-    if (lin->w) {
+    if (lin->w.data) {
         clFinish(lin->ctx->queue);
-        clReleaseMemObject(lin->w);
+        clmla_weight_release(&lin->w);
     }
     free(lin);
 }
@@ -163,14 +127,14 @@ static clmla_status enqueue(clmla_linear *lin, size_t m, cl_mem x, size_t x_offs
 {
     clmla_context *ctx = lin->ctx;
     /* The packed kernels index x and y by int (clmla_gemm refuses otherwise; say why here). */
-    if (lin->panel && (x_offset + m * lin->k > (size_t)INT_MAX || y_offset + m * lin->n > (size_t)INT_MAX))
+    if (lin->w.panel && (x_offset + m * lin->k > (size_t)INT_MAX || y_offset + m * lin->n > (size_t)INT_MAX))
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
                           "clmla_linear_forward: x [%zu, %zu] from offset %zu and y [%zu, %zu] from offset %zu must end "
                           "within 2^31 - 1 floats, the kernels' int indices; split the rows",
                           m, lin->k, x_offset, m, lin->n, y_offset);
-    const clmla_matrix a = {x, x_offset, lin->k, 0, 0};
-    const clmla_matrix b = {lin->w, 0, lin->k, 1, lin->panel};
-    const clmla_matrix c = {y, y_offset, lin->n, 0, 0};
+    const clmla_matrix a = {x, x_offset, lin->k, 0, 0, CLMLA_DTYPE_F32, NULL, 0};
+    const clmla_matrix b = clmla_weight_matrix(&lin->w);
+    const clmla_matrix c = {y, y_offset, lin->n, 0, 0, CLMLA_DTYPE_F32, NULL, 0};
     return clmla_gemm(ctx, m, lin->n, lin->k, 1.0f, a, b, 0.0f, c, event);
 }
 
@@ -262,6 +226,6 @@ clmla_status clmla_linear_get_info(const clmla_linear *lin, clmla_linear_info *i
     info->n = (int64_t)lin->n;
     info->k = (int64_t)lin->k;
     info->device_bytes = lin->bytes;
-    info->packed = lin->panel != 0;
+    info->packed = lin->w.panel != 0;
     return CLMLA_SUCCESS;
 }

@@ -16,6 +16,7 @@ typedef enum clmla_scratch_slot {
     SCRATCH_HEADS_OUT,              /* o [T, H*dv] */
     SCRATCH_GATHER,                 /* a sequence's cache rows as float32 [L, rkv+dr] */
     SCRATCH_KV_UP,                  /* up-projected keys and values [L, H*(dn+dv)] */
+    SCRATCH_WEIGHT_F32,             /* a piece of a weight decoded to float32 for CLBlast (gemm.c) */
     SCRATCH_COUNT
 } clmla_scratch_slot;
 

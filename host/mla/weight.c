@@ -1,0 +1,246 @@
+/* Weights on the device in their dtype (weight.h): conversion, stacking, packing and upload. */
+#include "weight.h"
+#include "clcall.h"
+#include "dtype.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+clmla_dtype clmla_weight_dtype(clmla_dtype given, clmla_weights_dtype want)
+{
+    switch (want) {
+    case CLMLA_WEIGHTS_F32:
+        return CLMLA_DTYPE_F32;
+    case CLMLA_WEIGHTS_F16:
+        return CLMLA_DTYPE_F16;
+    case CLMLA_WEIGHTS_BF16:
+        return CLMLA_DTYPE_BF16;
+    case CLMLA_WEIGHTS_FP8:
+        return CLMLA_DTYPE_FP8_E4M3;
+    case CLMLA_WEIGHTS_AS_GIVEN:
+        break;
+    }
+    return given;
+}
+
+/* A part must be a 2-D tensor of a known dtype with data (and scales when FP8). */
+static clmla_status check_part(clmla_context *ctx, const char *name, const clmla_tensor *t)
+{
+    if (!t->data || t->ndim != 2 || t->shape[0] <= 0 || t->shape[1] <= 0)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: a 2-D weight with data expected", name);
+    if (!clmla_dtype_valid(t->dtype))
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s.weight has dtype %d; clmla_dtype has F32, F16, BF16 and "
+                          "FP8_E4M3", name, (int)t->dtype);
+    if (t->dtype == CLMLA_DTYPE_FP8_E4M3 && !t->scale)
+        return clmla_fail(ctx, CLMLA_ERROR_MISSING_TENSOR, "%s.weight is FP8_E4M3 but has no block scales (scale is NULL)",
+                          name);
+    if (t->dtype == CLMLA_DTYPE_FP8_E4M3) {
+        const uint8_t *codes = t->data;
+        const size_t cols = (size_t)t->shape[1], count = (size_t)t->shape[0] * cols;
+        for (size_t i = 0; i < count; i++)
+            if ((codes[i] & 0x7F) == 0x7F) /* the device's decoder reads codes, not NaN (cl/prelude.cl) */
+                return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s.weight has a NaN fp8 code at [%zu, %zu]", name,
+                                  i / cols, i % cols);
+    }
+    return CLMLA_SUCCESS;
+}
+
+/* Rows [r0, r0 + rows) of part t, converted to `to` into codes (row-major, k per row) and, for
+   FP8, scales (block rows from r0 / 128 on; r0 a multiple of 128 for FP8). */
+static clmla_status convert_rows(clmla_context *ctx, const char *name, const clmla_tensor *t, size_t r0, size_t rows,
+                                 clmla_dtype to, char *codes, float *scales, float *tmp)
+{
+    const size_t k = (size_t)t->shape[1], eb = clmla_dtype_bytes(to);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < k; j++)
+            tmp[r * k + j] = clmla_tensor_element(t, r0 + r, j);
+    switch (to) {
+    case CLMLA_DTYPE_F32:
+        memcpy(codes, tmp, rows * k * eb);
+        break;
+    case CLMLA_DTYPE_F16:
+    case CLMLA_DTYPE_BF16:
+        for (size_t i = 0; i < rows * k; i++) {
+            const uint16_t h = to == CLMLA_DTYPE_F16 ? clmla_float_to_f16(tmp[i]) : clmla_float_to_bf16(tmp[i]);
+            memcpy(codes + 2 * i, &h, 2);
+        }
+        break;
+    case CLMLA_DTYPE_FP8_E4M3:
+        if (clmla_fp8_quantize(tmp, rows, k, (uint8_t *)codes, scales) != 0)
+            return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                              "%s.weight: a value in rows %zu..%zu is not finite; fp8 block scales need finite values",
+                              name, r0, r0 + rows - 1);
+        break;
+    }
+    return CLMLA_SUCCESS;
+}
+
+/* One part into the stacked host arrays at row `at`: copied when kept in its own dtype, else
+   converted a block of 128 rows at a time (so a conversion never holds a float32 copy of it). */
+static clmla_status place_part(clmla_context *ctx, const char *name, const clmla_tensor *t, size_t at, clmla_dtype to,
+                               char *codes, float *scales, size_t scale_ld)
+{
+    const size_t rows = (size_t)t->shape[0], k = (size_t)t->shape[1], eb = clmla_dtype_bytes(to);
+    if (t->dtype == to) {
+        memcpy(codes + at * k * eb, t->data, rows * k * eb);
+        if (to == CLMLA_DTYPE_FP8_E4M3)
+            memcpy(scales + at / CLMLA_FP8_BLOCK * scale_ld, t->scale, clmla_fp8_blocks(rows) * scale_ld * sizeof(float));
+        return CLMLA_SUCCESS;
+    }
+    float *tmp = malloc(CLMLA_FP8_BLOCK * k * sizeof(float));
+    if (!tmp)
+        return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "%s: out of host memory converting it", name);
+    clmla_status st = CLMLA_SUCCESS;
+    for (size_t r0 = 0; st == CLMLA_SUCCESS && r0 < rows; r0 += CLMLA_FP8_BLOCK) {
+        const size_t n = rows - r0 < CLMLA_FP8_BLOCK ? rows - r0 : CLMLA_FP8_BLOCK;
+        st = convert_rows(ctx, name, t, r0, n, to, codes + (at + r0) * k * eb,
+                          scales ? scales + (at + r0) / CLMLA_FP8_BLOCK * scale_ld : NULL, tmp);
+    }
+    free(tmp);
+    return st;
+}
+
+static clmla_status device_copy(clmla_context *ctx, const char *name, const void *host, size_t bytes, cl_mem *out)
+{
+    if (bytes > ctx->info.max_alloc_bytes)
+        return clmla_fail(ctx, CL_INVALID_BUFFER_SIZE,
+                          "%s needs %zu bytes, more than the device's largest allocation (%llu)", name, bytes,
+                          (unsigned long long)ctx->info.max_alloc_bytes);
+    cl_int err = CL_SUCCESS;
+    *out = clmla_cl_buffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, (void *)host, &err);
+    if (!*out)
+        return clmla_fail(ctx, err, "uploading %s (%zu bytes) failed: %s", name, bytes, clmla_status_string(err));
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_weight_upload(clmla_context *ctx, const char *name, const clmla_tensor *parts, int count,
+                                 clmla_weights_dtype want, int packable, clmla_weight *w, size_t *row_offsets)
+{
+    memset(w, 0, sizeof(*w));
+    if (count < 1 || count > 4)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: %d parts (1 to 4)", name, count);
+    clmla_status st = CLMLA_SUCCESS;
+    for (int i = 0; i < count && st == CLMLA_SUCCESS; i++) {
+        st = check_part(ctx, name, &parts[i]);
+        if (st == CLMLA_SUCCESS && parts[i].shape[1] != parts[0].shape[1])
+            st = clmla_fail(ctx, CLMLA_ERROR_SHAPE_MISMATCH, "%s: stacked parts of %lld and %lld columns", name,
+                            (long long)parts[0].shape[1], (long long)parts[i].shape[1]);
+    }
+    if (st != CLMLA_SUCCESS)
+        return st;
+    clmla_dtype to = clmla_weight_dtype(parts[0].dtype, want);
+    for (int i = 1; i < count; i++)
+        if (want == CLMLA_WEIGHTS_AS_GIVEN && parts[i].dtype != parts[0].dtype && to != CLMLA_DTYPE_F32) {
+            clmla_log(ctx, CLMLA_LOG_WARNING, "%s: its parts are stored as %s and %s; kept in float32 on the device",
+                      name, clmla_dtype_name(parts[0].dtype), clmla_dtype_name(parts[i].dtype));
+            to = CLMLA_DTYPE_F32;
+        }
+    const size_t k = (size_t)parts[0].shape[1], eb = clmla_dtype_bytes(to);
+    size_t offsets[4], n = 0;
+    for (int i = 0; i < count; i++) {
+        if (to == CLMLA_DTYPE_FP8_E4M3) /* each part on a block boundary: zero rows before it */
+            n = clmla_fp8_blocks(n) * CLMLA_FP8_BLOCK;
+        offsets[i] = n;
+        n += (size_t)parts[i].shape[0];
+    }
+    if (k > SIZE_MAX / eb / n)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: [%zu, %zu] is too large to address", name, n, k);
+    if (n * k * eb > ctx->info.max_alloc_bytes) /* before any host copy of that size */
+        return clmla_fail(ctx, CL_INVALID_BUFFER_SIZE,
+                          "%s [%zu, %zu] in %s needs %zu bytes, more than the device's largest allocation (%llu)", name, n,
+                          k, clmla_dtype_name(to), n * k * eb, (unsigned long long)ctx->info.max_alloc_bytes);
+    const size_t scale_ld = to == CLMLA_DTYPE_FP8_E4M3 ? clmla_fp8_blocks(k) : 0;
+    const size_t scale_count = to == CLMLA_DTYPE_FP8_E4M3 ? clmla_fp8_blocks(n) * scale_ld : 0;
+    char *codes = calloc(n * k, eb);
+    float *scales = scale_count ? malloc(scale_count * sizeof(float)) : NULL;
+    if (!codes || (scale_count && !scales)) {
+        free(codes);
+        free(scales);
+        return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "%s: out of host memory (%zu bytes)", name, n * k * eb);
+    }
+    for (size_t i = 0; i < scale_count; i++)
+        scales[i] = 1.0f; /* padding blocks: zero codes, any scale */
+    for (int i = 0; i < count && st == CLMLA_SUCCESS; i++)
+        st = place_part(ctx, name, &parts[i], offsets[i], to, codes, scales, scale_ld);
+    w->dtype = to;
+    w->n = n;
+    w->k = k;
+    /* the packed kernel indexes W by int: a larger W stays row-major, which every path reads */
+    w->panel = packable && n * k <= (size_t)INT_MAX ? clmla_weight_panel(ctx, n) : 0;
+    if (st == CLMLA_SUCCESS && w->panel) {
+        char *packed = malloc(n * k * eb);
+        if (!packed)
+            st = clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "packing %s (%zu bytes): out of host memory", name,
+                            n * k * eb);
+        else {
+            clmla_pack_weight(codes, n, k, eb, w->panel, packed);
+            free(codes);
+            codes = packed;
+        }
+    }
+    w->data_bytes = n * k * eb;
+    w->scale_bytes = scale_count * sizeof(float);
+    if (st == CLMLA_SUCCESS)
+        st = device_copy(ctx, name, codes, w->data_bytes, &w->data);
+    if (st == CLMLA_SUCCESS && scale_count)
+        st = device_copy(ctx, name, scales, w->scale_bytes, &w->scale);
+    free(codes);
+    free(scales);
+    if (st != CLMLA_SUCCESS) {
+        clmla_weight_release(w);
+        return st;
+    }
+    if (row_offsets)
+        memcpy(row_offsets, offsets, (size_t)count * sizeof(size_t));
+    return CLMLA_SUCCESS;
+}
+
+void clmla_weight_release(clmla_weight *w)
+{
+    if (w->data)
+        clReleaseMemObject(w->data);
+    if (w->scale)
+        clReleaseMemObject(w->scale);
+    memset(w, 0, sizeof(*w));
+}
+
+clmla_matrix clmla_weight_matrix(const clmla_weight *w)
+{
+    clmla_matrix m = {w->data, 0, w->k, 1, w->panel, w->dtype, w->scale, clmla_fp8_blocks(w->k)};
+    return m;
+}
+
+clmla_matrix clmla_weight_slice(const clmla_weight *w, size_t row0, int transposed)
+{
+    clmla_matrix m = {w->data, row0 * w->k, w->k, transposed, 0, w->dtype, w->scale, clmla_fp8_blocks(w->k)};
+    return m;
+}
+
+clmla_status clmla_tensor_values(clmla_context *ctx, const char *name, const clmla_tensor *t, const float **values,
+                                 float **owned)
+{
+    *owned = NULL;
+    *values = NULL;
+    if (t->dtype == CLMLA_DTYPE_F32) {
+        *values = t->data;
+        return CLMLA_SUCCESS;
+    }
+    if (t->dtype != CLMLA_DTYPE_F16 && t->dtype != CLMLA_DTYPE_BF16 && !(t->dtype == CLMLA_DTYPE_FP8_E4M3 && t->ndim == 2))
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s has dtype %d; F32, F16 or BF16 expected", name,
+                          (int)t->dtype);
+    if (t->dtype == CLMLA_DTYPE_FP8_E4M3 && !t->scale)
+        return clmla_fail(ctx, CLMLA_ERROR_MISSING_TENSOR, "%s is FP8_E4M3 but has no block scales", name);
+    const size_t rows = (size_t)t->shape[0], cols = t->ndim == 2 ? (size_t)t->shape[1] : 1;
+    float *v = malloc((rows * cols > 0 ? rows * cols : 1) * sizeof(float));
+    if (!v)
+        return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "%s: out of host memory", name);
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < cols; j++)
+            v[i * cols + j] = clmla_tensor_element(t, i, j);
+    *values = *owned = v;
+    return CLMLA_SUCCESS;
+}

@@ -1,0 +1,40 @@
+/* A projection's weight on the device, in its dtype: the one place weights are converted, packed
+   and uploaded (the layer's projections and clmla_linear). */
+#ifndef CLMLA_WEIGHT_H
+#define CLMLA_WEIGHT_H
+#include "gemm.h"
+
+typedef struct clmla_weight {
+    cl_mem data;       /* codes of dtype: [n, k] row-major, or packed in panels (panel > 0) */
+    cl_mem scale;      /* FP8: [blocks(n), blocks(k)] float32 block scales; else NULL */
+    clmla_dtype dtype;
+    size_t n, k;
+    size_t panel;      /* rows per panel of the packed layout (gemm.h), 0 for row-major */
+    size_t data_bytes, scale_bytes;
+} clmla_weight;
+
+/* The dtype a tensor of dtype `given` is kept in under `want`. */
+clmla_dtype clmla_weight_dtype(clmla_dtype given, clmla_weights_dtype want);
+
+/* Uploads W [n, k], optionally stacked: parts[0..count) are 2-D tensors with the same k whose rows
+   follow one another (the layer stacks q_proj or q_a_proj with kv_a_proj_with_mqa). Every part
+   is converted to the dtype `want` gives the first part; parts of different dtypes under
+   CLMLA_WEIGHTS_AS_GIVEN are kept in float32 (a warning is logged). FP8 parts after the first
+   start on a block boundary: the rows before them are padded with zero codes to a multiple of
+   128, and *row_offsets (optional, [count]) says where each part starts. `packable`: panels where
+   clmla_weight_panel says so (CPU devices), else row-major. `name` names the weight in messages.
+   On failure nothing is left allocated. */
+clmla_status clmla_weight_upload(clmla_context *ctx, const char *name, const clmla_tensor *parts, int count,
+                                 clmla_weights_dtype want, int packable, clmla_weight *w, size_t *row_offsets);
+void clmla_weight_release(clmla_weight *w);
+
+/* op(B) = W^T for clmla_gemm (y = x W^T), and W's rows [row0, row0 + rows) as an untransposed B
+   (offset in elements) for x W slices (the absorbed path's W^UK). */
+clmla_matrix clmla_weight_matrix(const clmla_weight *w);
+clmla_matrix clmla_weight_slice(const clmla_weight *w, size_t row0, int transposed);
+
+/* A tensor's values as float32 on the host (1-D weights: norms and biases): *values is t's data
+   when it is float32 (*owned NULL), else a converted copy (*owned, for the caller to free). */
+clmla_status clmla_tensor_values(clmla_context *ctx, const char *name, const clmla_tensor *t, const float **values,
+                                 float **owned);
+#endif
