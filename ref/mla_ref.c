@@ -71,7 +71,6 @@ static void matvec_t(const float *W /* [rows, cols] */, size_t rows, size_t cols
     }
 }
 
-/* In place: x = w * x / sqrt(mean(x^2) + eps), all in double. */
 /* x rounded to `bits` significant bits, ties to even, with values below 2^min_exp kept on the
    grid of 2^(min_exp - bits + 1) (subnormals). */
 static double round_to_bits(double x, int bits, int min_exp)
@@ -174,6 +173,134 @@ void mla_ref_round_cache_row(mla_ref_cache_type type, double *ckv, int rkv, doub
         kr[i] = type == MLA_REF_CACHE_F16 ? mla_ref_round_f16(kr[i]) : type == MLA_REF_CACHE_BF16 ? mla_ref_round_bf16(kr[i]) : kr[i];
 }
 
+/* The code of x in a float format of 1 sign, `ebits` exponent and `mbits` mantissa bits with this
+   bias, read as mla_ref_decode_* reads codes: exponent field 0 for subnormals (grid
+   2^(1 - bias - mbits)), all ones for infinities and NaN when `ieee`, while e4m3 (not `ieee`) uses
+   that field for normals too, all but the all-ones mantissa. -1 when the format does not hold x. */
+static int encode_bits(double x, int ebits, int mbits, int bias, int ieee)
+{
+    if (isnan(x))
+        return -1;
+    const int sign = signbit(x) ? 1 << (ebits + mbits) : 0;
+    const int all_ones = (1 << ebits) - 1;
+    const double a = fabs(x);
+    if (a == 0.0)
+        return sign;
+    if (isinf(a))
+        return ieee ? sign | all_ones << mbits : -1;
+    int e = 0;
+    frexp(a, &e); /* a in [2^(e-1), 2^e) */
+    int field = e - 1 + bias;
+    double m;
+    if (field < 1) { /* a subnormal: a multiple of the smallest one */
+        field = 0;
+        m = ldexp(a, bias - 1 + mbits);
+    } else {
+        m = ldexp(a, mbits - (e - 1)) - ldexp(1.0, mbits); /* the bits after the leading one */
+    }
+    if (m != floor(m) || m >= ldexp(1.0, mbits))
+        return -1; /* more significant bits than the format has */
+    const int mant = (int)m;
+    if (field > all_ones || (ieee && field == all_ones) || (!ieee && field == all_ones && mant == (1 << mbits) - 1))
+        return -1; /* past the largest finite value */
+    return sign | field << mbits | mant;
+}
+
+int mla_ref_encode_f16(double x)
+{
+    return encode_bits(x, 5, 10, 15, 1);
+}
+
+int mla_ref_encode_bf16(double x)
+{
+    return encode_bits(x, 8, 7, 127, 1);
+}
+
+int mla_ref_encode_e4m3(double x)
+{
+    return encode_bits(x, 4, 3, 7, 0);
+}
+
+/* Number of FP8 scale blocks along a dimension of n values. */
+static size_t fp8_blocks(size_t n)
+{
+    return (n + MLA_REF_FP8_BLOCK - 1) / MLA_REF_FP8_BLOCK;
+}
+
+int mla_ref_quantize_fp8(const float *w, int rows, int cols, unsigned char *codes, float *scale)
+{
+    if (rows < 0 || cols < 0 || ((size_t)rows * (size_t)cols > 0 && (!w || !codes || !scale)))
+        return -1;
+    const size_t R = (size_t)rows, C = (size_t)cols, bc = fp8_blocks(C);
+    for (size_t i = 0; i < R * C; i++)
+        if (!isfinite(w[i]))
+            return -1;
+    for (size_t r0 = 0; r0 < R; r0 += MLA_REF_FP8_BLOCK) {
+        for (size_t c0 = 0; c0 < C; c0 += MLA_REF_FP8_BLOCK) {
+            const size_t r1 = r0 + MLA_REF_FP8_BLOCK < R ? r0 + MLA_REF_FP8_BLOCK : R;
+            const size_t c1 = c0 + MLA_REF_FP8_BLOCK < C ? c0 + MLA_REF_FP8_BLOCK : C;
+            double amax = 0.0;
+            for (size_t r = r0; r < r1; r++)
+                for (size_t c = c0; c < c1; c++)
+                    amax = fmax(amax, fabs((double)w[r * C + c]));
+            /* The float32 quotient: the double quotient of two floats, rounded to float, is the
+               correctly rounded float32 one (53 >= 2 * 24 + 2 bits: the double rounding is
+               harmless), so this is the float32 division the rule names. */
+            float s = amax > 0.0 ? (float)(amax / 448.0) : 1.0f;
+            if (s == 0.0f)
+                s = ldexpf(1.0f, -149);
+            scale[(r0 / MLA_REF_FP8_BLOCK) * bc + c0 / MLA_REF_FP8_BLOCK] = s;
+            for (size_t r = r0; r < r1; r++)
+                for (size_t c = c0; c < c1; c++)
+                    codes[r * C + c] =
+                        (unsigned char)mla_ref_encode_e4m3(mla_ref_round_e4m3((double)w[r * C + c] / (double)s));
+        }
+    }
+    return 0;
+}
+
+/* x rounded by `round` (to f16 or bf16), then past the format's largest finite value `max` to an
+   infinity: round_to_bits knows no largest exponent, and IEEE rounding overflows exactly when the
+   unbounded rounding lands past the largest value. */
+static float round_16(double (*round)(double), double max, float x)
+{
+    const double r = round((double)x);
+    return fabs(r) > max ? copysignf(INFINITY, x) : (float)r;
+}
+
+int mla_ref_round_weight(int dtype, float *w, int rows, int cols)
+{
+    if (rows < 0 || cols < 0 || dtype < MLA_REF_WEIGHT_F32 || dtype > MLA_REF_WEIGHT_FP8)
+        return -1;
+    const size_t n = (size_t)rows * (size_t)cols;
+    if (n == 0 || dtype == MLA_REF_WEIGHT_F32)
+        return 0;
+    if (!w)
+        return -1;
+    if (dtype == MLA_REF_WEIGHT_F16 || dtype == MLA_REF_WEIGHT_BF16) {
+        const double max = dtype == MLA_REF_WEIGHT_F16 ? 65504.0 : ldexp(255.0, 120); /* (2 - 2^-7) 2^127 */
+        for (size_t i = 0; i < n; i++)
+            w[i] = round_16(dtype == MLA_REF_WEIGHT_F16 ? mla_ref_round_f16 : mla_ref_round_bf16, max, w[i]);
+        return 0;
+    }
+    const size_t bc = fp8_blocks((size_t)cols);
+    unsigned char *codes = malloc(n);
+    float *scale = malloc(fp8_blocks((size_t)rows) * bc * sizeof(float));
+    int rc = -1;
+    if (codes && scale && mla_ref_quantize_fp8(w, rows, cols, codes, scale) == 0) {
+        for (size_t i = 0; i < n; i++) {
+            const size_t r = i / (size_t)cols, c = i % (size_t)cols;
+            const double s = scale[(r / MLA_REF_FP8_BLOCK) * bc + c / MLA_REF_FP8_BLOCK];
+            w[i] = (float)(mla_ref_decode_e4m3(codes[i]) * s); /* the product is exact in double */
+        }
+        rc = 0;
+    }
+    free(codes);
+    free(scale);
+    return rc;
+}
+
+/* In place: x = w * x / sqrt(mean(x^2) + eps), all in double. */
 static void rmsnorm(double *x /* [n] */, const float *w /* [n] */, size_t n, double eps)
 {
     double ss = 0.0;

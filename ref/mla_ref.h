@@ -143,6 +143,44 @@ void mla_ref_round_cache_row(mla_ref_cache_type type, double *ckv, int rkv, doub
 double mla_ref_decode_f16(unsigned bits);
 double mla_ref_decode_bf16(unsigned bits);
 double mla_ref_decode_e4m3(unsigned bits);
+/* The inverse: the code of a value that the format holds exactly (one that mla_ref_round_f16,
+   mla_ref_round_bf16 or mla_ref_round_e4m3 returns; infinities for f16 and bf16; -0 has the sign
+   bit), or -1 for a value it does not hold, or NaN. */
+int mla_ref_encode_f16(double x);
+int mla_ref_encode_bf16(double x);
+int mla_ref_encode_e4m3(double x);
+
+/* ---- weights kept in another element type (clmla_layer_config.weights_dtype) -------------------
+
+   A layer told to keep its weights in f16, bf16 or fp8 computes with the weights that type holds,
+   each decoded to float32. The reference is fed those same values as float32 weights (the float32
+   round trip of every value of the three types is exact, fp8's scaled product aside: below). */
+
+enum { MLA_REF_WEIGHT_F32 = 0, MLA_REF_WEIGHT_F16 = 1, MLA_REF_WEIGHT_BF16 = 2, MLA_REF_WEIGHT_FP8 = 3 };
+
+/* Side of an FP8 weight's scale block, along both dimensions. */
+#define MLA_REF_FP8_BLOCK 128
+
+/* DeepSeek-V3's FP8 weight quantisation of W [rows, cols]: for each block of 128 x 128 values (the
+   last along each dimension partial: it keeps its own scale), the float32 scale
+   s = max|W| / 448, a float32 division (a block of zeros: s = 1; a quotient that underflows to 0:
+   s = 2^-149, the smallest float32 above 0), and for each value the code of e4m3(W / s), the
+   quotient taken in double and rounded to e4m3 to nearest even, saturating at 448.
+   codes [rows, cols] (mla_ref_decode_e4m3 reads them), scale [ceil(rows / 128), ceil(cols / 128)].
+   Returns 0, or -1 (nothing written) when a value of W is not finite or an argument is bad. */
+int mla_ref_quantize_fp8(const float *w /* [rows, cols] */, int rows, int cols, unsigned char *codes,
+                         float *scale);
+
+/* Replaces W [rows, cols] in place by the values a layer keeping it in `dtype` (MLA_REF_WEIGHT_*,
+   clmla_dtype's numbering) computes with:
+     F32   unchanged;
+     F16   each value rounded to binary16 (mla_ref_round_f16), past 65504 to an infinity as IEEE
+           rounding gives; BF16 likewise (mla_ref_round_bf16); NaN and infinities stay as they are;
+     FP8   mla_ref_quantize_fp8, then each value e4m3(code) * s, that product rounded to float32
+           (it can need 28 significant bits: 4 of the code times 24 of the scale).
+   Returns 0, or -1 with W unchanged for an unknown dtype, negative sizes, or FP8 given a value
+   that is not finite (clmla refuses such a tensor). */
+int mla_ref_round_weight(int dtype, float *w /* [rows, cols] */, int rows, int cols);
 
 /* YaRN ramp bounds of docs/MLA.md section 3, computed from theta, dr, L, beta_fast and beta_slow
    (regardless of whether YaRN is on):

@@ -1257,6 +1257,264 @@ static void test_stored_cache(void)
     free_layer(&L);
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* Weights in another element type (mla_ref_round_weight, mla_ref_quantize_fp8)               */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Every code of the three formats decodes to a value that encodes back to it (NaN aside: -1), and
+   values a format does not hold are refused. */
+static void test_weight_codes(void)
+{
+    int bad = 0, refused = 0;
+    for (unsigned c = 0; c < 65536; c++) {
+        const double h = mla_ref_decode_f16(c), b = mla_ref_decode_bf16(c);
+        bad += isnan(h) ? mla_ref_encode_f16(h) != -1 : mla_ref_encode_f16(h) != (int)c;
+        bad += isnan(b) ? mla_ref_encode_bf16(b) != -1 : mla_ref_encode_bf16(b) != (int)c;
+    }
+    for (unsigned c = 0; c < 256; c++) {
+        const double e = mla_ref_decode_e4m3(c);
+        bad += isnan(e) ? mla_ref_encode_e4m3(e) != -1 : mla_ref_encode_e4m3(e) != (int)c;
+    }
+    /* 1 + 2^-4 needs 5 bits; 480 and 2^-10 are past e4m3's range and grid; infinities are not e4m3;
+       2^16 is past f16; 1 + 2^-8 needs 9 bits; 2^-134 is below bf16's grid. */
+    const double e4m3_not[] = {1.0 + 0x1p-4, 480.0, 0x1p-10, INFINITY, NAN};
+    for (size_t i = 0; i < sizeof(e4m3_not) / sizeof(e4m3_not[0]); i++)
+        refused += mla_ref_encode_e4m3(e4m3_not[i]) == -1;
+    refused += mla_ref_encode_f16(65536.0) == -1;
+    refused += mla_ref_encode_f16(1.0 + 0x1p-11) == -1;
+    refused += mla_ref_encode_bf16(1.0 + 0x1p-8) == -1;
+    refused += mla_ref_encode_bf16(0x1p-134) == -1;
+    const int spot = mla_ref_encode_e4m3(448.0) == 0x7E && mla_ref_encode_e4m3(-0.0) == 0x80 &&
+                     mla_ref_encode_e4m3(0x1p-9) == 0x01 && mla_ref_encode_f16(-INFINITY) == 0xFC00 &&
+                     mla_ref_encode_bf16(1.0) == 0x3F80 && mla_ref_encode_f16(65504.0) == 0x7BFF;
+    check(bad == 0 && refused == 9 && spot, "weight_codes",
+          "%d codes of f16/bf16/e4m3 not round-tripped; %d of 9 foreign values refused; spot codes %s", bad, refused,
+          spot ? "ok" : "WRONG");
+}
+
+/* f16 and bf16 weights: each value rounded to nearest even, overflow to infinity, NaN kept; f32
+   weights untouched. */
+static void test_round_weight_16(void)
+{
+    /* in, f16, bf16 */
+    static const double cases[][3] = {
+        {1.0 + 0x1p-11, 1.0, 1.0},                       /* f16 tie: to the even 1 */
+        {1.0 + 3 * 0x1p-11, 1.0 + 0x1p-9, 1.0},          /* f16 tie: odd 1 + 2^-10 loses to 1 + 2^-9 */
+        {1.0 + 0x1p-8, 1.0 + 0x1p-8, 1.0},               /* bf16 tie: to the even 1 */
+        {-(1.0 + 3 * 0x1p-8), -(1.0 + 3 * 0x1p-8), -(1.0 + 0x1p-6)}, /* bf16 tie upwards, sign kept */
+        {0x1p-25, 0.0, 0x1p-25},                         /* f16: half the smallest subnormal, to 0 */
+        {3 * 0x1p-25, 0x1p-23, 3 * 0x1p-25},             /* f16: 1.5 subnormal units, to 2 */
+        {65519.0, 65504.0, 65536.0},                     /* f16: just under the overflow point */
+        {65520.0, INFINITY, 65536.0},                    /* f16: the overflow point (a tie) */
+        {-1e6, -INFINITY, -999424.0},
+    };
+    const int n = (int)(sizeof(cases) / sizeof(cases[0]));
+    float h[16], b[16], f[16];
+    for (int i = 0; i < n; i++)
+        h[i] = b[i] = f[i] = (float)cases[i][0];
+    h[n] = b[n] = f[n] = NAN;
+    int rc = mla_ref_round_weight(MLA_REF_WEIGHT_F16, h, 1, n + 1);
+    rc |= mla_ref_round_weight(MLA_REF_WEIGHT_BF16, b, n + 1, 1);
+    rc |= mla_ref_round_weight(MLA_REF_WEIGHT_F32, f, 1, n + 1);
+    int wrong = 0;
+    for (int i = 0; i < n; i++) {
+        if ((double)h[i] != cases[i][1] || (double)b[i] != cases[i][2] || (double)f[i] != (double)(float)cases[i][0]) {
+            printf("  case %d: in %.17g: f16 %.17g (want %.17g), bf16 %.17g (want %.17g), f32 %.17g\n", i, cases[i][0],
+                   (double)h[i], cases[i][1], (double)b[i], cases[i][2], (double)f[i]);
+            wrong++;
+        }
+    }
+    const int nan_kept = isnan(h[n]) && isnan(b[n]) && isnan(f[n]);
+    const int refused =
+        mla_ref_round_weight(4, f, 1, 1) == -1 && mla_ref_round_weight(MLA_REF_WEIGHT_F16, f, -1, 1) == -1;
+    check(rc == 0 && wrong == 0 && nan_kept && refused, "round_weight_f16_bf16",
+          "%d of %d hand cases wrong; NaN kept: %s; bad dtype / size refused: %s", wrong, n, nan_kept ? "yes" : "no",
+          refused ? "yes" : "no");
+}
+
+/* One FP8 block whose largest magnitude is 448 * 2^-3: s = 2^-3 exactly, and values that are e4m3
+   values times 2^-3 get exact codes, so the weight comes back bitwise. */
+static void test_fp8_exact_block(void)
+{
+    static const double e4m3_values[] = {448.0, -448.0, 1.0, 1.125, -0.8125, 0x1p-9, -7 * 0x1p-9, 0.0,
+                                         240.0, 0x1p-6, 13.0, -0.0, 104.0, 3.75, 0.3125};
+    enum { R = 3, C = 5 };
+    float w[R * C], orig[R * C], scale[1] = {0};
+    unsigned char codes[R * C];
+    for (int i = 0; i < R * C; i++)
+        w[i] = orig[i] = (float)(e4m3_values[i] * 0x1p-3);
+    const int rq = mla_ref_quantize_fp8(w, R, C, codes, scale);
+    int code_wrong = 0;
+    for (int i = 0; i < R * C; i++)
+        code_wrong += codes[i] != mla_ref_encode_e4m3(e4m3_values[i]);
+    const int rc = mla_ref_round_weight(MLA_REF_WEIGHT_FP8, w, R, C);
+    check(rq == 0 && rc == 0 && scale[0] == 0.125f && code_wrong == 0 && memcmp(w, orig, sizeof(w)) == 0,
+          "fp8_exact_block", "scale %.9g (want 0.125), %d codes wrong, weights %s", (double)scale[0], code_wrong,
+          memcmp(w, orig, sizeof(w)) == 0 ? "unchanged" : "CHANGED");
+}
+
+/* Rounding inside a block: ties to even on the normal and the subnormal grid (block max 448: s = 1);
+   a scale that float32 cannot hold exactly (max 1: s = 1 / 448 as float32 divides, and the largest
+   value comes back as 448 s rounded to float32); a scale that underflows (s = 2^-149). */
+static void test_fp8_rounding(void)
+{
+    /* in, want (s = 1) */
+    static const double cases[][2] = {
+        {448.0, 448.0},
+        {17.0, 16.0},            /* [16, 32): grid 2, tie 16 / 18: to 16 (mantissa 0) */
+        {19.0, 20.0},            /* tie 18 / 20: to 20 (mantissa 2) */
+        {-17.0, -16.0},
+        {300.0, 288.0},          /* [256, 448]: grid 32; 300 / 32 = 9.375 */
+        {0x1p-10, 0.0},          /* half the smallest subnormal 2^-9: to 0 */
+        {3 * 0x1p-10, 0x1p-8},   /* 1.5 units: to 2 units */
+        {5 * 0x1p-10, 0x1p-8},   /* 2.5 units: to 2 units */
+        {0.0146484375, 0.015625}, /* 7.5 units of 2^-9: to 8 units = 2^-6, the smallest normal */
+    };
+    const int n = (int)(sizeof(cases) / sizeof(cases[0]));
+    float w[16];
+    for (int i = 0; i < n; i++)
+        w[i] = (float)cases[i][0];
+    int rc = mla_ref_round_weight(MLA_REF_WEIGHT_FP8, w, 1, n);
+    int wrong = 0;
+    for (int i = 0; i < n; i++)
+        if ((double)w[i] != cases[i][1]) {
+            printf("  case %d: %.17g -> %.17g, want %.17g\n", i, cases[i][0], (double)w[i], cases[i][1]);
+            wrong++;
+        }
+
+    volatile float one = 1.0f, d448 = 448.0f;
+    const float s_f32 = one / d448; /* the float32 division itself */
+    float v[2] = {1.0f, -0.5f}, sc[1] = {0};
+    unsigned char cd[2];
+    rc |= mla_ref_quantize_fp8(v, 2, 1, cd, sc);
+    rc |= mla_ref_round_weight(MLA_REF_WEIGHT_FP8, v, 2, 1);
+    const float s_inexact = sc[0];
+    const int inexact_ok = s_inexact == s_f32 && cd[0] == 0x7E && v[0] == (float)(448.0 * (double)s_f32) &&
+                           v[1] == (float)(mla_ref_round_e4m3(-0.5 / (double)s_f32) * (double)s_f32);
+
+    float tiny[2] = {7 * 0x1p-149f, -0x1p-149f}; /* 7 * 2^-149 / 448 underflows float32 */
+    rc |= mla_ref_quantize_fp8(tiny, 1, 2, cd, sc);
+    const int underflow_ok = sc[0] == 0x1p-149f && cd[0] == mla_ref_encode_e4m3(7.0) && cd[1] == 0xB8;
+    check(rc == 0 && wrong == 0 && inexact_ok && underflow_ok, "fp8_rounding",
+          "%d of %d tie/grid cases wrong; max 1: s %.9g (float32 1/448 %.9g), 1 -> %.9g; underflow: s %.3g codes "
+          "%#x %#x",
+          wrong, n, (double)s_inexact, (double)s_f32, (double)v[0], (double)sc[0], cd[0], cd[1]);
+}
+
+/* A block of zeros has scale 1 and comes back as zeros, next to a block with its own scale; a value
+   that is not finite makes the whole tensor refused, unchanged. */
+static void test_fp8_zero_block(void)
+{
+    enum { R = 128, C = 256 };
+    float *w = calloc((size_t)R * C, sizeof(float)), *orig = malloc((size_t)R * C * sizeof(float));
+    unsigned char *codes = malloc((size_t)R * C);
+    if (!w || !orig || !codes) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    rng_seed(301);
+    for (int r = 0; r < R; r++)
+        for (int c = 128; c < C; c++)
+            w[r * C + c] = (float)rng_unif(); /* block (0, 1): |W| < 0.5 */
+    w[5 * C + 200] = -0.75f;                  /* its max: s = 0.75 / 448 */
+    float scale[2] = {0, 0};
+    int rc = mla_ref_quantize_fp8(w, R, C, codes, scale);
+    int zero_codes = 0;
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < 128; c++)
+            zero_codes += codes[r * C + c] == 0;
+    rc |= mla_ref_round_weight(MLA_REF_WEIGHT_FP8, w, R, C);
+    int zeros = 0;
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < 128; c++)
+            zeros += w[r * C + c] == 0.0f && !signbit(w[r * C + c]);
+    const float s1 = (float)(0.75 / 448.0);
+
+    memcpy(orig, w, (size_t)R * C * sizeof(float));
+    w[R * C - 1] = INFINITY;
+    const int inf_refused = mla_ref_round_weight(MLA_REF_WEIGHT_FP8, w, R, C) == -1;
+    w[R * C - 1] = orig[R * C - 1];
+    w[7] = NAN;
+    const int nan_refused = mla_ref_round_weight(MLA_REF_WEIGHT_FP8, w, R, C) == -1;
+    w[7] = orig[7];
+    check(rc == 0 && scale[0] == 1.0f && scale[1] == s1 && zero_codes == 128 * 128 && zeros == 128 * 128 &&
+              inf_refused && nan_refused && memcmp(w, orig, (size_t)R * C * sizeof(float)) == 0,
+          "fp8_zero_block", "scales %.9g %.9g (want 1, %.9g); zero codes %d, zeros %d of %d; inf / NaN refused %d %d",
+          (double)scale[0], (double)scale[1], (double)s1, zero_codes, zeros, 128 * 128, inf_refused, nan_refused);
+    free(w);
+    free(orig);
+    free(codes);
+}
+
+/* Partial blocks at the edges: a 130 x 3 weight has two blocks of rows, [0, 128) with max 448
+   (s = 1) and [128, 130) with max 21 (s = 21 / 448 = 3 * 2^-6); 0.01 in each comes back as
+   e4m3(0.01) = 5 * 2^-9 in the first and e4m3(0.01 / s) s = 14 * 2^-6 * 3 * 2^-6 in the second.
+   The same along the columns: 3 x 130. */
+static void test_fp8_partial_blocks(void)
+{
+    enum { LONG = 130, SHORT = 3 };
+    float a[LONG * SHORT], b[SHORT * LONG], sa[2] = {0, 0}, sb[2] = {0, 0};
+    unsigned char ca[LONG * SHORT], cb[SHORT * LONG];
+    for (int i = 0; i < LONG * SHORT; i++)
+        a[i] = b[i] = 0.01f;
+    a[0] = b[0] = 448.0f;                           /* block 0's max */
+    a[128 * SHORT + 1] = b[1 * LONG + 128] = -21.0f; /* block 1's max (row 128 / column 128) */
+    int rc = mla_ref_quantize_fp8(a, LONG, SHORT, ca, sa) | mla_ref_quantize_fp8(b, SHORT, LONG, cb, sb);
+    rc |= mla_ref_round_weight(MLA_REF_WEIGHT_FP8, a, LONG, SHORT);
+    rc |= mla_ref_round_weight(MLA_REF_WEIGHT_FP8, b, SHORT, LONG);
+    const float first = (float)(5 * 0x1p-9), second = (float)(14 * 0x1p-6 * 3 * 0x1p-6);
+    int wrong = 0;
+    for (int r = 0; r < LONG; r++)
+        for (int c = 0; c < SHORT; c++) {
+            const int i = r * SHORT + c, j = c * LONG + r; /* the same place in a and in b's transpose */
+            const float want = i == 0 ? 448.0f : r == 128 && c == 1 ? -21.0f : r < 128 ? first : second;
+            wrong += a[i] != want;
+            wrong += b[j] != want;
+        }
+    check(rc == 0 && sa[0] == 1.0f && sa[1] == 0.046875f && sb[0] == 1.0f && sb[1] == 0.046875f && wrong == 0 &&
+              first != second,
+          "fp8_partial_blocks", "130x3 scales %.9g %.9g, 3x130 scales %.9g %.9g (want 1, 0.046875); %d values wrong "
+          "(0.01 -> %.9g in the first block, %.9g in the second)",
+          (double)sa[0], (double)sa[1], (double)sb[0], (double)sb[1], wrong, (double)first, (double)second);
+}
+
+/* A random 300 x 200 weight, each block at its own magnitude: every value comes back within half
+   a unit of e4m3's grid times its block's scale (2^-4 relative for normals, 2^-10 s below 2^-6 s),
+   plus the float32 rounding of the product, and no code passes 448. */
+static void test_fp8_random_bound(void)
+{
+    enum { R = 300, C = 200 };
+    const size_t n = (size_t)R * C;
+    float *w = malloc(n * sizeof(float)), *q = malloc(n * sizeof(float));
+    unsigned char *codes = malloc(n);
+    if (!w || !q || !codes) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    rng_seed(302);
+    for (size_t i = 0; i < n; i++) {
+        const size_t r = i / C, c = i % C;
+        w[i] = (float)(rng_unif() * ldexp(1.0, (int)(r / 128) * 5 - (int)(c / 128) * 9)); /* 2^0/5/10, x 2^-9 */
+    }
+    memcpy(q, w, n * sizeof(float));
+    float scale[3 * 2];
+    int rc = mla_ref_quantize_fp8(w, R, C, codes, scale) | mla_ref_round_weight(MLA_REF_WEIGHT_FP8, q, R, C);
+    double worst = 0.0;
+    int over = 0;
+    for (size_t i = 0; i < n; i++) {
+        const size_t r = i / C, c = i % C;
+        const double s = scale[(r / 128) * 2 + c / 128], a = fabs((double)w[i]);
+        const double bound = ldexp(a, -4) + ldexp(s, -10) + ldexp(a, -22);
+        worst = fmax(worst, fabs((double)q[i] - (double)w[i]) / bound);
+        over += fabs(mla_ref_decode_e4m3(codes[i])) > 448.0;
+    }
+    check(rc == 0 && worst <= 1.0 && over == 0, "fp8_random_bound",
+          "largest error / bound %.3f (<= 1), codes past 448: %d", worst, over);
+    free(w);
+    free(q);
+    free(codes);
+}
+
 int main(void)
 {
     test_yarn_bounds_and_freqs();
@@ -1281,6 +1539,13 @@ int main(void)
     test_bad_arguments();
     test_bad_features();
     test_max_rel_err();
+    test_weight_codes();
+    test_round_weight_16();
+    test_fp8_exact_block();
+    test_fp8_rounding();
+    test_fp8_zero_block();
+    test_fp8_partial_blocks();
+    test_fp8_random_bound();
     printf("%d passed, %d failed\n", g_passed, g_failed);
     return g_failed == 0 ? 0 : 1;
 }
