@@ -273,9 +273,10 @@ static owned_tensor *push(tensor_list *l)
     return t;
 }
 
-/* Encodes w [rows, cols] (cols 0: 1-D) in dtype, appends it (and F8 block scales) to the list, and
-   overwrites w with the values the checkpoint now holds. */
-static int add_weight(tensor_list *l, const char *name, const char *dtype, float *w, int64_t rows, int64_t cols)
+/* Encodes w [rows, cols] (cols 0: 1-D) in dtype, appends it (and F8 block scales, stored in
+   scale_dtype: NULL = F32) to the list, and overwrites w with the values the checkpoint now holds. */
+static int add_weight(tensor_list *l, const char *name, const char *dtype, const char *scale_dtype, float *w,
+                      int64_t rows, int64_t cols)
 {
     const int64_t n = rows * (cols ? cols : 1);
     owned_tensor *t = push(l);
@@ -331,7 +332,12 @@ static int add_weight(tensor_list *l, const char *name, const char *dtype, float
             for (int64_t i = bi * 128; i < rows && i < (bi + 1) * 128; i++)
                 for (int64_t j = bj * 128; j < cols && j < (bj + 1) * 128; j++)
                     amax = fmaxf(amax, fabsf(w[i * cols + j]));
-            const float scale = amax > 0 ? amax / 448.0f : 1.0f;
+            float scale = amax > 0 ? amax / 448.0f : 1.0f;
+            /* The scale the checkpoint will hold; a code past 448 after a scale rounded down saturates. */
+            if (scale_dtype && strcmp(scale_dtype, "BF16") == 0)
+                scale = (float)ckpt_value_bf16(ckpt_encode_bf16(scale));
+            else if (scale_dtype && strcmp(scale_dtype, "F16") == 0)
+                scale = (float)ckpt_value_f16(ckpt_encode_f16(scale));
             scales[bi * bc + bj] = scale;
             for (int64_t i = bi * 128; i < rows && i < (bi + 1) * 128; i++)
                 for (int64_t j = bj * 128; j < cols && j < (bj + 1) * 128; j++) {
@@ -341,7 +347,7 @@ static int add_weight(tensor_list *l, const char *name, const char *dtype, float
         }
     char scale_name[200];
     snprintf(scale_name, sizeof(scale_name), "%s_scale_inv", name);
-    const int rc = add_weight(l, scale_name, "F32", scales, br, bc);
+    const int rc = add_weight(l, scale_name, scale_dtype ? scale_dtype : "F32", NULL, scales, br, bc);
     free(scales);
     return rc;
 }
@@ -411,7 +417,8 @@ static int add_layer(tensor_list *l, const ckpt_model *m, int layer, const clmla
         *specs[i].slot = values;
         char name[160];
         snprintf(name, sizeof(name), "model.layers.%d.self_attn.%s.weight", layer, specs[i].suffix);
-        if (add_weight(l, name, specs[i].cols ? dtype : norm_dtype, values, specs[i].rows, specs[i].cols) != 0)
+        if (add_weight(l, name, specs[i].cols ? dtype : norm_dtype, m->scale_dtype, values, specs[i].rows,
+                       specs[i].cols) != 0)
             return -1;
     }
     return 0;
@@ -426,10 +433,10 @@ static int add_extras(tensor_list *l, const clmla_layer_config *c, int layer, ui
         return -1;
     char name[160];
     snprintf(name, sizeof(name), "model.layers.%d.input_layernorm.weight", layer);
-    int rc = add_weight(l, name, "BF16", values, D, 0);
+    int rc = add_weight(l, name, "BF16", NULL, values, D, 0);
     snprintf(name, sizeof(name), "model.layers.%d.mlp.gate_proj.weight", layer);
     if (rc == 0)
-        rc = add_weight(l, name, "BF16", values, 4, D);
+        rc = add_weight(l, name, "BF16", NULL, values, 4, D);
     free(values);
     owned_tensor *t = rc == 0 ? push(l) : NULL;
     if (!t)
@@ -466,7 +473,7 @@ int ckpt_write_model(const char *dir, const ckpt_model *m, ckpt_weights *layers)
     uint64_t rng = 0x243F6A8885A308D3ULL ^ ((uint64_t)m->seed * 0x9E3779B97F4A7C15ULL);
     if (rc == 0 && m->extras) {
         float *embed = random_weight(8 * (int64_t)tc->hidden_size, 0.5f, 0, &rng);
-        rc = embed ? add_weight(&list, "model.embed_tokens.weight", "BF16", embed, 8, tc->hidden_size) : -1;
+        rc = embed ? add_weight(&list, "model.embed_tokens.weight", "BF16", NULL, embed, 8, tc->hidden_size) : -1;
         free(embed);
     }
     for (int layer = 0; rc == 0 && layer < num_layers; layer++) {
@@ -479,7 +486,7 @@ int ckpt_write_model(const char *dir, const ckpt_model *m, ckpt_weights *layers)
         else
             ckpt_weights_free(&w);
     }
-    /* Leave out or relabel what the test asks for. */
+    /* Leave out, relabel or reshape what the test asks for. */
     for (int i = 0; rc == 0 && i < list.count; i++) {
         if (suffix_is(list.items[i].name, m->omit)) {
             free(list.items[i].data);
@@ -487,6 +494,10 @@ int ckpt_write_model(const char *dir, const ckpt_model *m, ckpt_weights *layers)
             i--;
         } else if (suffix_is(list.items[i].name, m->retype)) {
             list.items[i].dtype = m->retype_as;
+        } else if (suffix_is(list.items[i].name, m->reshape)) {
+            list.items[i].ndim = 2;
+            list.items[i].shape[0] = m->reshape_to[0];
+            list.items[i].shape[1] = m->reshape_to[1];
         }
     }
 

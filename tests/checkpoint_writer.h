@@ -4,7 +4,7 @@
  * dequantisation, which is what the float64 reference must be fed.
  *
  * The encoders here are the test's own (round to nearest even), written independently of the
- * library's decoders in host/io/safetensors.c. */
+ * library's decoders in host/runtime/dtype.c. */
 #ifndef CLMLA_TEST_CHECKPOINT_WRITER_H
 #define CLMLA_TEST_CHECKPOINT_WRITER_H
 #include "clmla.h"
@@ -19,6 +19,8 @@ typedef struct ckpt_model {
     int num_layers;                          /* 0 = 1 */
     const char *dtype;                       /* "F32", "F16", "BF16", "F8_E4M3"; NULL = F32. Norms of an
                                                 F8_E4M3 model are BF16, as in DeepSeek-V3 */
+    const char *scale_dtype;                 /* F8_E4M3's "_scale_inv": "F32" (NULL), "F16" or "BF16"; the
+                                                scales are rounded to it before the codes are chosen */
     int shards;                              /* 0 = model.safetensors; N >= 1 = N shards and the index */
     int extras;                              /* also write tensors the loader must ignore */
     const char *model_type;                  /* NULL = "deepseek_v3" */
@@ -28,6 +30,8 @@ typedef struct ckpt_model {
                                                 "kv_b_proj.weight" or "o_proj.weight_scale_inv" */
     const char *retype;                      /* a tensor (same form) whose dtype label becomes retype_as, */
     const char *retype_as;                   /* one of the same element size, e.g. "I32" for F32 */
+    const char *reshape;                     /* a tensor (same form) whose shape label becomes reshape_to, */
+    int64_t reshape_to[2];                   /* 2-D, with as many elements (its bytes stay as they are) */
     unsigned seed;
 } ckpt_model;
 

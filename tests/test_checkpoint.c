@@ -1,11 +1,13 @@
 /* Model folders: config.json parsing, safetensors (single and sharded, F32/F16/BF16/F8_E4M3 with
    block scales), the layer they make checked against the float64 reference on the weights as the
-   checkpoint holds them, .npy files, and a message that names the file and the problem for every
-   kind of bad input. */
+   checkpoint holds them, weights kept in their stored dtype (device memory, and the same output as
+   a float32 layer of the dequantised values), .npy files, and a message that names the file and
+   the problem for every kind of bad input. */
 #include "check.h"
 #include "checkpoint_writer.h"
 #include "clmla.h"
 #include "config.h"
+#include "dtype.h"
 #include "mla_ref.h"
 #include "npy.h"
 #include "safetensors.h"
@@ -30,29 +32,39 @@ static const char *subdir(char *buf, size_t size, const char *name)
 
 /* ---- good models ------------------------------------------------------------------------------ */
 
-/* Runs T tokens through the layer: a prefill of `prefill` tokens then single-token decode, on one
-   path, and returns the worst relative error against ref. */
-static double run_against(clmla_layer *layer, const clmla_layer_config *c, clmla_attention_path path, int T, int prefill,
-                          const float *x, const double *ref)
+/* Runs T tokens through the layer into out [T, D]: a prefill of `prefill` tokens then single-token
+   decode, on one path, in a cache of its own. */
+static clmla_status run_steps(clmla_layer *layer, const clmla_layer_config *c, clmla_attention_path path, int T,
+                              int prefill, const float *x, float *out)
 {
     clmla_cache_config cc = {1, c->kv_lora_rank, c->qk_rope_head_dim, 4, (T + 3) / 4, CLMLA_CACHE_F32};
     clmla_cache *cache = NULL;
-    float *out = malloc((size_t)T * c->hidden_size * sizeof(float));
     int32_t seq = -1;
-    double err = INFINITY;
-    if (out && clmla_cache_create(ctx, &cc, &cache) == CLMLA_SUCCESS && clmla_cache_seq_add(cache, &seq) == CLMLA_SUCCESS) {
+    clmla_status st = clmla_cache_create(ctx, &cc, &cache);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_cache_seq_add(cache, &seq);
+    if (st == CLMLA_SUCCESS) {
         clmla_batch_entry entry = {seq, prefill};
         clmla_forward_args args = {&entry, 1, 0, path};
-        clmla_status st = clmla_layer_forward(layer, cache, &args, x, out);
+        st = clmla_layer_forward(layer, cache, &args, x, out);
         for (int t = prefill; st == CLMLA_SUCCESS && t < T; t++) {
             entry.num_tokens = 1;
             st = clmla_layer_forward(layer, cache, &args, x + (size_t)t * c->hidden_size, out + (size_t)t * c->hidden_size);
         }
-        CHECK_STATUS(st, CLMLA_SUCCESS, ctx);
-        if (st == CLMLA_SUCCESS)
-            err = mla_ref_max_rel_err(out, ref, (size_t)T * c->hidden_size, NULL);
     }
+    CHECK_STATUS(st, CLMLA_SUCCESS, ctx);
     clmla_cache_destroy(cache);
+    return st;
+}
+
+/* The same, returning the worst relative error against ref. */
+static double run_against(clmla_layer *layer, const clmla_layer_config *c, clmla_attention_path path, int T,
+                          int prefill, const float *x, const double *ref)
+{
+    float *out = malloc((size_t)T * c->hidden_size * sizeof(float));
+    double err = INFINITY;
+    if (out && run_steps(layer, c, path, T, prefill, x, out) == CLMLA_SUCCESS)
+        err = mla_ref_max_rel_err(out, ref, (size_t)T * c->hidden_size, NULL);
     free(out);
     return err;
 }
@@ -140,35 +152,272 @@ static void test_good_models(void)
     }
 }
 
-/* The F8 dequantisation itself, bit for bit: a weight that is exactly representable in every
-   128x128 block comes back exact. */
+/* ---- weights kept as stored ------------------------------------------------------------------- */
+
+/* Element i of a checkpoint tensor from the format's definitions, not the library's decoders:
+   little-endian F32, F16 and F8_E4M3 codes through the reference's decoders, BF16 as bits << 16. */
+static float stored_element(const clmla_st_file *f, const clmla_st_tensor *t, uint64_t i)
+{
+    const uint8_t *p = f->data + t->begin;
+    uint32_t bits;
+    float v;
+    if (strcmp(t->dtype_name, "F32") == 0) {
+        const uint8_t *q = p + 4 * i;
+        bits = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24;
+    } else if (strcmp(t->dtype_name, "BF16") == 0) {
+        bits = ((uint32_t)p[2 * i] | (uint32_t)p[2 * i + 1] << 8) << 16;
+    } else if (strcmp(t->dtype_name, "F16") == 0) {
+        return (float)mla_ref_decode_f16((unsigned)(p[2 * i] | p[2 * i + 1] << 8));
+    } else if (strcmp(t->dtype_name, "F8_E4M3") == 0) {
+        return (float)mla_ref_decode_e4m3(p[i]);
+    } else {
+        return NAN;
+    }
+    memcpy(&v, &bits, sizeof(v));
+    return v;
+}
+
+/* The float32 values of tensor `name` of a single-file checkpoint: W[i, j] = e4m3(q[i, j]) * S[i/128, j/128]
+   (a float32 product) for F8_E4M3, the element itself otherwise. NULL when absent. */
+static float *dequantised(const clmla_st_file *f, const char *name)
+{
+    const clmla_st_tensor *t = clmla_st_find(f, name);
+    if (!t)
+        return NULL;
+    char scale_name[300];
+    snprintf(scale_name, sizeof(scale_name), "%s_scale_inv", name);
+    const clmla_st_tensor *s = clmla_st_find(f, scale_name);
+    const uint64_t n = clmla_st_numel(t);
+    const int64_t cols = t->ndim == 2 ? t->shape[1] : 1, blocks_per_row = (cols + 127) / 128;
+    float *w = malloc((size_t)(n ? n : 1) * sizeof(float));
+    for (uint64_t e = 0; w && e < n; e++) {
+        w[e] = stored_element(f, t, e);
+        if (strcmp(t->dtype_name, "F8_E4M3") == 0) {
+            const int64_t i = (int64_t)e / cols, j = (int64_t)e % cols;
+            w[e] = s ? w[e] * stored_element(f, s, (uint64_t)((i / 128) * blocks_per_row + j / 128)) : NAN;
+        }
+    }
+    return w;
+}
+
+/* Device bytes of a [rows, cols] weight kept as stored: the elements, and for F8_E4M3 4 bytes per
+   128 x 128 block scale. */
+static size_t stored_bytes(const char *dtype, int64_t rows, int64_t cols)
+{
+    const size_t n = (size_t)(rows * cols);
+    if (strcmp(dtype, "F8_E4M3") == 0)
+        return n + 4 * clmla_fp8_blocks((size_t)rows) * clmla_fp8_blocks((size_t)cols);
+    return n * (strcmp(dtype, "F32") == 0 ? 4 : 2);
+}
+
+/* A layer's buffer for one weight: at least the bytes stored, at most 1% more (panel packing). */
+static void check_bytes(const char *what, const char *weight, size_t got, size_t want)
+{
+    CHECK(got >= want && (double)got <= 1.01 * (double)want, "%s: %s holds %zu bytes on the device, the checkpoint %zu",
+          what, weight, got, want);
+}
+
+/* Every dimension odd where the configuration allows (dr must be even), several past one 128-wide
+   scale block and none a multiple of one. */
+static clmla_layer_config odd_config(int q_lora)
+{
+    clmla_layer_config c = ckpt_tiny_config(q_lora, 1);
+    c.hidden_size = 163;
+    c.num_heads = 3;
+    c.q_lora_rank = q_lora ? 137 : 0;
+    c.kv_lora_rank = 131;
+    c.qk_nope_head_dim = 13;
+    c.qk_rope_head_dim = 6;
+    c.v_head_dim = 11;
+    return c;
+}
+
+/* Runs both layers over the same tokens on both paths; the worst relative difference from b. */
+static double compare_layers(clmla_layer *a, clmla_layer *b, const clmla_layer_config *c)
+{
+    enum { T = 6 };
+    const size_t n = (size_t)T * c->hidden_size;
+    float *x = malloc(n * sizeof(float)), *ya = malloc(n * sizeof(float)), *yb = malloc(n * sizeof(float));
+    double *yb64 = malloc(n * sizeof(double));
+    double worst = INFINITY;
+    uint64_t rng = 2024;
+    if (x && ya && yb && yb64) {
+        ckpt_fill_random(x, n, 1.0f, 0, &rng);
+        worst = 0;
+        const clmla_attention_path paths[2] = {CLMLA_PATH_ABSORBED, CLMLA_PATH_DECOMPRESSED};
+        for (int p = 0; p < 2; p++) {
+            if (run_steps(a, c, paths[p], T, 4, x, ya) != CLMLA_SUCCESS ||
+                run_steps(b, c, paths[p], T, 4, x, yb) != CLMLA_SUCCESS) {
+                worst = INFINITY;
+                break;
+            }
+            for (size_t i = 0; i < n; i++)
+                yb64[i] = yb[i];
+            worst = fmax(worst, mla_ref_max_rel_err(ya, yb64, n, NULL));
+        }
+    }
+    free(x);
+    free(ya);
+    free(yb);
+    free(yb64);
+    return worst;
+}
+
+/* A model folder's 2-D weights reach the layer in their stored dtype: the device holds the stored
+   bytes of kv_b_proj and o_proj (FP8: codes and float32 block scales), and the output is that of a
+   float32 layer made from the dequantised values, on odd shapes; with weights_dtype the loader
+   converts instead. */
+static void test_stored_dtypes(void)
+{
+    static const struct {
+        const char *name, *dtype, *scale_dtype;
+        int q_lora;
+    } cases[] = {
+        {"bf16, q_lora", "BF16", NULL, 1},
+        {"f16, q_proj", "F16", NULL, 0},
+        {"f8_e4m3, F32 scales, q_lora", "F8_E4M3", "F32", 1},
+        {"f8_e4m3, BF16 scales, q_proj", "F8_E4M3", "BF16", 0},
+    };
+    static const char *const names[] = {"q_a_proj", "q_a_layernorm", "q_b_proj", "q_proj",
+                                        "kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj", "o_proj"};
+    enum { NW = sizeof(names) / sizeof(names[0]) };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        const char *what = cases[k].name;
+        char dir[600], sub[32], path[1200];
+        snprintf(sub, sizeof(sub), "stored%zu", k);
+        subdir(dir, sizeof(dir), sub);
+        ckpt_model m;
+        memset(&m, 0, sizeof(m));
+        m.config = odd_config(cases[k].q_lora);
+        m.dtype = cases[k].dtype;
+        m.scale_dtype = cases[k].scale_dtype;
+        m.seed = 40 + (unsigned)k;
+        ckpt_weights w;
+        memset(&w, 0, sizeof(w));
+        if (ckpt_write_model(dir, &m, &w) != 0) {
+            CHECK(0, "%s: could not write the model", what);
+            continue;
+        }
+        const clmla_layer_config *c = &m.config;
+        const int64_t D = c->hidden_size, H = c->num_heads, rkv = c->kv_lora_rank;
+        const int64_t dn = c->qk_nope_head_dim, dv = c->v_head_dim;
+
+        /* The float32 layer of the dequantised values, computed here from the file. */
+        clmla_st_file f;
+        char err[1024] = "";
+        float *values[NW] = {NULL};
+        clmla_layer *F = NULL, *L = NULL;
+        clmla_layer_config fc;
+        ckpt_path(path, sizeof(path), dir, "model.safetensors");
+        if (clmla_st_open(path, &f, err, sizeof(err)) == CLMLA_SUCCESS) {
+            for (int i = 0; i < NW; i++) {
+                char name[200];
+                snprintf(name, sizeof(name), "model.layers.0.self_attn.%s.weight", names[i]);
+                values[i] = dequantised(&f, name);
+            }
+            clmla_st_close(&f);
+        } else {
+            CHECK(0, "%s: %s", what, err);
+        }
+        /* The writer's own view of the same values: the two dequantisations agree bit for bit. */
+        const float *written[NW] = {w.q_a_proj, w.q_a_layernorm, w.q_b_proj, w.q_proj,
+                                    w.kv_a_proj_with_mqa, w.kv_a_layernorm, w.kv_b_proj, w.o_proj};
+        const int64_t rq = c->q_lora_rank, dr = c->qk_rope_head_dim, dq = dn + dr;
+        const int64_t sizes[NW] = {rq * D,         rq,  H * dq * rq,          H * dq * D,
+                                   (rkv + dr) * D, rkv, H * (dn + dv) * rkv, D * H * dv};
+        for (int i = 0; i < NW; i++)
+            CHECK(!written[i] == !values[i] &&
+                      (!written[i] || memcmp(written[i], values[i], (size_t)sizes[i] * sizeof(float)) == 0),
+                  "%s: %s dequantised here differs from the writer's values", what, names[i]);
+
+        CHECK_STATUS(clmla_model_read_config(dir, &fc, NULL), CLMLA_SUCCESS, NULL);
+        fc.weights_dtype = CLMLA_WEIGHTS_AS_GIVEN;
+        clmla_layer_weights fw;
+        memset(&fw, 0, sizeof(fw));
+        if (rq) {
+            fw.q_a_proj = clmla_tensor_2d(values[0], rq, D);
+            fw.q_a_layernorm = clmla_tensor_1d(values[1], rq);
+            fw.q_b_proj = clmla_tensor_2d(values[2], H * dq, rq);
+        } else {
+            fw.q_proj = clmla_tensor_2d(values[3], H * dq, D);
+        }
+        fw.kv_a_proj_with_mqa = clmla_tensor_2d(values[4], rkv + dr, D);
+        fw.kv_a_layernorm = clmla_tensor_1d(values[5], rkv);
+        fw.kv_b_proj = clmla_tensor_2d(values[6], H * (dn + dv), rkv);
+        fw.o_proj = clmla_tensor_2d(values[7], D, H * dv);
+        CHECK_STATUS(clmla_layer_create(ctx, &fc, &fw, &F), CLMLA_SUCCESS, ctx);
+
+        /* The model folder, as stored. */
+        clmla_status st = clmla_layer_create_from_model(ctx, dir, 0, &L);
+        CHECK(st == CLMLA_SUCCESS, "%s: load: %s", what, clmla_last_error(ctx));
+        clmla_layer_memory mem;
+        if (L && clmla_layer_get_memory(L, &mem) == CLMLA_SUCCESS) {
+            check_bytes(what, "kv_b_proj", mem.kv_b_proj, stored_bytes(m.dtype, H * (dn + dv), rkv));
+            check_bytes(what, "o_proj", mem.o_proj, stored_bytes(m.dtype, D, H * dv));
+        }
+        if (L && F) {
+            const double diff = compare_layers(L, F, c);
+            CHECK(diff <= TOL_AGREE_F32, "%s: output differs from the float32 layer of the same values by %.3g", what,
+                  diff);
+            printf("  stored %-36s against float32: %.2e\n", what, diff);
+        }
+        clmla_layer_destroy(L);
+        L = NULL;
+
+        /* Converted at load: F32 for the 16-bit case, whose values float32 holds exactly. */
+        if (strcmp(m.dtype, "BF16") == 0) {
+            clmla_model_options o;
+            memset(&o, 0, sizeof(o));
+            o.weights_dtype = CLMLA_WEIGHTS_F32;
+            st = clmla_layer_create_from_model_opts(ctx, dir, &o, &L);
+            CHECK(st == CLMLA_SUCCESS, "%s as f32: load: %s", what, clmla_last_error(ctx));
+            if (L && clmla_layer_get_memory(L, &mem) == CLMLA_SUCCESS) {
+                check_bytes("converted to f32", "kv_b_proj", mem.kv_b_proj, stored_bytes("F32", H * (dn + dv), rkv));
+                check_bytes("converted to f32", "o_proj", mem.o_proj, stored_bytes("F32", D, H * dv));
+            }
+            if (L && F) {
+                const double diff = compare_layers(L, F, c);
+                CHECK(diff <= TOL_AGREE_F32, "%s as f32: output differs from the float32 layer by %.3g", what, diff);
+            }
+            clmla_layer_destroy(L);
+        }
+        clmla_layer_destroy(F);
+        for (int i = 0; i < NW; i++)
+            free(values[i]);
+        ckpt_weights_free(&w);
+    }
+}
+
+/* The decoders the loader uses (dtype.h) against the test's own, and the F8 dequantisation itself,
+   bit for bit: a weight that is exactly representable in every 128x128 block comes back exact;
+   the same tensor copied out as stored (codes, and its scales as float32). */
 static void test_conversions(void)
 {
-    CHECK(clmla_f8_e4m3_to_f32(0x00) == 0.0f && !signbit(clmla_f8_e4m3_to_f32(0x00)), "fp8 +0");
-    CHECK(clmla_f8_e4m3_to_f32(0x80) == 0.0f && signbit(clmla_f8_e4m3_to_f32(0x80)), "fp8 -0");
-    CHECK(clmla_f8_e4m3_to_f32(0x01) == ldexpf(1, -9), "fp8 smallest subnormal: %g", clmla_f8_e4m3_to_f32(0x01));
-    CHECK(clmla_f8_e4m3_to_f32(0x07) == 7 * ldexpf(1, -9), "fp8 largest subnormal");
-    CHECK(clmla_f8_e4m3_to_f32(0x08) == ldexpf(1, -6), "fp8 smallest normal");
-    CHECK(clmla_f8_e4m3_to_f32(0x38) == 1.0f, "fp8 1.0");
-    CHECK(clmla_f8_e4m3_to_f32(0x7E) == 448.0f, "fp8 448");
-    CHECK(clmla_f8_e4m3_to_f32(0xFE) == -448.0f, "fp8 -448");
-    CHECK(isnan(clmla_f8_e4m3_to_f32(0x7F)) && isnan(clmla_f8_e4m3_to_f32(0xFF)), "fp8 NaN");
+    CHECK(clmla_e4m3_to_float(0x00) == 0.0f && !signbit(clmla_e4m3_to_float(0x00)), "fp8 +0");
+    CHECK(clmla_e4m3_to_float(0x80) == 0.0f && signbit(clmla_e4m3_to_float(0x80)), "fp8 -0");
+    CHECK(clmla_e4m3_to_float(0x01) == ldexpf(1, -9), "fp8 smallest subnormal: %g", clmla_e4m3_to_float(0x01));
+    CHECK(clmla_e4m3_to_float(0x07) == 7 * ldexpf(1, -9), "fp8 largest subnormal");
+    CHECK(clmla_e4m3_to_float(0x08) == ldexpf(1, -6), "fp8 smallest normal");
+    CHECK(clmla_e4m3_to_float(0x38) == 1.0f, "fp8 1.0");
+    CHECK(clmla_e4m3_to_float(0x7E) == 448.0f, "fp8 448");
+    CHECK(clmla_e4m3_to_float(0xFE) == -448.0f, "fp8 -448");
+    CHECK(isnan(clmla_e4m3_to_float(0x7F)) && isnan(clmla_e4m3_to_float(0xFF)), "fp8 NaN");
     int exact = 1;
     for (int b = 0; b < 256; b++)
-        if (b != 0x7F && b != 0xFF && (double)clmla_f8_e4m3_to_f32((uint8_t)b) != ckpt_value_f8_e4m3((uint8_t)b))
+        if (b != 0x7F && b != 0xFF && (double)clmla_e4m3_to_float((uint8_t)b) != ckpt_value_f8_e4m3((uint8_t)b))
             exact = 0;
     CHECK(exact, "every fp8 value matches the test's own decoder");
     exact = 1;
     for (int b = 0; b < 65536; b++) {
         const double want_h = ckpt_value_f16((uint16_t)b), want_b = ckpt_value_bf16((uint16_t)b);
-        const float got_h = clmla_f16_to_f32((uint16_t)b), got_b = clmla_bf16_to_f32((uint16_t)b);
+        const float got_h = clmla_f16_to_float((uint16_t)b), got_b = clmla_bf16_to_float((uint16_t)b);
         if (!(isnan(want_h) ? isnan(got_h) : (double)got_h == want_h) ||
             !(isnan(want_b) ? isnan(got_b) : (double)got_b == want_b))
             exact = 0;
     }
     CHECK(exact, "every f16 and bf16 value matches the test's own decoder");
-    CHECK(clmla_f16_to_f32(0x0001) == ldexpf(1, -24) && clmla_f16_to_f32(0x7BFF) == 65504.0f &&
-              isinf(clmla_f16_to_f32(0xFC00)) && clmla_f16_to_f32(0xFC00) < 0,
+    CHECK(clmla_f16_to_float(0x0001) == ldexpf(1, -24) && clmla_f16_to_float(0x7BFF) == 65504.0f &&
+              isinf(clmla_f16_to_float(0xFC00)) && clmla_f16_to_float(0xFC00) < 0,
           "f16 subnormal, max, -inf");
 
     /* Block scales: element (i, j) uses S[i/128, j/128]. */
@@ -177,14 +426,23 @@ static void test_conversions(void)
     float scales[2 * 3] = {0.5f, 2.0f, 4.0f, 8.0f, 0.25f, 16.0f};
     for (int i = 0; i < R * C; i++)
         q[i] = (uint8_t)(0x38 + (i % 5)); /* 1.0, 1.125, ... */
-    ckpt_tensor ts[2] = {{"w", "F8_E4M3", 2, {R, C}, q, sizeof(q)}, {"w_scale_inv", "F32", 2, {2, 3}, scales, sizeof(scales)}};
+    /* The same scales stored BF16 (each exactly representable), a BF16 tensor, a 1-D F8 one. */
+    const uint16_t scales_bf16[2 * 3] = {0x3F00, 0x4000, 0x4080, 0x4100, 0x3E80, 0x4180};
+    const uint16_t halves[5] = {0x3F80, 0xC000, 0x0001, 0x7F7F, 0x8000};
+    const uint8_t codes_1d[4] = {0x38, 0x39, 0x3A, 0x3B};
+    ckpt_tensor ts[5] = {{"w", "F8_E4M3", 2, {R, C}, q, sizeof(q)},
+                         {"w_scale_inv", "F32", 2, {2, 3}, scales, sizeof(scales)},
+                         {"v_scale_inv", "BF16", 2, {2, 3}, scales_bf16, sizeof(scales_bf16)},
+                         {"h", "BF16", 1, {5, 0}, halves, sizeof(halves)},
+                         {"n", "F8_E4M3", 1, {4, 0}, codes_1d, sizeof(codes_1d)}};
     char path[600];
     subdir(path, sizeof(path), "blocks.safetensors");
     clmla_st_file f;
     char err[1024];
-    if (ckpt_write_safetensors(path, ts, 2) == 0 && clmla_st_open(path, &f, err, sizeof(err)) == CLMLA_SUCCESS) {
+    if (ckpt_write_safetensors(path, ts, 5) == 0 && clmla_st_open(path, &f, err, sizeof(err)) == CLMLA_SUCCESS) {
         float *out = malloc(sizeof(float) * R * C);
         const clmla_st_tensor *t = clmla_st_find(&f, "w"), *s = clmla_st_find(&f, "w_scale_inv");
+        const clmla_st_tensor *s16 = clmla_st_find(&f, "v_scale_inv"), *h = clmla_st_find(&f, "h");
         CHECK(t && s && out && clmla_st_to_f32(&f, t, &f, s, out, err, sizeof(err)) == CLMLA_SUCCESS, "dequantise: %s", err);
         int bad = 0;
         for (int i = 0; out && t && s && i < R; i++)
@@ -192,6 +450,38 @@ static void test_conversions(void)
                 if (out[i * C + j] != (float)ckpt_value_f8_e4m3(q[i * C + j]) * scales[(i / 128) * 3 + j / 128])
                     bad++;
         CHECK(bad == 0, "%d elements differ from fp8(q) * S[i/128, j/128]", bad);
+
+        /* As stored: the codes byte for byte, the scales (F32 or BF16) as float32. */
+        uint8_t *codes = malloc(R * C);
+        float got_scales[6] = {0};
+        clmla_dtype dtype = CLMLA_DTYPE_F32;
+        CHECK(t && clmla_st_stored_dtype(&f, t, &dtype, err, sizeof(err)) == CLMLA_SUCCESS &&
+                  dtype == CLMLA_DTYPE_FP8_E4M3,
+              "F8_E4M3 is kept as FP8_E4M3: %s", err);
+        CHECK(codes && t && clmla_st_copy_raw(&f, t, codes, err, sizeof(err)) == CLMLA_SUCCESS &&
+                  memcmp(codes, q, R * C) == 0,
+              "the codes copied as stored: %s", err);
+        CHECK(t && clmla_st_scales_f32(&f, t, &f, s, got_scales, err, sizeof(err)) == CLMLA_SUCCESS &&
+                  memcmp(got_scales, scales, sizeof(scales)) == 0,
+              "F32 scales: %s", err);
+        memset(got_scales, 0, sizeof(got_scales));
+        CHECK(t && clmla_st_scales_f32(&f, t, &f, s16, got_scales, err, sizeof(err)) == CLMLA_SUCCESS &&
+                  memcmp(got_scales, scales, sizeof(scales)) == 0,
+              "BF16 scales, as float32: %s", err);
+        CHECK(t && clmla_st_scales_f32(&f, t, &f, NULL, got_scales, err, sizeof(err)) == CLMLA_ERROR_MISSING_TENSOR,
+              "no scales");
+        CHECK_CONTAINS(err, "'w_scale_inv' are missing");
+        uint16_t got_halves[5] = {0};
+        CHECK(h && clmla_st_stored_dtype(&f, h, &dtype, err, sizeof(err)) == CLMLA_SUCCESS && dtype == CLMLA_DTYPE_BF16,
+              "BF16 is kept as BF16: %s", err);
+        CHECK(h && clmla_st_copy_raw(&f, h, got_halves, err, sizeof(err)) == CLMLA_SUCCESS &&
+                  memcmp(got_halves, halves, sizeof(halves)) == 0,
+              "BF16 elements copied as stored: %s", err);
+        /* F8_E4M3 is a 2-D weight's dtype only. */
+        CHECK(clmla_st_to_f32(&f, clmla_st_find(&f, "n"), NULL, NULL, out, err, sizeof(err)) == CLMLA_ERROR_UNSUPPORTED,
+              "a 1-D F8_E4M3 tensor is refused");
+        CHECK_CONTAINS(err, "tensor 'n' is F8_E4M3 with 1 dimensions");
+        free(codes);
         free(out);
         clmla_st_close(&f);
     } else {
@@ -487,6 +777,31 @@ static void test_bad_models(void)
     if (write_model("no_scales", &m, dir, sizeof(dir)) == 0)
         load_fails(dir, 0, CLMLA_ERROR_MISSING_TENSOR, "model.layers.0.self_attn.o_proj.weight is F8_E4M3",
                    "model.layers.0.self_attn.o_proj.weight_scale_inv are missing", NULL);
+    /* ... in a model folder: the layer is not made, the message names the scales and both shapes
+       (o_proj [160, 32] has 2 x 1 blocks; the file says 1 x 2), or the scales' dtype. */
+    m = base_model("F8_E4M3", 3, 1);
+    m.reshape = "o_proj.weight_scale_inv";
+    m.reshape_to[0] = 1;
+    m.reshape_to[1] = 2;
+    if (write_model("scale_shape", &m, dir, sizeof(dir)) == 0)
+        load_fails(dir, 0, CLMLA_ERROR_SHAPE_MISMATCH,
+                   "block scales 'model.layers.0.self_attn.o_proj.weight_scale_inv' have shape [1, 2]",
+                   "'model.layers.0.self_attn.o_proj.weight' [160, 32] need [2, 1]", NULL);
+    m = base_model("F8_E4M3", 0, 0);
+    m.scale_dtype = "BF16";
+    m.reshape = "kv_b_proj.weight_scale_inv";
+    m.reshape_to[0] = 2;
+    m.reshape_to[1] = 1;
+    if (write_model("scale_shape_bf16", &m, dir, sizeof(dir)) == 0)
+        load_fails(dir, 0, CLMLA_ERROR_SHAPE_MISMATCH, "model.safetensors: block scales", "have shape [2, 1]",
+                   "[64, 144] need [1, 2]");
+    m = base_model("F8_E4M3", 0, 1);
+    m.retype = "kv_b_proj.weight_scale_inv";
+    m.retype_as = "I32";
+    if (write_model("scale_dtype", &m, dir, sizeof(dir)) == 0)
+        load_fails(dir, 0, CLMLA_ERROR_UNSUPPORTED,
+                   "block scales 'model.layers.0.self_attn.kv_b_proj.weight_scale_inv'",
+                   "have dtype I32; F32, F16 or BF16 expected", NULL);
     {
         uint8_t q[4 * 200];
         float s[2] = {1, 1};
@@ -523,6 +838,11 @@ static void test_bad_models(void)
     m.retype_as = "I32";
     if (write_model("dtype", &m, dir, sizeof(dir)) == 0)
         load_fails(dir, 0, CLMLA_ERROR_UNSUPPORTED, "kv_a_proj_with_mqa.weight' has dtype I32", "model.safetensors", NULL);
+    m = base_model("F8_E4M3", 0, 1);
+    m.retype = "q_a_layernorm.weight";
+    m.retype_as = "U16";
+    if (write_model("dtype_norm", &m, dir, sizeof(dir)) == 0)
+        load_fails(dir, 0, CLMLA_ERROR_UNSUPPORTED, "q_a_layernorm.weight' has dtype U16", NULL, NULL);
     m = base_model("F8_E4M3", 0, 0);
     m.retype = "q_proj.weight";
     m.retype_as = "F8_E5M2";
@@ -562,6 +882,12 @@ static void test_bad_models(void)
         ckpt_write_text(path, "{\"weight_map\": {\"model.layers.0.self_attn.q_proj.weight\": \"../model-00001-of-00002.safetensors\"}}");
         load_fails(dir, 0, CLMLA_ERROR_INVALID_FILE, "model.safetensors.index.json: weight_map places", "not a plain file name",
                    NULL);
+        /* A tensor lives in one shard: the index cannot place it in two (with two dtypes). */
+        ckpt_write_text(path, "{\"weight_map\": {"
+                              "\"model.layers.0.self_attn.q_proj.weight\": \"model-00001-of-00002.safetensors\", "
+                              "\"model.layers.0.self_attn.q_proj.weight\": \"model-00002-of-00002.safetensors\"}}");
+        load_fails(dir, 0, CLMLA_ERROR_INVALID_FILE, "model.safetensors.index.json: weight_map names tensor",
+                   "'model.layers.0.self_attn.q_proj.weight' twice", NULL);
         ckpt_write_text(path, "{\"weight_map\": {\"x\": 3}}");
         load_fails(dir, 0, CLMLA_ERROR_INVALID_FILE, "model.safetensors.index.json: weight_map entry 'x' is not", NULL, NULL);
         ckpt_write_text(path, "{\"weight_map\": [");
@@ -777,6 +1103,7 @@ int main(void)
         return 77;
     }
     test_good_models();
+    test_stored_dtypes();
     test_bad_models();
     clmla_context_destroy(ctx);
     ckpt_remove_dir(root);

@@ -4,9 +4,13 @@
  *   DIR/model.safetensors                 every tensor, or
  *   DIR/model.safetensors.index.json      {"weight_map": {tensor: shard}} and the shards beside it
  *
- * Only the shards that hold the layer's attention tensors are mapped; each tensor is converted to
- * a float32 host copy, uploaded by clmla_layer_create, and freed. */
+ * Only the shards that hold the layer's attention tensors are mapped. Each 2-D weight is copied out
+ * in its stored dtype (F8_E4M3 with its block scales as float32), so that the layer keeps the
+ * checkpoint's precision and memory unless clmla_model_options.weights_dtype asks for a conversion;
+ * the 1-D norms and biases become float32, which is what the layer keeps them in. The host copies
+ * live until clmla_layer_create has uploaded them (the shards are unmapped before it runs). */
 #include "config.h"
+#include "dtype.h"
 #include "fileio.h"
 #include "internal.h"
 #include "safetensors.h"
@@ -204,12 +208,27 @@ static clmla_status find_tensor(loader *l, const char *name, const clmla_st_file
     return CLMLA_SUCCESS;
 }
 
-/* Loads one weight as float32 into *data (malloc'ed) after checking its shape: [rows, cols], or
-   [rows] when cols is 0. */
-static clmla_status load_tensor(loader *l, const char *prefix, const char *suffix, int64_t rows, int64_t cols,
-                                const char *implied_by, float **data)
+/* A tensor as clmla_layer_create takes it, and the host arrays it points to (malloc'ed). */
+typedef struct host_tensor {
+    clmla_tensor t;
+    void *data;
+    float *scale; /* FP8_E4M3's block scales */
+} host_tensor;
+
+static void host_tensor_free(host_tensor *h)
 {
-    *data = NULL;
+    free(h->data);
+    free(h->scale);
+    memset(h, 0, sizeof(*h));
+}
+
+/* Loads one weight into *out after checking its shape: [rows, cols] in its stored dtype (F8_E4M3
+   with its "_scale_inv" block scales converted to float32), or [rows] as float32 when cols is 0.
+   On failure *out holds nothing. */
+static clmla_status load_tensor(loader *l, const char *prefix, const char *suffix, int64_t rows, int64_t cols,
+                                const char *implied_by, host_tensor *out)
+{
+    memset(out, 0, sizeof(*out));
     char name[256], scale_name[300];
     snprintf(name, sizeof(name), "%s%s", prefix, suffix);
     snprintf(scale_name, sizeof(scale_name), "%s_scale_inv", name);
@@ -236,7 +255,28 @@ static clmla_status load_tensor(loader *l, const char *prefix, const char *suffi
                  got_text, want_text, implied_by);
         return CLMLA_ERROR_SHAPE_MISMATCH;
     }
-    if (t->dtype == CLMLA_ST_F8_E4M3) {
+    const size_t numel = (size_t)clmla_st_numel(t);
+    if (!cols) { /* a norm or a bias: float32 (an F8_E4M3 one is refused by the conversion) */
+        float *values = malloc((numel ? numel : 1) * sizeof(float));
+        if (!values) {
+            snprintf(l->err, sizeof(l->err), "out of host memory for %s (%zu values)", name, numel);
+            return CLMLA_ERROR_OUT_OF_HOST_MEMORY;
+        }
+        st = clmla_st_to_f32(file, t, NULL, NULL, values, l->err, sizeof(l->err));
+        if (st != CLMLA_SUCCESS) {
+            free(values);
+            return st;
+        }
+        out->data = values;
+        out->t = clmla_tensor_1d(values, rows);
+        return CLMLA_SUCCESS;
+    }
+
+    clmla_dtype dtype = CLMLA_DTYPE_F32;
+    st = clmla_st_stored_dtype(file, t, &dtype, l->err, sizeof(l->err));
+    if (st != CLMLA_SUCCESS)
+        return st;
+    if (dtype == CLMLA_DTYPE_FP8_E4M3) {
         st = find_tensor(l, scale_name, &scale_file, &scale);
         if (st != CLMLA_SUCCESS)
             return st;
@@ -246,18 +286,33 @@ static clmla_status load_tensor(loader *l, const char *prefix, const char *suffi
             return CLMLA_ERROR_MISSING_TENSOR;
         }
     }
-    const size_t numel = (size_t)clmla_st_numel(t);
-    float *out = malloc((numel ? numel : 1) * sizeof(float));
-    if (!out) {
-        snprintf(l->err, sizeof(l->err), "out of host memory for %s (%zu values)", name, numel);
+    const size_t bytes = numel * clmla_dtype_bytes(dtype);
+    out->data = malloc(bytes ? bytes : 1);
+    if (!out->data) {
+        snprintf(l->err, sizeof(l->err), "out of host memory for %s (%zu bytes)", name, bytes);
         return CLMLA_ERROR_OUT_OF_HOST_MEMORY;
     }
-    st = clmla_st_to_f32(file, t, scale_file, scale, out, l->err, sizeof(l->err));
+    st = clmla_st_copy_raw(file, t, out->data, l->err, sizeof(l->err));
+    if (st == CLMLA_SUCCESS && dtype == CLMLA_DTYPE_FP8_E4M3) {
+        const size_t blocks = clmla_fp8_blocks((size_t)rows) * clmla_fp8_blocks((size_t)cols);
+        out->scale = malloc(blocks * sizeof(float));
+        if (!out->scale) {
+            snprintf(l->err, sizeof(l->err), "out of host memory for %s (%zu values)", scale_name, blocks);
+            st = CLMLA_ERROR_OUT_OF_HOST_MEMORY;
+        } else {
+            st = clmla_st_scales_f32(file, t, scale_file, scale, out->scale, l->err, sizeof(l->err));
+        }
+    }
     if (st != CLMLA_SUCCESS) {
-        free(out);
+        host_tensor_free(out);
         return st;
     }
-    *data = out;
+    out->t.data = out->data;
+    out->t.ndim = 2;
+    out->t.shape[0] = rows;
+    out->t.shape[1] = cols;
+    out->t.dtype = dtype;
+    out->t.scale = out->scale;
     return CLMLA_SUCCESS;
 }
 
@@ -342,7 +397,9 @@ clmla_status clmla_layer_create_from_model_opts(clmla_context *ctx, const char *
         clmla_model_desc_free(&d);
         return CLMLA_ERROR_INVALID_CONFIG;
     }
-    const clmla_layer_config c = d.layer;
+    clmla_layer_config c = d.layer;
+    /* What the caller asked the weights to be kept in; the layer checks the value. */
+    c.weights_dtype = opt->weights_dtype;
     const int bias = d.attention_bias;
     clmla_model_desc_free(&d);
 
@@ -358,8 +415,10 @@ clmla_status clmla_layer_create_from_model_opts(clmla_context *ctx, const char *
         snprintf(sub, sizeof(sub), "%d.", opt->sublayer);
     if (st == CLMLA_SUCCESS)
         st = find_prefix(l, layer_index, sub, prefix, sizeof(prefix));
-    float *q_a = NULL, *q_a_norm = NULL, *q_b = NULL, *q = NULL, *kv_a = NULL, *kv_norm = NULL, *kv_b = NULL, *o = NULL;
-    float *q_a_bias = NULL, *kv_a_bias = NULL, *o_bias = NULL;
+    host_tensor q_a, q_a_norm, q_b, q, kv_a, kv_norm, kv_b, o, q_a_bias, kv_a_bias, o_bias;
+    host_tensor *all[] = {&q_a, &q_a_norm, &q_b, &q, &kv_a, &kv_norm, &kv_b, &o, &q_a_bias, &kv_a_bias, &o_bias};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        memset(all[i], 0, sizeof(*all[i]));
     if (st == CLMLA_SUCCESS && rq == 0)
         st = load_tensor(l, prefix, "q_proj.weight", H * (dn + dr), D,
                          "num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim), hidden_size", &q);
@@ -394,29 +453,23 @@ clmla_status clmla_layer_create_from_model_opts(clmla_context *ctx, const char *
     free(l);
 
     if (st == CLMLA_SUCCESS) {
+        /* Absent tensors (the other query form, no biases) stay zeroed: data NULL. */
         clmla_layer_weights w;
         memset(&w, 0, sizeof(w));
-        if (rq == 0) {
-            w.q_proj = clmla_tensor_2d(q, H * (dn + dr), D);
-        } else {
-            w.q_a_proj = clmla_tensor_2d(q_a, rq, D);
-            w.q_a_layernorm = clmla_tensor_1d(q_a_norm, rq);
-            w.q_b_proj = clmla_tensor_2d(q_b, H * (dn + dr), rq);
-        }
-        w.kv_a_proj_with_mqa = clmla_tensor_2d(kv_a, rkv + dr, D);
-        w.kv_a_layernorm = clmla_tensor_1d(kv_norm, rkv);
-        w.kv_b_proj = clmla_tensor_2d(kv_b, H * (dn + dv), rkv);
-        w.o_proj = clmla_tensor_2d(o, D, H * dv);
-        if (q_a_bias)
-            w.q_a_proj_bias = clmla_tensor_1d(q_a_bias, rq);
-        if (kv_a_bias)
-            w.kv_a_proj_with_mqa_bias = clmla_tensor_1d(kv_a_bias, rkv + dr);
-        if (o_bias)
-            w.o_proj_bias = clmla_tensor_1d(o_bias, D);
+        w.q_proj = q.t;
+        w.q_a_proj = q_a.t;
+        w.q_a_layernorm = q_a_norm.t;
+        w.q_b_proj = q_b.t;
+        w.kv_a_proj_with_mqa = kv_a.t;
+        w.kv_a_layernorm = kv_norm.t;
+        w.kv_b_proj = kv_b.t;
+        w.o_proj = o.t;
+        w.q_a_proj_bias = q_a_bias.t;
+        w.kv_a_proj_with_mqa_bias = kv_a_bias.t;
+        w.o_proj_bias = o_bias.t;
         st = clmla_layer_create(ctx, &c, &w, layer);
     }
-    float *all[] = {q_a, q_a_norm, q_b, q, kv_a, kv_norm, kv_b, o, q_a_bias, kv_a_bias, o_bias};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-        free(all[i]);
+        host_tensor_free(all[i]);
     return st;
 }

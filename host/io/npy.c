@@ -1,8 +1,8 @@
 /* .npy reading and writing (float32 / float16, little-endian, C order, 1-D or 2-D). */
 #include "npy.h"
+#include "dtype.h"
 #include "fileio.h"
 #include "internal.h"
-#include "safetensors.h" /* clmla_f16_to_f32 */
 
 #include <errno.h>
 #include <stdarg.h>
@@ -230,7 +230,7 @@ void clmla_npy_to_f32(const uint8_t *buf, const clmla_npy_info *info, float *out
     const uint8_t *p = buf + info->data_offset;
     for (uint64_t i = 0; i < info->numel; i++) {
         if (info->element_bytes == 2) {
-            out[i] = clmla_f16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+            out[i] = clmla_f16_to_float((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
         } else {
             const uint8_t *q = p + 4 * i;
             const uint32_t bits = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24;

@@ -1,11 +1,12 @@
-/* safetensors: header checks, tensor lookup, float32 conversion, the shard index. */
+/* safetensors: header checks, tensor lookup, copies in the stored dtype and float32 conversion,
+   the shard index. */
 #include "safetensors.h"
+#include "dtype.h"
 #include "fileio.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,50 +56,8 @@ static int dtype_lookup(const char *name, clmla_st_dtype *dtype)
     return 0;
 }
 
-/* A small float with 1 sign bit, `eb` exponent bits (bias 2^(eb-1) - 1) and `mb` mantissa bits, in
-   float32, which holds every such value exactly. `ieee`: the top exponent holds infinities and NaNs
-   (float16); otherwise only all-ones exponent and mantissa is NaN (FP8 E4M3, which has no
-   infinity). */
-static float small_float_to_f32(uint32_t v, int eb, int mb, int ieee)
-{
-    const uint32_t top = (1u << eb) - 1, mantissa_mask = (1u << mb) - 1;
-    const int bias = (1 << (eb - 1)) - 1;
-    const uint32_t sign = ((v >> (eb + mb)) & 1u) << 31, exponent = (v >> mb) & top, mantissa = v & mantissa_mask;
-    uint32_t bits;
-    if (exponent == 0) { /* zero or subnormal: mantissa * 2^(1 - bias - mb) */
-        const float f = ldexpf((float)mantissa, 1 - bias - mb);
-        return sign ? -f : f;
-    }
-    if (ieee && exponent == top)
-        bits = sign | 0x7F800000u | (mantissa << (23 - mb)); /* infinity or NaN (payload kept) */
-    else if (!ieee && exponent == top && mantissa == mantissa_mask)
-        bits = sign | 0x7FC00000u;
-    else
-        bits = sign | ((exponent + 127u - (uint32_t)bias) << 23) | (mantissa << (23 - mb));
-    float f;
-    memcpy(&f, &bits, sizeof(f));
-    return f;
-}
-
-float clmla_f16_to_f32(uint16_t h)
-{
-    return small_float_to_f32(h, 5, 10, 1);
-}
-
-float clmla_bf16_to_f32(uint16_t b)
-{
-    const uint32_t bits = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &bits, sizeof(f));
-    return f;
-}
-
-float clmla_f8_e4m3_to_f32(uint8_t v)
-{
-    return small_float_to_f32(v, 4, 3, 0);
-}
-
-/* Element i of a float tensor of a convertible dtype, read byte by byte (unaligned, little-endian). */
+/* Element i of a float tensor of a convertible dtype, read byte by byte (the data section gives no
+   alignment; safetensors is little-endian whatever the host). The decoding itself is dtype.h's. */
 static float element(const uint8_t *p, clmla_st_dtype dtype, uint64_t i)
 {
     switch (dtype) {
@@ -110,11 +69,11 @@ static float element(const uint8_t *p, clmla_st_dtype dtype, uint64_t i)
         return f;
     }
     case CLMLA_ST_F16:
-        return clmla_f16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+        return clmla_f16_to_float((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
     case CLMLA_ST_BF16:
-        return clmla_bf16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+        return clmla_bf16_to_float((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
     case CLMLA_ST_F8_E4M3:
-        return clmla_f8_e4m3_to_f32(p[i]);
+        return clmla_e4m3_to_float(p[i]);
     default:
         return 0.0f;
     }
@@ -439,29 +398,37 @@ const clmla_st_tensor *clmla_st_find(const clmla_st_file *f, const char *name)
     return bsearch(&key, f->tensors, f->num_tensors, sizeof(key), compare_by_name);
 }
 
-static int convertible(clmla_st_dtype d)
+clmla_status clmla_st_stored_dtype(const clmla_st_file *f, const clmla_st_tensor *t, clmla_dtype *dtype, char *err,
+                                   size_t errsize)
 {
-    return d == CLMLA_ST_F32 || d == CLMLA_ST_F16 || d == CLMLA_ST_BF16 || d == CLMLA_ST_F8_E4M3;
+    if (!f || !t || !dtype)
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, f ? f->name : NULL, "NULL argument");
+    switch (t->dtype) {
+    case CLMLA_ST_F32:
+        *dtype = CLMLA_DTYPE_F32;
+        return CLMLA_SUCCESS;
+    case CLMLA_ST_F16:
+        *dtype = CLMLA_DTYPE_F16;
+        return CLMLA_SUCCESS;
+    case CLMLA_ST_BF16:
+        *dtype = CLMLA_DTYPE_BF16;
+        return CLMLA_SUCCESS;
+    case CLMLA_ST_F8_E4M3:
+        *dtype = CLMLA_DTYPE_FP8_E4M3;
+        return CLMLA_SUCCESS;
+    default:
+        return clmla_file_error(err, errsize, CLMLA_ERROR_UNSUPPORTED, f->name,
+                                "tensor '%s' has dtype %s; clmla reads F32, F16, BF16 and F8_E4M3 (with _scale_inv "
+                                "block scales)", t->name, t->dtype_name);
+    }
 }
 
-clmla_status clmla_st_to_f32(const clmla_st_file *f, const clmla_st_tensor *t, const clmla_st_file *scale_file,
-                             const clmla_st_tensor *scale_inv, float *out, char *err, size_t errsize)
+/* The checks an F8_E4M3 tensor's block scales must pass before anything reads them: t 2-D,
+   scale_inv present, [ceil(rows/128), ceil(cols/128)], of a float dtype. *cols_blocks gets the
+   second extent. */
+static clmla_status check_scales(const clmla_st_file *f, const clmla_st_tensor *t, const clmla_st_file *scale_file,
+                                 const clmla_st_tensor *scale_inv, int64_t *cols_blocks, char *err, size_t errsize)
 {
-    if (!f || !t || !out)
-        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, f ? f->name : NULL, "NULL argument");
-    if (!convertible(t->dtype))
-        return clmla_file_error(err, errsize, CLMLA_ERROR_UNSUPPORTED, f->name,
-                    "tensor '%s' has dtype %s; clmla reads F32, F16, BF16 and F8_E4M3 (with _scale_inv block scales)",
-                    t->name, t->dtype_name);
-    const uint8_t *p = f->data + t->begin;
-    const uint64_t n = clmla_st_numel(t);
-    if (t->dtype != CLMLA_ST_F8_E4M3) {
-        for (uint64_t i = 0; i < n; i++)
-            out[i] = element(p, t->dtype, i);
-        return CLMLA_SUCCESS;
-    }
-
-    /* F8_E4M3: W[i, j] = fp8(Wq[i, j]) * S[i / 128, j / 128]. */
     if (t->ndim != 2)
         return clmla_file_error(err, errsize, CLMLA_ERROR_UNSUPPORTED, f->name,
                     "tensor '%s' is F8_E4M3 with %d dimensions; clmla reads F8_E4M3 as 2-D weights with 128x128 block "
@@ -482,12 +449,87 @@ clmla_status clmla_st_to_f32(const clmla_st_file *f, const clmla_st_tensor *t, c
     if (scale_inv->dtype != CLMLA_ST_F32 && scale_inv->dtype != CLMLA_ST_F16 && scale_inv->dtype != CLMLA_ST_BF16)
         return clmla_file_error(err, errsize, CLMLA_ERROR_UNSUPPORTED, scale_file->name,
                     "block scales '%s' have dtype %s; F32, F16 or BF16 expected", scale_inv->name, scale_inv->dtype_name);
+    *cols_blocks = want[1];
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_st_to_f32(const clmla_st_file *f, const clmla_st_tensor *t, const clmla_st_file *scale_file,
+                             const clmla_st_tensor *scale_inv, float *out, char *err, size_t errsize)
+{
+    if (!f || !t || !out)
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, f ? f->name : NULL, "NULL argument");
+    clmla_dtype dtype;
+    clmla_status st = clmla_st_stored_dtype(f, t, &dtype, err, errsize);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    const uint8_t *p = f->data + t->begin;
+    const uint64_t n = clmla_st_numel(t);
+    if (t->dtype != CLMLA_ST_F8_E4M3) {
+        for (uint64_t i = 0; i < n; i++)
+            out[i] = element(p, t->dtype, i);
+        return CLMLA_SUCCESS;
+    }
+
+    /* F8_E4M3: W[i, j] = fp8(Wq[i, j]) * S[i / 128, j / 128]. */
+    int64_t cols_blocks = 0;
+    st = check_scales(f, t, scale_file, scale_inv, &cols_blocks, err, errsize);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    const int64_t rows = t->shape[0], cols = t->shape[1];
     const uint8_t *s = scale_file->data + scale_inv->begin;
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < cols; j++) {
-            const float scale = element(s, scale_inv->dtype, (uint64_t)((i / 128) * want[1] + j / 128));
-            out[i * cols + j] = clmla_f8_e4m3_to_f32(p[i * cols + j]) * scale;
+            const float scale = element(s, scale_inv->dtype, (uint64_t)((i / 128) * cols_blocks + j / 128));
+            out[i * cols + j] = clmla_e4m3_to_float(p[i * cols + j]) * scale;
         }
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_st_copy_raw(const clmla_st_file *f, const clmla_st_tensor *t, void *out, char *err, size_t errsize)
+{
+    if (!f || !t || !out)
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, f ? f->name : NULL, "NULL argument");
+    clmla_dtype dtype;
+    const clmla_status st = clmla_st_stored_dtype(f, t, &dtype, err, errsize);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    const size_t width = clmla_dtype_bytes(dtype);
+    const size_t bytes = (size_t)(t->end - t->begin); /* numel x width, checked by the parser */
+    const uint8_t *p = f->data + t->begin;
+    uint8_t *q = out;
+    /* safetensors is little-endian: on a little-endian host, and for one-byte codes anywhere, the
+       file's bytes are already the host's elements. */
+    const uint16_t probe = 1;
+    uint8_t first_byte;
+    memcpy(&first_byte, &probe, 1);
+    if (first_byte == 1 || width == 1) {
+        memcpy(q, p, bytes);
+        return CLMLA_SUCCESS;
+    }
+    /* A big-endian host: the layer reads elements in the host's order. */
+    for (size_t i = 0; i < bytes; i += width)
+        for (size_t b = 0; b < width; b++)
+            q[i + b] = p[i + width - 1 - b];
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_st_scales_f32(const clmla_st_file *f, const clmla_st_tensor *t, const clmla_st_file *scale_file,
+                                 const clmla_st_tensor *scale_inv, float *out, char *err, size_t errsize)
+{
+    if (!f || !t || !out)
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, f ? f->name : NULL, "NULL argument");
+    if (t->dtype != CLMLA_ST_F8_E4M3)
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, f->name,
+                                "tensor '%s' has dtype %s; only F8_E4M3 tensors have block scales", t->name,
+                                t->dtype_name);
+    int64_t cols_blocks = 0;
+    const clmla_status st = check_scales(f, t, scale_file, scale_inv, &cols_blocks, err, errsize);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    const uint64_t n = clmla_st_numel(scale_inv);
+    const uint8_t *s = scale_file->data + scale_inv->begin;
+    for (uint64_t i = 0; i < n; i++)
+        out[i] = element(s, scale_inv->dtype, i);
     return CLMLA_SUCCESS;
 }
 

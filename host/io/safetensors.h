@@ -1,5 +1,6 @@
-/* safetensors files (docs/MLA.md section 8): the header parsed and checked, tensors looked up and
- * converted to float32, and the shard index of sharded checkpoints.
+/* safetensors files (docs/MLA.md section 8): the header parsed and checked, tensors looked up,
+ * copied out in their stored dtype or converted to float32, and the shard index of sharded
+ * checkpoints.
  *
  *   file  = [8-byte little-endian header length N] [N bytes of JSON] [data]
  *   JSON  = {"__metadata__": {...}?, name: {"dtype": "BF16", "shape": [r, c], "data_offsets": [b, e]}, ...}
@@ -79,10 +80,23 @@ void clmla_st_shape_text(int ndim, const int64_t *shape, char *buf, size_t size)
 clmla_status clmla_st_to_f32(const clmla_st_file *file, const clmla_st_tensor *t, const clmla_st_file *scale_file,
                              const clmla_st_tensor *scale_inv, float *out, char *err, size_t errsize);
 
-/* Scalar conversions, exposed for the tests. */
-float clmla_f16_to_f32(uint16_t bits);
-float clmla_bf16_to_f32(uint16_t bits);
-float clmla_f8_e4m3_to_f32(uint8_t bits); /* the "fn" variant: no infinities, S.1111.111 is NaN */
+/* The clmla_dtype a tensor is kept in as stored, for F32, F16, BF16 and F8_E4M3; any other dtype
+   is CLMLA_ERROR_UNSUPPORTED, naming the tensor and its dtype. */
+clmla_status clmla_st_stored_dtype(const clmla_st_file *file, const clmla_st_tensor *t, clmla_dtype *dtype, char *err,
+                                   size_t errsize);
+
+/* Copies a tensor's elements as stored (F32, F16, BF16 or F8_E4M3 codes) into
+   out[numel * clmla_dtype_bytes], in the host's byte order: the array a clmla_tensor of that dtype
+   points to. CLMLA_ERROR_UNSUPPORTED (naming the tensor and its dtype) for any other dtype. */
+clmla_status clmla_st_copy_raw(const clmla_st_file *file, const clmla_st_tensor *t, void *out, char *err,
+                               size_t errsize);
+
+/* The block scales of the 2-D F8_E4M3 tensor t as float32 into out[ceil(rows/128) * ceil(cols/128)]
+   (the clmla_tensor.scale of t), after the checks of clmla_st_to_f32: scale_inv present (else
+   CLMLA_ERROR_MISSING_TENSOR naming it), of that shape (else CLMLA_ERROR_SHAPE_MISMATCH naming
+   both shapes), stored F32, F16 or BF16 (else CLMLA_ERROR_UNSUPPORTED). */
+clmla_status clmla_st_scales_f32(const clmla_st_file *file, const clmla_st_tensor *t, const clmla_st_file *scale_file,
+                                 const clmla_st_tensor *scale_inv, float *out, char *err, size_t errsize);
 
 /* ---- the shard index: model.safetensors.index.json ------------------------------------------ */
 
