@@ -53,6 +53,25 @@ typedef struct bench_shape {
 
 void bench_shape_from_config(bench_shape *s, const char *preset, const clmla_layer_config *config);
 
+/* ---- weights in a dtype (bench/encode.c) --------------------------------------------------- */
+
+/* A weight as clmla_linear_create takes it: tensor.data is the caller's float32 array (F32) or
+   codes of the dtype (with tensor.scale for FP8) owned here. */
+typedef struct bench_encoded {
+    clmla_tensor tensor;
+    void *codes;
+    float *scale;
+} bench_encoded;
+
+/* Encodes W [n, k] (float32, row-major) in `dtype` by include/clmla.h's rules (f16 and bf16 round
+   to nearest even; FP8: per 128 x 128 block the scale max|W| / 448 and e4m3 codes), and overwrites
+   w with the values the encoding denotes, so that a float64 check uses the weights the library
+   multiplies by. Returns 0, or 1 when out of host memory (or for an unknown dtype). */
+int bench_encode_weight(float *w, size_t n, size_t k, clmla_dtype dtype, bench_encoded *out);
+void bench_encoded_free(bench_encoded *e);
+/* Bytes of W [n, k] stored in `dtype`, FP8's block scales included. */
+size_t bench_weight_stored_bytes(clmla_dtype dtype, size_t n, size_t k);
+
 /* ---- timing -------------------------------------------------------------------------------- */
 
 /* One call of the operation under test: enqueue it on dev->queue without waiting. *last
@@ -96,11 +115,14 @@ double bench_now(void);
 typedef struct bench_row {
     char phase[16];           /* decode, layer, prefill, peak */
     char path[24];            /* absorbed, decompressed, mha; peak: read-bandwidth, fp32-fma, sgemm */
-    char cache_dtype[8];      /* f32, f16, bf16, fp8; "" for peak rows */
+    char weights_dtype[8];    /* f32, f16, bf16, fp8 as the weights are held; "" for rows without
+                                 weights (peak, decode absorbed and mha) */
+    char cache_dtype[8];      /* f32, f16, bf16, fp8; "" for rows without a cache (peak, products) */
     int batch, ctx;
     bench_timing t;
     double tokens;            /* tokens per call: batch (decode, layer), batch * ctx (prefill) */
     double bytes, flops;      /* per call, as docs/BENCHMARKS.md defines them */
+    double weight_bytes;      /* the weights' part of bytes, as stored; 0 for rows without weights */
     double cache_bytes;       /* the KV memory this row's attention reads (MLA latent, or MHA K/V) */
     double mha_cache_bytes;   /* a standard MHA cache for the same model, batch and ctx */
     double check_error;       /* max relative error against a float64 host result; < 0 = not checked */
@@ -117,6 +139,7 @@ typedef struct bench_peaks {
 
 /* ---- byte and FLOP counts (docs/BENCHMARKS.md, "Definitions") ---------------------------------- */
 
+/* All weights of one layer in float32 (an upper bound for the memory a row needs). */
 double bench_weight_bytes(const bench_shape *s);
 /* Per token: the projections around the attention (q, kv_a, o_proj), and for the absorbed form
    also W^UK into the query and W^UV after the weighted sum. */
@@ -140,6 +163,7 @@ typedef struct bench_case {
     int block_tokens;
     int check;                 /* compare the bench's own kernels with a float64 host result */
     unsigned seed;
+    clmla_dtype weights;       /* layer, prefill, products: the dtype the weights are held in */
 } bench_case;
 
 int bench_decode(const bench_case *c, bench_row *row);

@@ -575,8 +575,11 @@ int bench_decode(const bench_case *c, bench_row *row)
         if (too_big(c, row, row->cache_bytes, k, k / elem))
             return -1;
     } else if (decompressed) {
+        /* the only decode path with a weight: W^UKV, float32 in the bench's own CLBlast product */
+        snprintf(row->weights_dtype, sizeof(row->weights_dtype), "f32");
+        row->weight_bytes = (double)s->H * (s->dn + s->dv) * s->rkv * 4;
         row->flops = (double)B * ctx * (bench_upproject_flops(s) + bench_pair_flops(s, 0));
-        row->bytes = row->cache_bytes + (double)s->H * (s->dn + s->dv) * s->rkv * 4 + nq * s->dq * 4 + nq * s->dv * 4;
+        row->bytes = row->cache_bytes + row->weight_bytes + nq * s->dq * 4 + nq * s->dv * 4;
         const double up = (double)ctx * s->H * (s->dn + s->dv) * 4;
         const double largest = row->cache_bytes > up ? row->cache_bytes : up;
         if (too_big(c, row, row->cache_bytes + up + (f16 ? (double)ctx * s->row * 4 : 0), largest, largest / 4))

@@ -8,7 +8,9 @@
  *            between samples once they have grown by more than max(16, ctx/32) tokens, so the
  *            context stays within 3% of ctx (16 tokens for short contexts).
  *   prefill  `batch` fresh sequences of ctx prompt tokens each in one step: the sequences are freed
- *            and added again, untimed, before every call. */
+ *            and added again, untimed, before every call.
+ * The float32 random weights are given to the layer with config.weights_dtype set to the row's
+ * weights dtype: the library converts them once at creation and keeps them in it. */
 #include "bench.h"
 
 #include <math.h>
@@ -43,9 +45,26 @@ static float *random_floats(size_t n, float scale, float bias, uint64_t *state)
     return p;
 }
 
-static int create_layer(layer_state *st, unsigned seed)
+/* The layer setting that keeps float32 weights in `dtype`. */
+static clmla_weights_dtype weights_setting(clmla_dtype dtype)
+{
+    switch (dtype) {
+    case CLMLA_DTYPE_F16:
+        return CLMLA_WEIGHTS_F16;
+    case CLMLA_DTYPE_BF16:
+        return CLMLA_WEIGHTS_BF16;
+    case CLMLA_DTYPE_FP8_E4M3:
+        return CLMLA_WEIGHTS_FP8;
+    default:
+        return CLMLA_WEIGHTS_F32;
+    }
+}
+
+static int create_layer(layer_state *st, unsigned seed, clmla_dtype weights)
 {
     const bench_shape *s = st->s;
+    clmla_layer_config config = s->config;
+    config.weights_dtype = weights_setting(weights);
     uint64_t rng = (uint64_t)seed * 0x9E3779B97F4A7C15ULL + 1;
     const float in_d = 1.0f / sqrtf((float)s->D);
     float *q_a = NULL, *q_a_norm = NULL, *q_b = NULL, *q = NULL;
@@ -75,7 +94,7 @@ static int create_layer(layer_state *st, unsigned seed)
         w.kv_a_layernorm = clmla_tensor_1d(kv_norm, s->rkv);
         w.kv_b_proj = clmla_tensor_2d(kv_b, (int64_t)s->H * (s->dn + s->dv), s->rkv);
         w.o_proj = clmla_tensor_2d(o, s->D, (int64_t)s->H * s->dv);
-        rc = clmla_layer_create(st->dev->ctx, &s->config, &w, &st->layer) != CLMLA_SUCCESS;
+        rc = clmla_layer_create(st->dev->ctx, &config, &w, &st->layer) != CLMLA_SUCCESS;
         if (rc)
             fprintf(stderr, "clmla-bench: %s\n", clmla_last_error(st->dev->ctx));
     } else {
@@ -196,7 +215,7 @@ int bench_layer(const bench_case *c, bench_row *row)
         return -1;
     }
 
-    int rc = create_layer(&st, c->seed);
+    int rc = create_layer(&st, c->seed, c->weights);
     int decompressed = path == CLMLA_PATH_DECOMPRESSED;
     int threshold = 0;
     if (!rc)
@@ -242,8 +261,15 @@ int bench_layer(const bench_case *c, bench_row *row)
     row->flops = (double)B * (step_tokens * bench_projection_flops(s, !decompressed) +
                               pairs * bench_pair_flops(s, !decompressed) +
                               (decompressed ? keys * bench_upproject_flops(s) : 0));
-    /* weights once, the cache read by the attention (decode) or written (prefill), x and out */
-    row->bytes = bench_weight_bytes(s) + (double)B * (prefill ? ctx : keys + 1) * s->row * elem +
+    /* Weights once, as the layer stores them (its own count: the dtype, FP8's scales; not the RoPE
+       table, of which a step reads only its positions' rows), the cache read by the attention and
+       the new row written (decode) or the rows written (prefill), as the cache stores them, x and out. */
+    clmla_layer_memory lm;
+    memset(&lm, 0, sizeof(lm));
+    if (!rc && clmla_layer_get_memory(st.layer, &lm) != CLMLA_SUCCESS)
+        rc = fail(&st);
+    row->weight_bytes = (double)(lm.total - lm.rope_table);
+    row->bytes = row->weight_bytes + bench_mla_cache_bytes(s, B, prefill ? ctx : keys + 1, c->dtype) +
                  2.0 * x_values * sizeof(float);
     row->check_error = -1;
 

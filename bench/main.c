@@ -23,7 +23,7 @@ typedef struct name_list {
 
 typedef struct options {
     const char *device, *preset, *json, *peaks;
-    const char *phase, *ctx, *batch, *path, *dtype, *flush;
+    const char *phase, *ctx, *batch, *path, *dtype, *wdtype, *flush;
     int quick, peak, check, warm_cache, block_tokens, seed, help, version;
     double max_mem_mib, max_time;
     int dims[7]; /* hidden, heads, q-lora-rank, kv-lora-rank, nope-dim, rope-dim, v-dim; -1 = preset's */
@@ -57,6 +57,8 @@ static void usage(FILE *out)
             "                       per-head K/V cache; decode only), auto (the library's choice; layer, prefill)\n"
             "                       (defaults: decode absorbed,mha; layer absorbed; prefill auto)\n"
             "  --cache-dtype LIST   f32 (default), f16, bf16, fp8 (bf16 and fp8: the absorbed path, through the library)\n"
+            "  --weights-dtype LIST auto (default: f32, as the random weights are made), f32, f16, bf16, fp8: the\n"
+            "                       dtype the layer (layer, prefill) or clmla_linear (products) keeps the weights in\n"
             "  --peak               first measure the device's peaks: read bandwidth, fp32 FMA, CLBlast SGEMM;\n"
             "                       every row then carries the fraction of them it reached\n"
             "  --peaks FILE         take the peaks from the peak rows of an earlier --json FILE of this device\n"
@@ -181,6 +183,7 @@ static int parse_args(int argc, char **argv, options *o)
                             : strcmp(key, "batch") == 0       ? &o->batch
                             : strcmp(key, "path") == 0        ? &o->path
                             : strcmp(key, "cache-dtype") == 0 ? &o->dtype
+                            : strcmp(key, "weights-dtype") == 0 ? &o->wdtype
                             : strcmp(key, "flush") == 0       ? &o->flush
                                                               : NULL;
         if (text) {
@@ -256,10 +259,30 @@ static const char *const phase_names[] = {"peak", "decode", "layer", "prefill", 
 static const char *const path_names[] = {"absorbed",  "decompressed", "mha",        "auto",      "q_proj",
                                           "q_a_proj",  "q_b_proj",     "kv_a_proj",  "qkv_a_proj", "kv_b_proj",
                                           "o_proj",    NULL};
-static const char *const dtype_names[] = {"f32", "f16", "bf16", "fp8", NULL};
+static const char *const dtype_names[] = {"f32", "f16", "bf16", "fp8", NULL}; /* clmla_cache_dtype's order */
+static const char *const weights_names[] = {"auto", "f32", "f16", "bf16", "fp8", NULL};
+
+/* A name of dtype_names as the cache dtype. */
+static clmla_cache_dtype cache_dtype_of(const char *name)
+{
+    return strcmp(name, "f16") == 0    ? CLMLA_CACHE_F16
+           : strcmp(name, "bf16") == 0 ? CLMLA_CACHE_BF16
+           : strcmp(name, "fp8") == 0  ? CLMLA_CACHE_FP8
+                                       : CLMLA_CACHE_F32;
+}
+
+/* A name of weights_names as the dtype the weights are held in: the bench's random weights are
+   float32, so "auto" (as given) is f32. */
+static clmla_dtype weights_dtype_of(const char *name)
+{
+    return strcmp(name, "f16") == 0    ? CLMLA_DTYPE_F16
+           : strcmp(name, "bf16") == 0 ? CLMLA_DTYPE_BF16
+           : strcmp(name, "fp8") == 0  ? CLMLA_DTYPE_FP8_E4M3
+                                       : CLMLA_DTYPE_F32;
+}
 
 /* The sweep of one phase: explicit lists win, else the phase's defaults. The products phase has
-   no context (one pass, ctx 0) and runs in f32 only; its paths are the shape's projections. */
+   no context (one pass, ctx 0) and no cache; its paths are the shape's projections. */
 static int phase_lists(const options *o, const bench_shape *shape, const char *phase, int_list *ctx, int_list *batch,
                        name_list *paths)
 {
@@ -348,12 +371,14 @@ static int read_peaks(const char *path, const char *device, bench_peaks *peaks)
 
 static int progress_tty;
 
-static void progress(int index, int total, const char *phase, const char *path, const char *dtype, int batch, int ctx)
+/* dtypes: "weights f32, cache f16" or the part that applies, or "". */
+static void progress(int index, int total, const char *phase, const char *path, const char *dtypes, int batch, int ctx)
 {
     if (progress_tty)
-        fprintf(stderr, "\r\033[K[%d/%d] %s %s %s batch %d ctx %d ...", index, total, phase, path, dtype, batch, ctx);
+        fprintf(stderr, "\r\033[K[%d/%d] %s %s %s batch %d ctx %d ...", index, total, phase, path, dtypes, batch, ctx);
     else
-        fprintf(stderr, "clmla-bench: [%d/%d] %s %s %s batch %d ctx %d\n", index, total, phase, path, dtype, batch, ctx);
+        fprintf(stderr, "clmla-bench: [%d/%d] %s %s %s batch %d ctx %d\n", index, total, phase, path, dtypes, batch,
+                ctx);
     fflush(stderr);
 }
 
@@ -363,6 +388,40 @@ static void progress_clear(void)
         fprintf(stderr, "\r\033[K");
         fflush(stderr);
     }
+}
+
+/* Runs one case and reports its row (with_weights, with_cache: whether the row names the weights
+   and the cache dtype; decode names its weights dtype itself, only its decompressed path has
+   weights). Returns 1 when it failed. */
+static int run_row(bench_report *report, const bench_case *bc, int with_weights, int with_cache, int index, int total)
+{
+    bench_row row;
+    memset(&row, 0, sizeof(row));
+    snprintf(row.phase, sizeof(row.phase), "%s", bc->phase);
+    snprintf(row.path, sizeof(row.path), "%s", bc->path);
+    snprintf(row.weights_dtype, sizeof(row.weights_dtype), "%s", with_weights ? clmla_dtype_name(bc->weights) : "");
+    snprintf(row.cache_dtype, sizeof(row.cache_dtype), "%s", with_cache ? dtype_names[bc->dtype] : "");
+    row.batch = bc->batch;
+    row.ctx = bc->ctx;
+    row.check_error = -1;
+    char what[48];
+    snprintf(what, sizeof(what), "%s%s%s%s%s", with_weights ? "weights " : "", row.weights_dtype,
+             with_weights && with_cache ? ", " : "", with_cache ? "cache " : "", row.cache_dtype);
+    progress(index, total, bc->phase, bc->path, what, bc->batch, bc->ctx);
+    const int rc = strcmp(bc->phase, "decode") == 0     ? bench_decode(bc, &row)
+                   : strcmp(bc->phase, "products") == 0 ? bench_products(bc, &row)
+                                                        : bench_layer(bc, &row);
+    progress_clear();
+    if (rc < 0) {
+        bench_report_skip(report, &row);
+        return 0;
+    }
+    if (rc > 0) {
+        snprintf(row.note, sizeof(row.note), "failed (see the message above)");
+        bench_report_skip(report, &row);
+        return 1;
+    }
+    return bench_report_row(report, &row) != 0;
 }
 
 int main(int argc, char **argv)
@@ -379,10 +438,11 @@ int main(int argc, char **argv)
         return 0;
     }
     bench_shape shape;
-    name_list phases, dtypes;
+    name_list phases, dtypes, wdtypes;
     if (make_shape(&o, &shape) ||
         parse_names(o.phase ? o.phase : (o.quick ? "peak,decode,layer,prefill" : "decode"), &phases, phase_names, "phase") ||
-        parse_names(o.dtype ? o.dtype : "f32", &dtypes, dtype_names, "cache-dtype"))
+        parse_names(o.dtype ? o.dtype : "f32", &dtypes, dtype_names, "cache-dtype") ||
+        parse_names(o.wdtype ? o.wdtype : "auto", &wdtypes, weights_names, "weights-dtype"))
         return 2;
     int want_peak = o.peak;
     for (int p = 0; p < phases.n; p++)
@@ -397,7 +457,9 @@ int main(int argc, char **argv)
         name_list paths;
         if (phase_lists(&o, &shape, phases.v[p], &ctx, &batch, &paths))
             return 2;
-        total += (strcmp(phases.v[p], "products") == 0 ? 1 : dtypes.n) * paths.n * batch.n * ctx.n;
+        const int nw = strcmp(phases.v[p], "decode") == 0 ? 1 : wdtypes.n;
+        const int nc = strcmp(phases.v[p], "products") == 0 ? 1 : dtypes.n;
+        total += nw * nc * paths.n * batch.n * ctx.n;
     }
 
     bench_device dev;
@@ -485,41 +547,18 @@ int main(int argc, char **argv)
         int_list ctx, batch;
         name_list paths;
         phase_lists(&o, &shape, phase, &ctx, &batch, &paths);
-        const int products = strcmp(phase, "products") == 0;
-        for (int d = 0; d < (products ? 1 : dtypes.n); d++)
-            for (int q = 0; q < paths.n; q++)
-                for (int b = 0; b < batch.n; b++)
-                    for (int c = 0; c < ctx.n; c++) {
-                        bench_case bc = {&dev, &shape, &timing, phase, paths.v[q], batch.v[b], ctx.v[c],
-                                         products                                ? CLMLA_CACHE_F32
-                                         : strcmp(dtypes.v[d], "f16") == 0  ? CLMLA_CACHE_F16
-                                         : strcmp(dtypes.v[d], "bf16") == 0 ? CLMLA_CACHE_BF16
-                                         : strcmp(dtypes.v[d], "fp8") == 0  ? CLMLA_CACHE_FP8
-                                                                            : CLMLA_CACHE_F32,
-                                         o.block_tokens, o.check, (unsigned)o.seed * 1000003u};
-                        bench_row row;
-                        memset(&row, 0, sizeof(row));
-                        snprintf(row.phase, sizeof(row.phase), "%s", phase);
-                        snprintf(row.path, sizeof(row.path), "%s", paths.v[q]);
-                        snprintf(row.cache_dtype, sizeof(row.cache_dtype), "%s", products ? "f32" : dtypes.v[d]);
-                        row.batch = bc.batch;
-                        row.ctx = bc.ctx;
-                        row.check_error = -1;
-                        progress(++index, total, phase, paths.v[q], products ? "f32" : dtypes.v[d], bc.batch, bc.ctx);
-                        const int rc = strcmp(phase, "decode") == 0 ? bench_decode(&bc, &row)
-                                       : products                   ? bench_products(&bc, &row)
-                                                                    : bench_layer(&bc, &row);
-                        progress_clear();
-                        if (rc < 0) {
-                            bench_report_skip(report, &row);
-                        } else if (rc > 0) {
-                            failures++;
-                            snprintf(row.note, sizeof(row.note), "failed (see the message above)");
-                            bench_report_skip(report, &row);
-                        } else {
-                            failures += bench_report_row(report, &row) != 0;
+        const int products = strcmp(phase, "products") == 0, decode = strcmp(phase, "decode") == 0;
+        /* decode has no weights of the library's, products no cache */
+        for (int w = 0; w < (decode ? 1 : wdtypes.n); w++)
+            for (int d = 0; d < (products ? 1 : dtypes.n); d++)
+                for (int q = 0; q < paths.n; q++)
+                    for (int b = 0; b < batch.n; b++)
+                        for (int c = 0; c < ctx.n; c++) {
+                            bench_case bc = {&dev, &shape, &timing, phase, paths.v[q], batch.v[b], ctx.v[c],
+                                             cache_dtype_of(dtypes.v[d]), o.block_tokens, o.check,
+                                             (unsigned)o.seed * 1000003u, weights_dtype_of(wdtypes.v[w])};
+                            failures += run_row(report, &bc, !decode, !products, ++index, total);
                         }
-                    }
     }
     failures += bench_report_close(report) != 0;
     bench_flush_release(&dev);

@@ -43,6 +43,11 @@ def load_rows(paths):
     return rows
 
 
+def weights(row):
+    # rows written before the weights dtype existed, and rows without weights, are float32
+    return row.get("weights_dtype") or "f32"
+
+
 def device_label(row):
     return "torch-cpu" if row["device"] == "torch-cpu" else "clmla " + row["device"]
 
@@ -171,12 +176,13 @@ def markdown(rows, path):
         these = [r for r in measured if r["phase"] == phase]
         if not these:
             continue
-        out += ["| device | path | cache | batch | ctx | median ms (min - max) | first ms | tokens/s | GB/s | GFLOP/s "
-                "| % peak GB/s | % peak FLOP/s | cache MiB | MHA MiB |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        out += ["| device | path | weights | cache | batch | ctx | median ms (min - max) | first ms | tokens/s | GB/s "
+                "| GFLOP/s | % peak GB/s | % peak FLOP/s | cache MiB | MHA MiB |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in these:
-            out.append("| %s | %s | %s | %d | %d | %s (%s - %s) | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-                device_label(r), r["path"], r["cache_dtype"], r["batch"], r["ctx"], fmt(r["median_ms"], 2),
+            out.append("| %s | %s | %s | %s | %d | %d | %s (%s - %s) | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                device_label(r), r["path"], weights(r) if phase != "decode" else "-", r["cache_dtype"], r["batch"],
+                r["ctx"], fmt(r["median_ms"], 2),
                 fmt(r["min_ms"], 2), fmt(r["max_ms"], 2), fmt(r["first_ms"], 1), fmt(r.get("tokens_per_s"), 0),
                 fmt(r.get("gbs"), 2), fmt(r.get("gflops")), pct(r.get("frac_peak_bw")), pct(r.get("frac_peak_flops")),
                 fmt(r.get("cache_mib")), fmt(r.get("mha_cache_mib"))))
@@ -195,7 +201,7 @@ def markdown(rows, path):
                 m["median_ms"] / a["median_ms"], fmt(a["cache_mib"]), fmt(m["cache_mib"]), m["cache_mib"] / a["cache_mib"]))
         out.append("")
     # clmla against torch on the same phase, path, dtype and shape
-    shape = (lambda r: (r["phase"], r["path"], r["cache_dtype"], r["batch"], r["ctx"]))
+    shape = (lambda r: (r["phase"], r["path"], weights(r), r["cache_dtype"], r["batch"], r["ctx"]))
     torch_rows = {shape(r): r for r in measured if r["device"] == "torch-cpu"}
     versus = [(r, torch_rows[shape(r)]) for r in measured if r["device"] != "torch-cpu" and shape(r) in torch_rows]
     if versus:

@@ -4,9 +4,12 @@
  * The paths name the projections of the checkpoint: q_proj (or q_a_proj and q_b_proj with a query
  * LoRA), kv_a_proj_with_mqa, kv_b_proj, o_proj, and qkv_a_proj, the product the layer runs: q_proj
  * (or q_a_proj) and kv_a_proj_with_mqa stacked into one matrix, as both multiply the hidden state. A decode step reads each weight matrix once,
- * whatever the number of rows, so the row's GB/s (weights + x + y, with the caches flushed before
- * every call) against the read peak is how close the product comes to streaming speed.
- * Every row is checked against a float64 host computation of 64 sampled outputs. */
+ * whatever the number of rows, so the row's GB/s (weights as stored + x + y, with the caches
+ * flushed before every call) against the read peak is how close the product comes to streaming speed.
+ * W is given to clmla_linear already in the row's weights dtype (bench/encode.c), as a checkpoint
+ * holds it; its bytes are the linear's device bytes (FP8's scales included).
+ * Every row is checked against a float64 host computation of 64 sampled outputs, with the weights
+ * the encoding denotes. */
 #include "bench.h"
 
 #include <math.h>
@@ -19,7 +22,7 @@ typedef struct product_state {
     bench_device *dev;
     size_t m, n, k;
     cl_mem x, y;
-    float *w;               /* W [n, k] row-major on the host, for the check */
+    float *w;               /* W [n, k] row-major on the host, as the weights dtype denotes it, for the check */
     clmla_linear **timed;   /* `copies` clmla_linears of W, each its own device copy */
     size_t copies, calls;
     int packed;             /* clmla_linear_info.packed: kept as the layer keeps it on CPU devices */
@@ -123,30 +126,39 @@ int bench_products(const bench_case *c, bench_row *row)
        copies of it (one clmla_linear each) to fill the flush size (at most 64), so that a copy is
        not read again before that many bytes of other weights: a flush alone left part of W in this
        CPU's last-level cache (docs/BENCHMARKS.md). The budget keeps room for one more W, as when
-       the copies shared one buffer next to the row-major W. */
+       the copies shared one buffer next to the row-major W. Copies count in W's stored size: a
+       smaller dtype takes more of them to fill the flush size. */
+    const size_t stored = bench_weight_stored_bytes(c->weights, n, k);
     st.copies = 1;
     if (c->dev->flush_buffer) {
-        st.copies = (c->dev->flush_bytes + w_bytes - 1) / w_bytes;
+        st.copies = (c->dev->flush_bytes + stored - 1) / stored;
         if (st.copies > 64)
             st.copies = 64;
-        while (st.copies > 1 && (st.copies + 1) * w_bytes > c->dev->memory_budget)
+        while (st.copies > 1 && (st.copies + 1) * stored > c->dev->memory_budget)
             st.copies--;
     }
     if (!rc) {
         st.timed = calloc(st.copies, sizeof(*st.timed));
         rc = !st.timed;
     }
-    const clmla_tensor w = clmla_tensor_2d(st.w, (int64_t)n, (int64_t)k);
+    bench_encoded w;
+    memset(&w, 0, sizeof(w));
+    if (!rc && bench_encode_weight(st.w, n, k, c->weights, &w) != 0) {
+        fprintf(stderr, "clmla-bench: out of host memory for the %s weights\n", clmla_dtype_name(c->weights));
+        rc = 1;
+    }
     for (size_t i = 0; !rc && i < st.copies; i++) {
-        const clmla_status s = clmla_linear_create(c->dev->ctx, &w, &st.timed[i]);
+        const clmla_status s = clmla_linear_create(c->dev->ctx, &w.tensor, &st.timed[i]);
         if (s != CLMLA_SUCCESS) {
             fprintf(stderr, "clmla-bench: clmla_linear_create (copy %zu of %zu) failed: %s\n", i + 1, st.copies,
                     clmla_last_error(c->dev->ctx));
             rc = 1;
         }
     }
+    bench_encoded_free(&w);
+    clmla_linear_info info;
+    memset(&info, 0, sizeof(info));
     if (!rc) {
-        clmla_linear_info info;
         rc = clmla_linear_get_info(st.timed[0], &info) != CLMLA_SUCCESS;
         st.packed = !rc && info.packed;
     }
@@ -157,10 +169,14 @@ int bench_products(const bench_case *c, bench_row *row)
     if (!rc) {
         row->tokens = (double)st.m;
         row->flops = 2.0 * (double)st.m * n * k;
-        row->bytes = ((double)n * k + (double)st.m * k + (double)st.m * n) * sizeof(float);
+        /* W as the device stores it, which is what a call reads; the library reports it, so a
+           weight kept in another dtype than the one given would show here. */
+        row->weight_bytes = (double)info.device_bytes;
+        row->bytes = row->weight_bytes + ((double)st.m * k + (double)st.m * n) * sizeof(float);
         row->check_error = check_product(&st);
-        snprintf(row->note, sizeof(row->note), "%zu x %zu x %zu, weights %.1f MiB%s, %zu cop%s", st.m, n, k,
-                 (double)n * k * sizeof(float) / 1048576.0, st.packed ? " packed" : "", st.copies,
+        snprintf(row->note, sizeof(row->note), "%zu x %zu x %zu, weights %.1f MiB%s%s, %zu cop%s", st.m, n, k,
+                 row->weight_bytes / 1048576.0, st.packed ? " packed" : "",
+                 info.device_bytes != stored ? " (not the dtype's size)" : "", st.copies,
                  st.copies == 1 ? "y" : "ies");
         if (row->check_error < 0 || row->check_error > 1e-4) {
             fprintf(stderr, "clmla-bench: %s with %zu rows: relative error %.3g against float64\n", c->path, st.m,

@@ -63,9 +63,9 @@ static void print_header(bench_report *r)
     if (r->header_printed)
         return;
     r->header_printed = 1;
-    printf("\n%-7s %-14s %-5s %5s %6s %9s %9s %-21s %10s %9s %9s %5s %5s %10s %10s  %s\n", "phase", "path", "dtype",
-           "batch", "ctx", "first ms", "median ms", "(min - max)", "tokens/s", "GB/s", "GFLOP/s", "%bw", "%flop",
-           "cache MiB", "MHA MiB", "note");
+    printf("\n%-8s %-14s %-6s %-6s %5s %6s %9s %9s %-21s %10s %9s %9s %5s %5s %10s %10s  %s\n", "phase", "path",
+           "wdtype", "cdtype", "batch", "ctx", "first ms", "median ms", "(min - max)", "tokens/s", "GB/s", "GFLOP/s",
+           "%bw", "%flop", "cache MiB", "MHA MiB", "note");
 }
 
 static void fmt_ms(char *buf, size_t size, double ms)
@@ -149,9 +149,9 @@ int bench_report_row(bench_report *r, const bench_row *row)
     char batch[16], ctx[16];
     snprintf(batch, sizeof(batch), is_peak ? "-" : "%d", row->batch);
     snprintf(ctx, sizeof(ctx), is_peak ? "-" : "%d", row->ctx);
-    printf("%-7s %-14s %-5s %5s %6s %9s %9s %-21s %10s %9s %9s %5s %5s %10s %10s  %s\n", row->phase, row->path,
-           row->cache_dtype[0] ? row->cache_dtype : "-", batch, ctx, first, median, range, tps, gb, gf, fbw, ffl, cache,
-           mha, note);
+    printf("%-8s %-14s %-6s %-6s %5s %6s %9s %9s %-21s %10s %9s %9s %5s %5s %10s %10s  %s\n", row->phase, row->path,
+           row->weights_dtype[0] ? row->weights_dtype : "-", row->cache_dtype[0] ? row->cache_dtype : "-", batch, ctx,
+           first, median, range, tps, gb, gf, fbw, ffl, cache, mha, note);
     fflush(stdout);
 
     const clmla_device_info *i = &r->dev->info;
@@ -170,6 +170,11 @@ int bench_report_row(bench_report *r, const bench_row *row)
     cJSON_AddStringToObject(o, "path", row->path);
     cJSON_AddNumberToObject(o, "batch", row->batch);
     cJSON_AddNumberToObject(o, "ctx", row->ctx);
+    /* null where the row has no weights (peak, decode's absorbed and mha) or no cache (peak, products) */
+    if (row->weights_dtype[0])
+        cJSON_AddStringToObject(o, "weights_dtype", row->weights_dtype);
+    else
+        cJSON_AddNullToObject(o, "weights_dtype");
     if (row->cache_dtype[0])
         cJSON_AddStringToObject(o, "cache_dtype", row->cache_dtype);
     else
@@ -195,6 +200,7 @@ int bench_report_row(bench_report *r, const bench_row *row)
     cJSON_AddNumberToObject(o, "wall_median_ms", row->t.wall_median_ms);
     add_number_or_null(o, "tokens_per_s", tokens_per_s, tokens_per_s > 0);
     cJSON_AddNumberToObject(o, "bytes", row->bytes);
+    add_number_or_null(o, "weight_bytes", row->weight_bytes, row->weights_dtype[0] != 0);
     cJSON_AddNumberToObject(o, "flops", row->flops);
     add_number_or_null(o, "gbs", gbs, gbs > 0);
     add_number_or_null(o, "gflops", gflops, gflops > 0);
@@ -218,7 +224,9 @@ void bench_report_skip(bench_report *r, const bench_row *row)
     char batch[16], ctx[16];
     snprintf(batch, sizeof(batch), "%d", row->batch);
     snprintf(ctx, sizeof(ctx), "%d", row->ctx);
-    printf("%-7s %-14s %-5s %5s %6s  skipped: %s\n", row->phase, row->path, row->cache_dtype, batch, ctx, row->note);
+    printf("%-8s %-14s %-6s %-6s %5s %6s  skipped: %s\n", row->phase, row->path,
+           row->weights_dtype[0] ? row->weights_dtype : "-", row->cache_dtype[0] ? row->cache_dtype : "-", batch, ctx,
+           row->note);
     fflush(stdout);
 }
 

@@ -34,6 +34,22 @@ static float *random_floats(size_t n, float scale, float bias, uint64_t *state)
     return p;
 }
 
+/* A copy of W [rows, cols] holding the values a layer keeping it in `held` computes with, for the
+   reference; NULL when out of memory (or when the reference refuses, which the demo's finite
+   random weights never give it cause to). The norms are not rounded: a layer keeps them in float32. */
+static float *rounded_copy(const float *w, int rows, int cols, clmla_dtype held)
+{
+    float *p = malloc((size_t)rows * (size_t)cols * sizeof(float));
+    if (p) {
+        memcpy(p, w, (size_t)rows * (size_t)cols * sizeof(float));
+        if (mla_ref_round_weight((int)held, p, rows, cols) != 0) { /* clmla_dtype's numbering */
+            free(p);
+            p = NULL;
+        }
+    }
+    return p;
+}
+
 static int compare_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -47,9 +63,13 @@ static int compare_double(const void *a, const void *b)
       float32 error (2e-6 of the row's largest value): a device whose float32 v lies across a
       rounding boundary from float64's may store the neighbour of r(v), nothing further;
    2. the output against the reference's attention over those stored values, at 1e-4.
-   Then, for information, the output against an unrounded cache: the dtype's own error. */
-static int check_against_reference(const mla_ref_config *rcfg, const mla_ref_weights *rw, clmla_cache *cache, int32_t seq,
-                                   int dtype, const char *cache_dtype, int T, const float *x, const float *out)
+   rw holds the weights as the layer holds them (rounded to its weights dtype), so that both parts
+   compare like with like. Then, for information, the output against an unrounded cache: the cache
+   dtype's own error; and, with rounded weights, against the reference with the float32 weights
+   (rw_f32) and the same cache dtype: the weights dtype's own error. */
+static int check_against_reference(const mla_ref_config *rcfg, const mla_ref_weights *rw, const mla_ref_weights *rw_f32,
+                                   const char *weights_dtype, clmla_cache *cache, int32_t seq, int dtype,
+                                   const char *cache_dtype, int T, const float *x, const float *out)
 {
     const size_t D = (size_t)rcfg->hidden, rkv = (size_t)rcfg->kv_lora_rank, dr = (size_t)rcfg->rope_dim;
     double *ref = malloc((size_t)T * D * sizeof(double));
@@ -112,6 +132,20 @@ static int check_against_reference(const mla_ref_config *rcfg, const mla_ref_wei
         printf("rounding     the %s cache's own error, against an unrounded cache: max relative error %.2e\n", cache_dtype,
                unrounded_err);
     rc = ok && beyond == 0 ? 0 : 1;
+    if (rw_f32) {
+        mla_ref_features wf;
+        memset(&wf, 0, sizeof(wf));
+        wf.cache_type = (mla_ref_cache_type)dtype; /* the same cache rounding: only the weights differ */
+        if (mla_ref_forward_ext(rcfg, &wf, rw_f32, T, x, NULL, 0, MLA_REF_ABSORBED, ref, NULL, NULL, NULL, NULL, NULL,
+                                NULL) != 0) {
+            fprintf(stderr, "clmla demo: the reference could not run\n");
+            rc = 1;
+            goto out;
+        }
+        printf("rounding     the %s weights' own error, against float32 weights (same %s cache): max relative error "
+               "%.2e\n",
+               weights_dtype, cache_dtype, mla_ref_max_rel_err(out, ref, (size_t)T * D, NULL));
+    }
 out:
     free(ref);
     free(ckv);
@@ -125,12 +159,14 @@ out:
 int cmd_demo(int argc, char **argv)
 {
     int help = 0, prefill = 512, decode = 64, seed = 1, no_check = 0;
-    const char *device = NULL, *cache_dtype = "f32";
+    const char *device = NULL, *cache_dtype = "f32", *weights_dtype = "auto";
     cli_option opts[] = {
         {"device", CLI_STRING, &device, "SPEC  device to run on (see clmla devices)"},
         {"prefill", CLI_INT, &prefill, "N     prompt tokens, one prefill step (default 512)"},
         {"decode", CLI_INT, &decode, "N     tokens decoded one at a time after it (default 64)"},
         {"cache-dtype", CLI_STRING, &cache_dtype, CLI_CACHE_DTYPES "  latent cache storage (default f32)"},
+        {"weights-dtype", CLI_STRING, &weights_dtype,
+         CLI_WEIGHTS_DTYPES "  weights on the device (default auto: f32, as the random weights are made)"},
         {"seed", CLI_INT, &seed, "N     seed of the random weights and inputs (default 1)"},
         {"no-check", CLI_FLAG, &no_check, "skip the float64 CPU reference check"},
         {"help", CLI_FLAG, &help, "this text"},
@@ -150,6 +186,15 @@ int cmd_demo(int argc, char **argv)
         fprintf(stderr, "clmla demo: --cache-dtype must be one of " CLI_CACHE_DTYPES ", not '%s'\n", cache_dtype);
         return 2;
     }
+    int want = cli_weights_dtype(weights_dtype);
+    if (want < 0) {
+        fprintf(stderr, "clmla demo: --weights-dtype must be one of " CLI_WEIGHTS_DTYPES ", not '%s'\n", weights_dtype);
+        return 2;
+    }
+    if (want == CLMLA_WEIGHTS_AS_GIVEN)
+        want = CLMLA_WEIGHTS_F32; /* the random weights are float32: as given is f32 */
+    const clmla_dtype held = cli_weights_held((clmla_weights_dtype)want);
+    const char *held_name = clmla_dtype_name(held);
     if (prefill < 1 || decode < 0 || prefill + decode > 1 << 20) {
         fprintf(stderr, "clmla demo: need --prefill >= 1, --decode >= 0, and at most 2^20 tokens in all\n");
         return 2;
@@ -168,6 +213,7 @@ int cmd_demo(int argc, char **argv)
 
     clmla_layer_config cfg;
     clmla_layer_config_preset(CLMLA_PRESET_DEEPSEEK_V2_LITE, &cfg);
+    cfg.weights_dtype = (clmla_weights_dtype)want;
     const int D = cfg.hidden_size, H = cfg.num_heads, rkv = cfg.kv_lora_rank, dn = cfg.qk_nope_head_dim,
               dr = cfg.qk_rope_head_dim, dv = cfg.v_head_dim, dq = dn + dr;
     printf("model        DeepSeek-V2-Lite attention shape: D %d, %d heads, kv_lora_rank %d, head dims %d/%d/%d, YaRN s=%g\n",
@@ -182,6 +228,7 @@ int cmd_demo(int argc, char **argv)
     float *o_proj = random_floats((size_t)D * H * dv, 1.0f / sqrtf((float)(H * dv)), 0, &rng);
     float *x = random_floats((size_t)T * D, 1.0f, 0, &rng);
     float *out = malloc((size_t)T * D * sizeof(float));
+    float *rounded[4] = {NULL, NULL, NULL, NULL}; /* the projections as the layer holds them, for the check */
     int rc = 1;
     clmla_layer *layer = NULL;
     clmla_cache *cache = NULL;
@@ -213,14 +260,17 @@ int cmd_demo(int argc, char **argv)
         fprintf(stderr, "clmla demo: %s\n", clmla_last_error(ctx));
         goto done;
     }
-    /* Warm-up on a throw-away sequence: both paths once, so GEMM kernels are compiled now. */
+    /* Warm-up on a throw-away sequence: both paths once, so GEMM kernels are compiled now. The
+       product kernels differ by rows (up to 8, 9 to 63, 64 or more on CPUs) and by weights dtype,
+       so the warm-up prefill has min(prefill, 64) tokens: the prefill's own kind of product. */
+    const int warm_tokens = prefill < 64 ? prefill : 64;
     int32_t seq = -1;
     clmla_batch_entry entry = {0, 0};
     clmla_forward_args args = {&entry, 1, 0, CLMLA_PATH_AUTO};
     for (int path = CLMLA_PATH_ABSORBED; path <= CLMLA_PATH_DECOMPRESSED; path++) {
         clmla_cache_seq_add(cache, &seq);
         entry.seq_id = seq;
-        entry.num_tokens = 8;
+        entry.num_tokens = warm_tokens;
         args.path = (clmla_attention_path)path;
         if (clmla_layer_forward(layer, cache, &args, x, out) != CLMLA_SUCCESS) {
             fprintf(stderr, "clmla demo: warm-up step: %s\n", clmla_last_error(ctx));
@@ -273,11 +323,17 @@ int cmd_demo(int argc, char **argv)
     printf("kv cache     %zu bytes/token/layer (%s c^KV + k^R); standard MHA would cache %zu: %.1fx less\n",
            ci.bytes_per_token_per_layer, cache_dtype, mha, (double)mha / ci.bytes_per_token_per_layer);
     clmla_layer_memory lm;
-    if (clmla_layer_get_memory(layer, &lm) == CLMLA_SUCCESS)
-        printf("weights      %.1f MiB on the device (float32): q_proj %.1f, kv_a_proj_with_mqa %.1f, kv_b_proj %.1f, "
-               "o_proj %.1f\n",
-               lm.total / 1048576.0, lm.q_proj / 1048576.0, lm.kv_a_proj_with_mqa / 1048576.0, lm.kv_b_proj / 1048576.0,
-               lm.o_proj / 1048576.0);
+    if (clmla_layer_get_memory(layer, &lm) == CLMLA_SUCCESS) {
+        /* Bytes per weight of the four projections as the layer reports them: what the device
+           holds (FP8 scales and CPU panel padding included), so a dtype the layer did not keep shows. */
+        const double values = (double)H * dq * D + (double)(rkv + dr) * D + (double)H * (dn + dv) * rkv +
+                              (double)D * H * dv;
+        const double projections = (double)lm.q_proj + lm.kv_a_proj_with_mqa + lm.kv_b_proj + lm.o_proj;
+        printf("weights      %.1f MiB on the device, projections in %s (%.2f bytes/weight): q_proj %.2f, "
+               "kv_a_proj_with_mqa %.2f, kv_b_proj %.2f, o_proj %.2f MiB\n",
+               lm.total / 1048576.0, held_name, projections / values, lm.q_proj / 1048576.0,
+               lm.kv_a_proj_with_mqa / 1048576.0, lm.kv_b_proj / 1048576.0, lm.o_proj / 1048576.0);
+    }
 
     if (no_check) {
         printf("check        skipped (--no-check)\n");
@@ -290,7 +346,23 @@ int cmd_demo(int argc, char **argv)
                            cfg.yarn_original_max_position, cfg.yarn_beta_fast, cfg.yarn_beta_slow, cfg.yarn_mscale,
                            cfg.yarn_mscale_all_dim};
     mla_ref_weights rw = {NULL, NULL, NULL, q_proj, kv_a, kv_norm, kv_b, o_proj};
-    rc = check_against_reference(&rcfg, &rw, cache, seq, dtype, cache_dtype, T, x, out);
+    mla_ref_weights rw_held = rw;
+    if (held != CLMLA_DTYPE_F32) {
+        rounded[0] = rounded_copy(q_proj, H * dq, D, held);
+        rounded[1] = rounded_copy(kv_a, rkv + dr, D, held);
+        rounded[2] = rounded_copy(kv_b, H * (dn + dv), rkv, held);
+        rounded[3] = rounded_copy(o_proj, D, H * dv, held);
+        if (!rounded[0] || !rounded[1] || !rounded[2] || !rounded[3]) {
+            fprintf(stderr, "clmla demo: the weights could not be rounded for the reference (out of host memory)\n");
+            goto done;
+        }
+        rw_held.q_proj = rounded[0];
+        rw_held.kv_a_proj_with_mqa = rounded[1];
+        rw_held.kv_b_proj = rounded[2];
+        rw_held.o_proj = rounded[3];
+    }
+    rc = check_against_reference(&rcfg, &rw_held, held == CLMLA_DTYPE_F32 ? NULL : &rw, held_name, cache, seq, dtype,
+                                 cache_dtype, T, x, out);
 
 done:
     clmla_cache_destroy(cache);
@@ -304,5 +376,7 @@ done:
     free(x);
     free(out);
     free(decode_ms);
+    for (int i = 0; i < 4; i++)
+        free(rounded[i]);
     return rc;
 }

@@ -27,7 +27,8 @@ static int parse_path(const char *text, clmla_attention_path *path)
 int cmd_run(int argc, char **argv)
 {
     int help = 0, layer_index = 0, sublayer = 0, prefill = -1, chunk = 0, block_size = 64;
-    const char *device = NULL, *model = NULL, *input = NULL, *output = NULL, *path_name = "auto", *cache_dtype = "f32";
+    const char *device = NULL, *model = NULL, *input = NULL, *output = NULL, *path_name = "auto", *cache_dtype = "f32",
+               *weights_dtype = "auto";
     cli_option opts[] = {
         {"model", CLI_STRING, &model, "DIR   model folder: config.json + model.safetensors or its shards"},
         {"layer", CLI_INT, &layer_index, "N     which decoder layer's attention, as the model numbers them (default 0)"},
@@ -38,6 +39,8 @@ int cmd_run(int argc, char **argv)
         {"chunk", CLI_INT, &chunk, "C     prefill in steps of C tokens (default: one step)"},
         {"path", CLI_STRING, &path_name, "auto|absorbed|decompressed  attention path of every step (default auto)"},
         {"cache-dtype", CLI_STRING, &cache_dtype, CLI_CACHE_DTYPES "  latent cache storage (default f32)"},
+        {"weights-dtype", CLI_STRING, &weights_dtype,
+         CLI_WEIGHTS_DTYPES "  weights on the device (default auto: as stored in the checkpoint)"},
         {"block-size", CLI_INT, &block_size, "B     tokens per cache block (default 64)"},
         {"device", CLI_STRING, &device, "SPEC  device to run on (see clmla devices)"},
         {"help", CLI_FLAG, &help, "this text"},
@@ -65,6 +68,11 @@ int cmd_run(int argc, char **argv)
     const int dtype = cli_cache_dtype(cache_dtype);
     if (dtype < 0) {
         fprintf(stderr, "clmla run: --cache-dtype must be one of " CLI_CACHE_DTYPES ", not '%s'\n", cache_dtype);
+        return 2;
+    }
+    const int wdtype = cli_weights_dtype(weights_dtype);
+    if (wdtype < 0) {
+        fprintf(stderr, "clmla run: --weights-dtype must be one of " CLI_WEIGHTS_DTYPES ", not '%s'\n", weights_dtype);
         return 2;
     }
     if (block_size < 1 || chunk < 0 || layer_index < 0) {
@@ -130,6 +138,7 @@ int cmd_run(int argc, char **argv)
     memset(&mo, 0, sizeof(mo));
     mo.layer = layer_index;
     mo.sublayer = sublayer;
+    mo.weights_dtype = (clmla_weights_dtype)wdtype;
     if (clmla_layer_create_from_model_opts(ctx, model, &mo, &layer) != CLMLA_SUCCESS) {
         fprintf(stderr, "clmla run: %s\n", clmla_last_error(ctx));
         goto done;
@@ -162,9 +171,10 @@ int cmd_run(int argc, char **argv)
         goto done;
     }
     const int prefill_steps = prefill > 0 ? (prefill + chunk - 1) / chunk : 0;
-    printf("clmla run: layer %d of %s, %d tokens: %d prefilled in %d step%s, %d decoded; path %s, %s cache; wrote %s\n",
+    printf("clmla run: layer %d of %s, %d tokens: %d prefilled in %d step%s, %d decoded; path %s, weights %s, %s "
+           "cache; wrote %s\n",
            layer_index, model, T, prefill, prefill_steps, prefill_steps == 1 ? "" : "s", T - prefill, path_name,
-           cache_dtype, output);
+           wdtype == CLMLA_WEIGHTS_AS_GIVEN ? "as stored" : weights_dtype, cache_dtype, output);
     rc = 0;
 
 done:
