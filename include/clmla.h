@@ -321,6 +321,8 @@ typedef enum clmla_weights_dtype {
 
 /* "f32", "f16", "bf16", "fp8" (the command line's names), or NULL. */
 const char *clmla_dtype_name(clmla_dtype dtype);
+/* The dtype a weight given as `given` is kept in on the device under `want`. */
+clmla_dtype clmla_weights_dtype_held(clmla_weights_dtype want, clmla_dtype given);
 
 typedef struct clmla_layer_config {
     int hidden_size;          /* D */

@@ -102,20 +102,6 @@ int cli_weights_dtype(const char *name)
     return -1;
 }
 
-clmla_dtype cli_weights_held(clmla_weights_dtype want)
-{
-    switch (want) {
-    case CLMLA_WEIGHTS_F16:
-        return CLMLA_DTYPE_F16;
-    case CLMLA_WEIGHTS_BF16:
-        return CLMLA_DTYPE_BF16;
-    case CLMLA_WEIGHTS_FP8:
-        return CLMLA_DTYPE_FP8_E4M3;
-    default:
-        return CLMLA_DTYPE_F32;
-    }
-}
-
 clmla_status cli_context_create(const char *device, clmla_context **ctx)
 {
     clmla_context_options o;

@@ -31,6 +31,4 @@ int cli_cache_dtype(const char *name);
    weights are float32, so auto is f32 there), "f32", "f16", "bf16" or "fp8"; -1 for any other name. */
 int cli_weights_dtype(const char *name);
 #define CLI_WEIGHTS_DTYPES "auto|f32|f16|bf16|fp8"
-/* The element type a layer keeps float32 weights in under `want` (AS_GIVEN: float32). */
-clmla_dtype cli_weights_held(clmla_weights_dtype want);
 #endif

@@ -193,7 +193,7 @@ int cmd_demo(int argc, char **argv)
     }
     if (want == CLMLA_WEIGHTS_AS_GIVEN)
         want = CLMLA_WEIGHTS_F32; /* the random weights are float32: as given is f32 */
-    const clmla_dtype held = cli_weights_held((clmla_weights_dtype)want);
+    const clmla_dtype held = clmla_weights_dtype_held((clmla_weights_dtype)want, CLMLA_DTYPE_F32);
     const char *held_name = clmla_dtype_name(held);
     if (prefill < 1 || decode < 0 || prefill + decode > 1 << 20) {
         fprintf(stderr, "clmla demo: need --prefill >= 1, --decode >= 0, and at most 2^20 tokens in all\n");

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-clmla_dtype clmla_weight_dtype(clmla_dtype given, clmla_weights_dtype want)
+clmla_dtype clmla_weights_dtype_held(clmla_weights_dtype want, clmla_dtype given)
 {
     switch (want) {
     case CLMLA_WEIGHTS_F32:
@@ -132,7 +132,7 @@ clmla_status clmla_weight_upload(clmla_context *ctx, const char *name, const clm
     }
     if (st != CLMLA_SUCCESS)
         return st;
-    clmla_dtype to = clmla_weight_dtype(parts[0].dtype, want);
+    clmla_dtype to = clmla_weights_dtype_held(want, parts[0].dtype);
     for (int i = 1; i < count; i++)
         if (want == CLMLA_WEIGHTS_AS_GIVEN && parts[i].dtype != parts[0].dtype && to != CLMLA_DTYPE_F32) {
             clmla_log(ctx, CLMLA_LOG_WARNING, "%s: its parts are stored as %s and %s; kept in float32 on the device",

@@ -13,9 +13,6 @@ typedef struct clmla_weight {
     size_t data_bytes, scale_bytes;
 } clmla_weight;
 
-/* The dtype a tensor of dtype `given` is kept in under `want`. */
-clmla_dtype clmla_weight_dtype(clmla_dtype given, clmla_weights_dtype want);
-
 /* Uploads W [n, k], optionally stacked: parts[0..count) are 2-D tensors with the same k whose rows
    follow one another (the layer stacks q_proj or q_a_proj with kv_a_proj_with_mqa). Every part
    is converted to the dtype `want` gives the first part; parts of different dtypes under
