@@ -82,12 +82,8 @@ clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *co
         if (!cache->layers[l])
             st = clmla_fail(ctx, err, "allocating cache layer %d (%zu bytes) failed: %s", l, layer_bytes, clmla_status_string(err));
     }
-    /* fp8's branch-free decoder makes float denormals of the smallest codes (cl/prelude.cl). */
-    cl_device_fp_config fp = 0;
-    if (clGetDeviceInfo(ctx->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof(fp), &fp, NULL) != CL_SUCCESS)
-        fp = 0;
     snprintf(cache->options, sizeof(cache->options), "-D RKV=%d -D DR=%d%s%s", c.kv_lora_rank, c.rope_dim,
-             c.dtype == CLMLA_CACHE_FP8 && !(fp & CL_FP_DENORM) ? " -D CLMLA_NO_DENORMS" : "",
+             c.dtype == CLMLA_CACHE_FP8 ? clmla_fp8_option(ctx) : "",
              c.dtype == CLMLA_CACHE_F16    ? " -D CACHE_F16"
              : c.dtype == CLMLA_CACHE_BF16 ? " -D CACHE_BF16"
              : c.dtype == CLMLA_CACHE_FP8  ? " -D CACHE_FP8"

@@ -79,15 +79,11 @@ static clmla_dtype_kernels *kernels(const clmla_context *ctx, clmla_dtype dtype)
     return &products(ctx)->k[dtype];
 }
 
-/* Build options naming the weight dtype (cl/prelude.cl's W_DTYPE), after `extra`. fp8's decoder
-   needs float denormals, or its rebiasing form (as the fp8 cache, host/mla/cache.c). */
+/* Build options naming the weight dtype (cl/prelude.cl's W_DTYPE), after `extra`. */
 static void dtype_options(const clmla_context *ctx, clmla_dtype dtype, const char *extra, char *out, size_t size)
 {
-    cl_device_fp_config fp = 0;
-    if (dtype == CLMLA_DTYPE_FP8_E4M3)
-        clGetDeviceInfo(ctx->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof(fp), &fp, NULL);
     snprintf(out, size, "%s -D W_DTYPE=%d%s", extra, (int)dtype,
-             dtype == CLMLA_DTYPE_FP8_E4M3 && !(fp & CL_FP_DENORM) ? " -D CLMLA_NO_DENORMS" : "");
+             dtype == CLMLA_DTYPE_FP8_E4M3 ? clmla_fp8_option(ctx) : "");
 }
 
 static int forced(const clmla_context *ctx)

@@ -78,17 +78,12 @@ static clmla_status check_tensor(clmla_context *ctx, const char *name, const clm
     return check_shape(ctx, name, "weight", t, rows, cols, 0);
 }
 
+/* A float32 1-D weight (norms, biases) to the device. */
 static clmla_status upload_weight(clmla_context *ctx, const char *name, const clmla_tensor *t, cl_mem *buffer)
 {
-    const size_t bytes = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1) * sizeof(float);
-    if (bytes > ctx->info.max_alloc_bytes)
-        return clmla_fail(ctx, CL_INVALID_BUFFER_SIZE, "%s.weight needs %zu bytes, more than the device's largest allocation (%llu)",
-                          name, bytes, (unsigned long long)ctx->info.max_alloc_bytes);
-    cl_int err = CL_SUCCESS;
-    *buffer = clmla_cl_buffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, (void *)t->data, &err);
-    if (!*buffer)
-        return clmla_fail(ctx, err, "uploading %s.weight (%zu bytes) failed: %s", name, bytes, clmla_status_string(err));
-    return CLMLA_SUCCESS;
+    char full[128];
+    snprintf(full, sizeof(full), "%s.weight", name);
+    return clmla_weight_copy(ctx, full, t->data, (size_t)t->shape[0] * sizeof(float), buffer);
 }
 
 /* A 1-D weight as float32, multiplied by `scale` (1: its values as given). */

@@ -104,7 +104,7 @@ static clmla_status place_part(clmla_context *ctx, const char *name, const clmla
     return st;
 }
 
-static clmla_status device_copy(clmla_context *ctx, const char *name, const void *host, size_t bytes, cl_mem *out)
+clmla_status clmla_weight_copy(clmla_context *ctx, const char *name, const void *host, size_t bytes, cl_mem *out)
 {
     if (bytes > ctx->info.max_alloc_bytes)
         return clmla_fail(ctx, CL_INVALID_BUFFER_SIZE,
@@ -185,9 +185,9 @@ clmla_status clmla_weight_upload(clmla_context *ctx, const char *name, const clm
     w->data_bytes = n * k * eb;
     w->scale_bytes = scale_count * sizeof(float);
     if (st == CLMLA_SUCCESS)
-        st = device_copy(ctx, name, codes, w->data_bytes, &w->data);
+        st = clmla_weight_copy(ctx, name, codes, w->data_bytes, &w->data);
     if (st == CLMLA_SUCCESS && scale_count)
-        st = device_copy(ctx, name, scales, w->scale_bytes, &w->scale);
+        st = clmla_weight_copy(ctx, name, scales, w->scale_bytes, &w->scale);
     free(codes);
     free(scales);
     if (st != CLMLA_SUCCESS) {

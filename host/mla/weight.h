@@ -25,6 +25,10 @@ clmla_status clmla_weight_upload(clmla_context *ctx, const char *name, const clm
                                  clmla_weights_dtype want, int packable, clmla_weight *w, size_t *row_offsets);
 void clmla_weight_release(clmla_weight *w);
 
+/* A read-only device copy of `bytes` of host data for weight `name` (messages name it), refused
+   above the device's largest allocation. */
+clmla_status clmla_weight_copy(clmla_context *ctx, const char *name, const void *host, size_t bytes, cl_mem *out);
+
 /* op(B) = W^T for clmla_gemm (y = x W^T), and W's rows [row0, row0 + rows) as an untransposed B
    (offset in elements) for x W slices (the absorbed path's W^UK). */
 clmla_matrix clmla_weight_matrix(const clmla_weight *w);

@@ -406,3 +406,12 @@ void clmla_program_cache_release(clmla_context *ctx)
     }
     ctx->programs = NULL;
 }
+
+const char *clmla_fp8_option(const clmla_context *ctx)
+{
+    /* fp8's branch-free decoder makes float denormals of the smallest codes */
+    cl_device_fp_config fp = 0;
+    if (clGetDeviceInfo(ctx->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof(fp), &fp, NULL) != CL_SUCCESS)
+        fp = 0;
+    return fp & CL_FP_DENORM ? "" : " -D CLMLA_NO_DENORMS";
+}

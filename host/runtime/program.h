@@ -7,6 +7,10 @@
    release). On a compile error returns CLMLA_ERROR_BUILD_FAILED with the log in ctx's message. */
 clmla_status clmla_program_get(clmla_context *ctx, const char *name, const char *options, cl_program *program);
 
+/* " -D CLMLA_NO_DENORMS" where the device flushes float denormals, else "": the build option every
+   kernel that decodes fp8 codes (cl/prelude.cl: the cache's and the weights') needs. */
+const char *clmla_fp8_option(const clmla_context *ctx);
+
 /* A new kernel object (the caller releases it) from clmla_program_get's program. */
 clmla_status clmla_kernel_create(clmla_context *ctx, const char *name, const char *options,
                                  const char *kernel_name, cl_kernel *kernel);
