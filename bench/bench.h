@@ -132,6 +132,9 @@ typedef struct bench_row {
 typedef struct bench_peaks {
     double read_gbs, fma_gflops, sgemm_gflops; /* 0 = not measured; sgemm: the better of the paths */
     char sgemm_path[16];                       /* which path that was: "CLBlast" or "clmla" */
+    char source[16];                           /* where they come from: "peak" (--peak or --phase peak),
+                                                  "brief" (the default roof measurement), "file"
+                                                  (--peaks FILE); "" = none */
 } bench_peaks;
 
 /* Peak rows: read-bandwidth, fp32-fma, sgemm (CLBlast), sgemm-clmla (the library's dispatch). */
@@ -169,9 +172,12 @@ typedef struct bench_case {
 int bench_decode(const bench_case *c, bench_row *row);
 int bench_layer(const bench_case *c, bench_row *row);   /* phases layer and prefill */
 int bench_products(const bench_case *c, bench_row *row); /* phase products (bench/products.c) */
-/* The three peak rows; peaks receives the measured values. quick = smaller sizes. */
+/* The four peak rows; peaks receives the measured values. quick = smaller sizes. */
 int bench_peak(bench_device *dev, const bench_timing_options *timing, int quick, bench_row rows[BENCH_PEAK_ROWS],
                bench_peaks *peaks);
+/* Only the two peaks a row's bound needs (read bandwidth, fp32 FMA), at --quick's sizes and one
+   trial, without rows: what a run without --peak or --peaks measures (about 2 s on a 2-core CPU). */
+int bench_peak_roof(bench_device *dev, const bench_timing_options *timing, bench_peaks *peaks);
 
 /* ---- output -------------------------------------------------------------------------------- */
 

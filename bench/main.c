@@ -24,7 +24,7 @@ typedef struct name_list {
 typedef struct options {
     const char *device, *preset, *json, *peaks;
     const char *phase, *ctx, *batch, *path, *dtype, *wdtype, *flush;
-    int quick, peak, check, warm_cache, block_tokens, seed, help, version;
+    int quick, peak, no_peak, check, warm_cache, block_tokens, seed, help, version;
     double max_mem_mib, max_time;
     int dims[7]; /* hidden, heads, q-lora-rank, kv-lora-rank, nope-dim, rope-dim, v-dim; -1 = preset's */
 } options;
@@ -59,9 +59,15 @@ static void usage(FILE *out)
             "  --cache-dtype LIST   f32 (default), f16, bf16, fp8 (bf16 and fp8: the absorbed path, through the library)\n"
             "  --weights-dtype LIST auto (default: f32, as the random weights are made), f32, f16, bf16, fp8: the\n"
             "                       dtype the layer (layer, prefill) or clmla_linear (products) keeps the weights in\n"
-            "  --peak               first measure the device's peaks: read bandwidth, fp32 FMA, CLBlast SGEMM;\n"
-            "                       every row then carries the fraction of them it reached\n"
+            "  --peak               first measure the device's peaks: read bandwidth, fp32 FMA, CLBlast SGEMM,\n"
+            "                       clmla's SGEMM (best of 3 each, printed as peak rows); every row then carries\n"
+            "                       the fraction of them it reached and its bound (below)\n"
             "  --peaks FILE         take the peaks from the peak rows of an earlier --json FILE of this device\n"
+            "  --no-peak            measure no peaks: %%bw, %%flop, bound ms and %%bound print -. Without --peak,\n"
+            "                       --peaks or --no-peak, the two peaks the bound needs (read bandwidth, fp32\n"
+            "                       FMA) are measured briefly first (--quick's sizes, one trial; a few seconds\n"
+            "                       on a 2-core CPU), so that every row carries bound ms = max(bytes / read peak,\n"
+            "                       FLOPs / FMA peak), what bounds it (bw or flops), and %%bound = bound / median\n"
             "  --json FILE          also write every row as a JSON array of objects\n"
             "  --quick              small sweep, short timing (peak, decode, layer, prefill; under a minute on\n"
             "                       a 2-core CPU once kernels are compiled and cached)\n"
@@ -156,6 +162,7 @@ static int parse_args(int argc, char **argv, options *o)
         snprintf(key, sizeof(key), "%.*s", (int)(len < sizeof(key) - 1 ? len : sizeof(key) - 1), name);
         int *flag = strcmp(key, "quick") == 0     ? &o->quick
                     : strcmp(key, "peak") == 0    ? &o->peak
+                    : strcmp(key, "no-peak") == 0 ? &o->no_peak
                     : strcmp(key, "check") == 0   ? &o->check
                     : strcmp(key, "warm-cache") == 0 ? &o->warm_cache
                     : strcmp(key, "help") == 0    ? &o->help
@@ -447,6 +454,10 @@ int main(int argc, char **argv)
     int want_peak = o.peak;
     for (int p = 0; p < phases.n; p++)
         want_peak |= strcmp(phases.v[p], "peak") == 0;
+    if (o.no_peak && (want_peak || o.peaks)) {
+        fprintf(stderr, "clmla-bench: --no-peak contradicts %s\n", o.peaks ? "--peaks" : "--peak and --phase peak");
+        return 2;
+    }
 
     /* Validate every list before opening the device, and count the rows for the progress line. */
     int total = want_peak ? BENCH_PEAK_ROWS : 0;
@@ -520,9 +531,39 @@ int main(int argc, char **argv)
             clmla_context_destroy(dev.ctx);
             return 1;
         }
+        snprintf(peaks.source, sizeof(peaks.source), "file");
         bench_report_peaks(report, &peaks);
         printf("peak     read %.1f GB/s | fp32 FMA %.1f GFLOP/s | SGEMM %.1f GFLOP/s (%s) (from %s)\n", peaks.read_gbs,
                peaks.fma_gflops, peaks.sgemm_gflops, peaks.sgemm_path[0] ? peaks.sgemm_path : "-", o.peaks);
+    }
+    if (!o.peaks && !want_peak && o.no_peak)
+        printf("peak     none (--no-peak): %%bw, %%flop, bound ms and %%bound print -\n");
+    if (!o.peaks && !want_peak && !o.no_peak) {
+        /* A row's bound needs the read and FMA peaks: measured briefly, at --quick's sizes and
+           timing with one trial, unless --no-peak. Not a row of its own; a failure leaves the
+           bounds out ("-") and is not the run's failure. */
+        bench_timing_options brief;
+        bench_timing_defaults(&brief, 1);
+        brief.max_seconds = 0.3; /* per kernel variant: 2 read orders, 3 FMA widths */
+        if (brief.max_seconds > timing.max_seconds)
+            brief.max_seconds = timing.max_seconds;
+        if (brief.min_seconds > brief.max_seconds)
+            brief.min_seconds = brief.max_seconds;
+        bench_peaks peaks;
+        progress(0, total, "peak", "read-bandwidth, fp32-fma (brief, for the bounds)", "", 0, 0);
+        const double start = bench_now();
+        const int prc = bench_peak_roof(&dev, &brief, &peaks);
+        progress_clear();
+        if (peaks.read_gbs > 0 || peaks.fma_gflops > 0) {
+            snprintf(peaks.source, sizeof(peaks.source), "brief");
+            bench_report_peaks(report, &peaks);
+            printf("peak     read %.1f GB/s | fp32 FMA %.1f GFLOP/s, measured briefly for the bounds (128 MiB read, "
+                   "one trial, %.1f s; --peak measures them fully)%s\n",
+                   peaks.read_gbs, peaks.fma_gflops, bench_now() - start,
+                   prc ? "; one failed (see above): bounds that need it print -" : "");
+        } else {
+            printf("peak     the brief measurement failed (see above): %%bw, %%flop, bound ms and %%bound print -\n");
+        }
     }
     if (want_peak) {
         bench_row rows[BENCH_PEAK_ROWS];
@@ -531,6 +572,7 @@ int main(int argc, char **argv)
         failures += bench_peak(&dev, &timing, o.quick, rows, &peaks) != 0;
         index += BENCH_PEAK_ROWS - 1;
         progress_clear();
+        snprintf(peaks.source, sizeof(peaks.source), "peak");
         bench_report_peaks(report, &peaks);
         printf("peak     read %.1f GB/s | fp32 FMA %.1f GFLOP/s | SGEMM %.1f GFLOP/s, the better of CLBlast and clmla's "
                "own product (%s; %s)\n",

@@ -10,7 +10,10 @@
  *   sgemm-clmla     the library's own product dispatch (host/mla/gemm.c) for the same n through the
  *                   public clmla_linear, as the layer calls it (y = x W^T, W n x n kept as the layer
  *                   keeps its projections): clmla's CPU kernel on CPU devices, CLBlast elsewhere
- * The SGEMM peak is the better of the two: "the best GEMM path the library has". */
+ * The SGEMM peak is the better of the two: "the best GEMM path the library has".
+ * Without --peak or --peaks, a run measures only the first two (bench_peak_roof), at --quick's
+ * sizes and one trial, so that every row can carry its bound: max(bytes / read peak, FLOPs / FMA
+ * peak) (bench/report.c). */
 #include "bench.h"
 
 #include <clblast_c.h>
@@ -88,11 +91,11 @@ static void peak_row(bench_row *row, const char *path)
     row->check_error = -1;
 }
 
-int bench_peak(bench_device *dev, const bench_timing_options *timing, int quick, bench_row rows[BENCH_PEAK_ROWS],
-               bench_peaks *peaks)
+/* The two peaks a row's bound needs: rows[0] read-bandwidth, rows[1] fp32-fma. quick: 128 MiB and
+   128 iterations instead of 512 MiB and 512. */
+static int measure_roof(bench_device *dev, const bench_timing_options *timing, int quick, int trials, bench_row rows[2],
+                        bench_peaks *peaks)
 {
-    memset(peaks, 0, sizeof(*peaks));
-    const int trials = quick ? 1 : 3;
     peak_state st;
     memset(&st, 0, sizeof(st));
     st.dev = dev;
@@ -178,6 +181,25 @@ int bench_peak(bench_device *dev, const bench_timing_options *timing, int quick,
     if (!frc)
         peaks->fma_gflops = rows[1].flops / (rows[1].t.median_ms * 1e6);
     rc |= frc;
+    return rc;
+}
+
+int bench_peak_roof(bench_device *dev, const bench_timing_options *timing, bench_peaks *peaks)
+{
+    bench_row rows[2];
+    memset(peaks, 0, sizeof(*peaks));
+    return measure_roof(dev, timing, 1, 1, rows, peaks);
+}
+
+int bench_peak(bench_device *dev, const bench_timing_options *timing, int quick, bench_row rows[BENCH_PEAK_ROWS],
+               bench_peaks *peaks)
+{
+    memset(peaks, 0, sizeof(*peaks));
+    const int trials = quick ? 1 : 3;
+    int rc = measure_roof(dev, timing, quick, trials, rows, peaks);
+    peak_state st;
+    memset(&st, 0, sizeof(st));
+    st.dev = dev;
 
     /* CLBlast SGEMM at 2048^3 (1024^3 with --quick). */
     peak_row(&rows[2], "sgemm");

@@ -63,9 +63,25 @@ static void print_header(bench_report *r)
     if (r->header_printed)
         return;
     r->header_printed = 1;
-    printf("\n%-8s %-14s %-6s %-6s %5s %6s %9s %9s %-21s %10s %9s %9s %5s %5s %10s %10s  %s\n", "phase", "path",
-           "wdtype", "cdtype", "batch", "ctx", "first ms", "median ms", "(min - max)", "tokens/s", "GB/s", "GFLOP/s",
-           "%bw", "%flop", "cache MiB", "MHA MiB", "note");
+    printf("\n%-8s %-14s %-6s %-6s %5s %6s %9s %9s %-21s %9s %-5s %6s %10s %9s %9s %5s %5s %10s %10s  %s\n", "phase",
+           "path", "wdtype", "cdtype", "batch", "ctx", "first ms", "median ms", "(min - max)", "bound ms", "by",
+           "%bound", "tokens/s", "GB/s", "GFLOP/s", "%bw", "%flop", "cache MiB", "MHA MiB", "note");
+}
+
+/* The roofline's time for a row: max(bytes / read peak, FLOPs / FMA peak) in ms, and which term
+   is the larger ("bw" or "flops"). Every count the row has needs its peak; returns 0 (no bound)
+   when one is missing or the row counts nothing. */
+static int row_bound(const bench_peaks *p, double bytes, double flops, double *ms, const char **by)
+{
+    *ms = 0;
+    *by = NULL;
+    if ((bytes > 0 && !(p->read_gbs > 0)) || (flops > 0 && !(p->fma_gflops > 0)) || (bytes <= 0 && flops <= 0))
+        return 0;
+    const double bw_ms = bytes > 0 ? bytes / (p->read_gbs * 1e6) : 0;
+    const double flops_ms = flops > 0 ? flops / (p->fma_gflops * 1e6) : 0;
+    *ms = bw_ms >= flops_ms ? bw_ms : flops_ms;
+    *by = bw_ms >= flops_ms ? "bw" : "flops";
+    return 1;
 }
 
 static void fmt_ms(char *buf, size_t size, double ms)
@@ -125,9 +141,13 @@ int bench_report_row(bench_report *r, const bench_row *row)
     const double tokens_per_s = row->tokens > 0 ? row->tokens / seconds : 0;
     const int is_peak = strcmp(row->phase, "peak") == 0;
     const bench_peaks *p = &r->peaks;
+    double bound_ms = 0;
+    const char *bound_by = NULL;
+    const int has_bound = row_bound(p, row->bytes, row->flops, &bound_ms, &bound_by) && row->t.median_ms > 0;
 
     print_header(r);
     char first[32], median[32], lo[32], hi[32], range[80], tps[32], gb[32], gf[32], fbw[16], ffl[16], cache[32], mha[32];
+    char bound[32], of_bound[16];
     fmt_ms(first, sizeof(first), row->t.first_ms);
     fmt_ms(median, sizeof(median), row->t.median_ms);
     fmt_ms(lo, sizeof(lo), row->t.min_ms);
@@ -138,6 +158,19 @@ int bench_report_row(bench_report *r, const bench_row *row)
     snprintf(gf, sizeof(gf), gflops > 0 ? "%.1f" : "-", gflops);
     fmt_fraction(fbw, sizeof(fbw), gbs, p->read_gbs);
     fmt_fraction(ffl, sizeof(ffl), gflops, p->fma_gflops);
+    if (has_bound) {
+        /* bounds on a GPU are often microseconds: three significant digits down to 1 us */
+        if (bound_ms < 0.01)
+            snprintf(bound, sizeof(bound), "%.5f", bound_ms);
+        else if (bound_ms < 0.1)
+            snprintf(bound, sizeof(bound), "%.4f", bound_ms);
+        else
+            fmt_ms(bound, sizeof(bound), bound_ms);
+        fmt_fraction(of_bound, sizeof(of_bound), bound_ms, row->t.median_ms);
+    } else {
+        snprintf(bound, sizeof(bound), "-");
+        snprintf(of_bound, sizeof(of_bound), "-");
+    }
     snprintf(cache, sizeof(cache), row->cache_bytes > 0 ? "%.1f" : "-", mib(row->cache_bytes));
     snprintf(mha, sizeof(mha), row->mha_cache_bytes > 0 ? "%.1f" : "-", mib(row->mha_cache_bytes));
     char note[256];
@@ -149,9 +182,10 @@ int bench_report_row(bench_report *r, const bench_row *row)
     char batch[16], ctx[16];
     snprintf(batch, sizeof(batch), is_peak ? "-" : "%d", row->batch);
     snprintf(ctx, sizeof(ctx), is_peak ? "-" : "%d", row->ctx);
-    printf("%-8s %-14s %-6s %-6s %5s %6s %9s %9s %-21s %10s %9s %9s %5s %5s %10s %10s  %s\n", row->phase, row->path,
-           row->weights_dtype[0] ? row->weights_dtype : "-", row->cache_dtype[0] ? row->cache_dtype : "-", batch, ctx,
-           first, median, range, tps, gb, gf, fbw, ffl, cache, mha, note);
+    printf("%-8s %-14s %-6s %-6s %5s %6s %9s %9s %-21s %9s %-5s %6s %10s %9s %9s %5s %5s %10s %10s  %s\n", row->phase,
+           row->path, row->weights_dtype[0] ? row->weights_dtype : "-", row->cache_dtype[0] ? row->cache_dtype : "-",
+           batch, ctx, first, median, range, bound, has_bound ? bound_by : "-", of_bound, tps, gb, gf, fbw, ffl, cache,
+           mha, note);
     fflush(stdout);
 
     const clmla_device_info *i = &r->dev->info;
@@ -210,6 +244,18 @@ int bench_report_row(bench_report *r, const bench_row *row)
     add_number_or_null(o, "peak_sgemm_gflops", p->sgemm_gflops, p->sgemm_gflops > 0);
     add_number_or_null(o, "frac_peak_bw", gbs / p->read_gbs, gbs > 0 && p->read_gbs > 0);
     add_number_or_null(o, "frac_peak_flops", gflops / p->fma_gflops, gflops > 0 && p->fma_gflops > 0);
+    /* the roofline: the time the peaks allow for the row's bytes and FLOPs, and the fraction of it
+       reached (1 = at the roof) */
+    if (p->source[0])
+        cJSON_AddStringToObject(o, "peaks_source", p->source);
+    else
+        cJSON_AddNullToObject(o, "peaks_source");
+    add_number_or_null(o, "bound_ms", bound_ms, has_bound);
+    if (has_bound)
+        cJSON_AddStringToObject(o, "bound_by", bound_by);
+    else
+        cJSON_AddNullToObject(o, "bound_by");
+    add_number_or_null(o, "of_bound", has_bound ? bound_ms / row->t.median_ms : 0, has_bound);
     add_number_or_null(o, "cache_mib", mib(row->cache_bytes), row->cache_bytes > 0);
     add_number_or_null(o, "mha_cache_mib", mib(row->mha_cache_bytes), row->mha_cache_bytes > 0);
     add_number_or_null(o, "check_rel_error", row->check_error, row->check_error >= 0);

@@ -1,8 +1,37 @@
 # ctest bench_smoke: runs clmla-bench on a tiny decode sweep (every path, both cache dtypes), on
-# the products phase (1 and 3 rows, weights in f32, bf16 and fp8) and on a short layer phase in two
+# the products phase (1 and 3 rows, weights in f32, bf16 and fp8) and on a short layer phase in three
 # weights dtypes, and checks that it prints a table row per case and writes a JSON array whose rows
-# have the schema's fields and pass the float64 host check. Timings are never asserted.
+# have the schema's fields and pass the float64 host check, and that the decode and products rows
+# carry a roofline bound from the peaks measured briefly by default (the layer run, with --no-peak,
+# none). Timings are never asserted, only that the bound and its fraction are positive.
 #   cmake -DBENCH=path/to/clmla-bench -DOUT=file.json -P smoke_test.cmake
+
+# Every row of the JSON array `json` (read from `file`) has a bound: bound_ms and of_bound positive,
+# bound_by bw or flops, from the peaks named by peaks_source.
+function(check_bounds json file source)
+  string(JSON rows LENGTH "${json}")
+  math(EXPR last "${rows} - 1")
+  foreach(i RANGE ${last})
+    string(JSON phase GET "${json}" ${i} phase)
+    string(JSON path GET "${json}" ${i} path)
+    foreach(field peaks_source bound_ms bound_by of_bound)
+      string(JSON type ERROR_VARIABLE field_error TYPE "${json}" ${i} ${field})
+      if(field_error OR type STREQUAL "NULL")
+        message(FATAL_ERROR "${file} row ${i} (${phase} ${path}): ${field} missing or null ${field_error}")
+      endif()
+    endforeach()
+    string(JSON peaks GET "${json}" ${i} peaks_source)
+    string(JSON bound_ms GET "${json}" ${i} bound_ms)
+    string(JSON bound_by GET "${json}" ${i} bound_by)
+    string(JSON of_bound GET "${json}" ${i} of_bound)
+    if(NOT peaks STREQUAL "${source}" OR NOT bound_ms GREATER 0 OR NOT of_bound GREATER 0
+       OR NOT bound_by MATCHES "^(bw|flops)$")
+      message(FATAL_ERROR "${file} row ${i} (${phase} ${path}): peaks_source ${peaks} (expected ${source}), "
+                          "bound_ms ${bound_ms}, bound_by ${bound_by}, of_bound ${of_bound}")
+    endif()
+  endforeach()
+endfunction()
+
 execute_process(
   COMMAND ${BENCH} --quick --check --phase decode --path absorbed,mha,decompressed --cache-dtype f32,f16
           --ctx 300 --batch 2 --max-time 0.2 --json ${OUT}
@@ -30,7 +59,8 @@ endif()
 math(EXPR last "${rows} - 1")
 foreach(i RANGE ${last})
   foreach(field device vendor driver preset phase path batch ctx weights_dtype cache_dtype median_ms min_ms max_ms
-                tokens_per_s bytes weight_bytes gbs gflops frac_peak_bw frac_peak_flops cache_mib mha_cache_mib)
+                tokens_per_s bytes weight_bytes gbs gflops frac_peak_bw frac_peak_flops cache_mib mha_cache_mib
+                peaks_source bound_ms bound_by of_bound)
     string(JSON value ERROR_VARIABLE field_error GET "${json}" ${i} ${field})
     if(field_error)
       message(FATAL_ERROR "row ${i} has no field ${field}: ${field_error}")
@@ -44,13 +74,20 @@ foreach(i RANGE ${last})
     message(FATAL_ERROR "row ${i} (${path} ${dtype}): relative error ${error} against the float64 host result")
   endif()
 endforeach()
-message(STATUS "bench_smoke: ${rows} rows, valid JSON, all paths agree with the host result")
+# Without --peak or --peaks the read and FMA peaks are measured briefly, and every row carries its bound.
+if(NOT out MATCHES "\npeak +read [0-9.]+ GB/s \\| fp32 FMA [0-9.]+ GFLOP/s, measured briefly"
+   OR NOT out MATCHES "\nphase +path .* median ms +\\(min - max\\) +bound ms +by +%bound ")
+  message(FATAL_ERROR "the decode run does not print its brief peaks or the bound columns:\n${out}")
+endif()
+check_bounds("${json}" ${OUT} brief)
+message(STATUS "bench_smoke: ${rows} rows, valid JSON, all paths agree with the host result, all carry a bound")
 
 # The products phase: every projection of the shape with 1 and 3 rows, weights given to clmla_linear
 # in three dtypes, each checked against float64 of the weights the dtype denotes by the bench itself
 # (it fails on an error above 1e-4), the caches flushed by a read.
 execute_process(
   COMMAND ${BENCH} --quick --phase products --batch 1,3 --weights-dtype f32,bf16,fp8 --max-time 0.2 --flush read
+          --json ${OUT}.products.json
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "clmla-bench --phase products exited with ${rc}:\n${out}\n${err}")
@@ -69,11 +106,14 @@ endforeach()
 if(out MATCHES "not the dtype's size")
   message(FATAL_ERROR "a clmla_linear holds its weight in another size than its dtype's:\n${out}")
 endif()
+file(READ ${OUT}.products.json json)
+check_bounds("${json}" ${OUT}.products.json brief)
 
 # The layer phase with the weights converted by the layer: each row names its weights dtype, and the
-# bytes the layer reports for them shrink with it.
+# bytes the layer reports for them shrink with it. With --no-peak no peak is measured, and the bound
+# columns say so.
 execute_process(
-  COMMAND ${BENCH} --quick --phase layer --ctx 64 --batch 1 --weights-dtype auto,bf16,fp8 --max-time 0.2
+  COMMAND ${BENCH} --quick --phase layer --ctx 64 --batch 1 --weights-dtype auto,bf16,fp8 --max-time 0.2 --no-peak
           --json ${OUT}.layer.json
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
@@ -95,7 +135,24 @@ foreach(i 0 1 2)
                         "(${previous})")
   endif()
   set(previous ${bytes})
+  foreach(field peaks_source bound_ms bound_by of_bound)
+    string(JSON type TYPE "${json}" ${i} ${field})
+    if(NOT type STREQUAL "NULL")
+      message(FATAL_ERROR "layer row ${i} with --no-peak: ${field} is ${type}, not null")
+    endif()
+  endforeach()
 endforeach()
+if(NOT out MATCHES "\npeak +none \\(--no-peak\\)" OR NOT out MATCHES "\nlayer +absorbed +f32 +f32 +1 +64 [^\n]*\\) +- +- +- +[0-9]")
+  message(FATAL_ERROR "--no-peak: no 'peak none' line or a bound printed:\n${out}")
+endif()
+
+# --no-peak with a peak to measure or read is refused.
+execute_process(
+  COMMAND ${BENCH} --phase decode --peak --no-peak
+  RESULT_VARIABLE bad_rc OUTPUT_VARIABLE bad_out ERROR_VARIABLE bad_err)
+if(bad_rc EQUAL 0 OR NOT bad_err MATCHES "--no-peak contradicts --peak")
+  message(FATAL_ERROR "--peak --no-peak: exit ${bad_rc}, stderr:\n${bad_err}")
+endif()
 
 # A flush that is neither read nor write is refused, with the choices named.
 execute_process(

@@ -400,6 +400,18 @@ def blas_library():
     return "unknown BLAS"
 
 
+def bound(nbytes, flops, peak_gbs, peak_gflops, median_ms):
+    """The roofline's time for a row, as clmla-bench's bench/report.c has it: max(bytes / read peak,
+    FLOPs / FMA peak) in ms, which term is larger, and the fraction of it reached (bound / median);
+    None where a count lacks its peak."""
+    if (nbytes > 0 and not peak_gbs) or (flops > 0 and not peak_gflops) or (nbytes <= 0 and flops <= 0):
+        return dict(bound_ms=None, bound_by=None, of_bound=None)
+    bw_ms = nbytes / (peak_gbs * 1e6) if nbytes > 0 else 0.0
+    flops_ms = flops / (peak_gflops * 1e6) if flops > 0 else 0.0
+    ms = max(bw_ms, flops_ms)
+    return dict(bound_ms=ms, bound_by="bw" if bw_ms >= flops_ms else "flops", of_bound=ms / median_ms)
+
+
 def make_row(cfg, preset, phase, path, B, ctx, dtype, t, counts, peaks, note):
     vendor, model = cpu_vendor_and_model()
     seconds = t["median_ms"] * 1e-3
@@ -418,6 +430,8 @@ def make_row(cfg, preset, phase, path, B, ctx, dtype, t, counts, peaks, note):
                peak_gbs=peak_gbs, peak_gflops=peak_gflops, peak_sgemm_gflops=peak_sgemm,
                frac_peak_bw=gbs / peak_gbs if peak_gbs else None,
                frac_peak_flops=gflops / peak_gflops if peak_gflops else None,
+               peaks_source="file" if peak_gbs or peak_gflops else None,
+               **bound(counts["bytes"], counts["flops"], peak_gbs, peak_gflops, t["median_ms"]),
                cache_mib=counts["cache_bytes"] / 2 ** 20, mha_cache_mib=counts["mha_cache_bytes"] / 2 ** 20,
                check_rel_error=None, note=note)
     return row
