@@ -229,25 +229,33 @@ void gemm_skinny_nt_rows(const int M, const int N, const int K, const float alph
 #pragma unroll
                 for (int c = 0; c < NCC; c++)
                     acc[m][c] = (float8)(0.0f);
-            for (int k = k0; k < k1; k += 8) {
+            for (int kb = k0; kb < k1;) { /* to the end of a scale block (W_BLOCK): its scales once */
+                const int kend = min((kb | (W_BLOCK - 1)) + 1, k1);
+                float sc[NCC];
+#pragma unroll
+                for (int c = 0; c < NCC; c++)
+                    sc[c] = W_SCALE(Bs, bs_ld, rn[c], kb);
+                for (int k = kb; k < kend; k += 8) {
 #ifdef CLMLA_PREFETCH
-                if (((k - k0) & 15) == 0) {
-        #pragma unroll
-                    for (int c = 0; c < NCC; c++)
-                        __builtin_prefetch(next[c] + k, 0, 3);
-                }
+                    if (((k - k0) & 15) == 0) {
+#pragma unroll
+                        for (int c = 0; c < NCC; c++)
+                            __builtin_prefetch(next[c] + k, 0, 3);
+                    }
 #endif
-                float8 x[MR];
+                    float8 x[MR];
 #pragma unroll
-                for (int m = 0; m < MR; m++)
-                    x[m] = vload8(0, xs[m] + k);
-#pragma unroll
-                for (int c = 0; c < NCC; c++) {
-                    const float8 w = W_LOAD8(rows[c] + k, 0, W_SCALE(Bs, bs_ld, rn[c], k));
-        #pragma unroll
                     for (int m = 0; m < MR; m++)
-                        acc[m][c] = fma(x[m], w, acc[m][c]);
+                        x[m] = vload8(0, xs[m] + k);
+#pragma unroll
+                    for (int c = 0; c < NCC; c++) {
+                        const float8 w = W_LOAD8(rows[c] + k, 0, sc[c]);
+#pragma unroll
+                        for (int m = 0; m < MR; m++)
+                            acc[m][c] = fma(x[m], w, acc[m][c]);
+                    }
                 }
+                kb = kend;
             }
             /* Constant indices only, so that acc stays in registers; out-of-range results are dropped. */
         #pragma unroll
@@ -335,17 +343,24 @@ void gemm_tiled_rows(const int M, const int N, const int K, const float alpha,
 #pragma unroll
                     for (int c = 0; c < MC; c++)
                         acc[m][c] = (float8)(0.0f);
-                for (int k = 0; k < len8; k += 8) {
-                    float8 w[MC];
+                for (int kb = 0; kb < len8; kb += W_BLOCK) { /* KC: a multiple of W_BLOCK */
+                    float sc[MC];
 #pragma unroll
                     for (int c = 0; c < MC; c++)
-                        w[c] = W_LOAD8(ws[c] + k, 0, W_SCALE(Bs, bs_ld, wn[c], k0 + k));
-#pragma unroll
-                    for (int m = 0; m < 4; m++) {
-                        const float8 x = vload8(0, xs[m] + k);
+                        sc[c] = W_SCALE(Bs, bs_ld, wn[c], k0 + kb);
+                    const int kend = min(kb + W_BLOCK, len8);
+                    for (int k = kb; k < kend; k += 8) {
+                        float8 w[MC];
 #pragma unroll
                         for (int c = 0; c < MC; c++)
-                            acc[m][c] = fma(x, w[c], acc[m][c]);
+                            w[c] = W_LOAD8(ws[c] + k, 0, sc[c]);
+#pragma unroll
+                        for (int m = 0; m < 4; m++) {
+                            const float8 x = vload8(0, xs[m] + k);
+#pragma unroll
+                            for (int c = 0; c < MC; c++)
+                                acc[m][c] = fma(x, w[c], acc[m][c]);
+                        }
                     }
                 }
 #pragma unroll
@@ -491,29 +506,38 @@ void gemm_packed_rows(const int M, const int N, const int K, const float alpha,
 #pragma unroll
                     for (int s = 0; s < STREAMS; s++)
                         acc[m][s] = (float8)(0.0f);
-                for (int k = 0; k < len8; k += 8) {
-#if defined(CLMLA_PREFETCH) && MRP == 4
-                    /* With 4 rows of x per pass the streams advance slowly, and for 8 rows the
-                       second pass reads W from L1, leaving the memory idle: in the last pass, a
-                       line of each stream's next piece every 16 values (past the panel's end: a
-                       prefetch, which does not fault), following the jump to the next chunk. With
-                       fewer rows the streams keep the memory busy and the prefetches only cost. */
-                    if (pass == PASSES - 1 && (k & 15) == 0) {
-#pragma unroll
-                        for (int s = 0; s < STREAMS; s++)
-                            __builtin_prefetch(next[s] + k, 0, 3);
-                    }
-#endif
-                    float8 wv[STREAMS];
+                /* PCH is a multiple of W_BLOCK or larger than K: a block's scales once */
+                for (int kb = 0; kb < len8; kb += W_BLOCK) {
+                    float sc[STREAMS];
 #pragma unroll
                     for (int s = 0; s < STREAMS; s++)
-                        wv[s] = W_LOAD8(w[s] + k, 0, W_SCALE(Bs, bs_ld, wr[s], k0 + k));
+                        sc[s] = W_SCALE(Bs, bs_ld, wr[s], k0 + kb);
+                    const int kend = min(kb + W_BLOCK, len8);
+                    for (int k = kb; k < kend; k += 8) {
+#if defined(CLMLA_PREFETCH) && MRP == 4
+                        /* With 4 rows of x per pass the streams advance slowly, and for 8 rows the
+                           second pass reads W from L1, leaving the memory idle: in the last pass, a
+                           line of each stream's next piece every 16 values (past the panel's end: a
+                           prefetch, which does not fault), following the jump to the next chunk.
+                           With fewer rows the streams keep the memory busy and the prefetches only
+                           cost. */
+                        if (pass == PASSES - 1 && (k & 15) == 0) {
 #pragma unroll
-                    for (int m = 0; m < MRP; m++) {
-                        const float8 xv = vload8(0, xs[pass * MRP + m] + k0 + k);
+                            for (int s = 0; s < STREAMS; s++)
+                                __builtin_prefetch(next[s] + k, 0, 3);
+                        }
+#endif
+                        float8 wv[STREAMS];
 #pragma unroll
                         for (int s = 0; s < STREAMS; s++)
-                            acc[m][s] = fma(xv, wv[s], acc[m][s]);
+                            wv[s] = W_LOAD8(w[s] + k, 0, sc[s]);
+#pragma unroll
+                        for (int m = 0; m < MRP; m++) {
+                            const float8 xv = vload8(0, xs[pass * MRP + m] + k0 + k);
+#pragma unroll
+                            for (int s = 0; s < STREAMS; s++)
+                                acc[m][s] = fma(xv, wv[s], acc[m][s]);
+                        }
                     }
                 }
                 /* Constant indices only, so that acc stays in registers; rows past M or past the

@@ -7,15 +7,19 @@
  *   dt_bf16x4/x8(b)  the same for ushort4 / ushort8
  *   dt_e4m3(b)       float8 e4m3 "fn" bits (uchar) as float: bias 7, no infinities,
  *                    S.1111.111 is NaN, subnormals m * 2^-9
- *   dt_e4m3x8s(b, s) uchar8 codes times s, without branches: the code's exponent and mantissa
- *                    placed in a float's low exponent bits make it 2^-120 times the value
- *                    (subnormal codes become float denormals), which a multiply by 2^120 puts
- *                    right, exactly. Codes S.1111.111 decode as 480 s, not NaN: a cache tile
- *                    that holds a NaN has a NaN scale instead (cl/cache_write.cl), so all of
- *                    its values read back as NaN. On a device without float denormals
- *                    (CLMLA_NO_DENORMS, set by the library from CL_DEVICE_SINGLE_FP_CONFIG) the
- *                    exponent is rebiased instead and subnormal codes are handled apart.
- *   dt_e4m3x4s(b, s) the same for uchar4
+ *   dt_e4m3x8u(b)    uchar8 codes in units of DT_E4M3_UNIT^-1, without branches: the code
+ *                    sign-extended and shifted puts its sign in the float's sign and its
+ *                    exponent and mantissa in the float's low exponent bits, which makes it
+ *                    2^-120 times the value (subnormal codes become float denormals); three
+ *                    integer operations. A multiply by DT_E4M3_UNIT = 2^120 puts it right,
+ *                    exactly. Codes S.1111.111 decode as 480, not NaN: a cache tile that holds
+ *                    a NaN has a NaN scale instead (cl/cache_write.cl), so all of its values
+ *                    read back as NaN. On a device without float denormals (CLMLA_NO_DENORMS,
+ *                    set by the library from CL_DEVICE_SINGLE_FP_CONFIG) the exponent is
+ *                    rebiased instead, subnormal codes are handled apart, and DT_E4M3_UNIT is 1.
+ *   dt_e4m3u(b)      the same for one code
+ *   dt_e4m3x8s(b, s) uchar8 codes times s, exact for any s (DT_E4M3_UNIT, then s)
+ *   dt_e4m3x4u(b), dt_e4m3x4s(b, s) the same for uchar4
  * Encoders, rounding to nearest even:
  *   dt_to_bf16(v)    float to bfloat16 bits; NaN stays a (quiet) NaN
  *   dt_to_e4m3(v)    float to e4m3 bits; magnitudes past 448 saturate to 448, NaN gives S.1111.111
@@ -35,10 +39,16 @@
  * The weights' element type, chosen by the build option W_DTYPE (0 float, 1 half, 2 bf16, 3 fp8
  * e4m3 with float32 scales per 128 x 128 block; host/runtime/dtype.h), for the product kernels:
  *   W_T                    the unit of a weight in memory
- *   W_LOAD(p, i, s)        element i of p as float (fp8: times its block scale s; s is unused,
- *                          and need not be read, for the other types: W_SCALED says when it is)
+ *   W_SCALE(Bs, ld, r, k)  the scale of element (row r, column k), for W_LOAD's s: fp8's block
+ *                          scale times DT_E4M3_UNIT (so one multiply per element applies both:
+ *                          the host keeps fp8 only for block scales below 2^8, where the product
+ *                          is finite, host/mla/weight.c), 1 for the other types
+ *   W_LOAD(p, i, s)        element i of p as float (fp8: times s; s is unused, and need not be
+ *                          read, for the other types: W_SCALED says when it is)
  *   W_LOAD4(p, i, s)       elements 4i .. 4i+3 as float4 (one block: 4i is a multiple of 4)
  *   W_LOAD8(p, i, s)       elements 8i .. 8i+7 as float8
+ *   W_BLOCK                the columns one scale covers (128 for fp8, else a bound no K reaches):
+ *                          a kernel may read s once per W_BLOCK columns of a row
  * fp8 codes S.1111.111 (NaN) are refused when a weight is uploaded, so the branch-free decoder
  * serves.
  * fp8 rows follow FlashMLA's layout for DeepSeek's latent cache: the RKV values of c^KV as e4m3
@@ -97,25 +107,42 @@ inline uchar dt_to_e4m3(const float v)
 }
 
 #ifndef CLMLA_NO_DENORMS
+#define DT_E4M3_UNIT 0x1.0p120f
+inline float dt_e4m3u(const uchar b)
+{
+    return as_float(((uint)as_char(b) << 20) & 0x87F00000u);
+}
 #define DT_E4M3_VECTOR(N)                                                                           \
-    inline float##N dt_e4m3x##N##s(const uchar##N b, const float s)                                 \
+    inline float##N dt_e4m3x##N##u(const uchar##N b)                                                \
     {                                                                                               \
-        const uint##N u = convert_uint##N(b);                                                       \
-        return as_float##N(((u & 0x7Fu) << 20) | ((u & 0x80u) << 24)) * 0x1.0p120f * s;            \
+        return as_float##N((convert_uint##N(as_char##N(b)) << 20) & 0x87F00000u);                   \
     }
 #else
+#define DT_E4M3_UNIT 1.0f
+inline float dt_e4m3u(const uchar b)
+{
+    return dt_e4m3(b);
+}
 #define DT_E4M3_VECTOR(N)                                                                           \
-    inline float##N dt_e4m3x##N##s(const uchar##N b, const float s)                                 \
+    inline float##N dt_e4m3x##N##u(const uchar##N b)                                                \
     {                                                                                               \
         const uint##N u = convert_uint##N(b), mag = (u & 0x7Fu) << 20;                              \
         const float##N normal = as_float##N(mag + (120u << 23));                                    \
         const float##N subnormal = as_float##N(mag + (121u << 23)) - 0x1.0p-6f;                     \
         float##N v = select(normal, subnormal, (u & 0x78u) == 0u);                                  \
-        return as_float##N(as_uint##N(v) | ((u & 0x80u) << 24)) * s;                                \
+        return as_float##N(as_uint##N(v) | ((u & 0x80u) << 24));                                   \
     }
 #endif
 DT_E4M3_VECTOR(4)
 DT_E4M3_VECTOR(8)
+inline float4 dt_e4m3x4s(const uchar4 b, const float s)
+{
+    return dt_e4m3x4u(b) * DT_E4M3_UNIT * s;
+}
+inline float8 dt_e4m3x8s(const uchar8 b, const float s)
+{
+    return dt_e4m3x8u(b) * DT_E4M3_UNIT * s;
+}
 
 #if defined(CACHE_F16)
 #define CACHE_T half
@@ -177,18 +204,20 @@ inline float8 fp8_load8(__global const uchar *r, const int i)
 #elif W_DTYPE == 3
 #define W_T uchar
 #define W_SCALED
-#define W_LOAD(p, i, s) (dt_e4m3((p)[i]) * (s))
-#define W_LOAD4(p, i, s) dt_e4m3x4s(vload4((i), (p)), (s))
-#define W_LOAD8(p, i, s) dt_e4m3x8s(vload8((i), (p)), (s))
+#define W_BLOCK 128
+#define W_LOAD(p, i, s) (dt_e4m3u((p)[i]) * (s))
+#define W_LOAD4(p, i, s) (dt_e4m3x4u(vload4((i), (p))) * (s))
+#define W_LOAD8(p, i, s) (dt_e4m3x8u(vload8((i), (p))) * (s))
 #else
 #define W_T float
 #define W_LOAD(p, i, s) ((p)[i])
 #define W_LOAD4(p, i, s) vload4((i), (p))
 #define W_LOAD8(p, i, s) vload8((i), (p))
 #endif
-/* The block scale of weight element (row r, column k): Bs [blocks(rows), bs_ld]; 1 unscaled. */
+/* Bs [blocks(rows), bs_ld] holds fp8's block scales as stored */
 #ifdef W_SCALED
-#define W_SCALE(Bs, bs_ld, r, k) ((Bs)[((r) >> 7) * (bs_ld) + ((k) >> 7)])
+#define W_SCALE(Bs, bs_ld, r, k) ((Bs)[((r) >> 7) * (bs_ld) + ((k) >> 7)] * DT_E4M3_UNIT)
 #else
+#define W_BLOCK 0x40000000
 #define W_SCALE(Bs, bs_ld, r, k) 1.0f
 #endif

@@ -197,8 +197,54 @@ static void check_dtype(clmla_dtype dtype, int n, int k, const char *what)
     free(w);
 }
 
+/* fp8 with one block scale of `big` beside ordinary ones: the kernels take scales below 256
+   (cl/prelude.cl folds 2^120 into them), so from 256 on the weight is held in float32 (4 bytes an
+   element, no scales); either way the product is the float64 one. */
+static void check_fp8_scale(float big, int held_f32)
+{
+    const int n = 200, k = 260, m = 3;
+    const size_t count = (size_t)n * k, bk = 3, scales = 2 * bk;
+    tu_rng rng = tu_rng_seed(77u);
+    unsigned char *codes = malloc(count);
+    float scale[6] = {0.002f, 0.03f, big, 0.5f, 1e-6f, 7.0f};
+    float *w = malloc(count * sizeof(float)), *x = malloc((size_t)m * k * sizeof(float));
+    float *y = malloc((size_t)m * n * sizeof(float));
+    for (size_t i = 0; i < count; i++) {
+        unsigned c = (unsigned)(tu_rng_next(&rng) & 0xFF);
+        if ((c & 0x7F) == 0x7F)
+            c ^= 1;
+        codes[i] = (unsigned char)c;
+        w[i] = (float)(mla_ref_decode_e4m3(c) * scale[i / (size_t)k / 128 * bk + i % (size_t)k / 128]);
+    }
+    tu_fill_uniform(x, (size_t)m * k, -1.0f, 1.0f, &rng);
+    clmla_tensor t = clmla_tensor_2d(NULL, n, k);
+    t.data = codes;
+    t.dtype = CLMLA_DTYPE_FP8_E4M3;
+    t.scale = scale;
+    clmla_linear *lin = NULL;
+    CHECK_STATUS(clmla_linear_create(ctx, &t, &lin), CLMLA_SUCCESS, ctx);
+    size_t bytes = 0;
+    clmla_linear_device_bytes(lin, &bytes);
+    const size_t want_bytes = held_f32 ? count * sizeof(float) : count + scales * sizeof(float);
+    CHECK(bytes == want_bytes, "fp8 with a block scale %g: %zu device bytes, want %zu (%s)", (double)big, bytes,
+          want_bytes, held_f32 ? "float32" : "fp8 and scales");
+    double *want = reference(x, w, m, n, k);
+    CHECK_STATUS(clmla_linear_forward(lin, m, x, y), CLMLA_SUCCESS, ctx);
+    CHECK_CLOSE(y, want, (size_t)m * n, n, TOL_LINEAR_F32, "fp8 with a block scale %g", (double)big);
+    clmla_linear_destroy(lin);
+    free(want);
+    free(codes);
+    free(w);
+    free(x);
+    free(y);
+    (void)scales;
+}
+
 static void test_dtypes(void)
 {
+    check_fp8_scale(255.0f, 0);
+    check_fp8_scale(256.0f, 1);
+    check_fp8_scale(-3000.0f, 1);
     check_dtype(CLMLA_DTYPE_F16, 37, 129, "f16");
     check_dtype(CLMLA_DTYPE_BF16, 70, 1030, "bf16");
     check_dtype(CLMLA_DTYPE_FP8_E4M3, 130, 300, "fp8");

@@ -166,6 +166,19 @@ clmla_status clmla_weight_upload(clmla_context *ctx, const char *name, const clm
         scales[i] = 1.0f; /* padding blocks: zero codes, any scale */
     for (int i = 0; i < count && st == CLMLA_SUCCESS; i++)
         st = place_part(ctx, name, &parts[i], offsets[i], to, codes, scales, scale_ld);
+    size_t big = scale_count;
+    for (size_t i = 0; st == CLMLA_SUCCESS && i < scale_count && big == scale_count; i++)
+        if (fabsf(scales[i]) >= CLMLA_FP8_SCALE_LIMIT && isfinite(scales[i]))
+            big = i;
+    if (big < scale_count) { /* the kernels fold 2^120 into the scale (cl/prelude.cl, W_SCALE) */
+        clmla_log(ctx, CLMLA_LOG_WARNING,
+                  "%s: fp8 block scale %g (block %zu, %zu) is not below %g, which the fp8 products take; "
+                  "held in float32 on the device",
+                  name, (double)scales[big], big / scale_ld, big % scale_ld, (double)CLMLA_FP8_SCALE_LIMIT);
+        free(codes);
+        free(scales);
+        return clmla_weight_upload(ctx, name, parts, count, CLMLA_WEIGHTS_F32, packable, w, row_offsets);
+    }
     w->dtype = to;
     w->n = n;
     w->k = k;
