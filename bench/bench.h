@@ -119,6 +119,7 @@ typedef struct bench_row {
                                  weights (peak, decode absorbed and mha) */
     char cache_dtype[8];      /* f32, f16, bf16, fp8; "" for rows without a cache (peak, products) */
     int batch, ctx;
+    int q_len;                /* decode: query tokens per sequence (--q-len); 0 = not a decode row */
     bench_timing t;
     double tokens;            /* tokens per call: batch (decode, layer), batch * ctx (prefill) */
     double bytes, flops;      /* per call, as docs/BENCHMARKS.md defines them */
@@ -167,6 +168,7 @@ typedef struct bench_case {
     int check;                 /* compare the bench's own kernels with a float64 host result */
     unsigned seed;
     clmla_dtype weights;       /* layer, prefill, products: the dtype the weights are held in */
+    int q_len;                 /* decode, absorbed: new tokens per sequence (1 = one-token decode) */
 } bench_case;
 
 int bench_decode(const bench_case *c, bench_row *row);

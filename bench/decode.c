@@ -26,6 +26,7 @@ typedef struct decode_state {
     bench_device *dev;
     const bench_shape *s;
     int batch, ctx, f16;   /* f16: the bench's own buffers (mha, decompressed) hold half */
+    int q_len;             /* absorbed: new tokens per sequence, the last q_len of its ctx (causal) */
     clmla_cache_dtype dtype; /* the library's cache (absorbed) */
     /* absorbed */
     clmla_cache *cache;
@@ -88,7 +89,8 @@ static int absorbed_setup(decode_state *st, int block_tokens, unsigned seed)
     const int chunk = st->ctx < 8192 ? st->ctx : 8192;
     cl_mem staging = bench_buffer(dev, (size_t)chunk * s->row * sizeof(float), "cache staging rows");
     int32_t *table = calloc((size_t)st->batch * blocks_per_seq, sizeof(int32_t));
-    int32_t *seqs = malloc((size_t)st->batch * sizeof(int32_t)), *lens = malloc((size_t)st->batch * sizeof(int32_t));
+    const int T = st->batch * st->q_len; /* query tokens: q_len per sequence */
+    int32_t *seqs = malloc((size_t)T * sizeof(int32_t)), *lens = malloc((size_t)T * sizeof(int32_t));
     st->seq_ids = malloc((size_t)st->batch * sizeof(int32_t));
     int rc = !staging || !table || !seqs || !lens || !st->seq_ids;
     for (int b = 0; !rc && b < st->batch; b++) {
@@ -106,16 +108,18 @@ static int absorbed_setup(decode_state *st, int block_tokens, unsigned seed)
         if (!rc)
             rc = clmla_cache_seq_blocks(st->cache, id, table + (size_t)b * blocks_per_seq, blocks_per_seq, &owned) !=
                  CLMLA_SUCCESS;
-        seqs[b] = b;
-        lens[b] = st->ctx;
+        for (int i = 0; i < st->q_len; i++) { /* token i of q_len sees the keys up to itself */
+            seqs[b * st->q_len + i] = b;
+            lens[b * st->q_len + i] = st->ctx - st->q_len + 1 + i;
+        }
     }
     if (rc && st->cache && *clmla_last_error(dev->ctx))
         fprintf(stderr, "clmla-bench: %s\n", clmla_last_error(dev->ctx));
     if (!rc) {
         st->block_table = upload_ints(dev, table, (size_t)st->batch * blocks_per_seq, "block table");
-        st->token_seq = upload_ints(dev, seqs, (size_t)st->batch, "token sequences");
-        st->token_ctx = upload_ints(dev, lens, (size_t)st->batch, "context lengths");
-        const size_t nq = (size_t)st->batch * s->H;
+        st->token_seq = upload_ints(dev, seqs, (size_t)T, "token sequences");
+        st->token_ctx = upload_ints(dev, lens, (size_t)T, "context lengths");
+        const size_t nq = (size_t)T * s->H;
         st->q_latent = bench_buffer(dev, nq * s->rkv * sizeof(float), "q latent");
         st->q_rope = bench_buffer(dev, nq * s->dr * sizeof(float), "q rope");
         st->out = bench_buffer(dev, nq * s->rkv * sizeof(float), "latent output");
@@ -132,7 +136,7 @@ static int absorbed_setup(decode_state *st, int block_tokens, unsigned seed)
         return 1;
     clmla_latent_attention_args *a = &st->args;
     memset(a, 0, sizeof(*a));
-    a->num_tokens = st->batch;
+    a->num_tokens = st->batch * st->q_len;
     a->num_heads = s->H;
     a->softmax_scale = s->scale;
     a->q_latent = st->q_latent;
@@ -421,8 +425,8 @@ static double check_decode(decode_state *st, int absorbed)
     bench_device *dev = st->dev;
     const bench_shape *s = st->s;
     const int B = st->batch, H = s->H, ctx = st->ctx, out_dim = absorbed ? s->rkv : s->dv;
-    const int dk = absorbed ? s->row : s->dq;
-    float *got = read_floats(dev, st->out, (size_t)B * H * out_dim, 0);
+    const int dk = absorbed ? s->row : s->dq, QL = absorbed ? st->q_len : 1, T = B * QL;
+    float *got = read_floats(dev, st->out, (size_t)T * H * out_dim, 0);
     float *q = NULL, *q_rope = NULL, *k = NULL, *v = NULL, *latent = NULL, *w = NULL;
     float *keys = malloc((size_t)ctx * dk * sizeof(float)), *values = malloc((size_t)ctx * out_dim * sizeof(float));
     double *qd = malloc((size_t)dk * sizeof(double)), *ref = malloc((size_t)out_dim * sizeof(double));
@@ -430,8 +434,8 @@ static double check_decode(decode_state *st, int absorbed)
     if (!got || !keys || !values || !qd || !ref)
         goto done;
     if (absorbed) {
-        q = read_floats(dev, st->q_latent, (size_t)B * H * s->rkv, 0);
-        q_rope = read_floats(dev, st->q_rope, (size_t)B * H * s->dr, 0);
+        q = read_floats(dev, st->q_latent, (size_t)T * H * s->rkv, 0);
+        q_rope = read_floats(dev, st->q_rope, (size_t)T * H * s->dr, 0);
         if (!q || !q_rope)
             goto done;
     } else {
@@ -465,14 +469,15 @@ static double check_decode(decode_state *st, int absorbed)
             if (!ok)
                 goto done;
         }
-        for (int h = 0; h < H; h++) {
+        for (int th = 0; th < QL * H; th++) {
+            const int t = b * QL + th / H, h = th % H, n_keys = ctx - QL + 1 + th / H;
             const float *key = keys, *value = values;
             size_t key_stride = (size_t)dk, value_stride = (size_t)out_dim;
             if (absorbed) {
                 for (int i = 0; i < s->rkv; i++)
-                    qd[i] = q[((size_t)b * H + h) * s->rkv + i];
+                    qd[i] = q[((size_t)t * H + h) * s->rkv + i];
                 for (int i = 0; i < s->dr; i++)
-                    qd[s->rkv + i] = q_rope[((size_t)b * H + h) * s->dr + i];
+                    qd[s->rkv + i] = q_rope[((size_t)t * H + h) * s->dr + i];
             } else {
                 for (int i = 0; i < s->dq; i++)
                     qd[i] = q[((size_t)b * H + h) * s->dq + i];
@@ -501,9 +506,9 @@ static double check_decode(decode_state *st, int absorbed)
                 key = k + ((size_t)b * H + h) * ctx * s->dq;
                 value = v + ((size_t)b * H + h) * ctx * s->dv;
             }
-            host_attention(qd, dk, key, key_stride, value, value_stride, out_dim, ctx, s->scale, ref);
+            host_attention(qd, dk, key, key_stride, value, value_stride, out_dim, n_keys, s->scale, ref);
             for (int d = 0; d < out_dim; d++) {
-                const double diff = fabs(got[((size_t)b * H + h) * out_dim + d] - ref[d]);
+                const double diff = fabs(got[((size_t)t * H + h) * out_dim + d] - ref[d]);
                 if (diff > worst)
                     worst = diff;
                 if (fabs(ref[d]) > largest)
@@ -557,13 +562,25 @@ int bench_decode(const bench_case *c, bench_row *row)
                  c->dtype == CLMLA_CACHE_FP8 ? "fp8" : "bf16", c->path);
         return -1;
     }
+    const int QL = c->q_len > 0 ? c->q_len : 1;
+    if (!absorbed && QL > 1) {
+        snprintf(row->note, sizeof(row->note), "q-len %d: the absorbed path only", QL);
+        return -1;
+    }
+    if (QL > ctx) {
+        snprintf(row->note, sizeof(row->note), "q-len %d is more than the context %d", QL, ctx);
+        return -1;
+    }
+    row->q_len = QL;
     snprintf(row->path, sizeof(row->path), "%s", absorbed ? "absorbed" : c->path);
-    row->tokens = B;
+    row->tokens = (double)B * QL;
     row->cache_bytes = mha ? bench_mha_cache_bytes(s, B, ctx, elem) : bench_mla_cache_bytes(s, B, ctx, c->dtype);
     row->mha_cache_bytes = bench_mha_cache_bytes(s, B, ctx, elem);
-    const double nq = (double)B * s->H;
+    const double nq = (double)B * QL * s->H;
     if (absorbed) {
-        row->flops = (double)B * ctx * bench_pair_flops(s, 1);
+        /* token i of QL sees ctx - QL + 1 + i keys; the cache counts once per sequence, as a kernel
+           that reads each row once for all of a sequence's tokens would */
+        row->flops = (double)B * ((double)QL * ctx - (double)QL * (QL - 1) / 2) * bench_pair_flops(s, 1);
         row->bytes = row->cache_bytes + nq * s->row * 4 + nq * s->rkv * 4;
         const double blocks = bench_mla_cache_bytes(s, B, (ctx + c->block_tokens - 1) / c->block_tokens * c->block_tokens, c->dtype);
         if (too_big(c, row, blocks + 8192.0 * s->row * 4, blocks, blocks / elem))
@@ -597,6 +614,7 @@ int bench_decode(const bench_case *c, bench_row *row)
     st.ctx = ctx;
     st.f16 = f16;
     st.dtype = c->dtype;
+    st.q_len = QL;
     int rc = absorbed ? absorbed_setup(&st, c->block_tokens, c->seed)
                       : mha ? mha_setup(&st, c->seed) : decompressed_setup(&st, c->seed);
     bench_op op = {absorbed ? absorbed_enqueue : mha ? mha_enqueue : decompressed_enqueue, NULL, &st, 0};
@@ -604,7 +622,7 @@ int bench_decode(const bench_case *c, bench_row *row)
         rc = bench_time(c->dev, &op, c->timing, &row->t);
     row->check_error = -1;
     /* The host check is O(B*H*ctx*rkv*(dn+dv)) for the decompressed path: small shapes only. */
-    const double check_work = (double)B * s->H * ctx * (decompressed ? (double)s->rkv * (s->dn + s->dv) : s->row);
+    const double check_work = (double)B * QL * s->H * ctx * (decompressed ? (double)s->rkv * (s->dn + s->dv) : s->row);
     if (!rc && c->check && check_work <= 4e9)
         row->check_error = check_decode(&st, absorbed);
     state_free(&st);

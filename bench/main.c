@@ -23,7 +23,7 @@ typedef struct name_list {
 
 typedef struct options {
     const char *device, *preset, *json, *peaks;
-    const char *phase, *ctx, *batch, *path, *dtype, *wdtype, *flush;
+    const char *phase, *ctx, *batch, *path, *dtype, *wdtype, *flush, *q_len;
     int quick, peak, no_peak, check, warm_cache, block_tokens, seed, help, version;
     double max_mem_mib, max_time;
     int dims[7]; /* hidden, heads, q-lora-rank, kv-lora-rank, nope-dim, rope-dim, v-dim; -1 = preset's */
@@ -68,6 +68,8 @@ static void usage(FILE *out)
             "                       FMA) are measured briefly first (--quick's sizes, one trial; a few seconds\n"
             "                       on a 2-core CPU), so that every row carries bound ms = max(bytes / read peak,\n"
             "                       FLOPs / FMA peak), what bounds it (bw or flops), and %%bound = bound / median\n"
+            "  --q-len LIST         decode, absorbed: new tokens per sequence (default 1), each seeing the keys up\n"
+            "                       to itself (speculative or multi-token decode); one row per length\n"
             "  --json FILE          also write every row as a JSON array of objects\n"
             "  --quick              small sweep, short timing (peak, decode, layer, prefill; under a minute on\n"
             "                       a 2-core CPU once kernels are compiled and cached)\n"
@@ -192,6 +194,7 @@ static int parse_args(int argc, char **argv, options *o)
                             : strcmp(key, "cache-dtype") == 0 ? &o->dtype
                             : strcmp(key, "weights-dtype") == 0 ? &o->wdtype
                             : strcmp(key, "flush") == 0       ? &o->flush
+                            : strcmp(key, "q-len") == 0       ? &o->q_len
                                                               : NULL;
         if (text) {
             *text = value;
@@ -446,7 +449,8 @@ int main(int argc, char **argv)
     }
     bench_shape shape;
     name_list phases, dtypes, wdtypes;
-    if (make_shape(&o, &shape) ||
+    int_list q_lens;
+    if (make_shape(&o, &shape) || parse_ints(o.q_len ? o.q_len : "1", &q_lens, "q-len") ||
         parse_names(o.phase ? o.phase : (o.quick ? "peak,decode,layer,prefill" : "decode"), &phases, phase_names, "phase") ||
         parse_names(o.dtype ? o.dtype : "f32", &dtypes, dtype_names, "cache-dtype") ||
         parse_names(o.wdtype ? o.wdtype : "auto", &wdtypes, weights_names, "weights-dtype"))
@@ -470,7 +474,8 @@ int main(int argc, char **argv)
             return 2;
         const int nw = strcmp(phases.v[p], "decode") == 0 ? 1 : wdtypes.n;
         const int nc = strcmp(phases.v[p], "products") == 0 ? 1 : dtypes.n;
-        total += nw * nc * paths.n * batch.n * ctx.n;
+        const int nl = strcmp(phases.v[p], "decode") == 0 ? q_lens.n : 1;
+        total += nw * nc * paths.n * batch.n * ctx.n * nl;
     }
 
     bench_device dev;
@@ -595,12 +600,14 @@ int main(int argc, char **argv)
             for (int d = 0; d < (products ? 1 : dtypes.n); d++)
                 for (int q = 0; q < paths.n; q++)
                     for (int b = 0; b < batch.n; b++)
-                        for (int c = 0; c < ctx.n; c++) {
-                            bench_case bc = {&dev, &shape, &timing, phase, paths.v[q], batch.v[b], ctx.v[c],
-                                             cache_dtype_of(dtypes.v[d]), o.block_tokens, o.check,
-                                             (unsigned)o.seed * 1000003u, weights_dtype_of(wdtypes.v[w])};
-                            failures += run_row(report, &bc, !decode, !products, ++index, total);
-                        }
+                        for (int c = 0; c < ctx.n; c++)
+                            for (int l = 0; l < (decode ? q_lens.n : 1); l++) {
+                                bench_case bc = {&dev, &shape, &timing, phase, paths.v[q], batch.v[b], ctx.v[c],
+                                                 cache_dtype_of(dtypes.v[d]), o.block_tokens, o.check,
+                                                 (unsigned)o.seed * 1000003u, weights_dtype_of(wdtypes.v[w]),
+                                                 decode ? q_lens.v[l] : 0};
+                                failures += run_row(report, &bc, !decode, !products, ++index, total);
+                            }
     }
     failures += bench_report_close(report) != 0;
     bench_flush_release(&dev);

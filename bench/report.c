@@ -175,6 +175,10 @@ int bench_report_row(bench_report *r, const bench_row *row)
     snprintf(mha, sizeof(mha), row->mha_cache_bytes > 0 ? "%.1f" : "-", mib(row->mha_cache_bytes));
     char note[256];
     snprintf(note, sizeof(note), "%s%s", row->note, row->t.stable ? "" : (row->note[0] ? "; not stable" : "not stable"));
+    if (row->q_len > 1) {
+        const size_t len = strlen(note);
+        snprintf(note + len, sizeof(note) - len, "%sq-len %d", len ? "; " : "", row->q_len);
+    }
     if (row->check_error >= 0) {
         const size_t len = strlen(note);
         snprintf(note + len, sizeof(note) - len, "%scheck %.1e", len ? "; " : "", row->check_error);
@@ -204,6 +208,7 @@ int bench_report_row(bench_report *r, const bench_row *row)
     cJSON_AddStringToObject(o, "path", row->path);
     cJSON_AddNumberToObject(o, "batch", row->batch);
     cJSON_AddNumberToObject(o, "ctx", row->ctx);
+    add_number_or_null(o, "q_len", row->q_len, row->q_len > 0);
     /* null where the row has no weights (peak, decode's absorbed and mha) or no cache (peak, products) */
     if (row->weights_dtype[0])
         cJSON_AddStringToObject(o, "weights_dtype", row->weights_dtype);

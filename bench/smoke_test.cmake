@@ -82,6 +82,39 @@ endif()
 check_bounds("${json}" ${OUT} brief)
 message(STATUS "bench_smoke: ${rows} rows, valid JSON, all paths agree with the host result, all carry a bound")
 
+# Multi-token decode: 3 new tokens per sequence, each seeing the keys up to itself, against the
+# host's float64 attention over that many keys (a kernel that ignored the causal limit among the
+# new tokens would be off by far more than 1e-3); mha has no q-len and is skipped, not failed.
+execute_process(
+  COMMAND ${BENCH} --quick --check --phase decode --path absorbed,mha --q-len 1,3 --ctx 130 --batch 2
+          --max-time 0.2 --no-peak --json ${OUT}
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message("${out}")
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "clmla-bench --q-len exited with ${rc}:\n${err}")
+endif()
+file(READ ${OUT} json)
+string(JSON rows LENGTH "${json}")
+if(NOT rows EQUAL 3)
+  message(FATAL_ERROR "--q-len 1,3 over absorbed and mha: ${rows} rows, expected 3 (mha q-len 3 skipped)")
+endif()
+set(want_q_len 1 3)
+foreach(i 0 1)
+  list(GET want_q_len ${i} want)
+  string(JSON q_len GET "${json}" ${i} q_len)
+  string(JSON error GET "${json}" ${i} check_rel_error)
+  if(NOT q_len EQUAL want)
+    message(FATAL_ERROR "row ${i}: q_len ${q_len}, expected ${want}")
+  endif()
+  if(error STREQUAL "null" OR error GREATER 0.001)
+    message(FATAL_ERROR "q-len ${q_len}: relative error ${error} against the float64 host result")
+  endif()
+endforeach()
+if(NOT out MATCHES "q-len 3; check")
+  message(FATAL_ERROR "the q-len 3 row does not say so in its note:\n${out}")
+endif()
+message(STATUS "bench_smoke: multi-token decode rows agree with the host result")
+
 # The products phase: every projection of the shape with 1 and 3 rows, weights given to clmla_linear
 # in three dtypes, each checked against float64 of the weights the dtype denotes by the bench itself
 # (it fails on an error above 1e-4), the caches flushed by a read.
