@@ -1,4 +1,4 @@
-/* clmla demo: DeepSeek-V2-Lite-shaped attention with random weights on one device: prefill, then
+/* clmla demo: DeepSeek-shaped attention (V2-Lite by default) with random weights on one device: prefill, then
    decode through the paged latent cache, timed, and the last step checked against the float64
    CPU reference (ref/). */
 #define _POSIX_C_SOURCE 200809L
@@ -159,9 +159,10 @@ out:
 int cmd_demo(int argc, char **argv)
 {
     int help = 0, prefill = 512, decode = 64, seed = 1, no_check = 0;
-    const char *device = NULL, *cache_dtype = "f32", *weights_dtype = "auto";
+    const char *device = NULL, *cache_dtype = "f32", *weights_dtype = "auto", *preset_name = "v2-lite";
     cli_option opts[] = {
         {"device", CLI_STRING, &device, "SPEC  device to run on (see clmla devices)"},
+        {"preset", CLI_STRING, &preset_name, "NAME  attention shape: v2-lite (default), v2, v3, kimi-k2"},
         {"prefill", CLI_INT, &prefill, "N     prompt tokens, one prefill step (default 512)"},
         {"decode", CLI_INT, &decode, "N     tokens decoded one at a time after it (default 64)"},
         {"cache-dtype", CLI_STRING, &cache_dtype, CLI_CACHE_DTYPES "  latent cache storage (default f32)"},
@@ -175,7 +176,7 @@ int cmd_demo(int argc, char **argv)
     if (cli_parse("demo", opts, argc, argv, 2))
         return 2;
     if (help) {
-        cli_usage("demo", "DeepSeek-V2-Lite-shaped MLA with random weights: a prefill step, then token-by-token\n"
+        cli_usage("demo", "DeepSeek-shaped MLA (V2-Lite unless --preset) with random weights: a prefill step, then token-by-token\n"
                           "decode through the paged latent cache; prints speed, cache size and the error of the\n"
                           "last step against the float64 CPU reference.",
                   opts);
@@ -200,6 +201,16 @@ int cmd_demo(int argc, char **argv)
         return 2;
     }
     const int T = prefill + decode;
+    /* The DeepSeek presets: one RoPE (interleaved pairs, YaRN) and the layout the reference's
+       basic configuration describes; the other families are checked against transformers by
+       tests/parity. */
+    clmla_preset preset = CLMLA_PRESET_DEEPSEEK_V2_LITE;
+    if (clmla_preset_from_name(preset_name, &preset) != CLMLA_SUCCESS ||
+        (preset != CLMLA_PRESET_DEEPSEEK_V2_LITE && preset != CLMLA_PRESET_DEEPSEEK_V2 &&
+         preset != CLMLA_PRESET_DEEPSEEK_V3 && preset != CLMLA_PRESET_KIMI_K2)) {
+        fprintf(stderr, "clmla demo: --preset must be one of v2-lite, v2, v3, kimi-k2, not '%s'\n", preset_name);
+        return 2;
+    }
 
     clmla_context *ctx = NULL;
     if (cli_context_create(device, &ctx) != CLMLA_SUCCESS) {
@@ -212,34 +223,49 @@ int cmd_demo(int argc, char **argv)
            info.compute_units);
 
     clmla_layer_config cfg;
-    clmla_layer_config_preset(CLMLA_PRESET_DEEPSEEK_V2_LITE, &cfg);
+    clmla_layer_config_preset(preset, &cfg);
     cfg.weights_dtype = (clmla_weights_dtype)want;
-    const int D = cfg.hidden_size, H = cfg.num_heads, rkv = cfg.kv_lora_rank, dn = cfg.qk_nope_head_dim,
-              dr = cfg.qk_rope_head_dim, dv = cfg.v_head_dim, dq = dn + dr;
-    printf("model        DeepSeek-V2-Lite attention shape: D %d, %d heads, kv_lora_rank %d, head dims %d/%d/%d, YaRN s=%g\n",
-           D, H, rkv, dn, dr, dv, cfg.yarn_factor);
+    const int D = cfg.hidden_size, H = cfg.num_heads, rq = cfg.q_lora_rank, rkv = cfg.kv_lora_rank,
+              dn = cfg.qk_nope_head_dim, dr = cfg.qk_rope_head_dim, dv = cfg.v_head_dim, dq = dn + dr;
+    printf("model        %s attention shape: D %d, %d heads, q_lora_rank %d, kv_lora_rank %d, head dims %d/%d/%d, "
+           "YaRN s=%g\n",
+           clmla_preset_name(preset), D, H, rq, rkv, dn, dr, dv, cfg.yarn_factor);
 
     /* Weights ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), norms ~ 1, inputs ~ U(-1, 1). */
     uint64_t rng = (uint64_t)seed * 0x9E3779B97F4A7C15ULL + 1;
-    float *q_proj = random_floats((size_t)H * dq * D, 1.0f / sqrtf((float)D), 0, &rng);
+    float *q_proj = NULL, *q_a = NULL, *q_a_norm = NULL, *q_b = NULL;
+    if (rq > 0) {
+        q_a = random_floats((size_t)rq * D, 1.0f / sqrtf((float)D), 0, &rng);
+        q_a_norm = random_floats((size_t)rq, 0.1f, 1.0f, &rng);
+        q_b = random_floats((size_t)H * dq * rq, 1.0f / sqrtf((float)rq), 0, &rng);
+    } else {
+        q_proj = random_floats((size_t)H * dq * D, 1.0f / sqrtf((float)D), 0, &rng);
+    }
     float *kv_a = random_floats((size_t)(rkv + dr) * D, 1.0f / sqrtf((float)D), 0, &rng);
     float *kv_norm = random_floats((size_t)rkv, 0.1f, 1.0f, &rng);
     float *kv_b = random_floats((size_t)H * (dn + dv) * rkv, 1.0f / sqrtf((float)rkv), 0, &rng);
     float *o_proj = random_floats((size_t)D * H * dv, 1.0f / sqrtf((float)(H * dv)), 0, &rng);
     float *x = random_floats((size_t)T * D, 1.0f, 0, &rng);
     float *out = malloc((size_t)T * D * sizeof(float));
-    float *rounded[4] = {NULL, NULL, NULL, NULL}; /* the projections as the layer holds them, for the check */
+    float *rounded[5] = {NULL, NULL, NULL, NULL, NULL}; /* the projections as the layer holds them, for the check */
     int rc = 1;
     clmla_layer *layer = NULL;
     clmla_cache *cache = NULL;
     double *decode_ms = malloc(((size_t)decode + 1) * sizeof(double));
-    if (!q_proj || !kv_a || !kv_norm || !kv_b || !o_proj || !x || !out || !decode_ms) {
+    if ((rq > 0 ? !q_a || !q_a_norm || !q_b : !q_proj) || !kv_a || !kv_norm || !kv_b || !o_proj || !x || !out ||
+        !decode_ms) {
         fprintf(stderr, "clmla demo: out of host memory\n");
         goto done;
     }
     clmla_layer_weights w;
     memset(&w, 0, sizeof(w));
-    w.q_proj = clmla_tensor_2d(q_proj, (int64_t)H * dq, D);
+    if (rq > 0) {
+        w.q_a_proj = clmla_tensor_2d(q_a, rq, D);
+        w.q_a_layernorm = clmla_tensor_1d(q_a_norm, rq);
+        w.q_b_proj = clmla_tensor_2d(q_b, (int64_t)H * dq, rq);
+    } else {
+        w.q_proj = clmla_tensor_2d(q_proj, (int64_t)H * dq, D);
+    }
     w.kv_a_proj_with_mqa = clmla_tensor_2d(kv_a, rkv + dr, D);
     w.kv_a_layernorm = clmla_tensor_1d(kv_norm, rkv);
     w.kv_b_proj = clmla_tensor_2d(kv_b, (int64_t)H * (dn + dv), rkv);
@@ -326,13 +352,20 @@ int cmd_demo(int argc, char **argv)
     if (clmla_layer_get_memory(layer, &lm) == CLMLA_SUCCESS) {
         /* Bytes per weight of the four projections as the layer reports them: what the device
            holds (FP8 scales and CPU panel padding included), so a dtype the layer did not keep shows. */
-        const double values = (double)H * dq * D + (double)(rkv + dr) * D + (double)H * (dn + dv) * rkv +
-                              (double)D * H * dv;
-        const double projections = (double)lm.q_proj + lm.kv_a_proj_with_mqa + lm.kv_b_proj + lm.o_proj;
-        printf("weights      %.1f MiB on the device, projections in %s (%.2f bytes/weight): q_proj %.2f, "
+        const double query = rq > 0 ? (double)rq * D + (double)H * dq * rq : (double)H * dq * D;
+        const double values = query + (double)(rkv + dr) * D + (double)H * (dn + dv) * rkv + (double)D * H * dv;
+        const double projections =
+            (double)lm.q_proj + lm.q_a_proj + lm.q_b_proj + lm.kv_a_proj_with_mqa + lm.kv_b_proj + lm.o_proj;
+        char q_text[96];
+        if (rq > 0)
+            snprintf(q_text, sizeof(q_text), "q_a_proj %.2f, q_b_proj %.2f", lm.q_a_proj / 1048576.0,
+                     lm.q_b_proj / 1048576.0);
+        else
+            snprintf(q_text, sizeof(q_text), "q_proj %.2f", lm.q_proj / 1048576.0);
+        printf("weights      %.1f MiB on the device, projections in %s (%.2f bytes/weight): %s, "
                "kv_a_proj_with_mqa %.2f, kv_b_proj %.2f, o_proj %.2f MiB\n",
-               lm.total / 1048576.0, held_name, projections / values, lm.q_proj / 1048576.0,
-               lm.kv_a_proj_with_mqa / 1048576.0, lm.kv_b_proj / 1048576.0, lm.o_proj / 1048576.0);
+               lm.total / 1048576.0, held_name, projections / values, q_text, lm.kv_a_proj_with_mqa / 1048576.0,
+               lm.kv_b_proj / 1048576.0, lm.o_proj / 1048576.0);
     }
 
     if (no_check) {
@@ -342,21 +375,28 @@ int cmd_demo(int argc, char **argv)
     }
     printf("check        float64 CPU reference of all %d tokens (takes a few seconds)...\n", T);
     fflush(stdout);
-    mla_ref_config rcfg = {D, H, 0, rkv, dn, dr, dv, cfg.rms_norm_eps, cfg.rope_theta, 0, cfg.yarn_factor,
+    mla_ref_config rcfg = {D, H, rq, rkv, dn, dr, dv, cfg.rms_norm_eps, cfg.rope_theta,
+                           cfg.rope_pairing == CLMLA_ROPE_HALF_SPLIT, cfg.yarn_factor,
                            cfg.yarn_original_max_position, cfg.yarn_beta_fast, cfg.yarn_beta_slow, cfg.yarn_mscale,
                            cfg.yarn_mscale_all_dim};
-    mla_ref_weights rw = {NULL, NULL, NULL, q_proj, kv_a, kv_norm, kv_b, o_proj};
+    mla_ref_weights rw = {q_a, q_a_norm, q_b, q_proj, kv_a, kv_norm, kv_b, o_proj};
     mla_ref_weights rw_held = rw;
     if (held != CLMLA_DTYPE_F32) {
-        rounded[0] = rounded_copy(q_proj, H * dq, D, held);
+        rounded[0] = rq > 0 ? rounded_copy(q_a, rq, D, held) : rounded_copy(q_proj, H * dq, D, held);
         rounded[1] = rounded_copy(kv_a, rkv + dr, D, held);
         rounded[2] = rounded_copy(kv_b, H * (dn + dv), rkv, held);
         rounded[3] = rounded_copy(o_proj, D, H * dv, held);
-        if (!rounded[0] || !rounded[1] || !rounded[2] || !rounded[3]) {
+        rounded[4] = rq > 0 ? rounded_copy(q_b, H * dq, rq, held) : NULL;
+        if (!rounded[0] || !rounded[1] || !rounded[2] || !rounded[3] || (rq > 0 && !rounded[4])) {
             fprintf(stderr, "clmla demo: the weights could not be rounded for the reference (out of host memory)\n");
             goto done;
         }
-        rw_held.q_proj = rounded[0];
+        if (rq > 0) {
+            rw_held.q_a_proj = rounded[0];
+            rw_held.q_b_proj = rounded[4];
+        } else {
+            rw_held.q_proj = rounded[0];
+        }
         rw_held.kv_a_proj_with_mqa = rounded[1];
         rw_held.kv_b_proj = rounded[2];
         rw_held.o_proj = rounded[3];
@@ -369,6 +409,9 @@ done:
     clmla_layer_destroy(layer);
     clmla_context_destroy(ctx);
     free(q_proj);
+    free(q_a);
+    free(q_a_norm);
+    free(q_b);
     free(kv_a);
     free(kv_norm);
     free(kv_b);
@@ -376,7 +419,7 @@ done:
     free(x);
     free(out);
     free(decode_ms);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         free(rounded[i]);
     return rc;
 }
