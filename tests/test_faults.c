@@ -3,8 +3,9 @@
  *   - return an error status (the injected OpenCL code, passed through) with a message,
  *   - leak nothing: no OpenCL object (the cl_context's reference count, which every buffer, program
  *     and kernel holds on PoCL, comes back to what it was, plus what the library legitimately keeps:
- *     scratch buffers, cached programs, latent kernels; where the platform's count ignores the
- *     objects, as NVIDIA's does, the test says it skips this check; host leaks are LeakSanitizer's job in
+ *     scratch buffers, cached programs, latent kernels, the cache's slot table for appends; where the
+ *     platform's count ignores the objects, as NVIDIA's does, the test says it skips this check;
+ *     host leaks are LeakSanitizer's job in
  *     ci/sanitize.sh; events cannot be counted this way: PoCL keeps each buffer's last event, which
  *     holds the queue, so the queue's count moves with the path a step took),
  *   - leave the cache exactly as it was: sequences, lengths per layer, contents (clmla_cache_read,
@@ -45,6 +46,7 @@ typedef struct objects {
     int scratch;          /* scratch buffers the context keeps (host/runtime/scratch.h) */
     long programs;        /* programs in the context's cache */
     int latent;           /* attn_latent kernels a cache keeps, built on first use */
+    int staged;           /* clmla_cache_append_cl's slot table, made on first use (scratch.h) */
 } objects;
 
 static cl_uint context_refs(clmla_context *c)
@@ -77,6 +79,7 @@ static objects objects_now(clmla_context *c, const clmla_cache *cache)
     o.programs = (long)(ps.built_from_source + ps.loaded_from_disk);
     for (size_t i = 0; cache && i < sizeof(cache->latent_kernel) / sizeof(cache->latent_kernel[0]); i++)
         o.latent += cache->latent_kernel[i] != NULL;
+    o.staged = cache && cache->append_slots.device;
     return o;
 }
 
@@ -105,7 +108,8 @@ static void check_objects(const objects *before, clmla_context *c, const clmla_c
     if (!refs_track_objects(c))
         return;
     objects now = objects_now(c, cache);
-    long kept = (long)(now.scratch - before->scratch) + (now.programs - before->programs) + (now.latent - before->latent);
+    long kept = (long)(now.scratch - before->scratch) + (now.programs - before->programs) + (now.latent - before->latent) +
+                (now.staged - before->staged);
     long leaked = (long)now.context_refs - (long)before->context_refs - kept;
     CHECK(leaked == 0, "%s: %ld OpenCL object(s) of the context leaked (references %u -> %u, %ld kept legitimately)",
           what, leaked, before->context_refs, now.context_refs, kept);

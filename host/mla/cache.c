@@ -128,6 +128,12 @@ void clmla_cache_destroy(clmla_cache *cache)
         free(cache->seqs[i].blocks);
         free(cache->seqs[i].length);
     }
+    free(cache->txn_seq);
+    free(cache->txn_old_blocks);
+    free(cache->txn_old_length);
+    free(cache->txn_copies);
+    clmla_cl_event_done(cache->ctx, &cache->append_written);
+    clmla_staged_release(&cache->append_slots);
     free(cache->seqs);
     free(cache->layers);
     free(cache->free_blocks);
@@ -225,7 +231,7 @@ static clmla_status ensure_capacity(clmla_cache *cache, cache_seq *s, int want)
         int cap = s->capacity ? s->capacity : 4;
         while (cap < want)
             cap *= 2;
-        int32_t *blocks = realloc(s->blocks, (size_t)cap * sizeof(int32_t));
+        int32_t *blocks = clmla_host_realloc(cache->ctx, s->blocks, (size_t)cap * sizeof(int32_t));
         if (!blocks)
             return oom(cache->ctx);
         s->blocks = blocks;
@@ -292,29 +298,45 @@ static clmla_status copy_block(clmla_cache *cache, const cache_seq *s, int index
 
 /* ---- transactions ------------------------------------------------------------------------------ */
 
+/* Closes the record; its arrays stay the cache's for the next transaction. */
 static void txn_free(cache_txn *txn)
 {
-    free(txn->seq);
-    free(txn->old_blocks);
-    free(txn->old_length);
-    free(txn->copies);
     memset(txn, 0, sizeof(*txn));
+}
+
+/* Grows one of the cache's record arrays to `count` elements of `size` bytes. */
+static int txn_grow(clmla_cache *cache, void **array, int count, size_t size)
+{
+    void *grown = clmla_host_realloc(cache->ctx, *array, (size_t)count * size);
+    if (grown)
+        *array = grown;
+    return grown != NULL;
 }
 
 /* An empty record for `count` entries and at most `copies` copies of shared blocks. */
 static clmla_status txn_open(clmla_cache *cache, cache_txn *txn, int layer, int count, int copies)
 {
     memset(txn, 0, sizeof(*txn));
+    if (count > cache->txn_entries) {
+        const int grown = count + count / 2;
+        if (!txn_grow(cache, (void **)&cache->txn_seq, grown, sizeof(int32_t)) ||
+            !txn_grow(cache, (void **)&cache->txn_old_blocks, grown, sizeof(int)) ||
+            !txn_grow(cache, (void **)&cache->txn_old_length, grown, sizeof(int)))
+            return oom(cache->ctx);
+        cache->txn_entries = grown;
+    }
+    if (copies > cache->txn_copies_capacity || !cache->txn_copies) {
+        const int grown = copies > 0 ? copies + copies / 2 : 1;
+        if (!txn_grow(cache, (void **)&cache->txn_copies, grown, sizeof(cache_copy)))
+            return oom(cache->ctx);
+        cache->txn_copies_capacity = grown;
+    }
     txn->cache = cache;
     txn->layer = layer;
-    txn->seq = malloc((size_t)count * sizeof(int32_t));
-    txn->old_blocks = malloc((size_t)count * sizeof(int));
-    txn->old_length = malloc((size_t)count * sizeof(int));
-    txn->copies = malloc((size_t)(copies > 0 ? copies : 1) * sizeof(cache_copy));
-    if (!txn->seq || !txn->old_blocks || !txn->old_length || !txn->copies) {
-        txn_free(txn);
-        return oom(cache->ctx);
-    }
+    txn->seq = cache->txn_seq;
+    txn->old_blocks = cache->txn_old_blocks;
+    txn->old_length = cache->txn_old_length;
+    txn->copies = cache->txn_copies;
     return CLMLA_SUCCESS;
 }
 
@@ -690,21 +712,20 @@ clmla_status clmla_cache_append_cl(clmla_cache *cache, int layer, int32_t seq_id
     if (st != CLMLA_SUCCESS)
         return st;
     const cache_seq *s = &cache->seqs[seq_id];
-    int *slots = malloc((size_t)n * sizeof(int));
-    if (!slots) {
-        clmla_cache_rollback(cache, &txn);
-        return oom(cache->ctx);
+    /* The slots go through the cache's kept table: the host array is rewritten once the last call's
+       write from it has completed (scratch.h). */
+    clmla_cl_event_done(cache->ctx, &cache->append_written);
+    const size_t bytes = (size_t)n * sizeof(int);
+    st = clmla_staged_reserve(cache->ctx, &cache->append_slots, 1, &bytes);
+    if (st == CLMLA_SUCCESS) {
+        int *slots = clmla_staged_host(&cache->append_slots, 0);
+        for (int i = 0; i < n; i++)
+            slots[i] = clmla_cache_row(cache, s, txn.old_length[0] + i);
+        st = clmla_staged_write(cache->ctx, &cache->append_slots, &bytes, &cache->append_written);
     }
-    for (int i = 0; i < n; i++)
-        slots[i] = clmla_cache_row(cache, s, txn.old_length[0] + i);
-    cl_mem slot_buf = NULL;
-    st = clmla_upload(cache->ctx, slots, (size_t)n * sizeof(int), &slot_buf);
-    free(slots);
     if (st == CLMLA_SUCCESS)
         st = clmla_cache_enqueue_write(cache, layer, n, c_kv, c_kv_offset, c_kv_stride, k_rope, k_rope_offset,
-                                       k_rope_stride, slot_buf, event);
-    if (slot_buf)
-        clReleaseMemObject(slot_buf);
+                                       k_rope_stride, cache->append_slots.part[0], event);
     if (st != CLMLA_SUCCESS)
         clmla_cache_rollback(cache, &txn);
     else

@@ -4,6 +4,7 @@
 #ifndef CLMLA_CACHE_H
 #define CLMLA_CACHE_H
 #include "internal.h"
+#include "scratch.h"
 
 typedef struct cache_seq {
     int in_use;
@@ -12,6 +13,8 @@ typedef struct cache_seq {
     int capacity;     /* allocated length of blocks */
     int *length;      /* [num_layers] tokens stored per layer */
 } cache_seq;
+
+typedef struct cache_copy cache_copy;
 
 struct clmla_cache {
     clmla_context *ctx;
@@ -32,6 +35,17 @@ struct clmla_cache {
     cl_kernel latent_kernel[17]; /* attn_latent.cl per heads-per-group 1..16, built on first use */
     int latent_threads[17];      /* their work-group sizes */
     cl_kernel latent_rows_kernel[9]; /* attn_latent_rows per heads-per-item 2, 4, .., 16 (index hg/2) */
+    /* The arrays of the open transaction's record (cache_txn points into them), kept between steps
+       and grown when a step has more entries or copies: a cache has at most one transaction open,
+       since the calls on a context do not overlap. */
+    int32_t *txn_seq;
+    int *txn_old_blocks, *txn_old_length;
+    cache_copy *txn_copies;
+    int txn_entries, txn_copies_capacity;
+    /* clmla_cache_append_cl's cache slots, kept like a layer's step tables (scratch.h), and the
+       completion of their last write */
+    clmla_staged append_slots;
+    cl_event append_written;
 };
 
 /* Shared blocks (clmla_cache_seq_fork) and copy on write.
@@ -53,14 +67,15 @@ struct clmla_cache {
  * reached 0). So the step never writes into a block that any sequence listed at its start unless
  * that sequence was the block's only owner, and rollback only has to point the tables back at
  * the old blocks and return the copies: nothing any sequence held has been overwritten. */
-typedef struct cache_copy {
+struct cache_copy {
     int entry;           /* which entry of the transaction */
     int index;           /* position in that sequence's block table */
     int32_t old_block;   /* the shared block the table listed */
     int32_t new_block;   /* its copy, now in the table */
-} cache_copy;
+};
 
-/* What an append changed, so that a failure later in the step can put everything back. */
+/* What an append changed, so that a failure later in the step can put everything back. Its arrays
+   are the cache's (txn_seq, ...). */
 typedef struct cache_txn {
     clmla_cache *cache;
     int layer;

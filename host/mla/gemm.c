@@ -95,9 +95,10 @@ static clmla_status ensure_products(clmla_context *ctx)
 {
     if (ctx->products)
         return CLMLA_SUCCESS;
-    ctx->products = calloc(1, sizeof(clmla_products));
+    ctx->products = clmla_host_realloc(ctx, NULL, sizeof(clmla_products));
     if (!ctx->products)
         return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    memset(ctx->products, 0, sizeof(clmla_products));
     ctx->products_release = products_release;
     return CLMLA_SUCCESS;
 }
@@ -439,6 +440,27 @@ static clmla_status packed(clmla_context *ctx, size_t m, size_t n, size_t k, flo
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue gemm_packed_rows");
 }
 
+/* CLBlastSgemm with its temporary buffer (padded copies of the operands, for its indirect kernel)
+   in a context scratch slot, so that a product does not allocate one per call. */
+static CLBlastStatusCode clblast_sgemm(clmla_context *ctx, CLBlastTranspose a_op, CLBlastTranspose b_op, size_t m,
+                                       size_t n, size_t k, float alpha, cl_mem a, size_t a_offset, size_t a_ld, cl_mem b,
+                                       size_t b_offset, size_t b_ld, float beta, cl_mem c, size_t c_offset, size_t c_ld,
+                                       cl_event *event)
+{
+    size_t temp_bytes = 0;
+    CLBlastStatusCode bs = CLBlastSGemmTempBufferSize(CLBlastLayoutRowMajor, a_op, b_op, m, n, k, a_offset, a_ld, b_offset,
+                                                      b_ld, c_offset, c_ld, &ctx->queue, &temp_bytes);
+    if (bs != CLBlastSuccess)
+        return bs;
+    cl_mem temp = NULL;
+    const clmla_status st = clmla_scratch(ctx, SCRATCH_CLBLAST_TEMP, temp_bytes, &temp);
+    if (st != CLMLA_SUCCESS)
+        return (CLBlastStatusCode)st; /* OpenCL's code, which CLBlast's codes include */
+    clmla_count_clblast(ctx);
+    return CLBlastSgemmWithTempBuffer(CLBlastLayoutRowMajor, a_op, b_op, m, n, k, alpha, a, a_offset, a_ld, b, b_offset,
+                                      b_ld, beta, c, c_offset, c_ld, &ctx->queue, event, temp);
+}
+
 /* CLBlast with B of a weight dtype: B decoded to float32 a piece of at most WEIGHT_PIECE_BYTES at a
    time into a scratch (no whole float32 copy of a weight), each piece's product run before the
    next is decoded (the queue is in order). y = x W^T (B transposed, W [n, k]): a piece of W's rows
@@ -485,12 +507,12 @@ static clmla_status decoded_gemm(clmla_context *ctx, size_t m, size_t n, size_t 
         cl_event *ev = r0 + nr == rows ? event : NULL;
         CLBlastStatusCode bs;
         if (b.transposed) /* columns [r0, r0 + nr) of C */
-            bs = CLBlastSgemm(CLBlastLayoutRowMajor, op(&a), CLBlastTransposeYes, m, nr, k, alpha, a.buffer, a.offset,
-                              a.ld, f32, 0, cols, beta, c.buffer, c.offset + r0, c.ld, &ctx->queue, ev);
+            bs = clblast_sgemm(ctx, op(&a), CLBlastTransposeYes, m, nr, k, alpha, a.buffer, a.offset, a.ld, f32, 0, cols,
+                               beta, c.buffer, c.offset + r0, c.ld, ev);
         else /* K's values [r0, r0 + nr): A's columns (or rows, transposed) */
-            bs = CLBlastSgemm(CLBlastLayoutRowMajor, op(&a), CLBlastTransposeNo, m, n, nr, alpha, a.buffer,
-                              a.offset + (a.transposed ? r0 * a.ld : r0), a.ld, f32, 0, cols, r0 ? 1.0f : beta, c.buffer,
-                              c.offset, c.ld, &ctx->queue, ev);
+            bs = clblast_sgemm(ctx, op(&a), CLBlastTransposeNo, m, n, nr, alpha, a.buffer,
+                               a.offset + (a.transposed ? r0 * a.ld : r0), a.ld, f32, 0, cols, r0 ? 1.0f : beta, c.buffer,
+                               c.offset, c.ld, ev);
         if (bs != CLBlastSuccess)
             return clmla_fail(ctx, bs, "CLBlastSgemm(m=%zu n=%zu k=%zu, a decoded %s piece) failed: %s", m, n, k,
                               clmla_dtype_name(b.dtype), clmla_status_string(bs));
@@ -515,8 +537,8 @@ clmla_status clmla_gemm(clmla_context *ctx, size_t m, size_t n, size_t k, float 
         return clmla_fail(ctx, CL_OUT_OF_RESOURCES, "CLBlastSgemm(m=%zu n=%zu k=%zu): injected fault", m, n, k);
     if (b.dtype != CLMLA_DTYPE_F32)
         return decoded_gemm(ctx, m, n, k, alpha, a, b, beta, c, event);
-    CLBlastStatusCode bs = CLBlastSgemm(CLBlastLayoutRowMajor, op(&a), op(&b), m, n, k, alpha, a.buffer, a.offset, a.ld,
-                                        b.buffer, b.offset, b.ld, beta, c.buffer, c.offset, c.ld, &ctx->queue, event);
+    CLBlastStatusCode bs = clblast_sgemm(ctx, op(&a), op(&b), m, n, k, alpha, a.buffer, a.offset, a.ld, b.buffer, b.offset,
+                                         b.ld, beta, c.buffer, c.offset, c.ld, event);
     if (bs != CLBlastSuccess)
         return clmla_fail(ctx, bs, "CLBlastSgemm(m=%zu n=%zu k=%zu) failed: %s", m, n, k, clmla_status_string(bs));
     return CLMLA_SUCCESS;
@@ -547,6 +569,7 @@ clmla_status clmla_gemm_strided_batched(clmla_context *ctx, size_t m, size_t n, 
         }
         return CLMLA_SUCCESS;
     }
+    clmla_count_clblast(ctx);
     CLBlastStatusCode bs = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, op(&a), op(&b), m, n, k, alpha, a.buffer,
                                                       a.offset, a.ld, a_stride, b.buffer, b.offset, b.ld, b_stride, beta,
                                                       c.buffer, c.offset, c.ld, c_stride, batch, &ctx->queue, event);

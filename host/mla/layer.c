@@ -23,6 +23,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The tables a step writes to the device: [T] rows of the RoPE table by token, query scales (when
+   the layer has them), cache slots, the entry of each token and its context length; [entries,
+   max_blocks] the entries' block tables. */
+typedef enum step_table {
+    TABLE_POSITIONS, TABLE_QSCALE, TABLE_SLOTS, TABLE_TOKEN_SEQ, TABLE_TOKEN_CTX, TABLE_BLOCKS, STEP_TABLES
+} step_table;
+
 struct clmla_layer {
     clmla_context *ctx;
     clmla_layer_config config; /* defaults resolved */
@@ -49,6 +56,14 @@ struct clmla_layer {
     cl_kernel add_bias;
     int rmsnorm_threads, prefill_threads;
     int auto_threshold;
+    /* The tables a step writes for its kernels (step_table, parts of one staged block, scratch.h),
+       kept between steps (docs/DESIGN.md, "Step buffers"); `written` is the completion of the last
+       step's writes, which the host waits for before it rewrites the block. */
+    clmla_staged tables;
+    cl_event written;
+    /* host only, [3, entries]: each entry's first row, cached prefix and path (step_plan) */
+    int *entry_info;
+    int entry_info_capacity;
 };
 
 /* ---- weights -------------------------------------------------------------------------------- */
@@ -317,6 +332,9 @@ void clmla_layer_destroy(clmla_layer *L)
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
+    clmla_cl_event_done(L->ctx, &L->written);
+    clmla_staged_release(&L->tables);
+    free(L->entry_info);
     free(L);
 }
 
@@ -388,7 +406,7 @@ static clmla_status ensure_rope_table(clmla_layer *L, int needed)
     const int blocks = L->config.rope_type == CLMLA_ROPE_TYPE_LONGROPE ? 2 : 1;
     const size_t per_block = (size_t)positions * (size_t)L->dr;
     const size_t bytes = per_block * blocks * sizeof(float);
-    float *table = malloc(bytes);
+    float *table = clmla_host_realloc(L->ctx, NULL, bytes);
     if (!table)
         return clmla_fail(L->ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory for a RoPE table of %d positions", positions);
     for (int b = 0; b < blocks; b++)
@@ -498,7 +516,7 @@ static clmla_matrix mat(cl_mem buffer, size_t offset, size_t ld, int transposed)
     return m;
 }
 
-/* Host-side description of a step. */
+/* Host-side description of a step. The arrays are the layer's, kept between steps. */
 typedef struct step_plan {
     int T;
     int max_blocks, max_ctx;
@@ -510,17 +528,48 @@ typedef struct step_plan {
     int *first_row, *prefix, *decompressed;          /* [num_entries] */
 } step_plan;
 
-static void plan_free(step_plan *p)
+/* Bytes of each step table for a step of T tokens and n entries of at most max_blocks blocks (0
+   for a table the layer does not use). */
+static void table_bytes(const clmla_layer *L, int T, int n, int max_blocks, size_t *bytes)
 {
-    free(p->positions);
-    free(p->qscale);
-    free(p->slots);
-    free(p->token_seq);
-    free(p->token_ctx);
-    free(p->tables);
-    free(p->first_row);
-    free(p->prefix);
-    free(p->decompressed);
+    for (int t = 0; t < STEP_TABLES; t++)
+        bytes[t] = (size_t)T * sizeof(int32_t); /* sizeof(float) for the query scales */
+    if (L->config.query_scale_beta == 0)
+        bytes[TABLE_QSCALE] = 0;
+    bytes[TABLE_BLOCKS] = (size_t)n * (size_t)max_blocks * sizeof(int32_t);
+}
+
+/* Room in the layer's kept arrays for the plan of a step of T tokens and n entries, and the plan's
+   pointers into them. The host arrays are rewritten here, so the previous step's writes from them
+   must have completed first: the host waits for them (`written`), which on the in-order queue is
+   the completion of every command enqueued before them, the step before last included. */
+static clmla_status plan_arrays(clmla_layer *L, int n, step_plan *p)
+{
+    clmla_context *ctx = L->ctx;
+    clmla_cl_event_done(ctx, &L->written);
+    size_t bytes[STEP_TABLES];
+    table_bytes(L, p->T, n, p->max_blocks, bytes);
+    clmla_status st = clmla_staged_reserve(ctx, &L->tables, STEP_TABLES, bytes);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    if (n > L->entry_info_capacity) {
+        const int grown = n + n / 2;
+        int *info = clmla_host_realloc(ctx, L->entry_info, (size_t)grown * 3 * sizeof(int));
+        if (!info)
+            return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory for a step of %d entries", n);
+        L->entry_info = info;
+        L->entry_info_capacity = grown;
+    }
+    p->positions = clmla_staged_host(&L->tables, TABLE_POSITIONS);
+    p->qscale = bytes[TABLE_QSCALE] ? clmla_staged_host(&L->tables, TABLE_QSCALE) : NULL;
+    p->slots = clmla_staged_host(&L->tables, TABLE_SLOTS);
+    p->token_seq = clmla_staged_host(&L->tables, TABLE_TOKEN_SEQ);
+    p->token_ctx = clmla_staged_host(&L->tables, TABLE_TOKEN_CTX);
+    p->tables = clmla_staged_host(&L->tables, TABLE_BLOCKS);
+    p->first_row = L->entry_info;
+    p->prefix = L->entry_info + n;
+    p->decompressed = L->entry_info + 2 * n;
+    return CLMLA_SUCCESS;
 }
 
 /* The plan of a step whose cache transaction `txn` is open (the sequences' new lengths and blocks
@@ -550,23 +599,10 @@ static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_fo
                         p->max_ctx, L->config.dense_max_keys, L->config.dense_max_keys);
     if (st == CLMLA_SUCCESS)
         st = ensure_rope_table(L, p->max_ctx);
+    if (st == CLMLA_SUCCESS)
+        st = plan_arrays(L, n, p);
     if (st != CLMLA_SUCCESS)
         return st;
-    p->positions = malloc((size_t)p->T * sizeof(int));
-    if (L->config.query_scale_beta != 0 && p->T > 0)
-        p->qscale = malloc((size_t)p->T * sizeof(float));
-    p->slots = malloc((size_t)p->T * sizeof(int));
-    p->token_seq = malloc((size_t)p->T * sizeof(int));
-    p->token_ctx = malloc((size_t)p->T * sizeof(int));
-    p->tables = calloc((size_t)n * (size_t)p->max_blocks, sizeof(int32_t));
-    p->first_row = malloc((size_t)n * sizeof(int));
-    p->prefix = malloc((size_t)n * sizeof(int));
-    p->decompressed = malloc((size_t)n * sizeof(int));
-    if (!p->positions || !p->slots || !p->token_seq || !p->token_ctx || !p->tables || !p->first_row || !p->prefix ||
-        !p->decompressed || (L->config.query_scale_beta != 0 && p->T > 0 && !p->qscale)) {
-        plan_free(p);
-        return clmla_fail(L->ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
-    }
     int row = 0;
     for (int e = 0; e < n; e++) {
         clmla_seq_view view; /* known: the first loop found every sequence */
@@ -581,7 +617,9 @@ static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_fo
             p->any_absorbed = 1;
         else if (p->prefix[e] + tokens > p->max_decompressed)
             p->max_decompressed = p->prefix[e] + tokens;
-        memcpy(p->tables + (size_t)e * p->max_blocks, v->blocks, (size_t)v->num_blocks * sizeof(int32_t));
+        int32_t *table = p->tables + (size_t)e * p->max_blocks;
+        memcpy(table, v->blocks, (size_t)v->num_blocks * sizeof(int32_t));
+        memset(table + v->num_blocks, 0, (size_t)(p->max_blocks - v->num_blocks) * sizeof(int32_t));
         /* LongRoPE: the step's last position decides between the short and the long factors. */
         const int long_rows = clmla_rope_uses_long(&L->config, (long)p->prefix[e] + tokens - 1) ? L->rope_positions : 0;
         for (int i = 0; i < tokens; i++, row++) {
@@ -635,8 +673,8 @@ static int next_absorbed_run(const step_plan *p, int num_entries, int *e, int *f
     return 1;
 }
 
-/* The device buffers of a step: activations in the context's scratch slots (kept between steps),
-   and the plan's tables uploaded. */
+/* The device buffers of a step: activations in the context's scratch slots and the plan's tables in
+   the layer's, both kept between steps. */
 typedef struct step_buffers {
     cl_mem qkv;    /* [T, qkv_ld]: q (or c^Q) in columns [0, qa_rows), [c^KV ; k^R] after them */
     cl_mem q;      /* [T, H*dq]: q_b_proj's output, or qkv itself without a query LoRA */
@@ -647,12 +685,15 @@ typedef struct step_buffers {
     cl_mem positions, qscale, slots, token_seq, token_ctx, tables;
 } step_buffers;
 
-static void release_step_buffers(step_buffers *b)
+/* The plan's tables to the layer's device buffer: non-blocking writes, the last one's completion
+   kept in L->written (the queue is in order: it covers them all). The device buffer needs no wait
+   of its own: the writes run after every command enqueued before them, the last step's readers
+   included. */
+static clmla_status write_tables(clmla_layer *L, const clmla_forward_args *a, const step_plan *p)
 {
-    cl_mem uploads[] = {b->positions, b->qscale, b->slots, b->token_seq, b->token_ctx, b->tables};
-    for (size_t i = 0; i < sizeof(uploads) / sizeof(uploads[0]); i++)
-        if (uploads[i])
-            clReleaseMemObject(uploads[i]);
+    size_t bytes[STEP_TABLES];
+    table_bytes(L, p->T, a->num_entries, p->max_blocks, bytes);
+    return clmla_staged_write(L->ctx, &L->tables, bytes, &L->written);
 }
 
 static clmla_status stage_step(clmla_layer *L, const clmla_forward_args *a, const step_plan *p, step_buffers *b)
@@ -672,18 +713,16 @@ static clmla_status stage_step(clmla_layer *L, const clmla_forward_args *a, cons
     if (st == CLMLA_SUCCESS && p->any_absorbed)
         st = clmla_scratch(ctx, SCRATCH_LATENT_OUT, T * H * (size_t)L->rkv * F, &b->latent);
     if (st == CLMLA_SUCCESS)
-        st = clmla_upload(ctx, p->positions, T * sizeof(int), &b->positions);
-    if (st == CLMLA_SUCCESS && p->qscale)
-        st = clmla_upload(ctx, p->qscale, T * sizeof(float), &b->qscale);
-    if (st == CLMLA_SUCCESS)
-        st = clmla_upload(ctx, p->slots, T * sizeof(int), &b->slots);
-    if (st == CLMLA_SUCCESS)
-        st = clmla_upload(ctx, p->token_seq, T * sizeof(int), &b->token_seq);
-    if (st == CLMLA_SUCCESS)
-        st = clmla_upload(ctx, p->token_ctx, T * sizeof(int), &b->token_ctx);
-    if (st == CLMLA_SUCCESS)
-        st = clmla_upload(ctx, p->tables, (size_t)a->num_entries * p->max_blocks * sizeof(int32_t), &b->tables);
-    return st;
+        st = write_tables(L, a, p);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    b->positions = L->tables.part[TABLE_POSITIONS];
+    b->qscale = p->qscale ? L->tables.part[TABLE_QSCALE] : NULL;
+    b->slots = L->tables.part[TABLE_SLOTS];
+    b->token_seq = L->tables.part[TABLE_TOKEN_SEQ];
+    b->token_ctx = L->tables.part[TABLE_TOKEN_CTX];
+    b->tables = L->tables.part[TABLE_BLOCKS];
+    return CLMLA_SUCCESS;
 }
 
 /* Projections, latent norms and RoPE for every token of the step, and [c^KV ; k^R] into the cache
@@ -806,7 +845,6 @@ static clmla_status run_step(clmla_layer *L, clmla_cache *cache, const clmla_for
         st = decompressed_attention(L, cache, a, p, &b);
     if (st == CLMLA_SUCCESS)
         st = output_projection(L, p, &b, out, out_offset, event);
-    release_step_buffers(&b);
     return st;
 }
 
@@ -822,10 +860,8 @@ static clmla_status forward_enqueue(clmla_layer *L, clmla_cache *cache, const cl
         return st;
     step_plan plan;
     st = plan_step(L, cache, a, txn, &plan);
-    if (st == CLMLA_SUCCESS) {
+    if (st == CLMLA_SUCCESS)
         st = run_step(L, cache, a, &plan, x, x_offset, out, out_offset, event);
-        plan_free(&plan);
-    }
     if (st != CLMLA_SUCCESS)
         clmla_cache_rollback(cache, txn);
     return st;

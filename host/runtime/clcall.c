@@ -1,6 +1,7 @@
 #include "clcall.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 static _Thread_local long thread_fault_at, thread_fault_calls;
 
@@ -27,13 +28,66 @@ int clmla_fault_hit(clmla_context *ctx)
     return ++*calls == at;
 }
 
+clmla_cl_counts clmla_cl_counts_get(const clmla_context *ctx)
+{
+    return ctx->counts;
+}
+
+void clmla_count_clblast(clmla_context *ctx)
+{
+    ctx->counts.clblast_calls++;
+}
+
+void *clmla_host_realloc(clmla_context *ctx, void *ptr, size_t bytes)
+{
+    ctx->counts.host_allocs++;
+    return realloc(ptr, bytes ? bytes : 1);
+}
+
 cl_mem clmla_cl_buffer(clmla_context *ctx, cl_mem_flags flags, size_t bytes, void *host, cl_int *err)
 {
     if (clmla_fault_hit(ctx)) {
         *err = CL_MEM_OBJECT_ALLOCATION_FAILURE;
         return NULL;
     }
+    ctx->counts.buffers++;
     return clCreateBuffer(ctx->cl_ctx, flags, bytes, host, err);
+}
+
+cl_mem clmla_cl_sub_buffer(clmla_context *ctx, cl_mem buffer, size_t origin, size_t bytes, cl_int *err)
+{
+    if (clmla_fault_hit(ctx)) {
+        *err = CL_MEM_OBJECT_ALLOCATION_FAILURE;
+        return NULL;
+    }
+    ctx->counts.buffers++;
+    const cl_buffer_region region = {origin, bytes};
+    return clCreateSubBuffer(buffer, 0, CL_BUFFER_CREATE_TYPE_REGION, &region, err);
+}
+
+cl_program clmla_cl_program_source(clmla_context *ctx, const char *src, size_t size, cl_int *err)
+{
+    ctx->counts.programs++;
+    return clCreateProgramWithSource(ctx->cl_ctx, 1, &src, &size, err);
+}
+
+cl_program clmla_cl_program_binary(clmla_context *ctx, const unsigned char *bin, size_t size, cl_int *bin_status,
+                                   cl_int *err)
+{
+    ctx->counts.programs++;
+    return clCreateProgramWithBinary(ctx->cl_ctx, 1, &ctx->device, &size, &bin, bin_status, err);
+}
+
+cl_int clmla_cl_build(clmla_context *ctx, cl_program program, const char *options)
+{
+    ctx->counts.builds++;
+    return clBuildProgram(program, 1, &ctx->device, options, NULL, NULL);
+}
+
+cl_kernel clmla_cl_kernel(clmla_context *ctx, cl_program program, const char *name, cl_int *err)
+{
+    ctx->counts.kernels++;
+    return clCreateKernel(program, name, err);
 }
 
 cl_int clmla_cl_enqueue(clmla_context *ctx, cl_kernel kernel, cl_uint dims, const size_t *global, const size_t *local,
@@ -68,6 +122,27 @@ cl_int clmla_cl_write(clmla_context *ctx, cl_mem buffer, size_t offset, size_t b
     if (clmla_fault_hit(ctx))
         return CL_OUT_OF_RESOURCES;
     return clEnqueueWriteBuffer(ctx->queue, buffer, CL_TRUE, offset, bytes, host, 0, NULL, NULL);
+}
+
+cl_int clmla_cl_write_async(clmla_context *ctx, cl_mem buffer, size_t offset, size_t bytes, const void *host,
+                            cl_event *event)
+{
+    if (clmla_fault_hit(ctx))
+        return CL_OUT_OF_RESOURCES;
+    cl_int err = clEnqueueWriteBuffer(ctx->queue, buffer, CL_FALSE, offset, bytes, host, 0, NULL, event);
+    if (err == CL_SUCCESS && event)
+        ctx->counts.events++;
+    return err;
+}
+
+void clmla_cl_event_done(clmla_context *ctx, cl_event *event)
+{
+    if (!*event)
+        return;
+    clWaitForEvents(1, event);
+    clReleaseEvent(*event);
+    ctx->counts.events_released++;
+    *event = NULL;
 }
 
 cl_int clmla_cl_read(clmla_context *ctx, cl_mem buffer, size_t offset, size_t bytes, void *host)

@@ -4,7 +4,12 @@
  * default) they cost one comparison.
  *
  * Counting is per context; calls made before a context exists (clmla_context_create's own
- * clCreateContext / clCreateCommandQueue) count on a per-thread counter. */
+ * clCreateContext / clCreateCommandQueue) count on a per-thread counter.
+ *
+ * The wrappers also count what the library creates (clmla_cl_counts): buffers, programs, builds,
+ * kernels, its own events, and the host allocations of the step path, so that a test can hold the
+ * steady-state step to zero creations (tests/test_steady.c). Programs, builds and kernels are
+ * counted only, not fault-injected. */
 #ifndef CLMLA_CLCALL_H
 #define CLMLA_CLCALL_H
 #include "internal.h"
@@ -17,7 +22,26 @@ long clmla_fault_count(const clmla_context *ctx);
 /* Counts one call; 1 when it is the one that must fail. */
 int clmla_fault_hit(clmla_context *ctx);
 
+/* What the library has made on a context since its creation; only ever grows. A step in the steady
+   state (every size it needs seen before) adds nothing but events, each released by the next step
+   (docs/DESIGN.md, "Step buffers"). The fields: internal.h. */
+clmla_cl_counts clmla_cl_counts_get(const clmla_context *ctx);
+/* Counts one CLBlast routine call. */
+void clmla_count_clblast(clmla_context *ctx);
+
+/* realloc(ptr, bytes), counted: the step path's kept host arrays grow through it (building a kernel
+   on first use allocates as well, and counts as a kernel). NULL when out of memory (ptr is then
+   untouched). */
+void *clmla_host_realloc(clmla_context *ctx, void *ptr, size_t bytes);
+
 cl_mem clmla_cl_buffer(clmla_context *ctx, cl_mem_flags flags, size_t bytes, void *host, cl_int *err);
+/* Bytes [origin, origin + bytes) of buffer, with its flags (origin aligned as the device requires). */
+cl_mem clmla_cl_sub_buffer(clmla_context *ctx, cl_mem buffer, size_t origin, size_t bytes, cl_int *err);
+cl_program clmla_cl_program_source(clmla_context *ctx, const char *src, size_t size, cl_int *err);
+cl_program clmla_cl_program_binary(clmla_context *ctx, const unsigned char *bin, size_t size, cl_int *bin_status,
+                                   cl_int *err);
+cl_int clmla_cl_build(clmla_context *ctx, cl_program program, const char *options);
+cl_kernel clmla_cl_kernel(clmla_context *ctx, cl_program program, const char *name, cl_int *err);
 cl_int clmla_cl_enqueue(clmla_context *ctx, cl_kernel kernel, cl_uint dims, const size_t *global, const size_t *local,
                         cl_event *event);
 /* An element-wise kernel whose dimension 0 runs over global[0] values (it returns for indices past
@@ -36,6 +60,14 @@ cl_int clmla_cl_enqueue_rows(clmla_context *ctx, cl_kernel kernel, cl_uint dims,
     } while (0)
 clmla_status clmla_fail_kernel_arg(clmla_context *ctx, cl_int err, cl_kernel kernel, cl_uint index);
 
+/* Blocking: returns once the data is on the device (and every earlier command on the queue done). */
 cl_int clmla_cl_write(clmla_context *ctx, cl_mem buffer, size_t offset, size_t bytes, const void *host);
+/* Non-blocking: host must stay unchanged until the write completes. With event non-NULL, *event is
+   that completion (a counted event: wait for and release it with clmla_cl_event_done). The queue
+   is in order, so one event on the last of several writes covers them all. */
+cl_int clmla_cl_write_async(clmla_context *ctx, cl_mem buffer, size_t offset, size_t bytes, const void *host,
+                            cl_event *event);
+/* Waits for *event and releases it (nothing when NULL); *event is NULL after. */
+void clmla_cl_event_done(clmla_context *ctx, cl_event *event);
 cl_int clmla_cl_read(clmla_context *ctx, cl_mem buffer, size_t offset, size_t bytes, void *host);
 #endif

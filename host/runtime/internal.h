@@ -11,6 +11,19 @@
 
 typedef struct clmla_program_entry clmla_program_entry; /* program.c */
 
+/* What the library has made on a context (clcall.h's clmla_cl_counts_get). */
+typedef struct clmla_cl_counts {
+    long buffers;         /* clCreateBuffer, clCreateSubBuffer (clmla_cl_buffer, clmla_cl_sub_buffer) */
+    long programs;        /* clCreateProgramWithSource / WithBinary */
+    long builds;          /* clBuildProgram */
+    long kernels;         /* clCreateKernel */
+    long events;          /* events of the library's own commands (clmla_cl_write_async), not its callers' */
+    long events_released; /* of those, released (clmla_cl_event_done) */
+    long host_allocs;     /* clmla_host_realloc: the host allocations the step path may make when it grows */
+    long clblast_calls;   /* CLBlast routines run (gemm.c); each makes kernel objects of its own, in CLBlast,
+                             which the counts above do not see */
+} clmla_cl_counts;
+
 struct clmla_context {
     cl_platform_id platform;
     cl_device_id device;
@@ -30,6 +43,7 @@ struct clmla_context {
     int latent_variant;           /* attention.h: CLMLA_LATENT_*, a test hook; 0 = by device type */
 
     long fault_at, fault_calls;  /* clcall.h: fault injection for tests */
+    clmla_cl_counts counts;      /* clcall.h: what the library has created, for tests */
 
     clmla_xgemm_tuning tuning;   /* tuning.h: the CLBlast Xgemm entry applied at creation */
     int tuning_applied;

@@ -6,6 +6,7 @@
  * refuses, is counted in disk_rejected and the program is built from source instead. Files are
  * written to a unique temporary name and renamed, so a reader never sees half a file. */
 #include "program.h"
+#include "clcall.h"
 #include "fileio.h"
 #include "hash.h"
 #include "kernels_embedded.h"
@@ -209,9 +210,8 @@ static cl_program load_cached(clmla_context *ctx, const char *key, const char *o
         const unsigned char *bin = data + CACHE_HEADER_BYTES;
         size_t bin_size = size - CACHE_HEADER_BYTES;
         cl_int bin_status = CL_SUCCESS, err = CL_SUCCESS;
-        program = clCreateProgramWithBinary(ctx->cl_ctx, 1, &ctx->device, &bin_size, &bin, &bin_status, &err);
-        if (program && (err != CL_SUCCESS || bin_status != CL_SUCCESS ||
-                        clBuildProgram(program, 1, &ctx->device, options, NULL, NULL) != CL_SUCCESS)) {
+        program = clmla_cl_program_binary(ctx, bin, bin_size, &bin_status, &err);
+        if (program && (err != CL_SUCCESS || bin_status != CL_SUCCESS || clmla_cl_build(ctx, program, options) != CL_SUCCESS)) {
             clReleaseProgram(program);
             program = NULL;
         }
@@ -269,10 +269,10 @@ static clmla_status build_from_source(clmla_context *ctx, const char *name, cons
                                       const char *options, cl_program *out)
 {
     cl_int err = CL_SUCCESS;
-    cl_program program = clCreateProgramWithSource(ctx->cl_ctx, 1, &src, &size, &err);
+    cl_program program = clmla_cl_program_source(ctx, src, size, &err);
     if (!program)
         return clmla_fail_cl(ctx, err, "clCreateProgramWithSource");
-    err = clBuildProgram(program, 1, &ctx->device, options, NULL, NULL);
+    err = clmla_cl_build(ctx, program, options);
     ctx->program_stats.built_from_source++;
     if (err != CL_SUCCESS) {
         size_t log_size = 0;
@@ -362,7 +362,7 @@ clmla_status clmla_kernel_create(clmla_context *ctx, const char *name, const cha
     if (status != CLMLA_SUCCESS)
         return status;
     cl_int err = CL_SUCCESS;
-    *kernel = clCreateKernel(program, kernel_name, &err);
+    *kernel = clmla_cl_kernel(ctx, program, kernel_name, &err);
     if (!*kernel)
         return clmla_fail(ctx, err, "clCreateKernel(%s) from %s.cl failed: %s", kernel_name, name, clmla_status_string(err));
     return CLMLA_SUCCESS;

@@ -17,12 +17,45 @@ typedef enum clmla_scratch_slot {
     SCRATCH_GATHER,                 /* a sequence's cache rows as float32 [L, rkv+dr] */
     SCRATCH_KV_UP,                  /* up-projected keys and values [L, H*(dn+dv)] */
     SCRATCH_WEIGHT_F32,             /* a piece of a weight decoded to float32 for CLBlast (gemm.c) */
+    SCRATCH_CLBLAST_TEMP,           /* CLBlast's Xgemm temporary buffer (padded copies of A, B, C) */
     SCRATCH_COUNT
 } clmla_scratch_slot;
 
 /* A buffer of at least `bytes` for the slot (grown by half again when too small). */
 clmla_status clmla_scratch(clmla_context *ctx, clmla_scratch_slot slot, size_t bytes, cl_mem *buffer);
 void clmla_scratch_release(clmla_context *ctx);
+
+/* Tables the host writes for the device at every step (block tables, positions, cache slots), kept
+   between steps (docs/DESIGN.md, "Step buffers"): one host block and one read-only device buffer
+   holding every table at a fixed offset (a multiple of the device's base address alignment), and a
+   sub-buffer per table for the kernels. A table's capacity grows by half again when a step needs
+   more; the block, the buffer and the sub-buffers are then made anew, and kept. A step's tables go
+   to the device in as few non-blocking writes as the gaps between them allow (each write command
+   costs about 3 us more on PoCL, as much as copying tens of KiB), so the host block may be
+   rewritten, or grown, only once the last write from it has completed. */
+#define CLMLA_STAGED_PARTS 8
+typedef struct clmla_staged {
+    int parts;
+    void *host;                                   /* [bytes] */
+    size_t host_bytes;                            /* allocated */
+    cl_mem device;                                /* [bytes] */
+    size_t bytes;
+    size_t offset[CLMLA_STAGED_PARTS];            /* of each table, in both */
+    size_t capacity[CLMLA_STAGED_PARTS];          /* bytes; 0: a table not in use */
+    cl_mem part[CLMLA_STAGED_PARTS];              /* the tables' sub-buffers (device itself for one table) */
+} clmla_staged;
+
+/* Room for at least need[i] bytes in table i of `parts` (need[i] 0: a table not in use); contents
+   are not kept when it grows. The caller has waited for any write still reading the host block. On
+   failure the tables are as they were. */
+clmla_status clmla_staged_reserve(clmla_context *ctx, clmla_staged *s, int parts, const size_t *need);
+/* Table i in the host block. */
+void *clmla_staged_host(const clmla_staged *s, int i);
+/* Writes the first used[i] bytes of every table to the device (non-blocking), *event the
+   completion of the last write. On failure the writes already enqueued are finished first, so that
+   the host block may be reused. */
+clmla_status clmla_staged_write(clmla_context *ctx, clmla_staged *s, const size_t *used, cl_event *event);
+void clmla_staged_release(clmla_staged *s);
 
 /* A read-only device copy of host data made at once (clCreateBuffer with COPY_HOST_PTR), so the
    host array may be reused immediately and no queue synchronisation is needed; release it after
