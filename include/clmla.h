@@ -271,6 +271,59 @@ clmla_status clmla_tune_xgemm(clmla_context *ctx, const clmla_tune_options *opti
    file is malformed (it is then left as it was). */
 clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning *tuning);
 
+/* ---- Latent attention kernel tuning ------------------------------------------------------- */
+/* The parameters of clmla's own latent attention kernels (cl/attn_latent.cl): attn_latent_rows,
+   which CPU devices run, and attn_latent, which every other device runs. Which apply to a device
+   and head count, in order: an entry of the user file (CLMLA_KERNEL_TUNING names it; unset or
+   "auto": <cache dir>/kernel-tuning.json; "off": none), an entry of the table built into the
+   library, else the defaults (clmla_latent_tuning_defaults). The file is a JSON array of entries
+   {"kernel": "attn_latent", "vendor", "device" (as clmla_device_info; both required), "platform"
+   and "driver" (optional: match only that platform name / driver version), "heads" (a head count
+   or "any"), "parameters": {"rows_heads", "rows_keys", "rows_groups_per_cu", "group_heads",
+   "group_keys", "group_max_items", "group_groups_per_cu"} (any subset; the rest are defaults)}.
+   An entry for the exact head count wins over an "any" one. The file is read once per process, at
+   the first use; a malformed file is reported (clmla_log at warning level on the first context
+   that runs attention, and by clmla_latent_tuning_lookup) and ignored, as is an entry with an
+   illegal value (the message names the value). Thread-safe. */
+typedef struct clmla_latent_tuning {
+    int rows_heads;          /* attn_latent_rows: heads per work-item, even, 2..16 (default 16) */
+    int rows_keys;           /* attn_latent_rows: keys per tile, a multiple of 4, 4..32 (default 8) */
+    int rows_groups_per_cu;  /* attn_latent_rows: work-items wanted per compute unit when splitting keys, 1..64 (4) */
+    int group_heads;         /* attn_latent: most heads per work-group, 1..16 (16) */
+    int group_keys;          /* attn_latent: keys per work-item in the score step (KPT), 1..8 (4) */
+    int group_max_items;     /* attn_latent: most work-items per group (NT), a power of two 4..1024 (128) */
+    int group_groups_per_cu; /* attn_latent: work-groups wanted per compute unit when splitting keys, 1..64 (8) */
+} clmla_latent_tuning;
+
+/* The parameters clmla used before any tuning. */
+void clmla_latent_tuning_defaults(clmla_latent_tuning *tuning);
+
+/* CLMLA_SUCCESS when every value is legal, else CLMLA_ERROR_INVALID_ARGUMENT with *why (static
+   text, may be NULL) naming the first illegal value. */
+clmla_status clmla_latent_tuning_check(const clmla_latent_tuning *tuning, const char **why);
+
+/* The parameters that apply to `device` at `num_heads` heads (0: the "any" entry), and where they
+   come from: *source "file PATH", "built-in table" or "defaults" (static or process-lifetime text).
+   They are filled in either way; CLMLA_ERROR_INVALID_FILE says that the user file was ignored, or
+   some of its entries refused (clmla_last_error(NULL) says why). */
+clmla_status clmla_latent_tuning_lookup(const clmla_device_info *device, int num_heads, clmla_latent_tuning *tuning,
+                                        const char **source);
+
+/* The user file's path as the lookup resolves it ("" when there is none: "off", or no cache folder). */
+clmla_status clmla_latent_tuning_path(char *buf, size_t size);
+
+/* Forces `tuning` (NULL: back to the lookup) on a context, for `clmla tune --kernels` and
+   experiments; a call on the context like any other (the threading rules above). Kernels are
+   built once per cache: set it before a cache's first attention call. */
+clmla_status clmla_context_set_latent_tuning(clmla_context *ctx, const clmla_latent_tuning *tuning);
+
+/* Adds an entry for `device` (its vendor, name, platform and driver version) at num_heads heads
+   (0: "any") to the file at path, replacing one with the same key and keeping the others; writes
+   through a sibling file and rename. `note`, when not NULL, is stored as the entry's "measured"
+   text. A file that is not a valid tuning file is left as it is (CLMLA_ERROR_INVALID_FILE). */
+clmla_status clmla_latent_tuning_save(const char *path, const clmla_device_info *device, int num_heads,
+                                      const clmla_latent_tuning *tuning, const char *note);
+
 /* Where `clmla tune` saves by default: CLMLA_CLBLAST_TUNING if set to a path, else (unset, "auto"
    or "off") <cache dir>/clblast-tuning.json; "" when there is no cache dir. Written into buf;
    CLMLA_ERROR_INVALID_ARGUMENT (buf holding "" when size > 0) when it does not fit. */

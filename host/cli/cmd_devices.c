@@ -44,13 +44,40 @@ static int print_json(const clmla_device_info *devs, size_t n, size_t selected)
     return 0;
 }
 
+/* Which latent attention parameters apply to each device, for V2-Lite's 16 heads and V3's 128. */
+static void print_tuning(const clmla_device_info *devs, size_t n)
+{
+    char path[4096];
+    if (clmla_latent_tuning_path(path, sizeof(path)) != CLMLA_SUCCESS)
+        path[0] = '\0';
+    printf("\nlatent attention kernel tuning (user file: %s):\n", path[0] ? path : "none");
+    for (size_t i = 0; i < n; i++) {
+        const int rows = devs[i].kind == CLMLA_DEVICE_KIND_CPU;
+        static const int heads[] = {16, 128};
+        for (int h = 0; h < 2; h++) {
+            clmla_latent_tuning t;
+            const char *source = NULL;
+            if (clmla_latent_tuning_lookup(&devs[i], heads[h], &t, &source) != CLMLA_SUCCESS && i == 0 && h == 0)
+                printf("  warning: %s\n", clmla_last_error(NULL));
+            printf("  %zu %-3d heads: %s, ", i, heads[h], source);
+            if (rows)
+                printf("attn_latent_rows rows_heads=%d rows_keys=%d rows_groups_per_cu=%d\n", t.rows_heads, t.rows_keys,
+                       t.rows_groups_per_cu);
+            else
+                printf("attn_latent group_heads=%d group_keys=%d group_max_items=%d group_groups_per_cu=%d\n",
+                       t.group_heads, t.group_keys, t.group_max_items, t.group_groups_per_cu);
+        }
+    }
+}
+
 int cmd_devices(int argc, char **argv)
 {
-    int help = 0, json = 0;
+    int help = 0, json = 0, verbose = 0;
     const char *device = NULL;
     cli_option opts[] = {
         {"device", CLI_STRING, &device, "SPEC  mark the device SPEC picks (fails when it picks none)"},
         {"json", CLI_FLAG, &json, "print a JSON array instead of the table"},
+        {"verbose", CLI_FLAG, &verbose, "also say which latent attention kernel tuning applies to each device"},
         {"help", CLI_FLAG, &help, "this text"},
         {NULL, CLI_FLAG, NULL, NULL},
     };
@@ -95,6 +122,8 @@ int cmd_devices(int argc, char **argv)
                    (unsigned long long)(d->local_mem_bytes >> 10), d->fp16 ? "yes" : "no");
         }
         printf("\n* = picked by the default spec (CLMLA_DEVICE unset: first GPU, else first device)\n");
+        if (verbose)
+            print_tuning(devs, n);
     }
     clmla_free(devs);
     return rc;

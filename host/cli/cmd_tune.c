@@ -30,9 +30,364 @@ static void progress(void *user, int index, int total, const size_t *values, dou
     fflush(stdout);
 }
 
+/* ---- clmla tune --kernels: the latent attention kernel's parameters ------------------------------ */
+
+#include <math.h>
+#include <time.h>
+
+typedef struct kt_run {
+    clmla_context *ctx;
+    cl_context clctx;
+    int heads, rkv, dr, bt, ctx_len, rows; /* rows: the CPU kernel attn_latent_rows */
+    int reps;
+    float *h_ckv, *h_kr;                   /* ctx_len random rows, host */
+    cl_mem ckv, kr;                        /* the same rows on the device */
+} kt_run;
+
+static double kt_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static float kt_rand(uint32_t *s)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return (float)((double)(*s >> 8) / 16777216.0 * 2.0 - 1.0);
+}
+
+static cl_mem kt_buffer(kt_run *r, size_t bytes, const void *host)
+{
+    cl_int err = CL_SUCCESS;
+    cl_mem m = clCreateBuffer(r->clctx, CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0), bytes, (void *)host, &err);
+    return err == CL_SUCCESS ? m : NULL;
+}
+
+/* A cache of `seqs` sequences of lengths len[], each holding rows 0.. of the run's rows, and the
+   arguments of one call with token t attending to sequence t (all of its keys). Returns 0 on
+   success; frees what it made on failure. */
+typedef struct kt_case {
+    clmla_cache *cache;
+    cl_mem table, seq, clen, ql, qr, out;
+    clmla_latent_attention_args a;
+    float *h_ql, *h_qr;
+} kt_case;
+
+static void kt_case_free(kt_case *c)
+{
+    cl_mem *m[] = {&c->table, &c->seq, &c->clen, &c->ql, &c->qr, &c->out};
+    for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++)
+        if (*m[i])
+            clReleaseMemObject(*m[i]);
+    clmla_cache_destroy(c->cache);
+    free(c->h_ql);
+    free(c->h_qr);
+    memset(c, 0, sizeof(*c));
+}
+
+static int kt_case_make(kt_run *r, kt_case *c, int seqs, const int *len)
+{
+    memset(c, 0, sizeof(*c));
+    int max_len = 0;
+    for (int s = 0; s < seqs; s++)
+        max_len = len[s] > max_len ? len[s] : max_len;
+    const int per_seq = (max_len + r->bt - 1) / r->bt;
+    clmla_cache_config cfg = {1, r->rkv, r->dr, r->bt, seqs * per_seq, CLMLA_CACHE_F32};
+    if (clmla_cache_create(r->ctx, &cfg, &c->cache) != CLMLA_SUCCESS)
+        return -1;
+    int32_t *table = calloc((size_t)seqs * per_seq, sizeof(int32_t));
+    int32_t *tseq = malloc((size_t)seqs * sizeof(int32_t));
+    const size_t nq = (size_t)seqs * r->heads;
+    c->h_ql = malloc(nq * r->rkv * sizeof(float));
+    c->h_qr = malloc(nq * r->dr * sizeof(float));
+    int ok = table && tseq && c->h_ql && c->h_qr;
+    for (int s = 0; ok && s < seqs; s++) {
+        int32_t id = 0, nb = 0;
+        ok = clmla_cache_seq_add(c->cache, &id) == CLMLA_SUCCESS &&
+             clmla_cache_append_cl(c->cache, 0, id, len[s], r->ckv, 0, r->rkv, r->kr, 0, r->dr, NULL) == CLMLA_SUCCESS &&
+             clmla_cache_seq_blocks(c->cache, id, table + (size_t)s * per_seq, per_seq, &nb) == CLMLA_SUCCESS;
+        tseq[s] = s;
+    }
+    uint32_t seed = 777;
+    for (size_t i = 0; ok && i < nq * r->rkv; i++)
+        c->h_ql[i] = kt_rand(&seed);
+    for (size_t i = 0; ok && i < nq * r->dr; i++)
+        c->h_qr[i] = kt_rand(&seed);
+    if (ok) {
+        c->table = kt_buffer(r, (size_t)seqs * per_seq * sizeof(int32_t), table);
+        c->seq = kt_buffer(r, (size_t)seqs * sizeof(int32_t), tseq);
+        c->clen = kt_buffer(r, (size_t)seqs * sizeof(int32_t), len);
+        c->ql = kt_buffer(r, nq * r->rkv * sizeof(float), c->h_ql);
+        c->qr = kt_buffer(r, nq * r->dr * sizeof(float), c->h_qr);
+        c->out = kt_buffer(r, nq * r->rkv * sizeof(float), NULL);
+        ok = c->table && c->seq && c->clen && c->ql && c->qr && c->out;
+    }
+    free(table);
+    free(tseq);
+    if (!ok) {
+        kt_case_free(c);
+        return -1;
+    }
+    clmla_latent_attention_args *a = &c->a;
+    memset(a, 0, sizeof(*a));
+    a->num_tokens = seqs;
+    a->num_heads = r->heads;
+    a->softmax_scale = 1.0f / sqrtf((float)(r->rkv + r->dr));
+    a->q_latent = c->ql;
+    a->q_rope = c->qr;
+    a->block_table = c->table;
+    a->max_blocks_per_seq = per_seq;
+    a->token_seq = c->seq;
+    a->token_ctx_len = c->clen;
+    a->max_ctx_len = max_len;
+    a->out = c->out;
+    return 0;
+}
+
+/* The largest difference from a float64 attention (scores, softmax, weighted sum of cache rows)
+   over every head of every token; negative when the call fails. */
+static double kt_check(kt_run *r, kt_case *c, const int *len)
+{
+    const int T = c->a.num_tokens, H = r->heads, rkv = r->rkv, dr = r->dr;
+    float *got = malloc((size_t)T * H * rkv * sizeof(float));
+    double *sc = malloc((size_t)r->ctx_len * sizeof(double)), *ref = malloc((size_t)rkv * sizeof(double));
+    double worst = -1;
+    if (got && sc && ref && clmla_attention_latent(c->cache, 0, &c->a, NULL) == CLMLA_SUCCESS &&
+        clEnqueueReadBuffer(clmla_context_queue(r->ctx), c->out, CL_TRUE, 0, (size_t)T * H * rkv * sizeof(float), got, 0,
+                            NULL, NULL) == CL_SUCCESS) {
+        worst = 0;
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++) {
+                const float *ql = c->h_ql + ((size_t)t * H + h) * rkv, *qr = c->h_qr + ((size_t)t * H + h) * dr;
+                double m = -INFINITY, sum = 0;
+                for (int j = 0; j < len[t]; j++) {
+                    double d = 0;
+                    for (int i = 0; i < rkv; i++)
+                        d += (double)ql[i] * r->h_ckv[(size_t)j * rkv + i];
+                    for (int i = 0; i < dr; i++)
+                        d += (double)qr[i] * r->h_kr[(size_t)j * dr + i];
+                    sc[j] = d * c->a.softmax_scale;
+                    m = sc[j] > m ? sc[j] : m;
+                }
+                for (int i = 0; i < rkv; i++)
+                    ref[i] = 0;
+                for (int j = 0; j < len[t]; j++) {
+                    const double w = exp(sc[j] - m);
+                    sum += w;
+                    for (int i = 0; i < rkv; i++)
+                        ref[i] += w * r->h_ckv[(size_t)j * rkv + i];
+                }
+                for (int i = 0; i < rkv; i++) {
+                    const double diff = fabs(got[((size_t)t * H + h) * rkv + i] - ref[i] / sum);
+                    worst = diff > worst ? diff : worst;
+                }
+            }
+    }
+    free(got);
+    free(sc);
+    free(ref);
+    return worst;
+}
+
+static int kt_cmp(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median microseconds of reps calls with the first `tokens` tokens of the case (after one warm-up). */
+static double kt_time(kt_run *r, kt_case *c, int tokens)
+{
+    clmla_latent_attention_args a = c->a;
+    a.num_tokens = tokens;
+    double t[32];
+    const int reps = r->reps < 32 ? r->reps : 32;
+    for (int i = -1; i < reps; i++) {
+        const double t0 = kt_now();
+        if (clmla_attention_latent(c->cache, 0, &a, NULL) != CLMLA_SUCCESS || clFinish(clmla_context_queue(r->ctx)) != CL_SUCCESS)
+            return -1;
+        if (i >= 0)
+            t[i] = (kt_now() - t0) * 1e6;
+    }
+    qsort(t, (size_t)reps, sizeof(double), kt_cmp);
+    return t[reps / 2];
+}
+
+static void kt_print(const clmla_latent_tuning *t, int rows)
+{
+    if (rows)
+        printf("rows_heads=%-2d rows_keys=%-2d rows_groups_per_cu=%-2d", t->rows_heads, t->rows_keys, t->rows_groups_per_cu);
+    else
+        printf("group_heads=%-2d group_keys=%d group_max_items=%-4d group_groups_per_cu=%-2d", t->group_heads,
+               t->group_keys, t->group_max_items, t->group_groups_per_cu);
+}
+
+static int tune_kernels(const char *device, int heads, int ctx_len, int quick, int dry_run, const char *out)
+{
+    char path[4096];
+    if (out)
+        snprintf(path, sizeof(path), "%s", out);
+    else if (clmla_latent_tuning_path(path, sizeof(path)) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla tune: %s\n", clmla_last_error(NULL));
+        return 1;
+    }
+    if (!dry_run && !path[0]) {
+        fprintf(stderr, "clmla tune: no kernel tuning file to write (set --out, CLMLA_KERNEL_TUNING or CLMLA_CACHE_DIR), "
+                        "or use --dry-run\n");
+        return 2;
+    }
+    kt_run r;
+    memset(&r, 0, sizeof(r));
+    if (cli_context_create(device, &r.ctx) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla tune: %s\n", clmla_last_error(NULL));
+        return 1;
+    }
+    clmla_device_info info;
+    clmla_context_device(r.ctx, &info);
+    clGetCommandQueueInfo(clmla_context_queue(r.ctx), CL_QUEUE_CONTEXT, sizeof(r.clctx), &r.clctx, NULL);
+    r.heads = heads;
+    r.rkv = 512;
+    r.dr = 64;
+    r.bt = 64;
+    r.ctx_len = quick ? 512 : ctx_len;
+    r.rows = info.kind == CLMLA_DEVICE_KIND_CPU;
+    r.reps = quick ? 3 : 7;
+    const size_t rows_n = (size_t)r.ctx_len;
+    r.h_ckv = malloc(rows_n * r.rkv * sizeof(float));
+    r.h_kr = malloc(rows_n * r.dr * sizeof(float));
+    int rc = 1;
+    if (!r.h_ckv || !r.h_kr) {
+        fprintf(stderr, "clmla tune: out of host memory\n");
+        goto done;
+    }
+    uint32_t seed = 4242;
+    for (size_t i = 0; i < rows_n * r.rkv; i++)
+        r.h_ckv[i] = kt_rand(&seed);
+    for (size_t i = 0; i < rows_n * r.dr; i++)
+        r.h_kr[i] = kt_rand(&seed);
+    r.ckv = kt_buffer(&r, rows_n * r.rkv * sizeof(float), r.h_ckv);
+    r.kr = kt_buffer(&r, rows_n * r.dr * sizeof(float), r.h_kr);
+    if (!r.ckv || !r.kr) {
+        fprintf(stderr, "clmla tune: cannot allocate the cache rows\n");
+        goto done;
+    }
+
+    /* The candidates: the defaults first (always measured), then the grid. */
+    clmla_latent_tuning cands[64], base;
+    clmla_latent_tuning_defaults(&base);
+    int n = 0;
+    cands[n++] = base;
+    if (r.rows) {
+        static const int hs[] = {8, 16}, ks[] = {4, 8, 16}, gs[] = {2, 4, 8};
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 3; j++)
+                for (int g = 0; g < 3; g++) {
+                    clmla_latent_tuning t = base;
+                    t.rows_heads = hs[i];
+                    t.rows_keys = ks[j];
+                    t.rows_groups_per_cu = gs[g];
+                    if (memcmp(&t, &base, sizeof(t)) != 0 && (!quick || n < 2))
+                        cands[n++] = t;
+                }
+    } else {
+        static const int hs[] = {8, 16}, ks[] = {2, 4, 8}, nts[] = {64, 128, 256}, gs[] = {4, 8};
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 3; j++)
+                for (int k = 0; k < 3; k++)
+                    for (int g = 0; g < 2; g++) {
+                        clmla_latent_tuning t = base;
+                        t.group_heads = hs[i];
+                        t.group_keys = ks[j];
+                        t.group_max_items = nts[k];
+                        t.group_groups_per_cu = gs[g];
+                        if (memcmp(&t, &base, sizeof(t)) != 0 && n < 64 && (!quick || n < 2))
+                            cands[n++] = t;
+                    }
+    }
+    printf("tuning %s on %s (%s, %s, driver %s): %d heads, rkv %d, dr %d, ctx %d, batch 1 and 8, %d candidates\n",
+           r.rows ? "attn_latent_rows" : "attn_latent", info.name, info.vendor, info.platform_name, info.driver_version,
+           r.heads, r.rkv, r.dr, r.ctx_len, n);
+    const int check_len[2] = {r.ctx_len < 300 ? r.ctx_len : 300, 77};
+    int time_len[8];
+    for (int i = 0; i < 8; i++)
+        time_len[i] = r.ctx_len;
+    double us1[64], us8[64], err[64];
+    int best = -1;
+    double best_score = 0;
+    const double start = kt_now();
+    for (int i = 0; i < n; i++) {
+        us1[i] = us8[i] = -1;
+        kt_case chk, tim;
+        if (clmla_context_set_latent_tuning(r.ctx, &cands[i]) != CLMLA_SUCCESS || kt_case_make(&r, &chk, 2, check_len)) {
+            fprintf(stderr, "clmla tune: %s\n", clmla_last_error(r.ctx));
+            goto done;
+        }
+        err[i] = kt_check(&r, &chk, check_len);
+        kt_case_free(&chk);
+        printf("[%2d/%d] ", i + 1, n);
+        kt_print(&cands[i], r.rows);
+        if (err[i] < 0 || err[i] > 1e-4) {
+            printf("  refused: %s%g\n", err[i] < 0 ? "failed: " : "error ", err[i] < 0 ? 0.0 : err[i]);
+            if (err[i] < 0)
+                printf("         %s\n", clmla_last_error(r.ctx));
+            continue;
+        }
+        if (kt_case_make(&r, &tim, 8, time_len)) {
+            fprintf(stderr, "clmla tune: %s\n", clmla_last_error(r.ctx));
+            goto done;
+        }
+        us1[i] = kt_time(&r, &tim, 1);
+        us8[i] = kt_time(&r, &tim, 8);
+        kt_case_free(&tim);
+        if (us1[i] <= 0 || us8[i] <= 0) {
+            printf("  failed\n");
+            continue;
+        }
+        const double score = us1[0] > 0 ? us1[i] / us1[0] + us8[i] / us8[0] : 2;
+        printf("  err %.1e  batch 1 %9.1f us  batch 8 %9.1f us  (%.3f of the defaults)%s\n", err[i], us1[i], us8[i],
+               score / 2, i == 0 ? " defaults" : "");
+        fflush(stdout);
+        if (best < 0 || score < best_score) {
+            best = i;
+            best_score = score;
+        }
+    }
+    clmla_context_set_latent_tuning(r.ctx, NULL);
+    if (best < 0) {
+        fprintf(stderr, "clmla tune: no candidate ran correctly\n");
+        goto done;
+    }
+    printf("\n%.0f s; best: ", kt_now() - start);
+    kt_print(&cands[best], r.rows);
+    printf("\n      batch 1 %.1f us, batch 8 %.1f us against %.1f and %.1f with the defaults\n", us1[best], us8[best],
+           us1[0], us8[0]);
+    rc = 0;
+    if (!dry_run) {
+        char note[256];
+        snprintf(note, sizeof(note), "ctx %d: batch 1 %.1f us, batch 8 %.1f us; defaults %.1f, %.1f us", r.ctx_len,
+                 us1[best], us8[best], us1[0], us8[0]);
+        if (clmla_latent_tuning_save(path, &info, r.heads, &cands[best], note) != CLMLA_SUCCESS) {
+            fprintf(stderr, "clmla tune: %s\n", clmla_last_error(NULL));
+            rc = 1;
+        } else
+            printf("saved to %s\n", path);
+    }
+done:
+    if (r.ckv)
+        clReleaseMemObject(r.ckv);
+    if (r.kr)
+        clReleaseMemObject(r.kr);
+    free(r.h_ckv);
+    free(r.h_kr);
+    clmla_context_set_latent_tuning(r.ctx, NULL);
+    clmla_context_destroy(r.ctx);
+    return rc;
+}
+
 int cmd_tune(int argc, char **argv)
 {
-    int help = 0, size = 1024, candidates = 40, dry_run = 0;
+    int help = 0, size = 1024, candidates = 40, dry_run = 0, kernels = 0, heads = 16, ctx_len = 4096, quick = 0;
     double max_seconds = 0;
     const char *device = NULL, *out = NULL;
     cli_option opts[] = {
@@ -43,6 +398,11 @@ int cmd_tune(int argc, char **argv)
         {"out", CLI_STRING, &out, "FILE  tuning file to add the entry to (default: CLMLA_CLBLAST_TUNING, else\n"
                                   "                       <cache dir>/clblast-tuning.json, which contexts read)"},
         {"dry-run", CLI_FLAG, &dry_run, "measure and print, write nothing"},
+        {"kernels", CLI_FLAG, &kernels, "tune clmla's latent attention kernel instead of CLBlast (default file:\n"
+                                        "                       CLMLA_KERNEL_TUNING, else <cache dir>/kernel-tuning.json)"},
+        {"heads", CLI_INT, &heads, "H  with --kernels: attention heads (default 16, V2-Lite; 128: V3)"},
+        {"ctx", CLI_INT, &ctx_len, "N  with --kernels: keys per sequence timed (default 4096)"},
+        {"quick", CLI_FLAG, &quick, "with --kernels: two candidates at ctx 512 (for tests)"},
         {"help", CLI_FLAG, &help, "this text"},
         {NULL, CLI_FLAG, NULL, NULL},
     };
@@ -57,6 +417,13 @@ int cmd_tune(int argc, char **argv)
                   "CLMLA_CLBLAST_TUNING=off to stop that). Nothing is written when CLBlast's own values win.",
                   opts);
         return 0;
+    }
+    if (kernels) {
+        if (heads < 1 || heads > 1024 || ctx_len < 64 || ctx_len > 65536) {
+            fprintf(stderr, "clmla tune: --heads must be 1..1024 and --ctx 64..65536\n");
+            return 2;
+        }
+        return tune_kernels(device, heads, ctx_len, quick, dry_run, out);
     }
     if (size < 16 || size > 8192 || candidates < 1) {
         fprintf(stderr, "clmla tune: --size must be 16..8192 and --candidates at least 1\n");

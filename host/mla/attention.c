@@ -4,6 +4,7 @@
 #include "clcall.h"
 #include "program.h"
 #include "scratch.h"
+#include "tuning.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -14,17 +15,17 @@
 /* Upper bound on the partial-result workspace. */
 #define MAX_SPLIT_WORKSPACE_BYTES ((size_t)256 << 20)
 
-/* Keys per work-item in attn_latent's score step (cl/attn_latent.cl, measured there). */
-#define LATENT_KPT 4
 /* attn_latent's split-KV: keys per split at least this (one tile of 128 keys with 16 heads). */
 #define MIN_SPLIT_TOKENS_GROUP 128
-/* Work-groups wanted per compute unit when splitting. attn_latent: 8. On an H100 (two groups of
+/* The kernels' parameters (heads per group or item, keys per item or tile, work-group size, groups
+   per compute unit) come from clmla_latent_tuning_for (tuning.h: a forced set, the user's kernel
+   tuning file, the built-in table, else the defaults, which are the values below).
+   Keys per work-item in attn_latent's score step: 4 (cl/attn_latent.cl, measured there).
+   Work-groups wanted per compute unit when splitting. attn_latent: 8. On an H100 (two groups of
    its 246-register items fit a compute unit) 4 left batch 32 with 17 splits, 544 groups for 264
    places: a third wave of 16 groups. With 8, ctx 4096 and 32768 at batch 32 took 0.42 and 2.86 ms
    against 0.53 and 3.74, batch 8 at ctx 32768 0.78 against 0.75, batch 1 the same; 16 was no
    better (docs/perf-log.md). attn_latent_rows (CPUs): 4, as measured on PoCL. */
-#define GROUPS_PER_CU_GROUP 8
-#define GROUPS_PER_CU_ROWS 4
 
 /* attn_latent pads a group of hg heads to whole quads, a power of two (HGP in cl/attn_latent.cl). */
 static int padded_heads(int hg)
@@ -32,24 +33,30 @@ static int padded_heads(int hg)
     return hg <= 4 ? 4 : hg <= 8 ? 8 : 16;
 }
 
-/* Local memory of attn_latent with nt work-items (cl/attn_latent.cl); arg: {heads per group, row}. */
+/* Local memory of attn_latent with nt work-items (cl/attn_latent.cl); arg: {heads per group, row, KPT}. */
 static size_t latent_local_bytes(int nt, const void *arg)
 {
-    const int hg = ((const int *)arg)[0], row = ((const int *)arg)[1];
-    const size_t hgp = (size_t)padded_heads(hg), tk = 4 * (size_t)LATENT_KPT * nt / hgp;
+    const int hg = ((const int *)arg)[0], row = ((const int *)arg)[1], kpt = ((const int *)arg)[2];
+    const size_t hgp = (size_t)padded_heads(hg), tk = 4 * (size_t)kpt * nt / hgp;
     return (hgp * (((size_t)row + 3) / 4) * 4 + tk * hgp + (size_t)nt + hgp) * sizeof(float) + tk * sizeof(int);
 }
 
-/* The attn_latent kernel for `hg` heads per work-group: NT is the largest power of two <= 128, and
-   >= the heads padded to 4, 8 or 16, that the device's work-group limit, the kernel's own limit
-   and local memory allow. NULL kernel (and success) where none fits: the caller takes fewer heads. */
-static clmla_status group_kernel(clmla_cache *cache, int hg, cl_kernel *kernel, int *threads)
+/* The attn_latent kernel for `hg` heads per work-group: NT is the largest power of two <= the
+   tuning's group_max_items (128 by default), and >= the heads padded to 4, 8 or 16, that the
+   device's work-group limit, the kernel's own limit and local memory allow. NULL kernel (and
+   success) where none fits: the caller takes fewer heads.
+   The kernels are cached per cache by heads only (cache->latent_kernel[hg],
+   latent_rows_kernel[hg / 2]): valid because the parameters that apply to a context do not change
+   over its life (the tuning table is read once per process; a forced set is made before a cache's
+   first call, include/clmla.h). */
+static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_tuning *tn, cl_kernel *kernel,
+                                 int *threads)
 {
     if (!cache->latent_kernel[hg]) {
-        const int shape[2] = {hg, cache->config.kv_lora_rank + cache->config.rope_dim};
+        const int shape[3] = {hg, cache->config.kv_lora_rank + cache->config.rope_dim, tn->group_keys};
         char options[256];
-        snprintf(options, sizeof(options), "%s -D HG=%d -D KPT=%d", cache->options, hg, LATENT_KPT);
-        const clmla_kernel_fit fit = {"attn_latent", "attn_latent", options, "NT", 128, padded_heads(hg),
+        snprintf(options, sizeof(options), "%s -D HG=%d -D KPT=%d", cache->options, hg, tn->group_keys);
+        const clmla_kernel_fit fit = {"attn_latent", "attn_latent", options, "NT", tn->group_max_items, padded_heads(hg),
                                       latent_local_bytes, shape};
         clmla_status st = clmla_kernel_create_fitted(cache->ctx, &fit, &cache->latent_kernel[hg], &cache->latent_threads[hg]);
         if (st != CLMLA_SUCCESS)
@@ -61,7 +68,7 @@ static clmla_status group_kernel(clmla_cache *cache, int hg, cl_kernel *kernel, 
 }
 
 /* attn_latent_rows for `hg` (even, <= 16) heads per work-item. */
-static clmla_status rows_kernel(clmla_cache *cache, int hg, cl_kernel *kernel)
+static clmla_status rows_kernel(clmla_cache *cache, int hg, int ktc, cl_kernel *kernel)
 {
     if (!cache->latent_rows_kernel[hg / 2]) {
         char options[256];
@@ -69,7 +76,7 @@ static clmla_status rows_kernel(clmla_cache *cache, int hg, cl_kernel *kernel)
            which other CPU runtimes may not lower: oclgrind rejects it) and the combined horizontal
            sums (which crash oclgrind's uninitialised-value checker). */
         const int pocl = clmla_device_prefetches(&cache->ctx->info);
-        snprintf(options, sizeof(options), "%s -D HGC=%d -D KTC=8%s", cache->options, hg,
+        snprintf(options, sizeof(options), "%s -D HGC=%d -D KTC=%d%s", cache->options, hg, ktc,
                  pocl ? " -D CLMLA_PREFETCH -D CLMLA_HSUM8" : "");
         clmla_status st = clmla_kernel_create(cache->ctx, "attn_latent", options, "attn_latent_rows",
                                               &cache->latent_rows_kernel[hg / 2]);
@@ -94,20 +101,22 @@ int clmla_attention_variant(const clmla_context *ctx)
 
 /* Which kernel, its work-group size and its heads per group: the row-walking kernel on CPUs,
    the work-group kernel elsewhere, unless a test forced one. */
-static clmla_status pick_kernel(clmla_cache *cache, int num_heads, cl_kernel *kernel, int *threads, int *heads_per_group,
-                                int *rows)
+static clmla_status pick_kernel(clmla_cache *cache, int num_heads, const clmla_latent_tuning *tn, cl_kernel *kernel,
+                                int *threads, int *heads_per_group, int *rows)
 {
     *rows = clmla_attention_variant(cache->ctx) == CLMLA_LATENT_ROWS;
     if (*rows) {
-        int hg = num_heads < 16 ? num_heads + (num_heads & 1) : 16;
+        const int most = tn->rows_heads;
+        int hg = num_heads < most ? num_heads + (num_heads & 1) : most;
         *threads = 1;
         *heads_per_group = hg;
-        return rows_kernel(cache, hg, kernel);
+        return rows_kernel(cache, hg, tn->rows_keys, kernel);
     }
-    /* up to 16 heads per work-group (each cache row read once per group), fewer where a device's
-       local memory or work-group size does not take 16 */
-    for (int hg = num_heads < 16 ? num_heads : 16;; hg = hg > 8 ? 8 : hg > 4 ? 4 : hg - 1) {
-        clmla_status st = group_kernel(cache, hg, kernel, threads);
+    /* up to group_heads (16) heads per work-group (each cache row read once per group), fewer where
+       a device's local memory or work-group size does not take them */
+    const int most = tn->group_heads;
+    for (int hg = num_heads < most ? num_heads : most;; hg = hg > 8 ? 8 : hg > 4 ? 4 : hg - 1) {
+        clmla_status st = group_kernel(cache, hg, tn, kernel, threads);
         if (st != CLMLA_SUCCESS || *kernel) {
             *heads_per_group = hg;
             return st;
@@ -125,14 +134,16 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
     const int rkv = cache->config.kv_lora_rank;
     cl_kernel k = NULL;
     int threads = 0, heads_per_group = 0, rows = 0;
-    clmla_status st = pick_kernel(cache, p->num_heads, &k, &threads, &heads_per_group, &rows);
+    clmla_latent_tuning tn;
+    clmla_latent_tuning_for(ctx, p->num_heads, &tn);
+    clmla_status st = pick_kernel(cache, p->num_heads, &tn, &k, &threads, &heads_per_group, &rows);
     if (st != CLMLA_SUCCESS)
         return st;
     const int head_groups = (p->num_heads + heads_per_group - 1) / heads_per_group;
 
     /* Enough work-groups to give every compute unit a few, splitting long contexts. */
     const long long groups = (long long)p->num_tokens * head_groups;
-    const long long per_cu = rows ? GROUPS_PER_CU_ROWS : GROUPS_PER_CU_GROUP;
+    const long long per_cu = rows ? tn.rows_groups_per_cu : tn.group_groups_per_cu;
     const int min_split = rows ? MIN_SPLIT_TOKENS : MIN_SPLIT_TOKENS_GROUP;
     const long long target = per_cu * (ctx->info.compute_units ? ctx->info.compute_units : 1);
     int splits = 1;

@@ -1,5 +1,6 @@
 /* CLBlast Xgemm tuning: the entries context creation applies (a JSON file, else the built-in
-   table), saving entries, and the search behind `clmla tune`. See include/clmla.h. */
+   table), saving entries, and the search behind `clmla tune`. At the end, the latent attention
+   kernels' parameters (user file, built-in table, defaults). See include/clmla.h. */
 #include "tuning.h"
 #include "clcall.h"
 #include "fileio.h"
@@ -7,6 +8,9 @@
 #include <clblast_c.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -679,4 +683,418 @@ done:
     free(r.host_c);
     free(cands);
     return status;
+}
+
+/* ---- latent attention kernel parameters (include/clmla.h, "Latent attention kernel tuning") --- */
+
+static const clmla_latent_tuning latent_defaults = {16, 8, 4, 16, 4, 128, 8};
+
+/* Entries measured with `clmla tune --kernels` on the developers' machines (CHANGELOG.md,
+   docs/DESIGN.md "Kernel tuning"). platform / driver "" = any. */
+struct latent_entry {
+    char vendor[128], device[128], platform[128], driver[128];
+    int heads; /* 0 = any */
+    clmla_latent_tuning t;
+};
+
+static const latent_entry latent_builtin[] = {
+    /* PoCL 3.1 (Debian 12), 2-core AMD EPYC (Zen 3): `clmla tune --kernels`, 16 heads, rkv 512,
+       dr 64, ctx 4096, 18 candidates in 18 s; the defaults won (batch 1 1098 us, batch 8 9589 us;
+       the next best, rows_keys 16, 1162 and 10417 us) */
+    {"AuthenticAMD", "pthread-haswell-AMD EPYC", "Portable Computing Language", "", 16, {16, 8, 4, 16, 4, 128, 8}},
+};
+
+static const struct {
+    const char *name;
+    size_t offset;
+} latent_names[] = {
+    {"rows_heads", offsetof(clmla_latent_tuning, rows_heads)},
+    {"rows_keys", offsetof(clmla_latent_tuning, rows_keys)},
+    {"rows_groups_per_cu", offsetof(clmla_latent_tuning, rows_groups_per_cu)},
+    {"group_heads", offsetof(clmla_latent_tuning, group_heads)},
+    {"group_keys", offsetof(clmla_latent_tuning, group_keys)},
+    {"group_max_items", offsetof(clmla_latent_tuning, group_max_items)},
+    {"group_groups_per_cu", offsetof(clmla_latent_tuning, group_groups_per_cu)},
+};
+#define LATENT_PARAMETERS (sizeof(latent_names) / sizeof(latent_names[0]))
+
+void clmla_latent_tuning_defaults(clmla_latent_tuning *tuning)
+{
+    if (tuning)
+        *tuning = latent_defaults;
+}
+
+/* The kernels' constraints (cl/attn_latent.cl): attn_latent_rows walks heads two at a time and keys
+   four at a time (HGC even, KTC a multiple of 4), its private arrays bound both; attn_latent pads
+   heads to 4, 8 or 16 and needs NT a power of two >= the padded heads (the fit takes the largest
+   that the device allows, down to that), whence TK = KPT * NT / HQ whole and a multiple of 4 for
+   any KPT. */
+static const char *latent_check(const clmla_latent_tuning *t)
+{
+    if (t->rows_heads < 2 || t->rows_heads > 16 || t->rows_heads % 2)
+        return "rows_heads must be even, from 2 to 16";
+    if (t->rows_keys < 4 || t->rows_keys > 32 || t->rows_keys % 4)
+        return "rows_keys must be a multiple of 4, from 4 to 32";
+    if (t->rows_groups_per_cu < 1 || t->rows_groups_per_cu > 64)
+        return "rows_groups_per_cu must be from 1 to 64";
+    if (t->group_heads < 1 || t->group_heads > 16)
+        return "group_heads must be from 1 to 16";
+    if (t->group_keys < 1 || t->group_keys > 8)
+        return "group_keys must be from 1 to 8";
+    if (t->group_max_items < 4 || t->group_max_items > 1024 || (t->group_max_items & (t->group_max_items - 1)))
+        return "group_max_items must be a power of two from 4 to 1024";
+    if (t->group_groups_per_cu < 1 || t->group_groups_per_cu > 64)
+        return "group_groups_per_cu must be from 1 to 64";
+    return NULL;
+}
+
+clmla_status clmla_latent_tuning_check(const clmla_latent_tuning *tuning, const char **why)
+{
+    const char *w = tuning ? latent_check(tuning) : "NULL argument";
+    if (why)
+        *why = w;
+    return w ? clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "latent attention parameters refused: %s", w)
+             : CLMLA_SUCCESS;
+}
+
+static int copy_key(char *dst, size_t size, const cJSON *v, int required)
+{
+    if (!v)
+        return !required && (dst[0] = '\0', 1);
+    if (!cJSON_IsString(v) || strlen(v->valuestring) >= size)
+        return 0;
+    snprintf(dst, size, "%s", v->valuestring);
+    return 1;
+}
+
+/* One entry of a kernel-tuning file: 1 parsed and legal, 0 not (why says what, naming the value). */
+static int latent_parse_entry(const cJSON *o, latent_entry *e, char *why, size_t why_size)
+{
+    memset(e, 0, sizeof(*e));
+    e->t = latent_defaults;
+    if (!cJSON_IsObject(o)) {
+        snprintf(why, why_size, "an entry is not a JSON object");
+        return 0;
+    }
+    const cJSON *kernel = cJSON_GetObjectItemCaseSensitive(o, "kernel");
+    if (kernel && !(cJSON_IsString(kernel) && strcmp(kernel->valuestring, "attn_latent") == 0)) {
+        snprintf(why, why_size, "\"kernel\" must be \"attn_latent\"");
+        return 0;
+    }
+    if (!copy_key(e->vendor, sizeof(e->vendor), cJSON_GetObjectItemCaseSensitive(o, "vendor"), 1) ||
+        !copy_key(e->device, sizeof(e->device), cJSON_GetObjectItemCaseSensitive(o, "device"), 1) ||
+        !copy_key(e->platform, sizeof(e->platform), cJSON_GetObjectItemCaseSensitive(o, "platform"), 0) ||
+        !copy_key(e->driver, sizeof(e->driver), cJSON_GetObjectItemCaseSensitive(o, "driver"), 0)) {
+        snprintf(why, why_size, "\"vendor\" and \"device\" (and \"platform\", \"driver\" where given) must be strings "
+                                "of under 128 bytes");
+        return 0;
+    }
+    const cJSON *heads = cJSON_GetObjectItemCaseSensitive(o, "heads");
+    if (!heads || (cJSON_IsString(heads) && strcmp(heads->valuestring, "any") == 0))
+        e->heads = 0;
+    else if (cJSON_IsNumber(heads) && heads->valuedouble >= 1 && heads->valuedouble <= 65536 &&
+             heads->valuedouble == floor(heads->valuedouble))
+        e->heads = (int)heads->valuedouble;
+    else {
+        snprintf(why, why_size, "entry for '%s': \"heads\" must be a head count or \"any\"", e->device);
+        return 0;
+    }
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(o, "parameters");
+    if (!cJSON_IsObject(params)) {
+        snprintf(why, why_size, "entry for '%s': \"parameters\" must be an object", e->device);
+        return 0;
+    }
+    const cJSON *p = NULL;
+    cJSON_ArrayForEach(p, params)
+    {
+        size_t i = 0;
+        while (i < LATENT_PARAMETERS && strcmp(latent_names[i].name, p->string) != 0)
+            i++;
+        if (i == LATENT_PARAMETERS) {
+            snprintf(why, why_size, "entry for '%s': unknown parameter \"%s\"", e->device, p->string);
+            return 0;
+        }
+        if (!cJSON_IsNumber(p) || p->valuedouble < -1e6 || p->valuedouble > 1e6 || p->valuedouble != floor(p->valuedouble)) {
+            snprintf(why, why_size, "entry for '%s': %s must be a whole number", e->device, p->string);
+            return 0;
+        }
+        *(int *)((char *)&e->t + latent_names[i].offset) = (int)p->valuedouble;
+    }
+    const char *bad = latent_check(&e->t);
+    if (bad) {
+        snprintf(why, why_size, "entry for '%s': %s", e->device, bad);
+        return 0;
+    }
+    return 1;
+}
+
+static int latent_matches(const latent_entry *e, const clmla_device_info *d)
+{
+    return strcmp(e->vendor, d->vendor) == 0 && strcmp(e->device, d->name) == 0 &&
+           (!e->platform[0] || strcmp(e->platform, d->platform_name) == 0) &&
+           (!e->driver[0] || strcmp(e->driver, d->driver_version) == 0);
+}
+
+/* The best entry of a list for the device and heads: exact heads over "any", the first of each. */
+static const latent_entry *latent_best(const latent_entry *list, size_t n, const clmla_device_info *d, int heads)
+{
+    const latent_entry *any = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (!latent_matches(&list[i], d))
+            continue;
+        if (heads > 0 && list[i].heads == heads)
+            return &list[i];
+        if (list[i].heads == 0 && !any)
+            any = &list[i];
+    }
+    return any;
+}
+
+int clmla_latent_tuning_parse(const char *text, latent_entry_list *out, char *why, size_t why_size)
+{
+    memset(out, 0, sizeof(*out));
+    why[0] = '\0';
+    cJSON *list = cJSON_Parse(text);
+    if (!cJSON_IsArray(list)) {
+        cJSON_Delete(list);
+        snprintf(why, why_size, "not a JSON array of entries");
+        return -1;
+    }
+    const int n = cJSON_GetArraySize(list);
+    out->entries = calloc(n > 0 ? (size_t)n : 1, sizeof(latent_entry));
+    if (!out->entries) {
+        cJSON_Delete(list);
+        snprintf(why, why_size, "out of host memory");
+        return -1;
+    }
+    int refused = 0;
+    const cJSON *item = NULL;
+    cJSON_ArrayForEach(item, list)
+    {
+        char one[512];
+        if (latent_parse_entry(item, &out->entries[out->count], one, sizeof(one)))
+            out->count++;
+        else if (!refused++)
+            snprintf(why, why_size, "%s", one); /* the first refusal; the others are refused too */
+    }
+    cJSON_Delete(list);
+    return refused;
+}
+
+void clmla_latent_tuning_list_free(latent_entry_list *list)
+{
+    free(list->entries);
+    memset(list, 0, sizeof(*list));
+}
+
+clmla_status clmla_latent_tuning_path(char *buf, size_t size)
+{
+    if (!buf || size == 0)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_latent_tuning_path: no buffer");
+    clmla_env env;
+    clmla_env_read(&env);
+    const char *v = getenv("CLMLA_KERNEL_TUNING");
+    int n = 0;
+    if (v && strcmp(v, "off") == 0)
+        buf[0] = '\0';
+    else if (v && *v && strcmp(v, "auto") != 0)
+        n = snprintf(buf, size, "%s", v);
+    else if (env.cache_dir[0])
+        n = snprintf(buf, size, "%s/kernel-tuning.json", env.cache_dir);
+    else
+        buf[0] = '\0';
+    if (n < 0 || (size_t)n >= size) {
+        buf[0] = '\0';
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "the kernel tuning path needs %d bytes, the buffer has %zu",
+                          n + 1, size);
+    }
+    return CLMLA_SUCCESS;
+}
+
+/* The user file, read once per process. */
+static pthread_once_t user_once = PTHREAD_ONCE_INIT;
+static latent_entry_list user_entries;
+static char user_source[CLMLA_PATH_SIZE + 8] = "";
+static char user_problem[2 * CLMLA_PATH_SIZE + 1024] = ""; /* what was wrong with it, "" when nothing */
+
+static void user_load(void)
+{
+    char path[CLMLA_PATH_SIZE];
+    if (clmla_latent_tuning_path(path, sizeof(path)) != CLMLA_SUCCESS || !path[0] || absent(path))
+        return;
+    char *text = NULL, err[CLMLA_PATH_SIZE + 256];
+    size_t length = 0;
+    if (clmla_read_file(path, MAX_TUNING_FILE_BYTES, "a kernel tuning file", &text, &length, err, sizeof(err)) !=
+        CLMLA_SUCCESS) {
+        snprintf(user_problem, sizeof(user_problem), "kernel tuning file %s ignored: %s", path, err);
+    } else {
+        char why[512];
+        const int refused = clmla_latent_tuning_parse(text, &user_entries, why, sizeof(why));
+        free(text);
+        if (refused < 0)
+            snprintf(user_problem, sizeof(user_problem), "kernel tuning file %s ignored: %s", path, why);
+        else if (refused > 0)
+            snprintf(user_problem, sizeof(user_problem), "kernel tuning file %s: %d entr%s refused (%s)", path, refused,
+                     refused == 1 ? "y" : "ies", why);
+    }
+    snprintf(user_source, sizeof(user_source), "file %s", path);
+}
+static atomic_int user_problem_logged;
+
+const char *clmla_latent_tuning_problem(void)
+{
+    pthread_once(&user_once, user_load);
+    return user_problem;
+}
+
+int clmla_latent_tuning_resolve(const latent_entry_list *user, const char *user_src, const clmla_device_info *device,
+                                int num_heads, clmla_latent_tuning *tuning, const char **source)
+{
+    const latent_entry *e = user ? latent_best(user->entries, user->count, device, num_heads) : NULL;
+    if (e) {
+        *tuning = e->t;
+        *source = user_src;
+        return 2;
+    }
+    e = latent_best(latent_builtin, sizeof(latent_builtin) / sizeof(latent_builtin[0]), device, num_heads);
+    if (e) {
+        *tuning = e->t;
+        *source = "built-in table";
+        return 1;
+    }
+    *tuning = latent_defaults;
+    *source = "defaults";
+    return 0;
+}
+
+clmla_status clmla_latent_tuning_lookup(const clmla_device_info *device, int num_heads, clmla_latent_tuning *tuning,
+                                        const char **source)
+{
+    if (!device || !tuning || num_heads < 0)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_latent_tuning_lookup: NULL argument or heads < 0");
+    pthread_once(&user_once, user_load);
+    const char *s = NULL;
+    clmla_latent_tuning_resolve(&user_entries, user_source, device, num_heads, tuning, &s);
+    if (source)
+        *source = s;
+    return user_problem[0] ? clmla_fail(NULL, CLMLA_ERROR_INVALID_FILE, "%s", user_problem) : CLMLA_SUCCESS;
+}
+
+clmla_status clmla_context_set_latent_tuning(clmla_context *ctx, const clmla_latent_tuning *tuning)
+{
+    if (!ctx)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_context_set_latent_tuning: NULL context");
+    const char *bad = tuning ? latent_check(tuning) : NULL;
+    if (bad)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "latent attention parameters refused: %s", bad);
+    if (tuning)
+        ctx->latent_forced = *tuning;
+    ctx->latent_forced_set = tuning != NULL;
+    return CLMLA_SUCCESS;
+}
+
+void clmla_latent_tuning_for(const clmla_context *ctx, int num_heads, clmla_latent_tuning *tuning)
+{
+    if (ctx->latent_forced_set) {
+        *tuning = ctx->latent_forced;
+        return;
+    }
+    pthread_once(&user_once, user_load);
+    if (user_problem[0] && atomic_exchange(&user_problem_logged, 1) == 0)
+        clmla_log((clmla_context *)ctx, CLMLA_LOG_WARNING, "%s", user_problem);
+    const char *source = NULL;
+    clmla_latent_tuning_resolve(&user_entries, user_source, &ctx->info, num_heads, tuning, &source);
+}
+
+clmla_status clmla_latent_tuning_save(const char *path, const clmla_device_info *device, int num_heads,
+                                      const clmla_latent_tuning *tuning, const char *note)
+{
+    if (!path || !*path || !device || !tuning || num_heads < 0)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_latent_tuning_save: NULL or empty argument");
+    const char *bad = latent_check(tuning);
+    if (bad)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "latent attention parameters refused: %s", bad);
+    cJSON *list = NULL;
+    if (!absent(path)) {
+        char *old = NULL, err[CLMLA_PATH_SIZE + 256];
+        size_t length = 0;
+        const clmla_status st =
+            clmla_read_file(path, MAX_TUNING_FILE_BYTES, "a kernel tuning file", &old, &length, err, sizeof(err));
+        if (st != CLMLA_SUCCESS)
+            return clmla_fail(NULL, st, "%s", err);
+        latent_entry_list check;
+        char why[512];
+        const int refused = clmla_latent_tuning_parse(old, &check, why, sizeof(why));
+        clmla_latent_tuning_list_free(&check);
+        list = refused == 0 ? cJSON_Parse(old) : NULL;
+        free(old);
+        if (!list)
+            return clmla_fail(NULL, CLMLA_ERROR_INVALID_FILE,
+                              "%s is not a JSON array of kernel tuning entries: %s; it was left as it is", path, why);
+    } else {
+        list = cJSON_CreateArray();
+    }
+    cJSON *o = cJSON_CreateObject(), *p = cJSON_CreateObject();
+    if (!list || !o || !p) {
+        cJSON_Delete(list);
+        cJSON_Delete(o);
+        cJSON_Delete(p);
+        return clmla_fail(NULL, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    }
+    cJSON_AddStringToObject(o, "kernel", "attn_latent");
+    cJSON_AddStringToObject(o, "platform", device->platform_name);
+    cJSON_AddStringToObject(o, "vendor", device->vendor);
+    cJSON_AddStringToObject(o, "device", device->name);
+    cJSON_AddStringToObject(o, "driver", device->driver_version);
+    if (num_heads > 0)
+        cJSON_AddNumberToObject(o, "heads", num_heads);
+    else
+        cJSON_AddStringToObject(o, "heads", "any");
+    for (size_t i = 0; i < LATENT_PARAMETERS; i++)
+        cJSON_AddNumberToObject(p, latent_names[i].name, *(const int *)((const char *)tuning + latent_names[i].offset));
+    cJSON_AddItemToObject(o, "parameters", p);
+    if (note && *note)
+        cJSON_AddStringToObject(o, "measured", note);
+    /* Replace the entry with the same key, else append. */
+    latent_entry mine;
+    char why[512];
+    latent_parse_entry(o, &mine, why, sizeof(why));
+    int index = 0, replaced = 0;
+    const cJSON *item = NULL;
+    cJSON_ArrayForEach(item, list)
+    {
+        latent_entry e;
+        if (latent_parse_entry(item, &e, why, sizeof(why)) && e.heads == mine.heads && strcmp(e.vendor, mine.vendor) == 0 &&
+            strcmp(e.device, mine.device) == 0 && strcmp(e.platform, mine.platform) == 0 &&
+            strcmp(e.driver, mine.driver) == 0) {
+            cJSON_ReplaceItemInArray(list, index, o);
+            replaced = 1;
+            break;
+        }
+        index++;
+    }
+    if (!replaced)
+        cJSON_AddItemToArray(list, o);
+    char *text = cJSON_Print(list);
+    cJSON_Delete(list);
+    if (!text)
+        return clmla_fail(NULL, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    char tmp[CLMLA_PATH_SIZE + 16];
+    snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        const int e = errno;
+        free(text);
+        return clmla_fail(NULL, CLMLA_ERROR_IO, "cannot write %s: %s", path, strerror(e));
+    }
+    const size_t len = strlen(text);
+    const int ok = fwrite(text, 1, len, f) == len && fputc('\n', f) != EOF;
+    const int closed = fclose(f) == 0;
+    free(text);
+    if (!ok || !closed || rename(tmp, path) != 0) {
+        const int e = errno;
+        remove(tmp);
+        return clmla_fail(NULL, CLMLA_ERROR_IO, "cannot write %s: %s", path, strerror(e));
+    }
+    return CLMLA_SUCCESS;
 }

@@ -13,4 +13,30 @@ clmla_status clmla_tuning_apply(clmla_context *ctx);
    first bad entry, whichever device it is for, or the matching entry's broken constraint). */
 int clmla_tuning_parse(const char *text, const clmla_device_info *device, clmla_xgemm_tuning *found, char *why,
                        size_t why_size);
+
+/* ---- latent attention kernel parameters (include/clmla.h, "Latent attention kernel tuning") ---- */
+typedef struct latent_entry latent_entry;
+typedef struct latent_entry_list {
+    latent_entry *entries; /* the legal entries of a file, in its order */
+    size_t count;
+} latent_entry_list;
+
+/* A kernel-tuning file's text: -1 not a JSON array (nothing kept), else how many entries were
+   refused (why: the first refusal, naming the value); the legal ones are in *out either way
+   (free it with clmla_latent_tuning_list_free). */
+int clmla_latent_tuning_parse(const char *text, latent_entry_list *out, char *why, size_t why_size);
+void clmla_latent_tuning_list_free(latent_entry_list *list);
+
+/* Precedence over `user` (may be NULL; user_source names it), the built-in table and the
+   defaults: 2 user entry, 1 built-in, 0 defaults. */
+int clmla_latent_tuning_resolve(const latent_entry_list *user, const char *user_source, const clmla_device_info *device,
+                                int num_heads, clmla_latent_tuning *tuning, const char **source);
+
+/* What was wrong with the process's user file ("" when nothing), read once per process. */
+const char *clmla_latent_tuning_problem(void);
+
+/* The parameters attention.c runs on ctx at num_heads: forced ones
+   (clmla_context_set_latent_tuning), else clmla_latent_tuning_lookup's. No allocation, no I/O after
+   the process's first call: cheap enough for every launch. */
+void clmla_latent_tuning_for(const clmla_context *ctx, int num_heads, clmla_latent_tuning *tuning);
 #endif

@@ -1,0 +1,21 @@
+# clmla tune --kernels --quick: exits 0, prints the candidates' table and writes an entry for the
+# device that parses back. cmake -DCLMLA=... -DOUT_DIR=... -P cli_tune_kernels.cmake
+set(file ${OUT_DIR}/kernel-tuning-test.json)
+file(REMOVE ${file})
+execute_process(COMMAND ${CLMLA} tune --kernels --quick --out ${file}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "best: " OR NOT out MATCHES "batch 8")
+  message(FATAL_ERROR "clmla tune --kernels --quick: exit ${rc}\n${out}\n${err}")
+endif()
+file(READ ${file} text)
+string(JSON kernel GET "${text}" 0 kernel)
+string(JSON heads GET "${text}" 0 heads)
+string(JSON keys GET "${text}" 0 parameters rows_keys)
+if(NOT kernel STREQUAL "attn_latent" OR NOT heads EQUAL 16 OR keys LESS 4)
+  message(FATAL_ERROR "unexpected entry in ${file}:\n${text}")
+endif()
+execute_process(COMMAND ${CLMLA} devices --verbose RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "latent attention kernel tuning")
+  message(FATAL_ERROR "clmla devices --verbose: exit ${rc}\n${out}\n${err}")
+endif()
+message(STATUS "clmla tune --kernels wrote ${file}")
