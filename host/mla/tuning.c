@@ -209,6 +209,34 @@ static cJSON *entry_json(const clmla_xgemm_tuning *t)
     return o;
 }
 
+/* Writes `list` (then deleted) as the JSON file at path: a sibling file first, renamed over the
+   old one, so that a failure leaves the old file as it was. */
+static clmla_status save_json(const char *path, cJSON *list)
+{
+    char *text = cJSON_Print(list);
+    cJSON_Delete(list);
+    if (!text)
+        return clmla_fail(NULL, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    char tmp[CLMLA_PATH_SIZE + 16];
+    snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        const int e = errno;
+        free(text);
+        return clmla_fail(NULL, CLMLA_ERROR_IO, "cannot write %s: %s", path, strerror(e));
+    }
+    const size_t len = strlen(text);
+    const int ok = fwrite(text, 1, len, f) == len && fputc('\n', f) != EOF;
+    const int closed = fclose(f) == 0;
+    free(text);
+    if (!ok || !closed || rename(tmp, path) != 0) {
+        const int e = errno;
+        remove(tmp);
+        return clmla_fail(NULL, CLMLA_ERROR_IO, "cannot write %s: %s", path, strerror(e));
+    }
+    return CLMLA_SUCCESS;
+}
+
 clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning *tuning)
 {
     if (!path || !*path || !tuning)
@@ -267,30 +295,7 @@ clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning 
     }
     if (!replaced)
         cJSON_AddItemToArray(list, entry);
-    char *text = cJSON_Print(list);
-    cJSON_Delete(list);
-    if (!text)
-        return clmla_fail(NULL, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
-
-    /* Write a sibling file, then rename it over the old one: a failure leaves the old file. */
-    char tmp[CLMLA_PATH_SIZE + 16];
-    snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        const int e = errno;
-        free(text);
-        return clmla_fail(NULL, CLMLA_ERROR_IO, "cannot write %s: %s", path, strerror(e));
-    }
-    const size_t len = strlen(text);
-    const int ok = fwrite(text, 1, len, f) == len && fputc('\n', f) != EOF;
-    const int closed = fclose(f) == 0;
-    free(text);
-    if (!ok || !closed || rename(tmp, path) != 0) {
-        const int e = errno;
-        remove(tmp);
-        return clmla_fail(NULL, CLMLA_ERROR_IO, "cannot write %s: %s", path, strerror(e));
-    }
-    return CLMLA_SUCCESS;
+    return save_json(path, list);
 }
 
 /* ---- applied at context creation ----------------------------------------------------------- */
@@ -1075,26 +1080,5 @@ clmla_status clmla_latent_tuning_save(const char *path, const clmla_device_info 
     }
     if (!replaced)
         cJSON_AddItemToArray(list, o);
-    char *text = cJSON_Print(list);
-    cJSON_Delete(list);
-    if (!text)
-        return clmla_fail(NULL, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
-    char tmp[CLMLA_PATH_SIZE + 16];
-    snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        const int e = errno;
-        free(text);
-        return clmla_fail(NULL, CLMLA_ERROR_IO, "cannot write %s: %s", path, strerror(e));
-    }
-    const size_t len = strlen(text);
-    const int ok = fwrite(text, 1, len, f) == len && fputc('\n', f) != EOF;
-    const int closed = fclose(f) == 0;
-    free(text);
-    if (!ok || !closed || rename(tmp, path) != 0) {
-        const int e = errno;
-        remove(tmp);
-        return clmla_fail(NULL, CLMLA_ERROR_IO, "cannot write %s: %s", path, strerror(e));
-    }
-    return CLMLA_SUCCESS;
+    return save_json(path, list);
 }
