@@ -638,6 +638,19 @@ clmla_status clmla_layer_forward(clmla_layer *layer, clmla_cache *cache, const c
 clmla_status clmla_layer_forward_cl(clmla_layer *layer, clmla_cache *cache, const clmla_forward_args *args,
                                     cl_mem x, size_t x_offset, cl_mem out, size_t out_offset, cl_event *event);
 
+/* Builds, before the first real step, the kernels that this layer's steps select on its device
+   and with this cache (its dtype), so that no step of a workload pays for a compilation: runs, on
+   zero inputs, steps of every size class the kernels distinguish (chunks of 1 to 200 tokens, and
+   for the decompressed path contexts of 1 to 296 keys; small chunks at a context past one split
+   of the keys) on both attention paths, on a sequence of its own in layer `cache_layer` of `cache`,
+   freed again at the end. Needs free blocks for CLMLA_WARMUP_TOKENS tokens: CLMLA_ERROR_CACHE_FULL
+   otherwise, before anything runs. The cache's other sequences are not touched. Kernels are kept
+   per context (products) and per cache (attention): a second cache needs its own warm-up.
+   Blocking: a second or two on a CPU device with the kernels in the program cache, longer when
+   they compile. */
+#define CLMLA_WARMUP_TOKENS 296
+clmla_status clmla_layer_warmup(clmla_layer *layer, clmla_cache *cache, int cache_layer);
+
 /* In *tokens: entries with at least this many tokens take the decompressed path under
    CLMLA_PATH_AUTO. */
 clmla_status clmla_layer_auto_threshold(const clmla_layer *layer, int *tokens);

@@ -280,36 +280,23 @@ int cmd_demo(int argc, char **argv)
         goto done;
     }
     const int block_tokens = 64;
-    clmla_cache_config cc = {1, rkv, dr, block_tokens, (T + block_tokens - 1) / block_tokens + 2,
+    const int cache_tokens = T > CLMLA_WARMUP_TOKENS ? T : CLMLA_WARMUP_TOKENS;
+    clmla_cache_config cc = {1, rkv, dr, block_tokens, (cache_tokens + block_tokens - 1) / block_tokens + 2,
                              (clmla_cache_dtype)dtype};
     if (clmla_cache_create(ctx, &cc, &cache) != CLMLA_SUCCESS) {
         fprintf(stderr, "clmla demo: %s\n", clmla_last_error(ctx));
         goto done;
     }
-    /* Warm-up on a throw-away sequence: both paths once, so GEMM kernels are compiled now. The
-       product kernels differ by rows (up to 8, 9 to 63, 64 or more on CPUs) and by weights dtype,
-       so the warm-up prefill has min(prefill, 64) tokens: the prefill's own kind of product. */
-    const int warm_tokens = prefill < 64 ? prefill : 64;
+    /* Every kernel the steps will select, built now (clmla_layer_warmup), so that the timed steps
+       compile nothing. */
+    if (clmla_layer_warmup(layer, cache, 0) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla demo: warm-up: %s\n", clmla_last_error(ctx));
+        goto done;
+    }
     int32_t seq = -1;
     clmla_batch_entry entry = {0, 0};
     clmla_forward_args args = {&entry, 1, 0, CLMLA_PATH_AUTO};
-    for (int path = CLMLA_PATH_ABSORBED; path <= CLMLA_PATH_DECOMPRESSED; path++) {
-        clmla_cache_seq_add(cache, &seq);
-        entry.seq_id = seq;
-        entry.num_tokens = warm_tokens;
-        args.path = (clmla_attention_path)path;
-        if (clmla_layer_forward(layer, cache, &args, x, out) != CLMLA_SUCCESS) {
-            fprintf(stderr, "clmla demo: warm-up step: %s\n", clmla_last_error(ctx));
-            goto done;
-        }
-        entry.num_tokens = 1;
-        if (clmla_layer_forward(layer, cache, &args, x, out) != CLMLA_SUCCESS) {
-            fprintf(stderr, "clmla demo: warm-up step: %s\n", clmla_last_error(ctx));
-            goto done;
-        }
-        clmla_cache_seq_free(cache, seq);
-    }
-    printf("setup        %.1f s (kernel builds, weight upload, one warm-up step per path)\n", now_seconds() - t0);
+    printf("setup        %.1f s (kernel builds, weight upload, clmla_layer_warmup)\n", now_seconds() - t0);
 
     /* The measured run. */
     clmla_cache_seq_add(cache, &seq);

@@ -393,6 +393,49 @@ clmla_status clmla_layer_auto_threshold(const clmla_layer *L, int *tokens)
     return CLMLA_SUCCESS;
 }
 
+clmla_status clmla_layer_warmup(clmla_layer *L, clmla_cache *cache, int cache_layer)
+{
+    if (!L || !cache)
+        return clmla_fail(L ? L->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_layer_warmup: NULL argument");
+    /* The product kernels differ by rows: 1, 2, 3-4, 5-8, 9-63 and 64 or more (host/mla/gemm.c).
+       Absorbed: chunks of each size, the small ones at a context past 256 keys, where the latent
+       kernel splits the keys and the combine runs. Decompressed: the same chunks, and contexts of
+       each size too, since its up-projection has one row per key (1, 2, 4, 8, 16, 80, 280, 296). */
+    static const int absorbed[] = {200, 64, 1, 2, 4, 8, 16, 0};
+    static const int decompressed[] = {1, 1, 2, 4, 8, 64, 200, 16, 0};
+    clmla_cache_info ci;
+    clmla_status st = clmla_cache_get_info(cache, &ci);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    const int need = (CLMLA_WARMUP_TOKENS + ci.block_tokens - 1) / ci.block_tokens;
+    if (ci.blocks_free < need)
+        return clmla_fail(L->ctx, CLMLA_ERROR_CACHE_FULL,
+                          "clmla_layer_warmup needs %d free blocks of the cache (%d tokens), it has %d", need,
+                          CLMLA_WARMUP_TOKENS, ci.blocks_free);
+    float *x = calloc((size_t)200 * (size_t)L->config.hidden_size, sizeof(float));
+    float *out = malloc((size_t)200 * (size_t)L->config.hidden_size * sizeof(float));
+    if (!x || !out) {
+        free(x);
+        free(out);
+        return clmla_fail(L->ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "clmla_layer_warmup: out of host memory");
+    }
+    for (int path = CLMLA_PATH_ABSORBED; st == CLMLA_SUCCESS && path <= CLMLA_PATH_DECOMPRESSED; path++) {
+        const int *steps = path == CLMLA_PATH_ABSORBED ? absorbed : decompressed;
+        int32_t seq = -1;
+        st = clmla_cache_seq_add(cache, &seq);
+        for (int i = 0; st == CLMLA_SUCCESS && steps[i] > 0; i++) {
+            const clmla_batch_entry entry = {seq, steps[i]};
+            const clmla_forward_args args = {&entry, 1, cache_layer, (clmla_attention_path)path};
+            st = clmla_layer_forward(L, cache, &args, x, out);
+        }
+        if (seq >= 0)
+            clmla_cache_seq_free(cache, seq);
+    }
+    free(x);
+    free(out);
+    return st;
+}
+
 /* ---- the step ------------------------------------------------------------------------------- */
 
 /* Makes the RoPE table cover positions [0, needed). */
