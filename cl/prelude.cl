@@ -133,16 +133,15 @@ inline float dt_e4m3u(const uchar b)
         return as_float##N(as_uint##N(v) | ((u & 0x80u) << 24));                                   \
     }
 #endif
+#define DT_E4M3_SCALED(N)                                                                           \
+    inline float##N dt_e4m3x##N##s(const uchar##N b, const float s)                                 \
+    {                                                                                               \
+        return dt_e4m3x##N##u(b) * DT_E4M3_UNIT * s;                                                \
+    }
 DT_E4M3_VECTOR(4)
 DT_E4M3_VECTOR(8)
-inline float4 dt_e4m3x4s(const uchar4 b, const float s)
-{
-    return dt_e4m3x4u(b) * DT_E4M3_UNIT * s;
-}
-inline float8 dt_e4m3x8s(const uchar8 b, const float s)
-{
-    return dt_e4m3x8u(b) * DT_E4M3_UNIT * s;
-}
+DT_E4M3_SCALED(4)
+DT_E4M3_SCALED(8)
 
 #if defined(CACHE_F16)
 #define CACHE_T half

@@ -403,17 +403,27 @@ clmla_status clmla_layer_warmup(clmla_layer *L, clmla_cache *cache, int cache_la
        each size too, since its up-projection has one row per key (1, 2, 4, 8, 16, 80, 280, 296). */
     static const int absorbed[] = {200, 64, 1, 2, 4, 8, 16, 0};
     static const int decompressed[] = {1, 1, 2, 4, 8, 64, 200, 16, 0};
+    int tokens = 0, chunk = 0; /* the larger sequence (CLMLA_WARMUP_TOKENS), the largest step */
+    for (int path = 0; path < 2; path++) {
+        const int *steps = path == 0 ? absorbed : decompressed;
+        int sum = 0;
+        for (int i = 0; steps[i] > 0; i++) {
+            sum += steps[i];
+            chunk = steps[i] > chunk ? steps[i] : chunk;
+        }
+        tokens = sum > tokens ? sum : tokens;
+    }
     clmla_cache_info ci;
     clmla_status st = clmla_cache_get_info(cache, &ci);
     if (st != CLMLA_SUCCESS)
         return st;
-    const int need = (CLMLA_WARMUP_TOKENS + ci.block_tokens - 1) / ci.block_tokens;
+    const int need = (tokens + ci.block_tokens - 1) / ci.block_tokens;
     if (ci.blocks_free < need)
         return clmla_fail(L->ctx, CLMLA_ERROR_CACHE_FULL,
-                          "clmla_layer_warmup needs %d free blocks of the cache (%d tokens), it has %d", need,
-                          CLMLA_WARMUP_TOKENS, ci.blocks_free);
-    float *x = calloc((size_t)200 * (size_t)L->config.hidden_size, sizeof(float));
-    float *out = malloc((size_t)200 * (size_t)L->config.hidden_size * sizeof(float));
+                          "clmla_layer_warmup needs %d free blocks of the cache (%d tokens), it has %d", need, tokens,
+                          ci.blocks_free);
+    float *x = calloc((size_t)chunk * (size_t)L->config.hidden_size, sizeof(float));
+    float *out = malloc((size_t)chunk * (size_t)L->config.hidden_size * sizeof(float));
     if (!x || !out) {
         free(x);
         free(out);
