@@ -64,6 +64,11 @@
 #define ROWV ((ROW + 3) / 4)                 /* float4s of a padded query row */
 #define DPT ((RKV + NT - 1) / NT)            /* value elements per item in step C */
 #define QIT ((HGP * ROWV + NT - 1) / NT)     /* query float4s per item */
+#if NT * DPT == RKV
+#define IN_VALUES(d) 1                       /* step C: every item's elements lie inside the row */
+#else
+#define IN_VALUES(d) ((d) < RKV)
+#endif
 
 /* The cache's loads (cl/prelude.cl); float rows of a multiple of 4 start 16-byte aligned, so
    their float4s load as such. */
@@ -261,7 +266,7 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                 #pragma unroll
                 for (int i = 0; i < DPT; i++) {
                     const int d = lid + i * NT;
-                    c[u][i] = valid && (NT * DPT == RKV || d < RKV) ? LOAD(row, d) : 0.0f;
+                    c[u][i] = valid && IN_VALUES(d) ? LOAD(row, d) : 0.0f;
                 }
             }
             #pragma unroll
@@ -339,7 +344,7 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
 #define KTC 8
 #endif
 #define ROW8 (ROW / 8 * 8)
-#define HGP ((HGC + 7) / 8 * 8) /* heads padded to whole float8 vectors for the softmax */
+#define HGV ((HGC + 7) / 8 * 8) /* heads padded to whole float8 vectors for the softmax */
 #define RKV8 (RKV / 8 * 8)
 
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
@@ -372,8 +377,8 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
     __global const float *trow[KTC]; /* f32: the tile's rows are read in place */
 #define TROW(kk) (trow[kk])
 #endif
-    float p[KTC][HGP]; /* the tile's scores, then weights, key-major: the softmax runs across heads */
-    float run_max[HGP], run_sum[HGP], alpha[HGP];
+    float p[KTC][HGV]; /* the tile's scores, then weights, key-major: the softmax runs across heads */
+    float run_max[HGV], run_sum[HGV], alpha[HGV];
 
     for (int h = 0; h < HGC; h++) {
         const int head = h0 + (h < heads ? h : 0);
@@ -383,7 +388,7 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
         for (int d = 0; d < RKV; d++)
             acc[h][d] = 0.0f;
     }
-    for (int h = 0; h < HGP; h++) { /* padding heads see scores 0: finite, never stored */
+    for (int h = 0; h < HGV; h++) { /* padding heads see scores 0: finite, never stored */
         run_max[h] = -INFINITY;
         run_sum[h] = 0.0f;
         for (int kk = 0; kk < KTC; kk++)
@@ -499,7 +504,7 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
         }
         /* online softmax, eight heads per vector; alpha rescales the accumulators when the
            maximum moves. Keys past the end (kk >= nk) get weight 0. */
-        for (int v = 0; v < HGP / 8; v++) {
+        for (int v = 0; v < HGV / 8; v++) {
             const float8 m_old = vload8(v, run_max);
             float8 m = m_old;
             for (int kk = 0; kk < nk; kk++) {

@@ -288,6 +288,21 @@ static clmla_status build_from_source(clmla_context *ctx, const char *name, cons
         clReleaseProgram(program);
         return st;
     }
+    /* A build that succeeded may still have warned: said at info level, so that a kernel change
+       that makes a compiler warn is seen (the library never prints). */
+    size_t log_size = 0;
+    if (ctx->log && ctx->log_level >= CLMLA_LOG_INFO &&
+        clGetProgramBuildInfo(program, ctx->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &log_size) == CL_SUCCESS &&
+        log_size > 1) {
+        char *log = malloc(log_size + 1);
+        if (log && clGetProgramBuildInfo(program, ctx->device, CL_PROGRAM_BUILD_LOG, log_size, log, NULL) == CL_SUCCESS) {
+            log[log_size] = '\0';
+            if (strstr(log, "warning"))
+                clmla_log(ctx, CLMLA_LOG_INFO, "kernel %s.cl with options '%s' built with warnings:\n%s", name,
+                          options, log);
+        }
+        free(log);
+    }
     *out = program;
     return CLMLA_SUCCESS;
 }
