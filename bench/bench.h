@@ -72,6 +72,21 @@ void bench_encoded_free(bench_encoded *e);
 /* Bytes of W [n, k] stored in `dtype`, FP8's block scales included. */
 size_t bench_weight_stored_bytes(clmla_dtype dtype, size_t n, size_t k);
 
+/* ---- random layer weights (bench/layer.c) -------------------------------------------------- */
+
+/* A layer's weights as `clmla demo` makes them (uniform, scaled by 1/sqrt(fan-in); norms near 1),
+   float32 on the host, with the configuration that keeps them in `weights` on the device. */
+#define BENCH_LAYER_ARRAYS 8
+typedef struct bench_layer_weights {
+    clmla_layer_config config;
+    clmla_layer_weights weights; /* points into arrays */
+    float *arrays[BENCH_LAYER_ARRAYS];
+} bench_layer_weights;
+
+/* Returns 0, or 1 when out of host memory (with a message on stderr). */
+int bench_layer_weights_make(const bench_shape *s, unsigned seed, clmla_dtype weights, bench_layer_weights *bw);
+void bench_layer_weights_free(bench_layer_weights *bw);
+
 /* ---- timing -------------------------------------------------------------------------------- */
 
 /* One call of the operation under test: enqueue it on dev->queue without waiting. *last
@@ -128,6 +143,11 @@ typedef struct bench_row {
     double mha_cache_bytes;   /* a standard MHA cache for the same model, batch and ctx */
     double check_error;       /* max relative error against a float64 host result; < 0 = not checked */
     char note[160];
+    /* phase cold: the medians of each part over the samples (their sum is near t.median_ms, which
+       is the median of the whole), and the programs built from source or loaded from the disk
+       cache in a sample (the last one) */
+    double cold_context_ms, cold_layer_ms, cold_warmup_ms, cold_first_step_ms;
+    int cold_built, cold_loaded;
 } bench_row;
 
 typedef struct bench_peaks {
@@ -174,6 +194,9 @@ typedef struct bench_case {
 int bench_decode(const bench_case *c, bench_row *row);
 int bench_layer(const bench_case *c, bench_row *row);   /* phases layer and prefill */
 int bench_products(const bench_case *c, bench_row *row); /* phase products (bench/products.c) */
+/* phase cold (bench/cold.c): a fresh context, layer and warm-up, then the first step; path "build"
+   (no disk cache: every kernel compiled) or "cache" (the disk cache filled beforehand) */
+int bench_cold(const bench_case *c, const char *device_spec, bench_row *row);
 /* The four peak rows; peaks receives the measured values. quick = smaller sizes. */
 int bench_peak(bench_device *dev, const bench_timing_options *timing, int quick, bench_row rows[BENCH_PEAK_ROWS],
                bench_peaks *peaks);

@@ -60,54 +60,62 @@ static clmla_weights_dtype weights_setting(clmla_dtype dtype)
     }
 }
 
-static int create_layer(layer_state *st, unsigned seed, clmla_dtype weights)
+void bench_layer_weights_free(bench_layer_weights *bw)
 {
-    const bench_shape *s = st->s;
-    clmla_layer_config config = s->config;
-    config.weights_dtype = weights_setting(weights);
+    for (int i = 0; i < BENCH_LAYER_ARRAYS; i++) {
+        free(bw->arrays[i]);
+        bw->arrays[i] = NULL;
+    }
+}
+
+int bench_layer_weights_make(const bench_shape *s, unsigned seed, clmla_dtype weights, bench_layer_weights *bw)
+{
+    memset(bw, 0, sizeof(*bw));
+    bw->config = s->config;
+    bw->config.weights_dtype = weights_setting(weights);
     uint64_t rng = (uint64_t)seed * 0x9E3779B97F4A7C15ULL + 1;
     const float in_d = 1.0f / sqrtf((float)s->D);
-    float *q_a = NULL, *q_a_norm = NULL, *q_b = NULL, *q = NULL;
+    float **a = bw->arrays; /* q_a, q_a_norm, q_b, q, kv_a, kv_norm, kv_b, o */
     if (s->rq > 0) {
-        q_a = random_floats((size_t)s->rq * s->D, in_d, 0, &rng);
-        q_a_norm = random_floats((size_t)s->rq, 0.1f, 1.0f, &rng);
-        q_b = random_floats((size_t)s->H * s->dq * s->rq, 1.0f / sqrtf((float)s->rq), 0, &rng);
+        a[0] = random_floats((size_t)s->rq * s->D, in_d, 0, &rng);
+        a[1] = random_floats((size_t)s->rq, 0.1f, 1.0f, &rng);
+        a[2] = random_floats((size_t)s->H * s->dq * s->rq, 1.0f / sqrtf((float)s->rq), 0, &rng);
     } else {
-        q = random_floats((size_t)s->H * s->dq * s->D, in_d, 0, &rng);
+        a[3] = random_floats((size_t)s->H * s->dq * s->D, in_d, 0, &rng);
     }
-    float *kv_a = random_floats((size_t)s->row * s->D, in_d, 0, &rng);
-    float *kv_norm = random_floats((size_t)s->rkv, 0.1f, 1.0f, &rng);
-    float *kv_b = random_floats((size_t)s->H * (s->dn + s->dv) * s->rkv, 1.0f / sqrtf((float)s->rkv), 0, &rng);
-    float *o = random_floats((size_t)s->D * s->H * s->dv, 1.0f / sqrtf((float)(s->H * s->dv)), 0, &rng);
-    int rc = 1;
-    if (kv_a && kv_norm && kv_b && o && (s->rq > 0 ? q_a && q_a_norm && q_b : q != NULL)) {
-        clmla_layer_weights w;
-        memset(&w, 0, sizeof(w));
-        if (s->rq > 0) {
-            w.q_a_proj = clmla_tensor_2d(q_a, s->rq, s->D);
-            w.q_a_layernorm = clmla_tensor_1d(q_a_norm, s->rq);
-            w.q_b_proj = clmla_tensor_2d(q_b, (int64_t)s->H * s->dq, s->rq);
-        } else {
-            w.q_proj = clmla_tensor_2d(q, (int64_t)s->H * s->dq, s->D);
-        }
-        w.kv_a_proj_with_mqa = clmla_tensor_2d(kv_a, s->row, s->D);
-        w.kv_a_layernorm = clmla_tensor_1d(kv_norm, s->rkv);
-        w.kv_b_proj = clmla_tensor_2d(kv_b, (int64_t)s->H * (s->dn + s->dv), s->rkv);
-        w.o_proj = clmla_tensor_2d(o, s->D, (int64_t)s->H * s->dv);
-        rc = clmla_layer_create(st->dev->ctx, &config, &w, &st->layer) != CLMLA_SUCCESS;
-        if (rc)
-            fprintf(stderr, "clmla-bench: %s\n", clmla_last_error(st->dev->ctx));
-    } else {
+    a[4] = random_floats((size_t)s->row * s->D, in_d, 0, &rng);
+    a[5] = random_floats((size_t)s->rkv, 0.1f, 1.0f, &rng);
+    a[6] = random_floats((size_t)s->H * (s->dn + s->dv) * s->rkv, 1.0f / sqrtf((float)s->rkv), 0, &rng);
+    a[7] = random_floats((size_t)s->D * s->H * s->dv, 1.0f / sqrtf((float)(s->H * s->dv)), 0, &rng);
+    if (!a[4] || !a[5] || !a[6] || !a[7] || (s->rq > 0 ? !a[0] || !a[1] || !a[2] : !a[3])) {
+        bench_layer_weights_free(bw);
         fprintf(stderr, "clmla-bench: out of host memory for the weights\n");
+        return 1;
     }
-    free(q_a);
-    free(q_a_norm);
-    free(q_b);
-    free(q);
-    free(kv_a);
-    free(kv_norm);
-    free(kv_b);
-    free(o);
+    clmla_layer_weights *w = &bw->weights;
+    if (s->rq > 0) {
+        w->q_a_proj = clmla_tensor_2d(a[0], s->rq, s->D);
+        w->q_a_layernorm = clmla_tensor_1d(a[1], s->rq);
+        w->q_b_proj = clmla_tensor_2d(a[2], (int64_t)s->H * s->dq, s->rq);
+    } else {
+        w->q_proj = clmla_tensor_2d(a[3], (int64_t)s->H * s->dq, s->D);
+    }
+    w->kv_a_proj_with_mqa = clmla_tensor_2d(a[4], s->row, s->D);
+    w->kv_a_layernorm = clmla_tensor_1d(a[5], s->rkv);
+    w->kv_b_proj = clmla_tensor_2d(a[6], (int64_t)s->H * (s->dn + s->dv), s->rkv);
+    w->o_proj = clmla_tensor_2d(a[7], s->D, (int64_t)s->H * s->dv);
+    return 0;
+}
+
+static int create_layer(layer_state *st, unsigned seed, clmla_dtype weights)
+{
+    bench_layer_weights bw;
+    if (bench_layer_weights_make(st->s, seed, weights, &bw))
+        return 1;
+    const int rc = clmla_layer_create(st->dev->ctx, &bw.config, &bw.weights, &st->layer) != CLMLA_SUCCESS;
+    if (rc)
+        fprintf(stderr, "clmla-bench: %s\n", clmla_last_error(st->dev->ctx));
+    bench_layer_weights_free(&bw);
     return rc;
 }
 

@@ -41,7 +41,7 @@ static void usage(FILE *out)
             "  --preset NAME        v2-lite (default), v2, v3, kimi-k2, glm-4.7-flash, minicpm3-4b, mistral-small-4,\n"
             "                       moonlight, or custom (v2-lite's dims, changed by:)\n"
             "  --hidden N --heads N --q-lora-rank N --kv-lora-rank N --nope-dim N --rope-dim N --v-dim N\n"
-            "  --phase LIST         decode (default), layer, prefill, products, peak; comma-separated\n"
+            "  --phase LIST         decode (default), layer, prefill, products, cold, peak; comma-separated\n"
             "                         decode:  latent attention of one new token over the cache (FlashMLA's measure)\n"
             "                         layer:   a whole decode step of one layer (projections, RoPE, cache write,\n"
             "                                  attention, output projection)\n"
@@ -50,12 +50,18 @@ static void usage(FILE *out)
             "                                  (--batch, default 1,2,4,8; paths q_proj or q_a_proj,q_b_proj,\n"
             "                                  kv_a_proj, qkv_a_proj (the two stacked, as the layer runs them),\n"
             "                                  kv_b_proj, o_proj), against the read peak\n"
+            "                         cold:    a fresh context, layer and clmla_layer_warmup, then the first\n"
+            "                                  step (batch sequences of ctx tokens; default 1 and 1): the\n"
+            "                                  cost before a first step, apart from the timed rows; paths\n"
+            "                                  build (no disk cache: every kernel compiled) and cache (from\n"
+            "                                  a disk cache filled first); 3 samples, 1 with --quick\n"
             "                         peak:    same as --peak\n"
             "  --ctx LIST           context lengths (decode 1024,4096,32768; layer 4096; prefill 512,4096)\n"
             "  --batch LIST         sequences per step (decode 1,8,32; layer and prefill 1)\n"
             "  --path LIST          absorbed, decompressed, mha (standard multi-head attention over a full\n"
             "                       per-head K/V cache; decode only), auto (the library's choice; layer, prefill)\n"
-            "                       (defaults: decode absorbed,mha; layer absorbed; prefill auto)\n"
+            "                       build, cache (cold)\n"
+            "                       (defaults: decode absorbed,mha; layer absorbed; prefill auto; cold build,cache)\n"
             "  --cache-dtype LIST   f32 (default), f16, bf16, fp8 (bf16 and fp8: the absorbed path, through the library)\n"
             "  --weights-dtype LIST auto (default: f32, as the random weights are made), f32, f16, bf16, fp8: the\n"
             "                       dtype the layer (layer, prefill) or clmla_linear (products) keeps the weights in\n"
@@ -265,10 +271,10 @@ static int make_shape(const options *o, bench_shape *shape)
     return 0;
 }
 
-static const char *const phase_names[] = {"peak", "decode", "layer", "prefill", "products", NULL};
+static const char *const phase_names[] = {"peak", "decode", "layer", "prefill", "products", "cold", NULL};
 static const char *const path_names[] = {"absorbed",  "decompressed", "mha",        "auto",      "q_proj",
                                           "q_a_proj",  "q_b_proj",     "kv_a_proj",  "qkv_a_proj", "kv_b_proj",
-                                          "o_proj",    NULL};
+                                          "o_proj",    "build",        "cache",      NULL};
 static const char *const dtype_names[] = {"f32", "f16", "bf16", "fp8", NULL}; /* clmla_cache_dtype's order */
 static const char *const weights_names[] = {"auto", "f32", "f16", "bf16", "fp8", NULL};
 
@@ -304,6 +310,9 @@ static int phase_lists(const options *o, const bench_shape *shape, const char *p
         return parse_ints(o->batch ? o->batch : (o->quick ? "1,8" : "1,2,4,8"), batch, "batch") ||
                parse_names(o->path ? o->path : names, paths, path_names, "path");
     }
+    if (strcmp(phase, "cold") == 0)
+        return parse_ints(o->ctx ? o->ctx : "1", ctx, "ctx") || parse_ints(o->batch ? o->batch : "1", batch, "batch") ||
+               parse_names(o->path ? o->path : "build,cache", paths, path_names, "path");
     const int decode = strcmp(phase, "decode") == 0, layer = strcmp(phase, "layer") == 0;
     const char *ctx_text = o->ctx ? o->ctx
                            : decode ? (o->quick ? "1024,4096" : "1024,4096,32768")
@@ -380,6 +389,7 @@ static int read_peaks(const char *path, const char *device, bench_peaks *peaks)
 }
 
 static int progress_tty;
+static const char *device_spec; /* --device, for the contexts of the cold phase */
 
 /* dtypes: "weights f32, cache f16" or the part that applies, or "". */
 static void progress(int index, int total, const char *phase, const char *path, const char *dtypes, int batch, int ctx)
@@ -420,6 +430,7 @@ static int run_row(bench_report *report, const bench_case *bc, int with_weights,
     progress(index, total, bc->phase, bc->path, what, bc->batch, bc->ctx);
     const int rc = strcmp(bc->phase, "decode") == 0     ? bench_decode(bc, &row)
                    : strcmp(bc->phase, "products") == 0 ? bench_products(bc, &row)
+                   : strcmp(bc->phase, "cold") == 0     ? bench_cold(bc, device_spec, &row)
                                                         : bench_layer(bc, &row);
     progress_clear();
     if (rc < 0) {
@@ -500,6 +511,7 @@ int main(int argc, char **argv)
     dev.profiling = (props & CL_QUEUE_PROFILING_ENABLE) != 0;
     dev.memory_budget = o.max_mem_mib > 0 ? (size_t)(o.max_mem_mib * 1048576.0) : (size_t)dev.info.global_mem_bytes;
     progress_tty = isatty(fileno(stderr));
+    device_spec = o.device;
     if (!o.warm_cache) {
         cl_ulong llc = 0;
         clGetDeviceInfo(dev.device, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof(llc), &llc, NULL);

@@ -264,6 +264,15 @@ int bench_report_row(bench_report *r, const bench_row *row)
     add_number_or_null(o, "cache_mib", mib(row->cache_bytes), row->cache_bytes > 0);
     add_number_or_null(o, "mha_cache_mib", mib(row->mha_cache_bytes), row->mha_cache_bytes > 0);
     add_number_or_null(o, "check_rel_error", row->check_error, row->check_error >= 0);
+    if (strcmp(row->phase, "cold") == 0) {
+        /* the parts of a cold start (medians over the samples) and the programs of the last one */
+        cJSON_AddNumberToObject(o, "context_ms", row->cold_context_ms);
+        cJSON_AddNumberToObject(o, "layer_create_ms", row->cold_layer_ms);
+        cJSON_AddNumberToObject(o, "warmup_ms", row->cold_warmup_ms);
+        cJSON_AddNumberToObject(o, "first_step_ms", row->cold_first_step_ms);
+        cJSON_AddNumberToObject(o, "programs_built", row->cold_built);
+        cJSON_AddNumberToObject(o, "programs_loaded", row->cold_loaded);
+    }
     cJSON_AddStringToObject(o, "note", row->note);
     cJSON_AddItemToArray(r->rows, o);
     return write_json(r);

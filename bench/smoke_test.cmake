@@ -3,7 +3,8 @@
 # weights dtypes, and checks that it prints a table row per case and writes a JSON array whose rows
 # have the schema's fields and pass the float64 host check, and that the decode and products rows
 # carry a roofline bound from the peaks measured briefly by default (the layer run, with --no-peak,
-# none). Timings are never asserted, only that the bound and its fraction are positive.
+# none), and that the cold-start rows count the programs they build or load. Timings are never
+# asserted, only that the bound and its fraction are positive.
 #   cmake -DBENCH=path/to/clmla-bench -DOUT=file.json -P smoke_test.cmake
 
 # Every row of the JSON array `json` (read from `file`) has a bound: bound_ms and of_bound positive,
@@ -178,6 +179,42 @@ endforeach()
 if(NOT out MATCHES "\npeak +none \\(--no-peak\\)" OR NOT out MATCHES "\nlayer +absorbed +f32 +f32 +1 +64 [^\n]*\\) +- +- +- +[0-9]")
   message(FATAL_ERROR "--no-peak: no 'peak none' line or a bound printed:\n${out}")
 endif()
+
+# The cold phase: a fresh context, layer, warm-up and first step, with no disk cache (build) and
+# from one filled beforehand (cache). The build row builds programs and loads none; the cache row
+# loads them and builds none (a program the disk cache does not serve would show here); the parts
+# and the counts are in the JSON.
+execute_process(
+  COMMAND ${BENCH} --quick --phase cold --ctx 3 --batch 2 --no-peak --json ${OUT}.cold.json
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "clmla-bench --phase cold exited with ${rc}:\n${out}\n${err}")
+endif()
+file(READ ${OUT}.cold.json json)
+string(JSON rows LENGTH "${json}")
+if(NOT rows EQUAL 2)
+  message(FATAL_ERROR "--phase cold: ${rows} rows, expected 2 (build, cache)")
+endif()
+foreach(i 0 1)
+  string(JSON path GET "${json}" ${i} path)
+  string(JSON built GET "${json}" ${i} programs_built)
+  string(JSON loaded GET "${json}" ${i} programs_loaded)
+  string(JSON warmup GET "${json}" ${i} warmup_ms)
+  string(JSON step GET "${json}" ${i} first_step_ms)
+  if(path STREQUAL "build" AND (NOT built GREATER 0 OR NOT loaded EQUAL 0))
+    message(FATAL_ERROR "cold build row: ${built} programs built, ${loaded} loaded; expected some built, none loaded")
+  endif()
+  if(path STREQUAL "cache" AND (NOT built EQUAL 0 OR NOT loaded GREATER 0))
+    message(FATAL_ERROR "cold cache row: ${built} programs built, ${loaded} loaded; expected none built, some loaded")
+  endif()
+  if(NOT warmup GREATER 0 OR NOT step GREATER 0)
+    message(FATAL_ERROR "cold ${path} row: warm-up ${warmup} ms, first step ${step} ms")
+  endif()
+endforeach()
+if(out MATCHES "the step built programs")
+  message(FATAL_ERROR "the first step after clmla_layer_warmup built a program:\n${out}")
+endif()
+message(STATUS "bench_smoke: cold start rows (build, cache) with their parts and program counts")
 
 # --no-peak with a peak to measure or read is refused.
 execute_process(
