@@ -64,6 +64,18 @@
 #define ROWV ((ROW + 3) / 4)                 /* float4s of a padded query row */
 #define DPT ((RKV + NT - 1) / NT)            /* value elements per item in step C */
 #define QIT ((HGP * ROWV + NT - 1) / NT)     /* query float4s per item */
+/* QLAYOUT: where float4 v of head hd's scaled query sits in local memory. 0: [HGP][ROWV], each head's
+   row contiguous; 1: [ROWV][4][HQ], so that the HQ items of one key in step A (head quads hq, the
+   same h and v) read adjacent float4s: no two of a quarter-warp's distinct addresses share a bank on
+   GPUs with 32 four-byte banks, where layout 0 puts them 4*ROWV float4s apart, all in one bank group. */
+#ifndef QLAYOUT
+#define QLAYOUT 0
+#endif
+#if QLAYOUT == 0
+#define QIDX(hd, v) ((hd) * ROWV + (v))
+#else
+#define QIDX(hd, v) (((v) * 4 + (hd) % 4) * HQ + (hd) / 4)
+#endif
 #if NT * DPT == RKV
 #define IN_VALUES(d) 1                       /* step C: every item's elements lie inside the row */
 #else
@@ -90,7 +102,7 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                  const int num_heads, const int num_splits, const int split_tokens, const float scale,
                  __global float *out, const int out_offset, __global float *lse, const int lse_offset)
 {
-    __local float4 qs[HGP * ROWV]; /* [HGP][ROWV]: scaled queries, zero past ROW and for padding heads */
+    __local float4 qs[HGP * ROWV]; /* scaled queries (QLAYOUT), zero past ROW and for padding heads */
     __local float4 sw[TK * HQ];    /* [TK][HGP]: the tile's scores, then its weights */
     __local float red[GI * HGP];   /* [GI][HGP]: per-item maxima, at the end per-item sums */
     __local float alpha_l[HGP];    /* exp(old max - new max) of the tile, per head */
@@ -142,7 +154,7 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
             }
         }
         if (i4 < HGP * ROWV)
-            qs[i4] = v * scale;
+            qs[QIDX(h, i4 % ROWV)] = v * scale;
     }
 
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -169,7 +181,6 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                     slot_l[kk] = slot;
                 rowp[k] = cache + (size_t)slot * CACHE_ROW_UNITS;
             }
-            __local const float4 *q0 = qs + 4 * hq * ROWV;
             float4 a[KPT][4];
             for (int k = 0; k < KPT; k++)
                 for (int h = 0; h < 4; h++)
@@ -187,7 +198,7 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                 for (int u = 0; u < UA; u++)
                     #pragma unroll
                     for (int h = 0; h < 4; h++) {
-                        const float4 qv = q0[h * ROWV + v + u];
+                        const float4 qv = qs[QIDX(4 * hq + h, v + u)];
                         #pragma unroll
                         for (int k = 0; k < KPT; k++)
                             a[k][h] = fma(qv, c[k][u], a[k][h]);
@@ -197,7 +208,7 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                 for (int k = 0; k < KPT; k++) {
                     const float4 c = LOAD4(rowp[k], v);
                     for (int h = 0; h < 4; h++)
-                        a[k][h] = fma(q0[h * ROWV + v], c, a[k][h]);
+                        a[k][h] = fma(qs[QIDX(4 * hq + h, v)], c, a[k][h]);
                 }
 #if ROW % 4
             for (int k = 0; k < KPT; k++) { /* the row's last ROW % 4 values against the zero-padded queries */
@@ -210,7 +221,7 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                 c.z = LOAD(rowp[k], 4 * ROW4 + 2);
 #endif
                 for (int h = 0; h < 4; h++)
-                    a[k][h] = fma(q0[h * ROWV + ROW4], c, a[k][h]);
+                    a[k][h] = fma(qs[QIDX(4 * hq + h, ROW4)], c, a[k][h]);
             }
 #endif
             for (int k = 0; k < KPT; k++) {
