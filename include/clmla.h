@@ -429,6 +429,22 @@ typedef struct clmla_layer_config {
     /* The element type the layer keeps its weights in on the device: as each tensor is given
        (clmla_tensor.dtype), or one type for all, converted once at creation. */
     clmla_weights_dtype weights_dtype;
+
+    /* ---- added in 0.5 ---- */
+    /* Tensor-parallel shard (docs/MODELS.md, "Tensor-parallel shards"): with tp_size > 1 the layer
+       is shard tp_rank of tp_size. num_heads stays the model's H; tp_size must divide it, and
+       tp_rank lies in [0, tp_size). The shard holds only heads [tp_rank * H/n, (tp_rank+1) * H/n):
+       their rows of q_b_proj (q_proj without a query LoRA) and kv_b_proj and their columns of
+       o_proj; q_a_proj, kv_a_proj_with_mqa, the norms and biases are whole. clmla_layer_create
+       takes either the full tensors (and keeps its slice) or tensors already sliced for the shard
+       (q_b_proj [H/n*(dn+dr), rq], q_proj [H/n*(dn+dr), D], kv_b_proj [H/n*(dn+dv), rkv], o_proj
+       [D, H/n*dv]); any other shape is refused naming the tensor. An FP8_E4M3 tensor keeps fp8 with
+       the matching slice of its block scales where the shard's boundaries are multiples of 128,
+       else it is held in float32 (a warning is logged). Its output is a partial sum: the sum over
+       ranks equals the whole layer's output; o_proj_bias is added by rank 0 only. tp_size 0 or 1:
+       the whole layer. */
+    int tp_rank;
+    int tp_size;
 } clmla_layer_config;
 
 typedef enum clmla_preset {
@@ -600,10 +616,12 @@ clmla_status clmla_cache_layer_buffer(const clmla_cache *cache, int layer, cl_me
 typedef struct clmla_layer clmla_layer;
 
 /* Checks the configuration and every weight's shape (a missing tensor is named; a wrong shape
-   names the tensor, the expected and the given shape) and uploads the weights once. */
+   names the tensor, the expected and the given shape) and uploads the weights once. A
+   tensor-parallel shard (config->tp_size > 1) uploads only its slices (clmla_layer_config.tp_rank). */
 clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *config,
                                 const clmla_layer_weights *weights, clmla_layer **layer);
 void clmla_layer_destroy(clmla_layer *layer);
+/* The configuration as given (defaults resolved); for a shard the model's num_heads and its tp fields. */
 clmla_status clmla_layer_get_config(const clmla_layer *layer, clmla_layer_config *config);
 
 typedef enum clmla_attention_path {
@@ -657,7 +675,8 @@ clmla_status clmla_layer_auto_threshold(const clmla_layer *layer, int *tokens);
 
 /* The device memory a layer holds, in bytes, by checkpoint tensor, as the layer stores it: in its
    weights dtype (an FP8 tensor's block scales included), packed in panels on CPU devices;
-   q_proj or q_a_proj and kv_a_proj_with_mqa share one buffer, each counted for its rows of it. */
+   q_proj or q_a_proj and kv_a_proj_with_mqa share one buffer, each counted for its rows of it.
+   A tensor-parallel shard counts what it holds: its slices, and o_proj's bias on rank 0 only. */
 typedef struct clmla_layer_memory {
     size_t q_a_proj;           /* 0 without a query LoRA */
     size_t q_proj;             /* 0 with one */
@@ -773,6 +792,10 @@ typedef struct clmla_model_options {
     /* added in 0.4: the weights as stored (F32, F16, BF16, F8_E4M3 with its scales: 0), or
        converted at load (--weights-dtype) */
     clmla_weights_dtype weights_dtype;
+    /* added in 0.5: load the layer as tensor-parallel shard tp_rank of tp_size (see
+       clmla_layer_config.tp_rank; only the shard's slices are kept). tp_size 0 or 1: the whole layer. */
+    int tp_rank;
+    int tp_size;
 } clmla_model_options;
 
 /* clmla_layer_create_from_model with options. A layer that is not MLA (kimi_linear's linear

@@ -26,7 +26,7 @@ static int parse_path(const char *text, clmla_attention_path *path)
 
 int cmd_run(int argc, char **argv)
 {
-    int help = 0, layer_index = 0, sublayer = 0, prefill = -1, chunk = 0, block_size = 64;
+    int help = 0, layer_index = 0, sublayer = 0, prefill = -1, chunk = 0, block_size = 64, tp_rank = 0, tp_size = 1;
     const char *device = NULL, *model = NULL, *input = NULL, *output = NULL, *path_name = "auto", *cache_dtype = "f32",
                *weights_dtype = "auto";
     cli_option opts[] = {
@@ -42,6 +42,8 @@ int cmd_run(int argc, char **argv)
         {"weights-dtype", CLI_STRING, &weights_dtype,
          CLI_WEIGHTS_DTYPES "  weights on the device (default auto: as stored in the checkpoint)"},
         {"block-size", CLI_INT, &block_size, "B     tokens per cache block (default 64)"},
+        {"tp-rank", CLI_INT, &tp_rank, "R     load the layer as tensor-parallel shard R of --tp-size (default 0)"},
+        {"tp-size", CLI_INT, &tp_size, "N     shards of the layer (default 1: whole); Y is shard R's partial sum"},
         {"device", CLI_STRING, &device, "SPEC  device to run on (see clmla devices)"},
         {"help", CLI_FLAG, &help, "this text"},
         {NULL, CLI_FLAG, NULL, NULL},
@@ -77,6 +79,11 @@ int cmd_run(int argc, char **argv)
     }
     if (block_size < 1 || chunk < 0 || layer_index < 0) {
         fprintf(stderr, "clmla run: --block-size must be >= 1, --chunk >= 1 and --layer >= 0\n");
+        return 2;
+    }
+    if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size) {
+        fprintf(stderr, "clmla run: --tp-size must be >= 1 and --tp-rank in [0, --tp-size), not %d of %d\n", tp_rank,
+                tp_size);
         return 2;
     }
 
@@ -139,6 +146,8 @@ int cmd_run(int argc, char **argv)
     mo.layer = layer_index;
     mo.sublayer = sublayer;
     mo.weights_dtype = (clmla_weights_dtype)wdtype;
+    mo.tp_rank = tp_rank;
+    mo.tp_size = tp_size;
     if (clmla_layer_create_from_model_opts(ctx, model, &mo, &layer) != CLMLA_SUCCESS) {
         fprintf(stderr, "clmla run: %s\n", clmla_last_error(ctx));
         goto done;
@@ -171,9 +180,12 @@ int cmd_run(int argc, char **argv)
         goto done;
     }
     const int prefill_steps = prefill > 0 ? (prefill + chunk - 1) / chunk : 0;
-    printf("clmla run: layer %d of %s, %d tokens: %d prefilled in %d step%s, %d decoded; path %s, weights %s, %s "
+    char shard[64] = "";
+    if (tp_size > 1)
+        snprintf(shard, sizeof(shard), " (tensor-parallel shard %d of %d: its partial sum)", tp_rank, tp_size);
+    printf("clmla run: layer %d%s of %s, %d tokens: %d prefilled in %d step%s, %d decoded; path %s, weights %s, %s "
            "cache; wrote %s\n",
-           layer_index, model, T, prefill, prefill_steps, prefill_steps == 1 ? "" : "s", T - prefill, path_name,
+           layer_index, shard, model, T, prefill, prefill_steps, prefill_steps == 1 ? "" : "s", T - prefill, path_name,
            wdtype == CLMLA_WEIGHTS_AS_GIVEN ? "as stored" : weights_dtype, cache_dtype, output);
     rc = 0;
 

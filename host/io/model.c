@@ -222,11 +222,45 @@ static void host_tensor_free(host_tensor *h)
     memset(h, 0, sizeof(*h));
 }
 
+/* An edge of a block on an fp8 weight's 128 x 128 scale grid: a multiple of 128 or the weight's edge. */
+static int on_scale_grid(int64_t edge, int64_t extent)
+{
+    return edge % 128 == 0 || edge == extent;
+}
+
+/* Copies the block block[0..4) = (r0, rows, c0, cols) of the 2-D tensor t, in its stored dtype, into
+   out (rows x cols elements), and for F8_E4M3 the block's scales out of all_scales into scales. */
+static clmla_status copy_block(loader *l, const clmla_st_file *file, const clmla_st_tensor *t, clmla_dtype dtype,
+                               const int64_t block[4], void *out, const float *all_scales, float *scales)
+{
+    const size_t eb = clmla_dtype_bytes(dtype), k = (size_t)t->shape[1];
+    const size_t r0 = (size_t)block[0], rows = (size_t)block[1], c0 = (size_t)block[2], cols = (size_t)block[3];
+    /* whole rows in one copy, else a row's columns at a time: a header entry for just those bytes */
+    clmla_st_tensor part = *t;
+    const size_t runs = cols == k ? 1 : rows, run_bytes = (cols == k ? rows : 1) * cols * eb;
+    clmla_status st = CLMLA_SUCCESS;
+    for (size_t i = 0; i < runs && st == CLMLA_SUCCESS; i++) {
+        part.begin = t->begin + (uint64_t)(((r0 + i) * k + c0) * eb);
+        part.end = part.begin + run_bytes;
+        st = clmla_st_copy_raw(file, &part, (char *)out + i * run_bytes, l->err, sizeof(l->err));
+    }
+    if (st == CLMLA_SUCCESS && dtype == CLMLA_DTYPE_FP8_E4M3) {
+        const size_t bk = clmla_fp8_blocks(k), sr = clmla_fp8_blocks(rows), sc = clmla_fp8_blocks(cols);
+        for (size_t i = 0; i < sr; i++)
+            memcpy(scales + i * sc, all_scales + (r0 / CLMLA_FP8_BLOCK + i) * bk + c0 / CLMLA_FP8_BLOCK,
+                   sc * sizeof(float));
+    }
+    return st;
+}
+
 /* Loads one weight into *out after checking its shape: [rows, cols] in its stored dtype (F8_E4M3
    with its "_scale_inv" block scales converted to float32), or [rows] as float32 when cols is 0.
+   `block` (NULL: the whole tensor) = (r0, rows, c0, cols) of a 2-D weight that a tensor-parallel
+   shard keeps: only those elements are copied, except for an F8_E4M3 weight whose block does not
+   lie on its scale grid, which is loaded whole (the layer then decodes its block to float32).
    On failure *out holds nothing. */
-static clmla_status load_tensor(loader *l, const char *prefix, const char *suffix, int64_t rows, int64_t cols,
-                                const char *implied_by, host_tensor *out)
+static clmla_status load_tensor_block(loader *l, const char *prefix, const char *suffix, int64_t rows, int64_t cols,
+                                      const char *implied_by, const int64_t *block, host_tensor *out)
 {
     memset(out, 0, sizeof(*out));
     char name[256], scale_name[300];
@@ -286,34 +320,55 @@ static clmla_status load_tensor(loader *l, const char *prefix, const char *suffi
             return CLMLA_ERROR_MISSING_TENSOR;
         }
     }
-    const size_t bytes = numel * clmla_dtype_bytes(dtype);
+    if (block && (block[1] == rows && block[3] == cols))
+        block = NULL; /* the whole tensor */
+    if (block && dtype == CLMLA_DTYPE_FP8_E4M3 &&
+        !(block[0] % 128 == 0 && block[2] % 128 == 0 && on_scale_grid(block[0] + block[1], rows) &&
+          on_scale_grid(block[2] + block[3], cols)))
+        block = NULL; /* its scales do not follow the block: the layer keeps its block in float32 */
+    const int64_t out_rows = block ? block[1] : rows, out_cols = block ? block[3] : cols;
+    const size_t bytes = (size_t)out_rows * (size_t)out_cols * clmla_dtype_bytes(dtype);
     out->data = malloc(bytes ? bytes : 1);
     if (!out->data) {
         snprintf(l->err, sizeof(l->err), "out of host memory for %s (%zu bytes)", name, bytes);
         return CLMLA_ERROR_OUT_OF_HOST_MEMORY;
     }
-    st = clmla_st_copy_raw(file, t, out->data, l->err, sizeof(l->err));
-    if (st == CLMLA_SUCCESS && dtype == CLMLA_DTYPE_FP8_E4M3) {
+    float *all_scales = NULL;
+    if (dtype == CLMLA_DTYPE_FP8_E4M3) {
         const size_t blocks = clmla_fp8_blocks((size_t)rows) * clmla_fp8_blocks((size_t)cols);
-        out->scale = malloc(blocks * sizeof(float));
-        if (!out->scale) {
+        const size_t kept = clmla_fp8_blocks((size_t)out_rows) * clmla_fp8_blocks((size_t)out_cols);
+        out->scale = malloc(kept * sizeof(float));
+        all_scales = block ? malloc(blocks * sizeof(float)) : out->scale;
+        if (!out->scale || !all_scales) {
             snprintf(l->err, sizeof(l->err), "out of host memory for %s (%zu values)", scale_name, blocks);
             st = CLMLA_ERROR_OUT_OF_HOST_MEMORY;
         } else {
-            st = clmla_st_scales_f32(file, t, scale_file, scale, out->scale, l->err, sizeof(l->err));
+            st = clmla_st_scales_f32(file, t, scale_file, scale, all_scales, l->err, sizeof(l->err));
         }
     }
+    if (st == CLMLA_SUCCESS && block)
+        st = copy_block(l, file, t, dtype, block, out->data, all_scales, out->scale);
+    else if (st == CLMLA_SUCCESS)
+        st = clmla_st_copy_raw(file, t, out->data, l->err, sizeof(l->err));
+    if (all_scales != out->scale)
+        free(all_scales);
     if (st != CLMLA_SUCCESS) {
         host_tensor_free(out);
         return st;
     }
     out->t.data = out->data;
     out->t.ndim = 2;
-    out->t.shape[0] = rows;
-    out->t.shape[1] = cols;
+    out->t.shape[0] = out_rows;
+    out->t.shape[1] = out_cols;
     out->t.dtype = dtype;
     out->t.scale = out->scale;
     return CLMLA_SUCCESS;
+}
+
+static clmla_status load_tensor(loader *l, const char *prefix, const char *suffix, int64_t rows, int64_t cols,
+                                const char *implied_by, host_tensor *out)
+{
+    return load_tensor_block(l, prefix, suffix, rows, cols, implied_by, NULL, out);
 }
 
 /* Where layer N's attention tensors sit: transformers' own names, and those of the multimodal
@@ -400,8 +455,14 @@ clmla_status clmla_layer_create_from_model_opts(clmla_context *ctx, const char *
     clmla_layer_config c = d.layer;
     /* What the caller asked the weights to be kept in; the layer checks the value. */
     c.weights_dtype = opt->weights_dtype;
+    c.tp_rank = opt->tp_rank;
+    c.tp_size = opt->tp_size;
     const int bias = d.attention_bias;
     clmla_model_desc_free(&d);
+    /* Before anything is read: the shard's slices below need a tp_size that divides the heads. */
+    st = clmla_layer_config_validate(&c);
+    if (st != CLMLA_SUCCESS)
+        return clmla_fail(ctx, st, "%s: %s", model_dir, clmla_last_error(NULL));
 
     loader *l = calloc(1, sizeof(*l));
     if (!l)
@@ -410,6 +471,12 @@ clmla_status clmla_layer_create_from_model_opts(clmla_context *ctx, const char *
 
     const int64_t D = c.hidden_size, H = c.num_heads, rq = c.q_lora_rank, rkv = c.kv_lora_rank;
     const int64_t dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dv = c.v_head_dim;
+    /* A tensor-parallel shard's heads [h0, h0 + Hs): rows of q_b_proj (q_proj) and kv_b_proj, columns
+       of o_proj (r0, rows, c0, cols); the layer checks and keeps them (docs/MODELS.md). */
+    const int64_t Hs = c.tp_size > 1 ? H / c.tp_size : H, h0 = (int64_t)c.tp_rank * Hs;
+    const int64_t q_block[4] = {h0 * (dn + dr), Hs * (dn + dr), 0, rq ? rq : D};
+    const int64_t kvb_block[4] = {h0 * (dn + dv), Hs * (dn + dv), 0, rkv};
+    const int64_t o_block[4] = {0, D, h0 * dv, Hs * dv};
     char prefix[256], sub[16] = "";
     if (d.attentions_per_layer > 1)
         snprintf(sub, sizeof(sub), "%d.", opt->sublayer);
@@ -420,25 +487,26 @@ clmla_status clmla_layer_create_from_model_opts(clmla_context *ctx, const char *
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         memset(all[i], 0, sizeof(*all[i]));
     if (st == CLMLA_SUCCESS && rq == 0)
-        st = load_tensor(l, prefix, "q_proj.weight", H * (dn + dr), D,
-                         "num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim), hidden_size", &q);
+        st = load_tensor_block(l, prefix, "q_proj.weight", H * (dn + dr), D,
+                               "num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim), hidden_size", q_block, &q);
     if (st == CLMLA_SUCCESS && rq > 0)
         st = load_tensor(l, prefix, "q_a_proj.weight", rq, D, "q_lora_rank, hidden_size", &q_a);
     if (st == CLMLA_SUCCESS && rq > 0)
         st = load_tensor(l, prefix, "q_a_layernorm.weight", rq, 0, "q_lora_rank", &q_a_norm);
     if (st == CLMLA_SUCCESS && rq > 0)
-        st = load_tensor(l, prefix, "q_b_proj.weight", H * (dn + dr), rq,
-                         "num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim), q_lora_rank", &q_b);
+        st = load_tensor_block(l, prefix, "q_b_proj.weight", H * (dn + dr), rq,
+                               "num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim), q_lora_rank", q_block, &q_b);
     if (st == CLMLA_SUCCESS)
         st = load_tensor(l, prefix, "kv_a_proj_with_mqa.weight", rkv + dr, D,
                          "kv_lora_rank + qk_rope_head_dim, hidden_size", &kv_a);
     if (st == CLMLA_SUCCESS)
         st = load_tensor(l, prefix, "kv_a_layernorm.weight", rkv, 0, "kv_lora_rank", &kv_norm);
     if (st == CLMLA_SUCCESS)
-        st = load_tensor(l, prefix, "kv_b_proj.weight", H * (dn + dv), rkv,
-                         "num_attention_heads x (qk_nope_head_dim + v_head_dim), kv_lora_rank", &kv_b);
+        st = load_tensor_block(l, prefix, "kv_b_proj.weight", H * (dn + dv), rkv,
+                               "num_attention_heads x (qk_nope_head_dim + v_head_dim), kv_lora_rank", kvb_block, &kv_b);
     if (st == CLMLA_SUCCESS)
-        st = load_tensor(l, prefix, "o_proj.weight", D, H * dv, "hidden_size, num_attention_heads x v_head_dim", &o);
+        st = load_tensor_block(l, prefix, "o_proj.weight", D, H * dv, "hidden_size, num_attention_heads x v_head_dim",
+                               o_block, &o);
     /* "attention_bias": true (q_proj, q_b_proj and kv_b_proj have none). */
     if (st == CLMLA_SUCCESS && bias && rq > 0)
         st = load_tensor(l, prefix, "q_a_proj.bias", rq, 0, "q_lora_rank, attention_bias", &q_a_bias);

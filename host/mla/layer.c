@@ -93,6 +93,44 @@ static clmla_status check_tensor(clmla_context *ctx, const char *name, const clm
     return check_shape(ctx, name, "weight", t, rows, cols, 0);
 }
 
+/* Which part of a head-sharded weight a tensor-parallel shard keeps (docs/MODELS.md, "Tensor-parallel
+   shards"): rows (q_b_proj, q_proj, kv_b_proj) or columns (o_proj) of heads [h0, h0 + heads), `per`
+   of them per head. */
+typedef struct head_slice {
+    int64_t h0, heads, heads_total, per;
+    int columns;
+} head_slice;
+
+/* Weight `name` of a shard must be the whole tensor [rows, cols] (the shard keeps its slice) or the
+   shard's slice already (heads_total / heads times fewer rows or columns); *b is the block it keeps. */
+static clmla_status check_sharded(clmla_context *ctx, const char *name, const clmla_tensor *t, int64_t rows, int64_t cols,
+                                  const head_slice *s, size_t block[4] /* r0, rows, c0, cols */)
+{
+    if (s->heads == s->heads_total) {
+        block[0] = 0, block[1] = (size_t)rows, block[2] = 0, block[3] = (size_t)cols;
+        return check_tensor(ctx, name, t, rows, cols);
+    }
+    const int64_t part = s->heads * s->per, start = s->h0 * s->per;
+    const int64_t srows = s->columns ? rows : part, scols = s->columns ? part : cols;
+    if (t->data && t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols) {
+        block[0] = s->columns ? 0 : (size_t)start, block[1] = (size_t)srows;
+        block[2] = s->columns ? (size_t)start : 0, block[3] = (size_t)scols;
+        return CLMLA_SUCCESS;
+    }
+    if (t->data && t->ndim == 2 && t->shape[0] == srows && t->shape[1] == scols) {
+        block[0] = 0, block[1] = (size_t)srows, block[2] = 0, block[3] = (size_t)scols;
+        return CLMLA_SUCCESS;
+    }
+    char got[64] = "";
+    clmla_tensor_shape_text(t, got, sizeof(got));
+    return clmla_fail(ctx, t->data ? CLMLA_ERROR_SHAPE_MISMATCH : CLMLA_ERROR_MISSING_TENSOR,
+                      "%s %s.weight%s%s: tensor-parallel shard %lld of %lld (%lld of %lld heads) takes the whole tensor "
+                      "[%lld, %lld] or its slice [%lld, %lld]",
+                      t->data ? "tensor" : "missing tensor", name, t->data ? " has shape " : "", t->data ? got : "",
+                      (long long)(s->h0 / s->heads), (long long)(s->heads_total / s->heads), (long long)s->heads,
+                      (long long)s->heads_total, (long long)rows, (long long)cols, (long long)srows, (long long)scols);
+}
+
 /* A float32 1-D weight (norms, biases) to the device. */
 static clmla_status upload_weight(clmla_context *ctx, const char *name, const clmla_tensor *t, cl_mem *buffer)
 {
@@ -156,7 +194,8 @@ static clmla_status upload_biases(clmla_layer *L, const clmla_layer_weights *w)
         if (st != CLMLA_SUCCESS)
             return st;
     }
-    if (w->o_proj_bias.data)
+    /* The shards' outputs are summed: only rank 0 adds o_proj's bias. */
+    if (w->o_proj_bias.data && L->config.tp_rank == 0)
         return upload_scaled(ctx, "o_proj.bias", &w->o_proj_bias, 1.0, &L->o_bias);
     return CLMLA_SUCCESS;
 }
@@ -237,13 +276,18 @@ clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *co
     const clmla_layer_config c = clmla_config_resolved(config);
     const int64_t D = c.hidden_size, H = c.num_heads, rq = c.q_lora_rank, rkv = c.kv_lora_rank;
     const int64_t dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dv = c.v_head_dim, dq = dn + dr;
+    /* A tensor-parallel shard runs heads [h0, h0 + Hs) as a layer of Hs heads (the softmax scale
+       depends on the head dims only); its slices of the three head-sharded weights in *_block. */
+    const int64_t tp = c.tp_size > 1 ? c.tp_size : 1, Hs = H / tp, h0 = (int64_t)c.tp_rank * Hs;
+    const head_slice q_heads = {h0, Hs, H, dq, 0}, kvb_heads = {h0, Hs, H, dn + dv, 0}, o_heads = {h0, Hs, H, dv, 1};
+    size_t q_block[4] = {0}, kvb_block[4] = {0}, o_block[4] = {0};
 
     /* The query path must be exactly one of the two forms. */
     if (rq == 0) {
         if (w->q_a_proj.data || w->q_a_layernorm.data || w->q_b_proj.data)
             return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
                               "q_lora_rank is 0 (q_proj form) but q_a_proj / q_a_layernorm / q_b_proj were given");
-        st = check_tensor(ctx, "q_proj", &w->q_proj, H * dq, D);
+        st = check_sharded(ctx, "q_proj", &w->q_proj, H * dq, D, &q_heads, q_block);
     } else {
         if (w->q_proj.data)
             return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
@@ -252,16 +296,16 @@ clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *co
         if (st == CLMLA_SUCCESS)
             st = check_tensor(ctx, "q_a_layernorm", &w->q_a_layernorm, rq, 0);
         if (st == CLMLA_SUCCESS)
-            st = check_tensor(ctx, "q_b_proj", &w->q_b_proj, H * dq, rq);
+            st = check_sharded(ctx, "q_b_proj", &w->q_b_proj, H * dq, rq, &q_heads, q_block);
     }
     if (st == CLMLA_SUCCESS)
         st = check_tensor(ctx, "kv_a_proj_with_mqa", &w->kv_a_proj_with_mqa, rkv + dr, D);
     if (st == CLMLA_SUCCESS)
         st = check_tensor(ctx, "kv_a_layernorm", &w->kv_a_layernorm, rkv, 0);
     if (st == CLMLA_SUCCESS)
-        st = check_tensor(ctx, "kv_b_proj", &w->kv_b_proj, H * (dn + dv), rkv);
+        st = check_sharded(ctx, "kv_b_proj", &w->kv_b_proj, H * (dn + dv), rkv, &kvb_heads, kvb_block);
     if (st == CLMLA_SUCCESS)
-        st = check_tensor(ctx, "o_proj", &w->o_proj, D, H * dv);
+        st = check_sharded(ctx, "o_proj", &w->o_proj, D, H * dv, &o_heads, o_block);
     if (st == CLMLA_SUCCESS && rq == 0 && w->q_a_proj_bias.data)
         st = clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "q_lora_rank is 0 (q_proj form) but q_a_proj's bias was given");
     if (st == CLMLA_SUCCESS)
@@ -278,7 +322,7 @@ clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *co
         return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     L->ctx = ctx;
     L->config = c;
-    L->D = (int)D, L->H = (int)H, L->rq = (int)rq, L->rkv = (int)rkv;
+    L->D = (int)D, L->H = (int)Hs, L->rq = (int)rq, L->rkv = (int)rkv;
     L->dn = (int)dn, L->dr = (int)dr, L->dv = (int)dv, L->dq = (int)dq, L->row = (int)(rkv + dr);
     L->scale = (float)clmla_softmax_scale(&c);
     L->auto_threshold = cost_model_threshold(L);
@@ -286,25 +330,45 @@ clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *co
         L->auto_threshold = CPU_MEASURED_THRESHOLD;
 
     const clmla_weights_dtype wd = c.weights_dtype;
-    const clmla_tensor qkv_parts[2] = {rq ? w->q_a_proj : w->q_proj, w->kv_a_proj_with_mqa};
-    size_t qkv_offsets[2] = {0, 0};
-    st = clmla_weight_upload(ctx, rq ? "q_a_proj+kv_a_proj_with_mqa" : "q_proj+kv_a_proj_with_mqa", qkv_parts, 2, wd, 1,
-                             &L->qkv_a, qkv_offsets);
-    L->qa_rows = (int)qkv_offsets[1];
-    L->qkv_ld = L->qa_rows + L->row;
+    /* The shard's blocks of the head-sharded weights (the whole tensors without sharding). */
+    clmla_tensor_block qb, kvb, ob;
+    memset(&qb, 0, sizeof(qb));
+    memset(&kvb, 0, sizeof(kvb));
+    memset(&ob, 0, sizeof(ob));
+    const clmla_tensor *q_given = rq ? &w->q_b_proj : &w->q_proj;
+    st = clmla_tensor_block_make(ctx, rq ? "q_b_proj" : "q_proj", q_given, q_block[0], q_block[1], q_block[2], q_block[3],
+                                 wd, &qb);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_tensor_block_make(ctx, "kv_b_proj", &w->kv_b_proj, kvb_block[0], kvb_block[1], kvb_block[2],
+                                     kvb_block[3], wd, &kvb);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_tensor_block_make(ctx, "o_proj", &w->o_proj, o_block[0], o_block[1], o_block[2], o_block[3], wd, &ob);
+    if (st == CLMLA_SUCCESS) {
+        /* q_proj's block held in float32 (an fp8 shard across the scale grid) takes the stacked
+           weight with it: a weight has one dtype. */
+        const clmla_tensor qkv_parts[2] = {rq ? w->q_a_proj : qb.t, w->kv_a_proj_with_mqa};
+        size_t qkv_offsets[2] = {0, 0};
+        st = clmla_weight_upload(ctx, rq ? "q_a_proj+kv_a_proj_with_mqa" : "q_proj+kv_a_proj_with_mqa", qkv_parts, 2,
+                                 rq ? wd : qb.want, 1, &L->qkv_a, qkv_offsets);
+        L->qa_rows = (int)qkv_offsets[1];
+        L->qkv_ld = L->qa_rows + L->row;
+    }
     if (st == CLMLA_SUCCESS && rq) {
         st = upload_scaled(ctx, "q_a_layernorm", &w->q_a_layernorm, c.q_latent_scale, &L->q_a_layernorm);
         if (st == CLMLA_SUCCESS)
-            st = clmla_weight_upload(ctx, "q_b_proj", &w->q_b_proj, 1, wd, 1, &L->q_b_proj, NULL);
+            st = clmla_weight_upload(ctx, "q_b_proj", &qb.t, 1, qb.want, 1, &L->q_b_proj, NULL);
     }
     if (st == CLMLA_SUCCESS)
         st = upload_scaled(ctx, "kv_a_layernorm", &w->kv_a_layernorm, c.kv_latent_scale, &L->kv_a_layernorm);
     if (st == CLMLA_SUCCESS)
         st = upload_biases(L, w);
     if (st == CLMLA_SUCCESS)
-        st = clmla_weight_upload(ctx, "kv_b_proj", &w->kv_b_proj, 1, wd, 0, &L->kv_b_proj, NULL);
+        st = clmla_weight_upload(ctx, "kv_b_proj", &kvb.t, 1, kvb.want, 0, &L->kv_b_proj, NULL);
     if (st == CLMLA_SUCCESS)
-        st = clmla_weight_upload(ctx, "o_proj", &w->o_proj, 1, wd, 1, &L->o_proj, NULL);
+        st = clmla_weight_upload(ctx, "o_proj", &ob.t, 1, ob.want, 1, &L->o_proj, NULL);
+    clmla_tensor_block_free(&qb);
+    clmla_tensor_block_free(&kvb);
+    clmla_tensor_block_free(&ob);
     if (st == CLMLA_SUCCESS)
         st = build_kernels(L);
     if (st != CLMLA_SUCCESS) {

@@ -176,6 +176,14 @@ clmla_status clmla_layer_config_validate(const clmla_layer_config *config)
         return INVALID("query_scale_interval %d must be at least 1", c.query_scale_interval);
     if (c.dense_max_keys < 0)
         return INVALID("dense_max_keys %d must be >= 0", c.dense_max_keys);
+    if (c.tp_size < 0)
+        return INVALID("tp_size %d must be >= 0 (0 or 1: the whole layer)", c.tp_size);
+    if (c.tp_size > 1 && c.num_heads % c.tp_size != 0)
+        return INVALID("tp_size %d does not divide num_heads %d: every tensor-parallel shard holds num_heads / tp_size "
+                       "heads", c.tp_size, c.num_heads);
+    if (c.tp_rank < 0 || c.tp_rank >= (c.tp_size > 1 ? c.tp_size : 1))
+        return INVALID("tp_rank %d is out of range for tp_size %d (0 to %d)", c.tp_rank, c.tp_size,
+                       (c.tp_size > 1 ? c.tp_size : 1) - 1);
     if (c.rope_type == CLMLA_ROPE_TYPE_LONGROPE) {
         if (c.qk_rope_head_dim / 2 > CLMLA_MAX_ROPE_PAIRS)
             return INVALID("LongRoPE keeps at most %d factors, qk_rope_head_dim %d needs %d", CLMLA_MAX_ROPE_PAIRS,

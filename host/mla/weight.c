@@ -221,6 +221,84 @@ void clmla_weight_release(clmla_weight *w)
     memset(w, 0, sizeof(*w));
 }
 
+/* An edge of a block on the weight's fp8 block grid: a multiple of 128, or the weight's own edge. */
+static int on_block_grid(size_t edge, size_t extent)
+{
+    return edge % CLMLA_FP8_BLOCK == 0 || edge == extent;
+}
+
+clmla_status clmla_tensor_block_make(clmla_context *ctx, const char *name, const clmla_tensor *t, size_t r0, size_t rows,
+                                     size_t c0, size_t cols, clmla_weights_dtype want, clmla_tensor_block *b)
+{
+    memset(b, 0, sizeof(*b));
+    b->want = want;
+    b->t = *t;
+    if (t->ndim == 2 && r0 == 0 && c0 == 0 && (int64_t)rows == t->shape[0] && (int64_t)cols == t->shape[1])
+        return CLMLA_SUCCESS; /* the whole weight: the upload checks it */
+    clmla_status st = check_part(ctx, name, t);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    const size_t n = (size_t)t->shape[0], k = (size_t)t->shape[1];
+    if (rows == 0 || cols == 0 || r0 > n || rows > n - r0 || c0 > k || cols > k - c0)
+        return clmla_fail(ctx, CLMLA_ERROR_INTERNAL, "%s: block [%zu, %zu) x [%zu, %zu) outside [%zu, %zu]", name, r0,
+                          r0 + rows, c0, c0 + cols, n, k);
+    const int fp8 = t->dtype == CLMLA_DTYPE_FP8_E4M3;
+    const int keeps_scales = !fp8 || (r0 % CLMLA_FP8_BLOCK == 0 && c0 % CLMLA_FP8_BLOCK == 0 &&
+                                      on_block_grid(r0 + rows, n) && on_block_grid(c0 + cols, k));
+    const size_t eb = clmla_dtype_bytes(t->dtype), bk = clmla_fp8_blocks(k);
+    b->t.shape[0] = (int64_t)rows;
+    b->t.shape[1] = (int64_t)cols;
+    if (keeps_scales && cols == k) { /* whole rows: a view */
+        b->t.data = (const char *)t->data + r0 * k * eb;
+        if (fp8)
+            b->t.scale = t->scale + r0 / CLMLA_FP8_BLOCK * bk;
+        return CLMLA_SUCCESS;
+    }
+    if (keeps_scales) { /* columns: a copy of the codes, and of the scales' columns */
+        const size_t sr = fp8 ? clmla_fp8_blocks(rows) : 0, sc = fp8 ? clmla_fp8_blocks(cols) : 0;
+        b->data = malloc(rows * cols * eb);
+        b->scale = fp8 ? malloc(sr * sc * sizeof(float)) : NULL;
+        if (!b->data || (fp8 && !b->scale)) {
+            clmla_tensor_block_free(b);
+            return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY,
+                              "%s: out of host memory for a shard's block (%zu bytes)", name, rows * cols * eb);
+        }
+        for (size_t r = 0; r < rows; r++)
+            memcpy((char *)b->data + r * cols * eb, (const char *)t->data + ((r0 + r) * k + c0) * eb, cols * eb);
+        for (size_t i = 0; i < sr; i++)
+            memcpy(b->scale + i * sc, t->scale + (r0 / CLMLA_FP8_BLOCK + i) * bk + c0 / CLMLA_FP8_BLOCK,
+                   sc * sizeof(float));
+        b->t.data = b->data;
+        b->t.scale = b->scale;
+        return CLMLA_SUCCESS;
+    }
+    /* An fp8 block across the scale grid: its values in float32. */
+    float *values = malloc(rows * cols * sizeof(float));
+    if (!values)
+        return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "%s: out of host memory for a shard's block (%zu bytes)",
+                          name, rows * cols * sizeof(float));
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < cols; j++)
+            values[r * cols + j] = clmla_tensor_element(t, r0 + r, c0 + j);
+    b->data = values;
+    b->t = clmla_tensor_2d(values, (int64_t)rows, (int64_t)cols);
+    if (clmla_weights_dtype_held(want, CLMLA_DTYPE_FP8_E4M3) == CLMLA_DTYPE_FP8_E4M3) {
+        clmla_log(ctx, CLMLA_LOG_WARNING,
+                  "%s: the shard's rows %zu..%zu and columns %zu..%zu of the fp8 weight [%zu, %zu] do not lie on its "
+                  "128 x 128 scale blocks; held in float32 on the device",
+                  name, r0, r0 + rows - 1, c0, c0 + cols - 1, n, k);
+        b->want = CLMLA_WEIGHTS_F32;
+    }
+    return CLMLA_SUCCESS;
+}
+
+void clmla_tensor_block_free(clmla_tensor_block *b)
+{
+    free(b->data);
+    free(b->scale);
+    memset(b, 0, sizeof(*b));
+}
+
 clmla_matrix clmla_weight_matrix(const clmla_weight *w)
 {
     clmla_matrix m = {w->data, 0, w->k, 1, w->panel, w->dtype, w->scale, clmla_fp8_blocks(w->k)};

@@ -25,6 +25,27 @@ clmla_status clmla_weight_upload(clmla_context *ctx, const char *name, const clm
                                  clmla_weights_dtype want, int packable, clmla_weight *w, size_t *row_offsets);
 void clmla_weight_release(clmla_weight *w);
 
+/* The block [r0, r0 + rows) x [c0, c0 + cols) of a 2-D weight as a tensor of its own: a
+   tensor-parallel shard's rows of q_b_proj or kv_b_proj, or its columns of o_proj
+   (docs/MODELS.md, "Tensor-parallel shards"). `t` is a view into the weight where the block is whole
+   rows of it, else a copy of the block's elements (`data`, `scale`: owned, freed by
+   clmla_tensor_block_free); either way the host never holds more than the block. An FP8 weight keeps
+   its codes and the matching block scales when the block's edges lie on multiples of 128 (or on the
+   weight's own edges). Otherwise no block scale fits the block: its values are decoded to float32,
+   and where the layer would hold it in fp8 (`want` AS_GIVEN or FP8) `want` becomes
+   CLMLA_WEIGHTS_F32, with a warning logged, as for a scale past CLMLA_FP8_SCALE_LIMIT. Upload
+   b->t under b->want. `name` names the weight in messages. On failure nothing is left allocated. */
+typedef struct clmla_tensor_block {
+    clmla_tensor t;
+    void *data;
+    float *scale;
+    clmla_weights_dtype want;
+} clmla_tensor_block;
+
+clmla_status clmla_tensor_block_make(clmla_context *ctx, const char *name, const clmla_tensor *t, size_t r0, size_t rows,
+                                     size_t c0, size_t cols, clmla_weights_dtype want, clmla_tensor_block *b);
+void clmla_tensor_block_free(clmla_tensor_block *b);
+
 /* A read-only device copy of `bytes` of host data for weight `name` (messages name it), refused
    above the device's largest allocation. */
 clmla_status clmla_weight_copy(clmla_context *ctx, const char *name, const void *host, size_t bytes, cl_mem *out);
