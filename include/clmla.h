@@ -430,7 +430,7 @@ typedef struct clmla_layer_config {
        (clmla_tensor.dtype), or one type for all, converted once at creation. */
     clmla_weights_dtype weights_dtype;
 
-    /* ---- added in 0.5 ---- */
+    /* ---- added in 0.4 (tensor-parallel shards) ---- */
     /* Tensor-parallel shard (docs/MODELS.md, "Tensor-parallel shards"): with tp_size > 1 the layer
        is shard tp_rank of tp_size. num_heads stays the model's H; tp_size must divide it, and
        tp_rank lies in [0, tp_size). The shard holds only heads [tp_rank * H/n, (tp_rank+1) * H/n):
@@ -792,7 +792,7 @@ typedef struct clmla_model_options {
     /* added in 0.4: the weights as stored (F32, F16, BF16, F8_E4M3 with its scales: 0), or
        converted at load (--weights-dtype) */
     clmla_weights_dtype weights_dtype;
-    /* added in 0.5: load the layer as tensor-parallel shard tp_rank of tp_size (see
+    /* added in 0.4: load the layer as tensor-parallel shard tp_rank of tp_size (see
        clmla_layer_config.tp_rank; only the shard's slices are kept). tp_size 0 or 1: the whole layer. */
     int tp_rank;
     int tp_size;
