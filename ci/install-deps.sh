@@ -4,7 +4,8 @@
 set -eu
 
 PACKAGES="cmake make gcc pkg-config ocl-icd-opencl-dev opencl-headers pocl-opencl-icd
-libclblast-dev clinfo libcjson-dev clang libclang-rt-dev oclgrind perl"
+libclblast-dev clinfo libcjson-dev clang libclang-rt-dev oclgrind perl
+python3-venv python3-numpy python3-pytest"
 
 missing=""
 for p in $PACKAGES; do

@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""Reads include/clmla.h into plain Python data, and writes the binding's declaration table.
+
+    python3 python/tools/clmla_header.py include/clmla.h > python/src/clmla/_decls.py
+
+The package's ctypes binding (clmla/_binding.py) is built from the table in clmla/_decls.py, and
+python/tests/test_header.py parses the header again with parse() and requires the table to be
+equal: every function (return type, parameter types in order), every struct (field names, types,
+order), every enumerator and every integer #define. A changed header therefore fails the tests
+until this script is run again (and the high-level API checked against the change).
+
+The parser knows the subset of C that clmla.h uses: comments, preprocessor lines, enums (named or
+not), structs (with several declarators per line, arrays sized by a macro, function-pointer
+fields), opaque struct typedefs, scalar typedefs, function-pointer typedefs and prototypes.
+Types are written canonically: "const char*", "clmla_context**", "char[128]",
+"void(*)(void*,int,const char*)".
+"""
+
+import pprint
+import re
+import sys
+
+__all__ = ["parse", "render"]
+
+
+def _strip_comments(text):
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    return re.sub(r"//[^\n]*", " ", text)
+
+
+def _preprocess(text):
+    """Drops preprocessor lines and the __cplusplus blocks; returns (code, {define: int})."""
+    defines = {}
+    out = []
+    skip = 0
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith("#"):
+            d = s[1:].strip()
+            if skip:
+                if d.startswith("if"):
+                    skip += 1
+                elif d.startswith("endif"):
+                    skip -= 1
+                continue
+            if d.startswith("ifdef __cplusplus"):
+                skip = 1
+                continue
+            m = re.match(r"define\s+(CLMLA_\w+)\s+(-?\d+)\s*$", d)
+            if m:
+                defines[m.group(1)] = int(m.group(2))
+            continue
+        if not skip:
+            out.append(line)
+    return "\n".join(out), defines
+
+
+def _statements(code):
+    """Top-level statements, split at ';' outside braces and parentheses."""
+    stmts, depth, cur = [], 0, []
+    for ch in code:
+        if ch in "{(":
+            depth += 1
+        elif ch in "})":
+            depth -= 1
+        if ch == ";" and depth == 0:
+            s = " ".join("".join(cur).split())
+            if s:
+                stmts.append(s)
+            cur = []
+        else:
+            cur.append(ch)
+    if "".join(cur).strip():
+        raise ValueError("clmla.h: text after the last ';': %r" % "".join(cur).strip()[:80])
+    return stmts
+
+
+def _split_commas(s):
+    parts, depth, cur = [], 0, []
+    for ch in s:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    if "".join(cur).strip():
+        parts.append("".join(cur).strip())
+    return parts
+
+
+def _canon_base(tokens):
+    """'const', 'char' -> 'const char'; 'unsigned' alone stays 'unsigned'."""
+    return " ".join(tokens)
+
+
+def _declarator(decl, defines, param=False):
+    """One declaration 'const size_t values[16]' -> (name, canonical type)."""
+    decl = decl.strip()
+    m = re.match(r"^(.*?)\(\s*\*\s*(\w*)\s*\)\s*\((.*)\)$", decl)
+    if m:  # function pointer
+        ret = _type_only(m.group(1), defines)
+        params = _params(m.group(3), defines)
+        return m.group(2), "%s(*)(%s)" % (ret, ",".join(t for _, t in params))
+    m = re.match(r"^(.*?)(\w+)\s*((?:\[[^\]]*\]\s*)*)$", decl)
+    if not m:
+        raise ValueError("clmla.h: cannot read declaration %r" % decl)
+    head, name, dims = m.group(1), m.group(2), m.group(3)
+    stars = head.count("*")
+    base = _canon_base(head.replace("*", " ").split())
+    if not base:  # a lone type ("void", "clmla_context *") with no name
+        return None, _type_only(decl, defines)
+    t = base + "*" * stars
+    sizes = re.findall(r"\[([^\]]*)\]", dims)
+    if sizes:
+        if param:  # an array parameter is a pointer
+            t += "*" * len(sizes)
+        else:
+            for size in sizes:
+                size = size.strip()
+                n = defines[size] if size in defines else int(size)
+                t += "[%d]" % n
+    return name, t
+
+
+def _type_only(s, defines):
+    stars = s.count("*")
+    return _canon_base(s.replace("*", " ").split()) + "*" * stars
+
+
+def _params(s, defines):
+    s = s.strip()
+    if s in ("", "void"):
+        return []
+    out = []
+    for p in _split_commas(s):
+        name, t = _declarator(p, defines, param=True)
+        out.append((name or "", t))
+    return out
+
+
+def _enum_body(body, known):
+    values, nxt = {}, 0
+    for item in _split_commas(body):
+        if "=" in item:
+            k, v = (x.strip() for x in item.split("=", 1))
+            v = int(v) if re.match(r"^-?\d+$", v) else known[v]
+        else:
+            k, v = item.strip(), nxt
+        values[k] = v
+        known[k] = v
+        nxt = v + 1
+    return values
+
+
+def parse(path):
+    """The header as {"defines", "enums", "typedefs", "opaque", "structs", "functions"}."""
+    with open(path, encoding="utf-8") as f:
+        code, defines = _preprocess(_strip_comments(f.read()))
+    enums, typedefs, opaque, structs, functions = {}, {}, [], {}, {}
+    known = dict(defines)
+    for st in _statements(code):
+        if st.startswith('extern "C"'):
+            continue
+        m = re.match(r"^(typedef\s+)?enum\s*(\w*)\s*\{(.*)\}\s*(\w*)$", st)
+        if m:
+            name = m.group(4) or m.group(2) or ""
+            enums.setdefault(name, {}).update(_enum_body(m.group(3), known))
+            if m.group(4):
+                typedefs[m.group(4)] = "enum"
+            continue
+        m = re.match(r"^typedef\s+struct\s+(\w+)\s*\{(.*)\}\s*(\w+)$", st)
+        if m:
+            fields = []
+            for decl in _statements(m.group(2)):
+                fm = re.match(r"^(.*?\(\s*\*\s*\w+\s*\)\s*\(.*\))$", decl)
+                if fm:
+                    fields.append(_declarator(decl, defines))
+                    continue
+                # several declarators: "int a, b, c" / "cl_mem q; size_t off" (already split at ';')
+                parts = _split_commas(decl)
+                first_name, first_t = _declarator(parts[0], defines)
+                fields.append((first_name, first_t))
+                base = re.match(r"^(.*?)[\s*]*\w+\s*(?:\[[^\]]*\]\s*)*$", parts[0]).group(1).strip()
+                for p in parts[1:]:
+                    fields.append(_declarator(base + " " + p, defines))
+            structs[m.group(3)] = fields
+            continue
+        m = re.match(r"^typedef\s+struct\s+(\w+)\s+(\w+)$", st)
+        if m:
+            opaque.append(m.group(2))
+            continue
+        m = re.match(r"^typedef\s+(.*\(\s*\*\s*(\w+)\s*\)\s*\(.*\))$", st)
+        if m:
+            _, t = _declarator(m.group(1), defines)
+            typedefs[m.group(2)] = t
+            continue
+        m = re.match(r"^typedef\s+(.*?)\s*(\w+)$", st)
+        if m:
+            typedefs[m.group(2)] = _type_only(m.group(1), defines)
+            continue
+        m = re.match(r"^(.*?)(\w+)\s*\((.*)\)$", st)
+        if m:
+            functions[m.group(2)] = (_type_only(m.group(1), defines), _params(m.group(3), defines))
+            continue
+        raise ValueError("clmla.h: cannot read statement %r" % st[:120])
+    return {"defines": defines, "enums": enums, "typedefs": typedefs, "opaque": opaque, "structs": structs,
+            "functions": functions}
+
+
+def render(decls, source="include/clmla.h"):
+    lines = [
+        '"""The declarations of %s, as python/tools/clmla_header.py reads them.' % source,
+        "",
+        "Generated: do not edit. After a change to the header, run from the repository root",
+        "    python3 python/tools/clmla_header.py include/clmla.h > python/src/clmla/_decls.py",
+        "python/tests/test_header.py fails until the table matches the header again.",
+        '"""',
+        "",
+    ]
+    for key in ("defines", "enums", "typedefs", "opaque", "structs", "functions"):
+        lines.append("%s = %s" % (key.upper(), pprint.pformat(decls[key], width=110, sort_dicts=False)))
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: clmla_header.py PATH/TO/clmla.h > _decls.py")
+    sys.stdout.write(render(parse(sys.argv[1])))
