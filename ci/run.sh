@@ -18,6 +18,9 @@ clinfo -l || true
 # The README's test command:
 ctest --test-dir build --output-on-failure
 
+# The Python package as pip builds it (a wheel through scikit-build-core) and its pytest suite.
+sh ci/python.sh
+
 # Reliability (docs/RELIABILITY.md): every kernel under oclgrind, the whole suite again under
 # AddressSanitizer + UndefinedBehaviorSanitizer, then the file parsers and the device-spec grammar
 # under libFuzzer (a minute per target).
