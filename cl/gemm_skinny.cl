@@ -293,7 +293,9 @@ void gemm_skinny_nt_rows(const int M, const int N, const int K, const float alph
 #ifndef KC
 #define KC 1024
 #endif
-#define MC 3
+#ifndef MC
+#define MC 3 /* rows of B against 4 rows of A at a time (the host's tiled_weight_rows) */
+#endif
 
 /* Row r of B from k0 on: row-major, or in the packed layout [panel][chunk][row][value] */
 __global const W_T *tiled_b_row(__global const W_T *B, const int r, const int k0, const int N, const int K,
@@ -451,7 +453,9 @@ void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alph
 #define PCH 512
 #endif
 #define MRP (MR < 4 ? MR : 4)
+#ifndef STREAMS /* the host's packed_streams_1/2/4 where the tuning changes them */
 #define STREAMS (MRP == 4 ? 3 : 8 / MRP)
+#endif
 #define PASSES (MR / MRP)
 
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))

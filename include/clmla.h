@@ -280,7 +280,8 @@ clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning 
    {"kernel": "attn_latent", "vendor", "device" (as clmla_device_info; both required), "platform"
    and "driver" (optional: match only that platform name / driver version), "heads" (a head count
    or "any"), "parameters": {"rows_heads", "rows_keys", "rows_groups_per_cu", "group_heads",
-   "group_keys", "group_max_items", "group_groups_per_cu"} (any subset; the rest are defaults)}.
+   "group_keys", "group_max_items", "group_groups_per_cu"} (any subset; the rest are defaults)};
+   the same file holds the "products" entries of "Product kernel tuning" below.
    An entry for the exact head count wins over an "any" one. The file is read once per process, at
    the first use; a malformed file is reported (clmla_log at warning level on the first context
    that runs attention, and by clmla_latent_tuning_lookup) and ignored, as is an entry with an
@@ -323,6 +324,74 @@ clmla_status clmla_context_set_latent_tuning(clmla_context *ctx, const clmla_lat
    text. A file that is not a valid tuning file is left as it is (CLMLA_ERROR_INVALID_FILE). */
 clmla_status clmla_latent_tuning_save(const char *path, const clmla_device_info *device, int num_heads,
                                       const clmla_latent_tuning *tuning, const char *note);
+
+/* ---- Product kernel tuning ---------------------------------------------------------------- */
+/* The parameters of clmla's own product kernels (cl/gemm_skinny.cl, host/mla/gemm.c): the
+   decode-shaped kernels (gemm_skinny_nt / gemm_skinny_nn on GPUs and other non-CPU devices,
+   gemm_packed_rows / gemm_skinny_nt_rows on CPU devices) and the tiles of gemm_tiled_rows (CPU
+   devices, 64 rows or more: prefill). Each value is a build option (-D) of the kernels or a launch
+   size; none changes how weights are laid out except cpu_items_per_cu, which sets the panel width
+   of weights packed for CPU devices: a weight keeps the panel it was packed with, and the kernels
+   read it from the weight, so a change applies to weights created after it.
+   Which apply to a device and a product's K (its shape class: "small" K <= 4096, which holds
+   V2-Lite's projections and V3's q_b_proj and kv_b_proj; "large" K > 4096, V3's projections of the
+   hidden state and its o_proj), in order: an entry of the user file of "Latent attention kernel
+   tuning" (the same file, CLMLA_KERNEL_TUNING or <cache dir>/kernel-tuning.json), an entry of the
+   table built into the library, else the defaults (clmla_product_tuning_defaults, the values the
+   kernels had before tuning). An entry is {"kernel": "products", "vendor", "device", "platform",
+   "driver" (as for attn_latent entries), "k_class": "small", "large" or "any", "parameters":
+   {any subset of the fields below by name; the rest are defaults}}; an entry for the exact class
+   wins over an "any" one. Entries with an illegal value are refused by name and ignored, like
+   attn_latent ones. Thread-safe. */
+typedef struct clmla_product_tuning {
+    /* non-CPU devices (GPUs) */
+    int skinny_items;     /* gemm_skinny_nt: most work-items per group (WG), a power of two 16..1024 (default 128) */
+    int skinny_unroll;    /* gemm_skinny_nt: float4s of each weight row loaded per item before any is used (UK), 1..8 (2) */
+    int skinny_columns;   /* gemm_skinny_nt: most weight rows (columns of y) per group (NC), 1, 2, 4 or 8 (4); fewer
+                             where that leaves under 8 groups per compute unit */
+    int skinny_nn_items;  /* gemm_skinny_nn (x W, the per-head absorption): work-items per group, a power of two 16..1024 (64) */
+    /* CPU devices */
+    int cpu_items_per_cu; /* decode-shaped products: work-items per compute unit, 1..64 (8); the panel of a packed
+                             weight of n rows is n / (this x compute units), rounded up */
+    int packed_streams_1; /* gemm_packed_rows, 1 row of x: weight rows walked at once per item, 1..8 (8) */
+    int packed_streams_2; /* the same at 2 rows, 1..8 (4) */
+    int packed_streams_4; /* the same at 3 to 8 rows (4 at a time), 1..4 (3) */
+    int cpu_prefetch;     /* 1: software prefetch where the device takes it (PoCL), 0: none (1) */
+    int tiled_rows;       /* gemm_tiled_rows: rows of y per work-item (TR), a multiple of 4, 4..1024 (256) */
+    int tiled_columns;    /* gemm_tiled_rows: columns of y per work-item (TC), 1..512 (48) */
+    int tiled_weight_rows;/* gemm_tiled_rows: weight rows against 4 rows of x at a time (MC), 1..4 (3) */
+    int tiled_k_chunk;    /* gemm_tiled_rows on row-major weights: values of K per pass (KC), a multiple of 128,
+                             128..16384 (1024); packed weights use their packing's chunk, 512 */
+} clmla_product_tuning;
+
+/* The parameters clmla used before any tuning. */
+void clmla_product_tuning_defaults(clmla_product_tuning *tuning);
+
+/* CLMLA_SUCCESS when every value is legal, else CLMLA_ERROR_INVALID_ARGUMENT with *why (static
+   text, may be NULL) naming the first illegal value. */
+clmla_status clmla_product_tuning_check(const clmla_product_tuning *tuning, const char **why);
+
+/* The parameters that apply to `device` for products of K = k (0: the "any" entry only), and
+   where they come from: *source "file PATH", "built-in table" or "defaults" (static or
+   process-lifetime text). Filled in either way; CLMLA_ERROR_INVALID_FILE says that the user file
+   was ignored or some of its entries refused (clmla_last_error(NULL) says why). */
+clmla_status clmla_product_tuning_lookup(const clmla_device_info *device, size_t k, clmla_product_tuning *tuning,
+                                         const char **source);
+
+/* Forces `tuning` (NULL: back to the lookup) on a context for every product, for `clmla tune
+   --kernels` and experiments; a call on the context like any other (the threading rules above).
+   The context's product kernels are released and built again, with the new values, at their next
+   use (call clmla_layer_warmup again to build them before a step); weights created before keep
+   their panels (above). */
+clmla_status clmla_context_set_product_tuning(clmla_context *ctx, const clmla_product_tuning *tuning);
+
+/* Adds an entry for `device` (vendor, name, platform, driver version) for products of K = k's
+   class (0: "any") to the file at path, replacing one with the same key and keeping every other
+   entry (attn_latent ones included); writes through a sibling file and rename. `note`, when not
+   NULL, is stored as the entry's "measured" text. A file that is not a valid tuning file is left
+   as it is (CLMLA_ERROR_INVALID_FILE). */
+clmla_status clmla_product_tuning_save(const char *path, const clmla_device_info *device, size_t k,
+                                       const clmla_product_tuning *tuning, const char *note);
 
 /* Where `clmla tune` saves by default: CLMLA_CLBLAST_TUNING if set to a path, else (unset, "auto"
    or "off") <cache dir>/clblast-tuning.json; "" when there is no cache dir. Written into buf;

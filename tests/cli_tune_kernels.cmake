@@ -1,10 +1,13 @@
-# clmla tune --kernels --quick: exits 0, prints the candidates' table and writes an entry for the
-# device that parses back. cmake -DCLMLA=... -DOUT_DIR=... -P cli_tune_kernels.cmake
+# clmla tune --kernels --quick: exits 0, prints the candidates' tables (the latent kernel's, then the
+# products') and writes an attn_latent and a "products" entry for the device that parse back; then
+# --products alone replaces the products entry and keeps the latent one.
+# cmake -DCLMLA=... -DOUT_DIR=... -P cli_tune_kernels.cmake
 set(file ${OUT_DIR}/kernel-tuning-test.json)
 file(REMOVE ${file})
 execute_process(COMMAND ${CLMLA} tune --kernels --quick --out ${file}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0 OR NOT out MATCHES "best: " OR NOT out MATCHES "batch 8")
+if(NOT rc EQUAL 0 OR NOT out MATCHES "best: " OR NOT out MATCHES "batch 8" OR NOT out MATCHES "decode products"
+   OR NOT out MATCHES "saved the \"small\" entry")
   message(FATAL_ERROR "clmla tune --kernels --quick: exit ${rc}\n${out}\n${err}")
 endif()
 file(READ ${file} text)
@@ -14,8 +17,27 @@ string(JSON keys GET "${text}" 0 parameters rows_keys)
 if(NOT kernel STREQUAL "attn_latent" OR NOT heads EQUAL 16 OR keys LESS 4)
   message(FATAL_ERROR "unexpected entry in ${file}:\n${text}")
 endif()
-execute_process(COMMAND ${CLMLA} devices --verbose RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0 OR NOT out MATCHES "latent attention kernel tuning")
+string(JSON kernel GET "${text}" 1 kernel)
+string(JSON class GET "${text}" 1 k_class)
+string(JSON items GET "${text}" 1 parameters cpu_items_per_cu)
+string(JSON tr GET "${text}" 1 parameters tiled_rows)
+if(NOT kernel STREQUAL "products" OR NOT class STREQUAL "small" OR items LESS 1 OR tr LESS 4)
+  message(FATAL_ERROR "unexpected products entry in ${file}:\n${text}")
+endif()
+execute_process(COMMAND ${CLMLA} tune --kernels --products --quick --out ${file}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR out MATCHES "batch 8" OR NOT out MATCHES "prefill products")
+  message(FATAL_ERROR "clmla tune --kernels --products --quick: exit ${rc}\n${out}\n${err}")
+endif()
+file(READ ${file} text)
+string(JSON count LENGTH "${text}")
+if(NOT count EQUAL 2)
+  message(FATAL_ERROR "--products did not replace its entry in ${file}:\n${text}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_KERNEL_TUNING=${file} ${CLMLA} devices --verbose
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "latent attention kernel tuning" OR NOT out MATCHES "product kernel tuning"
+   OR NOT out MATCHES "K <= 4096: file ")
   message(FATAL_ERROR "clmla devices --verbose: exit ${rc}\n${out}\n${err}")
 endif()
 message(STATUS "clmla tune --kernels wrote ${file}")

@@ -1,15 +1,19 @@
 /* Latent attention kernel tuning (include/clmla.h, "Latent attention kernel tuning"): entries
    parsed, matched and ranked (user file over the built-in table over the defaults, exact heads over
    "any"), illegal values refused by name, entries saved and merged, and attention run with
-   non-default parameters from a user file against a float64 reference, on both kernels.
+   non-default parameters from a user file against a float64 reference, on both kernels; the same
+   for the product kernels' parameters (clmla_product_tuning), whose every value off its default
+   must give the float64 product on odd shapes.
    `test_kernel_tuning malformed` checks that a malformed user file is reported and ignored (the
    file is read once per process, hence a process of its own). Exit 77 without a device. */
 #include "check.h"
 #include "clmla.h"
 #include "tuning.h"
 #include "attention.h"
+#include "gemm.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -214,6 +218,340 @@ static void test_attention(clmla_context *ctx, int variant)
     free(got);
 }
 
+/* ---- product kernel parameters ---------------------------------------------------------------- */
+
+static void test_products_parse(void)
+{
+    clmla_device_info pocl, other;
+    memset(&pocl, 0, sizeof(pocl));
+    snprintf(pocl.vendor, sizeof(pocl.vendor), "AuthenticAMD");
+    snprintf(pocl.name, sizeof(pocl.name), "pthread-haswell-AMD EPYC");
+    snprintf(pocl.platform_name, sizeof(pocl.platform_name), "Portable Computing Language");
+    snprintf(pocl.driver_version, sizeof(pocl.driver_version), "3.1+debian");
+    other = pocl;
+    snprintf(other.name, sizeof(other.name), "Some GPU");
+
+    clmla_product_tuning t, d;
+    clmla_product_tuning_defaults(&d);
+    CHECK(d.skinny_items == 128 && d.skinny_unroll == 2 && d.skinny_columns == 4 && d.skinny_nn_items == 64 &&
+              d.cpu_items_per_cu == 8 && d.packed_streams_1 == 8 && d.packed_streams_2 == 4 && d.packed_streams_4 == 3 &&
+              d.cpu_prefetch == 1 && d.tiled_rows == 256 && d.tiled_columns == 48 && d.tiled_weight_rows == 3 &&
+              d.tiled_k_chunk == 1024,
+          "product defaults are not gemm.c's values of before");
+    CHECK(clmla_product_k_class(0) == 0 && clmla_product_k_class(4096) == 1 && clmla_product_k_class(4097) == 2,
+          "shape classes");
+    const char *src = NULL;
+    CHECK(clmla_product_tuning_resolve(NULL, "", &pocl, 2048, &t, &src) == 0 && strcmp(src, "defaults") == 0 &&
+              memcmp(&t, &d, sizeof(t)) == 0,
+          "no entry: %s", src);
+
+    /* a file of both kernels: the latent parser skips the product entries and the other way round */
+    const char *text =
+        "[{\"kernel\": \"attn_latent\", \"vendor\": \"AuthenticAMD\", \"device\": \"pthread-haswell-AMD EPYC\","
+        " \"heads\": 16, \"parameters\": {\"rows_keys\": 12}},"
+        " {\"kernel\": \"products\", \"vendor\": \"AuthenticAMD\", \"device\": \"pthread-haswell-AMD EPYC\","
+        "  \"k_class\": \"any\", \"parameters\": {\"tiled_rows\": 128}},"
+        " {\"kernel\": \"products\", \"vendor\": \"AuthenticAMD\", \"device\": \"pthread-haswell-AMD EPYC\","
+        "  \"k_class\": \"large\", \"parameters\": {\"cpu_items_per_cu\": 4, \"packed_streams_4\": 2}},"
+        " {\"kernel\": \"products\", \"vendor\": \"AuthenticAMD\", \"device\": \"pthread-haswell-AMD EPYC\","
+        "  \"driver\": \"9.9\", \"k_class\": \"small\", \"parameters\": {\"tiled_columns\": 7}},"
+        " {\"kernel\": \"products\", \"vendor\": \"V\", \"device\": \"Some GPU\", \"parameters\": {\"skinny_items\": 96}},"
+        " {\"kernel\": \"products\", \"vendor\": \"V\", \"device\": \"Some GPU\", \"k_class\": \"medium\","
+        "  \"parameters\": {}},"
+        " {\"kernel\": \"products\", \"vendor\": \"V\", \"device\": \"Some GPU\", \"parameters\": {\"NT\": 1}}]";
+    product_entry_list list;
+    latent_entry_list latent;
+    char why[512];
+    CHECK(clmla_latent_tuning_parse(text, &latent, why, sizeof(why)) == 0 && latent.count == 1,
+          "latent parse of a mixed file: %s", why);
+    clmla_latent_tuning_list_free(&latent);
+    const int refused = clmla_product_tuning_parse(text, &list, why, sizeof(why));
+    CHECK(refused == 3 && list.count == 3, "refused %d, kept %zu", refused, list.count);
+    CHECK(strstr(why, "skinny_items") != NULL, "the refusal does not name skinny_items: %s", why);
+    /* the exact class wins over "any"; a driver-specific entry for another driver does not match */
+    CHECK(clmla_product_tuning_resolve(&list, "file U", &pocl, 7168, &t, &src) == 2 && strcmp(src, "file U") == 0 &&
+              t.cpu_items_per_cu == 4 && t.packed_streams_4 == 2 && t.tiled_rows == 256,
+          "large K: %s %d %d", src, t.cpu_items_per_cu, t.tiled_rows);
+    CHECK(clmla_product_tuning_resolve(&list, "file U", &pocl, 2048, &t, &src) == 2 && t.tiled_rows == 128 &&
+              t.tiled_columns == 48 && t.cpu_items_per_cu == 8,
+          "small K: %d %d", t.tiled_rows, t.tiled_columns);
+    CHECK(clmla_product_tuning_resolve(&list, "file U", &pocl, 0, &t, &src) == 2 && t.tiled_rows == 128, "K 0: any");
+    CHECK(clmla_product_tuning_resolve(&list, "file U", &other, 2048, &t, &src) == 0 && memcmp(&t, &d, sizeof(t)) == 0,
+          "a refused entry applied");
+    clmla_product_tuning_list_free(&list);
+    CHECK(clmla_product_tuning_parse("[{\"kernel\": \"products\", \"vendor\": \"V\", \"device\": \"G\", \"k_class\": "
+                                     "\"medium\", \"parameters\": {}}]",
+                                     &list, why, sizeof(why)) == 1 &&
+              strstr(why, "k_class"),
+          "%s", why);
+    clmla_product_tuning_list_free(&list);
+    CHECK(clmla_product_tuning_parse("[{\"kernel\": \"products\", \"vendor\": \"V\", \"device\": \"G\", "
+                                     "\"parameters\": {\"NT\": 1}}]",
+                                     &list, why, sizeof(why)) == 1 &&
+              strstr(why, "\"NT\""),
+          "%s", why);
+    clmla_product_tuning_list_free(&list);
+    CHECK(clmla_product_tuning_parse("{not json", &list, why, sizeof(why)) == -1 && why[0], "malformed text parsed");
+    clmla_product_tuning_list_free(&list);
+
+    /* every check, by name */
+    static const struct {
+        size_t offset;
+        int value;
+        const char *name;
+    } bad[] = {
+        {offsetof(clmla_product_tuning, skinny_items), 8, "skinny_items"},
+        {offsetof(clmla_product_tuning, skinny_items), 100, "skinny_items"},
+        {offsetof(clmla_product_tuning, skinny_unroll), 0, "skinny_unroll"},
+        {offsetof(clmla_product_tuning, skinny_unroll), 9, "skinny_unroll"},
+        {offsetof(clmla_product_tuning, skinny_columns), 3, "skinny_columns"},
+        {offsetof(clmla_product_tuning, skinny_columns), 16, "skinny_columns"},
+        {offsetof(clmla_product_tuning, skinny_nn_items), 2048, "skinny_nn_items"},
+        {offsetof(clmla_product_tuning, cpu_items_per_cu), 0, "cpu_items_per_cu"},
+        {offsetof(clmla_product_tuning, cpu_items_per_cu), 65, "cpu_items_per_cu"},
+        {offsetof(clmla_product_tuning, packed_streams_1), 9, "packed_streams_1"},
+        {offsetof(clmla_product_tuning, packed_streams_2), 0, "packed_streams_2"},
+        {offsetof(clmla_product_tuning, packed_streams_4), 5, "packed_streams_4"},
+        {offsetof(clmla_product_tuning, cpu_prefetch), 2, "cpu_prefetch"},
+        {offsetof(clmla_product_tuning, tiled_rows), 130, "tiled_rows"},
+        {offsetof(clmla_product_tuning, tiled_rows), 0, "tiled_rows"},
+        {offsetof(clmla_product_tuning, tiled_columns), 513, "tiled_columns"},
+        {offsetof(clmla_product_tuning, tiled_weight_rows), 5, "tiled_weight_rows"},
+        {offsetof(clmla_product_tuning, tiled_k_chunk), 1000, "tiled_k_chunk"},
+        {offsetof(clmla_product_tuning, tiled_k_chunk), 0, "tiled_k_chunk"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const char *w = NULL;
+        t = d;
+        *(int *)((char *)&t + bad[i].offset) = bad[i].value;
+        CHECK(clmla_product_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, bad[i].name),
+              "%s = %d: %s", bad[i].name, bad[i].value, w ? w : "accepted");
+    }
+    const char *w = "x";
+    CHECK(clmla_product_tuning_check(&d, &w) == CLMLA_SUCCESS && !w, "defaults refused");
+    CHECK(clmla_product_tuning_check(NULL, &w) == CLMLA_ERROR_INVALID_ARGUMENT, "NULL accepted");
+    CHECK_STATUS(clmla_product_tuning_lookup(NULL, 0, &t, &src), CLMLA_ERROR_INVALID_ARGUMENT, NULL);
+    CHECK_STATUS(clmla_context_set_product_tuning(NULL, &d), CLMLA_ERROR_INVALID_ARGUMENT, NULL);
+
+    /* save: into a file with a latent entry (kept), each class, one replaced; a malformed file left alone */
+    char path[128], bad_path[128];
+    snprintf(path, sizeof(path), "%s/products.json", dir);
+    snprintf(bad_path, sizeof(bad_path), "%s/bad-products.json", dir);
+    clmla_latent_tuning lt;
+    clmla_latent_tuning_defaults(&lt);
+    CHECK_STATUS(clmla_latent_tuning_save(path, &pocl, 16, &lt, NULL), CLMLA_SUCCESS, NULL);
+    t = d;
+    t.tiled_columns = 24;
+    CHECK_STATUS(clmla_product_tuning_save(path, &pocl, 2048, &t, "note"), CLMLA_SUCCESS, NULL);
+    t.packed_streams_1 = 6;
+    CHECK_STATUS(clmla_product_tuning_save(path, &pocl, 7168, &t, NULL), CLMLA_SUCCESS, NULL);
+    CHECK_STATUS(clmla_product_tuning_save(path, &other, 0, &d, NULL), CLMLA_SUCCESS, NULL);
+    t.tiled_columns = 96;
+    t.packed_streams_1 = 8;
+    CHECK_STATUS(clmla_product_tuning_save(path, &pocl, 1536, &t, NULL), CLMLA_SUCCESS, NULL); /* replaces "small" */
+    t.tiled_rows = 130;
+    CHECK_STATUS(clmla_product_tuning_save(path, &pocl, 1536, &t, NULL), CLMLA_ERROR_INVALID_ARGUMENT, NULL);
+    FILE *f = fopen(path, "r");
+    char buf[16384] = "";
+    if (f) {
+        buf[fread(buf, 1, sizeof(buf) - 1, f)] = '\0';
+        fclose(f);
+    }
+    CHECK(clmla_product_tuning_parse(buf, &list, why, sizeof(why)) == 0 && list.count == 3, "saved file: %s (%zu)", why,
+          list.count);
+    CHECK(clmla_product_tuning_resolve(&list, "f", &pocl, 2048, &t, &src) == 2 && t.tiled_columns == 96 &&
+              t.packed_streams_1 == 8,
+          "replaced entry: %d", t.tiled_columns);
+    CHECK(clmla_product_tuning_resolve(&list, "f", &pocl, 7168, &t, &src) == 2 && t.tiled_columns == 24 &&
+              t.packed_streams_1 == 6,
+          "large entry");
+    CHECK(clmla_product_tuning_resolve(&list, "f", &other, 99999, &t, &src) == 2 && memcmp(&t, &d, sizeof(t)) == 0,
+          "merged \"any\" entry");
+    clmla_product_tuning_list_free(&list);
+    CHECK(clmla_latent_tuning_parse(buf, &latent, why, sizeof(why)) == 0 && latent.count == 1, "latent entry lost: %s",
+          why);
+    clmla_latent_tuning_list_free(&latent);
+    write_text(bad_path, "[{\"kernel\": \"products\", \"vendor\": \"V\", \"device\": \"G\", \"parameters\": {\"tiled_rows\": 3}}]");
+    CHECK_STATUS(clmla_product_tuning_save(bad_path, &pocl, 0, &d, NULL), CLMLA_ERROR_INVALID_FILE, NULL);
+    CHECK_STATUS(clmla_latent_tuning_save(bad_path, &pocl, 16, &lt, NULL), CLMLA_ERROR_INVALID_FILE, NULL);
+}
+
+/* float8 e4m3 (FN) to double */
+static double fp8_value(uint8_t c)
+{
+    const int e = (c >> 3) & 15, m = c & 7;
+    const double v = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
+    return c >> 7 ? -v : v;
+}
+
+/* A weight [n, k] of dtype: codes for the library, the values it holds for the reference. */
+typedef struct pweight {
+    int n, k;
+    clmla_dtype dtype;
+    void *codes;
+    float *scales;
+    double *values;
+} pweight;
+
+static void pweight_make(pweight *w, int n, int k, clmla_dtype dtype, uint32_t s)
+{
+    w->n = n;
+    w->k = k;
+    w->dtype = dtype;
+    const size_t count = (size_t)n * k, sr = ((size_t)n + 127) / 128, sc = ((size_t)k + 127) / 128;
+    const size_t eb = dtype == CLMLA_DTYPE_F32 ? 4 : dtype == CLMLA_DTYPE_FP8_E4M3 ? 1 : 2;
+    w->codes = malloc(count * eb);
+    w->values = malloc(count * sizeof(double));
+    w->scales = dtype == CLMLA_DTYPE_FP8_E4M3 ? malloc(sr * sc * sizeof(float)) : NULL;
+    for (size_t i = 0; w->scales && i < sr * sc; i++)
+        w->scales[i] = 0.25f + 0.0625f * (float)(i % 13);
+    for (size_t i = 0; i < count; i++) {
+        const float v = RND();
+        if (dtype == CLMLA_DTYPE_F32) {
+            ((float *)w->codes)[i] = v;
+            w->values[i] = v;
+        } else if (dtype == CLMLA_DTYPE_BF16) {
+            uint32_t bits;
+            memcpy(&bits, &v, 4);
+            bits &= 0xffff0000u;
+            float back;
+            memcpy(&back, &bits, 4);
+            ((uint16_t *)w->codes)[i] = (uint16_t)(bits >> 16);
+            w->values[i] = back;
+        } else {
+            uint8_t c = (uint8_t)(RND() * 127.0f + 128.0f);
+            if ((c & 0x7f) == 0x7f)
+                c ^= 1;
+            ((uint8_t *)w->codes)[i] = c;
+            w->values[i] = fp8_value(c) * w->scales[(i / (size_t)k / 128) * sc + (i % (size_t)k) / 128];
+        }
+    }
+}
+
+static void pweight_free(pweight *w)
+{
+    free(w->codes);
+    free(w->scales);
+    free(w->values);
+}
+
+/* The largest error of y [m, n] = x W^T against float64, relative to the sum of |x_i w_i|. */
+static double product_error(const pweight *w, int m, const float *x, const float *y)
+{
+    double worst = 0;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < w->n; j++) {
+            double ref = 0, mag = 1e-30;
+            for (int c = 0; c < w->k; c++) {
+                const double p = (double)x[(size_t)i * w->k + c] * w->values[(size_t)j * w->k + c];
+                ref += p;
+                mag += fabs(p);
+            }
+            worst = fmax(worst, fabs(y[(size_t)i * w->n + j] - ref) / mag);
+        }
+    return worst;
+}
+
+/* The values of every candidate of `clmla tune --kernels --products --quick`'s grids (cmd_tune.c,
+   pt_grid), and the other parameters at values off their defaults, give y = x W^T of the float64
+   reference, on
+   shapes that are multiples of nothing, at 1, 3 and 8 rows and at 77 (the tiled kernel), through a
+   packed weight (clmla_linear: panels of cpu_items_per_cu) and a row-major one (clmla_gemm: the
+   row kernels and the tiles with tiled_k_chunk), in every weight dtype but f16. */
+static void test_products_device(clmla_context *ctx)
+{
+    uint32_t s = 4242;
+    clmla_product_tuning d, cands[24];
+    clmla_product_tuning_defaults(&d);
+    int nc = 0;
+    cands[nc++] = d;
+#define SET(field, v) (cands[nc].field = (v))
+    /* Each set changes the parameters of different kernels at once (the decode kernels of CPUs,
+       the tiles, the GPU kernels), so that the quick grid's candidates of all three searches are
+       covered by a few builds: A and B hold the quick grid's CPU and tiled candidates with a GPU
+       one each, C the third tiled and GPU ones, D and E the other values off their defaults. */
+    cands[nc] = d; /* A */
+    SET(cpu_items_per_cu, 4), SET(tiled_rows, 128), SET(skinny_items, 256), nc++;
+    cands[nc] = d; /* B */
+    SET(packed_streams_1, 4), SET(tiled_columns, 96), SET(skinny_unroll, 4), nc++;
+    cands[nc] = d; /* C */
+    SET(tiled_weight_rows, 2), SET(skinny_columns, 8), SET(packed_streams_2, 3), SET(packed_streams_4, 1);
+    SET(cpu_prefetch, 0), SET(tiled_k_chunk, 384), SET(skinny_nn_items, 16), nc++;
+    cands[nc] = d; /* D */
+    SET(cpu_items_per_cu, 3), SET(packed_streams_1, 5), SET(packed_streams_4, 4), SET(tiled_rows, 20);
+    SET(tiled_columns, 7), SET(tiled_weight_rows, 4), nc++;
+    cands[nc] = d; /* E */
+    SET(tiled_weight_rows, 1), SET(packed_streams_2, 8), SET(tiled_k_chunk, 128), nc++;
+#undef SET
+    enum { SHAPES = 2, MAXM = 77 };
+    const int shape_n[SHAPES] = {203, 67}, shape_k[SHAPES] = {1100, 4105}; /* K 4105: the "large" class */
+    const clmla_dtype dts[3] = {CLMLA_DTYPE_F32, CLMLA_DTYPE_BF16, CLMLA_DTYPE_FP8_E4M3};
+    const int ms[4] = {1, 3, 8, MAXM};
+    pweight ws[SHAPES][3];
+    for (int s = 0; s < SHAPES; s++)
+        for (int t = 0; t < 3; t++)
+            pweight_make(&ws[s][t], shape_n[s], shape_k[s], dts[t], 17u * (uint32_t)(s * 3 + t) + 1);
+    float *x = malloc((size_t)MAXM * 4105 * sizeof(float)), *y = malloc((size_t)MAXM * 203 * sizeof(float));
+    for (int i = 0; i < MAXM * 4105; i++)
+        x[i] = RND();
+    cl_context clctx = clmla_context_cl_context(ctx);
+    cl_command_queue q = clmla_context_queue(ctx);
+    cl_int err;
+    cl_mem bx = clCreateBuffer(clctx, CL_MEM_COPY_HOST_PTR, (size_t)MAXM * 4105 * sizeof(float), x, &err);
+    cl_mem by = clCreateBuffer(clctx, CL_MEM_READ_WRITE, (size_t)MAXM * 203 * sizeof(float), NULL, &err);
+    double worst = 0;
+    for (int c = 0; c < nc; c++) {
+        CHECK_STATUS(clmla_context_set_product_tuning(ctx, &cands[c]), CLMLA_SUCCESS, ctx);
+        for (int s = 0; s < SHAPES; s++)
+            for (int t = 0; t < 3; t++) {
+                const pweight *w = &ws[s][t];
+                clmla_tensor tensor = {w->codes, 2, {w->n, w->k}, w->dtype, w->scales};
+                clmla_linear *lin = NULL;
+                CHECK_STATUS(clmla_linear_create(ctx, &tensor, &lin), CLMLA_SUCCESS, ctx);
+                /* the same weight row-major, for clmla_gemm's unpacked paths */
+                const size_t eb = w->dtype == CLMLA_DTYPE_F32 ? 4 : w->dtype == CLMLA_DTYPE_FP8_E4M3 ? 1 : 2;
+                const size_t sbytes = ((size_t)(w->n + 127) / 128) * ((size_t)(w->k + 127) / 128) * sizeof(float);
+                cl_mem bw = clCreateBuffer(clctx, CL_MEM_COPY_HOST_PTR, (size_t)w->n * w->k * eb, w->codes, &err);
+                cl_mem bs = w->scales ? clCreateBuffer(clctx, CL_MEM_COPY_HOST_PTR, sbytes, w->scales, &err) : NULL;
+                for (int mi = 0; mi < 4 && lin; mi++) {
+                    const int m = ms[mi];
+                    for (int path = 0; path < 2; path++) {
+                        clmla_status st;
+                        if (path == 0)
+                            st = clmla_linear_forward(lin, m, x, y);
+                        else {
+                            clmla_matrix a = {bx, 0, (size_t)w->k, 0, 0, CLMLA_DTYPE_F32, NULL, 0};
+                            clmla_matrix b = {bw, 0, (size_t)w->k, 1, 0, w->dtype, bs, (size_t)(w->k + 127) / 128};
+                            clmla_matrix cm = {by, 0, (size_t)w->n, 0, 0, CLMLA_DTYPE_F32, NULL, 0};
+                            st = clmla_gemm(ctx, (size_t)m, (size_t)w->n, (size_t)w->k, 1.0f, a, b, 0.0f, cm, NULL);
+                            if (st == CLMLA_SUCCESS)
+                                clEnqueueReadBuffer(q, by, CL_TRUE, 0, (size_t)m * w->n * sizeof(float), y, 0, NULL, NULL);
+                        }
+                        CHECK_STATUS(st, CLMLA_SUCCESS, ctx);
+                        const double e = st == CLMLA_SUCCESS ? product_error(w, m, x, y) : 1;
+                        CHECK(e < 1e-5, "candidate %d, %d x %d %s, %d rows, %s: relative error %.2e", c, w->n, w->k,
+                              clmla_dtype_name(w->dtype), m, path ? "row-major" : "packed", e);
+                        worst = fmax(worst, e);
+                    }
+                }
+                clmla_linear_destroy(lin);
+                clReleaseMemObject(bw);
+                if (bs)
+                    clReleaseMemObject(bs);
+            }
+    }
+    CHECK_STATUS(clmla_context_set_product_tuning(ctx, NULL), CLMLA_SUCCESS, ctx);
+    printf("products: %d parameter sets x 2 shapes x 3 dtypes x 4 row counts x 2 layouts, largest relative error %.2e\n",
+           nc, worst);
+    clReleaseMemObject(bx);
+    clReleaseMemObject(by);
+    free(x);
+    free(y);
+    for (int s = 0; s < SHAPES; s++)
+        for (int t = 0; t < 3; t++)
+            pweight_free(&ws[s][t]);
+}
+
 int main(int argc, char **argv)
 {
     if (!mkdtemp(dir)) {
@@ -240,6 +578,11 @@ int main(int argc, char **argv)
                   strstr(clmla_last_error(NULL), "ignored"),
               "malformed file: %s: %s", clmla_status_string(st), clmla_last_error(NULL));
         CHECK(strncmp(src, "file", 4) != 0, "source %s", src);
+        clmla_product_tuning pt, pd;
+        clmla_product_tuning_defaults(&pd);
+        CHECK(clmla_product_tuning_lookup(&info, 2048, &pt, &src) == CLMLA_ERROR_INVALID_FILE &&
+                  strcmp(src, "defaults") == 0 && memcmp(&pt, &pd, sizeof(pt)) == 0,
+              "malformed file, products: %s", src);
         printf("reported: %s\n", clmla_last_error(NULL));
     } else {
         test_parse();
@@ -256,6 +599,8 @@ int main(int argc, char **argv)
               "user entry not applied: %s", src);
         test_attention(ctx, CLMLA_LATENT_ROWS);
         test_attention(ctx, CLMLA_LATENT_GROUP);
+        test_products_parse();
+        test_products_device(ctx);
     }
     clmla_context_destroy(ctx);
     char cmd[256];

@@ -44,7 +44,8 @@ static int print_json(const clmla_device_info *devs, size_t n, size_t selected)
     return 0;
 }
 
-/* Which latent attention parameters apply to each device, for V2-Lite's 16 heads and V3's 128. */
+/* Which latent attention parameters apply to each device, for V2-Lite's 16 heads and V3's 128, and
+   which product parameters, for each shape class of K. */
 static void print_tuning(const clmla_device_info *devs, size_t n)
 {
     char path[4096];
@@ -68,6 +69,26 @@ static void print_tuning(const clmla_device_info *devs, size_t n)
                        t.group_heads, t.group_keys, t.group_max_items, t.group_groups_per_cu);
         }
     }
+    printf("\nproduct kernel tuning (the same file):\n");
+    for (size_t i = 0; i < n; i++) {
+        const int cpu = devs[i].kind == CLMLA_DEVICE_KIND_CPU;
+        static const size_t ks[] = {2048, 7168};
+        for (int c = 0; c < 2; c++) {
+            clmla_product_tuning t;
+            const char *source = NULL;
+            clmla_product_tuning_lookup(&devs[i], ks[c], &t, &source);
+            printf("  %zu K %s 4096: %s, ", i, c ? "> " : "<=", source);
+            if (cpu)
+                printf("gemm_packed_rows cpu_items_per_cu=%d packed_streams_1/2/4=%d/%d/%d cpu_prefetch=%d, "
+                       "gemm_tiled_rows tiled_rows=%d tiled_columns=%d tiled_weight_rows=%d tiled_k_chunk=%d\n",
+                       t.cpu_items_per_cu, t.packed_streams_1, t.packed_streams_2, t.packed_streams_4, t.cpu_prefetch,
+                       t.tiled_rows, t.tiled_columns, t.tiled_weight_rows, t.tiled_k_chunk);
+            else
+                printf("gemm_skinny_nt skinny_items=%d skinny_unroll=%d skinny_columns=%d, gemm_skinny_nn "
+                       "skinny_nn_items=%d\n",
+                       t.skinny_items, t.skinny_unroll, t.skinny_columns, t.skinny_nn_items);
+        }
+    }
 }
 
 int cmd_devices(int argc, char **argv)
@@ -77,7 +98,7 @@ int cmd_devices(int argc, char **argv)
     cli_option opts[] = {
         {"device", CLI_STRING, &device, "SPEC  mark the device SPEC picks (fails when it picks none)"},
         {"json", CLI_FLAG, &json, "print a JSON array instead of the table"},
-        {"verbose", CLI_FLAG, &verbose, "also say which latent attention kernel tuning applies to each device"},
+        {"verbose", CLI_FLAG, &verbose, "also say which kernel tuning (latent attention, products) applies to each device"},
         {"help", CLI_FLAG, &help, "this text"},
         {NULL, CLI_FLAG, NULL, NULL},
     };

@@ -385,9 +385,494 @@ done:
     return rc;
 }
 
+/* ---- clmla tune --kernels --products: the product kernels' parameters ---------------------------- */
+
+/* One projection shape the products are timed on, with its weights in each dtype. */
+typedef struct pt_shape {
+    const char *name;
+    int n, k;
+} pt_shape;
+
+/* A weight of one shape and dtype: the tensor handed to clmla_linear_create and, for the float64
+   reference, the values it holds (after conversion to the dtype). */
+typedef struct pt_weight {
+    const pt_shape *shape;
+    clmla_dtype dtype;
+    void *codes;    /* the tensor's data */
+    float *scales;  /* fp8 block scales */
+    double *values; /* [n, k] what the device should read */
+} pt_weight;
+
+static const char *pt_dtype_name(clmla_dtype d)
+{
+    return d == CLMLA_DTYPE_F32 ? "f32" : d == CLMLA_DTYPE_BF16 ? "bf16" : d == CLMLA_DTYPE_FP8_E4M3 ? "fp8" : "f16";
+}
+
+/* float8 e4m3 (FN: no infinities, 0x7f / 0xff NaN) to double. */
+static double pt_fp8(uint8_t c)
+{
+    const int s = c >> 7, e = (c >> 3) & 15, m = c & 7;
+    const double v = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
+    return s ? -v : v;
+}
+
+static void pt_weight_free(pt_weight *w)
+{
+    free(w->codes);
+    free(w->scales);
+    free(w->values);
+    memset(w, 0, sizeof(*w));
+}
+
+/* Random weights in [-1, 1] of the shape in the dtype (fp8: random codes, NaN excepted, and block
+   scales in [0.5, 1.5]); 0 on success. */
+static int pt_weight_make(pt_weight *w, const pt_shape *shape, clmla_dtype dtype, uint32_t seed)
+{
+    memset(w, 0, sizeof(*w));
+    w->shape = shape;
+    w->dtype = dtype;
+    const size_t n = (size_t)shape->n, k = (size_t)shape->k, count = n * k;
+    const size_t eb = dtype == CLMLA_DTYPE_F32 ? 4 : dtype == CLMLA_DTYPE_FP8_E4M3 ? 1 : 2;
+    const size_t sr = (n + 127) / 128, sc = (k + 127) / 128;
+    w->codes = malloc(count * eb);
+    w->values = malloc(count * sizeof(double));
+    if (dtype == CLMLA_DTYPE_FP8_E4M3)
+        w->scales = malloc(sr * sc * sizeof(float));
+    if (!w->codes || !w->values || (dtype == CLMLA_DTYPE_FP8_E4M3 && !w->scales)) {
+        pt_weight_free(w);
+        return -1;
+    }
+    for (size_t i = 0; dtype == CLMLA_DTYPE_FP8_E4M3 && i < sr * sc; i++)
+        w->scales[i] = 0.5f + 0.5f * (kt_rand(&seed) + 1.0f);
+    for (size_t i = 0; i < count; i++) {
+        const float v = kt_rand(&seed);
+        if (dtype == CLMLA_DTYPE_F32) {
+            ((float *)w->codes)[i] = v;
+            w->values[i] = v;
+        } else if (dtype == CLMLA_DTYPE_BF16) {
+            uint32_t bits;
+            memcpy(&bits, &v, 4);
+            bits &= 0xffff0000u; /* truncated: what the device reads is what the reference uses */
+            ((uint16_t *)w->codes)[i] = (uint16_t)(bits >> 16);
+            float back;
+            memcpy(&back, &bits, 4);
+            w->values[i] = back;
+        } else {
+            seed = seed * 1664525u + 1013904223u;
+            uint8_t c = (uint8_t)(seed >> 24);
+            if ((c & 0x7f) == 0x7f)
+                c ^= 1; /* not NaN */
+            ((uint8_t *)w->codes)[i] = c;
+            w->values[i] = pt_fp8(c) * w->scales[(i / k / 128) * sc + (i % k) / 128];
+        }
+    }
+    return 0;
+}
+
+typedef struct pt_run {
+    clmla_context *ctx;
+    int reps;
+    float *h_x, *h_y; /* [max rows, max k], [max rows, max n] */
+    cl_mem x, y;
+} pt_run;
+
+/* The largest error of rows `check` (count of them) of y = x W^T against float64, relative to the
+   sum of |x_i w_i| of its element; negative when the product fails. Times are the median of reps
+   calls (after one, which builds the kernels), in microseconds, in *us. */
+static double pt_measure(pt_run *r, const pt_weight *w, int m, double *us)
+{
+    const size_t n = (size_t)w->shape->n, k = (size_t)w->shape->k;
+    clmla_tensor t;
+    memset(&t, 0, sizeof(t));
+    t.data = w->codes;
+    t.ndim = 2;
+    t.shape[0] = (int64_t)n;
+    t.shape[1] = (int64_t)k;
+    t.dtype = w->dtype;
+    t.scale = w->scales;
+    clmla_linear *lin = NULL;
+    *us = -1;
+    if (clmla_linear_create(r->ctx, &t, &lin) != CLMLA_SUCCESS)
+        return -1;
+    cl_command_queue q = clmla_context_queue(r->ctx);
+    double worst = -1;
+    if (clmla_linear_forward_cl(lin, m, r->x, 0, r->y, 0, NULL) == CLMLA_SUCCESS &&
+        clEnqueueReadBuffer(q, r->y, CL_TRUE, 0, (size_t)m * n * sizeof(float), r->h_y, 0, NULL, NULL) == CL_SUCCESS) {
+        worst = 0;
+        const int rows[] = {0, 1, 2, m / 2, m - 2, m - 1};
+        for (size_t ri = 0; ri < sizeof(rows) / sizeof(rows[0]); ri++) {
+            const int i = rows[ri];
+            if (i < 0 || i >= m)
+                continue;
+            const float *x = r->h_x + (size_t)i * k;
+            for (size_t j = 0; j < n; j++) {
+                const double *wr = w->values + j * k;
+                double ref = 0, mag = 1e-30;
+                for (size_t c = 0; c < k; c++) {
+                    ref += (double)x[c] * wr[c];
+                    mag += fabs((double)x[c] * wr[c]);
+                }
+                const double e = fabs(r->h_y[(size_t)i * n + j] - ref) / mag;
+                worst = e > worst ? e : worst;
+            }
+        }
+    }
+    if (worst >= 0 && worst <= 1e-5) {
+        double t_us[32];
+        const int reps = r->reps < 32 ? r->reps : 32;
+        for (int i = 0; i < reps; i++) {
+            const double t0 = kt_now();
+            if (clmla_linear_forward_cl(lin, m, r->x, 0, r->y, 0, NULL) != CLMLA_SUCCESS || clFinish(q) != CL_SUCCESS) {
+                worst = -1;
+                break;
+            }
+            t_us[i] = (kt_now() - t0) * 1e6;
+        }
+        if (worst >= 0) {
+            qsort(t_us, (size_t)reps, sizeof(double), kt_cmp);
+            *us = t_us[reps / 2];
+        }
+    }
+    clmla_linear_destroy(lin);
+    return worst;
+}
+
+static void pt_print(const clmla_product_tuning *t, int tiled, int cpu)
+{
+    if (tiled)
+        printf("tiled_rows=%-3d tiled_columns=%-3d tiled_weight_rows=%d", t->tiled_rows, t->tiled_columns,
+               t->tiled_weight_rows);
+    else if (cpu)
+        printf("cpu_items_per_cu=%-2d packed_streams_1=%d", t->cpu_items_per_cu, t->packed_streams_1);
+    else
+        printf("skinny_items=%-4d skinny_unroll=%d skinny_columns=%d", t->skinny_items, t->skinny_unroll,
+               t->skinny_columns);
+}
+
+/* The grid of one search, around `base`: the skinny kernels' (CPU or GPU) or the tiles'. `base`
+   first, then base with the searched fields at their defaults (where that differs), then the grid. */
+static int pt_grid(const clmla_product_tuning *base, int tiled, int cpu, int quick, clmla_product_tuning *out, int most)
+{
+    clmla_product_tuning d, t = *base;
+    clmla_product_tuning_defaults(&d);
+    if (tiled) {
+        t.tiled_rows = d.tiled_rows;
+        t.tiled_columns = d.tiled_columns;
+        t.tiled_weight_rows = d.tiled_weight_rows;
+    } else if (cpu) {
+        t.cpu_items_per_cu = d.cpu_items_per_cu;
+        t.packed_streams_1 = d.packed_streams_1;
+    } else {
+        t.skinny_items = d.skinny_items;
+        t.skinny_unroll = d.skinny_unroll;
+        t.skinny_columns = d.skinny_columns;
+    }
+    int n = 0;
+    out[n++] = *base;
+    if (memcmp(&t, base, sizeof(t)) != 0)
+        out[n++] = t;
+#define PT_ADD()                                                                                                 \
+    do {                                                                                                         \
+        int seen = 0;                                                                                            \
+        for (int s_ = 0; s_ < n; s_++)                                                                           \
+            seen |= memcmp(&out[s_], &t, sizeof(t)) == 0;                                                        \
+        if (!seen && n < most && clmla_product_tuning_check(&t, NULL) == CLMLA_SUCCESS)                          \
+            out[n++] = t;                                                                                        \
+    } while (0)
+    if (tiled) {
+        static const int trs[] = {128, 256}, tcs[] = {24, 48, 96}, mcs[] = {2, 3, 4};
+        static const int quick_grid[][3] = {{128, 48, 3}, {256, 96, 3}, {256, 48, 2}};
+        if (quick)
+            for (int i = 0; i < 3; i++) {
+                t = *base;
+                t.tiled_rows = quick_grid[i][0];
+                t.tiled_columns = quick_grid[i][1];
+                t.tiled_weight_rows = quick_grid[i][2];
+                PT_ADD();
+            }
+        else
+            for (int a = 0; a < 2; a++)
+                for (int b = 0; b < 3; b++)
+                    for (int c = 0; c < 3; c++) {
+                        t = *base;
+                        t.tiled_rows = trs[a];
+                        t.tiled_columns = tcs[b];
+                        t.tiled_weight_rows = mcs[c];
+                        PT_ADD();
+                    }
+    } else if (cpu) {
+        static const int items[] = {4, 8, 16}, streams[] = {4, 6, 8};
+        static const int quick_grid[][2] = {{4, 8}, {8, 4}};
+        if (quick)
+            for (int i = 0; i < 2; i++) {
+                t = *base;
+                t.cpu_items_per_cu = quick_grid[i][0];
+                t.packed_streams_1 = quick_grid[i][1];
+                PT_ADD();
+            }
+        else
+            for (int a = 0; a < 3; a++)
+                for (int b = 0; b < 3; b++) {
+                    t = *base;
+                    t.cpu_items_per_cu = items[a];
+                    t.packed_streams_1 = streams[b];
+                    PT_ADD();
+                }
+    } else {
+        static const int items[] = {64, 128, 256}, unroll[] = {1, 2, 4}, columns[] = {2, 4, 8};
+        static const int quick_grid[][3] = {{256, 2, 4}, {128, 4, 4}, {128, 2, 8}};
+        if (quick)
+            for (int i = 0; i < 3; i++) {
+                t = *base;
+                t.skinny_items = quick_grid[i][0];
+                t.skinny_unroll = quick_grid[i][1];
+                t.skinny_columns = quick_grid[i][2];
+                PT_ADD();
+            }
+        else
+            for (int a = 0; a < 3; a++)
+                for (int b = 0; b < 3; b++)
+                    for (int c = 0; c < 3; c++) {
+                        t = *base;
+                        t.skinny_items = items[a];
+                        t.skinny_unroll = unroll[b];
+                        t.skinny_columns = columns[c];
+                        PT_ADD();
+                    }
+    }
+#undef PT_ADD
+    return n;
+}
+
+/* One search over a grid for one shape class: every candidate on every (shape, dtype) at m rows,
+   checked then timed; the index of the best (the lowest mean of its times relative to the first
+   candidate's, the current parameters), -1 when none ran. */
+static int pt_search(pt_run *r, const char *what, pt_weight *ws, int nw, int m, const clmla_product_tuning *cands,
+                     int n, int tiled, int cpu, double *best_ratio, double *cur_us, double *best_us)
+{
+    double us0[16] = {0};
+    int best = -1;
+    *best_ratio = 0;
+    printf("\n%s: %d rows, %d candidates on", what, m, n);
+    for (int w = 0; w < nw; w++)
+        printf("%s %s %s (%d x %d)", w ? "," : "", ws[w].shape->name, pt_dtype_name(ws[w].dtype), ws[w].shape->n,
+               ws[w].shape->k);
+    printf("\n");
+    for (int i = 0; i < n; i++) {
+        printf("[%2d/%d] ", i + 1, n);
+        pt_print(&cands[i], tiled, cpu);
+        fflush(stdout);
+        if (clmla_context_set_product_tuning(r->ctx, &cands[i]) != CLMLA_SUCCESS) {
+            printf("  refused: %s\n", clmla_last_error(r->ctx));
+            continue;
+        }
+        double us[16] = {0}, ratio = 0;
+        int ok = 1;
+        for (int w = 0; w < nw && ok; w++) {
+            const double err = pt_measure(r, &ws[w], m, &us[w]);
+            if (err < 0 || err > 1e-5 || us[w] <= 0) {
+                printf("  refused: %s %s %s\n", ws[w].shape->name, pt_dtype_name(ws[w].dtype),
+                       err < 0 ? clmla_last_error(r->ctx) : "wrong result");
+                if (err > 1e-5)
+                    printf("         relative error %.2e against float64\n", err);
+                ok = 0;
+            }
+        }
+        if (!ok) {
+            if (i == 0)
+                return -1; /* the current parameters must run to compare against */
+            continue;
+        }
+        if (i == 0)
+            memcpy(us0, us, sizeof(us0));
+        for (int w = 0; w < nw; w++) {
+            ratio += us[w] / us0[w] / nw;
+            printf("  %.0f", us[w]);
+        }
+        printf(" us  (%.3f of the current)%s\n", ratio, i == 0 ? " current" : "");
+        fflush(stdout);
+        if (best < 0 || ratio < *best_ratio) {
+            best = i;
+            *best_ratio = ratio;
+            for (int w = 0; w < nw; w++)
+                best_us[w] = us[w];
+        }
+    }
+    for (int w = 0; w < nw; w++)
+        cur_us[w] = us0[w];
+    return best;
+}
+
+static int tune_products(const char *device, int quick, int dry_run, const char *out)
+{
+    char path[4096];
+    if (out)
+        snprintf(path, sizeof(path), "%s", out);
+    else if (clmla_latent_tuning_path(path, sizeof(path)) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla tune: %s\n", clmla_last_error(NULL));
+        return 1;
+    }
+    if (!dry_run && !path[0]) {
+        fprintf(stderr, "clmla tune: no kernel tuning file to write (set --out, CLMLA_KERNEL_TUNING or CLMLA_CACHE_DIR), "
+                        "or use --dry-run\n");
+        return 2;
+    }
+    pt_run r;
+    memset(&r, 0, sizeof(r));
+    if (cli_context_create(device, &r.ctx) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla tune: %s\n", clmla_last_error(NULL));
+        return 1;
+    }
+    clmla_device_info info;
+    clmla_context_device(r.ctx, &info);
+    const int cpu = info.kind == CLMLA_DEVICE_KIND_CPU;
+    r.reps = quick ? 3 : 7;
+    /* V2-Lite's and V3's projections (docs/MLA.md): the fused q / kv_a product and o_proj of
+       V2-Lite, V3's q_b_proj (K 1536) and its fused q_a / kv_a product (K 7168). */
+    static const pt_shape small_full[] = {{"v2-lite q+kv_a", 3648, 2048}, {"v2-lite o_proj", 2048, 2048},
+                                          {"v3 q_b", 24576, 1536}};
+    static const pt_shape large_full[] = {{"v3 q_a+kv_a", 2112, 7168}};
+    static const pt_shape small_quick[] = {{"v2-lite o_proj", 2048, 2048}};
+    static const clmla_dtype dtypes_full[] = {CLMLA_DTYPE_F32, CLMLA_DTYPE_BF16, CLMLA_DTYPE_FP8_E4M3};
+    const int classes = quick ? 1 : 2, ndt = quick ? 2 : 3;
+    const int tiled_m = quick ? 128 : 512;
+    const size_t max_k = quick ? 2048 : 7168, max_n = quick ? 2048 : 24576;
+    r.h_x = malloc((size_t)tiled_m * max_k * sizeof(float));
+    r.h_y = malloc((size_t)tiled_m * max_n * sizeof(float));
+    int rc = 1;
+    if (!r.h_x || !r.h_y) {
+        fprintf(stderr, "clmla tune: out of host memory\n");
+        goto done;
+    }
+    uint32_t seed = 31337;
+    for (size_t i = 0; i < (size_t)tiled_m * max_k; i++)
+        r.h_x[i] = kt_rand(&seed);
+    cl_context clctx = clmla_context_cl_context(r.ctx);
+    cl_int err = CL_SUCCESS;
+    r.x = clCreateBuffer(clctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)tiled_m * max_k * sizeof(float), r.h_x,
+                         &err);
+    r.y = clCreateBuffer(clctx, CL_MEM_READ_WRITE, (size_t)tiled_m * max_n * sizeof(float), NULL, &err);
+    if (!r.x || !r.y) {
+        fprintf(stderr, "clmla tune: cannot allocate the products' buffers\n");
+        goto done;
+    }
+    printf("tuning the product kernels on %s (%s, %s, driver %s): %s\n", info.name, info.vendor, info.platform_name,
+           info.driver_version,
+           cpu ? "gemm_packed_rows at 1 row, gemm_tiled_rows at prefill rows" : "gemm_skinny_nt at 1 row");
+    const double start = kt_now();
+    rc = 0;
+    for (int cls = 0; cls < classes && rc == 0; cls++) {
+        const pt_shape *shapes = quick ? small_quick : cls == 0 ? small_full : large_full;
+        const int nshapes = quick ? 1 : cls == 0 ? 3 : 1;
+        const size_t k_of_class = cls == 0 ? 2048 : 7168;
+        pt_weight ws[16];
+        int nw = 0;
+        for (int s = 0; s < nshapes && rc == 0; s++)
+            for (int d = 0; d < ndt && rc == 0; d++) {
+                if (pt_weight_make(&ws[nw], &shapes[s], dtypes_full[d], 1000u + (uint32_t)(7 * s + d))) {
+                    fprintf(stderr, "clmla tune: out of host memory for the weights\n");
+                    rc = 1;
+                } else
+                    nw++;
+            }
+        clmla_product_tuning current, cands[32], best;
+        const char *source = NULL;
+        if (clmla_product_tuning_lookup(&info, k_of_class, &current, &source) != CLMLA_SUCCESS)
+            printf("warning: %s\n", clmla_last_error(NULL));
+        printf("\nK %s 4096 (k_class \"%s\"): current parameters from %s\n", cls == 0 ? "<=" : ">",
+               cls == 0 ? "small" : "large", source);
+        best = current;
+        double ratio = 0, cur_us[16], best_us[16], tcur_us[16], tbest_us[16], tratio = 1;
+        int n = rc == 0 ? pt_grid(&current, 0, cpu, quick, cands, 32) : 0;
+        const int b = n ? pt_search(&r, cpu ? "decode products (gemm_packed_rows)" : "decode products (gemm_skinny_nt)",
+                                    ws, nw, 1, cands, n, 0, cpu, &ratio, cur_us, best_us)
+                        : -1;
+        if (rc == 0 && b < 0) {
+            fprintf(stderr, "clmla tune: the current parameters fail: %s\n", clmla_last_error(r.ctx));
+            rc = 1;
+        }
+        if (rc == 0 && b > 0) { /* timed again beside the current ones, so that a noisy win is not saved */
+            clmla_product_tuning pair[2] = {current, cands[b]};
+            double again = 0, c_us[16], b_us[16];
+            if (pt_search(&r, "confirmation", ws, nw, 1, pair, 2, 0, cpu, &again, c_us, b_us) == 1) {
+                ratio = again;
+                best = cands[b];
+            } else
+                ratio = 1;
+        }
+        if (rc == 0) {
+            printf("best: ");
+            pt_print(&best, 0, cpu);
+            printf(" (%.3f of the current)\n", ratio);
+        }
+        int tb = -1;
+        if (rc == 0 && cpu) {
+            clmla_product_tuning tc[32];
+            clmla_product_tuning base = best;
+            n = pt_grid(&base, 1, cpu, quick, tc, 32);
+            /* the tiles on the first shape only (prefill costs a FLOP per weight per row) */
+            pt_weight tws[3];
+            int ntw = 0;
+            for (int w = 0; w < nw; w++)
+                if (ws[w].shape == &shapes[0])
+                    tws[ntw++] = ws[w];
+            tb = pt_search(&r, "prefill products (gemm_tiled_rows)", tws, ntw, tiled_m, tc, n, 1, cpu, &tratio, tcur_us,
+                           tbest_us);
+            if (tb > 0) { /* timed again beside the current tiles */
+                clmla_product_tuning pair[2] = {tc[0], tc[tb]};
+                double again = 0, c_us[16], b_us[16];
+                if (pt_search(&r, "confirmation", tws, ntw, tiled_m, pair, 2, 1, cpu, &again, c_us, b_us) == 1)
+                    tratio = again;
+                else {
+                    tb = 0;
+                    tratio = 1;
+                }
+            }
+            if (tb < 0) {
+                fprintf(stderr, "clmla tune: the current tiles fail: %s\n", clmla_last_error(r.ctx));
+                rc = 1;
+            } else {
+                best.tiled_rows = tc[tb].tiled_rows;
+                best.tiled_columns = tc[tb].tiled_columns;
+                best.tiled_weight_rows = tc[tb].tiled_weight_rows;
+                printf("best: ");
+                pt_print(&best, 1, cpu);
+                printf(" (%.3f of the current)\n", tratio);
+            }
+        }
+        for (int w = 0; w < nw; w++)
+            pt_weight_free(&ws[w]);
+        if (rc != 0)
+            break;
+        if (!dry_run) {
+            char note[512];
+            int len = snprintf(note, sizeof(note), "batch 1: %.3f of the current (%s)", ratio, source);
+            if (cpu && tb >= 0 && len > 0 && (size_t)len < sizeof(note))
+                snprintf(note + len, sizeof(note) - (size_t)len, "; %d rows: %.3f", tiled_m, tratio);
+            if (clmla_product_tuning_save(path, &info, k_of_class, &best, note) != CLMLA_SUCCESS) {
+                fprintf(stderr, "clmla tune: %s\n", clmla_last_error(NULL));
+                rc = 1;
+            } else
+                printf("saved the \"%s\" entry to %s\n", cls == 0 ? "small" : "large", path);
+        }
+    }
+    printf("\n%.0f s\n", kt_now() - start);
+done:
+    clmla_context_set_product_tuning(r.ctx, NULL);
+    if (r.x)
+        clReleaseMemObject(r.x);
+    if (r.y)
+        clReleaseMemObject(r.y);
+    free(r.h_x);
+    free(r.h_y);
+    clmla_context_destroy(r.ctx);
+    return rc;
+}
+
 int cmd_tune(int argc, char **argv)
 {
     int help = 0, size = 1024, candidates = 40, dry_run = 0, kernels = 0, heads = 16, ctx_len = 4096, quick = 0;
+    int latent = 0, products = 0;
     double max_seconds = 0;
     const char *device = NULL, *out = NULL;
     cli_option opts[] = {
@@ -398,11 +883,15 @@ int cmd_tune(int argc, char **argv)
         {"out", CLI_STRING, &out, "FILE  tuning file to add the entry to (default: CLMLA_CLBLAST_TUNING, else\n"
                                   "                       <cache dir>/clblast-tuning.json, which contexts read)"},
         {"dry-run", CLI_FLAG, &dry_run, "measure and print, write nothing"},
-        {"kernels", CLI_FLAG, &kernels, "tune clmla's latent attention kernel instead of CLBlast (default file:\n"
+        {"kernels", CLI_FLAG, &kernels, "tune clmla's own kernels instead of CLBlast (default file:\n"
                                         "                       CLMLA_KERNEL_TUNING, else <cache dir>/kernel-tuning.json)"},
+        {"latent", CLI_FLAG, &latent, "with --kernels: the latent attention kernel (alone unless --products)"},
+        {"products", CLI_FLAG, &products, "with --kernels: the product kernels, decode and prefill-sized (alone\n"
+                                          "                       unless --latent; neither flag: both)"},
         {"heads", CLI_INT, &heads, "H  with --kernels: attention heads (default 16, V2-Lite; 128: V3)"},
         {"ctx", CLI_INT, &ctx_len, "N  with --kernels: keys per sequence timed (default 4096)"},
-        {"quick", CLI_FLAG, &quick, "with --kernels: two candidates at ctx 512 (for tests)"},
+        {"quick", CLI_FLAG, &quick, "with --kernels: a small grid (latent: two candidates at ctx 512; products:\n"
+                                    "                       V2-Lite's o_proj, f32 and bf16, 128 prefill rows)"},
         {"help", CLI_FLAG, &help, "this text"},
         {NULL, CLI_FLAG, NULL, NULL},
     };
@@ -423,7 +912,12 @@ int cmd_tune(int argc, char **argv)
             fprintf(stderr, "clmla tune: --heads must be 1..1024 and --ctx 64..65536\n");
             return 2;
         }
-        return tune_kernels(device, heads, ctx_len, quick, dry_run, out);
+        if (!latent && !products)
+            latent = products = 1;
+        int rc = latent ? tune_kernels(device, heads, ctx_len, quick, dry_run, out) : 0;
+        if (rc == 0 && products)
+            rc = tune_products(device, quick, dry_run, out);
+        return rc;
     }
     if (size < 16 || size > 8192 || candidates < 1) {
         fprintf(stderr, "clmla tune: --size must be 16..8192 and --candidates at least 1\n");

@@ -8,6 +8,7 @@
 #include "program.h"
 #include "scratch.h"
 #include "dtype.h"
+#include "tuning.h"
 
 #include <clblast_c.h>
 #include <limits.h>
@@ -22,11 +23,11 @@ static CLBlastTranspose op(const clmla_matrix *x)
     return x->transposed ? CLBlastTransposeYes : CLBlastTransposeNo;
 }
 
-/* The product kernels of a context for one weight dtype, built on first use and kept until the
-   context is destroyed. */
+/* The product kernels of a context for one weight dtype and shape class, built on first use with
+   the class's parameters and kept until the context is destroyed or retuned. */
 typedef struct clmla_dtype_kernels {
-    cl_kernel skinny_nt[4][3];   /* gemm_skinny_nt for 1, 2, 4, 8 rows x 1, 2, 4 columns per group */
-    int skinny_nt_threads[4][3];
+    cl_kernel skinny_nt[4][4];   /* gemm_skinny_nt for 1, 2, 4, 8 rows x 1, 2, 4, 8 columns per group */
+    int skinny_nt_threads[4][4];
     cl_kernel skinny_nn;         /* gemm_skinny_nn */
     int skinny_nn_threads;
     cl_kernel skinny_rows[4];    /* gemm_skinny_nt_rows for 1, 2, 4, 8 rows (CPU devices) */
@@ -38,9 +39,13 @@ typedef struct clmla_dtype_kernels {
 } clmla_dtype_kernels;
 
 #define NUM_DTYPES 4
+/* Shape classes of the product tuning (clmla_product_k_class - 1): K up to CLMLA_PRODUCT_SMALL_K, larger. */
+#define NUM_CLASSES 2
 typedef struct clmla_products {
-    clmla_dtype_kernels k[NUM_DTYPES]; /* by clmla_dtype */
-    int force_clblast;                 /* test hook: every product through CLBlast */
+    clmla_dtype_kernels k[NUM_CLASSES][NUM_DTYPES]; /* by shape class and clmla_dtype */
+    clmla_product_tuning tuning[NUM_CLASSES];       /* the parameters of each class, */
+    int tuned;                                      /* looked up (1) at the first product since creation or retuning */
+    int force_clblast;                              /* test hook: every product through CLBlast */
 } clmla_products;
 
 static void release_kernels(cl_kernel *k, size_t n)
@@ -50,12 +55,12 @@ static void release_kernels(cl_kernel *k, size_t n)
             clReleaseKernel(k[i]);
 }
 
-static void products_release(void *p)
+/* Releases every kernel of P and clears their slots. */
+static void release_all(clmla_products *P)
 {
-    clmla_products *P = p;
-    for (int d = 0; d < NUM_DTYPES; d++) {
-        clmla_dtype_kernels *K = &P->k[d];
-        release_kernels(&K->skinny_nt[0][0], 12);
+    for (int d = 0; d < NUM_CLASSES * NUM_DTYPES; d++) {
+        clmla_dtype_kernels *K = &P->k[d / NUM_DTYPES][d % NUM_DTYPES];
+        release_kernels(&K->skinny_nt[0][0], 16);
         release_kernels(&K->skinny_nn, 1);
         release_kernels(K->skinny_rows, 4);
         release_kernels(K->skinny_nn_rows, 4);
@@ -63,8 +68,14 @@ static void products_release(void *p)
         release_kernels(K->tiled_rows, 2);
         release_kernels(K->packed_rows, 4);
         release_kernels(&K->weight_f32, 1);
+        memset(K, 0, sizeof(*K));
     }
-    free(P);
+}
+
+static void products_release(void *p)
+{
+    release_all(p);
+    free(p);
 }
 
 /* The context's product kernels: made by ensure_products before any product runs. */
@@ -73,10 +84,23 @@ static clmla_products *products(const clmla_context *ctx)
     return ctx->products;
 }
 
-/* The kernels reading weights of `dtype` (a valid clmla_dtype: the layer and clmla_linear check). */
-static clmla_dtype_kernels *kernels(const clmla_context *ctx, clmla_dtype dtype)
+/* The shape class of a product of K = k: its index in clmla_products. */
+static int shape_class(size_t k)
 {
-    return &products(ctx)->k[dtype];
+    return k > CLMLA_PRODUCT_SMALL_K;
+}
+
+/* The kernels reading weights of `dtype` (a valid clmla_dtype: the layer and clmla_linear check)
+   for products of K = k. */
+static clmla_dtype_kernels *kernels(const clmla_context *ctx, clmla_dtype dtype, size_t k)
+{
+    return &products(ctx)->k[shape_class(k)][dtype];
+}
+
+/* The parameters of products of K = k (looked up by ensure_products). */
+static const clmla_product_tuning *tuning(const clmla_context *ctx, size_t k)
+{
+    return &products(ctx)->tuning[shape_class(k)];
 }
 
 /* Build options naming the weight dtype (cl/prelude.cl's W_DTYPE), after `extra`. */
@@ -93,14 +117,28 @@ static int forced(const clmla_context *ctx)
 
 static clmla_status ensure_products(clmla_context *ctx)
 {
-    if (ctx->products)
-        return CLMLA_SUCCESS;
-    ctx->products = clmla_host_realloc(ctx, NULL, sizeof(clmla_products));
-    if (!ctx->products)
-        return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
-    memset(ctx->products, 0, sizeof(clmla_products));
-    ctx->products_release = products_release;
+    if (!ctx->products) {
+        ctx->products = clmla_host_realloc(ctx, NULL, sizeof(clmla_products));
+        if (!ctx->products)
+            return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+        memset(ctx->products, 0, sizeof(clmla_products));
+        ctx->products_release = products_release;
+    }
+    clmla_products *P = products(ctx);
+    if (!P->tuned) { /* a few string compares: no allocation or I/O after the process's first lookup */
+        clmla_product_tuning_for(ctx, CLMLA_PRODUCT_SMALL_K, &P->tuning[0]);
+        clmla_product_tuning_for(ctx, CLMLA_PRODUCT_SMALL_K + 1, &P->tuning[1]);
+        P->tuned = 1;
+    }
     return CLMLA_SUCCESS;
+}
+
+void clmla_gemm_retune(clmla_context *ctx)
+{
+    if (!ctx->products)
+        return;
+    release_all(products(ctx));
+    products(ctx)->tuned = 0;
 }
 
 clmla_status clmla_gemm_force_clblast(clmla_context *ctx, int on)
@@ -132,25 +170,26 @@ static clmla_status sized_kernel(clmla_context *ctx, const char *name, const cha
     return st;
 }
 
-/* gemm_skinny_nn (work-group form): 64 items or the device's limit. */
-static clmla_status nn_kernel(clmla_context *ctx, clmla_dtype dtype)
+/* gemm_skinny_nn (work-group form) for products of K = k: skinny_nn_items items (64 by default)
+   or the device's limit. */
+static clmla_status nn_kernel(clmla_context *ctx, clmla_dtype dtype, size_t k)
 {
-    clmla_dtype_kernels *K = kernels(ctx, dtype);
+    clmla_dtype_kernels *K = kernels(ctx, dtype, k);
     if (K->skinny_nn)
         return CLMLA_SUCCESS;
     char extra[64], options[128];
     snprintf(extra, sizeof(extra), "-D MMAX=%d", SKINNY_MAX_ROWS);
     dtype_options(ctx, dtype, extra, options, sizeof(options));
-    return sized_kernel(ctx, "gemm_skinny_nn", options, 64, NULL, NULL, &K->skinny_nn, &K->skinny_nn_threads);
+    return sized_kernel(ctx, "gemm_skinny_nn", options, tuning(ctx, k)->skinny_nn_items, NULL, NULL, &K->skinny_nn,
+                        &K->skinny_nn_threads);
 }
 
 /* Items per work-group of gemm_skinny_nt, and float4s of each weight row loaded per item before
    any is used (cl/gemm_skinny.cl). On an H100, against the kernel before (64 items, 4 columns,
    partial sums added by one item each, 32-way bank conflicts at 8 rows) with the V2-Lite
    projections: 8 rows 1.2-2.0x faster, 1 row 1.0-1.3x; 64 or 256 items, 4 float4s in flight,
-   and fixed 1, 2 or 4 columns were within a few microseconds of these (docs/perf-log.md, "Products on GPUs"). */
-#define NT_ITEMS 128
-#define NT_UNROLL 2
+   and fixed 1, 2 or 4 columns were within a few microseconds of these (docs/perf-log.md, "Products on GPUs").
+   Now the product tuning's skinny_items and skinny_unroll (defaults 128 and 2: the values above). */
 
 /* Local memory of gemm_skinny_nt: the partial sums, rows x columns x items floats. */
 static size_t nt_local_bytes(int items, const void *arg)
@@ -158,19 +197,22 @@ static size_t nt_local_bytes(int items, const void *arg)
     return (size_t)*(const int *)arg * (size_t)items * sizeof(float);
 }
 
-/* gemm_skinny_nt for rows bucket 1 << bucket and 1 << nc_log columns per group: NT_ITEMS items,
-   or fewer where the device's work-group limit, the kernel's own or local memory says so. */
-static clmla_status nt_kernel(clmla_context *ctx, clmla_dtype dtype, int bucket, int nc_log, cl_kernel *kernel,
-                              int *threads)
+/* gemm_skinny_nt for rows bucket 1 << bucket and 1 << nc_log columns per group, products of K = k:
+   skinny_items items, or fewer where the device's work-group limit, the kernel's own or local
+   memory says so. */
+static clmla_status nt_kernel(clmla_context *ctx, clmla_dtype dtype, size_t k, int bucket, int nc_log,
+                              cl_kernel *kernel, int *threads)
 {
-    cl_kernel *slot = &kernels(ctx, dtype)->skinny_nt[bucket][nc_log];
-    int *slot_threads = &kernels(ctx, dtype)->skinny_nt_threads[bucket][nc_log];
+    cl_kernel *slot = &kernels(ctx, dtype, k)->skinny_nt[bucket][nc_log];
+    int *slot_threads = &kernels(ctx, dtype, k)->skinny_nt_threads[bucket][nc_log];
     if (!*slot) {
+        const clmla_product_tuning *t = tuning(ctx, k);
         const int rows = 1 << bucket, nc = 1 << nc_log, sums = rows * nc;
         char extra[64], options[128];
-        snprintf(extra, sizeof(extra), "-D MR=%d -D NC=%d -D UK=%d", rows, nc, NT_UNROLL);
+        snprintf(extra, sizeof(extra), "-D MR=%d -D NC=%d -D UK=%d", rows, nc, t->skinny_unroll);
         dtype_options(ctx, dtype, extra, options, sizeof(options));
-        clmla_status st = sized_kernel(ctx, "gemm_skinny_nt", options, NT_ITEMS, nt_local_bytes, &sums, slot, slot_threads);
+        clmla_status st =
+            sized_kernel(ctx, "gemm_skinny_nt", options, t->skinny_items, nt_local_bytes, &sums, slot, slot_threads);
         if (st != CLMLA_SUCCESS)
             return st;
     }
@@ -179,33 +221,53 @@ static clmla_status nt_kernel(clmla_context *ctx, clmla_dtype dtype, int bucket,
     return CLMLA_SUCCESS;
 }
 
-/* Columns per work-group of gemm_skinny_nt (log2): 4, unless that leaves fewer than 8 groups per
-   compute unit, then 2 or 1. */
-static int nt_columns_log(const clmla_context *ctx, size_t n, size_t batch)
+/* Columns per work-group of gemm_skinny_nt (log2): skinny_columns (4 by default), unless that
+   leaves fewer than 8 groups per compute unit, then fewer down to 1. */
+static int nt_columns_log(const clmla_context *ctx, size_t n, size_t k, size_t batch)
 {
     const size_t want = 8 * (size_t)(ctx->info.compute_units ? ctx->info.compute_units : 1);
-    int lg = 2;
+    int lg = 0;
+    while ((1 << (lg + 1)) <= tuning(ctx, k)->skinny_columns)
+        lg++;
     while (lg > 0 && (n + ((size_t)1 << lg) - 1) / ((size_t)1 << lg) * batch < want)
         lg--;
     return lg;
+}
+
+/* The build options of the CPU kernels for blocks of `rows` rows (1, 2, 4 or 8) and products of
+   K = k, shared by gemm_skinny_nt_rows, gemm_skinny_nn_rows and gemm_packed_rows so that one
+   program serves them: column blocks of 8 / rows, the packing's chunk, the prefetch unless `large`
+   or the tuning turns it off, and gemm_packed_rows' streams only where the tuning changes them
+   (the defaults give the options, hence the programs, of before the tuning). */
+static void cpu_options(const clmla_context *ctx, clmla_dtype dtype, size_t k, int rows, int large, char *out,
+                        size_t size)
+{
+    const clmla_product_tuning *t = tuning(ctx, k);
+    const int streams = rows == 1 ? t->packed_streams_1 : rows == 2 ? t->packed_streams_2 : t->packed_streams_4;
+    const int default_streams = rows == 1 ? 8 : rows == 2 ? 4 : 3; /* the kernel's own STREAMS */
+    char extra[128], streams_option[32] = "";
+    if (streams != default_streams)
+        snprintf(streams_option, sizeof(streams_option), " -D STREAMS=%d", streams);
+    snprintf(extra, sizeof(extra), "-D MR=%d -D NCC=%d -D PCH=%d%s%s", rows, 8 / rows, CLMLA_PACK_CHUNK,
+             !large && t->cpu_prefetch && clmla_device_prefetches(&ctx->info) ? " -D CLMLA_PREFETCH" : "",
+             streams_option);
+    dtype_options(ctx, dtype, extra, out, size);
 }
 
 /* The CPU forms for m rows: rows bucket 1, 2, 4 or 8, column blocks 8 / bucket (of single
    columns for the x W^T kernel, of float8 strips for the x B kernel). `large`: the x W^T kernel
    for 9 to TILED_MIN_ROWS - 1 rows, built without the weight prefetch (20% slower there: 2048^3
    in 200 against 170 ms, while 8 rows of the decode-shaped products gain 25-40%). */
-static clmla_status rows_kernel(clmla_context *ctx, clmla_dtype dtype, size_t m, int transposed_b, int large,
+static clmla_status rows_kernel(clmla_context *ctx, clmla_dtype dtype, size_t k, size_t m, int transposed_b, int large,
                                 cl_kernel *kernel, int *columns)
 {
     const int bucket = rows_bucket(m), rows = 1 << bucket;
     *columns = 8 / rows;
-    clmla_dtype_kernels *K = kernels(ctx, dtype);
+    clmla_dtype_kernels *K = kernels(ctx, dtype, k);
     cl_kernel *slot = large ? &K->skinny_rows_large : transposed_b ? &K->skinny_rows[bucket] : &K->skinny_nn_rows[bucket];
     if (!*slot) {
-        char extra[96], options[160];
-        snprintf(extra, sizeof(extra), "-D MR=%d -D NCC=%d -D PCH=%d%s", rows, *columns, CLMLA_PACK_CHUNK,
-                 !large && clmla_device_prefetches(&ctx->info) ? " -D CLMLA_PREFETCH" : "");
-        dtype_options(ctx, dtype, extra, options, sizeof(options));
+        char options[192];
+        cpu_options(ctx, dtype, k, rows, large, options, sizeof(options));
         clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options,
                                               transposed_b ? "gemm_skinny_nt_rows" : "gemm_skinny_nn_rows", slot);
         if (st != CLMLA_SUCCESS)
@@ -254,10 +316,10 @@ static clmla_status set_product_args(clmla_context *ctx, cl_kernel kernel, size_
     return CLMLA_SUCCESS;
 }
 
-/* Items wanted for a product on a CPU device: about 8 per compute unit. */
-static size_t cpu_items(const clmla_context *ctx)
+/* Items wanted for a product on a CPU device: cpu_items_per_cu (8 by default) per compute unit. */
+static size_t cpu_items(const clmla_context *ctx, const clmla_product_tuning *t)
 {
-    return 8 * (size_t)(ctx->info.compute_units ? ctx->info.compute_units : 1);
+    return (size_t)t->cpu_items_per_cu * (size_t)(ctx->info.compute_units ? ctx->info.compute_units : 1);
 }
 
 static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
@@ -271,15 +333,15 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
     const int cpu_nn = cpu && !b.transposed && n % 8 == 0;
     clmla_status st;
     if (cpu_rows || cpu_nn)
-        st = rows_kernel(ctx, b.dtype, m, b.transposed, 0, &kernel, &columns);
+        st = rows_kernel(ctx, b.dtype, k, m, b.transposed, 0, &kernel, &columns);
     else if (b.transposed) {
         bucket = rows_bucket(m);
-        nc_log = nt_columns_log(ctx, n, batch);
-        st = nt_kernel(ctx, b.dtype, bucket, nc_log, &kernel, &wg);
+        nc_log = nt_columns_log(ctx, n, k, batch);
+        st = nt_kernel(ctx, b.dtype, k, bucket, nc_log, &kernel, &wg);
     } else {
-        st = nn_kernel(ctx, b.dtype);
-        kernel = kernels(ctx, b.dtype)->skinny_nn;
-        wg = kernels(ctx, b.dtype)->skinny_nn_threads;
+        st = nn_kernel(ctx, b.dtype, k);
+        kernel = kernels(ctx, b.dtype, k)->skinny_nn;
+        wg = kernels(ctx, b.dtype, k)->skinny_nn_threads;
     }
     if (st != CLMLA_SUCCESS)
         return st;
@@ -288,7 +350,7 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
     cl_int err;
     if (cpu_rows) {
         /* About 8 items per compute unit over the whole batch, in whole column blocks. */
-        const size_t items_wanted = cpu_items(ctx);
+        const size_t items_wanted = cpu_items(ctx, tuning(ctx, k));
         size_t per_item = (n * batch + items_wanted - 1) / items_wanted;
         per_item = (per_item + columns - 1) / columns * columns;
         if (per_item > n)
@@ -325,23 +387,25 @@ static int use_skinny(size_t m, const clmla_matrix *a, const clmla_matrix *b, co
            fits_int(c->ld);
 }
 
-/* y = x W^T for TILED_MIN_ROWS rows or more on CPU devices: gemm_tiled_rows, tiles of TILED_ROWS
-   x TILED_COLUMNS of C per work-item, K in chunks of 1024 (of the packing's chunk where W is
-   packed). Below TILED_MIN_ROWS, where the read of W and not the arithmetic sets the time, blocks
-   of rows that stream W again per block were faster (16 and 32 rows: 1.2-2x); at 64 rows the two
-   were even, from 128 the tiles faster. Sizes measured on the EPYC (docs/perf-log.md). */
+/* y = x W^T for TILED_MIN_ROWS rows or more on CPU devices: gemm_tiled_rows, tiles of tiled_rows
+   x tiled_columns of C per work-item (256 x 48 by default), K in chunks of tiled_k_chunk (1024; the
+   packing's chunk where W is packed), tiled_weight_rows (3) rows of W against 4 of x at a time.
+   Below TILED_MIN_ROWS, where the read of W and not the arithmetic sets the time, blocks of rows
+   that stream W again per block were faster (16 and 32 rows: 1.2-2x); at 64 rows the two were
+   even, from 128 the tiles faster. Sizes measured on the EPYC (docs/perf-log.md). */
 #define TILED_MIN_ROWS 64
-#define TILED_ROWS 256
-#define TILED_COLUMNS 48
 static clmla_status tiled(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
                           clmla_matrix b, float beta, clmla_matrix c, cl_event *event)
 {
     const int packed_b = b.panel != 0;
-    cl_kernel *slot = &kernels(ctx, b.dtype)->tiled_rows[packed_b];
+    const clmla_product_tuning *t = tuning(ctx, k);
+    cl_kernel *slot = &kernels(ctx, b.dtype, k)->tiled_rows[packed_b];
     if (!*slot) {
-        char extra[96], options[160];
-        snprintf(extra, sizeof(extra), "-D TR=%d -D TC=%d -D KC=%d", TILED_ROWS, TILED_COLUMNS,
-                 packed_b ? CLMLA_PACK_CHUNK : 1024);
+        char extra[96], options[160], mc[16] = "";
+        if (t->tiled_weight_rows != 3) /* the kernel's own MC: the defaults build the options of before */
+            snprintf(mc, sizeof(mc), " -D MC=%d", t->tiled_weight_rows);
+        snprintf(extra, sizeof(extra), "-D TR=%d -D TC=%d -D KC=%d%s", t->tiled_rows, t->tiled_columns,
+                 packed_b ? CLMLA_PACK_CHUNK : t->tiled_k_chunk, mc);
         dtype_options(ctx, b.dtype, extra, options, sizeof(options));
         clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options, "gemm_tiled_rows", slot);
         if (st != CLMLA_SUCCESS)
@@ -352,7 +416,8 @@ static clmla_status tiled(clmla_context *ctx, size_t m, size_t n, size_t k, floa
         return st;
     const int panel = (int)b.panel;
     CLMLA_SET_ARG(ctx, *slot, 19, panel);
-    const size_t global[2] = {(n + TILED_COLUMNS - 1) / TILED_COLUMNS, (m + TILED_ROWS - 1) / TILED_ROWS};
+    const size_t tc = (size_t)t->tiled_columns, tr = (size_t)t->tiled_rows;
+    const size_t global[2] = {(n + tc - 1) / tc, (m + tr - 1) / tr};
     const size_t local[2] = {1, 1};
     cl_int err = clmla_cl_enqueue(ctx, *slot, 2, global, local, event);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue gemm_tiled_rows");
@@ -368,7 +433,7 @@ static clmla_status rows_large(clmla_context *ctx, size_t m, size_t n, size_t k,
         return tiled(ctx, m, n, k, alpha, a, b, beta, c, event);
     cl_kernel kernel = NULL;
     int columns = 0;
-    clmla_status st = rows_kernel(ctx, b.dtype, 4, 1, 1, &kernel, &columns);
+    clmla_status st = rows_kernel(ctx, b.dtype, k, 4, 1, 1, &kernel, &columns);
     if (st != CLMLA_SUCCESS)
         return st;
     if ((st = set_product_args(ctx, kernel, m, n, k, alpha, a, 0, b, 0, beta, c, 0)) != CLMLA_SUCCESS)
@@ -382,11 +447,13 @@ static clmla_status rows_large(clmla_context *ctx, size_t m, size_t n, size_t k,
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue gemm_skinny_nt_rows");
 }
 
-size_t clmla_weight_panel(const clmla_context *ctx, size_t n)
+size_t clmla_weight_panel(const clmla_context *ctx, size_t n, size_t k)
 {
     if (ctx->info.kind != CLMLA_DEVICE_KIND_CPU || forced(ctx) || n == 0)
         return 0;
-    const size_t items = cpu_items(ctx);
+    clmla_product_tuning t;
+    clmla_product_tuning_for(ctx, k, &t);
+    const size_t items = cpu_items(ctx, &t);
     return (n + items - 1) / items;
 }
 
@@ -418,13 +485,10 @@ static clmla_status packed(clmla_context *ctx, size_t m, size_t n, size_t k, flo
     if (m >= TILED_MIN_ROWS)
         return tiled(ctx, m, n, k, alpha, a, b, beta, c, event);
     const int bucket = rows_bucket(m);
-    cl_kernel *slot = &kernels(ctx, b.dtype)->packed_rows[bucket];
+    cl_kernel *slot = &kernels(ctx, b.dtype, k)->packed_rows[bucket];
     if (!*slot) {
-        char extra[96], options[160];
-        const int rows = 1 << bucket;
-        snprintf(extra, sizeof(extra), "-D MR=%d -D NCC=%d -D PCH=%d%s", rows, 8 / rows, CLMLA_PACK_CHUNK,
-                 clmla_device_prefetches(&ctx->info) ? " -D CLMLA_PREFETCH" : "");
-        dtype_options(ctx, b.dtype, extra, options, sizeof(options));
+        char options[192];
+        cpu_options(ctx, b.dtype, k, 1 << bucket, 0, options, sizeof(options));
         clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options, "gemm_packed_rows", slot);
         if (st != CLMLA_SUCCESS)
             return st;
@@ -477,7 +541,7 @@ static clmla_status decoded_gemm(clmla_context *ctx, size_t m, size_t n, size_t 
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
                           "a %s weight through CLBlast (m=%zu n=%zu k=%zu): only row-major within int indices",
                           clmla_dtype_name(b.dtype), m, n, k);
-    cl_kernel *kernel = &kernels(ctx, b.dtype)->weight_f32;
+    cl_kernel *kernel = &kernels(ctx, b.dtype, k)->weight_f32;
     if (!*kernel) {
         char options[96];
         dtype_options(ctx, b.dtype, "", options, sizeof(options));

@@ -26,10 +26,10 @@ typedef struct clmla_matrix {
    [chunk of CLMLA_PACK_CHUNK values of K][row of the panel][value]. */
 #define CLMLA_PACK_CHUNK 512
 
-/* Rows per panel for a weight of n rows on this context's device (a work-item's share, about 8
-   per compute unit); 0 where weights stay row-major: non-CPU devices, and contexts whose products
-   all go through CLBlast. */
-size_t clmla_weight_panel(const clmla_context *ctx, size_t n);
+/* Rows per panel for a weight [n, k] on this context's device (a work-item's share: the product
+   tuning's cpu_items_per_cu per compute unit, 8 by default); 0 where weights stay row-major:
+   non-CPU devices, and contexts whose products all go through CLBlast. */
+size_t clmla_weight_panel(const clmla_context *ctx, size_t n, size_t k);
 
 /* W [n, k] row-major into out (n * k elements of `bytes` bytes, not overlapping w), panels of
    `panel` rows. */
@@ -42,6 +42,10 @@ clmla_status clmla_gemm(clmla_context *ctx, size_t m, size_t n, size_t k, float 
 clmla_status clmla_gemm_strided_batched(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
                                         size_t a_stride, clmla_matrix b, size_t b_stride, float beta, clmla_matrix c,
                                         size_t c_stride, size_t batch, cl_event *event);
+/* Releases the context's product kernels and forgets their parameters, so that the next product
+   looks the parameters up again and builds its kernels with them (clmla_context_set_product_tuning). */
+void clmla_gemm_retune(clmla_context *ctx);
+
 /* Test hook: every product through CLBlast (on = 1) or as dispatched (0). */
 clmla_status clmla_gemm_force_clblast(clmla_context *ctx, int on);
 #endif

@@ -1,9 +1,11 @@
 /* CLBlast Xgemm tuning: the entries context creation applies (a JSON file, else the built-in
-   table), saving entries, and the search behind `clmla tune`. At the end, the latent attention
-   kernels' parameters (user file, built-in table, defaults). See include/clmla.h. */
+   table), saving entries, and the search behind `clmla tune`. At the end, the parameters of
+   clmla's own kernels, latent attention and products (one user file, built-in tables, defaults).
+   See include/clmla.h. */
 #include "tuning.h"
 #include "clcall.h"
 #include "fileio.h"
+#include "gemm.h"
 
 #include <clblast_c.h>
 #include <cjson/cJSON.h>
@@ -772,6 +774,21 @@ static int copy_key(char *dst, size_t size, const cJSON *v, int required)
     return 1;
 }
 
+/* 1 when o is an entry of a kernel-tuning file for another of clmla's kernels than `mine` (the
+   file holds "attn_latent" entries, whose "kernel" may be left out, and "products" ones). */
+static int other_kernel(const cJSON *o, const char *mine)
+{
+    static const char *const known[] = {"attn_latent", "products"};
+    const cJSON *kernel = cJSON_GetObjectItemCaseSensitive(o, "kernel");
+    const char *name = cJSON_IsString(kernel) ? kernel->valuestring : kernel ? NULL : "attn_latent";
+    if (!name)
+        return 0;
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+        if (strcmp(name, known[i]) == 0)
+            return strcmp(name, mine) != 0;
+    return 0; /* an unknown kernel: refused by the parser of `mine` */
+}
+
 /* One entry of a kernel-tuning file: 1 parsed and legal, 0 not (why says what, naming the value). */
 static int latent_parse_entry(const cJSON *o, latent_entry *e, char *why, size_t why_size)
 {
@@ -783,7 +800,7 @@ static int latent_parse_entry(const cJSON *o, latent_entry *e, char *why, size_t
     }
     const cJSON *kernel = cJSON_GetObjectItemCaseSensitive(o, "kernel");
     if (kernel && !(cJSON_IsString(kernel) && strcmp(kernel->valuestring, "attn_latent") == 0)) {
-        snprintf(why, why_size, "\"kernel\" must be \"attn_latent\"");
+        snprintf(why, why_size, "\"kernel\" must be \"attn_latent\" or \"products\"");
         return 0;
     }
     if (!copy_key(e->vendor, sizeof(e->vendor), cJSON_GetObjectItemCaseSensitive(o, "vendor"), 1) ||
@@ -877,6 +894,8 @@ int clmla_latent_tuning_parse(const char *text, latent_entry_list *out, char *wh
     cJSON_ArrayForEach(item, list)
     {
         char one[512];
+        if (other_kernel(item, "attn_latent")) /* a product entry: clmla_product_tuning_parse's */
+            continue;
         if (latent_parse_entry(item, &out->entries[out->count], one, sizeof(one)))
             out->count++;
         else if (!refused++)
@@ -919,6 +938,7 @@ clmla_status clmla_latent_tuning_path(char *buf, size_t size)
 /* The user file, read once per process. */
 static pthread_once_t user_once = PTHREAD_ONCE_INIT;
 static latent_entry_list user_entries;
+static product_entry_list user_products;
 static char user_source[CLMLA_PATH_SIZE + 8] = "";
 static char user_problem[2 * CLMLA_PATH_SIZE + 1024] = ""; /* what was wrong with it, "" when nothing */
 
@@ -933,9 +953,15 @@ static void user_load(void)
         CLMLA_SUCCESS) {
         snprintf(user_problem, sizeof(user_problem), "kernel tuning file %s ignored: %s", path, err);
     } else {
-        char why[512];
-        const int refused = clmla_latent_tuning_parse(text, &user_entries, why, sizeof(why));
+        char why[512], why_products[512];
+        int refused = clmla_latent_tuning_parse(text, &user_entries, why, sizeof(why));
+        const int refused_products = clmla_product_tuning_parse(text, &user_products, why_products, sizeof(why_products));
         free(text);
+        if (refused >= 0 && refused_products > 0) {
+            if (!refused)
+                snprintf(why, sizeof(why), "%s", why_products);
+            refused += refused_products;
+        }
         if (refused < 0)
             snprintf(user_problem, sizeof(user_problem), "kernel tuning file %s ignored: %s", path, why);
         else if (refused > 0)
@@ -1011,6 +1037,37 @@ void clmla_latent_tuning_for(const clmla_context *ctx, int num_heads, clmla_late
     clmla_latent_tuning_resolve(&user_entries, user_source, &ctx->info, num_heads, tuning, &source);
 }
 
+/* The entries of the kernel tuning file at path, to add one to: an empty list when there is no
+   file; CLMLA_ERROR_INVALID_FILE when it is not a valid one (every entry legal, of either kernel). */
+static clmla_status load_for_save(const char *path, cJSON **list)
+{
+    *list = NULL;
+    if (absent(path)) {
+        *list = cJSON_CreateArray();
+        return CLMLA_SUCCESS;
+    }
+    char *old = NULL, err[CLMLA_PATH_SIZE + 256];
+    size_t length = 0;
+    const clmla_status st =
+        clmla_read_file(path, MAX_TUNING_FILE_BYTES, "a kernel tuning file", &old, &length, err, sizeof(err));
+    if (st != CLMLA_SUCCESS)
+        return clmla_fail(NULL, st, "%s", err);
+    latent_entry_list check;
+    product_entry_list check_products;
+    char why[512], why_products[512];
+    const int refused = clmla_latent_tuning_parse(old, &check, why, sizeof(why));
+    const int refused_products = clmla_product_tuning_parse(old, &check_products, why_products, sizeof(why_products));
+    clmla_latent_tuning_list_free(&check);
+    clmla_product_tuning_list_free(&check_products);
+    *list = refused == 0 && refused_products == 0 ? cJSON_Parse(old) : NULL;
+    free(old);
+    if (!*list)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_FILE,
+                          "%s is not a JSON array of kernel tuning entries: %s; it was left as it is", path,
+                          refused ? why : why_products);
+    return CLMLA_SUCCESS;
+}
+
 clmla_status clmla_latent_tuning_save(const char *path, const clmla_device_info *device, int num_heads,
                                       const clmla_latent_tuning *tuning, const char *note)
 {
@@ -1020,25 +1077,9 @@ clmla_status clmla_latent_tuning_save(const char *path, const clmla_device_info 
     if (bad)
         return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "latent attention parameters refused: %s", bad);
     cJSON *list = NULL;
-    if (!absent(path)) {
-        char *old = NULL, err[CLMLA_PATH_SIZE + 256];
-        size_t length = 0;
-        const clmla_status st =
-            clmla_read_file(path, MAX_TUNING_FILE_BYTES, "a kernel tuning file", &old, &length, err, sizeof(err));
-        if (st != CLMLA_SUCCESS)
-            return clmla_fail(NULL, st, "%s", err);
-        latent_entry_list check;
-        char why[512];
-        const int refused = clmla_latent_tuning_parse(old, &check, why, sizeof(why));
-        clmla_latent_tuning_list_free(&check);
-        list = refused == 0 ? cJSON_Parse(old) : NULL;
-        free(old);
-        if (!list)
-            return clmla_fail(NULL, CLMLA_ERROR_INVALID_FILE,
-                              "%s is not a JSON array of kernel tuning entries: %s; it was left as it is", path, why);
-    } else {
-        list = cJSON_CreateArray();
-    }
+    clmla_status st = load_for_save(path, &list);
+    if (st != CLMLA_SUCCESS)
+        return st;
     cJSON *o = cJSON_CreateObject(), *p = cJSON_CreateObject();
     if (!list || !o || !p) {
         cJSON_Delete(list);
@@ -1072,6 +1113,338 @@ clmla_status clmla_latent_tuning_save(const char *path, const clmla_device_info 
         if (latent_parse_entry(item, &e, why, sizeof(why)) && e.heads == mine.heads && strcmp(e.vendor, mine.vendor) == 0 &&
             strcmp(e.device, mine.device) == 0 && strcmp(e.platform, mine.platform) == 0 &&
             strcmp(e.driver, mine.driver) == 0) {
+            cJSON_ReplaceItemInArray(list, index, o);
+            replaced = 1;
+            break;
+        }
+        index++;
+    }
+    if (!replaced)
+        cJSON_AddItemToArray(list, o);
+    return save_json(path, list);
+}
+
+/* ---- product kernel parameters (include/clmla.h, "Product kernel tuning") ---------------------- */
+
+static const clmla_product_tuning product_defaults = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 48, 3, 1024};
+
+struct product_entry {
+    char vendor[128], device[128], platform[128], driver[128];
+    int k_class; /* clmla_product_k_class: 0 = any */
+    clmla_product_tuning t;
+};
+
+/* Entries measured with `clmla tune --kernels --products` on the developers' machines
+   (docs/BENCHMARKS.md, "Product kernel tuning"); none yet: on PoCL (2-core EPYC) the defaults won. */
+static const product_entry *const product_builtin = NULL;
+static const size_t product_builtin_count = 0;
+
+static const char *const k_class_names[] = {"any", "small", "large"};
+
+static const struct {
+    const char *name;
+    size_t offset;
+} product_names[] = {
+    {"skinny_items", offsetof(clmla_product_tuning, skinny_items)},
+    {"skinny_unroll", offsetof(clmla_product_tuning, skinny_unroll)},
+    {"skinny_columns", offsetof(clmla_product_tuning, skinny_columns)},
+    {"skinny_nn_items", offsetof(clmla_product_tuning, skinny_nn_items)},
+    {"cpu_items_per_cu", offsetof(clmla_product_tuning, cpu_items_per_cu)},
+    {"packed_streams_1", offsetof(clmla_product_tuning, packed_streams_1)},
+    {"packed_streams_2", offsetof(clmla_product_tuning, packed_streams_2)},
+    {"packed_streams_4", offsetof(clmla_product_tuning, packed_streams_4)},
+    {"cpu_prefetch", offsetof(clmla_product_tuning, cpu_prefetch)},
+    {"tiled_rows", offsetof(clmla_product_tuning, tiled_rows)},
+    {"tiled_columns", offsetof(clmla_product_tuning, tiled_columns)},
+    {"tiled_weight_rows", offsetof(clmla_product_tuning, tiled_weight_rows)},
+    {"tiled_k_chunk", offsetof(clmla_product_tuning, tiled_k_chunk)},
+};
+#define PRODUCT_PARAMETERS (sizeof(product_names) / sizeof(product_names[0]))
+
+void clmla_product_tuning_defaults(clmla_product_tuning *tuning)
+{
+    if (tuning)
+        *tuning = product_defaults;
+}
+
+int clmla_product_k_class(size_t k)
+{
+    return k == 0 ? 0 : k <= CLMLA_PRODUCT_SMALL_K ? 1 : 2;
+}
+
+static int power_of_two(int v)
+{
+    return v > 0 && (v & (v - 1)) == 0;
+}
+
+/* The kernels' constraints (cl/gemm_skinny.cl): gemm_skinny_nt's tree over local memory needs a
+   power-of-two group, its kernel slots hold up to 8 columns; gemm_packed_rows keeps MRP x STREAMS
+   float8 accumulators in registers (the bounds keep that at most 16); gemm_tiled_rows walks its
+   rows 4 at a time and reads a block scale once per 128 values of K (W_BLOCK: KC a multiple). */
+static const char *product_check(const clmla_product_tuning *t)
+{
+    if (!power_of_two(t->skinny_items) || t->skinny_items < 16 || t->skinny_items > 1024)
+        return "skinny_items must be a power of two from 16 to 1024";
+    if (t->skinny_unroll < 1 || t->skinny_unroll > 8)
+        return "skinny_unroll must be from 1 to 8";
+    if (!power_of_two(t->skinny_columns) || t->skinny_columns > 8)
+        return "skinny_columns must be 1, 2, 4 or 8";
+    if (!power_of_two(t->skinny_nn_items) || t->skinny_nn_items < 16 || t->skinny_nn_items > 1024)
+        return "skinny_nn_items must be a power of two from 16 to 1024";
+    if (t->cpu_items_per_cu < 1 || t->cpu_items_per_cu > 64)
+        return "cpu_items_per_cu must be from 1 to 64";
+    if (t->packed_streams_1 < 1 || t->packed_streams_1 > 8)
+        return "packed_streams_1 must be from 1 to 8";
+    if (t->packed_streams_2 < 1 || t->packed_streams_2 > 8)
+        return "packed_streams_2 must be from 1 to 8";
+    if (t->packed_streams_4 < 1 || t->packed_streams_4 > 4)
+        return "packed_streams_4 must be from 1 to 4";
+    if (t->cpu_prefetch != 0 && t->cpu_prefetch != 1)
+        return "cpu_prefetch must be 0 or 1";
+    if (t->tiled_rows < 4 || t->tiled_rows > 1024 || t->tiled_rows % 4)
+        return "tiled_rows must be a multiple of 4, from 4 to 1024";
+    if (t->tiled_columns < 1 || t->tiled_columns > 512)
+        return "tiled_columns must be from 1 to 512";
+    if (t->tiled_weight_rows < 1 || t->tiled_weight_rows > 4)
+        return "tiled_weight_rows must be from 1 to 4";
+    if (t->tiled_k_chunk < 128 || t->tiled_k_chunk > 16384 || t->tiled_k_chunk % 128)
+        return "tiled_k_chunk must be a multiple of 128, from 128 to 16384";
+    return NULL;
+}
+
+clmla_status clmla_product_tuning_check(const clmla_product_tuning *tuning, const char **why)
+{
+    const char *w = tuning ? product_check(tuning) : "NULL argument";
+    if (why)
+        *why = w;
+    return w ? clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "product kernel parameters refused: %s", w)
+             : CLMLA_SUCCESS;
+}
+
+/* One "products" entry: 1 parsed and legal, 0 not (why says what, naming the value). */
+static int product_parse_entry(const cJSON *o, product_entry *e, char *why, size_t why_size)
+{
+    memset(e, 0, sizeof(*e));
+    e->t = product_defaults;
+    if (!copy_key(e->vendor, sizeof(e->vendor), cJSON_GetObjectItemCaseSensitive(o, "vendor"), 1) ||
+        !copy_key(e->device, sizeof(e->device), cJSON_GetObjectItemCaseSensitive(o, "device"), 1) ||
+        !copy_key(e->platform, sizeof(e->platform), cJSON_GetObjectItemCaseSensitive(o, "platform"), 0) ||
+        !copy_key(e->driver, sizeof(e->driver), cJSON_GetObjectItemCaseSensitive(o, "driver"), 0)) {
+        snprintf(why, why_size, "\"vendor\" and \"device\" (and \"platform\", \"driver\" where given) must be strings "
+                                "of under 128 bytes");
+        return 0;
+    }
+    const cJSON *cls = cJSON_GetObjectItemCaseSensitive(o, "k_class");
+    e->k_class = -1;
+    if (!cls)
+        e->k_class = 0;
+    else if (cJSON_IsString(cls))
+        for (int i = 0; i < 3; i++)
+            if (strcmp(cls->valuestring, k_class_names[i]) == 0)
+                e->k_class = i;
+    if (e->k_class < 0) {
+        snprintf(why, why_size, "entry for '%s': \"k_class\" must be \"small\", \"large\" or \"any\"", e->device);
+        return 0;
+    }
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(o, "parameters");
+    if (!cJSON_IsObject(params)) {
+        snprintf(why, why_size, "entry for '%s': \"parameters\" must be an object", e->device);
+        return 0;
+    }
+    const cJSON *p = NULL;
+    cJSON_ArrayForEach(p, params)
+    {
+        size_t i = 0;
+        while (i < PRODUCT_PARAMETERS && strcmp(product_names[i].name, p->string) != 0)
+            i++;
+        if (i == PRODUCT_PARAMETERS) {
+            snprintf(why, why_size, "entry for '%s': unknown parameter \"%s\"", e->device, p->string);
+            return 0;
+        }
+        if (!cJSON_IsNumber(p) || p->valuedouble < -1e6 || p->valuedouble > 1e6 || p->valuedouble != floor(p->valuedouble)) {
+            snprintf(why, why_size, "entry for '%s': %s must be a whole number", e->device, p->string);
+            return 0;
+        }
+        *(int *)((char *)&e->t + product_names[i].offset) = (int)p->valuedouble;
+    }
+    const char *bad = product_check(&e->t);
+    if (bad) {
+        snprintf(why, why_size, "entry for '%s': %s", e->device, bad);
+        return 0;
+    }
+    return 1;
+}
+
+static int is_products(const cJSON *o)
+{
+    const cJSON *kernel = cJSON_GetObjectItemCaseSensitive(o, "kernel");
+    return cJSON_IsObject(o) && cJSON_IsString(kernel) && strcmp(kernel->valuestring, "products") == 0;
+}
+
+int clmla_product_tuning_parse(const char *text, product_entry_list *out, char *why, size_t why_size)
+{
+    memset(out, 0, sizeof(*out));
+    why[0] = '\0';
+    cJSON *list = cJSON_Parse(text);
+    if (!cJSON_IsArray(list)) {
+        cJSON_Delete(list);
+        snprintf(why, why_size, "not a JSON array of entries");
+        return -1;
+    }
+    const int n = cJSON_GetArraySize(list);
+    out->entries = calloc(n > 0 ? (size_t)n : 1, sizeof(product_entry));
+    if (!out->entries) {
+        cJSON_Delete(list);
+        snprintf(why, why_size, "out of host memory");
+        return -1;
+    }
+    int refused = 0;
+    const cJSON *item = NULL;
+    cJSON_ArrayForEach(item, list)
+    {
+        char one[512];
+        if (!is_products(item)) /* attn_latent's, or refused by its parser */
+            continue;
+        if (product_parse_entry(item, &out->entries[out->count], one, sizeof(one)))
+            out->count++;
+        else if (!refused++)
+            snprintf(why, why_size, "%s", one);
+    }
+    cJSON_Delete(list);
+    return refused;
+}
+
+void clmla_product_tuning_list_free(product_entry_list *list)
+{
+    free(list->entries);
+    memset(list, 0, sizeof(*list));
+}
+
+static int product_matches(const product_entry *e, const clmla_device_info *d)
+{
+    return strcmp(e->vendor, d->vendor) == 0 && strcmp(e->device, d->name) == 0 &&
+           (!e->platform[0] || strcmp(e->platform, d->platform_name) == 0) &&
+           (!e->driver[0] || strcmp(e->driver, d->driver_version) == 0);
+}
+
+/* The best entry of a list for the device and class: the exact class over "any", the first of each. */
+static const product_entry *product_best(const product_entry *list, size_t n, const clmla_device_info *d, int k_class)
+{
+    const product_entry *any = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (!product_matches(&list[i], d))
+            continue;
+        if (k_class > 0 && list[i].k_class == k_class)
+            return &list[i];
+        if (list[i].k_class == 0 && !any)
+            any = &list[i];
+    }
+    return any;
+}
+
+int clmla_product_tuning_resolve(const product_entry_list *user, const char *user_src, const clmla_device_info *device,
+                                 size_t k, clmla_product_tuning *tuning, const char **source)
+{
+    const int cls = clmla_product_k_class(k);
+    const product_entry *e = user ? product_best(user->entries, user->count, device, cls) : NULL;
+    if (e) {
+        *tuning = e->t;
+        *source = user_src;
+        return 2;
+    }
+    e = product_builtin ? product_best(product_builtin, product_builtin_count, device, cls) : NULL;
+    if (e) {
+        *tuning = e->t;
+        *source = "built-in table";
+        return 1;
+    }
+    *tuning = product_defaults;
+    *source = "defaults";
+    return 0;
+}
+
+clmla_status clmla_product_tuning_lookup(const clmla_device_info *device, size_t k, clmla_product_tuning *tuning,
+                                         const char **source)
+{
+    if (!device || !tuning)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_product_tuning_lookup: NULL argument");
+    pthread_once(&user_once, user_load);
+    const char *s = NULL;
+    clmla_product_tuning_resolve(&user_products, user_source, device, k, tuning, &s);
+    if (source)
+        *source = s;
+    return user_problem[0] ? clmla_fail(NULL, CLMLA_ERROR_INVALID_FILE, "%s", user_problem) : CLMLA_SUCCESS;
+}
+
+clmla_status clmla_context_set_product_tuning(clmla_context *ctx, const clmla_product_tuning *tuning)
+{
+    if (!ctx)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_context_set_product_tuning: NULL context");
+    const char *bad = tuning ? product_check(tuning) : NULL;
+    if (bad)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "product kernel parameters refused: %s", bad);
+    if (tuning)
+        ctx->product_forced = *tuning;
+    ctx->product_forced_set = tuning != NULL;
+    clmla_gemm_retune(ctx);
+    return CLMLA_SUCCESS;
+}
+
+void clmla_product_tuning_for(const clmla_context *ctx, size_t k, clmla_product_tuning *tuning)
+{
+    if (ctx->product_forced_set) {
+        *tuning = ctx->product_forced;
+        return;
+    }
+    pthread_once(&user_once, user_load);
+    if (user_problem[0] && atomic_exchange(&user_problem_logged, 1) == 0)
+        clmla_log((clmla_context *)ctx, CLMLA_LOG_WARNING, "%s", user_problem);
+    const char *source = NULL;
+    clmla_product_tuning_resolve(&user_products, user_source, &ctx->info, k, tuning, &source);
+}
+
+clmla_status clmla_product_tuning_save(const char *path, const clmla_device_info *device, size_t k,
+                                       const clmla_product_tuning *tuning, const char *note)
+{
+    if (!path || !*path || !device || !tuning)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_product_tuning_save: NULL or empty argument");
+    const char *bad = product_check(tuning);
+    if (bad)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "product kernel parameters refused: %s", bad);
+    cJSON *list = NULL;
+    clmla_status st = load_for_save(path, &list);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    cJSON *o = cJSON_CreateObject(), *p = cJSON_CreateObject();
+    if (!list || !o || !p) {
+        cJSON_Delete(list);
+        cJSON_Delete(o);
+        cJSON_Delete(p);
+        return clmla_fail(NULL, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    }
+    cJSON_AddStringToObject(o, "kernel", "products");
+    cJSON_AddStringToObject(o, "platform", device->platform_name);
+    cJSON_AddStringToObject(o, "vendor", device->vendor);
+    cJSON_AddStringToObject(o, "device", device->name);
+    cJSON_AddStringToObject(o, "driver", device->driver_version);
+    cJSON_AddStringToObject(o, "k_class", k_class_names[clmla_product_k_class(k)]);
+    for (size_t i = 0; i < PRODUCT_PARAMETERS; i++)
+        cJSON_AddNumberToObject(p, product_names[i].name, *(const int *)((const char *)tuning + product_names[i].offset));
+    cJSON_AddItemToObject(o, "parameters", p);
+    if (note && *note)
+        cJSON_AddStringToObject(o, "measured", note);
+    /* Replace the "products" entry with the same key, else append. */
+    product_entry mine;
+    char why[512];
+    product_parse_entry(o, &mine, why, sizeof(why));
+    int index = 0, replaced = 0;
+    const cJSON *item = NULL;
+    cJSON_ArrayForEach(item, list)
+    {
+        product_entry e;
+        if (is_products(item) && product_parse_entry(item, &e, why, sizeof(why)) && e.k_class == mine.k_class &&
+            strcmp(e.vendor, mine.vendor) == 0 && strcmp(e.device, mine.device) == 0 &&
+            strcmp(e.platform, mine.platform) == 0 && strcmp(e.driver, mine.driver) == 0) {
             cJSON_ReplaceItemInArray(list, index, o);
             replaced = 1;
             break;

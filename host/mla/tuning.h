@@ -39,4 +39,33 @@ const char *clmla_latent_tuning_problem(void);
    (clmla_context_set_latent_tuning), else clmla_latent_tuning_lookup's. No allocation, no I/O after
    the process's first call: cheap enough for every launch. */
 void clmla_latent_tuning_for(const clmla_context *ctx, int num_heads, clmla_latent_tuning *tuning);
+
+/* ---- product kernel parameters (include/clmla.h, "Product kernel tuning") ---------------------- */
+typedef struct product_entry product_entry;
+typedef struct product_entry_list {
+    product_entry *entries; /* the legal "products" entries of a file, in its order */
+    size_t count;
+} product_entry_list;
+
+/* The shape class of a product of K = k: 0 none ("any" entries only: k = 0), 1 "small"
+   (k <= CLMLA_PRODUCT_SMALL_K), 2 "large". */
+#define CLMLA_PRODUCT_SMALL_K 4096
+int clmla_product_k_class(size_t k);
+
+/* A kernel-tuning file's text: -1 not a JSON array, else how many "products" entries were refused
+   (why: the first, naming the value; entries of other kernels are left to their own parser); the
+   legal ones are in *out either way (free it with clmla_product_tuning_list_free). */
+int clmla_product_tuning_parse(const char *text, product_entry_list *out, char *why, size_t why_size);
+void clmla_product_tuning_list_free(product_entry_list *list);
+
+/* Precedence over `user` (may be NULL), the built-in table and the defaults for products of K = k:
+   2 user entry, 1 built-in, 0 defaults. */
+int clmla_product_tuning_resolve(const product_entry_list *user, const char *user_source,
+                                 const clmla_device_info *device, size_t k, clmla_product_tuning *tuning,
+                                 const char **source);
+
+/* The parameters gemm.c runs on ctx for products of K = k: forced ones
+   (clmla_context_set_product_tuning), else the lookup's. No allocation, no I/O after the
+   process's first call. */
+void clmla_product_tuning_for(const clmla_context *ctx, size_t k, clmla_product_tuning *tuning);
 #endif

@@ -183,7 +183,7 @@ clmla_status clmla_weight_upload(clmla_context *ctx, const char *name, const clm
     w->n = n;
     w->k = k;
     /* the packed kernel indexes W by int: a larger W stays row-major, which every path reads */
-    w->panel = packable && n * k <= (size_t)INT_MAX ? clmla_weight_panel(ctx, n) : 0;
+    w->panel = packable && n * k <= (size_t)INT_MAX ? clmla_weight_panel(ctx, n, k) : 0;
     if (st == CLMLA_SUCCESS && w->panel) {
         char *packed = malloc(n * k * eb);
         if (!packed)
