@@ -588,6 +588,22 @@ def test_raw_binding_calls(ctx, tmp_path):
     assert lib.clmla_latent_tuning_save(path, ctypes.byref(info), 4, ctypes.byref(t), b"test") == 0
     assert lib.clmla_context_set_latent_tuning(ctx._handle, ctypes.byref(t)) == 0
     assert lib.clmla_context_set_latent_tuning(ctx._handle, None) == 0
+    # product tuning: the same calls, keyed by K's class
+    pt = S["clmla_product_tuning"]()
+    lib.clmla_product_tuning_defaults(ctypes.byref(pt))
+    assert lib.clmla_product_tuning_check(ctypes.byref(pt), ctypes.byref(why)) == 0
+    pt.skinny_items = 3
+    assert lib.clmla_product_tuning_check(ctypes.byref(pt), ctypes.byref(why)) == K["CLMLA_ERROR_INVALID_ARGUMENT"]
+    assert b"skinny_items" in why.value
+    lib.clmla_product_tuning_defaults(ctypes.byref(pt))
+    pt2 = S["clmla_product_tuning"]()
+    assert lib.clmla_product_tuning_lookup(ctypes.byref(info), 2048, ctypes.byref(pt2), ctypes.byref(src)) in (
+        0, K["CLMLA_ERROR_INVALID_FILE"])
+    assert src.value
+    assert lib.clmla_product_tuning_save(path, ctypes.byref(info), 2048, ctypes.byref(pt), b"test") == 0
+    assert "products" in open(path, encoding="utf-8").read()  # beside the latent entry saved above
+    assert lib.clmla_context_set_product_tuning(ctx._handle, ctypes.byref(pt)) == 0
+    assert lib.clmla_context_set_product_tuning(ctx._handle, None) == 0
     # CLBlast tuning entries
     xt = S["clmla_xgemm_tuning"]()
     rc = lib.clmla_context_xgemm_tuning(ctx._handle, ctypes.byref(xt), ctypes.byref(src))
