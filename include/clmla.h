@@ -280,7 +280,8 @@ clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning 
    {"kernel": "attn_latent", "vendor", "device" (as clmla_device_info; both required), "platform"
    and "driver" (optional: match only that platform name / driver version), "heads" (a head count
    or "any"), "parameters": {"rows_heads", "rows_keys", "rows_groups_per_cu", "group_heads",
-   "group_keys", "group_max_items", "group_groups_per_cu"} (any subset; the rest are defaults)};
+   "group_keys", "group_max_items", "group_groups_per_cu", "group_query_layout"} (any subset; the
+   rest are defaults)};
    the same file holds the "products" entries of "Product kernel tuning" below.
    An entry for the exact head count wins over an "any" one. The file is read once per process, at
    the first use; a malformed file is reported (clmla_log at warning level on the first context
@@ -294,6 +295,10 @@ typedef struct clmla_latent_tuning {
     int group_keys;          /* attn_latent: keys per work-item in the score step (KPT), 1..8 (4) */
     int group_max_items;     /* attn_latent: most work-items per group (NT), a power of two 4..1024 (128) */
     int group_groups_per_cu; /* attn_latent: work-groups wanted per compute unit when splitting keys, 1..64 (8) */
+    /* added in 0.4: attn_latent's queries in local memory (QLAYOUT): 0 [head][row] (default); 1
+       [row][4][head quad], so that the items scoring one key read adjacent float4s, which on GPUs
+       with 32 four-byte banks removes a four-way bank conflict of layout 0 */
+    int group_query_layout;
 } clmla_latent_tuning;
 
 /* The parameters clmla used before any tuning. */

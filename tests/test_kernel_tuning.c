@@ -94,6 +94,10 @@ static void test_parse(void)
     t = d;
     t.rows_heads = 7;
     CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, "rows_heads"), "HGC 7");
+    t = d;
+    t.group_query_layout = 2;
+    CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, "group_query_layout"),
+          "QLAYOUT 2");
     CHECK(clmla_latent_tuning_check(&d, &w) == CLMLA_SUCCESS && !w, "defaults refused");
 
     /* save: a new file, a second device merged, the first replaced; a malformed file left alone */
@@ -591,11 +595,12 @@ int main(int argc, char **argv)
         snprintf(text, sizeof(text),
                  "[{\"kernel\": \"attn_latent\", \"vendor\": \"%s\", \"device\": \"%s\", \"heads\": 16, \"parameters\": "
                  "{\"rows_heads\": 6, \"rows_keys\": 12, \"rows_groups_per_cu\": 3, \"group_heads\": 8, "
-                 "\"group_keys\": 2, \"group_max_items\": 64, \"group_groups_per_cu\": 3}}]",
+                 "\"group_keys\": 2, \"group_max_items\": 64, \"group_groups_per_cu\": 3, \"group_query_layout\": 1}}]",
                  info.vendor, info.name);
         write_text(user, text);
         CHECK_STATUS(clmla_latent_tuning_lookup(&info, 16, &t, &src), CLMLA_SUCCESS, NULL);
-        CHECK(strncmp(src, "file ", 5) == 0 && t.rows_heads == 6 && t.rows_keys == 12 && t.group_max_items == 64,
+        CHECK(strncmp(src, "file ", 5) == 0 && t.rows_heads == 6 && t.rows_keys == 12 && t.group_max_items == 64 &&
+                  t.group_query_layout == 1,
               "user entry not applied: %s", src);
         test_attention(ctx, CLMLA_LATENT_ROWS);
         test_attention(ctx, CLMLA_LATENT_GROUP);

@@ -219,8 +219,8 @@ static void kt_print(const clmla_latent_tuning *t, int rows)
     if (rows)
         printf("rows_heads=%-2d rows_keys=%-2d rows_groups_per_cu=%-2d", t->rows_heads, t->rows_keys, t->rows_groups_per_cu);
     else
-        printf("group_heads=%-2d group_keys=%d group_max_items=%-4d group_groups_per_cu=%-2d", t->group_heads,
-               t->group_keys, t->group_max_items, t->group_groups_per_cu);
+        printf("group_heads=%-2d group_keys=%d group_max_items=%-4d group_groups_per_cu=%-2d group_query_layout=%d",
+               t->group_heads, t->group_keys, t->group_max_items, t->group_groups_per_cu, t->group_query_layout);
 }
 
 static int tune_kernels(const char *device, int heads, int ctx_len, int quick, int dry_run, const char *out)
@@ -274,7 +274,8 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
     }
 
     /* The candidates: the defaults first (always measured), then the grid. */
-    clmla_latent_tuning cands[64], base;
+    enum { MAX_CANDIDATES = 128 };
+    clmla_latent_tuning cands[MAX_CANDIDATES], base;
     clmla_latent_tuning_defaults(&base);
     int n = 0;
     cands[n++] = base;
@@ -291,19 +292,25 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
                         cands[n++] = t;
                 }
     } else {
+        /* the query layout first (the one value --quick adds), then the grid in both layouts */
         static const int hs[] = {8, 16}, ks[] = {2, 4, 8}, nts[] = {64, 128, 256}, gs[] = {4, 8};
-        for (int i = 0; i < 2; i++)
-            for (int j = 0; j < 3; j++)
-                for (int k = 0; k < 3; k++)
-                    for (int g = 0; g < 2; g++) {
-                        clmla_latent_tuning t = base;
-                        t.group_heads = hs[i];
-                        t.group_keys = ks[j];
-                        t.group_max_items = nts[k];
-                        t.group_groups_per_cu = gs[g];
-                        if (memcmp(&t, &base, sizeof(t)) != 0 && n < 64 && (!quick || n < 2))
-                            cands[n++] = t;
-                    }
+        cands[n] = base;
+        cands[n++].group_query_layout = 1;
+        for (int q = 0; q < 2; q++)
+            for (int i = 0; i < 2; i++)
+                for (int j = 0; j < 3; j++)
+                    for (int k = 0; k < 3; k++)
+                        for (int g = 0; g < 2; g++) {
+                            clmla_latent_tuning t = base;
+                            t.group_heads = hs[i];
+                            t.group_keys = ks[j];
+                            t.group_max_items = nts[k];
+                            t.group_groups_per_cu = gs[g];
+                            t.group_query_layout = q;
+                            if (memcmp(&t, &base, sizeof(t)) != 0 && memcmp(&t, &cands[1], sizeof(t)) != 0 &&
+                                n < MAX_CANDIDATES && !quick)
+                                cands[n++] = t;
+                        }
     }
     printf("tuning %s on %s (%s, %s, driver %s): %d heads, rkv %d, dr %d, ctx %d, batch 1 and 8, %d candidates\n",
            r.rows ? "attn_latent_rows" : "attn_latent", info.name, info.vendor, info.platform_name, info.driver_version,
@@ -312,7 +319,7 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
     int time_len[8];
     for (int i = 0; i < 8; i++)
         time_len[i] = r.ctx_len;
-    double us1[64], us8[64], err[64];
+    double us1[MAX_CANDIDATES], us8[MAX_CANDIDATES], err[MAX_CANDIDATES];
     int best = -1;
     double best_score = 0;
     const double start = kt_now();

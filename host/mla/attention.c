@@ -56,6 +56,8 @@ static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_
         const int shape[3] = {hg, cache->config.kv_lora_rank + cache->config.rope_dim, tn->group_keys};
         char options[256];
         snprintf(options, sizeof(options), "%s -D HG=%d -D KPT=%d", cache->options, hg, tn->group_keys);
+        if (tn->group_query_layout) /* only when set: layout 0's options, and its cached programs, stay as they were */
+            strncat(options, " -D QLAYOUT=1", sizeof(options) - strlen(options) - 1);
         const clmla_kernel_fit fit = {"attn_latent", "attn_latent", options, "NT", tn->group_max_items, padded_heads(hg),
                                       latent_local_bytes, shape};
         clmla_status st = clmla_kernel_create_fitted(cache->ctx, &fit, &cache->latent_kernel[hg], &cache->latent_threads[hg]);

@@ -694,7 +694,7 @@ done:
 
 /* ---- latent attention kernel parameters (include/clmla.h, "Latent attention kernel tuning") --- */
 
-static const clmla_latent_tuning latent_defaults = {16, 8, 4, 16, 4, 128, 8};
+static const clmla_latent_tuning latent_defaults = {16, 8, 4, 16, 4, 128, 8, 0};
 
 /* Entries measured with `clmla tune --kernels` on the developers' machines (CHANGELOG.md,
    docs/DESIGN.md "Kernel tuning"). platform / driver "" = any. */
@@ -708,7 +708,7 @@ static const latent_entry latent_builtin[] = {
     /* PoCL 3.1 (Debian 12), 2-core AMD EPYC (Zen 3): `clmla tune --kernels`, 16 heads, rkv 512,
        dr 64, ctx 4096, 18 candidates in 18 s; the defaults won (batch 1 1098 us, batch 8 9589 us;
        the next best, rows_keys 16, 1162 and 10417 us) */
-    {"AuthenticAMD", "pthread-haswell-AMD EPYC", "Portable Computing Language", "", 16, {16, 8, 4, 16, 4, 128, 8}},
+    {"AuthenticAMD", "pthread-haswell-AMD EPYC", "Portable Computing Language", "", 16, {16, 8, 4, 16, 4, 128, 8, 0}},
 };
 
 static const struct {
@@ -722,6 +722,7 @@ static const struct {
     {"group_keys", offsetof(clmla_latent_tuning, group_keys)},
     {"group_max_items", offsetof(clmla_latent_tuning, group_max_items)},
     {"group_groups_per_cu", offsetof(clmla_latent_tuning, group_groups_per_cu)},
+    {"group_query_layout", offsetof(clmla_latent_tuning, group_query_layout)},
 };
 #define LATENT_PARAMETERS (sizeof(latent_names) / sizeof(latent_names[0]))
 
@@ -752,6 +753,8 @@ static const char *latent_check(const clmla_latent_tuning *t)
         return "group_max_items must be a power of two from 4 to 1024";
     if (t->group_groups_per_cu < 1 || t->group_groups_per_cu > 64)
         return "group_groups_per_cu must be from 1 to 64";
+    if (t->group_query_layout < 0 || t->group_query_layout > 1)
+        return "group_query_layout must be 0 or 1";
     return NULL;
 }
 
