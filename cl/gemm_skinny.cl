@@ -134,6 +134,7 @@ __kernel void gemm_skinny_nn(const int M, const int N, const int K, const float 
     if (n >= N)
         return;
     const int brow0 = (b_offset + batch * b_stride) / ldb; /* B's first row in the weight (W_SCALE) */
+    (void)brow0; /* read only through W_SCALE, which unscaled dtypes drop */
     A += a_offset + (size_t)batch * a_stride;
     B += b_offset + (size_t)batch * b_stride;
     C += c_offset + (size_t)batch * c_stride;
@@ -395,6 +396,7 @@ void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alph
     const int n0 = get_global_id(0) * 8 * NCC;
     const int batch = get_global_id(1);
     const int brow0 = (b_offset + batch * b_stride) / ldb; /* B's first row in the weight (W_SCALE) */
+    (void)brow0; /* read only through W_SCALE, which unscaled dtypes drop */
     A += a_offset + (size_t)batch * a_stride;
     B += b_offset + (size_t)batch * b_stride;
     C += c_offset + (size_t)batch * c_stride;
@@ -573,5 +575,6 @@ __kernel void gemm_weight_f32(__global const W_T *B, const int b_offset, const i
     if (k >= K || r >= rows)
         return;
     const int brow0 = b_offset / ldb;
+    (void)brow0; /* read only through W_SCALE, which unscaled dtypes drop */
     out[(size_t)r * K + k] = W_LOAD(B + b_offset, (size_t)r * ldb + k, W_SCALE(Bs, bs_ld, brow0 + r, k));
 }
