@@ -135,6 +135,7 @@ typedef struct bench_row {
     char cache_dtype[8];      /* f32, f16, bf16, fp8; "" for rows without a cache (peak, products) */
     int batch, ctx;
     int q_len;                /* decode: query tokens per sequence (--q-len); 0 = not a decode row */
+    int topk;                 /* decode sparse: index entries per query token (--topk); 0 = not sparse */
     bench_timing t;
     double tokens;            /* tokens per call: batch (decode, layer), batch * ctx (prefill) */
     double bytes, flops;      /* per call, as docs/BENCHMARKS.md defines them */
@@ -181,7 +182,7 @@ typedef struct bench_case {
     bench_device *dev;
     const bench_shape *shape;
     const bench_timing_options *timing;
-    const char *phase, *path;  /* path: absorbed | decompressed | mha | auto */
+    const char *phase, *path;  /* path: absorbed | sparse | decompressed | mha | auto */
     int batch, ctx;
     clmla_cache_dtype dtype;
     int block_tokens;
@@ -189,6 +190,7 @@ typedef struct bench_case {
     unsigned seed;
     clmla_dtype weights;       /* layer, prefill, products: the dtype the weights are held in */
     int q_len;                 /* decode, absorbed: new tokens per sequence (1 = one-token decode) */
+    int topk;                  /* decode, sparse: index entries per query token */
 } bench_case;
 
 int bench_decode(const bench_case *c, bench_row *row);

@@ -3,6 +3,9 @@
  *
  *   absorbed      clmla_attention_latent over the library's paged latent cache: q~ [B, H, rkv]
  *                 and q^R [B, H, dr] against rows [c^KV ; k^R] -> o-bar [B, H, rkv]
+ *   sparse        clmla_attention_latent_sparse over the same cache (same rows, same queries):
+ *                 each query token attends to topk random distinct positions of its context, in
+ *                 random order (every position, then -1 padding, when topk >= its context)
  *   decompressed  per sequence: k^C, v^C = c^KV W^UKV^T (CLBlast SGEMM, [ctx, H*(dn+dv)]), then
  *                 the bench's MHA kernel with k = [k^C_h ; k^R] -> o [B, H, dv]
  *   mha           the baseline MLA replaces: the bench's MHA kernel over a full per-head cache
@@ -28,7 +31,10 @@ typedef struct decode_state {
     int batch, ctx, f16;   /* f16: the bench's own buffers (mha, decompressed) hold half */
     int q_len;             /* absorbed: new tokens per sequence, the last q_len of its ctx (causal) */
     clmla_cache_dtype dtype; /* the library's cache (absorbed) */
-    /* absorbed */
+    /* absorbed and sparse */
+    int topk;              /* sparse: entries per query token; 0 = absorbed */
+    int32_t *indices;      /* sparse: [T, topk] on the host, for the check */
+    cl_mem indices_buf;
     clmla_cache *cache;
     int32_t *seq_ids;      /* [B] */
     clmla_latent_attention_args args;
@@ -50,6 +56,8 @@ static void state_free(decode_state *st)
 {
     clmla_cache_destroy(st->cache);
     free(st->seq_ids);
+    free(st->indices);
+    bench_release(&st->indices_buf);
     cl_mem *bufs[] = {&st->q_latent, &st->q_rope, &st->block_table, &st->token_seq, &st->token_ctx, &st->q, &st->k,
                       &st->v, &st->latent, &st->latent_f32, &st->w_kvb, &st->kv_up, &st->part_out, &st->part_lse,
                       &st->out};
@@ -72,7 +80,42 @@ static cl_mem upload_ints(bench_device *dev, const int32_t *v, size_t n, const c
     return m;
 }
 
-/* ---- absorbed: the library ------------------------------------------------------------------ */
+/* ---- absorbed and sparse: the library --------------------------------------------------------- */
+
+/* sparse: each token's index list, topk random distinct positions of its lens[t] keys in random
+   order (a partial Fisher-Yates shuffle), or all of them then -1 when topk >= lens[t]. */
+static int sparse_indices(decode_state *st, const int32_t *lens, int T, unsigned seed)
+{
+    const int topk = st->topk;
+    st->indices = malloc((size_t)T * topk * sizeof(int32_t));
+    int32_t *perm = malloc(((size_t)st->ctx + 1) * sizeof(int32_t));
+    if (!st->indices || !perm) {
+        free(perm);
+        return 1;
+    }
+    uint64_t x = 0x9E3779B97F4A7C15ull * (seed + 17u);
+    for (int t = 0; t < T; t++) {
+        const int n = lens[t], take = topk < n ? topk : n;
+        for (int i = 0; i < n; i++)
+            perm[i] = i;
+        int32_t *list = st->indices + (size_t)t * topk;
+        for (int i = 0; i < take; i++) {
+            x ^= x << 13; /* xorshift64 */
+            x ^= x >> 7;
+            x ^= x << 17;
+            const int j = i + (int)(x % (uint64_t)(n - i));
+            const int32_t v = perm[j];
+            perm[j] = perm[i];
+            perm[i] = v;
+            list[i] = v;
+        }
+        for (int i = take; i < topk; i++)
+            list[i] = -1;
+    }
+    free(perm);
+    st->indices_buf = upload_ints(st->dev, st->indices, (size_t)T * topk, "sparse indices");
+    return st->indices_buf == NULL;
+}
 
 static int absorbed_setup(decode_state *st, int block_tokens, unsigned seed)
 {
@@ -127,6 +170,8 @@ static int absorbed_setup(decode_state *st, int block_tokens, unsigned seed)
              bench_fill(dev, st->q_latent, nq * s->rkv, 0, seed + 1, 1.0f) ||
              bench_fill(dev, st->q_rope, nq * s->dr, 0, seed + 2, 1.0f);
     }
+    if (!rc && st->topk > 0)
+        rc = sparse_indices(st, lens, T, seed);
     rc = rc || clFinish(dev->queue) != CL_SUCCESS;
     bench_release(&staging);
     free(table);
@@ -153,7 +198,10 @@ static int absorbed_setup(decode_state *st, int block_tokens, unsigned seed)
 static int absorbed_enqueue(void *user, cl_event *last)
 {
     decode_state *st = user;
-    if (clmla_attention_latent(st->cache, 0, &st->args, last) != CLMLA_SUCCESS) {
+    const clmla_status status = st->topk > 0 ? clmla_attention_latent_sparse(st->cache, 0, &st->args, st->indices_buf, 0,
+                                                                             st->topk, last)
+                                             : clmla_attention_latent(st->cache, 0, &st->args, last);
+    if (status != CLMLA_SUCCESS) {
         fprintf(stderr, "clmla-bench: %s\n", clmla_last_error(st->dev->ctx));
         return 1;
     }
@@ -430,8 +478,12 @@ static double check_decode(decode_state *st, int absorbed)
     float *q = NULL, *q_rope = NULL, *k = NULL, *v = NULL, *latent = NULL, *w = NULL;
     float *keys = malloc((size_t)ctx * dk * sizeof(float)), *values = malloc((size_t)ctx * out_dim * sizeof(float));
     double *qd = malloc((size_t)dk * sizeof(double)), *ref = malloc((size_t)out_dim * sizeof(double));
+    /* sparse: the keys and values a token's list names, gathered (duplicates as listed) */
+    const int topk = st->topk;
+    float *sel_keys = topk ? malloc((size_t)topk * dk * sizeof(float)) : NULL;
+    float *sel_values = topk ? malloc((size_t)topk * out_dim * sizeof(float)) : NULL;
     double err = -1, worst = 0, largest = 0;
-    if (!got || !keys || !values || !qd || !ref)
+    if (!got || !keys || !values || !qd || !ref || (topk && (!sel_keys || !sel_values)))
         goto done;
     if (absorbed) {
         q = read_floats(dev, st->q_latent, (size_t)T * H * s->rkv, 0);
@@ -470,9 +522,24 @@ static double check_decode(decode_state *st, int absorbed)
                 goto done;
         }
         for (int th = 0; th < QL * H; th++) {
-            const int t = b * QL + th / H, h = th % H, n_keys = ctx - QL + 1 + th / H;
+            const int t = b * QL + th / H, h = th % H;
+            int n_keys = ctx - QL + 1 + th / H;
             const float *key = keys, *value = values;
             size_t key_stride = (size_t)dk, value_stride = (size_t)out_dim;
+            if (topk) {
+                const int32_t *list = st->indices + (size_t)t * topk;
+                int n = 0;
+                for (int i = 0; i < topk; i++)
+                    if (list[i] >= 0 && list[i] < n_keys) {
+                        memcpy(sel_keys + (size_t)n * dk, keys + (size_t)list[i] * dk, (size_t)dk * sizeof(float));
+                        memcpy(sel_values + (size_t)n * out_dim, values + (size_t)list[i] * out_dim,
+                               (size_t)out_dim * sizeof(float));
+                        n++;
+                    }
+                key = sel_keys;
+                value = sel_values;
+                n_keys = n;
+            }
             if (absorbed) {
                 for (int i = 0; i < s->rkv; i++)
                     qd[i] = q[((size_t)t * H + h) * s->rkv + i];
@@ -529,6 +596,8 @@ done:
     free(values);
     free(qd);
     free(ref);
+    free(sel_keys);
+    free(sel_values);
     return err;
 }
 
@@ -556,7 +625,9 @@ int bench_decode(const bench_case *c, bench_row *row)
     const int B = c->batch, ctx = c->ctx, f16 = c->dtype == CLMLA_CACHE_F16;
     const size_t elem = c->dtype == CLMLA_CACHE_F32 ? 4 : 2;
     const int mha = strcmp(c->path, "mha") == 0, decompressed = strcmp(c->path, "decompressed") == 0;
-    const int absorbed = strcmp(c->path, "absorbed") == 0 || strcmp(c->path, "auto") == 0;
+    const int sparse = strcmp(c->path, "sparse") == 0;
+    /* absorbed: the library's latent attention, dense or (sparse) over index lists */
+    const int absorbed = strcmp(c->path, "absorbed") == 0 || strcmp(c->path, "auto") == 0 || sparse;
     if (!absorbed && (c->dtype == CLMLA_CACHE_BF16 || c->dtype == CLMLA_CACHE_FP8)) {
         snprintf(row->note, sizeof(row->note), "%s: the bench's own %s kernels read f32 or f16 only",
                  c->dtype == CLMLA_CACHE_FP8 ? "fp8" : "bf16", c->path);
@@ -572,7 +643,8 @@ int bench_decode(const bench_case *c, bench_row *row)
         return -1;
     }
     row->q_len = QL;
-    snprintf(row->path, sizeof(row->path), "%s", absorbed ? "absorbed" : c->path);
+    snprintf(row->path, sizeof(row->path), "%s", sparse ? "sparse" : absorbed ? "absorbed" : c->path);
+    row->topk = sparse ? c->topk : 0;
     row->tokens = (double)B * QL;
     row->cache_bytes = mha ? bench_mha_cache_bytes(s, B, ctx, elem) : bench_mla_cache_bytes(s, B, ctx, c->dtype);
     row->mha_cache_bytes = bench_mha_cache_bytes(s, B, ctx, elem);
@@ -582,6 +654,18 @@ int bench_decode(const bench_case *c, bench_row *row)
            that reads each row once for all of a sequence's tokens would */
         row->flops = (double)B * ((double)QL * ctx - (double)QL * (QL - 1) / 2) * bench_pair_flops(s, 1);
         row->bytes = row->cache_bytes + nq * s->row * 4 + nq * s->rkv * 4;
+        if (sparse) {
+            /* each token reads the rows its list names, min(topk, its keys), and its list; the
+               cache column is the rows the longest list reads per sequence */
+            double pairs = 0;
+            for (int i = 0; i < QL; i++)
+                pairs += c->topk < ctx - QL + 1 + i ? c->topk : ctx - QL + 1 + i;
+            const int most = c->topk < ctx ? c->topk : ctx;
+            row->cache_bytes = bench_mla_cache_bytes(s, B, most, c->dtype);
+            row->flops = (double)B * pairs * bench_pair_flops(s, 1);
+            row->bytes = bench_mla_cache_bytes(s, 1, 1, c->dtype) * B * pairs + nq * s->row * 4 + nq * s->rkv * 4 +
+                         (double)B * QL * c->topk * 4;
+        }
         const double blocks = bench_mla_cache_bytes(s, B, (ctx + c->block_tokens - 1) / c->block_tokens * c->block_tokens, c->dtype);
         if (too_big(c, row, blocks + 8192.0 * s->row * 4, blocks, blocks / elem))
             return -1;
@@ -615,6 +699,7 @@ int bench_decode(const bench_case *c, bench_row *row)
     st.f16 = f16;
     st.dtype = c->dtype;
     st.q_len = QL;
+    st.topk = sparse ? c->topk : 0;
     int rc = absorbed ? absorbed_setup(&st, c->block_tokens, c->seed)
                       : mha ? mha_setup(&st, c->seed) : decompressed_setup(&st, c->seed);
     bench_op op = {absorbed ? absorbed_enqueue : mha ? mha_enqueue : decompressed_enqueue, NULL, &st, 0};
@@ -622,7 +707,8 @@ int bench_decode(const bench_case *c, bench_row *row)
         rc = bench_time(c->dev, &op, c->timing, &row->t);
     row->check_error = -1;
     /* The host check is O(B*H*ctx*rkv*(dn+dv)) for the decompressed path: small shapes only. */
-    const double check_work = (double)B * QL * s->H * ctx * (decompressed ? (double)s->rkv * (s->dn + s->dv) : s->row);
+    const double check_work = (double)B * QL * s->H * (sparse && c->topk < ctx ? c->topk : ctx) *
+                              (decompressed ? (double)s->rkv * (s->dn + s->dv) : s->row);
     if (!rc && c->check && check_work <= 4e9)
         row->check_error = check_decode(&st, absorbed);
     state_free(&st);

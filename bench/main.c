@@ -24,7 +24,7 @@ typedef struct name_list {
 typedef struct options {
     const char *device, *preset, *json, *peaks;
     const char *phase, *ctx, *batch, *path, *dtype, *wdtype, *flush, *q_len;
-    int quick, peak, no_peak, check, warm_cache, block_tokens, seed, help, version;
+    int quick, peak, no_peak, check, warm_cache, block_tokens, seed, topk, help, version;
     double max_mem_mib, max_time;
     int dims[7]; /* hidden, heads, q-lora-rank, kv-lora-rank, nope-dim, rope-dim, v-dim; -1 = preset's */
 } options;
@@ -59,7 +59,9 @@ static void usage(FILE *out)
             "  --ctx LIST           context lengths (decode 1024,4096,32768; layer 4096; prefill 512,4096)\n"
             "  --batch LIST         sequences per step (decode 1,8,32; layer and prefill 1)\n"
             "  --path LIST          absorbed, decompressed, mha (standard multi-head attention over a full\n"
-            "                       per-head K/V cache; decode only), auto (the library's choice; layer, prefill)\n"
+            "                       per-head K/V cache; decode only), sparse (decode: clmla_attention_latent_sparse\n"
+            "                       over --topk random distinct positions of the same cache, every position when\n"
+            "                       topk >= ctx), auto (the library's choice; layer, prefill)\n"
             "                       build, cache (cold)\n"
             "                       (defaults: decode absorbed,mha; layer absorbed; prefill auto; cold build,cache)\n"
             "  --cache-dtype LIST   f32 (default), f16, bf16, fp8 (bf16 and fp8: the absorbed path, through the library)\n"
@@ -85,6 +87,7 @@ static void usage(FILE *out)
             "  --flush read|write   how: read 4x the last-level cache on every compute unit, or write as much\n"
             "                       from the queue (triton's do_bench; leaves that many dirty lines) (default write)\n"
             "  --block-tokens N     tokens per cache block (default 64)\n"
+            "  --topk N             decode, sparse: positions each query token attends to (default 2048, DSA's)\n"
             "  --max-mem MIB        skip rows that need more device memory (default: the device's global memory)\n"
             "  --max-time S         stop sampling a row after S seconds (default 3, 0.6 with --quick)\n"
             "  --seed N             seed of the random inputs (default 1)\n"
@@ -154,6 +157,7 @@ static int parse_args(int argc, char **argv, options *o)
 {
     memset(o, 0, sizeof(*o));
     o->block_tokens = 64;
+    o->topk = 2048;
     o->seed = 1;
     for (int d = 0; d < 7; d++)
         o->dims[d] = -1;
@@ -206,7 +210,10 @@ static int parse_args(int argc, char **argv, options *o)
             *text = value;
             continue;
         }
-        int *number = strcmp(key, "block-tokens") == 0 ? &o->block_tokens : strcmp(key, "seed") == 0 ? &o->seed : NULL;
+        int *number = strcmp(key, "block-tokens") == 0 ? &o->block_tokens
+                      : strcmp(key, "seed") == 0       ? &o->seed
+                      : strcmp(key, "topk") == 0       ? &o->topk
+                                                       : NULL;
         for (int d = 0; !number && d < 7; d++)
             if (strcmp(key, dim_names[d]) == 0)
                 number = &o->dims[d];
@@ -232,6 +239,10 @@ static int parse_args(int argc, char **argv, options *o)
     }
     if (o->block_tokens < 1) {
         fprintf(stderr, "clmla-bench: --block-tokens must be at least 1\n");
+        return 1;
+    }
+    if (o->topk < 1 || o->topk > CLMLA_SPARSE_MAX_TOPK) {
+        fprintf(stderr, "clmla-bench: --topk must be in 1..%d, got %d\n", CLMLA_SPARSE_MAX_TOPK, o->topk);
         return 1;
     }
     if (!o->flush)
@@ -274,7 +285,7 @@ static int make_shape(const options *o, bench_shape *shape)
 static const char *const phase_names[] = {"peak", "decode", "layer", "prefill", "products", "cold", NULL};
 static const char *const path_names[] = {"absorbed",  "decompressed", "mha",        "auto",      "q_proj",
                                           "q_a_proj",  "q_b_proj",     "kv_a_proj",  "qkv_a_proj", "kv_b_proj",
-                                          "o_proj",    "build",        "cache",      NULL};
+                                          "o_proj",    "build",        "cache",      "sparse",    NULL};
 static const char *const dtype_names[] = {"f32", "f16", "bf16", "fp8", NULL}; /* clmla_cache_dtype's order */
 static const char *const weights_names[] = {"auto", "f32", "f16", "bf16", "fp8", NULL};
 
@@ -617,7 +628,7 @@ int main(int argc, char **argv)
                                 bench_case bc = {&dev, &shape, &timing, phase, paths.v[q], batch.v[b], ctx.v[c],
                                                  cache_dtype_of(dtypes.v[d]), o.block_tokens, o.check,
                                                  (unsigned)o.seed * 1000003u, weights_dtype_of(wdtypes.v[w]),
-                                                 decode ? q_lens.v[l] : 0};
+                                                 decode ? q_lens.v[l] : 0, o.topk};
                                 failures += run_row(report, &bc, !decode, !products, ++index, total);
                             }
     }

@@ -34,15 +34,15 @@ function(check_bounds json file source)
 endfunction()
 
 execute_process(
-  COMMAND ${BENCH} --quick --check --phase decode --path absorbed,mha,decompressed --cache-dtype f32,f16
-          --ctx 300 --batch 2 --max-time 0.2 --json ${OUT}
+  COMMAND ${BENCH} --quick --check --phase decode --path absorbed,mha,decompressed,sparse --cache-dtype f32,f16
+          --ctx 300 --batch 2 --topk 100 --max-time 0.2 --json ${OUT}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 message("${out}")
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "clmla-bench exited with ${rc}:\n${err}")
 endif()
 # columns: phase, path, weights dtype ("-" where the row has no weights), cache dtype, batch, ctx
-foreach(path absorbed mha decompressed)
+foreach(path absorbed mha decompressed sparse)
   if(NOT out MATCHES "\ndecode +${path} +[^ ]+ +f32 +2 +300 "
      OR NOT out MATCHES "\ndecode +${path} +[^ ]+ +f16 +2 +300 ")
     message(FATAL_ERROR "no f32 and f16 table rows for decode ${path}")
@@ -54,8 +54,8 @@ string(JSON rows ERROR_VARIABLE json_error LENGTH "${json}")
 if(json_error)
   message(FATAL_ERROR "${OUT} is not valid JSON: ${json_error}")
 endif()
-if(NOT rows EQUAL 6)
-  message(FATAL_ERROR "${OUT} holds ${rows} rows, expected 6")
+if(NOT rows EQUAL 8)
+  message(FATAL_ERROR "${OUT} holds ${rows} rows, expected 8")
 endif()
 math(EXPR last "${rows} - 1")
 foreach(i RANGE ${last})

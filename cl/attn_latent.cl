@@ -6,6 +6,16 @@
  * The cache row [c^KV_j ; k^R_j] (ROW = RKV + DR values) is one key of width ROW whose first RKV
  * values are also the value: multi-query attention with one shared head.
  *
+ * With -D SPARSE (clmla_attention_latent_sparse: DeepSeek Sparse Attention's selected tokens) both
+ * kernels take three more arguments, indices, indices_offset and topk, and the keys of token t are
+ * the positions indices[indices_offset + t*topk + e] for entries e < topk instead of 0 .. ctx-1:
+ * "key j" below is then entry j of the token's list (splits and tiles cut the list), translated
+ * through the block table. An entry outside [0, ctx) is no key: its score is -inf and its weight
+ * 0 (attn_latent reads position 0's row for it and drops the score; attn_latent_rows gives it the
+ * row of its tile's first key and skips a tile with none), so a split or tile without keys leaves
+ * the online softmax as it was and a split without any writes out 0, lse -inf. Without SPARSE the
+ * code is that of the dense kernels, token for token.
+ *
  * attn_latent (GPUs and other devices with many lanes per compute unit): work-group (head group g,
  * split s, token t) of NT work-items and HG heads h0 = g*HG .. (padded to HGP = 4, 8 or 16 heads,
  * whose queries are zero and whose results are never stored), keys [s*split_tokens,
@@ -100,7 +110,11 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                  __global const int *block_table, const int max_blocks_per_seq, const int block_tokens,
                  __global const int *token_seq, __global const int *token_ctx_len,
                  const int num_heads, const int num_splits, const int split_tokens, const float scale,
-                 __global float *out, const int out_offset, __global float *lse, const int lse_offset)
+                 __global float *out, const int out_offset, __global float *lse, const int lse_offset
+#ifdef SPARSE
+                 , __global const int *indices, const int indices_offset, const int topk
+#endif
+                 )
 {
     __local float4 qs[HGP * ROWV]; /* scaled queries (QLAYOUT), zero past ROW and for padding heads */
     __local float4 sw[TK * HQ];    /* [TK][HGP]: the tile's scores, then its weights */
@@ -114,7 +128,13 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
     const int t = get_global_id(2);
     const int ctx = token_ctx_len[t];
     const int k_begin = split * split_tokens;
+#ifdef SPARSE
+    /* entries k_begin .. k_end-1 of the token's index list (none when the token has no positions) */
+    const int k_end = ctx > 0 ? min(topk, k_begin + split_tokens) : k_begin;
+    __global const int *list = indices + indices_offset + (size_t)t * topk;
+#else
     const int k_end = min(ctx, k_begin + split_tokens);
+#endif
     __global const int *table = block_table + (size_t)token_seq[t] * max_blocks_per_seq;
     const size_t row0 = (size_t)t * num_splits + split;
 
@@ -173,6 +193,19 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
         /* A. scores of keys kk_a*KPT .. +KPT-1 with heads 4hq .. 4hq+3 (keys past the end: -inf) */
         {
             __global const CACHE_T *rowp[KPT];
+#ifdef SPARSE
+            int live[KPT]; /* the entry is a key: a position in [0, ctx) */
+            for (int k = 0; k < KPT; k++) {
+                const int kk = kk_a * KPT + k;
+                const int pos = kk < nk ? list[j0 + kk] : -1;
+                live[k] = pos >= 0 && pos < ctx;
+                const int j = live[k] ? pos : 0; /* no key: position 0's row (ctx >= 1), score dropped */
+                const int slot = table[j / block_tokens] * block_tokens + j % block_tokens;
+                if (hq == 0 && kk < nk)
+                    slot_l[kk] = live[k] ? slot : -1; /* -1: no values in step C */
+                rowp[k] = cache + (size_t)slot * CACHE_ROW_UNITS;
+            }
+#else
             for (int k = 0; k < KPT; k++) {
                 const int kk = kk_a * KPT + k;
                 const int j = j0 + (kk < nk ? kk : 0); /* past the end: key j0's row, score dropped */
@@ -181,6 +214,7 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                     slot_l[kk] = slot;
                 rowp[k] = cache + (size_t)slot * CACHE_ROW_UNITS;
             }
+#endif
             float4 a[KPT][4];
             for (int k = 0; k < KPT; k++)
                 for (int h = 0; h < 4; h++)
@@ -226,11 +260,19 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
 #endif
             for (int k = 0; k < KPT; k++) {
                 const int kk = kk_a * KPT + k;
+#ifdef SPARSE
+                sw[kk * HQ + hq] = live[k] ? (float4)(a[k][0].x + a[k][0].y + a[k][0].z + a[k][0].w,
+                                                      a[k][1].x + a[k][1].y + a[k][1].z + a[k][1].w,
+                                                      a[k][2].x + a[k][2].y + a[k][2].z + a[k][2].w,
+                                                      a[k][3].x + a[k][3].y + a[k][3].z + a[k][3].w)
+                                           : (float4)(-INFINITY);
+#else
                 sw[kk * HQ + hq] = kk < nk ? (float4)(a[k][0].x + a[k][0].y + a[k][0].z + a[k][0].w,
                                                       a[k][1].x + a[k][1].y + a[k][1].z + a[k][1].w,
                                                       a[k][2].x + a[k][2].y + a[k][2].z + a[k][2].w,
                                                       a[k][3].x + a[k][3].y + a[k][3].z + a[k][3].w)
                                            : (float4)(-INFINITY);
+#endif
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -272,8 +314,14 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
             #pragma unroll
             for (int u = 0; u < UC; u++) {
                 /* past the end: values 0 (no early exit: acc[][] must stay in registers) */
+#ifdef SPARSE
+                const int su = k0 + u < nk ? slot_l[k0 + u] : -1; /* -1 also for an entry that is no key */
+                const int valid = su >= 0;
+                __global const CACHE_T *row = cache + (size_t)(valid ? su : 0) * CACHE_ROW_UNITS;
+#else
                 const int valid = k0 + u < nk;
                 __global const CACHE_T *row = cache + (size_t)slot_l[valid ? k0 + u : nk - 1] * CACHE_ROW_UNITS;
+#endif
                 #pragma unroll
                 for (int i = 0; i < DPT; i++) {
                     const int d = lid + i * NT;
@@ -367,14 +415,24 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
                       __global const int *block_table, const int max_blocks_per_seq, const int block_tokens,
                       __global const int *token_seq, __global const int *token_ctx_len,
                       const int num_heads, const int num_splits, const int split_tokens, const float scale,
-                      __global float *out, const int out_offset, __global float *lse, const int lse_offset)
+                      __global float *out, const int out_offset, __global float *lse, const int lse_offset
+#ifdef SPARSE
+                      , __global const int *indices, const int indices_offset, const int topk
+#endif
+                      )
 {
     const int h0 = get_global_id(0) * HGC;
     const int split = get_global_id(1);
     const int t = get_global_id(2);
     const int ctx = token_ctx_len[t];
     const int k_begin = split * split_tokens;
+#ifdef SPARSE
+    /* entries k_begin .. k_end-1 of the token's index list (none when the token has no positions) */
+    const int k_end = ctx > 0 ? min(topk, k_begin + split_tokens) : k_begin;
+    __global const int *list = indices + indices_offset + (size_t)t * topk;
+#else
     const int k_end = min(ctx, k_begin + split_tokens);
+#endif
     __global const int *table = block_table + (size_t)token_seq[t] * max_blocks_per_seq;
     const int heads = min(HGC, num_heads - h0);
 
@@ -408,23 +466,57 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
 
     for (int j0 = k_begin; j0 < k_end; j0 += KTC) {
         const int nk = min(KTC, k_end - j0);
+#ifdef SPARSE
+        /* the tile's positions: an entry that is no key, and a place past the end, take the row of
+           the tile's first key (weight 0 below); a tile without keys adds nothing and is skipped */
+        int kpos[KTC];
+        uint live = 0u; /* bit kk: entry kk is a key */
+        int first = -1;
+        for (int kk = 0; kk < nk; kk++) {
+            const int pos = list[j0 + kk];
+            kpos[kk] = pos;
+            if (pos >= 0 && pos < ctx) {
+                live |= 1u << kk;
+                if (first < 0)
+                    first = pos;
+            }
+        }
+        if (!live)
+            continue;
+        for (int kk = 0; kk < KTC; kk++)
+            if (!(live >> kk & 1u))
+                kpos[kk] = first;
+#endif
 #ifdef CACHE_CONVERTS
         for (int kk = 0; kk < KTC; kk++) {
+#ifdef SPARSE
+            const int j = kpos[kk];
+#else
             const int j = j0 + min(kk, nk - 1); /* past the end: repeat the last row, masked below */
+#endif
             hrow[kk] = cache + ((size_t)table[j / block_tokens] * block_tokens + j % block_tokens) * CACHE_ROW_UNITS;
             for (int d = ROW8; d < ROW; d++)
                 tile[kk][d] = CACHE_LOAD(hrow[kk], d);
         }
 #else
         for (int kk = 0; kk < KTC; kk++) {
+#ifdef SPARSE
+            const int j = kpos[kk];
+#else
             const int j = j0 + min(kk, nk - 1); /* past the end: repeat the last row, masked below */
+#endif
             trow[kk] = cache + ((size_t)table[j / block_tokens] * block_tokens + j % block_tokens) * CACHE_ROW_UNITS;
         }
 #endif
 #ifdef CLMLA_PREFETCH
         __global const char *pf_rows[KTC]; /* the next tile's rows (past the end: the last row) */
         for (int kk = 0; kk < KTC; kk++) {
+#ifdef SPARSE
+            const int pp = list[min(j0 + KTC + kk, k_end - 1)];
+            const int jp = pp >= 0 && pp < ctx ? pp : first;
+#else
             const int jp = min(j0 + KTC + kk, k_end - 1);
+#endif
             pf_rows[kk] = (__global const char *)(cache + ((size_t)table[jp / block_tokens] * block_tokens + jp % block_tokens) * CACHE_ROW_UNITS);
         }
         int pf_line = 0;
@@ -519,13 +611,21 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
             const float8 m_old = vload8(v, run_max);
             float8 m = m_old;
             for (int kk = 0; kk < nk; kk++) {
+#ifdef SPARSE
+                if (!(live >> kk & 1u))
+                    continue;
+#endif
                 const float8 x = vload8(v, p[kk]);
                 m = select(m, x, x > m);
             }
             const float8 a = exp2(m_old - m); /* 0 on the first tile (m_old = -inf) */
             float8 sum = vload8(v, run_sum) * a;
             for (int kk = 0; kk < KTC; kk++) {
+#ifdef SPARSE
+                const float8 w = live >> kk & 1u ? exp2(vload8(v, p[kk]) - m) : (float8)(0.0f);
+#else
                 const float8 w = kk < nk ? exp2(vload8(v, p[kk]) - m) : (float8)(0.0f);
+#endif
                 vstore8(w, v, p[kk]);
                 sum += w;
             }

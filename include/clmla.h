@@ -790,6 +790,24 @@ typedef struct clmla_latent_attention_args {
 clmla_status clmla_attention_latent(clmla_cache *cache, int layer, const clmla_latent_attention_args *args,
                                     cl_event *event);
 
+/* Sparse latent attention (DeepSeek Sparse Attention, DeepSeek-V3.2 and GLM-5), FlashMLA-style,
+   for engines that run their own indexer and top-k: token t attends only to the positions
+   indices[indices_offset + t*topk + i], i < topk (int32, logical positions in its sequence, the
+   row token_seq[t] of block_table, translated through that table as the dense call does). An
+   entry < 0 or >= token_ctx_len[t] is no key and is skipped (-1 is the padding convention); a
+   token without a valid entry gets out 0 and lse -inf. The order of the entries does not matter;
+   a position listed twice counts twice (its weight doubles), as in a softmax over the list.
+   Everything else is as clmla_attention_latent: the same args (max_ctx_len is still checked
+   against the table but topk, not it, sizes the split of the keys), softmax scale, outputs
+   out [T, H, rkv] and lse [T, H], every cache dtype, enqueued with no clFinish. topk must be in
+   1 .. CLMLA_SPARSE_MAX_TOPK and indices a buffer holding at least indices_offset + T*topk int32
+   (offset in elements); otherwise CLMLA_ERROR_INVALID_ARGUMENT naming the value, and nothing is
+   enqueued. The kernels are built on the first call with a cache (per head count, like the dense
+   ones) and kept. */
+#define CLMLA_SPARSE_MAX_TOPK 65536
+clmla_status clmla_attention_latent_sparse(clmla_cache *cache, int layer, const clmla_latent_attention_args *args,
+                                           cl_mem indices, size_t indices_offset, int topk, cl_event *event);
+
 /* ---- projections alone: y = x W^T ---------------------------------------------------------- */
 
 /* For engines that run their own projections (and for clmla-bench): one weight W [n, k] uploaded

@@ -610,6 +610,63 @@ void mla_ref_latent_attention(int heads, int kv_lora_rank, int rope_dim, double 
     }
 }
 
+int mla_ref_sparse_latent_attention(int heads, int kv_lora_rank, int rope_dim, double scale, int n_keys,
+                                    const int *indices /* [topk] */, int topk,
+                                    const double *q_tilde /* [H, rkv] */, const double *q_rope /* [H, dr] */,
+                                    const double *ckv /* [n_keys, rkv] */, const double *kr /* [n_keys, dr] */,
+                                    double *latent_out /* [H, rkv] */, double *lse_out /* [H] */)
+{
+    const size_t rkv = (size_t)kv_lora_rank;
+    const size_t dr = (size_t)rope_dim;
+    int valid = 0;
+    for (int i = 0; i < topk; i++)
+        if (indices[i] >= 0 && indices[i] < n_keys)
+            valid++;
+
+    for (int h = 0; h < heads; h++) {
+        const double *qt = q_tilde + (size_t)h * rkv; /* [rkv] */
+        const double *qr = q_rope + (size_t)h * dr;   /* [dr] */
+        double *lat = latent_out + (size_t)h * rkv;   /* [rkv] */
+
+        for (size_t r = 0; r < rkv; r++)
+            lat[r] = 0.0;
+        if (valid == 0) {
+            lse_out[h] = -INFINITY;
+            continue;
+        }
+
+        /* Pass 1: the maximum score over the listed keys. */
+        double m = -INFINITY;
+        for (int i = 0; i < topk; i++) {
+            const int j = indices[i];
+            if (j < 0 || j >= n_keys)
+                continue; /* no key */
+            const double s = scale * (dot_dd(qt, ckv + (size_t)j * rkv, rkv) +
+                                      dot_dd(qr, kr + (size_t)j * dr, dr));
+            if (s > m)
+                m = s;
+        }
+
+        /* Pass 2: each listed key's weight exp(s - m), once per time it is listed. */
+        double sum = 0.0;
+        for (int i = 0; i < topk; i++) {
+            const int j = indices[i];
+            if (j < 0 || j >= n_keys)
+                continue;
+            const double *c = ckv + (size_t)j * rkv; /* [rkv] */
+            const double s = scale * (dot_dd(qt, c, rkv) + dot_dd(qr, kr + (size_t)j * dr, dr));
+            const double e = exp(s - m);
+            sum += e;
+            for (size_t r = 0; r < rkv; r++)
+                lat[r] += e * c[r];
+        }
+        for (size_t r = 0; r < rkv; r++)
+            lat[r] /= sum;
+        lse_out[h] = m + log(sum);
+    }
+    return valid;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Full forward pass                                                                           */
 /* ------------------------------------------------------------------------------------------ */

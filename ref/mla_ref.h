@@ -260,6 +260,18 @@ void mla_ref_latent_attention(int heads, int kv_lora_rank, int rope_dim, double 
                               const double *ckv /* [n_keys, rkv] */, const double *kr /* [n_keys, dr] */,
                               double *latent_out /* [H, rkv] */, double *lse_out /* [H] */);
 
+/* Sparse latent attention (DeepSeek Sparse Attention) for one query token: as
+   mla_ref_latent_attention, but over the keys the index list names instead of all n_keys of them.
+   Entry i (i < topk) names key indices[i] of the sequence whose keys, in position order, are
+   ckv/kr [n_keys, .]; an entry < 0 or >= n_keys names no key and is skipped. The order of the
+   entries does not matter; a key named twice is counted twice. No valid entry: latent_out all
+   zeros and lse_out -INFINITY. Returns how many entries named a key. */
+int mla_ref_sparse_latent_attention(int heads, int kv_lora_rank, int rope_dim, double scale, int n_keys,
+                                    const int *indices /* [topk] */, int topk,
+                                    const double *q_tilde /* [H, rkv] */, const double *q_rope /* [H, dr] */,
+                                    const double *ckv /* [n_keys, rkv] */, const double *kr /* [n_keys, dr] */,
+                                    double *latent_out /* [H, rkv] */, double *lse_out /* [H] */);
+
 /* Relative error max|a-b| / max|b| over n values, with the index of the worst element.
    worst_index may be NULL. If max|b| == 0 the absolute error max|a-b| is returned.
    A non-finite difference (NaN/Inf in either input) returns INFINITY with that index.

@@ -700,6 +700,12 @@ typedef struct latent_case {
     const int *token_seq; /* [tokens] */
 } latent_case;
 
+/* Set while run_latent builds the kernels with -D SPARSE: each token's keys are then an index list
+   of splits * split_tokens entries (positions in a scrambled order with repeats, a third of the
+   entries no key, and for token 0 a whole split without any), checked split by split against
+   mla_ref_sparse_latent_attention. */
+static int latent_sparse;
+
 static void run_latent(const latent_case *c)
 {
     const int row = c->rkv + c->dr;
@@ -714,11 +720,11 @@ static void run_latent(const latent_case *c)
     const int max_blocks = (max_ctx + c->bt - 1) / c->bt + 1, blocks = num_seqs * max_blocks + 2;
     char options[160];
     if (c->rows)
-        snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D HGC=%d -D KTC=%d", c->rkv, c->dr,
-                 c->f16 ? " -D CACHE_F16" : "", c->hg, c->nt);
+        snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D HGC=%d -D KTC=%d%s", c->rkv, c->dr,
+                 c->f16 ? " -D CACHE_F16" : "", c->hg, c->nt, latent_sparse ? " -D SPARSE" : "");
     else
-        snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D NT=%d -D HG=%d", c->rkv, c->dr,
-                 c->f16 ? " -D CACHE_F16" : "", c->nt, c->hg);
+        snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D NT=%d -D HG=%d%s", c->rkv, c->dr,
+                 c->f16 ? " -D CACHE_F16" : "", c->nt, c->hg, latent_sparse ? " -D SPARSE" : "");
     cl_kernel k = kernel("attn_latent", options, c->rows ? "attn_latent_rows" : "attn_latent");
     tu_rng rng = tu_rng_seed((uint64_t)c->rkv * 7 + (uint64_t)c->heads);
     /* The pool: every row written from the host (f16: random halves of moderate size). */
@@ -781,14 +787,32 @@ static void run_latent(const latent_case *c)
     ARG(k, 19, out_off);
     ARG(k, 20, lb);
     ARG(k, 21, lse_off);
+    const int topk = S * c->split_tokens, idx_off = 2;
+    int32_t *list = malloc(((size_t)idx_off + (size_t)T * topk) * sizeof(int32_t));
+    list[0] = list[1] = 0;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < topk; i++) {
+            const int n = c->ctx_len[t];
+            int32_t v = n > 0 ? (i * 7 + t) % n : -1;
+            if (i % 3 == 2 || (t == 0 && S > 1 && i >= c->split_tokens && i < 2 * c->split_tokens))
+                v = i % 2 ? -1 : n + i; /* no key: padding, or past the context */
+            list[idx_off + t * topk + i] = v;
+        }
+    cl_mem ib = buffer(((size_t)idx_off + (size_t)T * topk) * sizeof(int32_t), list);
+    if (latent_sparse) {
+        ARG(k, 22, ib);
+        ARG(k, 23, idx_off);
+        ARG(k, 24, topk);
+    }
     const size_t threads = c->rows ? 1 : (size_t)c->nt;
     const size_t global[3] = {threads * groups, (size_t)S, (size_t)T}, local[3] = {threads, 1, 1};
     if (launch(k, 3, global, local)) {
         download(ob, nout * sizeof(float), out);
         download(lb, nlse * sizeof(float), lse);
         double *qt = malloc((size_t)H * c->rkv * sizeof(double)), *qrd = malloc((size_t)H * c->dr * sizeof(double));
-        double *keys_c = malloc(((size_t)c->split_tokens + 1) * c->rkv * sizeof(double));
-        double *keys_r = malloc(((size_t)c->split_tokens + 1) * c->dr * sizeof(double));
+        const size_t key_rows = (size_t)(max_ctx > c->split_tokens ? max_ctx : c->split_tokens) + 1;
+        double *keys_c = malloc(key_rows * c->rkv * sizeof(double));
+        double *keys_r = malloc(key_rows * c->dr * sizeof(double));
         double *want = malloc((size_t)H * c->rkv * sizeof(double)), *want_lse = malloc((size_t)H * sizeof(double));
         for (int t = 0; t < T; t++) {
             for (int h = 0; h < H; h++) {
@@ -799,9 +823,12 @@ static void run_latent(const latent_case *c)
             }
             for (int s = 0; s < S; s++) {
                 const int k0 = s * c->split_tokens, k1 = c->ctx_len[t] < k0 + c->split_tokens ? c->ctx_len[t] : k0 + c->split_tokens;
-                const int n = k1 > k0 ? k1 - k0 : 0;
+                int n = k1 > k0 ? k1 - k0 : 0;
+                const int first = latent_sparse ? 0 : k0; /* sparse: every key of the sequence, by position */
+                if (latent_sparse)
+                    n = c->ctx_len[t];
                 for (int j = 0; j < n; j++) {
-                    const int key = k0 + j;
+                    const int key = first + j;
                     const size_t r = (size_t)table[c->token_seq[t] * max_blocks + key / c->bt] * c->bt + key % c->bt;
                     for (int d = 0; d < row; d++) {
                         if (d < c->rkv)
@@ -810,7 +837,12 @@ static void run_latent(const latent_case *c)
                             keys_r[(size_t)j * c->dr + d - c->rkv] = values[r * row + d];
                     }
                 }
-                mla_ref_latent_attention(H, c->rkv, c->dr, scale, n, qt, qrd, keys_c, keys_r, want, want_lse);
+                if (latent_sparse) /* entries k0 .. k0 + split_tokens - 1 of the token's list */
+                    n = mla_ref_sparse_latent_attention(H, c->rkv, c->dr, scale, n,
+                                                        list + idx_off + t * topk + k0, c->split_tokens, qt, qrd,
+                                                        keys_c, keys_r, want, want_lse);
+                else
+                    mla_ref_latent_attention(H, c->rkv, c->dr, scale, n, qt, qrd, keys_c, keys_r, want, want_lse);
                 const size_t row0 = (size_t)t * S + s;
                 CHECK_CLOSE(out + out_off + row0 * H * c->rkv, want, (size_t)H * c->rkv, c->rkv, TOL_F32_CACHE,
                             "attn_latent %s: token %d split %d (%d keys) out [head, i]", c->name, t, s, n);
@@ -831,6 +863,7 @@ static void run_latent(const latent_case *c)
         free(want);
         free(want_lse);
     }
+    free(list);
     free(values);
     free(halves);
     free(table);
@@ -866,11 +899,14 @@ static void test_attn_latent(void)
     static const int ctx_e[2] = {29, 8}, seq_e[2] = {0, 1};
     const latent_case e = {"rkv 30 dr 4, 16 heads / 16 per group, 32 items, f16", 0, 30, 4, 16, 16, 32, 1, 29, 3, 1,
                            2, ctx_e, seq_e};
-    run_latent(&a);
-    run_latent(&b);
-    run_latent(&c);
-    run_latent(&d);
-    run_latent(&e);
+    for (latent_sparse = 0; latent_sparse < 2; latent_sparse++) {
+        run_latent(&a);
+        run_latent(&b);
+        run_latent(&c);
+        run_latent(&d);
+        run_latent(&e);
+    }
+    latent_sparse = 0;
 }
 
 static void test_attn_latent_rows(void)
@@ -888,9 +924,12 @@ static void test_attn_latent_rows(void)
     static const int ctx_c[1] = {70}, seq_c[1] = {0};
     const latent_case c = {"rows: rkv 20 dr 4, 2 heads, tiles of 4, 2 splits, f32", 1, 20, 4, 2, 2, 4, 2, 40, 6, 0, 1,
                            ctx_c, seq_c};
-    run_latent(&a);
-    run_latent(&b);
-    run_latent(&c);
+    for (latent_sparse = 0; latent_sparse < 2; latent_sparse++) {
+        run_latent(&a);
+        run_latent(&b);
+        run_latent(&c);
+    }
+    latent_sparse = 0;
 }
 
 /* attn_combine (an item per value) and attn_combine_rows (an item per row, float8 steps: RKV 11
@@ -1418,6 +1457,20 @@ static void layer_pass(const char *kind)
     mla_ref_latent_attention(H, RKV, DR, 0.3, N, qld, qrd, cd, kd, want, want_lse);
     CHECK_CLOSE(out, want, (size_t)H * RKV, RKV, TOL_F32_CACHE, "clmla_attention_latent over %d keys [head, i]", N);
     CHECK_CLOSE(lse, want_lse, (size_t)H, H, TOL_F32_CACHE, "clmla_attention_latent lse over %d keys", N);
+
+    /* clmla_attention_latent_sparse (-D SPARSE) over a list of 300 entries: every third position in
+       reverse, the rest no key (-1, or out of range), split across work-groups too */
+    enum { TOPK = 300 };
+    int32_t list[TOPK];
+    for (int i = 0; i < TOPK; i++)
+        list[i] = i % 3 == 0 ? N - 1 - i : i % 3 == 1 ? -1 : N + i;
+    cl_mem ib = buffer(sizeof(list), list);
+    CHECK_STATUS(clmla_attention_latent_sparse(cache, 0, &la, ib, 0, TOPK, NULL), CLMLA_SUCCESS, ctx);
+    download(ob, sizeof(out), out);
+    download(lb, sizeof(lse), lse);
+    mla_ref_sparse_latent_attention(H, RKV, DR, 0.3, N, list, TOPK, qld, qrd, cd, kd, want, want_lse);
+    CHECK_CLOSE(out, want, (size_t)H * RKV, RKV, TOL_F32_CACHE, "clmla_attention_latent_sparse, %d entries [head, i]", TOPK);
+    CHECK_CLOSE(lse, want_lse, (size_t)H, H, TOL_F32_CACHE, "clmla_attention_latent_sparse lse, %d entries", TOPK);
     free(cd);
     free(kd);
     free(rows);

@@ -541,6 +541,81 @@ static void test_latent_attention(void)
     free_layer(&L);
 }
 
+/* mla_ref_sparse_latent_attention against mla_ref_latent_attention: every position listed (in
+   reverse, with -1 padding and out-of-range entries) is the dense attention; a subset is the dense
+   attention over those keys gathered; a key listed twice keeps out and adds log 2 to lse; a list
+   without a key gives zeros and -inf. */
+static void test_sparse_latent_attention(void)
+{
+    enum { H = 3, RKV = 10, DR = 4, N = 23, LIST = N + 5 };
+    const double scale = 0.4;
+    double qt[H * RKV], qr[H * DR], ckv[N * RKV], kr[N * DR];
+    double want[H * RKV], want_lse[H], got[H * RKV], got_lse[H];
+    double sub_c[N * RKV], sub_r[N * DR];
+    int list[LIST];
+    rng_seed(777);
+    for (int i = 0; i < H * RKV; i++)
+        qt[i] = 2.0 * rng_unif();
+    for (int i = 0; i < H * DR; i++)
+        qr[i] = 2.0 * rng_unif();
+    for (int i = 0; i < N * RKV; i++)
+        ckv[i] = 2.0 * rng_unif();
+    for (int i = 0; i < N * DR; i++)
+        kr[i] = 2.0 * rng_unif();
+
+    /* all N positions, reversed, among entries that name no key */
+    int n = 0;
+    list[n++] = -1;
+    for (int j = N - 1; j >= 0; j--) {
+        list[n++] = j;
+        if (j == N / 2) {
+            list[n++] = N;      /* one past the end */
+            list[n++] = -7;
+        }
+    }
+    list[n++] = 1 << 30;
+    list[n++] = -1;
+    mla_ref_latent_attention(H, RKV, DR, scale, N, qt, qr, ckv, kr, want, want_lse);
+    int valid = mla_ref_sparse_latent_attention(H, RKV, DR, scale, N, list, n, qt, qr, ckv, kr, got, got_lse);
+    double e = rel_err_dd(got, want, H * RKV), el = rel_err_dd(got_lse, want_lse, H);
+    check(n == LIST && valid == N && e <= 1e-14 && el <= 1e-14, "sparse_latent_all_positions",
+          "%d of %d entries valid, rel err %.2g lse %.2g", valid, n, e, el);
+
+    /* a subset: positions 3, 17, 0, 9 */
+    static const int subset[] = {3, 17, 0, 9};
+    const int ns = (int)(sizeof subset / sizeof subset[0]);
+    for (int i = 0; i < ns; i++) {
+        memcpy(sub_c + (size_t)i * RKV, ckv + (size_t)subset[i] * RKV, RKV * sizeof(double));
+        memcpy(sub_r + (size_t)i * DR, kr + (size_t)subset[i] * DR, DR * sizeof(double));
+    }
+    mla_ref_latent_attention(H, RKV, DR, scale, ns, qt, qr, sub_c, sub_r, want, want_lse);
+    valid = mla_ref_sparse_latent_attention(H, RKV, DR, scale, N, subset, ns, qt, qr, ckv, kr, got, got_lse);
+    e = rel_err_dd(got, want, H * RKV);
+    el = rel_err_dd(got_lse, want_lse, H);
+    check(valid == ns && e <= 1e-14 && el <= 1e-14, "sparse_latent_subset", "rel err %.2g lse %.2g", e, el);
+
+    /* position 5 twice: its attention alone, with lse + log 2 */
+    static const int twice[] = {5, 5}, once[] = {5};
+    mla_ref_sparse_latent_attention(H, RKV, DR, scale, N, once, 1, qt, qr, ckv, kr, want, want_lse);
+    valid = mla_ref_sparse_latent_attention(H, RKV, DR, scale, N, twice, 2, qt, qr, ckv, kr, got, got_lse);
+    double lse_gap = 0.0;
+    for (int h = 0; h < H; h++)
+        lse_gap = fmax(lse_gap, fabs(got_lse[h] - want_lse[h] - log(2.0)));
+    e = rel_err_dd(got, want, H * RKV);
+    check(valid == 2 && e <= 1e-14 && lse_gap <= 1e-13, "sparse_latent_duplicate", "rel err %.2g, lse - log 2 off by %.2g",
+          e, lse_gap);
+
+    /* nothing valid */
+    static const int none[] = {-1, N, -1};
+    valid = mla_ref_sparse_latent_attention(H, RKV, DR, scale, N, none, 3, qt, qr, ckv, kr, got, got_lse);
+    int zeros = 1;
+    for (int i = 0; i < H * RKV; i++)
+        zeros &= got[i] == 0.0;
+    for (int h = 0; h < H; h++)
+        zeros &= isinf(got_lse[h]) && got_lse[h] < 0;
+    check(valid == 0 && zeros, "sparse_latent_no_key", "out 0 and lse -inf");
+}
+
 /* An independent, deliberately naive evaluation of the last token of a sequence straight from
    docs/MLA.md section 2 and the weight layout of section 1 (index arithmetic written out again).
    With features f (NULL = none): biases added after their products, the latent scales after the
@@ -1525,6 +1600,7 @@ int main(void)
     test_paths_agree("odd_plain", odd_config(0), 13);
     test_causality();
     test_latent_attention();
+    test_sparse_latent_attention();
     test_naive("v2lite_small", small_v2lite_config(), 21);
     test_naive("odd_yarn", odd_config(1), 22);
     test_linear_freqs();

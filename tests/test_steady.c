@@ -16,6 +16,10 @@
  *   latent-rows, latent-group clmla_cache_append_cl and clmla_attention_latent as an engine runs
  *                             them: 1-3 tokens of 1-3 of 3 sequences per step, contexts of up to
  *                             340 keys (split-KV and attn_combine), with and without lse.
+ *   sparse-rows, sparse-group the same schedule through clmla_attention_latent_sparse, each token's
+ *                             list naming every position of its context (in reverse, then an
+ *                             out-of-range entry and -1 padding to topk 340), so the outputs are the
+ *                             dense ones.
  *
  * Two counters watch the second pass, and each must stay at zero:
  *   - the library's own (host/runtime/clcall.h, clmla_cl_counts): every buffer, program, build and
@@ -576,11 +580,12 @@ typedef struct latent_data {
     float *q_lat, *q_rope;  /* [rows, HEADS, RKV], [rows, HEADS, DR] */
     int *token_seq, *token_ctx; /* [rows] */
     cl_mem ckv_b, kr_b, q_lat_b, q_rope_b, out_b, lse_b, table_b, seq_b, ctx_b;
+    cl_mem idx_b; /* [rows, MAX_KEYS] int32: each row's index list for the sparse parts */
 } latent_data;
 
 static void latent_free(latent_data *d)
 {
-    cl_mem m[] = {d->ckv_b, d->kr_b, d->q_lat_b, d->q_rope_b, d->out_b, d->lse_b, d->table_b, d->seq_b, d->ctx_b};
+    cl_mem m[] = {d->ckv_b, d->kr_b, d->q_lat_b, d->q_rope_b, d->out_b, d->lse_b, d->table_b, d->seq_b, d->ctx_b, d->idx_b};
     for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++)
         if (m[i])
             clReleaseMemObject(m[i]);
@@ -662,7 +667,19 @@ static int latent_make(latent_data *d)
     d->out_b = device_copy(NULL, rows * HEADS * RKV * sizeof(float));
     d->lse_b = device_copy(NULL, rows * HEADS * sizeof(float));
     d->table_b = device_copy(NULL, (size_t)LSEQS * MAX_BLOCKS * sizeof(int32_t));
-    return d->ckv_b && d->kr_b && d->q_lat_b && d->q_rope_b && d->seq_b && d->ctx_b && d->out_b && d->lse_b && d->table_b
+    /* every position of the row's context, last first, then one past the end, then -1 */
+    int32_t *idx = malloc(rows * MAX_KEYS * sizeof(int32_t));
+    if (!idx)
+        return -1;
+    for (size_t r = 0; r < rows; r++)
+        for (int i = 0; i < MAX_KEYS; i++) {
+            const int n = d->token_ctx[r];
+            idx[r * MAX_KEYS + (size_t)i] = i < n ? n - 1 - i : i == n ? n : -1;
+        }
+    d->idx_b = device_copy(idx, rows * MAX_KEYS * sizeof(int32_t));
+    free(idx);
+    return d->ckv_b && d->kr_b && d->q_lat_b && d->q_rope_b && d->seq_b && d->ctx_b && d->out_b && d->lse_b &&
+                   d->table_b && d->idx_b
                ? 0
                : -1;
 }
@@ -676,8 +693,10 @@ static clmla_status append(const latent_data *d, clmla_cache *cache, int32_t id,
 
 /* One pass of the latent schedule from an empty cache; the outputs stay in out_b and lse_b. The
    block tables, token_seq and token_ctx are the caller's (this program's), written before each
-   call. Returns 0 when every call succeeded. */
-static int run_latent_pass(const latent_data *d, clmla_cache *cache, float scale, watch *w, const char *what)
+   call. Returns 0 when every call succeeded. With sparse, clmla_attention_latent_sparse over the
+   rows' index lists (idx_b, topk MAX_KEYS). */
+static int run_latent_pass(const latent_data *d, clmla_cache *cache, float scale, int sparse, watch *w,
+                           const char *what)
 {
     cl_command_queue queue = clmla_context_queue(ctx);
     int32_t id[LSEQS], tables[LSEQS * MAX_BLOCKS];
@@ -728,7 +747,9 @@ static int run_latent_pass(const latent_data *d, clmla_cache *cache, float scale
         a.out_offset = (size_t)st->row0 * HEADS * RKV;
         a.lse = st->with_lse ? d->lse_b : NULL;
         a.lse_offset = (size_t)st->row0 * HEADS;
-        const clmla_status status = clmla_attention_latent(cache, 0, &a, NULL);
+        const clmla_status status =
+            sparse ? clmla_attention_latent_sparse(cache, 0, &a, d->idx_b, (size_t)st->row0 * MAX_KEYS, MAX_KEYS, NULL)
+                   : clmla_attention_latent(cache, 0, &a, NULL);
         CHECK(status == CLMLA_SUCCESS, "%s step %d (%d tokens, %d keys): %s: %s", what, i, st->T, st->max_ctx,
               clmla_status_string(status), clmla_last_error(ctx));
         ok &= status == CLMLA_SUCCESS;
@@ -808,7 +829,7 @@ static void check_latent_pass(const latent_data *d, float scale, const char *wha
     free(p);
 }
 
-static void latent_part(int variant, const char *name)
+static void latent_part(int variant, const char *name, int sparse)
 {
     latent_data d;
     const int made_ok = latent_make(&d) == 0;
@@ -823,11 +844,11 @@ static void latent_part(int variant, const char *name)
     if (cache) {
         char what[96];
         snprintf(what, sizeof(what), "%s warm-up", name);
-        if (run_latent_pass(&d, cache, scale, NULL, what))
+        if (run_latent_pass(&d, cache, scale, sparse, NULL, what))
             check_latent_pass(&d, scale, what);
         watch w;
         snprintf(what, sizeof(what), "%s steady", name);
-        if (run_latent_pass(&d, cache, scale, &w, what))
+        if (run_latent_pass(&d, cache, scale, sparse, &w, what))
             check_latent_pass(&d, scale, what);
     }
     clmla_cache_destroy(cache);
@@ -837,12 +858,22 @@ static void latent_part(int variant, const char *name)
 
 static void test_latent_rows(void)
 {
-    latent_part(CLMLA_LATENT_ROWS, "latent-rows");
+    latent_part(CLMLA_LATENT_ROWS, "latent-rows", 0);
 }
 
 static void test_latent_group(void)
 {
-    latent_part(CLMLA_LATENT_GROUP, "latent-group");
+    latent_part(CLMLA_LATENT_GROUP, "latent-group", 0);
+}
+
+static void test_sparse_rows(void)
+{
+    latent_part(CLMLA_LATENT_ROWS, "sparse-rows", 1);
+}
+
+static void test_sparse_group(void)
+{
+    latent_part(CLMLA_LATENT_GROUP, "sparse-group", 1);
 }
 
 /* ---- the kept tables themselves ------------------------------------------------------------------ */
@@ -899,6 +930,8 @@ static const tu_part parts[] = {
     {"warmup", test_warmup},
     {"latent-rows", test_latent_rows},
     {"latent-group", test_latent_group},
+    {"sparse-rows", test_sparse_rows},
+    {"sparse-group", test_sparse_group},
 };
 
 int main(int argc, char **argv)

@@ -49,30 +49,36 @@ static size_t latent_local_bytes(int nt, const void *arg)
    latent_rows_kernel[hg / 2]): valid because the parameters that apply to a context do not change
    over its life (the tuning table is read once per process; a forced set is made before a cache's
    first call, include/clmla.h). */
-static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_tuning *tn, cl_kernel *kernel,
+static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_tuning *tn, int sparse, cl_kernel *kernel,
                                  int *threads)
 {
-    if (!cache->latent_kernel[hg]) {
+    /* the sparse kernels (-D SPARSE, clmla_attention_latent_sparse) have slots of their own */
+    cl_kernel *slot = sparse ? &cache->sparse_kernel[hg] : &cache->latent_kernel[hg];
+    int *slot_threads = sparse ? &cache->sparse_threads[hg] : &cache->latent_threads[hg];
+    if (!*slot) {
         const int shape[3] = {hg, cache->config.kv_lora_rank + cache->config.rope_dim, tn->group_keys};
         char options[256];
         snprintf(options, sizeof(options), "%s -D HG=%d -D KPT=%d", cache->options, hg, tn->group_keys);
+        if (sparse)
+            strncat(options, " -D SPARSE", sizeof(options) - strlen(options) - 1);
         if (tn->group_query_layout) /* only when set: layout 0's options, and its cached programs, stay as they were */
             strncat(options, " -D QLAYOUT=1", sizeof(options) - strlen(options) - 1);
         const clmla_kernel_fit fit = {"attn_latent", "attn_latent", options, "NT", tn->group_max_items, padded_heads(hg),
                                       latent_local_bytes, shape};
-        clmla_status st = clmla_kernel_create_fitted(cache->ctx, &fit, &cache->latent_kernel[hg], &cache->latent_threads[hg]);
+        clmla_status st = clmla_kernel_create_fitted(cache->ctx, &fit, slot, slot_threads);
         if (st != CLMLA_SUCCESS)
             return st;
     }
-    *kernel = cache->latent_kernel[hg];
-    *threads = cache->latent_threads[hg];
+    *kernel = *slot;
+    *threads = *slot_threads;
     return CLMLA_SUCCESS;
 }
 
 /* attn_latent_rows for `hg` (even, <= 16) heads per work-item. */
-static clmla_status rows_kernel(clmla_cache *cache, int hg, int ktc, cl_kernel *kernel)
+static clmla_status rows_kernel(clmla_cache *cache, int hg, int ktc, int sparse, cl_kernel *kernel)
 {
-    if (!cache->latent_rows_kernel[hg / 2]) {
+    cl_kernel *slot = sparse ? &cache->sparse_rows_kernel[hg / 2] : &cache->latent_rows_kernel[hg / 2];
+    if (!*slot) {
         char options[256];
         /* Where they were measured, PoCL on CPUs: software prefetch (clang's __builtin_prefetch,
            which other CPU runtimes may not lower: oclgrind rejects it) and the combined horizontal
@@ -80,12 +86,13 @@ static clmla_status rows_kernel(clmla_cache *cache, int hg, int ktc, cl_kernel *
         const int pocl = clmla_device_prefetches(&cache->ctx->info);
         snprintf(options, sizeof(options), "%s -D HGC=%d -D KTC=%d%s", cache->options, hg, ktc,
                  pocl ? " -D CLMLA_PREFETCH -D CLMLA_HSUM8" : "");
-        clmla_status st = clmla_kernel_create(cache->ctx, "attn_latent", options, "attn_latent_rows",
-                                              &cache->latent_rows_kernel[hg / 2]);
+        if (sparse)
+            strncat(options, " -D SPARSE", sizeof(options) - strlen(options) - 1);
+        clmla_status st = clmla_kernel_create(cache->ctx, "attn_latent", options, "attn_latent_rows", slot);
         if (st != CLMLA_SUCCESS)
             return st;
     }
-    *kernel = cache->latent_rows_kernel[hg / 2];
+    *kernel = *slot;
     return CLMLA_SUCCESS;
 }
 
@@ -103,8 +110,8 @@ int clmla_attention_variant(const clmla_context *ctx)
 
 /* Which kernel, its work-group size and its heads per group: the row-walking kernel on CPUs,
    the work-group kernel elsewhere, unless a test forced one. */
-static clmla_status pick_kernel(clmla_cache *cache, int num_heads, const clmla_latent_tuning *tn, cl_kernel *kernel,
-                                int *threads, int *heads_per_group, int *rows)
+static clmla_status pick_kernel(clmla_cache *cache, int num_heads, const clmla_latent_tuning *tn, int sparse,
+                                cl_kernel *kernel, int *threads, int *heads_per_group, int *rows)
 {
     *rows = clmla_attention_variant(cache->ctx) == CLMLA_LATENT_ROWS;
     if (*rows) {
@@ -112,13 +119,13 @@ static clmla_status pick_kernel(clmla_cache *cache, int num_heads, const clmla_l
         int hg = num_heads < most ? num_heads + (num_heads & 1) : most;
         *threads = 1;
         *heads_per_group = hg;
-        return rows_kernel(cache, hg, tn->rows_keys, kernel);
+        return rows_kernel(cache, hg, tn->rows_keys, sparse, kernel);
     }
     /* up to group_heads (16) heads per work-group (each cache row read once per group), fewer where
        a device's local memory or work-group size does not take them */
     const int most = tn->group_heads;
     for (int hg = num_heads < most ? num_heads : most;; hg = hg > 8 ? 8 : hg > 4 ? 4 : hg - 1) {
-        clmla_status st = group_kernel(cache, hg, tn, kernel, threads);
+        clmla_status st = group_kernel(cache, hg, tn, sparse, kernel, threads);
         if (st != CLMLA_SUCCESS || *kernel) {
             *heads_per_group = hg;
             return st;
@@ -138,10 +145,13 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
     int threads = 0, heads_per_group = 0, rows = 0;
     clmla_latent_tuning tn;
     clmla_latent_tuning_for(ctx, p->num_heads, &tn);
-    clmla_status st = pick_kernel(cache, p->num_heads, &tn, &k, &threads, &heads_per_group, &rows);
+    const int sparse = p->indices != NULL;
+    clmla_status st = pick_kernel(cache, p->num_heads, &tn, sparse, &k, &threads, &heads_per_group, &rows);
     if (st != CLMLA_SUCCESS)
         return st;
     const int head_groups = (p->num_heads + heads_per_group - 1) / heads_per_group;
+    /* the keys each token walks, to be split: its context, or its index list */
+    const int keys = sparse ? p->topk : p->max_ctx_len;
 
     /* Enough work-groups to give every compute unit a few, splitting long contexts. */
     const long long groups = (long long)p->num_tokens * head_groups;
@@ -149,17 +159,17 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
     const int min_split = rows ? MIN_SPLIT_TOKENS : MIN_SPLIT_TOKENS_GROUP;
     const long long target = per_cu * (ctx->info.compute_units ? ctx->info.compute_units : 1);
     int splits = 1;
-    if (groups < target && p->max_ctx_len > min_split) {
+    if (groups < target && keys > min_split) {
         long long want = (target + groups - 1) / groups;
-        long long most = (p->max_ctx_len + min_split - 1) / min_split;
+        long long most = (keys + min_split - 1) / min_split;
         splits = (int)(want < most ? want : most);
     }
     const size_t per_split = (size_t)p->num_tokens * p->num_heads * (rkv + 1) * sizeof(float);
     while (splits > 1 && per_split * splits > MAX_SPLIT_WORKSPACE_BYTES)
         splits--;
-    int split_tokens = p->max_ctx_len > 0 ? (p->max_ctx_len + splits - 1) / splits : 1;
+    int split_tokens = keys > 0 ? (keys + splits - 1) / splits : 1;
     if (splits > 1)
-        splits = (p->max_ctx_len + split_tokens - 1) / split_tokens;
+        splits = (keys + split_tokens - 1) / split_tokens;
 
     cl_mem out = p->out, lse = p->lse;
     size_t out_offset = p->out_offset, lse_offset = p->lse_offset;
@@ -199,6 +209,12 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
     CLMLA_SET_ARG(ctx, k, 19, out_off);
     CLMLA_SET_ARG(ctx, k, 20, lse);
     CLMLA_SET_ARG(ctx, k, 21, lse_off);
+    if (sparse) {
+        const int idx_off = (int)p->indices_offset;
+        CLMLA_SET_ARG(ctx, k, 22, p->indices);
+        CLMLA_SET_ARG(ctx, k, 23, idx_off);
+        CLMLA_SET_ARG(ctx, k, 24, p->topk);
+    }
     const size_t global[3] = {(size_t)threads * head_groups, (size_t)splits, (size_t)p->num_tokens};
     const size_t local[3] = {(size_t)threads, 1, 1};
     cl_int err = clmla_cl_enqueue(ctx, k, 3, global, local, splits > 1 ? NULL : event);
@@ -238,47 +254,90 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
     return CLMLA_SUCCESS;
 }
 
-clmla_status clmla_attention_latent(clmla_cache *cache, int layer, const clmla_latent_attention_args *a, cl_event *event)
+/* The checks and the launch description shared by clmla_attention_latent and its sparse form;
+   `fn` names the caller in the messages. */
+static clmla_status latent_args(clmla_cache *cache, int layer, const clmla_latent_attention_args *a, const char *fn,
+                                latent_launch *p)
 {
     if (!cache || !a)
-        return clmla_fail(cache ? cache->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_attention_latent: NULL argument");
+        return clmla_fail(cache ? cache->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "%s: NULL argument", fn);
     clmla_context *ctx = cache->ctx;
     if (layer < 0 || layer >= cache->config.num_layers)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "layer %d is not in 0..%d", layer, cache->config.num_layers - 1);
     if (a->num_tokens < 1 || a->num_heads < 1 || a->max_blocks_per_seq < 1 || a->max_ctx_len < 0 ||
         (long long)a->max_ctx_len > (long long)a->max_blocks_per_seq * cache->config.block_tokens)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
-                          "clmla_attention_latent: num_tokens %d and num_heads %d must be >= 1, max_blocks_per_seq %d >= 1, "
+                          "%s: num_tokens %d and num_heads %d must be >= 1, max_blocks_per_seq %d >= 1, "
                           "and max_ctx_len %d within max_blocks_per_seq * block_tokens",
-                          a->num_tokens, a->num_heads, a->max_blocks_per_seq, a->max_ctx_len);
+                          fn, a->num_tokens, a->num_heads, a->max_blocks_per_seq, a->max_ctx_len);
     if (!a->q_latent || !a->q_rope || !a->block_table || !a->token_seq || !a->token_ctx_len || !a->out)
-        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_attention_latent: a required buffer is NULL");
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: a required buffer is NULL", fn);
     const int rkv = cache->config.kv_lora_rank, dr = cache->config.rope_dim;
     const long long elems = (long long)a->num_tokens * a->num_heads * rkv;
     if (elems + (long long)a->q_latent_offset > INT_MAX || elems + (long long)a->out_offset > INT_MAX ||
         (long long)a->num_tokens * a->num_heads * dr + (long long)a->q_rope_offset > INT_MAX)
-        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_attention_latent: buffers past 2^31 elements");
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: buffers past 2^31 elements", fn);
+    memset(p, 0, sizeof(*p));
+    p->num_tokens = a->num_tokens;
+    p->num_heads = a->num_heads;
+    p->scale = a->softmax_scale;
+    p->q_latent = a->q_latent;
+    p->q_latent_offset = a->q_latent_offset;
+    p->q_latent_token_stride = a->num_heads * rkv;
+    p->q_latent_head_stride = rkv;
+    p->q_rope = a->q_rope;
+    p->q_rope_offset = a->q_rope_offset;
+    p->q_rope_token_stride = a->num_heads * dr;
+    p->q_rope_head_stride = dr;
+    p->block_table = a->block_table;
+    p->max_blocks_per_seq = a->max_blocks_per_seq;
+    p->token_seq = a->token_seq;
+    p->token_ctx_len = a->token_ctx_len;
+    p->max_ctx_len = a->max_ctx_len;
+    p->out = a->out;
+    p->out_offset = a->out_offset;
+    p->lse = a->lse;
+    p->lse_offset = a->lse_offset;
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_attention_latent(clmla_cache *cache, int layer, const clmla_latent_attention_args *a, cl_event *event)
+{
     latent_launch p;
-    memset(&p, 0, sizeof(p));
-    p.num_tokens = a->num_tokens;
-    p.num_heads = a->num_heads;
-    p.scale = a->softmax_scale;
-    p.q_latent = a->q_latent;
-    p.q_latent_offset = a->q_latent_offset;
-    p.q_latent_token_stride = a->num_heads * rkv;
-    p.q_latent_head_stride = rkv;
-    p.q_rope = a->q_rope;
-    p.q_rope_offset = a->q_rope_offset;
-    p.q_rope_token_stride = a->num_heads * dr;
-    p.q_rope_head_stride = dr;
-    p.block_table = a->block_table;
-    p.max_blocks_per_seq = a->max_blocks_per_seq;
-    p.token_seq = a->token_seq;
-    p.token_ctx_len = a->token_ctx_len;
-    p.max_ctx_len = a->max_ctx_len;
-    p.out = a->out;
-    p.out_offset = a->out_offset;
-    p.lse = a->lse;
-    p.lse_offset = a->lse_offset;
+    clmla_status st = latent_args(cache, layer, a, "clmla_attention_latent", &p);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    return clmla_latent_attention_enqueue(cache, layer, &p, event);
+}
+
+clmla_status clmla_attention_latent_sparse(clmla_cache *cache, int layer, const clmla_latent_attention_args *a,
+                                           cl_mem indices, size_t indices_offset, int topk, cl_event *event)
+{
+    static const char fn[] = "clmla_attention_latent_sparse";
+    latent_launch p;
+    clmla_status st = latent_args(cache, layer, a, fn, &p);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    clmla_context *ctx = cache->ctx;
+    if (topk < 1 || topk > CLMLA_SPARSE_MAX_TOPK)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: topk %d is not in 1..%d", fn, topk, CLMLA_SPARSE_MAX_TOPK);
+    if (!indices)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: indices is NULL (topk %d)", fn, topk);
+    const long long entries = (long long)a->num_tokens * topk;
+    if (entries + (long long)indices_offset > INT_MAX)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "%s: indices_offset %zu + num_tokens %d * topk %d is past 2^31 elements", fn, indices_offset,
+                          a->num_tokens, topk);
+    /* the kernels read every entry: a buffer too small for them is refused, not read past */
+    size_t bytes = 0;
+    if (clGetMemObjectInfo(indices, CL_MEM_SIZE, sizeof(bytes), &bytes, NULL) != CL_SUCCESS)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: indices is not a valid buffer", fn);
+    if ((unsigned long long)bytes < (unsigned long long)(entries + (long long)indices_offset) * sizeof(int32_t))
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "%s: indices holds %zu bytes, fewer than (indices_offset %zu + num_tokens %d * topk %d) int32",
+                          fn, bytes, indices_offset, a->num_tokens, topk);
+    p.indices = indices;
+    p.indices_offset = indices_offset;
+    p.topk = topk;
     return clmla_latent_attention_enqueue(cache, layer, &p, event);
 }

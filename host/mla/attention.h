@@ -13,6 +13,10 @@ typedef struct latent_launch {
     int max_ctx_len;
     cl_mem out; size_t out_offset;  /* [T, H, rkv] */
     cl_mem lse; size_t lse_offset;  /* [T, H]; NULL = not wanted */
+    /* Sparse (cl/attn_latent.cl built with -D SPARSE) when indices is not NULL: token t's keys are
+       the positions indices[indices_offset + t*topk + e], e < topk, those outside [0, ctx) skipped;
+       the split then cuts the list (topk, not max_ctx_len, sizes it). */
+    cl_mem indices; size_t indices_offset; int topk;
 } latent_launch;
 
 /* Kernel variants of the attention kernels: work-group kernels that share rows through local

@@ -124,6 +124,12 @@ void clmla_cache_destroy(clmla_cache *cache)
     for (size_t i = 0; i < sizeof(cache->latent_rows_kernel) / sizeof(cache->latent_rows_kernel[0]); i++)
         if (cache->latent_rows_kernel[i])
             clReleaseKernel(cache->latent_rows_kernel[i]);
+    for (size_t i = 0; i < sizeof(cache->sparse_kernel) / sizeof(cache->sparse_kernel[0]); i++)
+        if (cache->sparse_kernel[i])
+            clReleaseKernel(cache->sparse_kernel[i]);
+    for (size_t i = 0; i < sizeof(cache->sparse_rows_kernel) / sizeof(cache->sparse_rows_kernel[0]); i++)
+        if (cache->sparse_rows_kernel[i])
+            clReleaseKernel(cache->sparse_rows_kernel[i]);
     for (int i = 0; i < cache->num_seqs; i++) {
         free(cache->seqs[i].blocks);
         free(cache->seqs[i].length);

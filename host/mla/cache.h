@@ -35,6 +35,10 @@ struct clmla_cache {
     cl_kernel latent_kernel[17]; /* attn_latent.cl per heads-per-group 1..16, built on first use */
     int latent_threads[17];      /* their work-group sizes */
     cl_kernel latent_rows_kernel[9]; /* attn_latent_rows per heads-per-item 2, 4, .., 16 (index hg/2) */
+    /* the same built with -D SPARSE (clmla_attention_latent_sparse), on first use */
+    cl_kernel sparse_kernel[17];
+    int sparse_threads[17];
+    cl_kernel sparse_rows_kernel[9];
     /* The arrays of the open transaction's record (cache_txn points into them), kept between steps
        and grown when a step has more entries or copies: a cache has at most one transaction open,
        since the calls on a context do not overlap. */

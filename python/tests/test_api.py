@@ -547,6 +547,27 @@ def test_latent_attention(ctx):
         clmla.latent_attention(cache, ql, qr, seqs, lens, float("nan"), layer=1)
     with pytest.raises(clmla.Error):
         clmla.latent_attention(cache, ql, qr, seqs, lens, tau, layer=2)
+    # sparse: each token's own positions (a subset in any order, -1 padding, one past its length)
+    idx = np.array([[7, 0, 3, -1, 9], [2, -1, -1, -1, 5], [4, 1, 1, -1, -1], [0, 1, -1, -1, -1]], np.int64)
+    out_s, lse_s = clmla.latent_attention(cache, ql, qr, seqs, lens, tau, layer=1, return_lse=True, indices=idx)
+    for t, (s, n) in enumerate(zip(seqs, lens)):
+        C, K = (r.astype(np.float64) for r in rows[id(s)])
+        sel = [int(i) for i in idx[t] if 0 <= i < n]  # duplicates count twice
+        for h in range(H):
+            if not sel:
+                assert np.all(out_s[t, h] == 0) and lse_s[t, h] == -np.inf
+                continue
+            sc = tau * (C[sel] @ ql[t, h] + K[sel] @ qr[t, h])
+            p = np.exp(sc - sc.max())
+            assert abs(lse_s[t, h] - (sc.max() + np.log(p.sum()))) < 1e-5
+            assert rel_err(out_s[t, h], (p / p.sum()) @ C[sel]) < 1e-5
+    every = np.array([list(range(9, -1, -1)) + [-1]] * 4)  # all positions, reversed: the dense result
+    np.testing.assert_allclose(clmla.latent_attention(cache, ql, qr, seqs, lens, tau, layer=1, indices=every), out,
+                               rtol=1e-5, atol=1e-6)
+    with pytest.raises(clmla.Error):
+        clmla.latent_attention(cache, ql, qr, seqs, lens, tau, layer=1, indices=idx[:3])
+    with pytest.raises(clmla.Error):
+        clmla.latent_attention(cache, ql, qr, seqs, lens, tau, layer=1, indices=idx.astype(np.float32))
     with pytest.raises(clmla.Error):
         a.append(ca[:, :8], ka)
     with pytest.raises(clmla.Error):

@@ -1062,14 +1062,19 @@ class Linear(_Owned):
 # ---- latent attention alone --------------------------------------------------------------------------------------------
 
 def latent_attention(cache: Cache, q_latent, q_rope, seqs: Seq["Sequence"], ctx_lens, softmax_scale: float, *,
-                     layer: int = 0, return_lse: bool = False):
+                     layer: int = 0, return_lse: bool = False, indices=None):
     """FlashMLA-style absorbed attention over the paged cache, for engines that run their own
     projections (clmla_attention_latent on host arrays: the arrays go through temporary device
     buffers, and the call blocks).
 
     ``q_latent [T, H, rkv]`` (q~_h = W^UK_h^T q^C_h), ``q_rope [T, H, dr]`` (after RoPE), token t
     attends to keys ``0 .. ctx_lens[t]-1`` of ``seqs[t]`` in cache ``layer``. Returns
-    ``out [T, H, rkv]`` float32 (and ``lse [T, H]``, natural log, with ``return_lse``)."""
+    ``out [T, H, rkv]`` float32 (and ``lse [T, H]``, natural log, with ``return_lse``).
+
+    ``indices [T, topk]`` (integers, optional): sparse attention (clmla_attention_latent_sparse, as
+    DeepSeek-V3.2's top-k selection gives it): token t attends only to the positions
+    ``indices[t]`` of its sequence; entries < 0 (the padding, -1) or >= ``ctx_lens[t]`` are no key,
+    and a token left with none gets 0 and lse -inf."""
     if not isinstance(cache, Cache):
         _invalid("cache must be a clmla.Cache")
     ch = cache._require()
@@ -1111,6 +1116,15 @@ def latent_attention(cache: Cache, q_latent, q_rope, seqs: Seq["Sequence"], ctx_
             bt[i, len(b):] = b[-1]
     token_seq = np.array([rows[s._id] for s in seqs], np.int32)
     lens_a = np.array(lens, np.int32)
+    idx = None
+    if indices is not None:
+        idx = np.asarray(indices)
+        if idx.ndim != 2 or idx.shape[0] != T or not 1 <= idx.shape[1] <= CONST["CLMLA_SPARSE_MAX_TOPK"]:
+            _invalid("indices must be [%d, topk] with topk 1..%d, not %s" % (
+                T, CONST["CLMLA_SPARSE_MAX_TOPK"], list(idx.shape)), "CLMLA_ERROR_SHAPE_MISMATCH")
+        if idx.dtype.kind not in "iu":
+            _invalid("indices must be integers, not %s" % idx.dtype)
+        idx = np.ascontiguousarray(np.clip(idx, -1, 2 ** 31 - 1).astype(np.int32))
     ctx = cache.context
     out = np.empty((T, H, rkv), np.float32)
     lse = np.empty((T, H), np.float32)
@@ -1123,7 +1137,11 @@ def latent_attention(cache: Cache, q_latent, q_rope, seqs: Seq["Sequence"], ctx_
         a.q_latent, a.q_rope = b.upload(ql), b.upload(qr)
         a.block_table, a.token_seq, a.token_ctx_len = b.upload(bt), b.upload(token_seq), b.upload(lens_a)
         a.out, a.lse = b.empty(out.nbytes), b.empty(lse.nbytes)
-        _check(lib.clmla_attention_latent(ch, layer, ctypes.byref(a), ctypes.byref(ev)), ctx._handle)
+        if idx is None:
+            _check(lib.clmla_attention_latent(ch, layer, ctypes.byref(a), ctypes.byref(ev)), ctx._handle)
+        else:
+            _check(lib.clmla_attention_latent_sparse(ch, layer, ctypes.byref(a), b.upload(idx), 0, idx.shape[1],
+                                                     ctypes.byref(ev)), ctx._handle)
         b.finish()
         _cl.release_event(ev.value)
         b.download(a.out, out)
