@@ -26,6 +26,7 @@
 #include "check.h"
 #include "clmla.h"
 #include "internal.h"
+#include "indexer_ref.h"
 #include "mla_ref.h"
 #include "program.h"
 #include "test_util.h"
@@ -1495,7 +1496,8 @@ static void test_layer(void)
 static const char *const tested[] = {"convert_to_f32", "convert_to_bf16", "convert_to_e4m3", "rmsnorm",        "rope",           "add_bias",       "cache_write",         "cache_gather",
                                      "attn_latent",    "attn_latent_rows", "attn_combine",       "attn_combine_rows", "attn_prefill",
                                      "attn_prefill_rows", "gemm_skinny_nt", "gemm_skinny_nn",    "gemm_skinny_nt_rows",
-                                     "gemm_skinny_nn_rows", "gemm_packed_rows", "gemm_tiled_rows", "gemm_weight_f32"};
+                                     "gemm_skinny_nn_rows", "gemm_packed_rows", "gemm_tiled_rows", "gemm_weight_f32",
+                                     "indexer_scores", "indexer_topk"};
 
 static int ident_char(char c)
 {
@@ -1575,6 +1577,148 @@ static void check_coverage(int kernels_ran)
     printf("# coverage: %d kernels in %d files of cl/, %d launched directly\n", n, num_files, num_launched);
 }
 
+/* ---- indexer_scores / indexer_topk (cl/indexer.cl) ------------------------------------------------------ */
+
+/* 3 heads (an odd one paired with itself), d 12 (a float8 step and a tail of 4), blocks of 5 tokens
+   through a permuted table, 3 tokens with contexts 7, 0 and 11 of max 13, items of 8 keys in groups
+   of 2, f32 and bf16 keys; against float64 sums of the same values. */
+static void test_indexer_scores(void)
+{
+    enum { HI = 3, DI = 12, BT = 5, T = 3, NB = 4, MB = 3, MAXC = 13, STRIDE = 15, SOFF = 2, QOFF = 1, WOFF = 3 };
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        char options[96];
+        snprintf(options, sizeof(options), "-D HI=%d -D DI=%d -D BT=%d%s", HI, DI, BT, bf16 ? " -D KEY_BF16" : "");
+        cl_kernel k = kernel("indexer", options, "indexer_scores");
+        tu_rng rng = tu_rng_seed(61 + bf16);
+        float q[QOFF + T * HI * DI], w[WOFF + T * HI], keys[NB * BT * DI];
+        uint16_t kbits[NB * BT * DI];
+        fill(q, sizeof(q) / sizeof(float), 1.0f, &rng);
+        fill(w, sizeof(w) / sizeof(float), 1.0f, &rng);
+        fill(keys, sizeof(keys) / sizeof(float), 1.0f, &rng);
+        for (int i = 0; i < NB * BT * DI; i++) {
+            if (bf16) {
+                keys[i] = (float)mla_ref_round_bf16(keys[i]);
+                kbits[i] = (uint16_t)mla_ref_encode_bf16(keys[i]);
+            }
+        }
+        const int32_t table[2 * MB] = {2, 0, 3, 1, 3, 2}, seq[T] = {0, 1, 0}, len[T] = {7, 0, 11};
+        float got[SOFF + T * STRIDE + 1], want[SOFF + T * STRIDE + 1];
+        for (int i = 0; i < SOFF + T * STRIDE + 1; i++)
+            got[i] = want[i] = 4242.0f;
+        for (int t = 0; t < T; t++)
+            for (int s = 0; s < MAXC; s++) {
+                if (s >= len[t]) {
+                    want[SOFF + t * STRIDE + s] = -INFINITY;
+                    continue;
+                }
+                const float *kr = keys + ((size_t)table[seq[t] * MB + s / BT] * BT + s % BT) * DI;
+                double sum = 0.0;
+                for (int h = 0; h < HI; h++) {
+                    double l = 0.0;
+                    for (int d = 0; d < DI; d++)
+                        l += (double)q[QOFF + (t * HI + h) * DI + d] * kr[d];
+                    sum += (double)w[WOFF + t * HI + h] * (l > 0.0 ? l : 0.0);
+                }
+                want[SOFF + t * STRIDE + s] = (float)sum;
+            }
+        cl_mem qb = buffer(sizeof(q), q), wb = buffer(sizeof(w), w);
+        cl_mem kb = bf16 ? buffer(sizeof(kbits), kbits) : buffer(sizeof(keys), keys);
+        cl_mem tb = buffer(sizeof(table), table), sb = buffer(sizeof(seq), seq), lb = buffer(sizeof(len), len);
+        cl_mem ob = buffer(sizeof(got), got);
+        const int q_off = QOFF, w_off = WOFF, nb = NB, rows = 2, mb = MB, tokens = T, maxc = MAXC, chunk = 8;
+        const int s_off = SOFF, stride = STRIDE;
+        ARG(k, 0, qb);
+        ARG(k, 1, q_off);
+        ARG(k, 2, wb);
+        ARG(k, 3, w_off);
+        ARG(k, 4, kb);
+        ARG(k, 5, nb);
+        ARG(k, 6, tb);
+        ARG(k, 7, rows);
+        ARG(k, 8, mb);
+        ARG(k, 9, sb);
+        ARG(k, 10, lb);
+        ARG(k, 11, tokens);
+        ARG(k, 12, maxc);
+        ARG(k, 13, chunk);
+        ARG(k, 14, ob);
+        ARG(k, 15, s_off);
+        ARG(k, 16, stride);
+        /* 2 items of 8 keys cover 13; a group of 2 adds items past max_ctx, a column past T */
+        const size_t global[2] = {4, 4}, local[2] = {2, 2};
+        if (launch(k, 2, global, local)) {
+            download(ob, sizeof(got), got);
+            int bad = 0;
+            for (int i = 0; i < SOFF + T * STRIDE + 1; i++) {
+                const int ok = isinf(want[i]) ? got[i] == want[i] : fabsf(got[i] - want[i]) <= 1e-5f * (1.0f + fabsf(want[i]));
+                if (!ok && bad++ < 3)
+                    CHECK(0, "indexer_scores %s: value %d is %.8g, want %.8g", bf16 ? "bf16" : "f32", i, got[i], want[i]);
+            }
+            CHECK(bad == 0, "indexer_scores %s: %d values differ", bf16 ? "bf16" : "f32", bad);
+        }
+    }
+}
+
+/* Rows of 20 scores with ties, +-0 and -inf; contexts 20, 3 (fewer than K: all, then -1) and 17;
+   K 4; work-groups of 1 and 3 items; against the reference's selection (ascending positions). */
+static void test_indexer_topk(void)
+{
+    enum { T = 3, L = 20, K = 4, OOFF = 1 };
+    cl_kernel k = kernel("indexer", "-D HI=1 -D DI=8 -D BT=4", "indexer_topk");
+    const float row0[L] = {1, 3, 3, 0, 3, -1, 2, 3, 0, 0, -INFINITY, 5, 1, 1, 2, 2, 0, 3, 3, 4};
+    const float row2[L] = {0, -0.0f, 0, -0.0f, -1, -2, 0, -0.0f, 0, 0, 0, -3, -0.0f, 0, 0, 0, 0, -5, 7, 8};
+    float sc[T * L];
+    for (int i = 0; i < L; i++) {
+        sc[i] = row0[i];
+        sc[L + i] = (float)(i % 3);
+        sc[2 * L + i] = row2[i];
+    }
+    const int32_t len[T] = {20, 3, 17};
+    for (int items = 1; items <= 3; items += 2) {
+        int32_t got[OOFF + T * K + 1], want[T * K];
+        for (int i = 0; i < OOFF + T * K + 1; i++)
+            got[i] = 777;
+        cl_mem sb = buffer(sizeof(sc), sc), lb = buffer(sizeof(len), len), ob = buffer(sizeof(got), got);
+        const int s_off = 0, stride = L, tokens = T, maxc = L, topk = K, o_off = OOFF;
+        ARG(k, 0, sb);
+        ARG(k, 1, s_off);
+        ARG(k, 2, stride);
+        ARG(k, 3, lb);
+        ARG(k, 4, tokens);
+        ARG(k, 5, maxc);
+        ARG(k, 6, topk);
+        ARG(k, 7, ob);
+        ARG(k, 8, o_off);
+        cl_int e = clSetKernelArg(k, 9, 2 * (size_t)items * sizeof(cl_uint), NULL);
+        CHECK(e == CL_SUCCESS, "indexer_topk local argument: %d", e);
+        const size_t global[1] = {(size_t)T * items}, local[1] = {(size_t)items};
+        if (!launch(k, 1, global, local))
+            continue;
+        download(ob, sizeof(got), got);
+        for (int t = 0; t < T; t++) {
+            double d[L];
+            for (int s = 0; s < len[t]; s++)
+                d[s] = sc[t * L + s];
+            const int n = idx_ref_topk(d, len[t], K, want + t * K);
+            for (int i = 1; i < n; i++) /* ascending positions, as the kernel writes them */
+                for (int j = i; j > 0 && want[t * K + j - 1] > want[t * K + j]; j--) {
+                    const int32_t x = want[t * K + j];
+                    want[t * K + j] = want[t * K + j - 1];
+                    want[t * K + j - 1] = x;
+                }
+        }
+        int bad = 0;
+        for (int i = 0; i < T * K; i++)
+            bad += got[OOFF + i] != want[i];
+        CHECK(bad == 0 && got[0] == 777 && got[OOFF + T * K] == 777,
+              "indexer_topk (%d items): rows (%d %d %d %d | %d %d %d %d | %d %d %d %d), want (%d %d %d %d | %d %d %d %d | "
+              "%d %d %d %d), the guards %d %d",
+              items, got[1], got[2], got[3], got[4], got[5], got[6], got[7], got[8], got[9], got[10], got[11], got[12],
+              want[0], want[1], want[2], want[3], want[4], want[5], want[6], want[7], want[8], want[9], want[10],
+              want[11], got[0], got[OOFF + T * K]);
+    }
+}
+
 /* ---- main -------------------------------------------------------------------------------------------- */
 
 static void test_kernels(void)
@@ -1594,6 +1738,8 @@ static void test_kernels(void)
     test_gemm_skinny();
     test_gemm_weight_f32();
     test_gemm_tiled();
+    test_indexer_scores();
+    test_indexer_topk();
 }
 
 static const struct {

@@ -1,0 +1,307 @@
+/* The lightning indexer's kernels (cl/indexer.cl): built once per clmla_index_kernels, enqueued on
+   the context's queue on the caller's buffers after checking every argument. */
+#include "indexer.h"
+#include "clcall.h"
+#include "program.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Scores kernel: the fewest keys a work-item takes when a context is split, and the work-items
+   wanted per compute unit (CPUs: a few per core, so that uneven rows and a busy core even out;
+   other devices: enough to fill them, a work-item per 64 keys at least). */
+#define SCORE_MIN_CHUNK_CPU 256
+#define SCORE_ITEMS_PER_CU_CPU 4
+#define SCORE_MIN_CHUNK_GPU 64
+#define SCORE_ITEMS_PER_CU_GPU 256
+/* keys per tile of a work-item (KT in cl/indexer.cl): chunks are whole tiles */
+#define SCORE_TILE 16
+/* Top-k kernel: work-items per group. On a CPU a group runs on one core whatever its size (PoCL
+   runs its items in a loop), so one item walks the row; elsewhere up to 256. */
+#define TOPK_ITEMS_GPU 256
+
+struct clmla_index_kernels {
+    clmla_context *ctx;
+    clmla_index_config cfg;
+    cl_kernel scores;
+    cl_kernel topk;
+    int topk_items;  /* work-group size of indexer_topk */
+    int forced_topk; /* test hooks (0: the library's choice) */
+    int forced_chunk;
+};
+
+clmla_status clmla_index_kernels_create(clmla_context *ctx, const clmla_index_config *cfg, clmla_index_kernels **out)
+{
+    if (out)
+        *out = NULL;
+    if (!ctx || !cfg || !out)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_index_kernels_create: NULL %s",
+                          !ctx ? "context" : !cfg ? "configuration" : "output handle");
+    if (cfg->heads < 1 || cfg->head_dim < 1 || cfg->block_tokens < 1 ||
+        (cfg->key_dtype != CLMLA_INDEX_KEYS_F32 && cfg->key_dtype != CLMLA_INDEX_KEYS_BF16))
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "clmla_index_kernels_create: heads %d, head_dim %d and block_tokens %d must be >= 1 and "
+                          "key_dtype (%d) f32 (0) or bf16 (1)",
+                          cfg->heads, cfg->head_dim, cfg->block_tokens, (int)cfg->key_dtype);
+    /* A work-group keeps a token's queries in local memory (heads padded to 8: 32 KiB for 64 heads of
+       128) and a work-item its weights and a tile of 16 keys of head_dim floats in private memory
+       (cl/indexer.cl). */
+    const unsigned long long padded = ((unsigned long long)cfg->heads + 7) / 8 * 8;
+    const unsigned long long local_bytes = padded * (unsigned long long)cfg->head_dim * sizeof(float);
+    if (cfg->head_dim > 1024 || cfg->heads > 4096 || (long long)cfg->block_tokens * cfg->head_dim > INT_MAX)
+        return clmla_fail(ctx, CLMLA_ERROR_UNSUPPORTED,
+                          "clmla_index_kernels_create: head_dim %d must be at most 1024, heads %d at most 4096, and a "
+                          "block (%d tokens) below 2^31 values",
+                          cfg->head_dim, cfg->heads, cfg->block_tokens);
+    if (ctx->info.local_mem_bytes > 0 && local_bytes > ctx->info.local_mem_bytes)
+        return clmla_fail(ctx, CLMLA_ERROR_UNSUPPORTED,
+                          "clmla_index_kernels_create: %d heads of %d values take %llu bytes of local memory; the "
+                          "device has %llu",
+                          cfg->heads, cfg->head_dim, local_bytes, (unsigned long long)ctx->info.local_mem_bytes);
+    clmla_index_kernels *ik = calloc(1, sizeof(*ik));
+    if (!ik)
+        return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "clmla_index_kernels_create: out of host memory");
+    ik->ctx = ctx;
+    ik->cfg = *cfg;
+    /* software prefetch where it was measured (PoCL on CPUs; clang's __builtin_prefetch) */
+    const int prefetch = clmla_device_prefetches(&ctx->info);
+    char options[160];
+    snprintf(options, sizeof(options), "-D HI=%d -D DI=%d -D BT=%d%s%s", cfg->heads, cfg->head_dim, cfg->block_tokens,
+             cfg->key_dtype == CLMLA_INDEX_KEYS_BF16 ? " -D KEY_BF16" : "", prefetch ? " -D CLMLA_PREFETCH" : "");
+    clmla_status st = clmla_kernel_create(ctx, "indexer", options, "indexer_scores", &ik->scores);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_kernel_create(ctx, "indexer", options, "indexer_topk", &ik->topk);
+    if (st != CLMLA_SUCCESS) {
+        clmla_index_kernels_destroy(ik);
+        return st;
+    }
+    size_t limit = 0;
+    if (clGetKernelWorkGroupInfo(ik->topk, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(limit), &limit, NULL) !=
+        CL_SUCCESS)
+        limit = 1;
+    if (ctx->info.max_work_group_size > 0 && ctx->info.max_work_group_size < limit)
+        limit = ctx->info.max_work_group_size;
+    if (ctx->max_items0 > 0 && ctx->max_items0 < limit)
+        limit = ctx->max_items0;
+    size_t items = ctx->info.kind == CLMLA_DEVICE_KIND_CPU ? 1 : TOPK_ITEMS_GPU;
+    while (items > 1 && items > limit)
+        items /= 2;
+    ik->topk_items = (int)items;
+    *out = ik;
+    return CLMLA_SUCCESS;
+}
+
+void clmla_index_kernels_destroy(clmla_index_kernels *ik)
+{
+    if (!ik)
+        return;
+    if (ik->scores)
+        clReleaseKernel(ik->scores);
+    if (ik->topk)
+        clReleaseKernel(ik->topk);
+    free(ik);
+}
+
+size_t clmla_index_block_bytes(const clmla_index_kernels *ik)
+{
+    const size_t unit = ik->cfg.key_dtype == CLMLA_INDEX_KEYS_BF16 ? 2 : 4;
+    return (size_t)ik->cfg.block_tokens * (size_t)ik->cfg.head_dim * unit;
+}
+
+void clmla_index_set_topk_items(clmla_index_kernels *ik, int items)
+{
+    ik->forced_topk = items > 0 ? items : 0;
+}
+
+void clmla_index_set_score_chunk(clmla_index_kernels *ik, int keys)
+{
+    ik->forced_chunk = keys > 0 ? keys : 0;
+}
+
+/* The bytes of buffer m, after checking that it is a buffer of the context's cl_context holding at
+   least `need` bytes (what: the argument's name in messages). */
+static clmla_status buffer_bytes(clmla_context *ctx, const char *fn, const char *what, cl_mem m, size_t need,
+                                 size_t *size)
+{
+    if (!m)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", fn, what);
+    cl_context owner = NULL;
+    *size = 0;
+    cl_int err = clGetMemObjectInfo(m, CL_MEM_CONTEXT, sizeof(owner), &owner, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof(*size), size, NULL);
+    if (err != CL_SUCCESS)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: %s is not a valid buffer: %s", fn, what,
+                          clmla_status_string(err));
+    if (owner != ctx->cl_ctx)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: %s belongs to another cl_context than the context's",
+                          fn, what);
+    if (*size < need)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: %s needs %zu bytes, the buffer has %zu", fn, what,
+                          need, *size);
+    return CLMLA_SUCCESS;
+}
+
+/* offset + count elements of `unit` bytes, in bytes, when the element index stays below 2^31 (the
+   kernels index in int); else a failure naming what. */
+static clmla_status extent(clmla_context *ctx, const char *fn, const char *what, size_t offset, long long count,
+                           size_t unit, size_t *bytes)
+{
+    if (offset > (size_t)INT_MAX || count > (long long)INT_MAX - (long long)offset)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "%s: %s from offset %zu with %lld elements reaches past 2^31 elements", fn, what, offset,
+                          count);
+    *bytes = ((size_t)offset + (size_t)count) * unit;
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_index_scores(clmla_index_kernels *ik, const clmla_index_scores_args *a, cl_event *event)
+{
+    static const char fn[] = "clmla_index_scores";
+    if (event)
+        *event = NULL;
+    if (!ik || !a)
+        return clmla_fail(ik ? ik->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "%s: NULL %s", fn,
+                          !ik ? "kernels" : "arguments");
+    clmla_context *ctx = ik->ctx;
+    const int H = ik->cfg.heads, dI = ik->cfg.head_dim, P = ik->cfg.block_tokens;
+    const int T = a->num_tokens;
+    if (T < 1 || a->max_blocks_per_seq < 1 || a->max_ctx_len < 1 ||
+        (long long)a->max_ctx_len > (long long)a->max_blocks_per_seq * P || a->scores_stride < a->max_ctx_len)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "%s: num_tokens %d, max_blocks_per_seq %d and max_ctx_len %d must be >= 1, max_ctx_len at "
+                          "most max_blocks_per_seq * block_tokens (%d) and scores_stride %d >= max_ctx_len",
+                          fn, T, a->max_blocks_per_seq, a->max_ctx_len, P, a->scores_stride);
+    size_t need = 0, size = 0;
+    clmla_status st = extent(ctx, fn, "q [T, H_I, d_I]", a->q_offset, (long long)T * H * dI, sizeof(float), &need);
+    if (st == CLMLA_SUCCESS)
+        st = buffer_bytes(ctx, fn, "q [T, H_I, d_I]", a->q, need, &size);
+    if (st == CLMLA_SUCCESS)
+        st = extent(ctx, fn, "weights [T, H_I]", a->weights_offset, (long long)T * H, sizeof(float), &need);
+    if (st == CLMLA_SUCCESS)
+        st = buffer_bytes(ctx, fn, "weights [T, H_I]", a->weights, need, &size);
+    if (st == CLMLA_SUCCESS)
+        st = extent(ctx, fn, "scores [T, scores_stride]", a->scores_offset,
+                    (long long)(T - 1) * a->scores_stride + a->max_ctx_len, sizeof(float), &need);
+    if (st == CLMLA_SUCCESS)
+        st = buffer_bytes(ctx, fn, "scores [T, scores_stride]", a->scores, need, &size);
+    if (st == CLMLA_SUCCESS)
+        st = buffer_bytes(ctx, fn, "token_seq [T]", a->token_seq, (size_t)T * sizeof(cl_int), &size);
+    if (st == CLMLA_SUCCESS)
+        st = buffer_bytes(ctx, fn, "token_ctx_len [T]", a->token_ctx_len, (size_t)T * sizeof(cl_int), &size);
+    size_t table_bytes = 0, key_bytes = 0;
+    const size_t row_bytes = (size_t)a->max_blocks_per_seq * sizeof(cl_int), block_bytes = clmla_index_block_bytes(ik);
+    if (st == CLMLA_SUCCESS)
+        st = buffer_bytes(ctx, fn, "block_table [rows, max_blocks_per_seq]", a->block_table, row_bytes, &table_bytes);
+    if (st == CLMLA_SUCCESS)
+        st = buffer_bytes(ctx, fn, "keys (one block at least)", a->keys, block_bytes, &key_bytes);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    /* rows and blocks that the buffers hold, for the kernel's clamps */
+    const size_t rows = table_bytes / row_bytes, blocks = key_bytes / block_bytes;
+    const int table_rows = rows > (size_t)INT_MAX ? INT_MAX : (int)rows;
+    const int num_blocks = blocks > (size_t)INT_MAX ? INT_MAX : (int)blocks;
+    /* keys per work-item: enough items for every compute unit, none under the minimum */
+    const int cpu = ctx->info.kind == CLMLA_DEVICE_KIND_CPU;
+    const long long cus = ctx->info.compute_units ? ctx->info.compute_units : 1;
+    const long long target = cus * (cpu ? SCORE_ITEMS_PER_CU_CPU : SCORE_ITEMS_PER_CU_GPU);
+    const int min_chunk = cpu ? SCORE_MIN_CHUNK_CPU : SCORE_MIN_CHUNK_GPU;
+    long long per_token = (target + T - 1) / T; /* items wanted per token */
+    long long chunk = ((long long)a->max_ctx_len + per_token - 1) / per_token;
+    if (chunk < min_chunk)
+        chunk = min_chunk;
+    chunk = (chunk + SCORE_TILE - 1) / SCORE_TILE * SCORE_TILE;
+    if (ik->forced_chunk)
+        chunk = ik->forced_chunk;
+    const long long chunks = ((long long)a->max_ctx_len + chunk - 1) / chunk;
+
+    cl_kernel k = ik->scores;
+    const int q_off = (int)a->q_offset, w_off = (int)a->weights_offset, s_off = (int)a->scores_offset;
+    const int chunk_i = (int)chunk;
+    CLMLA_SET_ARG(ctx, k, 0, a->q);
+    CLMLA_SET_ARG(ctx, k, 1, q_off);
+    CLMLA_SET_ARG(ctx, k, 2, a->weights);
+    CLMLA_SET_ARG(ctx, k, 3, w_off);
+    CLMLA_SET_ARG(ctx, k, 4, a->keys);
+    CLMLA_SET_ARG(ctx, k, 5, num_blocks);
+    CLMLA_SET_ARG(ctx, k, 6, a->block_table);
+    CLMLA_SET_ARG(ctx, k, 7, table_rows);
+    CLMLA_SET_ARG(ctx, k, 8, a->max_blocks_per_seq);
+    CLMLA_SET_ARG(ctx, k, 9, a->token_seq);
+    CLMLA_SET_ARG(ctx, k, 10, a->token_ctx_len);
+    CLMLA_SET_ARG(ctx, k, 11, T);
+    CLMLA_SET_ARG(ctx, k, 12, a->max_ctx_len);
+    CLMLA_SET_ARG(ctx, k, 13, chunk_i);
+    CLMLA_SET_ARG(ctx, k, 14, a->scores);
+    CLMLA_SET_ARG(ctx, k, 15, s_off);
+    CLMLA_SET_ARG(ctx, k, 16, a->scores_stride);
+    /* a fixed work-group shape (PoCL compiles one per shape), one token per group: one item on CPUs,
+       64 elsewhere */
+    const size_t l0 = cpu ? 1 : 64;
+    const size_t global[2] = {((size_t)chunks + l0 - 1) / l0 * l0, (size_t)T}, local[2] = {l0, 1};
+    cl_int err = clmla_cl_enqueue(ctx, k, 2, global, local, event);
+    if (err != CL_SUCCESS)
+        return clmla_fail_cl(ctx, err, "enqueue indexer_scores");
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_index_topk(clmla_index_kernels *ik, const clmla_index_topk_args *a, cl_event *event)
+{
+    static const char fn[] = "clmla_index_topk";
+    if (event)
+        *event = NULL;
+    if (!ik || !a)
+        return clmla_fail(ik ? ik->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "%s: NULL %s", fn,
+                          !ik ? "kernels" : "arguments");
+    clmla_context *ctx = ik->ctx;
+    const int T = a->num_tokens;
+    if (T < 1 || a->top_k < 1 || a->max_ctx_len < 0 || a->scores_stride < a->max_ctx_len || a->scores_stride < 1)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "%s: num_tokens %d and top_k %d must be >= 1, max_ctx_len %d >= 0 and scores_stride %d >= "
+                          "max(max_ctx_len, 1)",
+                          fn, T, a->top_k, a->max_ctx_len, a->scores_stride);
+    size_t need = 0, size = 0;
+    clmla_status st = extent(ctx, fn, "scores [T, scores_stride]", a->scores_offset,
+                             (long long)(T - 1) * a->scores_stride + a->max_ctx_len, sizeof(float), &need);
+    if (st == CLMLA_SUCCESS)
+        st = buffer_bytes(ctx, fn, "scores [T, scores_stride]", a->scores, need ? need : 1, &size);
+    if (st == CLMLA_SUCCESS)
+        st = extent(ctx, fn, "indices [T, top_k]", a->indices_offset, (long long)T * a->top_k, sizeof(cl_int), &need);
+    if (st == CLMLA_SUCCESS)
+        st = buffer_bytes(ctx, fn, "indices [T, top_k]", a->indices, need, &size);
+    if (st == CLMLA_SUCCESS)
+        st = buffer_bytes(ctx, fn, "token_ctx_len [T]", a->token_ctx_len, (size_t)T * sizeof(cl_int), &size);
+    if (st != CLMLA_SUCCESS)
+        return st;
+
+    int items = ik->topk_items;
+    if (ik->forced_topk) {
+        items = ik->forced_topk;
+        size_t limit = 0;
+        if (clGetKernelWorkGroupInfo(ik->topk, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(limit), &limit, NULL) ==
+                CL_SUCCESS &&
+            (size_t)items > limit)
+            items = (int)limit;
+    }
+    cl_kernel k = ik->topk;
+    const int s_off = (int)a->scores_offset, o_off = (int)a->indices_offset;
+    CLMLA_SET_ARG(ctx, k, 0, a->scores);
+    CLMLA_SET_ARG(ctx, k, 1, s_off);
+    CLMLA_SET_ARG(ctx, k, 2, a->scores_stride);
+    CLMLA_SET_ARG(ctx, k, 3, a->token_ctx_len);
+    CLMLA_SET_ARG(ctx, k, 4, T);
+    CLMLA_SET_ARG(ctx, k, 5, a->max_ctx_len);
+    CLMLA_SET_ARG(ctx, k, 6, a->top_k);
+    CLMLA_SET_ARG(ctx, k, 7, a->indices);
+    CLMLA_SET_ARG(ctx, k, 8, o_off);
+    cl_int err = clSetKernelArg(k, 9, 2 * (size_t)items * sizeof(cl_uint), NULL);
+    if (err != CL_SUCCESS)
+        return clmla_fail_kernel_arg(ctx, err, k, 9);
+    const size_t global[1] = {(size_t)T * items}, local[1] = {(size_t)items};
+    err = clmla_cl_enqueue(ctx, k, 1, global, local, event);
+    if (err != CL_SUCCESS)
+        return clmla_fail_cl(ctx, err, "enqueue indexer_topk");
+    return CLMLA_SUCCESS;
+}
