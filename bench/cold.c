@@ -80,7 +80,7 @@ static int one_sample(const bench_case *c, const char *device_spec, const char *
         rc = cold_fail(ctx, "layer");
     const int per_seq = (c->ctx + c->block_tokens - 1) / c->block_tokens;
     const int blocks = (CLMLA_WARMUP_TOKENS + c->block_tokens - 1) / c->block_tokens + c->batch * per_seq;
-    clmla_cache_config cc = {1, s->rkv, s->dr, c->block_tokens, blocks, c->dtype};
+    clmla_cache_config cc = {1, s->rkv, s->dr, c->block_tokens, blocks, c->dtype, 0, CLMLA_CACHE_F32};
     if (!rc && clmla_cache_create(ctx, &cc, &cache) != CLMLA_SUCCESS)
         rc = cold_fail(ctx, "cache");
     const double t2 = bench_now();

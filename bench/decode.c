@@ -123,7 +123,7 @@ static int absorbed_setup(decode_state *st, int block_tokens, unsigned seed)
     const bench_shape *s = st->s;
     const int blocks_per_seq = (st->ctx + block_tokens - 1) / block_tokens;
     clmla_cache_config cc = {1, s->rkv, s->dr, block_tokens, st->batch * blocks_per_seq,
-                             st->dtype};
+                             st->dtype, 0, CLMLA_CACHE_F32};
     if (clmla_cache_create(dev->ctx, &cc, &st->cache) != CLMLA_SUCCESS) {
         fprintf(stderr, "clmla-bench: %s\n", clmla_last_error(dev->ctx));
         return 1;

@@ -235,7 +235,7 @@ int bench_layer(const bench_case *c, bench_row *row)
         snprintf(row->note, sizeof(row->note), "path auto (threshold %d tokens)", threshold);
 
     if (!rc) {
-        clmla_cache_config cc = {1, s->rkv, s->dr, c->block_tokens, B * blocks_per_seq, c->dtype};
+        clmla_cache_config cc = {1, s->rkv, s->dr, c->block_tokens, B * blocks_per_seq, c->dtype, 0, CLMLA_CACHE_F32};
         rc = clmla_cache_create(dev->ctx, &cc, &st.cache) != CLMLA_SUCCESS;
         if (rc)
             fail(&st);

@@ -11,6 +11,8 @@
  *   q [T, HI, DI] float32 from q_offset; w [T, HI] float32 from w_offset;
  *   block_table [table_rows, max_blocks] int32; token_seq [T] (its row), token_ctx_len [T];
  *   scores [T, score_stride] float32 from score_offset, columns 0 .. max_ctx-1 written.
+ *   token_offset: token t's entries of token_seq and token_ctx_len are at token_offset + t (a chunk
+ *   of a step's tokens); q, w and scores start at their own offsets. The same for indexer_topk.
  * Build options: HI (heads), DI (head dim), BT (block tokens), KEY_BF16.
  *
  * Work: work-item (c, t) scores positions [c chunk, (c+1) chunk) of token t; items past T or past
@@ -183,7 +185,8 @@ __kernel void indexer_scores(__global const float *q, const int q_offset, __glob
                              __global const int *block_table, const int table_rows, const int max_blocks,
                              __global const int *token_seq, __global const int *token_ctx_len, const int num_tokens,
                              const int max_ctx, const int chunk,
-                             __global float *scores, const int score_offset, const int score_stride)
+                             __global float *scores, const int score_offset, const int score_stride,
+                             const int token_offset)
 {
     __local float qt[DI * HIP];
     float wl[HIP]; /* the token's weights, heads padded with 0 (private: local memory holds just qt,
@@ -209,14 +212,14 @@ __kernel void indexer_scores(__global const float *q, const int q_offset, __glob
         for (int h = 0; h < HIP; h++)
             wl[h] = h < HI ? wg[h] : 0.0f;
         const int end = min(start + chunk, max_ctx);
-        const int ctx = clamp(token_ctx_len[t], 0, max_ctx);
+        const int ctx = clamp(token_ctx_len[token_offset + t], 0, max_ctx);
         __global float *out = scores + score_offset + (size_t)t * score_stride;
         for (int s = max(start, ctx); s < end; s++)
             out[s] = -INFINITY;
         const int last = min(end, ctx); /* positions [start, last) are scored */
         if (start < last)
             score_range(qt, wl, keys, num_blocks,
-                        block_table + (size_t)clamp(token_seq[t], 0, table_rows - 1) * max_blocks, start, last, out);
+                        block_table + (size_t)clamp(token_seq[token_offset + t], 0, table_rows - 1) * max_blocks, start, last, out);
     }
 }
 
@@ -236,7 +239,8 @@ inline uint topk_key(const float f)
 
 __kernel void indexer_topk(__global const float *scores, const int score_offset, const int score_stride,
                            __global const int *token_ctx_len, const int num_tokens, const int max_ctx,
-                           const int top_k, __global int *out, const int out_offset, __local uint *part)
+                           const int top_k, __global int *out, const int out_offset, __local uint *part,
+                           const int token_offset)
 {
     __local uint hist[256];
     __local uint pick[2]; /* the digit found and the keys still wanted in it */
@@ -244,7 +248,7 @@ __kernel void indexer_topk(__global const float *scores, const int score_offset,
     const int lid = get_local_id(0), nt = get_local_size(0);
     if (t >= num_tokens)
         return; /* the whole group */
-    const int n = clamp(token_ctx_len[t], 0, max_ctx);
+    const int n = clamp(token_ctx_len[token_offset + t], 0, max_ctx);
     __global int *dst = out + out_offset + (size_t)t * top_k;
     if (n <= top_k) { /* every visible position */
         for (int i = lid; i < top_k; i += nt)
@@ -312,4 +316,101 @@ __kernel void indexer_topk(__global const float *scores, const int score_offset,
         if (m > prefix || (m == prefix && eq_before++ < want))
             dst[at++] = p;
     }
+}
+
+/* indexer_key_write: the index key of each new token (DSA.md section 3.3), written into the paged key
+ * cache: k = LayerNorm(src row) (mean, population variance, (k - mean) / sqrt(var + eps) * norm_w +
+ * norm_b), then RoPE on k[0 .. DR) with the token's row of the layer's RoPE table (float2 A cos,
+ * A sin per pair; pairs (i, i + DR/2) with -D IDX_HALF_SPLIT, else (2i, 2i + 1)), then stored at the
+ * token's slot (keys + slot DI) as float32 or, with KEY_BF16, rounded to bf16.
+ *   src [T, src_stride] float32 from src_offset (W_k x); positions [T] table rows; slots [T].
+ * One work-group of WGK items (a power of two) per token. Build options: DI, DR, WGK, IDX_HALF_SPLIT,
+ * KEY_BF16. */
+#ifndef WGK
+#define WGK 64
+#endif
+#ifndef DR
+#define DR 64
+#endif
+
+#ifdef IDX_HALF_SPLIT
+#define IDX_PAIR_A(i) (i)
+#define IDX_PAIR_B(i) ((i) + DR / 2)
+#else
+#define IDX_PAIR_A(i) (2 * (i))
+#define IDX_PAIR_B(i) (2 * (i) + 1)
+#endif
+
+__kernel __attribute__((reqd_work_group_size(WGK, 1, 1)))
+void indexer_key_write(__global const float *src, const int src_offset, const int src_stride,
+                       __global const float *norm_w, __global const float *norm_b, const float eps,
+                       __global const int *positions, __global const float2 *table, __global const int *slots,
+                       __global KEY_T *keys)
+{
+    __local float part[WGK];
+    __local float row[DI];
+    const int lid = get_local_id(0), t = get_group_id(0);
+    __global const float *x = src + src_offset + (size_t)t * src_stride;
+    float sum = 0.0f;
+    for (int i = lid; i < DI; i += WGK)
+        sum += x[i];
+    part[lid] = sum;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int w = WGK / 2; w > 0; w >>= 1) {
+        if (lid < w)
+            part[lid] += part[lid + w];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const float mean = part[0] / (float)DI;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float sq = 0.0f;
+    for (int i = lid; i < DI; i += WGK) {
+        const float d = x[i] - mean;
+        sq = fma(d, d, sq);
+    }
+    part[lid] = sq;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int w = WGK / 2; w > 0; w >>= 1) {
+        if (lid < w)
+            part[lid] += part[lid + w];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const float inv = 1.0f / sqrt(part[0] / (float)DI + eps);
+    for (int i = lid; i < DI; i += WGK)
+        row[i] = (x[i] - mean) * inv * norm_w[i] + norm_b[i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __global const float2 *cs = table + (size_t)positions[t] * (DR / 2);
+    for (int i = lid; i < DR / 2; i += WGK) {
+        const int a = IDX_PAIR_A(i), b = IDX_PAIR_B(i);
+        const float2 c = cs[i];
+        const float x0 = row[a], x1 = row[b];
+        row[a] = x0 * c.x - x1 * c.y; /* each pair belongs to one item: no race */
+        row[b] = x0 * c.y + x1 * c.x;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __global KEY_T *out = keys + (size_t)slots[t] * DI;
+    for (int i = lid; i < DI; i += WGK)
+#ifdef KEY_BF16
+        out[i] = dt_to_bf16(row[i]);
+#else
+        out[i] = row[i];
+#endif
+}
+
+/* indexer_q_rope: RoPE on q_h[0 .. DR) of every indexer head of every token, in place (the rope dims
+ * come first in each head: DSA.md section 2), pairing as indexer_key_write.
+ *   q [T, HI, DI] float32 from q_offset; positions [T] rows of the RoPE table.
+ * Work-item (i, h, t) rotates pair i of head h of token t. */
+__kernel void indexer_q_rope(__global float *q, const int q_offset, __global const int *positions,
+                             __global const float2 *table)
+{
+    const int i = get_global_id(0), h = get_global_id(1), t = get_global_id(2);
+    if (i >= DR / 2 || h >= HI)
+        return;
+    __global float *x = q + q_offset + ((size_t)t * HI + h) * DI;
+    const float2 c = table[(size_t)positions[t] * (DR / 2) + i];
+    const int a = IDX_PAIR_A(i), b = IDX_PAIR_B(i);
+    const float x0 = x[a], x1 = x[b];
+    x[a] = x0 * c.x - x1 * c.y;
+    x[b] = x0 * c.y + x1 * c.x;
 }

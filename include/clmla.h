@@ -494,9 +494,10 @@ typedef struct clmla_layer_config {
        folded into the norm weights at creation. 0 = 1. */
     double q_latent_scale;
     double kv_latent_scale;
-    /* Sparse-attention models (DeepSeek-V3.2, GLM-5) attend densely while a query sees at most
-       index_topk keys; clmla has no indexer yet, so a step that would give a query more keys than
-       this fails with CLMLA_ERROR_UNSUPPORTED and changes nothing. 0 = no limit (dense models). */
+    /* A limit for a layer that must not attend densely past it (a sparse-attention model created
+       without its indexer, by an engine that selects keys itself): a step that would give a query
+       more keys than this fails with CLMLA_ERROR_UNSUPPORTED and changes nothing. 0 = no limit.
+       Layers with an indexer (index_n_heads below) select instead and need 0. */
     int dense_max_keys;
 
     /* ---- added in 0.4 ---- */
@@ -519,6 +520,22 @@ typedef struct clmla_layer_config {
        the whole layer. */
     int tp_rank;
     int tp_size;
+
+    /* ---- added in 0.4 (DeepSeek Sparse Attention: DeepSeek-V3.2, GLM-5; docs/DESIGN.md) ---- */
+    /* The lightning indexer: index_n_heads > 0 gives the layer one (its weights are then required,
+       and q_lora_rank > 0: its queries come from c^Q). Each step writes every new token's index key
+       k = RoPE(LayerNorm(W_k x)) (index_head_dim values, the first qk_rope_head_dim rotated with
+       index_rope_pairing, the MLA positions and frequencies) into the cache's index-key cache. A
+       step in which some query sees more than index_topk keys scores, for each of its tokens, every
+       visible key with (H_I d_I)^-1/2 sum_h w_h ReLU(q_h . k_s) (q = RoPE(W_q c^Q) per head, w = W_w
+       x), keeps the index_topk best (ties: the earlier position) and attends to those only, on the
+       absorbed path; while no query sees more, the layer attends densely, which selects the same
+       keys. dense_max_keys must then be 0. index_n_heads 0: no indexer (the other fields ignored). */
+    int index_n_heads;                     /* H_I (index_n_heads) */
+    int index_head_dim;                    /* d_I (index_head_dim), even, >= qk_rope_head_dim */
+    int index_topk;                        /* K (index_topk) >= 1 */
+    clmla_rope_pairing index_rope_pairing; /* half-split for deepseek_v32, interleaved for glm_moe_dsa */
+    double index_norm_eps;                 /* the key LayerNorm's eps; 0 = 1e-6 */
 } clmla_layer_config;
 
 typedef enum clmla_preset {
@@ -578,6 +595,12 @@ typedef struct clmla_layer_weights {
     clmla_tensor q_a_proj_bias;           /* [rq] */
     clmla_tensor kv_a_proj_with_mqa_bias; /* [rkv+dr] */
     clmla_tensor o_proj_bias;             /* [D] */
+    /* ---- added in 0.4: the lightning indexer (config index_n_heads > 0; data NULL otherwise) ---- */
+    clmla_tensor indexer_wq_b;            /* [H_I*d_I, rq]: each head's rope dims first */
+    clmla_tensor indexer_wk;              /* [d_I, D] */
+    clmla_tensor indexer_k_norm;          /* [d_I] LayerNorm weight */
+    clmla_tensor indexer_k_norm_bias;     /* [d_I] LayerNorm bias */
+    clmla_tensor indexer_weights_proj;    /* [H_I, D] */
 } clmla_layer_weights;
 
 /* Convenience: a 2-D or 1-D tensor descriptor. */
@@ -605,6 +628,11 @@ typedef struct clmla_cache_config {
     int block_tokens;      /* tokens per block; 0 = 64 */
     int num_blocks;        /* blocks in the pool, shared by all sequences (each block spans all layers) */
     clmla_cache_dtype dtype;
+    /* ---- added in 0.4: the index-key cache of sparse-attention layers (clmla_layer_config.
+       index_n_heads > 0), paged by the same blocks: index_head_dim values per token and layer, of
+       index_dtype (CLMLA_CACHE_F32 or CLMLA_CACHE_BF16). 0 = none. ---- */
+    int index_head_dim;
+    clmla_cache_dtype index_dtype;
 } clmla_cache_config;
 
 typedef struct clmla_cache clmla_cache;
@@ -665,6 +693,8 @@ typedef struct clmla_cache_info {
     int block_tokens;
     int blocks_total, blocks_used, blocks_free; /* a shared block counts once */
     int sequences;
+    /* added in 0.4: the index-key cache (0 without one); bytes_per_block and bytes_total include it */
+    size_t index_bytes_per_token_per_layer;
 } clmla_cache_info;
 clmla_status clmla_cache_get_info(const clmla_cache *cache, clmla_cache_info *info);
 
@@ -679,6 +709,10 @@ clmla_status clmla_cache_append_cl(clmla_cache *cache, int layer, int32_t seq_id
    c_kv [n, rkv], k_rope [n, dr] (either may be NULL). Blocking. */
 clmla_status clmla_cache_read(const clmla_cache *cache, int layer, int32_t seq_id, int start, int n, float *c_kv,
                               float *k_rope);
+/* Copies the index keys of tokens [start, start+n) of a sequence in one layer back to the host as
+   float32: keys [n, index_head_dim]. CLMLA_ERROR_INVALID_ARGUMENT when the cache has no index-key
+   cache. Blocking. (added in 0.4) */
+clmla_status clmla_cache_read_index(const clmla_cache *cache, int layer, int32_t seq_id, int start, int n, float *keys);
 
 /* The device buffer of one layer in *buffer (owned by the cache: do not release it):
    [blocks_total * block_tokens, rkv + dr] of the cache dtype, row b*block_tokens + i is token i of
@@ -761,7 +795,8 @@ typedef struct clmla_layer_memory {
     size_t norms;              /* q_a_layernorm and kv_a_layernorm */
     size_t biases;             /* the optional biases, together */
     size_t rope_table;         /* (A cos, A sin) by position, grown with the longest sequence seen */
-    size_t total;              /* every buffer of the layer: the sum of the above */
+    size_t total;              /* every buffer of the layer: the sum of the above and of indexer */
+    size_t indexer;            /* added in 0.4: the indexer's weights (wq_b, wk, weights_proj, k_norm); 0 without */
 } clmla_layer_memory;
 
 clmla_status clmla_layer_get_memory(const clmla_layer *layer, clmla_layer_memory *memory);
@@ -807,6 +842,40 @@ clmla_status clmla_attention_latent(clmla_cache *cache, int layer, const clmla_l
 #define CLMLA_SPARSE_MAX_TOPK 65536
 clmla_status clmla_attention_latent_sparse(clmla_cache *cache, int layer, const clmla_latent_attention_args *args,
                                            cl_mem indices, size_t indices_offset, int topk, cl_event *event);
+
+/* DeepSeek Sparse Attention's selection (the lightning indexer's scores and top-k), for engines that
+   run the indexer's projections themselves; a layer with an indexer runs it inside
+   clmla_layer_forward. For token t, with k_s the index key of position s of its sequence (the row
+   token_seq[t] of block_table) in the cache's index-key cache of `layer`, every visible position
+   s < token_ctx_len[t] (clamped to max_ctx_len) is scored
+       I(t, s) = sum_h weights[t, h] max(q[t, h] . k_s, 0)
+   and indices[t, :] gets the min(top_k, visible) best positions (on a tie the earlier position), in
+   ascending order, then -1 up to top_k: ready for clmla_attention_latent_sparse. The weights carry
+   the indexer's scale ((H_I d_I)^-1/2 for DeepSeek-V3.2 and GLM-5). The scores go through the
+   context's scratch, a chunk of tokens at a time; enqueued with no clFinish. The kernels are built
+   on the first call with a cache and head count, and kept by the cache. A bad argument (no
+   index-key cache, a NULL or short buffer, top_k outside 1 .. CLMLA_SPARSE_MAX_TOPK) is
+   CLMLA_ERROR_INVALID_ARGUMENT naming it, with nothing enqueued. (added in 0.4) */
+typedef struct clmla_index_select_args {
+    int num_tokens;                        /* T >= 1 */
+    int num_heads;                         /* H_I >= 1 */
+    int top_k;                             /* K */
+    cl_mem q; size_t q_offset;             /* [T, H_I, d_I] float32, after RoPE (offsets in elements) */
+    cl_mem weights; size_t weights_offset; /* [T, H_I] float32 */
+    cl_mem block_table;                    /* [rows, max_blocks_per_seq] int32 block ids */
+    int max_blocks_per_seq;
+    cl_mem token_seq;                      /* [T] int32: row of block_table */
+    cl_mem token_ctx_len;                  /* [T] int32: visible positions 0 .. ctx - 1 */
+    int max_ctx_len;                       /* >= 1, at most max_blocks_per_seq * block_tokens */
+    cl_mem indices; size_t indices_offset; /* [T, top_k] int32, written */
+} clmla_index_select_args;
+
+clmla_status clmla_index_select(clmla_cache *cache, int layer, const clmla_index_select_args *args, cl_event *event);
+
+/* The device buffer of one layer's index-key cache (owned by the cache): [blocks_total *
+   block_tokens, index_head_dim] of index_dtype, the same rows as clmla_cache_layer_buffer's.
+   CLMLA_ERROR_INVALID_ARGUMENT for a layer out of range or a cache without index keys. (added in 0.4) */
+clmla_status clmla_cache_index_buffer(const clmla_cache *cache, int layer, cl_mem *buffer);
 
 /* ---- projections alone: y = x W^T ---------------------------------------------------------- */
 
@@ -888,6 +957,9 @@ typedef struct clmla_model_options {
        clmla_layer_config.tp_rank; only the shard's slices are kept). tp_size 0 or 1: the whole layer. */
     int tp_rank;
     int tp_size;
+    /* added in 0.4: a sparse-attention model (deepseek_v32, glm_moe_dsa) without its indexer: every
+       query attends to all its keys at any length (for comparison with the sparse result; --dense) */
+    int dense;
 } clmla_model_options;
 
 /* clmla_layer_create_from_model with options. A layer that is not MLA (kimi_linear's linear

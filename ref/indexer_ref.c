@@ -299,3 +299,91 @@ int idx_ref_selection_ok(const double *scores, int n_visible, int top_k, double 
     free(taken);
     return ok;
 }
+
+/* ---- a whole sparse-attention layer -------------------------------------------------------------- */
+
+int idx_ref_dsa_forward(const mla_ref_config *cfg, const mla_ref_features *f, const mla_ref_weights *w,
+                        const idx_ref_config *icfg, const idx_ref_weights *iw, int top_k, int key_bf16, int T,
+                        const float *x, double *out, int32_t *selected, int *ambiguous)
+{
+    if (!cfg || !w || !config_ok(icfg) || !iw || !x || !out || top_k < 1 || T < 1 || cfg->q_lora_rank < 1 ||
+        icfg->rope_dim != cfg->rope_dim || !w->q_a_proj || !w->q_a_layernorm || !iw->wq_b || !iw->wk || !iw->k_norm ||
+        !iw->k_norm_bias || !iw->weights_proj)
+        return -1;
+    const int D = cfg->hidden, H = cfg->heads, rq = cfg->q_lora_rank, rkv = cfg->kv_lora_rank, dr = cfg->rope_dim;
+    const int dn = cfg->nope_dim, dv = cfg->v_dim, HI = icfg->heads, dI = icfg->head_dim;
+    const size_t n = (size_t)T;
+    double *dense = malloc(n * D * sizeof(double)), *ckv = malloc(n * rkv * sizeof(double));
+    double *kr = malloc(n * dr * sizeof(double)), *qt = malloc(n * H * rkv * sizeof(double));
+    double *qr = malloc(n * H * dr * sizeof(double)), *keys = malloc(n * dI * sizeof(double));
+    double *q = malloc((size_t)HI * dI * sizeof(double)), *wt = malloc((size_t)HI * sizeof(double));
+    double *cq = malloc((size_t)rq * sizeof(double)), *c = malloc(((size_t)dr / 2 + 1) * sizeof(double));
+    double *sn = malloc(((size_t)dr / 2 + 1) * sizeof(double)), *scores = malloc(n * sizeof(double));
+    double *latent = malloc((size_t)H * rkv * sizeof(double)), *lse = malloc((size_t)H * sizeof(double));
+    double *o = malloc((size_t)H * dv * sizeof(double));
+    int32_t *sel = malloc((size_t)top_k * sizeof(int32_t));
+    int rc = -1;
+    if (!dense || !ckv || !kr || !qt || !qr || !keys || !q || !wt || !cq || !c || !sn || !scores || !latent || !lse ||
+        !o || !sel)
+        goto done;
+    /* MLA's per-token quantities (the cache's rounding applied to c^KV and k^R) */
+    if (mla_ref_forward_ext(cfg, f, w, T, x, NULL, 0, MLA_REF_ABSORBED, dense, ckv, kr, qt, qr, NULL, NULL) != 0)
+        goto done;
+    for (int t = 0; t < T; t++) {
+        idx_ref_rope_row(cfg, f, t, c, sn);
+        if (idx_ref_key(icfg, iw->wk, iw->k_norm, iw->k_norm_bias, x + (size_t)t * D, c, sn, keys + (size_t)t * dI) != 0)
+            goto done;
+        if (key_bf16)
+            for (int d = 0; d < dI; d++)
+                keys[(size_t)t * dI + d] = mla_ref_round_bf16(keys[(size_t)t * dI + d]);
+    }
+    const double wscale = idx_ref_weight_scale(HI, dI), tau = mla_ref_softmax_scale_ext(cfg, f);
+    const double q_scale = f && f->q_latent_scale > 0 ? f->q_latent_scale : 1.0;
+    int unclear = 0;
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (size_t)t * D;
+        /* c^Q = RMSNorm(q_a_proj x) (its bias, latent scale as MLA's) */
+        double ss = 0.0;
+        for (int i = 0; i < rq; i++) {
+            cq[i] = dot_ff(w->q_a_proj + (size_t)i * D, xt, D) + (f && f->q_a_proj_bias ? f->q_a_proj_bias[i] : 0.0);
+            ss += cq[i] * cq[i];
+        }
+        const double inv = 1.0 / sqrt(ss / rq + cfg->rms_eps);
+        for (int i = 0; i < rq; i++)
+            cq[i] = cq[i] * inv * (double)w->q_a_layernorm[i] * q_scale;
+        idx_ref_rope_row(cfg, f, t, c, sn);
+        if (idx_ref_queries(icfg, iw->wq_b, cq, c, sn, q) != 0 || idx_ref_head_weights(icfg, iw->weights_proj, xt, wt) != 0)
+            goto done;
+        const int visible = t + 1;
+        idx_ref_scores(HI, dI, q, wt, wscale, visible, keys, scores);
+        const int chosen = idx_ref_topk(scores, visible, top_k, sel);
+        if (chosen < 0)
+            goto done;
+        if (visible > top_k) {
+            const double eps = idx_ref_score_bound(HI, dI, q, wt, wscale, visible, keys, 0);
+            int strict = 0;
+            if (idx_ref_selection_ok(scores, visible, top_k, eps, sel, &strict, NULL, 0) != 1 || !strict)
+                unclear++;
+        }
+        if (selected)
+            memcpy(selected + (size_t)t * top_k, sel, (size_t)top_k * sizeof(int32_t));
+        mla_ref_sparse_latent_attention(H, rkv, dr, tau, visible, sel, top_k, qt + (size_t)t * H * rkv,
+                                        qr + (size_t)t * H * dr, ckv, kr, latent, lse);
+        /* o_h = W^UV_h o-bar_h, then o_proj */
+        for (int h = 0; h < H; h++)
+            for (int j = 0; j < dv; j++) {
+                const float *row = w->kv_b_proj + ((size_t)h * (dn + dv) + dn + j) * rkv;
+                o[(size_t)h * dv + j] = dot_fd(row, latent + (size_t)h * rkv, rkv);
+            }
+        for (int i = 0; i < D; i++)
+            out[(size_t)t * D + i] = dot_fd(w->o_proj + (size_t)i * H * dv, o, H * dv) +
+                                     (f && f->o_proj_bias ? f->o_proj_bias[i] : 0.0);
+    }
+    if (ambiguous)
+        *ambiguous = unclear;
+    rc = 0;
+done:
+    free(dense), free(ckv), free(kr), free(qt), free(qr), free(keys), free(q), free(wt), free(cq), free(c), free(sn);
+    free(scores), free(latent), free(lse), free(o), free(sel);
+    return rc;
+}

@@ -106,6 +106,33 @@ int idx_ref_topk(const double *scores /* [n_visible] */, int n_visible, int top_
 int idx_ref_selection_ok(const double *scores /* [n_visible] */, int n_visible, int top_k, double eps,
                          const int32_t *selected /* [top_k] */, int *strict, char *why, size_t why_size);
 
+/* ---- a whole sparse-attention layer (DeepSeek-V3.2, GLM-5) --------------------------------------- */
+
+typedef struct idx_ref_weights {     /* checkpoint layout, float32, the self_attn.indexer.* tensors */
+    const float *wq_b;               /* [H_I * d_I, rq] */
+    const float *wk;                 /* [d_I, D] */
+    const float *k_norm;             /* [d_I] */
+    const float *k_norm_bias;        /* [d_I] */
+    const float *weights_proj;       /* [H_I, D] */
+} idx_ref_weights;
+
+/* The attention output of T tokens at positions 0..T-1 of one sequence through a layer with an
+   indexer (DSA.md sections 3 and 4): every token's index key (written before it is scored, so
+   s = t is a candidate), rounded to bf16 when key_bf16 (as a bf16 index-key cache holds it); for
+   token t the defining-formula scores of keys 0..t, the selection of idx_ref_topk (all of them
+   while t + 1 <= top_k), absorbed latent attention over the selected keys only
+   (mla_ref_sparse_latent_attention, the cache's rounding from f->cache_type, f may be NULL), then
+   W^UV and o_proj (and o_proj's bias). The rope tables are MLA's (mla_ref_rope_tables_ext, step
+   choice as one step of T tokens). Optional outputs: selected [T, top_k] (rank order, -1 padded),
+   *ambiguous the number of tokens whose selection DSA.md 6.4 does not fix (the K-th and (K+1)-th
+   scores closer than twice the float32 bound of idx_ref_score_bound; bf16 keys too, since an
+   implementation scores the same rounded keys): an implementation may select otherwise there. Returns 0, or -1 on a bad
+   argument or allocation failure. */
+int idx_ref_dsa_forward(const mla_ref_config *cfg, const mla_ref_features *f, const mla_ref_weights *w,
+                        const idx_ref_config *icfg, const idx_ref_weights *iw, int top_k, int key_bf16, int T,
+                        const float *x /* [T, D] */, double *out /* [T, D] */, int32_t *selected /* [T, top_k] */,
+                        int *ambiguous);
+
 #ifdef __cplusplus
 }
 #endif

@@ -51,7 +51,7 @@ static int pool_make(pool *p, const char *name, int rkv, int dr, int bt, int num
     p->bt = bt;
     p->num_blocks = num_blocks;
     p->dtype = dtype;
-    clmla_cache_config cfg = {1, rkv, dr, bt, num_blocks, dtype};
+    clmla_cache_config cfg = {1, rkv, dr, bt, num_blocks, dtype, 0, CLMLA_CACHE_F32};
     clmla_status st = clmla_cache_create(ctx, &cfg, &p->cache);
     CHECK(st == CLMLA_SUCCESS, "%s: cache_create: %s: %s", name, clmla_status_string(st), clmla_last_error(ctx));
     if (st != CLMLA_SUCCESS)

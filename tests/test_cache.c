@@ -389,7 +389,7 @@ static void cm_check_layer_buffer(const cache_model *m, int slot, int layer)
 static void test_create_and_info(void)
 {
     for (int dt = 0; dt < 3; dt++) {
-        clmla_cache_config cfg = {3, 40, 8, 16, 10, (clmla_cache_dtype)dt};
+        clmla_cache_config cfg = {3, 40, 8, 16, 10, (clmla_cache_dtype)dt, 0, CLMLA_CACHE_F32};
         clmla_cache *cache = NULL;
         CHECK_STATUS(clmla_cache_create(ctx, &cfg, &cache), CLMLA_SUCCESS, ctx);
         if (!cache)
@@ -420,7 +420,7 @@ static void test_create_and_info(void)
     }
 
     /* Zero means default: 1 layer, 64 tokens per block. */
-    clmla_cache_config def = {0, 512, 64, 0, 3, CLMLA_CACHE_F32};
+    clmla_cache_config def = {0, 512, 64, 0, 3, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32};
     clmla_cache *cache = NULL;
     CHECK_STATUS(clmla_cache_create(ctx, &def, &cache), CLMLA_SUCCESS, ctx);
     if (cache) {
@@ -447,16 +447,20 @@ static void test_create_and_info(void)
         clmla_cache_config cfg;
         const char *what;
     } bad[] = {
-        {{1, 0, 8, 16, 4, CLMLA_CACHE_F32}, "kv_lora_rank 0"},
-        {{1, -40, 8, 16, 4, CLMLA_CACHE_F32}, "kv_lora_rank -40"},
-        {{1, 40, -8, 16, 4, CLMLA_CACHE_F32}, "rope_dim -8"},
-        {{1, 40, 8, -16, 4, CLMLA_CACHE_F32}, "block_tokens -16"},
-        {{1, 40, 8, 16, 0, CLMLA_CACHE_F32}, "num_blocks 0"},
-        {{1, 40, 8, 16, -4, CLMLA_CACHE_F32}, "num_blocks -4"},
-        {{-1, 40, 8, 16, 4, CLMLA_CACHE_F32}, "num_layers -1"},
-        {{1, 40, 8, 16, 4, (clmla_cache_dtype)7}, "dtype 7"},
-        {{1, 40, 8, 16, 4, CLMLA_CACHE_FP8}, "fp8 with kv_lora_rank 40 (not a multiple of 128)"},
-        {{1, 200, 8, 16, 4, CLMLA_CACHE_FP8}, "fp8 with kv_lora_rank 200"},
+        {{1, 0, 8, 16, 4, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32}, "kv_lora_rank 0"},
+        {{1, -40, 8, 16, 4, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32}, "kv_lora_rank -40"},
+        {{1, 40, -8, 16, 4, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32}, "rope_dim -8"},
+        {{1, 40, 8, -16, 4, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32}, "block_tokens -16"},
+        {{1, 40, 8, 16, 0, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32}, "num_blocks 0"},
+        {{1, 40, 8, 16, -4, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32}, "num_blocks -4"},
+        {{-1, 40, 8, 16, 4, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32}, "num_layers -1"},
+        {{1, 40, 8, 16, 4, (clmla_cache_dtype)7, 0, CLMLA_CACHE_F32}, "dtype 7"},
+        {{1, 40, 8, 16, 4, CLMLA_CACHE_FP8, 0, CLMLA_CACHE_F32}, "fp8 with kv_lora_rank 40 (not a multiple of 128)"},
+        {{1, 200, 8, 16, 4, CLMLA_CACHE_FP8, 0, CLMLA_CACHE_F32}, "fp8 with kv_lora_rank 200"},
+        {{1, 40, 8, 16, 4, CLMLA_CACHE_F32, -1, CLMLA_CACHE_F32}, "index_head_dim -1"},
+        {{1, 40, 8, 16, 4, CLMLA_CACHE_F32, 2048, CLMLA_CACHE_F32}, "index_head_dim 2048"},
+        {{1, 40, 8, 16, 4, CLMLA_CACHE_F32, 16, CLMLA_CACHE_F16}, "an f16 index-key cache"},
+        {{1, 40, 8, 16, 4, CLMLA_CACHE_F32, 16, CLMLA_CACHE_FP8}, "an fp8 index-key cache"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         cache = NULL;
@@ -468,7 +472,7 @@ static void test_create_and_info(void)
         clmla_cache_destroy(cache);
     }
     /* Sizes whose product overflows: refused one way or another, never made. */
-    clmla_cache_config huge = {1 << 20, 1 << 20, 64, 1 << 20, INT_MAX, CLMLA_CACHE_F32};
+    clmla_cache_config huge = {1 << 20, 1 << 20, 64, 1 << 20, INT_MAX, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32};
     cache = NULL;
     clmla_status st = clmla_cache_create(ctx, &huge, &cache);
     CHECK(st != CLMLA_SUCCESS && cache == NULL, "an overflowing pool was made (%s)", clmla_status_string(st));
@@ -476,14 +480,14 @@ static void test_create_and_info(void)
     /* More token slots than an int holds (2^26 blocks x 64 tokens): refused by that rule, before
        any size check. A layer of more than 2 GiB with fewer slots is allowed up to the device's
        largest allocation (the H100 ran batch 32 x 32K tokens in f32: 2.25 GiB). */
-    clmla_cache_config slots = {1, 512, 64, 64, 1 << 26, CLMLA_CACHE_FP8};
+    clmla_cache_config slots = {1, 512, 64, 64, 1 << 26, CLMLA_CACHE_FP8, 0, CLMLA_CACHE_F32};
     cache = NULL;
     CHECK_STATUS(clmla_cache_create(ctx, &slots, &cache), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
     CHECK(cache == NULL && strstr(clmla_last_error(ctx), "2^31 - 1 token slots") != NULL,
           "too many slots: %s", clmla_last_error(ctx));
     clmla_cache_destroy(cache);
 
-    clmla_cache_config ok = {1, 40, 8, 16, 4, CLMLA_CACHE_F32};
+    clmla_cache_config ok = {1, 40, 8, 16, 4, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32};
     cache = NULL;
     CHECK_STATUS(clmla_cache_create(NULL, &ok, &cache), CLMLA_ERROR_INVALID_ARGUMENT, NULL);
     CHECK_STATUS(clmla_cache_create(ctx, NULL, &cache), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
@@ -793,7 +797,7 @@ static int sm_create(share_model *m, const char *name, int layers, int rkv, int 
 {
     memset(m, 0, sizeof(*m));
     m->name = name;
-    m->cfg = (clmla_cache_config){layers, rkv, dr, bt, num_blocks, dtype};
+    m->cfg = (clmla_cache_config){layers, rkv, dr, bt, num_blocks, dtype, 0, CLMLA_CACHE_F32};
     m->layers = layers;
     m->bt = bt;
     m->rkv = rkv;
@@ -1769,7 +1773,7 @@ static void test_fork_layer(void)
     for (int run = 0; run < 2 && ok; run++) {
         const clmla_attention_path path = paths[run];
         const char *pn = run ? "decompressed" : "absorbed";
-        clmla_cache_config cc = {L, rkv, dr, bt, 12, CLMLA_CACHE_F32};
+        clmla_cache_config cc = {L, rkv, dr, bt, 12, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32};
         clmla_cache *cache = NULL;
         CHECK_STATUS(clmla_cache_create(ctx, &cc, &cache), CLMLA_SUCCESS, ctx);
         if (!cache)

@@ -37,7 +37,7 @@ static const char *subdir(char *buf, size_t size, const char *name)
 static clmla_status run_steps(clmla_layer *layer, const clmla_layer_config *c, clmla_attention_path path, int T,
                               int prefill, const float *x, float *out)
 {
-    clmla_cache_config cc = {1, c->kv_lora_rank, c->qk_rope_head_dim, 4, (T + 3) / 4, CLMLA_CACHE_F32};
+    clmla_cache_config cc = {1, c->kv_lora_rank, c->qk_rope_head_dim, 4, (T + 3) / 4, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32};
     clmla_cache *cache = NULL;
     int32_t seq = -1;
     clmla_status st = clmla_cache_create(ctx, &cc, &cache);

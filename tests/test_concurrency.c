@@ -69,7 +69,7 @@ static void *run_schedule(void *arg)
     if (st != CLMLA_SUCCESS)
         fail_with(s, st, ctx, "layer_create");
     /* 22 blocks of 4: both sequences fit (2 x 40 tokens = 20 blocks), a third does not. */
-    clmla_cache_config cc = {1, rkv, dr, 4, 22, s->which ? CLMLA_CACHE_F16 : CLMLA_CACHE_F32};
+    clmla_cache_config cc = {1, rkv, dr, 4, 22, s->which ? CLMLA_CACHE_F16 : CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32};
     if (st == CLMLA_SUCCESS && (st = clmla_cache_create(ctx, &cc, &cache)) != CLMLA_SUCCESS)
         fail_with(s, st, ctx, "cache_create");
     float *x = tu_random_inputs(2 * TOKENS, D, 4000 + (uint64_t)s->which);

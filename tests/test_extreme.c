@@ -86,7 +86,7 @@ static void test_scale(void)
             }
             for (int dt = 0; dt < 2; dt++)
                 for (int p = 1; p <= 2; p++) {
-                    clmla_cache_config cc = {1, c.kv_lora_rank, c.qk_rope_head_dim, 4, 8, (clmla_cache_dtype)dt};
+                    clmla_cache_config cc = {1, c.kv_lora_rank, c.qk_rope_head_dim, 4, 8, (clmla_cache_dtype)dt, 0, CLMLA_CACHE_F32};
                     clmla_cache *cache = NULL;
                     CHECK_STATUS(clmla_cache_create(ctx, &cc, &cache), CLMLA_SUCCESS, ctx);
                     int32_t seq = -1;
@@ -130,7 +130,7 @@ static void latent_case(int heads, int n_keys, double magnitude, double shift, c
     char what[160];
     snprintf(what, sizeof(what), "latent H=%d keys=%d |score|~%g shift %g %s", heads, n_keys, magnitude, shift,
              dt ? "f16" : "f32");
-    clmla_cache_config cc = {1, rkv, dr, bt, (n_keys + bt - 1) / bt, dt};
+    clmla_cache_config cc = {1, rkv, dr, bt, (n_keys + bt - 1) / bt, dt, 0, CLMLA_CACHE_F32};
     clmla_cache *cache = NULL;
     CHECK_STATUS(clmla_cache_create(ctx, &cc, &cache), CLMLA_SUCCESS, ctx);
     if (!cache)
@@ -317,7 +317,7 @@ static void test_long(void)
     double t0 = tu_seconds();
     clmla_layer *layer = NULL;
     CHECK_STATUS(clmla_layer_create(ctx, &c, &w.layer, &layer), CLMLA_SUCCESS, ctx);
-    clmla_cache_config cc = {1, rkv, dr, bt, 2 * (N / bt) + 2, CLMLA_CACHE_F16};
+    clmla_cache_config cc = {1, rkv, dr, bt, 2 * (N / bt) + 2, CLMLA_CACHE_F16, 0, CLMLA_CACHE_F32};
     clmla_cache *cache = NULL;
     CHECK_STATUS(clmla_cache_create(ctx, &cc, &cache), CLMLA_SUCCESS, ctx);
     if (!layer || !cache) {
@@ -465,7 +465,7 @@ static void test_nonfinite(void)
                 snprintf(what, sizeof(what), "%s in x, %s, %s cache, %s kernels", poisons[pi].name,
                          p == 1 ? "absorbed" : "decompressed", dt ? "f16" : "f32",
                          variant == CLMLA_LATENT_ROWS ? "CPU" : "work-group");
-                clmla_cache_config cc = {1, c.kv_lora_rank, c.qk_rope_head_dim, 4, 8, (clmla_cache_dtype)dt};
+                clmla_cache_config cc = {1, c.kv_lora_rank, c.qk_rope_head_dim, 4, 8, (clmla_cache_dtype)dt, 0, CLMLA_CACHE_F32};
                 clmla_cache *cache = NULL;
                 CHECK_STATUS(clmla_cache_create(ctx, &cc, &cache), CLMLA_SUCCESS, ctx);
                 int32_t a, b;
@@ -524,7 +524,7 @@ static void test_nonfinite(void)
     /* A NaN query in clmla_attention_latent: that token's output is NaN, the other token's is not. */
     {
         const int rkv = 16, dr = 4, row = 20, H = 2, n = 40;
-        clmla_cache_config cc = {1, rkv, dr, 8, 10, CLMLA_CACHE_F32};
+        clmla_cache_config cc = {1, rkv, dr, 8, 10, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32};
         clmla_cache *cache = NULL;
         CHECK_STATUS(clmla_cache_create(ctx, &cc, &cache), CLMLA_SUCCESS, ctx);
         int32_t s0, s1;

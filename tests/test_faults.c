@@ -427,7 +427,7 @@ static int state_make(layer_state *s)
     const int D = c.hidden_size;
     s->next_seed = 100;
     CHECK_STATUS(clmla_layer_create(ctx, &c, &s->w.layer, &s->layer), CLMLA_SUCCESS, ctx);
-    clmla_cache_config cc = {2, c.kv_lora_rank, c.qk_rope_head_dim, BT, NUM_BLOCKS, CLMLA_CACHE_F32};
+    clmla_cache_config cc = {2, c.kv_lora_rank, c.qk_rope_head_dim, BT, NUM_BLOCKS, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32};
     CHECK_STATUS(clmla_cache_create(ctx, &cc, &s->cache), CLMLA_SUCCESS, ctx);
     s->x = malloc((size_t)MAX_TOKENS * D * sizeof(float));
     s->out = malloc((size_t)MAX_TOKENS * D * sizeof(float));
@@ -603,10 +603,11 @@ static void cache_create_verify(void *arg)
 static void test_cache_create(void)
 {
     for (int dt = 0; dt < 2; dt++) {
-        cache_create_arg a = {{3, 16, 4, 8, 32, (clmla_cache_dtype)dt}, NULL};
+        /* the f16 one with an index-key cache too: its allocations are faulted as well */
+        cache_create_arg a = {{3, 16, 4, 8, 32, (clmla_cache_dtype)dt, dt ? 16 : 0, CLMLA_CACHE_BF16}, NULL};
         if (cache_create_run(&a) == CLMLA_SUCCESS)
             cache_create_verify(&a);
-        fault_op op = {dt ? "cache_create (3 layers, f16)" : "cache_create (3 layers, f32)", cache_create_run,
+        fault_op op = {dt ? "cache_create (3 layers, f16, bf16 index keys)" : "cache_create (3 layers, f32)", cache_create_run,
                        cache_create_verify, &a, NULL, NULL, 0, NULL};
         walk(&op);
     }
@@ -699,7 +700,7 @@ static void test_raw(void)
     r.rkv = 16;
     r.dr = 4;
     const int row = r.rkv + r.dr;
-    clmla_cache_config cfg = {1, r.rkv, r.dr, 4, 128, CLMLA_CACHE_F16};
+    clmla_cache_config cfg = {1, r.rkv, r.dr, 4, 128, CLMLA_CACHE_F16, 0, CLMLA_CACHE_F32};
     CHECK_STATUS(clmla_cache_create(ctx, &cfg, &r.cache), CLMLA_SUCCESS, ctx);
     if (!r.cache)
         return;

@@ -489,7 +489,7 @@ static float *run_scores(clmla_index_kernels *ik, const key_pool *p, const batch
 
 static clmla_index_kernels *kernels_for(int H, int dI, int P, clmla_index_key_dtype dtype)
 {
-    clmla_index_config cfg = {H, dI, P, dtype};
+    clmla_index_config cfg = {H, dI, P, dtype, 0, CLMLA_ROPE_INTERLEAVED};
     clmla_index_kernels *ik = NULL;
     clmla_status st = clmla_index_kernels_create(ctx, &cfg, &ik);
     CHECK(st == CLMLA_SUCCESS && ik, "clmla_index_kernels_create(H %d, d %d, P %d, %s): %s: %s", H, dI, P,
@@ -722,7 +722,7 @@ static void part_pipeline(void)
             for (int t = 0; t < T; t++)
                 len[t] = lens[t];
             cl_mem lb = make_buffer((size_t)T * sizeof(int32_t), len);
-            clmla_index_topk_args a = {T, K, sb, 0, b.max_ctx, lb, b.max_ctx, ob, 0};
+            clmla_index_topk_args a = {T, K, sb, 0, b.max_ctx, lb, b.max_ctx, ob, 0, 0};
             clmla_status st = clmla_index_topk(ik, &a, NULL);
             CHECK(st == CLMLA_SUCCESS, "%s K %d: %s: %s", what, K, clmla_status_string(st), clmla_last_error(ctx));
             if (st == CLMLA_SUCCESS) {
@@ -765,7 +765,7 @@ static void part_pipeline(void)
 static void part_errors(void)
 {
     clmla_index_kernels *ik = NULL;
-    clmla_index_config bad = {0, 128, 64, CLMLA_INDEX_KEYS_F32};
+    clmla_index_config bad = {0, 128, 64, CLMLA_INDEX_KEYS_F32, 0, CLMLA_ROPE_INTERLEAVED};
     CHECK_STATUS(clmla_index_kernels_create(ctx, &bad, &ik), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
     CHECK(ik == NULL && strstr(clmla_last_error(ctx), "heads 0"), "message: %s", clmla_last_error(ctx));
     bad.heads = 4;
@@ -782,7 +782,7 @@ static void part_errors(void)
     cl_mem keys = make_buffer(3 * 4 * 8 * 4, NULL), table = make_buffer(2 * 3 * 4, NULL);
     cl_mem ints = make_buffer((size_t)T * 4, NULL), scores = make_buffer((size_t)T * 12 * 4, NULL);
     cl_mem idx = make_buffer((size_t)T * 5 * 4, NULL);
-    clmla_index_scores_args good = {T, q, 0, w, 0, keys, table, 3, ints, ints, 12, scores, 0, 12};
+    clmla_index_scores_args good = {T, q, 0, w, 0, keys, table, 3, ints, ints, 12, scores, 0, 12, 0};
     cl_event ev = NULL;
     CHECK_STATUS(clmla_index_scores(ik, &good, &ev), CLMLA_SUCCESS, ctx);
     if (ev)
@@ -814,7 +814,7 @@ static void part_errors(void)
         CHECK(st == CLMLA_ERROR_INVALID_ARGUMENT && ev == NULL && strstr(clmla_last_error(ctx), cases[i].message),
               "scores, %s: %s: %s", cases[i].name, clmla_status_string(st), clmla_last_error(ctx));
     }
-    clmla_index_topk_args tk = {T, 5, scores, 0, 12, ints, 12, idx, 0};
+    clmla_index_topk_args tk = {T, 5, scores, 0, 12, ints, 12, idx, 0, 0};
     CHECK_STATUS(clmla_index_topk(ik, &tk, NULL), CLMLA_SUCCESS, ctx);
     clFinish(clmla_context_queue(ctx));
     clmla_index_topk_args tbad = tk;
@@ -912,7 +912,7 @@ static void part_speed(void)
         cl_mem kb = make_buffer(key_bytes, kh), qb = make_buffer((size_t)H * dI * 4, qh), wb = make_buffer(H * 4, wh);
         cl_mem tb = make_buffer((size_t)blocks * 4, table), sq = make_buffer(4, &seq), lb = make_buffer(4, &len);
         cl_mem sb = make_buffer((size_t)L * 4, NULL), ob = make_buffer((size_t)K * 4, NULL);
-        clmla_index_scores_args a = {1, qb, 0, wb, 0, kb, tb, blocks, sq, lb, L, sb, 0, L};
+        clmla_index_scores_args a = {1, qb, 0, wb, 0, kb, tb, blocks, sq, lb, L, sb, 0, L, 0};
         time_scores(ik, &a, 2, NULL, NULL); /* warm-up */
         double cpu_ms = 0.0, best = 0.0;
         const double ms = time_scores(ik, &a, 15, &cpu_ms, &best);
@@ -921,7 +921,7 @@ static void part_speed(void)
                "(best %.1f), %.1f GB/s of keys; %.2f CPU ms per run, %.1f GFLOP per CPU second\n",
                L, dt ? "bf16" : "f32", ms, best, flops / ms * 1e-6, flops / best * 1e-6, bytes / ms * 1e-6, cpu_ms,
                flops / cpu_ms * 1e-6);
-        clmla_index_topk_args ta = {1, K, sb, 0, L, lb, L, ob, 0};
+        clmla_index_topk_args ta = {1, K, sb, 0, L, lb, L, ob, 0, 0};
         double best_topk = 1e30;
         for (int r = 0; r < 5; r++) {
             const double t0 = tu_seconds();

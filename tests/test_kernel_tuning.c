@@ -131,7 +131,7 @@ static void test_attention(clmla_context *ctx, int variant)
     const int len[T] = {700, 65, 1};
     const int per_seq = (700 + BT - 1) / BT;
     clmla_attention_set_variant(ctx, variant);
-    clmla_cache_config cfg = {1, RKV, DR, BT, T * per_seq, CLMLA_CACHE_F32};
+    clmla_cache_config cfg = {1, RKV, DR, BT, T * per_seq, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32};
     clmla_cache *cache = NULL;
     CHECK_STATUS(clmla_cache_create(ctx, &cfg, &cache), CLMLA_SUCCESS, ctx);
     if (!cache)

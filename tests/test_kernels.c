@@ -1357,7 +1357,7 @@ static void layer_pass(const char *kind)
     int ok = tu_ref_run_make(&ra, &w, TA, xa, MLA_REF_DECOMPRESSED) == 0 && tu_ref_run_make(&rb, &w, TB, xb, MLA_REF_DECOMPRESSED) == 0;
     printf("# layer: launches as on a %s device\n", kind);
     for (int dt = 0; layer && ok && dt < 2; dt++) {
-        clmla_cache_config cc = {1, rkv, dr, 4, 12, (clmla_cache_dtype)dt};
+        clmla_cache_config cc = {1, rkv, dr, 4, 12, (clmla_cache_dtype)dt, 0, CLMLA_CACHE_F32};
         clmla_cache *cache = NULL;
         CHECK_STATUS(clmla_cache_create(ctx, &cc, &cache), CLMLA_SUCCESS, ctx);
         if (!cache)
@@ -1403,7 +1403,7 @@ static void layer_pass(const char *kind)
 
     /* clmla_attention_latent over 300 keys: split across work-groups, then attn_combine. */
     enum { N = 300, H = 2, RKV = 8, DR = 2, ROW = RKV + DR, BT = 16 };
-    clmla_cache_config cc = {1, RKV, DR, BT, (N + BT - 1) / BT, CLMLA_CACHE_F32};
+    clmla_cache_config cc = {1, RKV, DR, BT, (N + BT - 1) / BT, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32};
     clmla_cache *cache = NULL;
     CHECK_STATUS(clmla_cache_create(ctx, &cc, &cache), CLMLA_SUCCESS, ctx);
     if (!cache)
@@ -1490,6 +1490,116 @@ static void test_layer(void)
     ctx->info.kind = real;
 }
 
+/* ---- indexer_key_write / indexer_q_rope (cl/indexer.cl) ----------------------------------------------- */
+
+/* d_I 10 (rope 6 first), work-groups of 4 items (the strided loops wrap), 3 tokens at table rows 2, 0,
+   5 into slots 7, 1, 4 of a key cache of 9; both pairings, f32 and bf16 keys. Against the float64
+   LayerNorm and idx_ref_rope on the same float2 table. Then the queries of 2 tokens x 3 heads rotated
+   in place from an offset, the rest of each head untouched. */
+static void test_indexer_writer(void)
+{
+    enum { DI = 10, DR = 6, T = 3, SLOTS = 9, ROWS = 6, SRC_OFF = 3, SRC_LD = 13, HI = 3, QT = 2, QOFF = 5 };
+    for (int v = 0; v < 4; v++) {
+        const int half = v & 1, bf16 = v >> 1;
+        char options[160];
+        snprintf(options, sizeof(options), "-D HI=%d -D DI=%d -D BT=3 -D DR=%d -D WGK=4%s%s", HI, DI, DR,
+                 half ? " -D IDX_HALF_SPLIT" : "", bf16 ? " -D KEY_BF16" : "");
+        cl_kernel kw = kernel("indexer", options, "indexer_key_write");
+        cl_kernel kq = kernel("indexer", options, "indexer_q_rope");
+        tu_rng rng = tu_rng_seed(71 + (uint64_t)v);
+        float src[SRC_OFF + T * SRC_LD], nw[DI], nb[DI], table[ROWS * DR], q[QOFF + QT * HI * DI];
+        fill(src, sizeof(src) / sizeof(float), 2.0f, &rng);
+        fill(nw, DI, 1.0f, &rng);
+        fill(nb, DI, 0.5f, &rng);
+        fill(q, sizeof(q) / sizeof(float), 1.0f, &rng);
+        for (int r = 0; r < ROWS; r++)
+            for (int i = 0; i < DR / 2; i++) { /* unit-free (A cos, A sin) of some angle */
+                const double a = 0.37 * (r + 1) * (i + 1);
+                table[r * DR + 2 * i] = (float)(0.9 * cos(a));
+                table[r * DR + 2 * i + 1] = (float)(0.9 * sin(a));
+            }
+        const int pos[T] = {2, 0, 5}, slot[T] = {7, 1, 4}, qpos[QT] = {4, 1};
+        cl_mem sb = buffer(sizeof(src), src), wb = buffer(sizeof(nw), nw), bb = buffer(sizeof(nb), nb);
+        cl_mem tb = buffer(sizeof(table), table), pb = buffer(sizeof(pos), pos), lb = buffer(sizeof(slot), slot);
+        cl_mem kb = buffer((size_t)SLOTS * DI * (bf16 ? 2 : 4), NULL);
+        const int src_off = SRC_OFF, src_ld = SRC_LD;
+        const float eps = 1e-6f;
+        ARG(kw, 0, sb);
+        ARG(kw, 1, src_off);
+        ARG(kw, 2, src_ld);
+        ARG(kw, 3, wb);
+        ARG(kw, 4, bb);
+        ARG(kw, 5, eps);
+        ARG(kw, 6, pb);
+        ARG(kw, 7, tb);
+        ARG(kw, 8, lb);
+        ARG(kw, 9, kb);
+        const size_t global[1] = {4 * T}, local[1] = {4};
+        if (launch(kw, 1, global, local)) {
+            unsigned char raw[SLOTS * DI * 4];
+            download(kb, (size_t)SLOTS * DI * (bf16 ? 2 : 4), raw);
+            double worst = 0;
+            for (int t = 0; t < T; t++) {
+                double k[DI], mean = 0, var = 0, c[DR / 2], sn[DR / 2];
+                for (int d = 0; d < DI; d++)
+                    mean += src[SRC_OFF + t * SRC_LD + d] / (double)DI;
+                for (int d = 0; d < DI; d++)
+                    var += pow(src[SRC_OFF + t * SRC_LD + d] - mean, 2) / DI;
+                for (int d = 0; d < DI; d++)
+                    k[d] = (src[SRC_OFF + t * SRC_LD + d] - mean) / sqrt(var + 1e-6) * nw[d] + nb[d];
+                for (int i = 0; i < DR / 2; i++)
+                    c[i] = table[pos[t] * DR + 2 * i], sn[i] = table[pos[t] * DR + 2 * i + 1];
+                idx_ref_rope(k, DR, !half, c, sn);
+                for (int d = 0; d < DI; d++) {
+                    float got;
+                    if (bf16) {
+                        uint16_t h;
+                        memcpy(&h, raw + 2 * ((size_t)slot[t] * DI + d), 2);
+                        const uint32_t bits = (uint32_t)h << 16;
+                        memcpy(&got, &bits, 4);
+                    } else {
+                        memcpy(&got, raw + 4 * ((size_t)slot[t] * DI + d), 4);
+                    }
+                    /* bf16: the float result rounded, so within one bf16 step of the exact value */
+                    const double err = fabs(got - k[d]) / (fabs(k[d]) + 1e-3);
+                    worst = err > worst ? err : worst;
+                }
+            }
+            CHECK(worst <= (bf16 ? 1.0 / 128 : 1e-5), "indexer_key_write %s %s: relative error %.3g",
+                  half ? "half-split" : "interleaved", bf16 ? "bf16" : "f32", worst);
+        }
+        cl_mem qb = buffer(sizeof(q), q), qp = buffer(sizeof(qpos), qpos);
+        const int q_off = QOFF;
+        ARG(kq, 0, qb);
+        ARG(kq, 1, q_off);
+        ARG(kq, 2, qp);
+        ARG(kq, 3, tb);
+        const size_t qg[3] = {DR / 2, HI, QT};
+        if (launch(kq, 3, qg, NULL)) {
+            float got[QOFF + QT * HI * DI];
+            download(qb, sizeof(got), got);
+            double worst = 0;
+            for (int i = 0; i < QOFF; i++)
+                worst = got[i] != q[i] ? 1 : worst;
+            for (int t = 0; t < QT; t++)
+                for (int h = 0; h < HI; h++) {
+                    double x[DI], c[DR / 2], sn[DR / 2];
+                    const int base = QOFF + (t * HI + h) * DI;
+                    for (int d = 0; d < DI; d++)
+                        x[d] = q[base + d];
+                    for (int i = 0; i < DR / 2; i++)
+                        c[i] = table[qpos[t] * DR + 2 * i], sn[i] = table[qpos[t] * DR + 2 * i + 1];
+                    idx_ref_rope(x, DR, !half, c, sn);
+                    for (int d = 0; d < DI; d++) {
+                        const double err = fabs(got[base + d] - x[d]);
+                        worst = err > worst ? err : worst;
+                    }
+                }
+            CHECK(worst <= 1e-6, "indexer_q_rope %s: error %.3g", half ? "half-split" : "interleaved", worst);
+        }
+    }
+}
+
 /* ---- coverage ---------------------------------------------------------------------------------------- */
 
 /* The kernels this file launches directly. */
@@ -1497,7 +1607,7 @@ static const char *const tested[] = {"convert_to_f32", "convert_to_bf16", "conve
                                      "attn_latent",    "attn_latent_rows", "attn_combine",       "attn_combine_rows", "attn_prefill",
                                      "attn_prefill_rows", "gemm_skinny_nt", "gemm_skinny_nn",    "gemm_skinny_nt_rows",
                                      "gemm_skinny_nn_rows", "gemm_packed_rows", "gemm_tiled_rows", "gemm_weight_f32",
-                                     "indexer_scores", "indexer_topk"};
+                                     "indexer_scores", "indexer_topk", "indexer_key_write", "indexer_q_rope"};
 
 static int ident_char(char c)
 {
@@ -1644,6 +1754,8 @@ static void test_indexer_scores(void)
         ARG(k, 14, ob);
         ARG(k, 15, s_off);
         ARG(k, 16, stride);
+        const int tok_off = 0;
+        ARG(k, 17, tok_off);
         /* 2 items of 8 keys cover 13; a group of 2 adds items past max_ctx, a column past T */
         const size_t global[2] = {4, 4}, local[2] = {2, 2};
         if (launch(k, 2, global, local)) {
@@ -1691,6 +1803,8 @@ static void test_indexer_topk(void)
         ARG(k, 8, o_off);
         cl_int e = clSetKernelArg(k, 9, 2 * (size_t)items * sizeof(cl_uint), NULL);
         CHECK(e == CL_SUCCESS, "indexer_topk local argument: %d", e);
+        const int tok_off = 0;
+        ARG(k, 10, tok_off);
         const size_t global[1] = {(size_t)T * items}, local[1] = {(size_t)items};
         if (!launch(k, 1, global, local))
             continue;
@@ -1740,6 +1854,7 @@ static void test_kernels(void)
     test_gemm_tiled();
     test_indexer_scores();
     test_indexer_topk();
+    test_indexer_writer();
 }
 
 static const struct {

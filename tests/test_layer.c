@@ -50,7 +50,7 @@ static clmla_layer *make_layer(const tu_weights *w, const char *what)
 
 static clmla_cache *make_cache(const clmla_layer_config *c, int layers, int bt, int num_blocks, clmla_cache_dtype dt)
 {
-    clmla_cache_config cc = {layers, c->kv_lora_rank, c->qk_rope_head_dim, bt, num_blocks, dt};
+    clmla_cache_config cc = {layers, c->kv_lora_rank, c->qk_rope_head_dim, bt, num_blocks, dt, 0, CLMLA_CACHE_F32};
     clmla_cache *cache = NULL;
     clmla_status st = clmla_cache_create(ctx, &cc, &cache);
     CHECK(st == CLMLA_SUCCESS && cache, "cache_create: %s: %s", clmla_status_string(st), clmla_last_error(ctx));
@@ -911,7 +911,7 @@ static void test_forward_errors(void)
         snap_same(&before, cache, rkv, dr, "bad cache layer / path");
 
         /* A cache whose rows are not this layer's (rkv + 1): their shape does not match. */
-        clmla_cache_config other = {1, rkv + 1, dr, bt, 4, CLMLA_CACHE_F32};
+        clmla_cache_config other = {1, rkv + 1, dr, bt, 4, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32};
         clmla_cache *wrong = NULL;
         if (clmla_cache_create(ctx, &other, &wrong) == CLMLA_SUCCESS) {
             int32_t s = add_seq(wrong);

@@ -427,7 +427,7 @@ static double run_steps(clmla_layer *layer, const clmla_layer_config *c, int T, 
                         const ref_result *want, const char *what)
 {
     const int D = c->hidden_size, rkv = c->kv_lora_rank, dr = c->qk_rope_head_dim;
-    clmla_cache_config cc = {1, rkv, dr, BLOCK_TOKENS, (T + BLOCK_TOKENS - 1) / BLOCK_TOKENS + 1, dt};
+    clmla_cache_config cc = {1, rkv, dr, BLOCK_TOKENS, (T + BLOCK_TOKENS - 1) / BLOCK_TOKENS + 1, dt, 0, CLMLA_CACHE_F32};
     clmla_cache *cache = NULL;
     clmla_status st = clmla_cache_create(ctx, &cc, &cache);
     CHECK(st == CLMLA_SUCCESS, "%s: cache_create: %s: %s", what, clmla_status_string(st), clmla_last_error(ctx));

@@ -204,13 +204,45 @@ static void test_families(void)
     clmla_model_desc_free(&d);
     parse_fails(make("kimi_linear", "\"mla_use_nope\": false"), CLMLA_ERROR_INVALID_CONFIG, "mla_use_nope", "kimi nope");
 
-    /* deepseek_v32 / glm_moe_dsa: dense while a query sees at most index_topk keys. */
+    /* deepseek_v32 / glm_moe_dsa: the indexer's fields and transformers' defaults (64 / 32 heads of 128,
+       top-k 2048, half-split / interleaved RoPE, eps 1e-6), "indexer_rope_interleave" overriding the
+       pairing, and glm_moe_dsa's "shared" layers from each of the three keys that set them. */
     d = parse_ok(make("deepseek_v32", "\"index_topk\": 100"), "deepseek_v32");
-    CHECK(d.layer.dense_max_keys == 100, "dense_max_keys %d", d.layer.dense_max_keys);
+    CHECK(d.layer.index_topk == 100 && d.layer.index_n_heads == 64 && d.layer.index_head_dim == 128 &&
+              d.layer.index_rope_pairing == CLMLA_ROPE_HALF_SPLIT && d.layer.index_norm_eps == 1e-6 &&
+              d.layer.dense_max_keys == 0 && !d.index_shared,
+          "deepseek_v32: top-k %d, %d heads of %d, pairing %d, eps %g, dense_max_keys %d", d.layer.index_topk,
+          d.layer.index_n_heads, d.layer.index_head_dim, (int)d.layer.index_rope_pairing, d.layer.index_norm_eps,
+          d.layer.dense_max_keys);
+    clmla_model_desc_free(&d);
+    d = parse_ok(make("deepseek_v32", "\"indexer_rope_interleave\": true, \"index_n_heads\": 8, \"index_head_dim\": 32"),
+                 "deepseek_v32 interleaved");
+    CHECK(d.layer.index_rope_pairing == CLMLA_ROPE_INTERLEAVED && d.layer.index_n_heads == 8 &&
+              d.layer.index_head_dim == 32, "deepseek_v32 interleaved: pairing %d", (int)d.layer.index_rope_pairing);
     clmla_model_desc_free(&d);
     d = parse_ok(make("glm_moe_dsa", ""), "glm_moe_dsa");
-    CHECK(d.layer.dense_max_keys == 2048, "glm_moe_dsa default index_topk: %d", d.layer.dense_max_keys);
+    CHECK(d.layer.index_topk == 2048 && d.layer.index_n_heads == 32 &&
+              d.layer.index_rope_pairing == CLMLA_ROPE_INTERLEAVED && d.index_shared && !d.index_shared[0] &&
+              !d.index_shared[1],
+          "glm_moe_dsa defaults: top-k %d, %d heads, pairing %d", d.layer.index_topk, d.layer.index_n_heads,
+          (int)d.layer.index_rope_pairing);
     clmla_model_desc_free(&d);
+    d = parse_ok(make("glm_moe_dsa", "\"num_hidden_layers\": 6, \"index_topk_freq\": 2"), "glm_moe_dsa freq 2");
+    /* transformers: full where max(i - offset + 1, 0) % freq == 0, offset 2: layers 0, 1, 3, 5 */
+    CHECK(d.index_shared && !d.index_shared[0] && !d.index_shared[1] && d.index_shared[2] && !d.index_shared[3] &&
+              d.index_shared[4] && !d.index_shared[5], "glm_moe_dsa index_topk_freq 2");
+    clmla_model_desc_free(&d);
+    d = parse_ok(make("glm_moe_dsa", "\"num_hidden_layers\": 3, \"index_topk_pattern\": \"FSF\""), "glm pattern");
+    CHECK(d.index_shared && !d.index_shared[0] && d.index_shared[1] && !d.index_shared[2], "glm_moe_dsa pattern FSF");
+    clmla_model_desc_free(&d);
+    d = parse_ok(make("glm_moe_dsa", "\"num_hidden_layers\": 2, \"indexer_types\": [\"full\", \"shared\"]"),
+                 "glm indexer_types");
+    CHECK(d.index_shared && !d.index_shared[0] && d.index_shared[1], "glm_moe_dsa indexer_types");
+    clmla_model_desc_free(&d);
+    parse_fails(make("glm_moe_dsa", "\"num_hidden_layers\": 2, \"indexer_types\": [\"full\", \"half\"]"),
+                CLMLA_ERROR_INVALID_FILE, "indexer_types", "glm bad indexer_types");
+    parse_fails(make("glm_moe_dsa", "\"num_hidden_layers\": 2, \"index_topk_pattern\": \"FX\""),
+                CLMLA_ERROR_INVALID_FILE, "index_topk_pattern", "glm bad pattern");
 
     /* mistral4: width int((dn+dr) pf) = dr, a non-default type, the query scale's beta and interval. */
     d = parse_ok(make("mistral4", "\"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 4,"

@@ -88,7 +88,7 @@ int main(int argc, char **argv)
     clmla_layer *layer = NULL;
     clmla_cache *cache = NULL;
     CHECK_STATUS(clmla_layer_create(ctx, &c, &w.layer, &layer), CLMLA_SUCCESS, ctx);
-    clmla_cache_config cc = {1, c.kv_lora_rank, c.qk_rope_head_dim, 16, LIVE * (MAX_LEN / 16 + 1), CLMLA_CACHE_F16};
+    clmla_cache_config cc = {1, c.kv_lora_rank, c.qk_rope_head_dim, 16, LIVE * (MAX_LEN / 16 + 1), CLMLA_CACHE_F16, 0, CLMLA_CACHE_F32};
     CHECK_STATUS(clmla_cache_create(ctx, &cc, &cache), CLMLA_SUCCESS, ctx);
     if (!layer || !cache)
         return check_summary();

@@ -85,7 +85,7 @@ static int pool_make(pool *p, int rkv, int dr, int bt, clmla_cache_dtype dtype, 
         total += lens[s];
         blocks += (lens[s] + bt - 1) / bt;
     }
-    clmla_cache_config cfg = {1, rkv, dr, bt, blocks, dtype};
+    clmla_cache_config cfg = {1, rkv, dr, bt, blocks, dtype, 0, CLMLA_CACHE_F32};
     CHECK_STATUS(clmla_cache_create(ctx, &cfg, &p->cache), CLMLA_SUCCESS, ctx);
     if (!p->cache)
         return -1;

@@ -475,7 +475,7 @@ static void layer_part(int variant, const char *name, int warmup)
     float *out = made_ok ? calloc(s.rows * D, sizeof(float)) : NULL;
     if (made_ok && out) {
         clmla_attention_set_variant(ctx, variant);
-        const clmla_cache_config cc = {1, s.config.kv_lora_rank, s.config.qk_rope_head_dim, 8, 96, CLMLA_CACHE_F32};
+        const clmla_cache_config cc = {1, s.config.kv_lora_rank, s.config.qk_rope_head_dim, 8, 96, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32};
         CHECK_STATUS(clmla_layer_create(ctx, &s.config, &s.w.layer, &layer), CLMLA_SUCCESS, ctx);
         CHECK_STATUS(clmla_cache_create(ctx, &cc, &cache), CLMLA_SUCCESS, ctx);
         cl_int err = CL_SUCCESS;
@@ -541,7 +541,7 @@ static void test_warmup(void)
         return;
     clmla_layer *layer = NULL;
     clmla_cache *cache = NULL;
-    const clmla_cache_config small = {1, s.config.kv_lora_rank, s.config.qk_rope_head_dim, 8, 30, CLMLA_CACHE_F32};
+    const clmla_cache_config small = {1, s.config.kv_lora_rank, s.config.qk_rope_head_dim, 8, 30, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32};
     CHECK_STATUS(clmla_layer_create(ctx, &s.config, &s.w.layer, &layer), CLMLA_SUCCESS, ctx);
     CHECK_STATUS(clmla_cache_create(ctx, &small, &cache), CLMLA_SUCCESS, ctx);
     if (layer && cache) {
@@ -838,7 +838,7 @@ static void latent_part(int variant, const char *name, int sparse)
     clmla_cache *cache = NULL;
     if (made_ok) {
         clmla_attention_set_variant(ctx, variant);
-        const clmla_cache_config cc = {1, RKV, DR, BT, LSEQS * MAX_BLOCKS + 8, CLMLA_CACHE_F32};
+        const clmla_cache_config cc = {1, RKV, DR, BT, LSEQS * MAX_BLOCKS + 8, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32};
         CHECK_STATUS(clmla_cache_create(ctx, &cc, &cache), CLMLA_SUCCESS, ctx);
     }
     if (cache) {

@@ -385,7 +385,7 @@ static void run(const char *name, clmla_cache_dtype dtype, long ops, uint64_t se
     s.dr = c.qk_rope_head_dim;
     s.row = s.rkv + s.dr;
     CHECK_STATUS(clmla_layer_create(ctx, &c, &s.w.layer, &s.layer), CLMLA_SUCCESS, ctx);
-    clmla_cache_config cc = {LAYERS, s.rkv, s.dr, BT, NUM_BLOCKS, dtype};
+    clmla_cache_config cc = {LAYERS, s.rkv, s.dr, BT, NUM_BLOCKS, dtype, 0, CLMLA_CACHE_F32};
     CHECK_STATUS(clmla_cache_create(ctx, &cc, &s.cache), CLMLA_SUCCESS, ctx);
     s.x = malloc((size_t)MAX_BATCH * MAX_CHUNK * s.D * sizeof(float));
     s.out = malloc((size_t)MAX_BATCH * MAX_CHUNK * s.D * sizeof(float));

@@ -323,7 +323,7 @@ static double run_batch(clmla_layer *layer, const clmla_layer_config *c, const s
                         clmla_attention_path path, const ref_outs *want, const char *what)
 {
     const size_t D = (size_t)c->hidden_size;
-    clmla_cache_config cc = {1, c->kv_lora_rank, c->qk_rope_head_dim, BLOCK_TOKENS, 8, CLMLA_CACHE_F32};
+    clmla_cache_config cc = {1, c->kv_lora_rank, c->qk_rope_head_dim, BLOCK_TOKENS, 8, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32};
     clmla_cache *cache = NULL;
     clmla_status st = clmla_cache_create(ctx, &cc, &cache);
     CHECK(st == CLMLA_SUCCESS, "%s: cache_create: %s: %s", what, clmla_status_string(st), clmla_last_error(ctx));

@@ -282,7 +282,7 @@ int cmd_demo(int argc, char **argv)
     const int block_tokens = 64;
     const int cache_tokens = T > CLMLA_WARMUP_TOKENS ? T : CLMLA_WARMUP_TOKENS;
     clmla_cache_config cc = {1, rkv, dr, block_tokens, (cache_tokens + block_tokens - 1) / block_tokens + 2,
-                             (clmla_cache_dtype)dtype};
+                             (clmla_cache_dtype)dtype, 0, CLMLA_CACHE_F32};
     if (clmla_cache_create(ctx, &cc, &cache) != CLMLA_SUCCESS) {
         fprintf(stderr, "clmla demo: %s\n", clmla_last_error(ctx));
         goto done;

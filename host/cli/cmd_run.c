@@ -26,7 +26,8 @@ static int parse_path(const char *text, clmla_attention_path *path)
 
 int cmd_run(int argc, char **argv)
 {
-    int help = 0, layer_index = 0, sublayer = 0, prefill = -1, chunk = 0, block_size = 64, tp_rank = 0, tp_size = 1;
+    int help = 0, layer_index = 0, sublayer = 0, prefill = -1, chunk = 0, block_size = 64, tp_rank = 0, tp_size = 1,
+        dense = 0;
     const char *device = NULL, *model = NULL, *input = NULL, *output = NULL, *path_name = "auto", *cache_dtype = "f32",
                *weights_dtype = "auto";
     cli_option opts[] = {
@@ -44,6 +45,8 @@ int cmd_run(int argc, char **argv)
         {"block-size", CLI_INT, &block_size, "B     tokens per cache block (default 64)"},
         {"tp-rank", CLI_INT, &tp_rank, "R     load the layer as tensor-parallel shard R of --tp-size (default 0)"},
         {"tp-size", CLI_INT, &tp_size, "N     shards of the layer (default 1: whole); Y is shard R's partial sum"},
+        {"dense", CLI_FLAG, &dense,
+         "      sparse-attention models (deepseek_v32, glm_moe_dsa): no indexer, every query attends to all its keys"},
         {"device", CLI_STRING, &device, "SPEC  device to run on (see clmla devices)"},
         {"help", CLI_FLAG, &help, "this text"},
         {NULL, CLI_FLAG, NULL, NULL},
@@ -148,6 +151,7 @@ int cmd_run(int argc, char **argv)
     mo.weights_dtype = (clmla_weights_dtype)wdtype;
     mo.tp_rank = tp_rank;
     mo.tp_size = tp_size;
+    mo.dense = dense;
     if (clmla_layer_create_from_model_opts(ctx, model, &mo, &layer) != CLMLA_SUCCESS) {
         fprintf(stderr, "clmla run: %s\n", clmla_last_error(ctx));
         goto done;
@@ -160,6 +164,12 @@ int cmd_run(int argc, char **argv)
     cc.block_tokens = block_size;
     cc.num_blocks = (T + block_size - 1) / block_size;
     cc.dtype = (clmla_cache_dtype)dtype;
+    clmla_layer_config held;
+    if (clmla_layer_get_config(layer, &held) == CLMLA_SUCCESS && held.index_n_heads > 0) {
+        /* the indexer's keys in float32 beside a float32 latent cache, else in bf16 */
+        cc.index_head_dim = held.index_head_dim;
+        cc.index_dtype = cc.dtype == CLMLA_CACHE_F32 ? CLMLA_CACHE_F32 : CLMLA_CACHE_BF16;
+    }
     int32_t seq = -1;
     if (clmla_cache_create(ctx, &cc, &cache) != CLMLA_SUCCESS || clmla_cache_seq_add(cache, &seq) != CLMLA_SUCCESS) {
         fprintf(stderr, "clmla run: %s\n", clmla_last_error(ctx));

@@ -93,7 +93,7 @@ static int kt_case_make(kt_run *r, kt_case *c, int seqs, const int *len)
     for (int s = 0; s < seqs; s++)
         max_len = len[s] > max_len ? len[s] : max_len;
     const int per_seq = (max_len + r->bt - 1) / r->bt;
-    clmla_cache_config cfg = {1, r->rkv, r->dr, r->bt, seqs * per_seq, CLMLA_CACHE_F32};
+    clmla_cache_config cfg = {1, r->rkv, r->dr, r->bt, seqs * per_seq, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32};
     if (clmla_cache_create(r->ctx, &cfg, &c->cache) != CLMLA_SUCCESS)
         return -1;
     int32_t *table = calloc((size_t)seqs * per_seq, sizeof(int32_t));

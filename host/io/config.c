@@ -73,7 +73,7 @@ const char *clmla_model_types(void)
 {
     return "deepseek_v2, deepseek_v3, kimi_k2 (and kimi_k25's text model), axk1, youtu, sarvam_mla, glm4_moe_lite, "
            "minicpm3, mistral4 (and mistral3 wrapping it), longcat_flash, kimi_linear (its MLA layers), deepseek_v32 "
-           "and glm_moe_dsa (dense, up to index_topk tokens)";
+           "and glm_moe_dsa (with their sparse-attention indexer)";
 }
 
 /* ---- reading JSON ------------------------------------------------------------------------------ */
@@ -494,6 +494,74 @@ static clmla_status read_kimi_layers(const reader *r, const cJSON *root, clmla_m
     return CLMLA_SUCCESS;
 }
 
+/* ---- the sparse-attention indexer (deepseek_v32, glm_moe_dsa) ----------------------------------- */
+
+/* transformers' DeepseekV32Indexer / GlmMoeDsaIndexer: index_n_heads (64 / 32), index_head_dim 128,
+   index_topk 2048, the key LayerNorm's eps fixed at 1e-6, and the indexer's RoPE pairing fixed per
+   family (half-split / interleaved); "indexer_rope_interleave", which vLLM reads and GLM-5's
+   config.json carries, overrides it when present. glm_moe_dsa's "shared" layers (indexer_types, else
+   index_topk_pattern, else index_topk_freq and index_skip_topk_offset, as its configuration derives
+   them) reuse the previous full layer's selection. */
+static clmla_status read_indexer(const reader *r, const cJSON *root, clmla_model_desc *d)
+{
+    const char *w = r->where;
+    clmla_layer_config *c = &d->layer;
+    const int glm = strcmp(d->model_type, "glm_moe_dsa") == 0;
+    int interleave = glm;
+    clmla_status st = get_int(r, root, w, "index_topk", 2048, 1, &c->index_topk);
+    if (st == CLMLA_SUCCESS)
+        st = get_int(r, root, w, "index_head_dim", 128, 2, &c->index_head_dim);
+    if (st == CLMLA_SUCCESS)
+        st = get_int(r, root, w, "index_n_heads", glm ? 32 : 64, 1, &c->index_n_heads);
+    if (st == CLMLA_SUCCESS)
+        st = get_bool(r, root, w, "indexer_rope_interleave", glm, &interleave);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    c->index_rope_pairing = interleave ? CLMLA_ROPE_INTERLEAVED : CLMLA_ROPE_HALF_SPLIT;
+    c->index_norm_eps = 1e-6;
+    if (!glm)
+        return CLMLA_SUCCESS;
+    const int n = d->num_layers;
+    d->index_shared = calloc((size_t)n, 1);
+    if (!d->index_shared)
+        return bad(r, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    const cJSON *types = item(root, "indexer_types"), *pattern = item(root, "index_topk_pattern");
+    if (types) {
+        if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != n)
+            return bad(r, CLMLA_ERROR_INVALID_FILE, "\"%sindexer_types\" is not a list of num_hidden_layers (%d) names", w,
+                       n);
+        int i = 0;
+        for (const cJSON *t = types->child; t; t = t->next, i++) {
+            const char *v = cJSON_IsString(t) ? t->valuestring : NULL;
+            if (!v || (strcmp(v, "full") != 0 && strcmp(v, "shared") != 0))
+                return bad(r, CLMLA_ERROR_INVALID_FILE, "\"%sindexer_types\"[%d] is neither \"full\" nor \"shared\"", w,
+                           i);
+            d->index_shared[i] = strcmp(v, "shared") == 0;
+        }
+    } else if (pattern) {
+        const char *v = cJSON_IsString(pattern) ? pattern->valuestring : NULL;
+        if (!v || (int)strlen(v) != n || strspn(v, "FS") != strlen(v))
+            return bad(r, CLMLA_ERROR_INVALID_FILE,
+                       "\"%sindex_topk_pattern\" is not a string of num_hidden_layers (%d) letters F and S", w, n);
+        for (int i = 0; i < n; i++)
+            d->index_shared[i] = v[i] == 'S';
+    } else {
+        int freq = 1, offset = 2;
+        st = get_int(r, root, w, "index_topk_freq", 1, INT_MIN, &freq);
+        if (st == CLMLA_SUCCESS)
+            st = get_int(r, root, w, "index_skip_topk_offset", 2, INT_MIN, &offset);
+        if (st != CLMLA_SUCCESS)
+            return st;
+        if (freq < 1)
+            freq = 1;
+        for (int i = 0; i < n; i++) {
+            const long long k = (long long)i - offset + 1;
+            d->index_shared[i] = (k > 0 ? k : 0) % freq != 0;
+        }
+    }
+    return CLMLA_SUCCESS;
+}
+
 /* ---- the whole config ---------------------------------------------------------------------------- */
 
 static const family *find_family(const char *model_type)
@@ -664,7 +732,7 @@ static clmla_status read_config(reader *r, const cJSON *top, clmla_model_desc *d
         c->query_scale_interval = c->yarn_original_max_position;
     }
     if (f->flags & F_DSA) {
-        st = get_int(r, root, w, "index_topk", 2048, 1, &c->dense_max_keys);
+        st = read_indexer(r, root, d);
         if (st != CLMLA_SUCCESS)
             return st;
     }
@@ -702,6 +770,8 @@ void clmla_model_desc_free(clmla_model_desc *d)
     if (d) {
         free(d->is_mla);
         d->is_mla = NULL;
+        free(d->index_shared);
+        d->index_shared = NULL;
     }
 }
 

@@ -21,6 +21,9 @@ typedef struct clmla_model_desc {
     int attentions_per_layer;   /* 1, or 2 (longcat_flash: self_attn.0 and self_attn.1) */
     int attention_bias;         /* q_a_proj, kv_a_proj_with_mqa and o_proj carry biases */
     unsigned char *is_mla;      /* [num_layers]: 1 where the layer is MLA; NULL: every layer is */
+    /* [num_layers]: 1 where a sparse-attention layer reuses the previous "full" layer's selection
+       (glm_moe_dsa's "shared" indexer_types: no indexer weights of its own); NULL: none does */
+    unsigned char *index_shared;
 } clmla_model_desc;
 
 void clmla_model_desc_free(clmla_model_desc *desc);

@@ -452,7 +452,23 @@ clmla_status clmla_layer_create_from_model_opts(clmla_context *ctx, const char *
         clmla_model_desc_free(&d);
         return CLMLA_ERROR_INVALID_CONFIG;
     }
+    if (d.index_shared && d.index_shared[layer_index] && !opt->dense) {
+        int full = layer_index - 1;
+        while (full >= 0 && d.index_shared[full])
+            full--;
+        clmla_fail(ctx, CLMLA_ERROR_UNSUPPORTED,
+                   "layer %d of %s is a \"shared\" sparse-attention layer (indexer_types): it has no indexer and "
+                   "attends to the keys that layer %d's indexer selects, which a layer created alone cannot know; pass "
+                   "those indices to clmla_attention_latent_sparse, or load it dense",
+                   layer_index, model_dir, full);
+        clmla_model_desc_free(&d);
+        return CLMLA_ERROR_UNSUPPORTED;
+    }
     clmla_layer_config c = d.layer;
+    if (opt->dense) { /* a sparse-attention model without its indexer: every key, at any length */
+        c.index_n_heads = 0;
+        c.dense_max_keys = 0;
+    }
     /* What the caller asked the weights to be kept in; the layer checks the value. */
     c.weights_dtype = opt->weights_dtype;
     c.tp_rank = opt->tp_rank;
@@ -483,7 +499,9 @@ clmla_status clmla_layer_create_from_model_opts(clmla_context *ctx, const char *
     if (st == CLMLA_SUCCESS)
         st = find_prefix(l, layer_index, sub, prefix, sizeof(prefix));
     host_tensor q_a, q_a_norm, q_b, q, kv_a, kv_norm, kv_b, o, q_a_bias, kv_a_bias, o_bias;
-    host_tensor *all[] = {&q_a, &q_a_norm, &q_b, &q, &kv_a, &kv_norm, &kv_b, &o, &q_a_bias, &kv_a_bias, &o_bias};
+    host_tensor iq, ik, inorm, inorm_b, iw; /* the indexer's */
+    host_tensor *all[] = {&q_a, &q_a_norm, &q_b, &q, &kv_a, &kv_norm, &kv_b, &o, &q_a_bias, &kv_a_bias, &o_bias,
+                          &iq, &ik, &inorm, &inorm_b, &iw};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         memset(all[i], 0, sizeof(*all[i]));
     if (st == CLMLA_SUCCESS && rq == 0)
@@ -515,6 +533,18 @@ clmla_status clmla_layer_create_from_model_opts(clmla_context *ctx, const char *
                          &kv_a_bias);
     if (st == CLMLA_SUCCESS && bias)
         st = load_tensor(l, prefix, "o_proj.bias", D, 0, "hidden_size, attention_bias", &o_bias);
+    /* the sparse-attention indexer (DeepSeek-V3.2, GLM-5): whole on every tensor-parallel rank */
+    const int64_t HI = c.index_n_heads, dI = c.index_head_dim;
+    if (st == CLMLA_SUCCESS && HI > 0)
+        st = load_tensor(l, prefix, "indexer.wq_b.weight", HI * dI, rq, "index_n_heads x index_head_dim, q_lora_rank", &iq);
+    if (st == CLMLA_SUCCESS && HI > 0)
+        st = load_tensor(l, prefix, "indexer.wk.weight", dI, D, "index_head_dim, hidden_size", &ik);
+    if (st == CLMLA_SUCCESS && HI > 0)
+        st = load_tensor(l, prefix, "indexer.k_norm.weight", dI, 0, "index_head_dim", &inorm);
+    if (st == CLMLA_SUCCESS && HI > 0)
+        st = load_tensor(l, prefix, "indexer.k_norm.bias", dI, 0, "index_head_dim", &inorm_b);
+    if (st == CLMLA_SUCCESS && HI > 0)
+        st = load_tensor(l, prefix, "indexer.weights_proj.weight", HI, D, "index_n_heads, hidden_size", &iw);
     if (st != CLMLA_SUCCESS)
         clmla_fail(ctx, st, "%s", l->err);
     loader_free(l);
@@ -535,6 +565,11 @@ clmla_status clmla_layer_create_from_model_opts(clmla_context *ctx, const char *
         w.q_a_proj_bias = q_a_bias.t;
         w.kv_a_proj_with_mqa_bias = kv_a_bias.t;
         w.o_proj_bias = o_bias.t;
+        w.indexer_wq_b = iq.t;
+        w.indexer_wk = ik.t;
+        w.indexer_k_norm = inorm.t;
+        w.indexer_k_norm_bias = inorm_b.t;
+        w.indexer_weights_proj = iw.t;
         st = clmla_layer_create(ctx, &c, &w, layer);
     }
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)

@@ -3,6 +3,7 @@
    shared by sequences after a fork, with a count of owners per block and copy on write (cache.h). */
 #include "cache.h"
 #include "clcall.h"
+#include "indexer.h"
 #include "program.h"
 #include "scratch.h"
 
@@ -40,6 +41,12 @@ clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *co
                           "an fp8 cache needs kv_lora_rank to be a multiple of 128 (one float32 scale per 128 values, "
                           "FlashMLA's layout); kv_lora_rank is %d",
                           c.kv_lora_rank);
+    if (c.index_head_dim < 0 || c.index_head_dim > 1024 ||
+        (c.index_head_dim > 0 && c.index_dtype != CLMLA_CACHE_F32 && c.index_dtype != CLMLA_CACHE_BF16))
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "invalid cache configuration: index_head_dim %d (0 to 1024) with index_dtype %d (the index-key "
+                          "cache holds f32 (%d) or bf16 (%d))",
+                          c.index_head_dim, (int)c.index_dtype, (int)CLMLA_CACHE_F32, (int)CLMLA_CACHE_BF16);
     const int row = c.kv_lora_rank + c.rope_dim;
     /* Bytes of one token's row (cl/prelude.cl): 4 or 2 per value, or fp8's codes, scales and bf16 k^R. */
     const size_t row_bytes = c.dtype == CLMLA_CACHE_F32 ? (size_t)row * 4
@@ -54,6 +61,12 @@ clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *co
                           "cache of %d blocks x %d tokens has more than 2^31 - 1 token slots per layer",
                           c.num_blocks, c.block_tokens);
     const size_t layer_bytes = (size_t)rows * row_bytes;
+    const size_t index_row_bytes = (size_t)c.index_head_dim * (c.index_dtype == CLMLA_CACHE_BF16 ? 2 : 4);
+    if ((size_t)rows * index_row_bytes > ctx->info.max_alloc_bytes)
+        return clmla_fail(ctx, CL_INVALID_BUFFER_SIZE,
+                          "one layer of the index-key cache needs %zu bytes, more than the device's largest allocation "
+                          "(%llu bytes)",
+                          (size_t)rows * index_row_bytes, (unsigned long long)ctx->info.max_alloc_bytes);
     if (layer_bytes > ctx->info.max_alloc_bytes)
         return clmla_fail(ctx, CL_INVALID_BUFFER_SIZE,
                           "one cache layer needs %zu bytes, more than the device's largest allocation (%llu bytes)",
@@ -67,10 +80,12 @@ clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *co
     cache->row = row;
     cache->row_bytes = row_bytes;
     cache->layers = calloc((size_t)c.num_layers, sizeof(cl_mem));
+    cache->index_row_bytes = index_row_bytes;
+    cache->index_layers = index_row_bytes ? calloc((size_t)c.num_layers, sizeof(cl_mem)) : NULL;
     cache->free_blocks = malloc((size_t)c.num_blocks * sizeof(int32_t));
     cache->refs = calloc((size_t)c.num_blocks, sizeof(int));
     clmla_status st = CLMLA_SUCCESS;
-    if (!cache->layers || !cache->free_blocks || !cache->refs)
+    if (!cache->layers || !cache->free_blocks || !cache->refs || (index_row_bytes && !cache->index_layers))
         st = oom(ctx);
     /* Lowest ids on top of the stack, so a fresh pool hands out 0, 1, 2, ... */
     for (int i = 0; st == CLMLA_SUCCESS && i < c.num_blocks; i++)
@@ -81,6 +96,13 @@ clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *co
         cache->layers[l] = clmla_cl_buffer(ctx, CL_MEM_READ_WRITE, layer_bytes, NULL, &err);
         if (!cache->layers[l])
             st = clmla_fail(ctx, err, "allocating cache layer %d (%zu bytes) failed: %s", l, layer_bytes, clmla_status_string(err));
+        if (st == CLMLA_SUCCESS && index_row_bytes) {
+            const size_t bytes = (size_t)rows * index_row_bytes;
+            cache->index_layers[l] = clmla_cl_buffer(ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+            if (!cache->index_layers[l])
+                st = clmla_fail(ctx, err, "allocating index-key cache layer %d (%zu bytes) failed: %s", l, bytes,
+                                clmla_status_string(err));
+        }
     }
     snprintf(cache->options, sizeof(cache->options), "-D RKV=%d -D DR=%d%s%s", c.kv_lora_rank, c.rope_dim,
              c.dtype == CLMLA_CACHE_FP8 ? clmla_fp8_option(ctx) : "",
@@ -113,7 +135,13 @@ void clmla_cache_destroy(clmla_cache *cache)
         for (int l = 0; l < cache->config.num_layers; l++)
             if (cache->layers[l])
                 clReleaseMemObject(cache->layers[l]);
+        for (int l = 0; cache->index_layers && l < cache->config.num_layers; l++)
+            if (cache->index_layers[l])
+                clReleaseMemObject(cache->index_layers[l]);
     }
+    free(cache->index_layers);
+    for (int i = 0; i < 4; i++)
+        clmla_index_kernels_destroy(cache->index_kernels[i]);
     cl_kernel kernels[] = {cache->write_kernel, cache->gather_kernel, cache->combine_kernel, cache->combine_rows_kernel};
     for (size_t i = 0; i < sizeof(kernels) / sizeof(kernels[0]); i++)
         if (kernels[i])
@@ -295,6 +323,13 @@ static clmla_status copy_block(clmla_cache *cache, const cache_seq *s, int index
                          : clEnqueueCopyBuffer(cache->ctx->queue, cache->layers[l], cache->layers[l],
                                                (size_t)from * bt * row_bytes, (size_t)to * bt * row_bytes,
                                                (size_t)rows * row_bytes, 0, NULL, NULL);
+        const size_t ib = cache->index_row_bytes;
+        if (err == CL_SUCCESS && ib)
+            err = clmla_fault_hit(cache->ctx)
+                      ? CL_OUT_OF_RESOURCES
+                      : clEnqueueCopyBuffer(cache->ctx->queue, cache->index_layers[l], cache->index_layers[l],
+                                            (size_t)from * bt * ib, (size_t)to * bt * ib, (size_t)rows * ib, 0, NULL,
+                                            NULL);
         if (err != CL_SUCCESS)
             return clmla_fail(cache->ctx, err, "copying shared cache block %d into block %d (layer %d) failed: %s",
                               (int)from, (int)to, l, clmla_status_string(err));
@@ -545,7 +580,8 @@ clmla_status clmla_cache_get_info(const clmla_cache *cache, clmla_cache_info *in
         return clmla_fail(cache ? cache->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_get_info: NULL argument");
     memset(info, 0, sizeof(*info));
     info->bytes_per_token_per_layer = cache->row_bytes;
-    info->bytes_per_block = info->bytes_per_token_per_layer * (size_t)cache->config.block_tokens;
+    info->index_bytes_per_token_per_layer = cache->index_row_bytes;
+    info->bytes_per_block = (cache->row_bytes + cache->index_row_bytes) * (size_t)cache->config.block_tokens;
     info->bytes_total = info->bytes_per_block * (size_t)cache->config.num_blocks * (size_t)cache->config.num_layers;
     info->block_tokens = cache->config.block_tokens;
     info->blocks_total = cache->config.num_blocks;
@@ -789,5 +825,75 @@ clmla_status clmla_cache_read(const clmla_cache *ccache, int layer, int32_t seq_
     if (dense)
         clReleaseMemObject(dense);
     free(host);
+    return st;
+}
+
+cl_mem clmla_cache_index_keys(const clmla_cache *cache, int layer)
+{
+    return cache->index_layers && layer >= 0 && layer < cache->config.num_layers ? cache->index_layers[layer] : NULL;
+}
+
+clmla_status clmla_cache_index_buffer(const clmla_cache *cache, int layer, cl_mem *buffer)
+{
+    if (!cache || !buffer)
+        return clmla_fail(cache ? cache->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_index_buffer: NULL argument");
+    *buffer = clmla_cache_index_keys(cache, layer);
+    if (!*buffer)
+        return clmla_fail(cache->ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "clmla_cache_index_buffer: %s", cache->index_layers ? "layer out of range"
+                                                                              : "the cache has no index-key cache");
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_cache_read_index(const clmla_cache *cache, int layer, int32_t seq_id, int start, int n, float *keys)
+{
+    static const char fn[] = "clmla_cache_read_index";
+    if (!cache)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "%s: NULL cache", fn);
+    clmla_context *ctx = cache->ctx;
+    if (!cache->index_layers)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: the cache has no index-key cache (index_head_dim 0)", fn);
+    if (layer < 0 || layer >= cache->config.num_layers)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: layer %d is not in 0..%d", fn, layer,
+                          cache->config.num_layers - 1);
+    const cache_seq *s = clmla_cache_find(cache, seq_id);
+    if (!s)
+        return unknown(cache, fn, seq_id);
+    if (start < 0 || n < 0 || start + (long long)n > s->length[layer])
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: tokens [%d, %d) are outside the %d stored in layer %d", fn,
+                          start, start + n, s->length[layer], layer);
+    if (n > 0 && !keys)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: NULL keys", fn);
+    const int dI = cache->config.index_head_dim, bt = cache->config.block_tokens;
+    const size_t rb = cache->index_row_bytes;
+    const int bf16 = cache->config.index_dtype == CLMLA_CACHE_BF16;
+    unsigned char *raw = malloc((size_t)bt * rb);
+    if (!raw)
+        return oom(ctx);
+    clmla_status st = CLMLA_SUCCESS;
+    /* one read per run of the sequence's tokens inside one block */
+    for (int pos = start; st == CLMLA_SUCCESS && pos < start + n;) {
+        const int off = pos % bt, run = bt - off < start + n - pos ? bt - off : start + n - pos;
+        const size_t slot = (size_t)s->blocks[pos / bt] * bt + off;
+        cl_int err = clmla_cl_read(ctx, cache->index_layers[layer], slot * rb, (size_t)run * rb, raw);
+        if (err != CL_SUCCESS) {
+            st = clmla_fail_cl(ctx, err, "clEnqueueReadBuffer(index keys)");
+            break;
+        }
+        for (size_t i = 0; i < (size_t)run * dI; i++) {
+            float v;
+            if (bf16) {
+                uint16_t h;
+                memcpy(&h, raw + 2 * i, 2);
+                const uint32_t bits = (uint32_t)h << 16;
+                memcpy(&v, &bits, 4);
+            } else {
+                memcpy(&v, raw + 4 * i, 4);
+            }
+            keys[(size_t)(pos - start) * dI + i] = v;
+        }
+        pos += run;
+    }
+    free(raw);
     return st;
 }

@@ -22,6 +22,13 @@ struct clmla_cache {
     int row;                   /* rkv + dr values per token */
     size_t row_bytes;          /* one token's row: (rkv + dr) x 4 (f32) or 2 (f16, bf16); fp8 as cl/prelude.cl */
     cl_mem *layers;            /* [num_layers] buffers [num_blocks * block_tokens, row] */
+    /* the index-key cache (config.index_head_dim > 0; else NULL): [num_layers] buffers
+       [num_blocks * block_tokens, index_head_dim] of float32 or bf16 bits, the same slots as the rows */
+    cl_mem *index_layers;
+    size_t index_row_bytes;
+    /* the indexer's kernels for this cache's blocks and key dtype, one set per (heads, rope dims,
+       pairing) asked for (host/mla/indexer.c, clmla_index_kernels_for), built on first use */
+    struct clmla_index_kernels *index_kernels[4];
     int32_t *free_blocks;      /* stack of free block ids */
     int num_free;
     int *refs;                 /* [num_blocks] how many sequences list each block (see below) */
@@ -134,6 +141,10 @@ static inline int clmla_seq_view_row(const clmla_cache *cache, const clmla_seq_v
 
 /* The sequence, or NULL after setting CLMLA_ERROR_UNKNOWN_SEQUENCE on the context. */
 cache_seq *clmla_cache_find(const clmla_cache *cache, int32_t seq_id);
+
+/* The index-key cache's buffer of `layer` (NULL when the cache has none): slot s's key at s *
+   index_head_dim values of config.index_dtype. */
+cl_mem clmla_cache_index_keys(const clmla_cache *cache, int layer);
 
 /* Enqueues cache_write for count tokens whose cache rows are in `slots` (device int32 [count]). */
 clmla_status clmla_cache_enqueue_write(clmla_cache *cache, int layer, int count, cl_mem c_kv, size_t c_kv_offset,

@@ -1,8 +1,10 @@
 /* The lightning indexer's kernels (cl/indexer.cl): built once per clmla_index_kernels, enqueued on
    the context's queue on the caller's buffers after checking every argument. */
 #include "indexer.h"
+#include "cache.h"
 #include "clcall.h"
 #include "program.h"
+#include "scratch.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -27,6 +29,8 @@ struct clmla_index_kernels {
     clmla_index_config cfg;
     cl_kernel scores;
     cl_kernel topk;
+    cl_kernel key_write, q_rope; /* when cfg.rope_dim > 0 */
+    int key_threads;             /* key_write's work-group size */
     int topk_items;  /* work-group size of indexer_topk */
     int forced_topk; /* test hooks (0: the library's choice) */
     int forced_chunk;
@@ -60,6 +64,12 @@ clmla_status clmla_index_kernels_create(clmla_context *ctx, const clmla_index_co
                           "clmla_index_kernels_create: %d heads of %d values take %llu bytes of local memory; the "
                           "device has %llu",
                           cfg->heads, cfg->head_dim, local_bytes, (unsigned long long)ctx->info.local_mem_bytes);
+    if (cfg->rope_dim < 0 || cfg->rope_dim % 2 || cfg->rope_dim > cfg->head_dim ||
+        (cfg->rope_pairing != CLMLA_ROPE_INTERLEAVED && cfg->rope_pairing != CLMLA_ROPE_HALF_SPLIT))
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "clmla_index_kernels_create: rope_dim %d must be even and at most head_dim %d, rope_pairing %d "
+                          "interleaved (0) or half-split (1)",
+                          cfg->rope_dim, cfg->head_dim, (int)cfg->rope_pairing);
     clmla_index_kernels *ik = calloc(1, sizeof(*ik));
     if (!ik)
         return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "clmla_index_kernels_create: out of host memory");
@@ -67,12 +77,26 @@ clmla_status clmla_index_kernels_create(clmla_context *ctx, const clmla_index_co
     ik->cfg = *cfg;
     /* software prefetch where it was measured (PoCL on CPUs; clang's __builtin_prefetch) */
     const int prefetch = clmla_device_prefetches(&ctx->info);
-    char options[160];
-    snprintf(options, sizeof(options), "-D HI=%d -D DI=%d -D BT=%d%s%s", cfg->heads, cfg->head_dim, cfg->block_tokens,
-             cfg->key_dtype == CLMLA_INDEX_KEYS_BF16 ? " -D KEY_BF16" : "", prefetch ? " -D CLMLA_PREFETCH" : "");
+    /* one program for all four kernels; the writer's options only where it is wanted, so that the
+       scoring programs of a key cache alone stay those they were */
+    int wg = 64;
+    while (wg > 1 && ctx->info.max_work_group_size > 0 && (size_t)wg > ctx->info.max_work_group_size)
+        wg /= 2;
+    ik->key_threads = wg;
+    char rope[96] = "";
+    if (cfg->rope_dim > 0)
+        snprintf(rope, sizeof(rope), " -D DR=%d -D WGK=%d%s", cfg->rope_dim, wg,
+                 cfg->rope_pairing == CLMLA_ROPE_HALF_SPLIT ? " -D IDX_HALF_SPLIT" : "");
+    char options[256];
+    snprintf(options, sizeof(options), "-D HI=%d -D DI=%d -D BT=%d%s%s%s", cfg->heads, cfg->head_dim, cfg->block_tokens,
+             cfg->key_dtype == CLMLA_INDEX_KEYS_BF16 ? " -D KEY_BF16" : "", prefetch ? " -D CLMLA_PREFETCH" : "", rope);
     clmla_status st = clmla_kernel_create(ctx, "indexer", options, "indexer_scores", &ik->scores);
     if (st == CLMLA_SUCCESS)
         st = clmla_kernel_create(ctx, "indexer", options, "indexer_topk", &ik->topk);
+    if (st == CLMLA_SUCCESS && cfg->rope_dim > 0)
+        st = clmla_kernel_create(ctx, "indexer", options, "indexer_key_write", &ik->key_write);
+    if (st == CLMLA_SUCCESS && cfg->rope_dim > 0)
+        st = clmla_kernel_create(ctx, "indexer", options, "indexer_q_rope", &ik->q_rope);
     if (st != CLMLA_SUCCESS) {
         clmla_index_kernels_destroy(ik);
         return st;
@@ -101,6 +125,10 @@ void clmla_index_kernels_destroy(clmla_index_kernels *ik)
         clReleaseKernel(ik->scores);
     if (ik->topk)
         clReleaseKernel(ik->topk);
+    if (ik->key_write)
+        clReleaseKernel(ik->key_write);
+    if (ik->q_rope)
+        clReleaseKernel(ik->q_rope);
     free(ik);
 }
 
@@ -187,10 +215,13 @@ clmla_status clmla_index_scores(clmla_index_kernels *ik, const clmla_index_score
                     (long long)(T - 1) * a->scores_stride + a->max_ctx_len, sizeof(float), &need);
     if (st == CLMLA_SUCCESS)
         st = buffer_bytes(ctx, fn, "scores [T, scores_stride]", a->scores, need, &size);
+    if (st == CLMLA_SUCCESS && (a->token_offset < 0 || a->token_offset > INT_MAX - T))
+        st = clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: token_offset %d", fn, a->token_offset);
+    const size_t tok_bytes = ((size_t)a->token_offset + (size_t)T) * sizeof(cl_int);
     if (st == CLMLA_SUCCESS)
-        st = buffer_bytes(ctx, fn, "token_seq [T]", a->token_seq, (size_t)T * sizeof(cl_int), &size);
+        st = buffer_bytes(ctx, fn, "token_seq [T]", a->token_seq, tok_bytes, &size);
     if (st == CLMLA_SUCCESS)
-        st = buffer_bytes(ctx, fn, "token_ctx_len [T]", a->token_ctx_len, (size_t)T * sizeof(cl_int), &size);
+        st = buffer_bytes(ctx, fn, "token_ctx_len [T]", a->token_ctx_len, tok_bytes, &size);
     size_t table_bytes = 0, key_bytes = 0;
     const size_t row_bytes = (size_t)a->max_blocks_per_seq * sizeof(cl_int), block_bytes = clmla_index_block_bytes(ik);
     if (st == CLMLA_SUCCESS)
@@ -237,6 +268,7 @@ clmla_status clmla_index_scores(clmla_index_kernels *ik, const clmla_index_score
     CLMLA_SET_ARG(ctx, k, 14, a->scores);
     CLMLA_SET_ARG(ctx, k, 15, s_off);
     CLMLA_SET_ARG(ctx, k, 16, a->scores_stride);
+    CLMLA_SET_ARG(ctx, k, 17, a->token_offset);
     /* a fixed work-group shape (PoCL compiles one per shape), one token per group: one item on CPUs,
        64 elsewhere */
     const size_t l0 = cpu ? 1 : 64;
@@ -271,8 +303,11 @@ clmla_status clmla_index_topk(clmla_index_kernels *ik, const clmla_index_topk_ar
         st = extent(ctx, fn, "indices [T, top_k]", a->indices_offset, (long long)T * a->top_k, sizeof(cl_int), &need);
     if (st == CLMLA_SUCCESS)
         st = buffer_bytes(ctx, fn, "indices [T, top_k]", a->indices, need, &size);
+    if (st == CLMLA_SUCCESS && (a->token_offset < 0 || a->token_offset > INT_MAX - T))
+        st = clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: token_offset %d", fn, a->token_offset);
     if (st == CLMLA_SUCCESS)
-        st = buffer_bytes(ctx, fn, "token_ctx_len [T]", a->token_ctx_len, (size_t)T * sizeof(cl_int), &size);
+        st = buffer_bytes(ctx, fn, "token_ctx_len [T]", a->token_ctx_len,
+                          ((size_t)a->token_offset + (size_t)T) * sizeof(cl_int), &size);
     if (st != CLMLA_SUCCESS)
         return st;
 
@@ -299,9 +334,186 @@ clmla_status clmla_index_topk(clmla_index_kernels *ik, const clmla_index_topk_ar
     cl_int err = clSetKernelArg(k, 9, 2 * (size_t)items * sizeof(cl_uint), NULL);
     if (err != CL_SUCCESS)
         return clmla_fail_kernel_arg(ctx, err, k, 9);
+    CLMLA_SET_ARG(ctx, k, 10, a->token_offset);
     const size_t global[1] = {(size_t)T * items}, local[1] = {(size_t)items};
     err = clmla_cl_enqueue(ctx, k, 1, global, local, event);
     if (err != CL_SUCCESS)
         return clmla_fail_cl(ctx, err, "enqueue indexer_topk");
     return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_index_write_keys(clmla_index_kernels *ik, int T, cl_mem src, int src_offset, int src_stride,
+                                    cl_mem norm_w, cl_mem norm_b, float eps, cl_mem positions, cl_mem table,
+                                    cl_mem slots, cl_mem keys)
+{
+    clmla_context *ctx = ik->ctx;
+    if (!ik->key_write)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_index_write_keys: built without rope_dim");
+    if (T < 1)
+        return CLMLA_SUCCESS;
+    cl_kernel k = ik->key_write;
+    CLMLA_SET_ARG(ctx, k, 0, src);
+    CLMLA_SET_ARG(ctx, k, 1, src_offset);
+    CLMLA_SET_ARG(ctx, k, 2, src_stride);
+    CLMLA_SET_ARG(ctx, k, 3, norm_w);
+    CLMLA_SET_ARG(ctx, k, 4, norm_b);
+    CLMLA_SET_ARG(ctx, k, 5, eps);
+    CLMLA_SET_ARG(ctx, k, 6, positions);
+    CLMLA_SET_ARG(ctx, k, 7, table);
+    CLMLA_SET_ARG(ctx, k, 8, slots);
+    CLMLA_SET_ARG(ctx, k, 9, keys);
+    const size_t local = (size_t)ik->key_threads, global = local * (size_t)T;
+    cl_int err = clmla_cl_enqueue(ctx, k, 1, &global, &local, NULL);
+    return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue indexer_key_write");
+}
+
+clmla_status clmla_index_rope_queries(clmla_index_kernels *ik, int T, cl_mem q, int q_offset, cl_mem positions,
+                                      cl_mem table)
+{
+    clmla_context *ctx = ik->ctx;
+    if (!ik->q_rope)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_index_rope_queries: built without rope_dim");
+    if (T < 1)
+        return CLMLA_SUCCESS;
+    cl_kernel k = ik->q_rope;
+    CLMLA_SET_ARG(ctx, k, 0, q);
+    CLMLA_SET_ARG(ctx, k, 1, q_offset);
+    CLMLA_SET_ARG(ctx, k, 2, positions);
+    CLMLA_SET_ARG(ctx, k, 3, table);
+    const size_t global[3] = {(size_t)ik->cfg.rope_dim / 2, (size_t)ik->cfg.heads, (size_t)T};
+    cl_int err = clmla_cl_enqueue_rows(ctx, k, 3, global, NULL);
+    return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue indexer_q_rope");
+}
+
+clmla_status clmla_index_kernels_for(clmla_cache *cache, int heads, int rope_dim, clmla_rope_pairing pairing,
+                                     clmla_index_kernels **out)
+{
+    const clmla_index_config want = {heads, cache->config.index_head_dim, cache->config.block_tokens,
+                                     cache->config.index_dtype == CLMLA_CACHE_BF16 ? CLMLA_INDEX_KEYS_BF16
+                                                                                   : CLMLA_INDEX_KEYS_F32,
+                                     rope_dim, pairing};
+    const int slots = (int)(sizeof(cache->index_kernels) / sizeof(cache->index_kernels[0]));
+    for (int i = 0; i < slots && cache->index_kernels[i]; i++) {
+        const clmla_index_config *c = &cache->index_kernels[i]->cfg;
+        /* scoring alone (rope_dim 0) takes any set of those heads */
+        if (c->heads == heads && (rope_dim == 0 || (c->rope_dim == rope_dim && c->rope_pairing == pairing))) {
+            *out = cache->index_kernels[i];
+            return CLMLA_SUCCESS;
+        }
+    }
+    int free_slot = 0;
+    while (free_slot < slots && cache->index_kernels[free_slot])
+        free_slot++;
+    if (free_slot == slots)
+        return clmla_fail(cache->ctx, CLMLA_ERROR_UNSUPPORTED,
+                          "a cache keeps the indexer kernels of %d shapes (heads, rope dims, pairing); a fifth was asked "
+                          "for (%d heads)",
+                          slots, heads);
+    clmla_status st = clmla_index_kernels_create(cache->ctx, &want, &cache->index_kernels[free_slot]);
+    *out = cache->index_kernels[free_slot];
+    return st;
+}
+
+clmla_status clmla_index_select_enqueue(clmla_index_kernels *ik, cl_mem keys, const clmla_index_select_args *a,
+                                        cl_event *event)
+{
+    clmla_context *ctx = ik->ctx;
+    const int T = a->num_tokens, HI = ik->cfg.heads, dI = ik->cfg.head_dim;
+    const size_t ctx_len = (size_t)a->max_ctx_len, cap = CLMLA_INDEX_SCORE_VALUES / (ctx_len ? ctx_len : 1);
+    const int rows = (int)(cap < 1 ? 1 : cap < (size_t)T ? cap : (size_t)T);
+    cl_mem scores = NULL;
+    clmla_status st = clmla_scratch(ctx, SCRATCH_INDEX_SCORES, (size_t)rows * ctx_len * sizeof(float), &scores);
+    for (int r0 = 0; st == CLMLA_SUCCESS && r0 < T; r0 += rows) {
+        const int n = T - r0 < rows ? T - r0 : rows;
+        clmla_index_scores_args sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.num_tokens = n;
+        sa.q = a->q;
+        sa.q_offset = a->q_offset + (size_t)r0 * HI * dI;
+        sa.weights = a->weights;
+        sa.weights_offset = a->weights_offset + (size_t)r0 * HI;
+        sa.keys = keys;
+        sa.block_table = a->block_table;
+        sa.max_blocks_per_seq = a->max_blocks_per_seq;
+        sa.token_seq = a->token_seq;
+        sa.token_ctx_len = a->token_ctx_len;
+        sa.max_ctx_len = a->max_ctx_len;
+        sa.scores = scores;
+        sa.scores_stride = a->max_ctx_len;
+        sa.token_offset = r0;
+        st = clmla_index_scores(ik, &sa, NULL);
+        if (st == CLMLA_SUCCESS) {
+            clmla_index_topk_args ta;
+            memset(&ta, 0, sizeof(ta));
+            ta.num_tokens = n;
+            ta.top_k = a->top_k;
+            ta.scores = scores;
+            ta.scores_stride = a->max_ctx_len;
+            ta.token_ctx_len = a->token_ctx_len;
+            ta.max_ctx_len = a->max_ctx_len;
+            ta.indices = a->indices;
+            ta.indices_offset = a->indices_offset + (size_t)r0 * a->top_k;
+            ta.token_offset = r0;
+            st = clmla_index_topk(ik, &ta, r0 + n >= T ? event : NULL);
+        }
+    }
+    return st;
+}
+
+clmla_status clmla_index_select(clmla_cache *cache, int layer, const clmla_index_select_args *a, cl_event *event)
+{
+    static const char fn[] = "clmla_index_select";
+    if (event)
+        *event = NULL;
+    if (!cache || !a)
+        return clmla_fail(cache ? cache->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+    clmla_context *ctx = cache->ctx;
+    cl_mem keys = clmla_cache_index_keys(cache, layer);
+    if (!keys)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: %s", fn,
+                          cache->config.index_head_dim ? "layer out of range" : "the cache has no index-key cache");
+    if (a->num_heads < 1 || a->top_k < 1 || a->top_k > CLMLA_SPARSE_MAX_TOPK || a->num_tokens < 1)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "%s: num_tokens %d and num_heads %d must be >= 1, top_k %d in 1..%d", fn, a->num_tokens,
+                          a->num_heads, a->top_k, CLMLA_SPARSE_MAX_TOPK);
+    if (!a->indices)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: indices is NULL", fn);
+    size_t need = 0, size = 0;
+    clmla_status st = extent(ctx, fn, "indices [T, top_k]", a->indices_offset, (long long)a->num_tokens * a->top_k,
+                             sizeof(cl_int), &need);
+    if (st == CLMLA_SUCCESS)
+        st = buffer_bytes(ctx, fn, "indices [T, top_k]", a->indices, need, &size);
+    clmla_index_kernels *ik = NULL;
+    if (st == CLMLA_SUCCESS)
+        st = clmla_index_kernels_for(cache, a->num_heads, 0, CLMLA_ROPE_INTERLEAVED, &ik);
+    /* the rest (q, weights, tables, the context bound) is checked by each chunk's scores call
+       before it is enqueued; the first chunk's checks cover every later one's buffers but for
+       their offsets, which only grow within the sizes checked for the whole T here */
+    if (st == CLMLA_SUCCESS)
+        st = extent(ctx, fn, "q [T, H_I, d_I]", a->q_offset, (long long)a->num_tokens * a->num_heads * ik->cfg.head_dim,
+                    sizeof(float), &need);
+    if (st == CLMLA_SUCCESS)
+        st = buffer_bytes(ctx, fn, "q [T, H_I, d_I]", a->q, need, &size);
+    if (st == CLMLA_SUCCESS)
+        st = extent(ctx, fn, "weights [T, H_I]", a->weights_offset, (long long)a->num_tokens * a->num_heads,
+                    sizeof(float), &need);
+    if (st == CLMLA_SUCCESS)
+        st = buffer_bytes(ctx, fn, "weights [T, H_I]", a->weights, need, &size);
+    if (st == CLMLA_SUCCESS)
+        st = buffer_bytes(ctx, fn, "token_seq [T]", a->token_seq, (size_t)a->num_tokens * sizeof(cl_int), &size);
+    if (st == CLMLA_SUCCESS)
+        st = buffer_bytes(ctx, fn, "token_ctx_len [T]", a->token_ctx_len, (size_t)a->num_tokens * sizeof(cl_int), &size);
+    if (st == CLMLA_SUCCESS &&
+        (a->max_blocks_per_seq < 1 || a->max_ctx_len < 1 ||
+         (long long)a->max_ctx_len > (long long)a->max_blocks_per_seq * cache->config.block_tokens))
+        st = clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                        "%s: max_blocks_per_seq %d and max_ctx_len %d must be >= 1, max_ctx_len at most "
+                        "max_blocks_per_seq * block_tokens (%d)",
+                        fn, a->max_blocks_per_seq, a->max_ctx_len, cache->config.block_tokens);
+    if (st == CLMLA_SUCCESS)
+        st = buffer_bytes(ctx, fn, "block_table [rows, max_blocks_per_seq]", a->block_table,
+                          (size_t)a->max_blocks_per_seq * sizeof(cl_int), &size);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    return clmla_index_select_enqueue(ik, keys, a, event);
 }

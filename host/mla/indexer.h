@@ -1,6 +1,7 @@
-/* DeepSeek Sparse Attention's lightning indexer on the device (internal; not yet part of the layer):
-   the scores of every cached index key for each query token, and their top-k selection
-   (cl/indexer.cl, shared/design/DSA.md sections 3, 4 and 7).
+/* DeepSeek Sparse Attention's lightning indexer on the device (internal; the layer's sparse steps
+   run it, host/mla/layer.c): the index keys written into the key cache, RoPE on the indexer's
+   queries, the scores of every cached index key for each query token, and their top-k selection
+   (cl/indexer.cl, docs/DESIGN.md "Sparse attention").
 
    A clmla_index_kernels holds the two kernels built once for one shape (indexer heads, head dim,
    block tokens, key dtype) on one context; enqueuing them creates nothing. Both enqueue on the
@@ -23,6 +24,10 @@ typedef struct clmla_index_config {
     int head_dim;     /* d_I (index_head_dim), >= 1 */
     int block_tokens; /* P: tokens per block of the key cache, >= 1 */
     clmla_index_key_dtype key_dtype;
+    /* The key writer and the queries' RoPE (0: those two kernels are not built): the rotated dims
+       (the first rope_dim of each key and head, even, <= head_dim) and their pairing. */
+    int rope_dim;
+    clmla_rope_pairing rope_pairing;
 } clmla_index_config;
 
 typedef struct clmla_index_kernels clmla_index_kernels;
@@ -52,6 +57,8 @@ typedef struct clmla_index_scores_args {
     int max_ctx_len;                    /* >= 1, at most max_blocks_per_seq * block_tokens */
     cl_mem scores; size_t scores_offset; /* [T, scores_stride] float32 (offset in floats) */
     int scores_stride;                  /* >= max_ctx_len */
+    int token_offset;                   /* token t's entries of token_seq and token_ctx_len are at
+                                           token_offset + t (>= 0; the buffers hold that many more) */
 } clmla_index_scores_args;
 
 clmla_status clmla_index_scores(clmla_index_kernels *ik, const clmla_index_scores_args *a, cl_event *event);
@@ -68,9 +75,37 @@ typedef struct clmla_index_topk_args {
     cl_mem token_ctx_len;                /* [T] int32 */
     int max_ctx_len;                     /* >= 0 */
     cl_mem indices; size_t indices_offset; /* [T, top_k] int32 (offset in ints) */
+    int token_offset;                    /* as in clmla_index_scores_args */
 } clmla_index_topk_args;
 
 clmla_status clmla_index_topk(clmla_index_kernels *ik, const clmla_index_topk_args *a, cl_event *event);
+
+/* The index keys of T new tokens into the key cache `keys` (its layout above): key t is
+   LayerNorm(src[t]) (norm_w, norm_b [head_dim] float32, eps), its first rope_dim values rotated
+   with row positions[t] of `table` ([rows, rope_dim/2] float2 A cos, A sin), stored at slot
+   slots[t] in the key dtype. src [T, src_stride] float32 from src_offset. No checks beyond the
+   kernels being built: the layer's own buffers. */
+clmla_status clmla_index_write_keys(clmla_index_kernels *ik, int T, cl_mem src, int src_offset, int src_stride,
+                                    cl_mem norm_w, cl_mem norm_b, float eps, cl_mem positions, cl_mem table,
+                                    cl_mem slots, cl_mem keys);
+/* RoPE on the first rope_dim values of every head of q [T, heads, head_dim] (float32 from q_offset),
+   in place, with rows positions[t] of table. */
+clmla_status clmla_index_rope_queries(clmla_index_kernels *ik, int T, cl_mem q, int q_offset, cl_mem positions,
+                                      cl_mem table);
+
+/* The kernels for `heads` indexer heads with the cache's block size, key dtype and d_I, with the
+   key writer and query RoPE for rope_dim (0: none) and pairing: built on the first call with that
+   shape and kept by the cache (a few shapes at most; more is CLMLA_ERROR_UNSUPPORTED). */
+struct clmla_cache;
+clmla_status clmla_index_kernels_for(struct clmla_cache *cache, int heads, int rope_dim, clmla_rope_pairing pairing,
+                                     clmla_index_kernels **out);
+
+/* clmla_index_select's work once its arguments are checked: scores of at most
+   CLMLA_INDEX_SCORE_VALUES (token, key) pairs at a time in the context's scratch, the top-k of each
+   chunk into a->indices. `keys` is the cache layer's index-key buffer. */
+#define CLMLA_INDEX_SCORE_VALUES ((size_t)1 << 24)
+clmla_status clmla_index_select_enqueue(clmla_index_kernels *ik, cl_mem keys, const clmla_index_select_args *a,
+                                        cl_event *event);
 
 /* Test hooks: the work-group size the top-k kernel runs with (0: the library's choice, else at most
    the kernel's limit) and the keys per work-item of the scores kernel (0: the library's choice, a

@@ -7,10 +7,15 @@
  *   absorbed entries:     q~ = q^C W^UK (per head), latent attention, o = o-bar W^UV^T
  *   decompressed entries: gather the sequence's cache rows, [k^C v^C] = c^KV W^UKV^T,
  *                         causal attention with head dims dq / dv
- *   out = o W_o^T                                                                   [T, D] */
+ *   out = o W_o^T                                                                   [T, D]
+ * A sparse-attention layer (an indexer: DeepSeek-V3.2, GLM-5) also writes each new token's index key
+ * k = RoPE(LayerNorm(x W_k^T)) into the cache's index-key cache, and in a step where some query sees
+ * more than index_topk keys, scores every visible key per token (queries RoPE(c^Q W_q^T), weights
+ * x W_w^T), keeps the index_topk best and runs every entry absorbed over those keys only. */
 #include "attention.h"
 #include "clcall.h"
 #include "gemm.h"
+#include "indexer.h"
 #include "program.h"
 #include "layer_config.h"
 #include "rope.h"
@@ -61,6 +66,13 @@ struct clmla_layer {
        step's writes, which the host waits for before it rewrites the block. */
     clmla_staged tables;
     cl_event written;
+    /* The lightning indexer (config.index_n_heads > 0, else all 0): its heads, head dim and top-k,
+       the three products (W_q of c^Q, W_k and W_w of x) and the key LayerNorm's weight and bias.
+       Its kernels depend on the cache's blocks and key dtype: the cache keeps them
+       (clmla_index_kernels_for), built at the first step with it or by clmla_layer_warmup. */
+    int HI, dI, topk;
+    clmla_weight idx_wq, idx_wk, idx_ww;
+    cl_mem idx_norm_w, idx_norm_b;
     /* host only, [3, entries]: each entry's first row, cached prefix and path (step_plan) */
     int *entry_info;
     int entry_info_capacity;
@@ -314,6 +326,19 @@ clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *co
         st = check_shape(ctx, "kv_a_proj_with_mqa", "bias", &w->kv_a_proj_with_mqa_bias, rkv + dr, 0, 1);
     if (st == CLMLA_SUCCESS)
         st = check_shape(ctx, "o_proj", "bias", &w->o_proj_bias, D, 0, 1);
+    const int64_t HI = c.index_n_heads, dI = c.index_head_dim;
+    const clmla_tensor *idx_t[5] = {&w->indexer_wq_b, &w->indexer_wk, &w->indexer_k_norm, &w->indexer_k_norm_bias,
+                                    &w->indexer_weights_proj};
+    static const char *const idx_names[5] = {"indexer.wq_b", "indexer.wk", "indexer.k_norm", "indexer.k_norm (bias)",
+                                             "indexer.weights_proj"};
+    const int64_t idx_shape[5][2] = {{HI * dI, rq}, {dI, D}, {dI, 0}, {dI, 0}, {HI, D}};
+    for (int i = 0; st == CLMLA_SUCCESS && i < 5; i++) {
+        if (HI == 0 && idx_t[i]->data)
+            st = clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                            "%s was given, but index_n_heads is 0 (a layer without an indexer)", idx_names[i]);
+        else if (HI > 0)
+            st = check_tensor(ctx, idx_names[i], idx_t[i], idx_shape[i][0], idx_shape[i][1]);
+    }
     if (st != CLMLA_SUCCESS)
         return st;
 
@@ -366,6 +391,18 @@ clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *co
         st = clmla_weight_upload(ctx, "kv_b_proj", &kvb.t, 1, kvb.want, 0, &L->kv_b_proj, NULL);
     if (st == CLMLA_SUCCESS)
         st = clmla_weight_upload(ctx, "o_proj", &ob.t, 1, ob.want, 1, &L->o_proj, NULL);
+    if (st == CLMLA_SUCCESS && HI > 0) {
+        L->HI = (int)HI, L->dI = (int)dI, L->topk = c.index_topk;
+        st = clmla_weight_upload(ctx, "indexer.wq_b", &w->indexer_wq_b, 1, wd, 1, &L->idx_wq, NULL);
+        if (st == CLMLA_SUCCESS)
+            st = clmla_weight_upload(ctx, "indexer.wk", &w->indexer_wk, 1, wd, 1, &L->idx_wk, NULL);
+        if (st == CLMLA_SUCCESS)
+            st = clmla_weight_upload(ctx, "indexer.weights_proj", &w->indexer_weights_proj, 1, wd, 1, &L->idx_ww, NULL);
+        if (st == CLMLA_SUCCESS)
+            st = upload_weight(ctx, "indexer.k_norm", &w->indexer_k_norm, &L->idx_norm_w);
+        if (st == CLMLA_SUCCESS)
+            st = upload_weight(ctx, "indexer.k_norm (bias)", &w->indexer_k_norm_bias, &L->idx_norm_b);
+    }
     clmla_tensor_block_free(&qb);
     clmla_tensor_block_free(&kvb);
     clmla_tensor_block_free(&ob);
@@ -388,7 +425,11 @@ void clmla_layer_destroy(clmla_layer *L)
     clmla_weight_release(&L->q_b_proj);
     clmla_weight_release(&L->kv_b_proj);
     clmla_weight_release(&L->o_proj);
-    cl_mem bufs[] = {L->q_a_layernorm, L->kv_a_layernorm, L->rope_table, L->qkv_bias, L->o_bias};
+    clmla_weight_release(&L->idx_wq);
+    clmla_weight_release(&L->idx_wk);
+    clmla_weight_release(&L->idx_ww);
+    cl_mem bufs[] = {L->q_a_layernorm, L->kv_a_layernorm, L->rope_table, L->qkv_bias, L->o_bias, L->idx_norm_w,
+                     L->idx_norm_b};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (bufs[i])
             clReleaseMemObject(bufs[i]);
@@ -445,7 +486,9 @@ clmla_status clmla_layer_get_memory(const clmla_layer *L, clmla_layer_memory *m)
     m->norms = buffer_bytes(L->q_a_layernorm) + buffer_bytes(L->kv_a_layernorm);
     m->biases = buffer_bytes(L->qkv_bias) + buffer_bytes(L->o_bias);
     m->rope_table = buffer_bytes(L->rope_table);
-    m->total = qkv + m->q_b_proj + m->kv_b_proj + m->o_proj + m->norms + m->biases + m->rope_table;
+    m->indexer = weight_bytes(&L->idx_wq) + weight_bytes(&L->idx_wk) + weight_bytes(&L->idx_ww) +
+                 buffer_bytes(L->idx_norm_w) + buffer_bytes(L->idx_norm_b);
+    m->total = qkv + m->q_b_proj + m->kv_b_proj + m->o_proj + m->norms + m->biases + m->rope_table + m->indexer;
     return CLMLA_SUCCESS;
 }
 
@@ -504,6 +547,22 @@ clmla_status clmla_layer_warmup(clmla_layer *L, clmla_cache *cache, int cache_la
         }
         if (seq >= 0)
             clmla_cache_seq_free(cache, seq);
+    }
+    /* A sparse-attention layer: its indexer's kernels and the sparse attention kernels too, by the
+       absorbed steps once more with a top-k of 1 (every step past the first then selects). */
+    if (st == CLMLA_SUCCESS && L->HI > 0 && cache->config.index_head_dim == L->dI) {
+        const int topk = L->topk;
+        L->topk = 1;
+        int32_t seq = -1;
+        st = clmla_cache_seq_add(cache, &seq);
+        for (int i = 0; st == CLMLA_SUCCESS && absorbed[i] > 0; i++) {
+            const clmla_batch_entry entry = {seq, absorbed[i]};
+            const clmla_forward_args args = {&entry, 1, cache_layer, CLMLA_PATH_ABSORBED};
+            st = clmla_layer_forward(L, cache, &args, x, out);
+        }
+        if (seq >= 0)
+            clmla_cache_seq_free(cache, seq);
+        L->topk = topk;
     }
     free(x);
     free(out);
@@ -638,6 +697,8 @@ typedef struct step_plan {
     int T;
     int max_blocks, max_ctx;
     int any_absorbed;     /* some entry takes the absorbed path */
+    int sparse;           /* the indexer selects keys: some query sees more than index_topk (every
+                             entry then absorbed) */
     int max_decompressed; /* the most keys of an entry on the decompressed path (0: none) */
     int *positions, *slots, *token_seq, *token_ctx; /* [T]; positions: rows of the RoPE table */
     float *qscale;                                   /* [T] when the layer has a query scale */
@@ -708,6 +769,7 @@ static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_fo
             p->max_ctx = v.length;
     }
     clmla_status st = CLMLA_SUCCESS;
+    p->sparse = L->HI > 0 && p->max_ctx > L->topk;
     if (L->config.dense_max_keys > 0 && p->max_ctx > L->config.dense_max_keys)
         st = clmla_fail(L->ctx, CLMLA_ERROR_UNSUPPORTED,
                         "a sequence would reach %d tokens, but this model selects index_topk = %d keys per query with "
@@ -728,8 +790,9 @@ static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_fo
         const int tokens = a->entries[e].num_tokens;
         p->first_row[e] = row;
         p->prefix[e] = txn->old_length[e];
-        p->decompressed[e] = a->path == CLMLA_PATH_DECOMPRESSED ||
-                             (a->path == CLMLA_PATH_AUTO && tokens >= L->auto_threshold);
+        /* sparse steps run absorbed: the decompressed kernels attend to every key */
+        p->decompressed[e] = !p->sparse && (a->path == CLMLA_PATH_DECOMPRESSED ||
+                                            (a->path == CLMLA_PATH_AUTO && tokens >= L->auto_threshold));
         if (!p->decompressed[e])
             p->any_absorbed = 1;
         else if (p->prefix[e] + tokens > p->max_decompressed)
@@ -761,6 +824,11 @@ static clmla_status check_step(clmla_layer *L, clmla_cache *cache, const clmla_f
         return clmla_fail(ctx, CLMLA_ERROR_SHAPE_MISMATCH,
                           "the cache holds rows of kv_lora_rank %d + rope_dim %d, the layer needs %d + %d",
                           cache->config.kv_lora_rank, cache->config.rope_dim, L->rkv, L->dr);
+    if (L->HI > 0 && cache->config.index_head_dim != L->dI)
+        return clmla_fail(ctx, CLMLA_ERROR_SHAPE_MISMATCH,
+                          "the layer's indexer writes index keys of %d values (index_head_dim), the cache holds %d "
+                          "(clmla_cache_config.index_head_dim; 0: no index-key cache)",
+                          L->dI, cache->config.index_head_dim);
     if (a->path != CLMLA_PATH_AUTO && a->path != CLMLA_PATH_ABSORBED && a->path != CLMLA_PATH_DECOMPRESSED)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "unknown attention path %d", (int)a->path);
     long long T = 0;
@@ -799,6 +867,8 @@ typedef struct step_buffers {
     cl_mem q_abs;  /* [T, H, rkv] absorbed queries (absorbed entries only) */
     cl_mem latent; /* [T, H, rkv] latent attention output (absorbed entries only) */
     cl_mem o;      /* [T, H*dv] per-head outputs, the input of o_proj */
+    cl_mem idx_k;  /* [T, d_I] x W_k^T (indexer layers) */
+    cl_mem idx_q, idx_w, idx_topk; /* [T, H_I, d_I], [T, H_I], [T, K] (sparse steps) */
     cl_mem positions, qscale, slots, token_seq, token_ctx, tables;
 } step_buffers;
 
@@ -829,6 +899,15 @@ static clmla_status stage_step(clmla_layer *L, const clmla_forward_args *a, cons
         st = clmla_scratch(ctx, SCRATCH_Q_ABSORBED, T * H * (size_t)L->rkv * F, &b->q_abs);
     if (st == CLMLA_SUCCESS && p->any_absorbed)
         st = clmla_scratch(ctx, SCRATCH_LATENT_OUT, T * H * (size_t)L->rkv * F, &b->latent);
+    if (st == CLMLA_SUCCESS && L->HI > 0)
+        st = clmla_scratch(ctx, SCRATCH_INDEX_K, T * (size_t)L->dI * F, &b->idx_k);
+    if (st == CLMLA_SUCCESS && p->sparse) {
+        st = clmla_scratch(ctx, SCRATCH_INDEX_Q, T * (size_t)L->HI * L->dI * F, &b->idx_q);
+        if (st == CLMLA_SUCCESS)
+            st = clmla_scratch(ctx, SCRATCH_INDEX_W, T * (size_t)L->HI * F, &b->idx_w);
+        if (st == CLMLA_SUCCESS)
+            st = clmla_scratch(ctx, SCRATCH_INDEX_TOPK, T * (size_t)L->topk * sizeof(cl_int), &b->idx_topk);
+    }
     if (st == CLMLA_SUCCESS)
         st = write_tables(L, a, p);
     if (st != CLMLA_SUCCESS)
@@ -841,6 +920,9 @@ static clmla_status stage_step(clmla_layer *L, const clmla_forward_args *a, cons
     b->tables = L->tables.part[TABLE_BLOCKS];
     return CLMLA_SUCCESS;
 }
+
+static clmla_status write_index_keys(clmla_layer *L, clmla_cache *cache, int layer, const step_plan *p,
+                                     const step_buffers *b, cl_mem x, size_t x_offset);
 
 /* Projections, latent norms and RoPE for every token of the step, and [c^KV ; k^R] into the cache
    (docs/MLA.md section 2). */
@@ -866,6 +948,63 @@ static clmla_status project_step(clmla_layer *L, clmla_cache *cache, int layer, 
     if (st == CLMLA_SUCCESS)
         st = clmla_cache_enqueue_write(cache, layer, T, b->qkv, (size_t)kv_off, ld, b->qkv, (size_t)(kv_off + rkv), ld,
                                        b->slots, NULL);
+    if (st == CLMLA_SUCCESS && L->HI > 0)
+        st = write_index_keys(L, cache, layer, p, b, x, x_offset);
+    return st;
+}
+
+/* The index key of every new token, k = RoPE(LayerNorm(x W_k^T)), into the index-key cache at the
+   token's slot (DSA.md section 3.3). */
+static clmla_status write_index_keys(clmla_layer *L, clmla_cache *cache, int layer, const step_plan *p,
+                                     const step_buffers *b, cl_mem x, size_t x_offset)
+{
+    clmla_index_kernels *ik = NULL;
+    clmla_status st = clmla_index_kernels_for(cache, L->HI, L->dr, L->config.index_rope_pairing, &ik);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_gemm(L->ctx, p->T, (size_t)L->dI, L->D, 1.0f, mat(x, x_offset, L->D, 0), clmla_weight_matrix(&L->idx_wk),
+                        0.0f, mat(b->idx_k, 0, (size_t)L->dI, 0), NULL);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_index_write_keys(ik, p->T, b->idx_k, 0, L->dI, L->idx_norm_w, L->idx_norm_b,
+                                    (float)L->config.index_norm_eps, b->positions, L->rope_table, b->slots,
+                                    clmla_cache_index_keys(cache, layer));
+    return st;
+}
+
+/* A sparse step's selection (DSA.md sections 3 and 4): per token its queries RoPE(c^Q W_q^T) and
+   head weights (H_I d_I)^-1/2 x W_w^T, then the scores of every visible index key and the
+   index_topk best positions into idx_topk [T, K] (-1 padded), as clmla_index_select does. */
+static clmla_status select_keys(clmla_layer *L, clmla_cache *cache, int layer, const step_plan *p,
+                                const step_buffers *b, cl_mem x, size_t x_offset)
+{
+    clmla_context *ctx = L->ctx;
+    const int T = p->T, HI = L->HI, dI = L->dI;
+    const float wscale = (float)(1.0 / sqrt((double)HI * dI));
+    clmla_index_kernels *ik = NULL;
+    clmla_status st = clmla_index_kernels_for(cache, HI, L->dr, L->config.index_rope_pairing, &ik);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_gemm(ctx, T, (size_t)HI * dI, L->rq, 1.0f, mat(b->qkv, 0, (size_t)L->qkv_ld, 0),
+                        clmla_weight_matrix(&L->idx_wq), 0.0f, mat(b->idx_q, 0, (size_t)HI * dI, 0), NULL);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_index_rope_queries(ik, T, b->idx_q, 0, b->positions, L->rope_table);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_gemm(ctx, T, (size_t)HI, L->D, wscale, mat(x, x_offset, L->D, 0), clmla_weight_matrix(&L->idx_ww), 0.0f,
+                        mat(b->idx_w, 0, (size_t)HI, 0), NULL);
+    if (st == CLMLA_SUCCESS) {
+        clmla_index_select_args sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.num_tokens = T;
+        sa.num_heads = HI;
+        sa.top_k = L->topk;
+        sa.q = b->idx_q;
+        sa.weights = b->idx_w;
+        sa.block_table = b->tables;
+        sa.max_blocks_per_seq = p->max_blocks;
+        sa.token_seq = b->token_seq;
+        sa.token_ctx_len = b->token_ctx;
+        sa.max_ctx_len = p->max_ctx;
+        sa.indices = b->idx_topk;
+        st = clmla_index_select_enqueue(ik, clmla_cache_index_keys(cache, layer), &sa, NULL);
+    }
     return st;
 }
 
@@ -902,6 +1041,10 @@ static clmla_status absorbed_attention(clmla_layer *L, clmla_cache *cache, const
         lp.token_ctx_len = b->token_ctx;
         lp.max_ctx_len = p->max_ctx;
         lp.out = b->latent;
+        if (p->sparse) {
+            lp.indices = b->idx_topk;
+            lp.topk = L->topk;
+        }
         st = clmla_latent_attention_enqueue(cache, a->cache_layer, &lp, NULL);
     }
     for (int e = 0, r0, rows; st == CLMLA_SUCCESS && next_absorbed_run(p, a->num_entries, &e, &r0, &rows);)
@@ -956,6 +1099,8 @@ static clmla_status run_step(clmla_layer *L, clmla_cache *cache, const clmla_for
     clmla_status st = stage_step(L, a, p, &b);
     if (st == CLMLA_SUCCESS)
         st = project_step(L, cache, a->cache_layer, p, &b, x, x_offset);
+    if (st == CLMLA_SUCCESS && p->sparse)
+        st = select_keys(L, cache, a->cache_layer, p, &b, x, x_offset);
     if (st == CLMLA_SUCCESS && p->any_absorbed)
         st = absorbed_attention(L, cache, a, p, &b);
     if (st == CLMLA_SUCCESS && p->max_decompressed > 0)

@@ -62,6 +62,8 @@ clmla_layer_config clmla_config_resolved(const clmla_layer_config *c)
         r.q_latent_scale = 1.0;
     if (r.kv_latent_scale == 0)
         r.kv_latent_scale = 1.0;
+    if (r.index_n_heads > 0 && r.index_norm_eps == 0)
+        r.index_norm_eps = 1e-6;
     return r;
 }
 
@@ -184,6 +186,31 @@ clmla_status clmla_layer_config_validate(const clmla_layer_config *config)
     if (c.tp_rank < 0 || c.tp_rank >= (c.tp_size > 1 ? c.tp_size : 1))
         return INVALID("tp_rank %d is out of range for tp_size %d (0 to %d)", c.tp_rank, c.tp_size,
                        (c.tp_size > 1 ? c.tp_size : 1) - 1);
+    if (c.index_n_heads < 0)
+        return INVALID("index_n_heads %d must be >= 0 (0: no indexer)", c.index_n_heads);
+    if (c.index_n_heads > 0) {
+        if (c.q_lora_rank == 0)
+            return INVALID("the indexer (index_n_heads %d) reads c^Q, but q_lora_rank is 0", c.index_n_heads);
+        if (c.index_n_heads > 4096 || c.index_head_dim > 1024 || c.index_head_dim < c.qk_rope_head_dim ||
+            c.index_head_dim % 2)
+            return INVALID("index_n_heads %d must be at most 4096 and index_head_dim %d even, at least "
+                           "qk_rope_head_dim %d and at most 1024",
+                           c.index_n_heads, c.index_head_dim, c.qk_rope_head_dim);
+        if (c.index_topk < 1)
+            return INVALID("index_topk %d must be >= 1", c.index_topk);
+        if (c.dense_max_keys != 0)
+            return INVALID("dense_max_keys %d must be 0 with an indexer (index_n_heads %d): the indexer selects "
+                           "index_topk keys instead", c.dense_max_keys, c.index_n_heads);
+        if (c.index_rope_pairing != CLMLA_ROPE_INTERLEAVED && c.index_rope_pairing != CLMLA_ROPE_HALF_SPLIT)
+            return INVALID("index_rope_pairing %d is neither interleaved (0) nor half-split (1)",
+                           (int)c.index_rope_pairing);
+        if (!(c.index_norm_eps > 0 && c.index_norm_eps < 1))
+            return INVALID("index_norm_eps %g is not in (0, 1)", c.index_norm_eps);
+        if ((int64_t)c.index_n_heads * c.index_head_dim * (c.q_lora_rank > c.hidden_size ? c.q_lora_rank : c.hidden_size) >=
+            MAX_ELEMENTS)
+            return INVALID("the indexer's weights (index_n_heads %d x index_head_dim %d) are too large",
+                           c.index_n_heads, c.index_head_dim);
+    }
     if (c.rope_type == CLMLA_ROPE_TYPE_LONGROPE) {
         if (c.qk_rope_head_dim / 2 > CLMLA_MAX_ROPE_PAIRS)
             return INVALID("LongRoPE keeps at most %d factors, qk_rope_head_dim %d needs %d", CLMLA_MAX_ROPE_PAIRS,

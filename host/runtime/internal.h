@@ -53,8 +53,8 @@ struct clmla_context {
     int tuning_applied;
     char tuning_source[CLMLA_PATH_SIZE + 64]; /* "file PATH", "built-in table" or "none" */
 
-    cl_mem scratch[16];          /* scratch.h: per-slot device buffers, grown on demand */
-    size_t scratch_bytes[16];
+    cl_mem scratch[24];          /* scratch.h: per-slot device buffers, grown on demand */
+    size_t scratch_bytes[24];
 
     clmla_log_fn log;            /* clmla_context_options: diagnostics for the caller */
     void *log_user;

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-_Static_assert(SCRATCH_COUNT <= 16, "grow clmla_context.scratch");
+_Static_assert(SCRATCH_COUNT <= 24, "grow clmla_context.scratch");
 
 clmla_status clmla_scratch(clmla_context *ctx, clmla_scratch_slot slot, size_t bytes, cl_mem *buffer)
 {

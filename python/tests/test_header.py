@@ -124,7 +124,7 @@ def test_mirrored_structs_cover_fields():
     from clmla._core import _WEIGHT_NAMES
     assert list(_WEIGHT_NAMES) == weights
     model_opts = [f for f, _ in _decls.STRUCTS["clmla_model_options"]]
-    assert model_opts == ["layer", "sublayer", "weights_dtype", "tp_rank", "tp_size"], model_opts
+    assert model_opts == ["layer", "sublayer", "weights_dtype", "tp_rank", "tp_size", "dense"], model_opts
 
 
 def test_enum_names_used_by_the_api():

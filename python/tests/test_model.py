@@ -204,3 +204,60 @@ def test_tp_errors(ctx, v3_folder):
     with pytest.raises(clmla.Error) as e:
         clmla.Layer(cfg, bad, tp_rank=0, tp_size=2, context=ctx)
     assert e.value.status == "CLMLA_ERROR_SHAPE_MISMATCH"
+
+
+SPARSE_FIXTURES = os.path.join(REPO, "tests", "fixtures", "parity")
+
+
+@pytest.mark.parametrize("name", ["deepseek_v32-sparse.params", "glm_moe_dsa-sparse.legacy"])
+def test_sparse_attention_fixture(ctx, name):
+    """A DSA model past index_topk (its indexer selects): transformers' float64 output (the parity
+    fixture) within float32 error; the cache holds the index keys; dense=True attends to every key
+    and is far from it, so the selection did the work."""
+    folder = os.path.join(SPARSE_FIXTURES, name)
+    if not os.path.isdir(folder):
+        pytest.skip("no parity fixture %s" % name)
+    import json
+    case = json.load(open(os.path.join(folder, "case.json")))
+    x = np.load(os.path.join(folder, "X.npy"))
+    want = np.load(os.path.join(folder, "Y.npy"))
+    layer = clmla.Layer.from_pretrained(folder, layer=case["layer"], context=ctx)
+    cfg = layer.config
+    assert cfg.index_n_heads > 0 and cfg.index_topk < x.shape[0], cfg
+    y, cache, seq = run_sequence(layer, x, case["prefill"], block_tokens=4, blocks=8)
+    assert rel_err(y, want) <= 1e-5
+    keys = seq.read_index()
+    assert keys.shape == (x.shape[0], cfg.index_head_dim) and np.all(np.isfinite(keys)) and np.any(keys != 0)
+    assert cache.info().index_bytes_per_token_per_layer == 4 * cfg.index_head_dim
+    dense = clmla.Layer.from_pretrained(folder, layer=case["layer"], dense=True, context=ctx)
+    assert dense.config.index_n_heads == 0
+    yd, _, _ = run_sequence(dense, x, case["prefill"], block_tokens=4, blocks=8)
+    assert rel_err(yd, want) > 1e-2
+
+
+def test_index_select_matches_numpy(ctx):
+    """clmla.index_select over index keys the layer wrote (a fixture's DSA layer): the positions of
+    the top_k largest numpy float64 scores, ascending, -1 padded past the context; latent_attention
+    then takes them. A cache without index keys is refused."""
+    folder = os.path.join(SPARSE_FIXTURES, "deepseek_v32-sparse.params")
+    if not os.path.isdir(folder):
+        pytest.skip("no parity fixture")
+    x = np.load(os.path.join(folder, "X.npy"))
+    layer = clmla.Layer.from_pretrained(folder, layer=1, context=ctx)
+    _, cache, seq = run_sequence(layer, x, 6, block_tokens=4, blocks=8)
+    keys = seq.read_index().astype(np.float64)
+    assert cache.index_buffer() != 0
+    rng = np.random.default_rng(3)
+    T, HI, dI, k = 3, 4, keys.shape[1], 5
+    q = rng.standard_normal((T, HI, dI)).astype(np.float32)
+    w = rng.standard_normal((T, HI)).astype(np.float32)
+    lens = [13, 4, 9]
+    got = clmla.index_select(cache, q, w, [seq] * T, lens, k)
+    for t in range(T):
+        s = (w[t, :, None] * np.maximum(q[t].astype(np.float64) @ keys[: lens[t]].T, 0)).sum(0)
+        want = sorted(np.argsort(-s, kind="stable")[:k].tolist())
+        assert got[t, : len(want)].tolist() == want and (got[t, len(want):] == -1).all(), (t, got[t], want)
+    plain = clmla.Cache(ctx, blocks=4, config=clmla.Layer.from_pretrained(folder, layer=1, dense=True, context=ctx))
+    s2 = plain.add()
+    with pytest.raises(clmla.Error):
+        clmla.index_select(plain, q, w, [s2] * T, [0, 0, 0], k)

@@ -11,7 +11,7 @@ Every failure raises clmla.Error (.status, .message). See python/README.md.
 
 from ._binding import CONST, library_path
 from ._core import (CACHE_DTYPES, HEADER_VERSION, PATHS, WEIGHTS_DTYPES, Cache, CacheInfo, Context, Device, Error,
-                    Layer, LayerConfig, Linear, Sequence, Weight, default_context, devices, latent_attention,
+                    Layer, LayerConfig, Linear, Sequence, Weight, default_context, devices, index_select, latent_attention,
                     model_types, presets, resolve_device, version)
 from . import _binding as binding
 
@@ -19,5 +19,5 @@ __version__ = HEADER_VERSION
 WARMUP_TOKENS = CONST["CLMLA_WARMUP_TOKENS"]
 
 __all__ = ["Cache", "CacheInfo", "Context", "Device", "Error", "Layer", "LayerConfig", "Linear", "Sequence", "Weight",
-           "default_context", "devices", "latent_attention", "model_types", "presets", "resolve_device", "version",
+           "default_context", "devices", "index_select", "latent_attention", "model_types", "presets", "resolve_device", "version",
            "binding", "library_path", "WARMUP_TOKENS", "CACHE_DTYPES", "WEIGHTS_DTYPES", "PATHS", "__version__"]

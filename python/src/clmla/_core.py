@@ -362,8 +362,14 @@ class LayerConfig:
     weights_dtype: str = "auto"
     tp_rank: int = 0
     tp_size: int = 0
+    index_n_heads: int = 0
+    index_head_dim: int = 0
+    index_topk: int = 0
+    index_rope_pairing: str = "interleaved"
+    index_norm_eps: float = 0.0
 
-    _ENUMS = {"rope_pairing": ROPE_PAIRINGS, "rope_type": ROPE_TYPES, "weights_dtype": WEIGHTS_DTYPES}
+    _ENUMS = {"rope_pairing": ROPE_PAIRINGS, "rope_type": ROPE_TYPES, "weights_dtype": WEIGHTS_DTYPES,
+              "index_rope_pairing": ROPE_PAIRINGS}
 
     @classmethod
     def from_preset(cls, name: str) -> "LayerConfig":
@@ -476,13 +482,16 @@ class Weight:
 
 
 _WEIGHT_NAMES = ("q_a_proj", "q_a_layernorm", "q_b_proj", "q_proj", "kv_a_proj_with_mqa", "kv_a_layernorm",
-                 "kv_b_proj", "o_proj", "q_a_proj_bias", "kv_a_proj_with_mqa_bias", "o_proj_bias")
+                 "kv_b_proj", "o_proj", "q_a_proj_bias", "kv_a_proj_with_mqa_bias", "o_proj_bias",
+                 "indexer_wq_b", "indexer_wk", "indexer_k_norm", "indexer_k_norm_bias", "indexer_weights_proj")
 
 
 def _weight_key(key: str) -> Tuple[str, str]:
     """'model.layers.3.self_attn.q_a_proj.weight' -> ('q_a_proj', 'weight'); also 'q_a_proj',
     'o_proj.bias' (-> 'o_proj_bias'), 'o_proj.weight_scale_inv' (-> 'o_proj', 'scale')."""
     k = key.split("self_attn.", 1)[-1]
+    if k.startswith("indexer."):  # DSA's 'indexer.wq_b.weight' -> 'indexer_wq_b'
+        k = "indexer_" + k[len("indexer."):]
     if k.endswith(".weight_scale_inv"):
         return k[: -len(".weight_scale_inv")], "scale"
     if k.endswith(".weight"):
@@ -637,6 +646,7 @@ class CacheInfo:
     blocks_used: int
     blocks_free: int
     sequences: int
+    index_bytes_per_token_per_layer: int = 0
 
 
 class Cache(_Owned):
@@ -649,7 +659,8 @@ class Cache(_Owned):
 
     def __init__(self, context: Optional[Context] = None, *, blocks: int, layers: int = 1, block_tokens: int = 64,
                  dtype: str = "f32", kv_lora_rank: Optional[int] = None, rope_dim: Optional[int] = None,
-                 config: Union["LayerConfig", "Layer", None] = None):
+                 config: Union["LayerConfig", "Layer", None] = None, index_head_dim: Optional[int] = None,
+                 index_dtype: Optional[str] = None):
         self.context = _ctx(context)
         if isinstance(config, Layer):
             config = config.config
@@ -671,6 +682,13 @@ class Cache(_Owned):
         cc.num_blocks = self.num_blocks = _int(blocks, "blocks", 1, 2 ** 31 - 1)
         cc.dtype = _choice(dtype, "dtype", CACHE_DTYPES)
         self.dtype = dtype.lower()
+        # the index-key cache of sparse-attention layers (DSA): from config's indexer unless given
+        if index_head_dim is None:
+            index_head_dim = config.index_head_dim if config is not None and config.index_n_heads > 0 else 0
+        if index_dtype is None:
+            index_dtype = "f32" if self.dtype == "f32" else "bf16"
+        cc.index_head_dim = self.index_head_dim = _int(index_head_dim, "index_head_dim", 0, 1024)
+        cc.index_dtype = _choice(index_dtype, "index_dtype", CACHE_DTYPES)
         h = ctypes.c_void_p()
         ch = self.context._require()
         _check(lib.clmla_cache_create(ch, ctypes.byref(cc), ctypes.byref(h)), ch)
@@ -712,6 +730,13 @@ class Cache(_Owned):
         layer = _int(layer, "layer", 0, self.layers - 1)
         m = ctypes.c_void_p()
         self._err(lib.clmla_cache_layer_buffer(self._require(), layer, ctypes.byref(m)))
+        return m.value or 0
+
+    def index_buffer(self, layer: int = 0) -> int:
+        """The cl_mem of one layer's index-key cache (owned by the cache; sparse-attention layers)."""
+        layer = _int(layer, "layer", 0, self.layers - 1)
+        m = ctypes.c_void_p()
+        self._err(lib.clmla_cache_index_buffer(self._require(), layer, ctypes.byref(m)))
         return m.value or 0
 
     def __repr__(self):
@@ -805,6 +830,19 @@ class Sequence:
                                                  kr.ctypes.data_as(_P(ctypes.c_float)) if kr.size else None))
         return ckv, kr
 
+    def read_index(self, layer: int = 0, start: int = 0, n: Optional[int] = None) -> np.ndarray:
+        """The index keys of tokens [start, start+n) of ``layer`` (a sparse-attention layer's, in a
+        cache with an index-key cache) as float32 ``[n, index_head_dim]``."""
+        sid = self._live()
+        layer = _int(layer, "layer", 0, self.cache.layers - 1)
+        length = self.length(layer)
+        start = _int(start, "start", 0, length)
+        n = length - start if n is None else _int(n, "n", 0, length - start)
+        keys = np.zeros((n, max(self.cache.index_head_dim, 1)), np.float32)
+        self.cache._err(lib.clmla_cache_read_index(self.cache._handle, layer, sid, start, n,
+                                                   keys.ctypes.data_as(_P(ctypes.c_float))))
+        return keys[:, : self.cache.index_head_dim]
+
     def append(self, c_kv, k_rope, layer: int = 0) -> None:
         """Appends n tokens to ``layer`` from host arrays: ``c_kv [n, rkv]`` after RMSNorm and
         ``k_rope [n, dr]`` after RoPE (for engines that run their own projections; copied through
@@ -875,12 +913,14 @@ class Layer(_Owned):
 
     @classmethod
     def from_pretrained(cls, folder: Union[str, os.PathLike], layer: int = 0, *, sublayer: int = 0,
-                        weights_dtype: str = "auto", tp_rank: int = 0, tp_size: int = 1,
+                        weights_dtype: str = "auto", tp_rank: int = 0, tp_size: int = 1, dense: bool = False,
                         context: Optional[Context] = None) -> "Layer":
         """The attention of decoder layer ``layer`` of a model folder (config.json and safetensors,
         as published or as save_pretrained writes them). ``weights_dtype``: "auto" (as stored),
         "f32", "f16", "bf16", "fp8". ``tp_rank``/``tp_size``: load tensor-parallel shard
-        ``tp_rank`` of ``tp_size`` (its heads only; the output is a partial sum to all-reduce)."""
+        ``tp_rank`` of ``tp_size`` (its heads only; the output is a partial sum to all-reduce).
+        ``dense``: a sparse-attention model (deepseek_v32, glm_moe_dsa) without its indexer, every
+        query attending to all its keys (for comparison)."""
         self = cls.__new__(cls)
         self.context = _ctx(context)
         o = _C["clmla_model_options"]()
@@ -893,6 +933,7 @@ class Layer(_Owned):
             o.tp_rank, o.tp_size = tp_rank, tp_size
         elif tp_size not in (0, 1) or tp_rank:
             _invalid("tensor-parallel shards need libclmla 0.5", "CLMLA_ERROR_UNSUPPORTED")
+        o.dense = 1 if dense else 0
         if not isinstance(folder, (str, os.PathLike)):
             _invalid("folder must be a path")
         h = ctypes.c_void_p()
@@ -1061,6 +1102,38 @@ class Linear(_Owned):
 
 # ---- latent attention alone --------------------------------------------------------------------------------------------
 
+def _token_tables(cache: Cache, seqs, ctx_lens, T: int, layer: int):
+    """The block table [sequences, max_blocks], token_seq [T] and ctx_lens [T] (int32) of a
+    FlashMLA-style call, after checking every sequence and length."""
+    seqs = list(seqs)
+    if len(seqs) != T:
+        _invalid("seqs must give one sequence per token (%d), not %d" % (T, len(seqs)))
+    lens = [_int(n, "ctx_lens[%d]" % i, 0) for i, n in enumerate(list(ctx_lens))]
+    if len(lens) != T:
+        _invalid("ctx_lens must give one length per token (%d), not %d" % (T, len(lens)))
+    rows, order = {}, []
+    for t, s in enumerate(seqs):
+        if not isinstance(s, Sequence) or s.cache is not cache:
+            _invalid("seqs[%d] is not a sequence of this cache" % t)
+        sid = s._live()
+        if sid not in rows:
+            rows[sid] = len(order)
+            order.append(s)
+        if lens[t] > s.length(layer):
+            _invalid("ctx_lens[%d] = %d is more than the %d tokens sequence %d holds in layer %d" % (
+                t, lens[t], s.length(layer), sid, layer))
+    tables = [s.blocks() for s in order]
+    mb = max(1, max(len(b) for b in tables))
+    bt = np.zeros((len(order), mb), np.int32)
+    for i, b in enumerate(tables):
+        if b:
+            bt[i, : len(b)] = b
+            bt[i, len(b):] = b[-1]
+    token_seq = np.array([rows[s._id] for s in seqs], np.int32)
+    lens_a = np.array(lens, np.int32)
+    return bt, token_seq, lens_a
+
+
 def latent_attention(cache: Cache, q_latent, q_rope, seqs: Seq["Sequence"], ctx_lens, softmax_scale: float, *,
                      layer: int = 0, return_lse: bool = False, indices=None):
     """FlashMLA-style absorbed attention over the paged cache, for engines that run their own
@@ -1090,32 +1163,8 @@ def latent_attention(cache: Cache, q_latent, q_rope, seqs: Seq["Sequence"], ctx_
     if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float, np.floating, np.integer)) or \
             not math.isfinite(float(softmax_scale)):
         _invalid("softmax_scale must be a finite number")
-    seqs = list(seqs)
-    if len(seqs) != T:
-        _invalid("seqs must give one sequence per token (%d), not %d" % (T, len(seqs)))
-    lens = [_int(n, "ctx_lens[%d]" % i, 0) for i, n in enumerate(list(ctx_lens))]
-    if len(lens) != T:
-        _invalid("ctx_lens must give one length per token (%d), not %d" % (T, len(lens)))
-    rows, order = {}, []
-    for t, s in enumerate(seqs):
-        if not isinstance(s, Sequence) or s.cache is not cache:
-            _invalid("seqs[%d] is not a sequence of this cache" % t)
-        sid = s._live()
-        if sid not in rows:
-            rows[sid] = len(order)
-            order.append(s)
-        if lens[t] > s.length(layer):
-            _invalid("ctx_lens[%d] = %d is more than the %d tokens sequence %d holds in layer %d" % (
-                t, lens[t], s.length(layer), sid, layer))
-    tables = [s.blocks() for s in order]
-    mb = max(1, max(len(b) for b in tables))
-    bt = np.zeros((len(order), mb), np.int32)
-    for i, b in enumerate(tables):
-        if b:
-            bt[i, : len(b)] = b
-            bt[i, len(b):] = b[-1]
-    token_seq = np.array([rows[s._id] for s in seqs], np.int32)
-    lens_a = np.array(lens, np.int32)
+    bt, token_seq, lens_a = _token_tables(cache, seqs, ctx_lens, T, layer)
+    mb, lens = bt.shape[1], lens_a.tolist()
     idx = None
     if indices is not None:
         idx = np.asarray(indices)
@@ -1147,3 +1196,44 @@ def latent_attention(cache: Cache, q_latent, q_rope, seqs: Seq["Sequence"], ctx_
         b.download(a.out, out)
         b.download(a.lse, lse)
     return (out, lse) if return_lse else out
+
+
+def index_select(cache: Cache, q, weights, seqs: Seq["Sequence"], ctx_lens, top_k: int, *, layer: int = 0):
+    """DeepSeek Sparse Attention's selection over the cache's index keys (clmla_index_select on host
+    arrays, through temporary device buffers; blocking), for engines that run the indexer's
+    projections themselves: ``q [T, H_I, d_I]`` after RoPE, ``weights [T, H_I]`` with the indexer's
+    scale, token t scoring positions ``0 .. ctx_lens[t]-1`` of ``seqs[t]`` with
+    sum_h weights[t, h] ReLU(q[t, h] . k_s). Returns ``indices [T, top_k]`` int32: the best
+    min(top_k, ctx_lens[t]) positions in ascending order (ties: the earlier), -1 padded; ready for
+    ``latent_attention(..., indices=)``."""
+    if not isinstance(cache, Cache):
+        _invalid("cache must be a clmla.Cache")
+    ch = cache._require()
+    layer = _int(layer, "layer", 0, cache.layers - 1)
+    if not cache.index_head_dim:
+        _invalid("the cache has no index-key cache (index_head_dim 0)")
+    qa = _as_float_array(q, "q")
+    wa = _as_float_array(weights, "weights")
+    if qa.ndim != 3 or qa.shape[2] != cache.index_head_dim or qa.shape[0] < 1 or qa.shape[1] < 1:
+        _invalid("q must be [T, H_I, %d], not %s" % (cache.index_head_dim, list(qa.shape)), "CLMLA_ERROR_SHAPE_MISMATCH")
+    T, HI = qa.shape[:2]
+    if wa.shape != (T, HI):
+        _invalid("weights must be [%d, %d], not %s" % (T, HI, list(wa.shape)), "CLMLA_ERROR_SHAPE_MISMATCH")
+    top_k = _int(top_k, "top_k", 1, CONST["CLMLA_SPARSE_MAX_TOPK"])
+    bt, token_seq, lens_a = _token_tables(cache, seqs, ctx_lens, T, layer)
+    ctx = cache.context
+    out = np.empty((T, top_k), np.int32)
+    a = _C["clmla_index_select_args"]()
+    a.num_tokens, a.num_heads, a.top_k = T, HI, top_k
+    a.max_blocks_per_seq = bt.shape[1]
+    a.max_ctx_len = max(1, int(lens_a.max()))
+    ev = ctypes.c_void_p()
+    with _cl.Buffers(ctx.cl_context, ctx.queue, _fail) as b:
+        a.q, a.weights = b.upload(qa), b.upload(wa)
+        a.block_table, a.token_seq, a.token_ctx_len = b.upload(bt), b.upload(token_seq), b.upload(lens_a)
+        a.indices = b.empty(out.nbytes)
+        _check(lib.clmla_index_select(ch, layer, ctypes.byref(a), ctypes.byref(ev)), ctx._handle)
+        b.finish()
+        _cl.release_event(ev.value)
+        b.download(a.indices, out)
+    return out

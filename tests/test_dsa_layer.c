@@ -1,0 +1,508 @@
+/* A sparse-attention layer (DeepSeek Sparse Attention: DeepSeek-V3.2, GLM-5) end to end: a layer
+   with an indexer, its index keys written into the cache's index-key cache at every step, and the
+   steps where some query sees more than index_topk keys attending only to the keys the indexer
+   selects. Held to idx_ref_dsa_forward (ref/indexer_ref.c: the float64 indexer, its selection and
+   sparse latent attention, the cache's rounding of c^KV / k^R and of the index keys) at float32's
+   tolerance, on odd sizes (D 44, H 3, rq 20, rkv 36, dn/dr/dv 10/6/12, H_I 5, d_I 10 or 16, top-k 4
+   or 3) in 3-token blocks, so that contexts end mid-block:
+     sequence: one sequence prefilled in chunks that cross top-k, then decoded token by token;
+     batch:    three sequences in mixed steps (decode entries beside a prefill chunk), each checked
+               against its own reference run;
+     both pairings of the indexer's RoPE, f32 and bf16 index keys, f32 and f16 latent caches, each
+     path asked for (sparse steps run absorbed whatever is asked; the steps before run the path);
+     keys:     the index keys the cache holds (clmla_cache_read_index) against the reference's;
+     select:   clmla_index_select on those keys against the float64 top-k, and its refusals;
+     dense:    top-k past every context gives the layer without an indexer;
+     refusals: a cache without index keys, a missing or misshapen indexer tensor, indexer tensors
+               given to a layer without one, and configurations the indexer cannot take, each naming
+               what is wrong and leaving nothing behind.
+   Every comparison first checks that the reference's selections are unambiguous (DSA.md 6.4), so a
+   pass means the same keys were selected. */
+#include "check.h"
+#include "clmla.h"
+#include "indexer_ref.h"
+#include "mla_ref.h"
+#include "test_util.h"
+#include "tolerance.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static clmla_context *ctx;
+
+enum { BT = 3, MAX_T = 24 };
+
+/* A DSA layer's configuration, weights (MLA's from tu_weights, the indexer's here) and views. */
+typedef struct dsa_model {
+    clmla_layer_config config;
+    tu_weights base;
+    float *wq, *wk, *kn, *kb, *ww;
+    clmla_layer_weights layer;
+    idx_ref_config icfg;
+    idx_ref_weights iref;
+} dsa_model;
+
+static void fill(float *a, size_t n, float center, float amp, tu_rng *rng)
+{
+    tu_fill_uniform(a, n, center, amp, rng);
+}
+
+static int model_make(dsa_model *m, int index_dim, int topk, clmla_rope_pairing pairing, uint64_t seed)
+{
+    memset(m, 0, sizeof(*m));
+    clmla_layer_config c = tu_small_config(44, 3, 20, 36, 10, 6, 12);
+    c.index_n_heads = 5;
+    c.index_head_dim = index_dim;
+    c.index_topk = topk;
+    c.index_rope_pairing = pairing;
+    m->config = c;
+    if (tu_weights_make(&m->base, &c, seed) != 0)
+        return -1;
+    const size_t HI = 5, dI = (size_t)index_dim, D = 44, rq = 20;
+    m->wq = malloc(HI * dI * rq * sizeof(float));
+    m->wk = malloc(dI * D * sizeof(float));
+    m->kn = malloc(dI * sizeof(float));
+    m->kb = malloc(dI * sizeof(float));
+    m->ww = malloc(HI * D * sizeof(float));
+    if (!m->wq || !m->wk || !m->kn || !m->kb || !m->ww)
+        return -1;
+    tu_rng rng = tu_rng_seed(seed * 7919 + 11);
+    fill(m->wq, HI * dI * rq, 0.0f, sqrtf(3.0f / (float)rq), &rng);
+    fill(m->wk, dI * D, 0.0f, sqrtf(3.0f / (float)D), &rng);
+    fill(m->kn, dI, 1.0f, 0.25f, &rng);
+    fill(m->kb, dI, 0.0f, 0.2f, &rng);
+    fill(m->ww, HI * D, 0.0f, sqrtf(3.0f / (float)D), &rng);
+    m->layer = m->base.layer;
+    m->layer.indexer_wq_b = clmla_tensor_2d(m->wq, (int64_t)(HI * dI), (int64_t)rq);
+    m->layer.indexer_wk = clmla_tensor_2d(m->wk, (int64_t)dI, (int64_t)D);
+    m->layer.indexer_k_norm = clmla_tensor_1d(m->kn, (int64_t)dI);
+    m->layer.indexer_k_norm_bias = clmla_tensor_1d(m->kb, (int64_t)dI);
+    m->layer.indexer_weights_proj = clmla_tensor_2d(m->ww, (int64_t)HI, (int64_t)D);
+    m->icfg = (idx_ref_config){(int)D, (int)rq, (int)HI, index_dim, 6, pairing == CLMLA_ROPE_INTERLEAVED, 1e-6};
+    m->iref = (idx_ref_weights){m->wq, m->wk, m->kn, m->kb, m->ww};
+    return 0;
+}
+
+static void model_free(dsa_model *m)
+{
+    tu_weights_free(&m->base);
+    free(m->wq), free(m->wk), free(m->kn), free(m->kb), free(m->ww);
+}
+
+/* The reference of one sequence of T tokens: out [T, D] and its index keys [T, d_I]. */
+static double *reference(const dsa_model *m, int T, const float *x, int key_bf16, clmla_cache_dtype latent,
+                         const char *what)
+{
+    double *out = malloc((size_t)T * 44 * sizeof(double));
+    mla_ref_features f;
+    memset(&f, 0, sizeof(f));
+    f.cache_type = (mla_ref_cache_type)latent;
+    int ambiguous = -1;
+    const int rc = out ? idx_ref_dsa_forward(&m->base.ref_config, &f, &m->base.ref, &m->icfg, &m->iref,
+                                             m->config.index_topk, key_bf16, T, x, out, NULL, &ambiguous)
+                       : -1;
+    CHECK(rc == 0, "%s: the reference failed", what);
+    /* a selection the reference does not fix would make a mismatch meaningless: these inputs must
+       have none (fixed seeds) */
+    CHECK(ambiguous == 0, "%s: %d tokens' selections are ambiguous in the reference; choose other inputs", what,
+          ambiguous);
+    if (rc != 0) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+static clmla_cache *cache_for(const dsa_model *m, int blocks, clmla_cache_dtype latent, clmla_cache_dtype keys)
+{
+    clmla_cache_config cc = {1, 36, 6, BT, blocks, latent, m->config.index_head_dim, keys};
+    clmla_cache *cache = NULL;
+    clmla_status st = clmla_cache_create(ctx, &cc, &cache);
+    CHECK(st == CLMLA_SUCCESS, "cache: %s", clmla_last_error(ctx));
+    return cache;
+}
+
+static const char *dtype_name(clmla_cache_dtype d)
+{
+    return d == CLMLA_CACHE_F32 ? "f32" : d == CLMLA_CACHE_F16 ? "f16" : "bf16";
+}
+
+/* One sequence: chunks (prefill, crossing top-k) then single tokens; every output row and the
+   index keys against the reference. */
+static void one_sequence(const dsa_model *m, clmla_cache_dtype latent, clmla_cache_dtype keys,
+                         clmla_attention_path path, const int *chunks, const char *name)
+{
+    char what[200];
+    snprintf(what, sizeof(what), "%s: d_I %d top-k %d %s pairing, %s latent, %s keys, path %d", name,
+             m->config.index_head_dim, m->config.index_topk,
+             m->config.index_rope_pairing == CLMLA_ROPE_HALF_SPLIT ? "half-split" : "interleaved", dtype_name(latent),
+             dtype_name(keys), (int)path);
+    int T = 0;
+    for (int i = 0; chunks[i] > 0; i++)
+        T += chunks[i];
+    float *x = tu_random_inputs(T, 44, 1234 + (uint64_t)T);
+    float *got = malloc((size_t)T * 44 * sizeof(float));
+    double *want = x ? reference(m, T, x, keys == CLMLA_CACHE_BF16, latent, what) : NULL;
+    clmla_layer *layer = NULL;
+    clmla_cache *cache = NULL;
+    clmla_status st = clmla_layer_create(ctx, &m->config, &m->layer, &layer);
+    CHECK(st == CLMLA_SUCCESS, "%s: layer: %s", what, clmla_last_error(ctx));
+    if (st == CLMLA_SUCCESS)
+        cache = cache_for(m, (T + BT - 1) / BT + 1, latent, keys);
+    int32_t seq = -1;
+    if (cache && got && want && clmla_cache_seq_add(cache, &seq) == CLMLA_SUCCESS) {
+        int t = 0;
+        for (int i = 0; chunks[i] > 0 && st == CLMLA_SUCCESS; t += chunks[i], i++) {
+            clmla_batch_entry e = {seq, chunks[i]};
+            clmla_forward_args a = {&e, 1, 0, path};
+            st = clmla_layer_forward(layer, cache, &a, x + (size_t)t * 44, got + (size_t)t * 44);
+            CHECK(st == CLMLA_SUCCESS, "%s: step at %d (%d tokens): %s", what, t, chunks[i], clmla_last_error(ctx));
+        }
+        if (st == CLMLA_SUCCESS) {
+            CHECK_CLOSE(got, want, (size_t)T * 44, 44, TOL_F32_CACHE, "%s", what);
+            /* the index keys the cache holds, against the reference's (bf16: the same rounding) */
+            float *k = malloc((size_t)T * m->config.index_head_dim * sizeof(float));
+            double *kw = malloc((size_t)T * m->config.index_head_dim * sizeof(double));
+            double c[8], s[8];
+            for (int i = 0; k && kw && i < T; i++) {
+                idx_ref_rope_row(&m->base.ref_config, NULL, i, c, s);
+                idx_ref_key(&m->icfg, m->wk, m->kn, m->kb, x + (size_t)i * 44, c, s, kw + (size_t)i * m->config.index_head_dim);
+                for (int d = 0; keys == CLMLA_CACHE_BF16 && d < m->config.index_head_dim; d++)
+                    kw[(size_t)i * m->config.index_head_dim + d] = mla_ref_round_bf16(kw[(size_t)i * m->config.index_head_dim + d]);
+            }
+            st = k && kw ? clmla_cache_read_index(cache, 0, seq, 0, T, k) : CLMLA_ERROR_OUT_OF_HOST_MEMORY;
+            CHECK(st == CLMLA_SUCCESS, "%s: clmla_cache_read_index: %s", what, clmla_last_error(ctx));
+            if (st == CLMLA_SUCCESS)
+                CHECK_CLOSE(k, kw, (size_t)T * m->config.index_head_dim, m->config.index_head_dim,
+                            keys == CLMLA_CACHE_BF16 ? 1.0 / 128 : 1e-5, "%s: index keys", what);
+            free(k);
+            free(kw);
+        }
+    }
+    clmla_cache_destroy(cache);
+    clmla_layer_destroy(layer);
+    free(x);
+    free(got);
+    free(want);
+}
+
+static void part_sequence(void)
+{
+    static const int prefill_then_decode[] = {2, 5, 1, 1, 1, 1, 1, 1, 1, 1, 0}; /* top-k 4: the 2nd chunk selects */
+    static const int one_prefill[] = {13, 1, 1, 0};
+    static const clmla_rope_pairing pairings[] = {CLMLA_ROPE_HALF_SPLIT, CLMLA_ROPE_INTERLEAVED};
+    for (int p = 0; p < 2; p++) {
+        dsa_model m;
+        if (model_make(&m, p ? 10 : 16, 4, pairings[p], 6 + (uint64_t)p) == 0) {
+            one_sequence(&m, CLMLA_CACHE_F32, CLMLA_CACHE_F32, CLMLA_PATH_AUTO, prefill_then_decode, "chunks, decode");
+            one_sequence(&m, CLMLA_CACHE_F32, CLMLA_CACHE_F32, CLMLA_PATH_DECOMPRESSED, one_prefill, "one prefill");
+            one_sequence(&m, CLMLA_CACHE_F16, CLMLA_CACHE_BF16, CLMLA_PATH_ABSORBED, prefill_then_decode,
+                         "chunks, decode");
+        } else {
+            CHECK(0, "out of host memory");
+        }
+        model_free(&m);
+    }
+}
+
+/* Three sequences of different lengths, stepped together: entry lists mixing a prefill chunk with
+   decode tokens; each sequence against its own reference. */
+static void part_batch(void)
+{
+    dsa_model m;
+    if (model_make(&m, 10, 3, CLMLA_ROPE_HALF_SPLIT, 17) != 0) {
+        CHECK(0, "out of host memory");
+        model_free(&m);
+        return;
+    }
+    enum { S = 3 };
+    static const int lens[S] = {11, 7, 14};
+    /* tokens per step and sequence (0: not in the step) */
+    static const int steps[][S] = {{5, 2, 1}, {1, 3, 6}, {1, 1, 1}, {4, 1, 1}, {0, 0, 5}};
+    float *x[S];
+    double *want[S];
+    float *got[S];
+    for (int s = 0; s < S; s++) {
+        x[s] = tu_random_inputs(lens[s], 44, 300 + (uint64_t)s);
+        got[s] = calloc((size_t)lens[s] * 44, sizeof(float));
+        want[s] = x[s] ? reference(&m, lens[s], x[s], 0, CLMLA_CACHE_F32, "batch") : NULL;
+    }
+    clmla_layer *layer = NULL;
+    clmla_status st = clmla_layer_create(ctx, &m.config, &m.layer, &layer);
+    CHECK(st == CLMLA_SUCCESS, "batch: layer: %s", clmla_last_error(ctx));
+    clmla_cache *cache = st == CLMLA_SUCCESS ? cache_for(&m, 20, CLMLA_CACHE_F32, CLMLA_CACHE_F32) : NULL;
+    int32_t seq[S];
+    int done[S] = {0, 0, 0};
+    for (int s = 0; cache && s < S; s++)
+        clmla_cache_seq_add(cache, &seq[s]);
+    float *xin = malloc(MAX_T * 44 * sizeof(float)), *yout = malloc(MAX_T * 44 * sizeof(float));
+    for (size_t k = 0; cache && xin && yout && st == CLMLA_SUCCESS && k < sizeof(steps) / sizeof(steps[0]); k++) {
+        clmla_batch_entry e[S];
+        int n = 0, row = 0;
+        for (int s = 0; s < S; s++)
+            if (steps[k][s] > 0) {
+                e[n++] = (clmla_batch_entry){seq[s], steps[k][s]};
+                memcpy(xin + (size_t)row * 44, x[s] + (size_t)done[s] * 44, (size_t)steps[k][s] * 44 * sizeof(float));
+                row += steps[k][s];
+            }
+        clmla_forward_args a = {e, n, 0, CLMLA_PATH_AUTO};
+        st = clmla_layer_forward(layer, cache, &a, xin, yout);
+        CHECK(st == CLMLA_SUCCESS, "batch: step %zu: %s", k, clmla_last_error(ctx));
+        row = 0;
+        for (int s = 0; s < S; s++)
+            if (steps[k][s] > 0) {
+                memcpy(got[s] + (size_t)done[s] * 44, yout + (size_t)row * 44, (size_t)steps[k][s] * 44 * sizeof(float));
+                row += steps[k][s];
+                done[s] += steps[k][s];
+            }
+    }
+    for (int s = 0; st == CLMLA_SUCCESS && s < S; s++) {
+        CHECK(done[s] == lens[s], "batch: sequence %d ran %d of %d tokens", s, done[s], lens[s]);
+        if (want[s])
+            CHECK_CLOSE(got[s], want[s], (size_t)lens[s] * 44, 44, TOL_F32_CACHE, "batch: sequence %d (%d tokens)", s,
+                        lens[s]);
+    }
+    clmla_cache_destroy(cache);
+    clmla_layer_destroy(layer);
+    for (int s = 0; s < S; s++)
+        free(x[s]), free(got[s]), free(want[s]);
+    free(xin);
+    free(yout);
+    model_free(&m);
+}
+
+/* top-k past every context: the indexer runs (keys written) but selects everything, so the output
+   is the plain layer's, which the reference without an indexer gives. */
+static void part_dense(void)
+{
+    dsa_model m;
+    if (model_make(&m, 10, 64, CLMLA_ROPE_INTERLEAVED, 23) != 0) {
+        CHECK(0, "out of host memory");
+        model_free(&m);
+        return;
+    }
+    static const int chunks[] = {6, 1, 1, 1, 0};
+    const int T = 9;
+    float *x = tu_random_inputs(T, 44, 99);
+    double *want = malloc((size_t)T * 44 * sizeof(double));
+    CHECK(x && want && mla_ref_forward(&m.base.ref_config, &m.base.ref, T, x, MLA_REF_ABSORBED, want, NULL, NULL, NULL,
+                                       NULL, NULL, NULL) == 0,
+          "dense: reference");
+    float *got = malloc((size_t)T * 44 * sizeof(float));
+    clmla_layer *layer = NULL;
+    clmla_status st = clmla_layer_create(ctx, &m.config, &m.layer, &layer);
+    CHECK(st == CLMLA_SUCCESS, "dense: layer: %s", clmla_last_error(ctx));
+    clmla_cache *cache = st == CLMLA_SUCCESS ? cache_for(&m, 4, CLMLA_CACHE_F32, CLMLA_CACHE_F32) : NULL;
+    int32_t seq = -1;
+    if (cache && got && clmla_cache_seq_add(cache, &seq) == CLMLA_SUCCESS) {
+        for (int i = 0, t = 0; chunks[i] > 0 && st == CLMLA_SUCCESS; t += chunks[i], i++) {
+            clmla_batch_entry e = {seq, chunks[i]};
+            clmla_forward_args a = {&e, 1, 0, CLMLA_PATH_AUTO};
+            st = clmla_layer_forward(layer, cache, &a, x + (size_t)t * 44, got + (size_t)t * 44);
+        }
+        CHECK(st == CLMLA_SUCCESS, "dense: %s", clmla_last_error(ctx));
+        if (st == CLMLA_SUCCESS)
+            CHECK_CLOSE(got, want, (size_t)T * 44, 44, TOL_F32_CACHE, "dense: top-k 64 over 9 tokens");
+    }
+    clmla_cache_destroy(cache);
+    clmla_layer_destroy(layer);
+    free(x), free(want), free(got);
+    model_free(&m);
+}
+
+static void part_refusals(void)
+{
+    dsa_model m;
+    if (model_make(&m, 10, 4, CLMLA_ROPE_HALF_SPLIT, 31) != 0) {
+        CHECK(0, "out of host memory");
+        model_free(&m);
+        return;
+    }
+    clmla_layer *layer = NULL;
+    /* a missing indexer tensor, named */
+    clmla_layer_weights w = m.layer;
+    w.indexer_wk.data = NULL;
+    CHECK_STATUS(clmla_layer_create(ctx, &m.config, &w, &layer), CLMLA_ERROR_MISSING_TENSOR, ctx);
+    CHECK(layer == NULL && strstr(clmla_last_error(ctx), "indexer.wk"), "missing wk: %s", clmla_last_error(ctx));
+    /* a misshapen one: both shapes named */
+    w = m.layer;
+    w.indexer_wq_b.shape[0] = 49;
+    clmla_status st = clmla_layer_create(ctx, &m.config, &w, &layer);
+    CHECK(st != CLMLA_SUCCESS && layer == NULL && strstr(clmla_last_error(ctx), "indexer.wq_b") &&
+              strstr(clmla_last_error(ctx), "50") && strstr(clmla_last_error(ctx), "49"),
+          "wq_b [49, 20]: %s", clmla_last_error(ctx));
+    /* indexer tensors for a layer without an indexer */
+    clmla_layer_config plain = m.config;
+    plain.index_n_heads = 0;
+    CHECK_STATUS(clmla_layer_create(ctx, &plain, &m.layer, &layer), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+    CHECK(layer == NULL && strstr(clmla_last_error(ctx), "index_n_heads is 0"), "plain: %s", clmla_last_error(ctx));
+    /* configurations */
+    struct {
+        clmla_layer_config c;
+        const char *says;
+    } bad[5];
+    for (int i = 0; i < 5; i++)
+        bad[i].c = m.config;
+    bad[0].c.index_topk = 0, bad[0].says = "index_topk 0";
+    bad[1].c.index_head_dim = 4, bad[1].says = "index_head_dim 4"; /* below dr 6 */
+    bad[2].c.index_head_dim = 11, bad[2].says = "index_head_dim 11";
+    bad[3].c.dense_max_keys = 8, bad[3].says = "dense_max_keys 8";
+    bad[4].c.q_lora_rank = 0, bad[4].says = "q_lora_rank is 0";
+    for (int i = 0; i < 5; i++) {
+        st = clmla_layer_config_validate(&bad[i].c);
+        CHECK(st == CLMLA_ERROR_INVALID_CONFIG && strstr(clmla_last_error(NULL), bad[i].says),
+              "config %d: status %d, '%s', want '%s'", i, (int)st, clmla_last_error(NULL), bad[i].says);
+    }
+    /* a cache without an index-key cache: refused, the sequence unchanged */
+    st = clmla_layer_create(ctx, &m.config, &m.layer, &layer);
+    CHECK(st == CLMLA_SUCCESS, "layer: %s", clmla_last_error(ctx));
+    clmla_cache_config cc = {1, 36, 6, BT, 8, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32};
+    clmla_cache *cache = NULL;
+    if (st == CLMLA_SUCCESS && clmla_cache_create(ctx, &cc, &cache) == CLMLA_SUCCESS) {
+        int32_t seq = -1;
+        clmla_cache_seq_add(cache, &seq);
+        float x[2 * 44] = {0}, y[2 * 44];
+        clmla_batch_entry e = {seq, 2};
+        clmla_forward_args a = {&e, 1, 0, CLMLA_PATH_AUTO};
+        CHECK_STATUS(clmla_layer_forward(layer, cache, &a, x, y), CLMLA_ERROR_SHAPE_MISMATCH, ctx);
+        CHECK(strstr(clmla_last_error(ctx), "10") && strstr(clmla_last_error(ctx), "index_head_dim"),
+              "no index keys: %s", clmla_last_error(ctx));
+        int len = -1;
+        clmla_cache_seq_length(cache, seq, 0, &len);
+        CHECK(len == 0, "the refused step left %d tokens", len);
+        float k[10];
+        CHECK_STATUS(clmla_cache_read_index(cache, 0, seq, 0, 0, k), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+    }
+    /* the layer's memory counts the indexer: wq_b 50x20, wk 10x44, weights_proj 5x44, norm 2x10 */
+    if (layer) {
+        clmla_layer_memory mem;
+        CHECK(clmla_layer_get_memory(layer, &mem) == CLMLA_SUCCESS, "memory");
+        const size_t want = (50 * 20 + 10 * 44 + 5 * 44 + 20) * sizeof(float);
+        CHECK(mem.indexer >= want && mem.indexer <= want + want / 100 + 4096, "indexer bytes %zu, want %zu", mem.indexer,
+              want);
+    }
+    clmla_cache_info info;
+    clmla_cache *with = cache_for(&m, 8, CLMLA_CACHE_F16, CLMLA_CACHE_BF16);
+    if (with && clmla_cache_get_info(with, &info) == CLMLA_SUCCESS)
+        CHECK(info.index_bytes_per_token_per_layer == 20 && info.bytes_per_token_per_layer == 84 &&
+                  info.bytes_per_block == BT * (20 + 84),
+              "cache info: index %zu, latent %zu, block %zu bytes", info.index_bytes_per_token_per_layer,
+              info.bytes_per_token_per_layer, info.bytes_per_block);
+    clmla_cache_destroy(with);
+    clmla_cache_destroy(cache);
+    clmla_layer_destroy(layer);
+    model_free(&m);
+}
+
+/* clmla_index_select (the public selection) over keys a layer wrote: random queries and weights for
+   two tokens of one sequence, against idx_ref_topk of float64 scores of the keys read back; then
+   its refusals, each naming the value, with nothing written. */
+static void part_select(void)
+{
+    dsa_model m;
+    if (model_make(&m, 16, 4, CLMLA_ROPE_HALF_SPLIT, 6) != 0) {
+        CHECK(0, "out of host memory");
+        model_free(&m);
+        return;
+    }
+    enum { T = 2, HI = 3, K = 5, N = 14, DI = 16 };
+    float *x = tu_random_inputs(N, 44, 77), y[N * 44];
+    clmla_layer *layer = NULL;
+    clmla_cache *cache = NULL;
+    clmla_status st = clmla_layer_create(ctx, &m.config, &m.layer, &layer);
+    if (st == CLMLA_SUCCESS)
+        cache = cache_for(&m, 6, CLMLA_CACHE_F32, CLMLA_CACHE_F32);
+    int32_t seq = -1;
+    if (x && cache && clmla_cache_seq_add(cache, &seq) == CLMLA_SUCCESS) {
+        clmla_batch_entry e = {seq, N};
+        clmla_forward_args a = {&e, 1, 0, CLMLA_PATH_AUTO};
+        st = clmla_layer_forward(layer, cache, &a, x, y);
+        CHECK(st == CLMLA_SUCCESS, "select: step: %s", clmla_last_error(ctx));
+        float keys[N * DI], q[T * HI * DI], w[T * HI];
+        int32_t table[8], ctx_len[T] = {N, 7}, tseq[T] = {0, 0}, got[T * K];
+        int nb = 0;
+        clmla_cache_seq_blocks(cache, seq, table, 8, &nb);
+        clmla_cache_read_index(cache, 0, seq, 0, N, keys);
+        tu_rng rng = tu_rng_seed(5);
+        tu_fill_uniform(q, sizeof(q) / sizeof(float), 0.0f, 1.0f, &rng);
+        tu_fill_uniform(w, sizeof(w) / sizeof(float), 0.2f, 1.0f, &rng);
+        cl_context cl = clmla_context_cl_context(ctx);
+        cl_int err = CL_SUCCESS;
+        cl_mem qb = clCreateBuffer(cl, CL_MEM_COPY_HOST_PTR, sizeof(q), q, &err);
+        cl_mem wb = clCreateBuffer(cl, CL_MEM_COPY_HOST_PTR, sizeof(w), w, &err);
+        cl_mem tb = clCreateBuffer(cl, CL_MEM_COPY_HOST_PTR, (size_t)nb * 4, table, &err);
+        cl_mem sb = clCreateBuffer(cl, CL_MEM_COPY_HOST_PTR, sizeof(tseq), tseq, &err);
+        cl_mem lb = clCreateBuffer(cl, CL_MEM_COPY_HOST_PTR, sizeof(ctx_len), ctx_len, &err);
+        cl_mem ob = clCreateBuffer(cl, CL_MEM_READ_WRITE, sizeof(got), NULL, &err);
+        clmla_index_select_args sa = {T, HI, K, qb, 0, wb, 0, tb, nb, sb, lb, N, ob, 0};
+        st = clmla_index_select(cache, 0, &sa, NULL);
+        CHECK(st == CLMLA_SUCCESS, "clmla_index_select: %s", clmla_last_error(ctx));
+        if (st == CLMLA_SUCCESS &&
+            clEnqueueReadBuffer(clmla_context_queue(ctx), ob, CL_TRUE, 0, sizeof(got), got, 0, NULL, NULL) == CL_SUCCESS)
+            for (int t = 0; t < T; t++) {
+                double qd[HI * DI], wd[HI], kd[N * DI], sc[N];
+                for (int i = 0; i < HI * DI; i++)
+                    qd[i] = q[t * HI * DI + i];
+                for (int i = 0; i < HI; i++)
+                    wd[i] = w[t * HI + i];
+                for (int i = 0; i < N * DI; i++)
+                    kd[i] = keys[i];
+                idx_ref_scores(HI, DI, qd, wd, 1.0, ctx_len[t], kd, sc);
+                const double eps = idx_ref_score_bound(HI, DI, qd, wd, 1.0, ctx_len[t], kd, 0);
+                int strict = 0;
+                char why[160] = "";
+                CHECK(idx_ref_selection_ok(sc, ctx_len[t], K, eps, got + t * K, &strict, why, sizeof(why)) == 1 && strict,
+                      "clmla_index_select token %d: %s (strict %d)", t, why, strict);
+            }
+        /* refusals: nothing written over the indices */
+        const int32_t before = got[0];
+        clmla_index_select_args bad = sa;
+        bad.top_k = 0;
+        CHECK_STATUS(clmla_index_select(cache, 0, &bad, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+        CHECK(strstr(clmla_last_error(ctx), "top_k 0"), "top_k 0: %s", clmla_last_error(ctx));
+        bad = sa;
+        bad.top_k = 64; /* 2 x 64 int32 do not fit the 40 bytes of ob */
+        CHECK_STATUS(clmla_index_select(cache, 0, &bad, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+        CHECK(strstr(clmla_last_error(ctx), "indices"), "short indices: %s", clmla_last_error(ctx));
+        bad = sa;
+        bad.max_ctx_len = 8 * BT;
+        CHECK_STATUS(clmla_index_select(cache, 0, &bad, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+        CHECK_STATUS(clmla_index_select(cache, 1, &sa, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+        clmla_cache_config plain = {1, 36, 6, BT, 4, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32};
+        clmla_cache *no_keys = NULL;
+        if (clmla_cache_create(ctx, &plain, &no_keys) == CLMLA_SUCCESS) {
+            CHECK_STATUS(clmla_index_select(no_keys, 0, &sa, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+            CHECK(strstr(clmla_last_error(ctx), "no index-key cache"), "no keys: %s", clmla_last_error(ctx));
+            cl_mem none = NULL;
+            CHECK_STATUS(clmla_cache_index_buffer(no_keys, 0, &none), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+            clmla_cache_destroy(no_keys);
+        }
+        clEnqueueReadBuffer(clmla_context_queue(ctx), ob, CL_TRUE, 0, sizeof(got), got, 0, NULL, NULL);
+        CHECK(got[0] == before, "a refused call wrote the indices");
+        cl_mem mine = NULL;
+        CHECK(clmla_cache_index_buffer(cache, 0, &mine) == CLMLA_SUCCESS && mine, "clmla_cache_index_buffer");
+        cl_mem bufs[] = {qb, wb, tb, sb, lb, ob};
+        for (int i = 0; i < 6; i++)
+            if (bufs[i])
+                clReleaseMemObject(bufs[i]);
+    }
+    clmla_cache_destroy(cache);
+    clmla_layer_destroy(layer);
+    free(x);
+    model_free(&m);
+}
+
+int main(int argc, char **argv)
+{
+    static const tu_part parts[] = {
+        {"sequence", part_sequence}, {"batch", part_batch}, {"dense", part_dense}, {"select", part_select},
+        {"refusals", part_refusals}};
+    const tu_parts_result r = tu_run_parts(argc, argv, parts, sizeof(parts) / sizeof(parts[0]), NULL, &ctx, &check_failed);
+    if (r == TU_PARTS_NO_DEVICE)
+        return 77;
+    if (r == TU_PARTS_UNKNOWN)
+        return 2;
+    return check_summary();
+}
