@@ -238,6 +238,18 @@ CASES = [
          cfg=with_(BASE, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
                    index_topk=16, index_head_dim=16, index_n_heads=2, mlp_layer_types=["dense", "sparse"]),
          layouts=("params", "legacy"), layer=1, T=11, P=5),
+    # DSA families past index_topk: the indexer selects (in the prefill from the token that sees K+1
+    # keys on, then every decode step). A score is exactly 0 when every head's ReLU is, and transformers
+    # breaks such top-k ties arbitrarily (clmla: the earlier position), so these cases have enough
+    # indexer heads (5, 8) that no tie reaches the boundary; with 2 heads, zero ties are common.
+    dict(name="deepseek_v32-sparse", family="deepseek_v32",
+         cfg=with_(BASE, rope_parameters=YARN_V3, max_position_embeddings=163840, index_topk=4,
+                   index_head_dim=16, index_n_heads=5),
+         layouts=("params", "legacy"), layer=1, T=13, P=6),
+    dict(name="glm_moe_dsa-sparse", family="glm_moe_dsa",
+         cfg=with_(BASE, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                   index_topk=3, index_head_dim=12, index_n_heads=8, mlp_layer_types=["dense", "sparse"]),
+         layouts=("params", "legacy"), layer=1, T=11, P=5),
 ]
 
 
