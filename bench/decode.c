@@ -6,6 +6,11 @@
  *   sparse        clmla_attention_latent_sparse over the same cache (same rows, same queries):
  *                 each query token attends to topk random distinct positions of its context, in
  *                 random order (every position, then -1 padding, when topk >= its context)
+ *   indexer       DeepSeek Sparse Attention's selection alone, clmla_index_select: per query token the
+ *                 scores sum_h w_h ReLU(q_h . k_s) of every index key of its context (the cache's
+ *                 index-key cache: f32 beside an f32 latent cache, else bf16, random) and their top
+ *                 --topk; H_I x d_I from the shape's config, else DeepSeek-V3.2's 64 x 128. Its time
+ *                 beside the sparse row's is the cost of a sparse decode step
  *   decompressed  per sequence: k^C, v^C = c^KV W^UKV^T (CLBlast SGEMM, [ctx, H*(dn+dv)]), then
  *                 the bench's MHA kernel with k = [k^C_h ; k^R] -> o [B, H, dv]
  *   mha           the baseline MLA replaces: the bench's MHA kernel over a full per-head cache
@@ -33,6 +38,9 @@ typedef struct decode_state {
     clmla_cache_dtype dtype; /* the library's cache (absorbed) */
     /* absorbed and sparse */
     int topk;              /* sparse: entries per query token; 0 = absorbed */
+    int index_heads, index_dim; /* indexer: H_I, d_I (0: not the indexer path) */
+    clmla_index_select_args select;
+    cl_mem index_q, index_w;
     int32_t *indices;      /* sparse: [T, topk] on the host, for the check */
     cl_mem indices_buf;
     clmla_cache *cache;
@@ -60,7 +68,7 @@ static void state_free(decode_state *st)
     bench_release(&st->indices_buf);
     cl_mem *bufs[] = {&st->q_latent, &st->q_rope, &st->block_table, &st->token_seq, &st->token_ctx, &st->q, &st->k,
                       &st->v, &st->latent, &st->latent_f32, &st->w_kvb, &st->kv_up, &st->part_out, &st->part_lse,
-                      &st->out};
+                      &st->out, &st->index_q, &st->index_w};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         bench_release(bufs[i]);
     if (st->attn)
@@ -122,8 +130,9 @@ static int absorbed_setup(decode_state *st, int block_tokens, unsigned seed)
     bench_device *dev = st->dev;
     const bench_shape *s = st->s;
     const int blocks_per_seq = (st->ctx + block_tokens - 1) / block_tokens;
+    const clmla_cache_dtype keys = st->dtype == CLMLA_CACHE_F32 ? CLMLA_CACHE_F32 : CLMLA_CACHE_BF16;
     clmla_cache_config cc = {1, s->rkv, s->dr, block_tokens, st->batch * blocks_per_seq,
-                             st->dtype, 0, CLMLA_CACHE_F32};
+                             st->dtype, st->index_dim, keys};
     if (clmla_cache_create(dev->ctx, &cc, &st->cache) != CLMLA_SUCCESS) {
         fprintf(stderr, "clmla-bench: %s\n", clmla_last_error(dev->ctx));
         return 1;
@@ -170,8 +179,21 @@ static int absorbed_setup(decode_state *st, int block_tokens, unsigned seed)
              bench_fill(dev, st->q_latent, nq * s->rkv, 0, seed + 1, 1.0f) ||
              bench_fill(dev, st->q_rope, nq * s->dr, 0, seed + 2, 1.0f);
     }
-    if (!rc && st->topk > 0)
+    if (!rc && st->topk > 0 && !st->index_dim)
         rc = sparse_indices(st, lens, T, seed);
+    if (!rc && st->index_dim) { /* random index keys (bf16: random half bits), queries and gates */
+        cl_mem kb = NULL;
+        const size_t nk = (size_t)st->batch * blocks_per_seq * block_tokens * st->index_dim;
+        const size_t nq = (size_t)T * st->index_heads;
+        rc = clmla_cache_index_buffer(st->cache, 0, &kb) != CLMLA_SUCCESS ||
+             bench_fill(dev, kb, nk, keys == CLMLA_CACHE_BF16, seed + 3, 1.0f);
+        st->index_q = rc ? NULL : bench_buffer(dev, nq * st->index_dim * sizeof(float), "indexer queries");
+        st->index_w = rc ? NULL : bench_buffer(dev, nq * sizeof(float), "indexer gates");
+        st->indices_buf = rc ? NULL : bench_buffer(dev, (size_t)T * st->topk * sizeof(int32_t), "selected positions");
+        rc = rc || !st->index_q || !st->index_w || !st->indices_buf ||
+             bench_fill(dev, st->index_q, nq * st->index_dim, 0, seed + 4, 1.0f) ||
+             bench_fill(dev, st->index_w, nq, 0, seed + 5, 1.0f);
+    }
     rc = rc || clFinish(dev->queue) != CL_SUCCESS;
     bench_release(&staging);
     free(table);
@@ -192,13 +214,27 @@ static int absorbed_setup(decode_state *st, int block_tokens, unsigned seed)
     a->token_ctx_len = st->token_ctx;
     a->max_ctx_len = st->ctx;
     a->out = st->out;
+    clmla_index_select_args *x = &st->select;
+    memset(x, 0, sizeof(*x));
+    x->num_tokens = a->num_tokens;
+    x->num_heads = st->index_heads;
+    x->top_k = st->topk;
+    x->q = st->index_q;
+    x->weights = st->index_w;
+    x->block_table = st->block_table;
+    x->max_blocks_per_seq = blocks_per_seq;
+    x->token_seq = st->token_seq;
+    x->token_ctx_len = st->token_ctx;
+    x->max_ctx_len = st->ctx;
+    x->indices = st->indices_buf;
     return 0;
 }
 
 static int absorbed_enqueue(void *user, cl_event *last)
 {
     decode_state *st = user;
-    const clmla_status status = st->topk > 0 ? clmla_attention_latent_sparse(st->cache, 0, &st->args, st->indices_buf, 0,
+    const clmla_status status = st->index_dim ? clmla_index_select(st->cache, 0, &st->select, last)
+                                : st->topk > 0 ? clmla_attention_latent_sparse(st->cache, 0, &st->args, st->indices_buf, 0,
                                                                              st->topk, last)
                                              : clmla_attention_latent(st->cache, 0, &st->args, last);
     if (status != CLMLA_SUCCESS) {
@@ -601,6 +637,66 @@ done:
     return err;
 }
 
+/* indexer: every token's selection against float64 scores of the keys the cache holds: the worst
+   amount by which an unselected visible position outscores a selected one, relative to the largest
+   score (0 when the selection is exact; ties may go either way within rounding), or 1 for a
+   malformed list (a position twice or out of range, wrong padding). -1 when a read fails. */
+static double check_indexer(decode_state *st)
+{
+    bench_device *dev = st->dev;
+    const int QL = st->q_len, T = st->batch * QL, HI = st->index_heads, dI = st->index_dim, K = st->topk;
+    float *q = read_floats(dev, st->index_q, (size_t)T * HI * dI, 0), *w = read_floats(dev, st->index_w, (size_t)T * HI, 0);
+    float *keys = malloc((size_t)st->ctx * dI * sizeof(float));
+    double *score = malloc((size_t)st->ctx * sizeof(double));
+    int32_t *got = malloc((size_t)T * K * sizeof(int32_t));
+    char *mark = malloc((size_t)st->ctx);
+    double err = -1;
+    if (q && w && keys && score && got && mark &&
+        clEnqueueReadBuffer(dev->queue, st->indices_buf, CL_TRUE, 0, (size_t)T * K * sizeof(int32_t), got, 0, NULL,
+                            NULL) == CL_SUCCESS) {
+        err = 0;
+        for (int b = 0; b < st->batch && err >= 0; b++) {
+            if (clmla_cache_read_index(st->cache, 0, st->seq_ids[b], 0, st->ctx, keys) != CLMLA_SUCCESS) {
+                err = -1;
+                break;
+            }
+            for (int i = 0; i < QL; i++) {
+                const int t = b * QL + i, n = st->ctx - QL + 1 + i, take = K < n ? K : n;
+                double top = 0;
+                for (int p = 0; p < n; p++) {
+                    double sum = 0;
+                    for (int h = 0; h < HI; h++) {
+                        double d = 0;
+                        for (int j = 0; j < dI; j++)
+                            d += (double)q[((size_t)t * HI + h) * dI + j] * keys[(size_t)p * dI + j];
+                        sum += (double)w[(size_t)t * HI + h] * (d > 0 ? d : 0);
+                    }
+                    score[p] = sum;
+                    top = fabs(sum) > top ? fabs(sum) : top;
+                }
+                memset(mark, 0, (size_t)n);
+                double low = INFINITY, high = -INFINITY;
+                for (int e = 0; e < K; e++) {
+                    const int32_t p = got[(size_t)t * K + e];
+                    if (e >= take ? p != -1 : (p < 0 || p >= n || mark[p]))
+                        return free(q), free(w), free(keys), free(score), free(got), free(mark), 1.0;
+                    if (e < take) {
+                        mark[p] = 1;
+                        low = score[p] < low ? score[p] : low;
+                    }
+                }
+                for (int p = 0; p < n; p++)
+                    if (!mark[p])
+                        high = score[p] > high ? score[p] : high;
+                if (take < n && high > low && top > 0)
+                    err = (high - low) / top > err ? (high - low) / top : err;
+            }
+        }
+    }
+    free(q), free(w), free(keys), free(score), free(got), free(mark);
+    return err;
+}
+
 /* ---- the phase ------------------------------------------------------------------------------- */
 
 static int too_big(const bench_case *c, bench_row *row, double total, double largest, double elements)
@@ -625,9 +721,12 @@ int bench_decode(const bench_case *c, bench_row *row)
     const int B = c->batch, ctx = c->ctx, f16 = c->dtype == CLMLA_CACHE_F16;
     const size_t elem = c->dtype == CLMLA_CACHE_F32 ? 4 : 2;
     const int mha = strcmp(c->path, "mha") == 0, decompressed = strcmp(c->path, "decompressed") == 0;
-    const int sparse = strcmp(c->path, "sparse") == 0;
-    /* absorbed: the library's latent attention, dense or (sparse) over index lists */
-    const int absorbed = strcmp(c->path, "absorbed") == 0 || strcmp(c->path, "auto") == 0 || sparse;
+    const int sparse = strcmp(c->path, "sparse") == 0, indexer = strcmp(c->path, "indexer") == 0;
+    /* absorbed: the library's latent attention, dense or (sparse) over index lists; the indexer
+       sets up the same cache and tables */
+    const int absorbed = strcmp(c->path, "absorbed") == 0 || strcmp(c->path, "auto") == 0 || sparse || indexer;
+    const int HI = s->config.index_n_heads > 0 ? s->config.index_n_heads : 64;
+    const int dI = s->config.index_n_heads > 0 ? s->config.index_head_dim : 128;
     if (!absorbed && (c->dtype == CLMLA_CACHE_BF16 || c->dtype == CLMLA_CACHE_FP8)) {
         snprintf(row->note, sizeof(row->note), "%s: the bench's own %s kernels read f32 or f16 only",
                  c->dtype == CLMLA_CACHE_FP8 ? "fp8" : "bf16", c->path);
@@ -643,8 +742,8 @@ int bench_decode(const bench_case *c, bench_row *row)
         return -1;
     }
     row->q_len = QL;
-    snprintf(row->path, sizeof(row->path), "%s", sparse ? "sparse" : absorbed ? "absorbed" : c->path);
-    row->topk = sparse ? c->topk : 0;
+    snprintf(row->path, sizeof(row->path), "%s", sparse ? "sparse" : indexer ? "indexer" : absorbed ? "absorbed" : c->path);
+    row->topk = sparse || indexer ? c->topk : 0;
     row->tokens = (double)B * QL;
     row->cache_bytes = mha ? bench_mha_cache_bytes(s, B, ctx, elem) : bench_mla_cache_bytes(s, B, ctx, c->dtype);
     row->mha_cache_bytes = bench_mha_cache_bytes(s, B, ctx, elem);
@@ -665,6 +764,18 @@ int bench_decode(const bench_case *c, bench_row *row)
             row->flops = (double)B * pairs * bench_pair_flops(s, 1);
             row->bytes = bench_mla_cache_bytes(s, 1, 1, c->dtype) * B * pairs + nq * s->row * 4 + nq * s->rkv * 4 +
                          (double)B * QL * c->topk * 4;
+        }
+        if (indexer) {
+            /* per sequence the keys once (f32, or bf16 beside a 16-bit or fp8 latent cache); per query
+               token and visible key 2 H_I d_I + 2 H_I FLOPs and a score written and read back */
+            const double kb = c->dtype == CLMLA_CACHE_F32 ? 4 : 2;
+            double pairs = 0;
+            for (int i = 0; i < QL; i++)
+                pairs += ctx - QL + 1 + i;
+            row->cache_bytes = (double)B * ctx * dI * kb;
+            row->flops = (double)B * pairs * (2.0 * HI * dI + 2.0 * HI);
+            row->bytes = row->cache_bytes + (double)B * pairs * 8 + (double)B * QL * (HI * dI + HI + c->topk) * 4;
+            snprintf(row->note, sizeof(row->note), "H_I %d x d_I %d, %s keys", HI, dI, kb == 4 ? "f32" : "bf16");
         }
         const double blocks = bench_mla_cache_bytes(s, B, (ctx + c->block_tokens - 1) / c->block_tokens * c->block_tokens, c->dtype);
         if (too_big(c, row, blocks + 8192.0 * s->row * 4, blocks, blocks / elem))
@@ -699,7 +810,9 @@ int bench_decode(const bench_case *c, bench_row *row)
     st.f16 = f16;
     st.dtype = c->dtype;
     st.q_len = QL;
-    st.topk = sparse ? c->topk : 0;
+    st.topk = sparse || indexer ? c->topk : 0;
+    st.index_heads = indexer ? HI : 0;
+    st.index_dim = indexer ? dI : 0;
     int rc = absorbed ? absorbed_setup(&st, c->block_tokens, c->seed)
                       : mha ? mha_setup(&st, c->seed) : decompressed_setup(&st, c->seed);
     bench_op op = {absorbed ? absorbed_enqueue : mha ? mha_enqueue : decompressed_enqueue, NULL, &st, 0};
@@ -709,7 +822,9 @@ int bench_decode(const bench_case *c, bench_row *row)
     /* The host check is O(B*H*ctx*rkv*(dn+dv)) for the decompressed path: small shapes only. */
     const double check_work = (double)B * QL * s->H * (sparse && c->topk < ctx ? c->topk : ctx) *
                               (decompressed ? (double)s->rkv * (s->dn + s->dv) : s->row);
-    if (!rc && c->check && check_work <= 4e9)
+    if (!rc && c->check && indexer && (double)B * QL * ctx * HI * dI <= 4e9)
+        row->check_error = check_indexer(&st);
+    else if (!rc && c->check && !indexer && check_work <= 4e9)
         row->check_error = check_decode(&st, absorbed);
     state_free(&st);
     return rc ? 1 : 0;

@@ -61,7 +61,9 @@ static void usage(FILE *out)
             "  --path LIST          absorbed, decompressed, mha (standard multi-head attention over a full\n"
             "                       per-head K/V cache; decode only), sparse (decode: clmla_attention_latent_sparse\n"
             "                       over --topk random distinct positions of the same cache, every position when\n"
-            "                       topk >= ctx), auto (the library's choice; layer, prefill)\n"
+            "                       topk >= ctx), indexer (decode: DSA's selection alone, clmla_index_select: the\n"
+            "                       scores of every index key and their top --topk; H_I x d_I 64 x 128, DeepSeek-V3.2's),\n"
+            "                       auto (the library's choice; layer, prefill)\n"
             "                       build, cache (cold)\n"
             "                       (defaults: decode absorbed,mha; layer absorbed; prefill auto; cold build,cache)\n"
             "  --cache-dtype LIST   f32 (default), f16, bf16, fp8 (bf16 and fp8: the absorbed path, through the library)\n"
@@ -87,7 +89,8 @@ static void usage(FILE *out)
             "  --flush read|write   how: read 4x the last-level cache on every compute unit, or write as much\n"
             "                       from the queue (triton's do_bench; leaves that many dirty lines) (default write)\n"
             "  --block-tokens N     tokens per cache block (default 64)\n"
-            "  --topk N             decode, sparse: positions each query token attends to (default 2048, DSA's)\n"
+            "  --topk N             decode, sparse and indexer: positions each query token attends to / selects\n"
+            "                       (default 2048, DSA's)\n"
             "  --max-mem MIB        skip rows that need more device memory (default: the device's global memory)\n"
             "  --max-time S         stop sampling a row after S seconds (default 3, 0.6 with --quick)\n"
             "  --seed N             seed of the random inputs (default 1)\n"
@@ -285,7 +288,7 @@ static int make_shape(const options *o, bench_shape *shape)
 static const char *const phase_names[] = {"peak", "decode", "layer", "prefill", "products", "cold", NULL};
 static const char *const path_names[] = {"absorbed",  "decompressed", "mha",        "auto",      "q_proj",
                                           "q_a_proj",  "q_b_proj",     "kv_a_proj",  "qkv_a_proj", "kv_b_proj",
-                                          "o_proj",    "build",        "cache",      "sparse",    NULL};
+                                          "o_proj",    "build",        "cache",      "sparse",    "indexer",    NULL};
 static const char *const dtype_names[] = {"f32", "f16", "bf16", "fp8", NULL}; /* clmla_cache_dtype's order */
 static const char *const weights_names[] = {"auto", "f32", "f16", "bf16", "fp8", NULL};
 
