@@ -16,6 +16,10 @@
  *   latent-rows, latent-group clmla_cache_append_cl and clmla_attention_latent as an engine runs
  *                             them: 1-3 tokens of 1-3 of 3 sequences per step, contexts of up to
  *                             340 keys (split-KV and attn_combine), with and without lse.
+ *   dsa-rows, dsa-group       the layer schedule through a layer with DSA's indexer (top-k 24), so
+ *                             that most steps write index keys, score and select; after
+ *                             clmla_layer_warmup the first pass compiles nothing, and the watched
+ *                             second pass must give the first pass's outputs bit for bit.
  *   sparse-rows, sparse-group the same schedule through clmla_attention_latent_sparse, each token's
  *                             list naming every position of its context (in reverse, then an
  *                             out-of-range entry and -1 padding to topk 340), so the outputs are the
@@ -520,6 +524,92 @@ static void layer_part(int variant, const char *name, int warmup)
     schedule_free(&s);
 }
 
+/* A sparse-attention layer (an indexer, top-k 24 of H_I 4 heads of d_I 16) on the same schedule:
+   most steps select (the 260-token prefill and every context past 24 keys), all of them write
+   index keys. Its second pass must create nothing and give the first pass's outputs bit for bit
+   (the selection is deterministic); test_dsa_layer holds the outputs to the float64 reference. */
+static void dsa_part(int variant, const char *name)
+{
+    schedule s;
+    const int made_ok = schedule_make(&s) == 0;
+    CHECK(made_ok, "%s: setting up the schedule failed", name);
+    const size_t D = (size_t)s.config.hidden_size, HI = 4, dI = 16, rq = (size_t)s.config.q_lora_rank;
+    clmla_layer_config c = s.config;
+    c.index_n_heads = (int)HI;
+    c.index_head_dim = (int)dI;
+    c.index_topk = 24;
+    c.index_rope_pairing = CLMLA_ROPE_HALF_SPLIT;
+    float *wq = malloc(HI * dI * rq * sizeof(float)), *wk = malloc(dI * D * sizeof(float));
+    float *kn = malloc(dI * sizeof(float)), *kb = malloc(dI * sizeof(float)), *ww = malloc(HI * D * sizeof(float));
+    float *first = made_ok ? calloc(s.rows * D, sizeof(float)) : NULL;
+    float *second = made_ok ? calloc(s.rows * D, sizeof(float)) : NULL;
+    clmla_layer *layer = NULL;
+    clmla_cache *cache = NULL;
+    cl_mem xb = NULL, ob = NULL;
+    if (made_ok && wq && wk && kn && kb && ww && first && second) {
+        tu_rng rng = tu_rng_seed(93);
+        tu_fill_uniform(wq, HI * dI * rq, 0.0f, 0.3f, &rng);
+        tu_fill_uniform(wk, dI * D, 0.0f, 0.25f, &rng);
+        tu_fill_uniform(kn, dI, 1.0f, 0.2f, &rng);
+        tu_fill_uniform(kb, dI, 0.0f, 0.2f, &rng);
+        tu_fill_uniform(ww, HI * D, 0.0f, 0.25f, &rng);
+        clmla_layer_weights w = s.w.layer;
+        w.indexer_wq_b = clmla_tensor_2d(wq, (int64_t)(HI * dI), (int64_t)rq);
+        w.indexer_wk = clmla_tensor_2d(wk, (int64_t)dI, (int64_t)D);
+        w.indexer_k_norm = clmla_tensor_1d(kn, (int64_t)dI);
+        w.indexer_k_norm_bias = clmla_tensor_1d(kb, (int64_t)dI);
+        w.indexer_weights_proj = clmla_tensor_2d(ww, (int64_t)HI, (int64_t)D);
+        clmla_attention_set_variant(ctx, variant);
+        const clmla_cache_config cc = {1, s.config.kv_lora_rank, s.config.qk_rope_head_dim, 8, 96, CLMLA_CACHE_F32,
+                                       (int)dI, CLMLA_CACHE_BF16};
+        CHECK_STATUS(clmla_layer_create(ctx, &c, &w, &layer), CLMLA_SUCCESS, ctx);
+        CHECK_STATUS(clmla_cache_create(ctx, &cc, &cache), CLMLA_SUCCESS, ctx);
+        cl_int err = CL_SUCCESS;
+        xb = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                            s.rows * D * sizeof(float), s.x, &err);
+        ob = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_WRITE, s.rows * D * sizeof(float), NULL, &err);
+        CHECK(xb && ob, "%s: clCreateBuffer: %d", name, err);
+    }
+    if (layer && cache && xb && ob) {
+        char what[96];
+        /* clmla_layer_warmup builds the indexer's and the sparse kernels too: the first pass then
+           compiles nothing */
+        CHECK_STATUS(clmla_layer_warmup(layer, cache, 0), CLMLA_SUCCESS, ctx);
+        snprintf(what, sizeof(what), "%s first pass after clmla_layer_warmup", name);
+        watch w0;
+        compiles_only = 1;
+        const int ran = run_layer_pass(&s, layer, cache, xb, ob, first, &w0, what);
+        compiles_only = 0;
+        watch w;
+        snprintf(what, sizeof(what), "%s steady", name);
+        if (ran && run_layer_pass(&s, layer, cache, xb, ob, second, &w, what)) {
+            size_t differ = 0;
+            for (size_t i = 0; i < s.rows * D; i++)
+                differ += memcmp(&first[i], &second[i], sizeof(float)) != 0;
+            CHECK(differ == 0, "%s: %zu output values differ between the two passes", name, differ);
+        }
+    }
+    if (xb)
+        clReleaseMemObject(xb);
+    if (ob)
+        clReleaseMemObject(ob);
+    clmla_cache_destroy(cache);
+    clmla_layer_destroy(layer);
+    clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
+    free(wq), free(wk), free(kn), free(kb), free(ww), free(first), free(second);
+    schedule_free(&s);
+}
+
+static void test_dsa_rows(void)
+{
+    dsa_part(CLMLA_LATENT_ROWS, "dsa-rows");
+}
+
+static void test_dsa_group(void)
+{
+    dsa_part(CLMLA_LATENT_GROUP, "dsa-group");
+}
+
 static void test_layer_rows(void)
 {
     layer_part(CLMLA_LATENT_ROWS, "layer-rows", 0);
@@ -932,6 +1022,8 @@ static const tu_part parts[] = {
     {"latent-group", test_latent_group},
     {"sparse-rows", test_sparse_rows},
     {"sparse-group", test_sparse_group},
+    {"dsa-rows", test_dsa_rows},
+    {"dsa-group", test_dsa_group},
 };
 
 int main(int argc, char **argv)

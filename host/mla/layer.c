@@ -536,6 +536,11 @@ clmla_status clmla_layer_warmup(clmla_layer *L, clmla_cache *cache, int cache_la
         free(out);
         return clmla_fail(L->ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "clmla_layer_warmup: out of host memory");
     }
+    /* the dense passes dense whatever the layer's top-k (a sparse-attention layer's short contexts
+       attend densely), the sparse one below with a top-k of 1 */
+    const int topk = L->topk;
+    if (L->HI > 0)
+        L->topk = INT_MAX;
     for (int path = CLMLA_PATH_ABSORBED; st == CLMLA_SUCCESS && path <= CLMLA_PATH_DECOMPRESSED; path++) {
         const int *steps = path == CLMLA_PATH_ABSORBED ? absorbed : decompressed;
         int32_t seq = -1;
@@ -551,7 +556,6 @@ clmla_status clmla_layer_warmup(clmla_layer *L, clmla_cache *cache, int cache_la
     /* A sparse-attention layer: its indexer's kernels and the sparse attention kernels too, by the
        absorbed steps once more with a top-k of 1 (every step past the first then selects). */
     if (st == CLMLA_SUCCESS && L->HI > 0 && cache->config.index_head_dim == L->dI) {
-        const int topk = L->topk;
         L->topk = 1;
         int32_t seq = -1;
         st = clmla_cache_seq_add(cache, &seq);
@@ -562,8 +566,8 @@ clmla_status clmla_layer_warmup(clmla_layer *L, clmla_cache *cache, int cache_la
         }
         if (seq >= 0)
             clmla_cache_seq_free(cache, seq);
-        L->topk = topk;
     }
+    L->topk = topk;
     free(x);
     free(out);
     return st;
