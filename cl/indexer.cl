@@ -5,7 +5,7 @@
  * already scaled by (HI DI)^-1/2) and each position s < ctx_len[t] of its sequence,
  *     scores[t, s] = sum_h w'_h max(q_h . k_s, 0)
  * where k_s is the index key of position s in a paged key cache: blocks of BT tokens x DI values
- * (float32, or bf16 bits with -D KEY_BF16), block b at keys + b BT DI, position s of the sequence
+ * (float32, bf16 bits with -D KEY_BF16, or half with -D KEY_F16), block b at keys + b BT DI, position s of the sequence
  * in block block_table[seq, s / BT] at row s % BT. Positions ctx_len[t] <= s < max_ctx get -inf.
  *
  *   q [T, HI, DI] float32 from q_offset; w [T, HI] float32 from w_offset;
@@ -13,7 +13,7 @@
  *   scores [T, score_stride] float32 from score_offset, columns 0 .. max_ctx-1 written.
  *   token_offset: token t's entries of token_seq and token_ctx_len are at token_offset + t (a chunk
  *   of a step's tokens); q, w and scores start at their own offsets. The same for indexer_topk.
- * Build options: HI (heads), DI (head dim), BT (block tokens), KEY_BF16.
+ * Build options: HI (heads), DI (head dim), BT (block tokens), KEY_BF16 or KEY_F16.
  *
  * Work: work-item (c, t) scores positions [c chunk, (c+1) chunk) of token t; items past T or past
  * max_ctx do nothing, so any global size covering (ceil(max_ctx / chunk), T) and any work-group
@@ -47,12 +47,19 @@
 #define BT 64
 #endif
 
-#ifdef KEY_BF16
+#if defined(KEY_BF16)
 #define KEY_T ushort
+#define KEY_BYTES 2
 #define KEY_LOAD8(p, i) dt_bf16x8(vload8((i), (p)))
 #define KEY_LOAD(p, i) dt_bf16((p)[i])
+#elif defined(KEY_F16)
+#define KEY_T half
+#define KEY_BYTES 2
+#define KEY_LOAD8(p, i) vload_half8((i), (p))
+#define KEY_LOAD(p, i) vload_half((i), (p))
 #else
 #define KEY_T float
+#define KEY_BYTES 4
 #define KEY_LOAD8(p, i) vload8((i), (p))
 #define KEY_LOAD(p, i) ((p)[i])
 #endif
@@ -152,7 +159,7 @@ inline void score_range(__local const float *qt, const float *wl, __global const
            instead of waiting on memory row by row */
         for (int j = 0; j < KT && g + KT + j < last; j++) {
             __global const char *r = (__global const char *)key_row(keys, table_row, num_blocks, g + KT + j);
-            for (int b = 0; b < (int)(DI * sizeof(KEY_T)); b += 64)
+            for (int b = 0; b < DI * KEY_BYTES; b += 64)
                 __builtin_prefetch(r + b, 0, 3);
         }
 #endif
@@ -322,10 +329,10 @@ __kernel void indexer_topk(__global const float *scores, const int score_offset,
  * cache: k = LayerNorm(src row) (mean, population variance, (k - mean) / sqrt(var + eps) * norm_w +
  * norm_b), then RoPE on k[0 .. DR) with the token's row of the layer's RoPE table (float2 A cos,
  * A sin per pair; pairs (i, i + DR/2) with -D IDX_HALF_SPLIT, else (2i, 2i + 1)), then stored at the
- * token's slot (keys + slot DI) as float32 or, with KEY_BF16, rounded to bf16.
+ * token's slot (keys + slot DI) as float32 or rounded to bf16 (KEY_BF16) or f16 (KEY_F16), to nearest even.
  *   src [T, src_stride] float32 from src_offset (W_k x); positions [T] table rows; slots [T].
  * One work-group of WGK items (a power of two) per token. Build options: DI, DR, WGK, IDX_HALF_SPLIT,
- * KEY_BF16. */
+ * KEY_BF16, KEY_F16. */
 #ifndef WGK
 #define WGK 64
 #endif
@@ -390,8 +397,10 @@ void indexer_key_write(__global const float *src, const int src_offset, const in
     barrier(CLK_LOCAL_MEM_FENCE);
     __global KEY_T *out = keys + (size_t)slots[t] * DI;
     for (int i = lid; i < DI; i += WGK)
-#ifdef KEY_BF16
+#if defined(KEY_BF16)
         out[i] = dt_to_bf16(row[i]);
+#elif defined(KEY_F16)
+        vstore_half_rte(row[i], i, out);
 #else
         out[i] = row[i];
 #endif

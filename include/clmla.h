@@ -630,7 +630,8 @@ typedef struct clmla_cache_config {
     clmla_cache_dtype dtype;
     /* ---- added in 0.4: the index-key cache of sparse-attention layers (clmla_layer_config.
        index_n_heads > 0), paged by the same blocks: index_head_dim values per token and layer, of
-       index_dtype (CLMLA_CACHE_F32 or CLMLA_CACHE_BF16). 0 = none. ---- */
+       index_dtype (CLMLA_CACHE_F32, CLMLA_CACHE_F16 or CLMLA_CACHE_BF16, rounded to nearest even when
+       written). 0 = none. ---- */
     int index_head_dim;
     clmla_cache_dtype index_dtype;
 } clmla_cache_config;

@@ -303,10 +303,11 @@ int idx_ref_selection_ok(const double *scores, int n_visible, int top_k, double 
 /* ---- a whole sparse-attention layer -------------------------------------------------------------- */
 
 int idx_ref_dsa_forward(const mla_ref_config *cfg, const mla_ref_features *f, const mla_ref_weights *w,
-                        const idx_ref_config *icfg, const idx_ref_weights *iw, int top_k, int key_bf16, int T,
+                        const idx_ref_config *icfg, const idx_ref_weights *iw, int top_k, mla_ref_cache_type key_type, int T,
                         const float *x, double *out, int32_t *selected, int *ambiguous)
 {
     if (!cfg || !w || !config_ok(icfg) || !iw || !x || !out || top_k < 1 || T < 1 || cfg->q_lora_rank < 1 ||
+        (key_type != MLA_REF_CACHE_F32 && key_type != MLA_REF_CACHE_F16 && key_type != MLA_REF_CACHE_BF16) ||
         icfg->rope_dim != cfg->rope_dim || !w->q_a_proj || !w->q_a_layernorm || !iw->wq_b || !iw->wk || !iw->k_norm ||
         !iw->k_norm_bias || !iw->weights_proj)
         return -1;
@@ -333,9 +334,9 @@ int idx_ref_dsa_forward(const mla_ref_config *cfg, const mla_ref_features *f, co
         idx_ref_rope_row(cfg, f, t, c, sn);
         if (idx_ref_key(icfg, iw->wk, iw->k_norm, iw->k_norm_bias, x + (size_t)t * D, c, sn, keys + (size_t)t * dI) != 0)
             goto done;
-        if (key_bf16)
-            for (int d = 0; d < dI; d++)
-                keys[(size_t)t * dI + d] = mla_ref_round_bf16(keys[(size_t)t * dI + d]);
+        for (int d = 0; key_type != MLA_REF_CACHE_F32 && d < dI; d++)
+            keys[(size_t)t * dI + d] = key_type == MLA_REF_CACHE_BF16 ? mla_ref_round_bf16(keys[(size_t)t * dI + d])
+                                                                      : mla_ref_round_f16(keys[(size_t)t * dI + d]);
     }
     const double wscale = idx_ref_weight_scale(HI, dI), tau = mla_ref_softmax_scale_ext(cfg, f);
     const double q_scale = f && f->q_latent_scale > 0 ? f->q_latent_scale : 1.0;

@@ -118,18 +118,19 @@ typedef struct idx_ref_weights {     /* checkpoint layout, float32, the self_att
 
 /* The attention output of T tokens at positions 0..T-1 of one sequence through a layer with an
    indexer (DSA.md sections 3 and 4): every token's index key (written before it is scored, so
-   s = t is a candidate), rounded to bf16 when key_bf16 (as a bf16 index-key cache holds it); for
+   s = t is a candidate), rounded to key_type (MLA_REF_CACHE_F32: not rounded, F16 or BF16: to
+   nearest even, as an index-key cache of that type holds it); for
    token t the defining-formula scores of keys 0..t, the selection of idx_ref_topk (all of them
    while t + 1 <= top_k), absorbed latent attention over the selected keys only
    (mla_ref_sparse_latent_attention, the cache's rounding from f->cache_type, f may be NULL), then
    W^UV and o_proj (and o_proj's bias). The rope tables are MLA's (mla_ref_rope_tables_ext, step
    choice as one step of T tokens). Optional outputs: selected [T, top_k] (rank order, -1 padded),
    *ambiguous the number of tokens whose selection DSA.md 6.4 does not fix (the K-th and (K+1)-th
-   scores closer than twice the float32 bound of idx_ref_score_bound; bf16 keys too, since an
+   scores closer than twice the float32 bound of idx_ref_score_bound; rounded keys too, since an
    implementation scores the same rounded keys): an implementation may select otherwise there. Returns 0, or -1 on a bad
    argument or allocation failure. */
 int idx_ref_dsa_forward(const mla_ref_config *cfg, const mla_ref_features *f, const mla_ref_weights *w,
-                        const idx_ref_config *icfg, const idx_ref_weights *iw, int top_k, int key_bf16, int T,
+                        const idx_ref_config *icfg, const idx_ref_weights *iw, int top_k, mla_ref_cache_type key_type, int T,
                         const float *x /* [T, D] */, double *out /* [T, D] */, int32_t *selected /* [T, top_k] */,
                         int *ambiguous);
 

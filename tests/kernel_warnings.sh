@@ -30,7 +30,8 @@ sets='
 -D SPARSE -D RKV=512 -D DR=64 -D CACHE_FP8 -D QLAYOUT=1
 -D HG=3 -D NT=64 -D RKV=40 -D DR=8
 -D HGC=6 -D RKV=40 -D DR=8 -D CACHE_BF16
--D KEY_BF16 -D HI=3 -D DI=24 -D BT=5'
+-D KEY_BF16 -D HI=3 -D DI=24 -D BT=5
+-D KEY_F16 -D HI=5 -D DI=10 -D DR=6 -D WGK=4 -D IDX_HALF_SPLIT'
 failed=0 checked=0
 for f in "$dir"/*.cl; do
     [ "$(basename "$f")" = prelude.cl ] && continue

@@ -8,7 +8,7 @@
      sequence: one sequence prefilled in chunks that cross top-k, then decoded token by token;
      batch:    three sequences in mixed steps (decode entries beside a prefill chunk), each checked
                against its own reference run;
-     both pairings of the indexer's RoPE, f32 and bf16 index keys, f32 and f16 latent caches, each
+     both pairings of the indexer's RoPE, f32, bf16 and f16 index keys, f32, f16 and bf16 latent caches, each
      path asked for (sparse steps run absorbed whatever is asked; the steps before run the path);
      keys:     the index keys the cache holds (clmla_cache_read_index) against the reference's;
      select:   clmla_index_select on those keys against the float64 top-k, and its refusals;
@@ -92,7 +92,7 @@ static void model_free(dsa_model *m)
 }
 
 /* The reference of one sequence of T tokens: out [T, D] and its index keys [T, d_I]. */
-static double *reference(const dsa_model *m, int T, const float *x, int key_bf16, clmla_cache_dtype latent,
+static double *reference(const dsa_model *m, int T, const float *x, clmla_cache_dtype keys, clmla_cache_dtype latent,
                          const char *what)
 {
     double *out = malloc((size_t)T * 44 * sizeof(double));
@@ -101,7 +101,7 @@ static double *reference(const dsa_model *m, int T, const float *x, int key_bf16
     f.cache_type = (mla_ref_cache_type)latent;
     int ambiguous = -1;
     const int rc = out ? idx_ref_dsa_forward(&m->base.ref_config, &f, &m->base.ref, &m->icfg, &m->iref,
-                                             m->config.index_topk, key_bf16, T, x, out, NULL, &ambiguous)
+                                             m->config.index_topk, (mla_ref_cache_type)keys, T, x, out, NULL, &ambiguous)
                        : -1;
     CHECK(rc == 0, "%s: the reference failed", what);
     /* a selection the reference does not fix would make a mismatch meaningless: these inputs must
@@ -144,7 +144,7 @@ static void one_sequence(const dsa_model *m, clmla_cache_dtype latent, clmla_cac
         T += chunks[i];
     float *x = tu_random_inputs(T, 44, 1234 + (uint64_t)T);
     float *got = malloc((size_t)T * 44 * sizeof(float));
-    double *want = x ? reference(m, T, x, keys == CLMLA_CACHE_BF16, latent, what) : NULL;
+    double *want = x ? reference(m, T, x, keys, latent, what) : NULL;
     clmla_layer *layer = NULL;
     clmla_cache *cache = NULL;
     clmla_status st = clmla_layer_create(ctx, &m->config, &m->layer, &layer);
@@ -169,14 +169,17 @@ static void one_sequence(const dsa_model *m, clmla_cache_dtype latent, clmla_cac
             for (int i = 0; k && kw && i < T; i++) {
                 idx_ref_rope_row(&m->base.ref_config, NULL, i, c, s);
                 idx_ref_key(&m->icfg, m->wk, m->kn, m->kb, x + (size_t)i * 44, c, s, kw + (size_t)i * m->config.index_head_dim);
-                for (int d = 0; keys == CLMLA_CACHE_BF16 && d < m->config.index_head_dim; d++)
-                    kw[(size_t)i * m->config.index_head_dim + d] = mla_ref_round_bf16(kw[(size_t)i * m->config.index_head_dim + d]);
+                for (int d = 0; keys != CLMLA_CACHE_F32 && d < m->config.index_head_dim; d++) {
+                    double *v = &kw[(size_t)i * m->config.index_head_dim + d];
+                    *v = keys == CLMLA_CACHE_BF16 ? mla_ref_round_bf16(*v) : mla_ref_round_f16(*v);
+                }
             }
             st = k && kw ? clmla_cache_read_index(cache, 0, seq, 0, T, k) : CLMLA_ERROR_OUT_OF_HOST_MEMORY;
             CHECK(st == CLMLA_SUCCESS, "%s: clmla_cache_read_index: %s", what, clmla_last_error(ctx));
             if (st == CLMLA_SUCCESS)
                 CHECK_CLOSE(k, kw, (size_t)T * m->config.index_head_dim, m->config.index_head_dim,
-                            keys == CLMLA_CACHE_BF16 ? 1.0 / 128 : 1e-5, "%s: index keys", what);
+                            keys == CLMLA_CACHE_BF16 ? 1.0 / 128 : keys == CLMLA_CACHE_F16 ? 1.0 / 1024 : 1e-5,
+                            "%s: index keys", what);
             free(k);
             free(kw);
         }
@@ -200,6 +203,7 @@ static void part_sequence(void)
             one_sequence(&m, CLMLA_CACHE_F32, CLMLA_CACHE_F32, CLMLA_PATH_DECOMPRESSED, one_prefill, "one prefill");
             one_sequence(&m, CLMLA_CACHE_F16, CLMLA_CACHE_BF16, CLMLA_PATH_ABSORBED, prefill_then_decode,
                          "chunks, decode");
+            one_sequence(&m, CLMLA_CACHE_BF16, CLMLA_CACHE_F16, CLMLA_PATH_AUTO, one_prefill, "one prefill");
         } else {
             CHECK(0, "out of host memory");
         }
@@ -227,7 +231,7 @@ static void part_batch(void)
     for (int s = 0; s < S; s++) {
         x[s] = tu_random_inputs(lens[s], 44, 300 + (uint64_t)s);
         got[s] = calloc((size_t)lens[s] * 44, sizeof(float));
-        want[s] = x[s] ? reference(&m, lens[s], x[s], 0, CLMLA_CACHE_F32, "batch") : NULL;
+        want[s] = x[s] ? reference(&m, lens[s], x[s], CLMLA_CACHE_F32, CLMLA_CACHE_F32, "batch") : NULL;
     }
     clmla_layer *layer = NULL;
     clmla_status st = clmla_layer_create(ctx, &m.config, &m.layer, &layer);

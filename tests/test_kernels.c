@@ -1499,11 +1499,12 @@ static void test_layer(void)
 static void test_indexer_writer(void)
 {
     enum { DI = 10, DR = 6, T = 3, SLOTS = 9, ROWS = 6, SRC_OFF = 3, SRC_LD = 13, HI = 3, QT = 2, QOFF = 5 };
-    for (int v = 0; v < 4; v++) {
-        const int half = v & 1, bf16 = v >> 1;
+    for (int v = 0; v < 6; v++) {
+        /* keys: 0 f32, 1 bf16, 2 f16 */
+        const int half = v & 1, kdt = v >> 1, bf16 = kdt == 1, f16 = kdt == 2;
         char options[160];
         snprintf(options, sizeof(options), "-D HI=%d -D DI=%d -D BT=3 -D DR=%d -D WGK=4%s%s", HI, DI, DR,
-                 half ? " -D IDX_HALF_SPLIT" : "", bf16 ? " -D KEY_BF16" : "");
+                 half ? " -D IDX_HALF_SPLIT" : "", bf16 ? " -D KEY_BF16" : f16 ? " -D KEY_F16" : "");
         cl_kernel kw = kernel("indexer", options, "indexer_key_write");
         cl_kernel kq = kernel("indexer", options, "indexer_q_rope");
         tu_rng rng = tu_rng_seed(71 + (uint64_t)v);
@@ -1521,7 +1522,7 @@ static void test_indexer_writer(void)
         const int pos[T] = {2, 0, 5}, slot[T] = {7, 1, 4}, qpos[QT] = {4, 1};
         cl_mem sb = buffer(sizeof(src), src), wb = buffer(sizeof(nw), nw), bb = buffer(sizeof(nb), nb);
         cl_mem tb = buffer(sizeof(table), table), pb = buffer(sizeof(pos), pos), lb = buffer(sizeof(slot), slot);
-        cl_mem kb = buffer((size_t)SLOTS * DI * (bf16 ? 2 : 4), NULL);
+        cl_mem kb = buffer((size_t)SLOTS * DI * (kdt ? 2 : 4), NULL);
         const int src_off = SRC_OFF, src_ld = SRC_LD;
         const float eps = 1e-6f;
         ARG(kw, 0, sb);
@@ -1537,7 +1538,7 @@ static void test_indexer_writer(void)
         const size_t global[1] = {4 * T}, local[1] = {4};
         if (launch(kw, 1, global, local)) {
             unsigned char raw[SLOTS * DI * 4];
-            download(kb, (size_t)SLOTS * DI * (bf16 ? 2 : 4), raw);
+            download(kb, (size_t)SLOTS * DI * (kdt ? 2 : 4), raw);
             double worst = 0;
             for (int t = 0; t < T; t++) {
                 double k[DI], mean = 0, var = 0, c[DR / 2], sn[DR / 2];
@@ -1552,21 +1553,20 @@ static void test_indexer_writer(void)
                 idx_ref_rope(k, DR, !half, c, sn);
                 for (int d = 0; d < DI; d++) {
                     float got;
-                    if (bf16) {
+                    if (kdt) {
                         uint16_t h;
                         memcpy(&h, raw + 2 * ((size_t)slot[t] * DI + d), 2);
-                        const uint32_t bits = (uint32_t)h << 16;
-                        memcpy(&got, &bits, 4);
+                        got = (float)(bf16 ? mla_ref_decode_bf16(h) : mla_ref_decode_f16(h));
                     } else {
                         memcpy(&got, raw + 4 * ((size_t)slot[t] * DI + d), 4);
                     }
-                    /* bf16: the float result rounded, so within one bf16 step of the exact value */
+                    /* bf16, f16: the float result rounded, so within one step of the exact value */
                     const double err = fabs(got - k[d]) / (fabs(k[d]) + 1e-3);
                     worst = err > worst ? err : worst;
                 }
             }
-            CHECK(worst <= (bf16 ? 1.0 / 128 : 1e-5), "indexer_key_write %s %s: relative error %.3g",
-                  half ? "half-split" : "interleaved", bf16 ? "bf16" : "f32", worst);
+            CHECK(worst <= (bf16 ? 1.0 / 128 : f16 ? 1.0 / 1024 : 1e-5), "indexer_key_write %s %s: relative error %.3g",
+                  half ? "half-split" : "interleaved", bf16 ? "bf16" : f16 ? "f16" : "f32", worst);
         }
         cl_mem qb = buffer(sizeof(q), q), qp = buffer(sizeof(qpos), qpos);
         const int q_off = QOFF;

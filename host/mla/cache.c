@@ -3,6 +3,7 @@
    shared by sequences after a fork, with a count of owners per block and copy on write (cache.h). */
 #include "cache.h"
 #include "clcall.h"
+#include "dtype.h"
 #include "indexer.h"
 #include "program.h"
 #include "scratch.h"
@@ -42,11 +43,13 @@ clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *co
                           "FlashMLA's layout); kv_lora_rank is %d",
                           c.kv_lora_rank);
     if (c.index_head_dim < 0 || c.index_head_dim > 1024 ||
-        (c.index_head_dim > 0 && c.index_dtype != CLMLA_CACHE_F32 && c.index_dtype != CLMLA_CACHE_BF16))
+        (c.index_head_dim > 0 && c.index_dtype != CLMLA_CACHE_F32 && c.index_dtype != CLMLA_CACHE_F16 &&
+         c.index_dtype != CLMLA_CACHE_BF16))
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
                           "invalid cache configuration: index_head_dim %d (0 to 1024) with index_dtype %d (the index-key "
-                          "cache holds f32 (%d) or bf16 (%d))",
-                          c.index_head_dim, (int)c.index_dtype, (int)CLMLA_CACHE_F32, (int)CLMLA_CACHE_BF16);
+                          "cache holds f32 (%d), f16 (%d) or bf16 (%d))",
+                          c.index_head_dim, (int)c.index_dtype, (int)CLMLA_CACHE_F32, (int)CLMLA_CACHE_F16,
+                          (int)CLMLA_CACHE_BF16);
     const int row = c.kv_lora_rank + c.rope_dim;
     /* Bytes of one token's row (cl/prelude.cl): 4 or 2 per value, or fp8's codes, scales and bf16 k^R. */
     const size_t row_bytes = c.dtype == CLMLA_CACHE_F32 ? (size_t)row * 4
@@ -61,7 +64,7 @@ clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *co
                           "cache of %d blocks x %d tokens has more than 2^31 - 1 token slots per layer",
                           c.num_blocks, c.block_tokens);
     const size_t layer_bytes = (size_t)rows * row_bytes;
-    const size_t index_row_bytes = (size_t)c.index_head_dim * (c.index_dtype == CLMLA_CACHE_BF16 ? 2 : 4);
+    const size_t index_row_bytes = (size_t)c.index_head_dim * (c.index_dtype == CLMLA_CACHE_F32 ? 4 : 2);
     if ((size_t)rows * index_row_bytes > ctx->info.max_alloc_bytes)
         return clmla_fail(ctx, CL_INVALID_BUFFER_SIZE,
                           "one layer of the index-key cache needs %zu bytes, more than the device's largest allocation "
@@ -866,7 +869,7 @@ clmla_status clmla_cache_read_index(const clmla_cache *cache, int layer, int32_t
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: NULL keys", fn);
     const int dI = cache->config.index_head_dim, bt = cache->config.block_tokens;
     const size_t rb = cache->index_row_bytes;
-    const int bf16 = cache->config.index_dtype == CLMLA_CACHE_BF16;
+    const clmla_cache_dtype dt = cache->config.index_dtype;
     unsigned char *raw = malloc((size_t)bt * rb);
     if (!raw)
         return oom(ctx);
@@ -882,13 +885,12 @@ clmla_status clmla_cache_read_index(const clmla_cache *cache, int layer, int32_t
         }
         for (size_t i = 0; i < (size_t)run * dI; i++) {
             float v;
-            if (bf16) {
-                uint16_t h;
-                memcpy(&h, raw + 2 * i, 2);
-                const uint32_t bits = (uint32_t)h << 16;
-                memcpy(&v, &bits, 4);
-            } else {
+            uint16_t h;
+            if (dt == CLMLA_CACHE_F32) {
                 memcpy(&v, raw + 4 * i, 4);
+            } else {
+                memcpy(&h, raw + 2 * i, 2);
+                v = dt == CLMLA_CACHE_BF16 ? clmla_bf16_to_float(h) : clmla_f16_to_float(h);
             }
             keys[(size_t)(pos - start) * dI + i] = v;
         }

@@ -16,7 +16,8 @@
 
 typedef enum clmla_index_key_dtype {
     CLMLA_INDEX_KEYS_F32 = 0,
-    CLMLA_INDEX_KEYS_BF16 = 1 /* bfloat16 bits, rounded by the writer */
+    CLMLA_INDEX_KEYS_BF16 = 1, /* bfloat16 bits, rounded by the writer */
+    CLMLA_INDEX_KEYS_F16 = 2   /* IEEE half, rounded by the writer */
 } clmla_index_key_dtype;
 
 typedef struct clmla_index_config {
