@@ -47,7 +47,13 @@
 #define BT 64
 #endif
 
-#if defined(KEY_BF16)
+#if defined(KEY_FP8)
+/* DeepSeek's FP8 index keys: a block of BT tokens is BT x DI e4m3 codes, then BT float32 scales
+   (DSA.md section 5); a key is the Hadamard rotation of the written one (indexer_key_write), and
+   the scores kernel rotates the queries alike. DI is a power of two. */
+#define KEY_T uchar
+#define KEY_BYTES 1
+#elif defined(KEY_BF16)
 #define KEY_T ushort
 #define KEY_BYTES 2
 #define KEY_LOAD8(p, i) dt_bf16x8(vload8((i), (p)))
@@ -70,6 +76,21 @@
 #endif
 #define DI8 (DI / 8)        /* whole float8 steps of a key */
 
+#ifdef KEY_FP8
+/* The codes of the key of position pos in a sequence's block table row; its scale follows the
+   block's codes. */
+inline __global const KEY_T *key_row(__global const KEY_T *keys, __global const int *table_row, const int num_blocks,
+                                     const int pos)
+{
+    const int b = clamp(table_row[pos / BT], 0, num_blocks - 1);
+    return keys + (size_t)b * BT * (DI + 4) + (size_t)(pos % BT) * DI;
+}
+inline float key_scale(__global const KEY_T *keys, __global const int *table_row, const int num_blocks, const int pos)
+{
+    const int b = clamp(table_row[pos / BT], 0, num_blocks - 1);
+    return ((__global const float *)(keys + (size_t)b * BT * (DI + 4) + (size_t)BT * DI))[pos % BT];
+}
+#else
 /* The start of the key of position pos in a sequence's block table row. */
 inline __global const KEY_T *key_row(__global const KEY_T *keys, __global const int *table_row, const int num_blocks,
                                      const int pos)
@@ -77,6 +98,7 @@ inline __global const KEY_T *key_row(__global const KEY_T *keys, __global const 
     const int b = clamp(table_row[pos / BT], 0, num_blocks - 1);
     return keys + ((size_t)b * BT + (size_t)(pos % BT)) * DI;
 }
+#endif
 
 #define HIP ((HI + 7) / 8 * 8) /* heads padded to whole float8 vectors */
 #define HV (HIP / 8)              /* head vectors */
@@ -148,10 +170,18 @@ inline void score_range(__local const float *qt, const float *wl, __global const
         /* the tile's keys; positions past last repeat the last one (their scores are not stored) */
         for (int j = 0; j < KT; j++) {
             __global const KEY_T *r = key_row(keys, table_row, num_blocks, min(g + j, last - 1));
+#ifdef KEY_FP8
+            const float ks = key_scale(keys, table_row, num_blocks, min(g + j, last - 1));
+            for (int i = 0; i < DI8; i++)
+                vstore8(dt_e4m3x8s(vload8(i, r), ks), i, kb + j * DI);
+            for (int d = DI8 * 8; d < DI; d++)
+                kb[j * DI + d] = dt_e4m3u(r[d]) * DT_E4M3_UNIT * ks;
+#else
             for (int i = 0; i < DI8; i++)
                 vstore8(KEY_LOAD8(r, i), i, kb + j * DI);
             for (int d = DI8 * 8; d < DI; d++)
                 kb[j * DI + d] = KEY_LOAD(r, d);
+#endif
             acc[j] = (float8)(0.0f);
         }
 #ifdef CLMLA_PREFETCH
@@ -214,10 +244,30 @@ __kernel void indexer_scores(__global const float *q, const int q_offset, __glob
             qt[b * 16 * DI + d * width + h % 16] = h < HI ? qg[i] : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
+#ifdef KEY_FP8
+        /* the keys are stored rotated by H / sqrt(DI) (H Sylvester's Hadamard matrix, symmetric and
+           orthogonal up to that factor): q . k = (H q) . (H k / sqrt(DI)) / sqrt(DI), so each head's
+           query is rotated here by the fast transform and the 1 / sqrt(DI) goes into its weight */
+        for (int len = 1; len < DI; len *= 2) {
+            for (int i = lid; i < HIP * (DI / 2); i += nl) {
+                const int h = i / (DI / 2), p = i % (DI / 2), d0 = p / len * 2 * len + p % len, d1 = d0 + len;
+                const int b = h / 16, width = min(16, HIP - 16 * b);
+                __local float *col = qt + b * 16 * DI + h % 16;
+                const float x0 = col[d0 * width], x1 = col[d1 * width];
+                col[d0 * width] = x0 + x1;
+                col[d1 * width] = x0 - x1;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+#endif
         if (get_local_id(1) != r || start >= max_ctx)
             continue;
         for (int h = 0; h < HIP; h++)
+#ifdef KEY_FP8
+            wl[h] = h < HI ? wg[h] * rsqrt((float)DI) : 0.0f;
+#else
             wl[h] = h < HI ? wg[h] : 0.0f;
+#endif
         const int end = min(start + chunk, max_ctx);
         const int ctx = clamp(token_ctx_len[token_offset + t], 0, max_ctx);
         __global float *out = scores + score_offset + (size_t)t * score_stride;
@@ -332,7 +382,7 @@ __kernel void indexer_topk(__global const float *scores, const int score_offset,
  * token's slot (keys + slot DI) as float32 or rounded to bf16 (KEY_BF16) or f16 (KEY_F16), to nearest even.
  *   src [T, src_stride] float32 from src_offset (W_k x); positions [T] table rows; slots [T].
  * One work-group of WGK items (a power of two) per token. Build options: DI, DR, WGK, IDX_HALF_SPLIT,
- * KEY_BF16, KEY_F16. */
+ * KEY_BF16, KEY_F16, KEY_FP8 (then rotated and quantised as described below). */
 #ifndef WGK
 #define WGK 64
 #endif
@@ -395,6 +445,42 @@ void indexer_key_write(__global const float *src, const int src_offset, const in
         row[b] = x0 * c.y + x1 * c.x;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+#ifdef KEY_FP8
+    /* DeepSeek's FP8 keys (DSA.md 3.4-3.5): the key rotated by H / sqrt(DI) (the fast transform in
+       local memory), then e4m3 codes of key / s with s = 2^ceil(log2(max(amax, 1e-4) / 448)), the
+       act_quant rule of DeepSeek-V3.2's reference (a NaN anywhere gives a NaN scale) */
+    for (int len = 1; len < DI; len *= 2) {
+        for (int p = lid; p < DI / 2; p += WGK) {
+            const int d0 = p / len * 2 * len + p % len, d1 = d0 + len;
+            const float x0 = row[d0], x1 = row[d1];
+            row[d0] = x0 + x1;
+            row[d1] = x0 - x1;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float amax = 0.0f;
+    int nan = 0;
+    for (int i = lid; i < DI; i += WGK) {
+        row[i] *= rsqrt((float)DI);
+        amax = fmax(amax, fabs(row[i]));
+        nan |= isnan(row[i]);
+    }
+    part[lid] = nan ? NAN : amax;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int w = WGK / 2; w > 0; w >>= 1) {
+        if (lid < w)
+            part[lid] = isnan(part[lid + w]) ? part[lid + w] : isnan(part[lid]) ? part[lid] : fmax(part[lid], part[lid + w]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const uint sb = as_uint(fmax(part[0], 1e-4f) / 448.0f);
+    const float scale = isnan(part[0]) ? NAN : as_float((sb & 0x007FFFFFu) ? (sb & 0x7F800000u) + 0x00800000u : sb);
+    const int blk = slots[t] / BT, off = slots[t] % BT;
+    __global uchar *codes = keys + (size_t)blk * BT * (DI + 4) + (size_t)off * DI;
+    for (int i = lid; i < DI; i += WGK)
+        codes[i] = dt_to_e4m3(row[i] / scale);
+    if (lid == 0)
+        ((__global float *)(keys + (size_t)blk * BT * (DI + 4) + (size_t)BT * DI))[off] = scale;
+#else
     __global KEY_T *out = keys + (size_t)slots[t] * DI;
     for (int i = lid; i < DI; i += WGK)
 #if defined(KEY_BF16)
@@ -403,6 +489,7 @@ void indexer_key_write(__global const float *src, const int src_offset, const in
         vstore_half_rte(row[i], i, out);
 #else
         out[i] = row[i];
+#endif
 #endif
 }
 

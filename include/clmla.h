@@ -631,7 +631,10 @@ typedef struct clmla_cache_config {
     /* ---- added in 0.4: the index-key cache of sparse-attention layers (clmla_layer_config.
        index_n_heads > 0), paged by the same blocks: index_head_dim values per token and layer, of
        index_dtype (CLMLA_CACHE_F32, CLMLA_CACHE_F16 or CLMLA_CACHE_BF16, rounded to nearest even when
-       written). 0 = none. ---- */
+       written; or CLMLA_CACHE_FP8, DeepSeek-V3.2's: the key rotated by a Hadamard transform (H /
+       sqrt(index_head_dim), a power of two) in e4m3 codes with a float32 power-of-two scale per key,
+       2^ceil(log2(max(max|k|, 1e-4) / 448)), a block holding its tokens' codes then their scales:
+       index_head_dim + 4 bytes a token). 0 = none. ---- */
     int index_head_dim;
     clmla_cache_dtype index_dtype;
 } clmla_cache_config;
@@ -711,7 +714,7 @@ clmla_status clmla_cache_append_cl(clmla_cache *cache, int layer, int32_t seq_id
 clmla_status clmla_cache_read(const clmla_cache *cache, int layer, int32_t seq_id, int start, int n, float *c_kv,
                               float *k_rope);
 /* Copies the index keys of tokens [start, start+n) of a sequence in one layer back to the host as
-   float32: keys [n, index_head_dim]. CLMLA_ERROR_INVALID_ARGUMENT when the cache has no index-key
+   float32: keys [n, index_head_dim] (an fp8 cache: the rotated keys it stores, codes times scale). CLMLA_ERROR_INVALID_ARGUMENT when the cache has no index-key
    cache. Blocking. (added in 0.4) */
 clmla_status clmla_cache_read_index(const clmla_cache *cache, int layer, int32_t seq_id, int start, int n, float *keys);
 

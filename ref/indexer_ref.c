@@ -300,6 +300,38 @@ int idx_ref_selection_ok(const double *scores, int n_visible, int top_k, double 
     return ok;
 }
 
+/* ---- DeepSeek's FP8 index keys --------------------------------------------------------------------- */
+
+int idx_ref_hadamard(double *x, int n)
+{
+    if (n < 1 || (n & (n - 1)) != 0)
+        return -1;
+    /* H x by its definition, one output at a time (O(n^2): clarity over speed) */
+    double *y = malloc((size_t)n * sizeof(double));
+    if (!y)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        double sum = 0.0;
+        for (int j = 0; j < n; j++)
+            sum += (__builtin_popcount((unsigned)(i & j)) & 1) ? -x[j] : x[j];
+        y[i] = sum / sqrt((double)n);
+    }
+    memcpy(x, y, (size_t)n * sizeof(double));
+    free(y);
+    return 0;
+}
+
+double idx_ref_quantize_fp8(double *x, int n)
+{
+    double amax = 0.0;
+    for (int i = 0; i < n; i++)
+        amax = fabs(x[i]) > amax ? fabs(x[i]) : amax;
+    const double s = pow(2.0, ceil(log2((amax > 1e-4 ? amax : 1e-4) / 448.0)));
+    for (int i = 0; i < n; i++)
+        x[i] = mla_ref_round_e4m3(x[i] / s) * s;
+    return s;
+}
+
 /* ---- a whole sparse-attention layer -------------------------------------------------------------- */
 
 int idx_ref_dsa_forward(const mla_ref_config *cfg, const mla_ref_features *f, const mla_ref_weights *w,
@@ -307,7 +339,9 @@ int idx_ref_dsa_forward(const mla_ref_config *cfg, const mla_ref_features *f, co
                         const float *x, double *out, int32_t *selected, int *ambiguous)
 {
     if (!cfg || !w || !config_ok(icfg) || !iw || !x || !out || top_k < 1 || T < 1 || cfg->q_lora_rank < 1 ||
-        (key_type != MLA_REF_CACHE_F32 && key_type != MLA_REF_CACHE_F16 && key_type != MLA_REF_CACHE_BF16) ||
+        (key_type != MLA_REF_CACHE_F32 && key_type != MLA_REF_CACHE_F16 && key_type != MLA_REF_CACHE_BF16 &&
+         key_type != MLA_REF_CACHE_FP8) ||
+        (key_type == MLA_REF_CACHE_FP8 && (icfg->head_dim & (icfg->head_dim - 1)) != 0) ||
         icfg->rope_dim != cfg->rope_dim || !w->q_a_proj || !w->q_a_layernorm || !iw->wq_b || !iw->wk || !iw->k_norm ||
         !iw->k_norm_bias || !iw->weights_proj)
         return -1;
@@ -334,7 +368,11 @@ int idx_ref_dsa_forward(const mla_ref_config *cfg, const mla_ref_features *f, co
         idx_ref_rope_row(cfg, f, t, c, sn);
         if (idx_ref_key(icfg, iw->wk, iw->k_norm, iw->k_norm_bias, x + (size_t)t * D, c, sn, keys + (size_t)t * dI) != 0)
             goto done;
-        for (int d = 0; key_type != MLA_REF_CACHE_F32 && d < dI; d++)
+        if (key_type == MLA_REF_CACHE_FP8) {
+            idx_ref_hadamard(keys + (size_t)t * dI, dI);
+            idx_ref_quantize_fp8(keys + (size_t)t * dI, dI);
+        }
+        for (int d = 0; (key_type == MLA_REF_CACHE_F16 || key_type == MLA_REF_CACHE_BF16) && d < dI; d++)
             keys[(size_t)t * dI + d] = key_type == MLA_REF_CACHE_BF16 ? mla_ref_round_bf16(keys[(size_t)t * dI + d])
                                                                       : mla_ref_round_f16(keys[(size_t)t * dI + d]);
     }
@@ -355,6 +393,8 @@ int idx_ref_dsa_forward(const mla_ref_config *cfg, const mla_ref_features *f, co
         idx_ref_rope_row(cfg, f, t, c, sn);
         if (idx_ref_queries(icfg, iw->wq_b, cq, c, sn, q) != 0 || idx_ref_head_weights(icfg, iw->weights_proj, xt, wt) != 0)
             goto done;
+        for (int h = 0; key_type == MLA_REF_CACHE_FP8 && h < HI; h++) /* the keys' rotation */
+            idx_ref_hadamard(q + (size_t)h * dI, dI);
         const int visible = t + 1;
         idx_ref_scores(HI, dI, q, wt, wscale, visible, keys, scores);
         const int chosen = idx_ref_topk(scores, visible, top_k, sel);

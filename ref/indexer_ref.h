@@ -106,6 +106,17 @@ int idx_ref_topk(const double *scores /* [n_visible] */, int n_visible, int top_
 int idx_ref_selection_ok(const double *scores /* [n_visible] */, int n_visible, int top_k, double eps,
                          const int32_t *selected /* [top_k] */, int *strict, char *why, size_t why_size);
 
+/* ---- DeepSeek's FP8 index keys (DSA.md 3.4-3.5) ---------------------------------------------------- */
+
+/* x <- H x / sqrt(n), H Sylvester's Hadamard matrix (H[i][j] = (-1)^popcount(i & j)); n a power of
+   two. Returns 0, or -1 when n is not. */
+int idx_ref_hadamard(double *x /* [n] */, int n);
+
+/* DeepSeek-V3.2's act_quant with ue8m0 scales on one vector: s = 2^ceil(log2(max(max|x|, 1e-4) / 448)),
+   x <- e4m3(x / s) * s (round to nearest even, saturating at 448): the values an fp8 key holds.
+   Returns s. */
+double idx_ref_quantize_fp8(double *x /* [n] */, int n);
+
 /* ---- a whole sparse-attention layer (DeepSeek-V3.2, GLM-5) --------------------------------------- */
 
 typedef struct idx_ref_weights {     /* checkpoint layout, float32, the self_attn.indexer.* tensors */
@@ -119,7 +130,8 @@ typedef struct idx_ref_weights {     /* checkpoint layout, float32, the self_att
 /* The attention output of T tokens at positions 0..T-1 of one sequence through a layer with an
    indexer (DSA.md sections 3 and 4): every token's index key (written before it is scored, so
    s = t is a candidate), rounded to key_type (MLA_REF_CACHE_F32: not rounded, F16 or BF16: to
-   nearest even, as an index-key cache of that type holds it); for
+   nearest even, as an index-key cache of that type holds it; FP8: rotated by idx_ref_hadamard and
+   quantised by idx_ref_quantize_fp8, the queries rotated alike for the scores); for
    token t the defining-formula scores of keys 0..t, the selection of idx_ref_topk (all of them
    while t + 1 <= top_k), absorbed latent attention over the selected keys only
    (mla_ref_sparse_latent_attention, the cache's rounding from f->cache_type, f may be NULL), then

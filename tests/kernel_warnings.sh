@@ -31,7 +31,8 @@ sets='
 -D HG=3 -D NT=64 -D RKV=40 -D DR=8
 -D HGC=6 -D RKV=40 -D DR=8 -D CACHE_BF16
 -D KEY_BF16 -D HI=3 -D DI=24 -D BT=5
--D KEY_F16 -D HI=5 -D DI=10 -D DR=6 -D WGK=4 -D IDX_HALF_SPLIT'
+-D KEY_F16 -D HI=5 -D DI=10 -D DR=6 -D WGK=4 -D IDX_HALF_SPLIT
+-D KEY_FP8 -D HI=5 -D DI=16 -D DR=6 -D WGK=4'
 failed=0 checked=0
 for f in "$dir"/*.cl; do
     [ "$(basename "$f")" = prelude.cl ] && continue

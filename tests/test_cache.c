@@ -460,7 +460,7 @@ static void test_create_and_info(void)
         {{1, 40, 8, 16, 4, CLMLA_CACHE_F32, -1, CLMLA_CACHE_F32}, "index_head_dim -1"},
         {{1, 40, 8, 16, 4, CLMLA_CACHE_F32, 2048, CLMLA_CACHE_F32}, "index_head_dim 2048"},
         {{1, 40, 8, 16, 4, CLMLA_CACHE_F32, 16, (clmla_cache_dtype)9}, "an index-key cache of dtype 9"},
-        {{1, 40, 8, 16, 4, CLMLA_CACHE_F32, 16, CLMLA_CACHE_FP8}, "an fp8 index-key cache"},
+        {{1, 40, 8, 16, 4, CLMLA_CACHE_F32, 24, CLMLA_CACHE_FP8}, "fp8 index keys of 24 values (not a power of two)"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         cache = NULL;

@@ -8,7 +8,8 @@
      sequence: one sequence prefilled in chunks that cross top-k, then decoded token by token;
      batch:    three sequences in mixed steps (decode entries beside a prefill chunk), each checked
                against its own reference run;
-     both pairings of the indexer's RoPE, f32, bf16 and f16 index keys, f32, f16 and bf16 latent caches, each
+     both pairings of the indexer's RoPE, f32, bf16, f16 and fp8 (DeepSeek's: Hadamard-rotated e4m3 with a
+     scale per key) index keys, f32, f16 and bf16 latent caches, each
      path asked for (sparse steps run absorbed whatever is asked; the steps before run the path);
      keys:     the index keys the cache holds (clmla_cache_read_index) against the reference's;
      select:   clmla_index_select on those keys against the float64 top-k, and its refusals;
@@ -126,7 +127,7 @@ static clmla_cache *cache_for(const dsa_model *m, int blocks, clmla_cache_dtype 
 
 static const char *dtype_name(clmla_cache_dtype d)
 {
-    return d == CLMLA_CACHE_F32 ? "f32" : d == CLMLA_CACHE_F16 ? "f16" : "bf16";
+    return d == CLMLA_CACHE_F32 ? "f32" : d == CLMLA_CACHE_F16 ? "f16" : d == CLMLA_CACHE_BF16 ? "bf16" : "fp8";
 }
 
 /* One sequence: chunks (prefill, crossing top-k) then single tokens; every output row and the
@@ -169,7 +170,11 @@ static void one_sequence(const dsa_model *m, clmla_cache_dtype latent, clmla_cac
             for (int i = 0; k && kw && i < T; i++) {
                 idx_ref_rope_row(&m->base.ref_config, NULL, i, c, s);
                 idx_ref_key(&m->icfg, m->wk, m->kn, m->kb, x + (size_t)i * 44, c, s, kw + (size_t)i * m->config.index_head_dim);
-                for (int d = 0; keys != CLMLA_CACHE_F32 && d < m->config.index_head_dim; d++) {
+                if (keys == CLMLA_CACHE_FP8) { /* stored rotated and quantised */
+                    idx_ref_hadamard(kw + (size_t)i * m->config.index_head_dim, m->config.index_head_dim);
+                    idx_ref_quantize_fp8(kw + (size_t)i * m->config.index_head_dim, m->config.index_head_dim);
+                }
+                for (int d = 0; (keys == CLMLA_CACHE_F16 || keys == CLMLA_CACHE_BF16) && d < m->config.index_head_dim; d++) {
                     double *v = &kw[(size_t)i * m->config.index_head_dim + d];
                     *v = keys == CLMLA_CACHE_BF16 ? mla_ref_round_bf16(*v) : mla_ref_round_f16(*v);
                 }
@@ -178,7 +183,7 @@ static void one_sequence(const dsa_model *m, clmla_cache_dtype latent, clmla_cac
             CHECK(st == CLMLA_SUCCESS, "%s: clmla_cache_read_index: %s", what, clmla_last_error(ctx));
             if (st == CLMLA_SUCCESS)
                 CHECK_CLOSE(k, kw, (size_t)T * m->config.index_head_dim, m->config.index_head_dim,
-                            keys == CLMLA_CACHE_BF16 ? 1.0 / 128 : keys == CLMLA_CACHE_F16 ? 1.0 / 1024 : 1e-5,
+                            keys == CLMLA_CACHE_FP8 ? 1e-6 : keys == CLMLA_CACHE_BF16 ? 1.0 / 128 : keys == CLMLA_CACHE_F16 ? 1.0 / 1024 : 1e-5,
                             "%s: index keys", what);
             free(k);
             free(kw);
@@ -204,6 +209,9 @@ static void part_sequence(void)
             one_sequence(&m, CLMLA_CACHE_F16, CLMLA_CACHE_BF16, CLMLA_PATH_ABSORBED, prefill_then_decode,
                          "chunks, decode");
             one_sequence(&m, CLMLA_CACHE_BF16, CLMLA_CACHE_F16, CLMLA_PATH_AUTO, one_prefill, "one prefill");
+            if (m.config.index_head_dim == 16) /* fp8 keys: a power of two */
+                one_sequence(&m, CLMLA_CACHE_F32, CLMLA_CACHE_FP8, CLMLA_PATH_AUTO, prefill_then_decode,
+                             "chunks, decode");
         } else {
             CHECK(0, "out of host memory");
         }
@@ -395,6 +403,17 @@ static void part_refusals(void)
               "cache info: index %zu, latent %zu, block %zu bytes", info.index_bytes_per_token_per_layer,
               info.bytes_per_token_per_layer, info.bytes_per_block);
     clmla_cache_destroy(with);
+    /* fp8 keys: index_head_dim codes and a float32 scale a token (DeepSeek's 132 bytes at 128) */
+    dsa_model m16;
+    if (model_make(&m16, 16, 4, CLMLA_ROPE_HALF_SPLIT, 31) == 0) {
+        clmla_cache *fp8 = cache_for(&m16, 8, CLMLA_CACHE_F32,
+                                     CLMLA_CACHE_FP8);
+        if (fp8 && clmla_cache_get_info(fp8, &info) == CLMLA_SUCCESS)
+            CHECK(info.index_bytes_per_token_per_layer == 20 && info.bytes_per_block == BT * (20 + 168),
+                  "fp8 keys: %zu bytes a token, %zu a block", info.index_bytes_per_token_per_layer, info.bytes_per_block);
+        clmla_cache_destroy(fp8);
+    }
+    model_free(&m16);
     clmla_cache_destroy(cache);
     clmla_layer_destroy(layer);
     model_free(&m);

@@ -1600,6 +1600,77 @@ static void test_indexer_writer(void)
     }
 }
 
+/* indexer_key_write with fp8 keys (DeepSeek's): d_I 16 (rope 6), blocks of 3 tokens, 3 tokens into
+   slots 7, 1, 4 of 9; each key's codes at its row of its block, its scale after the block's codes,
+   decoded against the float64 LayerNorm, RoPE, Hadamard rotation and act_quant quantisation. */
+static void test_indexer_writer_fp8(void)
+{
+    enum { DI = 16, DR = 6, T = 3, BT = 3, SLOTS = 9, ROWS = 6 };
+    for (int half = 0; half < 2; half++) {
+        char options[192];
+        snprintf(options, sizeof(options), "-D HI=2 -D DI=%d -D BT=%d -D DR=%d -D WGK=4 -D KEY_FP8%s%s", DI, BT, DR,
+                 half ? " -D IDX_HALF_SPLIT" : "", clmla_fp8_option(ctx));
+        cl_kernel kw = kernel("indexer", options, "indexer_key_write");
+        tu_rng rng = tu_rng_seed(81 + (uint64_t)half);
+        float src[T * DI], nw[DI], nb[DI], table[ROWS * DR];
+        fill(src, sizeof(src) / sizeof(float), 2.0f, &rng);
+        fill(nw, DI, 1.0f, &rng);
+        fill(nb, DI, 0.5f, &rng);
+        src[5] = 40.0f; /* one large value: its key's scale differs from the others' */
+        for (int r = 0; r < ROWS; r++)
+            for (int i = 0; i < DR / 2; i++) {
+                table[r * DR + 2 * i] = (float)cos(0.31 * (r + 1) * (i + 1));
+                table[r * DR + 2 * i + 1] = (float)sin(0.31 * (r + 1) * (i + 1));
+            }
+        const int pos[T] = {2, 0, 5}, slot[T] = {7, 1, 4};
+        cl_mem sb = buffer(sizeof(src), src), wb = buffer(sizeof(nw), nw), bb = buffer(sizeof(nb), nb);
+        cl_mem tb = buffer(sizeof(table), table), pb = buffer(sizeof(pos), pos), lb = buffer(sizeof(slot), slot);
+        cl_mem kb = buffer((size_t)SLOTS * (DI + 4), NULL);
+        const int src_off = 0, src_ld = DI;
+        const float eps = 1e-6f;
+        ARG(kw, 0, sb);
+        ARG(kw, 1, src_off);
+        ARG(kw, 2, src_ld);
+        ARG(kw, 3, wb);
+        ARG(kw, 4, bb);
+        ARG(kw, 5, eps);
+        ARG(kw, 6, pb);
+        ARG(kw, 7, tb);
+        ARG(kw, 8, lb);
+        ARG(kw, 9, kb);
+        const size_t global[1] = {4 * T}, local[1] = {4};
+        if (!launch(kw, 1, global, local))
+            continue;
+        unsigned char raw[SLOTS * (DI + 4)];
+        download(kb, sizeof(raw), raw);
+        for (int t = 0; t < T; t++) {
+            double k[DI], mean = 0, var = 0, c[DR / 2], sn[DR / 2];
+            for (int d = 0; d < DI; d++)
+                mean += src[t * DI + d] / (double)DI;
+            for (int d = 0; d < DI; d++)
+                var += pow(src[t * DI + d] - mean, 2) / DI;
+            for (int d = 0; d < DI; d++)
+                k[d] = (src[t * DI + d] - mean) / sqrt(var + 1e-6) * nw[d] + nb[d];
+            for (int i = 0; i < DR / 2; i++)
+                c[i] = table[pos[t] * DR + 2 * i], sn[i] = table[pos[t] * DR + 2 * i + 1];
+            idx_ref_rope(k, DR, !half, c, sn);
+            idx_ref_hadamard(k, DI);
+            const double want_scale = idx_ref_quantize_fp8(k, DI);
+            const int blk = slot[t] / BT, off = slot[t] % BT;
+            float scale;
+            memcpy(&scale, raw + (size_t)blk * BT * (DI + 4) + (size_t)BT * DI + 4 * off, 4);
+            CHECK(scale == want_scale, "indexer_key_write fp8 token %d: scale %g, want %g", t, scale, want_scale);
+            int bad = 0;
+            for (int d = 0; d < DI; d++) {
+                const double got = mla_ref_decode_e4m3(raw[(size_t)blk * BT * (DI + 4) + (size_t)off * DI + d]) * scale;
+                bad += got != k[d];
+            }
+            CHECK(bad == 0, "indexer_key_write fp8 %s token %d: %d codes differ from the float64 quantisation",
+                  half ? "half-split" : "interleaved", t, bad);
+        }
+    }
+}
+
 /* ---- coverage ---------------------------------------------------------------------------------------- */
 
 /* The kernels this file launches directly. */
@@ -1855,6 +1926,7 @@ static void test_kernels(void)
     test_indexer_scores();
     test_indexer_topk();
     test_indexer_writer();
+    test_indexer_writer_fp8();
 }
 
 static const struct {

@@ -4,6 +4,7 @@
  * Prints one line per check ("PASS name: detail" or "FAIL name: detail") and a final line
  * "N passed, N failed". Exit status 0 only when every check passes.
  */
+#include "indexer_ref.h"
 #include "mla_ref.h"
 
 #include <math.h>
@@ -1590,6 +1591,42 @@ static void test_fp8_random_bound(void)
     free(codes);
 }
 
+/* DeepSeek's FP8 index keys in the reference, by hand: H e0 / 2 = (1/2, 1/2, 1/2, 1/2), the rotation
+   undone by a second one, a length that is not a power of two refused; the quantiser's scale
+   2^ceil(log2(max|x| / 448)) with the 1e-4 floor, and values on the e4m3 grid times it. */
+static void test_fp8_index_keys(void)
+{
+    double e0[4] = {1, 0, 0, 0}, v[8] = {3, -1, 0.5, 2, 7, -4, 0.25, 1}, w[8];
+    const int rc = idx_ref_hadamard(e0, 4);
+    check(rc == 0 && e0[0] == 0.5 && e0[1] == 0.5 && e0[2] == 0.5 && e0[3] == 0.5, "hadamard e0",
+          "%g %g %g %g", e0[0], e0[1], e0[2], e0[3]);
+    memcpy(w, v, sizeof(v));
+    idx_ref_hadamard(w, 8);
+    const double first = w[0]; /* (3 - 1 + 0.5 + 2 + 7 - 4 + 0.25 + 1) / sqrt(8) */
+    idx_ref_hadamard(w, 8);
+    double err = 0;
+    for (int i = 0; i < 8; i++)
+        err = fmax(err, fabs(w[i] - v[i]));
+    check(fabs(first - 8.75 / sqrt(8.0)) < 1e-15 && err < 1e-14, "hadamard twice is the identity",
+          "first %.17g, error %g", first, err);
+    check(idx_ref_hadamard(w, 6) == -1, "hadamard of 6 refused", "");
+    /* max 7: 7 / 448 = 2^-6, a power of two itself, so s = 2^-6; 0.25 / s = 16 and 3 / s = 192 are
+       on the grid, -1 / s = -64 too; 2^-6 * 448 = 7 */
+    double q[4] = {7, 3, -1, 0.25};
+    const double s1 = idx_ref_quantize_fp8(q, 4);
+    check(s1 == 0x1p-6 && q[0] == 7 && q[1] == 3 && q[2] == -1 && q[3] == 0.25, "fp8 quantiser, exact values",
+          "scale %g: %g %g %g %g", s1, q[0], q[1], q[2], q[3]);
+    /* max 5: 5 / 448 rounds up to 2^-6; 1.1 / 2^-6 = 70.4 lies between 64 and 72 (steps of 8): 72 */
+    double r[2] = {5, 1.1};
+    const double s2 = idx_ref_quantize_fp8(r, 2);
+    check(s2 == 0x1p-6 && r[0] == 5 && r[1] == 72 * 0x1p-6, "fp8 quantiser, rounding", "scale %g: %g %g", s2, r[0], r[1]);
+    /* all tiny: the floor 1e-4 / 448 gives 2^-22; 3e-7 / 2^-22 = 1.258 -> 1.25 */
+    double z[2] = {3e-7, 0};
+    const double s3 = idx_ref_quantize_fp8(z, 2);
+    check(s3 == 0x1p-22 && z[0] == 1.25 * 0x1p-22 && z[1] == 0, "fp8 quantiser, the 1e-4 floor", "scale %g: %g", s3,
+          z[0]);
+}
+
 int main(void)
 {
     test_yarn_bounds_and_freqs();
@@ -1622,6 +1659,7 @@ int main(void)
     test_fp8_zero_block();
     test_fp8_partial_blocks();
     test_fp8_random_bound();
+    test_fp8_index_keys();
     printf("%d passed, %d failed\n", g_passed, g_failed);
     return g_failed == 0 ? 0 : 1;
 }

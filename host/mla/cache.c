@@ -44,12 +44,17 @@ clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *co
                           c.kv_lora_rank);
     if (c.index_head_dim < 0 || c.index_head_dim > 1024 ||
         (c.index_head_dim > 0 && c.index_dtype != CLMLA_CACHE_F32 && c.index_dtype != CLMLA_CACHE_F16 &&
-         c.index_dtype != CLMLA_CACHE_BF16))
+         c.index_dtype != CLMLA_CACHE_BF16 && c.index_dtype != CLMLA_CACHE_FP8))
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
                           "invalid cache configuration: index_head_dim %d (0 to 1024) with index_dtype %d (the index-key "
-                          "cache holds f32 (%d), f16 (%d) or bf16 (%d))",
+                          "cache holds f32 (%d), f16 (%d), bf16 (%d) or fp8 (%d))",
                           c.index_head_dim, (int)c.index_dtype, (int)CLMLA_CACHE_F32, (int)CLMLA_CACHE_F16,
-                          (int)CLMLA_CACHE_BF16);
+                          (int)CLMLA_CACHE_BF16, (int)CLMLA_CACHE_FP8);
+    if (c.index_head_dim > 0 && c.index_dtype == CLMLA_CACHE_FP8 && (c.index_head_dim & (c.index_head_dim - 1)) != 0)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "an fp8 index-key cache needs index_head_dim to be a power of two (its keys are stored "
+                          "after a Hadamard transform); index_head_dim is %d",
+                          c.index_head_dim);
     const int row = c.kv_lora_rank + c.rope_dim;
     /* Bytes of one token's row (cl/prelude.cl): 4 or 2 per value, or fp8's codes, scales and bf16 k^R. */
     const size_t row_bytes = c.dtype == CLMLA_CACHE_F32 ? (size_t)row * 4
@@ -64,7 +69,10 @@ clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *co
                           "cache of %d blocks x %d tokens has more than 2^31 - 1 token slots per layer",
                           c.num_blocks, c.block_tokens);
     const size_t layer_bytes = (size_t)rows * row_bytes;
-    const size_t index_row_bytes = (size_t)c.index_head_dim * (c.index_dtype == CLMLA_CACHE_F32 ? 4 : 2);
+    /* fp8: the codes and a float32 scale (stored apart, each block its codes then its scales) */
+    const size_t index_row_bytes = c.index_head_dim == 0                ? 0
+                                   : c.index_dtype == CLMLA_CACHE_FP8 ? (size_t)c.index_head_dim + 4
+                                                                      : (size_t)c.index_head_dim * (c.index_dtype == CLMLA_CACHE_F32 ? 4 : 2);
     if ((size_t)rows * index_row_bytes > ctx->info.max_alloc_bytes)
         return clmla_fail(ctx, CL_INVALID_BUFFER_SIZE,
                           "one layer of the index-key cache needs %zu bytes, more than the device's largest allocation "
@@ -326,13 +334,14 @@ static clmla_status copy_block(clmla_cache *cache, const cache_seq *s, int index
                          : clEnqueueCopyBuffer(cache->ctx->queue, cache->layers[l], cache->layers[l],
                                                (size_t)from * bt * row_bytes, (size_t)to * bt * row_bytes,
                                                (size_t)rows * row_bytes, 0, NULL, NULL);
-        const size_t ib = cache->index_row_bytes;
+        /* index keys: the rows' share of the block, or all of an fp8 block (its scales follow its codes) */
+        const size_t ib = cache->index_row_bytes, ibytes = cache->config.index_dtype == CLMLA_CACHE_FP8 ? (size_t)bt * ib
+                                                                                                           : (size_t)rows * ib;
         if (err == CL_SUCCESS && ib)
             err = clmla_fault_hit(cache->ctx)
                       ? CL_OUT_OF_RESOURCES
                       : clEnqueueCopyBuffer(cache->ctx->queue, cache->index_layers[l], cache->index_layers[l],
-                                            (size_t)from * bt * ib, (size_t)to * bt * ib, (size_t)rows * ib, 0, NULL,
-                                            NULL);
+                                            (size_t)from * bt * ib, (size_t)to * bt * ib, ibytes, 0, NULL, NULL);
         if (err != CL_SUCCESS)
             return clmla_fail(cache->ctx, err, "copying shared cache block %d into block %d (layer %d) failed: %s",
                               (int)from, (int)to, l, clmla_status_string(err));
@@ -874,11 +883,13 @@ clmla_status clmla_cache_read_index(const clmla_cache *cache, int layer, int32_t
     if (!raw)
         return oom(ctx);
     clmla_status st = CLMLA_SUCCESS;
-    /* one read per run of the sequence's tokens inside one block */
+    /* one read per run of the sequence's tokens inside one block (fp8: the whole block) */
     for (int pos = start; st == CLMLA_SUCCESS && pos < start + n;) {
         const int off = pos % bt, run = bt - off < start + n - pos ? bt - off : start + n - pos;
         const size_t slot = (size_t)s->blocks[pos / bt] * bt + off;
-        cl_int err = clmla_cl_read(ctx, cache->index_layers[layer], slot * rb, (size_t)run * rb, raw);
+        const int fp8 = dt == CLMLA_CACHE_FP8;
+        cl_int err = clmla_cl_read(ctx, cache->index_layers[layer], fp8 ? (slot - off) * rb : slot * rb,
+                                   fp8 ? (size_t)bt * rb : (size_t)run * rb, raw);
         if (err != CL_SUCCESS) {
             st = clmla_fail_cl(ctx, err, "clEnqueueReadBuffer(index keys)");
             break;
@@ -886,7 +897,12 @@ clmla_status clmla_cache_read_index(const clmla_cache *cache, int layer, int32_t
         for (size_t i = 0; i < (size_t)run * dI; i++) {
             float v;
             uint16_t h;
-            if (dt == CLMLA_CACHE_F32) {
+            if (fp8) {
+                const size_t row = (size_t)off + i / (size_t)dI;
+                float scale;
+                memcpy(&scale, raw + (size_t)bt * dI + 4 * row, 4);
+                v = clmla_e4m3_to_float(raw[row * dI + i % (size_t)dI]) * scale;
+            } else if (dt == CLMLA_CACHE_F32) {
                 memcpy(&v, raw + 4 * i, 4);
             } else {
                 memcpy(&h, raw + 2 * i, 2);

@@ -45,10 +45,11 @@ clmla_status clmla_index_kernels_create(clmla_context *ctx, const clmla_index_co
                           !ctx ? "context" : !cfg ? "configuration" : "output handle");
     if (cfg->heads < 1 || cfg->head_dim < 1 || cfg->block_tokens < 1 ||
         (cfg->key_dtype != CLMLA_INDEX_KEYS_F32 && cfg->key_dtype != CLMLA_INDEX_KEYS_BF16 &&
-         cfg->key_dtype != CLMLA_INDEX_KEYS_F16))
+         cfg->key_dtype != CLMLA_INDEX_KEYS_F16 && cfg->key_dtype != CLMLA_INDEX_KEYS_FP8) ||
+        (cfg->key_dtype == CLMLA_INDEX_KEYS_FP8 && (cfg->head_dim & (cfg->head_dim - 1)) != 0))
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
                           "clmla_index_kernels_create: heads %d, head_dim %d and block_tokens %d must be >= 1 and "
-                          "key_dtype (%d) f32 (0), bf16 (1) or f16 (2)",
+                          "key_dtype (%d) f32 (0), bf16 (1), f16 (2) or fp8 (3, head_dim a power of two)",
                           cfg->heads, cfg->head_dim, cfg->block_tokens, (int)cfg->key_dtype);
     /* A work-group keeps a token's queries in local memory (heads padded to 8: 32 KiB for 64 heads of
        128) and a work-item its weights and a tile of 16 keys of head_dim floats in private memory
@@ -88,10 +89,14 @@ clmla_status clmla_index_kernels_create(clmla_context *ctx, const clmla_index_co
     if (cfg->rope_dim > 0)
         snprintf(rope, sizeof(rope), " -D DR=%d -D WGK=%d%s", cfg->rope_dim, wg,
                  cfg->rope_pairing == CLMLA_ROPE_HALF_SPLIT ? " -D IDX_HALF_SPLIT" : "");
-    char options[256];
-    snprintf(options, sizeof(options), "-D HI=%d -D DI=%d -D BT=%d%s%s%s", cfg->heads, cfg->head_dim, cfg->block_tokens,
-             cfg->key_dtype == CLMLA_INDEX_KEYS_BF16 ? " -D KEY_BF16" : cfg->key_dtype == CLMLA_INDEX_KEYS_F16 ? " -D KEY_F16" : "",
-             prefetch ? " -D CLMLA_PREFETCH" : "", rope);
+    char options[320];
+    snprintf(options, sizeof(options), "-D HI=%d -D DI=%d -D BT=%d%s%s%s%s", cfg->heads, cfg->head_dim, cfg->block_tokens,
+             cfg->key_dtype == CLMLA_INDEX_KEYS_BF16  ? " -D KEY_BF16"
+             : cfg->key_dtype == CLMLA_INDEX_KEYS_F16 ? " -D KEY_F16"
+             : cfg->key_dtype == CLMLA_INDEX_KEYS_FP8 ? " -D KEY_FP8"
+                                                      : "",
+             prefetch ? " -D CLMLA_PREFETCH" : "", cfg->key_dtype == CLMLA_INDEX_KEYS_FP8 ? clmla_fp8_option(ctx) : "",
+             rope);
     clmla_status st = clmla_kernel_create(ctx, "indexer", options, "indexer_scores", &ik->scores);
     if (st == CLMLA_SUCCESS)
         st = clmla_kernel_create(ctx, "indexer", options, "indexer_topk", &ik->topk);
@@ -136,6 +141,8 @@ void clmla_index_kernels_destroy(clmla_index_kernels *ik)
 
 size_t clmla_index_block_bytes(const clmla_index_kernels *ik)
 {
+    if (ik->cfg.key_dtype == CLMLA_INDEX_KEYS_FP8)
+        return (size_t)ik->cfg.block_tokens * ((size_t)ik->cfg.head_dim + 4);
     const size_t unit = ik->cfg.key_dtype == CLMLA_INDEX_KEYS_F32 ? 4 : 2;
     return (size_t)ik->cfg.block_tokens * (size_t)ik->cfg.head_dim * unit;
 }
@@ -393,6 +400,7 @@ clmla_status clmla_index_kernels_for(clmla_cache *cache, int heads, int rope_dim
     const clmla_index_config want = {heads, cache->config.index_head_dim, cache->config.block_tokens,
                                      cache->config.index_dtype == CLMLA_CACHE_BF16  ? CLMLA_INDEX_KEYS_BF16
                                      : cache->config.index_dtype == CLMLA_CACHE_F16 ? CLMLA_INDEX_KEYS_F16
+                                     : cache->config.index_dtype == CLMLA_CACHE_FP8 ? CLMLA_INDEX_KEYS_FP8
                                                                                     : CLMLA_INDEX_KEYS_F32,
                                      rope_dim, pairing};
     const int slots = (int)(sizeof(cache->index_kernels) / sizeof(cache->index_kernels[0]));

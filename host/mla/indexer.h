@@ -17,7 +17,10 @@
 typedef enum clmla_index_key_dtype {
     CLMLA_INDEX_KEYS_F32 = 0,
     CLMLA_INDEX_KEYS_BF16 = 1, /* bfloat16 bits, rounded by the writer */
-    CLMLA_INDEX_KEYS_F16 = 2   /* IEEE half, rounded by the writer */
+    CLMLA_INDEX_KEYS_F16 = 2,  /* IEEE half, rounded by the writer */
+    /* DeepSeek's: the key rotated by a Hadamard transform, e4m3 codes with a float32 power-of-two
+       scale per key; a block is its tokens' codes, then their scales. head_dim a power of two. */
+    CLMLA_INDEX_KEYS_FP8 = 3
 } clmla_index_key_dtype;
 
 typedef struct clmla_index_config {
@@ -38,8 +41,10 @@ typedef struct clmla_index_kernels clmla_index_kernels;
 clmla_status clmla_index_kernels_create(clmla_context *ctx, const clmla_index_config *cfg, clmla_index_kernels **out);
 void clmla_index_kernels_destroy(clmla_index_kernels *ik);
 
-/* Bytes of one block of the key cache: block_tokens * head_dim values of the key dtype. Block b
-   starts at byte b times this, its row r (a token) at b * block_tokens + r keys of head_dim values. */
+/* Bytes of one block of the key cache: block_tokens * head_dim values of the key dtype (fp8: and
+   block_tokens float32 scales after the codes). Block b starts at byte b times this, its row r (a
+   token) at b * block_tokens + r keys of head_dim values (fp8: codes at r * head_dim of the block,
+   the scale at block_tokens * head_dim + 4 r). */
 size_t clmla_index_block_bytes(const clmla_index_kernels *ik);
 
 /* scores[t, s] = sum_h w[t, h] max(q[t, h] . k_s, 0) for s < token_ctx_len[t], -inf for

@@ -685,9 +685,11 @@ class Cache(_Owned):
         # the index-key cache of sparse-attention layers (DSA): from config's indexer unless given
         if index_head_dim is None:
             index_head_dim = config.index_head_dim if config is not None and config.index_n_heads > 0 else 0
-        if index_dtype is None:
-            index_dtype = "f32" if self.dtype == "f32" else "bf16"
         cc.index_head_dim = self.index_head_dim = _int(index_head_dim, "index_head_dim", 0, 1024)
+        if index_dtype is None:  # as clmla run: f32 beside f32, fp8 beside fp8 (a power-of-two head dim), else bf16
+            n = self.index_head_dim
+            pow2 = n > 0 and (n & (n - 1)) == 0
+            index_dtype = "f32" if self.dtype == "f32" else "fp8" if self.dtype == "fp8" and pow2 else "bf16"
         cc.index_dtype = _choice(index_dtype, "index_dtype", CACHE_DTYPES)
         h = ctypes.c_void_p()
         ch = self.context._require()
