@@ -13,6 +13,7 @@
      path asked for (sparse steps run absorbed whatever is asked; the steps before run the path);
      keys:     the index keys the cache holds (clmla_cache_read_index) against the reference's;
      select:   clmla_index_select on those keys against the float64 top-k, and its refusals;
+     topk1:    top-k 1 (one key per query from the second token on);
      dense:    top-k past every context gives the layer without an indexer;
      refusals: a cache without index keys, a missing or misshapen indexer tensor, indexer tensors
                given to a layer without one, and configurations the indexer cannot take, each naming
@@ -217,6 +218,20 @@ static void part_sequence(void)
         }
         model_free(&m);
     }
+}
+
+/* top-k 1: from the second token on, each query attends to the one key its indexer ranks first */
+static void part_topk1(void)
+{
+    static const int chunks[] = {3, 4, 1, 1, 1, 1, 0};
+    dsa_model m;
+    if (model_make(&m, 16, 1, CLMLA_ROPE_INTERLEAVED, 41) == 0) {
+        one_sequence(&m, CLMLA_CACHE_F32, CLMLA_CACHE_F32, CLMLA_PATH_AUTO, chunks, "top-k 1");
+        one_sequence(&m, CLMLA_CACHE_F16, CLMLA_CACHE_FP8, CLMLA_PATH_DECOMPRESSED, chunks, "top-k 1");
+    } else {
+        CHECK(0, "out of host memory");
+    }
+    model_free(&m);
 }
 
 /* Three sequences of different lengths, stepped together: entry lists mixing a prefill chunk with
@@ -520,7 +535,7 @@ static void part_select(void)
 int main(int argc, char **argv)
 {
     static const tu_part parts[] = {
-        {"sequence", part_sequence}, {"batch", part_batch}, {"dense", part_dense}, {"select", part_select},
+        {"sequence", part_sequence}, {"batch", part_batch}, {"dense", part_dense}, {"topk1", part_topk1}, {"select", part_select},
         {"refusals", part_refusals}};
     const tu_parts_result r = tu_run_parts(argc, argv, parts, sizeof(parts) / sizeof(parts[0]), NULL, &ctx, &check_failed);
     if (r == TU_PARTS_NO_DEVICE)
