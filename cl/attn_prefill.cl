@@ -10,7 +10,12 @@
  * Query i attends to keys j <= prefix + i.
  *
  * Work-group (query tile, head): NT work-items, one query each. Tiles of KT keys are staged in
- * local memory (KT * (DN + DR + DV) floats) and every item runs an online softmax over them. */
+ * local memory (KT * (DN + DR + DV) floats) and every item runs an online softmax over them.
+ *
+ * With -D SPARSE (DeepSeek Sparse Attention), query i attends only to the positions of its index
+ * list, indices[indices_offset + i*topk + e], e < topk, in ascending order and -1 padded (as the
+ * indexer's top-k writes them), and among those only to keys j <= prefix + i: each query walks its
+ * list beside the keys. Both kernels take the same three arguments after the others. */
 #ifndef DN
 #define DN 128
 #endif
@@ -33,7 +38,11 @@ void attn_prefill(__global const float *q, const int q_offset, const int q_row_s
                   __global const float *kv_up, const int kv_up_offset, const int kv_up_row_stride,
                   __global const float *k_rope, const int k_rope_offset, const int k_rope_row_stride,
                   const int n_queries, const int prefix, const float scale,
-                  __global float *out, const int out_offset, const int out_row_stride)
+                  __global float *out, const int out_offset, const int out_row_stride
+#ifdef SPARSE
+                  , __global const int *indices, const int indices_offset, const int topk
+#endif
+                  )
 {
     __local float key[KT][DQ];
     __local float value[KT][DV];
@@ -53,6 +62,10 @@ void attn_prefill(__global const float *q, const int q_offset, const int q_row_s
     for (int d = 0; d < DV; d++)
         acc[d] = 0.0f;
     float m = -INFINITY, l = 0.0f;
+#ifdef SPARSE
+    __global const int *list = indices + indices_offset + (size_t)(active ? i : 0) * topk;
+    int at = 0; /* the first entry of the list not below the tile */
+#endif
 
     for (int j0 = 0; j0 < key_end; j0 += KT) {
         for (int idx = lid; idx < KT * DQ; idx += NT) {
@@ -72,21 +85,33 @@ void attn_prefill(__global const float *q, const int q_offset, const int q_row_s
         if (active && j0 < my_end) {
             float s[KT];
             float m_tile = -INFINITY;
+            uint seen = 0u; /* SPARSE: the tile's keys on the list, bit kk */
+#ifdef SPARSE
+            while (at < topk && list[at] >= 0 && list[at] < j0)
+                at++;
+            for (int e = at; e < topk && list[e] >= 0 && list[e] < j0 + KT; e++)
+                seen |= 1u << (list[e] - j0);
+#else
+            seen = ~0u;
+#endif
             for (int kk = 0; kk < KT; kk++) {
                 float dot = 0.0f;
                 for (int d = 0; d < DQ; d++)
                     dot = fma(qv[d], key[kk][d], dot);
-                s[kk] = j0 + kk < my_end ? dot * scale : -INFINITY;
+                s[kk] = j0 + kk < my_end && ((seen >> kk) & 1u) ? dot * scale : -INFINITY;
                 m_tile = fmax(m_tile, s[kk]);
             }
             const float m_new = fmax(m, m_tile);
-            const float alpha = exp(m - m_new);
+            /* -inf only while no key so far was on the query's list (SPARSE): nothing to rescale */
+            const float alpha = m_new == -INFINITY ? 1.0f : exp(m - m_new);
             l *= alpha;
             for (int d = 0; d < DV; d++)
                 acc[d] *= alpha;
             for (int kk = 0; kk < KT; kk++) {
                 if (j0 + kk >= my_end)
                     break; /* skipped, not weighted 0: 0 * a later token's NaN would be NaN */
+                if (!((seen >> kk) & 1u))
+                    continue; /* SPARSE: not on the list, skipped likewise */
                 const float p = exp(s[kk] - m_new);
                 l += p;
                 for (int d = 0; d < DV; d++)
@@ -123,6 +148,8 @@ void attn_prefill(__global const float *q, const int q_offset, const int q_row_s
 #define vloadQ vload8
 #define vstoreQ vstore8
 #define LANES (int8)(0, 1, 2, 3, 4, 5, 6, 7)
+#define uintQ uint8
+#define as_intQ as_int8
 #elif QBC % 4 == 0
 #define QW 4
 #define floatQ float4
@@ -130,6 +157,8 @@ void attn_prefill(__global const float *q, const int q_offset, const int q_row_s
 #define vloadQ vload4
 #define vstoreQ vstore4
 #define LANES (int4)(0, 1, 2, 3)
+#define uintQ uint4
+#define as_intQ as_int4
 #else
 #error "QBC must be a multiple of 4"
 #endif
@@ -141,7 +170,11 @@ void attn_prefill_rows(__global const float *q, const int q_offset, const int q_
                        __global const float *kv_up, const int kv_up_offset, const int kv_up_row_stride,
                        __global const float *k_rope, const int k_rope_offset, const int k_rope_row_stride,
                        const int n_queries, const int prefix, const float scale,
-                       __global float *out, const int out_offset, const int out_row_stride)
+                       __global float *out, const int out_offset, const int out_row_stride
+#ifdef SPARSE
+                       , __global const int *indices, const int indices_offset, const int topk
+#endif
+                       )
 {
     const int i0 = get_global_id(0) * QBC;
     const int h = get_global_id(1);
@@ -164,9 +197,33 @@ void attn_prefill_rows(__global const float *q, const int q_offset, const int q_
         run_max[r] = -INFINITY;
         run_sum[r] = 0.0f;
     }
+#ifdef SPARSE
+    int at[QBC]; /* per query, the first entry of its list not below the tile */
+    for (int r = 0; r < QBC; r++)
+        at[r] = 0;
+#endif
 
     for (int j0 = 0; j0 < key_end; j0 += KTC) {
         const int nk = min(KTC, key_end - j0);
+        /* the tile's keys on each query's list, bit kk (all of them without SPARSE) */
+        uint seen[QBC];
+        uint any = 0u;
+        for (int r = 0; r < QBC; r++) {
+#ifdef SPARSE
+            __global const int *list = indices + indices_offset + (size_t)(i0 + min(r, queries - 1)) * topk;
+            while (at[r] < topk && list[at[r]] >= 0 && list[at[r]] < j0)
+                at[r]++;
+            uint bits = 0u;
+            for (int e = at[r]; e < topk && list[e] >= 0 && list[e] < j0 + KTC; e++)
+                bits |= 1u << (list[e] - j0);
+            seen[r] = r < queries ? bits : 0u;
+#else
+            seen[r] = 0xFFu;
+#endif
+            any |= seen[r];
+        }
+        if (any == 0u)
+            continue; /* SPARSE: no query's list names a key of the tile */
 #pragma unroll
         for (int kk = 0; kk < KTC; kk++) {
             const int j = j0 + min(kk, nk - 1);
@@ -216,9 +273,16 @@ void attn_prefill_rows(__global const float *q, const int q_offset, const int q_
             const intQ last = (intQ)(prefix + i0 + r0 - j0) + LANES; /* last visible key of the tile */
             floatQ sv[KTC];
             floatQ m_tile = (floatQ)(-INFINITY);
+#ifdef SPARSE
+            const uintQ bits = vloadQ(0, &seen[r0]);
+#endif
 #pragma unroll
             for (int kk = 0; kk < KTC; kk++) {
+#ifdef SPARSE
+                const intQ hidden = (intQ)(kk) > last || (intQ)(kk >= nk) || as_intQ(((bits >> (uint)kk) & 1u) == 0u);
+#else
                 const intQ hidden = (intQ)(kk) > last || (intQ)(kk >= nk);
+#endif
                 sv[kk] = select(vloadQ(0, &p[kk][r0]), (floatQ)(-INFINITY), hidden);
                 m_tile = fmax(m_tile, sv[kk]);
             }
@@ -240,7 +304,11 @@ void attn_prefill_rows(__global const float *q, const int q_offset, const int q_
         }
         /* Keys a query must not see are skipped rather than weighted 0 (0 * a later token's NaN
            is NaN); only the tiles on the causal diagonal need the per-key test. */
+#ifdef SPARSE
+        const bool all_visible = false; /* the lists decide key by key */
+#else
         const bool all_visible = nk == KTC && j0 + KTC <= prefix + i0 + 1;
+#endif
         for (int r = 0; r < QBC; r += 2) {
             const float a0 = alpha[r], a1 = alpha[r + 1];
             if (all_visible) {
@@ -266,12 +334,15 @@ void attn_prefill_rows(__global const float *q, const int q_offset, const int q_
                 }
             } else {
                 const int vis0 = min(nk, prefix + i0 + r + 1 - j0), vis1 = min(nk, prefix + i0 + r + 2 - j0);
+                const uint sel0 = seen[r], sel1 = seen[r + 1];
                 for (int d = 0; d < DV; d++) {
                     float x0 = acc[r][d] * a0, x1 = acc[r + 1][d] * a1;
                     for (int kk = 0; kk < vis0; kk++)
-                        x0 = fma(p[kk][r], value[kk][d], x0);
+                        if ((sel0 >> kk) & 1u)
+                            x0 = fma(p[kk][r], value[kk][d], x0);
                     for (int kk = 0; kk < vis1; kk++)
-                        x1 = fma(p[kk][r + 1], value[kk][d], x1);
+                        if ((sel1 >> kk) & 1u)
+                            x1 = fma(p[kk][r + 1], value[kk][d], x1);
                     acc[r][d] = x0;
                     acc[r + 1][d] = x1;
                 }

@@ -14,12 +14,16 @@
      keys:     the index keys the cache holds (clmla_cache_read_index) against the reference's;
      select:   clmla_index_select on those keys against the float64 top-k, and its refusals;
      topk1:    top-k 1 (one key per query from the second token on);
+     group:    the two parts above with the work-group (GPU) kernels forced;
+   A selecting step attends to the selection on the path asked for: absorbed through the sparse
+   latent kernels, decompressed through attn_prefill(_rows) built with -D SPARSE.
      dense:    top-k past every context gives the layer without an indexer;
      refusals: a cache without index keys, a missing or misshapen indexer tensor, indexer tensors
                given to a layer without one, and configurations the indexer cannot take, each naming
                what is wrong and leaving nothing behind.
    Every comparison first checks that the reference's selections are unambiguous (DSA.md 6.4), so a
    pass means the same keys were selected. */
+#include "attention.h"
 #include "check.h"
 #include "clmla.h"
 #include "indexer_ref.h"
@@ -232,6 +236,16 @@ static void part_topk1(void)
         CHECK(0, "out of host memory");
     }
     model_free(&m);
+}
+
+/* sequence and topk1 again with the work-group (GPU) attention kernels, latent and decompressed:
+   the parts above run the device's own (on a CPU, the row-walking ones) */
+static void part_group(void)
+{
+    clmla_attention_set_variant(ctx, CLMLA_LATENT_GROUP);
+    part_sequence();
+    part_topk1();
+    clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
 }
 
 /* Three sequences of different lengths, stepped together: entry lists mixing a prefill chunk with
@@ -535,7 +549,8 @@ static void part_select(void)
 int main(int argc, char **argv)
 {
     static const tu_part parts[] = {
-        {"sequence", part_sequence}, {"batch", part_batch}, {"dense", part_dense}, {"topk1", part_topk1}, {"select", part_select},
+        {"sequence", part_sequence}, {"batch", part_batch}, {"dense", part_dense}, {"topk1", part_topk1}, {"group", part_group},
+        {"select", part_select},
         {"refusals", part_refusals}};
     const tu_parts_result r = tu_run_parts(argc, argv, parts, sizeof(parts) / sizeof(parts[0]), NULL, &ctx, &check_failed);
     if (r == TU_PARTS_NO_DEVICE)

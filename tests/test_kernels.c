@@ -1401,6 +1401,60 @@ static void layer_pass(const char *kind)
     free(xb);
     tu_weights_free(&w);
 
+    /* a layer with DSA's indexer (3 heads of 8, top-k 3), fp8 and f32 index keys: 9 tokens decompressed
+       (the key writer, the queries' RoPE, scores, top-k and the sparse attn_prefill kernel), then 2
+       decoded absorbed (the sparse latent kernel); against the float64 DSA reference */
+    for (int kdt = 0; kdt < 2; kdt++) {
+        clmla_layer_config dc = tu_small_config(16, 3, 8, 16, 8, 4, 8);
+        dc.index_n_heads = 3, dc.index_head_dim = 8, dc.index_topk = 3;
+        enum { TD = 11 };
+        tu_weights dw;
+        if (tu_weights_make(&dw, &dc, 63) != 0)
+            break;
+        float wq[24 * 8], wk[8 * 16], kn[8], kb[8], ww[3 * 16];
+        tu_rng rng = tu_rng_seed(64);
+        fill(wq, 24 * 8, 0.6f, &rng);
+        fill(wk, 8 * 16, 0.4f, &rng);
+        tu_fill_uniform(kn, 8, 1.0f, 0.2f, &rng);
+        fill(kb, 8, 0.2f, &rng);
+        fill(ww, 3 * 16, 0.4f, &rng);
+        clmla_layer_weights lw = dw.layer;
+        lw.indexer_wq_b = clmla_tensor_2d(wq, 24, 8);
+        lw.indexer_wk = clmla_tensor_2d(wk, 8, 16);
+        lw.indexer_k_norm = clmla_tensor_1d(kn, 8);
+        lw.indexer_k_norm_bias = clmla_tensor_1d(kb, 8);
+        lw.indexer_weights_proj = clmla_tensor_2d(ww, 3, 16);
+        const idx_ref_config ic = {16, 8, 3, 8, 4, 1, 1e-6};
+        const idx_ref_weights iw = {wq, wk, kn, kb, ww};
+        float *xd = tu_random_inputs(TD, 16, 65), got[TD * 16];
+        double want[TD * 16];
+        int ambiguous = -1;
+        const clmla_cache_dtype keys = kdt ? CLMLA_CACHE_FP8 : CLMLA_CACHE_F32;
+        const int ref_ok = xd && idx_ref_dsa_forward(&dw.ref_config, NULL, &dw.ref, &ic, &iw, 3, (mla_ref_cache_type)keys,
+                                                     TD, xd, want, NULL, &ambiguous) == 0;
+        CHECK(ref_ok && ambiguous == 0, "DSA layer: reference (%d ambiguous selections)", ambiguous);
+        clmla_layer *dl = NULL;
+        clmla_cache *cache = NULL;
+        const clmla_cache_config cc = {1, 16, 4, 4, 4, CLMLA_CACHE_F32, 8, keys};
+        CHECK_STATUS(clmla_layer_create(ctx, &dc, &lw, &dl), CLMLA_SUCCESS, ctx);
+        CHECK_STATUS(clmla_cache_create(ctx, &cc, &cache), CLMLA_SUCCESS, ctx);
+        int32_t sq = -1;
+        if (ref_ok && dl && cache && clmla_cache_seq_add(cache, &sq) == CLMLA_SUCCESS) {
+            clmla_batch_entry e = {sq, 9};
+            clmla_forward_args f = {&e, 1, 0, CLMLA_PATH_DECOMPRESSED};
+            CHECK_STATUS(clmla_layer_forward(dl, cache, &f, xd, got), CLMLA_SUCCESS, ctx);
+            e.num_tokens = 1;
+            f.path = CLMLA_PATH_ABSORBED;
+            for (int t = 9; t < TD; t++)
+                CHECK_STATUS(clmla_layer_forward(dl, cache, &f, xd + t * 16, got + t * 16), CLMLA_SUCCESS, ctx);
+            CHECK_CLOSE(got, want, (size_t)TD * 16, 16, TOL_F32_CACHE, "DSA layer, %s keys", kdt ? "fp8" : "f32");
+        }
+        clmla_cache_destroy(cache);
+        clmla_layer_destroy(dl);
+        free(xd);
+        tu_weights_free(&dw);
+    }
+
     /* clmla_attention_latent over 300 keys: split across work-groups, then attn_combine. */
     enum { N = 300, H = 2, RKV = 8, DR = 2, ROW = RKV + DR, BT = 16 };
     clmla_cache_config cc = {1, RKV, DR, BT, (N + BT - 1) / BT, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32};

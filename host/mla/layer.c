@@ -11,7 +11,8 @@
  * A sparse-attention layer (an indexer: DeepSeek-V3.2, GLM-5) also writes each new token's index key
  * k = RoPE(LayerNorm(x W_k^T)) into the cache's index-key cache, and in a step where some query sees
  * more than index_topk keys, scores every visible key per token (queries RoPE(c^Q W_q^T), weights
- * x W_w^T), keeps the index_topk best and runs every entry absorbed over those keys only. */
+ * x W_w^T), keeps the index_topk best, and attends over those keys only, on either path (the
+ * decompressed kernels built with -D SPARSE walk each query's list beside the keys). */
 #include "attention.h"
 #include "clcall.h"
 #include "gemm.h"
@@ -29,10 +30,13 @@
 #include <string.h>
 
 /* The tables a step writes to the device: [T] rows of the RoPE table by token, query scales (when
-   the layer has them), cache slots, the entry of each token and its context length; [entries,
-   max_blocks] the entries' block tables. */
+   the layer has them), cache slots, the entry of each token and its context length for latent
+   attention (0 on the decompressed path); [entries, max_blocks] the entries' block tables; in
+   sparse steps [T] the keys each token sees, for the indexer. */
 typedef enum step_table {
-    TABLE_POSITIONS, TABLE_QSCALE, TABLE_SLOTS, TABLE_TOKEN_SEQ, TABLE_TOKEN_CTX, TABLE_BLOCKS, STEP_TABLES
+    TABLE_POSITIONS, TABLE_QSCALE, TABLE_SLOTS, TABLE_TOKEN_SEQ, TABLE_TOKEN_CTX, TABLE_BLOCKS,
+    TABLE_VISIBLE, /* sparse steps: [T] keys each token sees (its position + 1), for the indexer */
+    STEP_TABLES
 } step_table;
 
 struct clmla_layer {
@@ -58,6 +62,8 @@ struct clmla_layer {
     cl_mem rope_table;
     int rope_positions;
     cl_kernel rmsnorm, rope, prefill, prefill_rows; /* prefill: attn_prefill (GPUs), prefill_rows: CPUs */
+    cl_kernel sparse_prefill, sparse_prefill_rows;   /* the same with -D SPARSE (indexer layers only) */
+    int sparse_prefill_threads;
     cl_kernel add_bias;
     int rmsnorm_threads, prefill_threads;
     int auto_threshold;
@@ -254,7 +260,20 @@ static clmla_status build_kernels(clmla_layer *L)
     if (st != CLMLA_SUCCESS)
         return st;
     snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D QBC=%d", L->dn, L->dr, L->dv, PREFILL_ROWS_QUERIES);
-    return clmla_kernel_create(ctx, "attn_prefill", options, "attn_prefill_rows", &L->prefill_rows);
+    st = clmla_kernel_create(ctx, "attn_prefill", options, "attn_prefill_rows", &L->prefill_rows);
+    if (st != CLMLA_SUCCESS || L->HI == 0)
+        return st;
+    /* an indexer layer's decompressed entries in sparse steps */
+    snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D KT=%d -D SPARSE", L->dn, L->dr, L->dv, kt);
+    const clmla_kernel_fit sfit = {"attn_prefill", "attn_prefill", options, "NT", 32, 1, NULL, NULL};
+    st = clmla_kernel_create_fitted(ctx, &sfit, &L->sparse_prefill, &L->sparse_prefill_threads);
+    if (st == CLMLA_SUCCESS && !L->sparse_prefill)
+        st = clmla_fail(ctx, CLMLA_ERROR_UNSUPPORTED, "attn_prefill (sparse): no work-group size fits this device");
+    if (st != CLMLA_SUCCESS)
+        return st;
+    snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D QBC=%d -D SPARSE", L->dn, L->dr, L->dv,
+             PREFILL_ROWS_QUERIES);
+    return clmla_kernel_create(ctx, "attn_prefill", options, "attn_prefill_rows", &L->sparse_prefill_rows);
 }
 
 /* Entries of at least this many tokens are cheaper decompressed: per key, the up-projection costs
@@ -433,7 +452,8 @@ void clmla_layer_destroy(clmla_layer *L)
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (bufs[i])
             clReleaseMemObject(bufs[i]);
-    cl_kernel ks[] = {L->rmsnorm, L->rope, L->prefill, L->prefill_rows, L->add_bias};
+    cl_kernel ks[] = {L->rmsnorm, L->rope, L->prefill, L->prefill_rows, L->add_bias, L->sparse_prefill,
+                      L->sparse_prefill_rows};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -658,15 +678,18 @@ static clmla_status enqueue_bias(clmla_layer *L, cl_mem x, int offset, int rows,
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue add_bias");
 }
 
+/* indices (sparse steps, else NULL): the step's selection [T, index_topk], this entry's rows from
+   first_row on. */
 static clmla_status enqueue_prefill(clmla_layer *L, cl_mem q, int q_ld, int first_row, cl_mem kv_up, cl_mem gathered,
-                                    int n_queries, int prefix, cl_mem o)
+                                    int n_queries, int prefix, cl_mem o, cl_mem indices)
 {
     clmla_context *ctx = L->ctx;
     const int q_off = first_row * q_ld, q_stride = q_ld;
     const int zero = 0, kvu_stride = L->H * (L->dn + L->dv);
     const int o_off = first_row * L->H * L->dv, o_stride = L->H * L->dv;
     const int variant = clmla_attention_variant(ctx);
-    cl_kernel k = variant == CLMLA_LATENT_ROWS ? L->prefill_rows : L->prefill;
+    cl_kernel k = variant == CLMLA_LATENT_ROWS ? (indices ? L->sparse_prefill_rows : L->prefill_rows)
+                                               : (indices ? L->sparse_prefill : L->prefill);
     CLMLA_SET_ARG(ctx, k, 0, q);
     CLMLA_SET_ARG(ctx, k, 1, q_off);
     CLMLA_SET_ARG(ctx, k, 2, q_stride);
@@ -682,7 +705,13 @@ static clmla_status enqueue_prefill(clmla_layer *L, cl_mem q, int q_ld, int firs
     CLMLA_SET_ARG(ctx, k, 12, o);
     CLMLA_SET_ARG(ctx, k, 13, o_off);
     CLMLA_SET_ARG(ctx, k, 14, o_stride);
-    const size_t nt = variant == CLMLA_LATENT_ROWS ? 1 : (size_t)L->prefill_threads;
+    if (indices) {
+        const int i_off = first_row * L->topk;
+        CLMLA_SET_ARG(ctx, k, 15, indices);
+        CLMLA_SET_ARG(ctx, k, 16, i_off);
+        CLMLA_SET_ARG(ctx, k, 17, L->topk);
+    }
+    const size_t nt = variant == CLMLA_LATENT_ROWS ? 1 : (size_t)(indices ? L->sparse_prefill_threads : L->prefill_threads);
     const size_t per_item = variant == CLMLA_LATENT_ROWS ? PREFILL_ROWS_QUERIES : nt;
     const size_t global[2] = {(n_queries + per_item - 1) / per_item * nt, (size_t)L->H}, local[2] = {nt, 1};
     cl_int err = clmla_cl_enqueue(ctx, k, 2, global, local, NULL);
@@ -701,10 +730,11 @@ typedef struct step_plan {
     int T;
     int max_blocks, max_ctx;
     int any_absorbed;     /* some entry takes the absorbed path */
-    int sparse;           /* the indexer selects keys: some query sees more than index_topk (every
-                             entry then absorbed) */
+    int sparse;           /* the indexer selects keys: some query sees more than index_topk (both
+                             paths then attend to each token's selection only) */
     int max_decompressed; /* the most keys of an entry on the decompressed path (0: none) */
     int *positions, *slots, *token_seq, *token_ctx; /* [T]; positions: rows of the RoPE table */
+    int *visible;                                    /* [T] sparse steps: position + 1 */
     float *qscale;                                   /* [T] when the layer has a query scale */
     int32_t *tables;                                 /* [num_entries, max_blocks] */
     int *first_row, *prefix, *decompressed;          /* [num_entries] */
@@ -718,6 +748,8 @@ static void table_bytes(const clmla_layer *L, int T, int n, int max_blocks, size
         bytes[t] = (size_t)T * sizeof(int32_t); /* sizeof(float) for the query scales */
     if (L->config.query_scale_beta == 0)
         bytes[TABLE_QSCALE] = 0;
+    if (!L->HI)
+        bytes[TABLE_VISIBLE] = 0;
     bytes[TABLE_BLOCKS] = (size_t)n * (size_t)max_blocks * sizeof(int32_t);
 }
 
@@ -748,6 +780,7 @@ static clmla_status plan_arrays(clmla_layer *L, int n, step_plan *p)
     p->token_seq = clmla_staged_host(&L->tables, TABLE_TOKEN_SEQ);
     p->token_ctx = clmla_staged_host(&L->tables, TABLE_TOKEN_CTX);
     p->tables = clmla_staged_host(&L->tables, TABLE_BLOCKS);
+    p->visible = bytes[TABLE_VISIBLE] ? clmla_staged_host(&L->tables, TABLE_VISIBLE) : NULL;
     p->first_row = L->entry_info;
     p->prefix = L->entry_info + n;
     p->decompressed = L->entry_info + 2 * n;
@@ -794,9 +827,8 @@ static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_fo
         const int tokens = a->entries[e].num_tokens;
         p->first_row[e] = row;
         p->prefix[e] = txn->old_length[e];
-        /* sparse steps run absorbed: the decompressed kernels attend to every key */
-        p->decompressed[e] = !p->sparse && (a->path == CLMLA_PATH_DECOMPRESSED ||
-                                            (a->path == CLMLA_PATH_AUTO && tokens >= L->auto_threshold));
+        p->decompressed[e] = a->path == CLMLA_PATH_DECOMPRESSED ||
+                             (a->path == CLMLA_PATH_AUTO && tokens >= L->auto_threshold);
         if (!p->decompressed[e])
             p->any_absorbed = 1;
         else if (p->prefix[e] + tokens > p->max_decompressed)
@@ -814,6 +846,8 @@ static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_fo
             p->slots[row] = clmla_seq_view_row(cache, v, pos);
             p->token_seq[row] = e;
             p->token_ctx[row] = p->decompressed[e] ? 0 : pos + 1;
+            if (p->visible)
+                p->visible[row] = pos + 1;
         }
     }
     return CLMLA_SUCCESS;
@@ -873,7 +907,7 @@ typedef struct step_buffers {
     cl_mem o;      /* [T, H*dv] per-head outputs, the input of o_proj */
     cl_mem idx_k;  /* [T, d_I] x W_k^T (indexer layers) */
     cl_mem idx_q, idx_w, idx_topk; /* [T, H_I, d_I], [T, H_I], [T, K] (sparse steps) */
-    cl_mem positions, qscale, slots, token_seq, token_ctx, tables;
+    cl_mem positions, qscale, slots, token_seq, token_ctx, tables, visible;
 } step_buffers;
 
 /* The plan's tables to the layer's device buffer: non-blocking writes, the last one's completion
@@ -922,6 +956,7 @@ static clmla_status stage_step(clmla_layer *L, const clmla_forward_args *a, cons
     b->token_seq = L->tables.part[TABLE_TOKEN_SEQ];
     b->token_ctx = L->tables.part[TABLE_TOKEN_CTX];
     b->tables = L->tables.part[TABLE_BLOCKS];
+    b->visible = p->visible ? L->tables.part[TABLE_VISIBLE] : NULL;
     return CLMLA_SUCCESS;
 }
 
@@ -1004,7 +1039,7 @@ static clmla_status select_keys(clmla_layer *L, clmla_cache *cache, int layer, c
         sa.block_table = b->tables;
         sa.max_blocks_per_seq = p->max_blocks;
         sa.token_seq = b->token_seq;
-        sa.token_ctx_len = b->token_ctx;
+        sa.token_ctx_len = b->visible; /* every token, whichever path attends for it */
         sa.max_ctx_len = p->max_ctx;
         sa.indices = b->idx_topk;
         st = clmla_index_select_enqueue(ik, clmla_cache_index_keys(cache, layer), &sa, NULL);
@@ -1079,7 +1114,7 @@ static clmla_status decompressed_attention(clmla_layer *L, clmla_cache *cache, c
                             0.0f, mat(kv_up, 0, up_cols, 0), NULL);
         if (st == CLMLA_SUCCESS)
             st = enqueue_prefill(L, b->q, b->q_ld, p->first_row[e], kv_up, gathered, a->entries[e].num_tokens,
-                                 p->prefix[e], b->o);
+                                 p->prefix[e], b->o, p->sparse ? b->idx_topk : NULL);
     }
     return st;
 }
