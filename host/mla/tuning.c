@@ -1184,7 +1184,7 @@ static int power_of_two(int v)
    power-of-two group, its kernel slots hold up to 8 columns; gemm_packed_rows keeps MRP x STREAMS
    float8 accumulators in registers (the bounds keep that at most 16); gemm_tiled_rows walks its
    rows 4 at a time and reads a block scale once per 128 values of K (W_BLOCK: KC a multiple). */
-static const char *product_check(const clmla_product_tuning *t)
+const char *clmla_product_tuning_problem(const clmla_product_tuning *t)
 {
     if (!power_of_two(t->skinny_items) || t->skinny_items < 16 || t->skinny_items > 1024)
         return "skinny_items must be a power of two from 16 to 1024";
@@ -1217,7 +1217,7 @@ static const char *product_check(const clmla_product_tuning *t)
 
 clmla_status clmla_product_tuning_check(const clmla_product_tuning *tuning, const char **why)
 {
-    const char *w = tuning ? product_check(tuning) : "NULL argument";
+    const char *w = tuning ? clmla_product_tuning_problem(tuning) : "NULL argument";
     if (why)
         *why = w;
     return w ? clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "product kernel parameters refused: %s", w)
@@ -1270,7 +1270,7 @@ static int product_parse_entry(const cJSON *o, product_entry *e, char *why, size
         }
         *(int *)((char *)&e->t + product_names[i].offset) = (int)p->valuedouble;
     }
-    const char *bad = product_check(&e->t);
+    const char *bad = clmla_product_tuning_problem(&e->t);
     if (bad) {
         snprintf(why, why_size, "entry for '%s': %s", e->device, bad);
         return 0;
@@ -1379,20 +1379,6 @@ clmla_status clmla_product_tuning_lookup(const clmla_device_info *device, size_t
     return user_problem[0] ? clmla_fail(NULL, CLMLA_ERROR_INVALID_FILE, "%s", user_problem) : CLMLA_SUCCESS;
 }
 
-clmla_status clmla_context_set_product_tuning(clmla_context *ctx, const clmla_product_tuning *tuning)
-{
-    if (!ctx)
-        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_context_set_product_tuning: NULL context");
-    const char *bad = tuning ? product_check(tuning) : NULL;
-    if (bad)
-        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "product kernel parameters refused: %s", bad);
-    if (tuning)
-        ctx->product_forced = *tuning;
-    ctx->product_forced_set = tuning != NULL;
-    clmla_gemm_retune(ctx);
-    return CLMLA_SUCCESS;
-}
-
 void clmla_product_tuning_for(const clmla_context *ctx, size_t k, clmla_product_tuning *tuning)
 {
     if (ctx->product_forced_set) {
@@ -1411,7 +1397,7 @@ clmla_status clmla_product_tuning_save(const char *path, const clmla_device_info
 {
     if (!path || !*path || !device || !tuning)
         return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_product_tuning_save: NULL or empty argument");
-    const char *bad = product_check(tuning);
+    const char *bad = clmla_product_tuning_problem(tuning);
     if (bad)
         return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "product kernel parameters refused: %s", bad);
     cJSON *list = NULL;

@@ -64,6 +64,9 @@ int clmla_product_tuning_resolve(const product_entry_list *user, const char *use
                                  const clmla_device_info *device, size_t k, clmla_product_tuning *tuning,
                                  const char **source);
 
+/* Why a set of product parameters is refused (the rule it breaks), or NULL when it is legal. */
+const char *clmla_product_tuning_problem(const clmla_product_tuning *t);
+
 /* The parameters gemm.c runs on ctx for products of K = k: forced ones
    (clmla_context_set_product_tuning), else the lookup's. No allocation, no I/O after the
    process's first call. */
