@@ -528,8 +528,8 @@ typedef struct clmla_layer_config {
        index_rope_pairing, the MLA positions and frequencies) into the cache's index-key cache. A
        step in which some query sees more than index_topk keys scores, for each of its tokens, every
        visible key with (H_I d_I)^-1/2 sum_h w_h ReLU(q_h . k_s) (q = RoPE(W_q c^Q) per head, w = W_w
-       x), keeps the index_topk best (ties: the earlier position) and attends to those only, on the
-       absorbed path; while no query sees more, the layer attends densely, which selects the same
+       x), keeps the index_topk best (ties: the earlier position) and attends to those only, on
+       either path; while no query sees more, the layer attends densely, which selects the same
        keys. dense_max_keys must then be 0. index_n_heads 0: no indexer (the other fields ignored). */
     int index_n_heads;                     /* H_I (index_n_heads) */
     int index_head_dim;                    /* d_I (index_head_dim), even, >= qk_rope_head_dim */

@@ -787,6 +787,16 @@ static clmla_status plan_arrays(clmla_layer *L, int n, step_plan *p)
     return CLMLA_SUCCESS;
 }
 
+/* In a selecting step AUTO sends an entry decompressed only up to this many keys: the decompressed
+   kernels score every key (2 dq FLOPs a key, per query and head) and weight the selected ones (2 dv
+   each), the absorbed ones only the index_topk selected (2 (2 rkv + dr) each), so past
+   index_topk (2 rkv + dr - dv) / dq keys (5 index_topk for DeepSeek-V3.2) the absorbed path does
+   less (docs/DESIGN.md). */
+static long long sparse_decompressed_keys(const clmla_layer *L)
+{
+    return (long long)L->topk * (2LL * L->rkv + L->dr - L->dv) / L->dq;
+}
+
 /* The plan of a step whose cache transaction `txn` is open (the sequences' new lengths and blocks
    are in the cache, their lengths before the step in txn). */
 static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_forward_args *a, const cache_txn *txn,
@@ -828,7 +838,8 @@ static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_fo
         p->first_row[e] = row;
         p->prefix[e] = txn->old_length[e];
         p->decompressed[e] = a->path == CLMLA_PATH_DECOMPRESSED ||
-                             (a->path == CLMLA_PATH_AUTO && tokens >= L->auto_threshold);
+                             (a->path == CLMLA_PATH_AUTO && tokens >= L->auto_threshold &&
+                              (!p->sparse || p->prefix[e] + tokens <= sparse_decompressed_keys(L)));
         if (!p->decompressed[e])
             p->any_absorbed = 1;
         else if (p->prefix[e] + tokens > p->max_decompressed)
