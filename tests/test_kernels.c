@@ -1546,6 +1546,24 @@ static void test_layer(void)
 
 /* ---- indexer_key_write / indexer_q_rope (cl/indexer.cl) ----------------------------------------------- */
 
+/* indexer_key_write's arguments: source rows from src_off, src_ld apart, the norm's weight and
+   bias, eps 1e-6, table rows, the RoPE table, slots and the key cache. */
+static void key_writer_args(cl_kernel kw, cl_mem src, int src_off, int src_ld, cl_mem norm_w, cl_mem norm_b,
+                            cl_mem positions, cl_mem table, cl_mem slots, cl_mem keys)
+{
+    const float eps = 1e-6f;
+    ARG(kw, 0, src);
+    ARG(kw, 1, src_off);
+    ARG(kw, 2, src_ld);
+    ARG(kw, 3, norm_w);
+    ARG(kw, 4, norm_b);
+    ARG(kw, 5, eps);
+    ARG(kw, 6, positions);
+    ARG(kw, 7, table);
+    ARG(kw, 8, slots);
+    ARG(kw, 9, keys);
+}
+
 /* d_I 10 (rope 6 first), work-groups of 4 items (the strided loops wrap), 3 tokens at table rows 2, 0,
    5 into slots 7, 1, 4 of a key cache of 9; both pairings, f32 and bf16 keys. Against the float64
    LayerNorm and idx_ref_rope on the same float2 table. Then the queries of 2 tokens x 3 heads rotated
@@ -1577,18 +1595,7 @@ static void test_indexer_writer(void)
         cl_mem sb = buffer(sizeof(src), src), wb = buffer(sizeof(nw), nw), bb = buffer(sizeof(nb), nb);
         cl_mem tb = buffer(sizeof(table), table), pb = buffer(sizeof(pos), pos), lb = buffer(sizeof(slot), slot);
         cl_mem kb = buffer((size_t)SLOTS * DI * (kdt ? 2 : 4), NULL);
-        const int src_off = SRC_OFF, src_ld = SRC_LD;
-        const float eps = 1e-6f;
-        ARG(kw, 0, sb);
-        ARG(kw, 1, src_off);
-        ARG(kw, 2, src_ld);
-        ARG(kw, 3, wb);
-        ARG(kw, 4, bb);
-        ARG(kw, 5, eps);
-        ARG(kw, 6, pb);
-        ARG(kw, 7, tb);
-        ARG(kw, 8, lb);
-        ARG(kw, 9, kb);
+        key_writer_args(kw, sb, SRC_OFF, SRC_LD, wb, bb, pb, tb, lb, kb);
         const size_t global[1] = {4 * T}, local[1] = {4};
         if (launch(kw, 1, global, local)) {
             unsigned char raw[SLOTS * DI * 4];
@@ -1680,18 +1687,7 @@ static void test_indexer_writer_fp8(void)
         cl_mem sb = buffer(sizeof(src), src), wb = buffer(sizeof(nw), nw), bb = buffer(sizeof(nb), nb);
         cl_mem tb = buffer(sizeof(table), table), pb = buffer(sizeof(pos), pos), lb = buffer(sizeof(slot), slot);
         cl_mem kb = buffer((size_t)SLOTS * (DI + 4), NULL);
-        const int src_off = 0, src_ld = DI;
-        const float eps = 1e-6f;
-        ARG(kw, 0, sb);
-        ARG(kw, 1, src_off);
-        ARG(kw, 2, src_ld);
-        ARG(kw, 3, wb);
-        ARG(kw, 4, bb);
-        ARG(kw, 5, eps);
-        ARG(kw, 6, pb);
-        ARG(kw, 7, tb);
-        ARG(kw, 8, lb);
-        ARG(kw, 9, kb);
+        key_writer_args(kw, sb, 0, DI, wb, bb, pb, tb, lb, kb);
         const size_t global[1] = {4 * T}, local[1] = {4};
         if (!launch(kw, 1, global, local))
             continue;
