@@ -274,14 +274,14 @@ static int cmp_int32(const void *a, const void *b)
 /* A pool of key blocks filled with random keys as stored (bf16: rounded), and their values. */
 typedef struct key_pool {
     int dI, P, num_blocks;
-    clmla_index_key_dtype dtype;
+    clmla_cache_dtype dtype;
     double *values; /* [num_blocks * P, d_I] */
     cl_mem buf;
 } key_pool;
 
 /* Keys after a LayerNorm have unit variance; each key gets its own norm (0.5 .. 1.5) so that scores
    are well spread. */
-static int pool_make(key_pool *p, int dI, int P, int num_blocks, clmla_index_key_dtype dtype, uint64_t seed)
+static int pool_make(key_pool *p, int dI, int P, int num_blocks, clmla_cache_dtype dtype, uint64_t seed)
 {
     memset(p, 0, sizeof(*p));
     p->dI = dI;
@@ -298,7 +298,7 @@ static int pool_make(key_pool *p, int dI, int P, int num_blocks, clmla_index_key
         for (int d = 0; d < dI; d++) {
             const size_t i = r * dI + d;
             f[i] = norm * 1.7320508f * tu_rng_uniform(&rng);
-            if (dtype == CLMLA_INDEX_KEYS_BF16) {
+            if (dtype == CLMLA_CACHE_BF16) {
                 const double v = mla_ref_round_bf16(f[i]);
                 b[i] = (uint16_t)mla_ref_encode_bf16(v);
                 p->values[i] = v;
@@ -307,7 +307,7 @@ static int pool_make(key_pool *p, int dI, int P, int num_blocks, clmla_index_key
             }
         }
     }
-    p->buf = dtype == CLMLA_INDEX_KEYS_BF16 ? make_buffer(n * sizeof(uint16_t), b) : make_buffer(n * sizeof(float), f);
+    p->buf = dtype == CLMLA_CACHE_BF16 ? make_buffer(n * sizeof(uint16_t), b) : make_buffer(n * sizeof(float), f);
     free(f);
     free(b);
     return p->buf ? 0 : -1;
@@ -487,7 +487,7 @@ static float *run_scores(clmla_index_kernels *ik, const key_pool *p, const batch
     return out;
 }
 
-static clmla_index_kernels *kernels_for(int H, int dI, int P, clmla_index_key_dtype dtype)
+static clmla_index_kernels *kernels_for(int H, int dI, int P, clmla_cache_dtype dtype)
 {
     clmla_index_config cfg = {H, dI, P, dtype, 0, CLMLA_ROPE_INTERLEAVED};
     clmla_index_kernels *ik = NULL;
@@ -505,11 +505,11 @@ static void part_scores(void)
        bf16 keys across the grid (each shape is a build of its own: seconds on PoCL) */
     static const struct {
         int H, dI, P;
-        clmla_index_key_dtype dtype;
+        clmla_cache_dtype dtype;
     } shapes[] = {
-        {1, 128, 16, CLMLA_INDEX_KEYS_F32},  {1, 24, 64, CLMLA_INDEX_KEYS_BF16},  {3, 128, 64, CLMLA_INDEX_KEYS_BF16},
-        {3, 24, 16, CLMLA_INDEX_KEYS_F32},   {32, 128, 16, CLMLA_INDEX_KEYS_BF16}, {32, 24, 64, CLMLA_INDEX_KEYS_F32},
-        {64, 128, 64, CLMLA_INDEX_KEYS_F32}, {64, 24, 16, CLMLA_INDEX_KEYS_BF16},
+        {1, 128, 16, CLMLA_CACHE_F32},  {1, 24, 64, CLMLA_CACHE_BF16},  {3, 128, 64, CLMLA_CACHE_BF16},
+        {3, 24, 16, CLMLA_CACHE_F32},   {32, 128, 16, CLMLA_CACHE_BF16}, {32, 24, 64, CLMLA_CACHE_F32},
+        {64, 128, 64, CLMLA_CACHE_F32}, {64, 24, 16, CLMLA_CACHE_BF16},
     };
     /* T = 1 mid-block; several tokens of 4 sequences with different lengths (a step with MTP-style
        tokens of one sequence: 301, 302, 303; others 77, 1 and 64) */
@@ -520,7 +520,7 @@ static void part_scores(void)
     int combos = 0;
     for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
         const int H = shapes[k].H, dI = shapes[k].dI, P = shapes[k].P;
-        const clmla_index_key_dtype dtype = shapes[k].dtype;
+        const clmla_cache_dtype dtype = shapes[k].dtype;
         clmla_index_kernels *ik = kernels_for(H, dI, P, dtype);
         key_pool pool;
         if (!ik || pool_make(&pool, dI, P, 800 / P + 8, dtype, 100 + k) != 0) {
@@ -627,7 +627,7 @@ static void check_topk(clmla_index_kernels *ik, const float *scores, int T, int 
 
 static void part_topk(void)
 {
-    clmla_index_kernels *ik = kernels_for(1, 8, 16, CLMLA_INDEX_KEYS_F32); /* the shape does not matter to top-k */
+    clmla_index_kernels *ik = kernels_for(1, 8, 16, CLMLA_CACHE_F32); /* the shape does not matter to top-k */
     if (!ik)
         return;
     tu_rng rng = tu_rng_seed(5);
@@ -696,8 +696,8 @@ static void part_pipeline(void)
     int rows = 0, strict_rows = 0, cut_rows = 0, cut_strict = 0; /* cut: rows with more visible keys than K */
     static const struct {
         int H, dI, P;
-        clmla_index_key_dtype dtype;
-    } shapes[] = {{64, 128, 64, CLMLA_INDEX_KEYS_F32}, {32, 128, 16, CLMLA_INDEX_KEYS_BF16}, {3, 24, 16, CLMLA_INDEX_KEYS_F32}};
+        clmla_cache_dtype dtype;
+    } shapes[] = {{64, 128, 64, CLMLA_CACHE_F32}, {32, 128, 16, CLMLA_CACHE_BF16}, {3, 24, 16, CLMLA_CACHE_F32}};
     static const int lens[] = {2000, 1500, 2047, 777, 1, 1999};
     static const int seqs[] = {0, 1, 0, 2, 3, 0};
     static const int K_list[] = {1, 64, 700, 2048};
@@ -765,15 +765,15 @@ static void part_pipeline(void)
 static void part_errors(void)
 {
     clmla_index_kernels *ik = NULL;
-    clmla_index_config bad = {0, 128, 64, CLMLA_INDEX_KEYS_F32, 0, CLMLA_ROPE_INTERLEAVED};
+    clmla_index_config bad = {0, 128, 64, CLMLA_CACHE_F32, 0, CLMLA_ROPE_INTERLEAVED};
     CHECK_STATUS(clmla_index_kernels_create(ctx, &bad, &ik), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
     CHECK(ik == NULL && strstr(clmla_last_error(ctx), "heads 0"), "message: %s", clmla_last_error(ctx));
     bad.heads = 4;
-    bad.key_dtype = (clmla_index_key_dtype)7;
+    bad.key_dtype = (clmla_cache_dtype)7;
     CHECK_STATUS(clmla_index_kernels_create(ctx, &bad, &ik), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
     CHECK_STATUS(clmla_index_kernels_create(ctx, NULL, &ik), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
 
-    ik = kernels_for(2, 8, 4, CLMLA_INDEX_KEYS_F32);
+    ik = kernels_for(2, 8, 4, CLMLA_CACHE_F32);
     if (!ik)
         return;
     CHECK(clmla_index_block_bytes(ik) == 4 * 8 * 4, "block bytes %zu", clmla_index_block_bytes(ik));
@@ -883,7 +883,7 @@ static void part_speed(void)
 {
     const int H = 64, dI = 128, P = 64, L = 65536, K = 2048;
     for (int dt = 0; dt < 2; dt++) {
-        const clmla_index_key_dtype dtype = dt ? CLMLA_INDEX_KEYS_BF16 : CLMLA_INDEX_KEYS_F32;
+        const clmla_cache_dtype dtype = dt ? CLMLA_CACHE_BF16 : CLMLA_CACHE_F32;
         clmla_index_kernels *ik = kernels_for(H, dI, P, dtype);
         if (!ik)
             return;

@@ -43,8 +43,7 @@ clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *co
                           "FlashMLA's layout); kv_lora_rank is %d",
                           c.kv_lora_rank);
     if (c.index_head_dim < 0 || c.index_head_dim > 1024 ||
-        (c.index_head_dim > 0 && c.index_dtype != CLMLA_CACHE_F32 && c.index_dtype != CLMLA_CACHE_F16 &&
-         c.index_dtype != CLMLA_CACHE_BF16 && c.index_dtype != CLMLA_CACHE_FP8))
+        (c.index_head_dim > 0 && clmla_index_row_bytes(c.index_dtype, c.index_head_dim) == 0))
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
                           "invalid cache configuration: index_head_dim %d (0 to 1024) with index_dtype %d (the index-key "
                           "cache holds f32 (%d), f16 (%d), bf16 (%d) or fp8 (%d))",
@@ -69,10 +68,7 @@ clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *co
                           "cache of %d blocks x %d tokens has more than 2^31 - 1 token slots per layer",
                           c.num_blocks, c.block_tokens);
     const size_t layer_bytes = (size_t)rows * row_bytes;
-    /* fp8: the codes and a float32 scale (stored apart, each block its codes then its scales) */
-    const size_t index_row_bytes = c.index_head_dim == 0                ? 0
-                                   : c.index_dtype == CLMLA_CACHE_FP8 ? (size_t)c.index_head_dim + 4
-                                                                      : (size_t)c.index_head_dim * (c.index_dtype == CLMLA_CACHE_F32 ? 4 : 2);
+    const size_t index_row_bytes = clmla_index_row_bytes(c.index_dtype, c.index_head_dim);
     if ((size_t)rows * index_row_bytes > ctx->info.max_alloc_bytes)
         return clmla_fail(ctx, CL_INVALID_BUFFER_SIZE,
                           "one layer of the index-key cache needs %zu bytes, more than the device's largest allocation "
@@ -151,7 +147,7 @@ void clmla_cache_destroy(clmla_cache *cache)
                 clReleaseMemObject(cache->index_layers[l]);
     }
     free(cache->index_layers);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < CLMLA_CACHE_INDEX_KERNELS; i++)
         clmla_index_kernels_destroy(cache->index_kernels[i]);
     cl_kernel kernels[] = {cache->write_kernel, cache->gather_kernel, cache->combine_kernel, cache->combine_rows_kernel};
     for (size_t i = 0; i < sizeof(kernels) / sizeof(kernels[0]); i++)

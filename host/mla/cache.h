@@ -16,6 +16,9 @@ typedef struct cache_seq {
 
 typedef struct cache_copy cache_copy;
 
+/* The indexer kernel sets a cache keeps (host/mla/indexer.c, clmla_index_kernels_for). */
+#define CLMLA_CACHE_INDEX_KERNELS 4
+
 struct clmla_cache {
     clmla_context *ctx;
     clmla_cache_config config; /* defaults resolved */
@@ -28,7 +31,7 @@ struct clmla_cache {
     size_t index_row_bytes;
     /* the indexer's kernels for this cache's blocks and key dtype, one set per (heads, rope dims,
        pairing) asked for (host/mla/indexer.c, clmla_index_kernels_for), built on first use */
-    struct clmla_index_kernels *index_kernels[4];
+    struct clmla_index_kernels *index_kernels[CLMLA_CACHE_INDEX_KERNELS];
     int32_t *free_blocks;      /* stack of free block ids */
     int num_free;
     int *refs;                 /* [num_blocks] how many sequences list each block (see below) */

@@ -44,12 +44,11 @@ clmla_status clmla_index_kernels_create(clmla_context *ctx, const clmla_index_co
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_index_kernels_create: NULL %s",
                           !ctx ? "context" : !cfg ? "configuration" : "output handle");
     if (cfg->heads < 1 || cfg->head_dim < 1 || cfg->block_tokens < 1 ||
-        (cfg->key_dtype != CLMLA_INDEX_KEYS_F32 && cfg->key_dtype != CLMLA_INDEX_KEYS_BF16 &&
-         cfg->key_dtype != CLMLA_INDEX_KEYS_F16 && cfg->key_dtype != CLMLA_INDEX_KEYS_FP8) ||
-        (cfg->key_dtype == CLMLA_INDEX_KEYS_FP8 && (cfg->head_dim & (cfg->head_dim - 1)) != 0))
+        clmla_index_row_bytes(cfg->key_dtype, cfg->head_dim) == 0 ||
+        (cfg->key_dtype == CLMLA_CACHE_FP8 && (cfg->head_dim & (cfg->head_dim - 1)) != 0))
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
                           "clmla_index_kernels_create: heads %d, head_dim %d and block_tokens %d must be >= 1 and "
-                          "key_dtype (%d) f32 (0), bf16 (1), f16 (2) or fp8 (3, head_dim a power of two)",
+                          "key_dtype (%d) f32 (0), f16 (1), bf16 (2) or fp8 (3, head_dim a power of two)",
                           cfg->heads, cfg->head_dim, cfg->block_tokens, (int)cfg->key_dtype);
     /* A work-group keeps a token's queries in local memory (heads padded to 8: 32 KiB for 64 heads of
        128) and a work-item its weights and a tile of 16 keys of head_dim floats in private memory
@@ -91,11 +90,11 @@ clmla_status clmla_index_kernels_create(clmla_context *ctx, const clmla_index_co
                  cfg->rope_pairing == CLMLA_ROPE_HALF_SPLIT ? " -D IDX_HALF_SPLIT" : "");
     char options[320];
     snprintf(options, sizeof(options), "-D HI=%d -D DI=%d -D BT=%d%s%s%s%s", cfg->heads, cfg->head_dim, cfg->block_tokens,
-             cfg->key_dtype == CLMLA_INDEX_KEYS_BF16  ? " -D KEY_BF16"
-             : cfg->key_dtype == CLMLA_INDEX_KEYS_F16 ? " -D KEY_F16"
-             : cfg->key_dtype == CLMLA_INDEX_KEYS_FP8 ? " -D KEY_FP8"
+             cfg->key_dtype == CLMLA_CACHE_BF16  ? " -D KEY_BF16"
+             : cfg->key_dtype == CLMLA_CACHE_F16 ? " -D KEY_F16"
+             : cfg->key_dtype == CLMLA_CACHE_FP8 ? " -D KEY_FP8"
                                                       : "",
-             prefetch ? " -D CLMLA_PREFETCH" : "", cfg->key_dtype == CLMLA_INDEX_KEYS_FP8 ? clmla_fp8_option(ctx) : "",
+             prefetch ? " -D CLMLA_PREFETCH" : "", cfg->key_dtype == CLMLA_CACHE_FP8 ? clmla_fp8_option(ctx) : "",
              rope);
     clmla_status st = clmla_kernel_create(ctx, "indexer", options, "indexer_scores", &ik->scores);
     if (st == CLMLA_SUCCESS)
@@ -139,12 +138,20 @@ void clmla_index_kernels_destroy(clmla_index_kernels *ik)
     free(ik);
 }
 
+size_t clmla_index_row_bytes(clmla_cache_dtype dtype, int head_dim)
+{
+    if (head_dim <= 0)
+        return 0;
+    const size_t n = (size_t)head_dim;
+    return dtype == CLMLA_CACHE_F32 ? 4 * n
+           : dtype == CLMLA_CACHE_F16 || dtype == CLMLA_CACHE_BF16 ? 2 * n
+           : dtype == CLMLA_CACHE_FP8 ? n + 4
+                                       : 0;
+}
+
 size_t clmla_index_block_bytes(const clmla_index_kernels *ik)
 {
-    if (ik->cfg.key_dtype == CLMLA_INDEX_KEYS_FP8)
-        return (size_t)ik->cfg.block_tokens * ((size_t)ik->cfg.head_dim + 4);
-    const size_t unit = ik->cfg.key_dtype == CLMLA_INDEX_KEYS_F32 ? 4 : 2;
-    return (size_t)ik->cfg.block_tokens * (size_t)ik->cfg.head_dim * unit;
+    return (size_t)ik->cfg.block_tokens * clmla_index_row_bytes(ik->cfg.key_dtype, ik->cfg.head_dim);
 }
 
 void clmla_index_set_topk_items(clmla_index_kernels *ik, int items)
@@ -194,6 +201,50 @@ static clmla_status extent(clmla_context *ctx, const char *fn, const char *what,
     return CLMLA_SUCCESS;
 }
 
+/* The inputs of a scores launch for T tokens (all but the scores buffer), checked before anything is
+   enqueued; *table_rows and *num_blocks: the rows and blocks that block_table and keys hold, for the
+   kernel's clamps. fn names the caller in the messages. */
+static clmla_status check_inputs(clmla_index_kernels *ik, const char *fn, int T, cl_mem q, size_t q_offset,
+                                 cl_mem weights, size_t weights_offset, cl_mem block_table, int max_blocks,
+                                 cl_mem token_seq, cl_mem token_ctx_len, int token_offset, int max_ctx, cl_mem keys,
+                                 int *table_rows, int *num_blocks)
+{
+    clmla_context *ctx = ik->ctx;
+    const int H = ik->cfg.heads, dI = ik->cfg.head_dim, P = ik->cfg.block_tokens;
+    if (T < 1 || max_blocks < 1 || max_ctx < 1 || (long long)max_ctx > (long long)max_blocks * P)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "%s: num_tokens %d, max_blocks_per_seq %d and max_ctx_len %d must be >= 1, max_ctx_len at "
+                          "most max_blocks_per_seq * block_tokens (%d)",
+                          fn, T, max_blocks, max_ctx, P);
+    size_t need = 0, size = 0;
+    clmla_status st = extent(ctx, fn, "q [T, H_I, d_I]", q_offset, (long long)T * H * dI, sizeof(float), &need);
+    if (st == CLMLA_SUCCESS)
+        st = buffer_bytes(ctx, fn, "q [T, H_I, d_I]", q, need, &size);
+    if (st == CLMLA_SUCCESS)
+        st = extent(ctx, fn, "weights [T, H_I]", weights_offset, (long long)T * H, sizeof(float), &need);
+    if (st == CLMLA_SUCCESS)
+        st = buffer_bytes(ctx, fn, "weights [T, H_I]", weights, need, &size);
+    if (st == CLMLA_SUCCESS && (token_offset < 0 || token_offset > INT_MAX - T))
+        st = clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: token_offset %d", fn, token_offset);
+    const size_t tok_bytes = ((size_t)token_offset + (size_t)T) * sizeof(cl_int);
+    if (st == CLMLA_SUCCESS)
+        st = buffer_bytes(ctx, fn, "token_seq [T]", token_seq, tok_bytes, &size);
+    if (st == CLMLA_SUCCESS)
+        st = buffer_bytes(ctx, fn, "token_ctx_len [T]", token_ctx_len, tok_bytes, &size);
+    size_t table_bytes = 0, key_bytes = 0;
+    const size_t row_bytes = (size_t)max_blocks * sizeof(cl_int), block_bytes = clmla_index_block_bytes(ik);
+    if (st == CLMLA_SUCCESS)
+        st = buffer_bytes(ctx, fn, "block_table [rows, max_blocks_per_seq]", block_table, row_bytes, &table_bytes);
+    if (st == CLMLA_SUCCESS)
+        st = buffer_bytes(ctx, fn, "keys (one block at least)", keys, block_bytes, &key_bytes);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    const size_t rows = table_bytes / row_bytes, blocks = key_bytes / block_bytes;
+    *table_rows = rows > (size_t)INT_MAX ? INT_MAX : (int)rows;
+    *num_blocks = blocks > (size_t)INT_MAX ? INT_MAX : (int)blocks;
+    return CLMLA_SUCCESS;
+}
+
 clmla_status clmla_index_scores(clmla_index_kernels *ik, const clmla_index_scores_args *a, cl_event *event)
 {
     static const char fn[] = "clmla_index_scores";
@@ -203,46 +254,22 @@ clmla_status clmla_index_scores(clmla_index_kernels *ik, const clmla_index_score
         return clmla_fail(ik ? ik->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "%s: NULL %s", fn,
                           !ik ? "kernels" : "arguments");
     clmla_context *ctx = ik->ctx;
-    const int H = ik->cfg.heads, dI = ik->cfg.head_dim, P = ik->cfg.block_tokens;
     const int T = a->num_tokens;
-    if (T < 1 || a->max_blocks_per_seq < 1 || a->max_ctx_len < 1 ||
-        (long long)a->max_ctx_len > (long long)a->max_blocks_per_seq * P || a->scores_stride < a->max_ctx_len)
-        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
-                          "%s: num_tokens %d, max_blocks_per_seq %d and max_ctx_len %d must be >= 1, max_ctx_len at "
-                          "most max_blocks_per_seq * block_tokens (%d) and scores_stride %d >= max_ctx_len",
-                          fn, T, a->max_blocks_per_seq, a->max_ctx_len, P, a->scores_stride);
+    int table_rows = 0, num_blocks = 0;
+    clmla_status st = check_inputs(ik, fn, T, a->q, a->q_offset, a->weights, a->weights_offset, a->block_table,
+                                   a->max_blocks_per_seq, a->token_seq, a->token_ctx_len, a->token_offset,
+                                   a->max_ctx_len, a->keys, &table_rows, &num_blocks);
+    if (st == CLMLA_SUCCESS && a->scores_stride < a->max_ctx_len)
+        st = clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: scores_stride %d must be >= max_ctx_len %d", fn,
+                        a->scores_stride, a->max_ctx_len);
     size_t need = 0, size = 0;
-    clmla_status st = extent(ctx, fn, "q [T, H_I, d_I]", a->q_offset, (long long)T * H * dI, sizeof(float), &need);
-    if (st == CLMLA_SUCCESS)
-        st = buffer_bytes(ctx, fn, "q [T, H_I, d_I]", a->q, need, &size);
-    if (st == CLMLA_SUCCESS)
-        st = extent(ctx, fn, "weights [T, H_I]", a->weights_offset, (long long)T * H, sizeof(float), &need);
-    if (st == CLMLA_SUCCESS)
-        st = buffer_bytes(ctx, fn, "weights [T, H_I]", a->weights, need, &size);
     if (st == CLMLA_SUCCESS)
         st = extent(ctx, fn, "scores [T, scores_stride]", a->scores_offset,
                     (long long)(T - 1) * a->scores_stride + a->max_ctx_len, sizeof(float), &need);
     if (st == CLMLA_SUCCESS)
         st = buffer_bytes(ctx, fn, "scores [T, scores_stride]", a->scores, need, &size);
-    if (st == CLMLA_SUCCESS && (a->token_offset < 0 || a->token_offset > INT_MAX - T))
-        st = clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: token_offset %d", fn, a->token_offset);
-    const size_t tok_bytes = ((size_t)a->token_offset + (size_t)T) * sizeof(cl_int);
-    if (st == CLMLA_SUCCESS)
-        st = buffer_bytes(ctx, fn, "token_seq [T]", a->token_seq, tok_bytes, &size);
-    if (st == CLMLA_SUCCESS)
-        st = buffer_bytes(ctx, fn, "token_ctx_len [T]", a->token_ctx_len, tok_bytes, &size);
-    size_t table_bytes = 0, key_bytes = 0;
-    const size_t row_bytes = (size_t)a->max_blocks_per_seq * sizeof(cl_int), block_bytes = clmla_index_block_bytes(ik);
-    if (st == CLMLA_SUCCESS)
-        st = buffer_bytes(ctx, fn, "block_table [rows, max_blocks_per_seq]", a->block_table, row_bytes, &table_bytes);
-    if (st == CLMLA_SUCCESS)
-        st = buffer_bytes(ctx, fn, "keys (one block at least)", a->keys, block_bytes, &key_bytes);
     if (st != CLMLA_SUCCESS)
         return st;
-    /* rows and blocks that the buffers hold, for the kernel's clamps */
-    const size_t rows = table_bytes / row_bytes, blocks = key_bytes / block_bytes;
-    const int table_rows = rows > (size_t)INT_MAX ? INT_MAX : (int)rows;
-    const int num_blocks = blocks > (size_t)INT_MAX ? INT_MAX : (int)blocks;
     /* keys per work-item: enough items for every compute unit, none under the minimum */
     const int cpu = ctx->info.kind == CLMLA_DEVICE_KIND_CPU;
     const long long cus = ctx->info.compute_units ? ctx->info.compute_units : 1;
@@ -398,12 +425,8 @@ clmla_status clmla_index_kernels_for(clmla_cache *cache, int heads, int rope_dim
                                      clmla_index_kernels **out)
 {
     const clmla_index_config want = {heads, cache->config.index_head_dim, cache->config.block_tokens,
-                                     cache->config.index_dtype == CLMLA_CACHE_BF16  ? CLMLA_INDEX_KEYS_BF16
-                                     : cache->config.index_dtype == CLMLA_CACHE_F16 ? CLMLA_INDEX_KEYS_F16
-                                     : cache->config.index_dtype == CLMLA_CACHE_FP8 ? CLMLA_INDEX_KEYS_FP8
-                                                                                    : CLMLA_INDEX_KEYS_F32,
-                                     rope_dim, pairing};
-    const int slots = (int)(sizeof(cache->index_kernels) / sizeof(cache->index_kernels[0]));
+                                     cache->config.index_dtype, rope_dim, pairing};
+    const int slots = CLMLA_CACHE_INDEX_KERNELS;
     for (int i = 0; i < slots && cache->index_kernels[i]; i++) {
         const clmla_index_config *c = &cache->index_kernels[i]->cfg;
         /* scoring alone (rope_dim 0) takes any set of those heads */
@@ -497,33 +520,13 @@ clmla_status clmla_index_select(clmla_cache *cache, int layer, const clmla_index
     clmla_index_kernels *ik = NULL;
     if (st == CLMLA_SUCCESS)
         st = clmla_index_kernels_for(cache, a->num_heads, 0, CLMLA_ROPE_INTERLEAVED, &ik);
-    /* the rest (q, weights, tables, the context bound) is checked by each chunk's scores call
-       before it is enqueued; the first chunk's checks cover every later one's buffers but for
-       their offsets, which only grow within the sizes checked for the whole T here */
+    /* every input for all T tokens now, so that a bad one enqueues no chunk (each chunk's own
+       checks then pass) */
+    int table_rows = 0, num_blocks = 0;
     if (st == CLMLA_SUCCESS)
-        st = extent(ctx, fn, "q [T, H_I, d_I]", a->q_offset, (long long)a->num_tokens * a->num_heads * ik->cfg.head_dim,
-                    sizeof(float), &need);
-    if (st == CLMLA_SUCCESS)
-        st = buffer_bytes(ctx, fn, "q [T, H_I, d_I]", a->q, need, &size);
-    if (st == CLMLA_SUCCESS)
-        st = extent(ctx, fn, "weights [T, H_I]", a->weights_offset, (long long)a->num_tokens * a->num_heads,
-                    sizeof(float), &need);
-    if (st == CLMLA_SUCCESS)
-        st = buffer_bytes(ctx, fn, "weights [T, H_I]", a->weights, need, &size);
-    if (st == CLMLA_SUCCESS)
-        st = buffer_bytes(ctx, fn, "token_seq [T]", a->token_seq, (size_t)a->num_tokens * sizeof(cl_int), &size);
-    if (st == CLMLA_SUCCESS)
-        st = buffer_bytes(ctx, fn, "token_ctx_len [T]", a->token_ctx_len, (size_t)a->num_tokens * sizeof(cl_int), &size);
-    if (st == CLMLA_SUCCESS &&
-        (a->max_blocks_per_seq < 1 || a->max_ctx_len < 1 ||
-         (long long)a->max_ctx_len > (long long)a->max_blocks_per_seq * cache->config.block_tokens))
-        st = clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
-                        "%s: max_blocks_per_seq %d and max_ctx_len %d must be >= 1, max_ctx_len at most "
-                        "max_blocks_per_seq * block_tokens (%d)",
-                        fn, a->max_blocks_per_seq, a->max_ctx_len, cache->config.block_tokens);
-    if (st == CLMLA_SUCCESS)
-        st = buffer_bytes(ctx, fn, "block_table [rows, max_blocks_per_seq]", a->block_table,
-                          (size_t)a->max_blocks_per_seq * sizeof(cl_int), &size);
+        st = check_inputs(ik, fn, a->num_tokens, a->q, a->q_offset, a->weights, a->weights_offset, a->block_table,
+                          a->max_blocks_per_seq, a->token_seq, a->token_ctx_len, 0, a->max_ctx_len, keys, &table_rows,
+                          &num_blocks);
     if (st != CLMLA_SUCCESS)
         return st;
     return clmla_index_select_enqueue(ik, keys, a, event);

@@ -14,20 +14,14 @@
 #define CLMLA_INDEXER_H
 #include "internal.h"
 
-typedef enum clmla_index_key_dtype {
-    CLMLA_INDEX_KEYS_F32 = 0,
-    CLMLA_INDEX_KEYS_BF16 = 1, /* bfloat16 bits, rounded by the writer */
-    CLMLA_INDEX_KEYS_F16 = 2,  /* IEEE half, rounded by the writer */
-    /* DeepSeek's: the key rotated by a Hadamard transform, e4m3 codes with a float32 power-of-two
-       scale per key; a block is its tokens' codes, then their scales. head_dim a power of two. */
-    CLMLA_INDEX_KEYS_FP8 = 3
-} clmla_index_key_dtype;
-
 typedef struct clmla_index_config {
     int heads;        /* H_I (index_n_heads), >= 1 */
     int head_dim;     /* d_I (index_head_dim), >= 1 */
     int block_tokens; /* P: tokens per block of the key cache, >= 1 */
-    clmla_index_key_dtype key_dtype;
+    /* the keys' element type, as clmla_cache_config.index_dtype: f32, f16, bf16 (rounded by the
+       writer) or fp8 (DeepSeek's: the key rotated by a Hadamard transform, e4m3 codes with a float32
+       power-of-two scale per key, a block its codes then its scales; head_dim a power of two) */
+    clmla_cache_dtype key_dtype;
     /* The key writer and the queries' RoPE (0: those two kernels are not built): the rotated dims
        (the first rope_dim of each key and head, even, <= head_dim) and their pairing. */
     int rope_dim;
@@ -40,6 +34,11 @@ typedef struct clmla_index_kernels clmla_index_kernels;
    failure. The object belongs to its context and is destroyed before it. */
 clmla_status clmla_index_kernels_create(clmla_context *ctx, const clmla_index_config *cfg, clmla_index_kernels **out);
 void clmla_index_kernels_destroy(clmla_index_kernels *ik);
+
+/* Bytes of one token's key of head_dim values of dtype (fp8: its codes and its scale); 0 for a
+   dtype the index-key cache does not hold or head_dim <= 0. The one place the layout's sizes are
+   made (the cache's buffers, the kernels' block size). */
+size_t clmla_index_row_bytes(clmla_cache_dtype dtype, int head_dim);
 
 /* Bytes of one block of the key cache: block_tokens * head_dim values of the key dtype (fp8: and
    block_tokens float32 scales after the codes). Block b starts at byte b times this, its row r (a
