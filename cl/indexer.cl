@@ -398,6 +398,22 @@ __kernel void indexer_topk(__global const float *scores, const int score_offset,
 #define IDX_PAIR_B(i) (2 * (i) + 1)
 #endif
 
+/* The sum of v over the WGK items of the group (a tree in part[WGK]), returned to every item; part
+   may be reused once it returns. Every item of the group must call it. */
+inline float group_sum(__local float *part, const int lid, const float v)
+{
+    part[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int w = WGK / 2; w > 0; w >>= 1) {
+        if (lid < w)
+            part[lid] += part[lid + w];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const float total = part[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return total;
+}
+
 __kernel __attribute__((reqd_work_group_size(WGK, 1, 1)))
 void indexer_key_write(__global const float *src, const int src_offset, const int src_stride,
                        __global const float *norm_w, __global const float *norm_b, const float eps,
@@ -411,28 +427,13 @@ void indexer_key_write(__global const float *src, const int src_offset, const in
     float sum = 0.0f;
     for (int i = lid; i < DI; i += WGK)
         sum += x[i];
-    part[lid] = sum;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int w = WGK / 2; w > 0; w >>= 1) {
-        if (lid < w)
-            part[lid] += part[lid + w];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    const float mean = part[0] / (float)DI;
-    barrier(CLK_LOCAL_MEM_FENCE);
+    const float mean = group_sum(part, lid, sum) / (float)DI;
     float sq = 0.0f;
     for (int i = lid; i < DI; i += WGK) {
         const float d = x[i] - mean;
         sq = fma(d, d, sq);
     }
-    part[lid] = sq;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int w = WGK / 2; w > 0; w >>= 1) {
-        if (lid < w)
-            part[lid] += part[lid + w];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    const float inv = 1.0f / sqrt(part[0] / (float)DI + eps);
+    const float inv = 1.0f / sqrt(group_sum(part, lid, sq) / (float)DI + eps);
     for (int i = lid; i < DI; i += WGK)
         row[i] = (x[i] - mean) * inv * norm_w[i] + norm_b[i];
     barrier(CLK_LOCAL_MEM_FENCE);

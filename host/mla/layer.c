@@ -32,12 +32,19 @@
 /* The tables a step writes to the device: [T] rows of the RoPE table by token, query scales (when
    the layer has them), cache slots, the entry of each token and its context length for latent
    attention (0 on the decompressed path); [entries, max_blocks] the entries' block tables; in
-   sparse steps [T] the keys each token sees, for the indexer. */
+   indexer layers [T] the keys each token sees, for the selection. */
 typedef enum step_table {
     TABLE_POSITIONS, TABLE_QSCALE, TABLE_SLOTS, TABLE_TOKEN_SEQ, TABLE_TOKEN_CTX, TABLE_BLOCKS,
-    TABLE_VISIBLE, /* sparse steps: [T] keys each token sees (its position + 1), for the indexer */
+    TABLE_VISIBLE, /* indexer layers: [T] keys each token sees (its position + 1), for the selection */
     STEP_TABLES
 } step_table;
+
+/* attn_prefill (work-groups, GPUs) with its work-group size and attn_prefill_rows (CPUs), built
+   with the same options. */
+typedef struct prefill_kernels {
+    cl_kernel group, rows;
+    int threads;
+} prefill_kernels;
 
 struct clmla_layer {
     clmla_context *ctx;
@@ -61,11 +68,11 @@ struct clmla_layer {
        block of as many rows after the short ones */
     cl_mem rope_table;
     int rope_positions;
-    cl_kernel rmsnorm, rope, prefill, prefill_rows; /* prefill: attn_prefill (GPUs), prefill_rows: CPUs */
-    cl_kernel sparse_prefill, sparse_prefill_rows;   /* the same with -D SPARSE (indexer layers only) */
-    int sparse_prefill_threads;
+    cl_kernel rmsnorm, rope;
+    /* decompressed attention: [0] dense, [1] with -D SPARSE (indexer layers only) */
+    prefill_kernels prefill[2];
     cl_kernel add_bias;
-    int rmsnorm_threads, prefill_threads;
+    int rmsnorm_threads;
     int auto_threshold;
     /* The tables a step writes for its kernels (step_table, parts of one staged block, scratch.h),
        kept between steps (docs/DESIGN.md, "Step buffers"); `written` is the completion of the last
@@ -229,6 +236,27 @@ static int pow2_at_most(size_t limit, int cap)
 /* Queries per work-item of attn_prefill_rows (a multiple of 4; of 8 for the widest softmax). */
 #define PREFILL_ROWS_QUERIES 16
 
+/* Both prefill kernels with `extra` build options: NT queries per group (up to 32) and KT keys
+   staged in local memory for the work-group kernel, QBC queries per item for the rows kernel. */
+static clmla_status build_prefill(clmla_layer *L, const char *extra, prefill_kernels *pk)
+{
+    clmla_context *ctx = L->ctx;
+    char options[256];
+    int kt = 16;
+    while (kt > 1 && (size_t)kt * (L->dq + L->dv) * sizeof(float) > ctx->info.local_mem_bytes / 2)
+        kt /= 2;
+    snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D KT=%d%s", L->dn, L->dr, L->dv, kt, extra);
+    const clmla_kernel_fit fit = {"attn_prefill", "attn_prefill", options, "NT", 32, 1, NULL, NULL};
+    clmla_status st = clmla_kernel_create_fitted(ctx, &fit, &pk->group, &pk->threads);
+    if (st == CLMLA_SUCCESS && !pk->group)
+        st = clmla_fail(ctx, CLMLA_ERROR_UNSUPPORTED, "attn_prefill%s: no work-group size fits this device", extra);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D QBC=%d%s", L->dn, L->dr, L->dv,
+             PREFILL_ROWS_QUERIES, extra);
+    return clmla_kernel_create(ctx, "attn_prefill", options, "attn_prefill_rows", &pk->rows);
+}
+
 static clmla_status build_kernels(clmla_layer *L)
 {
     clmla_context *ctx = L->ctx;
@@ -248,32 +276,10 @@ static clmla_status build_kernels(clmla_layer *L)
         if (st != CLMLA_SUCCESS)
             return st;
     }
-    /* Prefill tiles: NT queries per group (up to 32), KT keys staged in local memory. */
-    int kt = 16;
-    while (kt > 1 && (size_t)kt * (L->dq + L->dv) * sizeof(float) > ctx->info.local_mem_bytes / 2)
-        kt /= 2;
-    snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D KT=%d", L->dn, L->dr, L->dv, kt);
-    const clmla_kernel_fit fit = {"attn_prefill", "attn_prefill", options, "NT", 32, 1, NULL, NULL};
-    st = clmla_kernel_create_fitted(ctx, &fit, &L->prefill, &L->prefill_threads);
-    if (st == CLMLA_SUCCESS && !L->prefill)
-        st = clmla_fail(ctx, CLMLA_ERROR_UNSUPPORTED, "attn_prefill: no work-group size fits this device");
-    if (st != CLMLA_SUCCESS)
-        return st;
-    snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D QBC=%d", L->dn, L->dr, L->dv, PREFILL_ROWS_QUERIES);
-    st = clmla_kernel_create(ctx, "attn_prefill", options, "attn_prefill_rows", &L->prefill_rows);
-    if (st != CLMLA_SUCCESS || L->HI == 0)
-        return st;
-    /* an indexer layer's decompressed entries in sparse steps */
-    snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D KT=%d -D SPARSE", L->dn, L->dr, L->dv, kt);
-    const clmla_kernel_fit sfit = {"attn_prefill", "attn_prefill", options, "NT", 32, 1, NULL, NULL};
-    st = clmla_kernel_create_fitted(ctx, &sfit, &L->sparse_prefill, &L->sparse_prefill_threads);
-    if (st == CLMLA_SUCCESS && !L->sparse_prefill)
-        st = clmla_fail(ctx, CLMLA_ERROR_UNSUPPORTED, "attn_prefill (sparse): no work-group size fits this device");
-    if (st != CLMLA_SUCCESS)
-        return st;
-    snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D QBC=%d -D SPARSE", L->dn, L->dr, L->dv,
-             PREFILL_ROWS_QUERIES);
-    return clmla_kernel_create(ctx, "attn_prefill", options, "attn_prefill_rows", &L->sparse_prefill_rows);
+    st = build_prefill(L, "", &L->prefill[0]);
+    if (st == CLMLA_SUCCESS && L->HI > 0) /* an indexer layer's decompressed entries in sparse steps */
+        st = build_prefill(L, " -D SPARSE", &L->prefill[1]);
+    return st;
 }
 
 /* Entries of at least this many tokens are cheaper decompressed: per key, the up-projection costs
@@ -452,8 +458,8 @@ void clmla_layer_destroy(clmla_layer *L)
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (bufs[i])
             clReleaseMemObject(bufs[i]);
-    cl_kernel ks[] = {L->rmsnorm, L->rope, L->prefill, L->prefill_rows, L->add_bias, L->sparse_prefill,
-                      L->sparse_prefill_rows};
+    cl_kernel ks[] = {L->rmsnorm, L->rope, L->prefill[0].group, L->prefill[0].rows, L->add_bias, L->prefill[1].group,
+                      L->prefill[1].rows};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -575,7 +581,7 @@ clmla_status clmla_layer_warmup(clmla_layer *L, clmla_cache *cache, int cache_la
     }
     /* A sparse-attention layer: its indexer's kernels and the sparse attention kernels too, by the
        absorbed steps once more with a top-k of 1 (every step past the first then selects). */
-    if (st == CLMLA_SUCCESS && L->HI > 0 && cache->config.index_head_dim == L->dI) {
+    if (st == CLMLA_SUCCESS && L->HI > 0) {
         L->topk = 1;
         int32_t seq = -1;
         st = clmla_cache_seq_add(cache, &seq);
@@ -688,8 +694,8 @@ static clmla_status enqueue_prefill(clmla_layer *L, cl_mem q, int q_ld, int firs
     const int zero = 0, kvu_stride = L->H * (L->dn + L->dv);
     const int o_off = first_row * L->H * L->dv, o_stride = L->H * L->dv;
     const int variant = clmla_attention_variant(ctx);
-    cl_kernel k = variant == CLMLA_LATENT_ROWS ? (indices ? L->sparse_prefill_rows : L->prefill_rows)
-                                               : (indices ? L->sparse_prefill : L->prefill);
+    const prefill_kernels *pk = &L->prefill[indices != NULL];
+    cl_kernel k = variant == CLMLA_LATENT_ROWS ? pk->rows : pk->group;
     CLMLA_SET_ARG(ctx, k, 0, q);
     CLMLA_SET_ARG(ctx, k, 1, q_off);
     CLMLA_SET_ARG(ctx, k, 2, q_stride);
@@ -711,7 +717,7 @@ static clmla_status enqueue_prefill(clmla_layer *L, cl_mem q, int q_ld, int firs
         CLMLA_SET_ARG(ctx, k, 16, i_off);
         CLMLA_SET_ARG(ctx, k, 17, L->topk);
     }
-    const size_t nt = variant == CLMLA_LATENT_ROWS ? 1 : (size_t)(indices ? L->sparse_prefill_threads : L->prefill_threads);
+    const size_t nt = variant == CLMLA_LATENT_ROWS ? 1 : (size_t)pk->threads;
     const size_t per_item = variant == CLMLA_LATENT_ROWS ? PREFILL_ROWS_QUERIES : nt;
     const size_t global[2] = {(n_queries + per_item - 1) / per_item * nt, (size_t)L->H}, local[2] = {nt, 1};
     cl_int err = clmla_cl_enqueue(ctx, k, 2, global, local, NULL);
@@ -734,7 +740,7 @@ typedef struct step_plan {
                              paths then attend to each token's selection only) */
     int max_decompressed; /* the most keys of an entry on the decompressed path (0: none) */
     int *positions, *slots, *token_seq, *token_ctx; /* [T]; positions: rows of the RoPE table */
-    int *visible;                                    /* [T] sparse steps: position + 1 */
+    int *visible;                                    /* [T] indexer layers: position + 1 */
     float *qscale;                                   /* [T] when the layer has a query scale */
     int32_t *tables;                                 /* [num_entries, max_blocks] */
     int *first_row, *prefix, *decompressed;          /* [num_entries] */
@@ -975,8 +981,22 @@ static clmla_status stage_step(clmla_layer *L, const clmla_forward_args *a, cons
     return CLMLA_SUCCESS;
 }
 
+/* The index key of every new token, k = RoPE(LayerNorm(x W_k^T)), into the index-key cache at the
+   token's slot (DSA.md section 3.3). */
 static clmla_status write_index_keys(clmla_layer *L, clmla_cache *cache, int layer, const step_plan *p,
-                                     const step_buffers *b, cl_mem x, size_t x_offset);
+                                     const step_buffers *b, cl_mem x, size_t x_offset)
+{
+    clmla_index_kernels *ik = NULL;
+    clmla_status st = clmla_index_kernels_for(cache, L->HI, L->dr, L->config.index_rope_pairing, &ik);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_gemm(L->ctx, p->T, (size_t)L->dI, L->D, 1.0f, mat(x, x_offset, L->D, 0), clmla_weight_matrix(&L->idx_wk),
+                        0.0f, mat(b->idx_k, 0, (size_t)L->dI, 0), NULL);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_index_write_keys(ik, p->T, b->idx_k, 0, L->dI, L->idx_norm_w, L->idx_norm_b,
+                                    (float)L->config.index_norm_eps, b->positions, L->rope_table, b->slots,
+                                    clmla_cache_index_keys(cache, layer));
+    return st;
+}
 
 /* Projections, latent norms and RoPE for every token of the step, and [c^KV ; k^R] into the cache
    (docs/MLA.md section 2). */
@@ -1004,23 +1024,6 @@ static clmla_status project_step(clmla_layer *L, clmla_cache *cache, int layer, 
                                        b->slots, NULL);
     if (st == CLMLA_SUCCESS && L->HI > 0)
         st = write_index_keys(L, cache, layer, p, b, x, x_offset);
-    return st;
-}
-
-/* The index key of every new token, k = RoPE(LayerNorm(x W_k^T)), into the index-key cache at the
-   token's slot (DSA.md section 3.3). */
-static clmla_status write_index_keys(clmla_layer *L, clmla_cache *cache, int layer, const step_plan *p,
-                                     const step_buffers *b, cl_mem x, size_t x_offset)
-{
-    clmla_index_kernels *ik = NULL;
-    clmla_status st = clmla_index_kernels_for(cache, L->HI, L->dr, L->config.index_rope_pairing, &ik);
-    if (st == CLMLA_SUCCESS)
-        st = clmla_gemm(L->ctx, p->T, (size_t)L->dI, L->D, 1.0f, mat(x, x_offset, L->D, 0), clmla_weight_matrix(&L->idx_wk),
-                        0.0f, mat(b->idx_k, 0, (size_t)L->dI, 0), NULL);
-    if (st == CLMLA_SUCCESS)
-        st = clmla_index_write_keys(ik, p->T, b->idx_k, 0, L->dI, L->idx_norm_w, L->idx_norm_b,
-                                    (float)L->config.index_norm_eps, b->positions, L->rope_table, b->slots,
-                                    clmla_cache_index_keys(cache, layer));
     return st;
 }
 
