@@ -467,28 +467,62 @@ static void check_layer_pass(const schedule *s, const float *out, const char *wh
     }
 }
 
+/* What a layer part runs on: the layer, its cache and the schedule's input and output buffers. */
+typedef struct rig {
+    clmla_layer *layer;
+    clmla_cache *cache;
+    cl_mem xb, ob;
+} rig;
+
+/* A rig for schedule s with the given layer and cache (blocks of 8, 96 of them); every member NULL
+   where its creation failed (a CHECK says so). The attention variant is set for the part. */
+static void rig_open(rig *r, const schedule *s, int variant, const clmla_layer_config *config,
+                     const clmla_layer_weights *weights, int index_dim, clmla_cache_dtype index_dtype, const char *name)
+{
+    memset(r, 0, sizeof(*r));
+    const size_t bytes = s->rows * (size_t)s->config.hidden_size * sizeof(float);
+    clmla_attention_set_variant(ctx, variant);
+    const clmla_cache_config cc = {1, s->config.kv_lora_rank, s->config.qk_rope_head_dim, 8, 96, CLMLA_CACHE_F32,
+                                   index_dim, index_dtype};
+    CHECK_STATUS(clmla_layer_create(ctx, config, weights, &r->layer), CLMLA_SUCCESS, ctx);
+    CHECK_STATUS(clmla_cache_create(ctx, &cc, &r->cache), CLMLA_SUCCESS, ctx);
+    cl_int err = CL_SUCCESS;
+    r->xb = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, s->x, &err);
+    r->ob = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
+    CHECK(r->xb && r->ob, "%s: clCreateBuffer: %d", name, err);
+}
+
+static int rig_ok(const rig *r)
+{
+    return r->layer && r->cache && r->xb && r->ob;
+}
+
+static void rig_close(rig *r)
+{
+    if (r->xb)
+        clReleaseMemObject(r->xb);
+    if (r->ob)
+        clReleaseMemObject(r->ob);
+    clmla_cache_destroy(r->cache);
+    clmla_layer_destroy(r->layer);
+    clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
+}
+
 static void layer_part(int variant, const char *name, int warmup)
 {
     schedule s;
     const int made_ok = schedule_make(&s) == 0;
     CHECK(made_ok, "%s: setting up the schedule failed", name);
     const size_t D = (size_t)s.config.hidden_size;
-    clmla_layer *layer = NULL;
-    clmla_cache *cache = NULL;
-    cl_mem xb = NULL, ob = NULL;
+    rig r;
+    memset(&r, 0, sizeof(r));
     float *out = made_ok ? calloc(s.rows * D, sizeof(float)) : NULL;
-    if (made_ok && out) {
-        clmla_attention_set_variant(ctx, variant);
-        const clmla_cache_config cc = {1, s.config.kv_lora_rank, s.config.qk_rope_head_dim, 8, 96, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32};
-        CHECK_STATUS(clmla_layer_create(ctx, &s.config, &s.w.layer, &layer), CLMLA_SUCCESS, ctx);
-        CHECK_STATUS(clmla_cache_create(ctx, &cc, &cache), CLMLA_SUCCESS, ctx);
-        cl_int err = CL_SUCCESS;
-        xb = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
-                            s.rows * D * sizeof(float), s.x, &err);
-        ob = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_WRITE, s.rows * D * sizeof(float), NULL, &err);
-        CHECK(xb && ob, "%s: clCreateBuffer: %d", name, err);
-    }
-    if (layer && cache && xb && ob && warmup) {
+    if (made_ok && out)
+        rig_open(&r, &s, variant, &s.config, &s.w.layer, 0, CLMLA_CACHE_F32, name);
+    clmla_layer *layer = r.layer;
+    clmla_cache *cache = r.cache;
+    cl_mem xb = r.xb, ob = r.ob;
+    if (rig_ok(&r) && warmup) {
         /* clmla_layer_warmup, then the schedule's first pass compiles nothing */
         char what[96];
         CHECK_STATUS(clmla_layer_warmup(layer, cache, 0), CLMLA_SUCCESS, ctx);
@@ -502,7 +536,7 @@ static void layer_part(int variant, const char *name, int warmup)
         if (run_layer_pass(&s, layer, cache, xb, ob, out, &w, what))
             check_layer_pass(&s, out, what);
         compiles_only = 0;
-    } else if (layer && cache && xb && ob) {
+    } else if (rig_ok(&r)) {
         char what[96];
         snprintf(what, sizeof(what), "%s warm-up", name);
         if (run_layer_pass(&s, layer, cache, xb, ob, out, NULL, what))
@@ -513,13 +547,7 @@ static void layer_part(int variant, const char *name, int warmup)
         if (run_layer_pass(&s, layer, cache, xb, ob, out, &w, what))
             check_layer_pass(&s, out, what);
     }
-    if (xb)
-        clReleaseMemObject(xb);
-    if (ob)
-        clReleaseMemObject(ob);
-    clmla_cache_destroy(cache);
-    clmla_layer_destroy(layer);
-    clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
+    rig_close(&r);
     free(out);
     schedule_free(&s);
 }
@@ -543,9 +571,8 @@ static void dsa_part(int variant, const char *name)
     float *kn = malloc(dI * sizeof(float)), *kb = malloc(dI * sizeof(float)), *ww = malloc(HI * D * sizeof(float));
     float *first = made_ok ? calloc(s.rows * D, sizeof(float)) : NULL;
     float *second = made_ok ? calloc(s.rows * D, sizeof(float)) : NULL;
-    clmla_layer *layer = NULL;
-    clmla_cache *cache = NULL;
-    cl_mem xb = NULL, ob = NULL;
+    rig r;
+    memset(&r, 0, sizeof(r));
     if (made_ok && wq && wk && kn && kb && ww && first && second) {
         tu_rng rng = tu_rng_seed(93);
         tu_fill_uniform(wq, HI * dI * rq, 0.0f, 0.3f, &rng);
@@ -559,18 +586,12 @@ static void dsa_part(int variant, const char *name)
         w.indexer_k_norm = clmla_tensor_1d(kn, (int64_t)dI);
         w.indexer_k_norm_bias = clmla_tensor_1d(kb, (int64_t)dI);
         w.indexer_weights_proj = clmla_tensor_2d(ww, (int64_t)HI, (int64_t)D);
-        clmla_attention_set_variant(ctx, variant);
-        const clmla_cache_config cc = {1, s.config.kv_lora_rank, s.config.qk_rope_head_dim, 8, 96, CLMLA_CACHE_F32,
-                                       (int)dI, CLMLA_CACHE_BF16};
-        CHECK_STATUS(clmla_layer_create(ctx, &c, &w, &layer), CLMLA_SUCCESS, ctx);
-        CHECK_STATUS(clmla_cache_create(ctx, &cc, &cache), CLMLA_SUCCESS, ctx);
-        cl_int err = CL_SUCCESS;
-        xb = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
-                            s.rows * D * sizeof(float), s.x, &err);
-        ob = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_WRITE, s.rows * D * sizeof(float), NULL, &err);
-        CHECK(xb && ob, "%s: clCreateBuffer: %d", name, err);
+        rig_open(&r, &s, variant, &c, &w, (int)dI, CLMLA_CACHE_BF16, name);
     }
-    if (layer && cache && xb && ob) {
+    clmla_layer *layer = r.layer;
+    clmla_cache *cache = r.cache;
+    cl_mem xb = r.xb, ob = r.ob;
+    if (rig_ok(&r)) {
         char what[96];
         /* clmla_layer_warmup builds the indexer's and the sparse kernels too: the first pass then
            compiles nothing */
@@ -589,13 +610,7 @@ static void dsa_part(int variant, const char *name)
             CHECK(differ == 0, "%s: %zu output values differ between the two passes", name, differ);
         }
     }
-    if (xb)
-        clReleaseMemObject(xb);
-    if (ob)
-        clReleaseMemObject(ob);
-    clmla_cache_destroy(cache);
-    clmla_layer_destroy(layer);
-    clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
+    rig_close(&r);
     free(wq), free(wk), free(kn), free(kb), free(ww), free(first), free(second);
     schedule_free(&s);
 }
