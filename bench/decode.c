@@ -213,6 +213,7 @@ static int absorbed_setup(decode_state *st, int block_tokens, unsigned seed)
     a->token_seq = st->token_seq;
     a->token_ctx_len = st->token_ctx;
     a->max_ctx_len = st->ctx;
+    a->query_len = st->q_len; /* a sequence's new tokens together (folded where the kernel can) */
     a->out = st->out;
     clmla_index_select_args *x = &st->select;
     memset(x, 0, sizeof(*x));

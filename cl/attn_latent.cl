@@ -35,6 +35,15 @@
  *      rows were read in A a moment before, so they come from the L1/L2 caches.
  * Four barriers per tile, none inside a loop over keys or elements.
  *
+ * With -D FOLD=F (F > 1, never with SPARSE; multi-token decode) a work-group takes up to F query
+ * tokens of one sequence as well: its HG = HT*F "heads" are (token i, head h0 + h) for i < F and
+ * h < HT, virtual head v = i*HT + h, so each cache row is read once for the F tokens' queries, as
+ * FlashMLA folds the query length into the heads. The tokens of a sequence's group are consecutive,
+ * token_first[t] naming the first of t's (or, token_first NULL, groups of query_len tokens from
+ * token 0); the work-group on token t works when t is the first of a run of F of its group's tokens
+ * and stops at once otherwise. Each virtual head keeps its own token's context: key j scores -inf
+ * for it from token_ctx_len[its token] on (causal among the new tokens).
+ *
  * On a GPU what limits the kernel is the load traffic per FMA through L1 and local memory, not
  * DRAM, hence: KPT = 4 keys per item (each query float4 read from local memory feeds four keys)
  * with NT = 128; acc[][] indexed only by constants once the loops are unrolled (a loop with an
@@ -58,6 +67,15 @@
 #endif
 #ifndef HG
 #define HG 16
+#endif
+#ifndef FOLD
+#define FOLD 1                               /* query tokens per work-group (see above) */
+#endif
+#ifndef HT
+#define HT HG                                /* heads of each of those tokens: HG = HT * FOLD */
+#endif
+#if FOLD > 1 && defined(SPARSE)
+#error "FOLD needs every token of a group to walk the same keys: not with SPARSE"
 #endif
 #define ROW (RKV + DR)
 #define HGP (HG <= 4 ? 4 : HG <= 8 ? 8 : 16) /* heads padded to whole quads, a power of two */
@@ -114,6 +132,9 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
 #ifdef SPARSE
                  , __global const int *indices, const int indices_offset, const int topk
 #endif
+#if FOLD > 1
+                 , __global const int *token_first, const int query_len
+#endif
                  )
 {
     __local float4 qs[HGP * ROWV]; /* scaled queries (QLAYOUT), zero past ROW and for padding heads */
@@ -123,10 +144,29 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
     __local int slot_l[TK];        /* cache slot of each key of the tile */
 
     const int lid = get_local_id(0);
-    const int h0 = get_group_id(0) * HG;
     const int split = get_global_id(1);
     const int t = get_global_id(2);
+#if FOLD > 1
+    /* the group's tokens t .. t+nq-1; virtual head v: token t + VTOK(v), head VHEAD(v) */
+    const int h0 = get_group_id(0) * HT;
+    const int first = token_first ? token_first[t] : t - t % query_len;
+    if ((t - first) % FOLD) /* the group of token first + FOLD*((t - first) / FOLD) takes it */
+        return;
+    const int tokens = get_global_size(2);
+    int nq = 1, ctx = token_ctx_len[t]; /* ctx: the most keys of the group's tokens */
+    while (nq < FOLD && t + nq < tokens &&
+           (token_first ? token_first[t + nq] : t + nq - (t + nq) % query_len) == first)
+        ctx = max(ctx, token_ctx_len[t + nq++]);
+#define VTOK(v) ((v) / HT)
+#define VHEAD(v) (h0 + (v) % HT)
+#define VLIVE(v) ((v) < HG && (v) / HT < nq && h0 + (v) % HT < num_heads)
+#else
+    const int h0 = get_group_id(0) * HG;
     const int ctx = token_ctx_len[t];
+#define VTOK(v) 0
+#define VHEAD(v) (h0 + (v))
+#define VLIVE(v) ((v) < HG && h0 + (v) < num_heads)
+#endif
     const int k_begin = split * split_tokens;
 #ifdef SPARSE
     /* entries k_begin .. k_end-1 of the token's index list (none when the token has no positions) */
@@ -136,16 +176,19 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
     const int k_end = min(ctx, k_begin + split_tokens);
 #endif
     __global const int *table = block_table + (size_t)token_seq[t] * max_blocks_per_seq;
-    const size_t row0 = (size_t)t * num_splits + split;
+    /* the output row (token, split, head) of virtual head v */
+#define OUT_ROW(v) (((size_t)(t + VTOK(v)) * num_splits + split) * num_heads + VHEAD(v))
 
     if (k_end <= k_begin) { /* no keys (the same for the whole group): out 0, lse -inf; the token's
                                queries are not read (a layer step leaves them unwritten for tokens
                                that take the decompressed path) */
-        for (int h = 0; h < HG && h0 + h < num_heads; h++) {
+        for (int h = 0; h < HG; h++) {
+            if (!VLIVE(h))
+                continue;
             for (int d = lid; d < RKV; d += NT)
-                out[out_offset + (row0 * num_heads + h0 + h) * RKV + d] = 0.0f;
+                out[out_offset + OUT_ROW(h) * RKV + d] = 0.0f;
             if (lid == 0)
-                lse[lse_offset + row0 * num_heads + h0 + h] = -INFINITY;
+                lse[lse_offset + OUT_ROW(h)] = -INFINITY;
         }
         return;
     }
@@ -155,12 +198,13 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
     #pragma unroll
     for (int it = 0; it < QIT; it++) {
         const int i4 = lid + it * NT;
-        const int h = i4 / ROWV, d = (i4 % ROWV) * 4, head = h0 + h;
+        const int h = i4 / ROWV, d = (i4 % ROWV) * 4, head = VHEAD(h);
         float4 v = 0.0f;
-        if (i4 < HGP * ROWV && h < HG && head < num_heads) {
-            __global const float *ql = q_latent + q_latent_offset + (size_t)t * q_latent_token_stride +
+        if (i4 < HGP * ROWV && VLIVE(h)) {
+            const size_t tq = (size_t)(t + VTOK(h));
+            __global const float *ql = q_latent + q_latent_offset + tq * q_latent_token_stride +
                                        (size_t)head * q_latent_head_stride;
-            __global const float *qr = q_rope + q_rope_offset + (size_t)t * q_rope_token_stride +
+            __global const float *qr = q_rope + q_rope_offset + tq * q_rope_token_stride +
                                        (size_t)head * q_rope_head_stride;
             if (d + 4 <= RKV)
                 v = vload4(0, ql + d);
@@ -182,6 +226,11 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
     const int kk_a = lid / HQ, hq = lid % HQ; /* step A: key of the tile, head quad */
     const int hb = lid % HGP, gi = lid / HGP;  /* step B: head, item of that head */
     float m_run = -INFINITY, l_run = 0.0f;     /* head hb: running maximum (the same in every item), own sum */
+#if FOLD > 1
+    int lim[4]; /* step A: the keys of the item's 4 heads' tokens (0 for a head not stored) */
+    for (int c = 0; c < 4; c++)
+        lim[c] = VLIVE(4 * hq + c) ? token_ctx_len[t + VTOK(4 * hq + c)] : 0;
+#endif
     float acc[HGP][DPT];
     for (int h = 0; h < HGP; h++)
         for (int i = 0; i < DPT; i++)
@@ -266,6 +315,12 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                                                       a[k][2].x + a[k][2].y + a[k][2].z + a[k][2].w,
                                                       a[k][3].x + a[k][3].y + a[k][3].z + a[k][3].w)
                                            : (float4)(-INFINITY);
+#elif FOLD > 1
+                const int j = j0 + kk, in = kk < nk; /* key j, for each head if its token sees it */
+                sw[kk * HQ + hq] = (float4)(in && j < lim[0] ? a[k][0].x + a[k][0].y + a[k][0].z + a[k][0].w : -INFINITY,
+                                            in && j < lim[1] ? a[k][1].x + a[k][1].y + a[k][1].z + a[k][1].w : -INFINITY,
+                                            in && j < lim[2] ? a[k][2].x + a[k][2].y + a[k][2].z + a[k][2].w : -INFINITY,
+                                            in && j < lim[3] ? a[k][3].x + a[k][3].y + a[k][3].z + a[k][3].w : -INFINITY);
 #else
                 sw[kk * HQ + hq] = kk < nk ? (float4)(a[k][0].x + a[k][0].y + a[k][0].z + a[k][0].w,
                                                       a[k][1].x + a[k][1].y + a[k][1].z + a[k][1].w,
@@ -355,8 +410,7 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
        NVIDIA compiler indexing it at run time, which put all of acc in stack memory */
     #pragma unroll
     for (int h = 0; h < HG; h++) {
-        const int head = h0 + h;
-        if (head >= num_heads)
+        if (!VLIVE(h))
             continue;
         float l = 0.0f;
         for (int g = 0; g < GI; g++)
@@ -365,12 +419,16 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
         for (int i = 0; i < DPT; i++) {
             const int d = lid + i * NT;
             if (d < RKV)
-                out[out_offset + (row0 * num_heads + head) * RKV + d] = acc[h][i] * inv;
+                out[out_offset + OUT_ROW(h) * RKV + d] = acc[h][i] * inv;
         }
         if (lid == h) /* item h is (head h, gi 0): its m_run is head h's maximum */
-            lse[lse_offset + row0 * num_heads + head] = l > 0.0f ? m_run + log(l) : -INFINITY;
+            lse[lse_offset + OUT_ROW(h)] = l > 0.0f ? m_run + log(l) : -INFINITY;
     }
 }
+#undef VTOK
+#undef VHEAD
+#undef VLIVE
+#undef OUT_ROW
 
 /* ---- the same attention for CPU devices -------------------------------------------------------
  *

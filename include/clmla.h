@@ -280,7 +280,7 @@ clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning 
    {"kernel": "attn_latent", "vendor", "device" (as clmla_device_info; both required), "platform"
    and "driver" (optional: match only that platform name / driver version), "heads" (a head count
    or "any"), "parameters": {"rows_heads", "rows_keys", "rows_groups_per_cu", "group_heads",
-   "group_keys", "group_max_items", "group_groups_per_cu", "group_query_layout"} (any subset; the
+   "group_keys", "group_max_items", "group_groups_per_cu", "group_query_layout", "group_fold"} (any subset; the
    rest are defaults)};
    the same file holds the "products" entries of "Product kernel tuning" below.
    An entry for the exact head count wins over an "any" one. The file is read once per process, at
@@ -299,6 +299,11 @@ typedef struct clmla_latent_tuning {
        [row][4][head quad], so that the items scoring one key read adjacent float4s, which on GPUs
        with 32 four-byte banks removes a four-way bank conflict of layout 0 */
     int group_query_layout;
+    /* added in 0.4: attn_latent's multi-token decode: the most query tokens of one sequence a
+       work-group takes together, its heads then (token, head) pairs, so that the cache rows are read
+       once for all of them; 1..16 (16), rounded down to a power of two and to what group_heads
+       leaves (only sequences with fewer heads than group_heads fold); 1: every token alone */
+    int group_fold;
 } clmla_latent_tuning;
 
 /* The parameters clmla used before any tuning. */
@@ -824,6 +829,13 @@ typedef struct clmla_latent_attention_args {
                                        max_blocks_per_seq * block_tokens */
     cl_mem out; size_t out_offset;  /* [T, H, rkv] float32: o-bar_h = softmax-weighted sum of c^KV */
     cl_mem lse; size_t lse_offset;  /* [T, H] float32 natural-log log-sum-exp of the scores; may be NULL */
+    /* added in 0.4: multi-token decode (speculative decoding, multi-token prediction), FlashMLA's
+       seqlen_q. 0 or 1: the tokens are independent. q > 1: tokens b*q .. b*q+q-1 are q new tokens of
+       one sequence (the same token_seq; each keeps its own token_ctx_len, so causal among them), and
+       num_tokens a multiple of q. The work-group kernel (GPUs) then reads a cache row once for
+       several of a sequence's tokens where the sequence has fewer heads than a group takes
+       (clmla_latent_tuning.group_fold); the result is that of q = 1. The sparse call ignores it. */
+    int query_len;
 } clmla_latent_attention_args;
 
 clmla_status clmla_attention_latent(clmla_cache *cache, int layer, const clmla_latent_attention_args *args,

@@ -157,6 +157,7 @@ typedef struct attn_case {
     const int *seq_of;  /* [T] row of the block table */
     int max_ctx_len;    /* passed to the call (0: the true maximum) */
     int no_lse;         /* also run with lse == NULL and compare */
+    int query_len;      /* passed to the call: tokens per sequence (multi-token decode; 0: none) */
 } attn_case;
 
 /* Set while the work-group kernel runs as if the device had 32 KiB of local memory. */
@@ -269,6 +270,7 @@ static void run_case(const pool *p, const attn_case *c, uint64_t seed)
     a.out_offset = out_off;
     a.lse = lse_buf;
     a.lse_offset = lse_off;
+    a.query_len = c->query_len;
     cl_event ev = NULL;
     double t0 = tu_seconds();
     clmla_status st = clmla_attention_latent(p->cache, 0, &a, &ev);
@@ -280,6 +282,21 @@ static void run_case(const pool *p, const attn_case *c, uint64_t seed)
         CHECK(want16 ? p->cache->latent_kernel[16] != NULL : !p->cache->latent_kernel[16] && p->cache->latent_kernel[8],
               "%s: with %llu bytes of local memory the work-group kernel should take %d heads", what,
               (unsigned long long)ctx->info.local_mem_bytes, want16 ? 16 : 8);
+    }
+    /* the work-group kernel folded the tokens of each sequence where its heads leave room: the
+       kernel of the expected fold (the smallest power of two >= query_len, at most 16 / H) was built */
+    if (st == CLMLA_SUCCESS && clmla_attention_variant(ctx) == CLMLA_LATENT_GROUP && c->query_len > 1 && 2 * H <= 16) {
+        int fold = 1, level = -1;
+        while (fold < c->query_len && 2 * fold * H <= 16)
+            fold *= 2, level++;
+        CHECK(small_local_mem || p->cache->fold_kernel[level][H] != NULL,
+              "%s, query_len %d: no attn_latent kernel folding %d tokens of %d heads", what, c->query_len, fold, H);
+        int any = 0;
+        for (int l = 0; l < 4; l++)
+            any |= p->cache->fold_kernel[l][H] != NULL;
+        /* with 32 KiB of local memory 16 heads' queries of 576 values do not fit: 8 (2 x 4 heads) do */
+        CHECK(any || (small_local_mem && 2 * H > 8), "%s, query_len %d: no folded attn_latent kernel", what,
+              c->query_len);
     }
     if (st == CLMLA_SUCCESS) {
         CHECK(ev != NULL, "%s: no event returned", what);
@@ -384,7 +401,7 @@ static void test_bad_arguments(const pool *p)
     cl_mem sq = make_buffer(sizeof(seq_of), seq_of);
     cl_mem ln = make_buffer(sizeof(ctx_len), ctx_len);
     cl_mem out = make_buffer(sizeof(float) * T * H * p->rkv, NULL);
-    clmla_latent_attention_args good = {T, H, 0.1f, ql, 0, qr, 0, tb, 2, sq, ln, 3, out, 0, NULL, 0};
+    clmla_latent_attention_args good = {T, H, 0.1f, ql, 0, qr, 0, tb, 2, sq, ln, 3, out, 0, NULL, 0, 0};
     clmla_latent_attention_args a;
 
     CHECK_STATUS(clmla_attention_latent(NULL, 0, &good, NULL), CLMLA_ERROR_INVALID_ARGUMENT, NULL);
@@ -421,6 +438,14 @@ static void test_bad_arguments(const pool *p)
     a = good;
     a.max_blocks_per_seq = -1;
     CHECK_STATUS(clmla_attention_latent(p->cache, 0, &a, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+    /* query_len: negative, or not dividing the tokens (2 here) */
+    for (int q = -1; q <= 3; q += 4) {
+        a = good;
+        a.query_len = q;
+        CHECK_STATUS(clmla_attention_latent(p->cache, 0, &a, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+        CHECK(strstr(clmla_last_error(ctx), "query_len") != NULL, "query_len %d: the message names it: %s", q,
+              clmla_last_error(ctx));
+    }
     /* And the good call works (so the statuses above came from the arguments). */
     CHECK_STATUS(clmla_attention_latent(p->cache, 0, &good, NULL), CLMLA_SUCCESS, ctx);
     clFinish(clmla_context_queue(ctx));
@@ -439,30 +464,64 @@ static void run_all(void)
     if (pool_make(&p, "rkv512 dr64 bt64 f32", 512, 64, 64, 64, CLMLA_CACHE_F32, 1) == 0) {
         static const int len1[] = {1, 37, 64, 3000, 0, 200, 65};
         static const int seq1[] = {0, 1, 2, 3, 4, 0, 1};
-        attn_case c1 = {1, 7, len1, seq1, 0, 0};
+        attn_case c1 = {1, 7, len1, seq1, 0, 0, 0};
         run_case(&p, &c1, 101);
         /* A prefill-like run of one sequence (consecutive lengths) beside other sequences. */
         static const int len3[] = {100, 101, 102, 103, 104, 1, 0, 3000, 129};
         static const int seq3[] = {2, 2, 2, 2, 2, 0, 1, 1, 3};
-        attn_case c3 = {3, 9, len3, seq3, 0, 0};
+        attn_case c3 = {3, 9, len3, seq3, 0, 0, 0};
         run_case(&p, &c3, 103);
         static const int len16[] = {3000, 1, 129, 0, 2999, 63};
         static const int seq16[] = {0, 1, 0, 2, 3, 4};
-        attn_case c16 = {16, 6, len16, seq16, 0, 1};
+        attn_case c16 = {16, 6, len16, seq16, 0, 1, 0};
         run_case(&p, &c16, 116);
         /* 128 heads, and a max_ctx_len that is only an upper bound (the table's 48 blocks * 64). */
         static const int len128[] = {3000, 65, 1, 0};
         static const int seq128[] = {0, 1, 2, 3};
-        attn_case c128 = {128, 4, len128, seq128, 48 * 64, 0};
+        attn_case c128 = {128, 4, len128, seq128, 48 * 64, 0, 0};
         run_case(&p, &c128, 128);
         /* One decode token: a single work-group's worth of heads, so the keys are split on any
            device (the split count grows as the grid shrinks) and the combine step runs. */
         static const int len_one[] = {3000};
         static const int seq_one[] = {0};
-        attn_case one16 = {16, 1, len_one, seq_one, 0, 0};
+        attn_case one16 = {16, 1, len_one, seq_one, 0, 0, 0};
         run_case(&p, &one16, 117);
-        attn_case one3 = {3, 1, len_one, seq_one, 0, 0};
+        attn_case one3 = {3, 1, len_one, seq_one, 0, 0, 0};
         run_case(&p, &one3, 104);
+        /* Multi-token decode (query_len): the work-group kernel takes a sequence's tokens together
+           where it has fewer heads than a group holds. 4 heads x 4 tokens per group, three
+           sequences, lengths ending mid-tile and starting at 1 key. */
+        static const int len_q4[] = {2997, 2998, 2999, 3000, 1, 2, 3, 4, 126, 127, 128, 129};
+        static const int seq_q4[] = {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2};
+        attn_case q4 = {4, 12, len_q4, seq_q4, 0, 0, 4};
+        run_case(&p, &q4, 140);
+        /* 3 heads, 3 tokens per sequence in groups of 4 token places (the run ends inside a group),
+           a token without keys and lengths in no order */
+        static const int len_q3[] = {0, 1, 2, 3000, 2999, 3000};
+        static const int seq_q3[] = {0, 0, 0, 1, 1, 1};
+        attn_case q3 = {3, 6, len_q3, seq_q3, 0, 1, 3};
+        run_case(&p, &q3, 141);
+        /* one sequence of 4 tokens with 4 heads, split over its 3000 keys and merged */
+        static const int len_q1[] = {2997, 2998, 2999, 3000};
+        static const int seq_q1[] = {3, 3, 3, 3};
+        attn_case q1 = {4, 4, len_q1, seq_q1, 0, 0, 4};
+        run_case(&p, &q1, 142);
+        /* 8 heads x 2 tokens, 2 heads x 5 tokens (groups of 8 token places), 1 head x 16 tokens, and
+           16 heads, which leave no room to fold */
+        static const int len_q2[] = {1000, 1001, 65, 66};
+        static const int seq_q2[] = {1, 1, 0, 0};
+        attn_case q2 = {8, 4, len_q2, seq_q2, 0, 0, 2};
+        run_case(&p, &q2, 143);
+        static const int len_q5[] = {60, 61, 62, 63, 64, 296, 297, 298, 299, 300};
+        static const int seq_q5[] = {4, 4, 4, 4, 4, 2, 2, 2, 2, 2};
+        attn_case q5 = {2, 10, len_q5, seq_q5, 0, 0, 5};
+        run_case(&p, &q5, 145);
+        static const int len_q16[] = {385, 386, 387, 388, 389, 390, 391, 392, 393, 394, 395, 396, 397, 398, 399, 400};
+        static const int seq_q16[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+        attn_case q16 = {1, 16, len_q16, seq_q16, 0, 0, 16};
+        run_case(&p, &q16, 146);
+        attn_case h16 = {16, 4, len_q1, seq_q1, 0, 0, 4};
+        run_case(&p, &h16, 147);
         test_bad_arguments(&p);
         pool_free(&p);
     }
@@ -471,15 +530,15 @@ static void run_all(void)
     if (pool_make(&p, "rkv512 dr64 bt64 f16", 512, 64, 64, 64, CLMLA_CACHE_F16, 2) == 0) {
         static const int len16[] = {3000, 37, 1, 0, 640};
         static const int seq16[] = {0, 1, 2, 3, 0};
-        attn_case c16 = {16, 5, len16, seq16, 0, 1};
+        attn_case c16 = {16, 5, len16, seq16, 0, 1, 0};
         run_case(&p, &c16, 216);
         static const int len128[] = {2000, 1, 64};
         static const int seq128[] = {0, 1, 2};
-        attn_case c128 = {128, 3, len128, seq128, 0, 0};
+        attn_case c128 = {128, 3, len128, seq128, 0, 0, 0};
         run_case(&p, &c128, 228);
         static const int len_one[] = {2500};
         static const int seq_one[] = {0};
-        attn_case one = {16, 1, len_one, seq_one, 0, 0};
+        attn_case one = {16, 1, len_one, seq_one, 0, 0, 0};
         run_case(&p, &one, 217);
         pool_free(&p);
     }
@@ -488,11 +547,11 @@ static void run_all(void)
     if (pool_make(&p, "rkv512 dr64 bt64 bf16", 512, 64, 64, 64, CLMLA_CACHE_BF16, 5) == 0) {
         static const int len16[] = {3000, 37, 1, 0, 640};
         static const int seq16[] = {0, 1, 2, 3, 0};
-        attn_case c16 = {16, 5, len16, seq16, 0, 1};
+        attn_case c16 = {16, 5, len16, seq16, 0, 1, 0};
         run_case(&p, &c16, 516);
         static const int len_one[] = {2500};
         static const int seq_one[] = {0};
-        attn_case one = {16, 1, len_one, seq_one, 0, 0};
+        attn_case one = {16, 1, len_one, seq_one, 0, 0, 0};
         run_case(&p, &one, 517);
         pool_free(&p);
     }
@@ -501,11 +560,11 @@ static void run_all(void)
     if (pool_make(&p, "rkv512 dr64 bt64 fp8", 512, 64, 64, 64, CLMLA_CACHE_FP8, 7) == 0) {
         static const int len16[] = {3000, 37, 1, 0, 640};
         static const int seq16[] = {0, 1, 2, 3, 0};
-        attn_case c16 = {16, 5, len16, seq16, 0, 1};
+        attn_case c16 = {16, 5, len16, seq16, 0, 1, 0};
         run_case(&p, &c16, 716);
         static const int len_one[] = {2500};
         static const int seq_one[] = {0};
-        attn_case one = {16, 1, len_one, seq_one, 0, 0};
+        attn_case one = {16, 1, len_one, seq_one, 0, 0, 0};
         run_case(&p, &one, 717);
         pool_free(&p);
     }
@@ -513,7 +572,7 @@ static void run_all(void)
     if (pool_make(&p, "rkv128 dr8 bt5 fp8", 128, 8, 5, 640, CLMLA_CACHE_FP8, 8) == 0) {
         static const int len3[] = {3000, 12, 1, 0, 5, 2048};
         static const int seq3[] = {0, 1, 2, 3, 4, 1};
-        attn_case c3 = {3, 6, len3, seq3, 0, 0};
+        attn_case c3 = {3, 6, len3, seq3, 0, 0, 0};
         run_case(&p, &c3, 803);
         pool_free(&p);
     }
@@ -522,15 +581,15 @@ static void run_all(void)
     if (pool_make(&p, "rkv40 dr8 bt16 f32", 40, 8, 16, 200, CLMLA_CACHE_F32, 3) == 0) {
         static const int len3[] = {3000, 17, 1, 0, 255, 16, 31};
         static const int seq3[] = {0, 1, 2, 3, 4, 1, 0};
-        attn_case c3 = {3, 7, len3, seq3, 0, 1};
+        attn_case c3 = {3, 7, len3, seq3, 0, 1, 0};
         run_case(&p, &c3, 303);
         static const int len5[] = {5, 6, 7, 1000};
         static const int seq5[] = {0, 0, 0, 1};
-        attn_case c5 = {5, 4, len5, seq5, 0, 0};
+        attn_case c5 = {5, 4, len5, seq5, 0, 0, 0};
         run_case(&p, &c5, 305);
         static const int len1[] = {1, 2, 3000};
         static const int seq1[] = {0, 0, 1};
-        attn_case c1 = {1, 3, len1, seq1, 0, 0};
+        attn_case c1 = {1, 3, len1, seq1, 0, 0, 0};
         run_case(&p, &c1, 301);
         pool_free(&p);
     }
@@ -539,18 +598,18 @@ static void run_all(void)
     if (pool_make(&p, "rkv40 dr8 bt5 bf16", 40, 8, 5, 640, CLMLA_CACHE_BF16, 6) == 0) {
         static const int len3[] = {3000, 12, 1, 0, 5, 2048};
         static const int seq3[] = {0, 1, 2, 3, 4, 1};
-        attn_case c3 = {3, 6, len3, seq3, 0, 0};
+        attn_case c3 = {3, 6, len3, seq3, 0, 0, 0};
         run_case(&p, &c3, 603);
         pool_free(&p);
     }
     if (pool_make(&p, "rkv40 dr8 bt5 f16", 40, 8, 5, 640, CLMLA_CACHE_F16, 4) == 0) {
         static const int len3[] = {3000, 12, 1, 0, 5, 2048};
         static const int seq3[] = {0, 1, 2, 3, 4, 1};
-        attn_case c3 = {3, 6, len3, seq3, 0, 0};
+        attn_case c3 = {3, 6, len3, seq3, 0, 0, 0};
         run_case(&p, &c3, 403);
         static const int len16[] = {333, 1};
         static const int seq16[] = {0, 1};
-        attn_case c16 = {16, 2, len16, seq16, 0, 0};
+        attn_case c16 = {16, 2, len16, seq16, 0, 0, 0};
         run_case(&p, &c16, 416);
         pool_free(&p);
     }

@@ -1513,6 +1513,41 @@ static void layer_pass(const char *kind)
     CHECK_CLOSE(out, want, (size_t)H * RKV, RKV, TOL_F32_CACHE, "clmla_attention_latent over %d keys [head, i]", N);
     CHECK_CLOSE(lse, want_lse, (size_t)H, H, TOL_F32_CACHE, "clmla_attention_latent lse over %d keys", N);
 
+    /* Two new tokens of the sequence (query_len 2: folded into one work-group's heads on GPU-kind
+       devices), seeing 299 and 300 keys, split and merged too */
+    {
+        float ql2[2 * H * RKV], qr2[2 * H * DR], out2[2 * H * RKV], lse2[2 * H];
+        fill(ql2, 2 * H * RKV, 1.0f, &rng);
+        fill(qr2, 2 * H * DR, 1.0f, &rng);
+        const int seqs2[2] = {0, 0}, lens2[2] = {N - 1, N};
+        cl_mem ql2b = buffer(sizeof(ql2), ql2), qr2b = buffer(sizeof(qr2), qr2), ts2 = buffer(sizeof(seqs2), seqs2);
+        cl_mem tc2 = buffer(sizeof(lens2), lens2), o2 = buffer(sizeof(out2), NULL), l2 = buffer(sizeof(lse2), NULL);
+        clmla_latent_attention_args la2 = la;
+        la2.num_tokens = 2;
+        la2.query_len = 2;
+        la2.q_latent = ql2b;
+        la2.q_rope = qr2b;
+        la2.token_seq = ts2;
+        la2.token_ctx_len = tc2;
+        la2.out = o2;
+        la2.lse = l2;
+        CHECK_STATUS(clmla_attention_latent(cache, 0, &la2, NULL), CLMLA_SUCCESS, ctx);
+        download(o2, sizeof(out2), out2);
+        download(l2, sizeof(lse2), lse2);
+        for (int t = 0; t < 2; t++) {
+            double q2d[H * RKV], r2d[H * DR], want2[H * RKV], want2_lse[H];
+            for (int i = 0; i < H * RKV; i++)
+                q2d[i] = ql2[t * H * RKV + i];
+            for (int i = 0; i < H * DR; i++)
+                r2d[i] = qr2[t * H * DR + i];
+            mla_ref_latent_attention(H, RKV, DR, 0.3, lens2[t], q2d, r2d, cd, kd, want2, want2_lse);
+            CHECK_CLOSE(out2 + t * H * RKV, want2, (size_t)H * RKV, RKV, TOL_F32_CACHE,
+                        "clmla_attention_latent, query_len 2, token %d over %d keys [head, i]", t, lens2[t]);
+            CHECK_CLOSE(lse2 + t * H, want2_lse, (size_t)H, H, TOL_F32_CACHE,
+                        "clmla_attention_latent, query_len 2, token %d lse", t);
+        }
+    }
+
     /* clmla_attention_latent_sparse (-D SPARSE) over a list of 300 entries: every third position in
        reverse, the rest no key (-1, or out of range), split across work-groups too */
     enum { TOPK = 300 };

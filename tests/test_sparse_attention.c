@@ -465,7 +465,7 @@ static void test_refusals(void)
     cl_mem ln = make_buffer(sizeof(ctx_len), ctx_len), out = make_buffer(sizeof(sentinel), sentinel);
     cl_mem idx = make_buffer(sizeof(list), list);
     const clmla_latent_attention_args good = {T, H, 0.1f, ql, 0, qr, 0, p.table_buf, p.max_blocks, sq, ln, 40,
-                                              out, 0, NULL, 0};
+                                              out, 0, NULL, 0, 0};
     static const int bad_topk[] = {0, -1, -65536, CLMLA_SPARSE_MAX_TOPK + 1, INT_MAX, INT_MIN};
     for (size_t i = 0; i < sizeof(bad_topk) / sizeof(bad_topk[0]); i++) {
         CHECK_STATUS(clmla_attention_latent_sparse(p.cache, 0, &good, idx, 0, bad_topk[i], NULL),

@@ -49,18 +49,27 @@ static size_t latent_local_bytes(int nt, const void *arg)
    latent_rows_kernel[hg / 2]): valid because the parameters that apply to a context do not change
    over its life (the tuning table is read once per process; a forced set is made before a cache's
    first call, include/clmla.h). */
-static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_tuning *tn, int sparse, cl_kernel *kernel,
-                                 int *threads)
+static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_tuning *tn, int sparse, int fold,
+                                 cl_kernel *kernel, int *threads)
 {
-    /* the sparse kernels (-D SPARSE, clmla_attention_latent_sparse) have slots of their own */
-    cl_kernel *slot = sparse ? &cache->sparse_kernel[hg] : &cache->latent_kernel[hg];
-    int *slot_threads = sparse ? &cache->sparse_threads[hg] : &cache->latent_threads[hg];
+    /* the sparse kernels (-D SPARSE, clmla_attention_latent_sparse) and the folded ones (hg / fold
+       heads of fold tokens) have slots of their own */
+    int fl = 0;
+    while (fold > 1 << fl)
+        fl++;
+    cl_kernel *slot = sparse ? &cache->sparse_kernel[hg] : fold > 1 ? &cache->fold_kernel[fl - 1][hg / fold]
+                                                                      : &cache->latent_kernel[hg];
+    int *slot_threads = sparse ? &cache->sparse_threads[hg] : fold > 1 ? &cache->fold_threads[fl - 1][hg / fold]
+                                                                        : &cache->latent_threads[hg];
     if (!*slot) {
         const int shape[3] = {hg, cache->config.kv_lora_rank + cache->config.rope_dim, tn->group_keys};
         char options[256];
         snprintf(options, sizeof(options), "%s -D HG=%d -D KPT=%d", cache->options, hg, tn->group_keys);
         if (sparse)
             strncat(options, " -D SPARSE", sizeof(options) - strlen(options) - 1);
+        if (fold > 1)
+            snprintf(options + strlen(options), sizeof(options) - strlen(options), " -D HT=%d -D FOLD=%d", hg / fold,
+                     fold);
         if (tn->group_query_layout) /* only when set: layout 0's options, and its cached programs, stay as they were */
             strncat(options, " -D QLAYOUT=1", sizeof(options) - strlen(options) - 1);
         const clmla_kernel_fit fit = {"attn_latent", "attn_latent", options, "NT", tn->group_max_items, padded_heads(hg),
@@ -108,12 +117,30 @@ int clmla_attention_variant(const clmla_context *ctx)
     return ctx->info.kind == CLMLA_DEVICE_KIND_CPU ? CLMLA_LATENT_ROWS : CLMLA_LATENT_GROUP;
 }
 
-/* Which kernel, its work-group size and its heads per group: the row-walking kernel on CPUs,
-   the work-group kernel elsewhere, unless a test forced one. */
+/* Query tokens of one sequence per attn_latent work-group (FOLD) for groups of up to max_run
+   tokens: the smallest power of two >= max_run within the largest that keeps num_heads * FOLD
+   heads in a group (group_heads) and within group_fold; 1 (no folding) where a group holds no
+   more than one token's heads. Powers of two only, so that clmla_layer_warmup's steps of 2, 4, 8
+   and 16 tokens build every kernel a step can ask for. */
+static int fold_for(int num_heads, int max_run, const clmla_latent_tuning *tn)
+{
+    int cap = tn->group_heads / num_heads;
+    if (tn->group_fold < cap)
+        cap = tn->group_fold;
+    int fold = 1;
+    while (fold < max_run && 2 * fold <= cap)
+        fold *= 2;
+    return fold;
+}
+
+/* Which kernel, its work-group size, its heads per group and query tokens per group: the
+   row-walking kernel on CPUs, the work-group kernel elsewhere, unless a test forced one. */
 static clmla_status pick_kernel(clmla_cache *cache, int num_heads, const clmla_latent_tuning *tn, int sparse,
-                                cl_kernel *kernel, int *threads, int *heads_per_group, int *rows)
+                                int max_run, cl_kernel *kernel, int *threads, int *heads_per_group, int *fold,
+                                int *rows)
 {
     *rows = clmla_attention_variant(cache->ctx) == CLMLA_LATENT_ROWS;
+    *fold = 1;
     if (*rows) {
         const int most = tn->rows_heads;
         int hg = num_heads < most ? num_heads + (num_heads & 1) : most;
@@ -121,11 +148,20 @@ static clmla_status pick_kernel(clmla_cache *cache, int num_heads, const clmla_l
         *heads_per_group = hg;
         return rows_kernel(cache, hg, tn->rows_keys, sparse, kernel);
     }
+    /* a sequence's tokens folded into the heads, halving them where local memory does not fit */
+    for (int f = sparse ? 1 : fold_for(num_heads, max_run, tn); f > 1; f /= 2) {
+        clmla_status st = group_kernel(cache, num_heads * f, tn, 0, f, kernel, threads);
+        if (st != CLMLA_SUCCESS || *kernel) {
+            *heads_per_group = num_heads; /* of each token */
+            *fold = f;
+            return st;
+        }
+    }
     /* up to group_heads (16) heads per work-group (each cache row read once per group), fewer where
        a device's local memory or work-group size does not take them */
     const int most = tn->group_heads;
     for (int hg = num_heads < most ? num_heads : most;; hg = hg > 8 ? 8 : hg > 4 ? 4 : hg - 1) {
-        clmla_status st = group_kernel(cache, hg, tn, sparse, kernel, threads);
+        clmla_status st = group_kernel(cache, hg, tn, sparse, 1, kernel, threads);
         if (st != CLMLA_SUCCESS || *kernel) {
             *heads_per_group = hg;
             return st;
@@ -142,19 +178,21 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
     clmla_context *ctx = cache->ctx;
     const int rkv = cache->config.kv_lora_rank;
     cl_kernel k = NULL;
-    int threads = 0, heads_per_group = 0, rows = 0;
+    int threads = 0, heads_per_group = 0, fold = 1, rows = 0;
     clmla_latent_tuning tn;
     clmla_latent_tuning_for(ctx, p->num_heads, &tn);
     const int sparse = p->indices != NULL;
-    clmla_status st = pick_kernel(cache, p->num_heads, &tn, sparse, &k, &threads, &heads_per_group, &rows);
+    clmla_status st = pick_kernel(cache, p->num_heads, &tn, sparse, p->max_run, &k, &threads, &heads_per_group, &fold,
+                                  &rows);
     if (st != CLMLA_SUCCESS)
         return st;
     const int head_groups = (p->num_heads + heads_per_group - 1) / heads_per_group;
     /* the keys each token walks, to be split: its context, or its index list */
     const int keys = sparse ? p->topk : p->max_ctx_len;
 
-    /* Enough work-groups to give every compute unit a few, splitting long contexts. */
-    const long long groups = (long long)p->num_tokens * head_groups;
+    /* Enough work-groups to give every compute unit a few, splitting long contexts (folded: about
+       one working group per fold tokens, the others stop at once). */
+    const long long groups = ((long long)p->num_tokens + fold - 1) / fold * head_groups;
     const long long per_cu = rows ? tn.rows_groups_per_cu : tn.group_groups_per_cu;
     const int min_split = rows ? MIN_SPLIT_TOKENS : MIN_SPLIT_TOKENS_GROUP;
     const long long target = per_cu * (ctx->info.compute_units ? ctx->info.compute_units : 1);
@@ -214,6 +252,10 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
         CLMLA_SET_ARG(ctx, k, 22, p->indices);
         CLMLA_SET_ARG(ctx, k, 23, idx_off);
         CLMLA_SET_ARG(ctx, k, 24, p->topk);
+    } else if (fold > 1) {
+        const int query_len = p->query_len > 1 ? p->query_len : 1;
+        CLMLA_SET_ARG(ctx, k, 22, p->token_first);
+        CLMLA_SET_ARG(ctx, k, 23, query_len);
     }
     const size_t global[3] = {(size_t)threads * head_groups, (size_t)splits, (size_t)p->num_tokens};
     const size_t local[3] = {(size_t)threads, 1, 1};
@@ -272,6 +314,10 @@ static clmla_status latent_args(clmla_cache *cache, int layer, const clmla_laten
                           fn, a->num_tokens, a->num_heads, a->max_blocks_per_seq, a->max_ctx_len);
     if (!a->q_latent || !a->q_rope || !a->block_table || !a->token_seq || !a->token_ctx_len || !a->out)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: a required buffer is NULL", fn);
+    if (a->query_len < 0 || (a->query_len > 1 && a->num_tokens % a->query_len))
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "%s: query_len %d must be >= 0 and divide num_tokens %d (query_len tokens per sequence)", fn,
+                          a->query_len, a->num_tokens);
     const int rkv = cache->config.kv_lora_rank, dr = cache->config.rope_dim;
     const long long elems = (long long)a->num_tokens * a->num_heads * rkv;
     if (elems + (long long)a->q_latent_offset > INT_MAX || elems + (long long)a->out_offset > INT_MAX ||
@@ -298,6 +344,8 @@ static clmla_status latent_args(clmla_cache *cache, int layer, const clmla_laten
     p->out_offset = a->out_offset;
     p->lse = a->lse;
     p->lse_offset = a->lse_offset;
+    p->query_len = a->query_len;
+    p->max_run = a->query_len > 1 ? a->query_len : 1;
     return CLMLA_SUCCESS;
 }
 

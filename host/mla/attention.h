@@ -17,6 +17,12 @@ typedef struct latent_launch {
        the positions indices[indices_offset + t*topk + e], e < topk, those outside [0, ctx) skipped;
        the split then cuts the list (topk, not max_ctx_len, sizes it). */
     cl_mem indices; size_t indices_offset; int topk;
+    /* Multi-token decode (dense only): tokens of one sequence that attn_latent may take together
+       (FOLD in cl/attn_latent.cl). token_first [T] names the first token of each token's group
+       (consecutive tokens of one sequence); NULL: groups of query_len tokens from token 0 (0 or 1:
+       every token alone). max_run: the most tokens of one group. */
+    cl_mem token_first;
+    int query_len, max_run;
 } latent_launch;
 
 /* Kernel variants of the attention kernels: work-group kernels that share rows through local

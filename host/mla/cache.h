@@ -49,6 +49,10 @@ struct clmla_cache {
     cl_kernel sparse_kernel[17];
     int sparse_threads[17];
     cl_kernel sparse_rows_kernel[9];
+    /* attn_latent with FOLD = 2, 4, 8, 16 query tokens per group (index log2 FOLD - 1) of HT = 1..8
+       heads each (HT * FOLD <= 16), on first use */
+    cl_kernel fold_kernel[4][9];
+    int fold_threads[4][9];
     /* The arrays of the open transaction's record (cache_txn points into them), kept between steps
        and grown when a step has more entries or copies: a cache has at most one transaction open,
        since the calls on a context do not overlap. */

@@ -32,10 +32,12 @@
 /* The tables a step writes to the device: [T] rows of the RoPE table by token, query scales (when
    the layer has them), cache slots, the entry of each token and its context length for latent
    attention (0 on the decompressed path); [entries, max_blocks] the entries' block tables; in
-   indexer layers [T] the keys each token sees, for the selection. */
+   indexer layers [T] the keys each token sees, for the selection; [T] the first row of each
+   token's entry, for latent attention's multi-token groups. */
 typedef enum step_table {
     TABLE_POSITIONS, TABLE_QSCALE, TABLE_SLOTS, TABLE_TOKEN_SEQ, TABLE_TOKEN_CTX, TABLE_BLOCKS,
     TABLE_VISIBLE, /* indexer layers: [T] keys each token sees (its position + 1), for the selection */
+    TABLE_TOKEN_FIRST,
     STEP_TABLES
 } step_table;
 
@@ -741,6 +743,8 @@ typedef struct step_plan {
     int max_decompressed; /* the most keys of an entry on the decompressed path (0: none) */
     int *positions, *slots, *token_seq, *token_ctx; /* [T]; positions: rows of the RoPE table */
     int *visible;                                    /* [T] indexer layers: position + 1 */
+    int *token_first;                                /* [T] first row of the token's entry */
+    int max_run;                                     /* the most tokens of an absorbed entry */
     float *qscale;                                   /* [T] when the layer has a query scale */
     int32_t *tables;                                 /* [num_entries, max_blocks] */
     int *first_row, *prefix, *decompressed;          /* [num_entries] */
@@ -787,6 +791,7 @@ static clmla_status plan_arrays(clmla_layer *L, int n, step_plan *p)
     p->token_ctx = clmla_staged_host(&L->tables, TABLE_TOKEN_CTX);
     p->tables = clmla_staged_host(&L->tables, TABLE_BLOCKS);
     p->visible = bytes[TABLE_VISIBLE] ? clmla_staged_host(&L->tables, TABLE_VISIBLE) : NULL;
+    p->token_first = clmla_staged_host(&L->tables, TABLE_TOKEN_FIRST);
     p->first_row = L->entry_info;
     p->prefix = L->entry_info + n;
     p->decompressed = L->entry_info + 2 * n;
@@ -850,9 +855,11 @@ static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_fo
         p->decompressed[e] = a->path == CLMLA_PATH_DECOMPRESSED ||
                              (a->path == CLMLA_PATH_AUTO && tokens >= L->auto_threshold &&
                               (!p->sparse || p->prefix[e] + tokens <= sparse_decompressed_keys(L)));
-        if (!p->decompressed[e])
+        if (!p->decompressed[e]) {
             p->any_absorbed = 1;
-        else if (p->prefix[e] + tokens > p->max_decompressed)
+            if (tokens > p->max_run)
+                p->max_run = tokens;
+        } else if (p->prefix[e] + tokens > p->max_decompressed)
             p->max_decompressed = p->prefix[e] + tokens;
         int32_t *table = p->tables + (size_t)e * p->max_blocks;
         memcpy(table, v->blocks, (size_t)v->num_blocks * sizeof(int32_t));
@@ -866,6 +873,7 @@ static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_fo
                 p->qscale[row] = (float)clmla_query_scale(&L->config, pos);
             p->slots[row] = clmla_seq_view_row(cache, v, pos);
             p->token_seq[row] = e;
+            p->token_first[row] = p->first_row[e];
             p->token_ctx[row] = p->decompressed[e] ? 0 : pos + 1;
             if (p->visible)
                 p->visible[row] = pos + 1;
@@ -928,7 +936,7 @@ typedef struct step_buffers {
     cl_mem o;      /* [T, H*dv] per-head outputs, the input of o_proj */
     cl_mem idx_k;  /* [T, d_I] x W_k^T (indexer layers) */
     cl_mem idx_q, idx_w, idx_topk; /* [T, H_I, d_I], [T, H_I], [T, K] (sparse steps) */
-    cl_mem positions, qscale, slots, token_seq, token_ctx, tables, visible;
+    cl_mem positions, qscale, slots, token_seq, token_ctx, tables, visible, token_first;
 } step_buffers;
 
 /* The plan's tables to the layer's device buffer: non-blocking writes, the last one's completion
@@ -978,6 +986,7 @@ static clmla_status stage_step(clmla_layer *L, const clmla_forward_args *a, cons
     b->token_ctx = L->tables.part[TABLE_TOKEN_CTX];
     b->tables = L->tables.part[TABLE_BLOCKS];
     b->visible = p->visible ? L->tables.part[TABLE_VISIBLE] : NULL;
+    b->token_first = L->tables.part[TABLE_TOKEN_FIRST];
     return CLMLA_SUCCESS;
 }
 
@@ -1101,6 +1110,9 @@ static clmla_status absorbed_attention(clmla_layer *L, clmla_cache *cache, const
         if (p->sparse) {
             lp.indices = b->idx_topk;
             lp.topk = L->topk;
+        } else { /* an entry's tokens may share a work-group (multi-token decode) */
+            lp.token_first = b->token_first;
+            lp.max_run = p->max_run;
         }
         st = clmla_latent_attention_enqueue(cache, a->cache_layer, &lp, NULL);
     }

@@ -694,7 +694,7 @@ done:
 
 /* ---- latent attention kernel parameters (include/clmla.h, "Latent attention kernel tuning") --- */
 
-static const clmla_latent_tuning latent_defaults = {16, 8, 4, 16, 4, 128, 8, 0};
+static const clmla_latent_tuning latent_defaults = {16, 8, 4, 16, 4, 128, 8, 0, 16};
 
 /* Entries measured with `clmla tune --kernels` on the developers' machines (CHANGELOG.md,
    docs/DESIGN.md "Kernel tuning"). platform / driver "" = any. */
@@ -708,7 +708,7 @@ static const latent_entry latent_builtin[] = {
     /* PoCL 3.1 (Debian 12), 2-core AMD EPYC (Zen 3): `clmla tune --kernels`, 16 heads, rkv 512,
        dr 64, ctx 4096, 18 candidates in 18 s; the defaults won (batch 1 1098 us, batch 8 9589 us;
        the next best, rows_keys 16, 1162 and 10417 us) */
-    {"AuthenticAMD", "pthread-haswell-AMD EPYC", "Portable Computing Language", "", 16, {16, 8, 4, 16, 4, 128, 8, 0}},
+    {"AuthenticAMD", "pthread-haswell-AMD EPYC", "Portable Computing Language", "", 16, {16, 8, 4, 16, 4, 128, 8, 0, 16}},
 };
 
 static const struct {
@@ -723,6 +723,7 @@ static const struct {
     {"group_max_items", offsetof(clmla_latent_tuning, group_max_items)},
     {"group_groups_per_cu", offsetof(clmla_latent_tuning, group_groups_per_cu)},
     {"group_query_layout", offsetof(clmla_latent_tuning, group_query_layout)},
+    {"group_fold", offsetof(clmla_latent_tuning, group_fold)},
 };
 #define LATENT_PARAMETERS (sizeof(latent_names) / sizeof(latent_names[0]))
 
@@ -755,6 +756,8 @@ static const char *latent_check(const clmla_latent_tuning *t)
         return "group_groups_per_cu must be from 1 to 64";
     if (t->group_query_layout < 0 || t->group_query_layout > 1)
         return "group_query_layout must be 0 or 1";
+    if (t->group_fold < 1 || t->group_fold > 16)
+        return "group_fold must be from 1 to 16";
     return NULL;
 }
 

@@ -737,6 +737,25 @@ def test_module_commands():
     assert r.returncode == 2 and "usage" in r.stderr
 
 
+def test_latent_attention_query_len(ctx):
+    """Two new tokens per sequence (multi-token decode): the same output as tokens on their own;
+    a query_len that does not divide the tokens is refused by name."""
+    rng = np.random.default_rng(3)
+    rkv, dr, H = 32, 8, 2
+    cache = clmla.Cache(ctx, blocks=8, block_tokens=4, kv_lora_rank=rkv, rope_dim=dr)
+    a, b = cache.add(), cache.add()
+    a.append(rng.standard_normal((10, rkv)).astype(np.float32), rng.standard_normal((10, dr)).astype(np.float32))
+    b.append(rng.standard_normal((5, rkv)).astype(np.float32), rng.standard_normal((5, dr)).astype(np.float32))
+    ql = rng.standard_normal((4, H, rkv)).astype(np.float32)
+    qr = rng.standard_normal((4, H, dr)).astype(np.float32)
+    seqs, lens = [a, a, b, b], [9, 10, 4, 5]
+    alone = clmla.latent_attention(cache, ql, qr, seqs, lens, 0.3)
+    folded = clmla.latent_attention(cache, ql, qr, seqs, lens, 0.3, query_len=2)
+    np.testing.assert_allclose(folded, alone, rtol=1e-5, atol=1e-6)
+    with pytest.raises(clmla.Error, match="query_len"):
+        clmla.latent_attention(cache, ql, qr, seqs, lens, 0.3, query_len=3)
+
+
 def test_latent_attention_no_keys(ctx):
     cache = clmla.Cache(ctx, blocks=2, block_tokens=4, kv_lora_rank=16, rope_dim=4)
     s = cache.add()

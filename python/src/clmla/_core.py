@@ -1137,7 +1137,7 @@ def _token_tables(cache: Cache, seqs, ctx_lens, T: int, layer: int):
 
 
 def latent_attention(cache: Cache, q_latent, q_rope, seqs: Seq["Sequence"], ctx_lens, softmax_scale: float, *,
-                     layer: int = 0, return_lse: bool = False, indices=None):
+                     layer: int = 0, return_lse: bool = False, indices=None, query_len: int = 0):
     """FlashMLA-style absorbed attention over the paged cache, for engines that run their own
     projections (clmla_attention_latent on host arrays: the arrays go through temporary device
     buffers, and the call blocks).
@@ -1149,11 +1149,16 @@ def latent_attention(cache: Cache, q_latent, q_rope, seqs: Seq["Sequence"], ctx_
     ``indices [T, topk]`` (integers, optional): sparse attention (clmla_attention_latent_sparse, as
     DeepSeek-V3.2's top-k selection gives it): token t attends only to the positions
     ``indices[t]`` of its sequence; entries < 0 (the padding, -1) or >= ``ctx_lens[t]`` are no key,
-    and a token left with none gets 0 and lse -inf."""
+    and a token left with none gets 0 and lse -inf.
+
+    ``query_len`` (multi-token decode, FlashMLA's seqlen_q): tokens ``b*q .. b*q+q-1`` are ``q`` new
+    tokens of one sequence, each with its own ``ctx_lens`` entry; a GPU then reads the cache once
+    for several of them (clmla_latent_attention_args.query_len). The result is that of 0."""
     if not isinstance(cache, Cache):
         _invalid("cache must be a clmla.Cache")
     ch = cache._require()
     layer = _int(layer, "layer", 0, cache.layers - 1)
+    query_len = _int(query_len, "query_len", 0, 2 ** 31 - 1)
     ql = _as_float_array(q_latent, "q_latent")
     qr = _as_float_array(q_rope, "q_rope")
     rkv, dr = cache.kv_lora_rank, cache.rope_dim
@@ -1183,6 +1188,7 @@ def latent_attention(cache: Cache, q_latent, q_rope, seqs: Seq["Sequence"], ctx_
     a.num_tokens, a.num_heads, a.softmax_scale = T, H, float(softmax_scale)
     a.max_blocks_per_seq = mb
     a.max_ctx_len = int(max(lens))
+    a.query_len = query_len
     ev = ctypes.c_void_p()
     with _cl.Buffers(ctx.cl_context, ctx.queue, _fail) as b:
         a.q_latent, a.q_rope = b.upload(ql), b.upload(qr)
