@@ -173,6 +173,11 @@ typedef struct clmla_context_options {
                                    call that produced it; NULL: none */
     void *log_user;             /* passed to log */
     clmla_log_level log_level;  /* 0: no messages */
+    /* added in 0.4: which attention kernels the context runs, for both paths: "auto" (row-walking
+       kernels on CPU devices, work-group kernels on every other device), "rows" or "group" to run
+       one kind on any device (docs/DESIGN.md); NULL: CLMLA_ATTENTION_KERNELS, else "auto". Any
+       other value fails the creation with CLMLA_ERROR_INVALID_ARGUMENT naming it. */
+    const char *attention_kernels;
 } clmla_context_options;
 
 /* clmla_context_create and clmla_context_create_from_queue with options (NULL: all defaults). */

@@ -2,6 +2,7 @@
    and status strings. Runs on whatever OpenCL device there is (PoCL in CI). */
 #include "check.h"
 #include "clmla.h"
+#include "attention.h"
 #include "program.h"
 
 #include <dirent.h>
@@ -425,6 +426,42 @@ static void test_options(void)
     if (ctx)
         CHECK_STATUS(build_program(ctx, "rmsnorm", "-D WG=16"), CLMLA_ERROR_KERNEL_NOT_FOUND, ctx);
     clmla_context_destroy(ctx);
+    /* attention_kernels: the option over CLMLA_ATTENTION_KERNELS over "auto"; a bad value names
+       itself and the choices, and no context is made. */
+    {
+        static const struct {
+            const char *env, *option;
+            int want; /* -1: refused */
+        } cases[] = {{NULL, "rows", CLMLA_LATENT_ROWS},    {NULL, "group", CLMLA_LATENT_GROUP},
+                     {"rows", NULL, CLMLA_LATENT_ROWS},    {"group", "rows", CLMLA_LATENT_ROWS},
+                     {"rows", "auto", CLMLA_LATENT_AUTO},  {NULL, "gpu", -1},
+                     {"Rows", NULL, -1},                   {"", NULL, CLMLA_LATENT_AUTO}};
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+            if (cases[i].env)
+                setenv("CLMLA_ATTENTION_KERNELS", cases[i].env, 1);
+            memset(&o, 0, sizeof(o));
+            o.cache_dir = "off";
+            o.attention_kernels = cases[i].option;
+            ctx = NULL;
+            const clmla_status st = clmla_context_create_opts(&o, &ctx);
+            if (cases[i].want < 0) {
+                const char *bad = cases[i].option ? cases[i].option : cases[i].env;
+                CHECK(st == CLMLA_ERROR_INVALID_ARGUMENT && !ctx && strstr(clmla_last_error(NULL), bad) &&
+                          strstr(clmla_last_error(NULL), "auto, rows or group"),
+                      "attention kernels '%s': status %d, message: %s", bad, st, clmla_last_error(NULL));
+            } else if (ctx) {
+                const int want = cases[i].want != CLMLA_LATENT_AUTO ? cases[i].want
+                                 : ctx->info.kind == CLMLA_DEVICE_KIND_CPU ? CLMLA_LATENT_ROWS
+                                                                                        : CLMLA_LATENT_GROUP;
+                CHECK(clmla_attention_variant(ctx) == want, "attention kernels env '%s' option '%s': variant %d, not %d",
+                      cases[i].env ? cases[i].env : "(unset)", cases[i].option ? cases[i].option : "(NULL)",
+                      clmla_attention_variant(ctx), want);
+            } else
+                CHECK(0, "attention kernels case %zu: %s", i, clmla_last_error(NULL));
+            clmla_context_destroy(ctx);
+            unsetenv("CLMLA_ATTENTION_KERNELS");
+        }
+    }
     /* NULL options: the defaults, like clmla_context_create(NULL). */
     ctx = NULL;
     CHECK_STATUS(clmla_context_create_opts(NULL, &ctx), CLMLA_SUCCESS, NULL);

@@ -3,7 +3,7 @@
 #include "clcall.h"
 #include "program.h"
 #include "scratch.h"
-#include "tuning.h"
+#include "attention.h"
 #include "tuning.h"
 
 #include <stdio.h>
@@ -34,19 +34,29 @@ static cl_command_queue make_queue(cl_context c, cl_device_id dev, int *profilin
     return q;
 }
 
-/* A zeroed context with the options' environment and log callback; NULL when out of memory. */
-static clmla_context *new_context(const clmla_context_options *options)
+/* A zeroed context with the options' environment, attention kernels and log callback. */
+static clmla_status new_context(const clmla_context_options *options, clmla_context **out)
 {
     clmla_context *ctx = calloc(1, sizeof(*ctx));
     if (!ctx)
-        return NULL;
+        return clmla_fail(NULL, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     clmla_env_with_options(&ctx->env, options);
+    ctx->latent_variant = clmla_attention_variant_parse(ctx->env.attention_kernels);
+    if (ctx->latent_variant < 0) {
+        clmla_status st = clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT,
+                                     "attention kernels '%s' (clmla_context_options.attention_kernels or "
+                                     "CLMLA_ATTENTION_KERNELS): expected auto, rows or group",
+                                     ctx->env.attention_kernels);
+        free(ctx);
+        return st;
+    }
     if (options && options->log && options->log_level > CLMLA_LOG_OFF) {
         ctx->log = options->log;
         ctx->log_user = options->log_user;
         ctx->log_level = options->log_level;
     }
-    return ctx;
+    *out = ctx;
+    return CLMLA_SUCCESS;
 }
 
 clmla_status clmla_context_create(const char *device_spec, clmla_context **out)
@@ -63,14 +73,15 @@ clmla_status clmla_context_create_opts(const clmla_context_options *options, clm
         return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_context_create: NULL output pointer");
     *out = NULL;
 
-    clmla_context *ctx = new_context(options);
-    if (!ctx)
-        return clmla_fail(NULL, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    clmla_context *ctx = NULL;
+    clmla_status status = new_context(options, &ctx);
+    if (status != CLMLA_SUCCESS)
+        return status;
     const char *device_spec = options ? options->device : NULL;
 
     clmla_device_info *devs = NULL;
     size_t n = 0;
-    clmla_status status = clmla_devices_list(&devs, &n);
+    status = clmla_devices_list(&devs, &n);
     if (status != CLMLA_SUCCESS) {
         free(ctx);
         return status;
@@ -144,9 +155,10 @@ clmla_status clmla_context_create_from_queue_opts(cl_command_queue queue, const 
     if (err != CL_SUCCESS)
         return clmla_fail_cl(NULL, err, "clGetDeviceInfo(CL_DEVICE_PLATFORM)");
 
-    clmla_context *ctx = new_context(options);
-    if (!ctx)
-        return clmla_fail(NULL, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    clmla_context *ctx = NULL;
+    clmla_status st = new_context(options, &ctx);
+    if (st != CLMLA_SUCCESS)
+        return st;
     clmla_device_query(plat, dev, &ctx->info);
     /* Find the device's place in the flat list, when it is there. */
     clmla_device_info *devs = NULL;

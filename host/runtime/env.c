@@ -16,6 +16,7 @@ void clmla_env_read(clmla_env *env)
     copy_var(env->device, sizeof(env->device), "CLMLA_DEVICE");
     copy_var(env->kernel_dir, sizeof(env->kernel_dir), "CLMLA_KERNEL_DIR");
     copy_var(env->clblast_tuning, sizeof(env->clblast_tuning), "CLMLA_CLBLAST_TUNING");
+    copy_var(env->attention_kernels, sizeof(env->attention_kernels), "CLMLA_ATTENTION_KERNELS");
 
     const char *cache = getenv("CLMLA_CACHE_DIR");
     const char *xdg = getenv("XDG_CACHE_HOME");
@@ -41,4 +42,6 @@ void clmla_env_with_options(clmla_env *env, const clmla_context_options *o)
         snprintf(env->cache_dir, sizeof(env->cache_dir), "%s", strcmp(o->cache_dir, "off") == 0 ? "" : o->cache_dir);
     if (o->clblast_tuning)
         snprintf(env->clblast_tuning, sizeof(env->clblast_tuning), "%s", o->clblast_tuning);
+    if (o->attention_kernels)
+        snprintf(env->attention_kernels, sizeof(env->attention_kernels), "%s", o->attention_kernels);
 }

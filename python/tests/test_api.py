@@ -752,6 +752,16 @@ def test_latent_attention_query_len(ctx):
     alone = clmla.latent_attention(cache, ql, qr, seqs, lens, 0.3)
     folded = clmla.latent_attention(cache, ql, qr, seqs, lens, 0.3, query_len=2)
     np.testing.assert_allclose(folded, alone, rtol=1e-5, atol=1e-6)
+    # the work-group kernels on any device: there the two tokens of a sequence share a group
+    gctx = clmla.Context(ctx.device, attention_kernels="group")
+    gcache = clmla.Cache(gctx, blocks=8, block_tokens=4, kv_lora_rank=rkv, rope_dim=dr)
+    ga, gb = gcache.add(), gcache.add()
+    for src, dst in ((a, ga), (b, gb)):
+        dst.append(*src.read())
+    np.testing.assert_allclose(clmla.latent_attention(gcache, ql, qr, [ga, ga, gb, gb], lens, 0.3, query_len=2), alone,
+                               rtol=1e-5, atol=1e-6)
+    with pytest.raises(clmla.Error, match="attention kernels 'gpu'"):
+        clmla.Context(ctx.device, attention_kernels="gpu")
     with pytest.raises(clmla.Error, match="query_len"):
         clmla.latent_attention(cache, ql, qr, seqs, lens, 0.3, query_len=3)
 
