@@ -709,6 +709,11 @@ static const latent_entry latent_builtin[] = {
        dr 64, ctx 4096, 18 candidates in 18 s; the defaults won (batch 1 1098 us, batch 8 9589 us;
        the next best, rows_keys 16, 1162 and 10417 us) */
     {"AuthenticAMD", "pthread-haswell-AMD EPYC", "Portable Computing Language", "", 16, {16, 8, 4, 16, 4, 128, 8, 0, 16}},
+    /* PoCL 3.1 (Debian 12), 2-core AMD EPYC with AVX-512 (2026-11-26): 18 candidates, 16 heads, ctx
+       4096, four runs; each run's grid winner (rows_keys 4, 8 or 16, 2 to 8 items per compute unit)
+       was 0.86-1.24 of the defaults when timed again beside them, three times out of four slower:
+       the defaults */
+    {"AuthenticAMD", "pthread-skylake-avx512-AMD EPYC", "Portable Computing Language", "", 16, {16, 8, 4, 16, 4, 128, 8, 0, 16}},
 };
 
 static const struct {
