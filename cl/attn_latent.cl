@@ -110,6 +110,25 @@
 #define IN_VALUES(d) ((d) < RKV)
 #endif
 
+/* Step C's update of the accumulators by UC keys' values c[u][] and weights, FMA(w, c, acc) the
+   product (attn_latent below). */
+#define C_UPDATE(FMA)                                                                              \
+    {                                                                                              \
+        _Pragma("unroll") for (int u = 0; u < UC; u++) {                                           \
+            const int kw = min(k0 + u, nk - 1);                                                    \
+            _Pragma("unroll") for (int q = 0; q < HQ; q++) {                                       \
+                const float4 w = sw[kw * HQ + q];                                                  \
+                _Pragma("unroll") for (int i = 0; i < DPT; i++) {                                  \
+                    acc[4 * q][i] = FMA(w.x, c[u][i], acc[4 * q][i]);                              \
+                    acc[4 * q + 1][i] = FMA(w.y, c[u][i], acc[4 * q + 1][i]);                      \
+                    acc[4 * q + 2][i] = FMA(w.z, c[u][i], acc[4 * q + 2][i]);                      \
+                    acc[4 * q + 3][i] = FMA(w.w, c[u][i], acc[4 * q + 3][i]);                      \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+#define C_FMA_GUARDED(w, c, a) ((w) == 0.0f ? (a) : fma((w), (c), (a)))
+
 /* The cache's loads (cl/prelude.cl); float rows of a multiple of 4 start 16-byte aligned, so
    their float4s load as such. */
 #define LOAD(p, i) CACHE_LOAD(p, i)
@@ -153,10 +172,12 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
     if ((t - first) % FOLD) /* the group of token first + FOLD*((t - first) / FOLD) takes it */
         return;
     const int tokens = get_global_size(2);
-    int nq = 1, ctx = token_ctx_len[t]; /* ctx: the most keys of the group's tokens */
+    int nq = 1, ctx = token_ctx_len[t], ctx_min = ctx; /* the most and fewest keys of the group's tokens */
     while (nq < FOLD && t + nq < tokens &&
-           (token_first ? token_first[t + nq] : t + nq - (t + nq) % query_len) == first)
-        ctx = max(ctx, token_ctx_len[t + nq++]);
+           (token_first ? token_first[t + nq] : t + nq - (t + nq) % query_len) == first) {
+        ctx = max(ctx, token_ctx_len[t + nq]);
+        ctx_min = min(ctx_min, token_ctx_len[t + nq++]);
+    }
 #define VTOK(v) ((v) / HT)
 #define VHEAD(v) (h0 + (v) % HT)
 #define VLIVE(v) ((v) < HG && (v) / HT < nq && h0 + (v) % HT < num_heads)
@@ -383,21 +404,15 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                     c[u][i] = valid && IN_VALUES(d) ? LOAD(row, d) : 0.0f;
                 }
             }
-            #pragma unroll
-            for (int u = 0; u < UC; u++) {
-                const int kw = min(k0 + u, nk - 1);
-                #pragma unroll
-                for (int q = 0; q < HQ; q++) {
-                    const float4 w = sw[kw * HQ + q];
-                    #pragma unroll
-                    for (int i = 0; i < DPT; i++) {
-                        acc[4 * q][i] = fma(w.x, c[u][i], acc[4 * q][i]);
-                        acc[4 * q + 1][i] = fma(w.y, c[u][i], acc[4 * q + 1][i]);
-                        acc[4 * q + 2][i] = fma(w.z, c[u][i], acc[4 * q + 2][i]);
-                        acc[4 * q + 3][i] = fma(w.w, c[u][i], acc[4 * q + 3][i]);
-                    }
-                }
-            }
+#if FOLD > 1
+            /* a key that some of the group's tokens do not see weighs 0 for them, and 0 times a value
+               that is not finite (a later token's NaN input) would reach them as NaN: in a tile that
+               crosses a token's last key, a weight of 0 adds nothing */
+            if (j0 + nk > ctx_min)
+                C_UPDATE(C_FMA_GUARDED)
+            else
+#endif
+                C_UPDATE(fma)
         }
         /* the next tile writes sw, slot_l, red and alpha_l only after this */
         barrier(CLK_LOCAL_MEM_FENCE);
