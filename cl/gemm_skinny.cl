@@ -451,6 +451,13 @@ void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alph
  * second from L1. The partial sums of a chunk go to C, the first chunk with beta. Dimension 1
  * enumerates (batch, block of MR rows of x). The alternatives measured against this layout are in
  * docs/perf-log.md, "Decode-shaped products on CPUs". */
+/* W_BLOCK_SUMS (fp8 weights, 1 or 2 rows; the product tuning's cpu_fp8_block_sums): the factor on
+   the activations that keeps code x activation products normal (below) */
+#ifndef CLMLA_NO_DENORMS /* DT_E4M3_UNIT 2^120 */
+#define W_SUM_X 0x1.0p64f
+#else
+#define W_SUM_X 1.0f
+#endif
 #ifndef PCH
 #define PCH 512
 #endif
@@ -519,6 +526,36 @@ void gemm_packed_rows(const int M, const int N, const int K, const float alpha,
                     for (int s = 0; s < STREAMS; s++)
                         sc[s] = W_SCALE(Bs, bs_ld, wr[s], k0 + kb);
                     const int kend = min(kb + W_BLOCK, len8);
+#if defined(W_BLOCK_SUMS) && defined(W_SCALED) && MRP <= 2
+                    /* the block's products summed unscaled, the scale applied once: the codes decode
+                       to value * 2^-120 (cl/prelude.cl), so the activations are taken times 2^64
+                       (exact) to keep the products clear of float denormals, and the sum is scaled
+                       by the block's scale (which carries the 2^120) times 2^-64 */
+                    float8 blk[MRP][STREAMS];
+#pragma unroll
+                    for (int m = 0; m < MRP; m++)
+#pragma unroll
+                        for (int s = 0; s < STREAMS; s++)
+                            blk[m][s] = (float8)(0.0f);
+                    for (int k = kb; k < kend; k += 8) {
+                        float8 wv[STREAMS];
+#pragma unroll
+                        for (int s = 0; s < STREAMS; s++)
+                            wv[s] = W_LOAD8(w[s] + k, 0, 1.0f);
+#pragma unroll
+                        for (int m = 0; m < MRP; m++) {
+                            const float8 xv = vload8(0, xs[pass * MRP + m] + k0 + k) * W_SUM_X;
+#pragma unroll
+                            for (int s = 0; s < STREAMS; s++)
+                                blk[m][s] = fma(xv, wv[s], blk[m][s]);
+                        }
+                    }
+#pragma unroll
+                    for (int m = 0; m < MRP; m++)
+#pragma unroll
+                        for (int s = 0; s < STREAMS; s++)
+                            acc[m][s] = fma(blk[m][s], (float8)(sc[s] / W_SUM_X), acc[m][s]);
+#else
                     for (int k = kb; k < kend; k += 8) {
 #if defined(CLMLA_PREFETCH) && MRP == 4
                         /* With 4 rows of x per pass the streams advance slowly, and for 8 rows the
@@ -545,6 +582,7 @@ void gemm_packed_rows(const int M, const int N, const int K, const float alpha,
                                 acc[m][s] = fma(xv, wv[s], acc[m][s]);
                         }
                     }
+#endif
                 }
                 /* Constant indices only, so that acc stays in registers; rows past M or past the
                    panel are dropped. */

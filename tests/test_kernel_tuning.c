@@ -459,7 +459,7 @@ static double product_error(const pweight *w, int m, const float *x, const float
 /* The values of every candidate of `clmla tune --kernels --products --quick`'s grids (cmd_tune.c,
    pt_grid), and the other parameters at values off their defaults, give y = x W^T of the float64
    reference, on
-   shapes that are multiples of nothing, at 1, 3 and 8 rows and at 77 (the tiled kernel), through a
+   shapes that are multiples of nothing, at 1, 2, 3 and 8 rows and at 77 (the tiled kernel), through a
    packed weight (clmla_linear: panels of cpu_items_per_cu) and a row-major one (clmla_gemm: the
    row kernels and the tiles with tiled_k_chunk), in every weight dtype but f16. */
 static void test_products_device(clmla_context *ctx)
@@ -486,11 +486,15 @@ static void test_products_device(clmla_context *ctx)
     SET(tiled_columns, 7), SET(tiled_weight_rows, 4), nc++;
     cands[nc] = d; /* E */
     SET(tiled_weight_rows, 1), SET(packed_streams_2, 8), SET(tiled_k_chunk, 128), nc++;
+    cands[nc] = d; /* F: fp8 block sums, at the default streams and at others */
+    SET(cpu_fp8_block_sums, 1), nc++;
+    cands[nc] = d;
+    SET(cpu_fp8_block_sums, 1), SET(packed_streams_1, 3), SET(packed_streams_2, 5), nc++;
 #undef SET
     enum { SHAPES = 2, MAXM = 77 };
     const int shape_n[SHAPES] = {203, 67}, shape_k[SHAPES] = {1100, 4105}; /* K 4105: the "large" class */
     const clmla_dtype dts[3] = {CLMLA_DTYPE_F32, CLMLA_DTYPE_BF16, CLMLA_DTYPE_FP8_E4M3};
-    const int ms[4] = {1, 3, 8, MAXM};
+    const int ms[5] = {1, 2, 3, 8, MAXM};
     pweight ws[SHAPES][3];
     for (int s = 0; s < SHAPES; s++)
         for (int t = 0; t < 3; t++)
@@ -517,7 +521,7 @@ static void test_products_device(clmla_context *ctx)
                 const size_t sbytes = ((size_t)(w->n + 127) / 128) * ((size_t)(w->k + 127) / 128) * sizeof(float);
                 cl_mem bw = clCreateBuffer(clctx, CL_MEM_COPY_HOST_PTR, (size_t)w->n * w->k * eb, w->codes, &err);
                 cl_mem bs = w->scales ? clCreateBuffer(clctx, CL_MEM_COPY_HOST_PTR, sbytes, w->scales, &err) : NULL;
-                for (int mi = 0; mi < 4 && lin; mi++) {
+                for (int mi = 0; mi < 5 && lin; mi++) {
                     const int m = ms[mi];
                     for (int path = 0; path < 2; path++) {
                         clmla_status st;
@@ -545,7 +549,7 @@ static void test_products_device(clmla_context *ctx)
             }
     }
     CHECK_STATUS(clmla_context_set_product_tuning(ctx, NULL), CLMLA_SUCCESS, ctx);
-    printf("products: %d parameter sets x 2 shapes x 3 dtypes x 4 row counts x 2 layouts, largest relative error %.2e\n",
+    printf("products: %d parameter sets x 2 shapes x 3 dtypes x 5 row counts x 2 layouts, largest relative error %.2e\n",
            nc, worst);
     clReleaseMemObject(bx);
     clReleaseMemObject(by);
@@ -584,8 +588,9 @@ int main(int argc, char **argv)
         CHECK(strncmp(src, "file", 4) != 0, "source %s", src);
         clmla_product_tuning pt, pd;
         clmla_product_tuning_defaults(&pd);
+        /* the file ignored: the built-in table's entry for this device, else the defaults */
         CHECK(clmla_product_tuning_lookup(&info, 2048, &pt, &src) == CLMLA_ERROR_INVALID_FILE &&
-                  strcmp(src, "defaults") == 0 && memcmp(&pt, &pd, sizeof(pt)) == 0,
+                  (strcmp(src, "built-in table") == 0 || (strcmp(src, "defaults") == 0 && memcmp(&pt, &pd, sizeof(pt)) == 0)),
               "malformed file, products: %s", src);
         printf("reported: %s\n", clmla_last_error(NULL));
     } else {

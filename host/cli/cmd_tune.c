@@ -588,7 +588,8 @@ static void pt_print(const clmla_product_tuning *t, int tiled, int cpu)
         printf("tiled_rows=%-3d tiled_columns=%-3d tiled_weight_rows=%d", t->tiled_rows, t->tiled_columns,
                t->tiled_weight_rows);
     else if (cpu)
-        printf("cpu_items_per_cu=%-2d packed_streams_1=%d", t->cpu_items_per_cu, t->packed_streams_1);
+        printf("cpu_items_per_cu=%-2d packed_streams_1=%d cpu_fp8_block_sums=%d", t->cpu_items_per_cu,
+               t->packed_streams_1, t->cpu_fp8_block_sums);
     else
         printf("skinny_items=%-4d skinny_unroll=%d skinny_columns=%d", t->skinny_items, t->skinny_unroll,
                t->skinny_columns);
@@ -655,7 +656,7 @@ static int pt_grid(const clmla_product_tuning *base, int tiled, int cpu, int qui
                 t.packed_streams_1 = quick_grid[i][1];
                 PT_ADD();
             }
-        else
+        else {
             for (int a = 0; a < 3; a++)
                 for (int b = 0; b < 3; b++) {
                     t = *base;
@@ -663,6 +664,10 @@ static int pt_grid(const clmla_product_tuning *base, int tiled, int cpu, int qui
                     t.packed_streams_1 = streams[b];
                     PT_ADD();
                 }
+            t = *base; /* fp8's block sums the other way (only fp8 weights at 1 and 2 rows differ) */
+            t.cpu_fp8_block_sums = !base->cpu_fp8_block_sums;
+            PT_ADD();
+        }
     } else {
         static const int items[] = {64, 128, 256}, unroll[] = {1, 2, 4}, columns[] = {2, 4, 8};
         static const int quick_grid[][3] = {{256, 2, 4}, {128, 4, 4}, {128, 2, 8}};

@@ -264,9 +264,10 @@ static void cpu_options(const clmla_context *ctx, clmla_dtype dtype, size_t k, i
     char extra[128], streams_option[32] = "";
     if (streams != default_streams)
         snprintf(streams_option, sizeof(streams_option), " -D STREAMS=%d", streams);
-    snprintf(extra, sizeof(extra), "-D MR=%d -D NCC=%d -D PCH=%d%s%s", rows, 8 / rows, CLMLA_PACK_CHUNK,
+    snprintf(extra, sizeof(extra), "-D MR=%d -D NCC=%d -D PCH=%d%s%s%s", rows, 8 / rows, CLMLA_PACK_CHUNK,
              !large && t->cpu_prefetch && clmla_device_prefetches(&ctx->info) ? " -D CLMLA_PREFETCH" : "",
-             streams_option);
+             streams_option,
+             t->cpu_fp8_block_sums && dtype == CLMLA_DTYPE_FP8_E4M3 && rows <= 2 ? " -D W_BLOCK_SUMS" : "");
     dtype_options(ctx, dtype, extra, out, size);
 }
 

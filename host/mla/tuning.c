@@ -1137,7 +1137,7 @@ clmla_status clmla_latent_tuning_save(const char *path, const clmla_device_info 
 
 /* ---- product kernel parameters (include/clmla.h, "Product kernel tuning") ---------------------- */
 
-static const clmla_product_tuning product_defaults = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 48, 3, 1024};
+static const clmla_product_tuning product_defaults = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0};
 
 struct product_entry {
     char vendor[128], device[128], platform[128], driver[128];
@@ -1145,10 +1145,17 @@ struct product_entry {
     clmla_product_tuning t;
 };
 
-/* Entries measured with `clmla tune --kernels --products` on the developers' machines
-   (docs/BENCHMARKS.md, "Product kernel tuning"); none yet: on PoCL (2-core EPYC) the defaults won. */
-static const product_entry *const product_builtin = NULL;
-static const size_t product_builtin_count = 0;
+/* Entries measured on the developers' machines (docs/BENCHMARKS.md, "Product kernel tuning"). On
+   PoCL with AVX2 (2-core EPYC) the defaults won. */
+static const product_entry product_builtin[] = {
+    /* PoCL 3.1 (Debian 12), 2-core AMD EPYC with AVX-512 (2026-11-26): fp8 block sums, 4
+       alternations of clmla-bench's V3 products at 1 row, medians: q_b_proj 1.54 / 1.63 ms,
+       qkv_a_proj 0.72 / 0.75, o_proj 4.49 / 4.92 (on / off); 4 and 8 rows slower with them (16.1 /
+       14.6-18.4 ms for o_proj at 8), hence 1 and 2 rows only. The rest: the defaults. */
+    {"AuthenticAMD", "pthread-skylake-avx512-AMD EPYC", "Portable Computing Language", "", 0,
+     {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 1}},
+};
+static const size_t product_builtin_count = sizeof(product_builtin) / sizeof(product_builtin[0]);
 
 static const char *const k_class_names[] = {"any", "small", "large"};
 
@@ -1169,6 +1176,7 @@ static const struct {
     {"tiled_columns", offsetof(clmla_product_tuning, tiled_columns)},
     {"tiled_weight_rows", offsetof(clmla_product_tuning, tiled_weight_rows)},
     {"tiled_k_chunk", offsetof(clmla_product_tuning, tiled_k_chunk)},
+    {"cpu_fp8_block_sums", offsetof(clmla_product_tuning, cpu_fp8_block_sums)},
 };
 #define PRODUCT_PARAMETERS (sizeof(product_names) / sizeof(product_names[0]))
 
@@ -1220,6 +1228,8 @@ const char *clmla_product_tuning_problem(const clmla_product_tuning *t)
         return "tiled_weight_rows must be from 1 to 4";
     if (t->tiled_k_chunk < 128 || t->tiled_k_chunk > 16384 || t->tiled_k_chunk % 128)
         return "tiled_k_chunk must be a multiple of 128, from 128 to 16384";
+    if (t->cpu_fp8_block_sums != 0 && t->cpu_fp8_block_sums != 1)
+        return "cpu_fp8_block_sums must be 0 or 1";
     return NULL;
 }
 
@@ -1363,7 +1373,7 @@ int clmla_product_tuning_resolve(const product_entry_list *user, const char *use
         *source = user_src;
         return 2;
     }
-    e = product_builtin ? product_best(product_builtin, product_builtin_count, device, cls) : NULL;
+    e = product_best(product_builtin, product_builtin_count, device, cls);
     if (e) {
         *tuning = e->t;
         *source = "built-in table";
