@@ -36,6 +36,29 @@
 #ifndef UK
 #define UK 2
 #endif
+/* VW: gemm_skinny_nt's values per item and load, 4 (a float4's worth, the default), 8 or 16 (the
+   product tuning's skinny_vector): with fp8 or bf16 weights, 4 values are 4 or 8 bytes per load,
+   and 16 make each load as wide as f32's while the block scale is looked up once per 16 values. */
+#ifndef VW
+#define VW 4
+#endif
+#if VW == 16
+#define VEC float16
+#define W_LOADV W_LOAD16
+#define VLOADV vload16
+#define VDOT(a, b) (dot((a).s0123, (b).s0123) + dot((a).s4567, (b).s4567) + dot((a).s89ab, (b).s89ab) + \
+                    dot((a).scdef, (b).scdef))
+#elif VW == 8
+#define VEC float8
+#define W_LOADV W_LOAD8
+#define VLOADV vload8
+#define VDOT(a, b) (dot((a).lo, (b).lo) + dot((a).hi, (b).hi))
+#else
+#define VEC float4
+#define W_LOADV W_LOAD4
+#define VLOADV vload4
+#define VDOT(a, b) dot((a), (b))
+#endif
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void gemm_skinny_nt(const int M, const int N, const int K, const float alpha,
@@ -67,32 +90,32 @@ void gemm_skinny_nt(const int M, const int N, const int K, const float alpha,
         brow[c] = B + (size_t)(bn[c] - brow0) * ldb;
     }
 
-    const int k4 = K >> 2; /* whole float4s of a row */
-    for (int v0 = 0; v0 < k4; v0 += WG * UK) {
-        float4 b[UK][NC];
+    const int kv = K / VW; /* whole vectors of a row */
+    for (int v0 = 0; v0 < kv; v0 += WG * UK) {
+        VEC b[UK][NC];
         #pragma unroll
         for (int u = 0; u < UK; u++) {
-            const int v = min(v0 + u * WG + lid, k4 - 1); /* past the end: a repeat, skipped below */
+            const int v = min(v0 + u * WG + lid, kv - 1); /* past the end: a repeat, skipped below */
             #pragma unroll
-            for (int c = 0; c < NC; c++)
-                b[u][c] = W_LOAD4(brow[c], v, W_SCALE(Bs, bs_ld, bn[c], 4 * v));
+            for (int c = 0; c < NC; c++) /* a vector lies in one 128-value block of the scales */
+                b[u][c] = W_LOADV(brow[c], v, W_SCALE(Bs, bs_ld, bn[c], VW * v));
         }
         #pragma unroll
         for (int u = 0; u < UK; u++) {
             const int v = v0 + u * WG + lid;
-            if (v < k4) /* not a repeat (skipped, not weighed 0: 0 * inf would be NaN) */
+            if (v < kv) /* not a repeat (skipped, not weighed 0: 0 * inf would be NaN) */
                 #pragma unroll
                 for (int m = 0; m < MR; m++) {
                     if (MR == 1 || m < M) {
-                        const float4 a = vload4(v, A + (size_t)m * lda);
+                        const VEC a = VLOADV(v, A + (size_t)m * lda);
                         #pragma unroll
                         for (int c = 0; c < NC; c++)
-                            acc[m][c] += dot(a, b[u][c]);
+                            acc[m][c] += VDOT(a, b[u][c]);
                     }
                 }
         }
     }
-    for (int k = 4 * k4 + lid; k < K; k += WG) /* K % 4 */
+    for (int k = VW * kv + lid; k < K; k += WG) /* K % VW */
         #pragma unroll
         for (int m = 0; m < MR; m++)
             if (MR == 1 || m < M)

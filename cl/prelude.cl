@@ -46,7 +46,7 @@
  *   W_LOAD(p, i, s)        element i of p as float (fp8: times s; s is unused, and need not be
  *                          read, for the other types: W_SCALED says when it is)
  *   W_LOAD4(p, i, s)       elements 4i .. 4i+3 as float4 (one block: 4i is a multiple of 4)
- *   W_LOAD8(p, i, s)       elements 8i .. 8i+7 as float8
+ *   W_LOAD8(p, i, s)       elements 8i .. 8i+7 as float8 (W_LOAD16: 16i .. 16i+15 as float16)
  *   W_BLOCK                the columns one scale covers (128 for fp8, else a bound no K reaches):
  *                          a kernel may read s once per W_BLOCK columns of a row
  * fp8 codes S.1111.111 (NaN) are refused when a weight is uploaded, so the branch-free decoder
@@ -69,6 +69,11 @@ inline float4 dt_bf16x4(const ushort4 b)
 inline float8 dt_bf16x8(const ushort8 b)
 {
     return as_float8(convert_uint8(b) << 16);
+}
+
+inline float16 dt_bf16x16(const ushort16 b)
+{
+    return as_float16(convert_uint16(b) << 16);
 }
 
 inline ushort dt_to_bf16(const float v)
@@ -140,6 +145,7 @@ inline float dt_e4m3u(const uchar b)
     }
 DT_E4M3_VECTOR(4)
 DT_E4M3_VECTOR(8)
+DT_E4M3_VECTOR(16)
 DT_E4M3_SCALED(4)
 DT_E4M3_SCALED(8)
 
@@ -195,11 +201,13 @@ inline float8 fp8_load8(__global const uchar *r, const int i)
 #define W_LOAD(p, i, s) vload_half((i), (p))
 #define W_LOAD4(p, i, s) vload_half4((i), (p))
 #define W_LOAD8(p, i, s) vload_half8((i), (p))
+#define W_LOAD16(p, i, s) vload_half16((i), (p))
 #elif W_DTYPE == 2
 #define W_T ushort
 #define W_LOAD(p, i, s) dt_bf16((p)[i])
 #define W_LOAD4(p, i, s) dt_bf16x4(vload4((i), (p)))
 #define W_LOAD8(p, i, s) dt_bf16x8(vload8((i), (p)))
+#define W_LOAD16(p, i, s) dt_bf16x16(vload16((i), (p)))
 #elif W_DTYPE == 3
 #define W_T uchar
 #define W_SCALED
@@ -207,11 +215,13 @@ inline float8 fp8_load8(__global const uchar *r, const int i)
 #define W_LOAD(p, i, s) (dt_e4m3u((p)[i]) * (s))
 #define W_LOAD4(p, i, s) (dt_e4m3x4u(vload4((i), (p))) * (s))
 #define W_LOAD8(p, i, s) (dt_e4m3x8u(vload8((i), (p))) * (s))
+#define W_LOAD16(p, i, s) (dt_e4m3x16u(vload16((i), (p))) * (s))
 #else
 #define W_T float
 #define W_LOAD(p, i, s) ((p)[i])
 #define W_LOAD4(p, i, s) vload4((i), (p))
 #define W_LOAD8(p, i, s) vload8((i), (p))
+#define W_LOAD16(p, i, s) vload16((i), (p))
 #endif
 /* Bs [blocks(rows), bs_ld] holds fp8's block scales as stored */
 #ifdef W_SCALED

@@ -382,6 +382,9 @@ typedef struct clmla_product_tuning {
        once, saving a multiply per weight but holding twice the accumulators; 0 (default) scales
        every weight */
     int cpu_fp8_block_sums;
+    /* added in 0.4: gemm_skinny_nt (GPUs): weight values per work-item and load (VW), 4, 8 or 16 (4):
+       4 fp8 codes are a 4-byte load; 16 make it as wide as f32's and look the block scale up once */
+    int skinny_vector;
 } clmla_product_tuning;
 
 /* The parameters clmla used before any tuning. */

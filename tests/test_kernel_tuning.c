@@ -462,7 +462,7 @@ static double product_error(const pweight *w, int m, const float *x, const float
    shapes that are multiples of nothing, at 1, 2, 3 and 8 rows and at 77 (the tiled kernel), through a
    packed weight (clmla_linear: panels of cpu_items_per_cu) and a row-major one (clmla_gemm: the
    row kernels and the tiles with tiled_k_chunk), in every weight dtype but f16. */
-static void test_products_device(clmla_context *ctx)
+static void test_products_device(clmla_context *ctx, int other_kind)
 {
     uint32_t s = 4242;
     clmla_product_tuning d, cands[24];
@@ -490,7 +490,17 @@ static void test_products_device(clmla_context *ctx)
     SET(cpu_fp8_block_sums, 1), nc++;
     cands[nc] = d;
     SET(cpu_fp8_block_sums, 1), SET(packed_streams_1, 3), SET(packed_streams_2, 5), nc++;
+    cands[nc] = d; /* G: the GPU kernel's wider loads */
+    SET(skinny_vector, 16), nc++;
+    cands[nc] = d;
+    SET(skinny_vector, 8), SET(skinny_unroll, 1), SET(skinny_columns, 2), nc++;
 #undef SET
+    const int rows_counts = other_kind ? 4 : 5;
+    if (other_kind) { /* the other kind's kernels (a GPU's on a CPU): the defaults, A and G's two, 1-8 rows */
+        cands[2] = cands[nc - 2];
+        cands[3] = cands[nc - 1];
+        nc = 4;
+    }
     enum { SHAPES = 2, MAXM = 77 };
     const int shape_n[SHAPES] = {203, 67}, shape_k[SHAPES] = {1100, 4105}; /* K 4105: the "large" class */
     const clmla_dtype dts[3] = {CLMLA_DTYPE_F32, CLMLA_DTYPE_BF16, CLMLA_DTYPE_FP8_E4M3};
@@ -521,7 +531,7 @@ static void test_products_device(clmla_context *ctx)
                 const size_t sbytes = ((size_t)(w->n + 127) / 128) * ((size_t)(w->k + 127) / 128) * sizeof(float);
                 cl_mem bw = clCreateBuffer(clctx, CL_MEM_COPY_HOST_PTR, (size_t)w->n * w->k * eb, w->codes, &err);
                 cl_mem bs = w->scales ? clCreateBuffer(clctx, CL_MEM_COPY_HOST_PTR, sbytes, w->scales, &err) : NULL;
-                for (int mi = 0; mi < 5 && lin; mi++) {
+                for (int mi = 0; mi < rows_counts && lin; mi++) {
                     const int m = ms[mi];
                     for (int path = 0; path < 2; path++) {
                         clmla_status st;
@@ -549,8 +559,8 @@ static void test_products_device(clmla_context *ctx)
             }
     }
     CHECK_STATUS(clmla_context_set_product_tuning(ctx, NULL), CLMLA_SUCCESS, ctx);
-    printf("products: %d parameter sets x 2 shapes x 3 dtypes x 5 row counts x 2 layouts, largest relative error %.2e\n",
-           nc, worst);
+    printf("products%s: %d parameter sets x 2 shapes x 3 dtypes x %d row counts x 2 layouts, largest relative error "
+           "%.2e\n", other_kind ? " (the other kind of device's kernels)" : "", nc, rows_counts, worst);
     clReleaseMemObject(bx);
     clReleaseMemObject(by);
     free(x);
@@ -610,7 +620,13 @@ int main(int argc, char **argv)
         test_attention(ctx, CLMLA_LATENT_ROWS);
         test_attention(ctx, CLMLA_LATENT_GROUP);
         test_products_parse();
-        test_products_device(ctx);
+        test_products_device(ctx, 0);
+        /* the same on the other kind of device: the products' kernels are chosen by it (CPUs:
+           gemm_packed_rows, gemm_tiled_rows; GPUs: gemm_skinny_nt and CLBlast) */
+        const clmla_device_kind real = ctx->info.kind;
+        ctx->info.kind = real == CLMLA_DEVICE_KIND_CPU ? CLMLA_DEVICE_KIND_GPU : CLMLA_DEVICE_KIND_CPU;
+        test_products_device(ctx, 1);
+        ctx->info.kind = real;
     }
     clmla_context_destroy(ctx);
     char cmd[256];

@@ -591,8 +591,8 @@ static void pt_print(const clmla_product_tuning *t, int tiled, int cpu)
         printf("cpu_items_per_cu=%-2d packed_streams_1=%d cpu_fp8_block_sums=%d", t->cpu_items_per_cu,
                t->packed_streams_1, t->cpu_fp8_block_sums);
     else
-        printf("skinny_items=%-4d skinny_unroll=%d skinny_columns=%d", t->skinny_items, t->skinny_unroll,
-               t->skinny_columns);
+        printf("skinny_items=%-4d skinny_unroll=%d skinny_columns=%d skinny_vector=%-2d", t->skinny_items,
+               t->skinny_unroll, t->skinny_columns, t->skinny_vector);
 }
 
 /* The grid of one search, around `base`: the skinny kernels' (CPU or GPU) or the tiles'. `base`
@@ -612,6 +612,7 @@ static int pt_grid(const clmla_product_tuning *base, int tiled, int cpu, int qui
         t.skinny_items = d.skinny_items;
         t.skinny_unroll = d.skinny_unroll;
         t.skinny_columns = d.skinny_columns;
+        t.skinny_vector = d.skinny_vector;
     }
     int n = 0;
     out[n++] = *base;
@@ -670,25 +671,33 @@ static int pt_grid(const clmla_product_tuning *base, int tiled, int cpu, int qui
         }
     } else {
         static const int items[] = {64, 128, 256}, unroll[] = {1, 2, 4}, columns[] = {2, 4, 8};
-        static const int quick_grid[][3] = {{256, 2, 4}, {128, 4, 4}, {128, 2, 8}};
+        static const int quick_grid[][4] = {{256, 2, 4, 4}, {128, 4, 4, 4}, {128, 2, 8, 4}, {128, 2, 4, 16}};
         if (quick)
-            for (int i = 0; i < 3; i++) {
+            for (int i = 0; i < 4; i++) {
                 t = *base;
                 t.skinny_items = quick_grid[i][0];
                 t.skinny_unroll = quick_grid[i][1];
                 t.skinny_columns = quick_grid[i][2];
+                t.skinny_vector = quick_grid[i][3];
                 PT_ADD();
             }
-        else
+        else { /* the grid at 4 values per load, then wider loads with the base's other values */
             for (int a = 0; a < 3; a++)
                 for (int b = 0; b < 3; b++)
                     for (int c = 0; c < 3; c++) {
                         t = *base;
+                        t.skinny_vector = 4;
                         t.skinny_items = items[a];
                         t.skinny_unroll = unroll[b];
                         t.skinny_columns = columns[c];
                         PT_ADD();
                     }
+            for (int w = 8; w <= 16; w *= 2) {
+                t = *base;
+                t.skinny_vector = w;
+                PT_ADD();
+            }
+        }
     }
 #undef PT_ADD
     return n;

@@ -224,8 +224,10 @@ static clmla_status nt_kernel(clmla_context *ctx, clmla_dtype dtype, size_t k, i
     if (!*slot) {
         const clmla_product_tuning *t = tuning(ctx, k);
         const int rows = 1 << bucket, nc = 1 << nc_log, sums = rows * nc;
-        char extra[64], options[128];
-        snprintf(extra, sizeof(extra), "-D MR=%d -D NC=%d -D UK=%d", rows, nc, t->skinny_unroll);
+        char extra[80], options[160], vw[16] = "";
+        if (t->skinny_vector != 4) /* only when set: the default's options, and cached programs, as before */
+            snprintf(vw, sizeof(vw), " -D VW=%d", t->skinny_vector);
+        snprintf(extra, sizeof(extra), "-D MR=%d -D NC=%d -D UK=%d%s", rows, nc, t->skinny_unroll, vw);
         dtype_options(ctx, dtype, extra, options, sizeof(options));
         clmla_status st =
             sized_kernel(ctx, "gemm_skinny_nt", options, t->skinny_items, nt_local_bytes, &sums, slot, slot_threads);

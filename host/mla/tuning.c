@@ -1137,7 +1137,7 @@ clmla_status clmla_latent_tuning_save(const char *path, const clmla_device_info 
 
 /* ---- product kernel parameters (include/clmla.h, "Product kernel tuning") ---------------------- */
 
-static const clmla_product_tuning product_defaults = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0};
+static const clmla_product_tuning product_defaults = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4};
 
 struct product_entry {
     char vendor[128], device[128], platform[128], driver[128];
@@ -1153,7 +1153,7 @@ static const product_entry product_builtin[] = {
        qkv_a_proj 0.72 / 0.75, o_proj 4.49 / 4.92 (on / off); 4 and 8 rows slower with them (16.1 /
        14.6-18.4 ms for o_proj at 8), hence 1 and 2 rows only. The rest: the defaults. */
     {"AuthenticAMD", "pthread-skylake-avx512-AMD EPYC", "Portable Computing Language", "", 0,
-     {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 1}},
+     {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 1, 4}},
 };
 static const size_t product_builtin_count = sizeof(product_builtin) / sizeof(product_builtin[0]);
 
@@ -1177,6 +1177,7 @@ static const struct {
     {"tiled_weight_rows", offsetof(clmla_product_tuning, tiled_weight_rows)},
     {"tiled_k_chunk", offsetof(clmla_product_tuning, tiled_k_chunk)},
     {"cpu_fp8_block_sums", offsetof(clmla_product_tuning, cpu_fp8_block_sums)},
+    {"skinny_vector", offsetof(clmla_product_tuning, skinny_vector)},
 };
 #define PRODUCT_PARAMETERS (sizeof(product_names) / sizeof(product_names[0]))
 
@@ -1230,6 +1231,8 @@ const char *clmla_product_tuning_problem(const clmla_product_tuning *t)
         return "tiled_k_chunk must be a multiple of 128, from 128 to 16384";
     if (t->cpu_fp8_block_sums != 0 && t->cpu_fp8_block_sums != 1)
         return "cpu_fp8_block_sums must be 0 or 1";
+    if (t->skinny_vector != 4 && t->skinny_vector != 8 && t->skinny_vector != 16)
+        return "skinny_vector must be 4, 8 or 16";
     return NULL;
 }
 
