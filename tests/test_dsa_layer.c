@@ -3,7 +3,7 @@
    steps where some query sees more than index_topk keys attending only to the keys the indexer
    selects. Held to idx_ref_dsa_forward (ref/indexer_ref.c: the float64 indexer, its selection and
    sparse latent attention, the cache's rounding of c^KV / k^R and of the index keys) at float32's
-   tolerance, on odd sizes (D 44, H 3, rq 20, rkv 36, dn/dr/dv 10/6/12, H_I 5, d_I 10 or 16, top-k 4
+   tolerance, on odd sizes (D 44, H 3, rq 20, rkv 36 (128 over an fp8 latent cache), dn/dr/dv 10/6/12, H_I 5, d_I 10 or 16, top-k 4
    or 3) in 3-token blocks, so that contexts end mid-block:
      sequence: one sequence prefilled in chunks that cross top-k, then decoded token by token;
      batch:    three sequences in mixed steps (decode entries beside a prefill chunk), each checked
@@ -55,10 +55,14 @@ static void fill(float *a, size_t n, float center, float amp, tu_rng *rng)
     tu_fill_uniform(a, n, center, amp, rng);
 }
 
+/* the models' kv_lora_rank: 36, or 128 for the fp8 latent cache (FlashMLA's layout needs a multiple
+   of 128; part_fp8_latent) */
+static int model_rkv = 36;
+
 static int model_make(dsa_model *m, int index_dim, int topk, clmla_rope_pairing pairing, uint64_t seed)
 {
     memset(m, 0, sizeof(*m));
-    clmla_layer_config c = tu_small_config(44, 3, 20, 36, 10, 6, 12);
+    clmla_layer_config c = tu_small_config(44, 3, 20, model_rkv, 10, 6, 12);
     c.index_n_heads = 5;
     c.index_head_dim = index_dim;
     c.index_topk = topk;
@@ -123,7 +127,8 @@ static double *reference(const dsa_model *m, int T, const float *x, clmla_cache_
 
 static clmla_cache *cache_for(const dsa_model *m, int blocks, clmla_cache_dtype latent, clmla_cache_dtype keys)
 {
-    clmla_cache_config cc = {1, 36, 6, BT, blocks, latent, m->config.index_head_dim, keys};
+    clmla_cache_config cc = {1, m->config.kv_lora_rank, m->config.qk_rope_head_dim, BT, blocks, latent,
+                             m->config.index_head_dim, keys};
     clmla_cache *cache = NULL;
     clmla_status st = clmla_cache_create(ctx, &cc, &cache);
     CHECK(st == CLMLA_SUCCESS, "cache: %s", clmla_last_error(ctx));
@@ -236,6 +241,28 @@ static void part_topk1(void)
         CHECK(0, "out of host memory");
     }
     model_free(&m);
+}
+
+/* A sparse layer over an fp8 latent cache (rkv 128), against the reference that rounds its cache
+   alike: the selection reads the index keys, attention the fp8 rows, on both paths and kernels. */
+static void part_fp8_latent(void)
+{
+    static const int prefill_then_decode[] = {2, 5, 1, 1, 1, 1, 1, 1, 1, 1, 0};
+    static const int one_prefill[] = {13, 1, 1, 0};
+    model_rkv = 128;
+    dsa_model m;
+    if (model_make(&m, 16, 4, CLMLA_ROPE_HALF_SPLIT, 61) == 0) {
+        for (int variant = CLMLA_LATENT_GROUP; variant <= CLMLA_LATENT_ROWS; variant++) {
+            clmla_attention_set_variant(ctx, variant);
+            one_sequence(&m, CLMLA_CACHE_FP8, CLMLA_CACHE_FP8, CLMLA_PATH_ABSORBED, prefill_then_decode, "fp8 latent");
+            one_sequence(&m, CLMLA_CACHE_FP8, CLMLA_CACHE_F32, CLMLA_PATH_DECOMPRESSED, one_prefill, "fp8 latent");
+        }
+        clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
+    } else {
+        CHECK(0, "out of host memory");
+    }
+    model_free(&m);
+    model_rkv = 36;
 }
 
 /* sequence and topk1 again with the work-group (GPU) attention kernels, latent and decompressed:
@@ -550,7 +577,7 @@ int main(int argc, char **argv)
 {
     static const tu_part parts[] = {
         {"sequence", part_sequence}, {"batch", part_batch}, {"dense", part_dense}, {"topk1", part_topk1}, {"group", part_group},
-        {"select", part_select},
+        {"select", part_select}, {"fp8-latent", part_fp8_latent},
         {"refusals", part_refusals}};
     const tu_parts_result r = tu_run_parts(argc, argv, parts, sizeof(parts) / sizeof(parts[0]), NULL, &ctx, &check_failed);
     if (r == TU_PARTS_NO_DEVICE)
