@@ -485,6 +485,9 @@ void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alph
 #define PCH 512
 #endif
 #define MRP (MR < 4 ? MR : 4)
+#if defined(W_BLOCK_SUMS) && defined(W_SCALED) && MRP <= 2 /* fp8 weights, 1 or 2 rows (below) */
+#define BLOCK_SUMS
+#endif
 #ifndef STREAMS /* the host's packed_streams_1/2/4 where the tuning changes them */
 #define STREAMS (MRP == 4 ? 3 : 8 / MRP)
 #endif
@@ -549,7 +552,7 @@ void gemm_packed_rows(const int M, const int N, const int K, const float alpha,
                     for (int s = 0; s < STREAMS; s++)
                         sc[s] = W_SCALE(Bs, bs_ld, wr[s], k0 + kb);
                     const int kend = min(kb + W_BLOCK, len8);
-#if defined(W_BLOCK_SUMS) && defined(W_SCALED) && MRP <= 2
+#ifdef BLOCK_SUMS
                     /* the block's products summed unscaled, the scale applied once: the codes decode
                        to value * 2^-120 (cl/prelude.cl), so the activations are taken times 2^64
                        (exact) to keep the products clear of float denormals, and the sum is scaled
@@ -560,25 +563,14 @@ void gemm_packed_rows(const int M, const int N, const int K, const float alpha,
 #pragma unroll
                         for (int s = 0; s < STREAMS; s++)
                             blk[m][s] = (float8)(0.0f);
-                    for (int k = kb; k < kend; k += 8) {
-                        float8 wv[STREAMS];
-#pragma unroll
-                        for (int s = 0; s < STREAMS; s++)
-                            wv[s] = W_LOAD8(w[s] + k, 0, 1.0f);
-#pragma unroll
-                        for (int m = 0; m < MRP; m++) {
-                            const float8 xv = vload8(0, xs[pass * MRP + m] + k0 + k) * W_SUM_X;
-#pragma unroll
-                            for (int s = 0; s < STREAMS; s++)
-                                blk[m][s] = fma(xv, wv[s], blk[m][s]);
-                        }
-                    }
-#pragma unroll
-                    for (int m = 0; m < MRP; m++)
-#pragma unroll
-                        for (int s = 0; s < STREAMS; s++)
-                            acc[m][s] = fma(blk[m][s], (float8)(sc[s] / W_SUM_X), acc[m][s]);
+#define SUMS blk         /* where the loop below adds its products */
+#define W_FACTOR(s) 1.0f /* on each weight */
+#define X_FACTOR W_SUM_X /* on each activation */
 #else
+#define SUMS acc
+#define W_FACTOR(s) sc[s]
+#define X_FACTOR 1.0f
+#endif
                     for (int k = kb; k < kend; k += 8) {
 #if defined(CLMLA_PREFETCH) && MRP == 4
                         /* With 4 rows of x per pass the streams advance slowly, and for 8 rows the
@@ -596,16 +588,25 @@ void gemm_packed_rows(const int M, const int N, const int K, const float alpha,
                         float8 wv[STREAMS];
 #pragma unroll
                         for (int s = 0; s < STREAMS; s++)
-                            wv[s] = W_LOAD8(w[s] + k, 0, sc[s]);
+                            wv[s] = W_LOAD8(w[s] + k, 0, W_FACTOR(s));
 #pragma unroll
                         for (int m = 0; m < MRP; m++) {
-                            const float8 xv = vload8(0, xs[pass * MRP + m] + k0 + k);
+                            const float8 xv = vload8(0, xs[pass * MRP + m] + k0 + k) * X_FACTOR;
 #pragma unroll
                             for (int s = 0; s < STREAMS; s++)
-                                acc[m][s] = fma(xv, wv[s], acc[m][s]);
+                                SUMS[m][s] = fma(xv, wv[s], SUMS[m][s]);
                         }
                     }
+#ifdef BLOCK_SUMS
+#pragma unroll
+                    for (int m = 0; m < MRP; m++)
+#pragma unroll
+                        for (int s = 0; s < STREAMS; s++)
+                            acc[m][s] = fma(blk[m][s], (float8)(sc[s] / W_SUM_X), acc[m][s]);
 #endif
+#undef SUMS
+#undef W_FACTOR
+#undef X_FACTOR
                 }
                 /* Constant indices only, so that acc stays in registers; rows past M or past the
                    panel are dropped. */
