@@ -406,57 +406,63 @@ void gemm_tiled_rows(const int M, const int N, const int K, const float alpha,
 }
 
 /* gemm_skinny_nn_rows: C = alpha * A * B + beta * C for CPU devices, B [K, N] row-major with N a
- * multiple of 8. One work-item computes MR rows x (8 * NCC) columns as MR * NCC float8
- * accumulators (8 in all): per k it loads NCC float8 strips of B's row k and broadcasts A[m, k].
- * Dimension 1 enumerates the batch. */
+ * multiple of 8. A work-item computes blocks of MR rows x (8 * NCC) columns as MR * NCC float8
+ * accumulators (8 in all): per k it loads NCC float8 strips of B's row k and broadcasts A[m, k];
+ * it takes strips_per_item such blocks along N, one after another. Dimension 1 enumerates (batch,
+ * block of MR rows): one block for decode-shaped products (M <= MR), ceil(M / MR) for the
+ * absorbed path's W^UK of a prefill chunk. */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alpha,
                          __global const float *A, const int a_offset, const int lda, const int a_stride,
                          __global const W_T *B, const int b_offset, const int ldb, const int b_stride,
                          const float beta, __global float *C, const int c_offset, const int ldc, const int c_stride,
-                         __global const float *Bs, const int bs_ld)
+                         __global const float *Bs, const int bs_ld, const int strips_per_item, const int row_blocks)
 {
-    const int n0 = get_global_id(0) * 8 * NCC;
-    const int batch = get_global_id(1);
+    const int batch = get_global_id(1) / row_blocks;
+    const int m0 = get_global_id(1) % row_blocks * MR;
     const int brow0 = (b_offset + batch * b_stride) / ldb; /* B's first row in the weight (W_SCALE) */
     (void)brow0; /* read only through W_SCALE, which unscaled dtypes drop */
-    A += a_offset + (size_t)batch * a_stride;
+    A += a_offset + (size_t)batch * a_stride + (size_t)m0 * lda;
     B += b_offset + (size_t)batch * b_stride;
-    C += c_offset + (size_t)batch * c_stride;
-    int cols[NCC];
-#pragma unroll
-    for (int c = 0; c < NCC; c++)
-        cols[c] = min(n0 + 8 * c, N - 8); /* past N: a valid strip, result dropped */
+    C += c_offset + (size_t)batch * c_stride + (size_t)m0 * ldc;
+    const int rows_here = min(MR, M - m0);
     __global const float *xs[MR];
 #pragma unroll
     for (int m = 0; m < MR; m++)
-        xs[m] = A + (size_t)min(m, M - 1) * lda;
-
-    float8 acc[MR][NCC];
-#pragma unroll
-    for (int m = 0; m < MR; m++)
-#pragma unroll
-        for (int c = 0; c < NCC; c++)
-            acc[m][c] = (float8)(0.0f);
-    for (int k = 0; k < K; k++) {
-        __global const W_T *brow = B + (size_t)k * ldb;
-#pragma unroll
-        for (int c = 0; c < NCC; c++) {
-            const float8 b = W_LOAD8(brow + cols[c], 0, W_SCALE(Bs, bs_ld, brow0 + k, cols[c])); /* 8 | cols[c]: one block */
-#pragma unroll
-            for (int m = 0; m < MR; m++)
-                acc[m][c] = fma((float8)(xs[m][k]), b, acc[m][c]);
-        }
-    }
-#pragma unroll
-    for (int m = 0; m < MR; m++)
+        xs[m] = A + (size_t)min(m, rows_here - 1) * lda;
+    const int first = get_global_id(0) * strips_per_item * 8 * NCC;
+    const int last = min(first + strips_per_item * 8 * NCC, N);
+    for (int n0 = first; n0 < last; n0 += 8 * NCC) {
+        int cols[NCC];
 #pragma unroll
         for (int c = 0; c < NCC; c++)
-            if (m < M && n0 + 8 * c < N) {
-                __global float *dst = C + (size_t)m * ldc + n0 + 8 * c;
-                const float8 r = alpha * acc[m][c];
-                vstore8(beta != 0.0f ? r + beta * vload8(0, dst) : r, 0, dst);
+            cols[c] = min(n0 + 8 * c, N - 8); /* past N: a valid strip, result dropped */
+        float8 acc[MR][NCC];
+#pragma unroll
+        for (int m = 0; m < MR; m++)
+#pragma unroll
+            for (int c = 0; c < NCC; c++)
+                acc[m][c] = (float8)(0.0f);
+        for (int k = 0; k < K; k++) {
+            __global const W_T *brow = B + (size_t)k * ldb;
+#pragma unroll
+            for (int c = 0; c < NCC; c++) {
+                const float8 b = W_LOAD8(brow + cols[c], 0, W_SCALE(Bs, bs_ld, brow0 + k, cols[c])); /* 8 | cols[c]: one block */
+#pragma unroll
+                for (int m = 0; m < MR; m++)
+                    acc[m][c] = fma((float8)(xs[m][k]), b, acc[m][c]);
             }
+        }
+#pragma unroll
+        for (int m = 0; m < MR; m++)
+#pragma unroll
+            for (int c = 0; c < NCC; c++)
+                if (m < rows_here && n0 + 8 * c < N) {
+                    __global float *dst = C + (size_t)m * ldc + n0 + 8 * c;
+                    const float8 r = alpha * acc[m][c];
+                    vstore8(beta != 0.0f ? r + beta * vload8(0, dst) : r, 0, dst);
+                }
+    }
 }
 
 /* gemm_packed_rows: y = x W^T for CPU devices, with W packed by the host (host/mla/gemm.c,

@@ -1123,23 +1123,23 @@ typedef struct gemm_case {
     int M, N, K, batch, transposed;
     float alpha, beta;
     size_t global[2], local[2];
-    int columns_per_item, row_blocks; /* the _nt_rows kernel's extra arguments (row_blocks 0: none);
-                                         gemm_tiled_rows: columns_per_item is the panel of packed B */
+    int columns_per_item, row_blocks; /* the _rows kernels' extra arguments (row_blocks 0: none; _nn_rows:
+                                         strips of 8 NCC columns per item); gemm_tiled_rows:
+                                         columns_per_item is the panel of packed B */
     int k_chunk;                      /* and its K chunk (0: all of K) */
     int pack_chunk;                   /* gemm_packed_rows: B packed here in panels of columns_per_item
                                          rows, chunks of this many values of K (its -D PCH) */
 } gemm_case;
 
 /* C = alpha A op(B) + beta C over batch products at strides and offsets, every value of C (its
-   padding too) against a double computation. row_blocks > 1 is the many-rows form: one product,
-   strides 0. */
+   padding too) against a double computation. row_blocks > 1 is the many-rows form, dimension 1
+   over (product, block of rows). */
 static void run_gemm(const gemm_case *c)
 {
     const int M = c->M, N = c->N, K = c->K, batch = c->batch;
     const int lda = K + 3, ldb = c->transposed ? K + 1 : N + 2, ldc = N + 4;
     const int b_rows = c->transposed ? N : K;
-    const int many = c->row_blocks > 1;
-    const int a_stride = many ? 0 : M * lda + 5, b_stride = many ? 0 : b_rows * ldb + 3, c_stride = many ? 0 : M * ldc + 2;
+    const int a_stride = M * lda + 5, b_stride = b_rows * ldb + 3, c_stride = M * ldc + 2;
     const int ao = 2, bo = 1, co = 3;
     const size_t na = (size_t)ao + (size_t)(batch - 1) * a_stride + (size_t)M * lda;
     const size_t nb = (size_t)bo + (size_t)(batch - 1) * b_stride + (size_t)b_rows * ldb;
@@ -1207,7 +1207,7 @@ static void run_gemm(const gemm_case *c)
     } else if (c->row_blocks > 0) {
         ARG(k, 19, c->columns_per_item);
         ARG(k, 20, c->row_blocks);
-        if (!bp)
+        if (!bp && strcmp(c->kernel, "gemm_skinny_nn_rows") != 0)
             ARG(k, 21, c->k_chunk);
     }
     if (launch(k, 2, c->global, c->local)) {
@@ -1294,11 +1294,17 @@ static void test_gemm_skinny(void)
         {"gemm_skinny_nt_rows", "-D MR=4 -D NCC=2", 4, 9, 133, 2, 1, 2.0f, -1.0f, {3, 2}, {1, 1}, 4, 1, 16, 0},
         {"gemm_skinny_nt_rows", "-D MR=2 -D NCC=4", 2, 8, 37, 1, 1, 1.0f, 1.0f, {2, 1}, {1, 1}, 4, 1, 512, 0},
         {"gemm_skinny_nt_rows", "-D MR=1 -D NCC=8", 1, 8, 5, 1, 1, 1.0f, 2.0f, {1, 1}, {1, 1}, 8, 1, 8, 0},
-        /* ... and many rows: blocks of 4 rows (the last one short), 64 columns per item. */
+        /* ... and many rows: blocks of 4 rows (the last one short), 64 columns per item, one
+           product and a batch of three (the absorbed path's W^UV of a prefill chunk). */
         {"gemm_skinny_nt_rows", "-D MR=4 -D NCC=2", 11, 70, 19, 1, 1, 1.0f, 0.0f, {2, 3}, {1, 1}, 64, 3, 0, 0},
-        {"gemm_skinny_nn_rows", "-D MR=1 -D NCC=8", 1, 24, 7, 2, 0, 1.0f, 0.0f, {1, 2}, {1, 1}, 0, 0, 0, 0},
-        {"gemm_skinny_nn_rows", "-D MR=4 -D NCC=2", 3, 40, 9, 2, 0, 1.0f, 0.5f, {3, 2}, {1, 1}, 0, 0, 0, 0},
-        {"gemm_skinny_nn_rows", "-D MR=8 -D NCC=1", 8, 16, 3, 1, 0, 1.0f, 0.0f, {2, 1}, {1, 1}, 0, 0, 0, 0},
+        {"gemm_skinny_nt_rows", "-D MR=4 -D NCC=2", 11, 70, 19, 3, 1, 1.0f, 0.5f, {2, 9}, {1, 1}, 64, 3, 0, 0},
+        {"gemm_skinny_nn_rows", "-D MR=1 -D NCC=8", 1, 24, 7, 2, 0, 1.0f, 0.0f, {1, 2}, {1, 1}, 1, 1, 0, 0},
+        {"gemm_skinny_nn_rows", "-D MR=4 -D NCC=2", 3, 40, 9, 2, 0, 1.0f, 0.5f, {3, 2}, {1, 1}, 1, 1, 0, 0},
+        {"gemm_skinny_nn_rows", "-D MR=8 -D NCC=1", 8, 16, 3, 1, 0, 1.0f, 0.0f, {2, 1}, {1, 1}, 1, 1, 0, 0},
+        /* x B with many rows (the absorbed path's W^UK of a prefill chunk): 19 rows in blocks of 8
+           (the last one short), 2 strips an item (the last item with one), a batch of three. */
+        {"gemm_skinny_nn_rows", "-D MR=8 -D NCC=1", 19, 40, 9, 3, 0, 1.0f, 0.0f, {3, 9}, {1, 1}, 2, 3, 0, 0},
+        {"gemm_skinny_nn_rows", "-D MR=4 -D NCC=2", 6, 48, 5, 2, 0, 2.0f, 1.0f, {2, 4}, {1, 1}, 2, 2, 0, 0},
         /* Packed weights: rows 1, 2, 4, 8 (8, 4, 3 and 3 streams of panel rows, 8 rows in two
            passes), panels of fewer rows than streams, of rows not a multiple of the streams (the
            last segment short) and a last panel short of P rows, chunks of K whose last one is

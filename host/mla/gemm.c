@@ -384,6 +384,9 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
         err = clmla_cl_enqueue(ctx, kernel, 2, global, local, event);
     } else if (cpu_nn) {
         const size_t strip = 8 * (size_t)columns;
+        const int strips_per_item = 1, row_blocks = 1;
+        CLMLA_SET_ARG(ctx, kernel, 19, strips_per_item);
+        CLMLA_SET_ARG(ctx, kernel, 20, row_blocks);
         const size_t global[2] = {(n + strip - 1) / strip, batch}, local[2] = {1, 1};
         err = clmla_cl_enqueue(ctx, kernel, 2, global, local, event);
     } else if (b.transposed) {
@@ -627,6 +630,55 @@ clmla_status clmla_gemm(clmla_context *ctx, size_t m, size_t n, size_t k, float 
     return CLMLA_SUCCESS;
 }
 
+/* A batch of products of more than SKINNY_MAX_ROWS rows each on a CPU device (the absorbed path's
+   per-head W^UK and W^UV for a prefill chunk, or for a decode batch of more than 8 tokens): the
+   _rows kernels in blocks of rows, dimension 1 over (product, block). x W^T: blocks of 4 rows x 64
+   columns, all of K (rows_large's kernel); x B: blocks of 8 rows x 8 columns, each item walking
+   enough of them along N for about cpu_items items in all. CLBlast's batched GEMM, which ran these
+   before, took 3-5x longer on PoCL (docs/perf-log.md, "Which path, prefix-aware"), and a weight of
+   another dtype went through it one decoded product per batch entry. */
+static int use_batched_rows(const clmla_context *ctx, size_t m, size_t n, const clmla_matrix *a, const clmla_matrix *b,
+                            const clmla_matrix *c, size_t a_span, size_t b_span, size_t c_span)
+{
+    return ctx->info.kind == CLMLA_DEVICE_KIND_CPU && m > SKINNY_MAX_ROWS && !a->transposed && !c->transposed &&
+           !b->panel && (b->transposed || n % 8 == 0) && fits_int(a->offset + a_span) && fits_int(b->offset + b_span) &&
+           fits_int(c->offset + c_span) && fits_int(a->ld) && fits_int(b->ld) && fits_int(c->ld);
+}
+
+static clmla_status batched_rows(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
+                                 size_t a_stride, clmla_matrix b, size_t b_stride, float beta, clmla_matrix c,
+                                 size_t c_stride, size_t batch, cl_event *event)
+{
+    const int nt = b.transposed;
+    const size_t rows = nt ? 4 : 8; /* the kernel's MR */
+    cl_kernel kernel = NULL;
+    int columns = 0;
+    clmla_status st = rows_kernel(ctx, b.dtype, k, rows, nt, nt, &kernel, &columns);
+    if (st == CLMLA_SUCCESS)
+        st = set_product_args(ctx, kernel, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    const size_t row_blocks = (m + rows - 1) / rows, pairs = batch * row_blocks;
+    size_t per_item; /* columns (x W^T) or strips of 8 columns (x B) an item takes */
+    if (nt) {
+        per_item = 64;
+        const int k_chunk = 0;
+        CLMLA_SET_ARG(ctx, kernel, 21, k_chunk);
+    } else {
+        const size_t strips = n / 8, items = cpu_items(ctx, tuning(ctx, k));
+        per_item = (strips * pairs + items - 1) / items;
+        per_item = per_item < 1 ? 1 : per_item > strips ? strips : per_item;
+    }
+    const int per_item_arg = (int)per_item, row_blocks_arg = (int)row_blocks;
+    CLMLA_SET_ARG(ctx, kernel, 19, per_item_arg);
+    CLMLA_SET_ARG(ctx, kernel, 20, row_blocks_arg);
+    const size_t span = nt ? per_item : 8 * per_item;
+    const size_t global[2] = {(n + span - 1) / span, pairs}, local[2] = {1, 1};
+    const cl_int err = clmla_cl_enqueue(ctx, kernel, 2, global, local, event);
+    return err == CL_SUCCESS ? CLMLA_SUCCESS
+                             : clmla_fail_cl(ctx, err, nt ? "enqueue gemm_skinny_nt_rows" : "enqueue gemm_skinny_nn_rows");
+}
+
 clmla_status clmla_gemm_strided_batched(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
                                         size_t a_stride, clmla_matrix b, size_t b_stride, float beta, clmla_matrix c,
                                         size_t c_stride, size_t batch, cl_event *event)
@@ -638,6 +690,10 @@ clmla_status clmla_gemm_strided_batched(clmla_context *ctx, size_t m, size_t n, 
         use_skinny(m, &a, &b, &c, batch * a_stride + m * a.ld, batch * b_stride + (b.transposed ? n : k) * b.ld,
                    batch * c_stride + m * c.ld))
         return skinny(ctx, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride, batch, event);
+    if (!forced(ctx) && fits_int(a_stride) && fits_int(b_stride) && fits_int(c_stride) && fits_int(batch) &&
+        use_batched_rows(ctx, m, n, &a, &b, &c, batch * a_stride + m * a.ld, batch * b_stride + (b.transposed ? n : k) * b.ld,
+                         batch * c_stride + m * c.ld))
+        return batched_rows(ctx, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride, batch, event);
     if (clmla_fault_hit(ctx))
         return clmla_fail(ctx, CL_OUT_OF_RESOURCES, "CLBlastSgemmStridedBatched: injected fault");
     if (b.dtype != CLMLA_DTYPE_F32) { /* one decoded product per batch entry */
