@@ -136,6 +136,7 @@ typedef struct bench_row {
     int batch, ctx;
     int q_len;                /* decode: query tokens per sequence (--q-len); 0 = not a decode row */
     int topk;                 /* decode sparse: index entries per query token (--topk); 0 = not sparse */
+    int prefix;               /* prefill: tokens each sequence held before the chunk of ctx (--prefix) */
     bench_timing t;
     double tokens;            /* tokens per call: batch (decode, layer), batch * ctx (prefill) */
     double bytes, flops;      /* per call, as docs/BENCHMARKS.md defines them */
@@ -191,6 +192,7 @@ typedef struct bench_case {
     clmla_dtype weights;       /* layer, prefill, products: the dtype the weights are held in */
     int q_len;                 /* decode, absorbed: new tokens per sequence (1 = one-token decode) */
     int topk;                  /* decode, sparse: index entries per query token */
+    int prefix;                /* prefill: tokens each sequence holds before its ctx new ones */
 } bench_case;
 
 int bench_decode(const bench_case *c, bench_row *row);

@@ -8,7 +8,9 @@
  *            between samples once they have grown by more than max(16, ctx/32) tokens, so the
  *            context stays within 3% of ctx (16 tokens for short contexts).
  *   prefill  `batch` fresh sequences of ctx prompt tokens each in one step: the sequences are freed
- *            and added again, untimed, before every call.
+ *            and added again, untimed, before every call. With --prefix P each sequence is first
+ *            filled, untimed, with P random rows, and the ctx tokens are a chunk after them (chunked
+ *            prefill: P + ctx keys, each new token seeing the prefix and the chunk up to itself).
  * The float32 random weights are given to the layer with config.weights_dtype set to the row's
  * weights dtype: the library converts them once at creation and keeps them in it. */
 #include "bench.h"
@@ -24,13 +26,13 @@
 typedef struct layer_state {
     bench_device *dev;
     const bench_shape *s;
-    int batch, ctx, prefill, slack;
+    int batch, ctx, prefill, prefix, slack;
     clmla_layer *layer;
     clmla_cache *cache;
     int32_t *seq_ids;             /* [batch] */
     clmla_batch_entry *entries;   /* [batch] */
     clmla_forward_args args;
-    cl_mem x, out, staging;       /* x, out [tokens, D]; staging [min(ctx, 8192), rkv + dr] */
+    cl_mem x, out, staging;       /* x, out [tokens, D]; staging [min(rows held, 8192), rkv + dr] */
     int grown;                    /* tokens appended since the last refill (layer) */
 } layer_state;
 
@@ -125,11 +127,17 @@ static int fail(layer_state *st)
     return 1;
 }
 
-/* Frees the sequences and adds them again, filled with ctx random rows (layer) or empty (prefill). */
+/* The random rows a sequence holds before a timed call: ctx (layer) or the prefix (prefill). */
+static int rows_held(const layer_state *st)
+{
+    return st->prefill ? st->prefix : st->ctx;
+}
+
+/* Frees the sequences and adds them again, filled with their random rows. */
 static int refill(layer_state *st)
 {
-    const int reserve = st->prefill ? st->ctx : st->ctx + st->slack + MAX_STEPS_PER_SAMPLE;
-    const int chunk = st->ctx < 8192 ? st->ctx : 8192;
+    const int reserve = st->prefill ? st->prefix + st->ctx : st->ctx + st->slack + MAX_STEPS_PER_SAMPLE;
+    const int held = rows_held(st), chunk = held < 8192 ? held : 8192;
     for (int b = 0; b < st->batch; b++) {
         if (st->seq_ids[b] >= 0 && clmla_cache_seq_free(st->cache, st->seq_ids[b]) != CLMLA_SUCCESS)
             return fail(st);
@@ -141,8 +149,8 @@ static int refill(layer_state *st)
             return fail(st);
         st->entries[b].seq_id = st->seq_ids[b];
         st->entries[b].num_tokens = st->prefill ? st->ctx : 1;
-        for (int t = 0; !st->prefill && t < st->ctx; t += chunk) {
-            const int n = st->ctx - t < chunk ? st->ctx - t : chunk;
+        for (int t = 0; t < held; t += chunk) {
+            const int n = held - t < chunk ? held - t : chunk;
             if (clmla_cache_append_cl(st->cache, 0, st->seq_ids[b], n, st->staging, 0, st->s->row, st->staging,
                                       (size_t)st->s->rkv, st->s->row, NULL) != CLMLA_SUCCESS)
                 return fail(st);
@@ -201,8 +209,9 @@ int bench_layer(const bench_case *c, bench_row *row)
     }
     const int step_tokens = prefill ? ctx : 1;
     const int slack = ctx / 32 > 16 ? ctx / 32 : 16;
-    const int keys = prefill ? ctx : ctx + 1;
-    const int cache_tokens = prefill ? ctx : ctx + slack + MAX_STEPS_PER_SAMPLE;
+    const int prefix = prefill ? c->prefix : 0;
+    const int keys = prefill ? prefix + ctx : ctx + 1;
+    const int cache_tokens = prefill ? prefix + ctx : ctx + slack + MAX_STEPS_PER_SAMPLE;
     const int blocks_per_seq = (cache_tokens + c->block_tokens - 1) / c->block_tokens;
 
     layer_state st;
@@ -212,6 +221,7 @@ int bench_layer(const bench_case *c, bench_row *row)
     st.batch = B;
     st.ctx = ctx;
     st.prefill = prefill;
+    st.prefix = prefix;
     st.slack = slack;
     /* The path auto picks is known only once the layer exists (its threshold); size the check for
        the costlier one. */
@@ -225,14 +235,13 @@ int bench_layer(const bench_case *c, bench_row *row)
 
     int rc = create_layer(&st, c->seed, c->weights);
     int decompressed = path == CLMLA_PATH_DECOMPRESSED;
-    int threshold = 0;
-    if (!rc)
-        rc = clmla_layer_auto_threshold(st.layer, &threshold) != CLMLA_SUCCESS;
-    if (!rc && path == CLMLA_PATH_AUTO)
-        decompressed = step_tokens >= threshold;
+    if (!rc && path == CLMLA_PATH_AUTO) {
+        clmla_attention_path chosen = CLMLA_PATH_AUTO;
+        rc = clmla_layer_auto_path(st.layer, keys - step_tokens, step_tokens, &chosen) != CLMLA_SUCCESS;
+        decompressed = chosen == CLMLA_PATH_DECOMPRESSED;
+        snprintf(row->note, sizeof(row->note), "path auto");
+    }
     snprintf(row->path, sizeof(row->path), "%s", decompressed ? "decompressed" : "absorbed");
-    if (path == CLMLA_PATH_AUTO)
-        snprintf(row->note, sizeof(row->note), "path auto (threshold %d tokens)", threshold);
 
     if (!rc) {
         clmla_cache_config cc = {1, s->rkv, s->dr, c->block_tokens, B * blocks_per_seq, c->dtype, 0, CLMLA_CACHE_F32};
@@ -250,8 +259,8 @@ int bench_layer(const bench_case *c, bench_row *row)
         st.x = rc ? NULL : bench_buffer(dev, x_values * sizeof(float), "hidden states");
         st.out = st.x ? bench_buffer(dev, x_values * sizeof(float), "layer output") : NULL;
         rc = rc || !st.x || !st.out || bench_fill(dev, st.x, x_values, 0, c->seed + 11, 1.0f);
-        if (!rc && !prefill) {
-            const int chunk = ctx < 8192 ? ctx : 8192;
+        if (!rc && rows_held(&st) > 0) {
+            const int chunk = rows_held(&st) < 8192 ? rows_held(&st) : 8192;
             st.staging = bench_buffer(dev, (size_t)chunk * s->row * sizeof(float), "cache staging rows");
             rc = !st.staging || bench_fill(dev, st.staging, (size_t)chunk * s->row, 0, c->seed + 12, 1.0f);
         }
@@ -262,10 +271,12 @@ int bench_layer(const bench_case *c, bench_row *row)
     st.args.cache_layer = 0;
     st.args.path = path;
 
+    row->prefix = prefix;
     row->tokens = (double)B * step_tokens;
     row->cache_bytes = bench_mla_cache_bytes(s, B, keys, c->dtype);
     row->mha_cache_bytes = bench_mha_cache_bytes(s, B, keys, elem);
-    const double pairs = prefill ? (double)ctx * (ctx + 1) / 2 : (double)keys; /* causal (query, key) pairs */
+    /* causal (query, key) pairs: a prefill token sees the prefix and the chunk up to itself */
+    const double pairs = prefill ? (double)ctx * prefix + (double)ctx * (ctx + 1) / 2 : (double)keys;
     row->flops = (double)B * (step_tokens * bench_projection_flops(s, !decompressed) +
                               pairs * bench_pair_flops(s, !decompressed) +
                               (decompressed ? keys * bench_upproject_flops(s) : 0));
@@ -277,7 +288,7 @@ int bench_layer(const bench_case *c, bench_row *row)
     if (!rc && clmla_layer_get_memory(st.layer, &lm) != CLMLA_SUCCESS)
         rc = fail(&st);
     row->weight_bytes = (double)(lm.total - lm.rope_table);
-    row->bytes = row->weight_bytes + bench_mla_cache_bytes(s, B, prefill ? ctx : keys + 1, c->dtype) +
+    row->bytes = row->weight_bytes + bench_mla_cache_bytes(s, B, prefill ? keys : keys + 1, c->dtype) +
                  2.0 * x_values * sizeof(float);
     row->check_error = -1;
 

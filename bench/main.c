@@ -23,7 +23,7 @@ typedef struct name_list {
 
 typedef struct options {
     const char *device, *preset, *json, *peaks;
-    const char *phase, *ctx, *batch, *path, *dtype, *wdtype, *flush, *q_len;
+    const char *phase, *ctx, *batch, *path, *dtype, *wdtype, *flush, *q_len, *prefix;
     int quick, peak, no_peak, check, warm_cache, block_tokens, seed, topk, help, version;
     double max_mem_mib, max_time;
     int dims[7]; /* hidden, heads, q-lora-rank, kv-lora-rank, nope-dim, rope-dim, v-dim; -1 = preset's */
@@ -80,6 +80,8 @@ static void usage(FILE *out)
             "                       FLOPs / FMA peak), what bounds it (bw or flops), and %%bound = bound / median\n"
             "  --q-len LIST         decode, absorbed: new tokens per sequence (default 1), each seeing the keys up\n"
             "                       to itself (speculative or multi-token decode); one row per length\n"
+            "  --prefix LIST        prefill: tokens each sequence already holds (default 0): the ctx prompt tokens\n"
+            "                       are a chunk after them (chunked prefill), seeing the prefix and themselves\n"
             "  --json FILE          also write every row as a JSON array of objects\n"
             "  --quick              small sweep, short timing (peak, decode, layer, prefill; under a minute on\n"
             "                       a 2-core CPU once kernels are compiled and cached)\n"
@@ -108,16 +110,17 @@ static int parse_int(const char *text, int *out)
     return 0;
 }
 
-static int parse_ints(const char *text, int_list *list, const char *what)
+/* A comma list of integers of at least `least` (1, or 0 where 0 means none, as --prefix). */
+static int parse_ints_from(const char *text, int_list *list, const char *what, int least)
 {
     list->n = 0;
     char buf[512];
     snprintf(buf, sizeof(buf), "%s", text);
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         int v = 0;
-        if (list->n == MAX_LIST || parse_int(tok, &v) || v < 1) {
-            fprintf(stderr, "clmla-bench: --%s expects up to %d positive integers separated by commas, got '%s'\n", what,
-                    MAX_LIST, text);
+        if (list->n == MAX_LIST || parse_int(tok, &v) || v < least) {
+            fprintf(stderr, "clmla-bench: --%s expects up to %d %s integers separated by commas, got '%s'\n", what,
+                    MAX_LIST, least > 0 ? "positive" : "non-negative", text);
             return 1;
         }
         list->v[list->n++] = v;
@@ -127,6 +130,11 @@ static int parse_ints(const char *text, int_list *list, const char *what)
         return 1;
     }
     return 0;
+}
+
+static int parse_ints(const char *text, int_list *list, const char *what)
+{
+    return parse_ints_from(text, list, what, 1);
 }
 
 /* Splits a comma list into names, each of which must be one of `allowed` (NULL-terminated);
@@ -208,6 +216,7 @@ static int parse_args(int argc, char **argv, options *o)
                             : strcmp(key, "weights-dtype") == 0 ? &o->wdtype
                             : strcmp(key, "flush") == 0       ? &o->flush
                             : strcmp(key, "q-len") == 0       ? &o->q_len
+                            : strcmp(key, "prefix") == 0      ? &o->prefix
                                                               : NULL;
         if (text) {
             *text = value;
@@ -474,8 +483,9 @@ int main(int argc, char **argv)
     }
     bench_shape shape;
     name_list phases, dtypes, wdtypes;
-    int_list q_lens;
+    int_list q_lens, prefixes;
     if (make_shape(&o, &shape) || parse_ints(o.q_len ? o.q_len : "1", &q_lens, "q-len") ||
+        parse_ints_from(o.prefix ? o.prefix : "0", &prefixes, "prefix", 0) ||
         parse_names(o.phase ? o.phase : (o.quick ? "peak,decode,layer,prefill" : "decode"), &phases, phase_names, "phase") ||
         parse_names(o.dtype ? o.dtype : "f32", &dtypes, dtype_names, "cache-dtype") ||
         parse_names(o.wdtype ? o.wdtype : "auto", &wdtypes, weights_names, "weights-dtype"))
@@ -499,7 +509,7 @@ int main(int argc, char **argv)
             return 2;
         const int nw = strcmp(phases.v[p], "decode") == 0 ? 1 : wdtypes.n;
         const int nc = strcmp(phases.v[p], "products") == 0 ? 1 : dtypes.n;
-        const int nl = strcmp(phases.v[p], "decode") == 0 ? q_lens.n : 1;
+        const int nl = strcmp(phases.v[p], "decode") == 0 ? q_lens.n : strcmp(phases.v[p], "prefill") == 0 ? prefixes.n : 1;
         total += nw * nc * paths.n * batch.n * ctx.n * nl;
     }
 
@@ -620,18 +630,21 @@ int main(int argc, char **argv)
         int_list ctx, batch;
         name_list paths;
         phase_lists(&o, &shape, phase, &ctx, &batch, &paths);
-        const int products = strcmp(phase, "products") == 0, decode = strcmp(phase, "decode") == 0;
+        const int products = strcmp(phase, "products") == 0, decode = strcmp(phase, "decode") == 0,
+                  prefill = strcmp(phase, "prefill") == 0;
+        /* decode rows go through --q-len, prefill rows through --prefix */
+        const int_list *inner = decode ? &q_lens : prefill ? &prefixes : NULL;
         /* decode has no weights of the library's, products no cache */
         for (int w = 0; w < (decode ? 1 : wdtypes.n); w++)
             for (int d = 0; d < (products ? 1 : dtypes.n); d++)
                 for (int q = 0; q < paths.n; q++)
                     for (int b = 0; b < batch.n; b++)
                         for (int c = 0; c < ctx.n; c++)
-                            for (int l = 0; l < (decode ? q_lens.n : 1); l++) {
+                            for (int l = 0; l < (inner ? inner->n : 1); l++) {
                                 bench_case bc = {&dev, &shape, &timing, phase, paths.v[q], batch.v[b], ctx.v[c],
                                                  cache_dtype_of(dtypes.v[d]), o.block_tokens, o.check,
                                                  (unsigned)o.seed * 1000003u, weights_dtype_of(wdtypes.v[w]),
-                                                 decode ? q_lens.v[l] : 0, o.topk};
+                                                 decode ? q_lens.v[l] : 0, o.topk, prefill ? prefixes.v[l] : 0};
                                 failures += run_row(report, &bc, !decode, !products, ++index, total);
                             }
     }

@@ -179,6 +179,10 @@ int bench_report_row(bench_report *r, const bench_row *row)
         const size_t len = strlen(note);
         snprintf(note + len, sizeof(note) - len, "%sq-len %d", len ? "; " : "", row->q_len);
     }
+    if (row->prefix > 0) {
+        const size_t len = strlen(note);
+        snprintf(note + len, sizeof(note) - len, "%sprefix %d", len ? "; " : "", row->prefix);
+    }
     if (row->topk > 0) {
         const size_t len = strlen(note);
         snprintf(note + len, sizeof(note) - len, "%stopk %d", len ? "; " : "", row->topk);
@@ -214,6 +218,7 @@ int bench_report_row(bench_report *r, const bench_row *row)
     cJSON_AddNumberToObject(o, "ctx", row->ctx);
     add_number_or_null(o, "q_len", row->q_len, row->q_len > 0);
     add_number_or_null(o, "topk", row->topk, row->topk > 0);
+    add_number_or_null(o, "prefix", row->prefix, strcmp(row->phase, "prefill") == 0);
     /* null where the row has no weights (peak, decode's absorbed and mha) or no cache (peak, products) */
     if (row->weights_dtype[0])
         cJSON_AddStringToObject(o, "weights_dtype", row->weights_dtype);

@@ -800,8 +800,16 @@ clmla_status clmla_layer_forward_cl(clmla_layer *layer, clmla_cache *cache, cons
 clmla_status clmla_layer_warmup(clmla_layer *layer, clmla_cache *cache, int cache_layer);
 
 /* In *tokens: entries with at least this many tokens take the decompressed path under
-   CLMLA_PATH_AUTO. */
+   CLMLA_PATH_AUTO, whatever their sequence held before the step; after a short prefix fewer do
+   (clmla_layer_auto_path). */
 clmla_status clmla_layer_auto_threshold(const clmla_layer *layer, int *tokens);
+
+/* In *path: the path CLMLA_PATH_AUTO takes (CLMLA_PATH_ABSORBED or CLMLA_PATH_DECOMPRESSED) for
+   an entry of `tokens` new tokens in a sequence that holds `prefix` tokens before the step, in a
+   step whose sequences hold at most prefix + tokens keys afterwards (a longer one in the same
+   step can make a layer with an indexer select keys, which changes the choice). docs/DESIGN.md,
+   "Which path", gives the rule. */
+clmla_status clmla_layer_auto_path(const clmla_layer *layer, int prefix, int tokens, clmla_attention_path *path);
 
 /* The device memory a layer holds, in bytes, by checkpoint tensor, as the layer stores it: in its
    weights dtype (an FP8 tensor's block scales included), packed in panels on CPU devices;

@@ -8,6 +8,7 @@
  *             chunks) == each sequence alone == reference;
  *   layers    two layers sharing one cache, each on its own cache layer;
  *   forward-cl clmla_layer_forward_cl on device buffers at offsets, chained by events;
+ *   auto-path clmla_layer_auto_path's rule, and AUTO taking the path it names;
  *   errors    wrong / missing weights, invalid configs, bad forward arguments and a full cache: the
  *             documented status, and no sequence changes length or contents;
  *   presets   v2-lite, v2, v3 and kimi-k2 at full size for 3 tokens (one preset in memory at a time).
@@ -291,6 +292,109 @@ static void test_shapes(void)
         free(x);
         tu_weights_free(&w);
     }
+}
+
+/* ---- AUTO's choice ---------------------------------------------------------------------------- */
+
+/* clmla_layer_auto_path: its refusals, the shape of its rule (for each prefix a number of tokens
+   from which an entry goes decompressed, never 1, growing with the prefix up to the layer's
+   threshold, which a long prefix reaches), and a forward step under AUTO taking the path it names:
+   its output bit for bit that of the named path, run from the same cache contents (the two paths
+   round differently, which the test checks first so that it can tell them apart). */
+static void test_auto_path(void)
+{
+    /* kv_lora_rank 64 against head dims 16 + 8 and 16: a threshold of 22 by the FLOPs, 57 on CPUs */
+    const clmla_layer_config c = tu_small_config(48, 4, 16, 64, 16, 8, 16);
+    const int D = c.hidden_size;
+    tu_weights w;
+    if (tu_weights_make(&w, &c, 4242) != 0) {
+        CHECK(0, "auto path: out of host memory");
+        return;
+    }
+    clmla_layer *layer = make_layer(&w, "auto path");
+    int n = 0;
+    clmla_attention_path got = CLMLA_PATH_AUTO;
+    if (layer) {
+        CHECK_STATUS(clmla_layer_auto_threshold(layer, &n), CLMLA_SUCCESS, ctx);
+        CHECK_STATUS(clmla_layer_auto_path(NULL, 0, 1, &got), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+        CHECK_STATUS(clmla_layer_auto_path(layer, 0, 1, NULL), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+        CHECK_STATUS(clmla_layer_auto_path(layer, -1, 4, &got), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+        CHECK(strstr(clmla_last_error(ctx), "prefix") != NULL, "auto path: the refusal does not name the prefix: %s",
+              clmla_last_error(ctx));
+        CHECK_STATUS(clmla_layer_auto_path(layer, 5, 0, &got), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+    }
+    static const int prefixes[] = {0, 1, 5, 40, 300, 5000, 1 << 20};
+    int from[7], previous = 0;
+    for (int i = 0; layer && i < 7; i++) {
+        from[i] = -1;
+        for (int t = 1; t <= 4 * n + 64; t++) {
+            CHECK_STATUS(clmla_layer_auto_path(layer, prefixes[i], t, &got), CLMLA_SUCCESS, ctx);
+            const int decompressed = got == CLMLA_PATH_DECOMPRESSED;
+            CHECK(got == CLMLA_PATH_DECOMPRESSED || got == CLMLA_PATH_ABSORBED, "auto path: prefix %d, %d tokens: path %d",
+                  prefixes[i], t, (int)got);
+            if (decompressed && from[i] < 0)
+                from[i] = t;
+            CHECK(decompressed || from[i] < 0, "auto path: prefix %d: %d tokens absorbed, %d decompressed", prefixes[i], t,
+                  from[i]);
+        }
+        CHECK(from[i] > 1 && from[i] <= n, "auto path: prefix %d: decompressed from %d tokens (threshold %d)", prefixes[i],
+              from[i], n);
+        CHECK(from[i] >= previous, "auto path: prefix %d: decompressed from %d tokens, a shorter prefix from %d",
+              prefixes[i], from[i], previous);
+        previous = from[i];
+    }
+    if (layer) {
+        CHECK(from[6] == n, "auto path: after a long prefix decompressed from %d tokens, not the threshold %d", from[6], n);
+        CHECK(n > 16 && from[0] < n, "auto path: threshold %d, with no prefix decompressed from %d tokens", n, from[0]);
+    }
+
+    /* (prefix, tokens): decompressed with no prefix, absorbed after a long one, and decompressed
+       just past the boundary of a short one. */
+    const int cases[3][2] = {{0, 20}, {300, 20}, {40, from[3] > 0 ? from[3] : 20}};
+    for (int k = 0; layer && k < 3; k++) {
+        const int P = cases[k][0], T = cases[k][1], bt = 16;
+        CHECK_STATUS(clmla_layer_auto_path(layer, P, T, &got), CLMLA_SUCCESS, ctx);
+        char what[160];
+        snprintf(what, sizeof(what), "auto path: %d tokens after %d (AUTO names %s)", T, P, path_name(got));
+        float *x = tu_random_inputs(P + T, D, 77 + (uint64_t)k);
+        float *prefix_out = malloc(((size_t)P + 1) * D * sizeof(float));
+        float *outs[3];
+        clmla_cache *cache = make_cache(&c, 1, bt, 3 * ((P + T + bt - 1) / bt + 1), CLMLA_CACHE_F32);
+        static const clmla_attention_path paths[3] = {CLMLA_PATH_AUTO, CLMLA_PATH_ABSORBED, CLMLA_PATH_DECOMPRESSED};
+        int ok = cache != NULL && x && prefix_out;
+        for (int q = 0; q < 3; q++) {
+            outs[q] = malloc((size_t)T * D * sizeof(float));
+            ok = ok && outs[q];
+        }
+        for (int q = 0; ok && q < 3; q++) {
+            const int32_t seq = add_seq(cache);
+            for (int done = 0; ok && done < P; done += 100) { /* the same prefix in every sequence */
+                const clmla_batch_entry e = {seq, P - done < 100 ? P - done : 100};
+                ok = forward(layer, cache, 0, &e, 1, CLMLA_PATH_ABSORBED, x + (size_t)done * D,
+                             prefix_out + (size_t)done * D) == CLMLA_SUCCESS;
+            }
+            const clmla_batch_entry e = {seq, T};
+            ok = ok && forward(layer, cache, 0, &e, 1, paths[q], x + (size_t)P * D, outs[q]) == CLMLA_SUCCESS;
+            CHECK(ok, "%s: %s step: %s", what, path_name(paths[q]), clmla_last_error(ctx));
+        }
+        if (ok) {
+            const size_t bytes = (size_t)T * D * sizeof(float);
+            CHECK(memcmp(outs[1], outs[2], bytes) != 0, "%s: the two paths gave the same bits; the test cannot tell them apart",
+                  what);
+            check_agree(outs[1], outs[2], (size_t)T * D, D, CLMLA_CACHE_F32, what);
+            CHECK(memcmp(outs[0], outs[got == CLMLA_PATH_ABSORBED ? 1 : 2], bytes) == 0,
+                  "%s: AUTO's output is not that path's", what);
+            CHECK(memcmp(outs[0], outs[got == CLMLA_PATH_ABSORBED ? 2 : 1], bytes) != 0,
+                  "%s: AUTO's output is the other path's", what);
+        }
+        for (int q = 0; q < 3; q++)
+            free(outs[q]);
+        clmla_cache_destroy(cache);
+        free(prefix_out);
+        free(x);
+    }
+    clmla_layer_destroy(layer);
+    tu_weights_free(&w);
 }
 
 /* ---- one long sequence, many ways ---------------------------------------------------------------- */
@@ -1172,7 +1276,7 @@ static void test_per_sequence_rope(void)
 
 static const tu_part parts[] = {
     {"dense-limit", test_dense_limit}, {"per-sequence-rope", test_per_sequence_rope},
-    {"errors", test_create_errors},
+    {"errors", test_create_errors}, {"auto-path", test_auto_path},
     {"shapes-clblast", test_shapes_clblast}, {"group-kernels", test_group_kernels}, {"forward-errors", test_forward_errors}, {"shapes", test_shapes},
     {"long", test_long},            {"batch", test_batch},                   {"layers", test_two_layers},
     {"forward-cl", test_forward_cl}, {"presets", test_presets},

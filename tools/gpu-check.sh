@@ -10,7 +10,8 @@
 # OUT/kernel-tuning.json; then clmla-bench with that file in force: peaks, latent decode (v2-lite
 # and v3, batch 1 / 8 / 32, ctx 4096 / 32768, every cache dtype), multi-token decode at 16 and 8
 # heads (8: folded into the heads), decode products (f32 / bf16 / fp8, 1 and 8 rows), the layer
-# step and prefill. OUT/summary.txt lists each step with its exit code and seconds.
+# step, prefill, and both paths of chunks after a prefix (AUTO's crossover, which GPUs take
+# from the FLOP count until measured). OUT/summary.txt lists each step with its exit code and seconds.
 set -u
 build=${1:?usage: sh tools/gpu-check.sh BUILD OUT [SECONDS]}
 out=${2:?usage: sh tools/gpu-check.sh BUILD OUT [SECONDS]}
@@ -62,5 +63,7 @@ step bench-layer 40 "$bench" $peaks --phase layer --batch 1,8 --ctx 4096 --weigh
     --json "$out/layer.json"
 step bench-prefill 40 "$bench" $peaks --phase prefill --ctx 512,4096 --weights-dtype f32,bf16 \
     --json "$out/prefill.json"
+step bench-prefix 40 "$bench" $peaks --phase prefill --path absorbed,decompressed --ctx 16,64,256,1024 \
+    --prefix 0,1024,4096 --json "$out/prefix.json"
 echo "gpu-check: $(($(date +%s) - start)) s; $out/summary.txt:"
 cat "$out/summary.txt"

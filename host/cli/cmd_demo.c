@@ -303,9 +303,9 @@ int cmd_demo(int argc, char **argv)
     entry.seq_id = seq;
     entry.num_tokens = prefill;
     args.path = CLMLA_PATH_AUTO;
-    int threshold = 0;
-    clmla_layer_auto_threshold(layer, &threshold);
-    const char *prefill_path = prefill >= threshold ? "decompressed" : "absorbed";
+    clmla_attention_path chosen = CLMLA_PATH_ABSORBED;
+    clmla_layer_auto_path(layer, 0, prefill, &chosen);
+    const char *prefill_path = chosen == CLMLA_PATH_DECOMPRESSED ? "decompressed" : "absorbed";
     t0 = now_seconds();
     if (clmla_layer_forward(layer, cache, &args, x, out) != CLMLA_SUCCESS) {
         fprintf(stderr, "clmla demo: prefill: %s\n", clmla_last_error(ctx));

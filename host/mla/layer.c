@@ -284,21 +284,60 @@ static clmla_status build_kernels(clmla_layer *L)
     return st;
 }
 
-/* Entries of at least this many tokens are cheaper decompressed: per key, the up-projection costs
-   2*rkv*H*(dn+dv) FLOPs once; per (query, key, head) the absorbed score and sum cost 2*(2*rkv+dr)
-   against 2*(dq+dv) decompressed (docs/MLA.md section 5). Break-even: n = rkv*(dn+dv) / (2*rkv+dr-dq-dv),
-   171 tokens for DeepSeek shapes. That is the threshold for GPUs and other devices until it is
-   measured there. On CPU devices (PoCL) the measured crossover for V2-Lite was 32..64 tokens
-   (docs/DESIGN.md), so CPUs use 64, or the cost model when that is lower. */
-#define CPU_MEASURED_THRESHOLD 64
+/* Which path AUTO takes for a dense entry (docs/DESIGN.md, "Which path"). Per query token the
+   absorbed path costs X = 2 rkv H (dn + dv) FLOPs (W^UK into the query, W^UV after the sum), per
+   (query, key) pair A = 2 H (2 rkv + dr); the decompressed path costs X per key (up-projecting it)
+   and D = 2 H (dq + dv) per pair. An entry of t tokens after a prefix of p has p + t keys and
+   t (p + (t + 1) / 2) causal pairs, so decompressing pays once pairs (A - D) >= p X, that is
+   t (p + (t + 1) / 2) >= p n with n = X / (A - D): about n tokens after a long prefix, fewer after
+   a short one, any number after none. n is the layer's auto_threshold (171 for DeepSeek's head
+   dims by the FLOPs alone). On CPU devices each part is weighted by its measured speed instead:
+   on PoCL (V2-Lite, the AVX-512 EPYC, 2026-11-26) absorbed pairs ran at 1.12 and decompressed pairs
+   at 0.47 times the FLOP rate of the up-projection, which gives n = 452 for DeepSeek's dims (the
+   measured crossovers: 150-250 tokens after 256, 300-450 after 1024, 500-1000 after 4096). Shapes
+   whose absorbed pairs cost no more than decompressed ones take the absorbed path after any
+   prefix. Below AUTO_MIN_TOKENS tokens the absorbed path is kept whatever the prefix: with no
+   prefix the two were even there on PoCL (and a multi-token decode entry stays in its batch's
+   absorbed call). */
+#define AUTO_MIN_TOKENS 16
+#define CPU_ABSORBED_PAIR_RATE 1.12
+#define CPU_DECOMPRESSED_PAIR_RATE 0.47
 
-static int cost_model_threshold(const clmla_layer *L)
+static int auto_threshold_of(const clmla_layer *L)
 {
-    const double saved = (double)(2 * L->rkv + L->dr) - (double)(L->dq + L->dv);
-    if (saved <= 0)
-        return 1;
-    const double n = (double)L->rkv * (L->dn + L->dv) / saved;
-    return n < 1 ? 1 : n > 1e6 ? 1000000 : (int)ceil(n);
+    const int cpu = L->ctx->info.kind == CLMLA_DEVICE_KIND_CPU;
+    const double X = 2.0 * L->rkv * L->H * (L->dn + L->dv), A = 2.0 * L->H * (2 * L->rkv + L->dr),
+                 D = 2.0 * L->H * (L->dq + L->dv);
+    const double saved = A / (cpu ? CPU_ABSORBED_PAIR_RATE : 1.0) - D / (cpu ? CPU_DECOMPRESSED_PAIR_RATE : 1.0);
+    const double n = saved > 0 ? X / saved : 1e6;
+    return n < AUTO_MIN_TOKENS ? AUTO_MIN_TOKENS : n > 1e6 ? 1000000 : (int)ceil(n);
+}
+
+/* In a selecting step AUTO sends an entry decompressed only up to this many keys. CPU devices:
+   none, as measured on PoCL (16 heads, top-k 512: absorbed 1.2-2.3x faster for prefills of 1024 to
+   4096 tokens; docs/perf-log.md). Elsewhere, until measured, the FLOP count: the decompressed
+   kernels score every key (2 dq FLOPs a key, per query and head) and weight the selected ones
+   (2 dv each), the absorbed ones only the index_topk selected (2 (2 rkv + dr) each), so past
+   index_topk (2 rkv + dr - dv) / dq keys (5 index_topk for DeepSeek-V3.2) the absorbed path does
+   less (docs/DESIGN.md). */
+static long long sparse_decompressed_keys(const clmla_layer *L)
+{
+    if (L->ctx->info.kind == CLMLA_DEVICE_KIND_CPU)
+        return 0;
+    return (long long)L->topk * (2LL * L->rkv + L->dr - L->dv) / L->dq;
+}
+
+/* Whether AUTO takes the decompressed path for an entry of `tokens` new tokens in a sequence that
+   held `prefix` before the step: the rule above in dense steps, the one of sparse_decompressed_keys
+   in steps that select keys. */
+static int auto_decompressed(const clmla_layer *L, int prefix, int tokens, int sparse)
+{
+    if (tokens < AUTO_MIN_TOKENS)
+        return 0;
+    if (sparse && (long long)prefix + tokens > sparse_decompressed_keys(L))
+        return 0;
+    const double pairs = (double)tokens * ((double)prefix + (tokens + 1) / 2.0);
+    return pairs >= (double)prefix * L->auto_threshold;
 }
 
 clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *config, const clmla_layer_weights *w,
@@ -377,9 +416,7 @@ clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *co
     L->D = (int)D, L->H = (int)Hs, L->rq = (int)rq, L->rkv = (int)rkv;
     L->dn = (int)dn, L->dr = (int)dr, L->dv = (int)dv, L->dq = (int)dq, L->row = (int)(rkv + dr);
     L->scale = (float)clmla_softmax_scale(&c);
-    L->auto_threshold = cost_model_threshold(L);
-    if (ctx->info.kind == CLMLA_DEVICE_KIND_CPU && L->auto_threshold > CPU_MEASURED_THRESHOLD)
-        L->auto_threshold = CPU_MEASURED_THRESHOLD;
+    L->auto_threshold = auto_threshold_of(L);
 
     const clmla_weights_dtype wd = c.weights_dtype;
     /* The shard's blocks of the head-sharded weights (the whole tensors without sharding). */
@@ -525,6 +562,19 @@ clmla_status clmla_layer_auto_threshold(const clmla_layer *L, int *tokens)
     if (!L || !tokens)
         return clmla_fail(L ? L->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_layer_auto_threshold: NULL argument");
     *tokens = L->auto_threshold;
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_layer_auto_path(const clmla_layer *L, int prefix, int tokens, clmla_attention_path *path)
+{
+    if (!L || !path)
+        return clmla_fail(L ? L->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_layer_auto_path: NULL argument");
+    if (prefix < 0 || tokens < 1)
+        return clmla_fail(L->ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "clmla_layer_auto_path: prefix must be at least 0 and tokens at least 1, got %d and %d", prefix,
+                          tokens);
+    const int sparse = L->HI > 0 && (long long)prefix + tokens > L->topk;
+    *path = auto_decompressed(L, prefix, tokens, sparse) ? CLMLA_PATH_DECOMPRESSED : CLMLA_PATH_ABSORBED;
     return CLMLA_SUCCESS;
 }
 
@@ -798,20 +848,6 @@ static clmla_status plan_arrays(clmla_layer *L, int n, step_plan *p)
     return CLMLA_SUCCESS;
 }
 
-/* In a selecting step AUTO sends an entry decompressed only up to this many keys. CPU devices:
-   none, as measured on PoCL (16 heads, top-k 512: absorbed 1.2-2.3x faster for prefills of 1024 to
-   4096 tokens; docs/perf-log.md). Elsewhere, until measured, the FLOP count: the decompressed
-   kernels score every key (2 dq FLOPs a key, per query and head) and weight the selected ones
-   (2 dv each), the absorbed ones only the index_topk selected (2 (2 rkv + dr) each), so past
-   index_topk (2 rkv + dr - dv) / dq keys (5 index_topk for DeepSeek-V3.2) the absorbed path does
-   less (docs/DESIGN.md). */
-static long long sparse_decompressed_keys(const clmla_layer *L)
-{
-    if (L->ctx->info.kind == CLMLA_DEVICE_KIND_CPU)
-        return 0;
-    return (long long)L->topk * (2LL * L->rkv + L->dr - L->dv) / L->dq;
-}
-
 /* The plan of a step whose cache transaction `txn` is open (the sequences' new lengths and blocks
    are in the cache, their lengths before the step in txn). */
 static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_forward_args *a, const cache_txn *txn,
@@ -853,8 +889,7 @@ static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_fo
         p->first_row[e] = row;
         p->prefix[e] = txn->old_length[e];
         p->decompressed[e] = a->path == CLMLA_PATH_DECOMPRESSED ||
-                             (a->path == CLMLA_PATH_AUTO && tokens >= L->auto_threshold &&
-                              (!p->sparse || p->prefix[e] + tokens <= sparse_decompressed_keys(L)));
+                             (a->path == CLMLA_PATH_AUTO && auto_decompressed(L, p->prefix[e], tokens, p->sparse));
         if (!p->decompressed[e]) {
             p->any_absorbed = 1;
             if (tokens > p->max_run)

@@ -315,7 +315,17 @@ def test_warmup_memory_threshold(ctx):
     m = layer.memory()
     assert m["q_a_proj"] > 0 and m["q_proj"] == 0 and m["biases"] > 0
     assert m["total"] == sum(v for k, v in m.items() if k != "total")
-    assert layer.auto_threshold >= 1
+    n = layer.auto_threshold
+    assert n >= 1
+    # after a prefix long against the threshold, the threshold itself decides (this small shape's
+    # absorbed pairs cost less than decompressed ones on CPUs: no threshold there); one token is
+    # always absorbed
+    assert layer.auto_path(1 << 20, n) == "decompressed"
+    if n * n < 1 << 20:
+        assert layer.auto_path(1 << 20, n - 1) == "absorbed"
+    assert layer.auto_path(10, 1) == "absorbed"
+    with pytest.raises(clmla.Error, match="prefix"):
+        layer.auto_path(-1, 4)
     assert "Layer" in repr(layer) and "Cache" in repr(big)
 
 

@@ -106,7 +106,7 @@ def cmd_demo(argv) -> int:
         t0 = time.perf_counter()
         layer(x[: a.prefill], batch=[(seq, a.prefill)], cache=cache, out=out[: a.prefill])
         dt = time.perf_counter() - t0
-        path = "decompressed" if a.prefill >= layer.auto_threshold else "absorbed"
+        path = layer.auto_path(0, a.prefill)
         print("prefill      %d tokens in %.1f ms: %.0f tokens/s (%s path)" % (a.prefill, dt * 1e3, a.prefill / dt, path))
         ms = []
         for i in range(a.prefill, T):

@@ -961,10 +961,19 @@ class Layer(_Owned):
 
     @property
     def auto_threshold(self) -> int:
-        """Entries with at least this many tokens take the decompressed path under path="auto"."""
+        """Entries with at least this many tokens take the decompressed path under path="auto",
+        whatever their sequence held; after a short prefix fewer do (auto_path)."""
         n = ctypes.c_int(0)
         _check(lib.clmla_layer_auto_threshold(self._require(), ctypes.byref(n)), self.context._handle)
         return n.value
+
+    def auto_path(self, prefix: int, tokens: int) -> str:
+        """The path path="auto" takes ("absorbed" or "decompressed") for an entry of `tokens` new
+        tokens in a sequence holding `prefix` tokens before the step (clmla_layer_auto_path)."""
+        p = ctypes.c_int(0)
+        _check(lib.clmla_layer_auto_path(self._require(), int(prefix), int(tokens), ctypes.byref(p)),
+               self.context._handle)
+        return "decompressed" if p.value == PATHS["decompressed"] else "absorbed"
 
     def memory(self) -> dict:
         """Device bytes the layer holds, by checkpoint tensor (clmla_layer_memory)."""
