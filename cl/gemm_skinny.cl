@@ -331,6 +331,22 @@ __global const W_T *tiled_b_row(__global const W_T *B, const int r, const int k0
     return B + (size_t)p * panel * K + (size_t)k0 * rows_p + (size_t)i * min(KC, K - k0);
 }
 
+/* TILED_DECODE (a weight dtype other than f32; the host's tiled_decode): the item first decodes
+   its TC rows of B's chunk, scales applied, into local memory (TC x KC floats, 192 KiB at 48 x
+   1024), and the product reads them from there as the f32 form reads B, so that each weight is
+   decoded once per chunk instead of once per 4 rows of A (TR / 4 times). */
+#ifdef TILED_DECODE
+#define TW_T __local const float
+#define TW_LOAD8(p, k, s) vload8(0, (p) + (k))
+#define TW_LOAD(p, k, s) ((p)[k])
+#define TW_SCALE(r, k) 1.0f
+#else
+#define TW_T __global const W_T
+#define TW_LOAD8(p, k, s) W_LOAD8((p) + (k), 0, s)
+#define TW_LOAD(p, k, s) W_LOAD(p, k, s)
+#define TW_SCALE(r, k) W_SCALE(Bs, bs_ld, r, k)
+#endif
+
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void gemm_tiled_rows(const int M, const int N, const int K, const float alpha,
                      __global const float *A, const int a_offset, const int lda, const int a_stride,
@@ -339,6 +355,9 @@ void gemm_tiled_rows(const int M, const int N, const int K, const float alpha,
                      __global const float *Bs, const int bs_ld,
                      const int panel)
 {
+#ifdef TILED_DECODE
+    __local float decoded[TC * KC];
+#endif
     /* one product: the batch strides are those of the other gemm_skinny kernels' arguments, unused */
     const int c0 = get_global_id(0) * TC, r0 = get_global_id(1) * TR;
     const int c_end = min(c0 + TC, N), r_end = min(r0 + TR, M);
@@ -349,18 +368,37 @@ void gemm_tiled_rows(const int M, const int N, const int K, const float alpha,
     int k0 = 0;
     do { /* once even for K = 0, so that C is still scaled by beta */
         const int len = min(KC, K - k0), len8 = len & ~7;
+#ifdef TILED_DECODE
+        for (int r = c0; r < c_end; r++) {
+            __global const W_T *src = tiled_b_row(B, r, k0, N, K, ldb, panel);
+            __local float *dst = decoded + (r - c0) * KC;
+            for (int kb = 0; kb < len8; kb += W_BLOCK) {
+                const float sc = W_SCALE(Bs, bs_ld, r + brow0, k0 + kb);
+                const int kend = min(kb + W_BLOCK, len8);
+                for (int k = kb; k < kend; k += 8)
+                    vstore8(W_LOAD8(src + k, 0, sc), 0, dst + k);
+            }
+            for (int k = len8; k < len; k++)
+                dst[k] = W_LOAD(src, k, W_SCALE(Bs, bs_ld, r + brow0, k0 + k));
+        }
+#endif
         for (int m0 = r0; m0 < r_end; m0 += 4) {
             __global const float *xs[4];
 #pragma unroll
             for (int m = 0; m < 4; m++)
                 xs[m] = A + (size_t)min(m0 + m, M - 1) * lda + k0; /* past M: a valid row, result dropped */
             for (int n0 = c0; n0 < c_end; n0 += MC) {
-                __global const W_T *ws[MC];
+                TW_T *ws[MC];
                 int wn[MC]; /* the rows read, for their block scales */
 #pragma unroll
                 for (int c = 0; c < MC; c++) {
+#ifdef TILED_DECODE
+                    wn[c] = min(n0 + c, c_end - 1); /* past the tile: a decoded row, result dropped */
+                    ws[c] = decoded + (wn[c] - c0) * KC;
+#else
                     wn[c] = min(n0 + c, N - 1);
                     ws[c] = tiled_b_row(B, wn[c], k0, N, K, ldb, panel);
+#endif
                     wn[c] += brow0;
                 }
                 float8 acc[4][MC];
@@ -373,13 +411,13 @@ void gemm_tiled_rows(const int M, const int N, const int K, const float alpha,
                     float sc[MC];
 #pragma unroll
                     for (int c = 0; c < MC; c++)
-                        sc[c] = W_SCALE(Bs, bs_ld, wn[c], k0 + kb);
+                        sc[c] = TW_SCALE(wn[c], k0 + kb);
                     const int kend = min(kb + W_BLOCK, len8);
                     for (int k = kb; k < kend; k += 8) {
                         float8 w[MC];
 #pragma unroll
                         for (int c = 0; c < MC; c++)
-                            w[c] = W_LOAD8(ws[c] + k, 0, sc[c]);
+                            w[c] = TW_LOAD8(ws[c], k, sc[c]);
 #pragma unroll
                         for (int m = 0; m < 4; m++) {
                             const float8 x = vload8(0, xs[m] + k);
@@ -395,7 +433,7 @@ void gemm_tiled_rows(const int M, const int N, const int K, const float alpha,
                     for (int c = 0; c < MC; c++) {
                         float s = sum8(acc[m][c]);
                         for (int k = len8; k < len; k++)
-                            s = fma(xs[m][k], W_LOAD(ws[c], k, W_SCALE(Bs, bs_ld, wn[c], k0 + k)), s);
+                            s = fma(xs[m][k], TW_LOAD(ws[c], k, TW_SCALE(wn[c], k0 + k)), s);
                         if (m0 + m < r_end && n0 + c < c_end)
                             store_chunk(C + (size_t)(m0 + m) * ldc + n0 + c, s, k0, alpha, beta);
                     }

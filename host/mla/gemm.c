@@ -423,11 +423,15 @@ static clmla_status tiled(clmla_context *ctx, size_t m, size_t n, size_t k, floa
     const clmla_product_tuning *t = tuning(ctx, k);
     cl_kernel *slot = &kernels(ctx, b.dtype, k)->tiled_rows[packed_b];
     if (!*slot) {
-        char extra[96], options[160], mc[16] = "";
+        char extra[128], options[224], mc[16] = "";
         if (t->tiled_weight_rows != 3) /* the kernel's own MC: the defaults build the options of before */
             snprintf(mc, sizeof(mc), " -D MC=%d", t->tiled_weight_rows);
-        snprintf(extra, sizeof(extra), "-D TR=%d -D TC=%d -D KC=%d%s", t->tiled_rows, t->tiled_columns,
-                 packed_b ? CLMLA_PACK_CHUNK : t->tiled_k_chunk, mc);
+        /* weights of another dtype decoded once per chunk into local memory, where it holds them */
+        const int kc = packed_b ? CLMLA_PACK_CHUNK : t->tiled_k_chunk;
+        const int decode = b.dtype != CLMLA_DTYPE_F32 &&
+                           (uint64_t)t->tiled_columns * (uint64_t)kc * sizeof(float) <= ctx->info.local_mem_bytes;
+        snprintf(extra, sizeof(extra), "-D TR=%d -D TC=%d -D KC=%d%s%s", t->tiled_rows, t->tiled_columns, kc, mc,
+                 decode ? " -D TILED_DECODE" : "");
         dtype_options(ctx, b.dtype, extra, options, sizeof(options));
         clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options, "gemm_tiled_rows", slot);
         if (st != CLMLA_SUCCESS)
