@@ -181,6 +181,34 @@ if(NOT out MATCHES "\npeak +none \\(--no-peak\\)" OR NOT out MATCHES "\nlayer +a
   message(FATAL_ERROR "--no-peak: no 'peak none' line or a bound printed:\n${out}")
 endif()
 
+# Chunked prefill: --prefix fills each sequence first; the prefix is in the row (JSON, note), in its
+# FLOPs (the chunk's pairs with the prefix), and in AUTO's choice, which the row reports: a first
+# chunk of 20 tokens goes decompressed, the same chunk after 200 cached tokens stays absorbed.
+execute_process(
+  COMMAND ${BENCH} --quick --phase prefill --ctx 20 --prefix 0,200 --max-time 0.2 --no-peak --json ${OUT}.prefix.json
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "clmla-bench --phase prefill --prefix 0,200 exited with ${rc}:\n${out}\n${err}")
+endif()
+file(READ ${OUT}.prefix.json json)
+string(JSON prefix0 GET "${json}" 0 prefix)
+string(JSON prefix1 GET "${json}" 1 prefix)
+string(JSON path0 GET "${json}" 0 path)
+string(JSON path1 GET "${json}" 1 path)
+string(JSON flops0 GET "${json}" 0 flops)
+string(JSON flops1 GET "${json}" 1 flops)
+if(NOT prefix0 EQUAL 0 OR NOT prefix1 EQUAL 200 OR NOT path0 STREQUAL "decompressed" OR NOT path1 STREQUAL "absorbed")
+  message(FATAL_ERROR "--prefix 0,200: rows (prefix ${prefix0}, ${path0}) and (prefix ${prefix1}, ${path1}); "
+                      "expected (0, decompressed) and (200, absorbed)")
+endif()
+if(NOT flops1 GREATER flops0 OR NOT out MATCHES "prefix 200")
+  message(FATAL_ERROR "--prefix 200: FLOPs ${flops1} not above the first chunk's ${flops0}, or no note:\n${out}")
+endif()
+execute_process(COMMAND ${BENCH} --phase prefill --prefix 5,-1 RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "--prefix expects")
+  message(FATAL_ERROR "--prefix 5,-1: exit ${rc}, expected 2 with a message:\n${err}")
+endif()
+
 # The cold phase: a fresh context, layer, warm-up and first step, with no disk cache (build) and
 # from one filled beforehand (cache). The build row builds programs and loads none; the cache row
 # loads them and builds none (a program the disk cache does not serve would show here); the parts
