@@ -400,13 +400,18 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue gemm_skinny");
 }
 
-/* The skinny kernels take A untransposed and every index as int. */
+/* The skinny and _rows kernels take A and C untransposed and every index as int. */
+static int int_operands(const clmla_matrix *a, const clmla_matrix *b, const clmla_matrix *c, size_t a_span,
+                        size_t b_span, size_t c_span)
+{
+    return !a->transposed && !c->transposed && fits_int(a->offset + a_span) && fits_int(b->offset + b_span) &&
+           fits_int(c->offset + c_span) && fits_int(a->ld) && fits_int(b->ld) && fits_int(c->ld);
+}
+
 static int use_skinny(size_t m, const clmla_matrix *a, const clmla_matrix *b, const clmla_matrix *c, size_t a_span,
                       size_t b_span, size_t c_span)
 {
-    return m <= SKINNY_MAX_ROWS && !a->transposed && !c->transposed && fits_int(a->offset + a_span) &&
-           fits_int(b->offset + b_span) && fits_int(c->offset + c_span) && fits_int(a->ld) && fits_int(b->ld) &&
-           fits_int(c->ld);
+    return m <= SKINNY_MAX_ROWS && int_operands(a, b, c, a_span, b_span, c_span);
 }
 
 /* y = x W^T for TILED_MIN_ROWS rows or more on CPU devices: gemm_tiled_rows, tiles of tiled_rows
@@ -635,20 +640,14 @@ clmla_status clmla_gemm(clmla_context *ctx, size_t m, size_t n, size_t k, float 
 }
 
 /* A batch of products of more than SKINNY_MAX_ROWS rows each on a CPU device (the absorbed path's
-   per-head W^UK and W^UV for a prefill chunk, or for a decode batch of more than 8 tokens): the
-   _rows kernels in blocks of rows, dimension 1 over (product, block). x W^T: blocks of 4 rows x 64
-   columns, all of K (rows_large's kernel); x B: blocks of 8 rows x 8 columns, each item walking
-   enough of them along N for about cpu_items items in all. CLBlast's batched GEMM, which ran these
-   before, took 3-5x longer on PoCL (docs/perf-log.md, "Which path, prefix-aware"), and a weight of
-   another dtype went through it one decoded product per batch entry. */
-static int use_batched_rows(const clmla_context *ctx, size_t m, size_t n, const clmla_matrix *a, const clmla_matrix *b,
-                            const clmla_matrix *c, size_t a_span, size_t b_span, size_t c_span)
-{
-    return ctx->info.kind == CLMLA_DEVICE_KIND_CPU && m > SKINNY_MAX_ROWS && !a->transposed && !c->transposed &&
-           !b->panel && (b->transposed || n % 8 == 0) && fits_int(a->offset + a_span) && fits_int(b->offset + b_span) &&
-           fits_int(c->offset + c_span) && fits_int(a->ld) && fits_int(b->ld) && fits_int(c->ld);
-}
-
+   per-head W^UK and W^UV for a prefill chunk, or for a decode batch of more than 8 tokens), on
+   operands the _rows kernels take (x B: N a multiple of 8; W not packed): the kernels in blocks of
+   rows, dimension 1 over (product, block). x W^T: blocks of 4 rows x 64 columns, all of K
+   (rows_large's kernel); x B: blocks of 8 rows x 8 columns, each item walking enough of them along
+   N for about cpu_items items in all. Through CLBlast's batched GEMM, which ran these before, a
+   256-token absorbed prefill took 2.6x as long on PoCL (docs/perf-log.md, "Which path,
+   prefix-aware"), and a weight of another dtype went through it one decoded product per batch
+   entry. */
 static clmla_status batched_rows(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
                                  size_t a_stride, clmla_matrix b, size_t b_stride, float beta, clmla_matrix c,
                                  size_t c_stride, size_t batch, cl_event *event)
@@ -690,13 +689,12 @@ clmla_status clmla_gemm_strided_batched(clmla_context *ctx, size_t m, size_t n, 
     clmla_status st = ensure_products(ctx);
     if (st != CLMLA_SUCCESS)
         return st;
-    if (!forced(ctx) && fits_int(a_stride) && fits_int(b_stride) && fits_int(c_stride) && fits_int(batch) &&
-        use_skinny(m, &a, &b, &c, batch * a_stride + m * a.ld, batch * b_stride + (b.transposed ? n : k) * b.ld,
-                   batch * c_stride + m * c.ld))
+    const int own = !forced(ctx) && fits_int(a_stride) && fits_int(b_stride) && fits_int(c_stride) && fits_int(batch) &&
+                    int_operands(&a, &b, &c, batch * a_stride + m * a.ld, batch * b_stride + (b.transposed ? n : k) * b.ld,
+                                 batch * c_stride + m * c.ld);
+    if (own && m <= SKINNY_MAX_ROWS)
         return skinny(ctx, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride, batch, event);
-    if (!forced(ctx) && fits_int(a_stride) && fits_int(b_stride) && fits_int(c_stride) && fits_int(batch) &&
-        use_batched_rows(ctx, m, n, &a, &b, &c, batch * a_stride + m * a.ld, batch * b_stride + (b.transposed ? n : k) * b.ld,
-                         batch * c_stride + m * c.ld))
+    if (own && ctx->info.kind == CLMLA_DEVICE_KIND_CPU && !b.panel && (b.transposed || n % 8 == 0))
         return batched_rows(ctx, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride, batch, event);
     if (clmla_fault_hit(ctx))
         return clmla_fail(ctx, CL_OUT_OF_RESOURCES, "CLBlastSgemmStridedBatched: injected fault");
