@@ -694,7 +694,9 @@ done:
 
 /* ---- latent attention kernel parameters (include/clmla.h, "Latent attention kernel tuning") --- */
 
-static const clmla_latent_tuning latent_defaults = {16, 8, 4, 16, 4, 128, 8, 0, 16};
+/* group_query_layout 1 since the H100 measured it (2026-11-26): 0.72-0.88 of layout 0's time at 16 and
+   128 heads; the bank layout it avoids is that of most GPUs' local memory (32 four-byte banks) */
+static const clmla_latent_tuning latent_defaults = {16, 8, 4, 16, 4, 128, 8, 1, 16};
 
 /* Entries measured with `clmla tune --kernels` on the developers' machines (CHANGELOG.md,
    docs/DESIGN.md "Kernel tuning"). platform / driver "" = any. */
@@ -714,6 +716,13 @@ static const latent_entry latent_builtin[] = {
        was 0.86-1.24 of the defaults when timed again beside them, three times out of four slower:
        the defaults */
     {"AuthenticAMD", "pthread-skylake-avx512-AMD EPYC", "Portable Computing Language", "", 16, {16, 8, 4, 16, 4, 128, 8, 0, 16}},
+    /* NVIDIA H100 80GB HBM3, driver 580.159.04 (2026-11-26): 72 candidates each, rkv 512, dr 64, ctx
+       4096, confirmed by 3 alternations with the defaults of then (query layout 0). 16 heads: batch 1
+       59.8 us, batch 8 109.3 us against 69.9 and 120.4 (0.88); 128 heads: 76.8 and 590.0 us against
+       103.8 and 832.8 (0.72). Both chose query layout 1; 128 heads also 256 items per group. Any
+       driver: the kernel's limits are the chip's. */
+    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 16, {16, 8, 4, 16, 4, 128, 4, 1, 16}},
+    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 128, {16, 8, 4, 16, 4, 256, 8, 1, 16}},
 };
 
 static const struct {
@@ -1154,6 +1163,12 @@ static const product_entry product_builtin[] = {
        14.6-18.4 ms for o_proj at 8), hence 1 and 2 rows only. The rest: the defaults. */
     {"AuthenticAMD", "pthread-skylake-avx512-AMD EPYC", "Portable Computing Language", "", 0,
      {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 1, 4}},
+    /* NVIDIA H100 80GB HBM3, driver 580.159.04 (2026-11-26): gemm_skinny_nt at 1 row, 29 candidates
+       per K class on V2-Lite's and V3's projections in f32, bf16 and fp8; the defaults won both
+       classes (next best 1.006-1.036 of their time; skinny_vector 8 and 16, 1.27 and 1.92). An
+       entry, so that `clmla devices --verbose` says the device was measured. */
+    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 0,
+     {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4}},
 };
 static const size_t product_builtin_count = sizeof(product_builtin) / sizeof(product_builtin[0]);
 
