@@ -300,9 +300,10 @@ typedef struct clmla_latent_tuning {
     int group_keys;          /* attn_latent: keys per work-item in the score step (KPT), 1..8 (4) */
     int group_max_items;     /* attn_latent: most work-items per group (NT), a power of two 4..1024 (128) */
     int group_groups_per_cu; /* attn_latent: work-groups wanted per compute unit when splitting keys, 1..64 (8) */
-    /* added in 0.4: attn_latent's queries in local memory (QLAYOUT): 0 [head][row] (default); 1
-       [row][4][head quad], so that the items scoring one key read adjacent float4s, which on GPUs
-       with 32 four-byte banks removes a four-way bank conflict of layout 0 */
+    /* added in 0.4: attn_latent's queries in local memory (QLAYOUT): 0 [head][row]; 1 [row][4][head
+       quad] (default), so that the items scoring one key read adjacent float4s, which on GPUs with
+       32 four-byte banks removes a four-way bank conflict of layout 0 (an H100: 0.72-0.88 of layout
+       0's time) */
     int group_query_layout;
     /* added in 0.4: attn_latent's multi-token decode: the most query tokens of one sequence a
        work-group takes together, its heads then (token, head) pairs, so that the cache rows are read
@@ -799,9 +800,10 @@ clmla_status clmla_layer_forward_cl(clmla_layer *layer, clmla_cache *cache, cons
 #define CLMLA_WARMUP_TOKENS 296
 clmla_status clmla_layer_warmup(clmla_layer *layer, clmla_cache *cache, int cache_layer);
 
-/* In *tokens: entries with at least this many tokens take the decompressed path under
-   CLMLA_PATH_AUTO, whatever their sequence held before the step; after a short prefix fewer do
-   (clmla_layer_auto_path). */
+/* In *tokens: after a long prefix, entries with at least this many tokens take the decompressed
+   path under CLMLA_PATH_AUTO (1000000: none ever does). After a short prefix the count differs:
+   on CPU devices fewer tokens, on others up to twice as many (clmla_layer_auto_path gives the
+   choice for any prefix; docs/DESIGN.md, "Which path"). */
 clmla_status clmla_layer_auto_threshold(const clmla_layer *layer, int *tokens);
 
 /* In *path: the path CLMLA_PATH_AUTO takes (CLMLA_PATH_ABSORBED or CLMLA_PATH_DECOMPRESSED) for

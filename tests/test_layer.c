@@ -297,13 +297,18 @@ static void test_shapes(void)
 /* ---- AUTO's choice ---------------------------------------------------------------------------- */
 
 /* clmla_layer_auto_path: its refusals, the shape of its rule (for each prefix a number of tokens
-   from which an entry goes decompressed, never 1, growing with the prefix up to the layer's
-   threshold, which a long prefix reaches), and a forward step under AUTO taking the path it names:
-   its output bit for bit that of the named path, run from the same cache contents (the two paths
-   round differently, which the test checks first so that it can tell them apart). */
-static void test_auto_path(void)
+   from which an entry goes decompressed, never 1; the layer's threshold after a long prefix; on CPU
+   devices growing with the prefix from 16 tokens with none, on other devices falling from twice the
+   threshold with none), and a forward step under AUTO taking the path it names: its output bit for
+   bit that of the named path, run from the same cache contents (the two paths round differently,
+   which the test checks first so that it can tell them apart). Run as the device is and as the
+   other kind of device (the layer made and run with the context's kind changed, both rules on any
+   device). */
+static void test_auto_path_kind(void)
 {
-    /* kv_lora_rank 64 against head dims 16 + 8 and 16: a threshold of 22 by the FLOPs, 57 on CPUs */
+    const int cpu = ctx->info.kind == CLMLA_DEVICE_KIND_CPU;
+    /* kv_lora_rank 64 against head dims 16 + 8 and 16: a threshold of 22 by the FLOPs, 57 on CPUs,
+       719 on other devices */
     const clmla_layer_config c = tu_small_config(48, 4, 16, 64, 16, 8, 16);
     const int D = c.hidden_size;
     tu_weights w;
@@ -322,6 +327,7 @@ static void test_auto_path(void)
         CHECK(strstr(clmla_last_error(ctx), "prefix") != NULL, "auto path: the refusal does not name the prefix: %s",
               clmla_last_error(ctx));
         CHECK_STATUS(clmla_layer_auto_path(layer, 5, 0, &got), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+        CHECK(n == (cpu ? 57 : 719), "auto path: threshold %d on a %s device", n, cpu ? "CPU" : "GPU");
     }
     static const int prefixes[] = {0, 1, 5, 40, 300, 5000, 1 << 20};
     int from[7], previous = 0;
@@ -337,20 +343,33 @@ static void test_auto_path(void)
             CHECK(decompressed || from[i] < 0, "auto path: prefix %d: %d tokens absorbed, %d decompressed", prefixes[i], t,
                   from[i]);
         }
-        CHECK(from[i] > 1 && from[i] <= n, "auto path: prefix %d: decompressed from %d tokens (threshold %d)", prefixes[i],
-              from[i], n);
-        CHECK(from[i] >= previous, "auto path: prefix %d: decompressed from %d tokens, a shorter prefix from %d",
-              prefixes[i], from[i], previous);
+        if (cpu) {
+            CHECK(from[i] > 1 && from[i] <= n, "auto path: prefix %d: decompressed from %d tokens (threshold %d)",
+                  prefixes[i], from[i], n);
+            CHECK(from[i] >= previous, "auto path: prefix %d: decompressed from %d tokens, a shorter prefix from %d",
+                  prefixes[i], from[i], previous);
+        } else {
+            CHECK(from[i] >= n && from[i] <= 2 * n - 1, "auto path: prefix %d: decompressed from %d tokens (threshold %d)",
+                  prefixes[i], from[i], n);
+            CHECK(i == 0 || from[i] <= previous,
+                  "auto path: prefix %d: decompressed from %d tokens, a shorter prefix from %d", prefixes[i], from[i],
+                  previous);
+        }
         previous = from[i];
     }
     if (layer) {
-        CHECK(from[6] == n, "auto path: after a long prefix decompressed from %d tokens, not the threshold %d", from[6], n);
-        CHECK(n > 16 && from[0] < n, "auto path: threshold %d, with no prefix decompressed from %d tokens", n, from[0]);
+        /* after a long prefix: from n tokens (CPUs: pairs >= p n), or n + 1 (others: pairs >= (p + t) n) */
+        CHECK(from[6] == n || (!cpu && from[6] == n + 1),
+              "auto path: after a long prefix decompressed from %d tokens, not the threshold %d", from[6], n);
+        if (cpu)
+            CHECK(n > 16 && from[0] == 16, "auto path: threshold %d, with no prefix decompressed from %d tokens", n, from[0]);
+        else
+            CHECK(from[0] == 2 * n - 1, "auto path: threshold %d, with no prefix decompressed from %d tokens", n, from[0]);
     }
 
     /* (prefix, tokens): decompressed with no prefix, absorbed after a long one, and decompressed
        just past the boundary of a short one. */
-    const int cases[3][2] = {{0, 20}, {300, 20}, {40, from[3] > 0 ? from[3] : 20}};
+    const int cases[3][2] = {{0, from[0] > 20 ? from[0] : 20}, {300, 20}, {40, from[3] > 0 ? from[3] : 20}};
     for (int k = 0; layer && k < 3; k++) {
         const int P = cases[k][0], T = cases[k][1], bt = 16;
         CHECK_STATUS(clmla_layer_auto_path(layer, P, T, &got), CLMLA_SUCCESS, ctx);
@@ -395,6 +414,15 @@ static void test_auto_path(void)
     }
     clmla_layer_destroy(layer);
     tu_weights_free(&w);
+}
+
+static void test_auto_path(void)
+{
+    const clmla_device_kind real = ctx->info.kind;
+    test_auto_path_kind();
+    ctx->info.kind = real == CLMLA_DEVICE_KIND_CPU ? CLMLA_DEVICE_KIND_GPU : CLMLA_DEVICE_KIND_CPU;
+    test_auto_path_kind();
+    ctx->info.kind = real;
 }
 
 /* ---- one long sequence, many ways ---------------------------------------------------------------- */

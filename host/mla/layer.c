@@ -76,6 +76,7 @@ struct clmla_layer {
     cl_kernel add_bias;
     int rmsnorm_threads;
     int auto_threshold;
+    int auto_chunk_keys; /* AUTO: the entry's own tokens count as keys of the decompressed cost (auto_threshold_of) */
     /* The tables a step writes for its kernels (step_table, parts of one staged block, scratch.h),
        kept between steps (docs/DESIGN.md, "Step buffers"); `written` is the completion of the last
        step's writes, which the host waits for before it rewrites the block. */
@@ -291,26 +292,47 @@ static clmla_status build_kernels(clmla_layer *L)
    t (p + (t + 1) / 2) causal pairs, so decompressing pays once pairs (A - D) >= p X, that is
    t (p + (t + 1) / 2) >= p n with n = X / (A - D): about n tokens after a long prefix, fewer after
    a short one, any number after none. n is the layer's auto_threshold (171 for DeepSeek's head
-   dims by the FLOPs alone). On CPU devices each part is weighted by its measured speed instead:
-   on PoCL (V2-Lite, the AVX-512 EPYC, 2026-11-26) absorbed pairs ran at 1.12 and decompressed pairs
-   at 0.47 times the FLOP rate of the up-projection, which gives n = 452 for DeepSeek's dims (the
-   measured crossovers: 150-250 tokens after 256, 300-450 after 1024, 500-1000 after 4096). Shapes
-   whose absorbed pairs cost no more than decompressed ones take the absorbed path after any
-   prefix. Below AUTO_MIN_TOKENS tokens the absorbed path is kept whatever the prefix: with no
-   prefix the two were even there on PoCL (and a multi-token decode entry stays in its batch's
-   absorbed call). */
+   dims by the FLOPs alone). Each part is weighted by the speed its kernels reached:
+   - CPU devices, PoCL (V2-Lite, the AVX-512 EPYC, 2026-11-26): absorbed pairs ran at 1.12 and
+     decompressed pairs at 0.47 times the FLOP rate of the up-projection, which gives n = 452 for
+     DeepSeek's dims (the measured crossovers: 150-250 tokens after 256, 300-450 after 1024,
+     500-1000 after 4096).
+   - Other devices, an NVIDIA H100 (V2-Lite, 2026-11-26, prefixes 0-4096, chunks 16-1024): the
+     absorbed path won every cell (1.2x at 16 tokens with no prefix to 70x at 16 after 4096). Its
+     time fits 1.49 ns per pair (0.94 of the up-projection's FLOP rate); the decompressed path's fits
+     8.4 us per prefix key and 9.6 per chunk token, nothing per pair: its attention kernel walks the
+     keys with too few work-groups to fill the GPU, so its cost grows with the keys (0.0197 of the
+     FLOP rate, counting X per key), the chunk's own keys too. There the rule is
+     pairs >= n (p + t), n = 5700 for DeepSeek's dims: decompressed only for prompts of about 11000
+     tokens and more (2n - 1 with no prefix, n after a long one).
+   Shapes whose absorbed pairs cost no more than decompressed ones (small test shapes on CPUs) take
+   the absorbed path always. Below AUTO_MIN_TOKENS tokens the absorbed path is kept whatever the
+   prefix: with no prefix the two were even there on PoCL (and a multi-token decode entry stays in
+   its batch's absorbed call). */
 #define AUTO_MIN_TOKENS 16
 #define CPU_ABSORBED_PAIR_RATE 1.12
 #define CPU_DECOMPRESSED_PAIR_RATE 0.47
+#define GPU_ABSORBED_PAIR_RATE 0.94
+#define GPU_DECOMPRESSED_KEY_RATE 0.0197
 
-static int auto_threshold_of(const clmla_layer *L)
+/* n, and whether the entry's own tokens count as keys of the decompressed path's cost
+   (auto_chunk_keys); AUTO_NEVER: the decompressed path never pays */
+#define AUTO_NEVER 1000000
+static int auto_threshold_of(const clmla_layer *L, int *chunk_keys)
 {
     const int cpu = L->ctx->info.kind == CLMLA_DEVICE_KIND_CPU;
     const double X = 2.0 * L->rkv * L->H * (L->dn + L->dv), A = 2.0 * L->H * (2 * L->rkv + L->dr),
                  D = 2.0 * L->H * (L->dq + L->dv);
-    const double saved = A / (cpu ? CPU_ABSORBED_PAIR_RATE : 1.0) - D / (cpu ? CPU_DECOMPRESSED_PAIR_RATE : 1.0);
-    const double n = saved > 0 ? X / saved : 1e6;
-    return n < AUTO_MIN_TOKENS ? AUTO_MIN_TOKENS : n > 1e6 ? 1000000 : (int)ceil(n);
+    double n;
+    if (cpu) {
+        const double saved = A / CPU_ABSORBED_PAIR_RATE - D / CPU_DECOMPRESSED_PAIR_RATE;
+        n = saved > 0 ? X / saved : AUTO_NEVER;
+        *chunk_keys = 0;
+    } else {
+        n = (X / GPU_DECOMPRESSED_KEY_RATE) / (A / GPU_ABSORBED_PAIR_RATE);
+        *chunk_keys = 1;
+    }
+    return n < AUTO_MIN_TOKENS ? AUTO_MIN_TOKENS : n >= AUTO_NEVER ? AUTO_NEVER : (int)ceil(n);
 }
 
 /* In a selecting step AUTO sends an entry decompressed only up to this many keys. CPU devices:
@@ -336,8 +358,10 @@ static int auto_decompressed(const clmla_layer *L, int prefix, int tokens, int s
         return 0;
     if (sparse && (long long)prefix + tokens > sparse_decompressed_keys(L))
         return 0;
+    if (L->auto_threshold >= AUTO_NEVER)
+        return 0;
     const double pairs = (double)tokens * ((double)prefix + (tokens + 1) / 2.0);
-    return pairs >= (double)prefix * L->auto_threshold;
+    return pairs >= ((double)prefix + (L->auto_chunk_keys ? tokens : 0)) * L->auto_threshold;
 }
 
 clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *config, const clmla_layer_weights *w,
@@ -416,7 +440,7 @@ clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *co
     L->D = (int)D, L->H = (int)Hs, L->rq = (int)rq, L->rkv = (int)rkv;
     L->dn = (int)dn, L->dr = (int)dr, L->dv = (int)dv, L->dq = (int)dq, L->row = (int)(rkv + dr);
     L->scale = (float)clmla_softmax_scale(&c);
-    L->auto_threshold = auto_threshold_of(L);
+    L->auto_threshold = auto_threshold_of(L, &L->auto_chunk_keys);
 
     const clmla_weights_dtype wd = c.weights_dtype;
     /* The shard's blocks of the head-sharded weights (the whole tensors without sharding). */
