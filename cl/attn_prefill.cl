@@ -128,6 +128,190 @@ void attn_prefill(__global const float *q, const int q_offset, const int q_row_s
     }
 }
 
+/* ---- attn_prefill_tiled: the same attention in tiles for GPUs (experimental) --------------------
+ *
+ * Work-group (block of BQ queries, head) of NT = (BQ/2) * (BK/4) work-items. attn_prefill gives each
+ * item one query and its DQ + DV floats of state, so a chunk has few work-groups and its items spill;
+ * here the block's queries (scaled) sit in local memory and each tile of BK keys is one small
+ * matrix product per step:
+ *   A. scores: item (query pair qg, key group kg) computes the 2 x 4 scores of queries 2qg, 2qg+1
+ *      with keys kg + NKG*kk (kk < 4, NKG = BK/4), dot products in float4 steps over the key tile,
+ *      which is staged in chunks of KC dimensions (rows KS = KC + 4 floats apart, so that the NKG
+ *      items of a query pair read different banks) -> ps[q][k], -inf past each query's position;
+ *   B. online softmax: item q < BQ owns row q: the tile's maximum, the rescale alpha of its running
+ *      sums, the weights exp(s - max) in place; meanwhile every item stages the tile's values;
+ *   C. values: item (query quad, float4 of DV) for (BQ/4) * (DV/4) such pairs, OPI per item:
+ *      acc = alpha acc + sum_k w[q][k] v[k], keys past a query's position skipped (not weighted 0:
+ *      0 times a later token's NaN would be NaN).
+ * Selected by the latent tuning's prefill_tiled (off by default until measured on a GPU). No SPARSE
+ * form: steps that select keys keep attn_prefill. */
+#ifndef BQ
+#define BQ 32
+#endif
+#ifndef BK
+#define BK 32
+#endif
+#ifndef KC
+#define KC 64
+#endif
+#if defined(TILED) && (BQ % 4 || BK % 4 || KC % 4 || DV % 4)
+#error "attn_prefill_tiled: BQ, BK, KC and DV must be multiples of 4"
+#endif
+#if defined(TILED) && BK < 8
+#error "attn_prefill_tiled: BK must be at least 8 (an item per query row in step B)"
+#endif
+#define NKG (BK / 4)                      /* key groups: items per query pair in step A */
+#define TNT ((BQ / 2) * NKG)              /* work-items */
+#define DQP ((DQ + 3) / 4 * 4)            /* a query row padded to whole float4s */
+#define QS4 (DQP / 4 + 1)                 /* float4s between query rows in local memory */
+#define KS4 (KC / 4 + 1)                  /* float4s between key rows of a staged chunk */
+#define DV4 (DV / 4)
+#define KV4 (BK * KS4 > BK * DV4 ? BK * KS4 : BK * DV4) /* a key chunk or the value tile */
+#define PV_GROUPS ((BQ / 4) * DV4)
+#define OPI ((PV_GROUPS + TNT - 1) / TNT) /* (query quad, value float4) pairs per item */
+#define PS (BK + 1)                       /* floats between rows of the weights */
+
+#ifdef TILED
+__kernel __attribute__((reqd_work_group_size(TNT, 1, 1)))
+void attn_prefill_tiled(__global const float *q, const int q_offset, const int q_row_stride,
+                        __global const float *kv_up, const int kv_up_offset, const int kv_up_row_stride,
+                        __global const float *k_rope, const int k_rope_offset, const int k_rope_row_stride,
+                        const int n_queries, const int prefix, const float scale,
+                        __global float *out, const int out_offset, const int out_row_stride)
+{
+    __local float4 qs[BQ * QS4];
+    __local float4 kv[KV4];
+    __local float ps[BQ * PS];
+    __local float alpha_l[BQ];
+    __local float l_l[BQ];
+
+    const int lid = get_local_id(0);
+    const int q0 = get_group_id(0) * BQ;
+    const int h = get_group_id(1);
+    const int nq = min(BQ, n_queries - q0);  /* the block's queries */
+    const int key_end = prefix + q0 + nq;     /* keys its last query sees */
+    const int qg = lid / NKG, kg = lid % NKG; /* step A */
+    __local float *qsf = (__local float *)qs;
+    __local float *kvf = (__local float *)kv;
+
+    for (int idx = lid; idx < BQ * DQP; idx += TNT) {
+        const int r = idx / DQP, d = idx % DQP;
+        qsf[r * QS4 * 4 + d] = r < nq && d < DQ ? q[q_offset + (size_t)(q0 + r) * q_row_stride + (size_t)h * DQ + d] * scale
+                                                 : 0.0f;
+    }
+    float m_run = -INFINITY, l_run = 0.0f; /* row lid (items lid < BQ) */
+    float4 acc[OPI][4];
+    for (int i = 0; i < OPI; i++)
+        for (int r = 0; r < 4; r++)
+            acc[i][r] = 0.0f;
+
+    for (int j0 = 0; j0 < key_end; j0 += BK) {
+        /* A. scores */
+        float4 a[2][4];
+        for (int r = 0; r < 2; r++)
+            for (int kk = 0; kk < 4; kk++)
+                a[r][kk] = 0.0f;
+        for (int c0 = 0; c0 < DQP; c0 += KC) {
+            barrier(CLK_LOCAL_MEM_FENCE); /* the chunk (or the last tile's values) read by all */
+            for (int idx = lid; idx < BK * KC; idx += TNT) {
+                const int kk = idx / KC, d = idx % KC, j = j0 + kk, dd = c0 + d;
+                float v = 0.0f;
+                if (j < key_end && dd < DQ)
+                    v = dd < DN ? kv_up[kv_up_offset + (size_t)j * kv_up_row_stride + (size_t)h * (DN + DV) + dd]
+                                : k_rope[k_rope_offset + (size_t)j * k_rope_row_stride + (dd - DN)];
+                kvf[kk * KS4 * 4 + d] = v;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            const int n4 = min(KC, DQP - c0) / 4;
+            for (int d4 = 0; d4 < n4; d4++) {
+                const float4 x0 = qs[(2 * qg) * QS4 + c0 / 4 + d4], x1 = qs[(2 * qg + 1) * QS4 + c0 / 4 + d4];
+                #pragma unroll
+                for (int kk = 0; kk < 4; kk++) {
+                    const float4 k4 = kv[(kg + NKG * kk) * KS4 + d4];
+                    a[0][kk] = fma(x0, k4, a[0][kk]);
+                    a[1][kk] = fma(x1, k4, a[1][kk]);
+                }
+            }
+        }
+        for (int r = 0; r < 2; r++) {
+            const int qr = 2 * qg + r;
+            for (int kk = 0; kk < 4; kk++) {
+                const int k = kg + NKG * kk;
+                ps[qr * PS + k] = qr < nq && j0 + k <= prefix + q0 + qr
+                                      ? a[r][kk].x + a[r][kk].y + a[r][kk].z + a[r][kk].w
+                                      : -INFINITY;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* the scores written, the last key chunk read */
+
+        /* B. row owners: softmax; everyone: the tile's values */
+        if (lid < BQ) {
+            float mt = -INFINITY;
+            for (int k = 0; k < BK; k++)
+                mt = fmax(mt, ps[lid * PS + k]);
+            const float m_new = fmax(m_run, mt);
+            /* -inf only while the row has seen no key (a query past the block's end) */
+            const float alpha = m_new == -INFINITY ? 1.0f : exp(m_run - m_new);
+            float sum = 0.0f;
+            for (int k = 0; k < BK; k++) {
+                const float sc = ps[lid * PS + k];
+                const float w = sc == -INFINITY ? 0.0f : exp(sc - m_new);
+                ps[lid * PS + k] = w;
+                sum += w;
+            }
+            l_run = l_run * alpha + sum;
+            m_run = m_new;
+            alpha_l[lid] = alpha;
+        }
+        for (int idx = lid; idx < BK * DV; idx += TNT) {
+            const int kk = idx / DV, d = idx % DV, j = j0 + kk;
+            kvf[kk * DV + d] = j < key_end ? kv_up[kv_up_offset + (size_t)j * kv_up_row_stride + (size_t)h * (DN + DV) + DN + d]
+                                           : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* C. values */
+        #pragma unroll
+        for (int i = 0; i < OPI; i++) {
+            const int g = lid + i * TNT;
+            if (PV_GROUPS % TNT == 0 || g < PV_GROUPS) {
+                const int qq = g / DV4, v4 = g % DV4;
+                int nv[4]; /* keys of the tile each of the quad's queries sees */
+                for (int r = 0; r < 4; r++) {
+                    const int qr = 4 * qq + r;
+                    acc[i][r] *= alpha_l[qr];
+                    nv[r] = qr < nq ? clamp(prefix + q0 + qr - j0 + 1, 0, BK) : 0;
+                }
+                for (int k = 0; k < BK; k++) {
+                    const float4 v = kv[k * DV4 + v4];
+                    #pragma unroll
+                    for (int r = 0; r < 4; r++)
+                        if (k < nv[r])
+                            acc[i][r] = fma((float4)(ps[(4 * qq + r) * PS + k]), v, acc[i][r]);
+                }
+            }
+        }
+        /* the next tile's first chunk waits at its barrier for this tile's readers */
+    }
+    if (lid < BQ)
+        l_l[lid] = l_run;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    #pragma unroll
+    for (int i = 0; i < OPI; i++) {
+        const int g = lid + i * TNT;
+        if (PV_GROUPS % TNT == 0 || g < PV_GROUPS) {
+            const int qq = g / DV4, v4 = g % DV4;
+            for (int r = 0; r < 4; r++) {
+                const int qr = 4 * qq + r;
+                if (qr < nq)
+                    vstore4(acc[i][r] / l_l[qr], 0,
+                            out + out_offset + (size_t)(q0 + qr) * out_row_stride + (size_t)h * DV + 4 * v4);
+            }
+        }
+    }
+}
+#endif
+
 /* ---- the same attention for CPU devices -------------------------------------------------------
  *
  * attn_prefill_rows: one work-item per (block of QBC consecutive queries, head), no barriers. It

@@ -285,7 +285,8 @@ clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning 
    {"kernel": "attn_latent", "vendor", "device" (as clmla_device_info; both required), "platform"
    and "driver" (optional: match only that platform name / driver version), "heads" (a head count
    or "any"), "parameters": {"rows_heads", "rows_keys", "rows_groups_per_cu", "group_heads",
-   "group_keys", "group_max_items", "group_groups_per_cu", "group_query_layout", "group_fold"} (any subset; the
+   "group_keys", "group_max_items", "group_groups_per_cu", "group_query_layout", "group_fold",
+   "prefill_tiled"} (any subset; the
    rest are defaults)};
    the same file holds the "products" entries of "Product kernel tuning" below.
    An entry for the exact head count wins over an "any" one. The file is read once per process, at
@@ -310,6 +311,11 @@ typedef struct clmla_latent_tuning {
        once for all of them; 1..16 (16), rounded down to a power of two and to what group_heads
        leaves (only sequences with fewer heads than group_heads fold); 1: every token alone */
     int group_fold;
+    /* added in 0.4: the decompressed path's attention on devices that run work-group kernels: 0
+       attn_prefill (default), one query per work-item; 1 attn_prefill_tiled (experimental, not yet
+       measured on a GPU), blocks of queries against tiles of keys in local memory, where an H100
+       ran attn_prefill at about 1% of its FMA peak. Steps that select keys keep attn_prefill. */
+    int prefill_tiled;
 } clmla_latent_tuning;
 
 /* The parameters clmla used before any tuning. */

@@ -1003,20 +1003,27 @@ static void test_attn_combine(void)
 /* ---- attn_prefill ------------------------------------------------------------------------------------ */
 
 typedef struct prefill_case {
-    int rows; /* attn_prefill_rows: nt is QBC, kt unused */
-    int dn, dr, dv, nt, kt, heads, n_queries, prefix;
+    int rows; /* 1: attn_prefill_rows (nt is QBC, kt unused); 2: attn_prefill_tiled (nt is BQ, kt is BK,
+                 kc its key chunk) */
+    int dn, dr, dv, nt, kt, heads, n_queries, prefix, kc;
+    int poison; /* the last key's first value of head 0 NaN: only the last query may see it */
 } prefill_case;
 
 static void run_prefill(const prefill_case *c)
 {
     const int dq = c->dn + c->dr, H = c->heads, L = c->prefix + c->n_queries, rkv = 6, row = rkv + c->dr;
     char options[128];
-    if (c->rows)
+    static const char *const names[3] = {"attn_prefill", "attn_prefill_rows", "attn_prefill_tiled"};
+    const char *name = names[c->rows];
+    if (c->rows == 1)
         snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D QBC=%d", c->dn, c->dr, c->dv, c->nt);
+    else if (c->rows == 2)
+        snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D TILED -D BQ=%d -D BK=%d -D KC=%d", c->dn,
+                 c->dr, c->dv, c->nt, c->kt, c->kc);
     else
         snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D NT=%d -D KT=%d", c->dn, c->dr, c->dv, c->nt,
                  c->kt);
-    cl_kernel k = kernel("attn_prefill", options, c->rows ? "attn_prefill_rows" : "attn_prefill");
+    cl_kernel k = kernel("attn_prefill", options, name);
     const int q_stride = H * dq + 1, q_off = 3, kvu_stride = H * (c->dn + c->dv) + 2, kvu_off = 1;
     const int o_stride = H * c->dv + 1, o_off = 2;
     const size_t nq = (size_t)q_off + (size_t)c->n_queries * q_stride, nkvu = (size_t)kvu_off + (size_t)L * kvu_stride;
@@ -1027,6 +1034,9 @@ static void run_prefill(const prefill_case *c)
     fill(q, nq, 1.0f, &rng);
     fill(kvu, nkvu, 1.0f, &rng);
     fill(g, ng, 1.0f, &rng);
+    const size_t poisoned = (size_t)kvu_off + (size_t)(L - 1) * kvu_stride + (size_t)c->dn; /* head 0, value 0 */
+    if (c->poison)
+        kvu[poisoned] = NAN;
     for (size_t i = 0; i < no; i++)
         out[i] = want[i] = 4242.0f;
     const float scale = 0.4f;
@@ -1073,13 +1083,19 @@ static void run_prefill(const prefill_case *c)
     ARG(k, 12, ob);
     ARG(k, 13, o_off);
     ARG(k, 14, o_stride);
-    const size_t per = (size_t)c->nt, threads = c->rows ? 1 : per;
+    const size_t per = (size_t)c->nt,
+                 threads = c->rows == 1 ? 1 : c->rows == 2 ? (size_t)(c->nt / 2) * (size_t)(c->kt / 4) : per;
     const size_t global[2] = {((size_t)c->n_queries + per - 1) / per * threads, (size_t)H}, local[2] = {threads, 1};
     if (launch(k, 2, global, local)) {
         download(ob, no * sizeof(float), out);
-        CHECK_NEAR(out, want, no, o_stride, 1e-5, "%s %s=%d H=%d queries %d after %d (all of out)",
-                   c->rows ? "attn_prefill_rows" : "attn_prefill", c->rows ? "QBC" : "NT", c->nt, H, c->n_queries,
-                   c->prefix);
+        if (c->poison) { /* the last query's value 0 of head 0 is NaN, as float64's; nothing else is */
+            const size_t at = (size_t)o_off + (size_t)(c->n_queries - 1) * o_stride;
+            CHECK(isnan(out[at]) && isnan(want[at]), "%s: the poisoned key's NaN: got %g, want %g", name, out[at],
+                  want[at]);
+            out[at] = want[at] = 0.0f;
+        }
+        CHECK_NEAR(out, want, no, o_stride, 1e-5, "%s %s=%d H=%d queries %d after %d (all of out)", name,
+                   c->rows == 1 ? "QBC" : c->rows == 2 ? "BQ" : "NT", c->nt, H, c->n_queries, c->prefix);
     }
     free(q);
     free(kvu);
@@ -1091,23 +1107,48 @@ static void run_prefill(const prefill_case *c)
 
 static void test_attn_prefill(void)
 {
-    const prefill_case a = {0, 4, 2, 3, 8, 4, 2, 11, 5};  /* 2 query tiles, the second cut short */
-    const prefill_case b = {0, 8, 4, 8, 32, 16, 3, 37, 0}; /* the library's tile sizes */
+    const prefill_case a = {0, 4, 2, 3, 8, 4, 2, 11, 5, 0, 1}; /* 2 query tiles, the second cut short; a NaN key */
+    const prefill_case b = {0, 8, 4, 8, 32, 16, 3, 37, 0, 0, 0}; /* the library's tile sizes */
     run_prefill(&a);
     run_prefill(&b);
+}
+
+static void test_attn_prefill_tiled(void)
+{
+    /* a: dq 6 (one float4 and a padded one), dv 4, blocks of 4 queries, tiles of 8 keys in chunks of
+       4 dimensions, 4 items for 1 (query quad, value float4) pair: 3 query blocks, the last cut short,
+       after a prefix of 5 (tiles across the diagonal). b: dq 12 in chunks of 8 (the second half
+       padding), dv 12 (3 value float4s). c, d: the library's 32 x 32 tiles and 64-value chunks on dq 24
+       (one chunk, mostly padding), 2 heads, 45 queries after 70 (whole tiles before the diagonal, the
+       second block cut short) and 37 with none. e: 8 items for 20 pairs (3 a piece, the last short).
+       a and e: a NaN in the last key's values, which only the last query may see.
+       f: DeepSeek's dims (dq 192 in 3 chunks, dv 128) in blocks of 16 (the library's choice where
+       local memory is 32 KiB), 2 pairs a piece. */
+    const prefill_case a = {2, 4, 2, 4, 4, 8, 2, 11, 5, 4, 1};
+    const prefill_case b = {2, 8, 4, 12, 8, 16, 3, 29, 3, 8, 0};
+    const prefill_case c = {2, 16, 8, 8, 32, 32, 2, 45, 70, 64, 0};
+    const prefill_case d = {2, 16, 8, 8, 32, 32, 1, 37, 0, 64, 0};
+    const prefill_case e = {2, 8, 4, 40, 8, 8, 1, 19, 9, 16, 1};
+    const prefill_case f = {2, 128, 64, 128, 16, 32, 1, 21, 40, 64, 0};
+    run_prefill(&a);
+    run_prefill(&b);
+    run_prefill(&c);
+    run_prefill(&d);
+    run_prefill(&e);
+    run_prefill(&f);
 }
 
 static void test_attn_prefill_rows(void)
 {
     /* Blocks of 4 queries after a 5-token prefix (no dimension reaches a float8), and the library's
        16 with dq 12 and dv 8 (float8 parts and tails), 37 queries: the last block is cut short. */
-    const prefill_case a = {1, 4, 2, 3, 4, 0, 2, 11, 5};
-    const prefill_case b = {1, 8, 4, 8, 16, 0, 3, 37, 0};
-    const prefill_case c = {1, 8, 4, 8, 16, 0, 2, 20, 13};
+    const prefill_case a = {1, 4, 2, 3, 4, 0, 2, 11, 5, 0, 0};
+    const prefill_case b = {1, 8, 4, 8, 16, 0, 3, 37, 0, 0, 0};
+    const prefill_case c = {1, 8, 4, 8, 16, 0, 2, 20, 13, 0, 1}; /* a NaN in the last key */
     /* dv 24 and 33 (the cases above stop at 8): the weighted sum in several float8 steps, with no
        value and with one left over; dq 13 (8 + 5 left over); tiles wholly visible and on the diagonal */
-    const prefill_case d = {1, 8, 4, 24, 16, 0, 2, 45, 19};
-    const prefill_case e = {1, 10, 3, 33, 8, 0, 1, 29, 40};
+    const prefill_case d = {1, 8, 4, 24, 16, 0, 2, 45, 19, 0, 0};
+    const prefill_case e = {1, 10, 3, 33, 8, 0, 1, 29, 40, 0, 0};
     run_prefill(&a);
     run_prefill(&b);
     run_prefill(&c);
@@ -1775,7 +1816,7 @@ static void test_indexer_writer_fp8(void)
 /* The kernels this file launches directly. */
 static const char *const tested[] = {"convert_to_f32", "convert_to_bf16", "convert_to_e4m3", "rmsnorm",        "rope",           "add_bias",       "cache_write",         "cache_gather",
                                      "attn_latent",    "attn_latent_rows", "attn_combine",       "attn_combine_rows", "attn_prefill",
-                                     "attn_prefill_rows", "gemm_skinny_nt", "gemm_skinny_nn",    "gemm_skinny_nt_rows",
+                                     "attn_prefill_rows", "attn_prefill_tiled", "gemm_skinny_nt", "gemm_skinny_nn",    "gemm_skinny_nt_rows",
                                      "gemm_skinny_nn_rows", "gemm_packed_rows", "gemm_tiled_rows", "gemm_weight_f32",
                                      "indexer_scores", "indexer_topk", "indexer_key_write", "indexer_q_rope"};
 
@@ -2019,6 +2060,7 @@ static void test_kernels(void)
     test_attn_combine();
     test_attn_prefill();
     test_attn_prefill_rows();
+    test_attn_prefill_tiled();
     test_gemm_skinny();
     test_gemm_weight_f32();
     test_gemm_tiled();

@@ -9,6 +9,8 @@
  *   layers    two layers sharing one cache, each on its own cache layer;
  *   forward-cl clmla_layer_forward_cl on device buffers at offsets, chained by events;
  *   auto-path clmla_layer_auto_path's rule, and AUTO taking the path it names;
+ *   group-kernels, tiled-prefill  shapes and long with the GPU attention kernels (the second with
+ *             attn_prefill_tiled, the latent tuning's prefill_tiled);
  *   errors    wrong / missing weights, invalid configs, bad forward arguments and a full cache: the
  *             documented status, and no sequence changes length or contents;
  *   presets   v2-lite, v2, v3 and kimi-k2 at full size for 3 tokens (one preset in memory at a time).
@@ -1180,6 +1182,18 @@ static void test_group_kernels(void)
     clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
 }
 
+/* The same with attn_prefill_tiled in place of attn_prefill (the latent tuning's prefill_tiled,
+   off by default until a GPU measures it): the layers are made after it is forced, so they build it. */
+static void test_tiled_prefill(void)
+{
+    clmla_latent_tuning t;
+    clmla_latent_tuning_defaults(&t);
+    t.prefill_tiled = 1;
+    CHECK_STATUS(clmla_context_set_latent_tuning(ctx, &t), CLMLA_SUCCESS, ctx);
+    test_group_kernels();
+    CHECK_STATUS(clmla_context_set_latent_tuning(ctx, NULL), CLMLA_SUCCESS, ctx);
+}
+
 /* A sparse-attention model's limit (dense_max_keys = index_topk): a step that would give a query
    more keys fails with CLMLA_ERROR_UNSUPPORTED and leaves the sequence as it was; up to the limit
    the layer runs. */
@@ -1305,7 +1319,7 @@ static void test_per_sequence_rope(void)
 static const tu_part parts[] = {
     {"dense-limit", test_dense_limit}, {"per-sequence-rope", test_per_sequence_rope},
     {"errors", test_create_errors}, {"auto-path", test_auto_path},
-    {"shapes-clblast", test_shapes_clblast}, {"group-kernels", test_group_kernels}, {"forward-errors", test_forward_errors}, {"shapes", test_shapes},
+    {"shapes-clblast", test_shapes_clblast}, {"group-kernels", test_group_kernels}, {"tiled-prefill", test_tiled_prefill}, {"forward-errors", test_forward_errors}, {"shapes", test_shapes},
     {"long", test_long},            {"batch", test_batch},                   {"layers", test_two_layers},
     {"forward-cl", test_forward_cl}, {"presets", test_presets},
 };

@@ -12,8 +12,9 @@
 #   bench  clmla-bench with that file in force (or the built-in table, without it): peaks, latent
 #          decode (v2-lite and v3, batch 1 / 8 / 32, ctx 4096 / 32768, every cache dtype),
 #          multi-token decode at 16 and 8 heads (8: folded into the heads), decode products
-#          (f32 / bf16 / fp8, 1 and 8 rows), the layer step, and both paths of chunks after a
-#          prefix (AUTO's crossover, which GPUs take from the FLOP count until measured)
+#          (f32 / bf16 / fp8, 1 and 8 rows), the layer step, both paths of chunks after a prefix
+#          (AUTO's crossover), and the decompressed prefill with attn_prefill_tiled against
+#          attn_prefill (a copy of the tuning file with prefill_tiled 1; needs python3)
 #   tests  the test suite (last by default: the tuner and the bench check their own results)
 # OUT/summary.txt lists each step with its exit code and seconds; OUT/gpu-check.tar.gz holds
 # everything (the device tool brings back only a few files).
@@ -75,6 +76,29 @@ part_bench() {
         --json "$out/layer-v3.json"
     step bench-prefix 40 "$bench" $peaks --phase prefill --path absorbed,decompressed --ctx 16,64,256,1024 \
         --prefix 0,1024,4096 --json "$out/prefix.json"
+    # attn_prefill_tiled (the latent tuning's prefill_tiled, off by default) against attn_prefill:
+    # the same tuning with prefill_tiled 1 in every attn_latent entry and an "any" one
+    tiled="$out/kernel-tuning-tiled.json"
+    "$clmla" devices --json >"$out/devices.json" 2>/dev/null
+    python3 - "$out/devices.json" "${CLMLA_KERNEL_TUNING:-}" "$tiled" <<'PY' >>"$out/summary.txt" 2>&1
+import json, sys
+dev = [d for d in json.load(open(sys.argv[1])) if d.get("default")][0]
+entries = json.load(open(sys.argv[2])) if sys.argv[2] else []
+latent = [e for e in entries if e.get("kernel") == "attn_latent"]
+if not any(e.get("heads") == "any" for e in latent):
+    latent.append({"kernel": "attn_latent", "vendor": dev["vendor"], "device": dev["name"], "heads": "any"})
+for e in latent:
+    e.setdefault("parameters", {})["prefill_tiled"] = 1
+json.dump([e for e in entries if e.get("kernel") != "attn_latent"] + latent, open(sys.argv[3], "w"), indent=1)
+PY
+    step bench-prefill 30 "$bench" $peaks --phase prefill --path decompressed,absorbed --ctx 512,4096 \
+        --json "$out/prefill.json"
+    if [ -s "$tiled" ]; then
+        step bench-prefill-tiled 30 env CLMLA_KERNEL_TUNING="$tiled" "$bench" $peaks --phase prefill \
+            --path decompressed --ctx 512,4096 --json "$out/prefill-tiled.json"
+        step bench-prefix-tiled 30 env CLMLA_KERNEL_TUNING="$tiled" "$bench" $peaks --phase prefill \
+            --path decompressed --ctx 16,64,256,1024 --prefix 0,1024,4096 --json "$out/prefix-tiled.json"
+    fi
 }
 
 part_tests() {

@@ -21,6 +21,7 @@
 #include "layer_config.h"
 #include "rope.h"
 #include "scratch.h"
+#include "tuning.h"
 #include "weight.h"
 
 #include <limits.h>
@@ -42,10 +43,11 @@ typedef enum step_table {
 } step_table;
 
 /* attn_prefill (work-groups, GPUs) with its work-group size and attn_prefill_rows (CPUs), built
-   with the same options. */
+   with the same options; attn_prefill_tiled in place of attn_prefill where the latent tuning asks
+   for it (prefill_tiled), with its block of queries and work-group size. */
 typedef struct prefill_kernels {
-    cl_kernel group, rows;
-    int threads;
+    cl_kernel group, rows, tiled;
+    int threads, tiled_queries, tiled_threads;
 } prefill_kernels;
 
 struct clmla_layer {
@@ -260,6 +262,42 @@ static clmla_status build_prefill(clmla_layer *L, const char *extra, prefill_ker
     return clmla_kernel_create(ctx, "attn_prefill", options, "attn_prefill_rows", &pk->rows);
 }
 
+/* attn_prefill_tiled's tiles (cl/attn_prefill.cl): TILED_KEYS keys a tile, staged TILED_CHUNK
+   dimensions at a time; the block of queries the largest of 32, 16, 8 whose local memory and
+   work-group (queries / 2 x keys / 4 items) fit the device. */
+#define TILED_KEYS 32
+#define TILED_CHUNK 64
+static size_t tiled_local_bytes(const clmla_layer *L, int bq)
+{
+    const size_t q4 = (size_t)(L->dq + 3) / 4 + 1, k4 = TILED_CHUNK / 4 + 1, v4 = (size_t)L->dv / 4;
+    const size_t kv4 = TILED_KEYS * (k4 > v4 ? k4 : v4);
+    return ((size_t)bq * q4 + kv4) * 16 + (size_t)bq * (TILED_KEYS + 1) * 4 + 2 * (size_t)bq * 4;
+}
+
+/* Builds attn_prefill_tiled into pk when the device runs work-group kernels, the tuning asks for it
+   and a block fits; otherwise leaves pk->tiled NULL (attn_prefill runs). Dense steps only. */
+static clmla_status build_prefill_tiled(clmla_layer *L, prefill_kernels *pk)
+{
+    clmla_context *ctx = L->ctx;
+    clmla_latent_tuning tn;
+    clmla_latent_tuning_for(ctx, L->H, &tn);
+    if (!tn.prefill_tiled || clmla_attention_variant(ctx) == CLMLA_LATENT_ROWS || L->dv % 4)
+        return CLMLA_SUCCESS;
+    for (int bq = 32; bq >= 8; bq /= 2) {
+        const int items = bq / 2 * (TILED_KEYS / 4);
+        if ((size_t)items > ctx->info.max_work_group_size || tiled_local_bytes(L, bq) > ctx->info.local_mem_bytes)
+            continue;
+        char options[256];
+        snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D TILED -D BQ=%d -D BK=%d -D KC=%d", L->dn, L->dr,
+                 L->dv, bq, TILED_KEYS, TILED_CHUNK);
+        pk->tiled_queries = bq;
+        pk->tiled_threads = items;
+        return clmla_kernel_create(ctx, "attn_prefill", options, "attn_prefill_tiled", &pk->tiled);
+    }
+    clmla_log(ctx, CLMLA_LOG_INFO, "attn_prefill_tiled: no block of queries fits this device; attn_prefill runs");
+    return CLMLA_SUCCESS;
+}
+
 static clmla_status build_kernels(clmla_layer *L)
 {
     clmla_context *ctx = L->ctx;
@@ -280,6 +318,8 @@ static clmla_status build_kernels(clmla_layer *L)
             return st;
     }
     st = build_prefill(L, "", &L->prefill[0]);
+    if (st == CLMLA_SUCCESS)
+        st = build_prefill_tiled(L, &L->prefill[0]);
     if (st == CLMLA_SUCCESS && L->HI > 0) /* an indexer layer's decompressed entries in sparse steps */
         st = build_prefill(L, " -D SPARSE", &L->prefill[1]);
     return st;
@@ -521,8 +561,8 @@ void clmla_layer_destroy(clmla_layer *L)
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (bufs[i])
             clReleaseMemObject(bufs[i]);
-    cl_kernel ks[] = {L->rmsnorm, L->rope, L->prefill[0].group, L->prefill[0].rows, L->add_bias, L->prefill[1].group,
-                      L->prefill[1].rows};
+    cl_kernel ks[] = {L->rmsnorm, L->rope, L->prefill[0].group, L->prefill[0].rows, L->prefill[0].tiled, L->add_bias,
+                      L->prefill[1].group, L->prefill[1].rows};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -771,7 +811,8 @@ static clmla_status enqueue_prefill(clmla_layer *L, cl_mem q, int q_ld, int firs
     const int o_off = first_row * L->H * L->dv, o_stride = L->H * L->dv;
     const int variant = clmla_attention_variant(ctx);
     const prefill_kernels *pk = &L->prefill[indices != NULL];
-    cl_kernel k = variant == CLMLA_LATENT_ROWS ? pk->rows : pk->group;
+    const int tiled = variant != CLMLA_LATENT_ROWS && pk->tiled != NULL;
+    cl_kernel k = variant == CLMLA_LATENT_ROWS ? pk->rows : tiled ? pk->tiled : pk->group;
     CLMLA_SET_ARG(ctx, k, 0, q);
     CLMLA_SET_ARG(ctx, k, 1, q_off);
     CLMLA_SET_ARG(ctx, k, 2, q_stride);
@@ -793,8 +834,8 @@ static clmla_status enqueue_prefill(clmla_layer *L, cl_mem q, int q_ld, int firs
         CLMLA_SET_ARG(ctx, k, 16, i_off);
         CLMLA_SET_ARG(ctx, k, 17, L->topk);
     }
-    const size_t nt = variant == CLMLA_LATENT_ROWS ? 1 : (size_t)pk->threads;
-    const size_t per_item = variant == CLMLA_LATENT_ROWS ? PREFILL_ROWS_QUERIES : nt;
+    const size_t nt = variant == CLMLA_LATENT_ROWS ? 1 : tiled ? (size_t)pk->tiled_threads : (size_t)pk->threads;
+    const size_t per_item = variant == CLMLA_LATENT_ROWS ? PREFILL_ROWS_QUERIES : tiled ? (size_t)pk->tiled_queries : nt;
     const size_t global[2] = {(n_queries + per_item - 1) / per_item * nt, (size_t)L->H}, local[2] = {nt, 1};
     cl_int err = clmla_cl_enqueue(ctx, k, 2, global, local, NULL);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue attn_prefill");
