@@ -19,13 +19,15 @@
  * attn_latent (GPUs and other devices with many lanes per compute unit): work-group (head group g,
  * split s, token t) of NT work-items and HG heads h0 = g*HG .. (padded to HGP = 4, 8 or 16 heads,
  * whose queries are zero and whose results are never stored), keys [s*split_tokens,
- * min((s+1)*split_tokens, ctx)) in tiles of TK = KPT*4*NT/HGP keys. The group's queries, scaled,
- * sit in local memory; every cache row is read by one work-group per head group and split.
- *   A. scores: item (keys KPT*kk .. +KPT-1 with kk = lid / HQ, head quad hq = lid % HQ) computes
- *      the full ROW-long dot products of its KPT keys with its 4 heads' queries: the rows stream
- *      from global memory in float4s, UA of each row loaded before any is used, and each query
- *      float4 read from local memory feeds KPT keys; no partial sums to reduce. -> s[kk][h]
- *   B. online softmax: item (head h = lid % HGP, gi = lid / HGP) takes the maximum of KB = 4*KPT
+ * min((s+1)*split_tokens, ctx)) in tiles of TK = KPT*HPI*NT/HGP keys. The group's queries,
+ * scaled, sit in local memory; every cache row is read by one work-group per head group and split.
+ *   A. scores: item (keys KPT*kk .. +KPT-1 with kk = lid / HQ, heads HPI*hq .. +HPI-1 with
+ *      hq = lid % HQ, HQ = HGP/HPI) computes the full ROW-long dot products of its KPT keys with
+ *      its HPI heads' queries (HPI 4 by default; 8 or 16: each cached value loaded, and for a cache
+ *      of f16, bf16 or fp8 decoded, by fewer items, at the price of more query loads per FMA): the
+ *      rows stream from global memory in float4s, UA of each row loaded before any is used, and
+ *      each query float4 read from local memory feeds KPT keys; no partial sums to reduce. -> s[kk][h]
+ *   B. online softmax: item (head h = lid % HGP, gi = lid / HGP) takes the maximum of KB = HPI*KPT
  *      keys; after a barrier every item reads the GI = NT/HGP maxima of its head, so all of them
  *      hold the same running maximum; each turns its KB scores into weights exp(s - max) and
  *      keeps its own running sum of them (added up over gi at the end). -> weights in s, alpha
@@ -84,7 +86,15 @@
 #endif
 #define UA 4                                 /* float4s of each row in flight per item in step A */
 #define UC 4                                 /* keys in flight per item in step C */
-#define HQ (HGP / 4)                         /* head quads: items per key in step A */
+#ifndef HPI
+#define HPI 4                                /* heads per item in step A: 4, 8 or 16 */
+#endif
+#if HPI != 4 && HPI != 8 && HPI != 16
+#error "HPI must be 4, 8 or 16"
+#endif
+#define HPIE (HPI < HGP ? HPI : HGP)         /* at most the group's padded heads */
+#define HQ (HGP / HPIE)                      /* items per key in step A */
+#define HQ4 (HGP / 4)                        /* head quads: float4s of a key's scores */
 #define TK (KPT * NT / HQ)                   /* keys per tile */
 #define GI (NT / HGP)                        /* items per head in step B */
 #define KB (TK / GI)                         /* keys per item in step B: 4 * KPT */
@@ -93,7 +103,7 @@
 #define DPT ((RKV + NT - 1) / NT)            /* value elements per item in step C */
 #define QIT ((HGP * ROWV + NT - 1) / NT)     /* query float4s per item */
 /* QLAYOUT: where float4 v of head hd's scaled query sits in local memory. 0: [HGP][ROWV], each head's
-   row contiguous; 1: [ROWV][4][HQ], so that the HQ items of one key in step A (head quads hq, the
+   row contiguous; 1: [ROWV][HPIE][HQ], so that the HQ items of one key in step A (head quads hq, the
    same h and v) read adjacent float4s: no two of a quarter-warp's distinct addresses share a bank on
    GPUs with 32 four-byte banks, where layout 0 puts them 4*ROWV float4s apart, all in one bank group. */
 #ifndef QLAYOUT
@@ -102,7 +112,7 @@
 #if QLAYOUT == 0
 #define QIDX(hd, v) ((hd) * ROWV + (v))
 #else
-#define QIDX(hd, v) (((v) * 4 + (hd) % 4) * HQ + (hd) / 4)
+#define QIDX(hd, v) (((v) * HPIE + (hd) % HPIE) * HQ + (hd) / HPIE)
 #endif
 #if NT * DPT == RKV
 #define IN_VALUES(d) 1                       /* step C: every item's elements lie inside the row */
@@ -116,8 +126,8 @@
     {                                                                                              \
         _Pragma("unroll") for (int u = 0; u < UC; u++) {                                           \
             const int kw = min(k0 + u, nk - 1);                                                    \
-            _Pragma("unroll") for (int q = 0; q < HQ; q++) {                                       \
-                const float4 w = sw[kw * HQ + q];                                                  \
+            _Pragma("unroll") for (int q = 0; q < HQ4; q++) {                                      \
+                const float4 w = sw[kw * HQ4 + q];                                                 \
                 _Pragma("unroll") for (int i = 0; i < DPT; i++) {                                  \
                     acc[4 * q][i] = FMA(w.x, c[u][i], acc[4 * q][i]);                              \
                     acc[4 * q + 1][i] = FMA(w.y, c[u][i], acc[4 * q + 1][i]);                      \
@@ -157,7 +167,7 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                  )
 {
     __local float4 qs[HGP * ROWV]; /* scaled queries (QLAYOUT), zero past ROW and for padding heads */
-    __local float4 sw[TK * HQ];    /* [TK][HGP]: the tile's scores, then its weights */
+    __local float4 sw[TK * HQ4];   /* [TK][HGP]: the tile's scores, then its weights */
     __local float red[GI * HGP];   /* [GI][HGP]: per-item maxima, at the end per-item sums */
     __local float alpha_l[HGP];    /* exp(old max - new max) of the tile, per head */
     __local int slot_l[TK];        /* cache slot of each key of the tile */
@@ -244,13 +254,13 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
 
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    const int kk_a = lid / HQ, hq = lid % HQ; /* step A: key of the tile, head quad */
+    const int kk_a = lid / HQ, hq = lid % HQ; /* step A: key of the tile, heads HPIE*hq .. +HPIE-1 */
     const int hb = lid % HGP, gi = lid / HGP;  /* step B: head, item of that head */
     float m_run = -INFINITY, l_run = 0.0f;     /* head hb: running maximum (the same in every item), own sum */
 #if FOLD > 1
-    int lim[4]; /* step A: the keys of the item's 4 heads' tokens (0 for a head not stored) */
-    for (int c = 0; c < 4; c++)
-        lim[c] = VLIVE(4 * hq + c) ? token_ctx_len[t + VTOK(4 * hq + c)] : 0;
+    int lim[HPIE]; /* step A: the keys of the item's heads' tokens (0 for a head not stored) */
+    for (int c = 0; c < HPIE; c++)
+        lim[c] = VLIVE(HPIE * hq + c) ? token_ctx_len[t + VTOK(HPIE * hq + c)] : 0;
 #endif
     float acc[HGP][DPT];
     for (int h = 0; h < HGP; h++)
@@ -285,9 +295,9 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                 rowp[k] = cache + (size_t)slot * CACHE_ROW_UNITS;
             }
 #endif
-            float4 a[KPT][4];
+            float4 a[KPT][HPIE];
             for (int k = 0; k < KPT; k++)
-                for (int h = 0; h < 4; h++)
+                for (int h = 0; h < HPIE; h++)
                     a[k][h] = 0.0f;
             /* UA float4s of each row loaded before any is used: KPT*UA loads in flight per item */
             int v = 0;
@@ -301,8 +311,8 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                 #pragma unroll
                 for (int u = 0; u < UA; u++)
                     #pragma unroll
-                    for (int h = 0; h < 4; h++) {
-                        const float4 qv = qs[QIDX(4 * hq + h, v + u)];
+                    for (int h = 0; h < HPIE; h++) {
+                        const float4 qv = qs[QIDX(HPIE * hq + h, v + u)];
                         #pragma unroll
                         for (int k = 0; k < KPT; k++)
                             a[k][h] = fma(qv, c[k][u], a[k][h]);
@@ -311,8 +321,8 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
             for (; v < ROW4; v++)
                 for (int k = 0; k < KPT; k++) {
                     const float4 c = LOAD4(rowp[k], v);
-                    for (int h = 0; h < 4; h++)
-                        a[k][h] = fma(qs[QIDX(4 * hq + h, v)], c, a[k][h]);
+                    for (int h = 0; h < HPIE; h++)
+                        a[k][h] = fma(qs[QIDX(HPIE * hq + h, v)], c, a[k][h]);
                 }
 #if ROW % 4
             for (int k = 0; k < KPT; k++) { /* the row's last ROW % 4 values against the zero-padded queries */
@@ -324,32 +334,31 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
 #if ROW % 4 > 2
                 c.z = LOAD(rowp[k], 4 * ROW4 + 2);
 #endif
-                for (int h = 0; h < 4; h++)
-                    a[k][h] = fma(qs[QIDX(4 * hq + h, ROW4)], c, a[k][h]);
+                for (int h = 0; h < HPIE; h++)
+                    a[k][h] = fma(qs[QIDX(HPIE * hq + h, ROW4)], c, a[k][h]);
             }
 #endif
+            /* the item's scores as float4s of 4 heads: sw[key][HPIE / 4 * hq + f] */
+#define SUM4(f4) ((f4).x + (f4).y + (f4).z + (f4).w)
             for (int k = 0; k < KPT; k++) {
                 const int kk = kk_a * KPT + k;
+                #pragma unroll
+                for (int f = 0; f < HPIE / 4; f++) {
+                    const float4 sc = (float4)(SUM4(a[k][4 * f]), SUM4(a[k][4 * f + 1]), SUM4(a[k][4 * f + 2]),
+                                               SUM4(a[k][4 * f + 3]));
+                    __local float4 *dst = &sw[kk * HQ4 + HPIE / 4 * hq + f];
 #ifdef SPARSE
-                sw[kk * HQ + hq] = live[k] ? (float4)(a[k][0].x + a[k][0].y + a[k][0].z + a[k][0].w,
-                                                      a[k][1].x + a[k][1].y + a[k][1].z + a[k][1].w,
-                                                      a[k][2].x + a[k][2].y + a[k][2].z + a[k][2].w,
-                                                      a[k][3].x + a[k][3].y + a[k][3].z + a[k][3].w)
-                                           : (float4)(-INFINITY);
+                    *dst = live[k] ? sc : (float4)(-INFINITY);
 #elif FOLD > 1
-                const int j = j0 + kk, in = kk < nk; /* key j, for each head if its token sees it */
-                sw[kk * HQ + hq] = (float4)(in && j < lim[0] ? a[k][0].x + a[k][0].y + a[k][0].z + a[k][0].w : -INFINITY,
-                                            in && j < lim[1] ? a[k][1].x + a[k][1].y + a[k][1].z + a[k][1].w : -INFINITY,
-                                            in && j < lim[2] ? a[k][2].x + a[k][2].y + a[k][2].z + a[k][2].w : -INFINITY,
-                                            in && j < lim[3] ? a[k][3].x + a[k][3].y + a[k][3].z + a[k][3].w : -INFINITY);
+                    const int j = j0 + kk, in = kk < nk; /* key j, for each head if its token sees it */
+                    *dst = (float4)(in && j < lim[4 * f] ? sc.x : -INFINITY, in && j < lim[4 * f + 1] ? sc.y : -INFINITY,
+                                    in && j < lim[4 * f + 2] ? sc.z : -INFINITY, in && j < lim[4 * f + 3] ? sc.w : -INFINITY);
 #else
-                sw[kk * HQ + hq] = kk < nk ? (float4)(a[k][0].x + a[k][0].y + a[k][0].z + a[k][0].w,
-                                                      a[k][1].x + a[k][1].y + a[k][1].z + a[k][1].w,
-                                                      a[k][2].x + a[k][2].y + a[k][2].z + a[k][2].w,
-                                                      a[k][3].x + a[k][3].y + a[k][3].z + a[k][3].w)
-                                           : (float4)(-INFINITY);
+                    *dst = kk < nk ? sc : (float4)(-INFINITY);
 #endif
+                }
             }
+#undef SUM4
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 

@@ -286,7 +286,7 @@ clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning 
    and "driver" (optional: match only that platform name / driver version), "heads" (a head count
    or "any"), "parameters": {"rows_heads", "rows_keys", "rows_groups_per_cu", "group_heads",
    "group_keys", "group_max_items", "group_groups_per_cu", "group_query_layout", "group_fold",
-   "prefill_tiled"} (any subset; the
+   "prefill_tiled", "group_decode_heads"} (any subset; the
    rest are defaults)};
    the same file holds the "products" entries of "Product kernel tuning" below.
    An entry for the exact head count wins over an "any" one. The file is read once per process, at
@@ -316,6 +316,13 @@ typedef struct clmla_latent_tuning {
        measured on a GPU), blocks of queries against tiles of keys in local memory, where an H100
        ran attn_prefill at about 1% of its FMA peak. Steps that select keys keep attn_prefill. */
     int prefill_tiled;
+    /* added in 0.4: attn_latent's heads per work-item in its score step for a cache of f16, bf16 or
+       fp8 (f32 caches: 4): 4 (default), 8 or 16. Each cached value is decoded by every item that
+       scores it, so more heads per item decode each value fewer times per work-group (16: once),
+       at the price of more query loads per FMA; each item keeps group_keys x 4 scores, so its
+       keys become group_keys x 4 / group_decode_heads (at least 1). An H100 ran the decoded caches
+       1.4-2.8x slower than f32 with 4. Not yet measured on a GPU. */
+    int group_decode_heads;
 } clmla_latent_tuning;
 
 /* The parameters clmla used before any tuning. */

@@ -40,10 +40,16 @@ static cl_mem make_buffer(size_t bytes, const void *host)
 
 /* Fills the pool through three sequences appended in turn (so each one's blocks are scattered),
    in chunks that start and end mid-block, then records which rows landed in which block. */
+/* Set while only the caches whose values are decoded (f16, bf16, fp8) are wanted: f32 pools are
+   then not made. */
+static int decoded_only;
+
 static int pool_make(pool *p, const char *name, int rkv, int dr, int bt, int num_blocks, clmla_cache_dtype dtype,
                      uint64_t seed)
 {
     memset(p, 0, sizeof(*p));
+    if (decoded_only && dtype == CLMLA_CACHE_F32)
+        return -1;
     const int failed_before = check_failed;
     p->name = name;
     p->rkv = rkv;
@@ -553,6 +559,15 @@ static void run_all(void)
         static const int seq_one[] = {0};
         attn_case one = {16, 1, len_one, seq_one, 0, 0, 0};
         run_case(&p, &one, 517);
+        /* multi-token decode over a decoded cache: 4 heads x 4 tokens folded, and 2 heads x 5 */
+        static const int len_q4[] = {2997, 2998, 2999, 3000, 126, 127, 128, 129};
+        static const int seq_q4[] = {0, 0, 0, 0, 2, 2, 2, 2};
+        attn_case q4 = {4, 8, len_q4, seq_q4, 0, 0, 4};
+        run_case(&p, &q4, 540);
+        static const int len_q5[] = {60, 61, 62, 63, 64, 296, 297, 298, 299, 300};
+        static const int seq_q5[] = {4, 4, 4, 4, 4, 2, 2, 2, 2, 2};
+        attn_case q5 = {2, 10, len_q5, seq_q5, 0, 0, 5};
+        run_case(&p, &q5, 545);
         pool_free(&p);
     }
 
@@ -566,6 +581,11 @@ static void run_all(void)
         static const int seq_one[] = {0};
         attn_case one = {16, 1, len_one, seq_one, 0, 0, 0};
         run_case(&p, &one, 717);
+        /* multi-token decode over fp8: 8 heads x 2 tokens folded */
+        static const int len_q2[] = {1000, 1001, 65, 66};
+        static const int seq_q2[] = {1, 1, 0, 0};
+        attn_case q2 = {8, 4, len_q2, seq_q2, 0, 0, 2};
+        run_case(&p, &q2, 743);
         pool_free(&p);
     }
     /* fp8 with one scale a row, odd heads and 5-token blocks. */
@@ -648,6 +668,24 @@ int main(void)
         small_local_mem = 0;
         ctx->info.local_mem_bytes = real;
         printf("kernel attn_latent with 32 KiB of local memory: %s\n",
+               check_failed == failed_before ? "all cases pass" : "FAILURES above");
+    }
+    /* attn_latent with more heads per item in the score step for the decoded caches (the latent
+       tuning's group_decode_heads: 8 with 2 keys an item, 16 with 1); f32 caches, which it leaves
+       as they are, are not run again. */
+    static const int decode_heads[] = {8, 16};
+    for (size_t i = 0; i < sizeof(decode_heads) / sizeof(decode_heads[0]); i++) {
+        const int failed_before = check_failed;
+        clmla_latent_tuning t;
+        clmla_latent_tuning_defaults(&t);
+        t.group_decode_heads = decode_heads[i];
+        clmla_context_set_latent_tuning(ctx, &t);
+        clmla_attention_set_variant(ctx, CLMLA_LATENT_GROUP);
+        decoded_only = 1;
+        run_all();
+        decoded_only = 0;
+        clmla_context_set_latent_tuning(ctx, NULL);
+        printf("kernel attn_latent, group_decode_heads %d: %s\n", decode_heads[i],
                check_failed == failed_before ? "all cases pass" : "FAILURES above");
     }
     clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);

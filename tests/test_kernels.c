@@ -706,6 +706,8 @@ typedef struct latent_case {
    entries no key, and for token 0 a whole split without any), checked split by split against
    mla_ref_sparse_latent_attention. */
 static int latent_sparse;
+/* More build options for the work-group kernel (heads per item in the score step, query layout). */
+static const char *latent_extra = "";
 
 static void run_latent(const latent_case *c)
 {
@@ -719,13 +721,13 @@ static void run_latent(const latent_case *c)
             max_ctx = c->ctx_len[t];
     }
     const int max_blocks = (max_ctx + c->bt - 1) / c->bt + 1, blocks = num_seqs * max_blocks + 2;
-    char options[160];
+    char options[224];
     if (c->rows)
         snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D HGC=%d -D KTC=%d%s", c->rkv, c->dr,
                  c->f16 ? " -D CACHE_F16" : "", c->hg, c->nt, latent_sparse ? " -D SPARSE" : "");
     else
-        snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D NT=%d -D HG=%d%s", c->rkv, c->dr,
-                 c->f16 ? " -D CACHE_F16" : "", c->nt, c->hg, latent_sparse ? " -D SPARSE" : "");
+        snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D NT=%d -D HG=%d%s%s", c->rkv, c->dr,
+                 c->f16 ? " -D CACHE_F16" : "", c->nt, c->hg, latent_sparse ? " -D SPARSE" : "", latent_extra);
     cl_kernel k = kernel("attn_latent", options, c->rows ? "attn_latent_rows" : "attn_latent");
     tu_rng rng = tu_rng_seed((uint64_t)c->rkv * 7 + (uint64_t)c->heads);
     /* The pool: every row written from the host (f16: random halves of moderate size). */
@@ -846,17 +848,17 @@ static void run_latent(const latent_case *c)
                     mla_ref_latent_attention(H, c->rkv, c->dr, scale, n, qt, qrd, keys_c, keys_r, want, want_lse);
                 const size_t row0 = (size_t)t * S + s;
                 CHECK_CLOSE(out + out_off + row0 * H * c->rkv, want, (size_t)H * c->rkv, c->rkv, TOL_F32_CACHE,
-                            "attn_latent %s: token %d split %d (%d keys) out [head, i]", c->name, t, s, n);
+                            "attn_latent %s%s: token %d split %d (%d keys) out [head, i]", c->name, latent_extra, t, s, n);
                 for (int h = 0; h < H; h++) {
                     const float g = lse[lse_off + row0 * H + h];
                     const int ok = n == 0 ? (isinf(g) && g < 0) : fabs(g - want_lse[h]) <= 1e-4 * (1.0 + fabs(want_lse[h]));
-                    CHECK(ok, "attn_latent %s: token %d split %d head %d lse %.7g, want %.7g", c->name, t, s, h, g,
+                    CHECK(ok, "attn_latent %s%s: token %d split %d head %d lse %.7g, want %.7g", c->name, latent_extra, t, s, h, g,
                           want_lse[h]);
                 }
             }
         }
         CHECK(out[0] == -777.0f && out[1] == -777.0f && out[2] == -777.0f && lse[0] == -777.0f,
-              "attn_latent %s wrote before its offsets", c->name);
+              "attn_latent %s%s wrote before its offsets", c->name, latent_extra);
         free(qt);
         free(qrd);
         free(keys_c);
@@ -900,14 +902,21 @@ static void test_attn_latent(void)
     static const int ctx_e[2] = {29, 8}, seq_e[2] = {0, 1};
     const latent_case e = {"rkv 30 dr 4, 16 heads / 16 per group, 32 items, f16", 0, 30, 4, 16, 16, 32, 1, 29, 3, 1,
                            2, ctx_e, seq_e};
-    for (latent_sparse = 0; latent_sparse < 2; latent_sparse++) {
-        run_latent(&a);
-        run_latent(&b);
-        run_latent(&c);
-        run_latent(&d);
-        run_latent(&e);
+    /* each case also with 8 heads per item in the score step (2 keys each), and with 16 (1 key, the
+       queries in layout 1): for the 1-, 3- and 8-head groups that is all their padded heads */
+    static const char *const extras[] = {"", " -D HPI=8 -D KPT=2", " -D HPI=16 -D KPT=1 -D QLAYOUT=1"};
+    for (size_t x = 0; x < sizeof(extras) / sizeof(extras[0]); x++) {
+        latent_extra = extras[x];
+        for (latent_sparse = 0; latent_sparse < 2; latent_sparse++) {
+            run_latent(&a);
+            run_latent(&b);
+            run_latent(&c);
+            run_latent(&d);
+            run_latent(&e);
+        }
     }
     latent_sparse = 0;
+    latent_extra = "";
 }
 
 static void test_attn_latent_rows(void)

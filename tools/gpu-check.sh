@@ -13,8 +13,10 @@
 #          decode (v2-lite and v3, batch 1 / 8 / 32, ctx 4096 / 32768, every cache dtype),
 #          multi-token decode at 16 and 8 heads (8: folded into the heads), decode products
 #          (f32 / bf16 / fp8, 1 and 8 rows), the layer step, both paths of chunks after a prefix
-#          (AUTO's crossover), and the decompressed prefill with attn_prefill_tiled against
-#          attn_prefill (a copy of the tuning file with prefill_tiled 1; needs python3)
+#          (AUTO's crossover), and two experimental parameters against the tuning in force (a copy
+#          of the file with them set; needs python3): the decompressed prefill with
+#          attn_prefill_tiled (prefill_tiled 1), and decode over f16/bf16/fp8 caches with 16 and 8
+#          heads per item in attn_latent's score step (group_decode_heads)
 #   tests  the test suite (last by default: the tuner and the bench check their own results)
 # OUT/summary.txt lists each step with its exit code and seconds; OUT/gpu-check.tar.gz holds
 # everything (the device tool brings back only a few files).
@@ -47,6 +49,25 @@ step() {
     tail -n 3 "$out/$name.txt"
 }
 
+# variant_tuning FILE NAME=VALUE...: FILE = the tuning in force (CLMLA_KERNEL_TUNING, else none) with
+# those latent parameters set in every attn_latent entry and in an "any" one for this device
+# (OUT/devices.json: clmla devices --json); needs python3
+variant_tuning() {
+    python3 - "$out/devices.json" "${CLMLA_KERNEL_TUNING:-}" "$@" <<'PY' >>"$out/summary.txt" 2>&1
+import json, sys
+dev = [d for d in json.load(open(sys.argv[1])) if d.get("default")][0]
+entries = json.load(open(sys.argv[2])) if sys.argv[2] else []
+latent = [e for e in entries if e.get("kernel") == "attn_latent"]
+if not any(e.get("heads") == "any" for e in latent):
+    latent.append({"kernel": "attn_latent", "vendor": dev["vendor"], "device": dev["name"], "heads": "any"})
+for e in latent:
+    for kv in sys.argv[4:]:
+        k, v = kv.split("=")
+        e.setdefault("parameters", {})[k] = int(v)
+json.dump([e for e in entries if e.get("kernel") != "attn_latent"] + latent, open(sys.argv[3], "w"), indent=1)
+PY
+}
+
 part_tune() {
     tuning="$out/kernel-tuning.json"
     step tune-latent-16 60 "$clmla" tune --kernels --latent --heads 16 --out "$tuning"
@@ -76,21 +97,16 @@ part_bench() {
         --json "$out/layer-v3.json"
     step bench-prefix 40 "$bench" $peaks --phase prefill --path absorbed,decompressed --ctx 16,64,256,1024 \
         --prefix 0,1024,4096 --json "$out/prefix.json"
-    # attn_prefill_tiled (the latent tuning's prefill_tiled, off by default) against attn_prefill:
-    # the same tuning with prefill_tiled 1 in every attn_latent entry and an "any" one
-    tiled="$out/kernel-tuning-tiled.json"
+    # Experimental parameters, off by default until measured, against the parameters in force:
+    # attn_prefill_tiled for the decompressed prefill (prefill_tiled) and more heads per item in
+    # attn_latent's score step for decoded caches (group_decode_heads)
     "$clmla" devices --json >"$out/devices.json" 2>/dev/null
-    python3 - "$out/devices.json" "${CLMLA_KERNEL_TUNING:-}" "$tiled" <<'PY' >>"$out/summary.txt" 2>&1
-import json, sys
-dev = [d for d in json.load(open(sys.argv[1])) if d.get("default")][0]
-entries = json.load(open(sys.argv[2])) if sys.argv[2] else []
-latent = [e for e in entries if e.get("kernel") == "attn_latent"]
-if not any(e.get("heads") == "any" for e in latent):
-    latent.append({"kernel": "attn_latent", "vendor": dev["vendor"], "device": dev["name"], "heads": "any"})
-for e in latent:
-    e.setdefault("parameters", {})["prefill_tiled"] = 1
-json.dump([e for e in entries if e.get("kernel") != "attn_latent"] + latent, open(sys.argv[3], "w"), indent=1)
-PY
+    tiled="$out/kernel-tuning-tiled.json"
+    dh16="$out/kernel-tuning-decode16.json"
+    dh8="$out/kernel-tuning-decode8.json"
+    variant_tuning "$tiled" prefill_tiled=1
+    variant_tuning "$dh16" group_decode_heads=16
+    variant_tuning "$dh8" group_decode_heads=8
     step bench-prefill 30 "$bench" $peaks --phase prefill --path decompressed,absorbed --ctx 512,4096 \
         --json "$out/prefill.json"
     if [ -s "$tiled" ]; then
@@ -99,6 +115,14 @@ PY
         step bench-prefix-tiled 30 env CLMLA_KERNEL_TUNING="$tiled" "$bench" $peaks --phase prefill \
             --path decompressed --ctx 16,64,256,1024 --prefix 0,1024,4096 --json "$out/prefix-tiled.json"
     fi
+    for v in 16 8; do
+        f="$out/kernel-tuning-decode$v.json"
+        [ -s "$f" ] || continue
+        step bench-decode-v2-dh$v 20 env CLMLA_KERNEL_TUNING="$f" "$bench" $peaks --phase decode --path absorbed \
+            --batch 1,8,32 --ctx 4096,32768 --cache-dtype f16,bf16,fp8 --json "$out/decode-v2lite-dh$v.json"
+        step bench-decode-v3-dh$v 30 env CLMLA_KERNEL_TUNING="$f" "$bench" $peaks --phase decode --preset v3 \
+            --path absorbed --batch 1,8,32 --ctx 4096,32768 --cache-dtype f16,bf16,fp8 --json "$out/decode-v3-dh$v.json"
+    done
 }
 
 part_tests() {

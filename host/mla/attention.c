@@ -33,11 +33,13 @@ static int padded_heads(int hg)
     return hg <= 4 ? 4 : hg <= 8 ? 8 : 16;
 }
 
-/* Local memory of attn_latent with nt work-items (cl/attn_latent.cl); arg: {heads per group, row, KPT}. */
+/* Local memory of attn_latent with nt work-items (cl/attn_latent.cl); arg: {heads per group, row, KPT,
+   heads per item in the score step (HPI)}. */
 static size_t latent_local_bytes(int nt, const void *arg)
 {
     const int hg = ((const int *)arg)[0], row = ((const int *)arg)[1], kpt = ((const int *)arg)[2];
-    const size_t hgp = (size_t)padded_heads(hg), tk = 4 * (size_t)kpt * nt / hgp;
+    const size_t hgp = (size_t)padded_heads(hg), hpi = (size_t)((const int *)arg)[3];
+    const size_t tk = (hpi < hgp ? hpi : hgp) * (size_t)kpt * nt / hgp;
     return (hgp * (((size_t)row + 3) / 4) * 4 + tk * hgp + (size_t)nt + hgp) * sizeof(float) + tk * sizeof(int);
 }
 
@@ -62,9 +64,15 @@ static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_
     int *slot_threads = sparse ? &cache->sparse_threads[hg] : fold > 1 ? &cache->fold_threads[fl - 1][hg / fold]
                                                                         : &cache->latent_threads[hg];
     if (!*slot) {
-        const int shape[3] = {hg, cache->config.kv_lora_rank + cache->config.rope_dim, tn->group_keys};
+        /* heads per item in the score step: group_decode_heads where the cache's values are decoded,
+           with as many scores per item as group_keys keys by 4 heads (fewer keys for more heads) */
+        const int hpi = cache->config.dtype != CLMLA_CACHE_F32 ? tn->group_decode_heads : 4;
+        const int kpt = hpi > 4 && tn->group_keys * 4 / hpi >= 1 ? tn->group_keys * 4 / hpi : hpi > 4 ? 1 : tn->group_keys;
+        const int shape[4] = {hg, cache->config.kv_lora_rank + cache->config.rope_dim, kpt, hpi};
         char options[256];
-        snprintf(options, sizeof(options), "%s -D HG=%d -D KPT=%d", cache->options, hg, tn->group_keys);
+        snprintf(options, sizeof(options), "%s -D HG=%d -D KPT=%d", cache->options, hg, kpt);
+        if (hpi != 4) /* only when set: the default's options, and its cached programs, as before */
+            snprintf(options + strlen(options), sizeof(options) - strlen(options), " -D HPI=%d", hpi);
         if (sparse)
             strncat(options, " -D SPARSE", sizeof(options) - strlen(options) - 1);
         if (fold > 1)

@@ -696,7 +696,7 @@ done:
 
 /* group_query_layout 1 since the H100 measured it (2026-11-26): 0.72-0.88 of layout 0's time at 16 and
    128 heads; the bank layout it avoids is that of most GPUs' local memory (32 four-byte banks) */
-static const clmla_latent_tuning latent_defaults = {16, 8, 4, 16, 4, 128, 8, 1, 16, 0};
+static const clmla_latent_tuning latent_defaults = {16, 8, 4, 16, 4, 128, 8, 1, 16, 0, 4};
 
 /* Entries measured with `clmla tune --kernels` on the developers' machines (CHANGELOG.md,
    docs/DESIGN.md "Kernel tuning"). platform / driver "" = any. */
@@ -710,19 +710,19 @@ static const latent_entry latent_builtin[] = {
     /* PoCL 3.1 (Debian 12), 2-core AMD EPYC (Zen 3): `clmla tune --kernels`, 16 heads, rkv 512,
        dr 64, ctx 4096, 18 candidates in 18 s; the defaults won (batch 1 1098 us, batch 8 9589 us;
        the next best, rows_keys 16, 1162 and 10417 us) */
-    {"AuthenticAMD", "pthread-haswell-AMD EPYC", "Portable Computing Language", "", 16, {16, 8, 4, 16, 4, 128, 8, 0, 16, 0}},
+    {"AuthenticAMD", "pthread-haswell-AMD EPYC", "Portable Computing Language", "", 16, {16, 8, 4, 16, 4, 128, 8, 0, 16, 0, 4}},
     /* PoCL 3.1 (Debian 12), 2-core AMD EPYC with AVX-512 (2026-11-26): 18 candidates, 16 heads, ctx
        4096, four runs; each run's grid winner (rows_keys 4, 8 or 16, 2 to 8 items per compute unit)
        was 0.86-1.24 of the defaults when timed again beside them, three times out of four slower:
        the defaults */
-    {"AuthenticAMD", "pthread-skylake-avx512-AMD EPYC", "Portable Computing Language", "", 16, {16, 8, 4, 16, 4, 128, 8, 0, 16, 0}},
+    {"AuthenticAMD", "pthread-skylake-avx512-AMD EPYC", "Portable Computing Language", "", 16, {16, 8, 4, 16, 4, 128, 8, 0, 16, 0, 4}},
     /* NVIDIA H100 80GB HBM3, driver 580.159.04 (2026-11-26): 72 candidates each, rkv 512, dr 64, ctx
        4096, confirmed by 3 alternations with the defaults of then (query layout 0). 16 heads: batch 1
        59.8 us, batch 8 109.3 us against 69.9 and 120.4 (0.88); 128 heads: 76.8 and 590.0 us against
        103.8 and 832.8 (0.72). Both chose query layout 1; 128 heads also 256 items per group. Any
        driver: the kernel's limits are the chip's. */
-    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 16, {16, 8, 4, 16, 4, 128, 4, 1, 16, 0}},
-    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 128, {16, 8, 4, 16, 4, 256, 8, 1, 16, 0}},
+    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 16, {16, 8, 4, 16, 4, 128, 4, 1, 16, 0, 4}},
+    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 128, {16, 8, 4, 16, 4, 256, 8, 1, 16, 0, 4}},
 };
 
 static const struct {
@@ -739,6 +739,7 @@ static const struct {
     {"group_query_layout", offsetof(clmla_latent_tuning, group_query_layout)},
     {"group_fold", offsetof(clmla_latent_tuning, group_fold)},
     {"prefill_tiled", offsetof(clmla_latent_tuning, prefill_tiled)},
+    {"group_decode_heads", offsetof(clmla_latent_tuning, group_decode_heads)},
 };
 #define LATENT_PARAMETERS (sizeof(latent_names) / sizeof(latent_names[0]))
 
@@ -775,6 +776,8 @@ static const char *latent_check(const clmla_latent_tuning *t)
         return "group_fold must be from 1 to 16";
     if (t->prefill_tiled < 0 || t->prefill_tiled > 1)
         return "prefill_tiled must be 0 or 1";
+    if (t->group_decode_heads != 4 && t->group_decode_heads != 8 && t->group_decode_heads != 16)
+        return "group_decode_heads must be 4, 8 or 16";
     return NULL;
 }
 
