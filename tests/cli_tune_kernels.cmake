@@ -49,4 +49,31 @@ if(NOT rc EQUAL 0 OR NOT out MATCHES "latent attention kernel tuning" OR NOT out
    OR NOT out MATCHES "K <= 4096: file ")
   message(FATAL_ERROR "clmla devices --verbose: exit ${rc}\n${out}\n${err}")
 endif()
-message(STATUS "clmla tune --kernels wrote ${file}")
+# --cache-dtype: group_decode_heads alone, timed over a bf16 cache, on the work-group kernel (forced
+# here so that CPUs run it too); refused where the device runs the row kernel, and with --products
+set(file2 ${OUT_DIR}/kernel-tuning-test-bf16.json)
+file(REMOVE ${file2})
+execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_ATTENTION_KERNELS=group
+                        ${CLMLA} tune --kernels --latent --quick --cache-dtype bf16 --out ${file2}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "bf16 cache" OR NOT out MATCHES "group_decode_heads=16"
+   OR NOT out MATCHES "err [0-9.e-]+ +batch 1")
+  message(FATAL_ERROR "clmla tune --kernels --latent --cache-dtype bf16: exit ${rc}\n${out}\n${err}")
+endif()
+file(READ ${file2} text)
+string(JSON dh GET "${text}" 0 parameters group_decode_heads)
+if(NOT (dh EQUAL 4 OR dh EQUAL 16))
+  message(FATAL_ERROR "--cache-dtype bf16 saved group_decode_heads ${dh}:\n${text}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_ATTENTION_KERNELS=rows
+                        ${CLMLA} tune --kernels --latent --quick --cache-dtype fp8 --dry-run
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "attn_latent_rows")
+  message(FATAL_ERROR "--cache-dtype on the row kernel: exit ${rc}\n${out}\n${err}")
+endif()
+execute_process(COMMAND ${CLMLA} tune --kernels --cache-dtype fp8 --dry-run
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "--kernels --latent alone")
+  message(FATAL_ERROR "--cache-dtype with the products: exit ${rc}\n${out}\n${err}")
+endif()
+message(STATUS "clmla tune --kernels wrote ${file} and ${file2}")

@@ -8,7 +8,8 @@
 #                                                         tools/gpu-setup.sh run on a machine
 #                                                         without the ICD loader, CLBlast and cJSON)
 # PARTS, comma-separated, in the order given (default tune,bench,tests):
-#   tune   the latent tuner at 16 and 128 heads and the product tuner into OUT/kernel-tuning.json
+#   tune   the latent tuner at 16 and 128 heads, the product tuner, then group_decode_heads over an
+#          fp8 cache (clmla tune --cache-dtype), into OUT/kernel-tuning.json
 #   bench  clmla-bench with that file in force (or the built-in table, without it): peaks, latent
 #          decode (v2-lite and v3, batch 1 / 8 / 32, ctx 4096 / 32768, every cache dtype),
 #          multi-token decode at 16 and 8 heads (8: folded into the heads), decode products
@@ -73,6 +74,11 @@ part_tune() {
     step tune-latent-16 60 "$clmla" tune --kernels --latent --heads 16 --out "$tuning"
     step tune-latent-128 40 "$clmla" tune --kernels --latent --heads 128 --out "$tuning"
     step tune-products 240 "$clmla" tune --kernels --products --out "$tuning"
+    # group_decode_heads over an fp8 cache, from the entries just tuned
+    step tune-latent-fp8-16 30 env CLMLA_KERNEL_TUNING="$tuning" "$clmla" tune --kernels --latent --heads 16 \
+        --cache-dtype fp8 --out "$tuning"
+    step tune-latent-fp8-128 30 env CLMLA_KERNEL_TUNING="$tuning" "$clmla" tune --kernels --latent --heads 128 \
+        --cache-dtype fp8 --out "$tuning"
 }
 
 part_bench() {

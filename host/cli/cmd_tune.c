@@ -40,6 +40,7 @@ typedef struct kt_run {
     cl_context clctx;
     int heads, rkv, dr, bt, ctx_len, rows; /* rows: the CPU kernel attn_latent_rows */
     int reps;
+    clmla_cache_dtype dtype;               /* the cache's (f32, or a decoded one: --cache-dtype) */
     float *h_ckv, *h_kr;                   /* ctx_len random rows, host */
     cl_mem ckv, kr;                        /* the same rows on the device */
 } kt_run;
@@ -69,6 +70,7 @@ static cl_mem kt_buffer(kt_run *r, size_t bytes, const void *host)
    success; frees what it made on failure. */
 typedef struct kt_case {
     clmla_cache *cache;
+    int32_t ids[8]; /* the cache's sequence of each token (at most 8) */
     cl_mem table, seq, clen, ql, qr, out;
     clmla_latent_attention_args a;
     float *h_ql, *h_qr;
@@ -93,7 +95,7 @@ static int kt_case_make(kt_run *r, kt_case *c, int seqs, const int *len)
     for (int s = 0; s < seqs; s++)
         max_len = len[s] > max_len ? len[s] : max_len;
     const int per_seq = (max_len + r->bt - 1) / r->bt;
-    clmla_cache_config cfg = {1, r->rkv, r->dr, r->bt, seqs * per_seq, CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32};
+    clmla_cache_config cfg = {1, r->rkv, r->dr, r->bt, seqs * per_seq, r->dtype, 0, CLMLA_CACHE_F32};
     if (clmla_cache_create(r->ctx, &cfg, &c->cache) != CLMLA_SUCCESS)
         return -1;
     int32_t *table = calloc((size_t)seqs * per_seq, sizeof(int32_t));
@@ -108,6 +110,7 @@ static int kt_case_make(kt_run *r, kt_case *c, int seqs, const int *len)
              clmla_cache_append_cl(c->cache, 0, id, len[s], r->ckv, 0, r->rkv, r->kr, 0, r->dr, NULL) == CLMLA_SUCCESS &&
              clmla_cache_seq_blocks(c->cache, id, table + (size_t)s * per_seq, per_seq, &nb) == CLMLA_SUCCESS;
         tseq[s] = s;
+        c->ids[s] = id;
     }
     uint32_t seed = 777;
     for (size_t i = 0; ok && i < nq * r->rkv; i++)
@@ -146,27 +149,37 @@ static int kt_case_make(kt_run *r, kt_case *c, int seqs, const int *len)
 }
 
 /* The largest difference from a float64 attention (scores, softmax, weighted sum of cache rows)
-   over every head of every token; negative when the call fails. */
+   over every head of every token; negative when the call fails. A decoded cache is compared on
+   the values it stores (read back), so that only the kernel's own error counts. */
 static double kt_check(kt_run *r, kt_case *c, const int *len)
 {
     const int T = c->a.num_tokens, H = r->heads, rkv = r->rkv, dr = r->dr;
     float *got = malloc((size_t)T * H * rkv * sizeof(float));
     double *sc = malloc((size_t)r->ctx_len * sizeof(double)), *ref = malloc((size_t)rkv * sizeof(double));
+    float *ckv = r->h_ckv, *kr = r->h_kr;
+    if (r->dtype != CLMLA_CACHE_F32) {
+        ckv = malloc((size_t)r->ctx_len * rkv * sizeof(float));
+        kr = malloc((size_t)r->ctx_len * dr * sizeof(float));
+    }
     double worst = -1;
-    if (got && sc && ref && clmla_attention_latent(c->cache, 0, &c->a, NULL) == CLMLA_SUCCESS &&
+    if (got && sc && ref && ckv && kr && clmla_attention_latent(c->cache, 0, &c->a, NULL) == CLMLA_SUCCESS &&
         clEnqueueReadBuffer(clmla_context_queue(r->ctx), c->out, CL_TRUE, 0, (size_t)T * H * rkv * sizeof(float), got, 0,
                             NULL, NULL) == CL_SUCCESS) {
         worst = 0;
-        for (int t = 0; t < T; t++)
+        for (int t = 0; t < T && worst >= 0; t++) {
+            if (r->dtype != CLMLA_CACHE_F32 && clmla_cache_read(c->cache, 0, c->ids[t], 0, len[t], ckv, kr) != CLMLA_SUCCESS) {
+                worst = -1;
+                break;
+            }
             for (int h = 0; h < H; h++) {
                 const float *ql = c->h_ql + ((size_t)t * H + h) * rkv, *qr = c->h_qr + ((size_t)t * H + h) * dr;
                 double m = -INFINITY, sum = 0;
                 for (int j = 0; j < len[t]; j++) {
                     double d = 0;
                     for (int i = 0; i < rkv; i++)
-                        d += (double)ql[i] * r->h_ckv[(size_t)j * rkv + i];
+                        d += (double)ql[i] * ckv[(size_t)j * rkv + i];
                     for (int i = 0; i < dr; i++)
-                        d += (double)qr[i] * r->h_kr[(size_t)j * dr + i];
+                        d += (double)qr[i] * kr[(size_t)j * dr + i];
                     sc[j] = d * c->a.softmax_scale;
                     m = sc[j] > m ? sc[j] : m;
                 }
@@ -176,14 +189,19 @@ static double kt_check(kt_run *r, kt_case *c, const int *len)
                     const double w = exp(sc[j] - m);
                     sum += w;
                     for (int i = 0; i < rkv; i++)
-                        ref[i] += w * r->h_ckv[(size_t)j * rkv + i];
+                        ref[i] += w * ckv[(size_t)j * rkv + i];
                 }
                 for (int i = 0; i < rkv; i++) {
                     const double diff = fabs(got[((size_t)t * H + h) * rkv + i] - ref[i] / sum);
                     worst = diff > worst ? diff : worst;
                 }
             }
+        }
     }
+    if (ckv != r->h_ckv)
+        free(ckv);
+    if (kr != r->h_kr)
+        free(kr);
     free(got);
     free(sc);
     free(ref);
@@ -214,16 +232,33 @@ static double kt_time(kt_run *r, kt_case *c, int tokens)
     return t[reps / 2];
 }
 
-static void kt_print(const clmla_latent_tuning *t, int rows)
+static void kt_print(const clmla_latent_tuning *t, int rows, int decoded)
 {
     if (rows)
         printf("rows_heads=%-2d rows_keys=%-2d rows_groups_per_cu=%-2d", t->rows_heads, t->rows_keys, t->rows_groups_per_cu);
     else
         printf("group_heads=%-2d group_keys=%d group_max_items=%-4d group_groups_per_cu=%-2d group_query_layout=%d",
                t->group_heads, t->group_keys, t->group_max_items, t->group_groups_per_cu, t->group_query_layout);
+    if (decoded)
+        printf(" group_decode_heads=%-2d", t->group_decode_heads);
 }
 
-static int tune_kernels(const char *device, int heads, int ctx_len, int quick, int dry_run, const char *out)
+/* The work-group kernel is what a device runs unless it is a CPU, or CLMLA_ATTENTION_KERNELS (which
+   the commands' contexts take) names one kind. */
+static int kt_runs_rows(const clmla_device_info *info)
+{
+    const char *k = getenv("CLMLA_ATTENTION_KERNELS");
+    if (k && strcmp(k, "rows") == 0)
+        return 1;
+    if (k && strcmp(k, "group") == 0)
+        return 0;
+    return info->kind == CLMLA_DEVICE_KIND_CPU;
+}
+
+/* dtype f32: the grid of the kernel the device runs; a decoded cache (f16, bf16, fp8): the heads
+   per item of attn_latent's score step for such caches (group_decode_heads), the rest as in force. */
+static int tune_kernels(const char *device, int heads, int ctx_len, int quick, int dry_run, const char *out,
+                        clmla_cache_dtype dtype)
 {
     char path[4096];
     if (out)
@@ -251,8 +286,16 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
     r.dr = 64;
     r.bt = 64;
     r.ctx_len = quick ? 512 : ctx_len;
-    r.rows = info.kind == CLMLA_DEVICE_KIND_CPU;
+    r.rows = kt_runs_rows(&info);
     r.reps = quick ? 3 : 7;
+    r.dtype = dtype;
+    const int decoded = dtype != CLMLA_CACHE_F32;
+    if (decoded && r.rows) {
+        fprintf(stderr, "clmla tune: --cache-dtype tunes attn_latent's group_decode_heads; this device runs "
+                        "attn_latent_rows (CLMLA_ATTENTION_KERNELS=group runs the other)\n");
+        clmla_context_destroy(r.ctx);
+        return 2;
+    }
     const size_t rows_n = (size_t)r.ctx_len;
     r.h_ckv = malloc(rows_n * r.rkv * sizeof(float));
     r.h_kr = malloc(rows_n * r.dr * sizeof(float));
@@ -283,9 +326,20 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
         printf("note: %s\n", clmla_last_error(NULL)); /* a malformed user file: its values are ignored */
     int n = 0;
     cands[n++] = base;
-    if (memcmp(&defaults, &base, sizeof(base)) != 0)
+    if (memcmp(&defaults, &base, sizeof(base)) != 0 && !decoded) /* decoded: one parameter, the rest as in force */
         cands[n++] = defaults;
-    if (r.rows) {
+    if (decoded) {
+        static const int dh[] = {16, 8, 4};
+        for (int i = 0; i < 3; i++) {
+            clmla_latent_tuning t = base;
+            t.group_decode_heads = dh[i];
+            int seen = 0;
+            for (int j = 0; j < n; j++)
+                seen |= memcmp(&t, &cands[j], sizeof(t)) == 0;
+            if (!seen && (!quick || n < 2))
+                cands[n++] = t;
+        }
+    } else if (r.rows) {
         static const int hs[] = {8, 16}, ks[] = {4, 8, 16}, gs[] = {2, 4, 8};
         for (int i = 0; i < 2; i++)
             for (int j = 0; j < 3; j++)
@@ -318,9 +372,11 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
                                 cands[n++] = t;
                         }
     }
-    printf("tuning %s on %s (%s, %s, driver %s): %d heads, rkv %d, dr %d, ctx %d, batch 1 and 8, %d candidates\n",
+    static const char *const dtype_names[] = {"f32", "f16", "bf16", "fp8"};
+    printf("tuning %s on %s (%s, %s, driver %s): %d heads, rkv %d, dr %d, %s cache, ctx %d, batch 1 and 8, %d "
+           "candidates\n",
            r.rows ? "attn_latent_rows" : "attn_latent", info.name, info.vendor, info.platform_name, info.driver_version,
-           r.heads, r.rkv, r.dr, r.ctx_len, n);
+           r.heads, r.rkv, r.dr, (unsigned)dtype < 4 ? dtype_names[dtype] : "?", r.ctx_len, n);
     const int check_len[2] = {r.ctx_len < 300 ? r.ctx_len : 300, 77};
     int time_len[8];
     for (int i = 0; i < 8; i++)
@@ -339,7 +395,7 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
         err[i] = kt_check(&r, &chk, check_len);
         kt_case_free(&chk);
         printf("[%2d/%d] ", i + 1, n);
-        kt_print(&cands[i], r.rows);
+        kt_print(&cands[i], r.rows, decoded);
         if (err[i] < 0 || err[i] > 1e-4) {
             printf("  refused: %s%g\n", err[i] < 0 ? "failed: " : "error ", err[i] < 0 ? 0.0 : err[i]);
             if (err[i] < 0)
@@ -372,7 +428,7 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
         goto done;
     }
     printf("\n%.0f s; best: ", kt_now() - start);
-    kt_print(&cands[best], r.rows);
+    kt_print(&cands[best], r.rows, decoded);
     printf("\n      batch 1 %.1f us, batch 8 %.1f us against %.1f and %.1f with the current parameters (%s)\n",
            us1[best], us8[best], us1[0], us8[0], base_source);
     /* A grid's best on a shared machine may owe its place to the moment it ran: timed again beside
@@ -933,7 +989,7 @@ int cmd_tune(int argc, char **argv)
     int help = 0, size = 1024, candidates = 40, dry_run = 0, kernels = 0, heads = 16, ctx_len = 4096, quick = 0;
     int latent = 0, products = 0;
     double max_seconds = 0;
-    const char *device = NULL, *out = NULL;
+    const char *device = NULL, *out = NULL, *cache_dtype = "f32";
     cli_option opts[] = {
         {"device", CLI_STRING, &device, "SPEC  device to tune (see clmla devices)"},
         {"size", CLI_INT, &size, "N  time the row-major N x N x N SGEMM (default 1024)"},
@@ -949,6 +1005,8 @@ int cmd_tune(int argc, char **argv)
                                           "                       unless --latent; neither flag: both)"},
         {"heads", CLI_INT, &heads, "H  with --kernels: attention heads (default 16, V2-Lite; 128: V3)"},
         {"ctx", CLI_INT, &ctx_len, "N  with --kernels: keys per sequence timed (default 4096)"},
+        {"cache-dtype", CLI_STRING, &cache_dtype, "f16|bf16|fp8  with --kernels --latent: time over a cache of that\n"
+                                                  "                       dtype and tune group_decode_heads alone (GPUs)"},
         {"quick", CLI_FLAG, &quick, "with --kernels: a small grid (latent: two candidates at ctx 512; products:\n"
                                     "                       V2-Lite's o_proj, f32 and bf16, 128 prefill rows)"},
         {"help", CLI_FLAG, &help, "this text"},
@@ -971,9 +1029,22 @@ int cmd_tune(int argc, char **argv)
             fprintf(stderr, "clmla tune: --heads must be 1..1024 and --ctx 64..65536\n");
             return 2;
         }
+        static const char *const dtypes[] = {"f32", "f16", "bf16", "fp8"};
+        int dtype = -1;
+        for (int i = 0; i < 4; i++)
+            if (strcmp(cache_dtype, dtypes[i]) == 0)
+                dtype = i;
+        if (dtype < 0) {
+            fprintf(stderr, "clmla tune: --cache-dtype must be f32, f16, bf16 or fp8, not '%s'\n", cache_dtype);
+            return 2;
+        }
+        if (dtype != 0 && (!latent || products)) {
+            fprintf(stderr, "clmla tune: --cache-dtype goes with --kernels --latent alone\n");
+            return 2;
+        }
         if (!latent && !products)
             latent = products = 1;
-        int rc = latent ? tune_kernels(device, heads, ctx_len, quick, dry_run, out) : 0;
+        int rc = latent ? tune_kernels(device, heads, ctx_len, quick, dry_run, out, (clmla_cache_dtype)dtype) : 0;
         if (rc == 0 && products)
             rc = tune_products(device, quick, dry_run, out);
         return rc;
