@@ -8,8 +8,10 @@
 #                                                         tools/gpu-setup.sh run on a machine
 #                                                         without the ICD loader, CLBlast and cJSON)
 # PARTS, comma-separated, in the order given (default tune,bench,tests):
-#   tune   the latent tuner at 16 and 128 heads, the product tuner, then group_decode_heads over an
-#          fp8 cache (clmla tune --cache-dtype), into OUT/kernel-tuning.json
+#   tune   the latent tuner at 16 and 128 heads, then group_decode_heads over an fp8 cache (clmla
+#          tune --cache-dtype), into OUT/kernel-tuning.json (about 110 s on an H100)
+#   products  the product tuner into the same file (226 s on an H100, mostly compiling; its
+#          defaults won there, so a device with a built-in entry can leave it out)
 #   bench  clmla-bench with that file in force (or the built-in table, without it): peaks, latent
 #          decode (v2-lite and v3, batch 1 / 8 / 32, ctx 4096 / 32768, every cache dtype),
 #          multi-token decode at 16 and 8 heads (8: folded into the heads), decode products
@@ -73,12 +75,15 @@ part_tune() {
     tuning="$out/kernel-tuning.json"
     step tune-latent-16 60 "$clmla" tune --kernels --latent --heads 16 --out "$tuning"
     step tune-latent-128 40 "$clmla" tune --kernels --latent --heads 128 --out "$tuning"
-    step tune-products 240 "$clmla" tune --kernels --products --out "$tuning"
     # group_decode_heads over an fp8 cache, from the entries just tuned
     step tune-latent-fp8-16 30 env CLMLA_KERNEL_TUNING="$tuning" "$clmla" tune --kernels --latent --heads 16 \
         --cache-dtype fp8 --out "$tuning"
     step tune-latent-fp8-128 30 env CLMLA_KERNEL_TUNING="$tuning" "$clmla" tune --kernels --latent --heads 128 \
         --cache-dtype fp8 --out "$tuning"
+}
+
+part_products() {
+    step tune-products 240 "$clmla" tune --kernels --products --out "$out/kernel-tuning.json"
 }
 
 part_bench() {
@@ -132,7 +137,7 @@ part_bench() {
 }
 
 part_tests() {
-    step ctest 60 ctest --test-dir "$build" -j8 --timeout 240 --output-on-failure
+    step ctest 60 ctest --test-dir "$build" -j16 --timeout 240 --output-on-failure
 }
 
 : >"$out/summary.txt"
@@ -140,9 +145,10 @@ step devices 5 "$clmla" devices --verbose
 for p in $(echo "$parts" | tr ',' ' '); do
     case $p in
     tune) part_tune ;;
+    products) part_products ;;
     bench) part_bench ;;
     tests) part_tests ;;
-    *) echo "gpu-check: unknown part $p (tune, bench, tests)" >>"$out/summary.txt" ;;
+    *) echo "gpu-check: unknown part $p (tune, products, bench, tests)" >>"$out/summary.txt" ;;
     esac
 done
 echo "gpu-check: $(($(date +%s) - start)) s; $out/summary.txt:"
