@@ -19,7 +19,7 @@
 #          (AUTO's crossover), and two experimental parameters against the tuning in force (a copy
 #          of the file with them set; needs python3): the decompressed prefill with
 #          attn_prefill_tiled (prefill_tiled 1), and decode over f16/bf16/fp8 caches with 16 and 8
-#          heads per item in attn_latent's score step (group_decode_heads)
+#          heads per item in attn_latent's score step (group_decode_heads); last, the cold start
 #   tests  the test suite (last by default: the tuner and the bench check their own results)
 # OUT/summary.txt lists each step with its exit code and seconds; OUT/gpu-check.tar.gz holds
 # everything (the device tool brings back only a few files).
@@ -134,6 +134,8 @@ part_bench() {
         step bench-decode-v3-dh$v 30 env CLMLA_KERNEL_TUNING="$f" "$bench" $peaks --phase decode --preset v3 \
             --path absorbed --batch 1,8,32 --ctx 4096,32768 --cache-dtype f16,bf16,fp8 --json "$out/decode-v3-dh$v.json"
     done
+    # the cost before a first step: every kernel compiled, then from the disk cache (one sample each)
+    step bench-cold 90 "$bench" $peaks --phase cold --quick --json "$out/cold.json"
 }
 
 part_tests() {
