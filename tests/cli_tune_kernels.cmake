@@ -65,6 +65,13 @@ string(JSON dh GET "${text}" 0 parameters group_decode_heads)
 if(NOT (dh EQUAL 4 OR dh EQUAL 16))
   message(FATAL_ERROR "--cache-dtype bf16 saved group_decode_heads ${dh}:\n${text}")
 endif()
+# devices --verbose shows the work-group kernel's parameters where it runs, the saved value among them
+execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_ATTENTION_KERNELS=group CLMLA_KERNEL_TUNING=${file2}
+                        ${CLMLA} devices --verbose
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "16  heads: file [^\n]*attn_latent group_heads[^\n]*group_decode_heads=${dh}")
+  message(FATAL_ERROR "clmla devices --verbose with the bf16 entry: exit ${rc}\n${out}\n${err}")
+endif()
 execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_ATTENTION_KERNELS=rows
                         ${CLMLA} tune --kernels --latent --quick --cache-dtype fp8 --dry-run
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
