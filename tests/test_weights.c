@@ -11,7 +11,9 @@
  *   as-given  tensors given in a dtype (clmla_tensor.dtype with codes the test encodes: bf16 as the
  *             top half of exactly-bf16 floats, f16, fp8 codes and block scales from the reference's
  *             quantiser, 1-D norms in bf16 / f16) under AS_GIVEN, a mix of dtypes (the stacked
- *             q_a_proj + kv_a_proj_with_mqa of two dtypes), and given dtypes converted to another.
+ *             q_a_proj + kv_a_proj_with_mqa of two dtypes), and given dtypes converted to another;
+ *   clblast   the query-LoRA shape with every product through CLBlast, as GPUs run prefill-sized ones
+ *             (the per-head products decode kv_b_proj's slices in groups: one, several, one by one).
  * Every layer runs, on each attention path (absorbed, decompressed), one sequence alone and a batch
  * of three (prefills of 37, 21 and 5 tokens in one step, then 3 one-token decode steps, 16-token
  * cache blocks: every sequence ends mid-block), on a float32 cache.
@@ -23,6 +25,7 @@
  * are given in a 16-bit dtype. `test_weights PART...` runs the named parts. */
 #include "check.h"
 #include "clmla.h"
+#include "gemm.h"
 #include "mla_ref.h"
 #include "test_util.h"
 #include "tolerance.h"
@@ -605,10 +608,31 @@ static void part_as_given_q_proj(void)
     run_shape("small, q_proj", &c, cases, 2, 8600);
 }
 
+/* The small query-LoRA shape again with every product through CLBlast, as GPUs run prefill-sized
+   ones: the absorbed path's per-head products decode the heads' kv_b_proj rows to float32 in
+   groups and multiply each group in one strided batch. Its 3 heads' slices (28 rows of 128 apart)
+   in one group (the default 32 MiB), in groups of 2 and 1 (a 28672-byte piece), and one by one
+   (a piece too small for two). */
+static void part_clblast(void)
+{
+    static const size_t pieces[] = {0, 28672, 1};
+    const clmla_layer_config c = small_shape(24, 128);
+    for (int i = 0; i < 3; i++) {
+        char what[64];
+        snprintf(what, sizeof(what), "small, query LoRA, CLBlast, piece %zu", pieces[i]);
+        CHECK_STATUS(clmla_gemm_force_clblast(ctx, 1), CLMLA_SUCCESS, ctx);
+        CHECK_STATUS(clmla_gemm_set_weight_piece(ctx, pieces[i]), CLMLA_SUCCESS, ctx);
+        run_shape(what, &c, CONVERT, NUM_CONVERT, 8700 + (uint64_t)i);
+    }
+    clmla_gemm_set_weight_piece(ctx, 0);
+    clmla_gemm_force_clblast(ctx, 0);
+}
+
 static const tu_part parts[] = {
     {"small-q-proj", part_small_q_proj}, {"small-q-lora", part_small_q_lora},
     {"small-rkv40", part_small_rkv40},   {"v2-lite", part_v2_lite},
     {"as-given", part_as_given},         {"as-given-q-proj", part_as_given_q_proj},
+    {"clblast", part_clblast},
 };
 
 int main(int argc, char **argv)

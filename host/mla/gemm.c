@@ -46,6 +46,7 @@ typedef struct clmla_products {
     clmla_product_tuning tuning[NUM_CLASSES];       /* the parameters of each class, */
     int tuned;                                      /* looked up (1) at the first product since creation or retuning */
     int force_clblast;                              /* test hook: every product through CLBlast */
+    size_t weight_piece;                            /* test hook: decoded pieces' bytes (0: WEIGHT_PIECE_BYTES) */
 } clmla_products;
 
 static void release_kernels(cl_kernel *k, size_t n)
@@ -162,6 +163,14 @@ clmla_status clmla_gemm_force_clblast(clmla_context *ctx, int on)
     clmla_status st = ensure_products(ctx);
     if (st == CLMLA_SUCCESS)
         products(ctx)->force_clblast = on;
+    return st;
+}
+
+clmla_status clmla_gemm_set_weight_piece(clmla_context *ctx, size_t bytes)
+{
+    clmla_status st = ensure_products(ctx);
+    if (st == CLMLA_SUCCESS)
+        products(ctx)->weight_piece = bytes;
     return st;
 }
 
@@ -562,6 +571,35 @@ static CLBlastStatusCode clblast_sgemm(clmla_context *ctx, CLBlastTranspose a_op
    gives a block of C's columns; x W (W [k, n]): a piece of W's rows is a piece of K, the pieces
    after the first added with beta 1. B row-major (packed weights never come here). */
 #define WEIGHT_PIECE_BYTES ((size_t)32 << 20)
+/* Decodes nr rows of cols values of the weight b, from element `offset` (b.ld apart), into the
+   float32 rows of f32 (cols apart), through gemm_weight_f32 (kept with the kernels of a product of
+   K = k). */
+static clmla_status decode_rows(clmla_context *ctx, clmla_matrix b, size_t k, size_t offset, size_t nr, size_t cols,
+                                cl_mem f32)
+{
+    cl_kernel *kernel = &kernels(ctx, b.dtype, k)->weight_f32;
+    if (!*kernel) {
+        char options[96];
+        dtype_options(ctx, b.dtype, "", options, sizeof(options));
+        clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options, "gemm_weight_f32", kernel);
+        if (st != CLMLA_SUCCESS)
+            return st;
+    }
+    const int b_offset = (int)offset, ldb = (int)b.ld, nri = (int)nr, K = (int)cols, scale_ld = (int)b.scale_ld;
+    const cl_mem scale = b.dtype == CLMLA_DTYPE_FP8_E4M3 ? b.scale : NULL;
+    CLMLA_SET_ARG(ctx, *kernel, 0, b.buffer);
+    CLMLA_SET_ARG(ctx, *kernel, 1, b_offset);
+    CLMLA_SET_ARG(ctx, *kernel, 2, ldb);
+    CLMLA_SET_ARG(ctx, *kernel, 3, nri);
+    CLMLA_SET_ARG(ctx, *kernel, 4, K);
+    CLMLA_SET_ARG(ctx, *kernel, 5, scale);
+    CLMLA_SET_ARG(ctx, *kernel, 6, scale_ld);
+    CLMLA_SET_ARG(ctx, *kernel, 7, f32);
+    const size_t global[2] = {cols, nr};
+    cl_int err = clmla_cl_enqueue_rows(ctx, *kernel, 2, global, NULL);
+    return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue gemm_weight_f32");
+}
+
 static clmla_status decoded_gemm(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
                                  clmla_matrix b, float beta, clmla_matrix c, cl_event *event)
 {
@@ -572,33 +610,13 @@ static clmla_status decoded_gemm(clmla_context *ctx, size_t m, size_t n, size_t 
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
                           "a %s weight through CLBlast (m=%zu n=%zu k=%zu): only row-major within int indices",
                           clmla_dtype_name(b.dtype), m, n, k);
-    cl_kernel *kernel = &kernels(ctx, b.dtype, k)->weight_f32;
-    if (!*kernel) {
-        char options[96];
-        dtype_options(ctx, b.dtype, "", options, sizeof(options));
-        clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options, "gemm_weight_f32", kernel);
-        if (st != CLMLA_SUCCESS)
-            return st;
-    }
     cl_mem f32 = NULL;
     clmla_status st = clmla_scratch(ctx, SCRATCH_WEIGHT_F32, piece * cols * sizeof(float), &f32);
     for (size_t r0 = 0; st == CLMLA_SUCCESS && r0 < rows; r0 += piece) {
         const size_t nr = rows - r0 < piece ? rows - r0 : piece;
-        const int b_offset = (int)(b.offset + r0 * b.ld), ldb = (int)b.ld, nri = (int)nr, K = (int)cols;
-        const int scale_ld = (int)b.scale_ld;
-        const cl_mem scale = b.dtype == CLMLA_DTYPE_FP8_E4M3 ? b.scale : NULL;
-        CLMLA_SET_ARG(ctx, *kernel, 0, b.buffer);
-        CLMLA_SET_ARG(ctx, *kernel, 1, b_offset);
-        CLMLA_SET_ARG(ctx, *kernel, 2, ldb);
-        CLMLA_SET_ARG(ctx, *kernel, 3, nri);
-        CLMLA_SET_ARG(ctx, *kernel, 4, K);
-        CLMLA_SET_ARG(ctx, *kernel, 5, scale);
-        CLMLA_SET_ARG(ctx, *kernel, 6, scale_ld);
-        CLMLA_SET_ARG(ctx, *kernel, 7, f32);
-        const size_t global[2] = {cols, nr};
-        cl_int err = clmla_cl_enqueue_rows(ctx, *kernel, 2, global, NULL);
-        if (err != CL_SUCCESS)
-            return clmla_fail_cl(ctx, err, "enqueue gemm_weight_f32");
+        st = decode_rows(ctx, b, k, b.offset + r0 * b.ld, nr, cols, f32);
+        if (st != CLMLA_SUCCESS)
+            return st;
         cl_event *ev = r0 + nr == rows ? event : NULL;
         CLBlastStatusCode bs;
         if (b.transposed) /* columns [r0, r0 + nr) of C */
@@ -682,6 +700,53 @@ static clmla_status batched_rows(clmla_context *ctx, size_t m, size_t n, size_t 
                              : clmla_fail_cl(ctx, err, nt ? "enqueue gemm_skinny_nt_rows" : "enqueue gemm_skinny_nn_rows");
 }
 
+/* A strided batch whose B has a weight dtype, through CLBlast: where the entries' B lie whole rows
+   apart in one weight (the per-head slices of kv_b_proj), as many entries as WEIGHT_PIECE_BYTES
+   holds are decoded together (the rows they span, one launch) and multiplied by one
+   CLBlastSgemmStridedBatched, instead of a decode and a product per entry (V3: 128 heads, 256
+   calls); otherwise, or when a group would hold one entry, entry by entry (decoded_gemm). */
+static clmla_status decoded_batched(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
+                                    size_t a_stride, clmla_matrix b, size_t b_stride, float beta, clmla_matrix c,
+                                    size_t c_stride, size_t batch, cl_event *event)
+{
+    const size_t rows = b.transposed ? n : k, cols = b.transposed ? k : n;
+    const size_t span = b.ld ? b_stride / b.ld : 0; /* rows from one entry's first to the next's */
+    const size_t piece = products(ctx)->weight_piece ? products(ctx)->weight_piece : WEIGHT_PIECE_BYTES;
+    size_t group = span ? piece / (span * cols * sizeof(float)) : 0;
+    group = group > batch ? batch : group;
+    const size_t last = b.offset + ((batch - 1) * span + rows) * b.ld;
+    if (b.panel || b.ld != cols || b_stride % b.ld || span < rows || group < 2 || !fits_int(last) || !fits_int(cols) ||
+        !fits_int(b.scale_ld)) {
+        for (size_t i = 0; i < batch; i++) {
+            clmla_matrix ai = a, bi = b, ci = c;
+            ai.offset += i * a_stride;
+            bi.offset += i * b_stride;
+            ci.offset += i * c_stride;
+            clmla_status st = decoded_gemm(ctx, m, n, k, alpha, ai, bi, beta, ci, i + 1 == batch ? event : NULL);
+            if (st != CLMLA_SUCCESS)
+                return st;
+        }
+        return CLMLA_SUCCESS;
+    }
+    cl_mem f32 = NULL;
+    clmla_status st = clmla_scratch(ctx, SCRATCH_WEIGHT_F32, group * span * cols * sizeof(float), &f32);
+    for (size_t i0 = 0; st == CLMLA_SUCCESS && i0 < batch; i0 += group) {
+        const size_t g = batch - i0 < group ? batch - i0 : group;
+        st = decode_rows(ctx, b, k, b.offset + i0 * b_stride, (g - 1) * span + rows, cols, f32);
+        if (st != CLMLA_SUCCESS)
+            return st;
+        clmla_count_clblast(ctx);
+        const CLBlastStatusCode bs = CLBlastSgemmStridedBatched(
+            CLBlastLayoutRowMajor, op(&a), op(&b), m, n, k, alpha, a.buffer, a.offset + i0 * a_stride, a.ld, a_stride, f32,
+            0, cols, span * cols, beta, c.buffer, c.offset + i0 * c_stride, c.ld, c_stride, g, &ctx->queue,
+            i0 + g == batch ? event : NULL);
+        if (bs != CLBlastSuccess)
+            return clmla_fail(ctx, bs, "CLBlastSgemmStridedBatched(m=%zu n=%zu k=%zu batch=%zu, decoded %s) failed: %s", m,
+                              n, k, g, clmla_dtype_name(b.dtype), clmla_status_string(bs));
+    }
+    return st;
+}
+
 clmla_status clmla_gemm_strided_batched(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
                                         size_t a_stride, clmla_matrix b, size_t b_stride, float beta, clmla_matrix c,
                                         size_t c_stride, size_t batch, cl_event *event)
@@ -698,18 +763,8 @@ clmla_status clmla_gemm_strided_batched(clmla_context *ctx, size_t m, size_t n, 
         return batched_rows(ctx, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride, batch, event);
     if (clmla_fault_hit(ctx))
         return clmla_fail(ctx, CL_OUT_OF_RESOURCES, "CLBlastSgemmStridedBatched: injected fault");
-    if (b.dtype != CLMLA_DTYPE_F32) { /* one decoded product per batch entry */
-        for (size_t i = 0; i < batch; i++) {
-            clmla_matrix ai = a, bi = b, ci = c;
-            ai.offset += i * a_stride;
-            bi.offset += i * b_stride;
-            ci.offset += i * c_stride;
-            st = decoded_gemm(ctx, m, n, k, alpha, ai, bi, beta, ci, i + 1 == batch ? event : NULL);
-            if (st != CLMLA_SUCCESS)
-                return st;
-        }
-        return CLMLA_SUCCESS;
-    }
+    if (b.dtype != CLMLA_DTYPE_F32)
+        return decoded_batched(ctx, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride, batch, event);
     clmla_count_clblast(ctx);
     CLBlastStatusCode bs = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, op(&a), op(&b), m, n, k, alpha, a.buffer,
                                                       a.offset, a.ld, a_stride, b.buffer, b.offset, b.ld, b_stride, beta,

@@ -48,4 +48,7 @@ void clmla_gemm_retune(clmla_context *ctx);
 
 /* Test hook: every product through CLBlast (on = 1) or as dispatched (0). */
 clmla_status clmla_gemm_force_clblast(clmla_context *ctx, int on);
+/* Test hook: the bytes of float32 a batched product with a weight dtype decodes at a time through
+   CLBlast (0: the default, 32 MiB), so that small shapes take several groups. */
+clmla_status clmla_gemm_set_weight_piece(clmla_context *ctx, size_t bytes);
 #endif
