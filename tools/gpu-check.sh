@@ -118,8 +118,11 @@ part_bench() {
     variant_tuning "$tiled" prefill_tiled=1
     variant_tuning "$dh16" group_decode_heads=16
     variant_tuning "$dh8" group_decode_heads=8
-    step bench-prefill 30 "$bench" $peaks --phase prefill --path decompressed,absorbed --ctx 512,4096 \
-        --json "$out/prefill.json"
+    step bench-prefill 45 "$bench" $peaks --phase prefill --path decompressed,absorbed --ctx 512,4096 \
+        --weights-dtype f32,bf16 --json "$out/prefill.json"
+    # V3's 128 heads: the absorbed path's per-head products with fp8 weights (decoded in groups)
+    step bench-prefill-v3 40 "$bench" $peaks --phase prefill --preset v3 --path absorbed --ctx 512 \
+        --weights-dtype f32,fp8 --json "$out/prefill-v3.json"
     if [ -s "$tiled" ]; then
         step bench-prefill-tiled 30 env CLMLA_KERNEL_TUNING="$tiled" "$bench" $peaks --phase prefill \
             --path decompressed --ctx 512,4096 --json "$out/prefill-tiled.json"
