@@ -81,14 +81,30 @@ void cli_usage(const char *command, const char *summary, const cli_option *opts)
         printf("  --%-14s %s\n", o->name, o->help);
 }
 
+static const char *const cache_dtype_names[] = {"f32", "f16", "bf16", "fp8"}; /* clmla_cache_dtype's order */
+
 int cli_cache_dtype(const char *name)
 {
-    static const char *const names[] = {"f32", "f16", "bf16", "fp8"};
     static const int dtypes[] = {CLMLA_CACHE_F32, CLMLA_CACHE_F16, CLMLA_CACHE_BF16, CLMLA_CACHE_FP8};
     for (int i = 0; i < 4; i++)
-        if (name && strcmp(name, names[i]) == 0)
+        if (name && strcmp(name, cache_dtype_names[i]) == 0)
             return dtypes[i];
     return -1;
+}
+
+const char *cli_cache_dtype_name(int dtype)
+{
+    return dtype >= 0 && dtype < 4 ? cache_dtype_names[dtype] : "?";
+}
+
+int cli_runs_row_kernels(const clmla_device_info *info)
+{
+    const char *k = getenv("CLMLA_ATTENTION_KERNELS");
+    if (k && strcmp(k, "rows") == 0)
+        return 1;
+    if (k && strcmp(k, "group") == 0)
+        return 0;
+    return info->kind == CLMLA_DEVICE_KIND_CPU;
 }
 
 int cli_weights_dtype(const char *name)

@@ -25,6 +25,13 @@ clmla_status cli_context_create(const char *device, clmla_context **ctx);
 
 /* The cache dtype named "f32", "f16", "bf16" or "fp8"; -1 for any other name. */
 int cli_cache_dtype(const char *name);
+/* The name of a clmla_cache_dtype ("?" for none). */
+const char *cli_cache_dtype_name(int dtype);
+
+/* Whether the device runs the row-walking attention kernels (attn_latent_rows, attn_prefill_rows):
+   CLMLA_ATTENTION_KERNELS, which the commands' contexts take, when it names "rows" or "group", else
+   whether the device is a CPU (the library's "auto"). */
+int cli_runs_row_kernels(const clmla_device_info *info);
 #define CLI_CACHE_DTYPES "f32|f16|bf16|fp8"
 
 /* The weights dtype named "auto" (CLMLA_WEIGHTS_AS_GIVEN: a checkpoint's own dtype; random

@@ -6,7 +6,6 @@
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 static int print_json(const clmla_device_info *devs, size_t n, size_t selected)
 {
@@ -54,11 +53,7 @@ static void print_tuning(const clmla_device_info *devs, size_t n)
         path[0] = '\0';
     printf("\nlatent attention kernel tuning (user file: %s):\n", path[0] ? path : "none");
     for (size_t i = 0; i < n; i++) {
-        /* the kernel the device runs: CLMLA_ATTENTION_KERNELS (the commands' default) may name one */
-        const char *ak = getenv("CLMLA_ATTENTION_KERNELS");
-        const int rows = ak && strcmp(ak, "rows") == 0    ? 1
-                         : ak && strcmp(ak, "group") == 0 ? 0
-                                                          : devs[i].kind == CLMLA_DEVICE_KIND_CPU;
+        const int rows = cli_runs_row_kernels(&devs[i]);
         static const int heads[] = {16, 128};
         for (int h = 0; h < 2; h++) {
             clmla_latent_tuning t;

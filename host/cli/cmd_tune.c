@@ -68,9 +68,10 @@ static cl_mem kt_buffer(kt_run *r, size_t bytes, const void *host)
 /* A cache of `seqs` sequences of lengths len[], each holding rows 0.. of the run's rows, and the
    arguments of one call with token t attending to sequence t (all of its keys). Returns 0 on
    success; frees what it made on failure. */
+#define KT_MAX_SEQS 8 /* sequences a case holds at most */
 typedef struct kt_case {
     clmla_cache *cache;
-    int32_t ids[8]; /* the cache's sequence of each token (at most 8) */
+    int32_t ids[KT_MAX_SEQS]; /* the cache's sequence of each token */
     cl_mem table, seq, clen, ql, qr, out;
     clmla_latent_attention_args a;
     float *h_ql, *h_qr;
@@ -91,6 +92,8 @@ static void kt_case_free(kt_case *c)
 static int kt_case_make(kt_run *r, kt_case *c, int seqs, const int *len)
 {
     memset(c, 0, sizeof(*c));
+    if (seqs > KT_MAX_SEQS)
+        return -1;
     int max_len = 0;
     for (int s = 0; s < seqs; s++)
         max_len = len[s] > max_len ? len[s] : max_len;
@@ -166,7 +169,7 @@ static double kt_check(kt_run *r, kt_case *c, const int *len)
         clEnqueueReadBuffer(clmla_context_queue(r->ctx), c->out, CL_TRUE, 0, (size_t)T * H * rkv * sizeof(float), got, 0,
                             NULL, NULL) == CL_SUCCESS) {
         worst = 0;
-        for (int t = 0; t < T && worst >= 0; t++) {
+        for (int t = 0; t < T; t++) {
             if (r->dtype != CLMLA_CACHE_F32 && clmla_cache_read(c->cache, 0, c->ids[t], 0, len[t], ckv, kr) != CLMLA_SUCCESS) {
                 worst = -1;
                 break;
@@ -243,18 +246,6 @@ static void kt_print(const clmla_latent_tuning *t, int rows, int decoded)
         printf(" group_decode_heads=%-2d", t->group_decode_heads);
 }
 
-/* The work-group kernel is what a device runs unless it is a CPU, or CLMLA_ATTENTION_KERNELS (which
-   the commands' contexts take) names one kind. */
-static int kt_runs_rows(const clmla_device_info *info)
-{
-    const char *k = getenv("CLMLA_ATTENTION_KERNELS");
-    if (k && strcmp(k, "rows") == 0)
-        return 1;
-    if (k && strcmp(k, "group") == 0)
-        return 0;
-    return info->kind == CLMLA_DEVICE_KIND_CPU;
-}
-
 /* dtype f32: the grid of the kernel the device runs; a decoded cache (f16, bf16, fp8): the heads
    per item of attn_latent's score step for such caches (group_decode_heads), the rest as in force. */
 static int tune_kernels(const char *device, int heads, int ctx_len, int quick, int dry_run, const char *out,
@@ -286,7 +277,7 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
     r.dr = 64;
     r.bt = 64;
     r.ctx_len = quick ? 512 : ctx_len;
-    r.rows = kt_runs_rows(&info);
+    r.rows = cli_runs_row_kernels(&info);
     r.reps = quick ? 3 : 7;
     r.dtype = dtype;
     const int decoded = dtype != CLMLA_CACHE_F32;
@@ -372,11 +363,10 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
                                 cands[n++] = t;
                         }
     }
-    static const char *const dtype_names[] = {"f32", "f16", "bf16", "fp8"};
     printf("tuning %s on %s (%s, %s, driver %s): %d heads, rkv %d, dr %d, %s cache, ctx %d, batch 1 and 8, %d "
            "candidates\n",
            r.rows ? "attn_latent_rows" : "attn_latent", info.name, info.vendor, info.platform_name, info.driver_version,
-           r.heads, r.rkv, r.dr, (unsigned)dtype < 4 ? dtype_names[dtype] : "?", r.ctx_len, n);
+           r.heads, r.rkv, r.dr, cli_cache_dtype_name(dtype), r.ctx_len, n);
     const int check_len[2] = {r.ctx_len < 300 ? r.ctx_len : 300, 77};
     int time_len[8];
     for (int i = 0; i < 8; i++)
@@ -1029,11 +1019,7 @@ int cmd_tune(int argc, char **argv)
             fprintf(stderr, "clmla tune: --heads must be 1..1024 and --ctx 64..65536\n");
             return 2;
         }
-        static const char *const dtypes[] = {"f32", "f16", "bf16", "fp8"};
-        int dtype = -1;
-        for (int i = 0; i < 4; i++)
-            if (strcmp(cache_dtype, dtypes[i]) == 0)
-                dtype = i;
+        const int dtype = cli_cache_dtype(cache_dtype);
         if (dtype < 0) {
             fprintf(stderr, "clmla tune: --cache-dtype must be f32, f16, bf16 or fp8, not '%s'\n", cache_dtype);
             return 2;

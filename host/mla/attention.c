@@ -67,7 +67,7 @@ static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_
         /* heads per item in the score step: group_decode_heads where the cache's values are decoded,
            with as many scores per item as group_keys keys by 4 heads (fewer keys for more heads) */
         const int hpi = cache->config.dtype != CLMLA_CACHE_F32 ? tn->group_decode_heads : 4;
-        const int kpt = hpi > 4 && tn->group_keys * 4 / hpi >= 1 ? tn->group_keys * 4 / hpi : hpi > 4 ? 1 : tn->group_keys;
+        const int kpt = tn->group_keys * 4 / hpi > 1 ? tn->group_keys * 4 / hpi : 1;
         const int shape[4] = {hg, cache->config.kv_lora_rank + cache->config.rope_dim, kpt, hpi};
         char options[256];
         snprintf(options, sizeof(options), "%s -D HG=%d -D KPT=%d", cache->options, hg, kpt);

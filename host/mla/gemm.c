@@ -700,6 +700,21 @@ static clmla_status batched_rows(clmla_context *ctx, size_t m, size_t n, size_t 
                              : clmla_fail_cl(ctx, err, nt ? "enqueue gemm_skinny_nt_rows" : "enqueue gemm_skinny_nn_rows");
 }
 
+/* CLBlast's strided-batched SGEMM on float32 operands. */
+static clmla_status clblast_strided(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
+                                    size_t a_stride, clmla_matrix b, size_t b_stride, float beta, clmla_matrix c,
+                                    size_t c_stride, size_t batch, cl_event *event)
+{
+    clmla_count_clblast(ctx);
+    const CLBlastStatusCode bs = CLBlastSgemmStridedBatched(
+        CLBlastLayoutRowMajor, op(&a), op(&b), m, n, k, alpha, a.buffer, a.offset, a.ld, a_stride, b.buffer, b.offset, b.ld,
+        b_stride, beta, c.buffer, c.offset, c.ld, c_stride, batch, &ctx->queue, event);
+    if (bs != CLBlastSuccess)
+        return clmla_fail(ctx, bs, "CLBlastSgemmStridedBatched(m=%zu n=%zu k=%zu batch=%zu) failed: %s", m, n, k, batch,
+                          clmla_status_string(bs));
+    return CLMLA_SUCCESS;
+}
+
 /* A strided batch whose B has a weight dtype, through CLBlast: where the entries' B lie whole rows
    apart in one weight (the per-head slices of kv_b_proj), as many entries as WEIGHT_PIECE_BYTES
    holds are decoded together (the rows they span, one launch) and multiplied by one
@@ -728,21 +743,20 @@ static clmla_status decoded_batched(clmla_context *ctx, size_t m, size_t n, size
         }
         return CLMLA_SUCCESS;
     }
-    cl_mem f32 = NULL;
-    clmla_status st = clmla_scratch(ctx, SCRATCH_WEIGHT_F32, group * span * cols * sizeof(float), &f32);
+    clmla_matrix decoded = b; /* the group's rows in float32, span rows apart */
+    decoded.dtype = CLMLA_DTYPE_F32;
+    decoded.offset = 0;
+    decoded.ld = cols;
+    clmla_status st = clmla_scratch(ctx, SCRATCH_WEIGHT_F32, group * span * cols * sizeof(float), &decoded.buffer);
     for (size_t i0 = 0; st == CLMLA_SUCCESS && i0 < batch; i0 += group) {
         const size_t g = batch - i0 < group ? batch - i0 : group;
-        st = decode_rows(ctx, b, k, b.offset + i0 * b_stride, (g - 1) * span + rows, cols, f32);
-        if (st != CLMLA_SUCCESS)
-            return st;
-        clmla_count_clblast(ctx);
-        const CLBlastStatusCode bs = CLBlastSgemmStridedBatched(
-            CLBlastLayoutRowMajor, op(&a), op(&b), m, n, k, alpha, a.buffer, a.offset + i0 * a_stride, a.ld, a_stride, f32,
-            0, cols, span * cols, beta, c.buffer, c.offset + i0 * c_stride, c.ld, c_stride, g, &ctx->queue,
-            i0 + g == batch ? event : NULL);
-        if (bs != CLBlastSuccess)
-            return clmla_fail(ctx, bs, "CLBlastSgemmStridedBatched(m=%zu n=%zu k=%zu batch=%zu, decoded %s) failed: %s", m,
-                              n, k, g, clmla_dtype_name(b.dtype), clmla_status_string(bs));
+        clmla_matrix ai = a, ci = c;
+        ai.offset += i0 * a_stride;
+        ci.offset += i0 * c_stride;
+        st = decode_rows(ctx, b, k, b.offset + i0 * b_stride, (g - 1) * span + rows, cols, decoded.buffer);
+        if (st == CLMLA_SUCCESS)
+            st = clblast_strided(ctx, m, n, k, alpha, ai, a_stride, decoded, span * cols, beta, ci, c_stride, g,
+                                 i0 + g == batch ? event : NULL);
     }
     return st;
 }
@@ -765,12 +779,5 @@ clmla_status clmla_gemm_strided_batched(clmla_context *ctx, size_t m, size_t n, 
         return clmla_fail(ctx, CL_OUT_OF_RESOURCES, "CLBlastSgemmStridedBatched: injected fault");
     if (b.dtype != CLMLA_DTYPE_F32)
         return decoded_batched(ctx, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride, batch, event);
-    clmla_count_clblast(ctx);
-    CLBlastStatusCode bs = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, op(&a), op(&b), m, n, k, alpha, a.buffer,
-                                                      a.offset, a.ld, a_stride, b.buffer, b.offset, b.ld, b_stride, beta,
-                                                      c.buffer, c.offset, c.ld, c_stride, batch, &ctx->queue, event);
-    if (bs != CLBlastSuccess)
-        return clmla_fail(ctx, bs, "CLBlastSgemmStridedBatched(m=%zu n=%zu k=%zu batch=%zu) failed: %s", m, n, k, batch,
-                          clmla_status_string(bs));
-    return CLMLA_SUCCESS;
+    return clblast_strided(ctx, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride, batch, event);
 }
