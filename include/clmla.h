@@ -178,6 +178,12 @@ typedef struct clmla_context_options {
        one kind on any device (docs/DESIGN.md); NULL: CLMLA_ATTENTION_KERNELS, else "auto". Any
        other value fails the creation with CLMLA_ERROR_INVALID_ARGUMENT naming it. */
     const char *attention_kernels;
+    /* added in 0.4: a file to append a record of every command the context puts on its queue to
+       (its kernels, CLBlast's routines, buffer transfers), with the device's timestamps, one
+       tab-separated line each, written when 1024 are pending (the host then waits for them) and
+       when the context is destroyed; tools/trace_summary.py sums it up by kernel. Needs a queue
+       with profiling (else a warning, and no trace). NULL: CLMLA_TRACE, else none; "": none. */
+    const char *trace;
 } clmla_context_options;
 
 /* clmla_context_create and clmla_context_create_from_queue with options (NULL: all defaults). */

@@ -15,7 +15,8 @@
 #   bench  clmla-bench with that file in force (or the built-in table, without it): peaks, latent
 #          decode (v2-lite and v3, batch 1 / 8 / 32, ctx 4096 / 32768, every cache dtype),
 #          multi-token decode at 16 and 8 heads (8: folded into the heads), decode products
-#          (f32 / bf16 / fp8, 1 and 8 rows), the layer step, both paths of chunks after a prefix
+#          (f32 / bf16 / fp8, 1 and 8 rows), the layer step (and its kernels, traced), both paths of
+#          chunks after a prefix
 #          (AUTO's crossover), and two experimental parameters against the tuning in force (a copy
 #          of the file with them set; needs python3): the decompressed prefill with
 #          attn_prefill_tiled (prefill_tiled 1), and decode over f16/bf16/fp8 caches with 16 and 8
@@ -106,6 +107,16 @@ part_bench() {
         --json "$out/layer.json"
     step bench-layer-v3 40 "$bench" $peaks --phase layer --preset v3 --batch 1 --ctx 4096 --weights-dtype f32,fp8 \
         --json "$out/layer-v3.json"
+    # where a layer step's time goes, kernel by kernel and in the gaps between them (CLMLA_TRACE,
+    # summed up by tools/trace_summary.py), one weights dtype per run so that their kernels stay apart
+    for run in v3:f32 v3:fp8 v2-lite:f32 v2-lite:bf16; do
+        preset=${run%%:*}
+        w=${run#*:}
+        step trace-layer-$preset-$w 20 env CLMLA_TRACE="$out/trace-layer-$preset-$w.tsv" "$bench" $peaks --phase layer \
+            --preset "$preset" --batch 1 --ctx 4096 --weights-dtype "$w" --max-time 0.5
+        step trace-summary-$preset-$w 5 python3 "$(dirname "$0")/trace_summary.py" "$out/trace-layer-$preset-$w.tsv" \
+            --skip 50
+    done
     step bench-prefix 40 "$bench" $peaks --phase prefill --path absorbed,decompressed --ctx 16,64,256,1024 \
         --prefix 0,1024,4096 --json "$out/prefix.json"
     # Experimental parameters, off by default until measured, against the parameters in force:

@@ -8,6 +8,7 @@
 #include "program.h"
 #include "scratch.h"
 #include "dtype.h"
+#include "trace.h"
 #include "tuning.h"
 
 #include <clblast_c.h>
@@ -561,8 +562,15 @@ static CLBlastStatusCode clblast_sgemm(clmla_context *ctx, CLBlastTranspose a_op
     if (st != CLMLA_SUCCESS)
         return (CLBlastStatusCode)st; /* OpenCL's code, which CLBlast's codes include */
     clmla_count_clblast(ctx);
-    return CLBlastSgemmWithTempBuffer(CLBlastLayoutRowMajor, a_op, b_op, m, n, k, alpha, a, a_offset, a_ld, b, b_offset,
-                                      b_ld, beta, c, c_offset, c_ld, &ctx->queue, event, temp);
+    cl_event own = NULL, *ev = clmla_trace_event(ctx, event, &own);
+    bs = CLBlastSgemmWithTempBuffer(CLBlastLayoutRowMajor, a_op, b_op, m, n, k, alpha, a, a_offset, a_ld, b, b_offset, b_ld,
+                                    beta, c, c_offset, c_ld, &ctx->queue, ev, temp);
+    if (ctx->trace) {
+        const size_t mnk[3] = {m, n, k};
+        clmla_trace_record(ctx, bs == CLBlastSuccess ? CL_SUCCESS : bs, "clblast", "CLBlastSgemm (m,n,k)", 3, mnk, ev,
+                           ev == &own);
+    }
+    return bs;
 }
 
 /* CLBlast with B of a weight dtype: B decoded to float32 a piece of at most WEIGHT_PIECE_BYTES at a
@@ -706,9 +714,16 @@ static clmla_status clblast_strided(clmla_context *ctx, size_t m, size_t n, size
                                     size_t c_stride, size_t batch, cl_event *event)
 {
     clmla_count_clblast(ctx);
+    cl_event own = NULL, *ev = clmla_trace_event(ctx, event, &own);
     const CLBlastStatusCode bs = CLBlastSgemmStridedBatched(
         CLBlastLayoutRowMajor, op(&a), op(&b), m, n, k, alpha, a.buffer, a.offset, a.ld, a_stride, b.buffer, b.offset, b.ld,
-        b_stride, beta, c.buffer, c.offset, c.ld, c_stride, batch, &ctx->queue, event);
+        b_stride, beta, c.buffer, c.offset, c.ld, c_stride, batch, &ctx->queue, ev);
+    if (ctx->trace) {
+        const size_t mnk[3] = {m, n, k};
+        char what[88];
+        snprintf(what, sizeof(what), "CLBlastSgemmStridedBatched x%zu (m,n,k)", batch);
+        clmla_trace_record(ctx, bs == CLBlastSuccess ? CL_SUCCESS : bs, "clblast", what, 3, mnk, ev, ev == &own);
+    }
     if (bs != CLBlastSuccess)
         return clmla_fail(ctx, bs, "CLBlastSgemmStridedBatched(m=%zu n=%zu k=%zu batch=%zu) failed: %s", m, n, k, batch,
                           clmla_status_string(bs));

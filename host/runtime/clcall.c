@@ -1,4 +1,5 @@
 #include "clcall.h"
+#include "trace.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,7 +96,14 @@ cl_int clmla_cl_enqueue(clmla_context *ctx, cl_kernel kernel, cl_uint dims, cons
 {
     if (clmla_fault_hit(ctx))
         return CL_OUT_OF_RESOURCES;
-    return clEnqueueNDRangeKernel(ctx->queue, kernel, dims, NULL, global, local, 0, NULL, event);
+    cl_event own = NULL, *ev = clmla_trace_event(ctx, event, &own);
+    const cl_int err = clEnqueueNDRangeKernel(ctx->queue, kernel, dims, NULL, global, local, 0, NULL, ev);
+    if (ctx->trace) {
+        char name[88];
+        clmla_trace_kernel_name(kernel, name, sizeof(name));
+        clmla_trace_record(ctx, err, "kernel", name, dims, global, ev, ev == &own);
+    }
+    return err;
 }
 
 cl_int clmla_cl_enqueue_rows(clmla_context *ctx, cl_kernel kernel, cl_uint dims, const size_t *global, cl_event *event)
@@ -121,7 +129,10 @@ cl_int clmla_cl_write(clmla_context *ctx, cl_mem buffer, size_t offset, size_t b
 {
     if (clmla_fault_hit(ctx))
         return CL_OUT_OF_RESOURCES;
-    return clEnqueueWriteBuffer(ctx->queue, buffer, CL_TRUE, offset, bytes, host, 0, NULL, NULL);
+    cl_event own = NULL, *ev = clmla_trace_event(ctx, NULL, &own);
+    const cl_int err = clEnqueueWriteBuffer(ctx->queue, buffer, CL_TRUE, offset, bytes, host, 0, NULL, ev);
+    clmla_trace_record(ctx, err, "write", "write", 0, &bytes, ev, 1);
+    return err;
 }
 
 cl_int clmla_cl_write_async(clmla_context *ctx, cl_mem buffer, size_t offset, size_t bytes, const void *host,
@@ -129,9 +140,11 @@ cl_int clmla_cl_write_async(clmla_context *ctx, cl_mem buffer, size_t offset, si
 {
     if (clmla_fault_hit(ctx))
         return CL_OUT_OF_RESOURCES;
-    cl_int err = clEnqueueWriteBuffer(ctx->queue, buffer, CL_FALSE, offset, bytes, host, 0, NULL, event);
+    cl_event own = NULL, *ev = clmla_trace_event(ctx, event, &own);
+    cl_int err = clEnqueueWriteBuffer(ctx->queue, buffer, CL_FALSE, offset, bytes, host, 0, NULL, ev);
     if (err == CL_SUCCESS && event)
         ctx->counts.events++;
+    clmla_trace_record(ctx, err, "write", "write", 0, &bytes, ev, ev == &own);
     return err;
 }
 
@@ -149,7 +162,10 @@ cl_int clmla_cl_read(clmla_context *ctx, cl_mem buffer, size_t offset, size_t by
 {
     if (clmla_fault_hit(ctx))
         return CL_OUT_OF_RESOURCES;
-    return clEnqueueReadBuffer(ctx->queue, buffer, CL_TRUE, offset, bytes, host, 0, NULL, NULL);
+    cl_event own = NULL, *ev = clmla_trace_event(ctx, NULL, &own);
+    const cl_int err = clEnqueueReadBuffer(ctx->queue, buffer, CL_TRUE, offset, bytes, host, 0, NULL, ev);
+    clmla_trace_record(ctx, err, "read", "read", 0, &bytes, ev, 1);
+    return err;
 }
 
 clmla_status clmla_fail_kernel_arg(clmla_context *ctx, cl_int err, cl_kernel kernel, cl_uint index)

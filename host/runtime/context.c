@@ -4,6 +4,7 @@
 #include "program.h"
 #include "scratch.h"
 #include "attention.h"
+#include "trace.h"
 #include "tuning.h"
 
 #include <stdio.h>
@@ -118,6 +119,7 @@ clmla_status clmla_context_create_opts(const clmla_context_options *options, clm
         return status;
     }
     set_device_key(ctx);
+    clmla_trace_open(ctx, ctx->env.trace);
     if ((status = clmla_tuning_apply(ctx)) != CLMLA_SUCCESS) {
         clmla_context_destroy(ctx);
         return status;
@@ -180,6 +182,7 @@ clmla_status clmla_context_create_from_queue_opts(cl_command_queue queue, const 
     clRetainContext(c);
     clRetainCommandQueue(queue);
     set_device_key(ctx);
+    clmla_trace_open(ctx, ctx->env.trace);
     const clmla_status status = clmla_tuning_apply(ctx);
     if (status != CLMLA_SUCCESS) {
         clmla_context_destroy(ctx);
@@ -195,6 +198,7 @@ void clmla_context_destroy(clmla_context *ctx)
         return;
     if (ctx->queue)
         clFinish(ctx->queue);
+    clmla_trace_close(ctx);
     if (ctx->products && ctx->products_release)
         ctx->products_release(ctx->products);
     clmla_program_cache_release(ctx);

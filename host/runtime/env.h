@@ -11,6 +11,7 @@ typedef struct clmla_env {
     char cache_dir[CLMLA_PATH_SIZE];  /* program binary cache; "" when disabled */
     char clblast_tuning[CLMLA_PATH_SIZE]; /* CLMLA_CLBLAST_TUNING: a tuning file, "off", or "" (unset) */
     char attention_kernels[32];     /* CLMLA_ATTENTION_KERNELS: "auto", "rows", "group" or "" (unset) */
+    char trace[CLMLA_PATH_SIZE];    /* CLMLA_TRACE: a file to record the queue's commands in (trace.h), "" = off */
 } clmla_env;
 
 /* CLMLA_CACHE_DIR, else $XDG_CACHE_HOME/clmla, else $HOME/.cache/clmla; "off" disables. */

@@ -56,6 +56,8 @@ struct clmla_context {
     cl_mem scratch[24];          /* scratch.h: per-slot device buffers, grown on demand */
     size_t scratch_bytes[24];
 
+    struct clmla_trace *trace;   /* trace.h: CLMLA_TRACE's record of the queue's commands, NULL when off */
+
     clmla_log_fn log;            /* clmla_context_options: diagnostics for the caller */
     void *log_user;
     clmla_log_level log_level;

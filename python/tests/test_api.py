@@ -786,3 +786,20 @@ def test_latent_attention_no_keys(ctx):
     out, lse = clmla.latent_attention(cache, np.ones((2, 2, 16), np.float32), np.ones((2, 2, 4), np.float32),
                                       [s, s], [0, 0], 0.5, return_lse=True)
     assert np.all(out == 0) and np.all(lse == -np.inf)
+
+
+def test_context_trace(ctx, tmp_path):
+    # Context(trace=...): every command of the context in the file by its close, with device timestamps
+    path = tmp_path / "trace.tsv"
+    tctx = clmla.Context(ctx.device, trace=str(path))
+    W = np.arange(12, dtype=np.float32).reshape(3, 4)
+    lin = clmla.Linear(W, context=tctx)
+    for _ in range(3):
+        np.testing.assert_allclose(lin(np.ones((1, 4), np.float32)), [[6, 22, 38]], rtol=1e-6)
+    tctx.close()
+    rows = [line.split("\t") for line in path.read_text().splitlines() if not line.startswith("#")]
+    assert [r[1] for r in rows].count("read") == 3 and any(r[1] == "kernel" for r in rows)
+    for r in rows:
+        assert len(r) == 8 and int(r[4]) <= int(r[5]) <= int(r[6]) <= int(r[7])
+    with pytest.raises(clmla.Error, match="trace must be a string"):
+        clmla.Context(ctx.device, trace=3)
