@@ -8,7 +8,7 @@
    file is read once per process, hence a process of its own). Exit 77 without a device. */
 #include "check.h"
 #include "clmla.h"
-#include "tuning.h"
+#include "kernel_tuning.h"
 #include "attention.h"
 #include "gemm.h"
 

@@ -4,7 +4,7 @@
 #include "clcall.h"
 #include "program.h"
 #include "scratch.h"
-#include "tuning.h"
+#include "kernel_tuning.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -18,7 +18,7 @@
 /* attn_latent's split-KV: keys per split at least this (one tile of 128 keys with 16 heads). */
 #define MIN_SPLIT_TOKENS_GROUP 128
 /* The kernels' parameters (heads per group or item, keys per item or tile, work-group size, groups
-   per compute unit) come from clmla_latent_tuning_for (tuning.h: a forced set, the user's kernel
+   per compute unit) come from clmla_latent_tuning_for (kernel_tuning.h: a forced set, the user's kernel
    tuning file, the built-in table, else the defaults, which are the values below).
    Keys per work-item in attn_latent's score step: 4 (cl/attn_latent.cl, measured there).
    Work-groups wanted per compute unit when splitting. attn_latent: 8. On an H100 (two groups of

@@ -9,7 +9,7 @@
 #include "scratch.h"
 #include "dtype.h"
 #include "trace.h"
-#include "tuning.h"
+#include "kernel_tuning.h"
 
 #include <clblast_c.h>
 #include <limits.h>
@@ -141,22 +141,6 @@ void clmla_gemm_retune(clmla_context *ctx)
         return;
     release_all(products(ctx));
     products(ctx)->tuned = 0;
-}
-
-/* Here rather than in tuning.c, beside the kernels it releases: tuning.c links without the
-   products (fuzz/fuzz_tuning). */
-clmla_status clmla_context_set_product_tuning(clmla_context *ctx, const clmla_product_tuning *tuning)
-{
-    if (!ctx)
-        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_context_set_product_tuning: NULL context");
-    const char *bad = tuning ? clmla_product_tuning_problem(tuning) : NULL;
-    if (bad)
-        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "product kernel parameters refused: %s", bad);
-    if (tuning)
-        ctx->product_forced = *tuning;
-    ctx->product_forced_set = tuning != NULL;
-    clmla_gemm_retune(ctx);
-    return CLMLA_SUCCESS;
 }
 
 clmla_status clmla_gemm_force_clblast(clmla_context *ctx, int on)

@@ -21,7 +21,7 @@
 #include "layer_config.h"
 #include "rope.h"
 #include "scratch.h"
-#include "tuning.h"
+#include "kernel_tuning.h"
 #include "weight.h"
 
 #include <limits.h>

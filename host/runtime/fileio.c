@@ -1,13 +1,15 @@
-/* Reading a file whole (fileio.h). */
+/* Files whole (fileio.h). */
 #include "fileio.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 clmla_status clmla_read_file(const char *path, size_t max_bytes, const char *what, char **text, size_t *length,
                              char *err, size_t errsize)
@@ -51,6 +53,37 @@ clmla_status clmla_read_file(const char *path, size_t max_bytes, const char *wha
     buf[n] = '\0';
     *text = buf;
     *length = n;
+    return CLMLA_SUCCESS;
+}
+
+int clmla_path_absent(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) != 0 && errno == ENOENT;
+}
+
+static atomic_long sibling_count;
+
+clmla_status clmla_write_file_replacing(const char *path, const void *data, size_t size, char *err, size_t errsize)
+{
+    char tmp[CLMLA_PATH_SIZE + 64];
+    snprintf(tmp, sizeof(tmp), "%s.%ld.%ld.tmp", path, (long)getpid(), atomic_fetch_add(&sibling_count, 1));
+    FILE *f = fopen(tmp, "wb");
+    int ok = f && fwrite(data, 1, size, f) == size;
+    int e = errno;
+    if (f && fclose(f) != 0 && ok) {
+        ok = 0;
+        e = errno;
+    }
+    if (ok && rename(tmp, path) != 0) {
+        ok = 0;
+        e = errno;
+    }
+    if (!ok) {
+        remove(tmp);
+        snprintf(err, errsize, "cannot write %s: %s", path, strerror(e));
+        return CLMLA_ERROR_IO;
+    }
     return CLMLA_SUCCESS;
 }
 

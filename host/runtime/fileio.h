@@ -1,4 +1,5 @@
-/* Reading a file whole: JSON (model folders, tuning files), .npy arrays, cached program binaries. */
+/* Files whole: reading JSON (model folders, tuning files), .npy arrays and cached program binaries;
+   replacing tuning files and cached binaries. */
 #ifndef CLMLA_FILEIO_H
 #define CLMLA_FILEIO_H
 #include "internal.h"
@@ -10,6 +11,17 @@
    or CLMLA_ERROR_OUT_OF_HOST_MEMORY, with "PATH: why" in err. */
 clmla_status clmla_read_file(const char *path, size_t max_bytes, const char *what, char **text, size_t *length,
                              char *err, size_t errsize);
+
+/* 1 when nothing is at path (stat fails with ENOENT): a tuning file that is not there holds no
+   entry, where one that cannot be read is an error. */
+int clmla_path_absent(const char *path);
+
+/* Writes size bytes as the file at path through a sibling file renamed over it, so that a reader
+   sees the old file or the new one, never a part, and a failure leaves the old one as it was (the
+   sibling removed). The sibling's name is the process's own (pid and a counter), so that threads
+   and processes writing the same path do not mix their bytes. CLMLA_ERROR_IO with "cannot write
+   PATH: why" in err on failure. */
+clmla_status clmla_write_file_replacing(const char *path, const void *data, size_t size, char *err, size_t errsize);
 
 /* "NAME: " and the formatted reason into err (when it has room), for the parsers' messages about
    a file; returns status, so that `return clmla_file_error(...)` reads as one step. */

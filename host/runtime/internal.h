@@ -42,9 +42,9 @@ struct clmla_context {
     void (*products_release)(void *);    /* set by gemm.c with them; called at destroy */
     int latent_variant;           /* attention.h: CLMLA_LATENT_*, a test hook; 0 = by device type */
     clmla_latent_tuning latent_forced; /* clmla_context_set_latent_tuning's parameters, when */
-    int latent_forced_set;             /* set (else the lookup's apply: tuning.c) */
+    int latent_forced_set;             /* set (else the lookup's apply: kernel_tuning.c) */
     clmla_product_tuning product_forced; /* clmla_context_set_product_tuning's parameters, when */
-    int product_forced_set;              /* set (else the lookup's apply: tuning.c) */
+    int product_forced_set;              /* set (else the lookup's apply: kernel_tuning.c) */
 
     long fault_at, fault_calls;  /* clcall.h: fault injection for tests */
     clmla_cl_counts counts;      /* clcall.h: what the library has created, for tests */

@@ -249,19 +249,12 @@ static void store_cached(clmla_context *ctx, const char *key, cl_program program
     put_u64(file + 24, clmla_checksum(bin, bin_size));
 
     make_dirs(ctx->env.cache_dir);
-    char path[CLMLA_PATH_SIZE + 64], tmp[CLMLA_PATH_SIZE + 128];
+    char path[CLMLA_PATH_SIZE + 64], err[CLMLA_PATH_SIZE + 256];
     cache_path(ctx, key, path, sizeof(path));
-    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld.%p", path, (long)getpid(), (void *)ctx);
-    FILE *f = fopen(tmp, "wb");
-    int ok = f && fwrite(file, 1, CACHE_HEADER_BYTES + bin_size, f) == CACHE_HEADER_BYTES + bin_size;
-    if (f && fclose(f) != 0)
-        ok = 0;
-    if (ok && rename(tmp, path) == 0) {
+    if (clmla_write_file_replacing(path, file, CACHE_HEADER_BYTES + bin_size, err, sizeof(err)) == CLMLA_SUCCESS)
         ctx->program_stats.disk_written++;
-    } else {
-        remove(tmp);
-        clmla_log(ctx, CLMLA_LOG_WARNING, "program cache: could not store %s", path);
-    }
+    else
+        clmla_log(ctx, CLMLA_LOG_WARNING, "program cache: could not store %s (%s)", path, err);
     free(file);
 }
 

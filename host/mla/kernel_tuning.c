@@ -1,0 +1,753 @@
+/* The parameters of clmla's own kernels (kernel_tuning.h): one form of entry, file, table and
+   lookup for every kind of kernel, each kind described by a kernel_kind. See include/clmla.h. */
+#include "kernel_tuning.h"
+#include "fileio.h"
+#include "gemm.h"
+#include "tuning.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* An entry of a file or of a built-in table; platform / driver "" = any, cls 0 = any. */
+struct kernel_entry {
+    char vendor[128], device[128], platform[128], driver[128];
+    int cls; /* the shape class: attn_latent's head count, products' class of K */
+    union {
+        clmla_latent_tuning latent;
+        clmla_product_tuning product;
+    } t;
+};
+
+typedef struct tuning_param {
+    const char *name; /* in a file's "parameters" */
+    size_t offset;    /* of its int in the kind's parameter struct */
+} tuning_param;
+
+/* A kind of kernel: its parameter struct (ints only), how an entry names it and its shape class,
+   its rules, defaults and built-in table. */
+typedef struct kernel_kind {
+    const char *kernel;         /* the entry's "kernel" */
+    const char *class_key;      /* the entry's shape class field */
+    const char *class_rule;     /* the message for a class that is not one */
+    int (*class_parse)(const cJSON *v, int *cls); /* v NULL (absent): 0, "any" */
+    void (*class_add)(cJSON *entry, int cls);
+    const tuning_param *params;
+    size_t count;
+    size_t size;                /* of the parameter struct */
+    const void *defaults;
+    const char *(*check)(const void *parameters); /* the rule broken, or NULL */
+    const kernel_entry *builtin;
+    size_t builtin_count;
+} kernel_kind;
+
+/* ---- latent attention (cl/attn_latent.cl) --------------------------------------------------- */
+
+/* group_query_layout 1 since the H100 measured it (2026-11-26): 0.72-0.88 of layout 0's time at 16 and
+   128 heads; the bank layout it avoids is that of most GPUs' local memory (32 four-byte banks) */
+static const clmla_latent_tuning latent_defaults = {16, 8, 4, 16, 4, 128, 8, 1, 16, 0, 4};
+
+/* Entries measured with `clmla tune --kernels` on the developers' machines (CHANGELOG.md,
+   docs/DESIGN.md "Kernel tuning"). */
+static const kernel_entry latent_builtin[] = {
+    /* PoCL 3.1 (Debian 12), 2-core AMD EPYC (Zen 3): `clmla tune --kernels`, 16 heads, rkv 512,
+       dr 64, ctx 4096, 18 candidates in 18 s; the defaults won (batch 1 1098 us, batch 8 9589 us;
+       the next best, rows_keys 16, 1162 and 10417 us) */
+    {"AuthenticAMD", "pthread-haswell-AMD EPYC", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 0, 16, 0, 4}}},
+    /* PoCL 3.1 (Debian 12), 2-core AMD EPYC with AVX-512 (2026-11-26): 18 candidates, 16 heads, ctx
+       4096, four runs; each run's grid winner (rows_keys 4, 8 or 16, 2 to 8 items per compute unit)
+       was 0.86-1.24 of the defaults when timed again beside them, three times out of four slower:
+       the defaults */
+    {"AuthenticAMD", "pthread-skylake-avx512-AMD EPYC", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 0, 16, 0, 4}}},
+    /* NVIDIA H100 80GB HBM3, driver 580.159.04 (2026-11-26): 72 candidates each, rkv 512, dr 64, ctx
+       4096, confirmed by 3 alternations with the defaults of then (query layout 0). 16 heads: batch 1
+       59.8 us, batch 8 109.3 us against 69.9 and 120.4 (0.88); 128 heads: 76.8 and 590.0 us against
+       103.8 and 832.8 (0.72). Both chose query layout 1; 128 heads also 256 items per group. Any
+       driver: the kernel's limits are the chip's. */
+    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 4, 1, 16, 0, 4}}},
+    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 128, {.latent = {16, 8, 4, 16, 4, 256, 8, 1, 16, 0, 4}}},
+};
+
+static const tuning_param latent_names[] = {
+    {"rows_heads", offsetof(clmla_latent_tuning, rows_heads)},
+    {"rows_keys", offsetof(clmla_latent_tuning, rows_keys)},
+    {"rows_groups_per_cu", offsetof(clmla_latent_tuning, rows_groups_per_cu)},
+    {"group_heads", offsetof(clmla_latent_tuning, group_heads)},
+    {"group_keys", offsetof(clmla_latent_tuning, group_keys)},
+    {"group_max_items", offsetof(clmla_latent_tuning, group_max_items)},
+    {"group_groups_per_cu", offsetof(clmla_latent_tuning, group_groups_per_cu)},
+    {"group_query_layout", offsetof(clmla_latent_tuning, group_query_layout)},
+    {"group_fold", offsetof(clmla_latent_tuning, group_fold)},
+    {"prefill_tiled", offsetof(clmla_latent_tuning, prefill_tiled)},
+    {"group_decode_heads", offsetof(clmla_latent_tuning, group_decode_heads)},
+};
+
+/* The kernels' constraints (cl/attn_latent.cl): attn_latent_rows walks heads two at a time and keys
+   four at a time (HGC even, KTC a multiple of 4), its private arrays bound both; attn_latent pads
+   heads to 4, 8 or 16 and needs NT a power of two >= the padded heads (the fit takes the largest
+   that the device allows, down to that), whence TK = KPT * NT / HQ whole and a multiple of 4 for
+   any KPT. */
+static const char *latent_check(const clmla_latent_tuning *t)
+{
+    if (t->rows_heads < 2 || t->rows_heads > 16 || t->rows_heads % 2)
+        return "rows_heads must be even, from 2 to 16";
+    if (t->rows_keys < 4 || t->rows_keys > 32 || t->rows_keys % 4)
+        return "rows_keys must be a multiple of 4, from 4 to 32";
+    if (t->rows_groups_per_cu < 1 || t->rows_groups_per_cu > 64)
+        return "rows_groups_per_cu must be from 1 to 64";
+    if (t->group_heads < 1 || t->group_heads > 16)
+        return "group_heads must be from 1 to 16";
+    if (t->group_keys < 1 || t->group_keys > 8)
+        return "group_keys must be from 1 to 8";
+    if (t->group_max_items < 4 || t->group_max_items > 1024 || (t->group_max_items & (t->group_max_items - 1)))
+        return "group_max_items must be a power of two from 4 to 1024";
+    if (t->group_groups_per_cu < 1 || t->group_groups_per_cu > 64)
+        return "group_groups_per_cu must be from 1 to 64";
+    if (t->group_query_layout < 0 || t->group_query_layout > 1)
+        return "group_query_layout must be 0 or 1";
+    if (t->group_fold < 1 || t->group_fold > 16)
+        return "group_fold must be from 1 to 16";
+    if (t->prefill_tiled < 0 || t->prefill_tiled > 1)
+        return "prefill_tiled must be 0 or 1";
+    if (t->group_decode_heads != 4 && t->group_decode_heads != 8 && t->group_decode_heads != 16)
+        return "group_decode_heads must be 4, 8 or 16";
+    return NULL;
+}
+
+static const char *latent_problem(const void *t)
+{
+    return latent_check(t);
+}
+
+static int heads_parse(const cJSON *v, int *cls)
+{
+    if (!v || (cJSON_IsString(v) && strcmp(v->valuestring, "any") == 0))
+        *cls = 0;
+    else if (cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= 65536 && v->valuedouble == floor(v->valuedouble))
+        *cls = (int)v->valuedouble;
+    else
+        return 0;
+    return 1;
+}
+
+static void heads_add(cJSON *o, int cls)
+{
+    if (cls > 0)
+        cJSON_AddNumberToObject(o, "heads", cls);
+    else
+        cJSON_AddStringToObject(o, "heads", "any");
+}
+
+static const kernel_kind latent_kind = {
+    "attn_latent", "heads", "\"heads\" must be a head count or \"any\"", heads_parse, heads_add, latent_names,
+    sizeof(latent_names) / sizeof(latent_names[0]), sizeof(clmla_latent_tuning), &latent_defaults, latent_problem,
+    latent_builtin, sizeof(latent_builtin) / sizeof(latent_builtin[0])};
+
+/* ---- products (cl/gemm_skinny.cl) ------------------------------------------------------------ */
+
+static const clmla_product_tuning product_defaults = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4};
+
+/* Entries measured on the developers' machines (docs/BENCHMARKS.md, "Product kernel tuning"). On
+   PoCL with AVX2 (2-core EPYC) the defaults won. */
+static const kernel_entry product_builtin[] = {
+    /* PoCL 3.1 (Debian 12), 2-core AMD EPYC with AVX-512 (2026-11-26): fp8 block sums, 4
+       alternations of clmla-bench's V3 products at 1 row, medians: q_b_proj 1.54 / 1.63 ms,
+       qkv_a_proj 0.72 / 0.75, o_proj 4.49 / 4.92 (on / off); 4 and 8 rows slower with them (16.1 /
+       14.6-18.4 ms for o_proj at 8), hence 1 and 2 rows only. The rest: the defaults. */
+    {"AuthenticAMD", "pthread-skylake-avx512-AMD EPYC", "Portable Computing Language", "", 0,
+     {.product = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 1, 4}}},
+    /* NVIDIA H100 80GB HBM3, driver 580.159.04 (2026-11-26): gemm_skinny_nt at 1 row, 29 candidates
+       per K class on V2-Lite's and V3's projections in f32, bf16 and fp8; the defaults won both
+       classes (next best 1.006-1.036 of their time; skinny_vector 8 and 16, 1.27 and 1.92). An
+       entry, so that `clmla devices --verbose` says the device was measured. */
+    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 0,
+     {.product = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4}}},
+};
+static const char *const k_class_names[] = {"any", "small", "large"};
+
+static const tuning_param product_names[] = {
+    {"skinny_items", offsetof(clmla_product_tuning, skinny_items)},
+    {"skinny_unroll", offsetof(clmla_product_tuning, skinny_unroll)},
+    {"skinny_columns", offsetof(clmla_product_tuning, skinny_columns)},
+    {"skinny_nn_items", offsetof(clmla_product_tuning, skinny_nn_items)},
+    {"cpu_items_per_cu", offsetof(clmla_product_tuning, cpu_items_per_cu)},
+    {"packed_streams_1", offsetof(clmla_product_tuning, packed_streams_1)},
+    {"packed_streams_2", offsetof(clmla_product_tuning, packed_streams_2)},
+    {"packed_streams_4", offsetof(clmla_product_tuning, packed_streams_4)},
+    {"cpu_prefetch", offsetof(clmla_product_tuning, cpu_prefetch)},
+    {"tiled_rows", offsetof(clmla_product_tuning, tiled_rows)},
+    {"tiled_columns", offsetof(clmla_product_tuning, tiled_columns)},
+    {"tiled_weight_rows", offsetof(clmla_product_tuning, tiled_weight_rows)},
+    {"tiled_k_chunk", offsetof(clmla_product_tuning, tiled_k_chunk)},
+    {"cpu_fp8_block_sums", offsetof(clmla_product_tuning, cpu_fp8_block_sums)},
+    {"skinny_vector", offsetof(clmla_product_tuning, skinny_vector)},
+};
+
+int clmla_product_k_class(size_t k)
+{
+    return k == 0 ? 0 : k <= CLMLA_PRODUCT_SMALL_K ? 1 : 2;
+}
+
+static int power_of_two(int v)
+{
+    return v > 0 && (v & (v - 1)) == 0;
+}
+
+/* The kernels' constraints (cl/gemm_skinny.cl): gemm_skinny_nt's tree over local memory needs a
+   power-of-two group, its kernel slots hold up to 8 columns; gemm_packed_rows keeps MRP x STREAMS
+   float8 accumulators in registers (the bounds keep that at most 16); gemm_tiled_rows walks its
+   rows 4 at a time and reads a block scale once per 128 values of K (W_BLOCK: KC a multiple). */
+const char *clmla_product_tuning_problem(const clmla_product_tuning *t)
+{
+    if (!power_of_two(t->skinny_items) || t->skinny_items < 16 || t->skinny_items > 1024)
+        return "skinny_items must be a power of two from 16 to 1024";
+    if (t->skinny_unroll < 1 || t->skinny_unroll > 8)
+        return "skinny_unroll must be from 1 to 8";
+    if (!power_of_two(t->skinny_columns) || t->skinny_columns > 8)
+        return "skinny_columns must be 1, 2, 4 or 8";
+    if (!power_of_two(t->skinny_nn_items) || t->skinny_nn_items < 16 || t->skinny_nn_items > 1024)
+        return "skinny_nn_items must be a power of two from 16 to 1024";
+    if (t->cpu_items_per_cu < 1 || t->cpu_items_per_cu > 64)
+        return "cpu_items_per_cu must be from 1 to 64";
+    if (t->packed_streams_1 < 1 || t->packed_streams_1 > 8)
+        return "packed_streams_1 must be from 1 to 8";
+    if (t->packed_streams_2 < 1 || t->packed_streams_2 > 8)
+        return "packed_streams_2 must be from 1 to 8";
+    if (t->packed_streams_4 < 1 || t->packed_streams_4 > 4)
+        return "packed_streams_4 must be from 1 to 4";
+    if (t->cpu_prefetch != 0 && t->cpu_prefetch != 1)
+        return "cpu_prefetch must be 0 or 1";
+    if (t->tiled_rows < 4 || t->tiled_rows > 1024 || t->tiled_rows % 4)
+        return "tiled_rows must be a multiple of 4, from 4 to 1024";
+    if (t->tiled_columns < 1 || t->tiled_columns > 512)
+        return "tiled_columns must be from 1 to 512";
+    if (t->tiled_weight_rows < 1 || t->tiled_weight_rows > 4)
+        return "tiled_weight_rows must be from 1 to 4";
+    if (t->tiled_k_chunk < 128 || t->tiled_k_chunk > 16384 || t->tiled_k_chunk % 128)
+        return "tiled_k_chunk must be a multiple of 128, from 128 to 16384";
+    if (t->cpu_fp8_block_sums != 0 && t->cpu_fp8_block_sums != 1)
+        return "cpu_fp8_block_sums must be 0 or 1";
+    if (t->skinny_vector != 4 && t->skinny_vector != 8 && t->skinny_vector != 16)
+        return "skinny_vector must be 4, 8 or 16";
+    return NULL;
+}
+
+static const char *product_problem(const void *t)
+{
+    return clmla_product_tuning_problem(t);
+}
+
+static int k_class_parse(const cJSON *v, int *cls)
+{
+    *cls = 0;
+    if (!v)
+        return 1;
+    for (int i = 0; cJSON_IsString(v) && i < 3; i++)
+        if (strcmp(v->valuestring, k_class_names[i]) == 0) {
+            *cls = i;
+            return 1;
+        }
+    return 0;
+}
+
+static void k_class_add(cJSON *o, int cls)
+{
+    cJSON_AddStringToObject(o, "k_class", k_class_names[cls]);
+}
+
+static const kernel_kind product_kind = {
+    "products", "k_class", "\"k_class\" must be \"small\", \"large\" or \"any\"", k_class_parse, k_class_add,
+    product_names, sizeof(product_names) / sizeof(product_names[0]), sizeof(clmla_product_tuning), &product_defaults,
+    product_problem, product_builtin, sizeof(product_builtin) / sizeof(product_builtin[0])};
+
+/* Every kind; the first takes the entries that name no kernel (files written before there were
+   two kinds) and refuses those that name an unknown one. */
+static const kernel_kind *const kinds[] = {&latent_kind, &product_kind};
+#define KINDS (sizeof(kinds) / sizeof(kinds[0]))
+
+/* ---- entries --------------------------------------------------------------------------------- */
+
+/* The kind an entry of a file belongs to: the kind it names, the first kind when it names none, is
+   not an object or names an unknown kernel (whose parser then refuses it). */
+static const kernel_kind *kind_of(const cJSON *o)
+{
+    const cJSON *kernel = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "kernel") : NULL;
+    for (size_t i = 0; cJSON_IsString(kernel) && i < KINDS; i++)
+        if (strcmp(kernel->valuestring, kinds[i]->kernel) == 0)
+            return kinds[i];
+    return kinds[0];
+}
+
+static int copy_key(char *dst, size_t size, const cJSON *v, int required)
+{
+    if (!v)
+        return !required && (dst[0] = '\0', 1);
+    if (!cJSON_IsString(v) || strlen(v->valuestring) >= size)
+        return 0;
+    snprintf(dst, size, "%s", v->valuestring);
+    return 1;
+}
+
+/* One entry of kind k: 1 parsed and legal, 0 not (why says what, naming the value). */
+static int entry_parse(const kernel_kind *k, const cJSON *o, kernel_entry *e, char *why, size_t why_size)
+{
+    memset(e, 0, sizeof(*e));
+    memcpy(&e->t, k->defaults, k->size);
+    if (!cJSON_IsObject(o)) {
+        snprintf(why, why_size, "an entry is not a JSON object");
+        return 0;
+    }
+    const cJSON *kernel = cJSON_GetObjectItemCaseSensitive(o, "kernel");
+    if (kernel && !(cJSON_IsString(kernel) && strcmp(kernel->valuestring, k->kernel) == 0)) {
+        snprintf(why, why_size, "\"kernel\" must be \"attn_latent\" or \"products\"");
+        return 0;
+    }
+    if (!copy_key(e->vendor, sizeof(e->vendor), cJSON_GetObjectItemCaseSensitive(o, "vendor"), 1) ||
+        !copy_key(e->device, sizeof(e->device), cJSON_GetObjectItemCaseSensitive(o, "device"), 1) ||
+        !copy_key(e->platform, sizeof(e->platform), cJSON_GetObjectItemCaseSensitive(o, "platform"), 0) ||
+        !copy_key(e->driver, sizeof(e->driver), cJSON_GetObjectItemCaseSensitive(o, "driver"), 0)) {
+        snprintf(why, why_size, "\"vendor\" and \"device\" (and \"platform\", \"driver\" where given) must be strings "
+                                "of under 128 bytes");
+        return 0;
+    }
+    if (!k->class_parse(cJSON_GetObjectItemCaseSensitive(o, k->class_key), &e->cls)) {
+        snprintf(why, why_size, "entry for '%s': %s", e->device, k->class_rule);
+        return 0;
+    }
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(o, "parameters");
+    if (!cJSON_IsObject(params)) {
+        snprintf(why, why_size, "entry for '%s': \"parameters\" must be an object", e->device);
+        return 0;
+    }
+    const cJSON *p = NULL;
+    cJSON_ArrayForEach(p, params)
+    {
+        size_t i = 0;
+        while (i < k->count && strcmp(k->params[i].name, p->string) != 0)
+            i++;
+        if (i == k->count) {
+            snprintf(why, why_size, "entry for '%s': unknown parameter \"%s\"", e->device, p->string);
+            return 0;
+        }
+        if (!cJSON_IsNumber(p) || p->valuedouble < -1e6 || p->valuedouble > 1e6 || p->valuedouble != floor(p->valuedouble)) {
+            snprintf(why, why_size, "entry for '%s': %s must be a whole number", e->device, p->string);
+            return 0;
+        }
+        *(int *)((char *)&e->t + k->params[i].offset) = (int)p->valuedouble;
+    }
+    const char *bad = k->check(&e->t);
+    if (bad) {
+        snprintf(why, why_size, "entry for '%s': %s", e->device, bad);
+        return 0;
+    }
+    return 1;
+}
+
+/* A file's text: -1 not a JSON array, else how many entries of kind k were refused (why: the
+   first); the legal ones in *out. */
+static int list_parse(const kernel_kind *k, const char *text, kernel_entry_list *out, char *why, size_t why_size)
+{
+    memset(out, 0, sizeof(*out));
+    why[0] = '\0';
+    cJSON *list = cJSON_Parse(text);
+    if (!cJSON_IsArray(list)) {
+        cJSON_Delete(list);
+        snprintf(why, why_size, "not a JSON array of entries");
+        return -1;
+    }
+    const int n = cJSON_GetArraySize(list);
+    out->entries = calloc(n > 0 ? (size_t)n : 1, sizeof(kernel_entry));
+    if (!out->entries) {
+        cJSON_Delete(list);
+        snprintf(why, why_size, "out of host memory");
+        return -1;
+    }
+    int refused = 0;
+    const cJSON *item = NULL;
+    cJSON_ArrayForEach(item, list)
+    {
+        char one[512];
+        if (kind_of(item) != k) /* another kind's, left to its parser */
+            continue;
+        if (entry_parse(k, item, &out->entries[out->count], one, sizeof(one)))
+            out->count++;
+        else if (!refused++)
+            snprintf(why, why_size, "%s", one); /* the first refusal; the others are refused too */
+    }
+    cJSON_Delete(list);
+    return refused;
+}
+
+static void list_free(kernel_entry_list *list)
+{
+    free(list->entries);
+    memset(list, 0, sizeof(*list));
+}
+
+static int matches(const kernel_entry *e, const clmla_device_info *d)
+{
+    return strcmp(e->vendor, d->vendor) == 0 && strcmp(e->device, d->name) == 0 &&
+           (!e->platform[0] || strcmp(e->platform, d->platform_name) == 0) &&
+           (!e->driver[0] || strcmp(e->driver, d->driver_version) == 0);
+}
+
+/* The best entry of a list for the device and class: the exact class over "any", the first of each. */
+static const kernel_entry *best(const kernel_entry *list, size_t n, const clmla_device_info *d, int cls)
+{
+    const kernel_entry *any = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (!matches(&list[i], d))
+            continue;
+        if (cls > 0 && list[i].cls == cls)
+            return &list[i];
+        if (list[i].cls == 0 && !any)
+            any = &list[i];
+    }
+    return any;
+}
+
+/* The parameters of kind k for the device and class, in precedence: 2 user entry, 1 built-in, 0
+   defaults. */
+static int resolve(const kernel_kind *k, const kernel_entry_list *user, const char *user_src,
+                   const clmla_device_info *device, int cls, void *tuning, const char **source)
+{
+    const kernel_entry *e = user ? best(user->entries, user->count, device, cls) : NULL;
+    int from = 2;
+    if (!e) {
+        e = best(k->builtin, k->builtin_count, device, cls);
+        from = 1;
+    }
+    memcpy(tuning, e ? (const void *)&e->t : k->defaults, k->size);
+    *source = e ? (from == 2 ? user_src : "built-in table") : "defaults";
+    return e ? from : 0;
+}
+
+/* ---- the user file, read once per process ------------------------------------------------------ */
+
+clmla_status clmla_latent_tuning_path(char *buf, size_t size)
+{
+    if (!buf || size == 0)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_latent_tuning_path: no buffer");
+    clmla_env env;
+    clmla_env_read(&env);
+    const char *v = getenv("CLMLA_KERNEL_TUNING");
+    int n = 0;
+    if (v && strcmp(v, "off") == 0)
+        buf[0] = '\0';
+    else if (v && *v && strcmp(v, "auto") != 0)
+        n = snprintf(buf, size, "%s", v);
+    else if (env.cache_dir[0])
+        n = snprintf(buf, size, "%s/kernel-tuning.json", env.cache_dir);
+    else
+        buf[0] = '\0';
+    if (n < 0 || (size_t)n >= size) {
+        buf[0] = '\0';
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "the kernel tuning path needs %d bytes, the buffer has %zu",
+                          n + 1, size);
+    }
+    return CLMLA_SUCCESS;
+}
+
+static pthread_once_t user_once = PTHREAD_ONCE_INIT;
+static kernel_entry_list user_entries[KINDS]; /* as kinds[] */
+static char user_source[CLMLA_PATH_SIZE + 8] = "";
+static char user_problem[2 * CLMLA_PATH_SIZE + 1024] = ""; /* what was wrong with it, "" when nothing */
+static atomic_int user_problem_logged;
+
+/* Every kind's entries of a file's text into lists[] (as kinds[]): -1 not a JSON array, else how
+   many were refused in all (why: the first refusal of the first kind with one). */
+static int parse_all(const char *text, kernel_entry_list *lists, char *why, size_t why_size)
+{
+    int refused = 0;
+    why[0] = '\0';
+    for (size_t i = 0; i < KINDS; i++) {
+        char one[512];
+        const int r = list_parse(kinds[i], text, &lists[i], one, sizeof(one));
+        if (r < 0) {
+            snprintf(why, why_size, "%s", one);
+            return -1;
+        }
+        if (r > 0 && !refused)
+            snprintf(why, why_size, "%s", one);
+        refused += r;
+    }
+    return refused;
+}
+
+static void user_load(void)
+{
+    char path[CLMLA_PATH_SIZE];
+    if (clmla_latent_tuning_path(path, sizeof(path)) != CLMLA_SUCCESS || !path[0] || clmla_path_absent(path))
+        return;
+    char *text = NULL, err[CLMLA_PATH_SIZE + 256];
+    size_t length = 0;
+    if (clmla_read_file(path, CLMLA_TUNING_FILE_MAX_BYTES, "a kernel tuning file", &text, &length, err, sizeof(err)) !=
+        CLMLA_SUCCESS) {
+        snprintf(user_problem, sizeof(user_problem), "kernel tuning file %s ignored: %s", path, err);
+    } else {
+        char why[512];
+        const int refused = parse_all(text, user_entries, why, sizeof(why));
+        free(text);
+        if (refused < 0)
+            snprintf(user_problem, sizeof(user_problem), "kernel tuning file %s ignored: %s", path, why);
+        else if (refused > 0)
+            snprintf(user_problem, sizeof(user_problem), "kernel tuning file %s: %d entr%s refused (%s)", path, refused,
+                     refused == 1 ? "y" : "ies", why);
+    }
+    snprintf(user_source, sizeof(user_source), "file %s", path);
+}
+
+const char *clmla_latent_tuning_problem(void)
+{
+    pthread_once(&user_once, user_load);
+    return user_problem;
+}
+
+/* The parameters of kind k (index i of kinds[]) for a context without forced ones: the user file's
+   problem logged once per process. */
+static void for_context(size_t i, const clmla_context *ctx, int cls, void *tuning)
+{
+    pthread_once(&user_once, user_load);
+    if (user_problem[0] && atomic_exchange(&user_problem_logged, 1) == 0)
+        clmla_log((clmla_context *)ctx, CLMLA_LOG_WARNING, "%s", user_problem);
+    const char *source = NULL;
+    resolve(kinds[i], &user_entries[i], user_source, &ctx->info, cls, tuning, &source);
+}
+
+static clmla_status lookup(size_t i, const clmla_device_info *device, int cls, void *tuning, const char **source)
+{
+    pthread_once(&user_once, user_load);
+    const char *s = NULL;
+    resolve(kinds[i], &user_entries[i], user_source, device, cls, tuning, &s);
+    if (source)
+        *source = s;
+    return user_problem[0] ? clmla_fail(NULL, CLMLA_ERROR_INVALID_FILE, "%s", user_problem) : CLMLA_SUCCESS;
+}
+
+/* ---- saving an entry ----------------------------------------------------------------------------- */
+
+/* The entries of the kernel tuning file at path, to add one to: an empty list when there is no
+   file; CLMLA_ERROR_INVALID_FILE when it is not a valid one (every entry legal, of every kind). */
+static clmla_status load_for_save(const char *path, cJSON **list)
+{
+    *list = NULL;
+    if (clmla_path_absent(path)) {
+        *list = cJSON_CreateArray();
+        return CLMLA_SUCCESS;
+    }
+    char *old = NULL, err[CLMLA_PATH_SIZE + 256];
+    size_t length = 0;
+    const clmla_status st =
+        clmla_read_file(path, CLMLA_TUNING_FILE_MAX_BYTES, "a kernel tuning file", &old, &length, err, sizeof(err));
+    if (st != CLMLA_SUCCESS)
+        return clmla_fail(NULL, st, "%s", err);
+    kernel_entry_list check[KINDS];
+    char why[512];
+    const int refused = parse_all(old, check, why, sizeof(why));
+    for (size_t i = 0; i < KINDS; i++)
+        list_free(&check[i]);
+    *list = refused == 0 ? cJSON_Parse(old) : NULL;
+    free(old);
+    if (!*list)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_FILE,
+                          "%s is not a JSON array of kernel tuning entries: %s; it was left as it is", path, why);
+    return CLMLA_SUCCESS;
+}
+
+/* Adds the entry of kind k for (device, cls) to the file at path, replacing the one with the same
+   key (device, platform, driver, class), else appended; the file's other entries kept. */
+static clmla_status save(const kernel_kind *k, const char *path, const clmla_device_info *device, int cls,
+                         const void *tuning, const char *note)
+{
+    cJSON *list = NULL;
+    clmla_status st = load_for_save(path, &list);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    cJSON *o = cJSON_CreateObject(), *p = cJSON_CreateObject();
+    if (!list || !o || !p) {
+        cJSON_Delete(list);
+        cJSON_Delete(o);
+        cJSON_Delete(p);
+        return clmla_fail(NULL, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    }
+    cJSON_AddStringToObject(o, "kernel", k->kernel);
+    cJSON_AddStringToObject(o, "platform", device->platform_name);
+    cJSON_AddStringToObject(o, "vendor", device->vendor);
+    cJSON_AddStringToObject(o, "device", device->name);
+    cJSON_AddStringToObject(o, "driver", device->driver_version);
+    k->class_add(o, cls);
+    for (size_t i = 0; i < k->count; i++)
+        cJSON_AddNumberToObject(p, k->params[i].name, *(const int *)((const char *)tuning + k->params[i].offset));
+    cJSON_AddItemToObject(o, "parameters", p);
+    if (note && *note)
+        cJSON_AddStringToObject(o, "measured", note);
+    kernel_entry mine, e;
+    char why[512];
+    entry_parse(k, o, &mine, why, sizeof(why));
+    int index = 0, replaced = 0;
+    const cJSON *item = NULL;
+    cJSON_ArrayForEach(item, list)
+    {
+        if (kind_of(item) == k && entry_parse(k, item, &e, why, sizeof(why)) && e.cls == mine.cls &&
+            strcmp(e.vendor, mine.vendor) == 0 && strcmp(e.device, mine.device) == 0 &&
+            strcmp(e.platform, mine.platform) == 0 && strcmp(e.driver, mine.driver) == 0) {
+            cJSON_ReplaceItemInArray(list, index, o);
+            replaced = 1;
+            break;
+        }
+        index++;
+    }
+    if (!replaced)
+        cJSON_AddItemToArray(list, o);
+    return clmla_tuning_save_json(path, list);
+}
+
+/* ---- the API of each kind ------------------------------------------------------------------------ */
+
+void clmla_latent_tuning_defaults(clmla_latent_tuning *tuning)
+{
+    if (tuning)
+        *tuning = latent_defaults;
+}
+
+clmla_status clmla_latent_tuning_check(const clmla_latent_tuning *tuning, const char **why)
+{
+    const char *w = tuning ? latent_check(tuning) : "NULL argument";
+    if (why)
+        *why = w;
+    return w ? clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "latent attention parameters refused: %s", w)
+             : CLMLA_SUCCESS;
+}
+
+int clmla_latent_tuning_parse(const char *text, latent_entry_list *out, char *why, size_t why_size)
+{
+    return list_parse(&latent_kind, text, out, why, why_size);
+}
+
+void clmla_latent_tuning_list_free(latent_entry_list *list)
+{
+    list_free(list);
+}
+
+int clmla_latent_tuning_resolve(const latent_entry_list *user, const char *user_src, const clmla_device_info *device,
+                                int num_heads, clmla_latent_tuning *tuning, const char **source)
+{
+    return resolve(&latent_kind, user, user_src, device, num_heads, tuning, source);
+}
+
+clmla_status clmla_latent_tuning_lookup(const clmla_device_info *device, int num_heads, clmla_latent_tuning *tuning,
+                                        const char **source)
+{
+    if (!device || !tuning || num_heads < 0)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_latent_tuning_lookup: NULL argument or heads < 0");
+    return lookup(0, device, num_heads, tuning, source);
+}
+
+clmla_status clmla_context_set_latent_tuning(clmla_context *ctx, const clmla_latent_tuning *tuning)
+{
+    if (!ctx)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_context_set_latent_tuning: NULL context");
+    const char *bad = tuning ? latent_check(tuning) : NULL;
+    if (bad)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "latent attention parameters refused: %s", bad);
+    if (tuning)
+        ctx->latent_forced = *tuning;
+    ctx->latent_forced_set = tuning != NULL;
+    return CLMLA_SUCCESS;
+}
+
+void clmla_latent_tuning_for(const clmla_context *ctx, int num_heads, clmla_latent_tuning *tuning)
+{
+    if (ctx->latent_forced_set)
+        *tuning = ctx->latent_forced;
+    else
+        for_context(0, ctx, num_heads, tuning);
+}
+
+clmla_status clmla_latent_tuning_save(const char *path, const clmla_device_info *device, int num_heads,
+                                      const clmla_latent_tuning *tuning, const char *note)
+{
+    if (!path || !*path || !device || !tuning || num_heads < 0)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_latent_tuning_save: NULL or empty argument");
+    const char *bad = latent_check(tuning);
+    if (bad)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "latent attention parameters refused: %s", bad);
+    return save(&latent_kind, path, device, num_heads, tuning, note);
+}
+
+void clmla_product_tuning_defaults(clmla_product_tuning *tuning)
+{
+    if (tuning)
+        *tuning = product_defaults;
+}
+
+clmla_status clmla_product_tuning_check(const clmla_product_tuning *tuning, const char **why)
+{
+    const char *w = tuning ? clmla_product_tuning_problem(tuning) : "NULL argument";
+    if (why)
+        *why = w;
+    return w ? clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "product kernel parameters refused: %s", w)
+             : CLMLA_SUCCESS;
+}
+
+clmla_status clmla_context_set_product_tuning(clmla_context *ctx, const clmla_product_tuning *tuning)
+{
+    if (!ctx)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_context_set_product_tuning: NULL context");
+    const char *bad = tuning ? clmla_product_tuning_problem(tuning) : NULL;
+    if (bad)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "product kernel parameters refused: %s", bad);
+    if (tuning)
+        ctx->product_forced = *tuning;
+    ctx->product_forced_set = tuning != NULL;
+    clmla_gemm_retune(ctx); /* the product kernels built with the parameters before */
+    return CLMLA_SUCCESS;
+}
+
+int clmla_product_tuning_parse(const char *text, product_entry_list *out, char *why, size_t why_size)
+{
+    return list_parse(&product_kind, text, out, why, why_size);
+}
+
+void clmla_product_tuning_list_free(product_entry_list *list)
+{
+    list_free(list);
+}
+
+int clmla_product_tuning_resolve(const product_entry_list *user, const char *user_src, const clmla_device_info *device,
+                                 size_t k, clmla_product_tuning *tuning, const char **source)
+{
+    return resolve(&product_kind, user, user_src, device, clmla_product_k_class(k), tuning, source);
+}
+
+clmla_status clmla_product_tuning_lookup(const clmla_device_info *device, size_t k, clmla_product_tuning *tuning,
+                                         const char **source)
+{
+    if (!device || !tuning)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_product_tuning_lookup: NULL argument");
+    return lookup(1, device, clmla_product_k_class(k), tuning, source);
+}
+
+void clmla_product_tuning_for(const clmla_context *ctx, size_t k, clmla_product_tuning *tuning)
+{
+    if (ctx->product_forced_set)
+        *tuning = ctx->product_forced;
+    else
+        for_context(1, ctx, clmla_product_k_class(k), tuning);
+}
+
+clmla_status clmla_product_tuning_save(const char *path, const clmla_device_info *device, size_t k,
+                                       const clmla_product_tuning *tuning, const char *note)
+{
+    if (!path || !*path || !device || !tuning)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_product_tuning_save: NULL or empty argument");
+    const char *bad = clmla_product_tuning_problem(tuning);
+    if (bad)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "product kernel parameters refused: %s", bad);
+    return save(&product_kind, path, device, clmla_product_k_class(k), tuning, note);
+}
