@@ -246,15 +246,14 @@ static void kt_print(const clmla_latent_tuning *t, int rows, int decoded)
         printf(" group_decode_heads=%-2d", t->group_decode_heads);
 }
 
-/* dtype f32: the grid of the kernel the device runs; a decoded cache (f16, bf16, fp8): the heads
-   per item of attn_latent's score step for such caches (group_decode_heads), the rest as in force. */
-static int tune_kernels(const char *device, int heads, int ctx_len, int quick, int dry_run, const char *out,
-                        clmla_cache_dtype dtype)
+/* The kernel tuning file `clmla tune --kernels` writes into path: --out, else the one the library
+   reads (CLMLA_KERNEL_TUNING, else the cache folder's). 0, else the command's exit code (the
+   reason printed): 1 the path is too long, 2 there is none and this is no dry run. */
+static int kernel_tuning_target(const char *out, int dry_run, char *path, size_t size)
 {
-    char path[4096];
     if (out)
-        snprintf(path, sizeof(path), "%s", out);
-    else if (clmla_latent_tuning_path(path, sizeof(path)) != CLMLA_SUCCESS) {
+        snprintf(path, size, "%s", out);
+    else if (clmla_latent_tuning_path(path, size) != CLMLA_SUCCESS) {
         fprintf(stderr, "clmla tune: %s\n", clmla_last_error(NULL));
         return 1;
     }
@@ -263,6 +262,18 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
                         "or use --dry-run\n");
         return 2;
     }
+    return 0;
+}
+
+/* dtype f32: the grid of the kernel the device runs; a decoded cache (f16, bf16, fp8): the heads
+   per item of attn_latent's score step for such caches (group_decode_heads), the rest as in force. */
+static int tune_kernels(const char *device, int heads, int ctx_len, int quick, int dry_run, const char *out,
+                        clmla_cache_dtype dtype)
+{
+    char path[4096];
+    const int bad = kernel_tuning_target(out, dry_run, path, sizeof(path));
+    if (bad)
+        return bad;
     kt_run r;
     memset(&r, 0, sizeof(r));
     if (cli_context_create(device, &r.ctx) != CLMLA_SUCCESS) {
@@ -811,17 +822,9 @@ static int pt_search(pt_run *r, const char *what, pt_weight *ws, int nw, int m, 
 static int tune_products(const char *device, int quick, int dry_run, const char *out)
 {
     char path[4096];
-    if (out)
-        snprintf(path, sizeof(path), "%s", out);
-    else if (clmla_latent_tuning_path(path, sizeof(path)) != CLMLA_SUCCESS) {
-        fprintf(stderr, "clmla tune: %s\n", clmla_last_error(NULL));
-        return 1;
-    }
-    if (!dry_run && !path[0]) {
-        fprintf(stderr, "clmla tune: no kernel tuning file to write (set --out, CLMLA_KERNEL_TUNING or CLMLA_CACHE_DIR), "
-                        "or use --dry-run\n");
-        return 2;
-    }
+    const int bad = kernel_tuning_target(out, dry_run, path, sizeof(path));
+    if (bad)
+        return bad;
     pt_run r;
     memset(&r, 0, sizeof(r));
     if (cli_context_create(device, &r.ctx) != CLMLA_SUCCESS) {
