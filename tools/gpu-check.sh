@@ -7,28 +7,31 @@
 #   sh tools/gpu-check.sh BUILD OUT [SECONDS [PARTS]]   (default budget 500 s; run it through
 #                                                         tools/gpu-setup.sh run on a machine
 #                                                         without the ICD loader, CLBlast and cJSON)
-# PARTS, comma-separated, in the order given (default tune,bench,tests):
+# PARTS, comma-separated, in the order given (default tune,ab,bench,tests); one call's parts share
+# the peaks and the tuning file (a later call finds both in OUT):
 #   tune   the latent tuner at 16 and 128 heads, then group_decode_heads over an fp8 cache (clmla
 #          tune --cache-dtype), into OUT/kernel-tuning.json (about 110 s on an H100)
 #   products  the product tuner into the same file (226 s on an H100, mostly compiling; its
 #          defaults won there, so a device with a built-in entry can leave it out)
-#   bench  clmla-bench with that file in force (or the built-in table, without it): peaks, latent
-#          decode (v2-lite and v3, batch 1 / 8 / 32, ctx 4096 / 32768, every cache dtype),
-#          multi-token decode at 16 and 8 heads (8: folded into the heads), decode products
-#          (f32 / bf16 / fp8, 1 and 8 rows), the layer step (and its kernels, traced), both paths of
-#          chunks after a prefix
-#          (AUTO's crossover), and two experimental parameters against the tuning in force (a copy
-#          of the file with them set; needs python3): the decompressed prefill with
-#          attn_prefill_tiled (prefill_tiled 1), and decode over f16/bf16/fp8 caches with 16 and 8
-#          heads per item in attn_latent's score step (group_decode_heads); last, the cold start
+#   ab     the experimental parameters against the parameters in force, each after its baseline
+#          (a copy of the tuning file with them set; needs python3): latent decode at V2-Lite's and
+#          V3's shapes over every cache dtype, then over f16/bf16/fp8 with 16 and 8 heads per item
+#          in attn_latent's score step (group_decode_heads); prefill and chunks after a prefix by
+#          both paths (AUTO's crossover), then the decompressed ones with attn_prefill_tiled
+#          (prefill_tiled 1)
+#   bench  the rest of clmla-bench: V3's decode products (f32 / bf16 / fp8, 1 and 8 rows),
+#          multi-token decode at 16 and 8 heads (8: folded into the heads), the layer step (and its
+#          kernels, traced: CLMLA_TRACE, tools/trace_summary.py), V3's absorbed prefill with fp8
+#          weights, the cold start
 #   tests  the test suite (last by default: the tuner and the bench check their own results)
-# OUT/summary.txt lists each step with its exit code and seconds; OUT/gpu-check.tar.gz holds
-# everything (the device tool brings back only a few files).
+# OUT/summary.txt lists each step with its exit code and seconds, call after call; OUT/gpu-check.tar.gz
+# holds everything (the device tool brings back only a few files). Calling the same parts again
+# with the same OUT skips the steps already done: a loan split into calls runs the agenda once.
 set -u
 build=${1:?usage: sh tools/gpu-check.sh BUILD OUT [SECONDS [PARTS]]}
 out=${2:?usage: sh tools/gpu-check.sh BUILD OUT [SECONDS [PARTS]]}
 budget=${3:-500}
-parts=${4:-tune,bench,tests}
+parts=${4:-tune,ab,bench,tests}
 mkdir -p "$out"
 clmla=$build/clmla
 bench=$build/bench/clmla-bench
@@ -36,11 +39,16 @@ start=$(date +%s)
 export CLMLA_CACHE_DIR="${TMPDIR:-/tmp}/gpu-check-cache" # compiled kernels: not worth bringing back
 
 # step NAME ESTIMATE COMMAND...: runs COMMAND into OUT/NAME.txt when ESTIMATE seconds still fit,
-# stopped when the budget runs out
+# stopped when the budget runs out; a step that an earlier call into the same OUT finished (exit 0)
+# is not run again, so that the same parts called again go on where the last call stopped
 step() {
     name=$1
     estimate=$2
     shift 2
+    if [ -e "$out/.done-$name" ]; then
+        echo "$name: done by an earlier call" >>"$out/summary.txt"
+        return 0
+    fi
     now=$(date +%s)
     left=$((budget - (now - start)))
     if [ "$estimate" -gt "$left" ]; then
@@ -49,6 +57,7 @@ step() {
     fi
     timeout -k 5 "$left" "$@" >"$out/$name.txt" 2>&1
     rc=$?
+    [ "$rc" = 0 ] && : >"$out/.done-$name"
     echo "$name: exit $rc in $(($(date +%s) - now)) s" >>"$out/summary.txt"
     tail -n 3 "$out/$name.txt"
 }
@@ -87,18 +96,63 @@ part_products() {
     step tune-products 240 "$clmla" tune --kernels --products --out "$out/kernel-tuning.json"
 }
 
-part_bench() {
+# the tuning file of the tune part (or none: the built-in table) and the peaks, once per call
+bench_setup() {
+    [ -n "${peaks+set}" ] && return 0
     [ -s "$out/kernel-tuning.json" ] && export CLMLA_KERNEL_TUNING="$out/kernel-tuning.json"
     step devices-tuned 5 "$clmla" devices --verbose
-    step bench-peak 30 "$bench" --phase peak --json "$out/peak.json"
+    [ -s "$out/peak.json" ] || step bench-peak 30 "$bench" --phase peak --json "$out/peak.json"
     peaks=""
     [ -s "$out/peak.json" ] && peaks="--peaks $out/peak.json" # else each run measures them briefly
-    step bench-decode-v3 40 "$bench" $peaks --phase decode --preset v3 --path absorbed --batch 1,8,32 \
-        --ctx 4096,32768 --cache-dtype f32,f16,bf16,fp8 --json "$out/decode-v3.json"
+    "$clmla" devices --json >"$out/devices.json" 2>/dev/null
+}
+
+# Experimental parameters, off by default until measured, each right after its baseline with the
+# parameters in force: more heads per item in attn_latent's score step for decoded caches
+# (group_decode_heads 16 and 8) and attn_prefill_tiled for the decompressed prefill (prefill_tiled)
+part_ab() {
+    bench_setup
+    dh16="$out/kernel-tuning-decode16.json"
+    dh8="$out/kernel-tuning-decode8.json"
+    tiled="$out/kernel-tuning-tiled.json"
+    variant_tuning "$dh16" group_decode_heads=16
+    variant_tuning "$dh8" group_decode_heads=8
+    variant_tuning "$tiled" prefill_tiled=1
+    # each shape's baseline, then its variants (so that a run cut short still has whole pairs)
+    for shape in v2-lite v3; do
+        # (step() sets name and estimate: these are the loop's own)
+        tag=$shape
+        [ "$shape" = v2-lite ] && tag=v2lite
+        secs=40
+        [ "$shape" = v3 ] && secs=50
+        step bench-decode-$tag $secs "$bench" $peaks --phase decode --preset "$shape" --path absorbed \
+            --batch 1,8,32 --ctx 4096,32768 --cache-dtype f32,f16,bf16,fp8 --json "$out/decode-$tag.json"
+        for v in 16 8; do
+            f="$out/kernel-tuning-decode$v.json"
+            [ -s "$f" ] && [ -e "$out/.done-bench-decode-$tag" ] || continue # a variant only beside its baseline
+            step bench-decode-$tag-dh$v $((secs / 2)) env CLMLA_KERNEL_TUNING="$f" "$bench" $peaks --phase decode \
+                --preset "$shape" --path absorbed --batch 1,8,32 --ctx 4096,32768 --cache-dtype f16,bf16,fp8 \
+                --json "$out/decode-$tag-dh$v.json"
+        done
+    done
+    step bench-prefill 45 "$bench" $peaks --phase prefill --path decompressed,absorbed --ctx 512,4096 \
+        --weights-dtype f32,bf16 --json "$out/prefill.json"
+    step bench-prefix 40 "$bench" $peaks --phase prefill --path absorbed,decompressed --ctx 16,64,256,1024 \
+        --prefix 0,1024,4096 --json "$out/prefix.json"
+    if [ -s "$tiled" ] && [ -e "$out/.done-bench-prefill" ]; then
+        step bench-prefill-tiled 30 env CLMLA_KERNEL_TUNING="$tiled" "$bench" $peaks --phase prefill \
+            --path decompressed --ctx 512,4096 --json "$out/prefill-tiled.json"
+    fi
+    if [ -s "$tiled" ] && [ -e "$out/.done-bench-prefix" ]; then
+        step bench-prefix-tiled 30 env CLMLA_KERNEL_TUNING="$tiled" "$bench" $peaks --phase prefill \
+            --path decompressed --ctx 16,64,256,1024 --prefix 0,1024,4096 --json "$out/prefix-tiled.json"
+    fi
+}
+
+part_bench() {
+    bench_setup
     step bench-products 40 "$bench" $peaks --phase products --preset v3 --batch 1,8 --weights-dtype f32,bf16,fp8 \
         --json "$out/products-v3.json"
-    step bench-decode-v2 40 "$bench" $peaks --phase decode --path absorbed --batch 1,8,32 --ctx 4096,32768 \
-        --cache-dtype f32,f16,bf16,fp8 --json "$out/decode-v2lite.json"
     step bench-qlen-16 20 "$bench" $peaks --phase decode --path absorbed --batch 1,8 --ctx 32768 --q-len 1,2,4,8 \
         --json "$out/qlen-16.json"
     step bench-qlen-8 20 "$bench" $peaks --phase decode --path absorbed --preset custom --heads 8 --batch 1,8 \
@@ -114,40 +168,12 @@ part_bench() {
         w=${run#*:}
         step trace-layer-$preset-$w 20 env CLMLA_TRACE="$out/trace-layer-$preset-$w.tsv" "$bench" $peaks --phase layer \
             --preset "$preset" --batch 1 --ctx 4096 --weights-dtype "$w" --max-time 0.5
-        step trace-summary-$preset-$w 5 python3 "$(dirname "$0")/trace_summary.py" "$out/trace-layer-$preset-$w.tsv" \
-            --skip 50
+        [ -s "$out/trace-layer-$preset-$w.tsv" ] && step trace-summary-$preset-$w 5 python3 \
+            "$(dirname "$0")/trace_summary.py" "$out/trace-layer-$preset-$w.tsv" --skip 50
     done
-    step bench-prefix 40 "$bench" $peaks --phase prefill --path absorbed,decompressed --ctx 16,64,256,1024 \
-        --prefix 0,1024,4096 --json "$out/prefix.json"
-    # Experimental parameters, off by default until measured, against the parameters in force:
-    # attn_prefill_tiled for the decompressed prefill (prefill_tiled) and more heads per item in
-    # attn_latent's score step for decoded caches (group_decode_heads)
-    "$clmla" devices --json >"$out/devices.json" 2>/dev/null
-    tiled="$out/kernel-tuning-tiled.json"
-    dh16="$out/kernel-tuning-decode16.json"
-    dh8="$out/kernel-tuning-decode8.json"
-    variant_tuning "$tiled" prefill_tiled=1
-    variant_tuning "$dh16" group_decode_heads=16
-    variant_tuning "$dh8" group_decode_heads=8
-    step bench-prefill 45 "$bench" $peaks --phase prefill --path decompressed,absorbed --ctx 512,4096 \
-        --weights-dtype f32,bf16 --json "$out/prefill.json"
     # V3's 128 heads: the absorbed path's per-head products with fp8 weights (decoded in groups)
     step bench-prefill-v3 40 "$bench" $peaks --phase prefill --preset v3 --path absorbed --ctx 512 \
         --weights-dtype f32,fp8 --json "$out/prefill-v3.json"
-    if [ -s "$tiled" ]; then
-        step bench-prefill-tiled 30 env CLMLA_KERNEL_TUNING="$tiled" "$bench" $peaks --phase prefill \
-            --path decompressed --ctx 512,4096 --json "$out/prefill-tiled.json"
-        step bench-prefix-tiled 30 env CLMLA_KERNEL_TUNING="$tiled" "$bench" $peaks --phase prefill \
-            --path decompressed --ctx 16,64,256,1024 --prefix 0,1024,4096 --json "$out/prefix-tiled.json"
-    fi
-    for v in 16 8; do
-        f="$out/kernel-tuning-decode$v.json"
-        [ -s "$f" ] || continue
-        step bench-decode-v2-dh$v 20 env CLMLA_KERNEL_TUNING="$f" "$bench" $peaks --phase decode --path absorbed \
-            --batch 1,8,32 --ctx 4096,32768 --cache-dtype f16,bf16,fp8 --json "$out/decode-v2lite-dh$v.json"
-        step bench-decode-v3-dh$v 30 env CLMLA_KERNEL_TUNING="$f" "$bench" $peaks --phase decode --preset v3 \
-            --path absorbed --batch 1,8,32 --ctx 4096,32768 --cache-dtype f16,bf16,fp8 --json "$out/decode-v3-dh$v.json"
-    done
     # the cost before a first step: every kernel compiled, then from the disk cache (one sample each)
     step bench-cold 90 "$bench" $peaks --phase cold --quick --json "$out/cold.json"
 }
@@ -156,15 +182,16 @@ part_tests() {
     step ctest 60 ctest --test-dir "$build" -j16 --timeout 240 --output-on-failure
 }
 
-: >"$out/summary.txt"
+echo "== gpu-check $(date -u '+%F %T') UTC: parts $parts, budget $budget s" >>"$out/summary.txt"
 step devices 5 "$clmla" devices --verbose
 for p in $(echo "$parts" | tr ',' ' '); do
     case $p in
     tune) part_tune ;;
     products) part_products ;;
+    ab) part_ab ;;
     bench) part_bench ;;
     tests) part_tests ;;
-    *) echo "gpu-check: unknown part $p (tune, products, bench, tests)" >>"$out/summary.txt" ;;
+    *) echo "gpu-check: unknown part $p (tune, products, ab, bench, tests)" >>"$out/summary.txt" ;;
     esac
 done
 echo "gpu-check: $(($(date +%s) - start)) s; $out/summary.txt:"
