@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""Tables from a gpu-check folder (tools/gpu-check.sh's OUT, or its gpu-check.tar.gz unpacked): the
+experimental parameters against their baselines, the rows issues 23 and 24 set goals on, and the
+layer step's kernels, as Markdown for docs/BENCHMARKS.md.
+
+  python3 tools/gpu_report.py OUT
+
+Medians in ms from clmla-bench's JSON rows; a ratio is variant / baseline (below 1: the variant is
+faster) or, where named, one dtype's time over another's. Rows a run did not reach are left out.
+Standard library only.
+"""
+import json
+import os
+import sys
+
+
+def load(folder, name):
+    path = os.path.join(folder, name)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return json.load(f)
+
+
+def key(row, fields):
+    return tuple(row.get(f) for f in fields)
+
+
+def table(header, rows):
+    if not rows:
+        return
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for r in rows:
+        print("| " + " | ".join(str(c) for c in r) + " |")
+    print()
+
+
+def ms(v):
+    return "-" if v is None else (f"{v:.3f}" if v < 10 else f"{v:.1f}")
+
+
+def ratio(a, b):
+    return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}"
+
+
+def pct(v):
+    return "-" if v is None else f"{100 * v:.0f}%"
+
+
+def by(rows, fields):
+    return {key(r, fields): r for r in rows}
+
+
+def device_line(folder):
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".json") and name not in ("devices.json",) and not name.startswith("kernel-tuning"):
+            rows = load(folder, name)
+            if rows and isinstance(rows, list) and "device" in rows[0]:
+                r = rows[0]
+                print(f"Device: {r['device']} ({r['vendor']}, {r['platform']}, driver {r['driver']}, "
+                      f"{r['compute_units']} compute units), clmla {r['clmla_version']}.")
+                break
+    peaks = [r for r in load(folder, "peak.json") if r.get("phase") == "peak"]
+    if peaks:
+        p = peaks[0]
+        def rate(g):
+            return f"{g / 1e3:.1f} TFLOP/s" if g >= 1000 else f"{g:.0f} GFLOP/s"
+        print(f"Peaks: read {p.get('peak_gbs') or 0:.0f} GB/s, FP32 FMA {rate(p.get('peak_gflops') or 0)}, "
+              f"SGEMM {rate(p.get('peak_sgemm_gflops') or 0)}.")
+    print()
+
+
+def decode_ab(folder):
+    fields = ("batch", "ctx", "cache_dtype")
+    for tag, preset in (("v2lite", "v2-lite"), ("v3", "v3")):
+        base = by([r for r in load(folder, f"decode-{tag}.json") if r.get("phase") == "decode"], fields)
+        variants = {v: by(load(folder, f"decode-{tag}-dh{v}.json"), fields) for v in (16, 8)}
+        if not base:
+            continue
+        print(f"**group_decode_heads at {preset}** (latent decode; 4 = the parameters in force; ratio = "
+              f"variant / 4; f16 / fp8 columns: that cache's time over f16's):")
+        print()
+        rows = []
+        for k in sorted(base, key=lambda k: (k[0], k[1], str(k[2]))):
+            b = base[k]
+            if k[2] == "f32":
+                continue
+            cells = [k[0], k[1], k[2], ms(b["median_ms"]), pct(b.get("of_bound"))]
+            for v in (16, 8):
+                r = variants[v].get(k)
+                cells += [ms(r["median_ms"]) if r else "-", ratio(r["median_ms"] if r else None, b["median_ms"])]
+            f16 = base.get((k[0], k[1], "f16"))
+            cells.append(ratio(b["median_ms"], f16["median_ms"] if f16 else None))
+            rows.append(cells)
+        table(["batch", "ctx", "cache", "4: ms", "%bound", "16: ms", "16 / 4", "8: ms", "8 / 4", "over f16 (4)"], rows)
+        f32 = [base[k] for k in sorted(base) if k[2] == "f32"]
+        table(["batch", "ctx", "f32 cache ms", "%bound", "bound by"],
+              [[r["batch"], r["ctx"], ms(r["median_ms"]), pct(r.get("of_bound")), r.get("bound_by")] for r in f32])
+
+
+def prefill_ab(folder):
+    fields = ("path", "ctx", "prefix", "weights_dtype")
+    for base_name, var_name, what in (("prefill.json", "prefill-tiled.json", "prefill"),
+                                      ("prefix.json", "prefix-tiled.json", "chunks after a prefix")):
+        base = [r for r in load(folder, base_name) if r.get("phase") == "prefill"]
+        if not base:
+            continue
+        tiled = by(load(folder, var_name), fields)
+        both = by(base, fields)
+        print(f"**{what}**: absorbed and decompressed (attn_prefill), and the decompressed path with "
+              f"prefill_tiled 1 (attn_prefill_tiled):")
+        print()
+        rows = []
+        seen = set()
+        for r in base:
+            k = (r.get("ctx"), r.get("prefix"), r.get("weights_dtype"))
+            if k in seen:
+                continue
+            seen.add(k)
+            a = both.get(("absorbed",) + k)
+            d = both.get(("decompressed",) + k)
+            t = tiled.get(("decompressed",) + k)
+            rows.append([k[0], k[1] or 0, k[2], ms(a["median_ms"]) if a else "-", ms(d["median_ms"]) if d else "-",
+                         ms(t["median_ms"]) if t else "-", ratio(t["median_ms"] if t else None,
+                                                                 d["median_ms"] if d else None),
+                         ratio(a["median_ms"] if a else None, t["median_ms"] if t else None)])
+        table(["tokens", "prefix", "weights", "absorbed ms", "decompressed ms", "tiled ms", "tiled / decompressed",
+               "absorbed / tiled"], rows)
+
+
+def products(folder):
+    rows = [r for r in load(folder, "products-v3.json") if r.get("phase") == "products"]
+    if not rows:
+        return
+    t = by(rows, ("path", "batch", "weights_dtype"))
+    print("**V3's products** (ms, % of the bound; ratios f32 / dtype):")
+    print()
+    out = []
+    for path, batch in sorted({(r["path"], r["batch"]) for r in rows}, key=lambda x: (x[1], x[0])):
+        f32, bf16, fp8 = (t.get((path, batch, w)) for w in ("f32", "bf16", "fp8"))
+        cells = [path, batch]
+        for r in (f32, bf16, fp8):
+            cells += [f"{ms(r['median_ms'])} ({pct(r.get('of_bound'))})" if r else "-"]
+        cells += [ratio(f32["median_ms"] if f32 else None, bf16["median_ms"] if bf16 else None),
+                  ratio(f32["median_ms"] if f32 else None, fp8["median_ms"] if fp8 else None)]
+        out.append(cells)
+    table(["product", "rows", "f32", "bf16", "fp8", "f32 / bf16", "f32 / fp8"], out)
+
+
+def layer(folder):
+    rows = [r for name in ("layer.json", "layer-v3.json") for r in load(folder, name) if r.get("phase") == "layer"]
+    if not rows:
+        return
+    t = by(rows, ("preset", "batch", "weights_dtype"))
+    print("**A layer's decode step** (ctx 4096; ratios f32 / dtype):")
+    print()
+    out = []
+    for preset, batch in sorted({(r["preset"], r["batch"]) for r in rows}):
+        f32 = t.get((preset, batch, "f32"))
+        cells = [preset, batch]
+        for w in ("f32", "bf16", "fp8"):
+            r = t.get((preset, batch, w))
+            cells.append(ms(r["median_ms"]) if r else "-")
+        for w in ("bf16", "fp8"):
+            r = t.get((preset, batch, w))
+            cells.append(ratio(f32["median_ms"] if f32 else None, r["median_ms"] if r else None))
+        out.append(cells)
+    table(["shape", "batch", "f32 ms", "bf16 ms", "fp8 ms", "f32 / bf16", "f32 / fp8"], out)
+
+
+def qlen(folder):
+    for name, heads in (("qlen-16.json", 16), ("qlen-8.json", 8)):
+        rows = [r for r in load(folder, name) if r.get("phase") == "decode"]
+        if not rows:
+            continue
+        t = by(rows, ("batch", "q_len"))
+        print(f"**Multi-token decode, {heads} heads, ctx 32768** (ms; ratio to one token):")
+        print()
+        out = []
+        for batch in sorted({r["batch"] for r in rows}):
+            one = t.get((batch, 1))
+            for q in sorted({r["q_len"] for r in rows if r["batch"] == batch}):
+                r = t[(batch, q)]
+                out.append([batch, q, ms(r["median_ms"]), ratio(r["median_ms"], one["median_ms"] if one else None),
+                            pct(r.get("of_bound"))])
+        table(["batch", "tokens", "ms", "/ one token", "%bound"], out)
+
+
+def traces(folder):
+    names = sorted(n for n in os.listdir(folder) if n.startswith("trace-summary-") and n.endswith(".txt"))
+    for n in names:
+        print(f"**{n[len('trace-summary-'):-4]}: the layer step's commands** (CLMLA_TRACE):")
+        print()
+        print("```")
+        with open(os.path.join(folder, n)) as f:
+            print(f.read().rstrip())
+        print("```")
+        print()
+
+
+def main():
+    if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
+        sys.exit("usage: python3 tools/gpu_report.py OUT (a gpu-check folder)")
+    folder = sys.argv[1]
+    device_line(folder)
+    decode_ab(folder)
+    prefill_ab(folder)
+    products(folder)
+    layer(folder)
+    qlen(folder)
+    traces(folder)
+    summary = os.path.join(folder, "summary.txt")
+    if os.path.exists(summary):
+        with open(summary) as f:
+            skipped = [line.split(":")[0] for line in f if "skipped" in line]
+        if skipped:
+            print("Not reached within the budget: " + ", ".join(dict.fromkeys(skipped)) + ".")
+
+
+if __name__ == "__main__":
+    main()
