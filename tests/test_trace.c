@@ -3,7 +3,8 @@
  * the counts match what was run (clmla_linear_forward: one write of x, its product's kernels, one
  * read of y); past 1024 pending commands the trace is written out mid-run and says so, losing
  * none; the environment variable works as the option does and the option "" turns it off; an
- * unwritable path leaves the context working, with a warning that names CLMLA_TRACE.
+ * unwritable path leaves the context working, with a warning that names CLMLA_TRACE, and so does a
+ * caller's queue without profiling.
  * `test_trace PART...` runs the named parts. */
 #include "check.h"
 #include "clmla.h"
@@ -157,12 +158,51 @@ static void test_unwritable(void)
           "the warning names the variable and the path: \"%s\"", warnings);
 }
 
+/* A caller's queue without profiling: no trace (a warning says why), and the context works. */
+static void test_no_profiling(void)
+{
+    clmla_context *owner = NULL;
+    if (clmla_context_create(NULL, &owner) != CLMLA_SUCCESS)
+        return;
+    clmla_device_info info;
+    clmla_context_device(owner, &info);
+    cl_int err = CL_SUCCESS;
+    cl_command_queue q = clCreateCommandQueue(clmla_context_cl_context(owner), info.device_id, 0, &err);
+    CHECK(q && err == CL_SUCCESS, "clCreateCommandQueue: %d", err);
+    if (q) {
+        remove(path);
+        clmla_context_options o;
+        memset(&o, 0, sizeof(o));
+        o.trace = path;
+        o.log = on_log;
+        o.log_level = CLMLA_LOG_WARNING;
+        warnings[0] = '\0';
+        clmla_context *ctx = NULL;
+        CHECK_STATUS(clmla_context_create_from_queue_opts(q, &o, &ctx), CLMLA_SUCCESS, NULL);
+        const float w[6] = {1, 2, 3, 4, 5, 6}, x[3] = {1, 1, 1};
+        float y[2] = {0, 0};
+        const clmla_tensor t = {w, 2, {2, 3}, CLMLA_DTYPE_F32, NULL};
+        clmla_linear *lin = NULL;
+        CHECK_STATUS(clmla_linear_create(ctx, &t, &lin), CLMLA_SUCCESS, ctx);
+        if (lin)
+            CHECK_STATUS(clmla_linear_forward(lin, 1, x, y), CLMLA_SUCCESS, ctx);
+        CHECK(y[0] == 6.0f && y[1] == 15.0f, "y %g %g, expected 6 15", y[0], y[1]);
+        clmla_linear_destroy(lin);
+        clmla_context_destroy(ctx);
+        CHECK(strstr(warnings, "CLMLA_TRACE") && strstr(warnings, "profiling"), "the warning: \"%s\"", warnings);
+        CHECK(access(path, F_OK) != 0, "a queue without profiling traced into %s", path);
+        clReleaseCommandQueue(q);
+    }
+    clmla_context_destroy(owner);
+}
+
 int main(int argc, char **argv)
 {
     static const struct {
         const char *name;
         void (*fn)(void);
-    } parts[] = {{"records", test_records}, {"full", test_full}, {"env", test_env}, {"unwritable", test_unwritable}};
+    } parts[] = {{"records", test_records}, {"full", test_full}, {"env", test_env}, {"unwritable", test_unwritable},
+                 {"no-profiling", test_no_profiling}};
     const int n = (int)(sizeof(parts) / sizeof(parts[0]));
     for (int a = 1; a < argc; a++) {
         int known = 0;
