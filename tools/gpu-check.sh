@@ -169,7 +169,7 @@ part_bench() {
         step trace-layer-$preset-$w 20 env CLMLA_TRACE="$out/trace-layer-$preset-$w.tsv" "$bench" $peaks --phase layer \
             --preset "$preset" --batch 1 --ctx 4096 --weights-dtype "$w" --max-time 0.5
         [ -s "$out/trace-layer-$preset-$w.tsv" ] && step trace-summary-$preset-$w 5 python3 \
-            "$(dirname "$0")/trace_summary.py" "$out/trace-layer-$preset-$w.tsv" --skip 50
+            "$(dirname "$0")/trace_summary.py" "$out/trace-layer-$preset-$w.tsv" --skip 50 --per attn_latent
     done
     # V3's 128 heads: the absorbed path's per-head products with fp8 weights (decoded in groups)
     step bench-prefill-v3 40 "$bench" $peaks --phase prefill --preset v3 --path absorbed --ctx 512 \
