@@ -4,6 +4,15 @@
 set -eu
 build_dir=$1
 source_dir=$2
+# A consumer needs what a developer installs: a compiler, pkg-config and the development files of
+# clmla's dependencies (the CMake package finds them again). A machine with only their runtime
+# libraries (a GPU machine running a carried build) has nothing to test this with.
+for tool in cc pkg-config cmake; do
+    command -v "$tool" >/dev/null 2>&1 || { echo "install: skipped, no $tool"; exit 77; }
+done
+for dep in OpenCL clblast libcjson; do
+    pkg-config --exists "$dep" || { echo "install: skipped, the development files of $dep are not installed"; exit 77; }
+done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build_dir" --prefix "$work/prefix" >/dev/null
