@@ -178,8 +178,11 @@ part_bench() {
     step bench-cold 90 "$bench" $peaks --phase cold --quick --json "$out/cold.json"
 }
 
+# the quick tests first (most of them, and the GPU kernels' own), then the slow ones (full-size
+# presets, the parity fixtures, the tuners), so that a cut call loses the least
 part_tests() {
-    step ctest 60 ctest --test-dir "$build" -j16 --timeout 240 --output-on-failure
+    step ctest-quick 60 ctest --test-dir "$build" -L quick -j16 --timeout 240 --output-on-failure
+    step ctest-slow 60 ctest --test-dir "$build" -L slow -j16 --timeout 240 --output-on-failure
 }
 
 echo "== gpu-check $(date -u '+%F %T') UTC: parts $parts, budget $budget s" >>"$out/summary.txt"
