@@ -4,11 +4,13 @@
  * read of y); past 1024 pending commands the trace is written out mid-run and says so, losing
  * none; the environment variable works as the option does and the option "" turns it off; an
  * unwritable path leaves the context working, with a warning that names CLMLA_TRACE, and so does a
- * caller's queue without profiling.
+ * caller's queue without profiling; two contexts in two threads tracing into one file leave whole
+ * lines.
  * `test_trace PART...` runs the named parts. */
 #include "check.h"
 #include "clmla.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -65,14 +67,16 @@ static void on_log(void *user, clmla_log_level level, const char *message)
 
 /* A context (options.trace = trace, NULL: the environment's), `forwards` products of one row
    through clmla_linear_forward, then destroyed. 0 when there is no device. */
-static int run(const char *trace, int forwards)
+static int run_logged(const char *trace, int forwards, int logged)
 {
     clmla_context_options o;
     memset(&o, 0, sizeof(o));
     o.trace = trace;
-    o.log = on_log;
-    o.log_level = CLMLA_LOG_WARNING;
-    warnings[0] = '\0';
+    if (logged) {
+        o.log = on_log;
+        o.log_level = CLMLA_LOG_WARNING;
+        warnings[0] = '\0';
+    }
     clmla_context *ctx = NULL;
     if (clmla_context_create_opts(&o, &ctx) != CLMLA_SUCCESS)
         return 0;
@@ -94,6 +98,35 @@ static int run(const char *trace, int forwards)
     clmla_linear_destroy(lin);
     clmla_context_destroy(ctx);
     return 1;
+}
+
+static int run(const char *trace, int forwards)
+{
+    return run_logged(trace, forwards, 1);
+}
+
+static void *run_thread(void *arg)
+{
+    (void)arg;
+    run_logged(path, 400, 0);
+    return NULL;
+}
+
+/* Two contexts in two threads tracing into one file: whole lines, none lost. */
+static void test_threads(void)
+{
+    remove(path);
+    pthread_t a, b;
+    const int ok = pthread_create(&a, NULL, run_thread, NULL) == 0 && pthread_create(&b, NULL, run_thread, NULL) == 0;
+    CHECK(ok, "pthread_create");
+    if (!ok)
+        return;
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+    const trace_counts c = read_trace(path);
+    printf("# two threads, 400 forwards each: %d lines, %d contexts, %d bad\n", c.lines, c.contexts, c.bad);
+    CHECK(c.bad == 0 && c.contexts == 2 && c.reads == 800, "%d bad lines, %d contexts, %d reads for 800 forwards", c.bad,
+          c.contexts, c.reads);
 }
 
 static int have_device(void)
@@ -202,7 +235,7 @@ int main(int argc, char **argv)
         const char *name;
         void (*fn)(void);
     } parts[] = {{"records", test_records}, {"full", test_full}, {"env", test_env}, {"unwritable", test_unwritable},
-                 {"no-profiling", test_no_profiling}};
+                 {"no-profiling", test_no_profiling}, {"threads", test_threads}};
     const int n = (int)(sizeof(parts) / sizeof(parts[0]));
     for (int a = 1; a < argc; a++) {
         int known = 0;

@@ -40,6 +40,9 @@ void clmla_trace_open(clmla_context *ctx, const char *path)
         clmla_log(ctx, CLMLA_LOG_WARNING, "CLMLA_TRACE: cannot write %s; this context is not traced", path);
         return;
     }
+    /* a line per write (O_APPEND): contexts of one process, or several processes, tracing into one
+       file interleave whole lines */
+    setvbuf(f, NULL, _IOLBF, 1024);
     if (ftell(f) == 0)
         fprintf(f, "# context\tkind\tname\twork size or bytes\tqueued_ns\tsubmitted_ns\tstarted_ns\tended_ns\n");
     t->file = f;
