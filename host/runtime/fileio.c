@@ -66,8 +66,12 @@ static atomic_long sibling_count;
 
 clmla_status clmla_write_file_replacing(const char *path, const void *data, size_t size, char *err, size_t errsize)
 {
-    char tmp[CLMLA_PATH_SIZE + 64];
-    snprintf(tmp, sizeof(tmp), "%s.%ld.%ld.tmp", path, (long)getpid(), atomic_fetch_add(&sibling_count, 1));
+    char tmp[CLMLA_PATH_SIZE + 192];
+    const int n = snprintf(tmp, sizeof(tmp), "%s.%ld.%ld.tmp", path, (long)getpid(), atomic_fetch_add(&sibling_count, 1));
+    if (n < 0 || (size_t)n >= sizeof(tmp)) {
+        snprintf(err, errsize, "cannot write %s: the path is too long", path);
+        return CLMLA_ERROR_IO;
+    }
     FILE *f = fopen(tmp, "wb");
     int ok = f && fwrite(data, 1, size, f) == size;
     int e = errno;
