@@ -435,11 +435,11 @@ clmla_status clmla_latent_tuning_path(char *buf, size_t size)
         return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_latent_tuning_path: no buffer");
     clmla_env env;
     clmla_env_read(&env);
-    const char *v = getenv("CLMLA_KERNEL_TUNING");
+    const char *v = env.kernel_tuning;
     int n = 0;
-    if (v && strcmp(v, "off") == 0)
+    if (strcmp(v, "off") == 0)
         buf[0] = '\0';
-    else if (v && *v && strcmp(v, "auto") != 0)
+    else if (*v && strcmp(v, "auto") != 0)
         n = snprintf(buf, size, "%s", v);
     else if (env.cache_dir[0])
         n = snprintf(buf, size, "%s/kernel-tuning.json", env.cache_dir);

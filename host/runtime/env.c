@@ -18,6 +18,7 @@ void clmla_env_read(clmla_env *env)
     copy_var(env->clblast_tuning, sizeof(env->clblast_tuning), "CLMLA_CLBLAST_TUNING");
     copy_var(env->attention_kernels, sizeof(env->attention_kernels), "CLMLA_ATTENTION_KERNELS");
     copy_var(env->trace, sizeof(env->trace), "CLMLA_TRACE");
+    copy_var(env->kernel_tuning, sizeof(env->kernel_tuning), "CLMLA_KERNEL_TUNING");
 
     const char *cache = getenv("CLMLA_CACHE_DIR");
     const char *xdg = getenv("XDG_CACHE_HOME");
