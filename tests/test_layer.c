@@ -745,11 +745,7 @@ static void test_forward_cl(void)
         }
         clEnqueueReadBuffer(clmla_context_queue(ctx), ob, CL_TRUE, 0, (out_off + n + pad) * sizeof(float), oh, 0, NULL,
                             NULL);
-        int outside = 0;
-        for (size_t i = 0; i < out_off; i++)
-            outside += oh[i] != sentinel;
-        for (size_t i = out_off + n; i < out_off + n + pad; i++)
-            outside += oh[i] != sentinel;
+        const int outside = tu_count_outside(oh, out_off + n + pad, out_off, n, sentinel);
         CHECK(outside == 0, "forward_cl wrote %d values outside out", outside);
         CHECK_CLOSE(oh + out_off, ref.out, n, D, TOL_F32_CACHE, "forward_cl out [token, i] vs reference");
         check_cache(cache, 0, seq, 0, T, &ref, &c, CLMLA_CACHE_F32, "forward_cl");

@@ -313,15 +313,8 @@ static void run_case(const pool *p, int H, int topk, const tok *toks, int T, int
         clEnqueueReadBuffer(q, out_buf, CL_TRUE, 0, out_n * sizeof(float), out, 0, NULL, NULL);
         clEnqueueReadBuffer(q, lse_buf, CL_TRUE, 0, lse_n * sizeof(float), lse, 0, NULL, NULL);
 
-        int outside = 0;
-        for (size_t i = 0; i < out_off; i++)
-            outside += out[i] != sentinel;
-        for (size_t i = out_off + nq; i < out_n; i++)
-            outside += out[i] != sentinel;
-        for (size_t i = 0; i < lse_off; i++)
-            outside += lse[i] != sentinel;
-        for (size_t i = lse_off + (size_t)T * H; i < lse_n; i++)
-            outside += lse[i] != sentinel;
+        const int outside = tu_count_outside(out, out_n, out_off, nq, sentinel) +
+                            tu_count_outside(lse, lse_n, lse_off, (size_t)T * H, sentinel);
         CHECK(outside == 0, "%s: %d values written outside out/lse", what, outside);
 
         /* the reference reads the cache's rounded values: float32's tolerance for every dtype */

@@ -252,6 +252,16 @@ float tu_half_to_float(uint16_t h)
     return (float)(sign ? -v : v);
 }
 
+int tu_count_outside(const float *a, size_t n, size_t offset, size_t len, float sentinel)
+{
+    int outside = 0;
+    for (size_t i = 0; i < offset && i < n; i++)
+        outside += a[i] != sentinel;
+    for (size_t i = offset + len; i < n; i++)
+        outside += a[i] != sentinel;
+    return outside;
+}
+
 double tu_seconds(void)
 {
     struct timespec ts;

@@ -90,6 +90,10 @@ float tu_half_to_float(uint16_t h);
 /* Monotonic seconds. */
 double tu_seconds(void);
 
+/* How many of a[0 .. n) outside [offset, offset + len) differ from sentinel: what a call wrote
+   beyond the part of a buffer it was given. */
+int tu_count_outside(const float *a, size_t n, size_t offset, size_t len, float sentinel);
+
 /* ---- named parts -------------------------------------------------------------------------- */
 
 /* One part of a test: `test_x NAME...` runs the named parts, no argument runs them all. */
