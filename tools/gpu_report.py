@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tables from a gpu-check folder (tools/gpu-check.sh's OUT, or its gpu-check.tar.gz unpacked): the
-experimental parameters against their baselines, the rows issues 23 and 24 set goals on, and the
-layer step's kernels, as Markdown for docs/BENCHMARKS.md.
+goals of issues 23 and 24 against the run's rows, the experimental parameters against their
+baselines, the rest of the rows, and the layer step's kernels, as Markdown for docs/BENCHMARKS.md.
 
   python3 tools/gpu_report.py OUT
 
@@ -199,11 +199,61 @@ def traces(folder):
         print()
 
 
+def goals(folder):
+    """Issues 23's and 24's GPU goals against this run's rows (the goals' texts: issues 23 and 24)."""
+    out = []
+    v3 = [r for r in load(folder, "decode-v3.json") if r.get("phase") == "decode" and r.get("cache_dtype") == "f32"]
+    big = [r["of_bound"] for r in v3 if r["batch"] >= 8 and r["ctx"] >= 4096 and r.get("of_bound") is not None]
+    if big:
+        out.append(["24", "V3 latent decode, batch >= 8, ctx >= 4096: >= 60% of the bound",
+                    f"{pct(min(big))} - {pct(max(big))}", "met" if min(big) >= 0.6 else "not met"])
+    one = [r["of_bound"] for r in v3 if r["batch"] == 1 and r["ctx"] == 32768 and r.get("of_bound") is not None]
+    if one:
+        out.append(["24", "V3 latent decode, batch 1, ctx 32768: >= 50% of the bound", pct(one[0]),
+                    "met" if one[0] >= 0.5 else "not met"])
+    prods = [r for r in load(folder, "products-v3.json") if r.get("phase") == "products" and r["batch"] == 1]
+    f32 = [r for r in prods if r["weights_dtype"] == "f32" and r.get("frac_peak_bw") is not None]
+    if f32:
+        lo, hi = min(r["frac_peak_bw"] for r in f32), max(r["frac_peak_bw"] for r in f32)
+        out.append(["24", "V3 products, 1 row, f32: >= 60% of the read bandwidth", f"{pct(lo)} - {pct(hi)}",
+                    "met" if lo >= 0.6 else "not met"])
+    t = by(prods, ("path", "weights_dtype"))
+    for w, goal in (("bf16", 1.7), ("fp8", 2.5)):
+        ratios = [t[(p, "f32")]["median_ms"] / t[(p, w)]["median_ms"] for p, d in t if d == w and (p, "f32") in t]
+        if ratios:
+            out.append(["23", f"V3 products, 1 row: f32 / {w} >= {goal}x on every projection",
+                        f"{min(ratios):.2f}x - {max(ratios):.2f}x", "met" if min(ratios) >= goal else "not met"])
+    for tag in ("v2lite", "v3"):
+        best = {}
+        for name in (f"decode-{tag}.json", f"decode-{tag}-dh16.json", f"decode-{tag}-dh8.json"):
+            for r in load(folder, name):
+                if r.get("phase") == "decode" and r.get("cache_dtype") in ("f16", "fp8"):
+                    k = (r["batch"], r["ctx"], r["cache_dtype"])
+                    best[k] = min(best.get(k, float("inf")), r["median_ms"])
+        ratios = [best[(b, c, "fp8")] / best[(b, c, "f16")] for (b, c, d) in best if d == "fp8" and (b, c, "f16") in best]
+        if ratios:
+            out.append(["23", f"{tag} latent decode: fp8 cache faster than f16 (best of group_decode_heads 4 / 8 / 16)",
+                        f"fp8 / f16 {min(ratios):.2f} - {max(ratios):.2f}", "met" if max(ratios) < 1 else "not met"])
+    layer = by([r for n in ("layer.json", "layer-v3.json") for r in load(folder, n) if r.get("phase") == "layer"],
+               ("preset", "batch", "weights_dtype"))
+    for preset, w, goal in (("v2-lite", "bf16", 1.4), ("v3", "fp8", 1.8)):
+        a, b = layer.get((preset, 1, "f32")), layer.get((preset, 1, w))
+        if a and b:
+            r = a["median_ms"] / b["median_ms"]
+            out.append(["23", f"{preset} layer step, batch 1: {w} weights >= {goal}x f32", f"{r:.2f}x",
+                        "met" if r >= goal else "not met"])
+    if out:
+        print("**Goals** (one run):")
+        print()
+        table(["issue", "goal", "this run", ""], out)
+
+
 def main():
     if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
         sys.exit("usage: python3 tools/gpu_report.py OUT (a gpu-check folder)")
     folder = sys.argv[1]
     device_line(folder)
+    goals(folder)
     decode_ab(folder)
     prefill_ab(folder)
     products(folder)
