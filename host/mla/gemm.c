@@ -529,6 +529,22 @@ static clmla_status packed(clmla_context *ctx, size_t m, size_t n, size_t k, flo
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue gemm_packed_rows");
 }
 
+/* A CLBlast routine in the context's trace (trace.h), named by its batch (0: CLBlastSgemm, else the strided batch) and
+   sized m, n, k. */
+static void trace_clblast(clmla_context *ctx, CLBlastStatusCode bs, size_t batch, size_t m, size_t n, size_t k,
+                          cl_event *ev, int owned)
+{
+    if (!ctx->trace)
+        return;
+    const size_t mnk[3] = {m, n, k};
+    char what[88];
+    if (batch == 0)
+        snprintf(what, sizeof(what), "CLBlastSgemm (m,n,k)");
+    else
+        snprintf(what, sizeof(what), "CLBlastSgemmStridedBatched x%zu (m,n,k)", batch);
+    clmla_trace_record(ctx, bs == CLBlastSuccess ? CL_SUCCESS : bs, "clblast", what, 3, mnk, ev, owned);
+}
+
 /* CLBlastSgemm with its temporary buffer (padded copies of the operands, for its indirect kernel)
    in a context scratch slot, so that a product does not allocate one per call. */
 static CLBlastStatusCode clblast_sgemm(clmla_context *ctx, CLBlastTranspose a_op, CLBlastTranspose b_op, size_t m,
@@ -549,11 +565,7 @@ static CLBlastStatusCode clblast_sgemm(clmla_context *ctx, CLBlastTranspose a_op
     cl_event own = NULL, *ev = clmla_trace_event(ctx, event, &own);
     bs = CLBlastSgemmWithTempBuffer(CLBlastLayoutRowMajor, a_op, b_op, m, n, k, alpha, a, a_offset, a_ld, b, b_offset, b_ld,
                                     beta, c, c_offset, c_ld, &ctx->queue, ev, temp);
-    if (ctx->trace) {
-        const size_t mnk[3] = {m, n, k};
-        clmla_trace_record(ctx, bs == CLBlastSuccess ? CL_SUCCESS : bs, "clblast", "CLBlastSgemm (m,n,k)", 3, mnk, ev,
-                           ev == &own);
-    }
+    trace_clblast(ctx, bs, 0, m, n, k, ev, ev == &own);
     return bs;
 }
 
@@ -702,12 +714,7 @@ static clmla_status clblast_strided(clmla_context *ctx, size_t m, size_t n, size
     const CLBlastStatusCode bs = CLBlastSgemmStridedBatched(
         CLBlastLayoutRowMajor, op(&a), op(&b), m, n, k, alpha, a.buffer, a.offset, a.ld, a_stride, b.buffer, b.offset, b.ld,
         b_stride, beta, c.buffer, c.offset, c.ld, c_stride, batch, &ctx->queue, ev);
-    if (ctx->trace) {
-        const size_t mnk[3] = {m, n, k};
-        char what[88];
-        snprintf(what, sizeof(what), "CLBlastSgemmStridedBatched x%zu (m,n,k)", batch);
-        clmla_trace_record(ctx, bs == CLBlastSuccess ? CL_SUCCESS : bs, "clblast", what, 3, mnk, ev, ev == &own);
-    }
+    trace_clblast(ctx, bs, batch, m, n, k, ev, ev == &own);
     if (bs != CLBlastSuccess)
         return clmla_fail(ctx, bs, "CLBlastSgemmStridedBatched(m=%zu n=%zu k=%zu batch=%zu) failed: %s", m, n, k, batch,
                           clmla_status_string(bs));

@@ -42,6 +42,7 @@ typedef struct kernel_kind {
     size_t size;                /* of the parameter struct */
     const void *defaults;
     const char *(*check)(const void *parameters); /* the rule broken, or NULL */
+    const char *what;           /* the parameters, in messages: "... refused: RULE" */
     const kernel_entry *builtin;
     size_t builtin_count;
 } kernel_kind;
@@ -146,7 +147,7 @@ static void heads_add(cJSON *o, int cls)
 static const kernel_kind latent_kind = {
     "attn_latent", "heads", "\"heads\" must be a head count or \"any\"", heads_parse, heads_add, latent_names,
     sizeof(latent_names) / sizeof(latent_names[0]), sizeof(clmla_latent_tuning), &latent_defaults, latent_problem,
-    latent_builtin, sizeof(latent_builtin) / sizeof(latent_builtin[0])};
+    "latent attention parameters", latent_builtin, sizeof(latent_builtin) / sizeof(latent_builtin[0])};
 
 /* ---- products (cl/gemm_skinny.cl) ------------------------------------------------------------ */
 
@@ -263,12 +264,31 @@ static void k_class_add(cJSON *o, int cls)
 static const kernel_kind product_kind = {
     "products", "k_class", "\"k_class\" must be \"small\", \"large\" or \"any\"", k_class_parse, k_class_add,
     product_names, sizeof(product_names) / sizeof(product_names[0]), sizeof(clmla_product_tuning), &product_defaults,
-    product_problem, product_builtin, sizeof(product_builtin) / sizeof(product_builtin[0])};
+    product_problem, "product kernel parameters", product_builtin, sizeof(product_builtin) / sizeof(product_builtin[0])};
 
 /* Every kind; the first takes the entries that name no kernel (files written before there were
    two kinds) and refuses those that name an unknown one. */
 static const kernel_kind *const kinds[] = {&latent_kind, &product_kind};
 #define KINDS (sizeof(kinds) / sizeof(kinds[0]))
+
+/* k's place in kinds[] (and in the user file's lists) */
+static size_t slot(const kernel_kind *k)
+{
+    size_t i = 0;
+    while (i + 1 < KINDS && kinds[i] != k)
+        i++;
+    return i;
+}
+
+/* CLMLA_SUCCESS when the parameters of kind k are legal, else the failure naming the rule (recorded
+   for ctx, or for the thread when ctx is NULL); *why (may be NULL) gets the rule or NULL. */
+static clmla_status refuse_illegal(const kernel_kind *k, clmla_context *ctx, const void *t, const char **why)
+{
+    const char *bad = t ? k->check(t) : "NULL argument";
+    if (why)
+        *why = bad;
+    return bad ? clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s refused: %s", k->what, bad) : CLMLA_SUCCESS;
+}
 
 /* ---- entries --------------------------------------------------------------------------------- */
 
@@ -508,22 +528,23 @@ const char *clmla_latent_tuning_problem(void)
     return user_problem;
 }
 
-/* The parameters of kind k (index i of kinds[]) for a context without forced ones: the user file's
-   problem logged once per process. */
-static void for_context(size_t i, const clmla_context *ctx, int cls, void *tuning)
+/* The parameters of kind k for a context without forced ones: the user file's problem logged once
+   per process. */
+static void for_context(const kernel_kind *k, const clmla_context *ctx, int cls, void *tuning)
 {
     pthread_once(&user_once, user_load);
     if (user_problem[0] && atomic_exchange(&user_problem_logged, 1) == 0)
         clmla_log((clmla_context *)ctx, CLMLA_LOG_WARNING, "%s", user_problem);
     const char *source = NULL;
-    resolve(kinds[i], &user_entries[i], user_source, &ctx->info, cls, tuning, &source);
+    resolve(k, &user_entries[slot(k)], user_source, &ctx->info, cls, tuning, &source);
 }
 
-static clmla_status lookup(size_t i, const clmla_device_info *device, int cls, void *tuning, const char **source)
+static clmla_status lookup(const kernel_kind *k, const clmla_device_info *device, int cls, void *tuning,
+                           const char **source)
 {
     pthread_once(&user_once, user_load);
     const char *s = NULL;
-    resolve(kinds[i], &user_entries[i], user_source, device, cls, tuning, &s);
+    resolve(k, &user_entries[slot(k)], user_source, device, cls, tuning, &s);
     if (source)
         *source = s;
     return user_problem[0] ? clmla_fail(NULL, CLMLA_ERROR_INVALID_FILE, "%s", user_problem) : CLMLA_SUCCESS;
@@ -617,11 +638,7 @@ void clmla_latent_tuning_defaults(clmla_latent_tuning *tuning)
 
 clmla_status clmla_latent_tuning_check(const clmla_latent_tuning *tuning, const char **why)
 {
-    const char *w = tuning ? latent_check(tuning) : "NULL argument";
-    if (why)
-        *why = w;
-    return w ? clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "latent attention parameters refused: %s", w)
-             : CLMLA_SUCCESS;
+    return refuse_illegal(&latent_kind, NULL, tuning, why);
 }
 
 int clmla_latent_tuning_parse(const char *text, latent_entry_list *out, char *why, size_t why_size)
@@ -645,16 +662,15 @@ clmla_status clmla_latent_tuning_lookup(const clmla_device_info *device, int num
 {
     if (!device || !tuning || num_heads < 0)
         return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_latent_tuning_lookup: NULL argument or heads < 0");
-    return lookup(0, device, num_heads, tuning, source);
+    return lookup(&latent_kind, device, num_heads, tuning, source);
 }
 
 clmla_status clmla_context_set_latent_tuning(clmla_context *ctx, const clmla_latent_tuning *tuning)
 {
     if (!ctx)
         return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_context_set_latent_tuning: NULL context");
-    const char *bad = tuning ? latent_check(tuning) : NULL;
-    if (bad)
-        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "latent attention parameters refused: %s", bad);
+    if (tuning && refuse_illegal(&latent_kind, ctx, tuning, NULL) != CLMLA_SUCCESS)
+        return CLMLA_ERROR_INVALID_ARGUMENT;
     if (tuning)
         ctx->latent_forced = *tuning;
     ctx->latent_forced_set = tuning != NULL;
@@ -666,7 +682,7 @@ void clmla_latent_tuning_for(const clmla_context *ctx, int num_heads, clmla_late
     if (ctx->latent_forced_set)
         *tuning = ctx->latent_forced;
     else
-        for_context(0, ctx, num_heads, tuning);
+        for_context(&latent_kind, ctx, num_heads, tuning);
 }
 
 clmla_status clmla_latent_tuning_save(const char *path, const clmla_device_info *device, int num_heads,
@@ -674,9 +690,8 @@ clmla_status clmla_latent_tuning_save(const char *path, const clmla_device_info 
 {
     if (!path || !*path || !device || !tuning || num_heads < 0)
         return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_latent_tuning_save: NULL or empty argument");
-    const char *bad = latent_check(tuning);
-    if (bad)
-        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "latent attention parameters refused: %s", bad);
+    if (refuse_illegal(&latent_kind, NULL, tuning, NULL) != CLMLA_SUCCESS)
+        return CLMLA_ERROR_INVALID_ARGUMENT;
     return save(&latent_kind, path, device, num_heads, tuning, note);
 }
 
@@ -688,20 +703,15 @@ void clmla_product_tuning_defaults(clmla_product_tuning *tuning)
 
 clmla_status clmla_product_tuning_check(const clmla_product_tuning *tuning, const char **why)
 {
-    const char *w = tuning ? clmla_product_tuning_problem(tuning) : "NULL argument";
-    if (why)
-        *why = w;
-    return w ? clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "product kernel parameters refused: %s", w)
-             : CLMLA_SUCCESS;
+    return refuse_illegal(&product_kind, NULL, tuning, why);
 }
 
 clmla_status clmla_context_set_product_tuning(clmla_context *ctx, const clmla_product_tuning *tuning)
 {
     if (!ctx)
         return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_context_set_product_tuning: NULL context");
-    const char *bad = tuning ? clmla_product_tuning_problem(tuning) : NULL;
-    if (bad)
-        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "product kernel parameters refused: %s", bad);
+    if (tuning && refuse_illegal(&product_kind, ctx, tuning, NULL) != CLMLA_SUCCESS)
+        return CLMLA_ERROR_INVALID_ARGUMENT;
     if (tuning)
         ctx->product_forced = *tuning;
     ctx->product_forced_set = tuning != NULL;
@@ -730,7 +740,7 @@ clmla_status clmla_product_tuning_lookup(const clmla_device_info *device, size_t
 {
     if (!device || !tuning)
         return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_product_tuning_lookup: NULL argument");
-    return lookup(1, device, clmla_product_k_class(k), tuning, source);
+    return lookup(&product_kind, device, clmla_product_k_class(k), tuning, source);
 }
 
 void clmla_product_tuning_for(const clmla_context *ctx, size_t k, clmla_product_tuning *tuning)
@@ -738,7 +748,7 @@ void clmla_product_tuning_for(const clmla_context *ctx, size_t k, clmla_product_
     if (ctx->product_forced_set)
         *tuning = ctx->product_forced;
     else
-        for_context(1, ctx, clmla_product_k_class(k), tuning);
+        for_context(&product_kind, ctx, clmla_product_k_class(k), tuning);
 }
 
 clmla_status clmla_product_tuning_save(const char *path, const clmla_device_info *device, size_t k,
@@ -746,8 +756,7 @@ clmla_status clmla_product_tuning_save(const char *path, const clmla_device_info
 {
     if (!path || !*path || !device || !tuning)
         return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_product_tuning_save: NULL or empty argument");
-    const char *bad = clmla_product_tuning_problem(tuning);
-    if (bad)
-        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "product kernel parameters refused: %s", bad);
+    if (refuse_illegal(&product_kind, NULL, tuning, NULL) != CLMLA_SUCCESS)
+        return CLMLA_ERROR_INVALID_ARGUMENT;
     return save(&product_kind, path, device, clmla_product_k_class(k), tuning, note);
 }

@@ -116,7 +116,6 @@ clmla_status clmla_xgemm_tuning_path(char *buf, size_t size)
     return CLMLA_SUCCESS;
 }
 
-
 /* One entry of a file: everything but vendor/device checked here; *why says what is wrong. */
 static int parse_entry(const cJSON *o, clmla_xgemm_tuning *t, char *why, size_t why_size)
 {

@@ -1,7 +1,7 @@
 /* CLMLA_TRACE: a record of every command the library puts on a context's queue (its own kernels,
  * CLBlast's routines, buffer transfers) with the device's timestamps, written to a file as
  * tab-separated lines, so that a step's time can be split by kernel and the idle gaps between
- * commands seen (tools/trace_summary.py adds them up; README.md, "Environment").
+ * commands seen (tools/trace_summary.py adds them up; README.md, "Environment variables").
  *
  * Off unless CLMLA_TRACE names a file when the context is created; then every recorded command gets
  * an event (the library's own when its caller passed none), kept until the trace is written out:
