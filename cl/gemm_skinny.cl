@@ -506,8 +506,9 @@ void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alph
 /* gemm_packed_rows: y = x W^T for CPU devices, with W packed by the host (host/mla/gemm.c,
  * clmla_pack_weight): W's N rows in panels of `panel` rows, a work-item's share, and each panel
  * stored chunk by chunk of PCH values of K, [chunk][row of the panel][value], so that an item's
- * weights are one contiguous region walked in storage order while the chunk of x (8 rows x 512
- * floats = 16 KiB) stays in L1.
+ * weights are one contiguous region walked in storage order while the chunk of x stays close
+ * (8 rows x 512 floats = 16 KiB, in L1, with f32 weights; PCH holds 2 KiB of a row whatever the
+ * dtype, host/mla/gemm.h, so 64 KiB with fp8 weights).
  *
  * Within a chunk the item walks S rows of the panel at once, spread over it: row i of each of S
  * segments of ceil(rows / S) rows. Each of the S pointers then moves through its own segment

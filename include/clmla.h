@@ -396,7 +396,8 @@ typedef struct clmla_product_tuning {
     int tiled_columns;    /* gemm_tiled_rows: columns of y per work-item (TC), 1..512 (48) */
     int tiled_weight_rows;/* gemm_tiled_rows: weight rows against 4 rows of x at a time (MC), 1..4 (3) */
     int tiled_k_chunk;    /* gemm_tiled_rows on row-major weights: values of K per pass (KC), a multiple of 128,
-                             128..16384 (1024); packed weights use their packing's chunk, 512 */
+                             128..16384 (1024); packed weights use their packing's chunk,
+                             2 KiB of a row: 512 f32, 1024 f16 or bf16, 2048 fp8 values */
     /* added in 0.4: gemm_packed_rows with fp8 weights at 1 and 2 rows of x: 1 sums each 128-value
        block's products unscaled (the activations times 2^64, exact) and applies the block's scale
        once, saving a multiply per weight but holding twice the accumulators; 0 (default) scales

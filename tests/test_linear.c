@@ -1,12 +1,12 @@
 /* clmla_linear, the public y = x W^T: odd shapes (W 37x129, 1x5, 257x33, 70x1030 across the packing's
- * 512-value chunks; m 1, 3, 8, 9, 70, so every rows bucket, the 9-63 row blocks and the 64-row tiles
+ * chunks, 512 values of f32; m 1, 3, 8, 9, 70, so every rows bucket, the 9-63 row blocks and the 64-row tiles
  * run) against float64 sums, through clmla_linear_forward_cl (offsets inside larger buffers whose
  * other values must stay untouched, with an event) and clmla_linear_forward; each with the weight as
  * the device keeps it by default (packed on CPUs) and again with every product through CLBlast
  * (weights row-major). Then every refused argument (status and message), the device bytes, and an
  * injected fault at every counted OpenCL call of create and both forwards (an error with a message,
  * then a correct result once the fault falls past the last call), and W given as f16, bf16 and fp8
- * codes with block scales.
+ * codes with block scales, bf16 and fp8 also past their first packed chunk (1024, 2048 values).
  * `test_linear PART...` runs the named parts. */
 #include "check.h"
 #include "clcall.h"
@@ -249,6 +249,8 @@ static void test_dtypes(void)
     check_dtype(CLMLA_DTYPE_BF16, 70, 1030, "bf16");
     check_dtype(CLMLA_DTYPE_FP8_E4M3, 130, 300, "fp8");
     check_dtype(CLMLA_DTYPE_FP8_E4M3, 257, 33, "fp8");
+    /* past the first packed chunk of each narrow dtype (1024 bf16, 2048 fp8 values), mid-block */
+    check_dtype(CLMLA_DTYPE_FP8_E4M3, 19, 2100, "fp8");
     /* a NaN code is refused by position, nothing made */
     unsigned char codes[6] = {1, 2, 3, 0xFF, 5, 6};
     float scale[1] = {1.0f};

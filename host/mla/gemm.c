@@ -260,7 +260,7 @@ static void cpu_options(const clmla_context *ctx, clmla_dtype dtype, size_t k, i
     char extra[128], streams_option[32] = "";
     if (streams != default_streams)
         snprintf(streams_option, sizeof(streams_option), " -D STREAMS=%d", streams);
-    snprintf(extra, sizeof(extra), "-D MR=%d -D NCC=%d -D PCH=%d%s%s%s", rows, 8 / rows, CLMLA_PACK_CHUNK,
+    snprintf(extra, sizeof(extra), "-D MR=%d -D NCC=%d -D PCH=%d%s%s%s", rows, 8 / rows, (int)clmla_pack_chunk(clmla_dtype_bytes(dtype)),
              !large && t->cpu_prefetch && clmla_device_prefetches(&ctx->info) ? " -D CLMLA_PREFETCH" : "",
              streams_option,
              t->cpu_fp8_block_sums && dtype == CLMLA_DTYPE_FP8_E4M3 && rows <= 2 ? " -D W_BLOCK_SUMS" : "");
@@ -426,7 +426,7 @@ static clmla_status tiled(clmla_context *ctx, size_t m, size_t n, size_t k, floa
         if (t->tiled_weight_rows != 3) /* the kernel's own MC: the defaults build the options of before */
             snprintf(mc, sizeof(mc), " -D MC=%d", t->tiled_weight_rows);
         /* weights of another dtype decoded once per chunk into local memory, where it holds them */
-        const int kc = packed_b ? CLMLA_PACK_CHUNK : t->tiled_k_chunk;
+        const int kc = packed_b ? (int)clmla_pack_chunk(clmla_dtype_bytes(b.dtype)) : t->tiled_k_chunk;
         const int decode = b.dtype != CLMLA_DTYPE_F32 &&
                            (uint64_t)t->tiled_columns * (uint64_t)kc * sizeof(float) <= ctx->info.local_mem_bytes;
         snprintf(extra, sizeof(extra), "-D TR=%d -D TC=%d -D KC=%d%s%s", t->tiled_rows, t->tiled_columns, kc, mc,
@@ -488,8 +488,9 @@ void clmla_pack_weight(const void *w, size_t n, size_t k, size_t bytes, size_t p
     char *dst = out;
     for (size_t p0 = 0; p0 < n; p0 += panel) {
         const size_t rows = n - p0 < panel ? n - p0 : panel;
-        for (size_t k0 = 0; k0 < k; k0 += CLMLA_PACK_CHUNK) {
-            const size_t len = k - k0 < CLMLA_PACK_CHUNK ? k - k0 : CLMLA_PACK_CHUNK;
+        const size_t chunk = clmla_pack_chunk(bytes);
+        for (size_t k0 = 0; k0 < k; k0 += chunk) {
+            const size_t len = k - k0 < chunk ? k - k0 : chunk;
             for (size_t r = 0; r < rows; r++, dst += len * bytes)
                 memcpy(dst, src + ((p0 + r) * k + k0) * bytes, len * bytes);
         }

@@ -23,8 +23,18 @@ typedef struct clmla_matrix {
 /* Weights of y = x W^T on CPU devices are kept packed for the kernel gemm_packed_rows, so that
    each work-item's share is one contiguous region, walked as a few sequential streams while its
    chunk of x stays in L1: panels of clmla_weight_panel() rows, each stored
-   [chunk of CLMLA_PACK_CHUNK values of K][row of the panel][value]. */
-#define CLMLA_PACK_CHUNK 512
+   [chunk of clmla_pack_chunk() values of K][row of the panel][value].
+   A chunk holds 2 KiB of each row whatever the dtype (512 values of f32, 1024 of f16 or bf16, 2048
+   of fp8), so that a stream runs as long between its jumps with narrow weights as with f32 ones:
+   with fp8 in 512-value chunks, runs of 512 bytes, the small products ran 10-30% slower
+   (docs/perf-log.md, "Packed chunks by bytes"). */
+#define CLMLA_PACK_CHUNK_BYTES 2048
+
+/* Values of K per chunk of a packed weight whose elements take `bytes` bytes. */
+static inline size_t clmla_pack_chunk(size_t bytes)
+{
+    return CLMLA_PACK_CHUNK_BYTES / bytes;
+}
 
 /* Rows per panel for a weight [n, k] on this context's device (a work-item's share: the product
    tuning's cpu_items_per_cu per compute unit, 8 by default); 0 where weights stay row-major:
