@@ -503,6 +503,93 @@ void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alph
     }
 }
 
+/* gemm_skinny_nn_wide: C = alpha * A * B + beta * C for CPU devices and 1 to 4 rows of x (MR),
+ * B [K, N] row-major with N a multiple of 8: the absorbed path's W^UK at decode, one product per
+ * head. A work-item takes a run of NW float8 strips (8 NW = 512 columns, a whole row of W^UK at
+ * kv_lora_rank 512) and walks B row by row, adding A[m, k] times row k's run into MR x NW float8
+ * sums kept in private memory (L1, 8 KiB per row of x), so that the weights are read as one
+ * sequential stream per item. gemm_skinny_nn_rows keeps its sums in registers but then reads 64
+ * columns of every row before the next 64, a stride the prefetchers follow badly: V2-Lite's W^UK at
+ * one row took 1.3-2x as long that way (docs/perf-log.md, "The absorbed path's per-head products").
+ * fp8 weights: A[m, k] is taken times the scale of its block once per 128 columns, so each weight
+ * costs its decode and an FMA; the scale carries 2^120 (cl/prelude.cl), so x is taken times 2^-64
+ * as well, which keeps it finite and the products clear of denormals, and the sums times 2^64 at
+ * the end. Dimension 1 enumerates (batch, block of MR rows). */
+/* fp8 codes decode to value x 2^-120 where denormals are kept (DT_E4M3_UNIT, cl/prelude.cl), the
+   scale carrying the 2^120: the factor on the activations that keeps code x activation products
+   normal where a kernel applies the scale after them (gemm_skinny_nn_wide, and gemm_packed_rows
+   with W_BLOCK_SUMS) */
+#ifndef CLMLA_NO_DENORMS
+#define W_SUM_X 0x1.0p64f
+#else
+#define W_SUM_X 1.0f
+#endif
+#ifndef NW
+#define NW 64
+#endif
+#if defined(W_SCALED)
+#if (8 * NW) % W_BLOCK != 0
+#error "gemm_skinny_nn_wide: a run of 8 NW columns must hold whole scale blocks"
+#endif
+#define NW_FACTOR W_SUM_X /* 2^64, or 1 where denormals are flushed */
+#else
+#define NW_FACTOR 1.0f
+#endif
+#define NW_BLOCK_STRIPS (W_BLOCK / 8)
+
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
+void gemm_skinny_nn_wide(const int M, const int N, const int K, const float alpha,
+                         __global const float *A, const int a_offset, const int lda, const int a_stride,
+                         __global const W_T *B, const int b_offset, const int ldb, const int b_stride,
+                         const float beta, __global float *C, const int c_offset, const int ldc, const int c_stride,
+                         __global const float *Bs, const int bs_ld, const int row_blocks)
+{
+    const int batch = get_global_id(1) / row_blocks;
+    const int m0 = get_global_id(1) % row_blocks * MR;
+    const int brow0 = (b_offset + batch * b_stride) / ldb; /* B's first row in the weight (W_SCALE) */
+    (void)brow0; /* read only through W_SCALE, which unscaled dtypes drop */
+    const int first = get_global_id(0) * NW * 8;
+    if (first >= N)
+        return;
+    const int strips = min(NW, (N - first) / 8);
+    A += a_offset + (size_t)batch * a_stride + (size_t)m0 * lda;
+    B += b_offset + (size_t)batch * b_stride + first;
+    C += c_offset + (size_t)batch * c_stride + (size_t)m0 * ldc + first;
+    const int rows_here = min(MR, M - m0);
+    __global const float *xs[MR];
+#pragma unroll
+    for (int m = 0; m < MR; m++)
+        xs[m] = A + (size_t)min(m, rows_here - 1) * lda;
+    float8 acc[MR][NW];
+    for (int s = 0; s < strips; s++)
+#pragma unroll
+        for (int m = 0; m < MR; m++)
+            acc[m][s] = (float8)(0.0f);
+    for (int k = 0; k < K; k++) {
+        __global const W_T *brow = B + (size_t)k * ldb;
+        for (int s0 = 0; s0 < strips; s0 += NW_BLOCK_STRIPS) {
+            const float sc = W_SCALE(Bs, bs_ld, brow0 + k, first + 8 * s0) / NW_FACTOR;
+            float xv[MR];
+#pragma unroll
+            for (int m = 0; m < MR; m++)
+                xv[m] = xs[m][k] * sc;
+            const int s1 = min(s0 + NW_BLOCK_STRIPS, strips);
+            for (int s = s0; s < s1; s++) {
+                const float8 w = W_LOAD8(brow + 8 * s, 0, 1.0f);
+#pragma unroll
+                for (int m = 0; m < MR; m++)
+                    acc[m][s] = fma((float8)(xv[m]), w, acc[m][s]);
+            }
+        }
+    }
+    for (int m = 0; m < rows_here; m++)
+        for (int s = 0; s < strips; s++) {
+            __global float *dst = C + (size_t)m * ldc + 8 * s;
+            const float8 r = (alpha * NW_FACTOR) * acc[m][s];
+            vstore8(beta != 0.0f ? r + beta * vload8(0, dst) : r, 0, dst);
+        }
+}
+
 /* gemm_packed_rows: y = x W^T for CPU devices, with W packed by the host (host/mla/gemm.c,
  * clmla_pack_weight): W's N rows in panels of `panel` rows, a work-item's share, and each panel
  * stored chunk by chunk of PCH values of K, [chunk][row of the panel][value], so that an item's
@@ -519,13 +606,6 @@ void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alph
  * second from L1. The partial sums of a chunk go to C, the first chunk with beta. Dimension 1
  * enumerates (batch, block of MR rows of x). The alternatives measured against this layout are in
  * docs/perf-log.md, "Decode-shaped products on CPUs". */
-/* W_BLOCK_SUMS (fp8 weights, 1 or 2 rows; the product tuning's cpu_fp8_block_sums): the factor on
-   the activations that keeps code x activation products normal (below) */
-#ifndef CLMLA_NO_DENORMS /* DT_E4M3_UNIT 2^120 */
-#define W_SUM_X 0x1.0p64f
-#else
-#define W_SUM_X 1.0f
-#endif
 #ifndef PCH
 #define PCH 512
 #endif
@@ -558,6 +638,10 @@ void gemm_packed_rows(const int M, const int N, const int K, const float alpha,
     const int p0 = get_global_id(0) * panel;
     if (p0 >= N)
         return;
+    /* B's first row in the weight (W_SCALE): 0 for a weight packed whole; a row-major W (rows of K
+       values, one chunk each) may be part of a larger one, such as one head's rows of kv_b_proj */
+    const int brow0 = (b_offset + batch * b_stride) / K;
+    (void)brow0; /* read only through W_SCALE, which unscaled dtypes drop */
     const int rows_p = min(panel, N - p0);
     const int seg = (rows_p + STREAMS - 1) / STREAMS;
     /* every panel but the last holds panel * K values, so panel p starts at p0 * K */
@@ -571,7 +655,7 @@ void gemm_packed_rows(const int M, const int N, const int K, const float alpha,
             for (int s = 0; s < STREAMS; s++) {
                 wr[s] = min(s * seg + i, rows_p - 1); /* past the panel: a valid row, dropped */
                 w[s] = chunk + (size_t)wr[s] * len;
-                wr[s] += p0;
+                wr[s] += p0 + brow0;
             }
 #if defined(CLMLA_PREFETCH) && MRP == 4
             /* each stream's next piece: the next row of its segment, or after the segment's last

@@ -1251,7 +1251,9 @@ static void run_gemm(const gemm_case *c)
     const int no_scale_ld = 0;
     ARG(k, 17, no_scale);
     ARG(k, 18, no_scale_ld);
-    if (strcmp(c->kernel, "gemm_tiled_rows") == 0) {
+    if (strcmp(c->kernel, "gemm_skinny_nn_wide") == 0) {
+        ARG(k, 19, c->row_blocks);
+    } else if (strcmp(c->kernel, "gemm_tiled_rows") == 0) {
         const int panel = bp ? P : 0;
         ARG(k, 19, panel);
     } else if (c->row_blocks > 0) {
@@ -1355,6 +1357,13 @@ static void test_gemm_skinny(void)
            (the last one short), 2 strips an item (the last item with one), a batch of three. */
         {"gemm_skinny_nn_rows", "-D MR=8 -D NCC=1", 19, 40, 9, 3, 0, 1.0f, 0.0f, {3, 9}, {1, 1}, 2, 3, 0, 0},
         {"gemm_skinny_nn_rows", "-D MR=4 -D NCC=2", 6, 48, 5, 2, 0, 2.0f, 1.0f, {2, 4}, {1, 1}, 2, 2, 0, 0},
+        /* x B walking whole rows (W^UK at decode): runs of NW strips, the last one short (N = 40 in
+           runs of 16 columns: 16, 16, 8), fewer strips than a run, rows 1, 2, 3 of 4 and 6 as two
+           blocks (the last one short), a batch of three */
+        {"gemm_skinny_nn_wide", "-D MR=1 -D NCC=8 -D NW=2", 1, 40, 7, 2, 0, 1.0f, 0.0f, {3, 2}, {1, 1}, 0, 1, 0, 0},
+        {"gemm_skinny_nn_wide", "-D MR=2 -D NCC=4", 2, 24, 9, 3, 0, 1.0f, 0.5f, {1, 3}, {1, 1}, 0, 1, 0, 0},
+        {"gemm_skinny_nn_wide", "-D MR=4 -D NCC=2 -D NW=3", 3, 56, 13, 1, 0, 2.0f, 1.0f, {3, 1}, {1, 1}, 0, 1, 0, 0},
+        {"gemm_skinny_nn_wide", "-D MR=4 -D NCC=2 -D NW=2", 6, 32, 5, 2, 0, 1.0f, 0.0f, {2, 4}, {1, 1}, 0, 2, 0, 0},
         /* Packed weights: rows 1, 2, 4, 8 (8, 4, 3 and 3 streams of panel rows, 8 rows in two
            passes), panels of fewer rows than streams, of rows not a multiple of the streams (the
            last segment short) and a last panel short of P rows, chunks of K whose last one is
@@ -1368,6 +1377,9 @@ static void test_gemm_skinny(void)
         {"gemm_packed_rows", "-D MR=1 -D NCC=8 -D PCH=16", 1, 50, 37, 1, 1, 1.0f, 0.0f, {3, 1}, {1, 1}, 21, 1, 0, 16},
         {"gemm_packed_rows", "-D MR=4 -D NCC=2 -D PCH=24", 4, 31, 61, 2, 1, 1.0f, 2.0f, {3, 2}, {1, 1}, 13, 1, 0, 24},
         {"gemm_packed_rows", "-D MR=8 -D NCC=1 -D PCH=40", 8, 29, 93, 1, 1, 0.5f, 0.0f, {3, 1}, {1, 1}, 13, 1, 0, 40},
+        /* rows of K within one chunk: row-major W (W^UV per head), a batch of three at strides */
+        {"gemm_packed_rows", "-D MR=1 -D NCC=8 -D PCH=64", 1, 19, 37, 3, 1, 1.0f, 0.0f, {3, 3}, {1, 1}, 7, 1, 0, 64},
+        {"gemm_packed_rows", "-D MR=2 -D NCC=4 -D PCH=64", 2, 19, 37, 3, 1, 1.0f, 0.5f, {1, 3}, {1, 1}, 19, 1, 0, 64},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         run_gemm(&cases[i]);
@@ -1826,7 +1838,7 @@ static void test_indexer_writer_fp8(void)
 static const char *const tested[] = {"convert_to_f32", "convert_to_bf16", "convert_to_e4m3", "rmsnorm",        "rope",           "add_bias",       "cache_write",         "cache_gather",
                                      "attn_latent",    "attn_latent_rows", "attn_combine",       "attn_combine_rows", "attn_prefill",
                                      "attn_prefill_rows", "attn_prefill_tiled", "gemm_skinny_nt", "gemm_skinny_nn",    "gemm_skinny_nt_rows",
-                                     "gemm_skinny_nn_rows", "gemm_packed_rows", "gemm_tiled_rows", "gemm_weight_f32",
+                                     "gemm_skinny_nn_rows", "gemm_skinny_nn_wide", "gemm_packed_rows", "gemm_tiled_rows", "gemm_weight_f32",
                                      "indexer_scores", "indexer_topk", "indexer_key_write", "indexer_q_rope"};
 
 static int ident_char(char c)

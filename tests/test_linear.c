@@ -11,6 +11,8 @@
 #include "check.h"
 #include "clcall.h"
 #include "clmla.h"
+#include "dtype.h"
+#include "fileio.h"
 #include "gemm.h"
 #include "internal.h"
 #include "test_util.h"
@@ -19,6 +21,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static clmla_context *ctx;
 
@@ -135,16 +138,18 @@ static void test_shapes_clblast(void)
    the product must equal, within float32's tolerance, the float64 product with W decoded by
    ref/'s decoders, written from the formats' definitions. Shapes with partial scale blocks along
    both dimensions; every row count; as the device keeps the weight and through CLBlast. */
-static void check_dtype(clmla_dtype dtype, int n, int k, const char *what)
+/* A weight [n, k] of `dtype` (f16, bf16 or fp8) with random codes (fp8: and 128 x 128 block scales,
+   [ceil(n / 128), ceil(k / 128)]) into *codes and *scale, and the values they decode to into *w. */
+static void make_coded(clmla_dtype dtype, int n, int k, tu_rng *rng, unsigned char **codes_out, float **scale_out,
+                       float **w_out)
 {
-    tu_rng rng = tu_rng_seed(2000u + (unsigned)dtype * 31u + (unsigned)n);
     const size_t count = (size_t)n * k, bk = ((size_t)k + 127) / 128, scales = ((size_t)n + 127) / 128 * bk;
     unsigned char *codes = malloc(count * 2);
     float *scale = malloc(scales * sizeof(float)), *w = malloc(count * sizeof(float));
     for (size_t b = 0; b < scales; b++)
-        scale[b] = 0.001f + 0.01f * (float)(tu_rng_next(&rng) % 1000) / 1000.0f;
+        scale[b] = 0.001f + 0.01f * (float)(tu_rng_next(rng) % 1000) / 1000.0f;
     for (size_t i = 0; i < count; i++) {
-        const uint64_t r = tu_rng_next(&rng);
+        const uint64_t r = tu_rng_next(rng);
         const size_t row = i / (size_t)k, col = i % (size_t)k;
         if (dtype == CLMLA_DTYPE_FP8_E4M3) {
             unsigned c = (unsigned)(r & 0xFF);
@@ -163,6 +168,18 @@ static void check_dtype(clmla_dtype dtype, int n, int k, const char *what)
             w[i] = (float)(dtype == CLMLA_DTYPE_F16 ? mla_ref_decode_f16(bits) : mla_ref_decode_bf16(bits));
         }
     }
+    *codes_out = codes;
+    *scale_out = scale;
+    *w_out = w;
+}
+
+static void check_dtype(clmla_dtype dtype, int n, int k, const char *what)
+{
+    tu_rng rng = tu_rng_seed(2000u + (unsigned)dtype * 31u + (unsigned)n);
+    const size_t count = (size_t)n * k, scales = ((size_t)n + 127) / 128 * (((size_t)k + 127) / 128);
+    unsigned char *codes = NULL;
+    float *scale = NULL, *w = NULL;
+    make_coded(dtype, n, k, &rng, &codes, &scale, &w);
     clmla_tensor t = clmla_tensor_2d(NULL, n, k);
     t.data = codes;
     t.dtype = dtype;
@@ -468,9 +485,129 @@ done:
     free(y);
 }
 
+/* The absorbed path's per-head products on one weight laid out as kv_b_proj is, [H (dn + dv), rkv]
+   with dn 40 and dv 24 (so heads begin mid-block of fp8's 128 x 128 scales), through
+   clmla_gemm_strided_batched: W^UK, q [m, dn] times head h's first dn rows (x B), and W^UV, o [m,
+   rkv] times its last dv rows transposed (x W^T), in f32, bf16 and fp8, for 1 to 4 and 8 rows,
+   against float64 sums of the decoded weights. rkv 264 (two whole column blocks and a partial one)
+   and 520 (past one run of gemm_skinny_nn_wide's 512 columns). H is twice the device's compute
+   units, at least 3, so that on a CPU device the forms for decode run, gemm_skinny_nn_wide for W^UK
+   and gemm_packed_rows on the row-major W^UV (rows of one packing chunk): a trace of the context
+   must name both. */
+static void check_per_head(clmla_context *hc, clmla_dtype dtype, int heads, int rkv)
+{
+    enum { DN = 40, DV = 24, ROWS = DN + DV };
+    const int n_rows = heads * ROWS;
+    const size_t count = (size_t)n_rows * rkv, scale_ld = ((size_t)rkv + 127) / 128;
+    tu_rng rng = tu_rng_seed(3000u + (unsigned)dtype * 17u + (unsigned)rkv);
+    unsigned char *codes = NULL;
+    float *scale = NULL, *w = NULL;
+    if (dtype == CLMLA_DTYPE_F32) {
+        w = malloc(count * sizeof(float));
+        tu_fill_uniform(w, count, -1.0f, 1.0f, &rng);
+        codes = malloc(count * sizeof(float));
+        memcpy(codes, w, count * sizeof(float));
+    } else
+        make_coded(dtype, n_rows, rkv, &rng, &codes, &scale, &w);
+    cl_context clctx = clmla_context_cl_context(hc);
+    cl_int err = CL_SUCCESS;
+    cl_mem wb = clCreateBuffer(clctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, count * clmla_dtype_bytes(dtype), codes,
+                               &err);
+    cl_mem sb = scale ? clCreateBuffer(clctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                       ((size_t)n_rows + 127) / 128 * scale_ld * sizeof(float), scale, &err)
+                      : NULL;
+    static const int ms[] = {1, 2, 3, 4, 8};
+    for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
+        const int m = ms[mi];
+        for (int nt = 0; nt < 2; nt++) {
+            /* x B: K = DN, N = rkv; x W^T: K = rkv, N = DV */
+            const int K = nt ? rkv : DN, N = nt ? DV : rkv, first_row = nt ? DN : 0;
+            const size_t a_stride = (size_t)m * K + 3, c_stride = (size_t)m * N + 5;
+            const size_t a_count = (size_t)heads * a_stride, c_count = (size_t)heads * c_stride;
+            float *x = malloc(a_count * sizeof(float)), *y = malloc(c_count * sizeof(float));
+            double *want = malloc((size_t)heads * m * N * sizeof(double));
+            float *got = malloc((size_t)heads * m * N * sizeof(float));
+            tu_fill_uniform(x, a_count, -1.0f, 1.0f, &rng);
+            for (int h = 0; h < heads; h++)
+                for (int i = 0; i < m; i++)
+                    for (int j = 0; j < N; j++) {
+                        double sum = 0;
+                        for (int p = 0; p < K; p++) {
+                            const size_t row = (size_t)h * ROWS + first_row + (size_t)(nt ? j : p);
+                            sum += (double)x[h * a_stride + (size_t)i * K + p] * w[row * rkv + (size_t)(nt ? p : j)];
+                        }
+                        want[((size_t)h * m + i) * N + j] = sum;
+                    }
+            cl_mem xb = clCreateBuffer(clctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, a_count * sizeof(float), x, &err);
+            cl_mem yb = clCreateBuffer(clctx, CL_MEM_READ_WRITE, c_count * sizeof(float), NULL, &err);
+            const clmla_matrix a = {xb, 0, (size_t)K, 0, 0, CLMLA_DTYPE_F32, NULL, 0};
+            const clmla_matrix b = {wb, (size_t)first_row * rkv, (size_t)rkv, nt, 0, dtype, sb, scale_ld};
+            const clmla_matrix c = {yb, 0, (size_t)N, 0, 0, CLMLA_DTYPE_F32, NULL, 0};
+            CHECK_STATUS(clmla_gemm_strided_batched(hc, (size_t)m, (size_t)N, (size_t)K, 1.0f, a, a_stride, b,
+                                                    (size_t)ROWS * rkv, 0.0f, c, c_stride, (size_t)heads, NULL),
+                         CLMLA_SUCCESS, hc);
+            clEnqueueReadBuffer(clmla_context_queue(hc), yb, CL_TRUE, 0, c_count * sizeof(float), y, 0, NULL, NULL);
+            for (int h = 0; h < heads; h++)
+                memcpy(got + (size_t)h * m * N, y + h * c_stride, (size_t)m * N * sizeof(float));
+            CHECK_CLOSE(got, want, (size_t)heads * m * N, N, TOL_LINEAR_F32, "%s per-head %s, %d heads, rkv %d, m %d",
+                        clmla_dtype_name(dtype), nt ? "x W^T (W^UV)" : "x B (W^UK)", heads, rkv, m);
+            clReleaseMemObject(xb);
+            clReleaseMemObject(yb);
+            free(x);
+            free(y);
+            free(want);
+            free(got);
+        }
+    }
+    clReleaseMemObject(wb);
+    if (sb)
+        clReleaseMemObject(sb);
+    free(codes);
+    free(scale);
+    free(w);
+}
+
+static void test_per_head(void)
+{
+    char dir[] = "/tmp/clmla-linear-XXXXXX", trace[64];
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp failed");
+        return;
+    }
+    snprintf(trace, sizeof(trace), "%s/trace.tsv", dir);
+    clmla_context_options o;
+    memset(&o, 0, sizeof(o));
+    o.trace = trace;
+    clmla_context *hc = NULL;
+    CHECK_STATUS(clmla_context_create_opts(&o, &hc), CLMLA_SUCCESS, NULL);
+    if (!hc)
+        return;
+    clmla_device_info info;
+    clmla_context_device(hc, &info);
+    const int heads = info.compute_units * 2 > 3 ? (int)info.compute_units * 2 : 3;
+    static const clmla_dtype dtypes[] = {CLMLA_DTYPE_F32, CLMLA_DTYPE_BF16, CLMLA_DTYPE_FP8_E4M3};
+    for (int d = 0; d < 3; d++) {
+        check_per_head(hc, dtypes[d], heads, 264);
+        check_per_head(hc, dtypes[d], heads, 520);
+    }
+    clmla_context_destroy(hc);
+    char *text = NULL, err[256];
+    size_t length = 0;
+    CHECK_STATUS(clmla_read_file(trace, (size_t)1 << 26, "trace", &text, &length, err, sizeof(err)), CLMLA_SUCCESS,
+                 NULL);
+    if (info.kind == CLMLA_DEVICE_KIND_CPU) {
+        CHECK(text && strstr(text, "\tgemm_skinny_nn_wide\t"), "no gemm_skinny_nn_wide in the trace of %d heads", heads);
+        CHECK(text && strstr(text, "\tgemm_packed_rows\t"), "no gemm_packed_rows in the trace of %d heads", heads);
+    }
+    free(text);
+    remove(trace);
+    rmdir(dir);
+}
+
 static const tu_part parts[] = {
     {"shapes", test_shapes}, {"shapes-clblast", test_shapes_clblast}, {"errors", test_errors},
     {"bytes", test_bytes},   {"faults", test_faults}, {"dtypes", test_dtypes},
+    {"per-head", test_per_head},
 };
 
 int main(int argc, char **argv)

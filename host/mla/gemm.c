@@ -33,6 +33,7 @@ typedef struct clmla_dtype_kernels {
     int skinny_nn_threads;
     cl_kernel skinny_rows[4];    /* gemm_skinny_nt_rows for 1, 2, 4, 8 rows (CPU devices) */
     cl_kernel skinny_nn_rows[4]; /* gemm_skinny_nn_rows likewise */
+    cl_kernel skinny_nn_wide[3]; /* gemm_skinny_nn_wide for 1, 2, 4 rows (CPU devices) */
     cl_kernel skinny_rows_large; /* gemm_skinny_nt_rows for 9-63 rows, without prefetch */
     cl_kernel tiled_rows[2];     /* gemm_tiled_rows, x W^T for 64 rows or more on CPUs: W row-major, packed */
     cl_kernel packed_rows[4];    /* gemm_packed_rows for 1, 2, 4, 8 (and more) rows (CPU devices) */
@@ -66,6 +67,7 @@ static void release_all(clmla_products *P)
         release_kernels(&K->skinny_nn, 1);
         release_kernels(K->skinny_rows, 4);
         release_kernels(K->skinny_nn_rows, 4);
+        release_kernels(K->skinny_nn_wide, 3);
         release_kernels(&K->skinny_rows_large, 1);
         release_kernels(K->tiled_rows, 2);
         release_kernels(K->packed_rows, 4);
@@ -267,6 +269,17 @@ static void cpu_options(const clmla_context *ctx, clmla_dtype dtype, size_t k, i
     dtype_options(ctx, dtype, extra, out, size);
 }
 
+/* The CPU kernel `name` for blocks of `rows` rows into *slot, built with cpu_options unless made. */
+static clmla_status cpu_kernel(clmla_context *ctx, clmla_dtype dtype, size_t k, int rows, int large, const char *name,
+                               cl_kernel *slot)
+{
+    if (*slot)
+        return CLMLA_SUCCESS;
+    char options[192];
+    cpu_options(ctx, dtype, k, rows, large, options, sizeof(options));
+    return clmla_kernel_create(ctx, "gemm_skinny", options, name, slot);
+}
+
 /* The CPU forms for m rows: rows bucket 1, 2, 4 or 8, column blocks 8 / bucket (of single
    columns for the x W^T kernel, of float8 strips for the x B kernel). `large`: the x W^T kernel
    for 9 to TILED_MIN_ROWS - 1 rows, built without the weight prefetch (20% slower there: 2048^3
@@ -278,16 +291,10 @@ static clmla_status rows_kernel(clmla_context *ctx, clmla_dtype dtype, size_t k,
     *columns = 8 / rows;
     clmla_dtype_kernels *K = kernels(ctx, dtype, k);
     cl_kernel *slot = large ? &K->skinny_rows_large : transposed_b ? &K->skinny_rows[bucket] : &K->skinny_nn_rows[bucket];
-    if (!*slot) {
-        char options[192];
-        cpu_options(ctx, dtype, k, rows, large, options, sizeof(options));
-        clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options,
-                                              transposed_b ? "gemm_skinny_nt_rows" : "gemm_skinny_nn_rows", slot);
-        if (st != CLMLA_SUCCESS)
-            return st;
-    }
+    clmla_status st =
+        cpu_kernel(ctx, dtype, k, rows, large, transposed_b ? "gemm_skinny_nt_rows" : "gemm_skinny_nn_rows", slot);
     *kernel = *slot;
-    return CLMLA_SUCCESS;
+    return st;
 }
 
 static int fits_int(size_t v)
@@ -335,6 +342,40 @@ static size_t cpu_items(const clmla_context *ctx, const clmla_product_tuning *t)
     return (size_t)t->cpu_items_per_cu * (size_t)(ctx->info.compute_units ? ctx->info.compute_units : 1);
 }
 
+static clmla_status packed_rows(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
+                                size_t a_stride, clmla_matrix b, size_t b_stride, float beta, clmla_matrix c,
+                                size_t c_stride, size_t batch, size_t panel, cl_event *event);
+
+/* Columns of a gemm_skinny_nn_wide work-item: its NW (64) float8 strips. */
+#define NN_WIDE_COLUMNS 512
+
+/* x B for 1 to 4 rows on a CPU device, B row-major with N a multiple of 8: gemm_skinny_nn_wide,
+   one work-item per (product, run of NN_WIDE_COLUMNS columns). */
+static clmla_status nn_wide(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
+                            size_t a_stride, clmla_matrix b, size_t b_stride, float beta, clmla_matrix c, size_t c_stride,
+                            size_t batch, cl_event *event)
+{
+    const int bucket = rows_bucket(m);
+    cl_kernel *slot = &kernels(ctx, b.dtype, k)->skinny_nn_wide[bucket];
+    clmla_status st = cpu_kernel(ctx, b.dtype, k, 1 << bucket, 0, "gemm_skinny_nn_wide", slot);
+    if (st == CLMLA_SUCCESS)
+        st = set_product_args(ctx, *slot, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    const int row_blocks = 1;
+    CLMLA_SET_ARG(ctx, *slot, 19, row_blocks);
+    const size_t global[2] = {(n + NN_WIDE_COLUMNS - 1) / NN_WIDE_COLUMNS, batch}, local[2] = {1, 1};
+    cl_int err = clmla_cl_enqueue(ctx, *slot, 2, global, local, event);
+    return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue gemm_skinny_nn_wide");
+}
+
+/* Products of up to SKINNY_MAX_ROWS rows. On CPU devices, two forms before the general ones, for the
+   absorbed path's per-head products at decode (docs/perf-log.md, "The absorbed path's per-head
+   products"): x W^T with W row-major and rows that fit one chunk of the packing, which is then the
+   packed layout, through gemm_packed_rows in panels of a work-item's share (W^UV: 8 streams far
+   apart instead of 8 adjacent rows); x B with 1 to 4 rows and work for two items per compute unit
+   at least, through gemm_skinny_nn_wide (W^UK: whole rows in turn instead of 64 columns of every
+   row; with 8 rows its sums in L1 cost more than the stride: 1.2x slower at V2-Lite's shape). */
 static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
                            size_t a_stride, clmla_matrix b, size_t b_stride, float beta, clmla_matrix c, size_t c_stride,
                            size_t batch, cl_event *event)
@@ -344,6 +385,17 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
     const int cpu = ctx->info.kind == CLMLA_DEVICE_KIND_CPU;
     const int cpu_rows = cpu && b.transposed;
     const int cpu_nn = cpu && !b.transposed && n % 8 == 0;
+    if (cpu && m > 0 && n > 0 && batch > 0) {
+        const size_t items_wanted = cpu_items(ctx, tuning(ctx, k));
+        if (cpu_rows && b.ld == k && k <= clmla_pack_chunk(clmla_dtype_bytes(b.dtype))) {
+            size_t panel = (n * batch + items_wanted - 1) / items_wanted;
+            panel = panel > n ? n : panel;
+            return packed_rows(ctx, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride, batch, panel, event);
+        }
+        const size_t cus = ctx->info.compute_units ? ctx->info.compute_units : 1;
+        if (cpu_nn && m <= 4 && batch * ((n + NN_WIDE_COLUMNS - 1) / NN_WIDE_COLUMNS) >= 2 * cus)
+            return nn_wide(ctx, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride, batch, event);
+    }
     clmla_status st;
     if (cpu_rows || cpu_nn)
         st = rows_kernel(ctx, b.dtype, k, m, b.transposed, 0, &kernel, &columns);
@@ -497,6 +549,28 @@ void clmla_pack_weight(const void *w, size_t n, size_t k, size_t bytes, size_t p
     }
 }
 
+/* gemm_packed_rows over `batch` products at the given strides, W in panels of `panel` rows: packed
+   by clmla_pack_weight, or row-major with rows that fit one chunk of the packing (the same layout
+   then, whatever the panel), one work-item per (product, panel, block of rows). */
+static clmla_status packed_rows(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
+                                size_t a_stride, clmla_matrix b, size_t b_stride, float beta, clmla_matrix c,
+                                size_t c_stride, size_t batch, size_t panel, cl_event *event)
+{
+    const int bucket = rows_bucket(m);
+    cl_kernel *slot = &kernels(ctx, b.dtype, k)->packed_rows[bucket];
+    clmla_status st = cpu_kernel(ctx, b.dtype, k, 1 << bucket, 0, "gemm_packed_rows", slot);
+    if (st == CLMLA_SUCCESS)
+        st = set_product_args(ctx, *slot, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    const int panel_arg = (int)panel, row_blocks = (int)((m + (1u << bucket) - 1) >> bucket);
+    CLMLA_SET_ARG(ctx, *slot, 19, panel_arg);
+    CLMLA_SET_ARG(ctx, *slot, 20, row_blocks);
+    const size_t global[2] = {(n + panel - 1) / panel, batch * (size_t)row_blocks}, local[2] = {1, 1};
+    cl_int err = clmla_cl_enqueue(ctx, *slot, 2, global, local, event);
+    return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue gemm_packed_rows");
+}
+
 /* y = x W^T with W packed (clmla_pack_weight): gemm_packed_rows with blocks of 1, 2, 4 or 8 rows
    of x (blocks of 8 for 9 to TILED_MIN_ROWS - 1 rows), one work-item per (panel, block); from
    TILED_MIN_ROWS rows on, gemm_tiled_rows. The build options are those of rows_kernel for the
@@ -510,24 +584,7 @@ static clmla_status packed(clmla_context *ctx, size_t m, size_t n, size_t k, flo
                           "packed weights (m=%zu n=%zu k=%zu): only y = x W^T within int indices", m, n, k);
     if (m >= TILED_MIN_ROWS)
         return tiled(ctx, m, n, k, alpha, a, b, beta, c, event);
-    const int bucket = rows_bucket(m);
-    cl_kernel *slot = &kernels(ctx, b.dtype, k)->packed_rows[bucket];
-    if (!*slot) {
-        char options[192];
-        cpu_options(ctx, b.dtype, k, 1 << bucket, 0, options, sizeof(options));
-        clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options, "gemm_packed_rows", slot);
-        if (st != CLMLA_SUCCESS)
-            return st;
-    }
-    clmla_status st = set_product_args(ctx, *slot, m, n, k, alpha, a, 0, b, 0, beta, c, 0);
-    if (st != CLMLA_SUCCESS)
-        return st;
-    const int panel = (int)b.panel, row_blocks = (int)((m + (1u << bucket) - 1) >> bucket);
-    CLMLA_SET_ARG(ctx, *slot, 19, panel);
-    CLMLA_SET_ARG(ctx, *slot, 20, row_blocks);
-    const size_t global[2] = {(n + b.panel - 1) / b.panel, (size_t)row_blocks}, local[2] = {1, 1};
-    cl_int err = clmla_cl_enqueue(ctx, *slot, 2, global, local, event);
-    return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue gemm_packed_rows");
+    return packed_rows(ctx, m, n, k, alpha, a, 0, b, 0, beta, c, 0, 1, b.panel, event);
 }
 
 /* A CLBlast routine in the context's trace (trace.h), named by its batch (0: CLBlastSgemm, else the strided batch) and
