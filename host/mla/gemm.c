@@ -346,6 +346,17 @@ static clmla_status packed_rows(clmla_context *ctx, size_t m, size_t n, size_t k
                                 size_t a_stride, clmla_matrix b, size_t b_stride, float beta, clmla_matrix c,
                                 size_t c_stride, size_t batch, size_t panel, cl_event *event);
 
+/* A CPU product kernel (cpu_kernel, built unless made) for blocks of `rows` rows, its arguments
+   0..18 set; the caller sets the kernel's own and enqueues it. */
+static clmla_status cpu_product(clmla_context *ctx, const char *name, cl_kernel *slot, int rows, size_t m, size_t n,
+                                size_t k, float alpha, clmla_matrix a, size_t a_stride, clmla_matrix b,
+                                size_t b_stride, float beta, clmla_matrix c, size_t c_stride)
+{
+    clmla_status st = cpu_kernel(ctx, b.dtype, k, rows, 0, name, slot);
+    return st == CLMLA_SUCCESS ? set_product_args(ctx, *slot, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride)
+                               : st;
+}
+
 /* Columns of a gemm_skinny_nn_wide work-item: its NW (64) float8 strips. */
 #define NN_WIDE_COLUMNS 512
 
@@ -357,9 +368,8 @@ static clmla_status nn_wide(clmla_context *ctx, size_t m, size_t n, size_t k, fl
 {
     const int bucket = rows_bucket(m);
     cl_kernel *slot = &kernels(ctx, b.dtype, k)->skinny_nn_wide[bucket];
-    clmla_status st = cpu_kernel(ctx, b.dtype, k, 1 << bucket, 0, "gemm_skinny_nn_wide", slot);
-    if (st == CLMLA_SUCCESS)
-        st = set_product_args(ctx, *slot, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride);
+    clmla_status st = cpu_product(ctx, "gemm_skinny_nn_wide", slot, 1 << bucket, m, n, k, alpha, a, a_stride, b,
+                                  b_stride, beta, c, c_stride);
     if (st != CLMLA_SUCCESS)
         return st;
     const int row_blocks = 1;
@@ -558,9 +568,8 @@ static clmla_status packed_rows(clmla_context *ctx, size_t m, size_t n, size_t k
 {
     const int bucket = rows_bucket(m);
     cl_kernel *slot = &kernels(ctx, b.dtype, k)->packed_rows[bucket];
-    clmla_status st = cpu_kernel(ctx, b.dtype, k, 1 << bucket, 0, "gemm_packed_rows", slot);
-    if (st == CLMLA_SUCCESS)
-        st = set_product_args(ctx, *slot, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride);
+    clmla_status st = cpu_product(ctx, "gemm_packed_rows", slot, 1 << bucket, m, n, k, alpha, a, a_stride, b, b_stride,
+                                  beta, c, c_stride);
     if (st != CLMLA_SUCCESS)
         return st;
     const int panel_arg = (int)panel, row_blocks = (int)((m + (1u << bucket) - 1) >> bucket);
