@@ -503,6 +503,16 @@ void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alph
     }
 }
 
+/* fp8 codes decode to value x 2^-120 where denormals are kept (DT_E4M3_UNIT, cl/prelude.cl), the
+   scale carrying the 2^120: the factor on the activations that keeps code x activation products
+   normal where a kernel applies the scale after them (gemm_skinny_nn_wide, and gemm_packed_rows
+   with W_BLOCK_SUMS) */
+#ifndef CLMLA_NO_DENORMS
+#define W_SUM_X 0x1.0p64f
+#else
+#define W_SUM_X 1.0f
+#endif
+
 /* gemm_skinny_nn_wide: C = alpha * A * B + beta * C for CPU devices and 1 to 4 rows of x (MR),
  * B [K, N] row-major with N a multiple of 8: the absorbed path's W^UK at decode, one product per
  * head. A work-item takes a run of NW float8 strips (8 NW = 512 columns, a whole row of W^UK at
@@ -515,15 +525,6 @@ void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alph
  * costs its decode and an FMA; the scale carries 2^120 (cl/prelude.cl), so x is taken times 2^-64
  * as well, which keeps it finite and the products clear of denormals, and the sums times 2^64 at
  * the end. Dimension 1 enumerates (batch, block of MR rows). */
-/* fp8 codes decode to value x 2^-120 where denormals are kept (DT_E4M3_UNIT, cl/prelude.cl), the
-   scale carrying the 2^120: the factor on the activations that keeps code x activation products
-   normal where a kernel applies the scale after them (gemm_skinny_nn_wide, and gemm_packed_rows
-   with W_BLOCK_SUMS) */
-#ifndef CLMLA_NO_DENORMS
-#define W_SUM_X 0x1.0p64f
-#else
-#define W_SUM_X 1.0f
-#endif
 #ifndef NW
 #define NW 64
 #endif

@@ -138,12 +138,22 @@ static void test_shapes_clblast(void)
    the product must equal, within float32's tolerance, the float64 product with W decoded by
    ref/'s decoders, written from the formats' definitions. Shapes with partial scale blocks along
    both dimensions; every row count; as the device keeps the weight and through CLBlast. */
-/* A weight [n, k] of `dtype` (f16, bf16 or fp8) with random codes (fp8: and 128 x 128 block scales,
-   [ceil(n / 128), ceil(k / 128)]) into *codes and *scale, and the values they decode to into *w. */
+/* A weight [n, k] of `dtype` with random codes (fp8: and 128 x 128 block scales, [ceil(n / 128),
+   ceil(k / 128)]; other dtypes: *scale NULL) into *codes, and the values they decode to into *w. */
 static void make_coded(clmla_dtype dtype, int n, int k, tu_rng *rng, unsigned char **codes_out, float **scale_out,
                        float **w_out)
 {
     const size_t count = (size_t)n * k, bk = ((size_t)k + 127) / 128, scales = ((size_t)n + 127) / 128 * bk;
+    if (dtype == CLMLA_DTYPE_F32) {
+        float *w = malloc(count * sizeof(float));
+        unsigned char *codes = malloc(count * sizeof(float));
+        tu_fill_uniform(w, count, -1.0f, 1.0f, rng);
+        memcpy(codes, w, count * sizeof(float));
+        *codes_out = codes;
+        *scale_out = NULL;
+        *w_out = w;
+        return;
+    }
     unsigned char *codes = malloc(count * 2);
     float *scale = malloc(scales * sizeof(float)), *w = malloc(count * sizeof(float));
     for (size_t b = 0; b < scales; b++)
@@ -168,6 +178,10 @@ static void make_coded(clmla_dtype dtype, int n, int k, tu_rng *rng, unsigned ch
             w[i] = (float)(dtype == CLMLA_DTYPE_F16 ? mla_ref_decode_f16(bits) : mla_ref_decode_bf16(bits));
         }
     }
+    if (dtype != CLMLA_DTYPE_FP8_E4M3) { /* drawn all the same, so that every dtype sees the same stream */
+        free(scale);
+        scale = NULL;
+    }
     *codes_out = codes;
     *scale_out = scale;
     *w_out = w;
@@ -183,7 +197,7 @@ static void check_dtype(clmla_dtype dtype, int n, int k, const char *what)
     clmla_tensor t = clmla_tensor_2d(NULL, n, k);
     t.data = codes;
     t.dtype = dtype;
-    t.scale = dtype == CLMLA_DTYPE_FP8_E4M3 ? scale : NULL;
+    t.scale = scale; /* NULL but for fp8 */
     for (int clblast = 0; clblast < 2; clblast++) {
         CHECK_STATUS(clmla_gemm_force_clblast(ctx, clblast), CLMLA_SUCCESS, ctx);
         clmla_linear *lin = NULL;
@@ -502,13 +516,7 @@ static void check_per_head(clmla_context *hc, clmla_dtype dtype, int heads, int 
     tu_rng rng = tu_rng_seed(3000u + (unsigned)dtype * 17u + (unsigned)rkv);
     unsigned char *codes = NULL;
     float *scale = NULL, *w = NULL;
-    if (dtype == CLMLA_DTYPE_F32) {
-        w = malloc(count * sizeof(float));
-        tu_fill_uniform(w, count, -1.0f, 1.0f, &rng);
-        codes = malloc(count * sizeof(float));
-        memcpy(codes, w, count * sizeof(float));
-    } else
-        make_coded(dtype, n_rows, rkv, &rng, &codes, &scale, &w);
+    make_coded(dtype, n_rows, rkv, &rng, &codes, &scale, &w);
     cl_context clctx = clmla_context_cl_context(hc);
     cl_int err = CL_SUCCESS;
     cl_mem wb = clCreateBuffer(clctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, count * clmla_dtype_bytes(dtype), codes,

@@ -248,9 +248,15 @@ static int nt_columns_log(const clmla_context *ctx, size_t n, size_t k, size_t b
     return lg;
 }
 
+/* Values of K per chunk of a packed weight of this dtype (gemm.h). */
+static int pack_chunk(clmla_dtype dtype)
+{
+    return (int)clmla_pack_chunk(clmla_dtype_bytes(dtype));
+}
+
 /* The build options of the CPU kernels for blocks of `rows` rows (1, 2, 4 or 8) and products of
-   K = k, shared by gemm_skinny_nt_rows, gemm_skinny_nn_rows and gemm_packed_rows so that one
-   program serves them: column blocks of 8 / rows, the packing's chunk, the prefetch unless `large`
+   K = k, shared by gemm_skinny_nt_rows, gemm_skinny_nn_rows, gemm_skinny_nn_wide and
+   gemm_packed_rows so that one program serves them: column blocks of 8 / rows, the packing's chunk, the prefetch unless `large`
    or the tuning turns it off, and gemm_packed_rows' streams only where the tuning changes them
    (the defaults give the options, hence the programs, of before the tuning). */
 static void cpu_options(const clmla_context *ctx, clmla_dtype dtype, size_t k, int rows, int large, char *out,
@@ -262,7 +268,7 @@ static void cpu_options(const clmla_context *ctx, clmla_dtype dtype, size_t k, i
     char extra[128], streams_option[32] = "";
     if (streams != default_streams)
         snprintf(streams_option, sizeof(streams_option), " -D STREAMS=%d", streams);
-    snprintf(extra, sizeof(extra), "-D MR=%d -D NCC=%d -D PCH=%d%s%s%s", rows, 8 / rows, (int)clmla_pack_chunk(clmla_dtype_bytes(dtype)),
+    snprintf(extra, sizeof(extra), "-D MR=%d -D NCC=%d -D PCH=%d%s%s%s", rows, 8 / rows, pack_chunk(dtype),
              !large && t->cpu_prefetch && clmla_device_prefetches(&ctx->info) ? " -D CLMLA_PREFETCH" : "",
              streams_option,
              t->cpu_fp8_block_sums && dtype == CLMLA_DTYPE_FP8_E4M3 && rows <= 2 ? " -D W_BLOCK_SUMS" : "");
@@ -396,8 +402,8 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
     const int cpu_rows = cpu && b.transposed;
     const int cpu_nn = cpu && !b.transposed && n % 8 == 0;
     if (cpu && m > 0 && n > 0 && batch > 0) {
-        const size_t items_wanted = cpu_items(ctx, tuning(ctx, k));
-        if (cpu_rows && b.ld == k && k <= clmla_pack_chunk(clmla_dtype_bytes(b.dtype))) {
+        if (cpu_rows && b.ld == k && k <= (size_t)pack_chunk(b.dtype)) {
+            const size_t items_wanted = cpu_items(ctx, tuning(ctx, k));
             size_t panel = (n * batch + items_wanted - 1) / items_wanted;
             panel = panel > n ? n : panel;
             return packed_rows(ctx, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride, batch, panel, event);
@@ -488,7 +494,7 @@ static clmla_status tiled(clmla_context *ctx, size_t m, size_t n, size_t k, floa
         if (t->tiled_weight_rows != 3) /* the kernel's own MC: the defaults build the options of before */
             snprintf(mc, sizeof(mc), " -D MC=%d", t->tiled_weight_rows);
         /* weights of another dtype decoded once per chunk into local memory, where it holds them */
-        const int kc = packed_b ? (int)clmla_pack_chunk(clmla_dtype_bytes(b.dtype)) : t->tiled_k_chunk;
+        const int kc = packed_b ? pack_chunk(b.dtype) : t->tiled_k_chunk;
         const int decode = b.dtype != CLMLA_DTYPE_F32 &&
                            (uint64_t)t->tiled_columns * (uint64_t)kc * sizeof(float) <= ctx->info.local_mem_bytes;
         snprintf(extra, sizeof(extra), "-D TR=%d -D TC=%d -D KC=%d%s%s", t->tiled_rows, t->tiled_columns, kc, mc,
