@@ -256,9 +256,10 @@ static int pack_chunk(clmla_dtype dtype)
 
 /* The build options of the CPU kernels for blocks of `rows` rows (1, 2, 4 or 8) and products of
    K = k, shared by gemm_skinny_nt_rows, gemm_skinny_nn_rows, gemm_skinny_nn_wide and
-   gemm_packed_rows so that one program serves them: column blocks of 8 / rows, the packing's chunk, the prefetch unless `large`
-   or the tuning turns it off, and gemm_packed_rows' streams only where the tuning changes them
-   (the defaults give the options, hence the programs, of before the tuning). */
+   gemm_packed_rows so that one program serves them: column blocks of 8 / rows, the packing's
+   chunk, the prefetch unless `large` or the tuning turns it off, and gemm_packed_rows' streams
+   only where the tuning changes them (the defaults give the options, hence the programs, of
+   before the tuning). */
 static void cpu_options(const clmla_context *ctx, clmla_dtype dtype, size_t k, int rows, int large, char *out,
                         size_t size)
 {
