@@ -262,10 +262,19 @@ def main():
     traces(folder)
     summary = os.path.join(folder, "summary.txt")
     if os.path.exists(summary):
+        # each step's last word over the calls into the folder ("done by an earlier call" adds none)
+        last = {}
         with open(summary) as f:
-            skipped = [line.split(":")[0] for line in f if "skipped" in line]
+            for line in f:
+                name, _, what = line.strip().partition(": ")
+                if what and not line.startswith("==") and not what.startswith("done by"):
+                    last[name] = what
+        skipped = [n for n, w in last.items() if w.startswith("skipped")]
+        failed = [f"{n} ({w.split(' in ')[0]})" for n, w in last.items() if w.startswith("exit") and not w.startswith("exit 0 ")]
         if skipped:
-            print("Not reached within the budget: " + ", ".join(dict.fromkeys(skipped)) + ".")
+            print("Not reached within the budget: " + ", ".join(skipped) + ".")
+        if failed:
+            print("Stopped or failed (exit 124: stopped at the budget): " + ", ".join(failed) + ".")
 
 
 if __name__ == "__main__":
