@@ -317,17 +317,17 @@ typedef struct clmla_latent_tuning {
        once for all of them; 1..16 (16), rounded down to a power of two and to what group_heads
        leaves (only sequences with fewer heads than group_heads fold); 1: every token alone */
     int group_fold;
-    /* added in 0.4: the decompressed path's attention on devices that run work-group kernels: 0
-       attn_prefill (default), one query per work-item; 1 attn_prefill_tiled (experimental, not yet
-       measured on a GPU), blocks of queries against tiles of keys in local memory, where an H100
-       ran attn_prefill at about 1% of its FMA peak. Steps that select keys keep attn_prefill. */
+    /* added in 0.4: the decompressed path's attention on devices that run work-group kernels: 1
+       attn_prefill_tiled (default), blocks of queries against tiles of keys in local memory; 0
+       attn_prefill, one query per work-item. On an H100 the tiled kernel took 0.14-0.80 of
+       attn_prefill's time (docs/BENCHMARKS.md). Steps that select keys keep attn_prefill. */
     int prefill_tiled;
     /* added in 0.4: attn_latent's heads per work-item in its score step for a cache of f16, bf16 or
-       fp8 (f32 caches: 4): 4 (default), 8 or 16. Each cached value is decoded by every item that
+       fp8 (f32 caches: 4): 4, 8 (default) or 16. Each cached value is decoded by every item that
        scores it, so more heads per item decode each value fewer times per work-group (16: once),
        at the price of more query loads per FMA; each item keeps group_keys x 4 scores, so its
-       keys become group_keys x 4 / group_decode_heads (at least 1). An H100 ran the decoded caches
-       1.4-2.8x slower than f32 with 4. Not yet measured on a GPU. */
+       keys become group_keys x 4 / group_decode_heads (at least 1). On an H100, 8 against 4: fp8
+       caches 0.60-0.90 of the time, f16 and bf16 0.79-1.09 (docs/BENCHMARKS.md). */
     int group_decode_heads;
 } clmla_latent_tuning;
 
@@ -822,8 +822,9 @@ clmla_status clmla_layer_warmup(clmla_layer *layer, clmla_cache *cache, int cach
 
 /* In *tokens: after a long prefix, entries with at least this many tokens take the decompressed
    path under CLMLA_PATH_AUTO (1000000: none ever does). After a short prefix the count differs:
-   on CPU devices fewer tokens, on others up to twice as many (clmla_layer_auto_path gives the
-   choice for any prefix; docs/DESIGN.md, "Which path"). */
+   fewer tokens on CPU devices and on others with attn_prefill_tiled, up to twice as many on others
+   with attn_prefill (clmla_layer_auto_path gives the choice for any prefix; docs/DESIGN.md, "Which
+   path"). */
 clmla_status clmla_layer_auto_threshold(const clmla_layer *layer, int *tokens);
 
 /* In *path: the path CLMLA_PATH_AUTO takes (CLMLA_PATH_ABSORBED or CLMLA_PATH_DECOMPRESSED) for

@@ -9,8 +9,8 @@
  *   layers    two layers sharing one cache, each on its own cache layer;
  *   forward-cl clmla_layer_forward_cl on device buffers at offsets, chained by events;
  *   auto-path clmla_layer_auto_path's rule, and AUTO taking the path it names;
- *   group-kernels, tiled-prefill  shapes and long with the GPU attention kernels (the second with
- *             attn_prefill_tiled, the latent tuning's prefill_tiled);
+ *   group-kernels, untiled-prefill  shapes and long with the GPU attention kernels (the decompressed
+ *             path's by attn_prefill_tiled, then by attn_prefill: the latent tuning's prefill_tiled);
  *   errors    wrong / missing weights, invalid configs, bad forward arguments and a full cache: the
  *             documented status, and no sequence changes length or contents;
  *   presets   v2-lite, v2, v3 and kimi-k2 at full size for 3 tokens (one preset in memory at a time).
@@ -300,17 +300,21 @@ static void test_shapes(void)
 
 /* clmla_layer_auto_path: its refusals, the shape of its rule (for each prefix a number of tokens
    from which an entry goes decompressed, never 1; the layer's threshold after a long prefix; on CPU
-   devices growing with the prefix from 16 tokens with none, on other devices falling from twice the
-   threshold with none), and a forward step under AUTO taking the path it names: its output bit for
-   bit that of the named path, run from the same cache contents (the two paths round differently,
-   which the test checks first so that it can tell them apart). Run as the device is and as the
-   other kind of device (the layer made and run with the context's kind changed, both rules on any
-   device). */
-static void test_auto_path_kind(void)
+   devices, and on others with attn_prefill_tiled, growing with the prefix from fewer tokens with
+   none; on others with attn_prefill, falling from twice the threshold with none), and a forward
+   step under AUTO taking the path it names: its output bit for bit that of the named path, run from
+   the same cache contents (the two paths round differently, which the test checks first so that it
+   can tell them apart). Each rule is run on any device (the layer made and run with the context's
+   kind, and the latent tuning's prefill_tiled, set for it). */
+typedef enum { RULE_CPU, RULE_OTHER, RULE_OTHER_TILED } auto_rule;
+
+static void test_auto_path_kind(auto_rule rule)
 {
-    const int cpu = ctx->info.kind == CLMLA_DEVICE_KIND_CPU;
+    static const char *const rule_names[3] = {"CPU", "other, attn_prefill", "other, attn_prefill_tiled"};
     /* kv_lora_rank 64 against head dims 16 + 8 and 16: a threshold of 22 by the FLOPs, 57 on CPUs,
-       719 on other devices */
+       696 on other devices with attn_prefill, 220 with attn_prefill_tiled (where with no prefix
+       t (t + 1) / 2 >= 220 x 0.26 t from 114 tokens) */
+    static const int expected_n[3] = {57, 696, 220}, expected_from0[3] = {16, 2 * 696 - 1, 114};
     const clmla_layer_config c = tu_small_config(48, 4, 16, 64, 16, 8, 16);
     const int D = c.hidden_size;
     tu_weights w;
@@ -329,7 +333,8 @@ static void test_auto_path_kind(void)
         CHECK(strstr(clmla_last_error(ctx), "prefix") != NULL, "auto path: the refusal does not name the prefix: %s",
               clmla_last_error(ctx));
         CHECK_STATUS(clmla_layer_auto_path(layer, 5, 0, &got), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
-        CHECK(n == (cpu ? 57 : 719), "auto path: threshold %d on a %s device", n, cpu ? "CPU" : "GPU");
+        CHECK(n == expected_n[rule], "auto path: threshold %d by the %s rule, expected %d", n, rule_names[rule],
+              expected_n[rule]);
     }
     static const int prefixes[] = {0, 1, 5, 40, 300, 5000, 1 << 20};
     int from[7], previous = 0;
@@ -345,7 +350,7 @@ static void test_auto_path_kind(void)
             CHECK(decompressed || from[i] < 0, "auto path: prefix %d: %d tokens absorbed, %d decompressed", prefixes[i], t,
                   from[i]);
         }
-        if (cpu) {
+        if (rule != RULE_OTHER) {
             CHECK(from[i] > 1 && from[i] <= n, "auto path: prefix %d: decompressed from %d tokens (threshold %d)",
                   prefixes[i], from[i], n);
             CHECK(from[i] >= previous, "auto path: prefix %d: decompressed from %d tokens, a shorter prefix from %d",
@@ -360,13 +365,12 @@ static void test_auto_path_kind(void)
         previous = from[i];
     }
     if (layer) {
-        /* after a long prefix: from n tokens (CPUs: pairs >= p n), or n + 1 (others: pairs >= (p + t) n) */
-        CHECK(from[6] == n || (!cpu && from[6] == n + 1),
+        /* after a long prefix: from n tokens (pairs >= n (p + c t), c < 1), or n + 1 (attn_prefill's
+           rule: pairs >= (p + t) n) */
+        CHECK(from[6] == n || (rule == RULE_OTHER && from[6] == n + 1),
               "auto path: after a long prefix decompressed from %d tokens, not the threshold %d", from[6], n);
-        if (cpu)
-            CHECK(n > 16 && from[0] == 16, "auto path: threshold %d, with no prefix decompressed from %d tokens", n, from[0]);
-        else
-            CHECK(from[0] == 2 * n - 1, "auto path: threshold %d, with no prefix decompressed from %d tokens", n, from[0]);
+        CHECK(from[0] == expected_from0[rule], "auto path, %s rule: threshold %d, with no prefix decompressed from %d tokens, expected %d",
+              rule_names[rule], n, from[0], expected_from0[rule]);
     }
 
     /* (prefix, tokens): decompressed with no prefix, absorbed after a long one, and decompressed
@@ -421,9 +425,15 @@ static void test_auto_path_kind(void)
 static void test_auto_path(void)
 {
     const clmla_device_kind real = ctx->info.kind;
-    test_auto_path_kind();
-    ctx->info.kind = real == CLMLA_DEVICE_KIND_CPU ? CLMLA_DEVICE_KIND_GPU : CLMLA_DEVICE_KIND_CPU;
-    test_auto_path_kind();
+    for (int rule = RULE_CPU; rule <= RULE_OTHER_TILED; rule++) {
+        ctx->info.kind = rule == RULE_CPU ? CLMLA_DEVICE_KIND_CPU : real == CLMLA_DEVICE_KIND_CPU ? CLMLA_DEVICE_KIND_GPU : real;
+        clmla_latent_tuning t;
+        clmla_latent_tuning_defaults(&t);
+        t.prefill_tiled = rule == RULE_OTHER_TILED;
+        CHECK_STATUS(clmla_context_set_latent_tuning(ctx, &t), CLMLA_SUCCESS, ctx);
+        test_auto_path_kind((auto_rule)rule);
+    }
+    CHECK_STATUS(clmla_context_set_latent_tuning(ctx, NULL), CLMLA_SUCCESS, ctx);
     ctx->info.kind = real;
 }
 
@@ -1168,26 +1178,32 @@ static void test_shapes_clblast(void)
     clmla_gemm_force_clblast(ctx, 0);
 }
 
-/* The odd shapes and the long sequences with the work-group attention kernels (attn_latent,
-   attn_prefill) that GPUs run; on CPUs the row-walking kernels are the default. */
-static void test_group_kernels(void)
+/* The odd shapes and the long sequences with the work-group attention kernels that GPUs run
+   (attn_latent; the decompressed path's attention attn_prefill_tiled, the default, or attn_prefill,
+   the latent tuning's prefill_tiled set either way whatever the device's entry says); on CPUs the
+   row-walking kernels are the default. The layers are made after the tuning is set, so they build
+   the kernel it names. */
+static void group_kernels_with(int prefill_tiled)
 {
+    clmla_latent_tuning t;
+    clmla_latent_tuning_defaults(&t);
+    t.prefill_tiled = prefill_tiled;
+    CHECK_STATUS(clmla_context_set_latent_tuning(ctx, &t), CLMLA_SUCCESS, ctx);
     clmla_attention_set_variant(ctx, CLMLA_LATENT_GROUP);
     test_shapes();
     test_long();
     clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
+    CHECK_STATUS(clmla_context_set_latent_tuning(ctx, NULL), CLMLA_SUCCESS, ctx);
 }
 
-/* The same with attn_prefill_tiled in place of attn_prefill (the latent tuning's prefill_tiled,
-   off by default until a GPU measures it): the layers are made after it is forced, so they build it. */
-static void test_tiled_prefill(void)
+static void test_group_kernels(void)
 {
-    clmla_latent_tuning t;
-    clmla_latent_tuning_defaults(&t);
-    t.prefill_tiled = 1;
-    CHECK_STATUS(clmla_context_set_latent_tuning(ctx, &t), CLMLA_SUCCESS, ctx);
-    test_group_kernels();
-    CHECK_STATUS(clmla_context_set_latent_tuning(ctx, NULL), CLMLA_SUCCESS, ctx);
+    group_kernels_with(1);
+}
+
+static void test_untiled_prefill(void)
+{
+    group_kernels_with(0);
 }
 
 /* A sparse-attention model's limit (dense_max_keys = index_topk): a step that would give a query
@@ -1315,7 +1331,7 @@ static void test_per_sequence_rope(void)
 static const tu_part parts[] = {
     {"dense-limit", test_dense_limit}, {"per-sequence-rope", test_per_sequence_rope},
     {"errors", test_create_errors}, {"auto-path", test_auto_path},
-    {"shapes-clblast", test_shapes_clblast}, {"group-kernels", test_group_kernels}, {"tiled-prefill", test_tiled_prefill}, {"forward-errors", test_forward_errors}, {"shapes", test_shapes},
+    {"shapes-clblast", test_shapes_clblast}, {"group-kernels", test_group_kernels}, {"untiled-prefill", test_untiled_prefill}, {"forward-errors", test_forward_errors}, {"shapes", test_shapes},
     {"long", test_long},            {"batch", test_batch},                   {"layers", test_two_layers},
     {"forward-cl", test_forward_cl}, {"presets", test_presets},
 };

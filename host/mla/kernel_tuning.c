@@ -50,8 +50,11 @@ typedef struct kernel_kind {
 /* ---- latent attention (cl/attn_latent.cl) --------------------------------------------------- */
 
 /* group_query_layout 1 since the H100 measured it (2026-11-26): 0.72-0.88 of layout 0's time at 16 and
-   128 heads; the bank layout it avoids is that of most GPUs' local memory (32 four-byte banks) */
-static const clmla_latent_tuning latent_defaults = {16, 8, 4, 16, 4, 128, 8, 1, 16, 0, 4};
+   128 heads; the bank layout it avoids is that of most GPUs' local memory (32 four-byte banks).
+   prefill_tiled 1 and group_decode_heads 8 since the H100 measured them (2026-11-26, `2bf76cd`):
+   attn_prefill_tiled in 0.14-0.80 of attn_prefill's time; 8 heads an item over fp8 caches in
+   0.60-0.90 of 4's, over f16 and bf16 0.79-1.09 (docs/BENCHMARKS.md) */
+static const clmla_latent_tuning latent_defaults = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8};
 
 /* Entries measured with `clmla tune --kernels` on the developers' machines (CHANGELOG.md,
    docs/DESIGN.md "Kernel tuning"). */
@@ -69,9 +72,10 @@ static const kernel_entry latent_builtin[] = {
        4096, confirmed by 3 alternations with the defaults of then (query layout 0). 16 heads: batch 1
        59.8 us, batch 8 109.3 us against 69.9 and 120.4 (0.88); 128 heads: 76.8 and 590.0 us against
        103.8 and 832.8 (0.72). Both chose query layout 1; 128 heads also 256 items per group. Any
-       driver: the kernel's limits are the chip's. */
-    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 4, 1, 16, 0, 4}}},
-    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 128, {.latent = {16, 8, 4, 16, 4, 256, 8, 1, 16, 0, 4}}},
+       driver: the kernel's limits are the chip's. prefill_tiled 1 and group_decode_heads 8 from the
+       A/B of `2bf76cd` (the defaults' comment above). */
+    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 4, 1, 16, 1, 8}}},
+    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 128, {.latent = {16, 8, 4, 16, 4, 256, 8, 1, 16, 1, 8}}},
 };
 
 static const tuning_param latent_names[] = {

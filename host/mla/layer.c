@@ -78,7 +78,7 @@ struct clmla_layer {
     cl_kernel add_bias;
     int rmsnorm_threads;
     int auto_threshold;
-    int auto_chunk_keys; /* AUTO: the entry's own tokens count as keys of the decompressed cost (auto_threshold_of) */
+    double auto_chunk_keys; /* AUTO: keys each of the entry's own tokens counts as in the decompressed cost (auto_threshold_of) */
     /* The tables a step writes for its kernels (step_table, parts of one staged block, scratch.h),
        kept between steps (docs/DESIGN.md, "Step buffers"); `written` is the completion of the last
        step's writes, which the host waits for before it rewrites the block. */
@@ -337,14 +337,15 @@ static clmla_status build_kernels(clmla_layer *L)
      decompressed pairs at 0.47 times the FLOP rate of the up-projection, which gives n = 452 for
      DeepSeek's dims (the measured crossovers: 150-250 tokens after 256, 300-450 after 1024,
      500-1000 after 4096).
-   - Other devices, an NVIDIA H100 (V2-Lite, 2026-11-26, prefixes 0-4096, chunks 16-1024): the
-     absorbed path won every cell (1.2x at 16 tokens with no prefix to 70x at 16 after 4096). Its
-     time fits 1.49 ns per pair (0.94 of the up-projection's FLOP rate); the decompressed path's fits
-     8.4 us per prefix key and 9.6 per chunk token, nothing per pair: its attention kernel walks the
-     keys with too few work-groups to fill the GPU, so its cost grows with the keys (0.0197 of the
-     FLOP rate, counting X per key), the chunk's own keys too. There the rule is
-     pairs >= n (p + t), n = 5700 for DeepSeek's dims: decompressed only for prompts of about 11000
-     tokens and more (2n - 1 with no prefix, n after a long one).
+   - Other devices, an NVIDIA H100 (V2-Lite, prefixes 0-4096, chunks 16-4096), rates as fractions of
+     24.9 TFLOP/s (the up-projection's on the first run). The absorbed path: 1.49 and 1.53 ns per pair
+     on two runs (0.94, 0.91). attn_prefill_tiled (2026-11-26, `2bf76cd`): 0.98 ns per pair (0.42),
+     0.98 us per cached key (0.172, counting X a key) and 0.26 of that more than the absorbed path
+     per chunk token, so the rule counts the chunk's tokens as 0.26 keys: pairs >= n (p + 0.26 t),
+     n = 1757 for DeepSeek's dims, decompressed for prompts of about 913 tokens and more with no
+     prefix, about 1757 after a long one. attn_prefill (one query per work-item; where no block of
+     attn_prefill_tiled fits the device or the tuning turns it off) costs per key, cached or new,
+     nothing per pair (0.0197 of the rate, counting X a key): pairs >= n (p + t), n = 5565.
    Shapes whose absorbed pairs cost no more than decompressed ones (small test shapes on CPUs) take
    the absorbed path always. Below AUTO_MIN_TOKENS tokens the absorbed path is kept whatever the
    prefix: with no prefix the two were even there on PoCL (and a multi-token decode entry stays in
@@ -352,22 +353,29 @@ static clmla_status build_kernels(clmla_layer *L)
 #define AUTO_MIN_TOKENS 16
 #define CPU_ABSORBED_PAIR_RATE 1.12
 #define CPU_DECOMPRESSED_PAIR_RATE 0.47
-#define GPU_ABSORBED_PAIR_RATE 0.94
+#define GPU_ABSORBED_PAIR_RATE 0.91
+#define GPU_TILED_PAIR_RATE 0.42
+#define GPU_TILED_KEY_RATE 0.172
+#define GPU_TILED_CHUNK_KEYS 0.26
 #define GPU_DECOMPRESSED_KEY_RATE 0.0197
 
-/* n, and whether the entry's own tokens count as keys of the decompressed path's cost
-   (auto_chunk_keys); AUTO_NEVER: the decompressed path never pays */
+/* n, and in *chunk_keys how many keys each of the entry's own tokens counts as in the decompressed
+   path's cost (0 on CPUs); AUTO_NEVER: the decompressed path never pays. Needs the layer's kernels
+   (whether attn_prefill_tiled runs). */
 #define AUTO_NEVER 1000000
-static int auto_threshold_of(const clmla_layer *L, int *chunk_keys)
+static int auto_threshold_of(const clmla_layer *L, double *chunk_keys)
 {
-    const int cpu = L->ctx->info.kind == CLMLA_DEVICE_KIND_CPU;
     const double X = 2.0 * L->rkv * L->H * (L->dn + L->dv), A = 2.0 * L->H * (2 * L->rkv + L->dr),
                  D = 2.0 * L->H * (L->dq + L->dv);
     double n;
-    if (cpu) {
+    if (L->ctx->info.kind == CLMLA_DEVICE_KIND_CPU) {
         const double saved = A / CPU_ABSORBED_PAIR_RATE - D / CPU_DECOMPRESSED_PAIR_RATE;
         n = saved > 0 ? X / saved : AUTO_NEVER;
         *chunk_keys = 0;
+    } else if (L->prefill[0].tiled) {
+        const double saved = A / GPU_ABSORBED_PAIR_RATE - D / GPU_TILED_PAIR_RATE;
+        n = saved > 0 ? (X / GPU_TILED_KEY_RATE) / saved : AUTO_NEVER;
+        *chunk_keys = GPU_TILED_CHUNK_KEYS;
     } else {
         n = (X / GPU_DECOMPRESSED_KEY_RATE) / (A / GPU_ABSORBED_PAIR_RATE);
         *chunk_keys = 1;
@@ -401,7 +409,7 @@ static int auto_decompressed(const clmla_layer *L, int prefix, int tokens, int s
     if (L->auto_threshold >= AUTO_NEVER)
         return 0;
     const double pairs = (double)tokens * ((double)prefix + (tokens + 1) / 2.0);
-    return pairs >= ((double)prefix + (L->auto_chunk_keys ? tokens : 0)) * L->auto_threshold;
+    return pairs >= ((double)prefix + L->auto_chunk_keys * tokens) * L->auto_threshold;
 }
 
 clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *config, const clmla_layer_weights *w,
@@ -480,7 +488,6 @@ clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *co
     L->D = (int)D, L->H = (int)Hs, L->rq = (int)rq, L->rkv = (int)rkv;
     L->dn = (int)dn, L->dr = (int)dr, L->dv = (int)dv, L->dq = (int)dq, L->row = (int)(rkv + dr);
     L->scale = (float)clmla_softmax_scale(&c);
-    L->auto_threshold = auto_threshold_of(L, &L->auto_chunk_keys);
 
     const clmla_weights_dtype wd = c.weights_dtype;
     /* The shard's blocks of the head-sharded weights (the whole tensors without sharding). */
@@ -540,6 +547,7 @@ clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *co
         clmla_layer_destroy(L);
         return st;
     }
+    L->auto_threshold = auto_threshold_of(L, &L->auto_chunk_keys);
     *out = L;
     return CLMLA_SUCCESS;
 }
