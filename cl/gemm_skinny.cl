@@ -9,6 +9,8 @@
  *   the WG partials of every (row, column), log2(WG) steps of consecutive addresses.
  * gemm_skinny_nn: op(B) = B, B is [K, N] (the per-head W^UK absorption)
  *   one work-item per column n walks K; consecutive items read consecutive columns.
+ * gemm_skinny_nn_split: the same product for N a multiple of 4, K split across the items of a
+ *   work-group (the product tuning's skinny_nn_slices; experimental, off by default).
  *
  * CPU devices (one work-item per block of columns, no local memory; each described where it is
  * defined below): gemm_skinny_nt_rows and gemm_skinny_nn_rows (the same two products, rows walked
@@ -175,6 +177,70 @@ __kernel void gemm_skinny_nn(const int M, const int N, const int K, const float 
             __global float *dst = C + (size_t)m * ldc + n;
             *dst = beta != 0.0f ? alpha * acc[m] + beta * *dst : alpha * acc[m];
         }
+}
+
+/* gemm_skinny_nn_split: C = alpha A B + beta C as gemm_skinny_nn, for N a multiple of 4, with K
+ * split into KS slices. A work-group of WG items takes WG / KS float4s of columns and all of K:
+ * item (c, s) sums rows s, s + KS, s + 2 KS, ... of its float4 of columns (consecutive items,
+ * consecutive float4s of a row) for the MR rows of A it keeps (rows past M neither read nor
+ * stored), so that a column's K rows are in flight from KS items at once rather than read in
+ * turn by one; then a tree over local memory adds the KS partial float4s of each column, log2(KS)
+ * steps. An fp8 float4 lies in one 128-column block of the scales (n is a multiple of 4). */
+#ifndef KS
+#define KS 8
+#endif
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void gemm_skinny_nn_split(const int M, const int N, const int K, const float alpha,
+                          __global const float *A, const int a_offset, const int lda, const int a_stride,
+                          __global const W_T *B, const int b_offset, const int ldb, const int b_stride,
+                          const float beta, __global float *C, const int c_offset, const int ldc, const int c_stride,
+                          __global const float *Bs, const int bs_ld)
+{
+    __local float4 partial[MR * WG]; /* [MR][WG] */
+    const int lid = get_local_id(0);
+    const int c4 = WG / KS; /* float4s of columns per group */
+    const int s = lid / c4;
+    const int n = (get_group_id(0) * c4 + lid % c4) * 4; /* the item's first column */
+    const int batch = get_group_id(1);
+    const int brow0 = (b_offset + batch * b_stride) / ldb; /* B's first row in the weight (W_SCALE) */
+    (void)brow0; /* read only through W_SCALE, which unscaled dtypes drop */
+    A += a_offset + (size_t)batch * a_stride;
+    B += b_offset + (size_t)batch * b_stride;
+    C += c_offset + (size_t)batch * c_stride;
+    float4 acc[MR];
+    #pragma unroll
+    for (int m = 0; m < MR; m++)
+        acc[m] = (float4)(0.0f);
+    if (n < N) {
+        #pragma unroll 4
+        for (int k = s; k < K; k += KS) {
+            const float4 b = W_LOAD4(B + (size_t)k * ldb + n, 0, W_SCALE(Bs, bs_ld, brow0 + k, n));
+            #pragma unroll
+            for (int m = 0; m < MR; m++)
+                if (MR == 1 || m < M)
+                    acc[m] = fma((float4)(A[(size_t)m * lda + k]), b, acc[m]);
+        }
+    }
+    #pragma unroll
+    for (int m = 0; m < MR; m++)
+        partial[m * WG + lid] = acc[m];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = KS / 2; h > 0; h >>= 1) {
+        if (s < h)
+            #pragma unroll
+            for (int m = 0; m < MR; m++)
+                partial[m * WG + lid] += partial[m * WG + lid + h * c4];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (s == 0 && n < N)
+        #pragma unroll
+        for (int m = 0; m < MR; m++)
+            if (m < M) {
+                __global float *dst = C + (size_t)m * ldc + n;
+                const float4 v = partial[m * WG + lid];
+                vstore4(beta != 0.0f ? alpha * v + beta * vload4(0, dst) : alpha * v, 0, dst);
+            }
 }
 
 /* gemm_skinny_nt_rows: the y = x W^T product for CPU devices, any number of rows. One work-item

@@ -406,6 +406,13 @@ typedef struct clmla_product_tuning {
     /* added in 0.4: gemm_skinny_nt (GPUs): weight values per work-item and load (VW), 4, 8 or 16 (4):
        4 fp8 codes are a 4-byte load; 16 make it as wide as f32's and look the block scale up once */
     int skinny_vector;
+    /* added in 0.4: gemm_skinny_nn (GPUs: x B, the per-head W^UK absorption at decode): 1 (default)
+       one work-item per column walks K; 2..64 (a power of two, at most skinny_nn_items) splits K
+       into that many slices over the items of a work-group, which then take skinny_nn_items /
+       skinny_nn_slices float4s of columns (gemm_skinny_nn_split, for N a multiple of 4), so that
+       more of the weight is in flight at once: an H100 read W^UK at 100-800 GB/s with 1.
+       Experimental, not yet measured on a GPU. */
+    int skinny_nn_slices;
 } clmla_product_tuning;
 
 /* The parameters clmla used before any tuning. */

@@ -251,8 +251,15 @@ static void test_products_parse(void)
     CHECK(d.skinny_items == 128 && d.skinny_unroll == 2 && d.skinny_columns == 4 && d.skinny_nn_items == 64 &&
               d.cpu_items_per_cu == 8 && d.packed_streams_1 == 8 && d.packed_streams_2 == 4 && d.packed_streams_4 == 3 &&
               d.cpu_prefetch == 1 && d.tiled_rows == 256 && d.tiled_columns == 48 && d.tiled_weight_rows == 3 &&
-              d.tiled_k_chunk == 1024,
+              d.tiled_k_chunk == 1024 && d.skinny_nn_slices == 1,
           "product defaults are not gemm.c's values of before");
+    t = d;
+    t.skinny_nn_items = 16;
+    t.skinny_nn_slices = 32; /* more slices than items */
+    const char *problem = NULL;
+    CHECK(clmla_product_tuning_check(&t, &problem) == CLMLA_ERROR_INVALID_ARGUMENT && problem &&
+              strstr(problem, "skinny_nn_slices"),
+          "32 slices over 16 items: %s", problem ? problem : "accepted");
     CHECK(clmla_product_k_class(0) == 0 && clmla_product_k_class(4096) == 1 && clmla_product_k_class(4097) == 2,
           "shape classes");
     const char *src = NULL;
@@ -334,6 +341,9 @@ static void test_products_parse(void)
         {offsetof(clmla_product_tuning, tiled_weight_rows), 5, "tiled_weight_rows"},
         {offsetof(clmla_product_tuning, tiled_k_chunk), 1000, "tiled_k_chunk"},
         {offsetof(clmla_product_tuning, tiled_k_chunk), 0, "tiled_k_chunk"},
+        {offsetof(clmla_product_tuning, skinny_nn_slices), 0, "skinny_nn_slices"},
+        {offsetof(clmla_product_tuning, skinny_nn_slices), 6, "skinny_nn_slices"},
+        {offsetof(clmla_product_tuning, skinny_nn_slices), 128, "skinny_nn_slices"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         const char *w = NULL;

@@ -1334,6 +1334,14 @@ static void test_gemm_skinny(void)
         {"gemm_skinny_nt", "-D MR=4 -D NC=2 -D WG=16 -D UK=4", 4, 6, 512, 3, 1, 1.0f, 0.5f, {3 * 16, 3}, {16, 1}, 0, 0, 0, 0},
         {"gemm_skinny_nn", "-D MMAX=8 -D WG=64", 3, 13, 9, 3, 0, 1.0f, 0.0f, {64, 3}, {64, 1}, 0, 0, 0, 0},
         {"gemm_skinny_nn", "-D MMAX=8 -D WG=16", 8, 40, 5, 1, 0, -1.0f, 1.0f, {48, 1}, {16, 1}, 0, 0, 0, 0},
+        /* gemm_skinny_nn_split: N a multiple of 4 (the host's rule) with a last group of columns
+           cut short, K not a multiple of the slices and under them, rows bucketed (3 in 4), one
+           float4 of columns a group (KS = WG), B's rows not float4-aligned (ldb N + 2, offset 1) */
+        {"gemm_skinny_nn_split", "-D MR=4 -D KS=4 -D WG=16", 3, 20, 9, 3, 0, 1.0f, 0.0f, {2 * 16, 3}, {16, 1}, 0, 0, 0, 0},
+        {"gemm_skinny_nn_split", "-D MR=8 -D KS=8 -D WG=64", 8, 40, 133, 1, 0, -1.0f, 1.0f, {2 * 64, 1}, {64, 1}, 0, 0, 0, 0},
+        {"gemm_skinny_nn_split", "-D MR=1 -D KS=2 -D WG=16", 1, 4, 5, 2, 0, 2.0f, 0.5f, {16, 2}, {16, 1}, 0, 0, 0, 0},
+        {"gemm_skinny_nn_split", "-D MR=2 -D KS=16 -D WG=16", 2, 12, 40, 1, 0, 1.0f, 0.0f, {3 * 16, 1}, {16, 1}, 0, 0, 0, 0},
+        {"gemm_skinny_nn_split", "-D MR=8 -D KS=4 -D WG=32", 5, 8, 3, 2, 0, 1.0f, 0.0f, {32, 2}, {32, 1}, 0, 0, 0, 0},
         /* The CPU forms: rows bucketed to 1, 2, 4, 8 (NCC = 8 / rows), several column blocks per
            item, N not a multiple of a block, K with a tail past its float8s. */
         {"gemm_skinny_nt_rows", "-D MR=1 -D NCC=8", 1, 19, 37, 2, 1, 1.0f, 0.0f, {2, 2}, {1, 1}, 16, 1, 0, 0},
@@ -1837,7 +1845,7 @@ static void test_indexer_writer_fp8(void)
 /* The kernels this file launches directly. */
 static const char *const tested[] = {"convert_to_f32", "convert_to_bf16", "convert_to_e4m3", "rmsnorm",        "rope",           "add_bias",       "cache_write",         "cache_gather",
                                      "attn_latent",    "attn_latent_rows", "attn_combine",       "attn_combine_rows", "attn_prefill",
-                                     "attn_prefill_rows", "attn_prefill_tiled", "gemm_skinny_nt", "gemm_skinny_nn",    "gemm_skinny_nt_rows",
+                                     "attn_prefill_rows", "attn_prefill_tiled", "gemm_skinny_nt", "gemm_skinny_nn", "gemm_skinny_nn_split", "gemm_skinny_nt_rows",
                                      "gemm_skinny_nn_rows", "gemm_skinny_nn_wide", "gemm_packed_rows", "gemm_tiled_rows", "gemm_weight_f32",
                                      "indexer_scores", "indexer_topk", "indexer_key_write", "indexer_q_rope"};
 

@@ -507,7 +507,7 @@ done:
    and 520 (past one run of gemm_skinny_nn_wide's 512 columns). H is twice the device's compute
    units, at least 3, so that on a CPU device the forms for decode run, gemm_skinny_nn_wide for W^UK
    and gemm_packed_rows on the row-major W^UV (rows of one packing chunk): a trace of the context
-   must name both. */
+   must name both (and gemm_skinny_nn_split, which test_per_head runs as on a GPU). */
 static void check_per_head(clmla_context *hc, clmla_dtype dtype, int heads, int rkv)
 {
     enum { DN = 40, DV = 24, ROWS = DN + DV };
@@ -598,6 +598,21 @@ static void test_per_head(void)
         check_per_head(hc, dtypes[d], heads, 264);
         check_per_head(hc, dtypes[d], heads, 520);
     }
+    /* Again as a GPU (the context's kind set so on a CPU device) with K split into 16 slices of
+       gemm_skinny_nn_split (the product tuning's skinny_nn_slices; 64 items, so 16 columns a group
+       and a last group cut short at both widths) */
+    const clmla_device_kind real = hc->info.kind;
+    hc->info.kind = real == CLMLA_DEVICE_KIND_CPU ? CLMLA_DEVICE_KIND_GPU : real;
+    clmla_product_tuning t;
+    clmla_product_tuning_defaults(&t);
+    t.skinny_nn_items = 64;
+    t.skinny_nn_slices = 16;
+    CHECK_STATUS(clmla_context_set_product_tuning(hc, &t), CLMLA_SUCCESS, hc);
+    for (int d = 0; d < 3; d++) {
+        check_per_head(hc, dtypes[d], heads, 264);
+        check_per_head(hc, dtypes[d], heads, 520);
+    }
+    hc->info.kind = real;
     clmla_context_destroy(hc);
     char *text = NULL, err[256];
     size_t length = 0;
@@ -607,6 +622,7 @@ static void test_per_head(void)
         CHECK(text && strstr(text, "\tgemm_skinny_nn_wide\t"), "no gemm_skinny_nn_wide in the trace of %d heads", heads);
         CHECK(text && strstr(text, "\tgemm_packed_rows\t"), "no gemm_packed_rows in the trace of %d heads", heads);
     }
+    CHECK(text && strstr(text, "\tgemm_skinny_nn_split\t"), "no gemm_skinny_nn_split in the trace of %d heads", heads);
     free(text);
     remove(trace);
     rmdir(dir);

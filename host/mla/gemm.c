@@ -31,6 +31,8 @@ typedef struct clmla_dtype_kernels {
     int skinny_nt_threads[4][4];
     cl_kernel skinny_nn;         /* gemm_skinny_nn */
     int skinny_nn_threads;
+    cl_kernel skinny_nn_split[4];/* gemm_skinny_nn_split for 1, 2, 4, 8 rows (skinny_nn_slices > 1) */
+    int skinny_nn_split_threads[4];
     cl_kernel skinny_rows[4];    /* gemm_skinny_nt_rows for 1, 2, 4, 8 rows (CPU devices) */
     cl_kernel skinny_nn_rows[4]; /* gemm_skinny_nn_rows likewise */
     cl_kernel skinny_nn_wide[3]; /* gemm_skinny_nn_wide for 1, 2, 4 rows (CPU devices) */
@@ -65,6 +67,7 @@ static void release_all(clmla_products *P)
         clmla_dtype_kernels *K = &P->k[d / NUM_DTYPES][d % NUM_DTYPES];
         release_kernels(&K->skinny_nt[0][0], 16);
         release_kernels(&K->skinny_nn, 1);
+        release_kernels(K->skinny_nn_split, 4);
         release_kernels(K->skinny_rows, 4);
         release_kernels(K->skinny_nn_rows, 4);
         release_kernels(K->skinny_nn_wide, 3);
@@ -194,6 +197,37 @@ static clmla_status nn_kernel(clmla_context *ctx, clmla_dtype dtype, size_t k)
     dtype_options(ctx, dtype, extra, options, sizeof(options));
     return sized_kernel(ctx, "gemm_skinny_nn", options, tuning(ctx, k)->skinny_nn_items, NULL, NULL, &K->skinny_nn,
                         &K->skinny_nn_threads);
+}
+
+/* Local memory of gemm_skinny_nn_split: a float4 of partial sums per row and item. */
+static size_t nn_split_local_bytes(int items, const void *arg)
+{
+    return (size_t)*(const int *)arg * (size_t)items * 4 * sizeof(float);
+}
+
+/* gemm_skinny_nn_split for rows bucket 1 << bucket, K in skinny_nn_slices slices: skinny_nn_items
+   items, or fewer (down to one float4 of columns a group) where the device says so. */
+static clmla_status nn_split_kernel(clmla_context *ctx, clmla_dtype dtype, size_t k, int bucket, cl_kernel *kernel,
+                                    int *threads)
+{
+    clmla_dtype_kernels *K = kernels(ctx, dtype, k);
+    if (!K->skinny_nn_split[bucket]) {
+        const clmla_product_tuning *t = tuning(ctx, k);
+        const int rows = 1 << bucket;
+        char extra[64], options[160];
+        snprintf(extra, sizeof(extra), "-D MR=%d -D KS=%d", rows, t->skinny_nn_slices);
+        dtype_options(ctx, dtype, extra, options, sizeof(options));
+        const clmla_kernel_fit fit = {"gemm_skinny",   "gemm_skinny_nn_split", options, "WG", t->skinny_nn_items,
+                                      t->skinny_nn_slices, nn_split_local_bytes, &rows};
+        clmla_status st = clmla_kernel_create_fitted(ctx, &fit, &K->skinny_nn_split[bucket], &K->skinny_nn_split_threads[bucket]);
+        if (st != CLMLA_SUCCESS)
+            return st;
+        if (!K->skinny_nn_split[bucket])
+            return clmla_fail(ctx, CLMLA_ERROR_UNSUPPORTED, "gemm_skinny_nn_split: no work-group size fits this device");
+    }
+    *kernel = K->skinny_nn_split[bucket];
+    *threads = K->skinny_nn_split_threads[bucket];
+    return CLMLA_SUCCESS;
 }
 
 /* Items per work-group of gemm_skinny_nt, and float4s of each weight row loaded per item before
@@ -402,6 +436,8 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
     const int cpu = ctx->info.kind == CLMLA_DEVICE_KIND_CPU;
     const int cpu_rows = cpu && b.transposed;
     const int cpu_nn = cpu && !b.transposed && n % 8 == 0;
+    /* x B on other devices, K split over a group's items where the tuning asks (skinny_nn_slices) */
+    const int nn_split = !cpu && !b.transposed && n % 4 == 0 && tuning(ctx, k)->skinny_nn_slices > 1;
     if (cpu && m > 0 && n > 0 && batch > 0) {
         if (cpu_rows && b.ld == k && k <= (size_t)pack_chunk(b.dtype)) {
             const size_t items_wanted = cpu_items(ctx, tuning(ctx, k));
@@ -420,6 +456,9 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
         bucket = rows_bucket(m);
         nc_log = nt_columns_log(ctx, n, k, batch);
         st = nt_kernel(ctx, b.dtype, k, bucket, nc_log, &kernel, &wg);
+    } else if (nn_split) {
+        bucket = rows_bucket(m);
+        st = nn_split_kernel(ctx, b.dtype, k, bucket, &kernel, &wg);
     } else {
         st = nn_kernel(ctx, b.dtype, k);
         kernel = kernels(ctx, b.dtype, k)->skinny_nn;
@@ -451,6 +490,11 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
         CLMLA_SET_ARG(ctx, kernel, 19, strips_per_item);
         CLMLA_SET_ARG(ctx, kernel, 20, row_blocks);
         const size_t global[2] = {(n + strip - 1) / strip, batch}, local[2] = {1, 1};
+        err = clmla_cl_enqueue(ctx, kernel, 2, global, local, event);
+    } else if (nn_split) {
+        const size_t columns_per_group = 4 * (size_t)(wg / tuning(ctx, k)->skinny_nn_slices);
+        const size_t global[2] = {(n + columns_per_group - 1) / columns_per_group * (size_t)wg, batch},
+                     local[2] = {(size_t)wg, 1};
         err = clmla_cl_enqueue(ctx, kernel, 2, global, local, event);
     } else if (b.transposed) {
         const size_t nc = (size_t)1 << nc_log;

@@ -155,7 +155,7 @@ static const kernel_kind latent_kind = {
 
 /* ---- products (cl/gemm_skinny.cl) ------------------------------------------------------------ */
 
-static const clmla_product_tuning product_defaults = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4};
+static const clmla_product_tuning product_defaults = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4, 1};
 
 /* Entries measured on the developers' machines (docs/BENCHMARKS.md, "Product kernel tuning"). On
    PoCL with AVX2 (2-core EPYC) the defaults won. */
@@ -165,13 +165,13 @@ static const kernel_entry product_builtin[] = {
        qkv_a_proj 0.72 / 0.75, o_proj 4.49 / 4.92 (on / off); 4 and 8 rows slower with them (16.1 /
        14.6-18.4 ms for o_proj at 8), hence 1 and 2 rows only. The rest: the defaults. */
     {"AuthenticAMD", "pthread-skylake-avx512-AMD EPYC", "Portable Computing Language", "", 0,
-     {.product = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 1, 4}}},
+     {.product = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 1, 4, 1}}},
     /* NVIDIA H100 80GB HBM3, driver 580.159.04 (2026-11-26): gemm_skinny_nt at 1 row, 29 candidates
        per K class on V2-Lite's and V3's projections in f32, bf16 and fp8; the defaults won both
        classes (next best 1.006-1.036 of their time; skinny_vector 8 and 16, 1.27 and 1.92). An
        entry, so that `clmla devices --verbose` says the device was measured. */
     {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 0,
-     {.product = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4}}},
+     {.product = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4, 1}}},
 };
 static const char *const k_class_names[] = {"any", "small", "large"};
 
@@ -191,6 +191,7 @@ static const tuning_param product_names[] = {
     {"tiled_k_chunk", offsetof(clmla_product_tuning, tiled_k_chunk)},
     {"cpu_fp8_block_sums", offsetof(clmla_product_tuning, cpu_fp8_block_sums)},
     {"skinny_vector", offsetof(clmla_product_tuning, skinny_vector)},
+    {"skinny_nn_slices", offsetof(clmla_product_tuning, skinny_nn_slices)},
 };
 
 int clmla_product_k_class(size_t k)
@@ -239,6 +240,8 @@ const char *clmla_product_tuning_problem(const clmla_product_tuning *t)
         return "cpu_fp8_block_sums must be 0 or 1";
     if (t->skinny_vector != 4 && t->skinny_vector != 8 && t->skinny_vector != 16)
         return "skinny_vector must be 4, 8 or 16";
+    if (!power_of_two(t->skinny_nn_slices) || t->skinny_nn_slices > 64 || t->skinny_nn_slices > t->skinny_nn_items)
+        return "skinny_nn_slices must be a power of two from 1 to 64, at most skinny_nn_items";
     return NULL;
 }
 
