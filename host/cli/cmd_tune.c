@@ -977,10 +977,59 @@ done:
     return rc;
 }
 
+/* --export: the parameters that apply to the device now (the user file, the built-in table or the
+   defaults), for V2-Lite's 16 heads and V3's 128 and for both shape classes of K, written into the
+   tuning file as whole entries, every parameter named: a file to edit and try (CLMLA_KERNEL_TUNING),
+   whose entries then hold what the device ran rather than the defaults for what they leave out. */
+static int export_kernels(const char *device, int dry_run, const char *out)
+{
+    char path[4096];
+    const int bad = kernel_tuning_target(out, dry_run, path, sizeof(path));
+    if (bad)
+        return bad;
+    clmla_context *ctx = NULL;
+    if (cli_context_create(device, &ctx) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla tune: %s\n", clmla_last_error(NULL));
+        return 1;
+    }
+    clmla_device_info info;
+    clmla_context_device(ctx, &info);
+    clmla_context_destroy(ctx);
+    static const int heads[] = {16, 128};
+    static const size_t ks[] = {2048, 7168};
+    for (int i = 0; i < 4; i++) {
+        const char *source = NULL;
+        char note[256];
+        clmla_status st;
+        if (i < 2) {
+            clmla_latent_tuning t;
+            if (clmla_latent_tuning_lookup(&info, heads[i], &t, &source) != CLMLA_SUCCESS)
+                printf("warning: %s\n", clmla_last_error(NULL));
+            snprintf(note, sizeof(note), "exported from %s", source);
+            st = dry_run ? CLMLA_SUCCESS : clmla_latent_tuning_save(path, &info, heads[i], &t, note);
+            printf("attn_latent, %d heads: %s\n", heads[i], source);
+        } else {
+            clmla_product_tuning t;
+            if (clmla_product_tuning_lookup(&info, ks[i - 2], &t, &source) != CLMLA_SUCCESS)
+                printf("warning: %s\n", clmla_last_error(NULL));
+            snprintf(note, sizeof(note), "exported from %s", source);
+            st = dry_run ? CLMLA_SUCCESS : clmla_product_tuning_save(path, &info, ks[i - 2], &t, note);
+            printf("products, K %s 4096: %s\n", i == 2 ? "<=" : "> ", source);
+        }
+        if (st != CLMLA_SUCCESS) {
+            fprintf(stderr, "clmla tune: %s\n", clmla_last_error(NULL));
+            return 1;
+        }
+    }
+    if (!dry_run)
+        printf("written to %s\n", path);
+    return 0;
+}
+
 int cmd_tune(int argc, char **argv)
 {
     int help = 0, size = 1024, candidates = 40, dry_run = 0, kernels = 0, heads = 16, ctx_len = 4096, quick = 0;
-    int latent = 0, products = 0;
+    int latent = 0, products = 0, export_tuning = 0;
     double max_seconds = 0;
     const char *device = NULL, *out = NULL, *cache_dtype = "f32";
     cli_option opts[] = {
@@ -1000,6 +1049,8 @@ int cmd_tune(int argc, char **argv)
         {"ctx", CLI_INT, &ctx_len, "N  with --kernels: keys per sequence timed (default 4096)"},
         {"cache-dtype", CLI_STRING, &cache_dtype, "f16|bf16|fp8  with --kernels --latent: time over a cache of that\n"
                                                   "                       dtype and tune group_decode_heads alone (GPUs)"},
+        {"export", CLI_FLAG, &export_tuning, "with --kernels: measure nothing, write the parameters that apply to the\n"
+                                             "                       device now (16 and 128 heads, both K classes) into the file"},
         {"quick", CLI_FLAG, &quick, "with --kernels: a small grid (latent: two candidates at ctx 512; products:\n"
                                     "                       V2-Lite's o_proj, f32 and bf16, 128 prefill rows)"},
         {"help", CLI_FLAG, &help, "this text"},
@@ -1017,6 +1068,12 @@ int cmd_tune(int argc, char **argv)
                   opts);
         return 0;
     }
+    if (export_tuning && !kernels) {
+        fprintf(stderr, "clmla tune: --export goes with --kernels\n");
+        return 2;
+    }
+    if (kernels && export_tuning)
+        return export_kernels(device, dry_run, out);
     if (kernels) {
         if (heads < 1 || heads > 1024 || ctx_len < 64 || ctx_len > 65536) {
             fprintf(stderr, "clmla tune: --heads must be 1..1024 and --ctx 64..65536\n");
