@@ -14,11 +14,11 @@
 #   products  the product tuner into the same file (226 s on an H100, mostly compiling; its
 #          defaults won there, so a device with a built-in entry can leave it out)
 #   ab     the experimental parameters against the parameters in force, each after its baseline
-#          (a copy of the tuning file with them set; needs python3): latent decode at V2-Lite's and
-#          V3's shapes over every cache dtype, then over f16/bf16/fp8 with 16 and 8 heads per item
-#          in attn_latent's score step (group_decode_heads); prefill and chunks after a prefix by
-#          both paths (AUTO's crossover), then the decompressed ones with attn_prefill_tiled
-#          (prefill_tiled 1)
+#          (a copy of the tuning file with them set; needs python3): the layer step at V2-Lite's and
+#          V3's shapes, and its kernels traced, with K split over a work-group in the per-head W^UK
+#          product (skinny_nn_slices 8 and 16); then latent decode at V2-Lite's and V3's shapes over
+#          every cache dtype (and f16/bf16/fp8 with group_decode_heads 4 against the default 8), and
+#          prefill and chunks after a prefix by both paths (AUTO's crossover)
 #   bench  the rest of clmla-bench: V3's decode products (f32 / bf16 / fp8, 1 and 8 rows),
 #          multi-token decode at 16 and 8 heads (8: folded into the heads), the layer step (and its
 #          kernels, traced: CLMLA_TRACE, tools/trace_summary.py), V3's absorbed prefill with fp8
@@ -62,23 +62,24 @@ step() {
     tail -n 3 "$out/$name.txt"
 }
 
-# variant_tuning FILE NAME=VALUE...: FILE = the tuning in force (CLMLA_KERNEL_TUNING, else none) with
-# those latent parameters set in every attn_latent entry and in an "any" one for this device
-# (OUT/devices.json: clmla devices --json); needs python3
+# variant_tuning FILE KERNEL NAME=VALUE...: FILE = the parameters in force for this device (clmla tune
+# --kernels --export: whole entries for 16 and 128 heads and both K classes, from the tuning file in
+# force, the built-in table or the defaults) with those parameters set in every entry of KERNEL
+# (attn_latent or products), so that a variant differs from its baseline in them alone; needs python3
 variant_tuning() {
-    python3 - "$out/devices.json" "${CLMLA_KERNEL_TUNING:-}" "$@" <<'PY' >>"$out/summary.txt" 2>&1
+    rm -f "$1.base"
+    "$clmla" tune --kernels --export --out "$1.base" >>"$out/summary.txt" 2>&1 || return 0
+    python3 - "$1.base" "$@" <<'PY' >>"$out/summary.txt" 2>&1
 import json, sys
-dev = [d for d in json.load(open(sys.argv[1])) if d.get("default")][0]
-entries = json.load(open(sys.argv[2])) if sys.argv[2] else []
-latent = [e for e in entries if e.get("kernel") == "attn_latent"]
-if not any(e.get("heads") == "any" for e in latent):
-    latent.append({"kernel": "attn_latent", "vendor": dev["vendor"], "device": dev["name"], "heads": "any"})
-for e in latent:
-    for kv in sys.argv[4:]:
-        k, v = kv.split("=")
-        e.setdefault("parameters", {})[k] = int(v)
-json.dump([e for e in entries if e.get("kernel") != "attn_latent"] + latent, open(sys.argv[3], "w"), indent=1)
+entries = json.load(open(sys.argv[1]))
+for e in entries:
+    if e.get("kernel") == sys.argv[3]:
+        for kv in sys.argv[4:]:
+            k, v = kv.split("=")
+            e["parameters"][k] = int(v)
+json.dump(entries, open(sys.argv[2], "w"), indent=1)
 PY
+    rm -f "$1.base"
 }
 
 part_tune() {
@@ -108,45 +109,52 @@ bench_setup() {
 }
 
 # Experimental parameters, off by default until measured, each right after its baseline with the
-# parameters in force: more heads per item in attn_latent's score step for decoded caches
-# (group_decode_heads 16 and 8) and attn_prefill_tiled for the decompressed prefill (prefill_tiled)
+# parameters in force: gemm_skinny_nn_split for the per-head W^UK product at decode (the product
+# tuning's skinny_nn_slices 8 over 64 items, 16 over 256), timed in the layer step and traced kernel
+# by kernel; then latent decode over every cache dtype, with group_decode_heads 4 beside the default 8
+# (the A/B of 2026-11-26 ran its variants with the defaults' other parameters, not the H100 entries'),
+# and both paths by prefix
 part_ab() {
     bench_setup
-    dh16="$out/kernel-tuning-decode16.json"
-    dh8="$out/kernel-tuning-decode8.json"
-    tiled="$out/kernel-tuning-tiled.json"
-    variant_tuning "$dh16" group_decode_heads=16
-    variant_tuning "$dh8" group_decode_heads=8
-    variant_tuning "$tiled" prefill_tiled=1
-    # each shape's baseline, then its variants (so that a run cut short still has whole pairs)
+    nn8="$out/kernel-tuning-nn8.json"
+    nn16="$out/kernel-tuning-nn16.json"
+    variant_tuning "$nn8" products skinny_nn_slices=8
+    variant_tuning "$nn16" products skinny_nn_items=256 skinny_nn_slices=16
+    dh4="$out/kernel-tuning-dh4.json"
+    variant_tuning "$dh4" attn_latent group_decode_heads=4
+    for v in base nn8 nn16; do
+        f=""
+        [ "$v" = base ] || f="$out/kernel-tuning-$v.json"
+        [ "$v" = base ] || { [ -s "$f" ] && [ -e "$out/.done-ab-layer-base" ]; } || continue # a variant only beside its baseline
+        step ab-layer-$v 25 env ${f:+CLMLA_KERNEL_TUNING="$f"} "$bench" $peaks --phase layer --batch 1,8 --ctx 4096 \
+            --weights-dtype f32,bf16,fp8 --json "$out/ab-layer-$v.json"
+        step ab-layer-v3-$v 25 env ${f:+CLMLA_KERNEL_TUNING="$f"} "$bench" $peaks --phase layer --preset v3 --batch 1 \
+            --ctx 4096 --weights-dtype f32,fp8 --json "$out/ab-layer-v3-$v.json"
+        for run in v2-lite:f32 v3:fp8; do
+            preset=${run%%:*}
+            w=${run#*:}
+            step ab-trace-$preset-$w-$v 20 env ${f:+CLMLA_KERNEL_TUNING="$f"} CLMLA_TRACE="$out/ab-trace-$preset-$w-$v.tsv" \
+                "$bench" $peaks --phase layer --preset "$preset" --batch 1 --ctx 4096 --weights-dtype "$w" --max-time 0.5
+            [ -s "$out/ab-trace-$preset-$w-$v.tsv" ] && step ab-trace-summary-$preset-$w-$v 5 python3 \
+                "$(dirname "$0")/trace_summary.py" "$out/ab-trace-$preset-$w-$v.tsv" --skip 50 --per attn_latent
+        done
+    done
     for shape in v2-lite v3; do
-        # (step() sets name and estimate: these are the loop's own)
         tag=$shape
         [ "$shape" = v2-lite ] && tag=v2lite
         secs=40
         [ "$shape" = v3 ] && secs=50
         step bench-decode-$tag $secs "$bench" $peaks --phase decode --preset "$shape" --path absorbed \
             --batch 1,8,32 --ctx 4096,32768 --cache-dtype f32,f16,bf16,fp8 --json "$out/decode-$tag.json"
-        for v in 16 8; do
-            f="$out/kernel-tuning-decode$v.json"
-            [ -s "$f" ] && [ -e "$out/.done-bench-decode-$tag" ] || continue # a variant only beside its baseline
-            step bench-decode-$tag-dh$v $((secs / 2)) env CLMLA_KERNEL_TUNING="$f" "$bench" $peaks --phase decode \
-                --preset "$shape" --path absorbed --batch 1,8,32 --ctx 4096,32768 --cache-dtype f16,bf16,fp8 \
-                --json "$out/decode-$tag-dh$v.json"
-        done
+        # group_decode_heads 4 (the form before 8 became the default) beside it, all else as in force
+        [ -s "$dh4" ] && [ -e "$out/.done-bench-decode-$tag" ] && step bench-decode-$tag-dh4 $((secs / 2)) \
+            env CLMLA_KERNEL_TUNING="$dh4" "$bench" $peaks --phase decode --preset "$shape" --path absorbed \
+            --batch 1,8,32 --ctx 4096,32768 --cache-dtype f16,bf16,fp8 --json "$out/decode-$tag-dh4.json"
     done
     step bench-prefill 45 "$bench" $peaks --phase prefill --path decompressed,absorbed --ctx 512,4096 \
         --weights-dtype f32,bf16 --json "$out/prefill.json"
     step bench-prefix 40 "$bench" $peaks --phase prefill --path absorbed,decompressed --ctx 16,64,256,1024 \
         --prefix 0,1024,4096 --json "$out/prefix.json"
-    if [ -s "$tiled" ] && [ -e "$out/.done-bench-prefill" ]; then
-        step bench-prefill-tiled 30 env CLMLA_KERNEL_TUNING="$tiled" "$bench" $peaks --phase prefill \
-            --path decompressed --ctx 512,4096 --json "$out/prefill-tiled.json"
-    fi
-    if [ -s "$tiled" ] && [ -e "$out/.done-bench-prefix" ]; then
-        step bench-prefix-tiled 30 env CLMLA_KERNEL_TUNING="$tiled" "$bench" $peaks --phase prefill \
-            --path decompressed --ctx 16,64,256,1024 --prefix 0,1024,4096 --json "$out/prefix-tiled.json"
-    fi
 }
 
 part_bench() {

@@ -71,15 +71,28 @@ def device_line(folder):
     print()
 
 
+def dh_variants(folder, tag):
+    """The group_decode_heads variants a folder holds for a shape: {heads per item: its rows}."""
+    out = {}
+    for name in os.listdir(folder):
+        prefix = f"decode-{tag}-dh"
+        if name.startswith(prefix) and name.endswith(".json") and name[len(prefix):-5].isdigit():
+            out[int(name[len(prefix):-5])] = load(folder, name)
+    return out
+
+
 def decode_ab(folder):
     fields = ("batch", "ctx", "cache_dtype")
     for tag, preset in (("v2lite", "v2-lite"), ("v3", "v3")):
         base = by([r for r in load(folder, f"decode-{tag}.json") if r.get("phase") == "decode"], fields)
-        variants = {v: by(load(folder, f"decode-{tag}-dh{v}.json"), fields) for v in (16, 8)}
         if not base:
             continue
-        print(f"**group_decode_heads at {preset}** (latent decode; 4 = the parameters in force; ratio = "
-              f"variant / 4; f16 / fp8 columns: that cache's time over f16's):")
+        variants = {v: by(rows, fields) for v, rows in sorted(dh_variants(folder, tag).items())}
+        if variants:
+            print(f"**group_decode_heads at {preset}** (latent decode; base = the parameters in force; ratio = "
+                  f"variant / base; last column: that cache's time over f16's, base):")
+        else:
+            print(f"**Latent decode at {preset}, decoded caches** (last column: that cache's time over f16's):")
         print()
         rows = []
         for k in sorted(base, key=lambda k: (k[0], k[1], str(k[2]))):
@@ -87,16 +100,57 @@ def decode_ab(folder):
             if k[2] == "f32":
                 continue
             cells = [k[0], k[1], k[2], ms(b["median_ms"]), pct(b.get("of_bound"))]
-            for v in (16, 8):
+            for v in variants:
                 r = variants[v].get(k)
                 cells += [ms(r["median_ms"]) if r else "-", ratio(r["median_ms"] if r else None, b["median_ms"])]
             f16 = base.get((k[0], k[1], "f16"))
             cells.append(ratio(b["median_ms"], f16["median_ms"] if f16 else None))
             rows.append(cells)
-        table(["batch", "ctx", "cache", "4: ms", "%bound", "16: ms", "16 / 4", "8: ms", "8 / 4", "over f16 (4)"], rows)
+        header = ["batch", "ctx", "cache", "base: ms", "%bound"]
+        for v in variants:
+            header += [f"{v}: ms", f"{v} / base"]
+        table(header + ["over f16"], rows)
         f32 = [base[k] for k in sorted(base) if k[2] == "f32"]
         table(["batch", "ctx", "f32 cache ms", "%bound", "bound by"],
               [[r["batch"], r["ctx"], ms(r["median_ms"]), pct(r.get("of_bound")), r.get("bound_by")] for r in f32])
+
+
+def nn_ab(folder):
+    """The layer step with gemm_skinny_nn_split (skinny_nn_slices 8, 16) beside the kernel in force,
+    and the W^UK kernel's median from each traced step."""
+    fields = ("preset", "batch", "weights_dtype")
+    runs = {v: by([r for n in (f"ab-layer-{v}.json", f"ab-layer-v3-{v}.json") for r in load(folder, n)
+                   if r.get("phase") == "layer"], fields) for v in ("base", "nn8", "nn16")}
+    if not runs["base"]:
+        return
+    print("**skinny_nn_slices** (the layer step, ctx 4096, ms; ratio = variant / base):")
+    print()
+    rows = []
+    for k in sorted(runs["base"], key=lambda k: (k[0], k[1], str(k[2]))):
+        b = runs["base"][k]["median_ms"]
+        cells = [k[0], k[1], k[2], ms(b)]
+        for v in ("nn8", "nn16"):
+            r = runs[v].get(k)
+            cells += [ms(r["median_ms"]) if r else "-", ratio(r["median_ms"] if r else None, b)]
+        rows.append(cells)
+    table(["shape", "batch", "weights", "base ms", "8 slices ms", "8 / base", "16 slices ms", "16 / base"], rows)
+    rows = []
+    for run in ("v2-lite-f32", "v3-fp8"):
+        cells = [run]
+        for v in ("base", "nn8", "nn16"):
+            path = os.path.join(folder, f"ab-trace-summary-{run}-{v}.txt")
+            found = "-"
+            if os.path.exists(path):
+                with open(path) as f:
+                    for line in f:
+                        parts = line.split()
+                        if len(parts) > 3 and parts[0] == "kernel" and parts[1].startswith("gemm_skinny_nn"):
+                            found = f"{parts[1]} {parts[3]} us"
+            cells.append(found)
+        rows.append(cells)
+    print("The per-head W^UK product in the traced steps (its kernel, median per call):")
+    print()
+    table(["step", "base", "8 slices", "16 slices"], rows)
 
 
 def prefill_ab(folder):
@@ -108,8 +162,11 @@ def prefill_ab(folder):
             continue
         tiled = by(load(folder, var_name), fields)
         both = by(base, fields)
-        print(f"**{what}**: absorbed and decompressed (attn_prefill), and the decompressed path with "
-              f"prefill_tiled 1 (attn_prefill_tiled):")
+        if tiled: # a folder of 2026-11-26, when attn_prefill was the default
+            print(f"**{what}**: absorbed and decompressed (attn_prefill), and the decompressed path with "
+                  f"prefill_tiled 1 (attn_prefill_tiled):")
+        else:
+            print(f"**{what}**: absorbed and decompressed (the kernels in force), ms:")
         print()
         rows = []
         seen = set()
@@ -121,12 +178,17 @@ def prefill_ab(folder):
             a = both.get(("absorbed",) + k)
             d = both.get(("decompressed",) + k)
             t = tiled.get(("decompressed",) + k)
-            rows.append([k[0], k[1] or 0, k[2], ms(a["median_ms"]) if a else "-", ms(d["median_ms"]) if d else "-",
-                         ms(t["median_ms"]) if t else "-", ratio(t["median_ms"] if t else None,
-                                                                 d["median_ms"] if d else None),
-                         ratio(a["median_ms"] if a else None, t["median_ms"] if t else None)])
-        table(["tokens", "prefix", "weights", "absorbed ms", "decompressed ms", "tiled ms", "tiled / decompressed",
-               "absorbed / tiled"], rows)
+            cells = [k[0], k[1] or 0, k[2], ms(a["median_ms"]) if a else "-", ms(d["median_ms"]) if d else "-"]
+            if tiled:
+                cells += [ms(t["median_ms"]) if t else "-", ratio(t["median_ms"] if t else None,
+                                                                   d["median_ms"] if d else None),
+                          ratio(a["median_ms"] if a else None, t["median_ms"] if t else None)]
+            else:
+                cells.append(ratio(a["median_ms"] if a else None, d["median_ms"] if d else None))
+            rows.append(cells)
+        header = ["tokens", "prefix", "weights", "absorbed ms", "decompressed ms"]
+        table(header + (["tiled ms", "tiled / decompressed", "absorbed / tiled"] if tiled else
+                        ["absorbed / decompressed"]), rows)
 
 
 def products(folder):
@@ -225,17 +287,17 @@ def goals(folder):
                         f"{min(ratios):.2f}x - {max(ratios):.2f}x", "met" if min(ratios) >= goal else "not met"])
     for tag in ("v2lite", "v3"):
         best = {}
-        for name in (f"decode-{tag}.json", f"decode-{tag}-dh16.json", f"decode-{tag}-dh8.json"):
-            for r in load(folder, name):
+        for rows in [load(folder, f"decode-{tag}.json")] + list(dh_variants(folder, tag).values()):
+            for r in rows:
                 if r.get("phase") == "decode" and r.get("cache_dtype") in ("f16", "fp8"):
                     k = (r["batch"], r["ctx"], r["cache_dtype"])
                     best[k] = min(best.get(k, float("inf")), r["median_ms"])
         ratios = [best[(b, c, "fp8")] / best[(b, c, "f16")] for (b, c, d) in best if d == "fp8" and (b, c, "f16") in best]
         if ratios:
-            out.append(["23", f"{tag} latent decode: fp8 cache faster than f16 (best of group_decode_heads 4 / 8 / 16)",
+            out.append(["23", f"{tag} latent decode: fp8 cache faster than f16 (best of the group_decode_heads run)",
                         f"fp8 / f16 {min(ratios):.2f} - {max(ratios):.2f}", "met" if max(ratios) < 1 else "not met"])
-    layer = by([r for n in ("layer.json", "layer-v3.json") for r in load(folder, n) if r.get("phase") == "layer"],
-               ("preset", "batch", "weights_dtype"))
+    layer = by([r for n in ("ab-layer-base.json", "ab-layer-v3-base.json", "layer.json", "layer-v3.json")
+                for r in load(folder, n) if r.get("phase") == "layer"], ("preset", "batch", "weights_dtype"))
     for preset, w, goal in (("v2-lite", "bf16", 1.4), ("v3", "fp8", 1.8)):
         a, b = layer.get((preset, 1, "f32")), layer.get((preset, 1, w))
         if a and b:
@@ -254,6 +316,7 @@ def main():
     folder = sys.argv[1]
     device_line(folder)
     goals(folder)
+    nn_ab(folder)
     decode_ab(folder)
     prefill_ab(folder)
     products(folder)
