@@ -292,7 +292,7 @@ clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning 
    and "driver" (optional: match only that platform name / driver version), "heads" (a head count
    or "any"), "parameters": {"rows_heads", "rows_keys", "rows_groups_per_cu", "group_heads",
    "group_keys", "group_max_items", "group_groups_per_cu", "group_query_layout", "group_fold",
-   "prefill_tiled", "group_decode_heads"} (any subset; the
+   "prefill_tiled", "group_decode_heads", "group_min_split_keys"} (any subset; the
    rest are defaults)};
    the same file holds the "products" entries of "Product kernel tuning" below.
    An entry for the exact head count wins over an "any" one. The file is read once per process, at
@@ -329,6 +329,12 @@ typedef struct clmla_latent_tuning {
        keys become group_keys x 4 / group_decode_heads (at least 1). On an H100, 8 against 4: fp8
        caches 0.60-0.90 of the time, f16 and bf16 0.79-1.09 (docs/BENCHMARKS.md). */
     int group_decode_heads;
+    /* added in 0.4: attn_latent's split-KV: the fewest keys one work-group of a split takes, 16..4096
+       (default 128). Few sequences over a long context are split until the device has
+       group_groups_per_cu groups per compute unit or the splits reach this size: on an H100 a
+       sequence of 4096 keys at 16 heads made 32 groups for 132 compute units, each about 60 us.
+       Smaller splits give more groups (and more partial results to combine). */
+    int group_min_split_keys;
 } clmla_latent_tuning;
 
 /* The parameters clmla used before any tuning. */

@@ -682,6 +682,20 @@ int main(void)
         printf("kernel attn_latent, group_decode_heads %d: %s\n", decode_heads[i],
                check_failed == failed_before ? "all cases pass" : "FAILURES above");
     }
+    /* attn_latent with a sequence's keys split as finely as the tuning allows (group_min_split_keys
+       16: splits shorter than a tile of the score step, many partial results to combine) */
+    {
+        const int failed_before = check_failed;
+        clmla_latent_tuning t;
+        clmla_latent_tuning_defaults(&t);
+        t.group_min_split_keys = 16;
+        clmla_context_set_latent_tuning(ctx, &t);
+        clmla_attention_set_variant(ctx, CLMLA_LATENT_GROUP);
+        run_all();
+        clmla_context_set_latent_tuning(ctx, NULL);
+        printf("kernel attn_latent, group_min_split_keys 16: %s\n",
+               check_failed == failed_before ? "all cases pass" : "FAILURES above");
+    }
     clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
 
     clmla_context_destroy(ctx);

@@ -107,6 +107,11 @@ static void test_parse(void)
     CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, "group_decode_heads"),
           "group_decode_heads 12");
     CHECK(clmla_latent_tuning_check(&d, &w) == CLMLA_SUCCESS && !w, "defaults refused");
+    t = d;
+    t.group_min_split_keys = 8;
+    CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, "group_min_split_keys"),
+          "group_min_split_keys 8");
+    CHECK(d.group_min_split_keys == 128, "default group_min_split_keys %d", d.group_min_split_keys);
     CHECK(d.group_query_layout == 1 && d.prefill_tiled == 1 && d.group_decode_heads == 8,
           "defaults: query layout %d, prefill_tiled %d, group_decode_heads %d", d.group_query_layout, d.prefill_tiled,
           d.group_decode_heads);

@@ -240,8 +240,10 @@ static void kt_print(const clmla_latent_tuning *t, int rows, int decoded)
     if (rows)
         printf("rows_heads=%-2d rows_keys=%-2d rows_groups_per_cu=%-2d", t->rows_heads, t->rows_keys, t->rows_groups_per_cu);
     else
-        printf("group_heads=%-2d group_keys=%d group_max_items=%-4d group_groups_per_cu=%-2d group_query_layout=%d",
-               t->group_heads, t->group_keys, t->group_max_items, t->group_groups_per_cu, t->group_query_layout);
+        printf("group_heads=%-2d group_keys=%d group_max_items=%-4d group_groups_per_cu=%-2d group_query_layout=%d "
+               "group_min_split_keys=%-4d",
+               t->group_heads, t->group_keys, t->group_max_items, t->group_groups_per_cu, t->group_query_layout,
+               t->group_min_split_keys);
     if (decoded)
         printf(" group_decode_heads=%-2d", t->group_decode_heads);
 }
@@ -373,6 +375,14 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
                                 n < MAX_CANDIDATES && !quick)
                                 cands[n++] = t;
                         }
+        /* smaller splits of one sequence's keys (more work-groups at batch 1), the rest as in force */
+        static const int splits[] = {32, 64};
+        for (int i = 0; i < 2 && !quick; i++) {
+            clmla_latent_tuning t = base;
+            t.group_min_split_keys = splits[i];
+            if (memcmp(&t, &base, sizeof(t)) != 0 && n < MAX_CANDIDATES)
+                cands[n++] = t;
+        }
     }
     printf("tuning %s on %s (%s, %s, driver %s): %d heads, rkv %d, dr %d, %s cache, ctx %d, batch 1 and 8, %d "
            "candidates\n",

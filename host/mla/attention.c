@@ -15,8 +15,6 @@
 /* Upper bound on the partial-result workspace. */
 #define MAX_SPLIT_WORKSPACE_BYTES ((size_t)256 << 20)
 
-/* attn_latent's split-KV: keys per split at least this (one tile of 128 keys with 16 heads). */
-#define MIN_SPLIT_TOKENS_GROUP 128
 /* The kernels' parameters (heads per group or item, keys per item or tile, work-group size, groups
    per compute unit) come from clmla_latent_tuning_for (kernel_tuning.h: a forced set, the user's kernel
    tuning file, the built-in table, else the defaults, which are the values below).
@@ -210,7 +208,7 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
        one working group per fold tokens, the others stop at once). */
     const long long groups = ((long long)p->num_tokens + fold - 1) / fold * head_groups;
     const long long per_cu = rows ? tn.rows_groups_per_cu : tn.group_groups_per_cu;
-    const int min_split = rows ? MIN_SPLIT_TOKENS : MIN_SPLIT_TOKENS_GROUP;
+    const int min_split = rows ? MIN_SPLIT_TOKENS : tn.group_min_split_keys; /* attn_latent: the tuning's (128) */
     const long long target = per_cu * (ctx->info.compute_units ? ctx->info.compute_units : 1);
     int splits = 1;
     if (groups < target && keys > min_split) {
