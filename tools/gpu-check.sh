@@ -16,9 +16,10 @@
 #   ab     the experimental parameters against the parameters in force, each after its baseline
 #          (a copy of the tuning file with them set; needs python3): the layer step at V2-Lite's and
 #          V3's shapes, and its kernels traced, with K split over a work-group in the per-head W^UK
-#          product (skinny_nn_slices 8 and 16); then latent decode at V2-Lite's and V3's shapes over
-#          every cache dtype (and f16/bf16/fp8 with group_decode_heads 4 against the default 8), and
-#          prefill and chunks after a prefix by both paths (AUTO's crossover)
+#          product (skinny_nn_slices 8 and 16) and with splits of 32 keys in attn_latent
+#          (group_min_split_keys); then latent decode at V2-Lite's and V3's shapes over every cache
+#          dtype (and f16/bf16/fp8 with group_decode_heads 4 against the default 8, f32/fp8 with
+#          splits of 32 keys), and prefill and chunks after a prefix by both paths (AUTO's crossover)
 #   bench  the rest of clmla-bench: V3's decode products (f32 / bf16 / fp8, 1 and 8 rows),
 #          multi-token decode at 16 and 8 heads (8: folded into the heads), the layer step (and its
 #          kernels, traced: CLMLA_TRACE, tools/trace_summary.py), V3's absorbed prefill with fp8
@@ -110,8 +111,9 @@ bench_setup() {
 
 # Experimental parameters, off by default until measured, each right after its baseline with the
 # parameters in force: gemm_skinny_nn_split for the per-head W^UK product at decode (the product
-# tuning's skinny_nn_slices 8 over 64 items, 16 over 256), timed in the layer step and traced kernel
-# by kernel; then latent decode over every cache dtype, with group_decode_heads 4 beside the default 8
+# tuning's skinny_nn_slices 8 over 64 items, 16 over 256) and splits of 32 keys in attn_latent
+# (group_min_split_keys), timed in the layer step and traced kernel by kernel; then latent decode
+# over every cache dtype, with splits of 32 keys and group_decode_heads 4 beside the defaults
 # (the A/B of 2026-11-26 ran its variants with the defaults' other parameters, not the H100 entries'),
 # and both paths by prefix
 part_ab() {
@@ -122,7 +124,8 @@ part_ab() {
     variant_tuning "$nn16" products skinny_nn_items=256 skinny_nn_slices=16
     dh4="$out/kernel-tuning-dh4.json"
     variant_tuning "$dh4" attn_latent group_decode_heads=4
-    for v in base nn8 nn16; do
+    variant_tuning "$out/kernel-tuning-ms32.json" attn_latent group_min_split_keys=32
+    for v in base nn8 nn16 ms32; do
         f=""
         [ "$v" = base ] || f="$out/kernel-tuning-$v.json"
         [ "$v" = base ] || { [ -s "$f" ] && [ -e "$out/.done-ab-layer-base" ]; } || continue # a variant only beside its baseline
@@ -150,6 +153,11 @@ part_ab() {
         [ -s "$dh4" ] && [ -e "$out/.done-bench-decode-$tag" ] && step bench-decode-$tag-dh4 $((secs / 2)) \
             env CLMLA_KERNEL_TUNING="$dh4" "$bench" $peaks --phase decode --preset "$shape" --path absorbed \
             --batch 1,8,32 --ctx 4096,32768 --cache-dtype f16,bf16,fp8 --json "$out/decode-$tag-dh4.json"
+        # splits of 32 keys (group_min_split_keys; 128 in force) beside it
+        [ -s "$out/kernel-tuning-ms32.json" ] && [ -e "$out/.done-bench-decode-$tag" ] && step bench-decode-$tag-ms32 \
+            $((secs / 2)) env CLMLA_KERNEL_TUNING="$out/kernel-tuning-ms32.json" "$bench" $peaks --phase decode \
+            --preset "$shape" --path absorbed --batch 1,8,32 --ctx 4096,32768 --cache-dtype f32,fp8 \
+            --json "$out/decode-$tag-ms32.json"
     done
     step bench-prefill 45 "$bench" $peaks --phase prefill --path decompressed,absorbed --ctx 512,4096 \
         --weights-dtype f32,bf16 --json "$out/prefill.json"

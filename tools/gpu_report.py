@@ -71,13 +71,18 @@ def device_line(folder):
     print()
 
 
-def dh_variants(folder, tag):
-    """The group_decode_heads variants a folder holds for a shape: {heads per item: its rows}."""
+def decode_variants(folder, tag):
+    """The latent decode variants a folder holds for a shape, {label: rows}: decode-TAG-dhN.json
+    (group_decode_heads N), decode-TAG-msN.json (group_min_split_keys N)."""
     out = {}
-    for name in os.listdir(folder):
-        prefix = f"decode-{tag}-dh"
-        if name.startswith(prefix) and name.endswith(".json") and name[len(prefix):-5].isdigit():
-            out[int(name[len(prefix):-5])] = load(folder, name)
+    prefix = f"decode-{tag}-"
+    for name in sorted(os.listdir(folder)):
+        if not (name.startswith(prefix) and name.endswith(".json")):
+            continue
+        v = name[len(prefix):-5]
+        for short, label in (("dh", "group_decode_heads"), ("ms", "group_min_split_keys")):
+            if v.startswith(short) and v[len(short):].isdigit():
+                out[f"{label} {v[len(short):]}"] = load(folder, name)
     return out
 
 
@@ -87,9 +92,9 @@ def decode_ab(folder):
         base = by([r for r in load(folder, f"decode-{tag}.json") if r.get("phase") == "decode"], fields)
         if not base:
             continue
-        variants = {v: by(rows, fields) for v, rows in sorted(dh_variants(folder, tag).items())}
+        variants = {v: by(rows, fields) for v, rows in decode_variants(folder, tag).items()}
         if variants:
-            print(f"**group_decode_heads at {preset}** (latent decode; base = the parameters in force; ratio = "
+            print(f"**Latent decode variants at {preset}** (base = the parameters in force; ratio = "
                   f"variant / base; last column: that cache's time over f16's, base):")
         else:
             print(f"**Latent decode at {preset}, decoded caches** (last column: that cache's time over f16's):")
@@ -97,7 +102,7 @@ def decode_ab(folder):
         rows = []
         for k in sorted(base, key=lambda k: (k[0], k[1], str(k[2]))):
             b = base[k]
-            if k[2] == "f32":
+            if k[2] == "f32" and not any(k in rows for rows in variants.values()):
                 continue
             cells = [k[0], k[1], k[2], ms(b["median_ms"]), pct(b.get("of_bound"))]
             for v in variants:
@@ -119,38 +124,45 @@ def nn_ab(folder):
     """The layer step with gemm_skinny_nn_split (skinny_nn_slices 8, 16) beside the kernel in force,
     and the W^UK kernel's median from each traced step."""
     fields = ("preset", "batch", "weights_dtype")
+    names = {"nn8": "skinny_nn_slices 8", "nn16": "skinny_nn_slices 16", "ms32": "group_min_split_keys 32"}
     runs = {v: by([r for n in (f"ab-layer-{v}.json", f"ab-layer-v3-{v}.json") for r in load(folder, n)
-                   if r.get("phase") == "layer"], fields) for v in ("base", "nn8", "nn16")}
+                   if r.get("phase") == "layer"], fields) for v in ["base"] + list(names)}
     if not runs["base"]:
         return
-    print("**skinny_nn_slices** (the layer step, ctx 4096, ms; ratio = variant / base):")
+    print("**The layer step's variants** (ctx 4096, ms; ratio = variant / base): " +
+          "; ".join(f"{v}: {n}" for v, n in names.items()))
     print()
     rows = []
     for k in sorted(runs["base"], key=lambda k: (k[0], k[1], str(k[2]))):
         b = runs["base"][k]["median_ms"]
         cells = [k[0], k[1], k[2], ms(b)]
-        for v in ("nn8", "nn16"):
+        for v in names:
             r = runs[v].get(k)
             cells += [ms(r["median_ms"]) if r else "-", ratio(r["median_ms"] if r else None, b)]
         rows.append(cells)
-    table(["shape", "batch", "weights", "base ms", "8 slices ms", "8 / base", "16 slices ms", "16 / base"], rows)
+    header = ["shape", "batch", "weights", "base ms"]
+    for v in names:
+        header += [f"{v} ms", f"{v} / base"]
+    table(header, rows)
     rows = []
     for run in ("v2-lite-f32", "v3-fp8"):
-        cells = [run]
-        for v in ("base", "nn8", "nn16"):
-            path = os.path.join(folder, f"ab-trace-summary-{run}-{v}.txt")
-            found = "-"
-            if os.path.exists(path):
-                with open(path) as f:
-                    for line in f:
-                        parts = line.split()
-                        if len(parts) > 3 and parts[0] == "kernel" and parts[1].startswith("gemm_skinny_nn"):
-                            found = f"{parts[1]} {parts[3]} us"
-            cells.append(found)
-        rows.append(cells)
-    print("The per-head W^UK product in the traced steps (its kernel, median per call):")
+        for kernel in ("gemm_skinny_nn", "attn_latent"):
+            cells = [run, kernel]
+            for v in ["base"] + list(names):
+                path = os.path.join(folder, f"ab-trace-summary-{run}-{v}.txt")
+                found = "-"
+                if os.path.exists(path):
+                    with open(path) as f:
+                        for line in f:
+                            parts = line.split()
+                            if len(parts) > 3 and parts[0] == "kernel" and parts[1].startswith(kernel):
+                                found = f"{parts[1]} {parts[3]} us"
+                                break
+                cells.append(found)
+            rows.append(cells)
+    print("W^UK's and the latent attention's kernels in the traced steps (median per call):")
     print()
-    table(["step", "base", "8 slices", "16 slices"], rows)
+    table(["step", "kernel", "base"] + list(names), rows)
 
 
 def prefill_ab(folder):
@@ -287,14 +299,14 @@ def goals(folder):
                         f"{min(ratios):.2f}x - {max(ratios):.2f}x", "met" if min(ratios) >= goal else "not met"])
     for tag in ("v2lite", "v3"):
         best = {}
-        for rows in [load(folder, f"decode-{tag}.json")] + list(dh_variants(folder, tag).values()):
+        for rows in [load(folder, f"decode-{tag}.json")] + list(decode_variants(folder, tag).values()):
             for r in rows:
                 if r.get("phase") == "decode" and r.get("cache_dtype") in ("f16", "fp8"):
                     k = (r["batch"], r["ctx"], r["cache_dtype"])
                     best[k] = min(best.get(k, float("inf")), r["median_ms"])
         ratios = [best[(b, c, "fp8")] / best[(b, c, "f16")] for (b, c, d) in best if d == "fp8" and (b, c, "f16") in best]
         if ratios:
-            out.append(["23", f"{tag} latent decode: fp8 cache faster than f16 (best of the group_decode_heads run)",
+            out.append(["23", f"{tag} latent decode: fp8 cache faster than f16 (the best of the variants run)",
                         f"fp8 / f16 {min(ratios):.2f} - {max(ratios):.2f}", "met" if max(ratios) < 1 else "not met"])
     layer = by([r for n in ("ab-layer-base.json", "ab-layer-v3-base.json", "layer.json", "layer-v3.json")
                 for r in load(folder, n) if r.get("phase") == "layer"], ("preset", "batch", "weights_dtype"))
