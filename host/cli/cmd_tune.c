@@ -997,14 +997,16 @@ static int export_kernels(const char *device, int dry_run, const char *out)
     const int bad = kernel_tuning_target(out, dry_run, path, sizeof(path));
     if (bad)
         return bad;
-    clmla_context *ctx = NULL;
-    if (cli_context_create(device, &ctx) != CLMLA_SUCCESS) {
+    clmla_device_info *devs = NULL, info;
+    size_t count = 0, index = 0;
+    if (clmla_devices_list(&devs, &count) != CLMLA_SUCCESS || clmla_device_resolve(device, &index) != CLMLA_SUCCESS ||
+        index >= count) {
         fprintf(stderr, "clmla tune: %s\n", clmla_last_error(NULL));
+        clmla_free(devs);
         return 1;
     }
-    clmla_device_info info;
-    clmla_context_device(ctx, &info);
-    clmla_context_destroy(ctx);
+    info = devs[index];
+    clmla_free(devs);
     static const int heads[] = {16, 128};
     static const size_t ks[] = {2048, 7168};
     for (int i = 0; i < 4; i++) {
