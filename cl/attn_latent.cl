@@ -142,6 +142,7 @@
 /* The cache's loads (cl/prelude.cl); float rows of a multiple of 4 start 16-byte aligned, so
    their float4s load as such. */
 #define LOAD(p, i) CACHE_LOAD(p, i)
+#define LOAD_VALUE(p, i) CACHE_LOAD_VALUE(p, i) /* c^KV only (step C) */
 #if !defined(CACHE_CONVERTS) && ROW % 4 == 0
 #define LOAD4(p, i) (((__global const float4 *)(p))[i])
 #else
@@ -410,7 +411,7 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                 #pragma unroll
                 for (int i = 0; i < DPT; i++) {
                     const int d = lid + i * NT;
-                    c[u][i] = valid && IN_VALUES(d) ? LOAD(row, d) : 0.0f;
+                    c[u][i] = valid && IN_VALUES(d) ? LOAD_VALUE(row, d) : 0.0f;
                 }
             }
 #if FOLD > 1

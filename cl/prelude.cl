@@ -32,6 +32,7 @@
  *   CACHE_ROW_UNITS        CACHE_Ts per row: RKV + DR, or for fp8 its bytes (below)
  *   CACHE_CONVERTS         defined when the values are not float (kernels may convert a tile once)
  *   CACHE_LOAD(r, i)       value i of the row that starts at r, as float
+ *   CACHE_LOAD_VALUE(r, i) the same for i < RKV (c^KV, not k^R): fp8 without the test of i
  *   CACHE_LOAD4(r, i)      values 4i .. 4i+3 of row r, as float4 (no alignment beyond the unit's)
  *   CACHE_LOAD8(r, i)      values 8i .. 8i+7 of row r, as float8 (likewise)
  *   CACHE_STORE(v, i, r)   float v stored as value i of row r, rounded to nearest even (not fp8:
@@ -171,8 +172,8 @@ DT_E4M3_SCALED(8)
 #define CACHE_CONVERTS
 #define FP8_SCALES(r) ((__global const float *)((r) + RKV))
 #define FP8_ROPE(r) ((__global const ushort *)((r) + RKV + 4 * (RKV / 128)))
-#define CACHE_LOAD(r, i)                                                                            \
-    ((i) < RKV ? dt_e4m3((r)[i]) * FP8_SCALES(r)[(i) / 128] : dt_bf16(FP8_ROPE(r)[(i) - RKV]))
+#define CACHE_LOAD_VALUE(r, i) (dt_e4m3u((r)[i]) * DT_E4M3_UNIT * FP8_SCALES(r)[(i) / 128])
+#define CACHE_LOAD(r, i) ((i) < RKV ? CACHE_LOAD_VALUE((r), (i)) : dt_bf16(FP8_ROPE(r)[(i) - RKV]))
 inline float4 fp8_load4(__global const uchar *r, const int i)
 {
     if (4 * i < RKV)
@@ -194,6 +195,9 @@ inline float8 fp8_load8(__global const uchar *r, const int i)
 #define CACHE_LOAD4(p, i) vload4((i), (p))
 #define CACHE_LOAD8(p, i) vload8((i), (p))
 #define CACHE_STORE(v, i, p) ((p)[i] = (v))
+#endif
+#ifndef CACHE_LOAD_VALUE
+#define CACHE_LOAD_VALUE(p, i) CACHE_LOAD((p), (i))
 #endif
 
 #if W_DTYPE == 1
