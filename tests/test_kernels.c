@@ -2099,25 +2099,66 @@ static void test_kernels(void)
     test_indexer_writer_fp8();
 }
 
+/* The kernels again in four groups, each its own ctest entry (test_kernels_latent and so on), so
+   that a device whose compiler takes seconds a program (an H100: the whole part ran past 5
+   minutes) builds them on several cores at once. */
+static void kernels_latent(void)
+{
+    test_attn_latent();
+    test_attn_latent_rows();
+    test_attn_combine();
+}
+
+static void kernels_prefill(void)
+{
+    test_attn_prefill();
+    test_attn_prefill_rows();
+    test_attn_prefill_tiled();
+}
+
+static void kernels_gemm(void)
+{
+    test_gemm_skinny();
+    test_gemm_weight_f32();
+    test_gemm_tiled();
+}
+
+static void kernels_other(void)
+{
+    test_rmsnorm();
+    test_rope();
+    test_convert();
+    test_add_bias();
+    test_cache_write();
+    test_cache_gather();
+    test_cache_fp8();
+    test_indexer_scores();
+    test_indexer_topk();
+    test_indexer_writer();
+    test_indexer_writer_fp8();
+}
+
 static const struct {
     const char *name;
     void (*run)(void);
-} parts[] = {{"kernels", test_kernels}, {"layer", test_layer}};
+} parts[] = {{"kernels", test_kernels}, {"layer", test_layer},          {"latent", kernels_latent},
+             {"prefill", kernels_prefill}, {"gemm", kernels_gemm}, {"other", kernels_other}};
+enum { NUM_PARTS = sizeof(parts) / sizeof(parts[0]) };
 
 int main(int argc, char **argv)
 {
-    int selected[2] = {0, 0}, any = 0;
+    int selected[NUM_PARTS] = {0}, any = 0;
     for (int a = 1; a < argc; a++) {
         if (strcmp(argv[a], "--keep-buffers") == 0) {
             keep_buffers = 1;
             continue;
         }
         int known = 0;
-        for (int p = 0; p < 2; p++)
+        for (int p = 0; p < NUM_PARTS; p++)
             if (strcmp(argv[a], parts[p].name) == 0)
                 known = selected[p] = any = 1;
         if (!known) {
-            printf("usage: test_kernels [--keep-buffers] [kernels] [layer]\n");
+            printf("usage: test_kernels [--keep-buffers] [kernels | latent prefill gemm other] [layer]\n");
             return 2;
         }
     }
@@ -2129,8 +2170,8 @@ int main(int argc, char **argv)
     clmla_device_info info;
     clmla_context_device(ctx, &info);
     printf("# device: %s (%s)\n", info.name, info.platform_name);
-    for (int p = 0; p < 2; p++) {
-        if (any && !selected[p])
+    for (int p = 0; p < NUM_PARTS; p++) {
+        if (any ? !selected[p] : p >= 2) /* no argument: kernels and layer (the groups are kernels again) */
             continue;
         double t0 = tu_seconds();
         int failed = check_failed;
