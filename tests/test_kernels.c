@@ -2075,33 +2075,9 @@ static void test_indexer_topk(void)
 
 /* ---- main -------------------------------------------------------------------------------------------- */
 
-static void test_kernels(void)
-{
-    test_rmsnorm();
-    test_rope();
-    test_convert();
-    test_add_bias();
-    test_cache_write();
-    test_cache_gather();
-    test_cache_fp8();
-    test_attn_latent();
-    test_attn_latent_rows();
-    test_attn_combine();
-    test_attn_prefill();
-    test_attn_prefill_rows();
-    test_attn_prefill_tiled();
-    test_gemm_skinny();
-    test_gemm_weight_f32();
-    test_gemm_tiled();
-    test_indexer_scores();
-    test_indexer_topk();
-    test_indexer_writer();
-    test_indexer_writer_fp8();
-}
-
-/* The kernels again in four groups, each its own ctest entry (test_kernels_latent and so on), so
-   that a device whose compiler takes seconds a program (an H100: the whole part ran past 5
-   minutes) builds them on several cores at once. */
+/* The kernels in four groups, each its own ctest entry (test_kernels_latent and so on), so that a
+   device whose compiler takes seconds a program (an H100: all of them ran past 5 minutes) builds
+   them on several cores at once; the part "kernels" runs the four. */
 static void kernels_latent(void)
 {
     test_attn_latent();
@@ -2136,6 +2112,14 @@ static void kernels_other(void)
     test_indexer_topk();
     test_indexer_writer();
     test_indexer_writer_fp8();
+}
+
+static void test_kernels(void)
+{
+    kernels_other();
+    kernels_latent();
+    kernels_prefill();
+    kernels_gemm();
 }
 
 static const struct {
