@@ -16,7 +16,7 @@ clinfo -l || true
 ./build/clmla demo --decode 8
 
 # The README's test command:
-ctest --test-dir build --output-on-failure
+ctest --test-dir build --output-on-failure -j"$(nproc)"
 
 # The Python package as pip builds it (a wheel through scikit-build-core) and its pytest suite.
 sh ci/python.sh
