@@ -59,6 +59,6 @@ export CLMLA_CACHE_DIR="${CLMLA_CACHE_DIR:-$build/clmla-cache}"
 # python_pytest is left out: it loads the instrumented libclmla.so into an interpreter that is not
 # instrumented (ASan's runtime would not come first, and LeakSanitizer would report the
 # interpreter's own allocations); the library calls it makes are those of the C tests run here.
-ctest --test-dir "$build" --output-on-failure --repeat until-pass:2 -E '^(test_cli_run|python_pytest)$' "$@"
+ctest --test-dir "$build" --output-on-failure --repeat until-pass:2 -E '^(test_cli_run|python_pytest)$' -j"$(nproc)" "$@"
 ASAN_OPTIONS="detect_leaks=0:verify_asan_link_order=0" ctest --test-dir "$build" --output-on-failure -R '^test_cli_run$' "$@"
 echo "sanitize: the suite passed under ASan + UBSan, no leak in clmla"
