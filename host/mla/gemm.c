@@ -174,11 +174,12 @@ static int rows_bucket(size_t m)
 }
 
 /* A work-group kernel of gemm_skinny built with `options` and -D WG= the largest power of two up
-   to `wg` that the device, the kernel's own limit and local memory (local_bytes) take. */
-static clmla_status sized_kernel(clmla_context *ctx, const char *name, const char *options, int wg,
+   to `wg`, and at least `min_wg`, that the device, the kernel's own limit and local memory (local_bytes)
+   take. */
+static clmla_status sized_kernel(clmla_context *ctx, const char *name, const char *options, int wg, int min_wg,
                                  size_t (*local_bytes)(int, const void *), const void *arg, cl_kernel *kernel, int *threads)
 {
-    const clmla_kernel_fit fit = {"gemm_skinny", name, options, "WG", wg, 1, local_bytes, arg};
+    const clmla_kernel_fit fit = {"gemm_skinny", name, options, "WG", wg, min_wg, local_bytes, arg};
     clmla_status st = clmla_kernel_create_fitted(ctx, &fit, kernel, threads);
     if (st == CLMLA_SUCCESS && !*kernel)
         return clmla_fail(ctx, CLMLA_ERROR_UNSUPPORTED, "%s: no work-group size fits this device", name);
@@ -195,7 +196,7 @@ static clmla_status nn_kernel(clmla_context *ctx, clmla_dtype dtype, size_t k)
     char extra[64], options[128];
     snprintf(extra, sizeof(extra), "-D MMAX=%d", SKINNY_MAX_ROWS);
     dtype_options(ctx, dtype, extra, options, sizeof(options));
-    return sized_kernel(ctx, "gemm_skinny_nn", options, tuning(ctx, k)->skinny_nn_items, NULL, NULL, &K->skinny_nn,
+    return sized_kernel(ctx, "gemm_skinny_nn", options, tuning(ctx, k)->skinny_nn_items, 1, NULL, NULL, &K->skinny_nn,
                         &K->skinny_nn_threads);
 }
 
@@ -217,13 +218,11 @@ static clmla_status nn_split_kernel(clmla_context *ctx, clmla_dtype dtype, size_
         char extra[64], options[160];
         snprintf(extra, sizeof(extra), "-D MR=%d -D KS=%d", rows, t->skinny_nn_slices);
         dtype_options(ctx, dtype, extra, options, sizeof(options));
-        const clmla_kernel_fit fit = {"gemm_skinny",   "gemm_skinny_nn_split", options, "WG", t->skinny_nn_items,
-                                      t->skinny_nn_slices, nn_split_local_bytes, &rows};
-        clmla_status st = clmla_kernel_create_fitted(ctx, &fit, &K->skinny_nn_split[bucket], &K->skinny_nn_split_threads[bucket]);
+        clmla_status st = sized_kernel(ctx, "gemm_skinny_nn_split", options, t->skinny_nn_items, t->skinny_nn_slices,
+                                       nn_split_local_bytes, &rows, &K->skinny_nn_split[bucket],
+                                       &K->skinny_nn_split_threads[bucket]);
         if (st != CLMLA_SUCCESS)
             return st;
-        if (!K->skinny_nn_split[bucket])
-            return clmla_fail(ctx, CLMLA_ERROR_UNSUPPORTED, "gemm_skinny_nn_split: no work-group size fits this device");
     }
     *kernel = K->skinny_nn_split[bucket];
     *threads = K->skinny_nn_split_threads[bucket];
@@ -260,7 +259,7 @@ static clmla_status nt_kernel(clmla_context *ctx, clmla_dtype dtype, size_t k, i
         snprintf(extra, sizeof(extra), "-D MR=%d -D NC=%d -D UK=%d%s", rows, nc, t->skinny_unroll, vw);
         dtype_options(ctx, dtype, extra, options, sizeof(options));
         clmla_status st =
-            sized_kernel(ctx, "gemm_skinny_nt", options, t->skinny_items, nt_local_bytes, &sums, slot, slot_threads);
+            sized_kernel(ctx, "gemm_skinny_nt", options, t->skinny_items, 1, nt_local_bytes, &sums, slot, slot_threads);
         if (st != CLMLA_SUCCESS)
             return st;
     }
