@@ -64,13 +64,18 @@ step() {
 }
 
 # variant_tuning FILE KERNEL NAME=VALUE...: FILE = the parameters in force for this device (clmla tune
-# --kernels --export: whole entries for 16 and 128 heads and both K classes, from the tuning file in
-# force, the built-in table or the defaults) with those parameters set in every entry of KERNEL
-# (attn_latent or products), so that a variant differs from its baseline in them alone; needs python3
+# --kernels --export, once per call into OUT/kernel-tuning-in-force.json: whole entries for 16 and 128
+# heads and both K classes, from the tuning file in force, the built-in table or the defaults) with
+# those parameters set in every entry of KERNEL (attn_latent or products), so that a variant differs
+# from its baseline in them alone; needs python3
 variant_tuning() {
-    rm -f "$1.base"
-    "$clmla" tune --kernels --export --out "$1.base" >>"$out/summary.txt" 2>&1 || return 0
-    python3 - "$1.base" "$@" <<'PY' >>"$out/summary.txt" 2>&1
+    base="$out/kernel-tuning-in-force.json"
+    if [ -z "${exported+set}" ]; then
+        rm -f "$base"
+        "$clmla" tune --kernels --export --out "$base" >>"$out/summary.txt" 2>&1 || return 0
+        exported=1
+    fi
+    python3 - "$base" "$@" <<'PY' >>"$out/summary.txt" 2>&1
 import json, sys
 entries = json.load(open(sys.argv[1]))
 for e in entries:
@@ -80,7 +85,6 @@ for e in entries:
             e["parameters"][k] = int(v)
 json.dump(entries, open(sys.argv[2], "w"), indent=1)
 PY
-    rm -f "$1.base"
 }
 
 part_tune() {
