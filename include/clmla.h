@@ -184,6 +184,14 @@ typedef struct clmla_context_options {
        when the context is destroyed; tools/trace_summary.py sums it up by kernel. Needs a queue
        with profiling (else a warning, and no trace). NULL: CLMLA_TRACE, else none; "": none. */
     const char *trace;
+    /* added in 0.4: which product kernels the context runs: "auto" (the CPU forms on CPU devices:
+       weights packed in panels, gemm_packed_rows, gemm_skinny_nn_wide, gemm_tiled_rows; the
+       work-group forms elsewhere: gemm_skinny_nt, gemm_skinny_nn(_split), CLBlast past 8 rows),
+       "rows" (the CPU forms) or "group" (the work-group forms) on any device, for a device of an
+       unusual kind or to run and tune the GPU forms on a CPU. Weights take the layout of the forms
+       in force when they are created. NULL: CLMLA_PRODUCT_KERNELS, else "auto"; another value
+       fails the creation with CLMLA_ERROR_INVALID_ARGUMENT naming it. */
+    const char *product_kernels;
 } clmla_context_options;
 
 /* clmla_context_create and clmla_context_create_from_queue with options (NULL: all defaults). */

@@ -38,6 +38,33 @@ endif()
 if(NOT rc EQUAL 0 OR out MATCHES "batch 8" OR NOT out MATCHES "decode products" OR prefill_missing)
   message(FATAL_ERROR "clmla tune --kernels --products --quick: exit ${rc}\n${out}\n${err}")
 endif()
+# the K split of the per-head absorption (x W^UK) is searched where the work-group forms run, in
+# decode steps of a layer checked against float64 (forced here so that CPUs run them too), and
+# saved with the small entry
+set(product_rows TRUE)
+if(out MATCHES "gemm_skinny_nt")
+  set(product_rows FALSE)
+endif()
+if(product_rows AND out MATCHES "per-head absorption")
+  message(FATAL_ERROR "the per-head search ran on the CPU forms:\n${out}")
+endif()
+set(file3 ${OUT_DIR}/kernel-tuning-test-group.json)
+file(REMOVE ${file3})
+execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_PRODUCT_KERNELS=group
+                        ${CLMLA} tune --kernels --products --quick --out ${file3}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "decode products \\(gemm_skinny_nt\\)"
+   OR NOT out MATCHES "per-head absorption x W\\^UK"
+   OR NOT out MATCHES "skinny_nn_items=64 +skinny_nn_slices=16 +[0-9]+ +err [0-9.e-]+"
+   OR NOT out MATCHES "best: skinny_nn_items=[0-9]+ skinny_nn_slices=[0-9]+")
+  message(FATAL_ERROR "CLMLA_PRODUCT_KERNELS=group clmla tune --kernels --products --quick: exit ${rc}\n${out}\n${err}")
+endif()
+file(READ ${file3} text)
+string(JSON slices GET "${text}" 0 parameters skinny_nn_slices)
+string(JSON note GET "${text}" 0 measured)
+if(NOT (slices EQUAL 1 OR slices EQUAL 8 OR slices EQUAL 16) OR NOT note MATCHES "per-head x W\\^UK")
+  message(FATAL_ERROR "the group forms' entry in ${file3}:\n${text}")
+endif()
 file(READ ${file} text)
 string(JSON count LENGTH "${text}")
 if(NOT count EQUAL 2)

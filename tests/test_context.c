@@ -3,6 +3,7 @@
 #include "check.h"
 #include "clmla.h"
 #include "attention.h"
+#include "gemm.h"
 #include "program.h"
 
 #include <dirent.h>
@@ -426,9 +427,17 @@ static void test_options(void)
     if (ctx)
         CHECK_STATUS(build_program(ctx, "rmsnorm", "-D WG=16"), CLMLA_ERROR_KERNEL_NOT_FOUND, ctx);
     clmla_context_destroy(ctx);
-    /* attention_kernels: the option over CLMLA_ATTENTION_KERNELS over "auto"; a bad value names
-       itself and the choices, and no context is made. */
-    {
+    /* attention_kernels and product_kernels: the option over CLMLA_ATTENTION_KERNELS or
+       CLMLA_PRODUCT_KERNELS over "auto"; a bad value names itself and the choices, and no context
+       is made. */
+    char saved[2][32] = {"", ""}; /* the suite may run under either variable: put back at the end */
+    const char *const vars[2] = {"CLMLA_ATTENTION_KERNELS", "CLMLA_PRODUCT_KERNELS"};
+    for (int v = 0; v < 2; v++) {
+        const char *e = getenv(vars[v]);
+        snprintf(saved[v], sizeof(saved[v]), "%s", e ? e : "");
+        unsetenv(vars[v]);
+    }
+    for (int products = 0; products < 2; products++) {
         static const struct {
             const char *env, *option;
             int want; /* -1: refused */
@@ -436,32 +445,46 @@ static void test_options(void)
                      {"rows", NULL, CLMLA_LATENT_ROWS},    {"group", "rows", CLMLA_LATENT_ROWS},
                      {"rows", "auto", CLMLA_LATENT_AUTO},  {NULL, "gpu", -1},
                      {"Rows", NULL, -1},                   {"", NULL, CLMLA_LATENT_AUTO}};
+        const char *var = products ? "CLMLA_PRODUCT_KERNELS" : "CLMLA_ATTENTION_KERNELS";
+        const char *what = products ? "product kernels" : "attention kernels";
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
             if (cases[i].env)
-                setenv("CLMLA_ATTENTION_KERNELS", cases[i].env, 1);
+                setenv(var, cases[i].env, 1);
             memset(&o, 0, sizeof(o));
             o.cache_dir = "off";
-            o.attention_kernels = cases[i].option;
+            if (products)
+                o.product_kernels = cases[i].option;
+            else
+                o.attention_kernels = cases[i].option;
             ctx = NULL;
             const clmla_status st = clmla_context_create_opts(&o, &ctx);
             if (cases[i].want < 0) {
                 const char *bad = cases[i].option ? cases[i].option : cases[i].env;
                 CHECK(st == CLMLA_ERROR_INVALID_ARGUMENT && !ctx && strstr(clmla_last_error(NULL), bad) &&
-                          strstr(clmla_last_error(NULL), "auto, rows or group"),
-                      "attention kernels '%s': status %d, message: %s", bad, st, clmla_last_error(NULL));
+                          strstr(clmla_last_error(NULL), what) && strstr(clmla_last_error(NULL), "auto, rows or group"),
+                      "%s '%s': status %d, message: %s", what, bad, st, clmla_last_error(NULL));
             } else if (ctx) {
                 const int want = cases[i].want != CLMLA_LATENT_AUTO ? cases[i].want
                                  : ctx->info.kind == CLMLA_DEVICE_KIND_CPU ? CLMLA_LATENT_ROWS
                                                                                         : CLMLA_LATENT_GROUP;
-                CHECK(clmla_attention_variant(ctx) == want, "attention kernels env '%s' option '%s': variant %d, not %d",
-                      cases[i].env ? cases[i].env : "(unset)", cases[i].option ? cases[i].option : "(NULL)",
-                      clmla_attention_variant(ctx), want);
+                const int got = products ? (clmla_products_rows(ctx) ? CLMLA_LATENT_ROWS : CLMLA_LATENT_GROUP)
+                                         : clmla_attention_variant(ctx);
+                CHECK(got == want, "%s env '%s' option '%s': variant %d, not %d", what,
+                      cases[i].env ? cases[i].env : "(unset)", cases[i].option ? cases[i].option : "(NULL)", got, want);
+                /* the other kind's choice is its own: still by device type */
+                const int other = products ? clmla_attention_variant(ctx)
+                                           : (clmla_products_rows(ctx) ? CLMLA_LATENT_ROWS : CLMLA_LATENT_GROUP);
+                CHECK(other == (ctx->info.kind == CLMLA_DEVICE_KIND_CPU ? CLMLA_LATENT_ROWS : CLMLA_LATENT_GROUP),
+                      "%s case %zu changed the other kind's choice", what, i);
             } else
-                CHECK(0, "attention kernels case %zu: %s", i, clmla_last_error(NULL));
+                CHECK(0, "%s case %zu: %s", what, i, clmla_last_error(NULL));
             clmla_context_destroy(ctx);
-            unsetenv("CLMLA_ATTENTION_KERNELS");
+            unsetenv(var);
         }
     }
+    for (int v = 0; v < 2; v++)
+        if (saved[v][0])
+            setenv(vars[v], saved[v], 1);
     /* NULL options: the defaults, like clmla_context_create(NULL). */
     ctx = NULL;
     CHECK_STATUS(clmla_context_create_opts(NULL, &ctx), CLMLA_SUCCESS, NULL);

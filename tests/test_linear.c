@@ -418,7 +418,7 @@ static void test_bytes(void)
                   bytes, exact);
             CHECK(info.n == n && info.k == k && info.device_bytes == bytes, "info [%lld, %lld] %zu bytes for W [%d, %d]",
                   (long long)info.n, (long long)info.k, info.device_bytes, n, k);
-            const int want_packed = !force && ctx->info.kind == CLMLA_DEVICE_KIND_CPU;
+            const int want_packed = !force && clmla_products_rows(ctx);
             CHECK(info.packed == want_packed, "W [%d, %d] %s: packed %d, expected %d", n, k,
                   force ? "clblast" : "default", info.packed, want_packed);
             clmla_linear_destroy(lin);
@@ -592,17 +592,22 @@ static void test_per_head(void)
         return;
     clmla_device_info info;
     clmla_context_device(hc, &info);
+    const int rows = clmla_products_rows(hc); /* the forms of the first context (CLMLA_PRODUCT_KERNELS) */
     const int heads = info.compute_units * 2 > 3 ? (int)info.compute_units * 2 : 3;
     static const clmla_dtype dtypes[] = {CLMLA_DTYPE_F32, CLMLA_DTYPE_BF16, CLMLA_DTYPE_FP8_E4M3};
     for (int d = 0; d < 3; d++) {
         check_per_head(hc, dtypes[d], heads, 264);
         check_per_head(hc, dtypes[d], heads, 520);
     }
-    /* Again as a GPU (the context's kind set so on a CPU device) with K split into 16 slices of
-       gemm_skinny_nn_split (the product tuning's skinny_nn_slices; 64 items, so 16 columns a group
-       and a last group cut short at both widths) */
-    const clmla_device_kind real = hc->info.kind;
-    hc->info.kind = real == CLMLA_DEVICE_KIND_CPU ? CLMLA_DEVICE_KIND_GPU : real;
+    clmla_context_destroy(hc);
+    /* Again with the work-group forms (product_kernels "group", what GPUs run) and K split into 16
+       slices of gemm_skinny_nn_split (the product tuning's skinny_nn_slices; 64 items, so 16
+       columns a group and a last group cut short at both widths) */
+    o.product_kernels = "group";
+    hc = NULL;
+    CHECK_STATUS(clmla_context_create_opts(&o, &hc), CLMLA_SUCCESS, NULL);
+    if (!hc)
+        return;
     clmla_product_tuning t;
     clmla_product_tuning_defaults(&t);
     t.skinny_nn_items = 64;
@@ -612,13 +617,12 @@ static void test_per_head(void)
         check_per_head(hc, dtypes[d], heads, 264);
         check_per_head(hc, dtypes[d], heads, 520);
     }
-    hc->info.kind = real;
     clmla_context_destroy(hc);
     char *text = NULL, err[256];
     size_t length = 0;
     CHECK_STATUS(clmla_read_file(trace, (size_t)1 << 26, "trace", &text, &length, err, sizeof(err)), CLMLA_SUCCESS,
                  NULL);
-    if (info.kind == CLMLA_DEVICE_KIND_CPU) {
+    if (rows) {
         CHECK(text && strstr(text, "\tgemm_skinny_nn_wide\t"), "no gemm_skinny_nn_wide in the trace of %d heads", heads);
         CHECK(text && strstr(text, "\tgemm_packed_rows\t"), "no gemm_packed_rows in the trace of %d heads", heads);
     }

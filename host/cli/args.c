@@ -97,14 +97,25 @@ const char *cli_cache_dtype_name(int dtype)
     return dtype >= 0 && dtype < 4 ? cache_dtype_names[dtype] : "?";
 }
 
-int cli_runs_row_kernels(const clmla_device_info *info)
+/* "rows" or "group" in the variable, else whether the device is a CPU (the library's "auto") */
+static int runs_rows(const char *variable, const clmla_device_info *info)
 {
-    const char *k = getenv("CLMLA_ATTENTION_KERNELS");
+    const char *k = getenv(variable);
     if (k && strcmp(k, "rows") == 0)
         return 1;
     if (k && strcmp(k, "group") == 0)
         return 0;
     return info->kind == CLMLA_DEVICE_KIND_CPU;
+}
+
+int cli_runs_row_kernels(const clmla_device_info *info)
+{
+    return runs_rows("CLMLA_ATTENTION_KERNELS", info);
+}
+
+int cli_runs_row_products(const clmla_device_info *info)
+{
+    return runs_rows("CLMLA_PRODUCT_KERNELS", info);
 }
 
 int cli_weights_dtype(const char *name)

@@ -32,6 +32,8 @@ const char *cli_cache_dtype_name(int dtype);
    CLMLA_ATTENTION_KERNELS, which the commands' contexts take, when it names "rows" or "group", else
    whether the device is a CPU (the library's "auto"). */
 int cli_runs_row_kernels(const clmla_device_info *info);
+/* The same for the products (the CPU forms or the work-group ones), from CLMLA_PRODUCT_KERNELS. */
+int cli_runs_row_products(const clmla_device_info *info);
 #define CLI_CACHE_DTYPES "f32|f16|bf16|fp8"
 
 /* The weights dtype named "auto" (CLMLA_WEIGHTS_AS_GIVEN: a checkpoint's own dtype; random

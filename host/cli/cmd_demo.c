@@ -6,6 +6,7 @@
 #include "clmla.h"
 #include "commands.h"
 #include "mla_ref.h"
+#include "random_layer.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -19,35 +20,6 @@ static double now_seconds(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Uniform in [-scale, scale), from a 64-bit LCG: reproducible weights for a given seed. */
-static float *random_floats(size_t n, float scale, float bias, uint64_t *state)
-{
-    float *p = malloc(n * sizeof(float));
-    if (!p)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        *state = *state * 6364136223846793005ULL + 1442695040888963407ULL;
-        p[i] = bias + scale * (2.0f * (float)(*state >> 40) / (float)(1 << 24) - 1.0f);
-    }
-    return p;
-}
-
-/* A copy of W [rows, cols] holding the values a layer keeping it in `held` computes with, for the
-   reference; NULL when out of memory (or when the reference refuses, which the demo's finite
-   random weights never give it cause to). The norms are not rounded: a layer keeps them in float32. */
-static float *rounded_copy(const float *w, int rows, int cols, clmla_dtype held)
-{
-    float *p = malloc((size_t)rows * (size_t)cols * sizeof(float));
-    if (p) {
-        memcpy(p, w, (size_t)rows * (size_t)cols * sizeof(float));
-        if (mla_ref_round_weight((int)held, p, rows, cols) != 0) { /* clmla_dtype's numbering */
-            free(p);
-            p = NULL;
-        }
-    }
-    return p;
 }
 
 static int compare_double(const void *a, const void *b)
@@ -202,10 +174,6 @@ int cmd_demo(int argc, char **argv)
         fprintf(stderr, "clmla demo: --weights-dtype must be one of " CLI_WEIGHTS_DTYPES ", not '%s'\n", weights_dtype);
         return 2;
     }
-    if (want == CLMLA_WEIGHTS_AS_GIVEN)
-        want = CLMLA_WEIGHTS_F32; /* the random weights are float32: as given is f32 */
-    const clmla_dtype held = clmla_weights_dtype_held((clmla_weights_dtype)want, CLMLA_DTYPE_F32);
-    const char *held_name = clmla_dtype_name(held);
     if (prefill < 1 || decode < 0 || prefill + decode > 1 << 20) {
         fprintf(stderr, "clmla demo: need --prefill >= 1, --decode >= 0, and at most 2^20 tokens in all\n");
         return 2;
@@ -232,60 +200,34 @@ int cmd_demo(int argc, char **argv)
     printf("device       %s (%s, %s), %u compute units\n", info.name, info.platform_name, info.driver_version,
            info.compute_units);
 
-    clmla_layer_config cfg;
-    clmla_layer_config_preset(preset, &cfg);
-    cfg.weights_dtype = (clmla_weights_dtype)want;
+    /* Weights ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), norms ~ 1, inputs ~ U(-1, 1). */
+    uint64_t rng = (uint64_t)seed * 0x9E3779B97F4A7C15ULL + 1;
+    cli_random_layer rl;
+    const int made = cli_random_layer_make(&rl, preset, (clmla_weights_dtype)want, &rng); /* auto: f32 */
+    const clmla_layer_config cfg = rl.cfg;
+    const clmla_dtype held = rl.held;
+    const char *held_name = clmla_dtype_name(held);
     const int D = cfg.hidden_size, H = cfg.num_heads, rq = cfg.q_lora_rank, rkv = cfg.kv_lora_rank,
               dn = cfg.qk_nope_head_dim, dr = cfg.qk_rope_head_dim, dv = cfg.v_head_dim, dq = dn + dr;
     printf("model        %s attention shape: D %d, %d heads, q_lora_rank %d, kv_lora_rank %d, head dims %d/%d/%d, "
            "YaRN s=%g\n",
            clmla_preset_name(preset), D, H, rq, rkv, dn, dr, dv, cfg.yarn_factor);
-
-    /* Weights ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), norms ~ 1, inputs ~ U(-1, 1). */
-    uint64_t rng = (uint64_t)seed * 0x9E3779B97F4A7C15ULL + 1;
-    float *q_proj = NULL, *q_a = NULL, *q_a_norm = NULL, *q_b = NULL;
-    if (rq > 0) {
-        q_a = random_floats((size_t)rq * D, 1.0f / sqrtf((float)D), 0, &rng);
-        q_a_norm = random_floats((size_t)rq, 0.1f, 1.0f, &rng);
-        q_b = random_floats((size_t)H * dq * rq, 1.0f / sqrtf((float)rq), 0, &rng);
-    } else {
-        q_proj = random_floats((size_t)H * dq * D, 1.0f / sqrtf((float)D), 0, &rng);
-    }
-    float *kv_a = random_floats((size_t)(rkv + dr) * D, 1.0f / sqrtf((float)D), 0, &rng);
-    float *kv_norm = random_floats((size_t)rkv, 0.1f, 1.0f, &rng);
-    float *kv_b = random_floats((size_t)H * (dn + dv) * rkv, 1.0f / sqrtf((float)rkv), 0, &rng);
-    float *o_proj = random_floats((size_t)D * H * dv, 1.0f / sqrtf((float)(H * dv)), 0, &rng);
-    float *x = random_floats((size_t)T * D, 1.0f, 0, &rng);
+    float *x = made == 0 ? cli_random_floats((size_t)T * D, 1.0f, 0, &rng) : NULL;
     float *out = malloc((size_t)T * D * sizeof(float));
-    float *rounded[5] = {NULL, NULL, NULL, NULL, NULL}; /* the projections as the layer holds them, for the check */
     int rc = 1;
     clmla_layer *layer = NULL;
     clmla_cache *cache = NULL;
     double *decode_ms = malloc(((size_t)decode + 1) * sizeof(double));
-    if ((rq > 0 ? !q_a || !q_a_norm || !q_b : !q_proj) || !kv_a || !kv_norm || !kv_b || !o_proj || !x || !out ||
-        !decode_ms) {
+    if (made != 0 || !x || !out || !decode_ms) {
         fprintf(stderr, "clmla demo: out of host memory\n");
         goto done;
     }
-    clmla_layer_weights w;
-    memset(&w, 0, sizeof(w));
-    if (rq > 0) {
-        w.q_a_proj = clmla_tensor_2d(q_a, rq, D);
-        w.q_a_layernorm = clmla_tensor_1d(q_a_norm, rq);
-        w.q_b_proj = clmla_tensor_2d(q_b, (int64_t)H * dq, rq);
-    } else {
-        w.q_proj = clmla_tensor_2d(q_proj, (int64_t)H * dq, D);
-    }
-    w.kv_a_proj_with_mqa = clmla_tensor_2d(kv_a, rkv + dr, D);
-    w.kv_a_layernorm = clmla_tensor_1d(kv_norm, rkv);
-    w.kv_b_proj = clmla_tensor_2d(kv_b, (int64_t)H * (dn + dv), rkv);
-    w.o_proj = clmla_tensor_2d(o_proj, D, (int64_t)H * dv);
 
     printf("setup        building kernels and uploading weights (compiles happen on a first run only; "
            "then they come from the cache)...\n");
     fflush(stdout);
     double t0 = now_seconds();
-    if (clmla_layer_create(ctx, &cfg, &w, &layer) != CLMLA_SUCCESS) {
+    if (clmla_layer_create(ctx, &cfg, &rl.w, &layer) != CLMLA_SUCCESS) {
         fprintf(stderr, "clmla demo: %s\n", clmla_last_error(ctx));
         goto done;
     }
@@ -372,51 +314,17 @@ int cmd_demo(int argc, char **argv)
     }
     printf("check        float64 CPU reference of all %d tokens (takes a few seconds)...\n", T);
     fflush(stdout);
-    mla_ref_config rcfg = {D, H, rq, rkv, dn, dr, dv, cfg.rms_norm_eps, cfg.rope_theta,
-                           cfg.rope_pairing == CLMLA_ROPE_HALF_SPLIT, cfg.yarn_factor,
-                           cfg.yarn_original_max_position, cfg.yarn_beta_fast, cfg.yarn_beta_slow, cfg.yarn_mscale,
-                           cfg.yarn_mscale_all_dim};
-    mla_ref_weights rw = {q_a, q_a_norm, q_b, q_proj, kv_a, kv_norm, kv_b, o_proj};
-    mla_ref_weights rw_held = rw;
-    if (held != CLMLA_DTYPE_F32) {
-        rounded[0] = rq > 0 ? rounded_copy(q_a, rq, D, held) : rounded_copy(q_proj, H * dq, D, held);
-        rounded[1] = rounded_copy(kv_a, rkv + dr, D, held);
-        rounded[2] = rounded_copy(kv_b, H * (dn + dv), rkv, held);
-        rounded[3] = rounded_copy(o_proj, D, H * dv, held);
-        rounded[4] = rq > 0 ? rounded_copy(q_b, H * dq, rq, held) : NULL;
-        if (!rounded[0] || !rounded[1] || !rounded[2] || !rounded[3] || (rq > 0 && !rounded[4])) {
-            fprintf(stderr, "clmla demo: the weights could not be rounded for the reference (out of host memory)\n");
-            goto done;
-        }
-        if (rq > 0) {
-            rw_held.q_a_proj = rounded[0];
-            rw_held.q_b_proj = rounded[4];
-        } else {
-            rw_held.q_proj = rounded[0];
-        }
-        rw_held.kv_a_proj_with_mqa = rounded[1];
-        rw_held.kv_b_proj = rounded[2];
-        rw_held.o_proj = rounded[3];
-    }
-    rc = check_against_reference(&rcfg, &rw_held, held == CLMLA_DTYPE_F32 ? NULL : &rw, held_name, cache, seq, dtype,
+    rc = check_against_reference(&rl.rcfg, &rl.rw_held, held == CLMLA_DTYPE_F32 ? NULL : &rl.rw, held_name, cache, seq, dtype,
                                  cache_dtype, T, x, out);
 
 done:
     clmla_cache_destroy(cache);
     clmla_layer_destroy(layer);
     clmla_context_destroy(ctx);
-    free(q_proj);
-    free(q_a);
-    free(q_a_norm);
-    free(q_b);
-    free(kv_a);
-    free(kv_norm);
-    free(kv_b);
-    free(o_proj);
+    if (made == 0)
+        cli_random_layer_free(&rl);
     free(x);
     free(out);
     free(decode_ms);
-    for (int i = 0; i < 5; i++)
-        free(rounded[i]);
     return rc;
 }

@@ -3,6 +3,8 @@
 #include "args.h"
 #include "clmla.h"
 #include "commands.h"
+#include "mla_ref.h"
+#include "random_layer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -829,6 +831,264 @@ static int pt_search(pt_run *r, const char *what, pt_weight *ws, int nw, int m, 
     return best;
 }
 
+/* ---- the per-head absorption's K split (gemm_skinny_nn on the work-group forms) ----------------
+   The W^UK product of the absorbed path, x B with K = qk_nope_head_dim per head, has no public call
+   of its own, so its parameters (skinny_nn_items, skinny_nn_slices) are timed where it runs: decode
+   steps of a layer with random weights, each candidate's first step checked against the float64
+   reference before it is timed. */
+
+#define NN_PREFIX 15 /* tokens in the cache before the timed steps */
+#define NN_BATCH 8   /* the most sequences of a timed step */
+
+typedef struct nn_layer {
+    const char *name;
+    cli_random_layer rl;
+    clmla_layer *layer;
+    clmla_cache *cache;
+    int32_t seq[NN_BATCH]; /* forks of one prefilled sequence, NN_PREFIX tokens each between uses */
+    int D, batches, made;
+    float *h_x, *h_out; /* [NN_PREFIX + 1, D] inputs; [D] a step's output */
+    double *ref;        /* [NN_PREFIX + 1, D] the reference's outputs */
+    cl_mem x, out;      /* [NN_BATCH, D] */
+} nn_layer;
+
+static void nn_free(nn_layer *n)
+{
+    clmla_cache_destroy(n->cache);
+    clmla_layer_destroy(n->layer);
+    if (n->x)
+        clReleaseMemObject(n->x);
+    if (n->out)
+        clReleaseMemObject(n->out);
+    if (n->made)
+        cli_random_layer_free(&n->rl);
+    free(n->h_x);
+    free(n->h_out);
+    free(n->ref);
+    memset(n, 0, sizeof(*n));
+}
+
+/* The layer of `preset` with weights kept as `want`, an f32 cache holding NN_PREFIX tokens of
+   random inputs in NN_BATCH sequences, and the reference's output for the next token; 0 or -1 (said). */
+static int nn_make(nn_layer *n, clmla_context *ctx, const char *name, clmla_preset preset, clmla_weights_dtype want,
+                   int batches)
+{
+    memset(n, 0, sizeof(*n));
+    n->name = name;
+    n->batches = batches;
+    uint64_t rng = 0x5DEECE66DULL + (uint64_t)preset;
+    if (cli_random_layer_make(&n->rl, preset, want, &rng) != 0) {
+        fprintf(stderr, "clmla tune: out of host memory for the %s layer\n", name);
+        return -1;
+    }
+    n->made = 1;
+    const clmla_layer_config *cfg = &n->rl.cfg;
+    const int D = n->D = cfg->hidden_size, T = NN_PREFIX + 1;
+    n->h_x = cli_random_floats((size_t)T * D, 1.0f, 0, &rng);
+    n->h_out = malloc((size_t)D * sizeof(float));
+    n->ref = malloc((size_t)T * D * sizeof(double));
+    cl_int err = CL_SUCCESS;
+    n->x = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_WRITE, (size_t)NN_BATCH * D * sizeof(float), NULL,
+                          &err);
+    n->out = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_WRITE, (size_t)NN_BATCH * D * sizeof(float), NULL,
+                            &err);
+    if (!n->h_x || !n->h_out || !n->ref || !n->x || !n->out) {
+        fprintf(stderr, "clmla tune: out of memory for the %s layer\n", name);
+        return -1;
+    }
+    /* every timed row is the last input: the steps differ only in where they sit */
+    for (int b = 0; b < NN_BATCH; b++)
+        if (clEnqueueWriteBuffer(clmla_context_queue(ctx), n->x, CL_TRUE, (size_t)b * D * sizeof(float),
+                                 (size_t)D * sizeof(float), n->h_x + (size_t)NN_PREFIX * D, 0, NULL, NULL) != CL_SUCCESS) {
+            fprintf(stderr, "clmla tune: cannot write the %s layer's inputs\n", name);
+            return -1;
+        }
+    if (mla_ref_forward(&n->rl.rcfg, &n->rl.rw_held, T, n->h_x, MLA_REF_ABSORBED, n->ref, NULL, NULL, NULL, NULL, NULL,
+                        NULL) != 0) {
+        fprintf(stderr, "clmla tune: the reference could not run the %s layer\n", name);
+        return -1;
+    }
+    /* a block each for the prefix's sequence and every fork's copy of it, and for the warm-up */
+    const int bt = 64, steps = 64;
+    const clmla_cache_config cc = {1, cfg->kv_lora_rank, cfg->qk_rope_head_dim, bt,
+                                   (NN_BATCH + 1) * ((NN_PREFIX + steps) / bt + 2) + CLMLA_WARMUP_TOKENS / bt + 2,
+                                   CLMLA_CACHE_F32, 0, CLMLA_CACHE_F32};
+    int32_t prefix = -1;
+    clmla_batch_entry e = {0, NN_PREFIX};
+    const clmla_forward_args args = {&e, 1, 0, CLMLA_PATH_AUTO};
+    float *scratch = malloc((size_t)NN_PREFIX * D * sizeof(float));
+    int ok = scratch && clmla_layer_create(ctx, cfg, &n->rl.w, &n->layer) == CLMLA_SUCCESS &&
+             clmla_cache_create(ctx, &cc, &n->cache) == CLMLA_SUCCESS &&
+             clmla_cache_seq_add(n->cache, &prefix) == CLMLA_SUCCESS;
+    e.seq_id = prefix;
+    ok = ok && clmla_layer_forward(n->layer, n->cache, &args, n->h_x, scratch) == CLMLA_SUCCESS;
+    for (int b = 0; b < NN_BATCH && ok; b++)
+        ok = clmla_cache_seq_fork(n->cache, prefix, &n->seq[b]) == CLMLA_SUCCESS;
+    ok = ok && clmla_cache_seq_free(n->cache, prefix) == CLMLA_SUCCESS;
+    free(scratch);
+    if (!ok) {
+        fprintf(stderr, "clmla tune: the %s layer: %s\n", name, clmla_last_error(ctx));
+        return -1;
+    }
+    return 0;
+}
+
+/* One candidate on one layer: the next token's output at batch 1 against the reference (its
+   largest relative error in *err), then the median microseconds of reps steps of 1 and, where the
+   layer takes them, NN_BATCH sequences (us[0], us[1]); every sequence is cut back to the prefix
+   after. 0, or -1 when a step fails. */
+static int nn_measure(nn_layer *n, clmla_context *ctx, int reps, double *err, double *us)
+{
+    cl_command_queue q = clmla_context_queue(ctx);
+    clmla_batch_entry e[NN_BATCH];
+    for (int b = 0; b < NN_BATCH; b++) {
+        e[b].seq_id = n->seq[b];
+        e[b].num_tokens = 1;
+    }
+    clmla_forward_args args = {e, 1, 0, CLMLA_PATH_ABSORBED};
+    int ok = clmla_layer_forward_cl(n->layer, n->cache, &args, n->x, 0, n->out, 0, NULL) == CLMLA_SUCCESS &&
+             clEnqueueReadBuffer(q, n->out, CL_TRUE, 0, (size_t)n->D * sizeof(float), n->h_out, 0, NULL, NULL) ==
+                 CL_SUCCESS;
+    *err = ok ? mla_ref_max_rel_err(n->h_out, n->ref + (size_t)NN_PREFIX * n->D, (size_t)n->D, NULL) : -1;
+    reps = reps < 32 ? reps : 32;
+    for (int k = 0; k < n->batches && ok; k++) {
+        args.num_entries = k ? NN_BATCH : 1;
+        double t[32];
+        for (int i = -1; i < reps && ok; i++) { /* -1: builds the kernels of this many rows */
+            const double t0 = kt_now();
+            ok = clmla_layer_forward_cl(n->layer, n->cache, &args, n->x, 0, n->out, 0, NULL) == CLMLA_SUCCESS &&
+                 clFinish(q) == CL_SUCCESS;
+            if (i >= 0)
+                t[i] = (kt_now() - t0) * 1e6;
+        }
+        for (int b = 0; b < NN_BATCH && ok; b++)
+            ok = clmla_cache_seq_truncate(n->cache, n->seq[b], NN_PREFIX) == CLMLA_SUCCESS;
+        if (ok) {
+            qsort(t, (size_t)reps, sizeof(double), kt_cmp);
+            us[k] = t[reps / 2];
+        }
+    }
+    for (int b = 0; b < NN_BATCH; b++)
+        clmla_cache_seq_truncate(n->cache, n->seq[b], NN_PREFIX);
+    return ok ? 0 : -1;
+}
+
+/* The candidates' skinny_nn_items and skinny_nn_slices on top of base, the current ones first. */
+static int nn_grid(const clmla_product_tuning *base, int quick, clmla_product_tuning *out, int most)
+{
+    static const int items[] = {64, 128, 256}, slices[] = {1, 4, 8, 16, 32};
+    static const int quick_grid[][2] = {{64, 8}, {64, 16}};
+    int n = 0;
+    out[n++] = *base;
+    for (int a = 0; a < (quick ? 2 : 3); a++)
+        for (int b = 0; b < (quick ? 1 : 5) && n < most; b++) {
+            clmla_product_tuning t = *base;
+            t.skinny_nn_items = quick ? quick_grid[a][0] : items[a];
+            t.skinny_nn_slices = quick ? quick_grid[a][1] : slices[b];
+            if (t.skinny_nn_slices > t.skinny_nn_items ||
+                (t.skinny_nn_items == base->skinny_nn_items && t.skinny_nn_slices == base->skinny_nn_slices))
+                continue;
+            out[n++] = t;
+        }
+    return n;
+}
+
+/* Searches the grid on the layers; the index of the fastest candidate by the mean of its times'
+   ratios to the first's (-1 when the first fails), its ratio in *best_ratio. */
+static int nn_search(clmla_context *ctx, nn_layer *layers, int nl, int reps, const clmla_product_tuning *cands, int n,
+                     double *best_ratio)
+{
+    double us0[4][2];
+    int best = -1;
+    printf("\nper-head absorption x W^UK (gemm_skinny_nn, K %d) in a decode step, %d candidates on",
+           layers[0].rl.cfg.qk_nope_head_dim, n);
+    for (int l = 0; l < nl; l++)
+        printf("%s %s (%d heads, weights %s)", l ? "," : "", layers[l].name, layers[l].rl.cfg.num_heads,
+               clmla_dtype_name(layers[l].rl.held));
+    printf(": step times in us at batch 1%s\n", layers[0].batches > 1 ? " and 8" : "");
+    for (int i = 0; i < n; i++) {
+        printf("[%2d/%d] skinny_nn_items=%-3d skinny_nn_slices=%-2d", i + 1, n, cands[i].skinny_nn_items,
+               cands[i].skinny_nn_slices);
+        fflush(stdout);
+        if (clmla_context_set_product_tuning(ctx, &cands[i]) != CLMLA_SUCCESS) {
+            printf("  refused: %s\n", clmla_last_error(ctx));
+            if (i == 0)
+                return -1;
+            continue;
+        }
+        double us[4][2] = {{0}}, ratio = 0, worst = 0;
+        int ok = 1, terms = 0;
+        for (int l = 0; l < nl && ok; l++) {
+            double err = -1;
+            ok = nn_measure(&layers[l], ctx, reps, &err, us[l]) == 0 && err >= 0 && err <= 1e-4;
+            worst = err > worst ? err : worst;
+            if (!ok)
+                printf("  refused: %s %s\n", layers[l].name,
+                       err < 0 ? clmla_last_error(ctx) : "wrong result against float64");
+        }
+        if (!ok) {
+            if (i == 0)
+                return -1; /* the current parameters must run to compare against */
+            continue;
+        }
+        if (i == 0)
+            memcpy(us0, us, sizeof(us0));
+        for (int l = 0; l < nl; l++)
+            for (int k = 0; k < layers[l].batches; k++) {
+                printf("  %.0f", us[l][k]);
+                ratio += us[l][k] / us0[l][k];
+                terms++;
+            }
+        ratio /= terms;
+        printf("  err %.1e  (%.3f of the current)%s\n", worst, ratio, i == 0 ? " current" : "");
+        fflush(stdout);
+        if (best < 0 || ratio < *best_ratio) {
+            best = i;
+            *best_ratio = ratio;
+        }
+    }
+    return best;
+}
+
+/* The K split of the per-head absorption for the "small" entry, on top of *best (updated): V2-Lite
+   in bf16 and V3 in fp8 (as published), or V2-Lite in fp8 alone with quick. 0, or 1 (said). */
+static int tune_nn(clmla_context *ctx, int quick, int reps, clmla_product_tuning *best, double *ratio)
+{
+    nn_layer layers[2];
+    const int nl = quick ? 1 : 2;
+    memset(layers, 0, sizeof(layers));
+    int rc = nn_make(&layers[0], ctx, "v2-lite", CLMLA_PRESET_DEEPSEEK_V2_LITE,
+                     quick ? CLMLA_WEIGHTS_FP8 : CLMLA_WEIGHTS_BF16, quick ? 1 : 2) != 0;
+    if (!rc && !quick)
+        rc = nn_make(&layers[1], ctx, "v3", CLMLA_PRESET_DEEPSEEK_V3, CLMLA_WEIGHTS_FP8, 2) != 0;
+    *ratio = 1;
+    if (!rc) {
+        clmla_product_tuning cands[16];
+        const int n = nn_grid(best, quick, cands, 16);
+        const int b = nn_search(ctx, layers, nl, reps, cands, n, ratio);
+        if (b < 0) {
+            fprintf(stderr, "clmla tune: the current per-head parameters fail: %s\n", clmla_last_error(ctx));
+            rc = 1;
+        } else if (b > 0) { /* timed again beside the current ones, so that a noisy win is not saved */
+            clmla_product_tuning pair[2] = {cands[0], cands[b]};
+            double again = 1;
+            printf("confirmation:");
+            if (nn_search(ctx, layers, nl, reps, pair, 2, &again) == 1) {
+                *ratio = again;
+                *best = cands[b];
+            } else
+                *ratio = 1;
+        }
+        if (!rc)
+            printf("best: skinny_nn_items=%d skinny_nn_slices=%d (%.3f of the current)\n", best->skinny_nn_items,
+                   best->skinny_nn_slices, *ratio);
+    }
+    for (int l = 0; l < nl; l++)
+        nn_free(&layers[l]);
+    clmla_context_set_product_tuning(ctx, NULL);
+    return rc;
+}
+
 static int tune_products(const char *device, int quick, int dry_run, const char *out)
 {
     char path[4096];
@@ -843,7 +1103,7 @@ static int tune_products(const char *device, int quick, int dry_run, const char 
     }
     clmla_device_info info;
     clmla_context_device(r.ctx, &info);
-    const int cpu = info.kind == CLMLA_DEVICE_KIND_CPU;
+    const int cpu = cli_runs_row_products(&info);
     r.reps = quick ? 3 : 7;
     /* V2-Lite's and V3's projections (docs/MLA.md): the fused q / kv_a product and o_proj of
        V2-Lite, V3's q_b_proj (K 1536) and its fused q_a / kv_a product (K 7168). */
@@ -923,6 +1183,10 @@ static int tune_products(const char *device, int quick, int dry_run, const char 
             pt_print(&best, 0, cpu);
             printf(" (%.3f of the current)\n", ratio);
         }
+        /* the per-head absorption's K split, on the work-group forms (K = 128: the small class) */
+        double nn_ratio = 0;
+        if (rc == 0 && !cpu && cls == 0)
+            rc = tune_nn(r.ctx, quick, r.reps, &best, &nn_ratio);
         int tb = -1;
         if (rc == 0 && cpu) {
             clmla_product_tuning tc[32];
@@ -967,6 +1231,9 @@ static int tune_products(const char *device, int quick, int dry_run, const char 
             int len = snprintf(note, sizeof(note), "batch 1: %.3f of the current (%s)", ratio, source);
             if (cpu && tb >= 0 && len > 0 && (size_t)len < sizeof(note))
                 snprintf(note + len, sizeof(note) - (size_t)len, "; %d rows: %.3f", tiled_m, tratio);
+            len = (int)strlen(note);
+            if (nn_ratio > 0 && (size_t)len < sizeof(note))
+                snprintf(note + len, sizeof(note) - (size_t)len, "; per-head x W^UK in a decode step: %.3f", nn_ratio);
             if (clmla_product_tuning_save(path, &info, k_of_class, &best, note) != CLMLA_SUCCESS) {
                 fprintf(stderr, "clmla tune: %s\n", clmla_last_error(NULL));
                 rc = 1;

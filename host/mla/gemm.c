@@ -10,6 +10,7 @@
 #include "dtype.h"
 #include "trace.h"
 #include "kernel_tuning.h"
+#include "attention.h"
 
 #include <clblast_c.h>
 #include <limits.h>
@@ -115,6 +116,12 @@ static void dtype_options(const clmla_context *ctx, clmla_dtype dtype, const cha
 {
     snprintf(out, size, "%s -D W_DTYPE=%d%s", extra, (int)dtype,
              dtype == CLMLA_DTYPE_FP8_E4M3 ? clmla_fp8_option(ctx) : "");
+}
+
+int clmla_products_rows(const clmla_context *ctx)
+{
+    return ctx->product_variant == CLMLA_LATENT_ROWS ||
+           (ctx->product_variant == CLMLA_LATENT_AUTO && ctx->info.kind == CLMLA_DEVICE_KIND_CPU);
 }
 
 static int forced(const clmla_context *ctx)
@@ -432,7 +439,7 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
 {
     cl_kernel kernel = NULL;
     int columns = 0, wg = 0, bucket = 0, nc_log = 0;
-    const int cpu = ctx->info.kind == CLMLA_DEVICE_KIND_CPU;
+    const int cpu = clmla_products_rows(ctx);
     const int cpu_rows = cpu && b.transposed;
     const int cpu_nn = cpu && !b.transposed && n % 8 == 0;
     /* x B on other devices, K split over a group's items where the tuning asks (skinny_nn_slices) */
@@ -586,7 +593,7 @@ static clmla_status rows_large(clmla_context *ctx, size_t m, size_t n, size_t k,
 
 size_t clmla_weight_panel(const clmla_context *ctx, size_t n, size_t k)
 {
-    if (ctx->info.kind != CLMLA_DEVICE_KIND_CPU || forced(ctx) || n == 0)
+    if (!clmla_products_rows(ctx) || forced(ctx) || n == 0)
         return 0;
     clmla_product_tuning t;
     clmla_product_tuning_for(ctx, k, &t);
@@ -762,7 +769,7 @@ clmla_status clmla_gemm(clmla_context *ctx, size_t m, size_t n, size_t k, float 
         return st;
     if (b.panel) /* packed weights: only gemm_packed_rows reads them, whatever the device */
         return packed(ctx, m, n, k, alpha, a, b, beta, c, event);
-    if (!forced(ctx) && ctx->info.kind == CLMLA_DEVICE_KIND_CPU && m > SKINNY_MAX_ROWS && b.transposed &&
+    if (!forced(ctx) && clmla_products_rows(ctx) && m > SKINNY_MAX_ROWS && b.transposed &&
         !a.transposed && fits_int(a.offset + m * a.ld) && fits_int(b.offset + n * b.ld) && fits_int(c.offset + m * c.ld))
         return rows_large(ctx, m, n, k, alpha, a, b, beta, c, event);
     if (!forced(ctx) && use_skinny(m, &a, &b, &c, m * a.ld, (b.transposed ? n : k) * b.ld, m * c.ld))
@@ -896,7 +903,7 @@ clmla_status clmla_gemm_strided_batched(clmla_context *ctx, size_t m, size_t n, 
                                  batch * c_stride + m * c.ld);
     if (own && m <= SKINNY_MAX_ROWS)
         return skinny(ctx, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride, batch, event);
-    if (own && ctx->info.kind == CLMLA_DEVICE_KIND_CPU && !b.panel && (b.transposed || n % 8 == 0))
+    if (own && clmla_products_rows(ctx) && !b.panel && (b.transposed || n % 8 == 0))
         return batched_rows(ctx, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride, batch, event);
     if (clmla_fault_hit(ctx))
         return clmla_fail(ctx, CL_OUT_OF_RESOURCES, "CLBlastSgemmStridedBatched: injected fault");

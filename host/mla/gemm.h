@@ -56,6 +56,10 @@ clmla_status clmla_gemm_strided_batched(clmla_context *ctx, size_t m, size_t n, 
    looks the parameters up again and builds its kernels with them (clmla_context_set_product_tuning). */
 void clmla_gemm_retune(clmla_context *ctx);
 
+/* Whether the context runs the CPU forms of the products (clmla_context_options.product_kernels:
+   "rows", or "auto" on a CPU device) rather than the work-group forms; the one place this is decided. */
+int clmla_products_rows(const clmla_context *ctx);
+
 /* Test hook: every product through CLBlast (on = 1) or as dispatched (0). */
 clmla_status clmla_gemm_force_clblast(clmla_context *ctx, int on);
 /* Test hook: the bytes of float32 a batched product with a weight dtype decodes at a time through

@@ -51,6 +51,15 @@ static clmla_status new_context(const clmla_context_options *options, clmla_cont
         free(ctx);
         return st;
     }
+    ctx->product_variant = clmla_attention_variant_parse(ctx->env.product_kernels);
+    if (ctx->product_variant < 0) {
+        clmla_status st = clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT,
+                                     "product kernels '%s' (clmla_context_options.product_kernels or "
+                                     "CLMLA_PRODUCT_KERNELS): expected auto, rows or group",
+                                     ctx->env.product_kernels);
+        free(ctx);
+        return st;
+    }
     if (options && options->log && options->log_level > CLMLA_LOG_OFF) {
         ctx->log = options->log;
         ctx->log_user = options->log_user;

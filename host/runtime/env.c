@@ -17,6 +17,7 @@ void clmla_env_read(clmla_env *env)
     copy_var(env->kernel_dir, sizeof(env->kernel_dir), "CLMLA_KERNEL_DIR");
     copy_var(env->clblast_tuning, sizeof(env->clblast_tuning), "CLMLA_CLBLAST_TUNING");
     copy_var(env->attention_kernels, sizeof(env->attention_kernels), "CLMLA_ATTENTION_KERNELS");
+    copy_var(env->product_kernels, sizeof(env->product_kernels), "CLMLA_PRODUCT_KERNELS");
     copy_var(env->trace, sizeof(env->trace), "CLMLA_TRACE");
     copy_var(env->kernel_tuning, sizeof(env->kernel_tuning), "CLMLA_KERNEL_TUNING");
 
@@ -46,6 +47,8 @@ void clmla_env_with_options(clmla_env *env, const clmla_context_options *o)
         snprintf(env->clblast_tuning, sizeof(env->clblast_tuning), "%s", o->clblast_tuning);
     if (o->attention_kernels)
         snprintf(env->attention_kernels, sizeof(env->attention_kernels), "%s", o->attention_kernels);
+    if (o->product_kernels)
+        snprintf(env->product_kernels, sizeof(env->product_kernels), "%s", o->product_kernels);
     if (o->trace)
         snprintf(env->trace, sizeof(env->trace), "%s", o->trace);
 }

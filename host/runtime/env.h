@@ -11,6 +11,7 @@ typedef struct clmla_env {
     char cache_dir[CLMLA_PATH_SIZE];  /* program binary cache; "" when disabled */
     char clblast_tuning[CLMLA_PATH_SIZE]; /* CLMLA_CLBLAST_TUNING: a tuning file, "off", or "" (unset) */
     char attention_kernels[32];     /* CLMLA_ATTENTION_KERNELS: "auto", "rows", "group" or "" (unset) */
+    char product_kernels[32];       /* CLMLA_PRODUCT_KERNELS: the same values */
     char trace[CLMLA_PATH_SIZE];    /* CLMLA_TRACE: a file to record the queue's commands in (trace.h), "" = off */
     char kernel_tuning[CLMLA_PATH_SIZE]; /* CLMLA_KERNEL_TUNING: a file, "auto", "off" or "" (unset); read
                                             once per process (kernel_tuning.c), not a context option */

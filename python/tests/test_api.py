@@ -514,6 +514,15 @@ def test_linear(ctx):
     with pytest.raises(clmla.Error):
         clmla.Linear(np.zeros((3,), np.float32), context=ctx)
     lin.close()
+    # the GPU forms of the products on any device: row-major weights, the same results
+    gctx = clmla.Context(ctx.device, product_kernels="group")
+    glin = clmla.Linear(W, context=gctx)
+    assert not glin.info()["packed"]
+    for m in (1, 3, 9):
+        x = rng.standard_normal((m, 24)).astype(np.float32)
+        assert rel_err(glin(x), x.astype(np.float64) @ W.T.astype(np.float64)) < 1e-5
+    glin.close()
+    gctx.close()
     with pytest.raises(clmla.Error):
         lin(np.zeros((1, 24), np.float32))
 
@@ -776,6 +785,8 @@ def test_latent_attention_query_len(ctx):
                                rtol=1e-5, atol=1e-6)
     with pytest.raises(clmla.Error, match="attention kernels 'gpu'"):
         clmla.Context(ctx.device, attention_kernels="gpu")
+    with pytest.raises(clmla.Error, match="product kernels 'gpu'"):
+        clmla.Context(ctx.device, product_kernels="gpu")
     with pytest.raises(clmla.Error, match="query_len"):
         clmla.latent_attention(cache, ql, qr, seqs, lens, 0.3, query_len=3)
 

@@ -217,6 +217,8 @@ class Context(_Owned):
     ``clblast_tuning``: None, ``"auto"``, ``"off"`` or a file (README: CLBlast tuning).
     ``attention_kernels``: None (CLMLA_ATTENTION_KERNELS, else ``"auto"``), ``"auto"``, ``"rows"``
     or ``"group"``: the attention kernels for CPUs or for GPUs, on any device.
+    ``product_kernels``: the same for the matrix products (CLMLA_PRODUCT_KERNELS): the CPU forms
+    (packed weights) or the GPU forms, on any device.
     ``trace``: None (CLMLA_TRACE, else none), ``""`` (none) or a file to append a record of every
     command on the queue to, with device timestamps (``tools/trace_summary.py`` sums it up).
     ``log``: ``callable(level: str, message: str)``, called up to ``log_level``
@@ -228,14 +230,16 @@ class Context(_Owned):
 
     def __init__(self, device=None, *, kernel_dir: Optional[str] = None, cache_dir: Optional[str] = None,
                  clblast_tuning: Optional[str] = None, log: Optional[Callable[[str, str], Any]] = None,
-                 log_level: str = "off", attention_kernels: Optional[str] = None, trace: Optional[str] = None):
+                 log_level: str = "off", attention_kernels: Optional[str] = None, trace: Optional[str] = None,
+                 product_kernels: Optional[str] = None):
         self._children = weakref.WeakSet()
         self._lock = threading.Lock()
         opts = _C["clmla_context_options"]()
         keep = []
         opts.device = _spec_bytes(device)
         for fname, value in (("kernel_dir", kernel_dir), ("cache_dir", cache_dir), ("clblast_tuning", clblast_tuning),
-                             ("attention_kernels", attention_kernels), ("trace", trace)):
+                             ("attention_kernels", attention_kernels), ("trace", trace),
+                             ("product_kernels", product_kernels)):
             if value is not None:
                 if not isinstance(value, (str, os.PathLike)):
                     _invalid("%s must be a string, not %r" % (fname, type(value).__name__))
