@@ -300,7 +300,7 @@ clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning 
    and "driver" (optional: match only that platform name / driver version), "heads" (a head count
    or "any"), "parameters": {"rows_heads", "rows_keys", "rows_groups_per_cu", "group_heads",
    "group_keys", "group_max_items", "group_groups_per_cu", "group_query_layout", "group_fold",
-   "prefill_tiled", "group_decode_heads", "group_min_split_keys"} (any subset; the
+   "prefill_tiled", "group_decode_heads", "group_min_split_keys", "group_stage_keys"} (any subset; the
    rest are defaults)};
    the same file holds the "products" entries of "Product kernel tuning" below.
    An entry for the exact head count wins over an "any" one. The file is read once per process, at
@@ -343,6 +343,13 @@ typedef struct clmla_latent_tuning {
        sequence of 4096 keys at 16 heads made 32 groups for 132 compute units, each about 60 us.
        Smaller splits give more groups (and more partial results to combine). */
     int group_min_split_keys;
+    /* added in 0.4: attn_latent's score step: 0 (default) each work-item streams its keys' rows from
+       global memory, so a GPU's load instruction touches a row per key the warp scores; 1 the
+       work-group stages the tile's rows through local memory in chunks, each chunk's float4s of a
+       row loaded by adjacent items and decoded once per work-group (f16, bf16, fp8 caches), and the
+       items score from there. Experimental: written for the load traffic an H100 showed (the score
+       step at 31-43% of the FMA bound), not yet measured on a GPU. */
+    int group_stage_keys;
 } clmla_latent_tuning;
 
 /* The parameters clmla used before any tuning. */

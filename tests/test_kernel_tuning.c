@@ -112,6 +112,11 @@ static void test_parse(void)
     CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, "group_min_split_keys"),
           "group_min_split_keys 8");
     CHECK(d.group_min_split_keys == 128, "default group_min_split_keys %d", d.group_min_split_keys);
+    t = d;
+    t.group_stage_keys = 2;
+    CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, "group_stage_keys"),
+          "group_stage_keys 2");
+    CHECK(d.group_stage_keys == 0, "default group_stage_keys %d", d.group_stage_keys);
     CHECK(d.group_query_layout == 1 && d.prefill_tiled == 1 && d.group_decode_heads == 8,
           "defaults: query layout %d, prefill_tiled %d, group_decode_heads %d", d.group_query_layout, d.prefill_tiled,
           d.group_decode_heads);
@@ -637,12 +642,13 @@ int main(int argc, char **argv)
                  "[{\"kernel\": \"attn_latent\", \"vendor\": \"%s\", \"device\": \"%s\", \"heads\": 16, \"parameters\": "
                  "{\"rows_heads\": 6, \"rows_keys\": 12, \"rows_groups_per_cu\": 3, \"group_heads\": 8, "
                  "\"group_keys\": 2, \"group_max_items\": 64, \"group_groups_per_cu\": 3, \"group_query_layout\": 0, "
-                 "\"prefill_tiled\": 0, \"group_decode_heads\": 16}}]",
+                 "\"prefill_tiled\": 0, \"group_decode_heads\": 16, \"group_stage_keys\": 1}}]",
                  info.vendor, info.name);
         write_text(user, text);
         CHECK_STATUS(clmla_latent_tuning_lookup(&info, 16, &t, &src), CLMLA_SUCCESS, NULL);
         CHECK(strncmp(src, "file ", 5) == 0 && t.rows_heads == 6 && t.rows_keys == 12 && t.group_max_items == 64 &&
-                  t.group_query_layout == 0 && t.prefill_tiled == 0 && t.group_decode_heads == 16,
+                  t.group_query_layout == 0 && t.prefill_tiled == 0 && t.group_decode_heads == 16 &&
+                  t.group_stage_keys == 1,
               "user entry not applied: %s", src);
         test_attention(ctx, CLMLA_LATENT_ROWS);
         test_attention(ctx, CLMLA_LATENT_GROUP);

@@ -117,7 +117,8 @@ bench_setup() {
 # parameters in force: gemm_skinny_nn_split for the per-head W^UK product at decode (the product
 # tuning's skinny_nn_slices 8 over 64 items, 16 over 256) and splits of 32 keys in attn_latent
 # (group_min_split_keys), timed in the layer step and traced kernel by kernel; then latent decode
-# over every cache dtype, with splits of 32 keys and group_decode_heads 4 beside the defaults
+# over every cache dtype, with the score step's rows staged through local memory (group_stage_keys
+# 1), splits of 32 keys and group_decode_heads 4 beside the defaults
 # (the A/B of 2026-11-26 ran its variants with the defaults' other parameters, not the H100 entries'),
 # and both paths by prefix
 part_ab() {
@@ -129,6 +130,7 @@ part_ab() {
     dh4="$out/kernel-tuning-dh4.json"
     variant_tuning "$dh4" attn_latent group_decode_heads=4
     variant_tuning "$out/kernel-tuning-ms32.json" attn_latent group_min_split_keys=32
+    variant_tuning "$out/kernel-tuning-st1.json" attn_latent group_stage_keys=1
     for v in base nn8 nn16 ms32; do
         f=""
         [ "$v" = base ] || f="$out/kernel-tuning-$v.json"
@@ -153,6 +155,11 @@ part_ab() {
         [ "$shape" = v3 ] && secs=50
         step bench-decode-$tag $secs "$bench" $peaks --phase decode --preset "$shape" --path absorbed \
             --batch 1,8,32 --ctx 4096,32768 --cache-dtype f32,f16,bf16,fp8 --json "$out/decode-$tag.json"
+        # the score step's rows staged through local memory beside it, every cache dtype
+        [ -s "$out/kernel-tuning-st1.json" ] && [ -e "$out/.done-bench-decode-$tag" ] && step bench-decode-$tag-st1 \
+            $((secs / 2)) env CLMLA_KERNEL_TUNING="$out/kernel-tuning-st1.json" "$bench" $peaks --phase decode \
+            --preset "$shape" --path absorbed --batch 1,8,32 --ctx 4096,32768 --cache-dtype f32,f16,bf16,fp8 \
+            --json "$out/decode-$tag-st1.json"
         # group_decode_heads 4 (the form before 8 became the default) beside it, all else as in force
         [ -s "$dh4" ] && [ -e "$out/.done-bench-decode-$tag" ] && step bench-decode-$tag-dh4 $((secs / 2)) \
             env CLMLA_KERNEL_TUNING="$dh4" "$bench" $peaks --phase decode --preset "$shape" --path absorbed \

@@ -243,9 +243,9 @@ static void kt_print(const clmla_latent_tuning *t, int rows, int decoded)
         printf("rows_heads=%-2d rows_keys=%-2d rows_groups_per_cu=%-2d", t->rows_heads, t->rows_keys, t->rows_groups_per_cu);
     else
         printf("group_heads=%-2d group_keys=%d group_max_items=%-4d group_groups_per_cu=%-2d group_query_layout=%d "
-               "group_min_split_keys=%-4d",
+               "group_min_split_keys=%-4d group_stage_keys=%d",
                t->group_heads, t->group_keys, t->group_max_items, t->group_groups_per_cu, t->group_query_layout,
-               t->group_min_split_keys);
+               t->group_min_split_keys, t->group_stage_keys);
     if (decoded)
         printf(" group_decode_heads=%-2d", t->group_decode_heads);
 }
@@ -345,6 +345,10 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
             if (!seen && (!quick || n < 2))
                 cands[n++] = t;
         }
+        /* the rows staged through local memory: each value decoded once per work-group */
+        clmla_latent_tuning t = base;
+        t.group_stage_keys = !base.group_stage_keys;
+        cands[n++] = t;
     } else if (r.rows) {
         static const int hs[] = {8, 16}, ks[] = {4, 8, 16}, gs[] = {2, 4, 8};
         for (int i = 0; i < 2; i++)
@@ -385,6 +389,20 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
             if (memcmp(&t, &base, sizeof(t)) != 0 && n < MAX_CANDIDATES)
                 cands[n++] = t;
         }
+        /* the score step's rows staged through local memory, in both query layouts and with 2, 4 or
+           8 keys per item (--quick: as in force), the rest as in force */
+        for (int q = 0; q < 2; q++)
+            for (int j = 0; j < 3; j++) {
+                clmla_latent_tuning t = base;
+                t.group_stage_keys = !base.group_stage_keys;
+                t.group_query_layout = quick ? base.group_query_layout : q;
+                t.group_keys = quick ? base.group_keys : ks[j];
+                int seen = 0;
+                for (int c = 0; c < n; c++)
+                    seen |= memcmp(&t, &cands[c], sizeof(t)) == 0;
+                if (!seen && n < MAX_CANDIDATES)
+                    cands[n++] = t;
+            }
     }
     printf("tuning %s on %s (%s, %s, driver %s): %d heads, rkv %d, dr %d, %s cache, ctx %d, batch 1 and 8, %d "
            "candidates\n",

@@ -78,6 +78,8 @@ static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_
                      fold);
         if (tn->group_query_layout) /* only when set: layout 0's options, and its cached programs, stay as they were */
             strncat(options, " -D QLAYOUT=1", sizeof(options) - strlen(options) - 1);
+        if (tn->group_stage_keys)
+            strncat(options, " -D STAGE", sizeof(options) - strlen(options) - 1);
         const clmla_kernel_fit fit = {"attn_latent", "attn_latent", options, "NT", tn->group_max_items, padded_heads(hg),
                                       latent_local_bytes, shape};
         clmla_status st = clmla_kernel_create_fitted(cache->ctx, &fit, slot, slot_threads);
