@@ -35,28 +35,30 @@ static cl_command_queue make_queue(cl_context c, cl_device_id dev, int *profilin
     return q;
 }
 
-/* A zeroed context with the options' environment, attention kernels and log callback. */
+/* The kernel kind named by an option or its variable (`which`: "attention" or "product"): *out a
+   CLMLA_LATENT_* value, or the failure naming the value and the choices. */
+static clmla_status kernels_option(const char *value, const char *which, const char *variable, int *out)
+{
+    *out = clmla_attention_variant_parse(value);
+    if (*out >= 0)
+        return CLMLA_SUCCESS;
+    return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT,
+                      "%s kernels '%s' (clmla_context_options.%s_kernels or %s): expected auto, rows or group", which,
+                      value, which, variable);
+}
+
+/* A zeroed context with the options' environment, attention and product kernels and log callback. */
 static clmla_status new_context(const clmla_context_options *options, clmla_context **out)
 {
     clmla_context *ctx = calloc(1, sizeof(*ctx));
     if (!ctx)
         return clmla_fail(NULL, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     clmla_env_with_options(&ctx->env, options);
-    ctx->latent_variant = clmla_attention_variant_parse(ctx->env.attention_kernels);
-    if (ctx->latent_variant < 0) {
-        clmla_status st = clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT,
-                                     "attention kernels '%s' (clmla_context_options.attention_kernels or "
-                                     "CLMLA_ATTENTION_KERNELS): expected auto, rows or group",
-                                     ctx->env.attention_kernels);
-        free(ctx);
-        return st;
-    }
-    ctx->product_variant = clmla_attention_variant_parse(ctx->env.product_kernels);
-    if (ctx->product_variant < 0) {
-        clmla_status st = clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT,
-                                     "product kernels '%s' (clmla_context_options.product_kernels or "
-                                     "CLMLA_PRODUCT_KERNELS): expected auto, rows or group",
-                                     ctx->env.product_kernels);
+    clmla_status st = kernels_option(ctx->env.attention_kernels, "attention", "CLMLA_ATTENTION_KERNELS",
+                                     &ctx->latent_variant);
+    if (st == CLMLA_SUCCESS)
+        st = kernels_option(ctx->env.product_kernels, "product", "CLMLA_PRODUCT_KERNELS", &ctx->product_variant);
+    if (st != CLMLA_SUCCESS) {
         free(ctx);
         return st;
     }
