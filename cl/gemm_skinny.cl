@@ -213,7 +213,8 @@ void gemm_skinny_nn_split(const int M, const int N, const int K, const float alp
     for (int m = 0; m < MR; m++)
         acc[m] = (float4)(0.0f);
     if (n < N) {
-        #pragma unroll 4
+        /* no unroll pragma: with a run-time trip count PoCL cannot honour one and says so in the
+           build log of every program of this file; GPU compilers unroll such loops by themselves */
         for (int k = s; k < K; k += KS) {
             const float4 b = W_LOAD4(B + (size_t)k * ldb + n, 0, W_SCALE(Bs, bs_ld, brow0 + k, n));
             #pragma unroll
