@@ -118,7 +118,7 @@ bench_setup() {
 # tuning's skinny_nn_slices 8 over 64 items, 16 over 256) and splits of 32 keys in attn_latent
 # (group_min_split_keys), timed in the layer step and traced kernel by kernel; then latent decode
 # over every cache dtype, with the score step's rows staged through local memory (group_stage_keys
-# 1), splits of 32 keys and group_decode_heads 4 beside the defaults
+# 1, with group_decode_heads 4), splits of 32 keys and group_decode_heads 4 beside the defaults
 # (the A/B of 2026-11-26 ran its variants with the defaults' other parameters, not the H100 entries'),
 # and both paths by prefix
 part_ab() {
@@ -130,7 +130,9 @@ part_ab() {
     dh4="$out/kernel-tuning-dh4.json"
     variant_tuning "$dh4" attn_latent group_decode_heads=4
     variant_tuning "$out/kernel-tuning-ms32.json" attn_latent group_min_split_keys=32
-    variant_tuning "$out/kernel-tuning-st1.json" attn_latent group_stage_keys=1
+    # staged, each value is decoded once per work-group whatever the heads an item, so the decoded
+    # caches take 4 heads an item (fewer query loads per FMA) with it
+    variant_tuning "$out/kernel-tuning-st1.json" attn_latent group_stage_keys=1 group_decode_heads=4
     for v in base nn8 nn16 ms32; do
         f=""
         [ "$v" = base ] || f="$out/kernel-tuning-$v.json"

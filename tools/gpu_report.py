@@ -74,17 +74,17 @@ def device_line(folder):
 def decode_variants(folder, tag):
     """The latent decode variants a folder holds for a shape, {label: rows}: decode-TAG-dhN.json
     (group_decode_heads N), decode-TAG-msN.json (group_min_split_keys N), decode-TAG-stN.json
-    (group_stage_keys N)."""
+    (group_stage_keys N, with group_decode_heads 4)."""
     out = {}
     prefix = f"decode-{tag}-"
     for name in sorted(os.listdir(folder)):
         if not (name.startswith(prefix) and name.endswith(".json")):
             continue
         v = name[len(prefix):-5]
-        for short, label in (("dh", "group_decode_heads"), ("ms", "group_min_split_keys"),
-                             ("st", "group_stage_keys")):
+        for short, label, more in (("dh", "group_decode_heads", ""), ("ms", "group_min_split_keys", ""),
+                                   ("st", "group_stage_keys", " (+dh 4)")):
             if v.startswith(short) and v[len(short):].isdigit():
-                out[f"{label} {v[len(short):]}"] = load(folder, name)
+                out[f"{label} {v[len(short):]}{more}"] = load(folder, name)
     return out
 
 
