@@ -65,6 +65,13 @@ string(JSON note GET "${text}" 0 measured)
 if(NOT (slices EQUAL 1 OR slices EQUAL 8 OR slices EQUAL 16) OR NOT note MATCHES "per-head x W\\^UK")
   message(FATAL_ERROR "the group forms' entry in ${file3}:\n${text}")
 endif()
+# devices --verbose names the parameters of the forms in force, the saved split among them
+execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_PRODUCT_KERNELS=group CLMLA_KERNEL_TUNING=${file3}
+                        ${CLMLA} devices --verbose
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "K <= 4096: file [^\n]*gemm_skinny_nt [^\n]*skinny_nn_slices=${slices}")
+  message(FATAL_ERROR "clmla devices --verbose with the group forms' entry: exit ${rc}\n${out}\n${err}")
+endif()
 file(READ ${file} text)
 string(JSON count LENGTH "${text}")
 if(NOT count EQUAL 2)

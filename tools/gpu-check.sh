@@ -99,7 +99,9 @@ part_tune() {
 }
 
 part_products() {
-    step tune-products 240 "$clmla" tune --kernels --products --out "$out/kernel-tuning.json"
+    # 226 s on an H100 before the per-head (W^UK) search joined it, which adds V2-Lite and V3 layers
+    # set up on the host (random weights, float64 reference) and a K split grid (estimate)
+    step tune-products 300 "$clmla" tune --kernels --products --out "$out/kernel-tuning.json"
 }
 
 # the tuning file of the tune part (or none: the built-in table) and the peaks, once per call

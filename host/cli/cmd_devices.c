@@ -74,7 +74,7 @@ static void print_tuning(const clmla_device_info *devs, size_t n)
     }
     printf("\nproduct kernel tuning (the same file):\n");
     for (size_t i = 0; i < n; i++) {
-        const int cpu = devs[i].kind == CLMLA_DEVICE_KIND_CPU;
+        const int cpu = cli_runs_row_products(&devs[i]); /* the forms in force: CLMLA_PRODUCT_KERNELS, else the kind */
         static const size_t ks[] = {2048, 7168};
         for (int c = 0; c < 2; c++) {
             clmla_product_tuning t;
