@@ -345,10 +345,15 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
             if (!seen && (!quick || n < 2))
                 cands[n++] = t;
         }
-        /* the rows staged through local memory: each value decoded once per work-group */
-        clmla_latent_tuning t = base;
-        t.group_stage_keys = !base.group_stage_keys;
-        cands[n++] = t;
+        /* the rows staged through local memory: each value decoded once per work-group, whatever the
+           heads an item (--quick: with those in force) */
+        for (int i = 0; i < (quick ? 1 : 3); i++) {
+            clmla_latent_tuning t = base;
+            t.group_stage_keys = !base.group_stage_keys;
+            if (!quick)
+                t.group_decode_heads = dh[i];
+            cands[n++] = t;
+        }
     } else if (r.rows) {
         static const int hs[] = {8, 16}, ks[] = {4, 8, 16}, gs[] = {2, 4, 8};
         for (int i = 0; i < 2; i++)
