@@ -904,12 +904,14 @@ static void test_attn_latent(void)
                            2, ctx_e, seq_e};
     /* each case also with 8 heads per item in the score step (2 keys each), and with 16 (1 key, the
        queries in layout 1): for the 1-, 3- and 8-head groups that is all their padded heads; then
-       with the rows staged through local memory (STAGE), in both layouts and with 8 heads an item */
+       with the rows staged through local memory (STAGE), in both layouts and with 8 and 16 heads an
+       item */
     static const char *const extras[] = {"",
                                          " -D HPI=8 -D KPT=2",
                                          " -D HPI=16 -D KPT=1 -D QLAYOUT=1",
                                          " -D STAGE",
-                                         " -D STAGE -D QLAYOUT=1 -D HPI=8 -D KPT=2"};
+                                         " -D STAGE -D QLAYOUT=1 -D HPI=8 -D KPT=2",
+                                         " -D STAGE -D HPI=16 -D KPT=1"};
     for (size_t x = 0; x < sizeof(extras) / sizeof(extras[0]); x++) {
         latent_extra = extras[x];
         for (latent_sparse = 0; latent_sparse < 2; latent_sparse++) {
