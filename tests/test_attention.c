@@ -629,6 +629,20 @@ static void run_all(void)
 
 }
 
+/* Every case (decoded caches only: the f16, bf16 and fp8 ones) on attn_latent with these
+   parameters forced, whatever the device's entry sets; one line saying how they went. */
+static void run_all_tuned(const clmla_latent_tuning *t, int decoded, const char *label)
+{
+    const int failed_before = check_failed;
+    clmla_context_set_latent_tuning(ctx, t);
+    clmla_attention_set_variant(ctx, CLMLA_LATENT_GROUP);
+    decoded_only = decoded;
+    run_all();
+    decoded_only = 0;
+    clmla_context_set_latent_tuning(ctx, NULL);
+    printf("kernel attn_latent, %s: %s\n", label, check_failed == failed_before ? "all cases pass" : "FAILURES above");
+}
+
 int main(void)
 {
     clmla_status st = clmla_context_create(NULL, &ctx);
@@ -669,48 +683,25 @@ int main(void)
        are not run again. */
     static const int decode_heads[] = {4, 8, 16};
     for (size_t i = 0; i < sizeof(decode_heads) / sizeof(decode_heads[0]); i++) {
-        const int failed_before = check_failed;
         clmla_latent_tuning t;
         clmla_latent_tuning_defaults(&t);
         t.group_decode_heads = decode_heads[i];
-        clmla_context_set_latent_tuning(ctx, &t);
-        clmla_attention_set_variant(ctx, CLMLA_LATENT_GROUP);
-        decoded_only = 1;
-        run_all();
-        decoded_only = 0;
-        clmla_context_set_latent_tuning(ctx, NULL);
-        printf("kernel attn_latent, group_decode_heads %d: %s\n", decode_heads[i],
-               check_failed == failed_before ? "all cases pass" : "FAILURES above");
+        char label[64];
+        snprintf(label, sizeof(label), "group_decode_heads %d", decode_heads[i]);
+        run_all_tuned(&t, 1, label);
     }
     /* attn_latent with a sequence's keys split as finely as the tuning allows (group_min_split_keys
        16: splits shorter than a tile of the score step, many partial results to combine) */
-    {
-        const int failed_before = check_failed;
-        clmla_latent_tuning t;
-        clmla_latent_tuning_defaults(&t);
-        t.group_min_split_keys = 16;
-        clmla_context_set_latent_tuning(ctx, &t);
-        clmla_attention_set_variant(ctx, CLMLA_LATENT_GROUP);
-        run_all();
-        clmla_context_set_latent_tuning(ctx, NULL);
-        printf("kernel attn_latent, group_min_split_keys 16: %s\n",
-               check_failed == failed_before ? "all cases pass" : "FAILURES above");
-    }
+    clmla_latent_tuning t;
+    clmla_latent_tuning_defaults(&t);
+    t.group_min_split_keys = 16;
+    run_all_tuned(&t, 0, "group_min_split_keys 16");
     /* attn_latent with the score step's rows staged through local memory (group_stage_keys 1): 4
        heads an item over f32 caches, 8 (the default) over the decoded ones; tests/test_kernels.c
        runs the kernel staged with 16 too */
-    {
-        const int failed_before = check_failed;
-        clmla_latent_tuning t;
-        clmla_latent_tuning_defaults(&t);
-        t.group_stage_keys = 1;
-        clmla_context_set_latent_tuning(ctx, &t);
-        clmla_attention_set_variant(ctx, CLMLA_LATENT_GROUP);
-        run_all();
-        clmla_context_set_latent_tuning(ctx, NULL);
-        printf("kernel attn_latent, group_stage_keys 1: %s\n",
-               check_failed == failed_before ? "all cases pass" : "FAILURES above");
-    }
+    clmla_latent_tuning_defaults(&t);
+    t.group_stage_keys = 1;
+    run_all_tuned(&t, 0, "group_stage_keys 1");
     clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
 
     clmla_context_destroy(ctx);
