@@ -237,6 +237,15 @@ static double kt_time(kt_run *r, kt_case *c, int tokens)
     return t[reps / 2];
 }
 
+/* t appended to cands[*n] unless one of them holds the same values */
+static void add_unique(clmla_latent_tuning *cands, int *n, const clmla_latent_tuning *t)
+{
+    for (int i = 0; i < *n; i++)
+        if (memcmp(t, &cands[i], sizeof(*t)) == 0)
+            return;
+    cands[(*n)++] = *t;
+}
+
 static void kt_print(const clmla_latent_tuning *t, int rows, int decoded)
 {
     if (rows)
@@ -339,11 +348,8 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
         for (int i = 0; i < 3; i++) {
             clmla_latent_tuning t = base;
             t.group_decode_heads = dh[i];
-            int seen = 0;
-            for (int j = 0; j < n; j++)
-                seen |= memcmp(&t, &cands[j], sizeof(t)) == 0;
-            if (!seen && (!quick || n < 2))
-                cands[n++] = t;
+            if (!quick || n < 2)
+                add_unique(cands, &n, &t);
         }
         /* the rows staged through local memory: each value decoded once per work-group, whatever the
            heads an item (--quick: with those in force) */
@@ -402,11 +408,8 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
                 t.group_stage_keys = !base.group_stage_keys;
                 t.group_query_layout = quick ? base.group_query_layout : q;
                 t.group_keys = quick ? base.group_keys : ks[j];
-                int seen = 0;
-                for (int c = 0; c < n; c++)
-                    seen |= memcmp(&t, &cands[c], sizeof(t)) == 0;
-                if (!seen && n < MAX_CANDIDATES)
-                    cands[n++] = t;
+                if (n < MAX_CANDIDATES)
+                    add_unique(cands, &n, &t);
             }
     }
     printf("tuning %s on %s (%s, %s, driver %s): %d heads, rkv %d, dr %d, %s cache, ctx %d, batch 1 and 8, %d "
