@@ -300,8 +300,8 @@ clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning 
    and "driver" (optional: match only that platform name / driver version), "heads" (a head count
    or "any"), "parameters": {"rows_heads", "rows_keys", "rows_groups_per_cu", "group_heads",
    "group_keys", "group_max_items", "group_groups_per_cu", "group_query_layout", "group_fold",
-   "prefill_tiled", "group_decode_heads", "group_min_split_keys", "group_stage_keys"} (any subset; the
-   rest are defaults)};
+   "prefill_tiled", "group_decode_heads", "group_min_split_keys", "group_stage_keys", "prefill_queries",
+   "prefill_keys", "prefill_chunk"} (any subset; the rest are defaults)};
    the same file holds the "products" entries of "Product kernel tuning" below.
    An entry for the exact head count wins over an "any" one. The file is read once per process, at
    the first use; a malformed file is reported (clmla_log at warning level on the first context
@@ -350,6 +350,14 @@ typedef struct clmla_latent_tuning {
        items score from there. Experimental: written for the load traffic an H100 showed (the score
        step at 31-43% of the FMA bound), not yet measured on a GPU. */
     int group_stage_keys;
+    /* added in 0.4: attn_prefill_tiled's tiles (prefill_tiled 1): the most queries of one block, a
+       power of two 4..64 (default 32; the build takes the largest, down to 4, whose local memory
+       and work-group of queries / 2 x keys / 4 items fit the device); the keys of one tile, a
+       multiple of 4 from 8 to 64 (32); the dimensions of the keys staged at a time, a multiple of 4
+       from 16 to 256 (64). `clmla tune --kernels --prefill` searches them. */
+    int prefill_queries;
+    int prefill_keys;
+    int prefill_chunk;
 } clmla_latent_tuning;
 
 /* The parameters clmla used before any tuning. */

@@ -1,5 +1,5 @@
-# clmla tune --kernels --quick: exits 0, prints the candidates' tables (the latent kernel's, then the
-# products') and writes an attn_latent and a "products" entry for the device that parse back; then
+# clmla tune --kernels --quick: exits 0, prints the candidates' tables (the latent kernel's, a word
+# on the prefill tiles, then the products') and writes an attn_latent and a "products" entry for the device that parse back; then
 # --products alone replaces the products entry and keeps the latent one.
 # cmake -DCLMLA=... -DOUT_DIR=... -P cli_tune_kernels.cmake
 set(file ${OUT_DIR}/kernel-tuning-test.json)
@@ -23,6 +23,12 @@ string(JSON items GET "${text}" 1 parameters cpu_items_per_cu)
 string(JSON tr GET "${text}" 1 parameters tiled_rows)
 if(NOT kernel STREQUAL "products" OR NOT class STREQUAL "small" OR items LESS 1 OR tr LESS 4)
   message(FATAL_ERROR "unexpected products entry in ${file}:\n${text}")
+endif()
+# with no part named, the decompressed path's attention tiles too, where the device runs
+# attn_prefill_tiled (work-group kernels); a note elsewhere
+if(NOT out MATCHES "attn_prefill_tiled: not tuned, this device runs attn_prefill_rows"
+   AND NOT out MATCHES "tuning attn_prefill_tiled on ")
+  message(FATAL_ERROR "clmla tune --kernels --quick said nothing of the prefill tiles:\n${out}")
 endif()
 # the prefill products (tiled kernels) are tuned where the device runs them, CPUs; GPUs keep CLBlast
 set(prefill_tuned FALSE)
@@ -144,4 +150,49 @@ execute_process(COMMAND ${CLMLA} tune --export --dry-run RESULT_VARIABLE rc OUTP
 if(NOT rc EQUAL 2 OR NOT err MATCHES "--export goes with --kernels")
   message(FATAL_ERROR "--export without --kernels: exit ${rc}\n${out}\n${err}")
 endif()
-message(STATUS "clmla tune --kernels wrote ${file}, ${file2} and ${file3}")
+# --prefill: attn_prefill_tiled's tiles (forced here so that CPUs run it), each candidate's layer
+# checked against float64 in two chunks before it is timed; the entry in force saved with the
+# winner's prefill parameters. Refused where the device runs attn_prefill_rows, and at head counts
+# other than V2-Lite's and V3's.
+set(file4 ${OUT_DIR}/kernel-tuning-test-prefill.json)
+file(REMOVE ${file4})
+execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_ATTENTION_KERNELS=group
+                        ${CLMLA} tune --kernels --prefill --quick --out ${file4}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "tuning attn_prefill_tiled on [^\n]*V2-Lite layer \\(16 heads"
+   OR NOT out MATCHES "prefill_queries=16 prefill_keys=16 prefill_chunk=32 +err [0-9.e-]+ +prompt +[0-9.]+ us +chunk"
+   OR NOT out MATCHES "prefill_tiled=0 \\(attn_prefill\\) +err"
+   OR NOT out MATCHES "best: " OR NOT out MATCHES "saved to ")
+  message(FATAL_ERROR "CLMLA_ATTENTION_KERNELS=group clmla tune --kernels --prefill --quick: exit ${rc}\n${out}\n${err}")
+endif()
+file(READ ${file4} text)
+string(JSON count LENGTH "${text}")
+string(JSON kernel GET "${text}" 0 kernel)
+string(JSON heads GET "${text}" 0 heads)
+string(JSON keys GET "${text}" 0 parameters prefill_keys)
+string(JSON chunk GET "${text}" 0 parameters prefill_chunk)
+string(JSON note GET "${text}" 0 measured)
+if(NOT count EQUAL 1 OR NOT kernel STREQUAL "attn_latent" OR NOT heads EQUAL 16
+   OR NOT (keys EQUAL 16 OR keys EQUAL 32 OR keys EQUAL 64) OR NOT (chunk EQUAL 32 OR chunk EQUAL 64 OR chunk EQUAL 128)
+   OR NOT note MATCHES "prefill 80 tokens")
+  message(FATAL_ERROR "the prefill tiles' entry in ${file4}:\n${text}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_ATTENTION_KERNELS=group CLMLA_KERNEL_TUNING=${file4}
+                        ${CLMLA} devices --verbose
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "16  heads: file [^\n]*prefill_keys=${keys} prefill_chunk=${chunk}")
+  message(FATAL_ERROR "clmla devices --verbose with the prefill entry: exit ${rc}\n${out}\n${err}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_ATTENTION_KERNELS=rows
+                        ${CLMLA} tune --kernels --prefill --quick --dry-run
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "attn_prefill_rows")
+  message(FATAL_ERROR "--prefill on the row kernels: exit ${rc}\n${out}\n${err}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_ATTENTION_KERNELS=group
+                        ${CLMLA} tune --kernels --prefill --heads 64 --dry-run
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "--heads 16")
+  message(FATAL_ERROR "--prefill at 64 heads: exit ${rc}\n${out}\n${err}")
+endif()
+message(STATUS "clmla tune --kernels wrote ${file}, ${file2}, ${file3} and ${file4}")

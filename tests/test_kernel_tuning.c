@@ -117,6 +117,37 @@ static void test_parse(void)
     CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, "group_stage_keys"),
           "group_stage_keys 2");
     CHECK(d.group_stage_keys == 0, "default group_stage_keys %d", d.group_stage_keys);
+    /* attn_prefill_tiled's tiles: BQ a power of two (the build halves it to fit), BK and KC float4s */
+    static const struct {
+        size_t offset;
+        int value;
+        const char *name;
+    } tiles[] = {{offsetof(clmla_latent_tuning, prefill_queries), 24, "prefill_queries"},
+                 {offsetof(clmla_latent_tuning, prefill_queries), 2, "prefill_queries"},
+                 {offsetof(clmla_latent_tuning, prefill_queries), 128, "prefill_queries"},
+                 {offsetof(clmla_latent_tuning, prefill_keys), 4, "prefill_keys"},
+                 {offsetof(clmla_latent_tuning, prefill_keys), 30, "prefill_keys"},
+                 {offsetof(clmla_latent_tuning, prefill_keys), 68, "prefill_keys"},
+                 {offsetof(clmla_latent_tuning, prefill_chunk), 12, "prefill_chunk"},
+                 {offsetof(clmla_latent_tuning, prefill_chunk), 66, "prefill_chunk"},
+                 {offsetof(clmla_latent_tuning, prefill_chunk), 260, "prefill_chunk"}};
+    for (size_t i = 0; i < sizeof(tiles) / sizeof(tiles[0]); i++) {
+        t = d;
+        *(int *)((char *)&t + tiles[i].offset) = tiles[i].value;
+        CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, tiles[i].name),
+              "%s %d: %s", tiles[i].name, tiles[i].value, w ? w : "accepted");
+    }
+    t = d;
+    t.prefill_queries = 4;
+    t.prefill_keys = 8;
+    t.prefill_chunk = 16;
+    CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_SUCCESS, "the smallest tiles refused: %s", w ? w : "");
+    t.prefill_queries = 64;
+    t.prefill_keys = 64;
+    t.prefill_chunk = 256;
+    CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_SUCCESS, "the largest tiles refused: %s", w ? w : "");
+    CHECK(d.prefill_queries == 32 && d.prefill_keys == 32 && d.prefill_chunk == 64, "default tiles %d x %d, chunk %d",
+          d.prefill_queries, d.prefill_keys, d.prefill_chunk);
     CHECK(d.group_query_layout == 1 && d.prefill_tiled == 1 && d.group_decode_heads == 8,
           "defaults: query layout %d, prefill_tiled %d, group_decode_heads %d", d.group_query_layout, d.prefill_tiled,
           d.group_decode_heads);
@@ -642,13 +673,14 @@ int main(int argc, char **argv)
                  "[{\"kernel\": \"attn_latent\", \"vendor\": \"%s\", \"device\": \"%s\", \"heads\": 16, \"parameters\": "
                  "{\"rows_heads\": 6, \"rows_keys\": 12, \"rows_groups_per_cu\": 3, \"group_heads\": 8, "
                  "\"group_keys\": 2, \"group_max_items\": 64, \"group_groups_per_cu\": 3, \"group_query_layout\": 0, "
-                 "\"prefill_tiled\": 0, \"group_decode_heads\": 16, \"group_stage_keys\": 1}}]",
+                 "\"prefill_tiled\": 0, \"group_decode_heads\": 16, \"group_stage_keys\": 1, \"prefill_queries\": 8, "
+                 "\"prefill_keys\": 16, \"prefill_chunk\": 128}}]",
                  info.vendor, info.name);
         write_text(user, text);
         CHECK_STATUS(clmla_latent_tuning_lookup(&info, 16, &t, &src), CLMLA_SUCCESS, NULL);
         CHECK(strncmp(src, "file ", 5) == 0 && t.rows_heads == 6 && t.rows_keys == 12 && t.group_max_items == 64 &&
                   t.group_query_layout == 0 && t.prefill_tiled == 0 && t.group_decode_heads == 16 &&
-                  t.group_stage_keys == 1,
+                  t.group_stage_keys == 1 && t.prefill_queries == 8 && t.prefill_keys == 16 && t.prefill_chunk == 128,
               "user entry not applied: %s", src);
         test_attention(ctx, CLMLA_LATENT_ROWS);
         test_attention(ctx, CLMLA_LATENT_GROUP);

@@ -1206,6 +1206,48 @@ static void test_untiled_prefill(void)
     group_kernels_with(0);
 }
 
+/* attn_prefill_tiled with tiles other than the defaults (the latent tuning's prefill_queries,
+   prefill_keys, prefill_chunk): the smallest legal ones (blocks of 4 queries, tiles of 8 keys,
+   chunks of 4 float4s: dq 24 in two chunks), 16 keys in chunks longer than a query row, and the
+   largest block and tile; 45 tokens in chunks of 19 and 26 by the decompressed path, so that blocks
+   and tiles end mid-chunk and the second chunk's tiles cross its prefix, against float64. */
+static void test_prefill_tiles(void)
+{
+    static const int tiles[][3] = {{4, 8, 16}, {8, 16, 128}, {64, 64, 32}};
+    const int T = 45, chunks[] = {19, 26};
+    const clmla_attention_path path = CLMLA_PATH_DECOMPRESSED;
+    clmla_layer_config c = shape_config(1); /* 5 heads, dq 24, dv 24 */
+    tu_weights w;
+    if (tu_weights_make(&w, &c, 4545) != 0) {
+        CHECK(0, "prefill tiles: out of host memory");
+        return;
+    }
+    float *x = tu_random_inputs(T, c.hidden_size, 4546);
+    tu_ref_run ref;
+    CHECK(tu_ref_run_make(&ref, &w, T, x, MLA_REF_DECOMPRESSED) == 0, "prefill tiles: reference failed");
+    clmla_attention_set_variant(ctx, CLMLA_LATENT_GROUP);
+    for (size_t i = 0; i < sizeof(tiles) / sizeof(tiles[0]) && ref.out; i++) {
+        clmla_latent_tuning t;
+        clmla_latent_tuning_defaults(&t);
+        t.prefill_queries = tiles[i][0];
+        t.prefill_keys = tiles[i][1];
+        t.prefill_chunk = tiles[i][2];
+        CHECK_STATUS(clmla_context_set_latent_tuning(ctx, &t), CLMLA_SUCCESS, ctx);
+        char what[200];
+        snprintf(what, sizeof(what), "attn_prefill_tiled, %d queries x %d keys, chunks of %d: prefill 19 + 26",
+                 tiles[i][0], tiles[i][1], tiles[i][2]);
+        clmla_layer *layer = make_layer(&w, what);
+        if (layer)
+            free(run_schedule(layer, &w, &ref, T, x, CLMLA_CACHE_F32, 8, chunks, 2, &path, 1, what));
+        clmla_layer_destroy(layer);
+    }
+    clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
+    CHECK_STATUS(clmla_context_set_latent_tuning(ctx, NULL), CLMLA_SUCCESS, ctx);
+    tu_ref_run_free(&ref);
+    free(x);
+    tu_weights_free(&w);
+}
+
 /* A sparse-attention model's limit (dense_max_keys = index_topk): a step that would give a query
    more keys fails with CLMLA_ERROR_UNSUPPORTED and leaves the sequence as it was; up to the limit
    the layer runs. */
@@ -1331,7 +1373,8 @@ static void test_per_sequence_rope(void)
 static const tu_part parts[] = {
     {"dense-limit", test_dense_limit}, {"per-sequence-rope", test_per_sequence_rope},
     {"errors", test_create_errors}, {"auto-path", test_auto_path},
-    {"shapes-clblast", test_shapes_clblast}, {"group-kernels", test_group_kernels}, {"untiled-prefill", test_untiled_prefill}, {"forward-errors", test_forward_errors}, {"shapes", test_shapes},
+    {"shapes-clblast", test_shapes_clblast}, {"group-kernels", test_group_kernels}, {"untiled-prefill", test_untiled_prefill},
+    {"prefill-tiles", test_prefill_tiles},  {"forward-errors", test_forward_errors}, {"shapes", test_shapes},
     {"long", test_long},            {"batch", test_batch},                   {"layers", test_two_layers},
     {"forward-cl", test_forward_cl}, {"presets", test_presets},
 };

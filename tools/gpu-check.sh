@@ -10,7 +10,8 @@
 # PARTS, comma-separated, in the order given (default tune,ab,bench,tests); one call's parts share
 # the peaks and the tuning file (a later call finds both in OUT):
 #   tune   the latent tuner at 16 and 128 heads, then group_decode_heads over an fp8 cache (clmla
-#          tune --cache-dtype), into OUT/kernel-tuning.json (about 110 s on an H100)
+#          tune --cache-dtype), into OUT/kernel-tuning.json (about 110 s on an H100), then the
+#          prefill tiles (clmla tune --prefill, not yet timed on a GPU)
 #   products  the product tuner into the same file (226 s on an H100, mostly compiling; its
 #          defaults won there, so a device with a built-in entry can leave it out)
 #   ab     the experimental parameters against the parameters in force, each after its baseline
@@ -96,6 +97,12 @@ part_tune() {
         --cache-dtype fp8 --out "$tuning"
     step tune-latent-fp8-128 30 env CLMLA_KERNEL_TUNING="$tuning" "$clmla" tune --kernels --latent --heads 128 \
         --cache-dtype fp8 --out "$tuning"
+    # attn_prefill_tiled's tiles (29 candidates, each a layer built and checked; estimates: V3's
+    # float64 reference of 41 tokens takes the host tens of seconds)
+    step tune-prefill-16 60 env CLMLA_KERNEL_TUNING="$tuning" "$clmla" tune --kernels --prefill --heads 16 \
+        --out "$tuning"
+    step tune-prefill-128 120 env CLMLA_KERNEL_TUNING="$tuning" "$clmla" tune --kernels --prefill --heads 128 \
+        --out "$tuning"
 }
 
 part_products() {

@@ -280,8 +280,9 @@ static int kernel_tuning_target(const char *out, int dry_run, char *path, size_t
 
 /* dtype f32: the grid of the kernel the device runs; a decoded cache (f16, bf16, fp8): the heads
    per item of attn_latent's score step for such caches (group_decode_heads), the rest as in force. */
+/* The latent kernel's parameters; what it chose (saved or not) in *chosen. */
 static int tune_kernels(const char *device, int heads, int ctx_len, int quick, int dry_run, const char *out,
-                        clmla_cache_dtype dtype)
+                        clmla_cache_dtype dtype, clmla_latent_tuning *chosen)
 {
     char path[4096];
     const int bad = kernel_tuning_target(out, dry_run, path, sizeof(path));
@@ -503,6 +504,7 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
         }
     }
     rc = 0;
+    *chosen = cands[best];
     if (!dry_run) {
         char note[256];
         snprintf(note, sizeof(note), "ctx %d: batch 1 %.1f us, batch 8 %.1f us; current (%s) %.1f, %.1f us", r.ctx_len,
@@ -1284,6 +1286,310 @@ done:
    defaults), for V2-Lite's 16 heads and V3's 128 and for both shape classes of K, written into the
    tuning file as whole entries, every parameter named: a file to edit and try (CLMLA_KERNEL_TUNING),
    whose entries then hold what the device ran rather than the defaults for what they leave out. */
+/* ---- clmla tune --kernels --prefill: attn_prefill_tiled's tiles ----------------------------------
+   The decompressed path's attention on devices that run work-group kernels has no public call of its
+   own, so its tiles (prefill_queries, prefill_keys, prefill_chunk; prefill_tiled 0 for attn_prefill)
+   are timed where it runs: prefill steps of a layer with random weights, V2-Lite's at 16 heads and
+   V3's at 128 (weights as published, bf16 and fp8; the attention is float32 either way). Each
+   candidate's layer is built with it, and its outputs for two chunks (the second after a prefix, so
+   that tiles cross both the prefix and the diagonal) are checked against the float64 reference before
+   it is timed. Timed: a prompt with no prefix and a chunk after a long prefix, whole steps (the
+   products are the same for every candidate, so the ratios understate the kernel's own). */
+
+enum { PF_FIRST = 23, PF_SECOND = 18, PF_CHECK = PF_FIRST + PF_SECOND };
+
+typedef struct pf_run {
+    clmla_context *ctx;
+    cli_random_layer rl;
+    int made, D, heads;
+    int prompt, prefix, chunk; /* timed: prompt tokens alone; chunk tokens after prefix */
+    int rows;                  /* of x and out */
+    float *h_x, *h_out;        /* [rows, D] inputs; [PF_CHECK, D] a candidate's outputs */
+    double *ref;               /* [PF_CHECK, D] */
+    cl_mem x, out;             /* [rows, D] */
+    clmla_cache *cache;
+    int32_t seq_prompt, seq_chunk; /* seq_chunk holds the prefix between uses */
+} pf_run;
+
+static void pf_free(pf_run *r)
+{
+    clmla_cache_destroy(r->cache);
+    if (r->x)
+        clReleaseMemObject(r->x);
+    if (r->out)
+        clReleaseMemObject(r->out);
+    if (r->made)
+        cli_random_layer_free(&r->rl);
+    free(r->h_x);
+    free(r->h_out);
+    free(r->ref);
+}
+
+/* One forward step of `tokens` tokens of seq from row `row` of x, on the decompressed path. */
+static clmla_status pf_step(pf_run *r, clmla_layer *layer, int32_t seq, int row, int tokens)
+{
+    clmla_batch_entry e = {seq, tokens};
+    const clmla_forward_args args = {&e, 1, 0, CLMLA_PATH_DECOMPRESSED};
+    return clmla_layer_forward_cl(layer, r->cache, &args, r->x, (size_t)row * r->D, r->out, (size_t)row * r->D, NULL);
+}
+
+/* The layer, inputs, reference and cache; 0 or -1 (said). */
+static int pf_make(pf_run *r, clmla_preset preset, clmla_weights_dtype want)
+{
+    uint64_t rng = 0x9E3779B97F4A7C15ULL + (uint64_t)preset;
+    if (cli_random_layer_make(&r->rl, preset, want, &rng) != 0) {
+        fprintf(stderr, "clmla tune: out of host memory for the layer\n");
+        return -1;
+    }
+    r->made = 1;
+    const clmla_layer_config *cfg = &r->rl.cfg;
+    const int D = r->D = cfg->hidden_size;
+    r->rows = r->prompt > r->prefix + r->chunk ? r->prompt : r->prefix + r->chunk;
+    r->rows = r->rows > PF_CHECK ? r->rows : PF_CHECK;
+    r->h_x = cli_random_floats((size_t)r->rows * D, 1.0f, 0, &rng);
+    r->h_out = malloc((size_t)PF_CHECK * D * sizeof(float));
+    r->ref = malloc((size_t)PF_CHECK * D * sizeof(double));
+    cl_int err = CL_SUCCESS;
+    const size_t bytes = (size_t)r->rows * D * sizeof(float);
+    r->x = clCreateBuffer(clmla_context_cl_context(r->ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
+    r->out = clCreateBuffer(clmla_context_cl_context(r->ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
+    if (!r->h_x || !r->h_out || !r->ref || !r->x || !r->out ||
+        clEnqueueWriteBuffer(clmla_context_queue(r->ctx), r->x, CL_TRUE, 0, bytes, r->h_x, 0, NULL, NULL) != CL_SUCCESS) {
+        fprintf(stderr, "clmla tune: out of memory for the layer's inputs\n");
+        return -1;
+    }
+    if (mla_ref_forward(&r->rl.rcfg, &r->rl.rw_held, PF_CHECK, r->h_x, MLA_REF_DECOMPRESSED, r->ref, NULL, NULL, NULL,
+                        NULL, NULL, NULL) != 0) {
+        fprintf(stderr, "clmla tune: the reference could not run the layer\n");
+        return -1;
+    }
+    const int bt = 64;
+    const int blocks = (PF_CHECK + bt - 1) / bt + (r->prompt + bt - 1) / bt + (r->prefix + r->chunk + bt - 1) / bt +
+                       CLMLA_WARMUP_TOKENS / bt + 4;
+    const clmla_cache_config cc = {1, cfg->kv_lora_rank, cfg->qk_rope_head_dim, bt, blocks, CLMLA_CACHE_F32, 0,
+                                   CLMLA_CACHE_F32};
+    r->seq_prompt = r->seq_chunk = -1;
+    if (clmla_cache_create(r->ctx, &cc, &r->cache) != CLMLA_SUCCESS ||
+        clmla_cache_seq_add(r->cache, &r->seq_prompt) != CLMLA_SUCCESS ||
+        clmla_cache_seq_add(r->cache, &r->seq_chunk) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla tune: the cache: %s\n", clmla_last_error(r->ctx));
+        return -1;
+    }
+    return 0;
+}
+
+/* The candidate's largest relative error against the reference over both checked chunks (-1: a step
+   failed), then (when it is within 1e-4) the median microseconds of reps prompts (us[0]) and chunks
+   after the prefix (us[1]). The prefix is written by the first call. 0, or -1 (said). */
+static int pf_measure(pf_run *r, const clmla_latent_tuning *t, int reps, double *err, double *us)
+{
+    *err = -1;
+    clmla_layer *layer = NULL;
+    int32_t check = -1;
+    cl_command_queue q = clmla_context_queue(r->ctx);
+    int ok = clmla_context_set_latent_tuning(r->ctx, t) == CLMLA_SUCCESS &&
+             clmla_layer_create(r->ctx, &r->rl.cfg, &r->rl.w, &layer) == CLMLA_SUCCESS &&
+             clmla_cache_seq_add(r->cache, &check) == CLMLA_SUCCESS && pf_step(r, layer, check, 0, PF_FIRST) == CLMLA_SUCCESS &&
+             pf_step(r, layer, check, PF_FIRST, PF_SECOND) == CLMLA_SUCCESS &&
+             clEnqueueReadBuffer(q, r->out, CL_TRUE, 0, (size_t)PF_CHECK * r->D * sizeof(float), r->h_out, 0, NULL, NULL) ==
+                 CL_SUCCESS;
+    if (check >= 0)
+        clmla_cache_seq_free(r->cache, check);
+    if (ok)
+        *err = mla_ref_max_rel_err(r->h_out, r->ref, (size_t)PF_CHECK * r->D, NULL);
+    int len = 0;
+    clmla_cache_seq_length(r->cache, r->seq_chunk, 0, &len);
+    if (ok && len == 0) /* the prefix, once: every candidate writes the same rows */
+        ok = pf_step(r, layer, r->seq_chunk, 0, r->prefix) == CLMLA_SUCCESS && clFinish(q) == CL_SUCCESS;
+    reps = reps < 32 ? reps : 32;
+    for (int k = 0; k < 2 && ok && *err <= 1e-4; k++) {
+        const int32_t seq = k ? r->seq_chunk : r->seq_prompt;
+        const int keep = k ? r->prefix : 0;
+        double tm[32];
+        for (int i = -1; i < reps && ok; i++) { /* -1: a warm-up */
+            const double t0 = kt_now();
+            ok = pf_step(r, layer, seq, k ? r->prefix : 0, k ? r->chunk : r->prompt) == CLMLA_SUCCESS &&
+                 clFinish(q) == CL_SUCCESS;
+            if (i >= 0)
+                tm[i] = (kt_now() - t0) * 1e6;
+            ok = ok && clmla_cache_seq_truncate(r->cache, seq, keep) == CLMLA_SUCCESS;
+        }
+        if (ok) {
+            qsort(tm, (size_t)reps, sizeof(double), kt_cmp);
+            us[k] = tm[reps / 2];
+        }
+    }
+    if (!ok)
+        printf("  failed: %s\n", clmla_last_error(r->ctx));
+    clmla_layer_destroy(layer);
+    clmla_context_set_latent_tuning(r->ctx, NULL);
+    return ok ? 0 : -1;
+}
+
+static void pf_print(const clmla_latent_tuning *t)
+{
+    if (t->prefill_tiled)
+        printf("prefill_queries=%-2d prefill_keys=%-2d prefill_chunk=%-3d", t->prefill_queries, t->prefill_keys,
+               t->prefill_chunk);
+    else
+        printf("prefill_tiled=0 (attn_prefill)%17s", "");
+}
+
+/* Times the candidates; the index of the fastest by the mean of its two times' ratios to the
+   first's (-1 when the first fails or is wrong), that ratio in *best_ratio, its times in best_us. */
+static int pf_search(pf_run *r, const clmla_latent_tuning *cands, int n, int reps, double *best_ratio, double *best_us,
+                     double *first_us)
+{
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        printf("[%2d/%d] ", i + 1, n);
+        pf_print(&cands[i]);
+        fflush(stdout);
+        double err = -1, us[2] = {0, 0};
+        const int failed = pf_measure(r, &cands[i], reps, &err, us) != 0;
+        if (failed || err < 0 || err > 1e-4) {
+            if (!failed)
+                printf("  refused: error %g against float64\n", err);
+            if (i == 0)
+                return -1; /* the current parameters must run to compare against */
+            continue;
+        }
+        if (i == 0)
+            memcpy(first_us, us, sizeof(us));
+        const double ratio = (us[0] / first_us[0] + us[1] / first_us[1]) / 2;
+        printf("  err %.1e  prompt %9.1f us  chunk %9.1f us  (%.3f of the current)%s\n", err, us[0], us[1], ratio,
+               i == 0 ? " current" : "");
+        fflush(stdout);
+        if (best < 0 || ratio < *best_ratio) {
+            best = i;
+            *best_ratio = ratio;
+            memcpy(best_us, us, sizeof(us));
+        }
+    }
+    return best;
+}
+
+/* `implied`: run because no part was named; a device that runs the CPU kernels is then skipped with
+   a note instead of refused. `from`: the latent parameters the latent search of the same command
+   just chose, which the saved entry keeps (NULL: those in force). */
+static int tune_prefill(const char *device, int heads, int ctx_len, int quick, int dry_run, const char *out,
+                        int implied, const clmla_latent_tuning *from)
+{
+    char path[4096];
+    const int bad = kernel_tuning_target(out, dry_run, path, sizeof(path));
+    if (bad)
+        return bad;
+    if (heads != 16 && heads != 128 && implied) {
+        printf("\nattn_prefill_tiled: not tuned, --prefill times 16 or 128 heads\n");
+        return 0;
+    }
+    if (heads != 16 && heads != 128) {
+        fprintf(stderr, "clmla tune: --prefill times a V2-Lite (--heads 16) or V3 (--heads 128) layer, not %d heads\n",
+                heads);
+        return 2;
+    }
+    pf_run r;
+    memset(&r, 0, sizeof(r));
+    if (cli_context_create(device, &r.ctx) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla tune: %s\n", clmla_last_error(NULL));
+        return 1;
+    }
+    clmla_device_info info;
+    clmla_context_device(r.ctx, &info);
+    if (cli_runs_row_kernels(&info)) {
+        clmla_context_destroy(r.ctx);
+        if (implied) {
+            printf("\nattn_prefill_tiled: not tuned, this device runs attn_prefill_rows\n");
+            return 0;
+        }
+        fprintf(stderr, "clmla tune: --prefill tunes attn_prefill_tiled; this device runs attn_prefill_rows "
+                        "(CLMLA_ATTENTION_KERNELS=group runs the other)\n");
+        return 2;
+    }
+    r.heads = heads;
+    r.prompt = quick ? 80 : (ctx_len < 2048 ? ctx_len : 2048);
+    r.prefix = quick ? 100 : ctx_len;
+    r.chunk = quick ? 40 : 512;
+    const int reps = quick ? 3 : 7;
+    int rc = 1;
+    if (pf_make(&r, heads == 16 ? CLMLA_PRESET_DEEPSEEK_V2_LITE : CLMLA_PRESET_DEEPSEEK_V3,
+                heads == 16 ? CLMLA_WEIGHTS_BF16 : CLMLA_WEIGHTS_FP8) != 0)
+        goto done;
+
+    enum { MAX_CANDIDATES = 32 };
+    clmla_latent_tuning cands[MAX_CANDIDATES], base;
+    const char *base_source = "defaults";
+    if (clmla_latent_tuning_lookup(&info, heads, &base, &base_source) != CLMLA_SUCCESS)
+        printf("note: %s\n", clmla_last_error(NULL));
+    if (from) {
+        base = *from;
+        base_source = "the latent search's choice";
+    }
+    int n = 0;
+    cands[n++] = base;
+    clmla_latent_tuning t = base;
+    t.prefill_tiled = !base.prefill_tiled;
+    cands[n++] = t; /* attn_prefill, or the tiles in force where the entry turned them off */
+    static const int qs[] = {16, 32, 64}, ks[] = {16, 32, 64}, cs[] = {32, 64, 128};
+    static const int quick_grid[][3] = {{16, 16, 32}, {64, 64, 128}};
+    for (int i = 0; i < (quick ? 2 : 27); i++) {
+        t = base;
+        t.prefill_tiled = 1;
+        t.prefill_queries = quick ? quick_grid[i][0] : qs[i / 9];
+        t.prefill_keys = quick ? quick_grid[i][1] : ks[i / 3 % 3];
+        t.prefill_chunk = quick ? quick_grid[i][2] : cs[i % 3];
+        add_unique(cands, &n, &t);
+    }
+    printf("\ntuning attn_prefill_tiled on %s (%s, %s, driver %s): a random %s layer (%d heads, weights %s), the "
+           "decompressed path, a prompt of %d tokens and %d after %d, %d candidates; whole steps\n",
+           info.name, info.vendor, info.platform_name, info.driver_version, heads == 16 ? "V2-Lite" : "V3", heads,
+           clmla_dtype_name(r.rl.held), r.prompt, r.chunk, r.prefix, n);
+    const double start = kt_now();
+    double ratio = 1, us[2] = {0, 0}, us0[2] = {0, 0};
+    int best = pf_search(&r, cands, n, reps, &ratio, us, us0);
+    if (best < 0) {
+        fprintf(stderr, "clmla tune: the current prefill parameters fail\n");
+        goto done;
+    }
+    printf("\n%.0f s; best: ", kt_now() - start);
+    pf_print(&cands[best]);
+    printf(" (%.3f of the current, %s)\n", ratio, base_source);
+    if (best > 0) { /* timed again beside the current ones, so that a noisy win is not saved */
+        const clmla_latent_tuning pair[2] = {cands[0], cands[best]};
+        double again = 1;
+        printf("confirmation:\n");
+        if (pf_search(&r, pair, 2, reps, &again, us, us0) == 1) {
+            ratio = again;
+            printf("kept: %.3f of the current\n", ratio);
+        } else {
+            best = 0;
+            ratio = 1;
+            memcpy(us, us0, sizeof(us));
+            printf("the current parameters kept\n");
+        }
+    }
+    rc = 0;
+    if (!dry_run) {
+        clmla_latent_tuning saved = base; /* the entry in force, its prefill parameters replaced */
+        saved.prefill_tiled = cands[best].prefill_tiled;
+        saved.prefill_queries = cands[best].prefill_queries;
+        saved.prefill_keys = cands[best].prefill_keys;
+        saved.prefill_chunk = cands[best].prefill_chunk;
+        char note[256];
+        snprintf(note, sizeof(note), "prefill %d tokens %.0f us, %d after %d %.0f us (%.3f of %s)", r.prompt, us[0],
+                 r.chunk, r.prefix, us[1], ratio, base_source);
+        if (clmla_latent_tuning_save(path, &info, heads, &saved, note) != CLMLA_SUCCESS) {
+            fprintf(stderr, "clmla tune: %s\n", clmla_last_error(NULL));
+            rc = 1;
+        } else
+            printf("saved to %s\n", path);
+    }
+done:
+    pf_free(&r);
+    clmla_context_destroy(r.ctx);
+    return rc;
+}
+
 static int export_kernels(const char *device, int dry_run, const char *out)
 {
     char path[4096];
@@ -1334,7 +1640,7 @@ static int export_kernels(const char *device, int dry_run, const char *out)
 int cmd_tune(int argc, char **argv)
 {
     int help = 0, size = 1024, candidates = 40, dry_run = 0, kernels = 0, heads = 16, ctx_len = 4096, quick = 0;
-    int latent = 0, products = 0, export_tuning = 0;
+    int latent = 0, products = 0, prefill = 0, export_tuning = 0;
     double max_seconds = 0;
     const char *device = NULL, *out = NULL, *cache_dtype = "f32";
     cli_option opts[] = {
@@ -1348,16 +1654,20 @@ int cmd_tune(int argc, char **argv)
         {"kernels", CLI_FLAG, &kernels, "tune clmla's own kernels instead of CLBlast (default file:\n"
                                         "                       CLMLA_KERNEL_TUNING, else <cache dir>/kernel-tuning.json)"},
         {"latent", CLI_FLAG, &latent, "with --kernels: the latent attention kernel (alone unless --products)"},
-        {"products", CLI_FLAG, &products, "with --kernels: the product kernels, decode and prefill-sized (alone\n"
-                                          "                       unless --latent; neither flag: both)"},
+        {"products", CLI_FLAG, &products, "with --kernels: the product kernels, decode and prefill-sized"},
+        {"prefill", CLI_FLAG, &prefill, "with --kernels: the decompressed path's attention tiles (attn_prefill_tiled,\n"
+                                        "                       work-group kernels); none of the three flags: all that\n"
+                                        "                       the device runs"},
         {"heads", CLI_INT, &heads, "H  with --kernels: attention heads (default 16, V2-Lite; 128: V3)"},
-        {"ctx", CLI_INT, &ctx_len, "N  with --kernels: keys per sequence timed (default 4096)"},
+        {"ctx", CLI_INT, &ctx_len, "N  with --kernels: keys per sequence timed (default 4096; --prefill: the\n"
+                                   "                       prefix of a 512-token chunk, and a prompt of up to 2048)"},
         {"cache-dtype", CLI_STRING, &cache_dtype, "f16|bf16|fp8  with --kernels --latent: time over a cache of that\n"
                                                   "                       dtype and tune group_decode_heads alone (GPUs)"},
         {"export", CLI_FLAG, &export_tuning, "with --kernels: measure nothing, write the parameters that apply to the\n"
                                              "                       device now (16 and 128 heads, both K classes) into the file"},
         {"quick", CLI_FLAG, &quick, "with --kernels: a small grid (latent: two candidates at ctx 512; products:\n"
-                                    "                       V2-Lite's o_proj, f32 and bf16, 128 prefill rows)"},
+                                    "                       V2-Lite's o_proj, f32 and bf16, 128 prefill rows;\n"
+                                    "                       prefill: four candidates, a prompt of 80 tokens)"},
         {"help", CLI_FLAG, &help, "this text"},
         {NULL, CLI_FLAG, NULL, NULL},
     };
@@ -1389,13 +1699,17 @@ int cmd_tune(int argc, char **argv)
             fprintf(stderr, "clmla tune: --cache-dtype must be f32, f16, bf16 or fp8, not '%s'\n", cache_dtype);
             return 2;
         }
-        if (dtype != 0 && (!latent || products)) {
+        if (dtype != 0 && (!latent || products || prefill)) {
             fprintf(stderr, "clmla tune: --cache-dtype goes with --kernels --latent alone\n");
             return 2;
         }
-        if (!latent && !products)
-            latent = products = 1;
-        int rc = latent ? tune_kernels(device, heads, ctx_len, quick, dry_run, out, (clmla_cache_dtype)dtype) : 0;
+        const int implied = !latent && !products && !prefill;
+        if (implied)
+            latent = products = prefill = 1;
+        clmla_latent_tuning chosen;
+        int rc = latent ? tune_kernels(device, heads, ctx_len, quick, dry_run, out, (clmla_cache_dtype)dtype, &chosen) : 0;
+        if (rc == 0 && prefill)
+            rc = tune_prefill(device, heads, ctx_len, quick, dry_run, out, implied, latent ? &chosen : NULL);
         if (rc == 0 && products)
             rc = tune_products(device, quick, dry_run, out);
         return rc;

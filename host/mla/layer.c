@@ -262,20 +262,20 @@ static clmla_status build_prefill(clmla_layer *L, const char *extra, prefill_ker
     return clmla_kernel_create(ctx, "attn_prefill", options, "attn_prefill_rows", &pk->rows);
 }
 
-/* attn_prefill_tiled's tiles (cl/attn_prefill.cl): TILED_KEYS keys a tile, staged TILED_CHUNK
-   dimensions at a time; the block of queries the largest of 32, 16, 8 whose local memory and
-   work-group (queries / 2 x keys / 4 items) fit the device. */
-#define TILED_KEYS 32
-#define TILED_CHUNK 64
-static size_t tiled_local_bytes(const clmla_layer *L, int bq)
+/* attn_prefill_tiled's local memory (cl/attn_prefill.cl) with blocks of bq queries, tiles of bk keys
+   staged kc dimensions at a time: the block's queries, a key chunk or the tile's values (the larger),
+   the weights, and two floats a query. */
+static size_t tiled_local_bytes(const clmla_layer *L, int bq, int bk, int kc)
 {
-    const size_t q4 = (size_t)(L->dq + 3) / 4 + 1, k4 = TILED_CHUNK / 4 + 1, v4 = (size_t)L->dv / 4;
-    const size_t kv4 = TILED_KEYS * (k4 > v4 ? k4 : v4);
-    return ((size_t)bq * q4 + kv4) * 16 + (size_t)bq * (TILED_KEYS + 1) * 4 + 2 * (size_t)bq * 4;
+    const size_t q4 = (size_t)(L->dq + 3) / 4 + 1, k4 = (size_t)kc / 4 + 1, v4 = (size_t)L->dv / 4;
+    const size_t kv4 = (size_t)bk * (k4 > v4 ? k4 : v4);
+    return ((size_t)bq * q4 + kv4) * 16 + (size_t)bq * (size_t)(bk + 1) * 4 + 2 * (size_t)bq * 4;
 }
 
 /* Builds attn_prefill_tiled into pk when the device runs work-group kernels, the tuning asks for it
-   and a block fits; otherwise leaves pk->tiled NULL (attn_prefill runs). Dense steps only. */
+   and a block fits; otherwise leaves pk->tiled NULL (attn_prefill runs). Dense steps only. The
+   tuning's tile of keys and chunk of dimensions; its block of queries, or the largest smaller one
+   whose local memory and work-group (queries / 2 x keys / 4 items) fit the device. */
 static clmla_status build_prefill_tiled(clmla_layer *L, prefill_kernels *pk)
 {
     clmla_context *ctx = L->ctx;
@@ -283,18 +283,20 @@ static clmla_status build_prefill_tiled(clmla_layer *L, prefill_kernels *pk)
     clmla_latent_tuning_for(ctx, L->H, &tn);
     if (!tn.prefill_tiled || clmla_attention_variant(ctx) == CLMLA_LATENT_ROWS || L->dv % 4)
         return CLMLA_SUCCESS;
-    for (int bq = 32; bq >= 8; bq /= 2) {
-        const int items = bq / 2 * (TILED_KEYS / 4);
-        if ((size_t)items > ctx->info.max_work_group_size || tiled_local_bytes(L, bq) > ctx->info.local_mem_bytes)
+    const int bk = tn.prefill_keys, kc = tn.prefill_chunk;
+    for (int bq = tn.prefill_queries; bq >= 4; bq /= 2) {
+        const int items = bq / 2 * (bk / 4);
+        if ((size_t)items > ctx->info.max_work_group_size || tiled_local_bytes(L, bq, bk, kc) > ctx->info.local_mem_bytes)
             continue;
         char options[256];
         snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D TILED -D BQ=%d -D BK=%d -D KC=%d", L->dn, L->dr,
-                 L->dv, bq, TILED_KEYS, TILED_CHUNK);
+                 L->dv, bq, bk, kc);
         pk->tiled_queries = bq;
         pk->tiled_threads = items;
         return clmla_kernel_create(ctx, "attn_prefill", options, "attn_prefill_tiled", &pk->tiled);
     }
-    clmla_log(ctx, CLMLA_LOG_INFO, "attn_prefill_tiled: no block of queries fits this device; attn_prefill runs");
+    clmla_log(ctx, CLMLA_LOG_INFO, "attn_prefill_tiled: no block of queries fits this device with tiles of %d keys; "
+              "attn_prefill runs", bk);
     return CLMLA_SUCCESS;
 }
 
