@@ -859,6 +859,67 @@ static int pt_search(pt_run *r, const char *what, pt_weight *ws, int nw, int m, 
     return best;
 }
 
+/* ---- a layer with random weights, for the parameters that have no public call of their own ------ */
+
+typedef struct tune_layer {
+    cli_random_layer rl; /* the weights, and as the layer holds them for the reference */
+    int made, D;
+    float *h_x, *h_out;  /* inputs; outputs read back */
+    double *ref;         /* the reference's outputs */
+    cl_mem x, out;       /* the steps' inputs and outputs on the device */
+    clmla_cache *cache;
+} tune_layer;
+
+static void tune_layer_free(tune_layer *t)
+{
+    clmla_cache_destroy(t->cache);
+    if (t->x)
+        clReleaseMemObject(t->x);
+    if (t->out)
+        clReleaseMemObject(t->out);
+    if (t->made)
+        cli_random_layer_free(&t->rl);
+    free(t->h_x);
+    free(t->h_out);
+    free(t->ref);
+    memset(t, 0, sizeof(*t));
+}
+
+/* The layer of `preset` with weights kept as `want` (drawn from seed), `rows` random inputs, room
+   for `out_rows` outputs on the host and `dev_rows` rows of inputs and outputs on the device, and
+   the reference's outputs for the first ref_rows inputs as one step by path ref_path (MLA_REF_*);
+   0 or -1 (said). The device's inputs are left to the caller. */
+static int tune_layer_make(tune_layer *t, clmla_context *ctx, const char *name, clmla_preset preset,
+                           clmla_weights_dtype want, uint64_t seed, int rows, int out_rows, int dev_rows, int ref_rows,
+                           int ref_path)
+{
+    memset(t, 0, sizeof(*t));
+    uint64_t rng = seed;
+    if (cli_random_layer_make(&t->rl, preset, want, &rng) != 0) {
+        fprintf(stderr, "clmla tune: out of host memory for the %s layer\n", name);
+        return -1;
+    }
+    t->made = 1;
+    const int D = t->D = t->rl.cfg.hidden_size;
+    t->h_x = cli_random_floats((size_t)rows * D, 1.0f, 0, &rng);
+    t->h_out = malloc((size_t)out_rows * D * sizeof(float));
+    t->ref = malloc((size_t)ref_rows * D * sizeof(double));
+    cl_int err = CL_SUCCESS;
+    const size_t bytes = (size_t)dev_rows * D * sizeof(float);
+    t->x = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
+    t->out = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
+    if (!t->h_x || !t->h_out || !t->ref || !t->x || !t->out) {
+        fprintf(stderr, "clmla tune: out of memory for the %s layer\n", name);
+        return -1;
+    }
+    if (mla_ref_forward(&t->rl.rcfg, &t->rl.rw_held, ref_rows, t->h_x, ref_path, t->ref, NULL, NULL, NULL, NULL, NULL,
+                        NULL) != 0) {
+        fprintf(stderr, "clmla tune: the reference could not run the %s layer\n", name);
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- the per-head absorption's K split (gemm_skinny_nn on the work-group forms) ----------------
    The W^UK product of the absorbed path, x B with K = qk_nope_head_dim per head, has no public call
    of its own, so its parameters (skinny_nn_items, skinny_nn_slices) are timed where it runs: decode
@@ -870,29 +931,16 @@ static int pt_search(pt_run *r, const char *what, pt_weight *ws, int nw, int m, 
 
 typedef struct nn_layer {
     const char *name;
-    cli_random_layer rl;
+    tune_layer t;          /* inputs [NN_PREFIX + 1, D]; h_out [D], a step's output; x, out [NN_BATCH, D] */
     clmla_layer *layer;
-    clmla_cache *cache;
     int32_t seq[NN_BATCH]; /* forks of one prefilled sequence, NN_PREFIX tokens each between uses */
-    int D, batches, made;
-    float *h_x, *h_out; /* [NN_PREFIX + 1, D] inputs; [D] a step's output */
-    double *ref;        /* [NN_PREFIX + 1, D] the reference's outputs */
-    cl_mem x, out;      /* [NN_BATCH, D] */
+    int batches;
 } nn_layer;
 
 static void nn_free(nn_layer *n)
 {
-    clmla_cache_destroy(n->cache);
     clmla_layer_destroy(n->layer);
-    if (n->x)
-        clReleaseMemObject(n->x);
-    if (n->out)
-        clReleaseMemObject(n->out);
-    if (n->made)
-        cli_random_layer_free(&n->rl);
-    free(n->h_x);
-    free(n->h_out);
-    free(n->ref);
+    tune_layer_free(&n->t);
     memset(n, 0, sizeof(*n));
 }
 
@@ -904,38 +952,19 @@ static int nn_make(nn_layer *n, clmla_context *ctx, const char *name, clmla_pres
     memset(n, 0, sizeof(*n));
     n->name = name;
     n->batches = batches;
-    uint64_t rng = 0x5DEECE66DULL + (uint64_t)preset;
-    if (cli_random_layer_make(&n->rl, preset, want, &rng) != 0) {
-        fprintf(stderr, "clmla tune: out of host memory for the %s layer\n", name);
+    const int T = NN_PREFIX + 1;
+    if (tune_layer_make(&n->t, ctx, name, preset, want, 0x5DEECE66DULL + (uint64_t)preset, T, 1, NN_BATCH, T,
+                        MLA_REF_ABSORBED) != 0)
         return -1;
-    }
-    n->made = 1;
-    const clmla_layer_config *cfg = &n->rl.cfg;
-    const int D = n->D = cfg->hidden_size, T = NN_PREFIX + 1;
-    n->h_x = cli_random_floats((size_t)T * D, 1.0f, 0, &rng);
-    n->h_out = malloc((size_t)D * sizeof(float));
-    n->ref = malloc((size_t)T * D * sizeof(double));
-    cl_int err = CL_SUCCESS;
-    n->x = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_WRITE, (size_t)NN_BATCH * D * sizeof(float), NULL,
-                          &err);
-    n->out = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_WRITE, (size_t)NN_BATCH * D * sizeof(float), NULL,
-                            &err);
-    if (!n->h_x || !n->h_out || !n->ref || !n->x || !n->out) {
-        fprintf(stderr, "clmla tune: out of memory for the %s layer\n", name);
-        return -1;
-    }
+    const clmla_layer_config *cfg = &n->t.rl.cfg;
+    const int D = n->t.D;
     /* every timed row is the last input: the steps differ only in where they sit */
     for (int b = 0; b < NN_BATCH; b++)
-        if (clEnqueueWriteBuffer(clmla_context_queue(ctx), n->x, CL_TRUE, (size_t)b * D * sizeof(float),
-                                 (size_t)D * sizeof(float), n->h_x + (size_t)NN_PREFIX * D, 0, NULL, NULL) != CL_SUCCESS) {
+        if (clEnqueueWriteBuffer(clmla_context_queue(ctx), n->t.x, CL_TRUE, (size_t)b * D * sizeof(float),
+                                 (size_t)D * sizeof(float), n->t.h_x + (size_t)NN_PREFIX * D, 0, NULL, NULL) != CL_SUCCESS) {
             fprintf(stderr, "clmla tune: cannot write the %s layer's inputs\n", name);
             return -1;
         }
-    if (mla_ref_forward(&n->rl.rcfg, &n->rl.rw_held, T, n->h_x, MLA_REF_ABSORBED, n->ref, NULL, NULL, NULL, NULL, NULL,
-                        NULL) != 0) {
-        fprintf(stderr, "clmla tune: the reference could not run the %s layer\n", name);
-        return -1;
-    }
     /* a block each for the prefix's sequence and every fork's copy of it, and for the warm-up */
     const int bt = 64, steps = 64;
     const clmla_cache_config cc = {1, cfg->kv_lora_rank, cfg->qk_rope_head_dim, bt,
@@ -945,14 +974,14 @@ static int nn_make(nn_layer *n, clmla_context *ctx, const char *name, clmla_pres
     clmla_batch_entry e = {0, NN_PREFIX};
     const clmla_forward_args args = {&e, 1, 0, CLMLA_PATH_AUTO};
     float *scratch = malloc((size_t)NN_PREFIX * D * sizeof(float));
-    int ok = scratch && clmla_layer_create(ctx, cfg, &n->rl.w, &n->layer) == CLMLA_SUCCESS &&
-             clmla_cache_create(ctx, &cc, &n->cache) == CLMLA_SUCCESS &&
-             clmla_cache_seq_add(n->cache, &prefix) == CLMLA_SUCCESS;
+    int ok = scratch && clmla_layer_create(ctx, cfg, &n->t.rl.w, &n->layer) == CLMLA_SUCCESS &&
+             clmla_cache_create(ctx, &cc, &n->t.cache) == CLMLA_SUCCESS &&
+             clmla_cache_seq_add(n->t.cache, &prefix) == CLMLA_SUCCESS;
     e.seq_id = prefix;
-    ok = ok && clmla_layer_forward(n->layer, n->cache, &args, n->h_x, scratch) == CLMLA_SUCCESS;
+    ok = ok && clmla_layer_forward(n->layer, n->t.cache, &args, n->t.h_x, scratch) == CLMLA_SUCCESS;
     for (int b = 0; b < NN_BATCH && ok; b++)
-        ok = clmla_cache_seq_fork(n->cache, prefix, &n->seq[b]) == CLMLA_SUCCESS;
-    ok = ok && clmla_cache_seq_free(n->cache, prefix) == CLMLA_SUCCESS;
+        ok = clmla_cache_seq_fork(n->t.cache, prefix, &n->seq[b]) == CLMLA_SUCCESS;
+    ok = ok && clmla_cache_seq_free(n->t.cache, prefix) == CLMLA_SUCCESS;
     free(scratch);
     if (!ok) {
         fprintf(stderr, "clmla tune: the %s layer: %s\n", name, clmla_last_error(ctx));
@@ -974,30 +1003,30 @@ static int nn_measure(nn_layer *n, clmla_context *ctx, int reps, double *err, do
         e[b].num_tokens = 1;
     }
     clmla_forward_args args = {e, 1, 0, CLMLA_PATH_ABSORBED};
-    int ok = clmla_layer_forward_cl(n->layer, n->cache, &args, n->x, 0, n->out, 0, NULL) == CLMLA_SUCCESS &&
-             clEnqueueReadBuffer(q, n->out, CL_TRUE, 0, (size_t)n->D * sizeof(float), n->h_out, 0, NULL, NULL) ==
+    int ok = clmla_layer_forward_cl(n->layer, n->t.cache, &args, n->t.x, 0, n->t.out, 0, NULL) == CLMLA_SUCCESS &&
+             clEnqueueReadBuffer(q, n->t.out, CL_TRUE, 0, (size_t)n->t.D * sizeof(float), n->t.h_out, 0, NULL, NULL) ==
                  CL_SUCCESS;
-    *err = ok ? mla_ref_max_rel_err(n->h_out, n->ref + (size_t)NN_PREFIX * n->D, (size_t)n->D, NULL) : -1;
+    *err = ok ? mla_ref_max_rel_err(n->t.h_out, n->t.ref + (size_t)NN_PREFIX * n->t.D, (size_t)n->t.D, NULL) : -1;
     reps = reps < 32 ? reps : 32;
     for (int k = 0; k < n->batches && ok; k++) {
         args.num_entries = k ? NN_BATCH : 1;
         double t[32];
         for (int i = -1; i < reps && ok; i++) { /* -1: builds the kernels of this many rows */
             const double t0 = kt_now();
-            ok = clmla_layer_forward_cl(n->layer, n->cache, &args, n->x, 0, n->out, 0, NULL) == CLMLA_SUCCESS &&
+            ok = clmla_layer_forward_cl(n->layer, n->t.cache, &args, n->t.x, 0, n->t.out, 0, NULL) == CLMLA_SUCCESS &&
                  clFinish(q) == CL_SUCCESS;
             if (i >= 0)
                 t[i] = (kt_now() - t0) * 1e6;
         }
         for (int b = 0; b < NN_BATCH && ok; b++)
-            ok = clmla_cache_seq_truncate(n->cache, n->seq[b], NN_PREFIX) == CLMLA_SUCCESS;
+            ok = clmla_cache_seq_truncate(n->t.cache, n->seq[b], NN_PREFIX) == CLMLA_SUCCESS;
         if (ok) {
             qsort(t, (size_t)reps, sizeof(double), kt_cmp);
             us[k] = t[reps / 2];
         }
     }
     for (int b = 0; b < NN_BATCH; b++)
-        clmla_cache_seq_truncate(n->cache, n->seq[b], NN_PREFIX);
+        clmla_cache_seq_truncate(n->t.cache, n->seq[b], NN_PREFIX);
     return ok ? 0 : -1;
 }
 
@@ -1029,10 +1058,10 @@ static int nn_search(clmla_context *ctx, nn_layer *layers, int nl, int reps, con
     double us0[4][2];
     int best = -1;
     printf("\nper-head absorption x W^UK (gemm_skinny_nn, K %d) in a decode step, %d candidates on",
-           layers[0].rl.cfg.qk_nope_head_dim, n);
+           layers[0].t.rl.cfg.qk_nope_head_dim, n);
     for (int l = 0; l < nl; l++)
-        printf("%s %s (%d heads, weights %s)", l ? "," : "", layers[l].name, layers[l].rl.cfg.num_heads,
-               clmla_dtype_name(layers[l].rl.held));
+        printf("%s %s (%d heads, weights %s)", l ? "," : "", layers[l].name, layers[l].t.rl.cfg.num_heads,
+               clmla_dtype_name(layers[l].t.rl.held));
     printf(": step times in us at batch 1%s\n", layers[0].batches > 1 ? " and 8" : "");
     for (int i = 0; i < n; i++) {
         printf("[%2d/%d] skinny_nn_items=%-3d skinny_nn_slices=%-2d", i + 1, n, cands[i].skinny_nn_items,
@@ -1300,67 +1329,33 @@ enum { PF_FIRST = 23, PF_SECOND = 18, PF_CHECK = PF_FIRST + PF_SECOND };
 
 typedef struct pf_run {
     clmla_context *ctx;
-    cli_random_layer rl;
-    int made, D, heads;
+    tune_layer t;              /* inputs and device rows [rows, D]; h_out and ref [PF_CHECK, D] */
+    int heads;
     int prompt, prefix, chunk; /* timed: prompt tokens alone; chunk tokens after prefix */
-    int rows;                  /* of x and out */
-    float *h_x, *h_out;        /* [rows, D] inputs; [PF_CHECK, D] a candidate's outputs */
-    double *ref;               /* [PF_CHECK, D] */
-    cl_mem x, out;             /* [rows, D] */
-    clmla_cache *cache;
+    int rows;
     int32_t seq_prompt, seq_chunk; /* seq_chunk holds the prefix between uses */
 } pf_run;
-
-static void pf_free(pf_run *r)
-{
-    clmla_cache_destroy(r->cache);
-    if (r->x)
-        clReleaseMemObject(r->x);
-    if (r->out)
-        clReleaseMemObject(r->out);
-    if (r->made)
-        cli_random_layer_free(&r->rl);
-    free(r->h_x);
-    free(r->h_out);
-    free(r->ref);
-}
 
 /* One forward step of `tokens` tokens of seq from row `row` of x, on the decompressed path. */
 static clmla_status pf_step(pf_run *r, clmla_layer *layer, int32_t seq, int row, int tokens)
 {
     clmla_batch_entry e = {seq, tokens};
     const clmla_forward_args args = {&e, 1, 0, CLMLA_PATH_DECOMPRESSED};
-    return clmla_layer_forward_cl(layer, r->cache, &args, r->x, (size_t)row * r->D, r->out, (size_t)row * r->D, NULL);
+    return clmla_layer_forward_cl(layer, r->t.cache, &args, r->t.x, (size_t)row * r->t.D, r->t.out, (size_t)row * r->t.D, NULL);
 }
 
 /* The layer, inputs, reference and cache; 0 or -1 (said). */
 static int pf_make(pf_run *r, clmla_preset preset, clmla_weights_dtype want)
 {
-    uint64_t rng = 0x9E3779B97F4A7C15ULL + (uint64_t)preset;
-    if (cli_random_layer_make(&r->rl, preset, want, &rng) != 0) {
-        fprintf(stderr, "clmla tune: out of host memory for the layer\n");
-        return -1;
-    }
-    r->made = 1;
-    const clmla_layer_config *cfg = &r->rl.cfg;
-    const int D = r->D = cfg->hidden_size;
     r->rows = r->prompt > r->prefix + r->chunk ? r->prompt : r->prefix + r->chunk;
     r->rows = r->rows > PF_CHECK ? r->rows : PF_CHECK;
-    r->h_x = cli_random_floats((size_t)r->rows * D, 1.0f, 0, &rng);
-    r->h_out = malloc((size_t)PF_CHECK * D * sizeof(float));
-    r->ref = malloc((size_t)PF_CHECK * D * sizeof(double));
-    cl_int err = CL_SUCCESS;
-    const size_t bytes = (size_t)r->rows * D * sizeof(float);
-    r->x = clCreateBuffer(clmla_context_cl_context(r->ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
-    r->out = clCreateBuffer(clmla_context_cl_context(r->ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
-    if (!r->h_x || !r->h_out || !r->ref || !r->x || !r->out ||
-        clEnqueueWriteBuffer(clmla_context_queue(r->ctx), r->x, CL_TRUE, 0, bytes, r->h_x, 0, NULL, NULL) != CL_SUCCESS) {
-        fprintf(stderr, "clmla tune: out of memory for the layer's inputs\n");
+    if (tune_layer_make(&r->t, r->ctx, "prefill", preset, want, 0x9E3779B97F4A7C15ULL + (uint64_t)preset, r->rows,
+                        PF_CHECK, r->rows, PF_CHECK, MLA_REF_DECOMPRESSED) != 0)
         return -1;
-    }
-    if (mla_ref_forward(&r->rl.rcfg, &r->rl.rw_held, PF_CHECK, r->h_x, MLA_REF_DECOMPRESSED, r->ref, NULL, NULL, NULL,
-                        NULL, NULL, NULL) != 0) {
-        fprintf(stderr, "clmla tune: the reference could not run the layer\n");
+    const clmla_layer_config *cfg = &r->t.rl.cfg;
+    if (clEnqueueWriteBuffer(clmla_context_queue(r->ctx), r->t.x, CL_TRUE, 0, (size_t)r->rows * r->t.D * sizeof(float),
+                             r->t.h_x, 0, NULL, NULL) != CL_SUCCESS) {
+        fprintf(stderr, "clmla tune: cannot write the prefill layer's inputs\n");
         return -1;
     }
     const int bt = 64;
@@ -1369,9 +1364,9 @@ static int pf_make(pf_run *r, clmla_preset preset, clmla_weights_dtype want)
     const clmla_cache_config cc = {1, cfg->kv_lora_rank, cfg->qk_rope_head_dim, bt, blocks, CLMLA_CACHE_F32, 0,
                                    CLMLA_CACHE_F32};
     r->seq_prompt = r->seq_chunk = -1;
-    if (clmla_cache_create(r->ctx, &cc, &r->cache) != CLMLA_SUCCESS ||
-        clmla_cache_seq_add(r->cache, &r->seq_prompt) != CLMLA_SUCCESS ||
-        clmla_cache_seq_add(r->cache, &r->seq_chunk) != CLMLA_SUCCESS) {
+    if (clmla_cache_create(r->ctx, &cc, &r->t.cache) != CLMLA_SUCCESS ||
+        clmla_cache_seq_add(r->t.cache, &r->seq_prompt) != CLMLA_SUCCESS ||
+        clmla_cache_seq_add(r->t.cache, &r->seq_chunk) != CLMLA_SUCCESS) {
         fprintf(stderr, "clmla tune: the cache: %s\n", clmla_last_error(r->ctx));
         return -1;
     }
@@ -1388,17 +1383,17 @@ static int pf_measure(pf_run *r, const clmla_latent_tuning *t, int reps, double 
     int32_t check = -1;
     cl_command_queue q = clmla_context_queue(r->ctx);
     int ok = clmla_context_set_latent_tuning(r->ctx, t) == CLMLA_SUCCESS &&
-             clmla_layer_create(r->ctx, &r->rl.cfg, &r->rl.w, &layer) == CLMLA_SUCCESS &&
-             clmla_cache_seq_add(r->cache, &check) == CLMLA_SUCCESS && pf_step(r, layer, check, 0, PF_FIRST) == CLMLA_SUCCESS &&
+             clmla_layer_create(r->ctx, &r->t.rl.cfg, &r->t.rl.w, &layer) == CLMLA_SUCCESS &&
+             clmla_cache_seq_add(r->t.cache, &check) == CLMLA_SUCCESS && pf_step(r, layer, check, 0, PF_FIRST) == CLMLA_SUCCESS &&
              pf_step(r, layer, check, PF_FIRST, PF_SECOND) == CLMLA_SUCCESS &&
-             clEnqueueReadBuffer(q, r->out, CL_TRUE, 0, (size_t)PF_CHECK * r->D * sizeof(float), r->h_out, 0, NULL, NULL) ==
+             clEnqueueReadBuffer(q, r->t.out, CL_TRUE, 0, (size_t)PF_CHECK * r->t.D * sizeof(float), r->t.h_out, 0, NULL, NULL) ==
                  CL_SUCCESS;
     if (check >= 0)
-        clmla_cache_seq_free(r->cache, check);
+        clmla_cache_seq_free(r->t.cache, check);
     if (ok)
-        *err = mla_ref_max_rel_err(r->h_out, r->ref, (size_t)PF_CHECK * r->D, NULL);
+        *err = mla_ref_max_rel_err(r->t.h_out, r->t.ref, (size_t)PF_CHECK * r->t.D, NULL);
     int len = 0;
-    clmla_cache_seq_length(r->cache, r->seq_chunk, 0, &len);
+    clmla_cache_seq_length(r->t.cache, r->seq_chunk, 0, &len);
     if (ok && len == 0) /* the prefix, once: every candidate writes the same rows */
         ok = pf_step(r, layer, r->seq_chunk, 0, r->prefix) == CLMLA_SUCCESS && clFinish(q) == CL_SUCCESS;
     reps = reps < 32 ? reps : 32;
@@ -1412,7 +1407,7 @@ static int pf_measure(pf_run *r, const clmla_latent_tuning *t, int reps, double 
                  clFinish(q) == CL_SUCCESS;
             if (i >= 0)
                 tm[i] = (kt_now() - t0) * 1e6;
-            ok = ok && clmla_cache_seq_truncate(r->cache, seq, keep) == CLMLA_SUCCESS;
+            ok = ok && clmla_cache_seq_truncate(r->t.cache, seq, keep) == CLMLA_SUCCESS;
         }
         if (ok) {
             qsort(tm, (size_t)reps, sizeof(double), kt_cmp);
@@ -1543,7 +1538,7 @@ static int tune_prefill(const char *device, int heads, int ctx_len, int quick, i
     printf("\ntuning attn_prefill_tiled on %s (%s, %s, driver %s): a random %s layer (%d heads, weights %s), the "
            "decompressed path, a prompt of %d tokens and %d after %d, %d candidates; whole steps\n",
            info.name, info.vendor, info.platform_name, info.driver_version, heads == 16 ? "V2-Lite" : "V3", heads,
-           clmla_dtype_name(r.rl.held), r.prompt, r.chunk, r.prefix, n);
+           clmla_dtype_name(r.t.rl.held), r.prompt, r.chunk, r.prefix, n);
     const double start = kt_now();
     double ratio = 1, us[2] = {0, 0}, us0[2] = {0, 0};
     int best = pf_search(&r, cands, n, reps, &ratio, us, us0);
@@ -1585,7 +1580,7 @@ static int tune_prefill(const char *device, int heads, int ctx_len, int quick, i
             printf("saved to %s\n", path);
     }
 done:
-    pf_free(&r);
+    tune_layer_free(&r.t);
     clmla_context_destroy(r.ctx);
     return rc;
 }
