@@ -301,7 +301,7 @@ clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning 
    or "any"), "parameters": {"rows_heads", "rows_keys", "rows_groups_per_cu", "group_heads",
    "group_keys", "group_max_items", "group_groups_per_cu", "group_query_layout", "group_fold",
    "prefill_tiled", "group_decode_heads", "group_min_split_keys", "group_stage_keys", "prefill_queries",
-   "prefill_keys", "prefill_chunk"} (any subset; the rest are defaults)};
+   "prefill_keys", "prefill_chunk", "prefill_rows_queries"} (any subset; the rest are defaults)};
    the same file holds the "products" entries of "Product kernel tuning" below.
    An entry for the exact head count wins over an "any" one. The file is read once per process, at
    the first use; a malformed file is reported (clmla_log at warning level on the first context
@@ -358,6 +358,11 @@ typedef struct clmla_latent_tuning {
     int prefill_queries;
     int prefill_keys;
     int prefill_chunk;
+    /* added in 0.4: attn_prefill_rows (the decompressed path's attention on CPU devices): the
+       queries of one work-item, a multiple of 4 from 4 to 64 (default 16; multiples of 8 run the
+       softmax 8 queries a vector). More queries read each key tile for more of them; fewer give
+       short chunks more items. `clmla tune --kernels --prefill` searches it on CPUs. */
+    int prefill_rows_queries;
 } clmla_latent_tuning;
 
 /* The parameters clmla used before any tuning. */

@@ -1,5 +1,5 @@
-# clmla tune --kernels --quick: exits 0, prints the candidates' tables (the latent kernel's, a word
-# on the prefill tiles, then the products') and writes an attn_latent and a "products" entry for the device that parse back; then
+# clmla tune --kernels --quick: exits 0, prints the candidates' tables (the latent kernel's, the
+# prefill tiles', then the products') and writes an attn_latent and a "products" entry for the device that parse back; then
 # --products alone replaces the products entry and keeps the latent one.
 # cmake -DCLMLA=... -DOUT_DIR=... -P cli_tune_kernels.cmake
 set(file ${OUT_DIR}/kernel-tuning-test.json)
@@ -24,10 +24,8 @@ string(JSON tr GET "${text}" 1 parameters tiled_rows)
 if(NOT kernel STREQUAL "products" OR NOT class STREQUAL "small" OR items LESS 1 OR tr LESS 4)
   message(FATAL_ERROR "unexpected products entry in ${file}:\n${text}")
 endif()
-# with no part named, the decompressed path's attention tiles too, where the device runs
-# attn_prefill_tiled (work-group kernels); a note elsewhere
-if(NOT out MATCHES "attn_prefill_tiled: not tuned, this device runs attn_prefill_rows"
-   AND NOT out MATCHES "tuning attn_prefill_tiled on ")
+# with no part named, the decompressed path's attention tiles too, of the kernel the device runs
+if(NOT out MATCHES "tuning attn_prefill_(rows|tiled) on [^\n]*V2-Lite layer")
   message(FATAL_ERROR "clmla tune --kernels --quick said nothing of the prefill tiles:\n${out}")
 endif()
 # the prefill products (tiled kernels) are tuned where the device runs them, CPUs; GPUs keep CLBlast
@@ -152,8 +150,7 @@ if(NOT rc EQUAL 2 OR NOT err MATCHES "--export goes with --kernels")
 endif()
 # --prefill: attn_prefill_tiled's tiles (forced here so that CPUs run it), each candidate's layer
 # checked against float64 in two chunks before it is timed; the entry in force saved with the
-# winner's prefill parameters. Refused where the device runs attn_prefill_rows, and at head counts
-# other than V2-Lite's and V3's.
+# winner's prefill parameters. Refused at head counts other than V2-Lite's and V3's.
 set(file4 ${OUT_DIR}/kernel-tuning-test-prefill.json)
 file(REMOVE ${file4})
 execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_ATTENTION_KERNELS=group
@@ -183,11 +180,26 @@ execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_ATTENTION_KERNELS=group CL
 if(NOT rc EQUAL 0 OR NOT out MATCHES "16  heads: file [^\n]*prefill_keys=${keys} prefill_chunk=${chunk}")
   message(FATAL_ERROR "clmla devices --verbose with the prefill entry: exit ${rc}\n${out}\n${err}")
 endif()
+# the row kernels (forced here so that GPUs run them too): attn_prefill_rows's queries an item
+set(file5 ${OUT_DIR}/kernel-tuning-test-prefill-rows.json)
+file(REMOVE ${file5})
 execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_ATTENTION_KERNELS=rows
-                        ${CLMLA} tune --kernels --prefill --quick --dry-run
+                        ${CLMLA} tune --kernels --prefill --quick --out ${file5}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 2 OR NOT err MATCHES "attn_prefill_rows")
+if(NOT rc EQUAL 0 OR NOT out MATCHES "tuning attn_prefill_rows on "
+   OR NOT out MATCHES "prefill_rows_queries=32 +err [0-9.e-]+ +prompt +[0-9.]+ us +chunk")
   message(FATAL_ERROR "--prefill on the row kernels: exit ${rc}\n${out}\n${err}")
+endif()
+file(READ ${file5} text)
+string(JSON qbc GET "${text}" 0 parameters prefill_rows_queries)
+if(NOT (qbc EQUAL 8 OR qbc EQUAL 16 OR qbc EQUAL 32))
+  message(FATAL_ERROR "the row kernels' prefill entry in ${file5}:\n${text}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_ATTENTION_KERNELS=rows CLMLA_KERNEL_TUNING=${file5}
+                        ${CLMLA} devices --verbose
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "16  heads: file [^\n]*attn_latent_rows [^\n]*prefill_rows_queries=${qbc}")
+  message(FATAL_ERROR "clmla devices --verbose with the row kernels' prefill entry: exit ${rc}\n${out}\n${err}")
 endif()
 execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_ATTENTION_KERNELS=group
                         ${CLMLA} tune --kernels --prefill --heads 64 --dry-run
@@ -195,4 +207,4 @@ execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_ATTENTION_KERNELS=group
 if(NOT rc EQUAL 2 OR NOT err MATCHES "--heads 16")
   message(FATAL_ERROR "--prefill at 64 heads: exit ${rc}\n${out}\n${err}")
 endif()
-message(STATUS "clmla tune --kernels wrote ${file}, ${file2}, ${file3} and ${file4}")
+message(STATUS "clmla tune --kernels wrote ${file}, ${file2}, ${file3}, ${file4} and ${file5}")

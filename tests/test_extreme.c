@@ -449,75 +449,80 @@ static void test_nonfinite(void)
     if (tu_weights_make(&w, &c, 77) != 0)
         return;
     clmla_layer *layer = NULL;
-    CHECK_STATUS(clmla_layer_create(ctx, &c, &w.layer, &layer), CLMLA_SUCCESS, ctx);
     float *xa = tu_random_inputs(Ta, D, 78), *xb = tu_random_inputs(Tb, D, 79);
     tu_ref_run rb;
     CHECK(tu_ref_run_make(&rb, &w, Tb, xb, MLA_REF_DECOMPRESSED) == 0, "reference");
     float *x = malloc((size_t)(Ta + Tb) * D * sizeof(float)), *out = malloc((size_t)(Ta + Tb) * D * sizeof(float));
     double slowest = 0;
-    /* Both kernel variants of each path: the CPU ones (_rows) and the work-group ones. */
-    for (int variant = CLMLA_LATENT_GROUP; variant <= CLMLA_LATENT_ROWS; variant++)
-    for (size_t pi = 0; layer && pi < sizeof(poisons) / sizeof(poisons[0]); pi++)
-        for (int p = 1; p <= 2; p++)
-            for (int dt = 0; dt < 2; dt++) {
-                clmla_attention_set_variant(ctx, variant);
-                char what[160];
-                snprintf(what, sizeof(what), "%s in x, %s, %s cache, %s kernels", poisons[pi].name,
-                         p == 1 ? "absorbed" : "decompressed", dt ? "f16" : "f32",
-                         variant == CLMLA_LATENT_ROWS ? "CPU" : "work-group");
-                clmla_cache_config cc = {1, c.kv_lora_rank, c.qk_rope_head_dim, 4, 8, (clmla_cache_dtype)dt, 0, CLMLA_CACHE_F32};
-                clmla_cache *cache = NULL;
-                CHECK_STATUS(clmla_cache_create(ctx, &cc, &cache), CLMLA_SUCCESS, ctx);
-                int32_t a, b;
-                clmla_cache_seq_add(cache, &a);
-                clmla_cache_seq_add(cache, &b);
-                /* Step 1: a gets tokens 0..3, token 2 carrying the poison in one element; b gets 4
-                   clean tokens in the same batch. Step 2: one decode token each. */
-                float *xa_p = malloc((size_t)Ta * D * sizeof(float));
-                memcpy(xa_p, xa, (size_t)Ta * D * sizeof(float));
-                xa_p[2 * D + 5] = poisons[pi].value;
-                memcpy(x, xa_p, (size_t)4 * D * sizeof(float));
-                memcpy(x + 4 * D, xb, (size_t)4 * D * sizeof(float));
-                clmla_batch_entry step1[2] = {{a, 4}, {b, 4}};
-                double t0 = tu_seconds();
-                clmla_status st = forward(layer, cache, step1, 2, (clmla_attention_path)p, x, out);
-                CHECK_STATUS(st, CLMLA_SUCCESS, ctx);
-                float out2[2 * 64];
-                clmla_batch_entry step2[2] = {{b, 1}, {a, 1}};
-                float xs2[2 * 64];
-                memcpy(xs2, xb + 4 * D, (size_t)D * sizeof(float));
-                memcpy(xs2 + D, xa_p + 4 * D, (size_t)D * sizeof(float));
-                clmla_status st2 = forward(layer, cache, step2, 2, (clmla_attention_path)p, xs2, out2);
-                CHECK_STATUS(st2, CLMLA_SUCCESS, ctx);
-                const double took = tu_seconds() - t0;
-                if (took > slowest)
-                    slowest = took;
-                CHECK(took < BOUNDED_SECONDS, "%s: two steps took %.1f s", what, took);
-                if (st == CLMLA_SUCCESS && st2 == CLMLA_SUCCESS) {
-                    /* a: tokens 0, 1 precede the poison (causal): exactly the clean reference's. */
-                    tu_ref_run ra;
-                    if (tu_ref_run_make(&ra, &w, 2, xa, MLA_REF_DECOMPRESSED) == 0) {
-                        CHECK_CLOSE(out, ra.out, (size_t)2 * D, D, TOL_FOR_DTYPE(dt), "%s: a's tokens before it", what);
-                        tu_ref_run_free(&ra);
+    /* Both kernel variants of each path: the CPU ones (_rows) and the work-group ones, each with a
+       layer made under it (a layer builds the kernels its context runs). */
+    for (int variant = CLMLA_LATENT_GROUP; variant <= CLMLA_LATENT_ROWS; variant++) {
+        clmla_attention_set_variant(ctx, variant);
+        clmla_layer_destroy(layer);
+        layer = NULL;
+        CHECK_STATUS(clmla_layer_create(ctx, &c, &w.layer, &layer), CLMLA_SUCCESS, ctx);
+        for (size_t pi = 0; layer && pi < sizeof(poisons) / sizeof(poisons[0]); pi++)
+            for (int p = 1; p <= 2; p++)
+                for (int dt = 0; dt < 2; dt++) {
+                    clmla_attention_set_variant(ctx, variant);
+                    char what[160];
+                    snprintf(what, sizeof(what), "%s in x, %s, %s cache, %s kernels", poisons[pi].name,
+                             p == 1 ? "absorbed" : "decompressed", dt ? "f16" : "f32",
+                             variant == CLMLA_LATENT_ROWS ? "CPU" : "work-group");
+                    clmla_cache_config cc = {1, c.kv_lora_rank, c.qk_rope_head_dim, 4, 8, (clmla_cache_dtype)dt, 0, CLMLA_CACHE_F32};
+                    clmla_cache *cache = NULL;
+                    CHECK_STATUS(clmla_cache_create(ctx, &cc, &cache), CLMLA_SUCCESS, ctx);
+                    int32_t a, b;
+                    clmla_cache_seq_add(cache, &a);
+                    clmla_cache_seq_add(cache, &b);
+                    /* Step 1: a gets tokens 0..3, token 2 carrying the poison in one element; b gets 4
+                       clean tokens in the same batch. Step 2: one decode token each. */
+                    float *xa_p = malloc((size_t)Ta * D * sizeof(float));
+                    memcpy(xa_p, xa, (size_t)Ta * D * sizeof(float));
+                    xa_p[2 * D + 5] = poisons[pi].value;
+                    memcpy(x, xa_p, (size_t)4 * D * sizeof(float));
+                    memcpy(x + 4 * D, xb, (size_t)4 * D * sizeof(float));
+                    clmla_batch_entry step1[2] = {{a, 4}, {b, 4}};
+                    double t0 = tu_seconds();
+                    clmla_status st = forward(layer, cache, step1, 2, (clmla_attention_path)p, x, out);
+                    CHECK_STATUS(st, CLMLA_SUCCESS, ctx);
+                    float out2[2 * 64];
+                    clmla_batch_entry step2[2] = {{b, 1}, {a, 1}};
+                    float xs2[2 * 64];
+                    memcpy(xs2, xb + 4 * D, (size_t)D * sizeof(float));
+                    memcpy(xs2 + D, xa_p + 4 * D, (size_t)D * sizeof(float));
+                    clmla_status st2 = forward(layer, cache, step2, 2, (clmla_attention_path)p, xs2, out2);
+                    CHECK_STATUS(st2, CLMLA_SUCCESS, ctx);
+                    const double took = tu_seconds() - t0;
+                    if (took > slowest)
+                        slowest = took;
+                    CHECK(took < BOUNDED_SECONDS, "%s: two steps took %.1f s", what, took);
+                    if (st == CLMLA_SUCCESS && st2 == CLMLA_SUCCESS) {
+                        /* a: tokens 0, 1 precede the poison (causal): exactly the clean reference's. */
+                        tu_ref_run ra;
+                        if (tu_ref_run_make(&ra, &w, 2, xa, MLA_REF_DECOMPRESSED) == 0) {
+                            CHECK_CLOSE(out, ra.out, (size_t)2 * D, D, TOL_FOR_DTYPE(dt), "%s: a's tokens before it", what);
+                            tu_ref_run_free(&ra);
+                        }
+                        /* a: token 2 and every later one are visibly not finite. */
+                        for (int t = 2; t < 4; t++)
+                            CHECK(count_nonfinite(out + (size_t)t * D, (size_t)D) > 0, "%s: a's token %d came out finite",
+                                  what, t);
+                        CHECK(count_nonfinite(out2 + D, (size_t)D) > 0, "%s: a's decode after it came out finite", what);
+                        /* b, in the same batches, is unaffected. */
+                        CHECK(count_nonfinite(out + 4 * D, (size_t)4 * D) == 0 && count_nonfinite(out2, (size_t)D) == 0,
+                              "%s: b has non-finite outputs", what);
+                        CHECK_CLOSE(out + 4 * D, rb.out, (size_t)4 * D, D, TOL_FOR_DTYPE(dt), "%s: b's prefill beside it", what);
+                        CHECK_CLOSE(out2, rb.out + 4 * D, (size_t)D, D, TOL_FOR_DTYPE(dt), "%s: b's decode beside it", what);
+                        /* And b's cache rows are the reference's. */
+                        float ckv[5 * 16], kr[5 * 4];
+                        CHECK_STATUS(clmla_cache_read(cache, 0, b, 0, 5, ckv, kr), CLMLA_SUCCESS, ctx);
+                        CHECK_CLOSE(ckv, rb.ckv, (size_t)5 * 16, 16, TOL_FOR_DTYPE(dt), "%s: b's cached c^KV", what);
                     }
-                    /* a: token 2 and every later one are visibly not finite. */
-                    for (int t = 2; t < 4; t++)
-                        CHECK(count_nonfinite(out + (size_t)t * D, (size_t)D) > 0, "%s: a's token %d came out finite",
-                              what, t);
-                    CHECK(count_nonfinite(out2 + D, (size_t)D) > 0, "%s: a's decode after it came out finite", what);
-                    /* b, in the same batches, is unaffected. */
-                    CHECK(count_nonfinite(out + 4 * D, (size_t)4 * D) == 0 && count_nonfinite(out2, (size_t)D) == 0,
-                          "%s: b has non-finite outputs", what);
-                    CHECK_CLOSE(out + 4 * D, rb.out, (size_t)4 * D, D, TOL_FOR_DTYPE(dt), "%s: b's prefill beside it", what);
-                    CHECK_CLOSE(out2, rb.out + 4 * D, (size_t)D, D, TOL_FOR_DTYPE(dt), "%s: b's decode beside it", what);
-                    /* And b's cache rows are the reference's. */
-                    float ckv[5 * 16], kr[5 * 4];
-                    CHECK_STATUS(clmla_cache_read(cache, 0, b, 0, 5, ckv, kr), CLMLA_SUCCESS, ctx);
-                    CHECK_CLOSE(ckv, rb.ckv, (size_t)5 * 16, 16, TOL_FOR_DTYPE(dt), "%s: b's cached c^KV", what);
+                    free(xa_p);
+                    clmla_cache_destroy(cache);
                 }
-                free(xa_p);
-                clmla_cache_destroy(cache);
-            }
+    }
     clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
     printf("# nonfinite: slowest poisoned pair of steps %.2f s\n", slowest);
 

@@ -130,7 +130,10 @@ static void test_parse(void)
                  {offsetof(clmla_latent_tuning, prefill_keys), 68, "prefill_keys"},
                  {offsetof(clmla_latent_tuning, prefill_chunk), 12, "prefill_chunk"},
                  {offsetof(clmla_latent_tuning, prefill_chunk), 66, "prefill_chunk"},
-                 {offsetof(clmla_latent_tuning, prefill_chunk), 260, "prefill_chunk"}};
+                 {offsetof(clmla_latent_tuning, prefill_chunk), 260, "prefill_chunk"},
+                 {offsetof(clmla_latent_tuning, prefill_rows_queries), 0, "prefill_rows_queries"},
+                 {offsetof(clmla_latent_tuning, prefill_rows_queries), 10, "prefill_rows_queries"},
+                 {offsetof(clmla_latent_tuning, prefill_rows_queries), 68, "prefill_rows_queries"}};
     for (size_t i = 0; i < sizeof(tiles) / sizeof(tiles[0]); i++) {
         t = d;
         *(int *)((char *)&t + tiles[i].offset) = tiles[i].value;
@@ -141,13 +144,16 @@ static void test_parse(void)
     t.prefill_queries = 4;
     t.prefill_keys = 8;
     t.prefill_chunk = 16;
+    t.prefill_rows_queries = 4;
     CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_SUCCESS, "the smallest tiles refused: %s", w ? w : "");
     t.prefill_queries = 64;
     t.prefill_keys = 64;
     t.prefill_chunk = 256;
+    t.prefill_rows_queries = 64;
     CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_SUCCESS, "the largest tiles refused: %s", w ? w : "");
-    CHECK(d.prefill_queries == 32 && d.prefill_keys == 32 && d.prefill_chunk == 64, "default tiles %d x %d, chunk %d",
-          d.prefill_queries, d.prefill_keys, d.prefill_chunk);
+    CHECK(d.prefill_queries == 32 && d.prefill_keys == 32 && d.prefill_chunk == 64 && d.prefill_rows_queries == 16,
+          "default tiles %d x %d, chunk %d, %d queries an item on CPUs", d.prefill_queries, d.prefill_keys,
+          d.prefill_chunk, d.prefill_rows_queries);
     CHECK(d.group_query_layout == 1 && d.prefill_tiled == 1 && d.group_decode_heads == 8,
           "defaults: query layout %d, prefill_tiled %d, group_decode_heads %d", d.group_query_layout, d.prefill_tiled,
           d.group_decode_heads);
@@ -674,13 +680,14 @@ int main(int argc, char **argv)
                  "{\"rows_heads\": 6, \"rows_keys\": 12, \"rows_groups_per_cu\": 3, \"group_heads\": 8, "
                  "\"group_keys\": 2, \"group_max_items\": 64, \"group_groups_per_cu\": 3, \"group_query_layout\": 0, "
                  "\"prefill_tiled\": 0, \"group_decode_heads\": 16, \"group_stage_keys\": 1, \"prefill_queries\": 8, "
-                 "\"prefill_keys\": 16, \"prefill_chunk\": 128}}]",
+                 "\"prefill_keys\": 16, \"prefill_chunk\": 128, \"prefill_rows_queries\": 24}}]",
                  info.vendor, info.name);
         write_text(user, text);
         CHECK_STATUS(clmla_latent_tuning_lookup(&info, 16, &t, &src), CLMLA_SUCCESS, NULL);
         CHECK(strncmp(src, "file ", 5) == 0 && t.rows_heads == 6 && t.rows_keys == 12 && t.group_max_items == 64 &&
                   t.group_query_layout == 0 && t.prefill_tiled == 0 && t.group_decode_heads == 16 &&
-                  t.group_stage_keys == 1 && t.prefill_queries == 8 && t.prefill_keys == 16 && t.prefill_chunk == 128,
+                  t.group_stage_keys == 1 && t.prefill_queries == 8 && t.prefill_keys == 16 && t.prefill_chunk == 128 &&
+                  t.prefill_rows_queries == 24,
               "user entry not applied: %s", src);
         test_attention(ctx, CLMLA_LATENT_ROWS);
         test_attention(ctx, CLMLA_LATENT_GROUP);

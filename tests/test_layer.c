@@ -18,6 +18,7 @@
  * `test_layer PART...` runs the named parts ("all": every one); no argument runs every part but
  * the presets, which ctest runs as their own entry (test_layer_presets). */
 #include "attention.h"
+#include "clcall.h"
 #include "check.h"
 #include "gemm.h"
 #include "internal.h"
@@ -1206,14 +1207,73 @@ static void test_untiled_prefill(void)
     group_kernels_with(0);
 }
 
-/* attn_prefill_tiled with tiles other than the defaults (the latent tuning's prefill_queries,
-   prefill_keys, prefill_chunk): the smallest legal ones (blocks of 4 queries, tiles of 8 keys,
-   chunks of 4 float4s: dq 24 in two chunks), 16 keys in chunks longer than a query row, and the
-   largest block and tile; 45 tokens in chunks of 19 and 26 by the decompressed path, so that blocks
-   and tiles end mid-chunk and the second chunk's tiles cross its prefix, against float64. */
+/* A layer builds at creation only the kernels its context runs (issue 24): RMSNorm, RoPE and one
+   kernel of the decompressed path's attention, attn_prefill_rows on the row kernels, else
+   attn_prefill_tiled or (prefill_tiled 0) attn_prefill; three kernel objects where four or five
+   were made before. A layer used after the context's kernels changed (an internal test hook, no
+   public call) refuses the decompressed step clearly and keeps the sequence as it was. */
+static void test_built_kernels(void)
+{
+    clmla_layer_config c = shape_config(1);
+    tu_weights w;
+    if (tu_weights_make(&w, &c, 4747) != 0) {
+        CHECK(0, "built kernels: out of host memory");
+        return;
+    }
+    static const struct {
+        int variant, tiled;
+        const char *what;
+    } cases[] = {{CLMLA_LATENT_ROWS, 1, "row kernels"},
+                 {CLMLA_LATENT_GROUP, 1, "work-group kernels, attn_prefill_tiled"},
+                 {CLMLA_LATENT_GROUP, 0, "work-group kernels, attn_prefill"}};
+    float *x = tu_random_inputs(20, c.hidden_size, 4748), *out = malloc((size_t)20 * c.hidden_size * sizeof(float));
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]) && x && out; i++) {
+        clmla_latent_tuning t;
+        clmla_latent_tuning_defaults(&t);
+        t.prefill_tiled = cases[i].tiled;
+        CHECK_STATUS(clmla_context_set_latent_tuning(ctx, &t), CLMLA_SUCCESS, ctx);
+        clmla_attention_set_variant(ctx, cases[i].variant);
+        const long before = clmla_cl_counts_get(ctx).kernels;
+        clmla_layer *layer = make_layer(&w, cases[i].what);
+        const long made = clmla_cl_counts_get(ctx).kernels - before;
+        CHECK(made == 3, "%s: the layer made %ld kernel objects, not 3 (RMSNorm, RoPE, one attention)", cases[i].what,
+              made);
+        clmla_cache *cache = make_cache(&c, 1, 8, 8, CLMLA_CACHE_F32);
+        if (layer && cache) {
+            const int32_t s = add_seq(cache);
+            clmla_batch_entry e = {s, 20};
+            CHECK_STATUS(forward(layer, cache, 0, &e, 1, CLMLA_PATH_DECOMPRESSED, x, out), CLMLA_SUCCESS, ctx);
+            /* the other kernels now: a decompressed step is refused, the sequence kept */
+            clmla_attention_set_variant(ctx, cases[i].variant == CLMLA_LATENT_ROWS ? CLMLA_LATENT_GROUP : CLMLA_LATENT_ROWS);
+            e.num_tokens = 17;
+            CHECK_STATUS(forward(layer, cache, 0, &e, 1, CLMLA_PATH_DECOMPRESSED, x, out), CLMLA_ERROR_INVALID_ARGUMENT,
+                         ctx);
+            CHECK(strstr(clmla_last_error(ctx), "built for the other attention kernels") != NULL, "%s: message: %s",
+                  cases[i].what, clmla_last_error(ctx));
+            int len = -1;
+            clmla_cache_seq_length(cache, s, 0, &len);
+            CHECK(len == 20, "%s: a refused step left the sequence at %d tokens, not 20", cases[i].what, len);
+        }
+        clmla_cache_destroy(cache);
+        clmla_layer_destroy(layer);
+    }
+    clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
+    CHECK_STATUS(clmla_context_set_latent_tuning(ctx, NULL), CLMLA_SUCCESS, ctx);
+    free(x);
+    free(out);
+    tu_weights_free(&w);
+}
+
+/* The decompressed path's attention with tiles other than the defaults: attn_prefill_tiled (the
+   latent tuning's prefill_queries, prefill_keys, prefill_chunk) with the smallest legal ones (blocks
+   of 4 queries, tiles of 8 keys, chunks of 4 float4s: dq 24 in two chunks), 16 keys in chunks longer
+   than a query row, and the largest block and tile; attn_prefill_rows (prefill_rows_queries) with 4,
+   12 (the softmax 4 queries a vector) and 24 queries an item. 45 tokens in chunks of 19 and 26, so
+   that blocks and tiles end mid-chunk and the second chunk's tiles cross its prefix, against
+   float64. */
 static void test_prefill_tiles(void)
 {
-    static const int tiles[][3] = {{4, 8, 16}, {8, 16, 128}, {64, 64, 32}};
+    static const int tiles[][4] = {{4, 8, 16, 0}, {8, 16, 128, 0}, {64, 64, 32, 0}, {0, 0, 0, 4}, {0, 0, 0, 12}, {0, 0, 0, 24}};
     const int T = 45, chunks[] = {19, 26};
     const clmla_attention_path path = CLMLA_PATH_DECOMPRESSED;
     clmla_layer_config c = shape_config(1); /* 5 heads, dq 24, dv 24 */
@@ -1225,17 +1285,23 @@ static void test_prefill_tiles(void)
     float *x = tu_random_inputs(T, c.hidden_size, 4546);
     tu_ref_run ref;
     CHECK(tu_ref_run_make(&ref, &w, T, x, MLA_REF_DECOMPRESSED) == 0, "prefill tiles: reference failed");
-    clmla_attention_set_variant(ctx, CLMLA_LATENT_GROUP);
     for (size_t i = 0; i < sizeof(tiles) / sizeof(tiles[0]) && ref.out; i++) {
         clmla_latent_tuning t;
         clmla_latent_tuning_defaults(&t);
-        t.prefill_queries = tiles[i][0];
-        t.prefill_keys = tiles[i][1];
-        t.prefill_chunk = tiles[i][2];
-        CHECK_STATUS(clmla_context_set_latent_tuning(ctx, &t), CLMLA_SUCCESS, ctx);
         char what[200];
-        snprintf(what, sizeof(what), "attn_prefill_tiled, %d queries x %d keys, chunks of %d: prefill 19 + 26",
-                 tiles[i][0], tiles[i][1], tiles[i][2]);
+        if (tiles[i][3]) {
+            t.prefill_rows_queries = tiles[i][3];
+            clmla_attention_set_variant(ctx, CLMLA_LATENT_ROWS);
+            snprintf(what, sizeof(what), "attn_prefill_rows, %d queries an item: prefill 19 + 26", tiles[i][3]);
+        } else {
+            t.prefill_queries = tiles[i][0];
+            t.prefill_keys = tiles[i][1];
+            t.prefill_chunk = tiles[i][2];
+            clmla_attention_set_variant(ctx, CLMLA_LATENT_GROUP);
+            snprintf(what, sizeof(what), "attn_prefill_tiled, %d queries x %d keys, chunks of %d: prefill 19 + 26",
+                     tiles[i][0], tiles[i][1], tiles[i][2]);
+        }
+        CHECK_STATUS(clmla_context_set_latent_tuning(ctx, &t), CLMLA_SUCCESS, ctx);
         clmla_layer *layer = make_layer(&w, what);
         if (layer)
             free(run_schedule(layer, &w, &ref, T, x, CLMLA_CACHE_F32, 8, chunks, 2, &path, 1, what));
@@ -1374,7 +1440,7 @@ static const tu_part parts[] = {
     {"dense-limit", test_dense_limit}, {"per-sequence-rope", test_per_sequence_rope},
     {"errors", test_create_errors}, {"auto-path", test_auto_path},
     {"shapes-clblast", test_shapes_clblast}, {"group-kernels", test_group_kernels}, {"untiled-prefill", test_untiled_prefill},
-    {"prefill-tiles", test_prefill_tiles},  {"forward-errors", test_forward_errors}, {"shapes", test_shapes},
+    {"prefill-tiles", test_prefill_tiles},  {"built-kernels", test_built_kernels}, {"forward-errors", test_forward_errors}, {"shapes", test_shapes},
     {"long", test_long},            {"batch", test_batch},                   {"layers", test_two_layers},
     {"forward-cl", test_forward_cl}, {"presets", test_presets},
 };

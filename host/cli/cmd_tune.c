@@ -1315,10 +1315,11 @@ done:
    defaults), for V2-Lite's 16 heads and V3's 128 and for both shape classes of K, written into the
    tuning file as whole entries, every parameter named: a file to edit and try (CLMLA_KERNEL_TUNING),
    whose entries then hold what the device ran rather than the defaults for what they leave out. */
-/* ---- clmla tune --kernels --prefill: attn_prefill_tiled's tiles ----------------------------------
-   The decompressed path's attention on devices that run work-group kernels has no public call of its
-   own, so its tiles (prefill_queries, prefill_keys, prefill_chunk; prefill_tiled 0 for attn_prefill)
-   are timed where it runs: prefill steps of a layer with random weights, V2-Lite's at 16 heads and
+/* ---- clmla tune --kernels --prefill: the decompressed path's attention tiles ---------------------
+   The decompressed path's attention has no public call of its own, so its tiles (on devices that
+   run the work-group kernels attn_prefill_tiled's prefill_queries, prefill_keys, prefill_chunk, and
+   prefill_tiled 0 for attn_prefill; on CPUs attn_prefill_rows's prefill_rows_queries) are timed
+   where it runs: prefill steps of a layer with random weights, V2-Lite's at 16 heads and
    V3's at 128 (weights as published, bf16 and fp8; the attention is float32 either way). Each
    candidate's layer is built with it, and its outputs for two chunks (the second after a prefix, so
    that tiles cross both the prefix and the diagonal) are checked against the float64 reference before
@@ -1333,6 +1334,7 @@ typedef struct pf_run {
     int heads;
     int prompt, prefix, chunk; /* timed: prompt tokens alone; chunk tokens after prefix */
     int rows;
+    int rows_kernel;           /* the device runs attn_prefill_rows */
     int32_t seq_prompt, seq_chunk; /* seq_chunk holds the prefix between uses */
 } pf_run;
 
@@ -1421,9 +1423,11 @@ static int pf_measure(pf_run *r, const clmla_latent_tuning *t, int reps, double 
     return ok ? 0 : -1;
 }
 
-static void pf_print(const clmla_latent_tuning *t)
+static void pf_print(const clmla_latent_tuning *t, int rows)
 {
-    if (t->prefill_tiled)
+    if (rows)
+        printf("prefill_rows_queries=%-2d", t->prefill_rows_queries);
+    else if (t->prefill_tiled)
         printf("prefill_queries=%-2d prefill_keys=%-2d prefill_chunk=%-3d", t->prefill_queries, t->prefill_keys,
                t->prefill_chunk);
     else
@@ -1435,10 +1439,11 @@ static void pf_print(const clmla_latent_tuning *t)
 static int pf_search(pf_run *r, const clmla_latent_tuning *cands, int n, int reps, double *best_ratio, double *best_us,
                      double *first_us)
 {
+    const int rows = r->rows_kernel;
     int best = -1;
     for (int i = 0; i < n; i++) {
         printf("[%2d/%d] ", i + 1, n);
-        pf_print(&cands[i]);
+        pf_print(&cands[i], rows);
         fflush(stdout);
         double err = -1, us[2] = {0, 0};
         const int failed = pf_measure(r, &cands[i], reps, &err, us) != 0;
@@ -1464,8 +1469,8 @@ static int pf_search(pf_run *r, const clmla_latent_tuning *cands, int n, int rep
     return best;
 }
 
-/* `implied`: run because no part was named; a device that runs the CPU kernels is then skipped with
-   a note instead of refused. `from`: the latent parameters the latent search of the same command
+/* `implied`: run because no part was named (a head count other than 16 or 128 is then skipped with
+   a note instead of refused). `from`: the latent parameters the latent search of the same command
    just chose, which the saved entry keeps (NULL: those in force). */
 static int tune_prefill(const char *device, int heads, int ctx_len, int quick, int dry_run, const char *out,
                         int implied, const clmla_latent_tuning *from)
@@ -1475,7 +1480,7 @@ static int tune_prefill(const char *device, int heads, int ctx_len, int quick, i
     if (bad)
         return bad;
     if (heads != 16 && heads != 128 && implied) {
-        printf("\nattn_prefill_tiled: not tuned, --prefill times 16 or 128 heads\n");
+        printf("\nthe prefill tiles: not tuned, --prefill times 16 or 128 heads\n");
         return 0;
     }
     if (heads != 16 && heads != 128) {
@@ -1491,16 +1496,7 @@ static int tune_prefill(const char *device, int heads, int ctx_len, int quick, i
     }
     clmla_device_info info;
     clmla_context_device(r.ctx, &info);
-    if (cli_runs_row_kernels(&info)) {
-        clmla_context_destroy(r.ctx);
-        if (implied) {
-            printf("\nattn_prefill_tiled: not tuned, this device runs attn_prefill_rows\n");
-            return 0;
-        }
-        fprintf(stderr, "clmla tune: --prefill tunes attn_prefill_tiled; this device runs attn_prefill_rows "
-                        "(CLMLA_ATTENTION_KERNELS=group runs the other)\n");
-        return 2;
-    }
+    r.rows_kernel = cli_runs_row_kernels(&info);
     r.heads = heads;
     r.prompt = quick ? 80 : (ctx_len < 2048 ? ctx_len : 2048);
     r.prefix = quick ? 100 : ctx_len;
@@ -1523,22 +1519,32 @@ static int tune_prefill(const char *device, int heads, int ctx_len, int quick, i
     int n = 0;
     cands[n++] = base;
     clmla_latent_tuning t = base;
-    t.prefill_tiled = !base.prefill_tiled;
-    cands[n++] = t; /* attn_prefill, or the tiles in force where the entry turned them off */
-    static const int qs[] = {16, 32, 64}, ks[] = {16, 32, 64}, cs[] = {32, 64, 128};
-    static const int quick_grid[][3] = {{16, 16, 32}, {64, 64, 128}};
-    for (int i = 0; i < (quick ? 2 : 27); i++) {
-        t = base;
-        t.prefill_tiled = 1;
-        t.prefill_queries = quick ? quick_grid[i][0] : qs[i / 9];
-        t.prefill_keys = quick ? quick_grid[i][1] : ks[i / 3 % 3];
-        t.prefill_chunk = quick ? quick_grid[i][2] : cs[i % 3];
-        add_unique(cands, &n, &t);
+    if (r.rows_kernel) {
+        static const int qbc[] = {8, 12, 24, 32, 48}, quick_qbc[] = {8, 32};
+        for (int i = 0; i < (quick ? 2 : 5); i++) {
+            t = base;
+            t.prefill_rows_queries = quick ? quick_qbc[i] : qbc[i];
+            add_unique(cands, &n, &t);
+        }
+    } else {
+        t.prefill_tiled = !base.prefill_tiled;
+        cands[n++] = t; /* attn_prefill, or the tiles in force where the entry turned them off */
+        static const int qs[] = {16, 32, 64}, ks[] = {16, 32, 64}, cs[] = {32, 64, 128};
+        static const int quick_grid[][3] = {{16, 16, 32}, {64, 64, 128}};
+        for (int i = 0; i < (quick ? 2 : 27); i++) {
+            t = base;
+            t.prefill_tiled = 1;
+            t.prefill_queries = quick ? quick_grid[i][0] : qs[i / 9];
+            t.prefill_keys = quick ? quick_grid[i][1] : ks[i / 3 % 3];
+            t.prefill_chunk = quick ? quick_grid[i][2] : cs[i % 3];
+            add_unique(cands, &n, &t);
+        }
     }
-    printf("\ntuning attn_prefill_tiled on %s (%s, %s, driver %s): a random %s layer (%d heads, weights %s), the "
-           "decompressed path, a prompt of %d tokens and %d after %d, %d candidates; whole steps\n",
-           info.name, info.vendor, info.platform_name, info.driver_version, heads == 16 ? "V2-Lite" : "V3", heads,
-           clmla_dtype_name(r.t.rl.held), r.prompt, r.chunk, r.prefix, n);
+    printf("\ntuning %s on %s (%s, %s, driver %s): a random %s layer (%d heads, weights %s), the decompressed path, "
+           "a prompt of %d tokens and %d after %d, %d candidates; whole steps\n",
+           r.rows_kernel ? "attn_prefill_rows" : "attn_prefill_tiled", info.name, info.vendor, info.platform_name,
+           info.driver_version, heads == 16 ? "V2-Lite" : "V3", heads, clmla_dtype_name(r.t.rl.held), r.prompt, r.chunk,
+           r.prefix, n);
     const double start = kt_now();
     double ratio = 1, us[2] = {0, 0}, us0[2] = {0, 0};
     int best = pf_search(&r, cands, n, reps, &ratio, us, us0);
@@ -1547,7 +1553,7 @@ static int tune_prefill(const char *device, int heads, int ctx_len, int quick, i
         goto done;
     }
     printf("\n%.0f s; best: ", kt_now() - start);
-    pf_print(&cands[best]);
+    pf_print(&cands[best], r.rows_kernel);
     printf(" (%.3f of the current, %s)\n", ratio, base_source);
     if (best > 0) { /* timed again beside the current ones, so that a noisy win is not saved */
         const clmla_latent_tuning pair[2] = {cands[0], cands[best]};
@@ -1570,6 +1576,7 @@ static int tune_prefill(const char *device, int heads, int ctx_len, int quick, i
         saved.prefill_queries = cands[best].prefill_queries;
         saved.prefill_keys = cands[best].prefill_keys;
         saved.prefill_chunk = cands[best].prefill_chunk;
+        saved.prefill_rows_queries = cands[best].prefill_rows_queries;
         char note[256];
         snprintf(note, sizeof(note), "prefill %d tokens %.0f us, %d after %d %.0f us (%.3f of %s)", r.prompt, us[0],
                  r.chunk, r.prefix, us[1], ratio, base_source);
@@ -1650,9 +1657,9 @@ int cmd_tune(int argc, char **argv)
                                         "                       CLMLA_KERNEL_TUNING, else <cache dir>/kernel-tuning.json)"},
         {"latent", CLI_FLAG, &latent, "with --kernels: the latent attention kernel (alone unless --products)"},
         {"products", CLI_FLAG, &products, "with --kernels: the product kernels, decode and prefill-sized"},
-        {"prefill", CLI_FLAG, &prefill, "with --kernels: the decompressed path's attention tiles (attn_prefill_tiled,\n"
-                                        "                       work-group kernels); none of the three flags: all that\n"
-                                        "                       the device runs"},
+        {"prefill", CLI_FLAG, &prefill, "with --kernels: the decompressed path's attention tiles (attn_prefill_tiled\n"
+                                        "                       or, on CPUs, attn_prefill_rows); none of the three\n"
+                                        "                       flags: all three"},
         {"heads", CLI_INT, &heads, "H  with --kernels: attention heads (default 16, V2-Lite; 128: V3)"},
         {"ctx", CLI_INT, &ctx_len, "N  with --kernels: keys per sequence timed (default 4096; --prefill: the\n"
                                    "                       prefix of a 512-token chunk, and a prompt of up to 2048)"},
@@ -1662,7 +1669,7 @@ int cmd_tune(int argc, char **argv)
                                              "                       device now (16 and 128 heads, both K classes) into the file"},
         {"quick", CLI_FLAG, &quick, "with --kernels: a small grid (latent: two candidates at ctx 512; products:\n"
                                     "                       V2-Lite's o_proj, f32 and bf16, 128 prefill rows;\n"
-                                    "                       prefill: four candidates, a prompt of 80 tokens)"},
+                                    "                       prefill: three or four candidates, a prompt of 80)"},
         {"help", CLI_FLAG, &help, "this text"},
         {NULL, CLI_FLAG, NULL, NULL},
     };

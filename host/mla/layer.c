@@ -42,12 +42,13 @@ typedef enum step_table {
     STEP_TABLES
 } step_table;
 
-/* attn_prefill (work-groups, GPUs) with its work-group size and attn_prefill_rows (CPUs), built
-   with the same options; attn_prefill_tiled in place of attn_prefill where the latent tuning asks
-   for it (prefill_tiled), with its block of queries and work-group size. */
+/* The decompressed path's attention, only the kernel the context runs (build_prefill): attn_prefill_rows
+   (CPUs) with its queries per item; attn_prefill (work-groups) with its work-group size, or in its
+   place attn_prefill_tiled where the latent tuning asks for it (prefill_tiled) and a block fits,
+   with its block of queries and work-group size. */
 typedef struct prefill_kernels {
     cl_kernel group, rows, tiled;
-    int threads, tiled_queries, tiled_threads;
+    int threads, rows_queries, tiled_queries, tiled_threads;
 } prefill_kernels;
 
 struct clmla_layer {
@@ -238,15 +239,24 @@ static int pow2_at_most(size_t limit, int cap)
     return n;
 }
 
-/* Queries per work-item of attn_prefill_rows (a multiple of 4; of 8 for the widest softmax). */
-#define PREFILL_ROWS_QUERIES 16
-
-/* Both prefill kernels with `extra` build options: NT queries per group (up to 32) and KT keys
-   staged in local memory for the work-group kernel, QBC queries per item for the rows kernel. */
-static clmla_status build_prefill(clmla_layer *L, const char *extra, prefill_kernels *pk)
+/* The decompressed path's attention kernel that the context's attention kernels select, built with
+   `extra` build options: attn_prefill_rows with the latent tuning's prefill_rows_queries queries per
+   item where the row kernels run (CPUs); elsewhere attn_prefill with NT queries per group (up to
+   32) and KT keys staged in local memory, unless `tiled` says attn_prefill_tiled already serves. */
+static clmla_status build_prefill(clmla_layer *L, const char *extra, prefill_kernels *pk, int tiled)
 {
     clmla_context *ctx = L->ctx;
     char options[256];
+    if (clmla_attention_variant(ctx) == CLMLA_LATENT_ROWS) {
+        clmla_latent_tuning tn;
+        clmla_latent_tuning_for(ctx, L->H, &tn);
+        pk->rows_queries = tn.prefill_rows_queries;
+        snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D QBC=%d%s", L->dn, L->dr, L->dv,
+                 pk->rows_queries, extra);
+        return clmla_kernel_create(ctx, "attn_prefill", options, "attn_prefill_rows", &pk->rows);
+    }
+    if (tiled)
+        return CLMLA_SUCCESS;
     int kt = 16;
     while (kt > 1 && (size_t)kt * (L->dq + L->dv) * sizeof(float) > ctx->info.local_mem_bytes / 2)
         kt /= 2;
@@ -255,11 +265,7 @@ static clmla_status build_prefill(clmla_layer *L, const char *extra, prefill_ker
     clmla_status st = clmla_kernel_create_fitted(ctx, &fit, &pk->group, &pk->threads);
     if (st == CLMLA_SUCCESS && !pk->group)
         st = clmla_fail(ctx, CLMLA_ERROR_UNSUPPORTED, "attn_prefill%s: no work-group size fits this device", extra);
-    if (st != CLMLA_SUCCESS)
-        return st;
-    snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D QBC=%d%s", L->dn, L->dr, L->dv,
-             PREFILL_ROWS_QUERIES, extra);
-    return clmla_kernel_create(ctx, "attn_prefill", options, "attn_prefill_rows", &pk->rows);
+    return st;
 }
 
 /* attn_prefill_tiled's local memory (cl/attn_prefill.cl) with blocks of bq queries, tiles of bk keys
@@ -319,11 +325,11 @@ static clmla_status build_kernels(clmla_layer *L)
         if (st != CLMLA_SUCCESS)
             return st;
     }
-    st = build_prefill(L, "", &L->prefill[0]);
+    st = build_prefill_tiled(L, &L->prefill[0]);
     if (st == CLMLA_SUCCESS)
-        st = build_prefill_tiled(L, &L->prefill[0]);
+        st = build_prefill(L, "", &L->prefill[0], L->prefill[0].tiled != NULL);
     if (st == CLMLA_SUCCESS && L->HI > 0) /* an indexer layer's decompressed entries in sparse steps */
-        st = build_prefill(L, " -D SPARSE", &L->prefill[1]);
+        st = build_prefill(L, " -D SPARSE", &L->prefill[1], 0);
     return st;
 }
 
@@ -823,6 +829,9 @@ static clmla_status enqueue_prefill(clmla_layer *L, cl_mem q, int q_ld, int firs
     const prefill_kernels *pk = &L->prefill[indices != NULL];
     const int tiled = variant != CLMLA_LATENT_ROWS && pk->tiled != NULL;
     cl_kernel k = variant == CLMLA_LATENT_ROWS ? pk->rows : tiled ? pk->tiled : pk->group;
+    if (!k) /* only the internal test hook changes a context's kernels after a layer is made */
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "the layer was built for the other attention kernels than the context now runs");
     CLMLA_SET_ARG(ctx, k, 0, q);
     CLMLA_SET_ARG(ctx, k, 1, q_off);
     CLMLA_SET_ARG(ctx, k, 2, q_stride);
@@ -845,7 +854,7 @@ static clmla_status enqueue_prefill(clmla_layer *L, cl_mem q, int q_ld, int firs
         CLMLA_SET_ARG(ctx, k, 17, L->topk);
     }
     const size_t nt = variant == CLMLA_LATENT_ROWS ? 1 : tiled ? (size_t)pk->tiled_threads : (size_t)pk->threads;
-    const size_t per_item = variant == CLMLA_LATENT_ROWS ? PREFILL_ROWS_QUERIES : tiled ? (size_t)pk->tiled_queries : nt;
+    const size_t per_item = variant == CLMLA_LATENT_ROWS ? (size_t)pk->rows_queries : tiled ? (size_t)pk->tiled_queries : nt;
     const size_t global[2] = {(n_queries + per_item - 1) / per_item * nt, (size_t)L->H}, local[2] = {nt, 1};
     cl_int err = clmla_cl_enqueue(ctx, k, 2, global, local, NULL);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue attn_prefill");
