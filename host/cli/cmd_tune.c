@@ -1311,10 +1311,6 @@ done:
     return rc;
 }
 
-/* --export: the parameters that apply to the device now (the user file, the built-in table or the
-   defaults), for V2-Lite's 16 heads and V3's 128 and for both shape classes of K, written into the
-   tuning file as whole entries, every parameter named: a file to edit and try (CLMLA_KERNEL_TUNING),
-   whose entries then hold what the device ran rather than the defaults for what they leave out. */
 /* ---- clmla tune --kernels --prefill: the decompressed path's attention tiles ---------------------
    The decompressed path's attention has no public call of its own, so its tiles (on devices that
    run the work-group kernels attn_prefill_tiled's prefill_queries, prefill_keys, prefill_chunk, and
@@ -1592,6 +1588,10 @@ done:
     return rc;
 }
 
+/* --export: the parameters that apply to the device now (the user file, the built-in table or the
+   defaults), for V2-Lite's 16 heads and V3's 128 and for both shape classes of K, written into the
+   tuning file as whole entries, every parameter named: a file to edit and try (CLMLA_KERNEL_TUNING),
+   whose entries then hold what the device ran rather than the defaults for what they leave out. */
 static int export_kernels(const char *device, int dry_run, const char *out)
 {
     char path[4096];
