@@ -647,7 +647,20 @@ int main(int argc, char **argv)
     char user[128];
     snprintf(user, sizeof(user), "%s/user.json", dir);
     setenv("CLMLA_KERNEL_TUNING", user, 1);
-    const int malformed = argc > 1 && strcmp(argv[1], "malformed") == 0;
+    /* a part by name (ctest runs them as entries of their own, in parallel: a GPU's compiler takes
+       seconds a program), or every part but malformed */
+    static const char *const part_names[] = {"malformed", "entries", "products", "products-other"};
+    int part = -1;
+    if (argc > 1) {
+        for (int i = 0; i < 4; i++)
+            if (strcmp(argv[1], part_names[i]) == 0)
+                part = i;
+        if (part < 0) {
+            printf("usage: test_kernel_tuning [malformed | entries | products | products-other]\n");
+            return 2;
+        }
+    }
+    const int malformed = part == 0;
     clmla_context *ctx = NULL;
     if (clmla_context_create(NULL, &ctx) != CLMLA_SUCCESS) {
         printf("no OpenCL device: %s\n", clmla_last_error(NULL));
@@ -671,7 +684,7 @@ int main(int argc, char **argv)
                   (strcmp(src, "built-in table") == 0 || (strcmp(src, "defaults") == 0 && memcmp(&pt, &pd, sizeof(pt)) == 0)),
               "malformed file, products: %s", src);
         printf("reported: %s\n", clmla_last_error(NULL));
-    } else {
+    } else if (part < 0 || part == 1) {
         test_parse();
         /* non-default values for this device, both kernels */
         char text[2048];
@@ -691,8 +704,12 @@ int main(int argc, char **argv)
               "user entry not applied: %s", src);
         test_attention(ctx, CLMLA_LATENT_ROWS);
         test_attention(ctx, CLMLA_LATENT_GROUP);
+    }
+    if (part < 0 || part == 2) {
         test_products_parse();
         test_products_device(ctx, 0);
+    }
+    if (part < 0 || part == 3) {
         /* the same on the other kind of device: the products' kernels are chosen by it (CPUs:
            gemm_packed_rows, gemm_tiled_rows; GPUs: gemm_skinny_nt and CLBlast) */
         const clmla_device_kind real = ctx->info.kind;
