@@ -2,6 +2,15 @@
 # prefill tiles', then the products') and writes an attn_latent and a "products" entry for the device that parse back; then
 # --products alone replaces the products entry and keeps the latent one.
 # cmake -DCLMLA=... -DOUT_DIR=... -P cli_tune_kernels.cmake
+# clmla devices --verbose under the environment given (NAME=VALUE ...) must exit 0 and match regex.
+function(expect_devices_verbose what regex)
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env ${ARGN} ${CLMLA} devices --verbose
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "${regex}")
+    message(FATAL_ERROR "clmla devices --verbose ${what}: exit ${rc}\n${out}\n${err}")
+  endif()
+endfunction()
+
 set(file ${OUT_DIR}/kernel-tuning-test.json)
 file(REMOVE ${file})
 execute_process(COMMAND ${CLMLA} tune --kernels --quick --out ${file}
@@ -70,12 +79,8 @@ if(NOT (slices EQUAL 1 OR slices EQUAL 8 OR slices EQUAL 16) OR NOT note MATCHES
   message(FATAL_ERROR "the group forms' entry in ${file3}:\n${text}")
 endif()
 # devices --verbose names the parameters of the forms in force, the saved split among them
-execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_PRODUCT_KERNELS=group CLMLA_KERNEL_TUNING=${file3}
-                        ${CLMLA} devices --verbose
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0 OR NOT out MATCHES "K <= 4096: file [^\n]*gemm_skinny_nt [^\n]*skinny_nn_slices=${slices}")
-  message(FATAL_ERROR "clmla devices --verbose with the group forms' entry: exit ${rc}\n${out}\n${err}")
-endif()
+expect_devices_verbose("with the group forms' entry" "K <= 4096: file [^\n]*gemm_skinny_nt [^\n]*skinny_nn_slices=${slices}"
+                       CLMLA_PRODUCT_KERNELS=group CLMLA_KERNEL_TUNING=${file3})
 file(READ ${file} text)
 string(JSON count LENGTH "${text}")
 if(NOT count EQUAL 2)
@@ -104,12 +109,8 @@ if(NOT (dh EQUAL 4 OR dh EQUAL 16))
   message(FATAL_ERROR "--cache-dtype bf16 saved group_decode_heads ${dh}:\n${text}")
 endif()
 # devices --verbose shows the work-group kernel's parameters where it runs, the saved value among them
-execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_ATTENTION_KERNELS=group CLMLA_KERNEL_TUNING=${file2}
-                        ${CLMLA} devices --verbose
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0 OR NOT out MATCHES "16  heads: file [^\n]*attn_latent group_heads[^\n]*group_decode_heads=${dh}")
-  message(FATAL_ERROR "clmla devices --verbose with the bf16 entry: exit ${rc}\n${out}\n${err}")
-endif()
+expect_devices_verbose("with the bf16 entry" "16  heads: file [^\n]*attn_latent group_heads[^\n]*group_decode_heads=${dh}"
+                       CLMLA_ATTENTION_KERNELS=group CLMLA_KERNEL_TUNING=${file2})
 execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_ATTENTION_KERNELS=rows
                         ${CLMLA} tune --kernels --latent --quick --cache-dtype fp8 --dry-run
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -174,12 +175,8 @@ if(NOT count EQUAL 1 OR NOT kernel STREQUAL "attn_latent" OR NOT heads EQUAL 16
    OR NOT note MATCHES "prefill 80 tokens")
   message(FATAL_ERROR "the prefill tiles' entry in ${file4}:\n${text}")
 endif()
-execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_ATTENTION_KERNELS=group CLMLA_KERNEL_TUNING=${file4}
-                        ${CLMLA} devices --verbose
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0 OR NOT out MATCHES "16  heads: file [^\n]*prefill_keys=${keys} prefill_chunk=${chunk}")
-  message(FATAL_ERROR "clmla devices --verbose with the prefill entry: exit ${rc}\n${out}\n${err}")
-endif()
+expect_devices_verbose("with the prefill entry" "16  heads: file [^\n]*prefill_keys=${keys} prefill_chunk=${chunk}"
+                       CLMLA_ATTENTION_KERNELS=group CLMLA_KERNEL_TUNING=${file4})
 # the row kernels (forced here so that GPUs run them too): attn_prefill_rows's queries an item
 set(file5 ${OUT_DIR}/kernel-tuning-test-prefill-rows.json)
 file(REMOVE ${file5})
@@ -195,12 +192,8 @@ string(JSON qbc GET "${text}" 0 parameters prefill_rows_queries)
 if(NOT (qbc EQUAL 8 OR qbc EQUAL 16 OR qbc EQUAL 32))
   message(FATAL_ERROR "the row kernels' prefill entry in ${file5}:\n${text}")
 endif()
-execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_ATTENTION_KERNELS=rows CLMLA_KERNEL_TUNING=${file5}
-                        ${CLMLA} devices --verbose
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0 OR NOT out MATCHES "16  heads: file [^\n]*attn_latent_rows [^\n]*prefill_rows_queries=${qbc}")
-  message(FATAL_ERROR "clmla devices --verbose with the row kernels' prefill entry: exit ${rc}\n${out}\n${err}")
-endif()
+expect_devices_verbose("with the row kernels' prefill entry" "16  heads: file [^\n]*attn_latent_rows [^\n]*prefill_rows_queries=${qbc}"
+                       CLMLA_ATTENTION_KERNELS=rows CLMLA_KERNEL_TUNING=${file5})
 execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_ATTENTION_KERNELS=group
                         ${CLMLA} tune --kernels --prefill --heads 64 --dry-run
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
