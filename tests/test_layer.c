@@ -1268,12 +1268,24 @@ static void test_built_kernels(void)
    latent tuning's prefill_queries, prefill_keys, prefill_chunk) with the smallest legal ones (blocks
    of 4 queries, tiles of 8 keys, chunks of 4 float4s: dq 24 in two chunks), 16 keys in chunks longer
    than a query row, and the largest block and tile; attn_prefill_rows (prefill_rows_queries) with 4,
-   12 (the softmax 4 queries a vector) and 24 queries an item. 45 tokens in chunks of 19 and 26, so
-   that blocks and tiles end mid-chunk and the second chunk's tiles cross its prefix, against
-   float64. */
+   12 (the softmax 4 queries a vector) and 24 queries an item. Then the fits on a device with less
+   local memory (the context's figure lowered for one layer): 16 KiB takes the block of 64 queries
+   down to 16 (15.3 KiB), 4 KiB fits no block and attn_prefill runs with fewer keys staged. 45
+   tokens in chunks of 19 and 26, so that blocks and tiles end mid-chunk and the second chunk's
+   tiles cross its prefix, against float64; three kernel objects per layer whichever runs. */
+/* Records whether setup said that no block of attn_prefill_tiled fits. */
+static void note_no_block(void *user, clmla_log_level level, const char *message)
+{
+    (void)level;
+    if (strstr(message, "attn_prefill_tiled: no block of queries fits"))
+        *(int *)user = 1;
+}
+
 static void test_prefill_tiles(void)
 {
-    static const int tiles[][4] = {{4, 8, 16, 0}, {8, 16, 128, 0}, {64, 64, 32, 0}, {0, 0, 0, 4}, {0, 0, 0, 12}, {0, 0, 0, 24}};
+    /* queries, keys, chunk (attn_prefill_tiled) or queries an item (attn_prefill_rows), local memory */
+    static const int tiles[][5] = {{4, 8, 16, 0, 0},  {8, 16, 128, 0, 0}, {64, 64, 32, 0, 0},    {0, 0, 0, 4, 0},
+                                   {0, 0, 0, 12, 0},  {0, 0, 0, 24, 0},   {64, 64, 32, 0, 16384}, {32, 32, 64, 0, 4096}};
     const int T = 45, chunks[] = {19, 26};
     const clmla_attention_path path = CLMLA_PATH_DECOMPRESSED;
     clmla_layer_config c = shape_config(1); /* 5 heads, dq 24, dv 24 */
@@ -1298,11 +1310,31 @@ static void test_prefill_tiles(void)
             t.prefill_keys = tiles[i][1];
             t.prefill_chunk = tiles[i][2];
             clmla_attention_set_variant(ctx, CLMLA_LATENT_GROUP);
-            snprintf(what, sizeof(what), "attn_prefill_tiled, %d queries x %d keys, chunks of %d: prefill 19 + 26",
-                     tiles[i][0], tiles[i][1], tiles[i][2]);
+            snprintf(what, sizeof(what), "attn_prefill_tiled, %d queries x %d keys, chunks of %d, %d bytes of local memory: "
+                     "prefill 19 + 26", tiles[i][0], tiles[i][1], tiles[i][2],
+                     tiles[i][4] ? tiles[i][4] : (int)ctx->info.local_mem_bytes);
         }
         CHECK_STATUS(clmla_context_set_latent_tuning(ctx, &t), CLMLA_SUCCESS, ctx);
+        const size_t local = ctx->info.local_mem_bytes;
+        const clmla_log_fn log = ctx->log;
+        void *const log_user = ctx->log_user;
+        const clmla_log_level log_level = ctx->log_level;
+        int no_block = 0;
+        if (tiles[i][4])
+            ctx->info.local_mem_bytes = (size_t)tiles[i][4];
+        ctx->log = note_no_block;
+        ctx->log_user = &no_block;
+        ctx->log_level = CLMLA_LOG_INFO;
+        const long before = clmla_cl_counts_get(ctx).kernels;
         clmla_layer *layer = make_layer(&w, what);
+        const long made = clmla_cl_counts_get(ctx).kernels - before;
+        ctx->info.local_mem_bytes = local;
+        ctx->log = log;
+        ctx->log_user = log_user;
+        ctx->log_level = log_level;
+        CHECK(made == 3, "%s: the layer made %ld kernel objects, not 3", what, made);
+        CHECK(no_block == (tiles[i][4] == 4096), "%s: %s", what,
+              no_block ? "no block fitted" : "a block fitted where none does");
         if (layer)
             free(run_schedule(layer, &w, &ref, T, x, CLMLA_CACHE_F32, 8, chunks, 2, &path, 1, what));
         clmla_layer_destroy(layer);
