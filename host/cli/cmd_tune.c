@@ -278,9 +278,9 @@ static int kernel_tuning_target(const char *out, int dry_run, char *path, size_t
     return 0;
 }
 
-/* dtype f32: the grid of the kernel the device runs; a decoded cache (f16, bf16, fp8): the heads
-   per item of attn_latent's score step for such caches (group_decode_heads), the rest as in force. */
-/* The latent kernel's parameters; what it chose (saved or not) in *chosen. */
+/* The latent kernel's parameters, what it chose (saved or not) in *chosen. dtype f32: the grid of the
+   kernel the device runs; a decoded cache (f16, bf16, fp8): the heads per item of attn_latent's score
+   step for such caches (group_decode_heads), the rest as in force. */
 static int tune_kernels(const char *device, int heads, int ctx_len, int quick, int dry_run, const char *out,
                         clmla_cache_dtype dtype, clmla_latent_tuning *chosen)
 {
@@ -1326,10 +1326,9 @@ enum { PF_FIRST = 23, PF_SECOND = 18, PF_CHECK = PF_FIRST + PF_SECOND };
 
 typedef struct pf_run {
     clmla_context *ctx;
-    tune_layer t;              /* inputs and device rows [rows, D]; h_out and ref [PF_CHECK, D] */
-    int heads;
+    tune_layer t;              /* inputs and device rows [x_rows, D]; h_out and ref [PF_CHECK, D] */
     int prompt, prefix, chunk; /* timed: prompt tokens alone; chunk tokens after prefix */
-    int rows;
+    int x_rows;
     int rows_kernel;           /* the device runs attn_prefill_rows */
     int32_t seq_prompt, seq_chunk; /* seq_chunk holds the prefix between uses */
 } pf_run;
@@ -1345,13 +1344,13 @@ static clmla_status pf_step(pf_run *r, clmla_layer *layer, int32_t seq, int row,
 /* The layer, inputs, reference and cache; 0 or -1 (said). */
 static int pf_make(pf_run *r, clmla_preset preset, clmla_weights_dtype want)
 {
-    r->rows = r->prompt > r->prefix + r->chunk ? r->prompt : r->prefix + r->chunk;
-    r->rows = r->rows > PF_CHECK ? r->rows : PF_CHECK;
-    if (tune_layer_make(&r->t, r->ctx, "prefill", preset, want, 0x9E3779B97F4A7C15ULL + (uint64_t)preset, r->rows,
-                        PF_CHECK, r->rows, PF_CHECK, MLA_REF_DECOMPRESSED) != 0)
+    r->x_rows = r->prompt > r->prefix + r->chunk ? r->prompt : r->prefix + r->chunk;
+    r->x_rows = r->x_rows > PF_CHECK ? r->x_rows : PF_CHECK;
+    if (tune_layer_make(&r->t, r->ctx, "prefill", preset, want, 0x9E3779B97F4A7C15ULL + (uint64_t)preset, r->x_rows,
+                        PF_CHECK, r->x_rows, PF_CHECK, MLA_REF_DECOMPRESSED) != 0)
         return -1;
     const clmla_layer_config *cfg = &r->t.rl.cfg;
-    if (clEnqueueWriteBuffer(clmla_context_queue(r->ctx), r->t.x, CL_TRUE, 0, (size_t)r->rows * r->t.D * sizeof(float),
+    if (clEnqueueWriteBuffer(clmla_context_queue(r->ctx), r->t.x, CL_TRUE, 0, (size_t)r->x_rows * r->t.D * sizeof(float),
                              r->t.h_x, 0, NULL, NULL) != CL_SUCCESS) {
         fprintf(stderr, "clmla tune: cannot write the prefill layer's inputs\n");
         return -1;
@@ -1430,10 +1429,9 @@ static void pf_print(const clmla_latent_tuning *t, int rows)
         printf("prefill_tiled=0 (attn_prefill)%17s", "");
 }
 
-/* Times the candidates; the index of the fastest by the mean of its two times' ratios to the
-   first's (-1 when the first fails or is wrong), that ratio in *best_ratio, its times in best_us. */
-static int pf_search(pf_run *r, const clmla_latent_tuning *cands, int n, int reps, double *best_ratio, double *best_us,
-                     double *first_us, double *ratios)
+/* Times the candidates: each one's times in us[i] and the mean of their ratios to the first's in
+   ratios[i] (-1: failed or wrong). The index of the fastest, or -1 when the first fails or is wrong. */
+static int pf_search(pf_run *r, const clmla_latent_tuning *cands, int n, int reps, double (*us)[2], double *ratios)
 {
     const int rows = r->rows_kernel;
     int best = -1;
@@ -1441,9 +1439,9 @@ static int pf_search(pf_run *r, const clmla_latent_tuning *cands, int n, int rep
         printf("[%2d/%d] ", i + 1, n);
         pf_print(&cands[i], rows);
         fflush(stdout);
-        double err = -1, us[2] = {0, 0};
+        double err = -1;
         ratios[i] = -1;
-        const int failed = pf_measure(r, &cands[i], reps, &err, us) != 0;
+        const int failed = pf_measure(r, &cands[i], reps, &err, us[i]) != 0;
         if (failed || err < 0 || err > 1e-4) {
             if (!failed)
                 printf("  refused: error %g against float64\n", err);
@@ -1451,18 +1449,12 @@ static int pf_search(pf_run *r, const clmla_latent_tuning *cands, int n, int rep
                 return -1; /* the current parameters must run to compare against */
             continue;
         }
-        if (i == 0)
-            memcpy(first_us, us, sizeof(us));
-        const double ratio = (us[0] / first_us[0] + us[1] / first_us[1]) / 2;
-        ratios[i] = ratio;
-        printf("  err %.1e  prompt %9.1f us  chunk %9.1f us  (%.3f of the current)%s\n", err, us[0], us[1], ratio,
-               i == 0 ? " current" : "");
+        ratios[i] = (us[i][0] / us[0][0] + us[i][1] / us[0][1]) / 2;
+        printf("  err %.1e  prompt %9.1f us  chunk %9.1f us  (%.3f of the current)%s\n", err, us[i][0], us[i][1],
+               ratios[i], i == 0 ? " current" : "");
         fflush(stdout);
-        if (best < 0 || ratio < *best_ratio) {
+        if (best < 0 || ratios[i] < ratios[best])
             best = i;
-            *best_ratio = ratio;
-            memcpy(best_us, us, sizeof(us));
-        }
     }
     return best;
 }
@@ -1495,7 +1487,6 @@ static int tune_prefill(const char *device, int heads, int ctx_len, int quick, i
     clmla_device_info info;
     clmla_context_device(r.ctx, &info);
     r.rows_kernel = cli_runs_row_kernels(&info);
-    r.heads = heads;
     r.prompt = quick ? 80 : (ctx_len < 2048 ? ctx_len : 2048);
     r.prefix = quick ? 100 : ctx_len;
     r.chunk = quick ? 40 : 512;
@@ -1544,13 +1535,13 @@ static int tune_prefill(const char *device, int heads, int ctx_len, int quick, i
            info.driver_version, heads == 16 ? "V2-Lite" : "V3", heads, clmla_dtype_name(r.t.rl.held), r.prompt, r.chunk,
            r.prefix, n);
     const double start = kt_now();
-    double ratio = 1, us[2] = {0, 0}, us0[2] = {0, 0};
-    double ratios[MAX_CANDIDATES];
-    int best = pf_search(&r, cands, n, reps, &ratio, us, us0, ratios);
+    double us[MAX_CANDIDATES][2], ratios[MAX_CANDIDATES];
+    int best = pf_search(&r, cands, n, reps, us, ratios);
     if (best < 0) {
         fprintf(stderr, "clmla tune: the current prefill parameters fail\n");
         goto done;
     }
+    double ratio = ratios[best];
     printf("\n%.0f s; best: ", kt_now() - start);
     pf_print(&cands[best], r.rows_kernel);
     printf(" (%.3f of the current, %s)\n", ratio, base_source);
@@ -1558,10 +1549,10 @@ static int tune_prefill(const char *device, int heads, int ctx_len, int quick, i
         /* timed again beside the current ones, three alternations, so that a noisy win is not saved:
            kept when the median of its three ratios to them is at most 1 */
         const clmla_latent_tuning pair[2] = {cands[0], cands[best]};
-        double again[3], unused = 1, pair_us[2], pair_us0[2], pair_ratios[2];
+        double again[3], pair_us[2][2], pair_ratios[2];
         printf("confirmation (3 alternations):\n");
         for (int round = 0; round < 3; round++) {
-            const int ran = pf_search(&r, pair, 2, reps, &unused, pair_us, pair_us0, pair_ratios) >= 0;
+            const int ran = pf_search(&r, pair, 2, reps, pair_us, pair_ratios) >= 0;
             again[round] = ran && pair_ratios[1] > 0 ? pair_ratios[1] : 2; /* a failure counts as a loss */
         }
         qsort(again, 3, sizeof(double), kt_cmp);
@@ -1571,7 +1562,6 @@ static int tune_prefill(const char *device, int heads, int ctx_len, int quick, i
         } else {
             best = 0;
             ratio = 1;
-            memcpy(us, us0, sizeof(us));
             printf("the current parameters kept (%.3f of their time, median of three)\n", again[1]);
         }
     }
@@ -1584,8 +1574,8 @@ static int tune_prefill(const char *device, int heads, int ctx_len, int quick, i
         saved.prefill_chunk = cands[best].prefill_chunk;
         saved.prefill_rows_queries = cands[best].prefill_rows_queries;
         char note[256];
-        snprintf(note, sizeof(note), "prefill %d tokens %.0f us, %d after %d %.0f us (%.3f of %s)", r.prompt, us[0],
-                 r.chunk, r.prefix, us[1], ratio, base_source);
+        snprintf(note, sizeof(note), "prefill %d tokens %.0f us, %d after %d %.0f us (%.3f of %s)", r.prompt,
+                 us[best][0], r.chunk, r.prefix, us[best][1], ratio, base_source);
         if (clmla_latent_tuning_save(path, &info, heads, &saved, note) != CLMLA_SUCCESS) {
             fprintf(stderr, "clmla tune: %s\n", clmla_last_error(NULL));
             rc = 1;

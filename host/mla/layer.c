@@ -42,13 +42,13 @@ typedef enum step_table {
     STEP_TABLES
 } step_table;
 
-/* The decompressed path's attention, only the kernel the context runs (build_prefill): attn_prefill_rows
-   (CPUs) with its queries per item; attn_prefill (work-groups) with its work-group size, or in its
-   place attn_prefill_tiled where the latent tuning asks for it (prefill_tiled) and a block fits,
-   with its block of queries and work-group size. */
+/* The decompressed path's attention: the one kernel the context runs (build_prefill), attn_prefill_rows
+   (CPUs), or attn_prefill_tiled where the latent tuning asks for it (prefill_tiled) and a block fits,
+   else attn_prefill; a launch gives each work-group of `items` items `queries` queries. */
 typedef struct prefill_kernels {
-    cl_kernel group, rows, tiled;
-    int threads, rows_queries, tiled_queries, tiled_threads;
+    cl_kernel kernel;
+    int rows, tiled; /* kernel is attn_prefill_rows, attn_prefill_tiled */
+    int items, queries;
 } prefill_kernels;
 
 struct clmla_layer {
@@ -239,35 +239,6 @@ static int pow2_at_most(size_t limit, int cap)
     return n;
 }
 
-/* The decompressed path's attention kernel that the context's attention kernels select, built with
-   `extra` build options: attn_prefill_rows with the latent tuning's prefill_rows_queries queries per
-   item where the row kernels run (CPUs); elsewhere attn_prefill with NT queries per group (up to
-   32) and KT keys staged in local memory, unless `tiled` says attn_prefill_tiled already serves. */
-static clmla_status build_prefill(clmla_layer *L, const char *extra, prefill_kernels *pk, int tiled)
-{
-    clmla_context *ctx = L->ctx;
-    char options[256];
-    if (clmla_attention_variant(ctx) == CLMLA_LATENT_ROWS) {
-        clmla_latent_tuning tn;
-        clmla_latent_tuning_for(ctx, L->H, &tn);
-        pk->rows_queries = tn.prefill_rows_queries;
-        snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D QBC=%d%s", L->dn, L->dr, L->dv,
-                 pk->rows_queries, extra);
-        return clmla_kernel_create(ctx, "attn_prefill", options, "attn_prefill_rows", &pk->rows);
-    }
-    if (tiled)
-        return CLMLA_SUCCESS;
-    int kt = 16;
-    while (kt > 1 && (size_t)kt * (L->dq + L->dv) * sizeof(float) > ctx->info.local_mem_bytes / 2)
-        kt /= 2;
-    snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D KT=%d%s", L->dn, L->dr, L->dv, kt, extra);
-    const clmla_kernel_fit fit = {"attn_prefill", "attn_prefill", options, "NT", 32, 1, NULL, NULL};
-    clmla_status st = clmla_kernel_create_fitted(ctx, &fit, &pk->group, &pk->threads);
-    if (st == CLMLA_SUCCESS && !pk->group)
-        st = clmla_fail(ctx, CLMLA_ERROR_UNSUPPORTED, "attn_prefill%s: no work-group size fits this device", extra);
-    return st;
-}
-
 /* attn_prefill_tiled's local memory (cl/attn_prefill.cl) with blocks of bq queries, tiles of bk keys
    staged kc dimensions at a time: the block's queries, a key chunk or the tile's values (the larger),
    the weights, and two floats a query. */
@@ -278,32 +249,66 @@ static size_t tiled_local_bytes(const clmla_layer *L, int bq, int bk, int kc)
     return ((size_t)bq * q4 + kv4) * 16 + (size_t)bq * (size_t)(bk + 1) * 4 + 2 * (size_t)bq * 4;
 }
 
-/* Builds attn_prefill_tiled into pk when the device runs work-group kernels, the tuning asks for it
-   and a block fits; otherwise leaves pk->tiled NULL (attn_prefill runs). Dense steps only. The
-   tuning's tile of keys and chunk of dimensions; its block of queries, or the largest smaller one
-   whose local memory and work-group (queries / 2 x keys / 4 items) fit the device. */
-static clmla_status build_prefill_tiled(clmla_layer *L, prefill_kernels *pk)
+/* attn_prefill_tiled into pk when the tuning tn asks for it and a block fits, else pk left empty.
+   The tuning's tile of keys and chunk of dimensions; its block of queries, or the largest smaller
+   one whose local memory and work-group (queries / 2 x keys / 4 items) fit the device. */
+static clmla_status build_prefill_tiled(clmla_layer *L, const clmla_latent_tuning *tn, prefill_kernels *pk)
 {
     clmla_context *ctx = L->ctx;
-    clmla_latent_tuning tn;
-    clmla_latent_tuning_for(ctx, L->H, &tn);
-    if (!tn.prefill_tiled || clmla_attention_variant(ctx) == CLMLA_LATENT_ROWS || L->dv % 4)
+    if (!tn->prefill_tiled || L->dv % 4)
         return CLMLA_SUCCESS;
-    const int bk = tn.prefill_keys, kc = tn.prefill_chunk;
-    for (int bq = tn.prefill_queries; bq >= 4; bq /= 2) {
+    const int bk = tn->prefill_keys, kc = tn->prefill_chunk;
+    for (int bq = tn->prefill_queries; bq >= 4; bq /= 2) {
         const int items = bq / 2 * (bk / 4);
         if ((size_t)items > ctx->info.max_work_group_size || tiled_local_bytes(L, bq, bk, kc) > ctx->info.local_mem_bytes)
             continue;
         char options[256];
         snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D TILED -D BQ=%d -D BK=%d -D KC=%d", L->dn, L->dr,
                  L->dv, bq, bk, kc);
-        pk->tiled_queries = bq;
-        pk->tiled_threads = items;
-        return clmla_kernel_create(ctx, "attn_prefill", options, "attn_prefill_tiled", &pk->tiled);
+        pk->tiled = 1;
+        pk->queries = bq;
+        pk->items = items;
+        return clmla_kernel_create(ctx, "attn_prefill", options, "attn_prefill_tiled", &pk->kernel);
     }
     clmla_log(ctx, CLMLA_LOG_INFO, "attn_prefill_tiled: no block of queries fits this device with tiles of %d keys; "
               "attn_prefill runs", bk);
     return CLMLA_SUCCESS;
+}
+
+/* The decompressed path's attention kernel that the context's attention kernels select, built with
+   `extra` build options: where the row kernels run (CPUs) attn_prefill_rows with the latent tuning's
+   prefill_rows_queries queries per item; elsewhere, for dense steps, attn_prefill_tiled where it
+   applies (build_prefill_tiled), else attn_prefill with NT queries per group (up to 32) and KT keys
+   staged in local memory. */
+static clmla_status build_prefill(clmla_layer *L, const char *extra, prefill_kernels *pk, int dense)
+{
+    clmla_context *ctx = L->ctx;
+    clmla_latent_tuning tn;
+    clmla_latent_tuning_for(ctx, L->H, &tn);
+    char options[256];
+    if (clmla_attention_variant(ctx) == CLMLA_LATENT_ROWS) {
+        pk->rows = 1;
+        pk->items = 1;
+        pk->queries = tn.prefill_rows_queries;
+        snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D QBC=%d%s", L->dn, L->dr, L->dv, pk->queries,
+                 extra);
+        return clmla_kernel_create(ctx, "attn_prefill", options, "attn_prefill_rows", &pk->kernel);
+    }
+    if (dense) {
+        const clmla_status st = build_prefill_tiled(L, &tn, pk);
+        if (st != CLMLA_SUCCESS || pk->kernel)
+            return st;
+    }
+    int kt = 16;
+    while (kt > 1 && (size_t)kt * (L->dq + L->dv) * sizeof(float) > ctx->info.local_mem_bytes / 2)
+        kt /= 2;
+    snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D KT=%d%s", L->dn, L->dr, L->dv, kt, extra);
+    const clmla_kernel_fit fit = {"attn_prefill", "attn_prefill", options, "NT", 32, 1, NULL, NULL};
+    clmla_status st = clmla_kernel_create_fitted(ctx, &fit, &pk->kernel, &pk->items);
+    if (st == CLMLA_SUCCESS && !pk->kernel)
+        st = clmla_fail(ctx, CLMLA_ERROR_UNSUPPORTED, "attn_prefill%s: no work-group size fits this device", extra);
+    pk->queries = pk->items; /* one query an item */
+    return st;
 }
 
 static clmla_status build_kernels(clmla_layer *L)
@@ -325,9 +330,7 @@ static clmla_status build_kernels(clmla_layer *L)
         if (st != CLMLA_SUCCESS)
             return st;
     }
-    st = build_prefill_tiled(L, &L->prefill[0]);
-    if (st == CLMLA_SUCCESS)
-        st = build_prefill(L, "", &L->prefill[0], L->prefill[0].tiled != NULL);
+    st = build_prefill(L, "", &L->prefill[0], 1);
     if (st == CLMLA_SUCCESS && L->HI > 0) /* an indexer layer's decompressed entries in sparse steps */
         st = build_prefill(L, " -D SPARSE", &L->prefill[1], 0);
     return st;
@@ -577,8 +580,7 @@ void clmla_layer_destroy(clmla_layer *L)
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (bufs[i])
             clReleaseMemObject(bufs[i]);
-    cl_kernel ks[] = {L->rmsnorm, L->rope, L->prefill[0].group, L->prefill[0].rows, L->prefill[0].tiled, L->add_bias,
-                      L->prefill[1].group, L->prefill[1].rows};
+    cl_kernel ks[] = {L->rmsnorm, L->rope, L->prefill[0].kernel, L->add_bias, L->prefill[1].kernel};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -825,13 +827,12 @@ static clmla_status enqueue_prefill(clmla_layer *L, cl_mem q, int q_ld, int firs
     const int q_off = first_row * q_ld, q_stride = q_ld;
     const int zero = 0, kvu_stride = L->H * (L->dn + L->dv);
     const int o_off = first_row * L->H * L->dv, o_stride = L->H * L->dv;
-    const int variant = clmla_attention_variant(ctx);
     const prefill_kernels *pk = &L->prefill[indices != NULL];
-    const int tiled = variant != CLMLA_LATENT_ROWS && pk->tiled != NULL;
-    cl_kernel k = variant == CLMLA_LATENT_ROWS ? pk->rows : tiled ? pk->tiled : pk->group;
-    if (!k) /* only the internal test hook changes a context's kernels after a layer is made */
+    /* the context's kernels change after a layer is made only through the internal test hook */
+    if ((clmla_attention_variant(ctx) == CLMLA_LATENT_ROWS) != pk->rows)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
-                          "the layer was built for the other attention kernels than the context now runs");
+                          "the layer was built for other attention kernels than the context now runs");
+    cl_kernel k = pk->kernel;
     CLMLA_SET_ARG(ctx, k, 0, q);
     CLMLA_SET_ARG(ctx, k, 1, q_off);
     CLMLA_SET_ARG(ctx, k, 2, q_stride);
@@ -853,9 +854,8 @@ static clmla_status enqueue_prefill(clmla_layer *L, cl_mem q, int q_ld, int firs
         CLMLA_SET_ARG(ctx, k, 16, i_off);
         CLMLA_SET_ARG(ctx, k, 17, L->topk);
     }
-    const size_t nt = variant == CLMLA_LATENT_ROWS ? 1 : tiled ? (size_t)pk->tiled_threads : (size_t)pk->threads;
-    const size_t per_item = variant == CLMLA_LATENT_ROWS ? (size_t)pk->rows_queries : tiled ? (size_t)pk->tiled_queries : nt;
-    const size_t global[2] = {(n_queries + per_item - 1) / per_item * nt, (size_t)L->H}, local[2] = {nt, 1};
+    const size_t items = (size_t)pk->items, queries = (size_t)pk->queries;
+    const size_t global[2] = {(n_queries + queries - 1) / queries * items, (size_t)L->H}, local[2] = {items, 1};
     cl_int err = clmla_cl_enqueue(ctx, k, 2, global, local, NULL);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue attn_prefill");
 }
