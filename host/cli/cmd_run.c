@@ -197,10 +197,15 @@ int cmd_run(int argc, char **argv)
     char shard[64] = "";
     if (tp_size > 1)
         snprintf(shard, sizeof(shard), " (tensor-parallel shard %d of %d: its partial sum)", tp_rank, tp_size);
-    printf("clmla run: layer %d%s of %s, %d tokens: %d prefilled in %d step%s, %d decoded; path %s, weights %s, %s "
-           "cache; wrote %s\n",
+    /* the weights' device bytes: what the layer holds less its RoPE table (a cache of positions) */
+    clmla_layer_memory mem;
+    size_t weight_bytes = 0;
+    if (clmla_layer_get_memory(layer, &mem) == CLMLA_SUCCESS)
+        weight_bytes = mem.total - mem.rope_table;
+    printf("clmla run: layer %d%s of %s, %d tokens: %d prefilled in %d step%s, %d decoded; path %s, weights %s "
+           "(%zu bytes on the device), %s cache; wrote %s\n",
            layer_index, shard, model, T, prefill, prefill_steps, prefill_steps == 1 ? "" : "s", T - prefill, path_name,
-           wdtype == CLMLA_WEIGHTS_AS_GIVEN ? "as stored" : weights_dtype, cache_dtype, output);
+           wdtype == CLMLA_WEIGHTS_AS_GIVEN ? "as stored" : weights_dtype, weight_bytes, cache_dtype, output);
     rc = 0;
 
 done:
