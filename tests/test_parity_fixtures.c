@@ -2,10 +2,13 @@
    tests/fixtures/parity/ (a model folder written by transformers' save_pretrained, hidden states
    X.npy, and Y.npy: transformers' own attention module run in float64 on X, prefill then decode
    one token at a time; all produced by tests/parity/run.sh --write-fixtures, never by clmla),
-   `clmla run` is run with an f32 cache on every attention path and with an f16 cache on the auto
-   path, and its output compared with
-   Y: max |clmla - Y| / max |Y| within the case's tolerance (case.json: 1e-5 with an f32 cache,
-   2e-3 with f16). No fixtures: skipped (exit 77). */
+   `clmla run` is run with an f32 cache on every attention path and with an f16 cache, and the cache
+   dtypes the case lists (bf16, fp8), on the auto path, and its output compared with Y:
+   max |clmla - Y| / max |Y| within the case's tolerance for that cache (case.json: 1e-5 with an
+   f32 cache, 2e-3 with f16). A folder stored in BF16 or FP8 also gives the most bytes its weights
+   may take on the device ("weights_bytes_max": the folder's bytes of the layer's tensors, plus
+   float32 norms and the FP8 query projection's padding to whole blocks, plus 1%), which the
+   device bytes that `clmla run` prints must not pass. No fixtures: skipped (exit 77). */
 #include "check.h"
 #include "clmla.h"
 
@@ -75,10 +78,30 @@ static void run_case(const char *dir, const char *name)
     if (!text)
         return;
     cJSON *c = cJSON_Parse(text);
-    double layer = 0, sublayer = 0, prefill = -1, tol32 = 1e-5, tol16 = 2e-3;
-    const int ok = c && number(c, "layer", 0, &layer) && number(c, "sublayer", 0, &sublayer) &&
-                   number(c, "prefill", -1, &prefill) && number(c, "tol_f32", 1e-5, &tol32) &&
-                   number(c, "tol_f16", 2e-3, &tol16);
+    double layer = 0, sublayer = 0, prefill = -1, bytes_max = -1;
+    /* the runs: an f32 cache on every path, then each other cache dtype on the auto path (f16, and
+       those the case lists in "cache_dtypes": bf16, fp8), each with its case.json tolerance */
+    struct {
+        char dtype[8], path[16];
+        double tol;
+    } runs[8] = {{"f32", "auto", 1e-5}, {"f32", "absorbed", 1e-5}, {"f32", "decompressed", 1e-5}, {"f16", "auto", 2e-3}};
+    int nruns = 4;
+    int ok = c && number(c, "layer", 0, &layer) && number(c, "sublayer", 0, &sublayer) &&
+             number(c, "prefill", -1, &prefill) && number(c, "weights_bytes_max", -1, &bytes_max);
+    const cJSON *more = c ? cJSON_GetObjectItemCaseSensitive(c, "cache_dtypes") : NULL;
+    for (const cJSON *d = more ? more->child : NULL; ok && d && nruns < 8; d = d->next) {
+        ok = cJSON_IsString(d) && strlen(d->valuestring) < sizeof(runs[0].dtype);
+        if (ok) {
+            snprintf(runs[nruns].dtype, sizeof(runs[nruns].dtype), "%s", d->valuestring);
+            snprintf(runs[nruns].path, sizeof(runs[nruns].path), "auto");
+            runs[nruns++].tol = -1; /* case.json must give it */
+        }
+    }
+    for (int r = 0; ok && r < nruns; r++) {
+        char key[32];
+        snprintf(key, sizeof(key), "tol_%.7s", runs[r].dtype);
+        ok = number(c, key, runs[r].tol, &runs[r].tol) && runs[r].tol > 0;
+    }
     cJSON_Delete(c);
     CHECK(ok, "%s: case.json is malformed", name);
     if (!ok)
@@ -94,37 +117,47 @@ static void run_case(const char *dir, const char *name)
         return;
     const size_t n = (size_t)shape[0] * (size_t)shape[1];
 
-    static const char *const dtypes[] = {"f32", "f16"}, *const paths[] = {"auto", "absorbed", "decompressed"};
-    for (int d = 0; d < 2; d++)
-        for (int p = 0; p < (d ? 1 : 3); p++) { /* f16: the auto path only, to keep CI short */
-            char out[700], log[700], cmd[8192];
-            snprintf(out, sizeof(out), "%s/out.npy", work);
-            snprintf(log, sizeof(log), "%s/log.txt", work);
-            remove(out);
-            snprintf(cmd, sizeof(cmd),
-                     "'%s' run --model '%s' --layer %d --sublayer %d --input '%s/X.npy' --output '%s' --prefill %d "
-                     "--cache-dtype %s --path %s >'%s' 2>&1",
-                     CLMLA_CLI_PATH, dir, (int)layer, (int)sublayer, dir, out, (int)prefill, dtypes[d], paths[p], log);
-            const int rc = system(cmd);
-            const int status = rc == -1 ? -1 : WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
-            CHECK(status == 0, "%s (%s cache, %s path): clmla run exited with %d: %s", name, dtypes[d], paths[p], status,
-                  read_text(log) ? read_text(log) : "");
-            if (status != 0)
-                continue;
-            float *got = NULL;
-            int64_t gshape[2] = {0, 0};
-            int gndim = 0;
-            const clmla_status st = clmla_npy_read_f32(out, &got, gshape, &gndim);
-            CHECK(st == CLMLA_SUCCESS && gndim == 2 && gshape[0] == shape[0] && gshape[1] == shape[1],
-                  "%s: the output has another shape", name);
-            if (st == CLMLA_SUCCESS && gndim == 2 && gshape[0] == shape[0] && gshape[1] == shape[1]) {
-                const double err = rel_err(got, want, n);
-                const double tol = d ? tol16 : tol32;
-                CHECK(err <= tol, "%s (%s cache, %s path): relative error %.3g > %.3g", name, dtypes[d], paths[p], err, tol);
-                printf("%-40s %s %-12s %.3g\n", name, dtypes[d], paths[p], err);
-            }
-            clmla_free(got);
+    for (int r = 0; r < nruns; r++) {
+        const char *dtype = runs[r].dtype, *run_path = runs[r].path;
+        char out[700], log[700], cmd[8192];
+        snprintf(out, sizeof(out), "%s/out.npy", work);
+        snprintf(log, sizeof(log), "%s/log.txt", work);
+        remove(out);
+        snprintf(cmd, sizeof(cmd),
+                 "'%s' run --model '%s' --layer %d --sublayer %d --input '%s/X.npy' --output '%s' --prefill %d "
+                 "--cache-dtype %s --path %s >'%s' 2>&1",
+                 CLMLA_CLI_PATH, dir, (int)layer, (int)sublayer, dir, out, (int)prefill, dtype, run_path, log);
+        const int rc = system(cmd);
+        const int status = rc == -1 ? -1 : WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+        CHECK(status == 0, "%s (%s cache, %s path): clmla run exited with %d: %s", name, dtype, run_path, status,
+              read_text(log) ? read_text(log) : "");
+        if (status != 0)
+            continue;
+        if (r == 0 && bytes_max >= 0) {
+            /* a BF16 or FP8 folder: its weights stay as stored, so the device holds about the
+               folder's bytes (the bound comes from the folder, written with the fixture) */
+            const char *line = read_text(log);
+            const char *at = line ? strstr(line, " bytes on the device)") : NULL;
+            while (at && at > line && at[-1] >= '0' && at[-1] <= '9')
+                at--;
+            const double held = at ? strtod(at, NULL) : -1;
+            CHECK(held > 0 && held <= bytes_max, "%s: the weights take %.0f bytes on the device, more than the %.0f "
+                  "the folder's tensors allow", name, held, bytes_max);
+            printf("%-40s weights %.0f bytes on the device (at most %.0f)\n", name, held, bytes_max);
         }
+        float *got = NULL;
+        int64_t gshape[2] = {0, 0};
+        int gndim = 0;
+        const clmla_status st = clmla_npy_read_f32(out, &got, gshape, &gndim);
+        CHECK(st == CLMLA_SUCCESS && gndim == 2 && gshape[0] == shape[0] && gshape[1] == shape[1],
+              "%s: the output has another shape", name);
+        if (st == CLMLA_SUCCESS && gndim == 2 && gshape[0] == shape[0] && gshape[1] == shape[1]) {
+            const double err = rel_err(got, want, n), tol = runs[r].tol;
+            CHECK(err <= tol, "%s (%s cache, %s path): relative error %.3g > %.3g", name, dtype, run_path, err, tol);
+            printf("%-40s %-4s %-12s %.3g\n", name, dtype, run_path, err);
+        }
+        clmla_free(got);
+    }
     clmla_free(want);
 }
 

@@ -2,7 +2,8 @@
 """Parity of clmla's attention layer with transformers' own attention modules, per MLA family.
 
 For every case: build a tiny model of the family with transformers (random weights, float32),
-save it with save_pretrained, optionally write the same weights with a legacy config.json layout,
+save it with save_pretrained, optionally write the same weights with a legacy config.json layout
+or rounded to a published checkpoint's dtype (BF16; FP8 with 128 x 128 block scales),
 compute the reference with transformers in float64 (eager attention, prefill of P tokens then
 decode one token at a time through transformers' own cache), run `clmla run` on the folder and
 compare max|clmla - ref| / max|ref| with the tolerance of the cache dtype.
@@ -29,9 +30,12 @@ import numpy as np
 import torch
 import transformers
 from safetensors import safe_open
-from safetensors.numpy import save_file
+from safetensors.torch import save_file as save_torch_file
 
-TOL = {"f32": 1e-5, "f16": 2e-3}
+# max|clmla - ref| / max|ref| by latent cache dtype: float32 arithmetic; then each narrower cache's
+# rounding of the stored c^KV and k^R (f16 2^-11, bf16 2^-8, e4m3 2^-4 of a value relative to its
+# 128-value tile's largest), with room for a short sequence's few keys
+TOL = {"f32": 1e-5, "f16": 2e-3, "bf16": 1e-2, "fp8": 1e-1}
 PATHS = ("auto", "absorbed", "decompressed")
 DTYPES = ("f32", "f16")
 
@@ -103,7 +107,7 @@ CASES = [
     # deepseek_v3 first: the baseline
     dict(name="deepseek_v3-yarn", family="deepseek_v3",
          cfg=with_(BASE, rope_parameters=YARN_V3, max_position_embeddings=163840),
-         layouts=("params", "legacy"), layer=1, T=11, P=5),
+         layouts=("params", "legacy", "bf16", "fp8"), layer=1, T=11, P=5),
     dict(name="deepseek_v3-halfsplit", family="deepseek_v3",
          cfg=with_(BASE, rope_parameters=YARN_V3, max_position_embeddings=163840, rope_interleave=False),
          layouts=("params",), layer=1, T=11, P=5),
@@ -141,13 +145,23 @@ CASES = [
     dict(name="deepseek_v3-qproj", family="deepseek_v3",
          cfg=with_(BASE, q_lora_rank=None, rope_parameters=YARN_V3, max_position_embeddings=163840),
          layouts=("params",), layer=1, T=11, P=1),
+    # FP8 with several 128 x 128 blocks per weight (q_a 1 x 2, q_b 3 x 1, kv_a 2 x 2, kv_b 2 x 1,
+    # o 2 x 1): every dimension a multiple of 128 or below it, the only shapes on which transformers'
+    # CPU dequantization (block = weight / scale grid) and DeepSeek's rule (128 x 128, the grid
+    # rounded up) agree. kv_lora_rank 128 also admits the bf16 and fp8 latent caches (fp8: whole
+    # 128-value tiles), which this case runs besides f32 and f16.
+    dict(name="deepseek_v3-fp8blocks", family="deepseek_v3",
+         cfg=with_(BASE, hidden_size=256, num_attention_heads=2, num_key_value_heads=2, q_lora_rank=128,
+                   kv_lora_rank=128, qk_nope_head_dim=64, qk_rope_head_dim=128, v_head_dim=64,
+                   rope_parameters=YARN_V3, max_position_embeddings=163840),
+         layouts=("fp8",), layer=1, T=11, P=5, cache_dtypes=("bf16", "fp8")),
     # deepseek_v2: complex (interleaved) RoPE, V2-Lite style q_proj
     dict(name="deepseek_v2-yarn-qproj", family="deepseek_v2",
          cfg=with_(BASE, q_lora_rank=None, rope_parameters=YARN_V2, max_position_embeddings=163840),
-         layouts=("params", "legacy"), layer=1, T=11, P=5),
+         layouts=("params", "legacy", "bf16"), layer=1, T=11, P=5),
     dict(name="deepseek_v2-yarn-qlora", family="deepseek_v2",
          cfg=with_(BASE, rope_parameters=YARN_V2, max_position_embeddings=163840),
-         layouts=("params",), layer=0, T=13, P=9),
+         layouts=("params", "bf16"), layer=0, T=13, P=9),
     # kimi_k25: multimodal wrapper; text_config is deepseek_v3 (published as model_type kimi_k2)
     dict(name="kimi_k25-yarn", family="kimi_k25",
          cfg=dict(text_config=with_(BASE, model_type="deepseek_v3",
@@ -159,7 +173,7 @@ CASES = [
                                      pos_emb_time=1),
                   projection_hidden_size=16, image_token_id=31, video_token_id=30,
                   vision_start_token_id=29, vision_end_token_id=28, tie_word_embeddings=False),
-         layouts=("params", "legacy"), layer=1, T=11, P=5, auto="AutoModelForImageTextToText"),
+         layouts=("params", "legacy", "fp8"), layer=1, T=11, P=5, auto="AutoModelForImageTextToText"),
     dict(name="axk1-yarn", family="axk1",
          cfg=with_(BASE, rope_parameters=YARN_V3, max_position_embeddings=163840),
          layouts=("params", "legacy"), layer=1, T=11, P=5),
@@ -176,7 +190,7 @@ CASES = [
     dict(name="glm4_moe_lite-default", family="glm4_moe_lite",
          cfg=with_(BASE, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
                                           "partial_rotary_factor": 1.0}),
-         layouts=("params", "legacy"), layer=1, T=11, P=5),
+         layouts=("params", "legacy", "bf16"), layer=1, T=11, P=5),
     # minicpm3: longrope, original 8 < T: prefill 5 (short factors), decode crosses 8 (long factors)
     dict(name="minicpm3-longrope", family="minicpm3",
          cfg=dict(vocab_size=32, hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
@@ -187,7 +201,7 @@ CASES = [
                                    "short_factor": [1.0, 1.1, 1.3, 1.7],
                                    "long_factor": [1.2, 2.5, 4.0, 9.0],
                                    "original_max_position_embeddings": 8}),
-         layouts=("params", "legacy"), layer=1, T=13, P=5),
+         layouts=("params", "legacy", "bf16"), layer=1, T=13, P=5),
     dict(name="minicpm3-longrope-prefillall", family="minicpm3",  # one prefill past original: all long
          cfg="minicpm3-longrope", layouts=("params",), layer=1, T=13, P=13),
     dict(name="minicpm3-longrope-short", family="minicpm3",  # never crosses original: short only
@@ -245,11 +259,11 @@ CASES = [
     dict(name="deepseek_v32-sparse", family="deepseek_v32",
          cfg=with_(BASE, rope_parameters=YARN_V3, max_position_embeddings=163840, index_topk=4,
                    index_head_dim=16, index_n_heads=5),
-         layouts=("params", "legacy"), layer=1, T=13, P=6),
+         layouts=("params", "legacy", "fp8"), layer=1, T=13, P=6),
     dict(name="glm_moe_dsa-sparse", family="glm_moe_dsa",
          cfg=with_(BASE, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
                    index_topk=3, index_head_dim=12, index_n_heads=8, mlp_layer_types=["dense", "sparse"]),
-         layouts=("params", "legacy"), layer=1, T=11, P=5),
+         layouts=("params", "legacy", "bf16", "fp8"), layer=1, T=11, P=5),
 ]
 
 
@@ -360,7 +374,7 @@ def rope_view(cfg):
 
 
 def tensor_names(folder):
-    with safe_open(os.path.join(folder, "model.safetensors"), "np") as f:
+    with safe_open(os.path.join(folder, "model.safetensors"), "pt") as f:
         return list(f.keys())
 
 
@@ -388,6 +402,13 @@ def reference(folder, case, X):
     bad = {k: sorted(v)[:6] for k, v in load.items() if v}
     if bad:  # a weight not read from the folder would make the reference meaningless
         raise RuntimeError(f"transformers did not load the folder cleanly: {bad}")
+    # transformers 5.24 leaves parameters it did not convert from an FP8 folder (the fused experts)
+    # in their stored dtype: those go to float64 (exactly). Buffers stay as transformers made them
+    # (the RoPE frequencies in float32, as in every other case).
+    with torch.no_grad():
+        for prm in model.parameters():
+            if prm.dtype.is_floating_point and prm.dtype != torch.float64:
+                prm.data = prm.data.to(torch.float64)
     model.eval()
     base, layers = find_stack(model)
     attn = layers[case["layer"]].self_attn
@@ -479,7 +500,36 @@ def run_clmla(clmla, folder, case, path, dtype, device):
         y = np.load(out).astype(np.float64)
     except Exception as e:  # noqa: BLE001
         return None, f"unreadable output: {e}", cmd
-    return y, f"{time.time() - t0:.2f}s", cmd
+    m = re.search(r"\((\d+) bytes on the device\)", p.stdout)
+    return y, f"{time.time() - t0:.2f}s" + (f", {m.group(1)} bytes" if m else ""), cmd
+
+
+def layer_disk_bytes(folder, case):
+    """(bytes of the tested layer's attention tensors in the folder, bytes the device may add to them
+    by design: norms and biases are held as float32, and an F8_E4M3 query projection stacked with
+    kv_a_proj_with_mqa is padded with zero rows to a multiple of 128 so that both keep their block
+    grid; docs/DESIGN.md)."""
+    sub = "" if case.get("sublayer") is None else r"%d\." % case["sublayer"]
+    tag = re.compile(r"(^|\.)(layers|blocks)\.%d\.self_attn\.%s" % (case["layer"], sub))
+    size = {"F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1}
+    total = extra = 0
+    with safe_open(os.path.join(folder, "model.safetensors"), "pt") as f:
+        for k in f.keys():
+            if not tag.search(k) or "vision" in k:
+                continue
+            t = f.get_slice(k)
+            shape, dt = t.get_shape(), t.get_dtype()
+            total += math.prod(shape) * size[dt]
+            if len(shape) == 1:
+                extra += math.prod(shape) * (4 - size[dt])
+            if dt == "F8_E4M3" and re.search(r"\.(q_a_proj|q_proj)\.weight$", k):
+                extra += (-shape[0] % 128) * shape[1]
+    return total, extra
+
+
+def case_dtypes(case, dtypes):
+    """The cache dtypes asked for, then those the case adds (bf16, fp8 need rkv a multiple of 128)."""
+    return list(dtypes) + [d for d in case.get("cache_dtypes", ()) if d not in dtypes]
 
 
 def rel_err(y, ref):
@@ -493,8 +543,66 @@ def rel_err(y, ref):
 # --------------------------------------------------------------------------------------------
 
 
+# What DeepSeek-V3's config.json says of its FP8 weights (and Kimi-K2's, DeepSeek-V3.2's)
+FP8_CONFIG = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}
+# the attention weights an FP8 checkpoint stores as F8_E4M3 with 128 x 128 block scales (indexer: wq_b, wk)
+FP8_WEIGHT = re.compile(r"\.self_attn\.(\d+\.)?(q_a_proj|q_b_proj|q_proj|kv_a_proj_with_mqa|kv_b_proj|o_proj"
+                        r"|indexer\.wq_b|indexer\.wk)\.weight$")
+
+
+def fp8_quantize(w):
+    """DeepSeek's block quantization: per 128 x 128 block (the grid rounded up), scale = amax / 448,
+    codes = round-to-nearest-even e4m3 of w / scale. Returns (codes, weight_scale_inv as float32)."""
+    r, c = w.shape
+    br, bc = -(-r // 128), -(-c // 128)
+    w = w.to(torch.float32)
+    scale = torch.empty(br, bc, dtype=torch.float32)
+    codes = torch.empty(r, c, dtype=torch.float8_e4m3fn)
+    for i in range(br):
+        for j in range(bc):
+            blk = w[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128]
+            sc = blk.abs().max() / 448.0
+            sc = sc if sc > 0 else torch.tensor(1.0)
+            scale[i, j] = sc
+            codes[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128] = (blk / sc).to(torch.float8_e4m3fn)
+    return codes, scale
+
+
+def write_dtype_folder(params_dir, dst, kind):
+    """The params folder's weights as a checkpoint publishes them: 'bf16' every float tensor in BF16
+    (DeepSeek-V2, GLM, MiniCPM3); 'fp8' the attention projections in F8_E4M3 with float32
+    weight_scale_inv and quantization_config, everything else in BF16 (DeepSeek-V3, Kimi-K2, V3.2)."""
+    shutil.rmtree(dst, ignore_errors=True)
+    os.makedirs(dst)
+    out = {}
+    with safe_open(os.path.join(params_dir, "model.safetensors"), "pt") as f:
+        meta = f.metadata()
+        for k in f.keys():
+            w = f.get_tensor(k)
+            if kind == "fp8" and FP8_WEIGHT.search(k) and w.dim() == 2:
+                out[k], out[k + "_scale_inv"] = fp8_quantize(w)
+            elif w.dtype.is_floating_point:
+                out[k] = w.to(torch.bfloat16)
+            else:
+                out[k] = w
+    if kind == "fp8" and not any(k.endswith("_scale_inv") for k in out):
+        raise RuntimeError("no attention weight matched FP8_WEIGHT")
+    save_torch_file(out, os.path.join(dst, "model.safetensors"), metadata=meta)
+    with open(os.path.join(params_dir, "config.json")) as f:
+        d = json.load(f)
+    d["dtype"] = "bfloat16"
+    if isinstance(d.get("text_config"), dict):
+        d["text_config"]["dtype"] = "bfloat16"
+    if kind == "fp8":
+        d["quantization_config"] = dict(FP8_CONFIG)
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump(d, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
 def build_case_folders(case, outdir, notes):
-    """Writes <out>/<name>.<layout>/ for each layout; returns {layout: folder}."""
+    """Writes <out>/<name>.<layout>/ for each layout; returns {layout: folder}. The params folder is
+    always written (the others derive from it) but returned only when the case lists it."""
     owner = weights_owner(case)
     folders = {}
     params_dir = os.path.join(outdir, f"{case['name']}.params")
@@ -510,7 +618,12 @@ def build_case_folders(case, outdir, notes):
     for extra in ("generation_config.json",):
         if os.path.exists(os.path.join(params_dir, extra)):
             os.remove(os.path.join(params_dir, extra))
-    folders["params"] = params_dir
+    if "params" in case["layouts"]:
+        folders["params"] = params_dir
+    for kind in ("bf16", "fp8"):
+        if kind in case["layouts"]:
+            folders[kind] = os.path.join(outdir, f"{case['name']}.{kind}")
+            write_dtype_folder(params_dir, folders[kind], kind)
     if "legacy" in case["layouts"]:
         leg_dir = os.path.join(outdir, f"{case['name']}.legacy")
         shutil.rmtree(leg_dir, ignore_errors=True)
@@ -519,11 +632,11 @@ def build_case_folders(case, outdir, notes):
             # transformers saves the text layers as language_model.model.blocks.N (its "blocks" -> "layers"
             # rename for the vision tower, reverted on save, hits them too); the published folders use
             # language_model.model.layers.N: write those names, transformers reads both.
-            with safe_open(os.path.join(params_dir, "model.safetensors"), "np") as f:
+            with safe_open(os.path.join(params_dir, "model.safetensors"), "pt") as f:
                 meta = f.metadata()
                 ts = {re.sub(r"^language_model\.model\.blocks\.", "language_model.model.layers.", k):
                       f.get_tensor(k) for k in f.keys()}
-            save_file(ts, os.path.join(leg_dir, "model.safetensors"), metadata=meta)
+            save_torch_file(ts, os.path.join(leg_dir, "model.safetensors"), metadata=meta)
         else:
             shutil.copy(os.path.join(params_dir, "model.safetensors"), leg_dir)
         with open(os.path.join(params_dir, "config.json")) as f:
@@ -608,6 +721,13 @@ def main():
                     "family": case["family"], "layout": layout.rstrip("!"), "tol_f32": TOL["f32"],
                     "tol_f16": TOL["f16"], "T": case["T"], "transformers_class": info["attn_class"],
                     "attn_module": info["attn_module"]}
+            more = [d for d in case_dtypes(case, DTYPES) if d not in DTYPES]
+            if more:  # cache dtypes the case adds, which test_parity_fixtures also runs
+                meta["cache_dtypes"] = more
+                meta.update({f"tol_{d}": TOL[d] for d in more})
+            if layout in ("bf16", "fp8"):  # the most device bytes the weights may take (from the folder)
+                disk, extra = layer_disk_bytes(folder, case)
+                meta["weights_bytes_max"] = int(1.01 * (disk + extra))
             with open(os.path.join(folder, "case.json"), "w") as f:
                 json.dump(meta, f, indent=2)
                 f.write("\n")
@@ -619,7 +739,7 @@ def main():
             row["info"]["disk_prefix"] = hit[0][: -len(".kv_b_proj.weight")] if hit else "?"
             status = "PASS"
             for path in paths:
-                for dt in dtypes:
+                for dt in case_dtypes(case, dtypes):
                     y, msg, cmd = run_clmla(clmla, folder, case, path, dt, args.device)
                     key = f"{path}/{dt}"
                     row["msgs"][key] = msg
@@ -632,11 +752,23 @@ def main():
                     row["errs"][key] = err
                     if not err <= TOL[dt]:
                         status = "FAIL"
+                    held = re.search(r"(\d+) bytes$", msg)
+                    if layout in ("bf16", "fp8") and held and "bytes" not in row:
+                        # the weights stay as stored: the device holds the folder's bytes, plus what
+                        # layer_disk_bytes says it adds by design, plus at most 1% (issue 23)
+                        disk, extra = layer_disk_bytes(folder, case)
+                        row["bytes"] = (int(held.group(1)), disk, extra)
+                        if row["bytes"][0] > 1.01 * (disk + extra):
+                            status = "FAIL"
+                            notes.append(f"{case['name']}.{layout}: clmla holds {row['bytes'][0]} bytes of "
+                                         f"weights for {disk} on disk (+{extra} by design)")
             row["status"] = status
             if status == "FAIL":
                 nfail += 1
             line = f"{case['name']:32s} {layout:8s} {status:9s} " + " ".join(
                 f"{k}={'ERR' if v is None else f'{v:.1e}'}" for k, v in row["errs"].items())
+            if "bytes" in row:
+                line += f" held/disk+added={row['bytes'][0]}/{row['bytes'][1]}+{row['bytes'][2]}"
             print(line, flush=True)
             if status == "CLMLA-ERR":
                 first = next(m for k, m in row["msgs"].items() if row["errs"][k] is None)
@@ -662,14 +794,20 @@ def fmt(v, tol):
 
 
 def render(rows, notes, paths, dtypes, clmla):
-    keys = [f"{p}/{d}" for d in dtypes for p in paths]
+    every = list(dtypes)
+    for r in rows:
+        every += [d for d in case_dtypes(r["case_def"], dtypes) if d not in every]
+    keys = [f"{p}/{d}" for d in every for p in paths]
     out = [f"# clmla parity with transformers {transformers.__version__} (torch {torch.__version__})", "",
            f"clmla: `{clmla}`. Error = max|clmla - ref| / max|ref| against transformers' attention in "
-           f"float64 (eager, prefill P then decode through its DynamicCache). Tolerance: f32 cache "
-           f"{TOL['f32']:g}, f16 cache {TOL['f16']:g}; bold = over tolerance, err = clmla did not run. "
+           f"float64 (eager, prefill P then decode through its DynamicCache). Tolerance by cache dtype: "
+           + ", ".join(f"{d} {t:g}" for d, t in TOL.items()) + "; bold = over tolerance, err = clmla did not run. "
            f"Layout `params`: config.json as save_pretrained writes it (rope_parameters); `legacy`: the same "
            f"weights with the publisher's layout (rope_theta + rope_scaling {{type}}, ...), which transformers "
-           f"was checked to read to the same rope parameters (`legacy!` + a note if not).", "",
+           f"was checked to read to the same rope parameters (`legacy!` + a note if not); `bf16`, `fp8`: the "
+           f"params weights stored as BF16 and FP8 checkpoints are published (F8_E4M3 attention "
+           f"projections with float32 128 x 128 `weight_scale_inv`, the rest BF16), which transformers "
+           f"dequantizes and clmla keeps as stored.", "",
            "| case | layout | L/K | T/P | status | " + " | ".join(keys) + " |",
            "|---|---|---|---|---|" + "---|" * len(keys)]
     for r in rows:
@@ -678,6 +816,17 @@ def render(rows, notes, paths, dtypes, clmla):
         cells = [fmt(r["errs"].get(k), TOL[k.split("/")[1]]) if k in r["errs"] else "-" for k in keys]
         out.append(f"| {r['case']} | {r['layout']} | {lk} | {c['T']}/{c['P']} | {r['status']} | "
                    + " | ".join(cells) + " |")
+    held = [r for r in rows if "bytes" in r]
+    if held:
+        out += ["", "## Weights held", "",
+                "Device bytes of the layer's weights as `clmla run` reports them (weights as stored) "
+                "against the bytes of its attention tensors in the folder, and what the device adds by "
+                "design (norms held as float32; an FP8 query projection padded to a multiple of 128 "
+                "rows where it is stacked with kv_a_proj_with_mqa).", "",
+                "| case | layout | device bytes | folder bytes | added by design | device / (folder + added) |",
+                "|---|---|---|---|---|---|"]
+        out += [f"| {r['case']} | {r['layout']} | {r['bytes'][0]} | {r['bytes'][1]} | {r['bytes'][2]} | "
+                f"{r['bytes'][0] / (r['bytes'][1] + r['bytes'][2]):.3f} |" for r in held]
     out += ["", "## transformers classes", "",
             "| case | layout | model | attention module (in memory) | on disk | class | forward(...) |",
             "|---|---|---|---|---|---|---|"]
@@ -726,10 +875,10 @@ def write_fixtures(rows, fixdir):
             shutil.copy(os.path.join(src, fn), dst)
         # keep only the tested decoder layer's attention tensors, under transformers' own names
         layer_tag = re.compile(r"(^|\.)(layers|blocks)\.%d\.self_attn\." % c["layer"])
-        with safe_open(os.path.join(src, "model.safetensors"), "np") as f:
+        with safe_open(os.path.join(src, "model.safetensors"), "pt") as f:
             meta = f.metadata()
             keep = {k: f.get_tensor(k) for k in f.keys() if layer_tag.search(k) and "vision" not in k}
-        save_file(keep, os.path.join(dst, "model.safetensors"), metadata=meta)
+        save_torch_file(keep, os.path.join(dst, "model.safetensors"), metadata=meta)
     with open(os.path.join(fixdir, "VERSIONS"), "w") as f:
         f.write(f"transformers {transformers.__version__}\ntorch {torch.__version__}\n"
                 f"numpy {np.__version__}\npython {sys.version.split()[0]}\n")

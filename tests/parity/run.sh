@@ -25,7 +25,13 @@ if [ ! -x "$venv/bin/python" ]; then
 	"$venv/bin/pip" install --quiet --upgrade pip
 	# PARITY_PIP_ARGS: extra pip arguments (another index, a proxy)
 	# shellcheck disable=SC2086
-	"$venv/bin/pip" install --quiet ${PARITY_PIP_ARGS:-} torch==2.15.0 transformers==5.24.0 numpy safetensors
+	"$venv/bin/pip" install --quiet ${PARITY_PIP_ARGS:-} torch==2.15.0 transformers==5.24.0 numpy safetensors \
+		accelerate==1.15.0
+fi
+# transformers loads an FP8 folder only with accelerate (added to the suite after the first venvs)
+if ! "$venv/bin/python" -c 'import accelerate' 2>/dev/null; then
+	# shellcheck disable=SC2086
+	"$venv/bin/pip" install --quiet ${PARITY_PIP_ARGS:-} accelerate==1.15.0
 fi
 
 exec "$venv/bin/python" tests/parity/parity.py --clmla "$clmla" --out build/parity "$@"
