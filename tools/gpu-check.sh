@@ -7,7 +7,7 @@
 #   sh tools/gpu-check.sh BUILD OUT [SECONDS [PARTS]]   (default budget 500 s; run it through
 #                                                         tools/gpu-setup.sh run on a machine
 #                                                         without the ICD loader, CLBlast and cJSON)
-# PARTS, comma-separated, in the order given (default tune,ab,bench,tests); one call's parts share
+# PARTS, comma-separated, in the order given (default tune,ab,ptx,bench,tests); one call's parts share
 # the peaks and the tuning file (a later call finds both in OUT):
 #   tune   the latent tuner at 16 and 128 heads, then group_decode_heads over an fp8 cache (clmla
 #          tune --cache-dtype), into OUT/kernel-tuning.json (about 110 s on an H100), then the
@@ -21,6 +21,11 @@
 #          (group_min_split_keys); then latent decode at V2-Lite's and V3's shapes over every cache
 #          dtype (and f16/bf16/fp8 with group_decode_heads 4 against the default 8, f32/fp8 with
 #          splits of 32 keys), and prefill and chunks after a prefix by both paths (AUTO's crossover)
+#   ptx    the device code of the latent kernel over each cache dtype (and over fp8 with
+#          group_decode_heads 4 and with group_stage_keys 1) and of a V3 layer step's kernels in each
+#          weights dtype, one folder of programs per variant under OUT/ptx (NVIDIA's binaries are
+#          PTX), and their instruction mix (tools/ptx_mix.py) in OUT/ptx-mix.txt: what decoding a
+#          dtype costs beside the FMAs it feeds (about 30 s)
 #   bench  the rest of clmla-bench: V3's decode products (f32 / bf16 / fp8, 1 and 8 rows),
 #          multi-token decode at 16 and 8 heads (8: folded into the heads), the layer step (and its
 #          kernels, traced: CLMLA_TRACE, tools/trace_summary.py), V3's absorbed prefill with fp8
@@ -33,7 +38,7 @@ set -u
 build=${1:?usage: sh tools/gpu-check.sh BUILD OUT [SECONDS [PARTS]]}
 out=${2:?usage: sh tools/gpu-check.sh BUILD OUT [SECONDS [PARTS]]}
 budget=${3:-500}
-parts=${4:-tune,ab,bench,tests}
+parts=${4:-tune,ab,ptx,bench,tests}
 mkdir -p "$out"
 clmla=$build/clmla
 bench=$build/bench/clmla-bench
@@ -187,6 +192,35 @@ part_ab() {
         --prefix 0,1024,4096 --json "$out/prefix.json"
 }
 
+# ptx_run NAME TUNING BENCH-ARGS...: one clmla-bench run with an empty program cache of its own,
+# OUT/ptx/NAME, which so holds exactly the programs that run built; TUNING, if not empty, a tuning
+# file for it (else the one in force)
+ptx_run() {
+    name=$1
+    tuning=$2
+    shift 2
+    [ -e "$out/.done-ptx-$name" ] || { rm -rf "$out/ptx/$name" && mkdir -p "$out/ptx/$name"; }
+    step ptx-$name 8 env CLMLA_CACHE_DIR="$out/ptx/$name" ${tuning:+CLMLA_KERNEL_TUNING="$tuning"} "$bench" --no-peak \
+        --max-time 0.05 "$@"
+}
+
+part_ptx() {
+    bench_setup
+    variant_tuning "$out/kernel-tuning-dh4.json" attn_latent group_decode_heads=4
+    variant_tuning "$out/kernel-tuning-st1.json" attn_latent group_stage_keys=1 group_decode_heads=4
+    for d in f32 f16 bf16 fp8; do
+        ptx_run latent-$d "" --phase decode --path absorbed --batch 1 --ctx 256 --cache-dtype $d
+    done
+    [ -s "$out/kernel-tuning-dh4.json" ] && ptx_run latent-fp8-dh4 "$out/kernel-tuning-dh4.json" --phase decode \
+        --path absorbed --batch 1 --ctx 256 --cache-dtype fp8
+    [ -s "$out/kernel-tuning-st1.json" ] && ptx_run latent-fp8-st1 "$out/kernel-tuning-st1.json" --phase decode \
+        --path absorbed --batch 1 --ctx 256 --cache-dtype fp8
+    for w in f32 bf16 fp8; do
+        ptx_run layer-v3-$w "" --phase layer --preset v3 --batch 1 --ctx 256 --weights-dtype $w
+    done
+    step ptx-mix 10 python3 "$(dirname "$0")/ptx_mix.py" "$out"/ptx/*
+}
+
 part_bench() {
     bench_setup
     step bench-products 40 "$bench" $peaks --phase products --preset v3 --batch 1,8 --weights-dtype f32,bf16,fp8 \
@@ -230,9 +264,10 @@ for p in $(echo "$parts" | tr ',' ' '); do
     tune) part_tune ;;
     products) part_products ;;
     ab) part_ab ;;
+    ptx) part_ptx ;;
     bench) part_bench ;;
     tests) part_tests ;;
-    *) echo "gpu-check: unknown part $p (tune, products, ab, bench, tests)" >>"$out/summary.txt" ;;
+    *) echo "gpu-check: unknown part $p (tune, products, ab, ptx, bench, tests)" >>"$out/summary.txt" ;;
     esac
 done
 echo "gpu-check: $(($(date +%s) - start)) s; $out/summary.txt:"
