@@ -275,6 +275,18 @@ def traces(folder):
         print()
 
 
+def ptx_mix(folder):
+    path = os.path.join(folder, "ptx-mix.txt")
+    if os.path.exists(path):
+        print("**The compiled kernels' instruction mix** (`ptx` part, tools/ptx_mix.py; one folder per variant):")
+        print()
+        print("```")
+        with open(path) as f:
+            print(f.read().rstrip())
+        print("```")
+        print()
+
+
 def goals(folder):
     """Issues 23's and 24's GPU goals against this run's rows (the goals' texts: issues 23 and 24)."""
     out = []
@@ -337,6 +349,7 @@ def main():
     layer(folder)
     qlen(folder)
     traces(folder)
+    ptx_mix(folder)
     summary = os.path.join(folder, "summary.txt")
     if os.path.exists(summary):
         # each step's last word over the calls into the folder ("done by an earlier call" adds none)
