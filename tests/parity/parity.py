@@ -394,7 +394,9 @@ def find_stack(model):
     raise RuntimeError("no decoder layer list found")
 
 
-def reference(folder, case, X):
+def reference(folder, case, X, chunk=None):
+    """transformers' attention output for X: the first P tokens in one step (or in steps of `chunk`
+    tokens), then one token a step."""
     torch.manual_seed(0)
     model, load = auto_class(case).from_pretrained(
         folder, dtype=torch.float64, attn_implementation="eager", experts_implementation="eager",
@@ -442,7 +444,8 @@ def reference(folder, case, X):
     try:
         with torch.no_grad():
             cache = None
-            steps = [(0, P)] + [(t, t + 1) for t in range(P, T)]
+            c = chunk or max(P, 1)
+            steps = [(lo, min(lo + c, P)) for lo in range(0, P, c)] + [(t, t + 1) for t in range(P, T)]
             for lo, hi in steps:
                 state["rows"] = (lo, hi)
                 pos = torch.arange(lo, hi)[None]
@@ -466,15 +469,15 @@ def reference(folder, case, X):
 # --------------------------------------------------------------------------------------------
 
 
-def run_clmla(clmla, folder, case, path, dtype, device):
-    out = os.path.join(folder, f"out_{path}_{dtype}.npy")
+def run_clmla(clmla, folder, case, path, dtype, device, extra=(), tag=""):
+    out = os.path.join(folder, f"out_{path}_{dtype}{tag}.npy")
     if os.path.exists(out):
         os.remove(out)
     cmd = [clmla, "run", "--model", folder, "--layer", str(case["layer"])]
     if case.get("sublayer") is not None:
         cmd += ["--sublayer", str(case["sublayer"])]
     cmd += ["--input", os.path.join(folder, "X.npy"), "--output", out, "--prefill", str(case["P"]),
-            "--cache-dtype", dtype, "--path", path]
+            "--cache-dtype", dtype, "--path", path] + list(extra)
     if device:
         cmd += ["--device", device]
     t0 = time.time()
@@ -525,6 +528,30 @@ def layer_disk_bytes(folder, case):
             if dt == "F8_E4M3" and re.search(r"\.(q_a_proj|q_proj)\.weight$", k):
                 extra += (-shape[0] % 128) * shape[1]
     return total, extra
+
+
+# Two more ways to run each folder, f32 cache, auto path: "chunk3", the prefill in steps of 3 tokens
+# (a later step is several new tokens after a prefix: chunked prefill, multi-token decode), against
+# transformers run in the same steps (LongRoPE picks its factors per step); "tp2", the layer as two
+# tensor-parallel shards (--tp-rank 0 and 1 of 2), whose outputs (o_proj's partial sums) add up to
+# the layer's, against the one reference.
+VARIANTS = ("chunk3", "tp2")
+
+
+def variant_run(clmla, folder, case, device, var):
+    """(output or None, message) of variant var on folder."""
+    if var == "chunk3":
+        y, msg, _ = run_clmla(clmla, folder, case, "auto", "f32", device, ["--chunk", "3"], "_chunk3")
+        return y, msg
+    with open(os.path.join(folder, "config.json")) as f:
+        d = json.load(f)
+    heads = (d.get("text_config") or d)["num_attention_heads"]
+    if heads % 2:
+        return None, "skipped: an odd number of heads"
+    parts = [run_clmla(clmla, folder, case, "auto", "f32", device, ["--tp-rank", str(r), "--tp-size", "2"], f"_tp{r}")
+             for r in (0, 1)]
+    bad = [m for y, m, _ in parts if y is None]
+    return (None, bad[0]) if bad else (parts[0][0] + parts[1][0], parts[0][1])
 
 
 def case_dtypes(case, dtypes):
@@ -762,6 +789,26 @@ def main():
                             status = "FAIL"
                             notes.append(f"{case['name']}.{layout}: clmla holds {row['bytes'][0]} bytes of "
                                          f"weights for {disk} on disk (+{extra} by design)")
+            for var in VARIANTS:
+                y, msg = variant_run(clmla, folder, case, args.device, var)
+                key = f"{var}/f32"
+                row["msgs"][key] = msg
+                if y is None:
+                    if not msg.startswith("skipped"):
+                        row["errs"][key] = None
+                        status = "CLMLA-ERR" if status == "PASS" else status
+                    continue
+                want = Y
+                if var == "chunk3":
+                    try:
+                        want, _ = reference(folder, case, X, chunk=3)
+                    except Exception as e:  # noqa: BLE001
+                        notes.append(f"{case['name']}.{layout}: transformers reference in chunks failed: {e}")
+                        row["errs"][key] = None
+                        continue
+                row["errs"][key] = rel_err(y, want)
+                if not row["errs"][key] <= TOL["f32"]:
+                    status = "FAIL"
             row["status"] = status
             if status == "FAIL":
                 nfail += 1
@@ -797,7 +844,7 @@ def render(rows, notes, paths, dtypes, clmla):
     every = list(dtypes)
     for r in rows:
         every += [d for d in case_dtypes(r["case_def"], dtypes) if d not in every]
-    keys = [f"{p}/{d}" for d in every for p in paths]
+    keys = [f"{p}/{d}" for d in every for p in paths] + [f"{v}/f32" for v in VARIANTS]
     out = [f"# clmla parity with transformers {transformers.__version__} (torch {torch.__version__})", "",
            f"clmla: `{clmla}`. Error = max|clmla - ref| / max|ref| against transformers' attention in "
            f"float64 (eager, prefill P then decode through its DynamicCache). Tolerance by cache dtype: "
@@ -807,7 +854,9 @@ def render(rows, notes, paths, dtypes, clmla):
            f"was checked to read to the same rope parameters (`legacy!` + a note if not); `bf16`, `fp8`: the "
            f"params weights stored as BF16 and FP8 checkpoints are published (F8_E4M3 attention "
            f"projections with float32 128 x 128 `weight_scale_inv`, the rest BF16), which transformers "
-           f"dequantizes and clmla keeps as stored.", "",
+           f"dequantizes and clmla keeps as stored. `chunk3/f32`: the prefill in steps of 3 tokens; `tp2/f32`: "
+           f"the sum of two tensor-parallel shards' outputs (both with the f32 cache and the auto path; "
+           f"`-` where the heads do not split in two).", "",
            "| case | layout | L/K | T/P | status | " + " | ".join(keys) + " |",
            "|---|---|---|---|---|" + "---|" * len(keys)]
     for r in rows:
