@@ -819,7 +819,9 @@ clmla_status clmla_layer_get_config(const clmla_layer *layer, clmla_layer_config
 typedef enum clmla_attention_path {
     CLMLA_PATH_AUTO = 0,         /* absorbed below the layer's prefill threshold, else decompressed */
     CLMLA_PATH_ABSORBED = 1,     /* attention in latent space (docs/MLA.md section 5) */
-    CLMLA_PATH_DECOMPRESSED = 2  /* up-projected keys and values, ordinary causal attention */
+    CLMLA_PATH_DECOMPRESSED = 2  /* up-projected keys and values, ordinary causal attention; an
+                                    entry whose keys' up-projection would not fit the device's
+                                    largest buffer is refused (CLMLA_ERROR_UNSUPPORTED) */
 } clmla_attention_path;
 
 /* One entry of a step: num_tokens new tokens of a sequence, appended at its current length in the
@@ -871,8 +873,9 @@ clmla_status clmla_layer_auto_threshold(const clmla_layer *layer, int *tokens);
 /* In *path: the path CLMLA_PATH_AUTO takes (CLMLA_PATH_ABSORBED or CLMLA_PATH_DECOMPRESSED) for
    an entry of `tokens` new tokens in a sequence that holds `prefix` tokens before the step, in a
    step whose sequences hold at most prefix + tokens keys afterwards (a longer one in the same
-   step can make a layer with an indexer select keys, which changes the choice). docs/DESIGN.md,
-   "Which path", gives the rule. */
+   step can make a layer with an indexer select keys, which changes the choice). Entries whose
+   decompressed scratch would pass 1 GiB (or an eighth of the device's memory) stay absorbed.
+   docs/DESIGN.md, "Which path", gives the rule. */
 clmla_status clmla_layer_auto_path(const clmla_layer *layer, int prefix, int tokens, clmla_attention_path *path);
 
 /* The device memory a layer holds, in bytes, by checkpoint tensor, as the layer stores it: in its

@@ -394,6 +394,42 @@ static int auto_threshold_of(const clmla_layer *L, double *chunk_keys)
     return n < AUTO_MIN_TOKENS ? AUTO_MIN_TOKENS : n >= AUTO_NEVER ? AUTO_NEVER : (int)ceil(n);
 }
 
+/* The decompressed path's scratch (docs/DESIGN.md, "Which path"): an entry of k keys, its prefix and
+   its new tokens, gathers k cache rows as float32 (rkv + dr values a key) and up-projects them into
+   k rows of H (dn + dv) values, each in one buffer that the context keeps for later steps: for
+   DeepSeek-V3's 128 heads 130 KiB a key, 4 GiB for a prompt of 32768 tokens. AUTO sends an entry
+   decompressed only while the two fit DECOMPRESSED_SCRATCH_BYTES together (an eighth of the
+   device's memory where that is less) and each fits the device's largest buffer; a step that names
+   the decompressed path is refused past the largest buffer. */
+#define DECOMPRESSED_SCRATCH_BYTES ((uint64_t)1 << 30)
+
+/* The decompressed path's scratch bytes a key: the gathered row, the up-projected one. */
+static void decompressed_key_bytes(const clmla_layer *L, uint64_t *gather, uint64_t *up)
+{
+    *gather = (uint64_t)L->row * sizeof(float);
+    *up = (uint64_t)L->H * (uint64_t)(L->dn + L->dv) * sizeof(float);
+}
+
+/* The scratch budget of AUTO's decompressed entries, in bytes. */
+static uint64_t decompressed_budget(const clmla_layer *L)
+{
+    const uint64_t eighth = L->ctx->info.global_mem_bytes / 8;
+    return eighth > 0 && eighth < DECOMPRESSED_SCRATCH_BYTES ? eighth : DECOMPRESSED_SCRATCH_BYTES;
+}
+
+/* The most keys a decompressed entry may have: each scratch buffer within the device's largest
+   buffer, and with `budget` both within decompressed_budget. */
+static long long decompressed_max_keys(const clmla_layer *L, int budget)
+{
+    uint64_t gather, up;
+    decompressed_key_bytes(L, &gather, &up);
+    const uint64_t largest = L->ctx->info.max_alloc_bytes;
+    long long keys = largest > 0 ? (long long)(largest / (up > gather ? up : gather)) : LLONG_MAX;
+    if (budget && (long long)(decompressed_budget(L) / (gather + up)) < keys)
+        keys = (long long)(decompressed_budget(L) / (gather + up));
+    return keys;
+}
+
 /* In a selecting step AUTO sends an entry decompressed only up to this many keys. CPU devices:
    none, as measured on PoCL (16 heads, top-k 512: absorbed 1.2-2.3x faster for prefills of 1024 to
    4096 tokens; docs/perf-log.md). Elsewhere, until measured, the FLOP count: the decompressed
@@ -414,6 +450,8 @@ static long long sparse_decompressed_keys(const clmla_layer *L)
 static int auto_decompressed(const clmla_layer *L, int prefix, int tokens, int sparse)
 {
     if (tokens < AUTO_MIN_TOKENS)
+        return 0;
+    if ((long long)prefix + tokens > decompressed_max_keys(L, 1))
         return 0;
     if (sparse && (long long)prefix + tokens > sparse_decompressed_keys(L))
         return 0;
@@ -974,6 +1012,17 @@ static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_fo
         p->prefix[e] = txn->old_length[e];
         p->decompressed[e] = a->path == CLMLA_PATH_DECOMPRESSED ||
                              (a->path == CLMLA_PATH_AUTO && auto_decompressed(L, p->prefix[e], tokens, p->sparse));
+        if (p->decompressed[e] && (long long)p->prefix[e] + tokens > decompressed_max_keys(L, 0)) {
+            uint64_t gather, up;
+            decompressed_key_bytes(L, &gather, &up);
+            return clmla_fail(L->ctx, CLMLA_ERROR_UNSUPPORTED,
+                              "the decompressed path would up-project the %lld keys of sequence %d (%d cached, %d new) "
+                              "into one buffer of %llu bytes, more than the device's largest (%llu bytes); run it on "
+                              "the absorbed path, or AUTO",
+                              (long long)p->prefix[e] + tokens, (int)a->entries[e].seq_id, p->prefix[e], tokens,
+                              (unsigned long long)(((uint64_t)p->prefix[e] + tokens) * (up > gather ? up : gather)),
+                              (unsigned long long)L->ctx->info.max_alloc_bytes);
+        }
         if (!p->decompressed[e]) {
             p->any_absorbed = 1;
             if (tokens > p->max_run)
@@ -1249,10 +1298,15 @@ static clmla_status decompressed_attention(clmla_layer *L, clmla_cache *cache, c
 {
     clmla_context *ctx = L->ctx;
     const size_t F = sizeof(float), up_cols = (size_t)L->H * (L->dn + L->dv);
+    /* grown by half again at most up to AUTO's budget, which the buffers of an entry past it (named
+       decompressed) exceed by their own size only */
+    const size_t budget_keys = (size_t)decompressed_max_keys(L, 1);
     cl_mem gathered = NULL, kv_up = NULL;
-    clmla_status st = clmla_scratch(ctx, SCRATCH_GATHER, (size_t)p->max_decompressed * L->row * F, &gathered);
+    clmla_status st = clmla_scratch_capped(ctx, SCRATCH_GATHER, (size_t)p->max_decompressed * L->row * F,
+                                           budget_keys * L->row * F, &gathered);
     if (st == CLMLA_SUCCESS)
-        st = clmla_scratch(ctx, SCRATCH_KV_UP, (size_t)p->max_decompressed * up_cols * F, &kv_up);
+        st = clmla_scratch_capped(ctx, SCRATCH_KV_UP, (size_t)p->max_decompressed * up_cols * F,
+                                  budget_keys * up_cols * F, &kv_up);
     for (int e = 0; st == CLMLA_SUCCESS && e < a->num_entries; e++) {
         if (!p->decompressed[e])
             continue;

@@ -8,6 +8,12 @@ _Static_assert(SCRATCH_COUNT <= 24, "grow clmla_context.scratch");
 
 clmla_status clmla_scratch(clmla_context *ctx, clmla_scratch_slot slot, size_t bytes, cl_mem *buffer)
 {
+    return clmla_scratch_capped(ctx, slot, bytes, (size_t)-1, buffer);
+}
+
+clmla_status clmla_scratch_capped(clmla_context *ctx, clmla_scratch_slot slot, size_t bytes, size_t cap,
+                                  cl_mem *buffer)
+{
     if (bytes == 0)
         bytes = 4;
     if (ctx->scratch[slot] && ctx->scratch_bytes[slot] >= bytes) {
@@ -15,6 +21,8 @@ clmla_status clmla_scratch(clmla_context *ctx, clmla_scratch_slot slot, size_t b
         return CLMLA_SUCCESS;
     }
     size_t grown = bytes + bytes / 2;
+    if (grown > cap)
+        grown = cap > bytes ? cap : bytes;
     if (grown > ctx->info.max_alloc_bytes && ctx->info.max_alloc_bytes >= bytes)
         grown = ctx->info.max_alloc_bytes;
     cl_int err = CL_SUCCESS;

@@ -24,8 +24,13 @@ typedef enum clmla_scratch_slot {
     SCRATCH_COUNT
 } clmla_scratch_slot;
 
-/* A buffer of at least `bytes` for the slot (grown by half again when too small). */
+/* A buffer of at least `bytes` for the slot (grown by half again when too small, to at most the
+   device's largest buffer). */
 clmla_status clmla_scratch(clmla_context *ctx, clmla_scratch_slot slot, size_t bytes, cl_mem *buffer);
+/* The same, grown to at most `cap` bytes (or `bytes` where that is more): for a slot whose size has
+   a budget, so that the growth does not keep more than it. */
+clmla_status clmla_scratch_capped(clmla_context *ctx, clmla_scratch_slot slot, size_t bytes, size_t cap,
+                                  cl_mem *buffer);
 void clmla_scratch_release(clmla_context *ctx);
 
 /* Tables the host writes for the device at every step (block tables, positions, cache slots), kept
