@@ -9,8 +9,9 @@
  *   layers    two layers sharing one cache, each on its own cache layer;
  *   forward-cl clmla_layer_forward_cl on device buffers at offsets, chained by events;
  *   auto-path clmla_layer_auto_path's rule, and AUTO taking the path it names;
- *   decompressed-budget  AUTO within the decompressed path's scratch budget, and a step that names
- *             that path refused past the device's largest buffer;
+ *   decompressed-budget  AUTO keeping an entry absorbed where decompressing it would hold more
+ *             scratch than the budget and the absorbed path; a step that names the decompressed path
+ *             refused past the device's largest buffer;
  *   group-kernels, untiled-prefill  shapes and long with the GPU attention kernels (the decompressed
  *             path's by attn_prefill_tiled, then by attn_prefill: the latent tuning's prefill_tiled);
  *   errors    wrong / missing weights, invalid configs, bad forward arguments and a full cache: the
@@ -426,12 +427,17 @@ static void test_auto_path_kind(auto_rule rule)
 }
 
 /* The decompressed path's scratch limits (docs/DESIGN.md, "Which path"), on a device pretending to
-   have less memory: the largest buffer 100 keys' up-projection (512 bytes a key: 4 heads of 16 + 16),
-   an eighth of the memory 60 keys' gathered and up-projected rows (800 bytes a key). AUTO goes
-   decompressed up to 60 keys and absorbed past them; a step that names the decompressed path runs
-   up to 100 keys and is refused past them, naming the limit, with no sequence changed; AUTO's
-   output for that step is the absorbed path's, bit for bit. The CPU rule decides below the limits
-   (decompressed from 16 tokens with no prefix). */
+   have less memory. A key costs that path 800 bytes (its row gathered, 72 floats, and up-projected,
+   4 heads of 16 + 16), a new token costs the absorbed path 2048 (2 x 4 heads x 64 floats).
+   - An eighth of the memory 200000 bytes, the largest buffer as it is: AUTO keeps an entry
+     absorbed where its decompressed scratch passes 200000 bytes and the absorbed path's for it is
+     smaller (100 tokens after 200: 240000 against 204800), and decompressed where it fits (100
+     after 150) or where absorbing would hold more (300 tokens with no prefix); the CPU rule decides
+     the rest (decompressed from 16 tokens with no prefix, after 57 past a long prefix).
+   - The largest buffer 64 KiB (128 keys' up-projection): AUTO keeps 150 tokens absorbed; a step
+     that names the decompressed path runs 100 keys and is refused at 150, naming the keys and the
+     limit, with the sequence unchanged; AUTO's output for those 150 tokens is the absorbed path's,
+     bit for bit. */
 static void test_decompressed_budget(void)
 {
     const clmla_layer_config c = tu_small_config(48, 4, 16, 64, 16, 8, 16);
@@ -446,44 +452,55 @@ static void test_decompressed_budget(void)
     ctx->info.kind = CLMLA_DEVICE_KIND_CPU;
     clmla_layer *layer = make_layer(&w, "decompressed budget");
     clmla_cache *cache = make_cache(&c, 1, bt, 40, CLMLA_CACHE_F32);
-    float *x = tu_random_inputs(120, D, 4244);
-    float *out[3] = {malloc((size_t)120 * D * sizeof(float)), malloc((size_t)120 * D * sizeof(float)),
-                     malloc((size_t)120 * D * sizeof(float))};
+    const int T = 150;
+    float *x = tu_random_inputs(T, D, 4244);
+    float *out[3] = {malloc((size_t)T * D * sizeof(float)), malloc((size_t)T * D * sizeof(float)),
+                     malloc((size_t)T * D * sizeof(float))};
     if (layer && cache && x && out[0] && out[1] && out[2]) {
         clmla_attention_path got = CLMLA_PATH_AUTO;
-        /* the real device's limits first: these steps are far inside them */
-        CHECK_STATUS(clmla_layer_auto_path(layer, 0, 120, &got), CLMLA_SUCCESS, ctx);
-        CHECK(got == CLMLA_PATH_DECOMPRESSED, "decompressed budget: 120 tokens with the device's own memory: %s",
-              path_name(got));
-        ctx->info.max_alloc_bytes = 100 * 512;
-        ctx->info.global_mem_bytes = 8 * 60 * 800;
         static const struct {
             int prefix, tokens;
-            clmla_attention_path want;
-        } cases[] = {{0, 50, CLMLA_PATH_DECOMPRESSED}, {0, 60, CLMLA_PATH_DECOMPRESSED}, {0, 61, CLMLA_PATH_ABSORBED},
-                     {10, 50, CLMLA_PATH_DECOMPRESSED}, {11, 50, CLMLA_PATH_ABSORBED}, {0, 120, CLMLA_PATH_ABSORBED}};
-        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-            CHECK_STATUS(clmla_layer_auto_path(layer, cases[i].prefix, cases[i].tokens, &got), CLMLA_SUCCESS, ctx);
-            CHECK(got == cases[i].want, "decompressed budget: %d tokens after %d: AUTO names %s, expected %s",
-                  cases[i].tokens, cases[i].prefix, path_name(got), path_name(cases[i].want));
+            clmla_attention_path real, budget;
+        } cases[] = {{100, 100, CLMLA_PATH_DECOMPRESSED, CLMLA_PATH_DECOMPRESSED},
+                     {150, 100, CLMLA_PATH_DECOMPRESSED, CLMLA_PATH_DECOMPRESSED},
+                     {200, 100, CLMLA_PATH_DECOMPRESSED, CLMLA_PATH_ABSORBED},
+                     {5000, 100, CLMLA_PATH_DECOMPRESSED, CLMLA_PATH_ABSORBED},
+                     {0, 300, CLMLA_PATH_DECOMPRESSED, CLMLA_PATH_DECOMPRESSED},
+                     {200, 8, CLMLA_PATH_ABSORBED, CLMLA_PATH_ABSORBED}};
+        for (int budget = 0; budget < 2; budget++) {
+            ctx->info.global_mem_bytes = budget ? 8 * 200000 : real_mem;
+            for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                const clmla_attention_path want = budget ? cases[i].budget : cases[i].real;
+                CHECK_STATUS(clmla_layer_auto_path(layer, cases[i].prefix, cases[i].tokens, &got), CLMLA_SUCCESS, ctx);
+                CHECK(got == want, "decompressed budget: %d tokens after %d with %s: AUTO names %s, expected %s",
+                      cases[i].tokens, cases[i].prefix, budget ? "a budget of 200000 bytes" : "the device's memory",
+                      path_name(got), path_name(want));
+            }
         }
-        /* named decompressed: 80 keys run, 120 are refused and change nothing */
-        const int32_t s80 = add_seq(cache), s120 = add_seq(cache), s_auto = add_seq(cache), s_abs = add_seq(cache);
-        const clmla_batch_entry e80 = {s80, 80}, e120 = {s120, 120};
-        CHECK_STATUS(forward(layer, cache, 0, &e80, 1, CLMLA_PATH_DECOMPRESSED, x, out[0]), CLMLA_SUCCESS, ctx);
-        CHECK_STATUS(forward(layer, cache, 0, &e120, 1, CLMLA_PATH_DECOMPRESSED, x, out[0]), CLMLA_ERROR_UNSUPPORTED, ctx);
+        ctx->info.global_mem_bytes = real_mem;
+        ctx->info.max_alloc_bytes = 64 * 1024;
+        CHECK_STATUS(clmla_layer_auto_path(layer, 0, 128, &got), CLMLA_SUCCESS, ctx);
+        CHECK(got == CLMLA_PATH_DECOMPRESSED, "decompressed budget: 128 keys within the largest buffer: AUTO names %s",
+              path_name(got));
+        CHECK_STATUS(clmla_layer_auto_path(layer, 0, T, &got), CLMLA_SUCCESS, ctx);
+        CHECK(got == CLMLA_PATH_ABSORBED, "decompressed budget: %d keys past the largest buffer: AUTO names %s", T,
+              path_name(got));
+        /* named decompressed: 100 keys run, 150 are refused and change nothing */
+        const int32_t s100 = add_seq(cache), s150 = add_seq(cache), s_auto = add_seq(cache), s_abs = add_seq(cache);
+        const clmla_batch_entry e100 = {s100, 100}, e150 = {s150, T};
+        CHECK_STATUS(forward(layer, cache, 0, &e100, 1, CLMLA_PATH_DECOMPRESSED, x, out[0]), CLMLA_SUCCESS, ctx);
+        CHECK_STATUS(forward(layer, cache, 0, &e150, 1, CLMLA_PATH_DECOMPRESSED, x, out[0]), CLMLA_ERROR_UNSUPPORTED, ctx);
         const char *msg = clmla_last_error(ctx);
-        CHECK(strstr(msg, "120 keys") && strstr(msg, "largest") && strstr(msg, "51200"),
+        CHECK(strstr(msg, "150 keys") && strstr(msg, "largest") && strstr(msg, "65536"),
               "decompressed budget: the refusal does not name the keys and the largest buffer: %s", msg);
         int len = -1;
-        CHECK_STATUS(clmla_cache_seq_length(cache, s120, 0, &len), CLMLA_SUCCESS, ctx);
+        CHECK_STATUS(clmla_cache_seq_length(cache, s150, 0, &len), CLMLA_SUCCESS, ctx);
         CHECK(len == 0, "decompressed budget: the refused step left the sequence at %d tokens", len);
-        /* AUTO runs the 120 tokens absorbed */
-        const clmla_batch_entry ea = {s_auto, 120}, eb = {s_abs, 120};
+        const clmla_batch_entry ea = {s_auto, T}, eb = {s_abs, T};
         CHECK_STATUS(forward(layer, cache, 0, &ea, 1, CLMLA_PATH_AUTO, x, out[1]), CLMLA_SUCCESS, ctx);
         CHECK_STATUS(forward(layer, cache, 0, &eb, 1, CLMLA_PATH_ABSORBED, x, out[2]), CLMLA_SUCCESS, ctx);
-        CHECK(memcmp(out[1], out[2], (size_t)120 * D * sizeof(float)) == 0,
-              "decompressed budget: AUTO's 120 tokens are not the absorbed path's");
+        CHECK(memcmp(out[1], out[2], (size_t)T * D * sizeof(float)) == 0,
+              "decompressed budget: AUTO's %d tokens are not the absorbed path's", T);
     }
     ctx->info.max_alloc_bytes = real_alloc;
     ctx->info.global_mem_bytes = real_mem;

@@ -397,10 +397,12 @@ static int auto_threshold_of(const clmla_layer *L, double *chunk_keys)
 /* The decompressed path's scratch (docs/DESIGN.md, "Which path"): an entry of k keys, its prefix and
    its new tokens, gathers k cache rows as float32 (rkv + dr values a key) and up-projects them into
    k rows of H (dn + dv) values, each in one buffer that the context keeps for later steps: for
-   DeepSeek-V3's 128 heads 130 KiB a key, 4 GiB for a prompt of 32768 tokens. AUTO sends an entry
-   decompressed only while the two fit DECOMPRESSED_SCRATCH_BYTES together (an eighth of the
-   device's memory where that is less) and each fits the device's largest buffer; a step that names
-   the decompressed path is refused past the largest buffer. */
+   DeepSeek-V3's 128 heads 130 KiB a key, 4 GiB for a prompt of 32768 tokens. The absorbed path
+   instead holds, per new token, its queries in latent space and their attention's outputs, 2 H rkv
+   floats (512 KiB at V3's shape) and nothing per cached key. A step that names the decompressed
+   path is refused where a buffer would pass the device's largest; AUTO keeps an entry absorbed
+   there, and where its decompressed scratch would pass DECOMPRESSED_SCRATCH_BYTES (an eighth of
+   the device's memory where that is less) and the absorbed path's for it: after a long prefix. */
 #define DECOMPRESSED_SCRATCH_BYTES ((uint64_t)1 << 30)
 
 /* The decompressed path's scratch bytes a key: the gathered row, the up-projected one. */
@@ -410,24 +412,32 @@ static void decompressed_key_bytes(const clmla_layer *L, uint64_t *gather, uint6
     *up = (uint64_t)L->H * (uint64_t)(L->dn + L->dv) * sizeof(float);
 }
 
-/* The scratch budget of AUTO's decompressed entries, in bytes. */
+/* AUTO's scratch budget for a decompressed entry, in bytes. */
 static uint64_t decompressed_budget(const clmla_layer *L)
 {
     const uint64_t eighth = L->ctx->info.global_mem_bytes / 8;
     return eighth > 0 && eighth < DECOMPRESSED_SCRATCH_BYTES ? eighth : DECOMPRESSED_SCRATCH_BYTES;
 }
 
-/* The most keys a decompressed entry may have: each scratch buffer within the device's largest
-   buffer, and with `budget` both within decompressed_budget. */
-static long long decompressed_max_keys(const clmla_layer *L, int budget)
+/* The most keys a decompressed entry can have: each of its scratch buffers within the device's
+   largest buffer. */
+static long long decompressed_max_keys(const clmla_layer *L)
 {
     uint64_t gather, up;
     decompressed_key_bytes(L, &gather, &up);
     const uint64_t largest = L->ctx->info.max_alloc_bytes;
-    long long keys = largest > 0 ? (long long)(largest / (up > gather ? up : gather)) : LLONG_MAX;
-    if (budget && (long long)(decompressed_budget(L) / (gather + up)) < keys)
-        keys = (long long)(decompressed_budget(L) / (gather + up));
-    return keys;
+    return largest > 0 ? (long long)(largest / (up > gather ? up : gather)) : LLONG_MAX;
+}
+
+/* Whether AUTO keeps an entry absorbed to hold less scratch: decompressing it would pass the
+   budget and take more than the absorbed path does for it. */
+static int decompressed_over_budget(const clmla_layer *L, long long prefix, long long tokens)
+{
+    uint64_t gather, up;
+    decompressed_key_bytes(L, &gather, &up);
+    const double decompressed = (double)(prefix + tokens) * (double)(gather + up);
+    const double absorbed = (double)tokens * 2.0 * L->H * L->rkv * sizeof(float);
+    return decompressed > (double)decompressed_budget(L) && absorbed < decompressed;
 }
 
 /* In a selecting step AUTO sends an entry decompressed only up to this many keys. CPU devices:
@@ -451,7 +461,7 @@ static int auto_decompressed(const clmla_layer *L, int prefix, int tokens, int s
 {
     if (tokens < AUTO_MIN_TOKENS)
         return 0;
-    if ((long long)prefix + tokens > decompressed_max_keys(L, 1))
+    if ((long long)prefix + tokens > decompressed_max_keys(L) || decompressed_over_budget(L, prefix, tokens))
         return 0;
     if (sparse && (long long)prefix + tokens > sparse_decompressed_keys(L))
         return 0;
@@ -1012,7 +1022,7 @@ static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_fo
         p->prefix[e] = txn->old_length[e];
         p->decompressed[e] = a->path == CLMLA_PATH_DECOMPRESSED ||
                              (a->path == CLMLA_PATH_AUTO && auto_decompressed(L, p->prefix[e], tokens, p->sparse));
-        if (p->decompressed[e] && (long long)p->prefix[e] + tokens > decompressed_max_keys(L, 0)) {
+        if (p->decompressed[e] && (long long)p->prefix[e] + tokens > decompressed_max_keys(L)) {
             uint64_t gather, up;
             decompressed_key_bytes(L, &gather, &up);
             return clmla_fail(L->ctx, CLMLA_ERROR_UNSUPPORTED,
@@ -1298,9 +1308,10 @@ static clmla_status decompressed_attention(clmla_layer *L, clmla_cache *cache, c
 {
     clmla_context *ctx = L->ctx;
     const size_t F = sizeof(float), up_cols = (size_t)L->H * (L->dn + L->dv);
-    /* grown by half again at most up to AUTO's budget, which the buffers of an entry past it (named
-       decompressed) exceed by their own size only */
-    const size_t budget_keys = (size_t)decompressed_max_keys(L, 1);
+    /* grown by half again at most up to AUTO's budget (an entry past it takes its own size only) */
+    uint64_t gather_key, up_key;
+    decompressed_key_bytes(L, &gather_key, &up_key);
+    const size_t budget_keys = (size_t)(decompressed_budget(L) / (gather_key + up_key));
     cl_mem gathered = NULL, kv_up = NULL;
     clmla_status st = clmla_scratch_capped(ctx, SCRATCH_GATHER, (size_t)p->max_decompressed * L->row * F,
                                            budget_keys * L->row * F, &gathered);
