@@ -15,6 +15,7 @@
      select:   clmla_index_select on those keys against the float64 top-k, and its refusals;
      topk1:    top-k 1 (one key per query from the second token on);
      group:    the two parts above with the work-group (GPU) kernels forced;
+     pieces:   sequence and batch with the absorbed path's attention in pieces of 2 rows;
    A selecting step attends to the selection on the path asked for: absorbed through the sparse
    latent kernels, decompressed through attn_prefill(_rows) built with -D SPARSE.
      dense:    top-k past every context gives the layer without an indexer;
@@ -27,6 +28,7 @@
 #include "check.h"
 #include "clmla.h"
 #include "indexer_ref.h"
+#include "internal.h"
 #include "mla_ref.h"
 #include "test_util.h"
 #include "tolerance.h"
@@ -573,11 +575,22 @@ static void part_select(void)
     model_free(&m);
 }
 
+/* The sequence and batch parts with the absorbed path's attention in pieces of 2 rows (a test hook;
+   the library's pieces hold 256 MiB of its scratch), so that pieces cut the selecting steps'
+   entries and each piece reads its rows of the index lists. */
+static void part_pieces(void)
+{
+    ctx->absorbed_piece_rows = 2;
+    part_sequence();
+    part_batch();
+    ctx->absorbed_piece_rows = 0;
+}
+
 int main(int argc, char **argv)
 {
     static const tu_part parts[] = {
         {"sequence", part_sequence}, {"batch", part_batch}, {"dense", part_dense}, {"topk1", part_topk1}, {"group", part_group},
-        {"select", part_select}, {"fp8-latent", part_fp8_latent},
+        {"select", part_select}, {"fp8-latent", part_fp8_latent}, {"pieces", part_pieces},
         {"refusals", part_refusals}};
     const tu_parts_result r = tu_run_parts(argc, argv, parts, sizeof(parts) / sizeof(parts[0]), NULL, &ctx, &check_failed);
     if (r == TU_PARTS_NO_DEVICE)

@@ -9,6 +9,7 @@
  *   layers    two layers sharing one cache, each on its own cache layer;
  *   forward-cl clmla_layer_forward_cl on device buffers at offsets, chained by events;
  *   auto-path clmla_layer_auto_path's rule, and AUTO taking the path it names;
+ *   absorbed-pieces  batch and long with the absorbed path's attention in pieces of 5 rows;
  *   decompressed-budget  AUTO keeping an entry absorbed where decompressing it would hold more
  *             scratch than the budget and the absorbed path; a step that names the decompressed path
  *             refused past the device's largest buffer;
@@ -1287,6 +1288,22 @@ static void group_kernels_with(int prefill_tiled)
     CHECK_STATUS(clmla_context_set_latent_tuning(ctx, NULL), CLMLA_SUCCESS, ctx);
 }
 
+/* The absorbed path's attention in pieces of 5 rows (a test hook; the library takes pieces of
+   256 MiB of its scratch: 512 rows at DeepSeek-V3's shape), so that pieces cut entries, prefill
+   chunks and runs of decompressed rows: the batch part (batched against alone against float64, on
+   every path) and the long part (chunks on either path), with the row kernels and the work-group
+   kernels. */
+static void test_absorbed_pieces(void)
+{
+    ctx->absorbed_piece_rows = 5;
+    test_batch();
+    test_long();
+    clmla_attention_set_variant(ctx, CLMLA_LATENT_GROUP);
+    test_batch();
+    clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
+    ctx->absorbed_piece_rows = 0;
+}
+
 static void test_group_kernels(void)
 {
     group_kernels_with(1);
@@ -1561,6 +1578,7 @@ static void test_per_sequence_rope(void)
 static const tu_part parts[] = {
     {"dense-limit", test_dense_limit}, {"per-sequence-rope", test_per_sequence_rope},
     {"errors", test_create_errors}, {"auto-path", test_auto_path}, {"decompressed-budget", test_decompressed_budget},
+    {"absorbed-pieces", test_absorbed_pieces},
     {"shapes-clblast", test_shapes_clblast}, {"group-kernels", test_group_kernels}, {"untiled-prefill", test_untiled_prefill},
     {"prefill-tiles", test_prefill_tiles},  {"built-kernels", test_built_kernels}, {"forward-errors", test_forward_errors}, {"shapes", test_shapes},
     {"long", test_long},            {"batch", test_batch},                   {"layers", test_two_layers},

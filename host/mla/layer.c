@@ -394,15 +394,29 @@ static int auto_threshold_of(const clmla_layer *L, double *chunk_keys)
     return n < AUTO_MIN_TOKENS ? AUTO_MIN_TOKENS : n >= AUTO_NEVER ? AUTO_NEVER : (int)ceil(n);
 }
 
+/* The absorbed path holds its queries in latent space and their attention's outputs for the rows it
+   runs at once, 2 H rkv floats a row: a step of more rows than fit ABSORBED_PIECE_BYTES runs its
+   absorbed attention in pieces of that many rows (at DeepSeek-V3's 128 heads 512, at V2-Lite's 16
+   4096), so that its scratch does not grow with a long prompt (docs/DESIGN.md, "Which path"). */
+#define ABSORBED_PIECE_BYTES ((size_t)256 << 20)
+
+static int absorbed_piece_rows(const clmla_layer *L)
+{
+    if (L->ctx->absorbed_piece_rows > 0)
+        return L->ctx->absorbed_piece_rows;
+    const size_t rows = ABSORBED_PIECE_BYTES / (2 * (size_t)L->H * L->rkv * sizeof(float));
+    return rows < 16 ? 16 : rows > INT_MAX ? INT_MAX : (int)rows;
+}
+
 /* The decompressed path's scratch (docs/DESIGN.md, "Which path"): an entry of k keys, its prefix and
    its new tokens, gathers k cache rows as float32 (rkv + dr values a key) and up-projects them into
    k rows of H (dn + dv) values, each in one buffer that the context keeps for later steps: for
    DeepSeek-V3's 128 heads 130 KiB a key, 4 GiB for a prompt of 32768 tokens. The absorbed path
-   instead holds, per new token, its queries in latent space and their attention's outputs, 2 H rkv
-   floats (512 KiB at V3's shape) and nothing per cached key. A step that names the decompressed
-   path is refused where a buffer would pass the device's largest; AUTO keeps an entry absorbed
-   there, and where its decompressed scratch would pass DECOMPRESSED_SCRATCH_BYTES (an eighth of
-   the device's memory where that is less) and the absorbed path's for it: after a long prefix. */
+   instead holds 2 H rkv floats for each row of a piece (above) and nothing per cached key. A step
+   that names the decompressed path is refused where a buffer would pass the device's largest; AUTO
+   keeps an entry absorbed there, and where its decompressed scratch would pass
+   DECOMPRESSED_SCRATCH_BYTES (an eighth of the device's memory where that is less) and the
+   absorbed path's for it. */
 #define DECOMPRESSED_SCRATCH_BYTES ((uint64_t)1 << 30)
 
 /* The decompressed path's scratch bytes a key: the gathered row, the up-projected one. */
@@ -435,8 +449,9 @@ static int decompressed_over_budget(const clmla_layer *L, long long prefix, long
 {
     uint64_t gather, up;
     decompressed_key_bytes(L, &gather, &up);
+    const long long rows = tokens < absorbed_piece_rows(L) ? tokens : absorbed_piece_rows(L);
     const double decompressed = (double)(prefix + tokens) * (double)(gather + up);
-    const double absorbed = (double)tokens * 2.0 * L->H * L->rkv * sizeof(float);
+    const double absorbed = (double)rows * 2.0 * L->H * L->rkv * sizeof(float);
     return decompressed > (double)decompressed_budget(L) && absorbed < decompressed;
 }
 
@@ -1140,10 +1155,11 @@ static clmla_status stage_step(clmla_layer *L, const clmla_forward_args *a, cons
         st = clmla_scratch(ctx, SCRATCH_Q, T * H * (size_t)L->dq * F, &b->q);
     if (st == CLMLA_SUCCESS)
         st = clmla_scratch(ctx, SCRATCH_HEADS_OUT, T * H * (size_t)L->dv * F, &b->o);
+    const size_t piece = T < (size_t)absorbed_piece_rows(L) ? T : (size_t)absorbed_piece_rows(L);
     if (st == CLMLA_SUCCESS && p->any_absorbed)
-        st = clmla_scratch(ctx, SCRATCH_Q_ABSORBED, T * H * (size_t)L->rkv * F, &b->q_abs);
+        st = clmla_scratch(ctx, SCRATCH_Q_ABSORBED, piece * H * (size_t)L->rkv * F, &b->q_abs);
     if (st == CLMLA_SUCCESS && p->any_absorbed)
-        st = clmla_scratch(ctx, SCRATCH_LATENT_OUT, T * H * (size_t)L->rkv * F, &b->latent);
+        st = clmla_scratch(ctx, SCRATCH_LATENT_OUT, piece * H * (size_t)L->rkv * F, &b->latent);
     if (st == CLMLA_SUCCESS && L->HI > 0)
         st = clmla_scratch(ctx, SCRATCH_INDEX_K, T * (size_t)L->dI * F, &b->idx_k);
     if (st == CLMLA_SUCCESS && p->sparse) {
@@ -1261,22 +1277,34 @@ static clmla_status absorbed_attention(clmla_layer *L, clmla_cache *cache, const
     clmla_context *ctx = L->ctx;
     const int H = L->H, rkv = L->rkv, dn = L->dn, dv = L->dv, q_ld = b->q_ld;
     const size_t kvb_head = (size_t)(dn + dv) * rkv; /* floats between heads in kv_b_proj */
+    const int piece = absorbed_piece_rows(L), pieces = (p->T + piece - 1) / piece;
     clmla_status st = CLMLA_SUCCESS;
-    for (int e = 0, r0, rows; st == CLMLA_SUCCESS && next_absorbed_run(p, a->num_entries, &e, &r0, &rows);)
-        st = clmla_gemm_strided_batched(ctx, rows, rkv, dn, 1.0f, mat(b->q, (size_t)r0 * q_ld, (size_t)q_ld, 0), L->dq,
-                                        clmla_weight_slice(&L->kv_b_proj, 0, 0), kvb_head, 0.0f,
-                                        mat(b->q_abs, (size_t)r0 * H * rkv, (size_t)H * rkv, 0), rkv, H, NULL);
-    if (st == CLMLA_SUCCESS) {
+    /* rows [R0, R1) of the step at a time; q_abs and latent hold the piece's rows */
+    for (int R0 = 0; st == CLMLA_SUCCESS && R0 < p->T; R0 += piece) {
+        const int R1 = R0 + piece < p->T ? R0 + piece : p->T;
+        int any = 0; /* a piece of decompressed rows only has nothing to do here */
+        for (int e = 0, r0, rows; !any && next_absorbed_run(p, a->num_entries, &e, &r0, &rows);)
+            any = r0 < R1 && r0 + rows > R0;
+        if (!any)
+            continue;
+        for (int e = 0, r0, rows; st == CLMLA_SUCCESS && next_absorbed_run(p, a->num_entries, &e, &r0, &rows);) {
+            const int lo = r0 > R0 ? r0 : R0, hi = r0 + rows < R1 ? r0 + rows : R1;
+            if (lo < hi)
+                st = clmla_gemm_strided_batched(ctx, hi - lo, rkv, dn, 1.0f, mat(b->q, (size_t)lo * q_ld, (size_t)q_ld, 0),
+                                                L->dq, clmla_weight_slice(&L->kv_b_proj, 0, 0), kvb_head, 0.0f,
+                                                mat(b->q_abs, (size_t)(lo - R0) * H * rkv, (size_t)H * rkv, 0), rkv, H,
+                                                NULL);
+        }
         latent_launch lp;
         memset(&lp, 0, sizeof(lp));
-        lp.num_tokens = p->T;
+        lp.num_tokens = R1 - R0;
         lp.num_heads = H;
         lp.scale = L->scale;
         lp.q_latent = b->q_abs;
         lp.q_latent_token_stride = H * rkv;
         lp.q_latent_head_stride = rkv;
         lp.q_rope = b->q;
-        lp.q_rope_offset = (size_t)dn;
+        lp.q_rope_offset = (size_t)R0 * q_ld + (size_t)dn;
         lp.q_rope_token_stride = q_ld;
         lp.q_rope_head_stride = L->dq;
         lp.block_table = b->tables;
@@ -1285,19 +1313,39 @@ static clmla_status absorbed_attention(clmla_layer *L, clmla_cache *cache, const
         lp.token_ctx_len = b->token_ctx;
         lp.max_ctx_len = p->max_ctx;
         lp.out = b->latent;
+        if (pieces > 1 && st == CLMLA_SUCCESS) {
+            /* the kernels read the token tables from token 0: the piece's rows, copied on the device */
+            const size_t bytes = (size_t)(R1 - R0) * sizeof(cl_int), at = (size_t)R0 * sizeof(cl_int);
+            st = clmla_scratch(ctx, SCRATCH_PIECE_SEQ, (size_t)piece * sizeof(cl_int), &lp.token_seq);
+            if (st == CLMLA_SUCCESS)
+                st = clmla_scratch(ctx, SCRATCH_PIECE_CTX, (size_t)piece * sizeof(cl_int), &lp.token_ctx_len);
+            cl_int err = CL_SUCCESS;
+            if (st == CLMLA_SUCCESS)
+                err = clmla_cl_copy(ctx, b->token_seq, at, lp.token_seq, 0, bytes);
+            if (st == CLMLA_SUCCESS && err == CL_SUCCESS)
+                err = clmla_cl_copy(ctx, b->token_ctx, at, lp.token_ctx_len, 0, bytes);
+            if (st == CLMLA_SUCCESS && err != CL_SUCCESS)
+                st = clmla_fail_cl(ctx, err, "copying a piece of the step's token tables");
+        }
         if (p->sparse) {
             lp.indices = b->idx_topk;
+            lp.indices_offset = (size_t)R0 * L->topk;
             lp.topk = L->topk;
-        } else { /* an entry's tokens may share a work-group (multi-token decode) */
+        } else if (pieces == 1) { /* an entry's tokens may share a work-group (multi-token decode) */
             lp.token_first = b->token_first;
             lp.max_run = p->max_run;
         }
-        st = clmla_latent_attention_enqueue(cache, a->cache_layer, &lp, NULL);
+        if (st == CLMLA_SUCCESS)
+            st = clmla_latent_attention_enqueue(cache, a->cache_layer, &lp, NULL);
+        for (int e = 0, r0, rows; st == CLMLA_SUCCESS && next_absorbed_run(p, a->num_entries, &e, &r0, &rows);) {
+            const int lo = r0 > R0 ? r0 : R0, hi = r0 + rows < R1 ? r0 + rows : R1;
+            if (lo < hi)
+                st = clmla_gemm_strided_batched(ctx, hi - lo, dv, rkv, 1.0f,
+                                                mat(b->latent, (size_t)(lo - R0) * H * rkv, (size_t)H * rkv, 0), rkv,
+                                                clmla_weight_slice(&L->kv_b_proj, (size_t)dn, 1), kvb_head, 0.0f,
+                                                mat(b->o, (size_t)lo * H * dv, (size_t)H * dv, 0), dv, H, NULL);
+        }
     }
-    for (int e = 0, r0, rows; st == CLMLA_SUCCESS && next_absorbed_run(p, a->num_entries, &e, &r0, &rows);)
-        st = clmla_gemm_strided_batched(ctx, rows, dv, rkv, 1.0f, mat(b->latent, (size_t)r0 * H * rkv, (size_t)H * rkv, 0),
-                                        rkv, clmla_weight_slice(&L->kv_b_proj, (size_t)dn, 1), kvb_head, 0.0f,
-                                        mat(b->o, (size_t)r0 * H * dv, (size_t)H * dv, 0), dv, H, NULL);
     return st;
 }
 

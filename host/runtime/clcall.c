@@ -168,6 +168,16 @@ cl_int clmla_cl_read(clmla_context *ctx, cl_mem buffer, size_t offset, size_t by
     return err;
 }
 
+cl_int clmla_cl_copy(clmla_context *ctx, cl_mem src, size_t src_offset, cl_mem dst, size_t dst_offset, size_t bytes)
+{
+    if (clmla_fault_hit(ctx))
+        return CL_OUT_OF_RESOURCES;
+    cl_event own = NULL, *ev = clmla_trace_event(ctx, NULL, &own);
+    const cl_int err = clEnqueueCopyBuffer(ctx->queue, src, dst, src_offset, dst_offset, bytes, 0, NULL, ev);
+    clmla_trace_record(ctx, err, "copy", "copy", 0, &bytes, ev, 1);
+    return err;
+}
+
 clmla_status clmla_fail_kernel_arg(clmla_context *ctx, cl_int err, cl_kernel kernel, cl_uint index)
 {
     char name[96] = "?";

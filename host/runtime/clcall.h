@@ -70,4 +70,6 @@ cl_int clmla_cl_write_async(clmla_context *ctx, cl_mem buffer, size_t offset, si
 /* Waits for *event and releases it (nothing when NULL); *event is NULL after. */
 void clmla_cl_event_done(clmla_context *ctx, cl_event *event);
 cl_int clmla_cl_read(clmla_context *ctx, cl_mem buffer, size_t offset, size_t bytes, void *host);
+/* Non-blocking copy of `bytes` between device buffers, on the queue. */
+cl_int clmla_cl_copy(clmla_context *ctx, cl_mem src, size_t src_offset, cl_mem dst, size_t dst_offset, size_t bytes);
 #endif

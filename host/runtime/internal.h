@@ -42,6 +42,8 @@ struct clmla_context {
     void (*products_release)(void *);    /* set by gemm.c with them; called at destroy */
     int latent_variant;           /* attention.h: CLMLA_LATENT_*, a test hook; 0 = by device type */
     int product_variant;          /* the same vocabulary for the products (gemm.h: clmla_products_rows) */
+    int absorbed_piece_rows;      /* a test hook: rows per piece of the absorbed path's attention
+                                     (layer.c); 0 = by its scratch budget */
     clmla_latent_tuning latent_forced; /* clmla_context_set_latent_tuning's parameters, when */
     int latent_forced_set;             /* set (else the lookup's apply: kernel_tuning.c) */
     clmla_product_tuning product_forced; /* clmla_context_set_product_tuning's parameters, when */
