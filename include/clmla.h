@@ -874,8 +874,8 @@ clmla_status clmla_layer_auto_threshold(const clmla_layer *layer, int *tokens);
    an entry of `tokens` new tokens in a sequence that holds `prefix` tokens before the step, in a
    step whose sequences hold at most prefix + tokens keys afterwards (a longer one in the same
    step can make a layer with an indexer select keys, which changes the choice). An entry whose
-   decompressed scratch would pass 1 GiB (or an eighth of the device's memory) and the absorbed
-   path's (at most 256 MiB) stays absorbed. docs/DESIGN.md, "Which path", gives the rule. */
+   decompressed scratch would pass 1 GiB (or an eighth of the device's memory), the most the
+   absorbed path holds, stays absorbed. docs/DESIGN.md, "Which path", gives the rule. */
 clmla_status clmla_layer_auto_path(const clmla_layer *layer, int prefix, int tokens, clmla_attention_path *path);
 
 /* The device memory a layer holds, in bytes, by checkpoint tensor, as the layer stores it: in its

@@ -576,7 +576,7 @@ static void part_select(void)
 }
 
 /* The sequence and batch parts with the absorbed path's attention in pieces of 2 rows (a test hook;
-   the library's pieces hold 256 MiB of its scratch), so that pieces cut the selecting steps'
+   the library's pieces hold up to 1 GiB of its scratch), so that pieces cut the selecting steps'
    entries and each piece reads its rows of the index lists. */
 static void part_pieces(void)
 {

@@ -10,9 +10,9 @@
  *   forward-cl clmla_layer_forward_cl on device buffers at offsets, chained by events;
  *   auto-path clmla_layer_auto_path's rule, and AUTO taking the path it names;
  *   absorbed-pieces  batch and long with the absorbed path's attention in pieces of 5 rows;
- *   decompressed-budget  AUTO keeping an entry absorbed where decompressing it would hold more
- *             scratch than the budget and the absorbed path; a step that names the decompressed path
- *             refused past the device's largest buffer;
+ *   decompressed-budget  AUTO keeping an entry absorbed where decompressing it would pass the
+ *             scratch budget; a step that names the decompressed path refused past the device's
+ *             largest buffer;
  *   group-kernels, untiled-prefill  shapes and long with the GPU attention kernels (the decompressed
  *             path's by attn_prefill_tiled, then by attn_prefill: the latent tuning's prefill_tiled);
  *   errors    wrong / missing weights, invalid configs, bad forward arguments and a full cache: the
@@ -429,11 +429,10 @@ static void test_auto_path_kind(auto_rule rule)
 
 /* The decompressed path's scratch limits (docs/DESIGN.md, "Which path"), on a device pretending to
    have less memory. A key costs that path 800 bytes (its row gathered, 72 floats, and up-projected,
-   4 heads of 16 + 16), a new token costs the absorbed path 2048 (2 x 4 heads x 64 floats).
+   4 heads of 16 + 16); the absorbed path holds 2048 a row, in pieces within the same budget.
    - An eighth of the memory 200000 bytes, the largest buffer as it is: AUTO keeps an entry
-     absorbed where its decompressed scratch passes 200000 bytes and the absorbed path's for it is
-     smaller (100 tokens after 200: 240000 against 204800), and decompressed where it fits (100
-     after 150) or where absorbing would hold more (300 tokens with no prefix); the CPU rule decides
+     absorbed where its decompressed scratch passes 200000 bytes (100 tokens after 200, 300 with no
+     prefix: 240000), and decompressed where it fits (100 after 150: 200000); the CPU rule decides
      the rest (decompressed from 16 tokens with no prefix, after 57 past a long prefix).
    - The largest buffer 64 KiB (128 keys' up-projection): AUTO keeps 150 tokens absorbed; a step
      that names the decompressed path runs 100 keys and is refused at 150, naming the keys and the
@@ -466,7 +465,7 @@ static void test_decompressed_budget(void)
                      {150, 100, CLMLA_PATH_DECOMPRESSED, CLMLA_PATH_DECOMPRESSED},
                      {200, 100, CLMLA_PATH_DECOMPRESSED, CLMLA_PATH_ABSORBED},
                      {5000, 100, CLMLA_PATH_DECOMPRESSED, CLMLA_PATH_ABSORBED},
-                     {0, 300, CLMLA_PATH_DECOMPRESSED, CLMLA_PATH_DECOMPRESSED},
+                     {0, 300, CLMLA_PATH_DECOMPRESSED, CLMLA_PATH_ABSORBED},
                      {200, 8, CLMLA_PATH_ABSORBED, CLMLA_PATH_ABSORBED}};
         for (int budget = 0; budget < 2; budget++) {
             ctx->info.global_mem_bytes = budget ? 8 * 200000 : real_mem;
@@ -1289,7 +1288,7 @@ static void group_kernels_with(int prefill_tiled)
 }
 
 /* The absorbed path's attention in pieces of 5 rows (a test hook; the library takes pieces of
-   256 MiB of its scratch: 512 rows at DeepSeek-V3's shape), so that pieces cut entries, prefill
+   1 GiB of its scratch: 2048 rows at DeepSeek-V3's shape), so that pieces cut entries, prefill
    chunks and runs of decompressed rows: the batch part (batched against alone against float64, on
    every path) and the long part (chunks on either path), with the row kernels and the work-group
    kernels. */

@@ -244,7 +244,7 @@ part_bench() {
             "$(dirname "$0")/trace_summary.py" "$out/trace-layer-$preset-$w.tsv" --skip 50 --per attn_latent
     done
     # V3's 128 heads: the absorbed path's per-head products with fp8 weights (decoded in groups);
-    # 8192 tokens run in 16 pieces of 512 rows (layer.c: absorbed_piece_rows)
+    # 8192 tokens run in 4 pieces of 2048 rows (layer.c: absorbed_piece_rows)
     step bench-prefill-v3 40 "$bench" $peaks --phase prefill --preset v3 --path absorbed --ctx 512,8192 \
         --weights-dtype f32,fp8 --json "$out/prefill-v3.json"
     # the cost before a first step: every kernel compiled, then from the disk cache (one sample each)

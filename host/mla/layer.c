@@ -394,43 +394,40 @@ static int auto_threshold_of(const clmla_layer *L, double *chunk_keys)
     return n < AUTO_MIN_TOKENS ? AUTO_MIN_TOKENS : n >= AUTO_NEVER ? AUTO_NEVER : (int)ceil(n);
 }
 
-/* The absorbed path holds its queries in latent space and their attention's outputs for the rows it
-   runs at once, 2 H rkv floats a row: a step of more rows than fit ABSORBED_PIECE_BYTES runs its
-   absorbed attention in pieces of that many rows (at DeepSeek-V3's 128 heads 512, at V2-Lite's 16
-   4096), so that its scratch does not grow with a long prompt (docs/DESIGN.md, "Which path"). */
-#define ABSORBED_PIECE_BYTES ((size_t)256 << 20)
+/* The scratch each attention path holds beyond the step's own activations (docs/DESIGN.md, "Which
+   path"), within one budget: SCRATCH_BUDGET_BYTES, or an eighth of the device's memory where that is
+   less.
+   - The absorbed path holds its queries in latent space and their attention's outputs for the rows
+     it runs at once, 2 H rkv floats a row: a step with more rows than fit the budget runs its
+     absorbed attention in pieces of that many rows (2048 at DeepSeek-V3's 128 heads, 16384 at
+     V2-Lite's 16), so that this scratch does not grow with a long prompt.
+   - The decompressed path gathers an entry's k keys (its prefix and new tokens) as float32 rows of
+     rkv + dr values and up-projects them into k rows of H (dn + dv), each in one buffer the context
+     keeps for later steps: 130 KiB a key at V3's shape, 4 GiB for a prompt of 32768 tokens. AUTO
+     keeps an entry absorbed where that would pass the budget (then the absorbed path, within it,
+     holds less) or a buffer the device's largest; a step that names the decompressed path is
+     refused past the largest buffer. */
+#define SCRATCH_BUDGET_BYTES ((uint64_t)1 << 30)
+
+static uint64_t scratch_budget(const clmla_layer *L)
+{
+    const uint64_t eighth = L->ctx->info.global_mem_bytes / 8;
+    return eighth > 0 && eighth < SCRATCH_BUDGET_BYTES ? eighth : SCRATCH_BUDGET_BYTES;
+}
 
 static int absorbed_piece_rows(const clmla_layer *L)
 {
-    if (L->ctx->absorbed_piece_rows > 0)
+    if (L->ctx->absorbed_piece_rows > 0) /* a test hook */
         return L->ctx->absorbed_piece_rows;
-    const size_t rows = ABSORBED_PIECE_BYTES / (2 * (size_t)L->H * L->rkv * sizeof(float));
+    const uint64_t rows = scratch_budget(L) / (2 * (uint64_t)L->H * L->rkv * sizeof(float));
     return rows < 16 ? 16 : rows > INT_MAX ? INT_MAX : (int)rows;
 }
-
-/* The decompressed path's scratch (docs/DESIGN.md, "Which path"): an entry of k keys, its prefix and
-   its new tokens, gathers k cache rows as float32 (rkv + dr values a key) and up-projects them into
-   k rows of H (dn + dv) values, each in one buffer that the context keeps for later steps: for
-   DeepSeek-V3's 128 heads 130 KiB a key, 4 GiB for a prompt of 32768 tokens. The absorbed path
-   instead holds 2 H rkv floats for each row of a piece (above) and nothing per cached key. A step
-   that names the decompressed path is refused where a buffer would pass the device's largest; AUTO
-   keeps an entry absorbed there, and where its decompressed scratch would pass
-   DECOMPRESSED_SCRATCH_BYTES (an eighth of the device's memory where that is less) and the
-   absorbed path's for it. */
-#define DECOMPRESSED_SCRATCH_BYTES ((uint64_t)1 << 30)
 
 /* The decompressed path's scratch bytes a key: the gathered row, the up-projected one. */
 static void decompressed_key_bytes(const clmla_layer *L, uint64_t *gather, uint64_t *up)
 {
     *gather = (uint64_t)L->row * sizeof(float);
     *up = (uint64_t)L->H * (uint64_t)(L->dn + L->dv) * sizeof(float);
-}
-
-/* AUTO's scratch budget for a decompressed entry, in bytes. */
-static uint64_t decompressed_budget(const clmla_layer *L)
-{
-    const uint64_t eighth = L->ctx->info.global_mem_bytes / 8;
-    return eighth > 0 && eighth < DECOMPRESSED_SCRATCH_BYTES ? eighth : DECOMPRESSED_SCRATCH_BYTES;
 }
 
 /* The most keys a decompressed entry can have: each of its scratch buffers within the device's
@@ -443,16 +440,12 @@ static long long decompressed_max_keys(const clmla_layer *L)
     return largest > 0 ? (long long)(largest / (up > gather ? up : gather)) : LLONG_MAX;
 }
 
-/* Whether AUTO keeps an entry absorbed to hold less scratch: decompressing it would pass the
-   budget and take more than the absorbed path does for it. */
+/* Whether decompressing an entry would hold more scratch than the budget. */
 static int decompressed_over_budget(const clmla_layer *L, long long prefix, long long tokens)
 {
     uint64_t gather, up;
     decompressed_key_bytes(L, &gather, &up);
-    const long long rows = tokens < absorbed_piece_rows(L) ? tokens : absorbed_piece_rows(L);
-    const double decompressed = (double)(prefix + tokens) * (double)(gather + up);
-    const double absorbed = (double)rows * 2.0 * L->H * L->rkv * sizeof(float);
-    return decompressed > (double)decompressed_budget(L) && absorbed < decompressed;
+    return (double)(prefix + tokens) * (double)(gather + up) > (double)scratch_budget(L);
 }
 
 /* In a selecting step AUTO sends an entry decompressed only up to this many keys. CPU devices:
@@ -1359,7 +1352,7 @@ static clmla_status decompressed_attention(clmla_layer *L, clmla_cache *cache, c
     /* grown by half again at most up to AUTO's budget (an entry past it takes its own size only) */
     uint64_t gather_key, up_key;
     decompressed_key_bytes(L, &gather_key, &up_key);
-    const size_t budget_keys = (size_t)(decompressed_budget(L) / (gather_key + up_key));
+    const size_t budget_keys = (size_t)(scratch_budget(L) / (gather_key + up_key));
     cl_mem gathered = NULL, kv_up = NULL;
     clmla_status st = clmla_scratch_capped(ctx, SCRATCH_GATHER, (size_t)p->max_decompressed * L->row * F,
                                            budget_keys * L->row * F, &gathered);
