@@ -3,7 +3,8 @@
    X.npy, and Y.npy: transformers' own attention module run in float64 on X, prefill then decode
    one token at a time; all produced by tests/parity/run.sh --write-fixtures, never by clmla),
    `clmla run` is run with an f32 cache on every attention path and with an f16 cache, and the cache
-   dtypes the case lists (bf16, fp8), on the auto path, and its output compared with Y:
+   dtypes the case lists (bf16, fp8), on the auto path, then (where the heads split in two) as two
+   tensor-parallel shards whose outputs are added, and its output compared with Y:
    max |clmla - Y| / max |Y| within the case's tolerance for that cache (case.json: 1e-5 with an
    f32 cache, 2e-3 with f16). A folder stored in BF16 or FP8 also gives the most bytes its weights
    may take on the device ("weights_bytes_max": the folder's bytes of the layer's tensors, plus
@@ -69,6 +70,53 @@ static double rel_err(const float *a, const float *b, size_t n)
     return scale > 0 ? diff / scale : diff;
 }
 
+/* `clmla run` on the fixture folder dir (more arguments in extra), its output into *got (clmla_free
+   it) when it ran and has Y's shape; *log_text the run's messages. 1 on success. */
+static int run_cli(const char *dir, const char *name, int layer, int sublayer, int prefill, const char *dtype,
+                   const char *run_path, const char *extra, const int64_t shape[2], float **got, const char **log_text)
+{
+    char out[700], log[700], cmd[8192];
+    snprintf(out, sizeof(out), "%s/out.npy", work);
+    snprintf(log, sizeof(log), "%s/log.txt", work);
+    remove(out);
+    snprintf(cmd, sizeof(cmd),
+             "'%s' run --model '%s' --layer %d --sublayer %d --input '%s/X.npy' --output '%s' --prefill %d "
+             "--cache-dtype %s --path %s%s >'%s' 2>&1",
+             CLMLA_CLI_PATH, dir, layer, sublayer, dir, out, prefill, dtype, run_path, extra, log);
+    const int rc = system(cmd);
+    const int status = rc == -1 ? -1 : WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+    *log_text = read_text(log) ? read_text(log) : "";
+    *got = NULL;
+    CHECK(status == 0, "%s (%s cache, %s path%s): clmla run exited with %d: %s", name, dtype, run_path, extra, status,
+          *log_text);
+    if (status != 0)
+        return 0;
+    int64_t gshape[2] = {0, 0};
+    int gndim = 0;
+    const clmla_status st = clmla_npy_read_f32(out, got, gshape, &gndim);
+    const int same = st == CLMLA_SUCCESS && gndim == 2 && gshape[0] == shape[0] && gshape[1] == shape[1];
+    CHECK(same, "%s (%s cache, %s path%s): the output has another shape", name, dtype, run_path, extra);
+    if (!same) {
+        clmla_free(*got);
+        *got = NULL;
+    }
+    return same;
+}
+
+/* The model's attention heads (config.json, or its text_config), 0 when not found. */
+static int config_heads(const char *dir)
+{
+    char path[2048];
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    const char *text = read_text(path);
+    cJSON *c = text ? cJSON_Parse(text) : NULL;
+    const cJSON *tc = c ? cJSON_GetObjectItemCaseSensitive(c, "text_config") : NULL;
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(cJSON_IsObject(tc) ? tc : c, "num_attention_heads");
+    const int heads = cJSON_IsNumber(h) ? h->valueint : 0;
+    cJSON_Delete(c);
+    return heads;
+}
+
 static void run_case(const char *dir, const char *name)
 {
     char path[2048];
@@ -118,46 +166,49 @@ static void run_case(const char *dir, const char *name)
     const size_t n = (size_t)shape[0] * (size_t)shape[1];
 
     for (int r = 0; r < nruns; r++) {
-        const char *dtype = runs[r].dtype, *run_path = runs[r].path;
-        char out[700], log[700], cmd[8192];
-        snprintf(out, sizeof(out), "%s/out.npy", work);
-        snprintf(log, sizeof(log), "%s/log.txt", work);
-        remove(out);
-        snprintf(cmd, sizeof(cmd),
-                 "'%s' run --model '%s' --layer %d --sublayer %d --input '%s/X.npy' --output '%s' --prefill %d "
-                 "--cache-dtype %s --path %s >'%s' 2>&1",
-                 CLMLA_CLI_PATH, dir, (int)layer, (int)sublayer, dir, out, (int)prefill, dtype, run_path, log);
-        const int rc = system(cmd);
-        const int status = rc == -1 ? -1 : WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
-        CHECK(status == 0, "%s (%s cache, %s path): clmla run exited with %d: %s", name, dtype, run_path, status,
-              read_text(log) ? read_text(log) : "");
-        if (status != 0)
+        const char *dtype = runs[r].dtype, *run_path = runs[r].path, *log_text = "";
+        float *got = NULL;
+        if (!run_cli(dir, name, (int)layer, (int)sublayer, (int)prefill, dtype, run_path, "", shape, &got, &log_text))
             continue;
         if (r == 0 && bytes_max >= 0) {
             /* a BF16 or FP8 folder: its weights stay as stored, so the device holds about the
                folder's bytes (the bound comes from the folder, written with the fixture) */
-            const char *line = read_text(log);
-            const char *at = line ? strstr(line, " bytes on the device)") : NULL;
-            while (at && at > line && at[-1] >= '0' && at[-1] <= '9')
+            const char *at = strstr(log_text, " bytes on the device)");
+            while (at && at > log_text && at[-1] >= '0' && at[-1] <= '9')
                 at--;
             const double held = at ? strtod(at, NULL) : -1;
             CHECK(held > 0 && held <= bytes_max, "%s: the weights take %.0f bytes on the device, more than the %.0f "
                   "the folder's tensors allow", name, held, bytes_max);
             printf("%-40s weights %.0f bytes on the device (at most %.0f)\n", name, held, bytes_max);
         }
-        float *got = NULL;
-        int64_t gshape[2] = {0, 0};
-        int gndim = 0;
-        const clmla_status st = clmla_npy_read_f32(out, &got, gshape, &gndim);
-        CHECK(st == CLMLA_SUCCESS && gndim == 2 && gshape[0] == shape[0] && gshape[1] == shape[1],
-              "%s: the output has another shape", name);
-        if (st == CLMLA_SUCCESS && gndim == 2 && gshape[0] == shape[0] && gshape[1] == shape[1]) {
-            const double err = rel_err(got, want, n), tol = runs[r].tol;
-            CHECK(err <= tol, "%s (%s cache, %s path): relative error %.3g > %.3g", name, dtype, run_path, err, tol);
-            printf("%-40s %-4s %-12s %.3g\n", name, dtype, run_path, err);
-        }
+        const double err = rel_err(got, want, n), tol = runs[r].tol;
+        CHECK(err <= tol, "%s (%s cache, %s path): relative error %.3g > %.3g", name, dtype, run_path, err, tol);
+        printf("%-40s %-4s %-12s %.3g\n", name, dtype, run_path, err);
         clmla_free(got);
     }
+    /* as two tensor-parallel shards (f32 cache, auto path): their outputs, o_proj's partial sums,
+       add up to the layer's; skipped where the heads do not split in two */
+    const int heads = config_heads(dir);
+    float *sum = heads > 0 && heads % 2 == 0 ? calloc(n, sizeof(float)) : NULL;
+    int shards = 0;
+    for (int rank = 0; sum && rank < 2; rank++) {
+        char extra[64];
+        const char *log_text = "";
+        float *got = NULL;
+        snprintf(extra, sizeof(extra), " --tp-rank %d --tp-size 2", rank);
+        if (!run_cli(dir, name, (int)layer, (int)sublayer, (int)prefill, "f32", "auto", extra, shape, &got, &log_text))
+            break;
+        for (size_t i = 0; i < n; i++)
+            sum[i] += got[i];
+        clmla_free(got);
+        shards++;
+    }
+    if (shards == 2) {
+        const double err = rel_err(sum, want, n), tol = runs[0].tol;
+        CHECK(err <= tol, "%s (two shards, f32 cache, auto path): relative error %.3g > %.3g", name, err, tol);
+        printf("%-40s %-4s %-12s %.3g\n", name, "f32", "auto, 2 shards", err);
+    }
+    free(sum);
     clmla_free(want);
 }
 
