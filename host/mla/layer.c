@@ -1094,21 +1094,26 @@ static clmla_status check_step(clmla_layer *L, clmla_cache *cache, const clmla_f
     return CLMLA_SUCCESS;
 }
 
-/* The next run of consecutive absorbed entries from entry *e on: its first row and number of rows,
-   with *e moved past it. 0 when no absorbed entry is left. */
-static int next_absorbed_run(const step_plan *p, int num_entries, int *e, int *first_row, int *rows)
+/* The next run of consecutive absorbed entries from entry *e on that has rows in [lo, hi) (a piece
+   of the step): those rows, [*first, *end), with *e moved past the run. 0 when none is left. */
+static int next_absorbed_run(const step_plan *p, int num_entries, int lo, int hi, int *e, int *first, int *end)
 {
-    while (*e < num_entries && p->decompressed[*e])
-        ++*e;
-    if (*e >= num_entries)
-        return 0;
-    int end = *e;
-    while (end < num_entries && !p->decompressed[end])
-        end++;
-    *first_row = p->first_row[*e];
-    *rows = (end < num_entries ? p->first_row[end] : p->T) - *first_row;
-    *e = end;
-    return 1;
+    while (*e < num_entries) {
+        while (*e < num_entries && p->decompressed[*e])
+            ++*e;
+        if (*e >= num_entries)
+            return 0;
+        int next = *e;
+        while (next < num_entries && !p->decompressed[next])
+            next++;
+        const int r0 = p->first_row[*e], r1 = next < num_entries ? p->first_row[next] : p->T;
+        *e = next;
+        *first = r0 > lo ? r0 : lo;
+        *end = r1 < hi ? r1 : hi;
+        if (*first < *end)
+            return 1;
+    }
+    return 0;
 }
 
 /* The device buffers of a step: activations in the context's scratch slots and the plan's tables in
@@ -1148,7 +1153,7 @@ static clmla_status stage_step(clmla_layer *L, const clmla_forward_args *a, cons
         st = clmla_scratch(ctx, SCRATCH_Q, T * H * (size_t)L->dq * F, &b->q);
     if (st == CLMLA_SUCCESS)
         st = clmla_scratch(ctx, SCRATCH_HEADS_OUT, T * H * (size_t)L->dv * F, &b->o);
-    const size_t piece = T < (size_t)absorbed_piece_rows(L) ? T : (size_t)absorbed_piece_rows(L);
+    const size_t most = (size_t)absorbed_piece_rows(L), piece = T < most ? T : most;
     if (st == CLMLA_SUCCESS && p->any_absorbed)
         st = clmla_scratch(ctx, SCRATCH_Q_ABSORBED, piece * H * (size_t)L->rkv * F, &b->q_abs);
     if (st == CLMLA_SUCCESS && p->any_absorbed)
@@ -1275,19 +1280,13 @@ static clmla_status absorbed_attention(clmla_layer *L, clmla_cache *cache, const
     /* rows [R0, R1) of the step at a time; q_abs and latent hold the piece's rows */
     for (int R0 = 0; st == CLMLA_SUCCESS && R0 < p->T; R0 += piece) {
         const int R1 = R0 + piece < p->T ? R0 + piece : p->T;
-        int any = 0; /* a piece of decompressed rows only has nothing to do here */
-        for (int e = 0, r0, rows; !any && next_absorbed_run(p, a->num_entries, &e, &r0, &rows);)
-            any = r0 < R1 && r0 + rows > R0;
-        if (!any)
-            continue;
-        for (int e = 0, r0, rows; st == CLMLA_SUCCESS && next_absorbed_run(p, a->num_entries, &e, &r0, &rows);) {
-            const int lo = r0 > R0 ? r0 : R0, hi = r0 + rows < R1 ? r0 + rows : R1;
-            if (lo < hi)
-                st = clmla_gemm_strided_batched(ctx, hi - lo, rkv, dn, 1.0f, mat(b->q, (size_t)lo * q_ld, (size_t)q_ld, 0),
-                                                L->dq, clmla_weight_slice(&L->kv_b_proj, 0, 0), kvb_head, 0.0f,
-                                                mat(b->q_abs, (size_t)(lo - R0) * H * rkv, (size_t)H * rkv, 0), rkv, H,
-                                                NULL);
-        }
+        int e = 0, lo, hi;
+        if (!next_absorbed_run(p, a->num_entries, R0, R1, &e, &lo, &hi))
+            continue; /* a piece of decompressed rows only has nothing to do here */
+        for (e = 0; st == CLMLA_SUCCESS && next_absorbed_run(p, a->num_entries, R0, R1, &e, &lo, &hi);)
+            st = clmla_gemm_strided_batched(ctx, hi - lo, rkv, dn, 1.0f, mat(b->q, (size_t)lo * q_ld, (size_t)q_ld, 0),
+                                            L->dq, clmla_weight_slice(&L->kv_b_proj, 0, 0), kvb_head, 0.0f,
+                                            mat(b->q_abs, (size_t)(lo - R0) * H * rkv, (size_t)H * rkv, 0), rkv, H, NULL);
         latent_launch lp;
         memset(&lp, 0, sizeof(lp));
         lp.num_tokens = R1 - R0;
@@ -1330,14 +1329,11 @@ static clmla_status absorbed_attention(clmla_layer *L, clmla_cache *cache, const
         }
         if (st == CLMLA_SUCCESS)
             st = clmla_latent_attention_enqueue(cache, a->cache_layer, &lp, NULL);
-        for (int e = 0, r0, rows; st == CLMLA_SUCCESS && next_absorbed_run(p, a->num_entries, &e, &r0, &rows);) {
-            const int lo = r0 > R0 ? r0 : R0, hi = r0 + rows < R1 ? r0 + rows : R1;
-            if (lo < hi)
-                st = clmla_gemm_strided_batched(ctx, hi - lo, dv, rkv, 1.0f,
-                                                mat(b->latent, (size_t)(lo - R0) * H * rkv, (size_t)H * rkv, 0), rkv,
-                                                clmla_weight_slice(&L->kv_b_proj, (size_t)dn, 1), kvb_head, 0.0f,
-                                                mat(b->o, (size_t)lo * H * dv, (size_t)H * dv, 0), dv, H, NULL);
-        }
+        for (e = 0; st == CLMLA_SUCCESS && next_absorbed_run(p, a->num_entries, R0, R1, &e, &lo, &hi);)
+            st = clmla_gemm_strided_batched(ctx, hi - lo, dv, rkv, 1.0f,
+                                            mat(b->latent, (size_t)(lo - R0) * H * rkv, (size_t)H * rkv, 0), rkv,
+                                            clmla_weight_slice(&L->kv_b_proj, (size_t)dn, 1), kvb_head, 0.0f,
+                                            mat(b->o, (size_t)lo * H * dv, (size_t)H * dv, 0), dv, H, NULL);
     }
     return st;
 }
