@@ -2,7 +2,8 @@
  * converting buffers on the device and for checking the decoders on every code.
  *   convert_to_f32:   out[i] = the float that code[i] denotes; the codes are SRC_BF16 (ushort),
  *                     SRC_F16 (half, loaded with vload_half) or SRC_E4M3 (uchar), one of them
- *                     defined at build time
+ *                     defined at build time; SRC_E4M3X8 and SRC_E4M3U: the kernels' fast e4m3
+ *                     decoders (8 codes and one), with the decoder's own build option
  *   convert_to_bf16:  out[i] = bf16 bits of in[i], rounded to nearest even
  *   convert_to_e4m3:  out[i] = e4m3 bits of in[i], rounded to nearest even, saturating at 448
  * Dimension 0 runs over n values (items past n return). */
@@ -19,6 +20,9 @@
                              is not NaN there (cl/prelude.cl) */
 #define SRC_T uchar
 #define SRC_VECTOR
+#elif defined(SRC_E4M3U) /* the same decoder for one code (dt_e4m3u) */
+#define SRC_T uchar
+#define SRC_LOAD(p, i) (dt_e4m3u((p)[i]) * DT_E4M3_UNIT)
 #endif
 
 #if defined(SRC_VECTOR)

@@ -574,7 +574,7 @@ void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alph
    scale carrying the 2^120: the factor on the activations that keeps code x activation products
    normal where a kernel applies the scale after them (gemm_skinny_nn_wide, and gemm_packed_rows
    with W_BLOCK_SUMS) */
-#ifndef CLMLA_NO_DENORMS
+#if !defined(CLMLA_NO_DENORMS) && !defined(CLMLA_FP8_HALF)
 #define W_SUM_X 0x1.0p64f
 #else
 #define W_SUM_X 1.0f

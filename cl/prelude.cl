@@ -17,6 +17,14 @@
  *                    read back as NaN. On a device without float denormals (CLMLA_NO_DENORMS,
  *                    set by the library from CL_DEVICE_SINGLE_FP_CONFIG) the exponent is
  *                    rebiased instead, subnormal codes are handled apart, and DT_E4M3_UNIT is 1.
+ *                    On CPUs (CLMLA_FP8_HALF, host/runtime/program.h) the code is placed in a
+ *                    half's bits instead: sign, then its 7 bits below a zero, which makes it
+ *                    2^-8 times the value (e4m3's subnormals are half subnormals, which the
+ *                    conversion to float, one instruction with F16C, makes normal floats), so no
+ *                    code becomes a float denormal, which would cost a microcode assist per
+ *                    vector on Intel cores; DT_E4M3_UNIT is 2^8. Through clang's _Float16 where
+ *                    the compiler has it, else (and with CLMLA_FP8_HALF_VLOAD) vload_half from
+ *                    private memory.
  *   dt_e4m3u(b)      the same for one code
  *   dt_e4m3x8s(b, s) uchar8 codes times s, exact for any s (DT_E4M3_UNIT, then s)
  *   dt_e4m3x4u(b), dt_e4m3x4s(b, s) the same for uchar4
@@ -112,7 +120,37 @@ inline uchar dt_to_e4m3(const float v)
     return (uchar)(sign | ((((r >> 23) - 120u) << 3) | ((r >> 20) & 7u)));
 }
 
-#ifndef CLMLA_NO_DENORMS
+#if defined(CLMLA_FP8_HALF)
+#define DT_E4M3_UNIT 0x1.0p8f
+#if defined(__FLT16_MAX__) && defined(__clang__) && !defined(CLMLA_FP8_HALF_VLOAD) /* that: for tests */
+typedef _Float16 dt_f16x4 __attribute__((ext_vector_type(4)));
+typedef _Float16 dt_f16x8 __attribute__((ext_vector_type(8)));
+typedef _Float16 dt_f16x16 __attribute__((ext_vector_type(16)));
+inline float dt_e4m3u(const uchar b)
+{
+    const ushort h = (ushort)((short)as_char(b) << 7) & (ushort)0xBF80u;
+    return (float)__builtin_bit_cast(_Float16, h);
+}
+#define DT_E4M3_VECTOR(N)                                                                           \
+    inline float##N dt_e4m3x##N##u(const uchar##N b)                                                \
+    {                                                                                               \
+        const ushort##N h = as_ushort##N(convert_short##N(as_char##N(b)) << (short)7) & (ushort)0xBF80u; \
+        return __builtin_convertvector(__builtin_bit_cast(dt_f16x##N, h), float##N);                \
+    }
+#else
+inline float dt_e4m3u(const uchar b)
+{
+    const ushort h = (ushort)((short)as_char(b) << 7) & (ushort)0xBF80u;
+    return vload_half(0, (const half *)&h);
+}
+#define DT_E4M3_VECTOR(N)                                                                           \
+    inline float##N dt_e4m3x##N##u(const uchar##N b)                                                \
+    {                                                                                               \
+        const ushort##N h = as_ushort##N(convert_short##N(as_char##N(b)) << (short)7) & (ushort)0xBF80u; \
+        return vload_half##N(0, (const half *)&h);                                                  \
+    }
+#endif
+#elif !defined(CLMLA_NO_DENORMS)
 #define DT_E4M3_UNIT 0x1.0p120f
 inline float dt_e4m3u(const uchar b)
 {
@@ -127,7 +165,11 @@ inline float dt_e4m3u(const uchar b)
 #define DT_E4M3_UNIT 1.0f
 inline float dt_e4m3u(const uchar b)
 {
-    return dt_e4m3(b);
+    const uint u = b, mag = (u & 0x7Fu) << 20;
+    const float normal = as_float(mag + (120u << 23));
+    const float subnormal = as_float(mag + (121u << 23)) - 0x1.0p-6f;
+    const float v = (u & 0x78u) == 0u ? subnormal : normal;
+    return as_float(as_uint(v) | ((u & 0x80u) << 24));
 }
 #define DT_E4M3_VECTOR(N)                                                                           \
     inline float##N dt_e4m3x##N##u(const uchar##N b)                                                \

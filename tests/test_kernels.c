@@ -325,7 +325,8 @@ static void decode_all(const char *option, size_t code_bytes, int count, double 
             if (!same_value(got[c], decode((unsigned)c)) && bad++ < 5)
                 CHECK(0, "%s code 0x%x: %.9g, the format's definition gives %.9g", what, c, got[c], decode((unsigned)c));
         CHECK(bad == 0, "%s: %d of %d codes decoded wrong", what, bad, count);
-        printf("  %s: all %d codes decode exactly\n", what, count);
+        if (bad == 0)
+            printf("  %s: all %d codes decode exactly\n", what, count);
     }
     free(codes);
     free(got);
@@ -343,18 +344,28 @@ static void test_convert(void)
     decode_all("-D SRC_BF16", 2, 65536, mla_ref_decode_bf16, "bf16");
     decode_all("-D SRC_F16", 2, 65536, mla_ref_decode_f16, "f16 (vload_half)");
     decode_all("-D SRC_E4M3", 1, 256, mla_ref_decode_e4m3, "e4m3");
-    /* The cache's decoder: the branch-free form where the device has float denormals (the library
-       picks it the same way, host/mla/cache.c), and the form for devices without them. */
+    /* The kernels' fast decoders (host/runtime/program.h picks one per device): the branch-free
+       shift where the device has float denormals (GPUs), the rebiasing form for devices without
+       them, and the one through half precision (CPUs: with clang's _Float16, and the fallback). */
     cl_device_id dev = NULL;
     cl_device_fp_config fp = 0;
     clGetCommandQueueInfo(clmla_context_queue(ctx), CL_QUEUE_DEVICE, sizeof(dev), &dev, NULL);
     clGetDeviceInfo(dev, CL_DEVICE_SINGLE_FP_CONFIG, sizeof(fp), &fp, NULL);
     if (fp & CL_FP_DENORM)
-        decode_all("-D SRC_E4M3X8", 1, 256, e4m3_no_nan, "e4m3 (8 at a time, the cache's decoder)");
+        decode_all("-D SRC_E4M3X8", 1, 256, e4m3_no_nan, "e4m3 (8 at a time, the shift: GPUs)");
     else
         printf("  e4m3 x8 with denormals: not run (the device has no float denormals; the library does not use it)\n");
     decode_all("-D SRC_E4M3X8 -D CLMLA_NO_DENORMS", 1, 256, e4m3_no_nan,
                "e4m3 (8 at a time, for devices without denormals)");
+    decode_all("-D SRC_E4M3X8 -D CLMLA_FP8_HALF", 1, 256, e4m3_no_nan, "e4m3 (8 at a time, through half: CPUs)");
+    decode_all("-D SRC_E4M3U -D CLMLA_FP8_HALF", 1, 256, e4m3_no_nan, "e4m3 (one code, through half: CPUs)");
+    decode_all("-D SRC_E4M3X8 -D CLMLA_FP8_HALF -D CLMLA_FP8_HALF_VLOAD", 1, 256, e4m3_no_nan,
+               "e4m3 (8 at a time, through half with vload_half)");
+    decode_all("-D SRC_E4M3U -D CLMLA_FP8_HALF -D CLMLA_FP8_HALF_VLOAD", 1, 256, e4m3_no_nan,
+               "e4m3 (one code, through half with vload_half)");
+    decode_all("-D SRC_E4M3U -D CLMLA_NO_DENORMS", 1, 256, e4m3_no_nan, "e4m3 (one code, for devices without denormals)");
+    if (fp & CL_FP_DENORM)
+        decode_all("-D SRC_E4M3U", 1, 256, e4m3_no_nan, "e4m3 (one code, the shift: GPUs)");
 
     /* The encoder: for every finite bf16 code, floats just above it, a quarter, exactly half and just
        past half an ulp on, and the next code, each against the reference's rounding. */

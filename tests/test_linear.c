@@ -17,6 +17,7 @@
 #include "internal.h"
 #include "test_util.h"
 #include "mla_ref.h"
+#include "program.h"
 #include "tolerance.h"
 
 #include <stdlib.h>
@@ -271,6 +272,13 @@ static void check_fp8_scale(float big, int held_f32)
     (void)scales;
 }
 
+static int has_denormals(const clmla_context *c)
+{
+    cl_device_fp_config fp = 0;
+    clGetDeviceInfo(c->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof(fp), &fp, NULL);
+    return (fp & CL_FP_DENORM) != 0;
+}
+
 static void test_dtypes(void)
 {
     check_fp8_scale(255.0f, 0);
@@ -282,6 +290,24 @@ static void test_dtypes(void)
     check_dtype(CLMLA_DTYPE_FP8_E4M3, 257, 33, "fp8");
     /* past the first packed chunk of each narrow dtype (1024 bf16, 2048 fp8 values), mid-block */
     check_dtype(CLMLA_DTYPE_FP8_E4M3, 19, 2100, "fp8");
+    /* fp8 again through the decoders other devices get (host/runtime/program.h), each on a context of
+       its own, since a context builds its kernels once: the CPU kernels undo, on the activations,
+       what each decoder leaves in the scale (cl/gemm_skinny.cl, W_SUM_X) */
+    clmla_context *const main_ctx = ctx;
+    for (int dec = CLMLA_FP8_DECODER_SHIFT; dec <= CLMLA_FP8_DECODER_REBIAS; dec++) {
+        clmla_context *dc = NULL;
+        if (dec == clmla_fp8_decoder(main_ctx) || (dec == CLMLA_FP8_DECODER_SHIFT && !has_denormals(main_ctx)))
+            continue;
+        CHECK_STATUS(clmla_context_create(NULL, &dc), CLMLA_SUCCESS, NULL);
+        if (!dc)
+            break;
+        dc->fp8_decoder = dec;
+        ctx = dc;
+        check_dtype(CLMLA_DTYPE_FP8_E4M3, 130, 300, dec == CLMLA_FP8_DECODER_SHIFT ? "fp8 (shift decoder)" : "fp8 (rebiasing decoder)");
+        check_dtype(CLMLA_DTYPE_FP8_E4M3, 19, 2100, dec == CLMLA_FP8_DECODER_SHIFT ? "fp8 (shift decoder)" : "fp8 (rebiasing decoder)");
+        ctx = main_ctx;
+        clmla_context_destroy(dc);
+    }
     /* a NaN code is refused by position, nothing made */
     unsigned char codes[6] = {1, 2, 3, 0xFF, 5, 6};
     float scale[1] = {1.0f};
@@ -598,6 +624,19 @@ static void test_per_head(void)
     for (int d = 0; d < 3; d++) {
         check_per_head(hc, dtypes[d], heads, 264);
         check_per_head(hc, dtypes[d], heads, 520);
+    }
+    /* fp8 through the other decoders (test_dtypes) */
+    for (int dec = CLMLA_FP8_DECODER_SHIFT; dec <= CLMLA_FP8_DECODER_REBIAS; dec++) {
+        clmla_context *dc = NULL;
+        if (dec == clmla_fp8_decoder(hc) || (dec == CLMLA_FP8_DECODER_SHIFT && !has_denormals(hc)))
+            continue;
+        CHECK_STATUS(clmla_context_create(NULL, &dc), CLMLA_SUCCESS, NULL);
+        if (!dc)
+            break;
+        dc->fp8_decoder = dec;
+        check_per_head(dc, CLMLA_DTYPE_FP8_E4M3, heads, 264);
+        check_per_head(dc, CLMLA_DTYPE_FP8_E4M3, heads, 520);
+        clmla_context_destroy(dc);
     }
     clmla_context_destroy(hc);
     /* Again with the work-group forms (product_kernels "group", what GPUs run) and K split into 16

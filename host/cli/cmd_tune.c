@@ -566,8 +566,10 @@ static void pt_weight_free(pt_weight *w)
     memset(w, 0, sizeof(*w));
 }
 
-/* Random weights in [-1, 1] of the shape in the dtype (fp8: random codes, NaN excepted, and block
-   scales in [0.5, 1.5]); 0 on success. */
+/* Random weights in [-1, 1] of the shape in the dtype; fp8: a checkpoint's codes, the nearest e4m3
+   to 448 times such a weight (each block's largest near 448, as DeepSeek's scales make it, so that
+   subnormal codes are as rare as there: random codes would make one in 16 subnormal, whose cost on
+   some CPUs depends on the decoder, cl/prelude.cl), and block scales in [0.5, 1.5]; 0 on success. */
 static int pt_weight_make(pt_weight *w, const pt_shape *shape, clmla_dtype dtype, uint32_t seed)
 {
     memset(w, 0, sizeof(*w));
@@ -600,10 +602,7 @@ static int pt_weight_make(pt_weight *w, const pt_shape *shape, clmla_dtype dtype
             memcpy(&back, &bits, 4);
             w->values[i] = back;
         } else {
-            seed = seed * 1664525u + 1013904223u;
-            uint8_t c = (uint8_t)(seed >> 24);
-            if ((c & 0x7f) == 0x7f)
-                c ^= 1; /* not NaN */
+            const uint8_t c = (uint8_t)mla_ref_encode_e4m3(mla_ref_round_e4m3(448.0 * (double)v));
             ((uint8_t *)w->codes)[i] = c;
             w->values[i] = pt_fp8(c) * w->scales[(i / k / 128) * sc + (i % k) / 128];
         }

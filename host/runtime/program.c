@@ -415,11 +415,26 @@ void clmla_program_cache_release(clmla_context *ctx)
     ctx->programs = NULL;
 }
 
-const char *clmla_fp8_option(const clmla_context *ctx)
+int clmla_fp8_decoder(const clmla_context *ctx)
 {
-    /* fp8's branch-free decoder makes float denormals of the smallest codes */
+    if (ctx->fp8_decoder != CLMLA_FP8_DECODER_AUTO)
+        return ctx->fp8_decoder;
+    if (ctx->info.kind == CLMLA_DEVICE_KIND_CPU)
+        return CLMLA_FP8_DECODER_HALF;
     cl_device_fp_config fp = 0;
     if (clGetDeviceInfo(ctx->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof(fp), &fp, NULL) != CL_SUCCESS)
         fp = 0;
-    return fp & CL_FP_DENORM ? "" : " -D CLMLA_NO_DENORMS";
+    return fp & CL_FP_DENORM ? CLMLA_FP8_DECODER_SHIFT : CLMLA_FP8_DECODER_REBIAS;
+}
+
+const char *clmla_fp8_option(const clmla_context *ctx)
+{
+    switch (clmla_fp8_decoder(ctx)) {
+    case CLMLA_FP8_DECODER_HALF:
+        return " -D CLMLA_FP8_HALF";
+    case CLMLA_FP8_DECODER_REBIAS:
+        return " -D CLMLA_NO_DENORMS";
+    default:
+        return "";
+    }
 }

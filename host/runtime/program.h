@@ -7,8 +7,16 @@
    release). On a compile error returns CLMLA_ERROR_BUILD_FAILED with the log in ctx's message. */
 clmla_status clmla_program_get(clmla_context *ctx, const char *name, const char *options, cl_program *program);
 
-/* " -D CLMLA_NO_DENORMS" where the device flushes float denormals, else "": the build option every
-   kernel that decodes fp8 codes (cl/prelude.cl: the cache's and the weights') needs. */
+/* The fp8 decoder a context's kernels use (cl/prelude.cl; ctx->fp8_decoder forces one, for tests):
+   on CPUs the one through half precision, whose smallest codes never become float denormals (an
+   Intel core takes a microcode assist on each vector that holds one: a product with 1% of its codes
+   subnormal ran 5x slower, docs/perf-log.md); elsewhere the branch-free shift, or, where the device
+   flushes float denormals, the rebiasing one. */
+enum { CLMLA_FP8_DECODER_AUTO = 0, CLMLA_FP8_DECODER_SHIFT = 1, CLMLA_FP8_DECODER_HALF = 2, CLMLA_FP8_DECODER_REBIAS = 3 };
+int clmla_fp8_decoder(const clmla_context *ctx);
+
+/* The build option every kernel that decodes fp8 codes (the cache's and the weights') needs for
+   that decoder: "", " -D CLMLA_FP8_HALF" or " -D CLMLA_NO_DENORMS". */
 const char *clmla_fp8_option(const clmla_context *ctx);
 
 /* A new kernel object (the caller releases it) from clmla_program_get's program. */
