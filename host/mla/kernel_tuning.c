@@ -68,6 +68,14 @@ static const kernel_entry latent_builtin[] = {
        was 0.86-1.24 of the defaults when timed again beside them, three times out of four slower:
        the defaults */
     {"AuthenticAMD", "pthread-skylake-avx512-AMD EPYC", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 0, 16, 0, 4, 128, 0, 32, 32, 64, 16}}},
+    /* PoCL 3.1 (Debian 12), 2-core Intel Xeon with AVX-512 (2026-11-27): `clmla tune --kernels`, 16
+       and 128 heads, rkv 512, dr 64, ctx 4096, 18 candidates each: at 16 heads the grid's best
+       (rows_groups_per_cu 2) 0.984 of the defaults when timed again beside them, at 128 the defaults
+       best, so the defaults; with --prefill (V2-Lite, bf16 weights, a prompt of 2048 and a chunk of
+       512 after 4096), prefill_rows_queries 32 at 0.961 of 16 (median of 3 alternations; the
+       chunk 0.91-0.96, the prompt 0.97-1.05) */
+    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 32}}},
+    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 128, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16}}},
     /* NVIDIA H100 80GB HBM3, driver 580.159.04 (2026-11-26): 72 candidates each, rkv 512, dr 64, ctx
        4096, confirmed by 3 alternations with the defaults of then (query layout 0). 16 heads: batch 1
        59.8 us, batch 8 109.3 us against 69.9 and 120.4 (0.88); 128 heads: 76.8 and 590.0 us against
@@ -184,6 +192,16 @@ static const kernel_entry product_builtin[] = {
        14.6-18.4 ms for o_proj at 8), hence 1 and 2 rows only. The rest: the defaults. */
     {"AuthenticAMD", "pthread-skylake-avx512-AMD EPYC", "Portable Computing Language", "", 0,
      {.product = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 1, 4, 1}}},
+    /* PoCL 3.1 (Debian 12), 2-core Intel Xeon with AVX-512 (2026-11-27), `clmla tune --kernels
+       --products` twice (before and after fp8 through half precision) and an A/B of the block sums:
+       - prefill tiles 256 x 96 x 4 (TR x TC x MC): 0.914-0.946 of the defaults' time in both
+         confirmation rounds of both classes (512 rows of V2-Lite's and V3's fused q / kv_a, in
+         f32, bf16 and fp8);
+       - fp8 block sums: 3 alternations of clmla-bench's V2-Lite and V3 products at 1 row, medians
+         0.56-1.08 of the time without, 0.94 the median ratio (V3 o_proj 5.40 / 6.12 ms);
+       - the decode parameters: the defaults (every grid point within the host's 2x swing). */
+    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 0,
+     {.product = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 96, 4, 1024, 1, 4, 1}}},
     /* NVIDIA H100 80GB HBM3, driver 580.159.04 (2026-11-26): gemm_skinny_nt at 1 row, 29 candidates
        per K class on V2-Lite's and V3's projections in f32, bf16 and fp8; the defaults won both
        classes (next best 1.006-1.036 of their time; skinny_vector 8 and 16, 1.27 and 1.92). An
