@@ -279,6 +279,19 @@ static int has_denormals(const clmla_context *c)
     return (fp & CL_FP_DENORM) != 0;
 }
 
+/* A context on the same device whose kernels use fp8 decoder `dec` (host/runtime/program.h), or
+   NULL where `like` uses it already or the device cannot (the shift needs float denormals). */
+static clmla_context *decoder_context(clmla_context *like, int dec)
+{
+    clmla_context *dc = NULL;
+    if (dec == clmla_fp8_decoder(like) || (dec == CLMLA_FP8_DECODER_SHIFT && !has_denormals(like)))
+        return NULL;
+    CHECK_STATUS(clmla_context_create(NULL, &dc), CLMLA_SUCCESS, NULL);
+    if (dc)
+        dc->fp8_decoder = dec;
+    return dc;
+}
+
 static void test_dtypes(void)
 {
     check_fp8_scale(255.0f, 0);
@@ -295,13 +308,9 @@ static void test_dtypes(void)
        what each decoder leaves in the scale (cl/gemm_skinny.cl, W_SUM_X) */
     clmla_context *const main_ctx = ctx;
     for (int dec = CLMLA_FP8_DECODER_SHIFT; dec <= CLMLA_FP8_DECODER_REBIAS; dec++) {
-        clmla_context *dc = NULL;
-        if (dec == clmla_fp8_decoder(main_ctx) || (dec == CLMLA_FP8_DECODER_SHIFT && !has_denormals(main_ctx)))
-            continue;
-        CHECK_STATUS(clmla_context_create(NULL, &dc), CLMLA_SUCCESS, NULL);
+        clmla_context *dc = decoder_context(main_ctx, dec);
         if (!dc)
-            break;
-        dc->fp8_decoder = dec;
+            continue;
         ctx = dc;
         check_dtype(CLMLA_DTYPE_FP8_E4M3, 130, 300, dec == CLMLA_FP8_DECODER_SHIFT ? "fp8 (shift decoder)" : "fp8 (rebiasing decoder)");
         check_dtype(CLMLA_DTYPE_FP8_E4M3, 19, 2100, dec == CLMLA_FP8_DECODER_SHIFT ? "fp8 (shift decoder)" : "fp8 (rebiasing decoder)");
@@ -627,13 +636,9 @@ static void test_per_head(void)
     }
     /* fp8 through the other decoders (test_dtypes) */
     for (int dec = CLMLA_FP8_DECODER_SHIFT; dec <= CLMLA_FP8_DECODER_REBIAS; dec++) {
-        clmla_context *dc = NULL;
-        if (dec == clmla_fp8_decoder(hc) || (dec == CLMLA_FP8_DECODER_SHIFT && !has_denormals(hc)))
-            continue;
-        CHECK_STATUS(clmla_context_create(NULL, &dc), CLMLA_SUCCESS, NULL);
+        clmla_context *dc = decoder_context(hc, dec);
         if (!dc)
-            break;
-        dc->fp8_decoder = dec;
+            continue;
         check_per_head(dc, CLMLA_DTYPE_FP8_E4M3, heads, 264);
         check_per_head(dc, CLMLA_DTYPE_FP8_E4M3, heads, 520);
         clmla_context_destroy(dc);
