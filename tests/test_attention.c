@@ -10,6 +10,7 @@
 #include "check.h"
 #include "clmla.h"
 #include "mla_ref.h"
+#include "program.h"
 #include "test_util.h"
 #include "tolerance.h"
 
@@ -43,12 +44,13 @@ static cl_mem make_buffer(size_t bytes, const void *host)
 /* Set while only the caches whose values are decoded (f16, bf16, fp8) are wanted: f32 pools are
    then not made. */
 static int decoded_only;
+static int fp8_only;
 
 static int pool_make(pool *p, const char *name, int rkv, int dr, int bt, int num_blocks, clmla_cache_dtype dtype,
                      uint64_t seed)
 {
     memset(p, 0, sizeof(*p));
-    if (decoded_only && dtype == CLMLA_CACHE_F32)
+    if ((decoded_only && dtype == CLMLA_CACHE_F32) || (fp8_only && dtype != CLMLA_CACHE_FP8))
         return -1;
     const int failed_before = check_failed;
     p->name = name;
@@ -689,6 +691,20 @@ int main(void)
         char label[64];
         snprintf(label, sizeof(label), "group_decode_heads %d", decode_heads[i]);
         run_all_tuned(&t, 1, label);
+    }
+    /* attn_latent over the fp8 caches with the decoder GPUs get, the shift (CPUs get the one through
+       half precision: host/runtime/program.h), where the device has float denormals; the caches are
+       made anew, so their kernels are built with it */
+    cl_device_fp_config fp = 0;
+    clGetDeviceInfo(ctx->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof(fp), &fp, NULL);
+    if ((fp & CL_FP_DENORM) && clmla_fp8_decoder(ctx) != CLMLA_FP8_DECODER_SHIFT) {
+        clmla_latent_tuning d;
+        clmla_latent_tuning_defaults(&d);
+        ctx->fp8_decoder = CLMLA_FP8_DECODER_SHIFT;
+        fp8_only = 1;
+        run_all_tuned(&d, 1, "fp8 caches through the shift decoder");
+        fp8_only = 0;
+        ctx->fp8_decoder = CLMLA_FP8_DECODER_AUTO;
     }
     /* attn_latent with a sequence's keys split as finely as the tuning allows (group_min_split_keys
        16: splits shorter than a tile of the score step, many partial results to combine) */
