@@ -22,9 +22,9 @@
  *                    2^-8 times the value (e4m3's subnormals are half subnormals, which the
  *                    conversion to float, one instruction with F16C, makes normal floats), so no
  *                    code becomes a float denormal, which would cost a microcode assist per
- *                    vector on Intel cores; DT_E4M3_UNIT is 2^8. Through clang's _Float16 where
- *                    the compiler has it, else (and with CLMLA_FP8_HALF_VLOAD) vload_half from
- *                    private memory.
+ *                    vector on Intel cores; DT_E4M3_UNIT is 2^8. Through vload_half from private
+ *                    memory: on PoCL as fast as clang's _Float16 converted (vcvtph2ps), which
+ *                    oclgrind cannot run.
  *   dt_e4m3u(b)      the same for one code
  *   dt_e4m3x8s(b, s) uchar8 codes times s, exact for any s (DT_E4M3_UNIT, then s)
  *   dt_e4m3x4u(b), dt_e4m3x4s(b, s) the same for uchar4
@@ -122,22 +122,6 @@ inline uchar dt_to_e4m3(const float v)
 
 #if defined(CLMLA_FP8_HALF)
 #define DT_E4M3_UNIT 0x1.0p8f
-#if defined(__FLT16_MAX__) && defined(__clang__) && !defined(CLMLA_FP8_HALF_VLOAD) /* that: for tests */
-typedef _Float16 dt_f16x4 __attribute__((ext_vector_type(4)));
-typedef _Float16 dt_f16x8 __attribute__((ext_vector_type(8)));
-typedef _Float16 dt_f16x16 __attribute__((ext_vector_type(16)));
-inline float dt_e4m3u(const uchar b)
-{
-    const ushort h = (ushort)((short)as_char(b) << 7) & (ushort)0xBF80u;
-    return (float)__builtin_bit_cast(_Float16, h);
-}
-#define DT_E4M3_VECTOR(N)                                                                           \
-    inline float##N dt_e4m3x##N##u(const uchar##N b)                                                \
-    {                                                                                               \
-        const ushort##N h = as_ushort##N(convert_short##N(as_char##N(b)) << (short)7) & (ushort)0xBF80u; \
-        return __builtin_convertvector(__builtin_bit_cast(dt_f16x##N, h), float##N);                \
-    }
-#else
 inline float dt_e4m3u(const uchar b)
 {
     const ushort h = (ushort)((short)as_char(b) << 7) & (ushort)0xBF80u;
@@ -149,7 +133,6 @@ inline float dt_e4m3u(const uchar b)
         const ushort##N h = as_ushort##N(convert_short##N(as_char##N(b)) << (short)7) & (ushort)0xBF80u; \
         return vload_half##N(0, (const half *)&h);                                                  \
     }
-#endif
 #elif !defined(CLMLA_NO_DENORMS)
 #define DT_E4M3_UNIT 0x1.0p120f
 inline float dt_e4m3u(const uchar b)

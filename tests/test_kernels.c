@@ -346,7 +346,7 @@ static void test_convert(void)
     decode_all("-D SRC_E4M3", 1, 256, mla_ref_decode_e4m3, "e4m3");
     /* The kernels' fast decoders (host/runtime/program.h picks one per device): the branch-free
        shift where the device has float denormals (GPUs), the rebiasing form for devices without
-       them, and the one through half precision (CPUs: with clang's _Float16, and the fallback). */
+       them, and the one through half precision (CPUs). */
     cl_device_id dev = NULL;
     cl_device_fp_config fp = 0;
     clGetCommandQueueInfo(clmla_context_queue(ctx), CL_QUEUE_DEVICE, sizeof(dev), &dev, NULL);
@@ -359,10 +359,6 @@ static void test_convert(void)
                "e4m3 (8 at a time, for devices without denormals)");
     decode_all("-D SRC_E4M3X8 -D CLMLA_FP8_HALF", 1, 256, e4m3_no_nan, "e4m3 (8 at a time, through half: CPUs)");
     decode_all("-D SRC_E4M3U -D CLMLA_FP8_HALF", 1, 256, e4m3_no_nan, "e4m3 (one code, through half: CPUs)");
-    decode_all("-D SRC_E4M3X8 -D CLMLA_FP8_HALF -D CLMLA_FP8_HALF_VLOAD", 1, 256, e4m3_no_nan,
-               "e4m3 (8 at a time, through half with vload_half)");
-    decode_all("-D SRC_E4M3U -D CLMLA_FP8_HALF -D CLMLA_FP8_HALF_VLOAD", 1, 256, e4m3_no_nan,
-               "e4m3 (one code, through half with vload_half)");
     decode_all("-D SRC_E4M3U -D CLMLA_NO_DENORMS", 1, 256, e4m3_no_nan, "e4m3 (one code, for devices without denormals)");
     if (fp & CL_FP_DENORM)
         decode_all("-D SRC_E4M3U", 1, 256, e4m3_no_nan, "e4m3 (one code, the shift: GPUs)");

@@ -10,9 +10,11 @@
 
 /* Side of an FP8 scale block, in elements, along both dimensions. */
 #define CLMLA_FP8_BLOCK 128
-/* The fp8 product kernels take block scales below this (they multiply a scale by 2^120 once and
-   decode codes 2^-120 times their value, cl/prelude.cl); a weight with a larger one is held in
-   float32. Real checkpoints' scales are near max|W| / 448, far below. */
+/* The fp8 product kernels take block scales below this (with the decoder GPUs use they multiply a
+   scale by 2^120 once and decode codes 2^-120 times their value, cl/prelude.cl; the one CPUs use
+   needs only 2^8, but one limit holds for every device, so that a weight is held the same way
+   everywhere); a weight with a larger one is held in float32. Real checkpoints' scales are near
+   max|W| / 448, far below. */
 #define CLMLA_FP8_SCALE_LIMIT 256.0f
 
 /* Bytes of one element (FP8: of one code; its scales are extra), 0 for an unknown dtype. */
