@@ -570,16 +570,6 @@ void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alph
     }
 }
 
-/* fp8 codes decode to value x 2^-120 where denormals are kept (DT_E4M3_UNIT, cl/prelude.cl), the
-   scale carrying the 2^120: the factor on the activations that keeps code x activation products
-   normal where a kernel applies the scale after them (gemm_skinny_nn_wide, and gemm_packed_rows
-   with W_BLOCK_SUMS) */
-#if !defined(CLMLA_NO_DENORMS) && !defined(CLMLA_FP8_HALF)
-#define W_SUM_X 0x1.0p64f
-#else
-#define W_SUM_X 1.0f
-#endif
-
 /* gemm_skinny_nn_wide: C = alpha * A * B + beta * C for CPU devices and 1 to 4 rows of x (MR),
  * B [K, N] row-major with N a multiple of 8: the absorbed path's W^UK at decode, one product per
  * head. A work-item takes a run of NW float8 strips (8 NW = 512 columns, a whole row of W^UK at
@@ -589,9 +579,9 @@ void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alph
  * columns of every row before the next 64, a stride the prefetchers follow badly: V2-Lite's W^UK at
  * one row took 1.3-2x as long that way (docs/perf-log.md, "The absorbed path's per-head products").
  * fp8 weights: A[m, k] is taken times the scale of its block once per 128 columns, so each weight
- * costs its decode and an FMA; the scale carries 2^120 (cl/prelude.cl), so x is taken times 2^-64
- * as well, which keeps it finite and the products clear of denormals, and the sums times 2^64 at
- * the end. Dimension 1 enumerates (batch, block of MR rows). */
+ * costs its decode and an FMA; the scale carries DT_E4M3_UNIT (2^120 with the shift decoder,
+ * cl/prelude.cl), so x is taken times DT_E4M3_SUM_X^-1 as well (2^-64 there), which keeps it finite
+ * and the products clear of denormals, and the sums times DT_E4M3_SUM_X at the end. Dimension 1 enumerates (batch, block of MR rows). */
 #ifndef NW
 #define NW 64
 #endif
@@ -599,7 +589,7 @@ void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alph
 #if (8 * NW) % W_BLOCK != 0
 #error "gemm_skinny_nn_wide: a run of 8 NW columns must hold whole scale blocks"
 #endif
-#define NW_FACTOR W_SUM_X /* 2^64, or 1 where denormals are flushed */
+#define NW_FACTOR DT_E4M3_SUM_X
 #else
 #define NW_FACTOR 1.0f
 #endif
@@ -750,10 +740,10 @@ void gemm_packed_rows(const int M, const int N, const int K, const float alpha,
                         sc[s] = W_SCALE(Bs, bs_ld, wr[s], k0 + kb);
                     const int kend = min(kb + W_BLOCK, len8);
 #ifdef BLOCK_SUMS
-                    /* the block's products summed unscaled, the scale applied once: the codes decode
-                       to value * 2^-120 (cl/prelude.cl), so the activations are taken times 2^64
-                       (exact) to keep the products clear of float denormals, and the sum is scaled
-                       by the block's scale (which carries the 2^120) times 2^-64 */
+                    /* the block's products summed unscaled, the scale applied once: the activations
+                       are taken times DT_E4M3_SUM_X (exact; 2^64 where codes decode to value *
+                       2^-120, cl/prelude.cl) to keep the products clear of float denormals, and the
+                       sum is scaled by the block's scale (which carries DT_E4M3_UNIT) over it */
                     float8 blk[MRP][STREAMS];
 #pragma unroll
                     for (int m = 0; m < MRP; m++)
@@ -762,7 +752,7 @@ void gemm_packed_rows(const int M, const int N, const int K, const float alpha,
                             blk[m][s] = (float8)(0.0f);
 #define SUMS blk         /* where the loop below adds its products */
 #define W_FACTOR(s) 1.0f /* on each weight */
-#define X_FACTOR W_SUM_X /* on each activation */
+#define X_FACTOR DT_E4M3_SUM_X /* on each activation */
 #else
 #define SUMS acc
 #define W_FACTOR(s) sc[s]
@@ -799,7 +789,7 @@ void gemm_packed_rows(const int M, const int N, const int K, const float alpha,
                     for (int m = 0; m < MRP; m++)
 #pragma unroll
                         for (int s = 0; s < STREAMS; s++)
-                            acc[m][s] = fma(blk[m][s], (float8)(sc[s] / W_SUM_X), acc[m][s]);
+                            acc[m][s] = fma(blk[m][s], (float8)(sc[s] / DT_E4M3_SUM_X), acc[m][s]);
 #endif
 #undef SUMS
 #undef W_FACTOR

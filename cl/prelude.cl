@@ -25,6 +25,9 @@
  *                    vector on Intel cores; DT_E4M3_UNIT is 2^8. Through vload_half from private
  *                    memory: on PoCL as fast as clang's _Float16 converted (vcvtph2ps), which
  *                    oclgrind cannot run.
+ *   DT_E4M3_SUM_X    a power of two that keeps a decoded code times an activation clear of float
+ *                    denormals (2^64 where codes decode to value x 2^-120, else 1): the factor on
+ *                    activations of the kernels that apply the scale after summing such products
  *   dt_e4m3u(b)      the same for one code
  *   dt_e4m3x8s(b, s) uchar8 codes times s, exact for any s (DT_E4M3_UNIT, then s)
  *   dt_e4m3x4u(b), dt_e4m3x4s(b, s) the same for uchar4
@@ -122,6 +125,7 @@ inline uchar dt_to_e4m3(const float v)
 
 #if defined(CLMLA_FP8_HALF)
 #define DT_E4M3_UNIT 0x1.0p8f
+#define DT_E4M3_SUM_X 1.0f
 inline float dt_e4m3u(const uchar b)
 {
     const ushort h = (ushort)((short)as_char(b) << 7) & (ushort)0xBF80u;
@@ -135,6 +139,7 @@ inline float dt_e4m3u(const uchar b)
     }
 #elif !defined(CLMLA_NO_DENORMS)
 #define DT_E4M3_UNIT 0x1.0p120f
+#define DT_E4M3_SUM_X 0x1.0p64f
 inline float dt_e4m3u(const uchar b)
 {
     return as_float(((uint)as_char(b) << 20) & 0x87F00000u);
@@ -146,6 +151,7 @@ inline float dt_e4m3u(const uchar b)
     }
 #else
 #define DT_E4M3_UNIT 1.0f
+#define DT_E4M3_SUM_X 1.0f
 inline float dt_e4m3u(const uchar b)
 {
     const uint u = b, mag = (u & 0x7Fu) << 20;

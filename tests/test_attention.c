@@ -695,9 +695,7 @@ int main(void)
     /* attn_latent over the fp8 caches with the decoder GPUs get, the shift (CPUs get the one through
        half precision: host/runtime/program.h), where the device has float denormals; the caches are
        made anew, so their kernels are built with it */
-    cl_device_fp_config fp = 0;
-    clGetDeviceInfo(ctx->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof(fp), &fp, NULL);
-    if ((fp & CL_FP_DENORM) && clmla_fp8_decoder(ctx) != CLMLA_FP8_DECODER_SHIFT) {
+    if (clmla_device_denormals(ctx) && clmla_fp8_decoder(ctx) != CLMLA_FP8_DECODER_SHIFT) {
         clmla_latent_tuning d;
         clmla_latent_tuning_defaults(&d);
         ctx->fp8_decoder = CLMLA_FP8_DECODER_SHIFT;

@@ -347,21 +347,17 @@ static void test_convert(void)
     /* The kernels' fast decoders (host/runtime/program.h picks one per device): the branch-free
        shift where the device has float denormals (GPUs), the rebiasing form for devices without
        them, and the one through half precision (CPUs). */
-    cl_device_id dev = NULL;
-    cl_device_fp_config fp = 0;
-    clGetCommandQueueInfo(clmla_context_queue(ctx), CL_QUEUE_DEVICE, sizeof(dev), &dev, NULL);
-    clGetDeviceInfo(dev, CL_DEVICE_SINGLE_FP_CONFIG, sizeof(fp), &fp, NULL);
-    if (fp & CL_FP_DENORM)
+    if (clmla_device_denormals(ctx)) {
         decode_all("-D SRC_E4M3X8", 1, 256, e4m3_no_nan, "e4m3 (8 at a time, the shift: GPUs)");
-    else
-        printf("  e4m3 x8 with denormals: not run (the device has no float denormals; the library does not use it)\n");
+        decode_all("-D SRC_E4M3U", 1, 256, e4m3_no_nan, "e4m3 (one code, the shift: GPUs)");
+    } else {
+        printf("  e4m3 shift: not run (the device has no float denormals; the library does not use it)\n");
+    }
     decode_all("-D SRC_E4M3X8 -D CLMLA_NO_DENORMS", 1, 256, e4m3_no_nan,
                "e4m3 (8 at a time, for devices without denormals)");
+    decode_all("-D SRC_E4M3U -D CLMLA_NO_DENORMS", 1, 256, e4m3_no_nan, "e4m3 (one code, for devices without denormals)");
     decode_all("-D SRC_E4M3X8 -D CLMLA_FP8_HALF", 1, 256, e4m3_no_nan, "e4m3 (8 at a time, through half: CPUs)");
     decode_all("-D SRC_E4M3U -D CLMLA_FP8_HALF", 1, 256, e4m3_no_nan, "e4m3 (one code, through half: CPUs)");
-    decode_all("-D SRC_E4M3U -D CLMLA_NO_DENORMS", 1, 256, e4m3_no_nan, "e4m3 (one code, for devices without denormals)");
-    if (fp & CL_FP_DENORM)
-        decode_all("-D SRC_E4M3U", 1, 256, e4m3_no_nan, "e4m3 (one code, the shift: GPUs)");
 
     /* The encoder: for every finite bf16 code, floats just above it, a quarter, exactly half and just
        past half an ulp on, and the next code, each against the reference's rounding. */

@@ -272,19 +272,12 @@ static void check_fp8_scale(float big, int held_f32)
     (void)scales;
 }
 
-static int has_denormals(const clmla_context *c)
-{
-    cl_device_fp_config fp = 0;
-    clGetDeviceInfo(c->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof(fp), &fp, NULL);
-    return (fp & CL_FP_DENORM) != 0;
-}
-
 /* A context on the same device whose kernels use fp8 decoder `dec` (host/runtime/program.h), or
    NULL where `like` uses it already or the device cannot (the shift needs float denormals). */
 static clmla_context *decoder_context(clmla_context *like, int dec)
 {
     clmla_context *dc = NULL;
-    if (dec == clmla_fp8_decoder(like) || (dec == CLMLA_FP8_DECODER_SHIFT && !has_denormals(like)))
+    if (dec == clmla_fp8_decoder(like) || (dec == CLMLA_FP8_DECODER_SHIFT && !clmla_device_denormals(like)))
         return NULL;
     CHECK_STATUS(clmla_context_create(NULL, &dc), CLMLA_SUCCESS, NULL);
     if (dc)

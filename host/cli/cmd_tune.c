@@ -550,14 +550,6 @@ static const char *pt_dtype_name(clmla_dtype d)
     return d == CLMLA_DTYPE_F32 ? "f32" : d == CLMLA_DTYPE_BF16 ? "bf16" : d == CLMLA_DTYPE_FP8_E4M3 ? "fp8" : "f16";
 }
 
-/* float8 e4m3 (FN: no infinities, 0x7f / 0xff NaN) to double. */
-static double pt_fp8(uint8_t c)
-{
-    const int s = c >> 7, e = (c >> 3) & 15, m = c & 7;
-    const double v = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
-    return s ? -v : v;
-}
-
 static void pt_weight_free(pt_weight *w)
 {
     free(w->codes);
@@ -604,7 +596,7 @@ static int pt_weight_make(pt_weight *w, const pt_shape *shape, clmla_dtype dtype
         } else {
             const uint8_t c = (uint8_t)mla_ref_encode_e4m3(mla_ref_round_e4m3(448.0 * (double)v));
             ((uint8_t *)w->codes)[i] = c;
-            w->values[i] = pt_fp8(c) * w->scales[(i / k / 128) * sc + (i % k) / 128];
+            w->values[i] = mla_ref_decode_e4m3(c) * w->scales[(i / k / 128) * sc + (i % k) / 128];
         }
     }
     return 0;

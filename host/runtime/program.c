@@ -415,16 +415,21 @@ void clmla_program_cache_release(clmla_context *ctx)
     ctx->programs = NULL;
 }
 
+int clmla_device_denormals(const clmla_context *ctx)
+{
+    cl_device_fp_config fp = 0;
+    if (clGetDeviceInfo(ctx->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof(fp), &fp, NULL) != CL_SUCCESS)
+        fp = 0;
+    return (fp & CL_FP_DENORM) != 0;
+}
+
 int clmla_fp8_decoder(const clmla_context *ctx)
 {
     if (ctx->fp8_decoder != CLMLA_FP8_DECODER_AUTO)
         return ctx->fp8_decoder;
     if (ctx->info.kind == CLMLA_DEVICE_KIND_CPU)
         return CLMLA_FP8_DECODER_HALF;
-    cl_device_fp_config fp = 0;
-    if (clGetDeviceInfo(ctx->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof(fp), &fp, NULL) != CL_SUCCESS)
-        fp = 0;
-    return fp & CL_FP_DENORM ? CLMLA_FP8_DECODER_SHIFT : CLMLA_FP8_DECODER_REBIAS;
+    return clmla_device_denormals(ctx) ? CLMLA_FP8_DECODER_SHIFT : CLMLA_FP8_DECODER_REBIAS;
 }
 
 const char *clmla_fp8_option(const clmla_context *ctx)
