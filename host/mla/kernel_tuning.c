@@ -181,7 +181,12 @@ static const kernel_kind latent_kind = {
 
 /* ---- products (cl/gemm_skinny.cl) ------------------------------------------------------------ */
 
-static const clmla_product_tuning product_defaults = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4, 1};
+/* skinny_nn_items 256 and skinny_nn_slices 16 since the H100 measured them (2026-11-27, `1be7d67`): the
+   per-head W^UK product at decode in 10-13 us where one item a column took 43-45 us, V2-Lite's and V3's
+   decode steps in 0.77-0.93 of their time (docs/BENCHMARKS.md). The reason, too few items for a
+   GPU's cores when each walks all of K, holds for any GPU; CPUs run the row forms and never read
+   them. */
+static const clmla_product_tuning product_defaults = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4, 16};
 
 /* Entries measured on the developers' machines (docs/BENCHMARKS.md, "Product kernel tuning"). On
    PoCL with AVX2 (2-core EPYC) the defaults won. */
@@ -204,10 +209,13 @@ static const kernel_entry product_builtin[] = {
      {.product = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 96, 4, 1024, 1, 4, 1}}},
     /* NVIDIA H100 80GB HBM3, driver 580.159.04 (2026-11-26): gemm_skinny_nt at 1 row, 29 candidates
        per K class on V2-Lite's and V3's projections in f32, bf16 and fp8; the defaults won both
-       classes (next best 1.006-1.036 of their time; skinny_vector 8 and 16, 1.27 and 1.92). An
-       entry, so that `clmla devices --verbose` says the device was measured. */
+       classes (next best 1.006-1.036 of their time; skinny_vector 8 and 16, 1.27 and 1.92). The
+       W^UK product's K split (2026-11-27, `1be7d67`, each beside the parameters before in one call):
+       256 items in 16 slices took V2-Lite's decode step (ctx 4096, batch 1 and 8, f32 / bf16 / fp8
+       weights) in 0.77-0.87 of its time and V3's (batch 1, f32 and fp8) in 0.88-0.93; 64 items in 8
+       slices 0.80-0.93; the kernel itself 10.1-13.2 us against 43.1-45.4. */
     {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 0,
-     {.product = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4, 1}}},
+     {.product = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4, 16}}},
 };
 static const char *const k_class_names[] = {"any", "small", "large"};
 
