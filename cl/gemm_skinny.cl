@@ -6,7 +6,9 @@
  *   items read consecutive float4s of each weight row (coalesced), UK float4s of each of the NC
  *   rows loaded before any is used; each item keeps MR x NC partial sums (MR = the rows bucketed
  *   to 1, 2, 4 or 8, rows past M neither read nor stored), then a tree over local memory adds
- *   the WG partials of every (row, column), log2(WG) steps of consecutive addresses.
+ *   the WG partials of every (row, column), log2(WG) steps of consecutive addresses. Built with
+ *   W_ALIGNED (the product tuning's skinny_aligned, where the host finds A's and B's vectors
+ *   aligned) it reads each vector of A and B as one load of the vector type.
  * gemm_skinny_nn: op(B) = B, B is [K, N] (the per-head W^UK absorption)
  *   one work-item per column n walks K; consecutive items read consecutive columns.
  * gemm_skinny_nn_split: the same product for N a multiple of 4, K split across the items of a
@@ -62,6 +64,14 @@
 #define VDOT(a, b) dot((a), (b))
 #endif
 
+/* A's vectors in gemm_skinny_nt: with W_ALIGNED (cl/prelude.cl) the host has checked that A's are
+   aligned too, and reads them as whole vectors */
+#ifdef W_ALIGNED
+#define A_LOADV(v, p) (((__global const VEC *)(p))[v])
+#else
+#define A_LOADV(v, p) VLOADV((v), (p))
+#endif
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void gemm_skinny_nt(const int M, const int N, const int K, const float alpha,
                     __global const float *A, const int a_offset, const int lda, const int a_stride,
@@ -109,7 +119,7 @@ void gemm_skinny_nt(const int M, const int N, const int K, const float alpha,
                 #pragma unroll
                 for (int m = 0; m < MR; m++) {
                     if (MR == 1 || m < M) {
-                        const VEC a = VLOADV(v, A + (size_t)m * lda);
+                        const VEC a = A_LOADV(v, A + (size_t)m * lda);
                         #pragma unroll
                         for (int c = 0; c < NC; c++)
                             acc[m][c] += VDOT(a, b[u][c]);

@@ -59,6 +59,10 @@
  *                          read, for the other types: W_SCALED says when it is)
  *   W_LOAD4(p, i, s)       elements 4i .. 4i+3 as float4 (one block: 4i is a multiple of 4)
  *   W_LOAD8(p, i, s)       elements 8i .. 8i+7 as float8 (W_LOAD16: 16i .. 16i+15 as float16)
+ *   W_ALIGNED (build option): W_LOAD4/8/16 read the N elements as one value of the N-vector of
+ *                          W_T (float4, ushort8, uchar16, ...), which needs p + Ni aligned to that
+ *                          vector's size: the caller's promise. vloadN promises only a W_T's
+ *                          alignment, and NVIDIA's compiler reads it as N scalar loads (u8 for fp8)
  *   W_BLOCK                the columns one scale covers (128 for fp8, else a bound no K reaches):
  *                          a kernel may read s once per W_BLOCK columns of a row
  * fp8 codes S.1111.111 (NaN) are refused when a weight is uploaded, so the branch-free decoder
@@ -231,32 +235,45 @@ inline float8 fp8_load8(__global const uchar *r, const int i)
 #define CACHE_LOAD_VALUE(p, i) CACHE_LOAD((p), (i))
 #endif
 
+/* W_VLOAD(T, N, i, p): elements Ni .. Ni+N-1 of p (a W_T pointer) as a T##N, through vloadN or,
+   with W_ALIGNED, one load of the vector type */
+#ifdef W_ALIGNED
+#define W_VLOAD(T, N, i, p) (((__global const T##N *)(p))[i])
+#else
+#define W_VLOAD(T, N, i, p) vload##N((i), (p))
+#endif
 #if W_DTYPE == 1
 #define W_T half
 #define W_LOAD(p, i, s) vload_half((i), (p))
+#ifdef W_ALIGNED
+#define W_LOAD4(p, i, s) vloada_half4((i), (p))
+#define W_LOAD8(p, i, s) vloada_half8((i), (p))
+#define W_LOAD16(p, i, s) vloada_half16((i), (p))
+#else
 #define W_LOAD4(p, i, s) vload_half4((i), (p))
 #define W_LOAD8(p, i, s) vload_half8((i), (p))
 #define W_LOAD16(p, i, s) vload_half16((i), (p))
+#endif
 #elif W_DTYPE == 2
 #define W_T ushort
 #define W_LOAD(p, i, s) dt_bf16((p)[i])
-#define W_LOAD4(p, i, s) dt_bf16x4(vload4((i), (p)))
-#define W_LOAD8(p, i, s) dt_bf16x8(vload8((i), (p)))
-#define W_LOAD16(p, i, s) dt_bf16x16(vload16((i), (p)))
+#define W_LOAD4(p, i, s) dt_bf16x4(W_VLOAD(ushort, 4, (i), (p)))
+#define W_LOAD8(p, i, s) dt_bf16x8(W_VLOAD(ushort, 8, (i), (p)))
+#define W_LOAD16(p, i, s) dt_bf16x16(W_VLOAD(ushort, 16, (i), (p)))
 #elif W_DTYPE == 3
 #define W_T uchar
 #define W_SCALED
 #define W_BLOCK 128
 #define W_LOAD(p, i, s) (dt_e4m3u((p)[i]) * (s))
-#define W_LOAD4(p, i, s) (dt_e4m3x4u(vload4((i), (p))) * (s))
-#define W_LOAD8(p, i, s) (dt_e4m3x8u(vload8((i), (p))) * (s))
-#define W_LOAD16(p, i, s) (dt_e4m3x16u(vload16((i), (p))) * (s))
+#define W_LOAD4(p, i, s) (dt_e4m3x4u(W_VLOAD(uchar, 4, (i), (p))) * (s))
+#define W_LOAD8(p, i, s) (dt_e4m3x8u(W_VLOAD(uchar, 8, (i), (p))) * (s))
+#define W_LOAD16(p, i, s) (dt_e4m3x16u(W_VLOAD(uchar, 16, (i), (p))) * (s))
 #else
 #define W_T float
 #define W_LOAD(p, i, s) ((p)[i])
-#define W_LOAD4(p, i, s) vload4((i), (p))
-#define W_LOAD8(p, i, s) vload8((i), (p))
-#define W_LOAD16(p, i, s) vload16((i), (p))
+#define W_LOAD4(p, i, s) W_VLOAD(float, 4, (i), (p))
+#define W_LOAD8(p, i, s) W_VLOAD(float, 8, (i), (p))
+#define W_LOAD16(p, i, s) W_VLOAD(float, 16, (i), (p))
 #endif
 /* Bs [blocks(rows), bs_ld] holds fp8's block scales as stored */
 #ifdef W_SCALED

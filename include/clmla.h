@@ -448,6 +448,12 @@ typedef struct clmla_product_tuning {
        more of the weight is in flight at once. Default 16 (with 256 items): an H100 ran the
        product in 10-13 us with it, 43-45 us with 1. */
     int skinny_nn_slices;
+    /* added in 0.4: gemm_skinny_nt (GPUs): 1 reads each vector of skinny_vector values of the weight
+       and of x as one load of the vector type where every such vector is aligned (offsets, row
+       lengths and batch strides multiples of skinny_vector; else the kernel of 0 runs); 0 (default)
+       through vloadN, which NVIDIA's OpenCL compiles to one scalar load per value (a byte load per
+       fp8 code). Experimental, not yet measured on a GPU. */
+    int skinny_aligned;
 } clmla_product_tuning;
 
 /* The parameters clmla used before any tuning. */

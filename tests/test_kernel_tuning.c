@@ -298,7 +298,7 @@ static void test_products_parse(void)
     CHECK(d.skinny_items == 128 && d.skinny_unroll == 2 && d.skinny_columns == 4 && d.skinny_nn_items == 256 &&
               d.cpu_items_per_cu == 8 && d.packed_streams_1 == 8 && d.packed_streams_2 == 4 && d.packed_streams_4 == 3 &&
               d.cpu_prefetch == 1 && d.tiled_rows == 256 && d.tiled_columns == 48 && d.tiled_weight_rows == 3 &&
-              d.tiled_k_chunk == 1024 && d.skinny_nn_slices == 16,
+              d.tiled_k_chunk == 1024 && d.skinny_nn_slices == 16 && d.skinny_aligned == 0,
           "product defaults are not the documented ones (W^UK split 256 x 16 since the H100 of 2026-11-27)");
     t = d;
     t.skinny_nn_items = 16;
@@ -391,6 +391,8 @@ static void test_products_parse(void)
         {offsetof(clmla_product_tuning, skinny_nn_slices), 0, "skinny_nn_slices"},
         {offsetof(clmla_product_tuning, skinny_nn_slices), 6, "skinny_nn_slices"},
         {offsetof(clmla_product_tuning, skinny_nn_slices), 128, "skinny_nn_slices"},
+        {offsetof(clmla_product_tuning, skinny_aligned), 2, "skinny_aligned"},
+        {offsetof(clmla_product_tuning, skinny_aligned), -1, "skinny_aligned"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         const char *w = NULL;
@@ -558,16 +560,19 @@ static void test_products_device(clmla_context *ctx, int other_kind)
     SET(cpu_fp8_block_sums, 1), nc++;
     cands[nc] = d;
     SET(cpu_fp8_block_sums, 1), SET(packed_streams_1, 3), SET(packed_streams_2, 5), nc++;
+    const int g = nc;
     cands[nc] = d; /* G: the GPU kernel's wider loads */
     SET(skinny_vector, 16), nc++;
     cands[nc] = d;
     SET(skinny_vector, 8), SET(skinny_unroll, 1), SET(skinny_columns, 2), nc++;
+    cands[nc] = d; /* H: whole-vector loads (K 1100 aligned at 4 values a load; 4105 not: the kernel without) */
+    SET(skinny_aligned, 1), nc++;
 #undef SET
     const int rows_counts = other_kind ? 4 : 5;
-    if (other_kind) { /* the other kind's kernels (a GPU's on a CPU): the defaults, A and G's two, 1-8 rows */
-        cands[2] = cands[nc - 2];
-        cands[3] = cands[nc - 1];
-        nc = 4;
+    if (other_kind) { /* the other kind's kernels (a GPU's on a CPU): the defaults, A, G's two and H, 1-8 rows */
+        for (int i = 0; i < 3; i++)
+            cands[2 + i] = cands[g + i];
+        nc = 5;
     }
     enum { SHAPES = 2, MAXM = 77 };
     const int shape_n[SHAPES] = {203, 67}, shape_k[SHAPES] = {1100, 4105}; /* K 4105: the "large" class */

@@ -1197,10 +1197,15 @@ typedef struct gemm_case {
 static void run_gemm(const gemm_case *c)
 {
     const int M = c->M, N = c->N, K = c->K, batch = c->batch;
-    const int lda = K + 3, ldb = c->transposed ? K + 1 : N + 2, ldc = N + 4;
+    /* W_ALIGNED (gemm_skinny_nt's whole-vector loads) promises A's and B's vectors of up to 16
+       values aligned: rows, strides and offsets then a multiple of 16 values, still padded */
+    const int al = strstr(c->options, "W_ALIGNED") ? 16 : 1;
+#define ALIGN_UP(v) (((v) + al - 1) / al * al)
+    const int lda = ALIGN_UP(K + 3), ldb = c->transposed ? ALIGN_UP(K + 1) : N + 2, ldc = N + 4;
     const int b_rows = c->transposed ? N : K;
-    const int a_stride = M * lda + 5, b_stride = b_rows * ldb + 3, c_stride = M * ldc + 2;
-    const int ao = 2, bo = 1, co = 3;
+    const int a_stride = ALIGN_UP(M * lda + 5), b_stride = ALIGN_UP(b_rows * ldb + 3), c_stride = M * ldc + 2;
+    const int ao = ALIGN_UP(2), bo = ALIGN_UP(1), co = 3;
+#undef ALIGN_UP
     const size_t na = (size_t)ao + (size_t)(batch - 1) * a_stride + (size_t)M * lda;
     const size_t nb = (size_t)bo + (size_t)(batch - 1) * b_stride + (size_t)b_rows * ldb;
     const size_t nc = (size_t)co + (size_t)(batch - 1) * c_stride + (size_t)M * ldc + 1;
@@ -1342,6 +1347,10 @@ static void test_gemm_skinny(void)
         {"gemm_skinny_nt", "-D MR=2 -D NC=2 -D WG=16 -D UK=2", 2, 7, 131, 1, 1, 1.0f, 1.0f, {4 * 16, 1}, {16, 1}, 0, 0, 0, 0},
         {"gemm_skinny_nt", "-D MR=4 -D NC=1 -D WG=64 -D UK=2", 3, 3, 3, 1, 1, 2.0f, 0.0f, {3 * 64, 1}, {64, 1}, 0, 0, 0, 0},
         {"gemm_skinny_nt", "-D MR=4 -D NC=2 -D WG=16 -D UK=4", 4, 6, 512, 3, 1, 1.0f, 0.5f, {3 * 16, 3}, {16, 1}, 0, 0, 0, 0},
+        /* whole-vector loads (W_ALIGNED: run_gemm aligns the operands), 4 and 16 values a load, a
+           K tail past the vectors, batches */
+        {"gemm_skinny_nt", "-D MR=4 -D NC=2 -D WG=16 -D UK=2 -D W_ALIGNED", 3, 7, 133, 2, 1, 1.0f, 0.5f, {4 * 16, 2}, {16, 1}, 0, 0, 0, 0},
+        {"gemm_skinny_nt", "-D MR=1 -D NC=4 -D WG=32 -D UK=2 -D VW=16 -D W_ALIGNED", 1, 9, 1030, 2, 1, 1.0f, 0.0f, {3 * 32, 2}, {32, 1}, 0, 0, 0, 0},
         {"gemm_skinny_nn", "-D MMAX=8 -D WG=64", 3, 13, 9, 3, 0, 1.0f, 0.0f, {64, 3}, {64, 1}, 0, 0, 0, 0},
         {"gemm_skinny_nn", "-D MMAX=8 -D WG=16", 8, 40, 5, 1, 0, -1.0f, 1.0f, {48, 1}, {16, 1}, 0, 0, 0, 0},
         /* gemm_skinny_nn_split: N a multiple of 4 (the host's rule) with a last group of columns

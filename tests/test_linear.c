@@ -188,7 +188,10 @@ static void make_coded(clmla_dtype dtype, int n, int k, tu_rng *rng, unsigned ch
     *w_out = w;
 }
 
-static void check_dtype(clmla_dtype dtype, int n, int k, const char *what)
+/* The weight as the device keeps it at `nrows` row counts `rows`, and through CLBlast at every
+   row count of row_counts if `clblast`. */
+static void check_dtype_rows(clmla_dtype dtype, int n, int k, const char *what, const int *rows, int nrows,
+                             int clblast_too)
 {
     tu_rng rng = tu_rng_seed(2000u + (unsigned)dtype * 31u + (unsigned)n);
     const size_t count = (size_t)n * k, scales = ((size_t)n + 127) / 128 * (((size_t)k + 127) / 128);
@@ -199,18 +202,19 @@ static void check_dtype(clmla_dtype dtype, int n, int k, const char *what)
     t.data = codes;
     t.dtype = dtype;
     t.scale = scale; /* NULL but for fp8 */
-    for (int clblast = 0; clblast < 2; clblast++) {
+    for (int clblast = 0; clblast < 1 + clblast_too; clblast++) {
         CHECK_STATUS(clmla_gemm_force_clblast(ctx, clblast), CLMLA_SUCCESS, ctx);
         clmla_linear *lin = NULL;
         CHECK_STATUS(clmla_linear_create(ctx, &t, &lin), CLMLA_SUCCESS, ctx);
         size_t bytes = 0;
         clmla_linear_device_bytes(lin, &bytes);
-        const size_t want_bytes = count * (dtype == CLMLA_DTYPE_FP8_E4M3 ? 1 : 2) +
+        const size_t want_bytes = count * (dtype == CLMLA_DTYPE_F32 ? 4 : dtype == CLMLA_DTYPE_FP8_E4M3 ? 1 : 2) +
                                   (dtype == CLMLA_DTYPE_FP8_E4M3 ? scales * sizeof(float) : 0);
         CHECK(bytes == want_bytes, "%s W [%d, %d]: %zu device bytes, the codes and scales are %zu", what, n, k, bytes,
               want_bytes);
-        for (size_t r = 0; lin && r < sizeof(row_counts) / sizeof(row_counts[0]); r++) {
-            const int m = row_counts[r];
+        const int count_rows = clblast ? (int)(sizeof(row_counts) / sizeof(row_counts[0])) : nrows;
+        for (int r = 0; lin && r < count_rows; r++) {
+            const int m = clblast ? row_counts[r] : rows[r];
             float *x = malloc((size_t)m * k * sizeof(float)), *y = malloc((size_t)m * n * sizeof(float));
             tu_fill_uniform(x, (size_t)m * k, 0.0f, 1.0f, &rng);
             double *want = reference(x, w, m, n, k);
@@ -227,6 +231,11 @@ static void check_dtype(clmla_dtype dtype, int n, int k, const char *what)
     free(codes);
     free(scale);
     free(w);
+}
+
+static void check_dtype(clmla_dtype dtype, int n, int k, const char *what)
+{
+    check_dtype_rows(dtype, n, k, what, row_counts, (int)(sizeof(row_counts) / sizeof(row_counts[0])), 1);
 }
 
 /* fp8 with one block scale of `big` beside ordinary ones: the kernels take scales below 256
@@ -669,10 +678,49 @@ static void test_per_head(void)
     rmdir(dir);
 }
 
+/* gemm_skinny_nt reading whole vectors (the product tuning's skinny_aligned, a GPU's choice), on the
+   work-group forms whatever the device: 16 values a load in every weight dtype and 4 in f32 and
+   fp8, with K whose rows are aligned at that width (1024) and, in f32 and fp8, at 4 and 8 values
+   but not 16 (1032: the kernel without runs) or at none (1030); 1 and 3 rows (the kernel's one-row
+   form and its general one), against float64. Few row counts and no CLBlast: every case is a
+   program of its own to build. */
+static void test_aligned(void)
+{
+    clmla_context_options o;
+    memset(&o, 0, sizeof(o));
+    o.product_kernels = "group";
+    clmla_context *const main_ctx = ctx;
+    static const clmla_dtype dtypes[] = {CLMLA_DTYPE_F32, CLMLA_DTYPE_F16, CLMLA_DTYPE_BF16, CLMLA_DTYPE_FP8_E4M3};
+    for (int vw = 4; vw <= 16; vw *= 4) {
+        clmla_context *gc = NULL;
+        CHECK_STATUS(clmla_context_create_opts(&o, &gc), CLMLA_SUCCESS, NULL);
+        if (!gc)
+            return;
+        clmla_product_tuning t;
+        clmla_product_tuning_defaults(&t);
+        t.skinny_aligned = 1;
+        t.skinny_vector = vw;
+        CHECK_STATUS(clmla_context_set_product_tuning(gc, &t), CLMLA_SUCCESS, gc);
+        ctx = gc;
+        char what[48];
+        for (int d = 0; d < 4; d++) {
+            if (vw == 4 && (dtypes[d] == CLMLA_DTYPE_F16 || dtypes[d] == CLMLA_DTYPE_BF16))
+                continue;
+            static const int rows[] = {1, 3};
+            snprintf(what, sizeof(what), "%s, whole loads of %d", clmla_dtype_name(dtypes[d]), vw);
+            check_dtype_rows(dtypes[d], 37, 1024, what, rows, 2, 0);
+            if (dtypes[d] == CLMLA_DTYPE_F32 || dtypes[d] == CLMLA_DTYPE_FP8_E4M3)
+                check_dtype_rows(dtypes[d], 37, vw == 16 ? 1032 : 1030, what, rows, 2, 0);
+        }
+        ctx = main_ctx;
+        clmla_context_destroy(gc);
+    }
+}
+
 static const tu_part parts[] = {
     {"shapes", test_shapes}, {"shapes-clblast", test_shapes_clblast}, {"errors", test_errors},
     {"bytes", test_bytes},   {"faults", test_faults}, {"dtypes", test_dtypes},
-    {"per-head", test_per_head},
+    {"per-head", test_per_head}, {"aligned", test_aligned},
 };
 
 int main(int argc, char **argv)

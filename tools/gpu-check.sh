@@ -15,16 +15,14 @@
 #   products  the product tuner into the same file (226 s on an H100, mostly compiling; its
 #          defaults won there, so a device with a built-in entry can leave it out)
 #   ab     the experimental parameters against the parameters in force, each after its baseline
-#          (a copy of the tuning file with them set; needs python3): the layer step at V2-Lite's and
-#          V3's shapes, and its kernels traced, with K split over a work-group in the per-head W^UK
-#          product (skinny_nn_slices 8 and 16) and with splits of 32 keys in attn_latent
-#          (group_min_split_keys); then latent decode at V2-Lite's and V3's shapes over every cache
-#          dtype (and f16/bf16/fp8 with group_decode_heads 4 against the default 8, f32/fp8 with
-#          splits of 32 keys), and prefill and chunks after a prefix by both paths (AUTO's crossover)
-#   ptx    the device code of the latent kernel over each cache dtype (and over fp8 with
-#          group_decode_heads 4 and with group_stage_keys 1) and of a V3 layer step's kernels in each
-#          weights dtype, one folder of programs per variant under OUT/ptx (NVIDIA's binaries are
-#          PTX), and their instruction mix (tools/ptx_mix.py) in OUT/ptx-mix.txt: what decoding a
+#          (a copy of the tuning file with them set; needs python3): V2-Lite's and V3's decode
+#          products and the layer step at both shapes, its kernels traced, with gemm_skinny_nt
+#          reading whole vectors (skinny_aligned 1, at 4 and at 16 values a load); then latent decode
+#          at V2-Lite's and V3's shapes over every cache dtype, and prefill and chunks after a prefix
+#          by both paths (AUTO's crossover)
+#   ptx    the device code of the latent kernel over each cache dtype and of a V3 layer step's
+#          kernels in each weights dtype (and with skinny_aligned 1 at 16 values a load), one folder
+#          of programs per variant under OUT/ptx (NVIDIA's binaries are PTX), and their instruction mix (tools/ptx_mix.py) in OUT/ptx-mix.txt: what decoding a
 #          dtype costs beside the FMAs it feeds (about 30 s)
 #   bench  the rest of clmla-bench: V3's decode products (f32 / bf16 / fp8, 1 and 8 rows),
 #          multi-token decode at 16 and 8 heads (8: folded into the heads), the layer step (and its
@@ -128,29 +126,25 @@ bench_setup() {
 }
 
 # Experimental parameters, off by default until measured, each right after its baseline with the
-# parameters in force: gemm_skinny_nn_split for the per-head W^UK product at decode (the product
-# tuning's skinny_nn_slices 8 over 64 items, 16 over 256) and splits of 32 keys in attn_latent
-# (group_min_split_keys), timed in the layer step and traced kernel by kernel; then latent decode
-# over every cache dtype, with the score step's rows staged through local memory (group_stage_keys
-# 1, with group_decode_heads 4), splits of 32 keys and group_decode_heads 4 beside the defaults
-# (the A/B of 2026-11-26 ran its variants with the defaults' other parameters, not the H100 entries'),
-# and both paths by prefix
+# parameters in force: gemm_skinny_nt reading each vector of the weight and of x as one load of the
+# vector type (the product tuning's skinny_aligned 1; NVIDIA's compiler turns vloadN into N scalar
+# loads, docs/BENCHMARKS.md), at 4 values a load and at 16 (fp8: one 16-byte load where it was 16
+# byte loads), timed on the decode products and in the layer step, traced kernel by kernel; then
+# latent decode over every cache dtype and both paths by prefix. (Measured and decided on the H100 of
+# 2026-11-27: skinny_nn_slices, group_min_split_keys 32, group_stage_keys 1, group_decode_heads 4.)
 part_ab() {
     bench_setup
-    nn8="$out/kernel-tuning-nn8.json"
-    nn16="$out/kernel-tuning-nn16.json"
-    variant_tuning "$nn8" products skinny_nn_slices=8
-    variant_tuning "$nn16" products skinny_nn_items=256 skinny_nn_slices=16
-    dh4="$out/kernel-tuning-dh4.json"
-    variant_tuning "$dh4" attn_latent group_decode_heads=4
-    variant_tuning "$out/kernel-tuning-ms32.json" attn_latent group_min_split_keys=32
-    # staged, each value is decoded once per work-group whatever the heads an item, so the decoded
-    # caches take 4 heads an item (fewer query loads per FMA) with it
-    variant_tuning "$out/kernel-tuning-st1.json" attn_latent group_stage_keys=1 group_decode_heads=4
-    for v in base nn8 nn16 ms32; do
+    variant_tuning "$out/kernel-tuning-al4.json" products skinny_aligned=1
+    variant_tuning "$out/kernel-tuning-al16.json" products skinny_aligned=1 skinny_vector=16
+    for v in base al4 al16; do
         f=""
         [ "$v" = base ] || f="$out/kernel-tuning-$v.json"
         [ "$v" = base ] || { [ -s "$f" ] && [ -e "$out/.done-ab-layer-base" ]; } || continue # a variant only beside its baseline
+        for preset in v2-lite v3; do
+            step ab-products-$preset-$v 30 env ${f:+CLMLA_KERNEL_TUNING="$f"} "$bench" $peaks --phase products \
+                --preset $preset --batch 1,8 --weights-dtype f32,bf16,fp8 --max-time 0.5 \
+                --json "$out/ab-products-$preset-$v.json"
+        done
         step ab-layer-$v 25 env ${f:+CLMLA_KERNEL_TUNING="$f"} "$bench" $peaks --phase layer --batch 1,8 --ctx 4096 \
             --weights-dtype f32,bf16,fp8 --json "$out/ab-layer-$v.json"
         step ab-layer-v3-$v 25 env ${f:+CLMLA_KERNEL_TUNING="$f"} "$bench" $peaks --phase layer --preset v3 --batch 1 \
@@ -171,20 +165,6 @@ part_ab() {
         [ "$shape" = v3 ] && secs=50
         step bench-decode-$tag $secs "$bench" $peaks --phase decode --preset "$shape" --path absorbed \
             --batch 1,8,32 --ctx 4096,32768 --cache-dtype f32,f16,bf16,fp8 --json "$out/decode-$tag.json"
-        # the score step's rows staged through local memory beside it, every cache dtype
-        [ -s "$out/kernel-tuning-st1.json" ] && [ -e "$out/.done-bench-decode-$tag" ] && step bench-decode-$tag-st1 \
-            $((secs / 2)) env CLMLA_KERNEL_TUNING="$out/kernel-tuning-st1.json" "$bench" $peaks --phase decode \
-            --preset "$shape" --path absorbed --batch 1,8,32 --ctx 4096,32768 --cache-dtype f32,f16,bf16,fp8 \
-            --json "$out/decode-$tag-st1.json"
-        # group_decode_heads 4 (the form before 8 became the default) beside it, all else as in force
-        [ -s "$dh4" ] && [ -e "$out/.done-bench-decode-$tag" ] && step bench-decode-$tag-dh4 $((secs / 2)) \
-            env CLMLA_KERNEL_TUNING="$dh4" "$bench" $peaks --phase decode --preset "$shape" --path absorbed \
-            --batch 1,8,32 --ctx 4096,32768 --cache-dtype f16,bf16,fp8 --json "$out/decode-$tag-dh4.json"
-        # splits of 32 keys (group_min_split_keys; 128 in force) beside it
-        [ -s "$out/kernel-tuning-ms32.json" ] && [ -e "$out/.done-bench-decode-$tag" ] && step bench-decode-$tag-ms32 \
-            $((secs / 2)) env CLMLA_KERNEL_TUNING="$out/kernel-tuning-ms32.json" "$bench" $peaks --phase decode \
-            --preset "$shape" --path absorbed --batch 1,8,32 --ctx 4096,32768 --cache-dtype f32,fp8 \
-            --json "$out/decode-$tag-ms32.json"
     done
     step bench-prefill 45 "$bench" $peaks --phase prefill --path decompressed,absorbed --ctx 512,4096 \
         --weights-dtype f32,bf16 --json "$out/prefill.json"
@@ -206,17 +186,15 @@ ptx_run() {
 
 part_ptx() {
     bench_setup
-    variant_tuning "$out/kernel-tuning-dh4.json" attn_latent group_decode_heads=4
-    variant_tuning "$out/kernel-tuning-st1.json" attn_latent group_stage_keys=1 group_decode_heads=4
+    variant_tuning "$out/kernel-tuning-al16.json" products skinny_aligned=1 skinny_vector=16
     for d in f32 f16 bf16 fp8; do
         ptx_run latent-$d "" --phase decode --path absorbed --batch 1 --ctx 256 --cache-dtype $d
     done
-    [ -s "$out/kernel-tuning-dh4.json" ] && ptx_run latent-fp8-dh4 "$out/kernel-tuning-dh4.json" --phase decode \
-        --path absorbed --batch 1 --ctx 256 --cache-dtype fp8
-    [ -s "$out/kernel-tuning-st1.json" ] && ptx_run latent-fp8-st1 "$out/kernel-tuning-st1.json" --phase decode \
-        --path absorbed --batch 1 --ctx 256 --cache-dtype fp8
     for w in f32 bf16 fp8; do
         ptx_run layer-v3-$w "" --phase layer --preset v3 --batch 1 --ctx 256 --weights-dtype $w
+        # gemm_skinny_nt reading whole vectors: one wide load where vloadN gave a scalar one per value
+        [ -s "$out/kernel-tuning-al16.json" ] && ptx_run layer-v3-$w-al16 "$out/kernel-tuning-al16.json" --phase layer \
+            --preset v3 --batch 1 --ctx 256 --weights-dtype $w
     done
     step ptx-mix 10 python3 "$(dirname "$0")/ptx_mix.py" "$out"/ptx/*
 }

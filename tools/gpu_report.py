@@ -122,13 +122,18 @@ def decode_ab(folder):
               [[r["batch"], r["ctx"], ms(r["median_ms"]), pct(r.get("of_bound")), r.get("bound_by")] for r in f32])
 
 
+# the layer step's and the products' variants of gpu-check.sh's ab part, by the name of their files
+LAYER_VARIANTS = {"nn8": "skinny_nn_slices 8", "nn16": "skinny_nn_slices 16", "ms32": "group_min_split_keys 32",
+                  "al4": "skinny_aligned 1", "al16": "skinny_aligned 1, skinny_vector 16"}
+
+
 def nn_ab(folder):
-    """The layer step with gemm_skinny_nn_split (skinny_nn_slices 8, 16) beside the kernel in force,
-    and the W^UK kernel's median from each traced step."""
+    """The layer step with each variant the folder holds beside the parameters in force, and the
+    product kernels' and the latent kernel's medians from each traced step."""
     fields = ("preset", "batch", "weights_dtype")
-    names = {"nn8": "skinny_nn_slices 8", "nn16": "skinny_nn_slices 16", "ms32": "group_min_split_keys 32"}
     runs = {v: by([r for n in (f"ab-layer-{v}.json", f"ab-layer-v3-{v}.json") for r in load(folder, n)
-                   if r.get("phase") == "layer"], fields) for v in ["base"] + list(names)}
+                   if r.get("phase") == "layer"], fields) for v in ["base"] + list(LAYER_VARIANTS)}
+    names = {v: n for v, n in LAYER_VARIANTS.items() if runs[v]}
     if not runs["base"]:
         return
     print("**The layer step's variants** (ctx 4096, ms; ratio = variant / base): " +
@@ -148,7 +153,7 @@ def nn_ab(folder):
     table(header, rows)
     rows = []
     for run in ("v2-lite-f32", "v3-fp8"):
-        for kernel in ("gemm_skinny_nn", "attn_latent"):
+        for kernel in ("gemm_skinny_nt", "gemm_skinny_nn", "attn_latent"):
             cells = [run, kernel]
             for v in ["base"] + list(names):
                 path = os.path.join(folder, f"ab-trace-summary-{run}-{v}.txt")
@@ -162,9 +167,35 @@ def nn_ab(folder):
                                 break
                 cells.append(found)
             rows.append(cells)
-    print("W^UK's and the latent attention's kernels in the traced steps (median per call):")
+    print("The product kernels and the latent attention in the traced steps (median per call):")
     print()
     table(["step", "kernel", "base"] + list(names), rows)
+
+
+def products_ab(folder):
+    """Decode products with each variant beside the parameters in force (ab-products-PRESET-V.json)."""
+    fields = ("path", "batch", "weights_dtype")
+    for preset in ("v2-lite", "v3"):
+        runs = {v: by([r for r in load(folder, f"ab-products-{preset}-{v}.json") if r.get("phase") == "products"],
+                      fields) for v in ["base"] + list(LAYER_VARIANTS)}
+        names = {v: n for v, n in LAYER_VARIANTS.items() if runs[v]}
+        if not runs["base"] or not names:
+            continue
+        print(f"**{preset}'s products, variants** (ms; ratio = variant / base): " +
+              "; ".join(f"{v}: {n}" for v, n in names.items()))
+        print()
+        rows = []
+        for k in sorted(runs["base"], key=lambda k: (k[1], str(k[0]), str(k[2]))):
+            b = runs["base"][k]
+            cells = [k[0], k[1], k[2], f"{ms(b['median_ms'])} ({pct(b.get('of_bound'))})"]
+            for v in names:
+                r = runs[v].get(k)
+                cells += [ms(r["median_ms"]) if r else "-", ratio(r["median_ms"] if r else None, b["median_ms"])]
+            rows.append(cells)
+        header = ["product", "rows", "weights", "base ms (%bound)"]
+        for v in names:
+            header += [f"{v} ms", f"{v} / base"]
+        table(header, rows)
 
 
 def prefill_ab(folder):
@@ -343,6 +374,7 @@ def main():
     device_line(folder)
     goals(folder)
     nn_ab(folder)
+    products_ab(folder)
     decode_ab(folder)
     prefill_ab(folder)
     products(folder)

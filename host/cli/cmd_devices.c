@@ -89,10 +89,10 @@ static void print_tuning(const clmla_device_info *devs, size_t n)
                        t.cpu_items_per_cu, t.packed_streams_1, t.packed_streams_2, t.packed_streams_4, t.cpu_prefetch,
                        t.cpu_fp8_block_sums, t.tiled_rows, t.tiled_columns, t.tiled_weight_rows, t.tiled_k_chunk);
             else
-                printf("gemm_skinny_nt skinny_items=%d skinny_unroll=%d skinny_columns=%d skinny_vector=%d, "
-                       "gemm_skinny_nn skinny_nn_items=%d skinny_nn_slices=%d\n",
-                       t.skinny_items, t.skinny_unroll, t.skinny_columns, t.skinny_vector, t.skinny_nn_items,
-                       t.skinny_nn_slices);
+                printf("gemm_skinny_nt skinny_items=%d skinny_unroll=%d skinny_columns=%d skinny_vector=%d "
+                       "skinny_aligned=%d, gemm_skinny_nn skinny_nn_items=%d skinny_nn_slices=%d\n",
+                       t.skinny_items, t.skinny_unroll, t.skinny_columns, t.skinny_vector, t.skinny_aligned,
+                       t.skinny_nn_items, t.skinny_nn_slices);
         }
     }
 }

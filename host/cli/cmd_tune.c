@@ -679,8 +679,8 @@ static void pt_print(const clmla_product_tuning *t, int tiled, int cpu)
         printf("cpu_items_per_cu=%-2d packed_streams_1=%d cpu_fp8_block_sums=%d", t->cpu_items_per_cu,
                t->packed_streams_1, t->cpu_fp8_block_sums);
     else
-        printf("skinny_items=%-4d skinny_unroll=%d skinny_columns=%d skinny_vector=%-2d", t->skinny_items,
-               t->skinny_unroll, t->skinny_columns, t->skinny_vector);
+        printf("skinny_items=%-4d skinny_unroll=%d skinny_columns=%d skinny_vector=%-2d skinny_aligned=%d",
+               t->skinny_items, t->skinny_unroll, t->skinny_columns, t->skinny_vector, t->skinny_aligned);
 }
 
 /* The grid of one search, around `base`: the skinny kernels' (CPU or GPU) or the tiles'. `base`
@@ -701,6 +701,7 @@ static int pt_grid(const clmla_product_tuning *base, int tiled, int cpu, int qui
         t.skinny_unroll = d.skinny_unroll;
         t.skinny_columns = d.skinny_columns;
         t.skinny_vector = d.skinny_vector;
+        t.skinny_aligned = d.skinny_aligned;
     }
     int n = 0;
     out[n++] = *base;
@@ -783,6 +784,12 @@ static int pt_grid(const clmla_product_tuning *base, int tiled, int cpu, int qui
             for (int w = 8; w <= 16; w *= 2) {
                 t = *base;
                 t.skinny_vector = w;
+                PT_ADD();
+            }
+            for (int w = 4; w <= 16; w *= 2) { /* and read as whole vectors (the shapes' rows are aligned) */
+                t = *base;
+                t.skinny_vector = w;
+                t.skinny_aligned = !base->skinny_aligned;
                 PT_ADD();
             }
         }
@@ -1201,7 +1208,7 @@ static int tune_products(const char *device, int quick, int dry_run, const char 
                 } else
                     nw++;
             }
-        clmla_product_tuning current, cands[32], best;
+        clmla_product_tuning current, cands[40], best;
         const char *source = NULL;
         if (clmla_product_tuning_lookup(&info, k_of_class, &current, &source) != CLMLA_SUCCESS)
             printf("warning: %s\n", clmla_last_error(NULL));
@@ -1209,7 +1216,7 @@ static int tune_products(const char *device, int quick, int dry_run, const char 
                cls == 0 ? "small" : "large", source);
         best = current;
         double ratio = 0, cur_us[16], best_us[16], tcur_us[16], tbest_us[16], tratio = 1;
-        int n = rc == 0 ? pt_grid(&current, 0, cpu, quick, cands, 32) : 0;
+        int n = rc == 0 ? pt_grid(&current, 0, cpu, quick, cands, 40) : 0;
         const int b = n ? pt_search(&r, cpu ? "decode products (gemm_packed_rows)" : "decode products (gemm_skinny_nt)",
                                     ws, nw, 1, cands, n, 0, cpu, &ratio, cur_us, best_us)
                         : -1;

@@ -28,8 +28,8 @@ static CLBlastTranspose op(const clmla_matrix *x)
 /* The product kernels of a context for one weight dtype and shape class, built on first use with
    the class's parameters and kept until the context is destroyed or retuned. */
 typedef struct clmla_dtype_kernels {
-    cl_kernel skinny_nt[4][4];   /* gemm_skinny_nt for 1, 2, 4, 8 rows x 1, 2, 4, 8 columns per group */
-    int skinny_nt_threads[4][4];
+    cl_kernel skinny_nt[2][4][4]; /* gemm_skinny_nt, [aligned] for 1, 2, 4, 8 rows x 1, 2, 4, 8 columns per group */
+    int skinny_nt_threads[2][4][4];
     cl_kernel skinny_nn;         /* gemm_skinny_nn */
     int skinny_nn_threads;
     cl_kernel skinny_nn_split[4];/* gemm_skinny_nn_split for 1, 2, 4, 8 rows (skinny_nn_slices > 1) */
@@ -66,7 +66,7 @@ static void release_all(clmla_products *P)
 {
     for (int d = 0; d < NUM_CLASSES * NUM_DTYPES; d++) {
         clmla_dtype_kernels *K = &P->k[d / NUM_DTYPES][d % NUM_DTYPES];
-        release_kernels(&K->skinny_nt[0][0], 16);
+        release_kernels(&K->skinny_nt[0][0][0], 32);
         release_kernels(&K->skinny_nn, 1);
         release_kernels(K->skinny_nn_split, 4);
         release_kernels(K->skinny_rows, 4);
@@ -249,21 +249,22 @@ static size_t nt_local_bytes(int items, const void *arg)
     return (size_t)*(const int *)arg * (size_t)items * sizeof(float);
 }
 
-/* gemm_skinny_nt for rows bucket 1 << bucket and 1 << nc_log columns per group, products of K = k:
-   skinny_items items, or fewer where the device's work-group limit, the kernel's own or local
-   memory says so. */
-static clmla_status nt_kernel(clmla_context *ctx, clmla_dtype dtype, size_t k, int bucket, int nc_log,
+/* gemm_skinny_nt for rows bucket 1 << bucket and 1 << nc_log columns per group, products of K = k,
+   `aligned`: built with W_ALIGNED (the caller has checked nt_aligned): skinny_items items, or fewer
+   where the device's work-group limit, the kernel's own or local memory says so. */
+static clmla_status nt_kernel(clmla_context *ctx, clmla_dtype dtype, size_t k, int bucket, int nc_log, int aligned,
                               cl_kernel *kernel, int *threads)
 {
-    cl_kernel *slot = &kernels(ctx, dtype, k)->skinny_nt[bucket][nc_log];
-    int *slot_threads = &kernels(ctx, dtype, k)->skinny_nt_threads[bucket][nc_log];
+    cl_kernel *slot = &kernels(ctx, dtype, k)->skinny_nt[aligned][bucket][nc_log];
+    int *slot_threads = &kernels(ctx, dtype, k)->skinny_nt_threads[aligned][bucket][nc_log];
     if (!*slot) {
         const clmla_product_tuning *t = tuning(ctx, k);
         const int rows = 1 << bucket, nc = 1 << nc_log, sums = rows * nc;
-        char extra[80], options[160], vw[16] = "";
+        char extra[96], options[176], vw[16] = "";
         if (t->skinny_vector != 4) /* only when set: the default's options, and cached programs, as before */
             snprintf(vw, sizeof(vw), " -D VW=%d", t->skinny_vector);
-        snprintf(extra, sizeof(extra), "-D MR=%d -D NC=%d -D UK=%d%s", rows, nc, t->skinny_unroll, vw);
+        snprintf(extra, sizeof(extra), "-D MR=%d -D NC=%d -D UK=%d%s%s", rows, nc, t->skinny_unroll, vw,
+                 aligned ? " -D W_ALIGNED" : "");
         dtype_options(ctx, dtype, extra, options, sizeof(options));
         clmla_status st =
             sized_kernel(ctx, "gemm_skinny_nt", options, t->skinny_items, 1, nt_local_bytes, &sums, slot, slot_threads);
@@ -273,6 +274,18 @@ static clmla_status nt_kernel(clmla_context *ctx, clmla_dtype dtype, size_t k, i
     *kernel = *slot;
     *threads = *slot_threads;
     return CLMLA_SUCCESS;
+}
+
+/* Whether gemm_skinny_nt may read its operands as whole vectors (the product tuning's skinny_aligned):
+   every vector of VW values of A and B then starts at a multiple of VW elements from its buffer's
+   start, which OpenCL aligns to the largest vector type at least. */
+static int nt_aligned(const clmla_context *ctx, size_t k, const clmla_matrix *a, size_t a_stride,
+                      const clmla_matrix *b, size_t b_stride, size_t batch)
+{
+    const clmla_product_tuning *t = tuning(ctx, k);
+    const size_t vw = (size_t)t->skinny_vector;
+    return t->skinny_aligned && a->offset % vw == 0 && a->ld % vw == 0 && b->offset % vw == 0 && b->ld % vw == 0 &&
+           (batch <= 1 || (a_stride % vw == 0 && b_stride % vw == 0));
 }
 
 /* Columns per work-group of gemm_skinny_nt (log2): skinny_columns (4 by default), unless that
@@ -461,7 +474,8 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
     else if (b.transposed) {
         bucket = rows_bucket(m);
         nc_log = nt_columns_log(ctx, n, k, batch);
-        st = nt_kernel(ctx, b.dtype, k, bucket, nc_log, &kernel, &wg);
+        st = nt_kernel(ctx, b.dtype, k, bucket, nc_log, nt_aligned(ctx, k, &a, a_stride, &b, b_stride, batch), &kernel,
+                       &wg);
     } else if (nn_split) {
         bucket = rows_bucket(m);
         st = nn_split_kernel(ctx, b.dtype, k, bucket, &kernel, &wg);
