@@ -1347,10 +1347,12 @@ static void test_gemm_skinny(void)
         {"gemm_skinny_nt", "-D MR=2 -D NC=2 -D WG=16 -D UK=2", 2, 7, 131, 1, 1, 1.0f, 1.0f, {4 * 16, 1}, {16, 1}, 0, 0, 0, 0},
         {"gemm_skinny_nt", "-D MR=4 -D NC=1 -D WG=64 -D UK=2", 3, 3, 3, 1, 1, 2.0f, 0.0f, {3 * 64, 1}, {64, 1}, 0, 0, 0, 0},
         {"gemm_skinny_nt", "-D MR=4 -D NC=2 -D WG=16 -D UK=4", 4, 6, 512, 3, 1, 1.0f, 0.5f, {3 * 16, 3}, {16, 1}, 0, 0, 0, 0},
-        /* whole-vector loads (W_ALIGNED: run_gemm aligns the operands), 4 and 16 values a load, a
-           K tail past the vectors, batches */
+        /* whole-vector loads (W_ALIGNED: run_gemm aligns the operands), 4 and 8 values a load, a
+           K tail past the vectors, batches. Not 16 here: oclgrind 21.10's uninitialised-value
+           check (ci/oclgrind.sh, unoptimised builds) reports every dot of a float16's parts, with
+           vload16 as well, while the optimised run passes; test_linear runs 16 on PoCL. */
         {"gemm_skinny_nt", "-D MR=4 -D NC=2 -D WG=16 -D UK=2 -D W_ALIGNED", 3, 7, 133, 2, 1, 1.0f, 0.5f, {4 * 16, 2}, {16, 1}, 0, 0, 0, 0},
-        {"gemm_skinny_nt", "-D MR=1 -D NC=4 -D WG=32 -D UK=2 -D VW=16 -D W_ALIGNED", 1, 9, 1030, 2, 1, 1.0f, 0.0f, {3 * 32, 2}, {32, 1}, 0, 0, 0, 0},
+        {"gemm_skinny_nt", "-D MR=1 -D NC=4 -D WG=32 -D UK=2 -D VW=8 -D W_ALIGNED", 1, 9, 1030, 2, 1, 1.0f, 0.0f, {3 * 32, 2}, {32, 1}, 0, 0, 0, 0},
         {"gemm_skinny_nn", "-D MMAX=8 -D WG=64", 3, 13, 9, 3, 0, 1.0f, 0.0f, {64, 3}, {64, 1}, 0, 0, 0, 0},
         {"gemm_skinny_nn", "-D MMAX=8 -D WG=16", 8, 40, 5, 1, 0, -1.0f, 1.0f, {48, 1}, {16, 1}, 0, 0, 0, 0},
         /* gemm_skinny_nn_split: N a multiple of 4 (the host's rule) with a last group of columns
