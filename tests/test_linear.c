@@ -188,8 +188,8 @@ static void make_coded(clmla_dtype dtype, int n, int k, tu_rng *rng, unsigned ch
     *w_out = w;
 }
 
-/* The weight as the device keeps it at `nrows` row counts `rows`, and through CLBlast at every
-   row count of row_counts if `clblast`. */
+/* The weight as the device keeps it, and through CLBlast too if `clblast_too`, at the `nrows` row
+   counts `rows`. */
 static void check_dtype_rows(clmla_dtype dtype, int n, int k, const char *what, const int *rows, int nrows,
                              int clblast_too)
 {
@@ -212,9 +212,8 @@ static void check_dtype_rows(clmla_dtype dtype, int n, int k, const char *what, 
                                   (dtype == CLMLA_DTYPE_FP8_E4M3 ? scales * sizeof(float) : 0);
         CHECK(bytes == want_bytes, "%s W [%d, %d]: %zu device bytes, the codes and scales are %zu", what, n, k, bytes,
               want_bytes);
-        const int count_rows = clblast ? (int)(sizeof(row_counts) / sizeof(row_counts[0])) : nrows;
-        for (int r = 0; lin && r < count_rows; r++) {
-            const int m = clblast ? row_counts[r] : rows[r];
+        for (int r = 0; lin && r < nrows; r++) {
+            const int m = rows[r];
             float *x = malloc((size_t)m * k * sizeof(float)), *y = malloc((size_t)m * n * sizeof(float));
             tu_fill_uniform(x, (size_t)m * k, 0.0f, 1.0f, &rng);
             double *want = reference(x, w, m, n, k);

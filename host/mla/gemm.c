@@ -250,8 +250,9 @@ static size_t nt_local_bytes(int items, const void *arg)
 }
 
 /* gemm_skinny_nt for rows bucket 1 << bucket and 1 << nc_log columns per group, products of K = k,
-   `aligned`: built with W_ALIGNED (the caller has checked nt_aligned): skinny_items items, or fewer
-   where the device's work-group limit, the kernel's own or local memory says so. */
+   `aligned`: built with W_ALIGNED (the caller has checked nt_aligned; the option changes every
+   W_LOADn of cl/gemm_skinny.cl, so no other kernel is taken from such a program): skinny_items
+   items, or fewer where the device's work-group limit, the kernel's own or local memory says so. */
 static clmla_status nt_kernel(clmla_context *ctx, clmla_dtype dtype, size_t k, int bucket, int nc_log, int aligned,
                               cl_kernel *kernel, int *threads)
 {
