@@ -7,6 +7,11 @@
  *     lid, lid+NT, lid+2NT, ...                   (default: coalesced, what GPUs want)
  *     lid*per_item, lid*per_item+1, ...           (-D CONTIGUOUS: one stream per item, what CPU
  *                                                  drivers that run an item's loop in turn want)
+ *   With -D STREAMS=S (CPU devices) a work-group is one item, which reads its chunk as S
+ *   sequential streams, one over each S-th of it, 16 floats a load: how clmla's CPU products
+ *   read their weights (cl/gemm_skinny.cl, gemm_packed_rows). PoCL runs the two orders above
+ *   vectorised across the items of a work-group, and they read about a quarter slower than this
+ *   on an Intel Xeon (docs/perf-log.md, 2026-11-27).
  *   One float per item is written so that the loads cannot be removed.
  * fma_throughput: 8 independent fma chains of VEC-wide vectors per work-item, iterations deep,
  *   all in registers: 2 * 8 * VEC * iterations FLOPs per item. a = a*m + c with m < 1 converges,
@@ -34,6 +39,30 @@ __kernel void fill_uniform_half(__global half *dst, const uint n, const uint see
         vstore_half(scale * hash_uniform(i, seed), i, dst);
 }
 
+#ifdef STREAMS
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
+void read_bandwidth(__global const float4 *src, const int per_item, __global float *out)
+{
+    const int len = per_item / STREAMS; /* float4 per stream, a multiple of 4 */
+    __global const float *p = (__global const float *)(src + (size_t)get_global_id(0) * per_item);
+    float16 acc[STREAMS];
+#pragma unroll
+    for (int s = 0; s < STREAMS; s++)
+        acc[s] = (float16)(0.0f);
+    for (int i = 0; i < 4 * len; i += 16) {
+#pragma unroll
+        for (int s = 0; s < STREAMS; s++)
+            acc[s] += vload16(0, p + (size_t)s * 4 * len + i);
+    }
+    float16 t = acc[0];
+#pragma unroll
+    for (int s = 1; s < STREAMS; s++)
+        t += acc[s];
+    const float8 h = t.lo + t.hi;
+    const float4 q = h.lo + h.hi;
+    out[get_global_id(0)] = q.x + q.y + q.z + q.w;
+}
+#else
 __kernel void read_bandwidth(__global const float4 *src, const int per_item, __global float *out)
 {
     const int lid = get_local_id(0), nt = get_local_size(0);
@@ -52,6 +81,7 @@ __kernel void read_bandwidth(__global const float4 *src, const int per_item, __g
     const float4 acc = acc0 + acc1;
     out[get_global_id(0)] = acc.x + acc.y + acc.z + acc.w;
 }
+#endif
 
 /* VEC = 1, 4 or 8: the width of each chain's vector type (GPUs run scalars best, CPU drivers
    that do not vectorise across work-items need the vectors). */
