@@ -46,6 +46,10 @@
  *   CACHE_LOAD_VALUE(r, i) the same for i < RKV (c^KV, not k^R): fp8 without the test of i
  *   CACHE_LOAD4(r, i)      values 4i .. 4i+3 of row r, as float4 (no alignment beyond the unit's)
  *   CACHE_LOAD8(r, i)      values 8i .. 8i+7 of row r, as float8 (likewise)
+ *   CACHE_ALIGNED (build option): CACHE_LOAD4/8 read the values (for fp8 the codes, or the bf16
+ *                          values of k^R) as one value of the vector type (vloada_halfN for f16),
+ *                          which needs rows, and an fp8 row's k^R, aligned to that vector's
+ *                          size: the caller's promise (host/mla/attention.c)
  *   CACHE_STORE(v, i, r)   float v stored as value i of row r, rounded to nearest even (not fp8:
  *                          its rows are written a 128-value tile at a time, cl/cache_write.cl)
  * The weights' element type, chosen by the build option W_DTYPE (0 float, 1 half, 2 bf16, 3 fp8
@@ -185,21 +189,33 @@ DT_E4M3_VECTOR(16)
 DT_E4M3_SCALED(4)
 DT_E4M3_SCALED(8)
 
+/* CACHE_VLOAD(T, N, i, p): elements Ni .. Ni+N-1 of p as a T##N, through vloadN or, with
+   CACHE_ALIGNED, one load of the vector type */
+#ifdef CACHE_ALIGNED
+#define CACHE_VLOAD(T, N, i, p) (((__global const T##N *)(p))[i])
+#else
+#define CACHE_VLOAD(T, N, i, p) vload##N((i), (p))
+#endif
 #if defined(CACHE_F16)
 #define CACHE_T half
 #define CACHE_ROW_UNITS (RKV + DR)
 #define CACHE_CONVERTS
 #define CACHE_LOAD(p, i) vload_half((i), (p))
+#ifdef CACHE_ALIGNED
+#define CACHE_LOAD4(p, i) vloada_half4((i), (p))
+#define CACHE_LOAD8(p, i) vloada_half8((i), (p))
+#else
 #define CACHE_LOAD4(p, i) vload_half4((i), (p))
 #define CACHE_LOAD8(p, i) vload_half8((i), (p))
+#endif
 #define CACHE_STORE(v, i, p) vstore_half_rte((v), (i), (p))
 #elif defined(CACHE_BF16)
 #define CACHE_T ushort
 #define CACHE_ROW_UNITS (RKV + DR)
 #define CACHE_CONVERTS
 #define CACHE_LOAD(p, i) dt_bf16((p)[i])
-#define CACHE_LOAD4(p, i) dt_bf16x4(vload4((i), (p)))
-#define CACHE_LOAD8(p, i) dt_bf16x8(vload8((i), (p)))
+#define CACHE_LOAD4(p, i) dt_bf16x4(CACHE_VLOAD(ushort, 4, (i), (p)))
+#define CACHE_LOAD8(p, i) dt_bf16x8(CACHE_VLOAD(ushort, 8, (i), (p)))
 #define CACHE_STORE(v, i, p) ((p)[i] = dt_to_bf16(v))
 #elif defined(CACHE_FP8)
 #define CACHE_T uchar
@@ -212,14 +228,14 @@ DT_E4M3_SCALED(8)
 inline float4 fp8_load4(__global const uchar *r, const int i)
 {
     if (4 * i < RKV)
-        return dt_e4m3x4s(vload4(i, r), FP8_SCALES(r)[4 * i / 128]);
-    return dt_bf16x4(vload4(0, FP8_ROPE(r) + (4 * i - RKV)));
+        return dt_e4m3x4s(CACHE_VLOAD(uchar, 4, i, r), FP8_SCALES(r)[4 * i / 128]);
+    return dt_bf16x4(CACHE_VLOAD(ushort, 4, 0, FP8_ROPE(r) + (4 * i - RKV)));
 }
 inline float8 fp8_load8(__global const uchar *r, const int i)
 {
     if (8 * i < RKV)
-        return dt_e4m3x8s(vload8(i, r), FP8_SCALES(r)[8 * i / 128]);
-    return dt_bf16x8(vload8(0, FP8_ROPE(r) + (8 * i - RKV)));
+        return dt_e4m3x8s(CACHE_VLOAD(uchar, 8, i, r), FP8_SCALES(r)[8 * i / 128]);
+    return dt_bf16x8(CACHE_VLOAD(ushort, 8, 0, FP8_ROPE(r) + (8 * i - RKV)));
 }
 #define CACHE_LOAD4(r, i) fp8_load4((r), (i))
 #define CACHE_LOAD8(r, i) fp8_load8((r), (i))

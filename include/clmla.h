@@ -301,7 +301,8 @@ clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning 
    or "any"), "parameters": {"rows_heads", "rows_keys", "rows_groups_per_cu", "group_heads",
    "group_keys", "group_max_items", "group_groups_per_cu", "group_query_layout", "group_fold",
    "prefill_tiled", "group_decode_heads", "group_min_split_keys", "group_stage_keys", "prefill_queries",
-   "prefill_keys", "prefill_chunk", "prefill_rows_queries"} (any subset; the rest are defaults)};
+   "prefill_keys", "prefill_chunk", "prefill_rows_queries", "group_aligned"} (any subset; the rest are
+   defaults)};
    the same file holds the "products" entries of "Product kernel tuning" below.
    An entry for the exact head count wins over an "any" one. The file is read once per process, at
    the first use; a malformed file is reported (clmla_log at warning level on the first context
@@ -363,6 +364,13 @@ typedef struct clmla_latent_tuning {
        softmax 8 queries a vector). More queries read each key tile for more of them; fewer give
        short chunks more items. `clmla tune --kernels --prefill` searches it on CPUs. */
     int prefill_rows_queries;
+    /* added in 0.4: attn_latent over a cache of f16, bf16 or fp8: 1 reads each 4 values of a row in
+       the score step as one load of the vector type (vloada_half4, ushort4, uchar4) where the rows
+       allow it (rows, and an fp8 row's k^R part, at multiples of 8 bytes: every preset of
+       docs/MODELS.md; elsewhere the kernel of 0 runs); 0 (default) through
+       vloadN, which NVIDIA's OpenCL compiles to one scalar load per value (a byte load per fp8
+       code). Experimental, not yet measured on a GPU. */
+    int group_aligned;
 } clmla_latent_tuning;
 
 /* The parameters clmla used before any tuning. */

@@ -1,9 +1,9 @@
 #!/bin/sh
 # Every kernel file, compiled as the library compiles it (cl/prelude.cl first) by the host's clang
 # for OpenCL C 1.2 with -Wall -Werror, under each set of build options that selects other code: the
-# weight and cache dtypes, the CPU options, the query layout, the staged score step. A warning here
-# is a warning on some device's compiler (PoCL prints "N warnings generated" and clmla logs the
-# build log at info level).
+# weight and cache dtypes and their whole-vector loads, the CPU options, the query layout, the staged
+# score step. A warning here is a warning on some device's compiler (PoCL prints "N warnings
+# generated" and clmla logs the build log at info level).
 # Syntax only: nothing runs. Skipped (77) without a clang that compiles OpenCL C.
 #   sh tests/kernel_warnings.sh CL_DIR
 set -u
@@ -24,6 +24,9 @@ sets='
 -D CACHE_F16
 -D CACHE_BF16
 -D RKV=512 -D DR=64 -D CACHE_FP8
+-D CACHE_ALIGNED -D CACHE_F16
+-D CACHE_ALIGNED -D CACHE_BF16
+-D CACHE_ALIGNED -D RKV=512 -D DR=64 -D CACHE_FP8
 -D CLMLA_PREFETCH -D CLMLA_HSUM8
 -D CLMLA_NO_DENORMS -D W_DTYPE=3
 -D QLAYOUT=1

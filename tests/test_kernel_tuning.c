@@ -117,6 +117,11 @@ static void test_parse(void)
     CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, "group_stage_keys"),
           "group_stage_keys 2");
     CHECK(d.group_stage_keys == 0, "default group_stage_keys %d", d.group_stage_keys);
+    t = d;
+    t.group_aligned = -1;
+    CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, "group_aligned"),
+          "group_aligned -1");
+    CHECK(d.group_aligned == 0, "default group_aligned %d", d.group_aligned);
     /* attn_prefill_tiled's tiles: BQ a power of two (the build halves it to fit), BK and KC float4s */
     static const struct {
         size_t offset;
@@ -698,14 +703,14 @@ int main(int argc, char **argv)
                  "{\"rows_heads\": 6, \"rows_keys\": 12, \"rows_groups_per_cu\": 3, \"group_heads\": 8, "
                  "\"group_keys\": 2, \"group_max_items\": 64, \"group_groups_per_cu\": 3, \"group_query_layout\": 0, "
                  "\"prefill_tiled\": 0, \"group_decode_heads\": 16, \"group_stage_keys\": 1, \"prefill_queries\": 8, "
-                 "\"prefill_keys\": 16, \"prefill_chunk\": 128, \"prefill_rows_queries\": 24}}]",
+                 "\"prefill_keys\": 16, \"prefill_chunk\": 128, \"prefill_rows_queries\": 24, \"group_aligned\": 1}}]",
                  info.vendor, info.name);
         write_text(user, text);
         CHECK_STATUS(clmla_latent_tuning_lookup(&info, 16, &t, &src), CLMLA_SUCCESS, NULL);
         CHECK(strncmp(src, "file ", 5) == 0 && t.rows_heads == 6 && t.rows_keys == 12 && t.group_max_items == 64 &&
                   t.group_query_layout == 0 && t.prefill_tiled == 0 && t.group_decode_heads == 16 &&
                   t.group_stage_keys == 1 && t.prefill_queries == 8 && t.prefill_keys == 16 && t.prefill_chunk == 128 &&
-                  t.prefill_rows_queries == 24,
+                  t.prefill_rows_queries == 24 && t.group_aligned == 1,
               "user entry not applied: %s", src);
         test_attention(ctx, CLMLA_LATENT_ROWS);
         test_attention(ctx, CLMLA_LATENT_GROUP);

@@ -130,12 +130,15 @@ bench_setup() {
 # vector type (the product tuning's skinny_aligned 1; NVIDIA's compiler turns vloadN into N scalar
 # loads, docs/BENCHMARKS.md), at 4 values a load and at 16 (fp8: one 16-byte load where it was 16
 # byte loads), timed on the decode products and in the layer step, traced kernel by kernel; then
-# latent decode over every cache dtype and both paths by prefix. (Measured and decided on the H100 of
-# 2026-11-27: skinny_nn_slices, group_min_split_keys 32, group_stage_keys 1, group_decode_heads 4.)
+# latent decode over every cache dtype, and over f16, bf16 and fp8 again with attn_latent reading
+# the rows by whole vectors (the latent tuning's group_aligned 1: one uchar4 load where there were 4
+# byte loads); then both paths by prefix. (Measured and decided on the H100 of 2026-11-27:
+# skinny_nn_slices, group_min_split_keys 32, group_stage_keys 1, group_decode_heads 4.)
 part_ab() {
     bench_setup
     variant_tuning "$out/kernel-tuning-al4.json" products skinny_aligned=1
     variant_tuning "$out/kernel-tuning-al16.json" products skinny_aligned=1 skinny_vector=16
+    variant_tuning "$out/kernel-tuning-la1.json" attn_latent group_aligned=1
     for v in base al4 al16; do
         f=""
         [ "$v" = base ] || f="$out/kernel-tuning-$v.json"
@@ -165,6 +168,11 @@ part_ab() {
         [ "$shape" = v3 ] && secs=50
         step bench-decode-$tag $secs "$bench" $peaks --phase decode --preset "$shape" --path absorbed \
             --batch 1,8,32 --ctx 4096,32768 --cache-dtype f32,f16,bf16,fp8 --json "$out/decode-$tag.json"
+        # the decoded caches' rows read by whole vectors beside it (f32 rows are float4 loads already)
+        [ -s "$out/kernel-tuning-la1.json" ] && [ -e "$out/.done-bench-decode-$tag" ] && step bench-decode-$tag-la1 \
+            $((secs / 2)) env CLMLA_KERNEL_TUNING="$out/kernel-tuning-la1.json" "$bench" $peaks --phase decode \
+            --preset "$shape" --path absorbed --batch 1,8,32 --ctx 4096,32768 --cache-dtype f16,bf16,fp8 \
+            --json "$out/decode-$tag-la1.json"
     done
     step bench-prefill 45 "$bench" $peaks --phase prefill --path decompressed,absorbed --ctx 512,4096 \
         --weights-dtype f32,bf16 --json "$out/prefill.json"
@@ -187,8 +195,12 @@ ptx_run() {
 part_ptx() {
     bench_setup
     variant_tuning "$out/kernel-tuning-al16.json" products skinny_aligned=1 skinny_vector=16
+    variant_tuning "$out/kernel-tuning-la1.json" attn_latent group_aligned=1
     for d in f32 f16 bf16 fp8; do
         ptx_run latent-$d "" --phase decode --path absorbed --batch 1 --ctx 256 --cache-dtype $d
+        # attn_latent reading the rows by whole vectors: ld.global.u32 or .v2 where vloadN gave 4 loads
+        [ "$d" = f32 ] || [ ! -s "$out/kernel-tuning-la1.json" ] || ptx_run latent-$d-la1 "$out/kernel-tuning-la1.json" \
+            --phase decode --path absorbed --batch 1 --ctx 256 --cache-dtype $d
     done
     for w in f32 bf16 fp8; do
         ptx_run layer-v3-$w "" --phase layer --preset v3 --batch 1 --ctx 256 --weights-dtype $w

@@ -256,7 +256,7 @@ static void kt_print(const clmla_latent_tuning *t, int rows, int decoded)
                t->group_heads, t->group_keys, t->group_max_items, t->group_groups_per_cu, t->group_query_layout,
                t->group_min_split_keys, t->group_stage_keys);
     if (decoded)
-        printf(" group_decode_heads=%-2d", t->group_decode_heads);
+        printf(" group_decode_heads=%-2d group_aligned=%d", t->group_decode_heads, t->group_aligned);
 }
 
 /* The kernel tuning file `clmla tune --kernels` writes into path: --out, else the one the library
@@ -360,6 +360,15 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
             if (!quick)
                 t.group_decode_heads = dh[i];
             cands[n++] = t;
+        }
+        /* whole-vector loads of the rows (where the rows allow them; else the same kernel as in
+           force), at each heads an item (--quick: with those in force) */
+        for (int i = 0; i < (quick ? 1 : 3); i++) {
+            clmla_latent_tuning t = base;
+            t.group_aligned = !base.group_aligned;
+            if (!quick)
+                t.group_decode_heads = dh[i];
+            add_unique(cands, &n, &t);
         }
     } else if (r.rows) {
         static const int hs[] = {8, 16}, ks[] = {4, 8, 16}, gs[] = {2, 4, 8};

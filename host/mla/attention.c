@@ -41,6 +41,19 @@ static size_t latent_local_bytes(int nt, const void *arg)
     return (hgp * (((size_t)row + 3) / 4) * 4 + tk * hgp + (size_t)nt + hgp) * sizeof(float) + tk * sizeof(int);
 }
 
+/* Whether attn_latent may read the cache's rows with whole-vector loads (group_aligned,
+   CACHE_ALIGNED in cl/prelude.cl): its score step loads 4 values at a time, so for a cache that
+   stores other than float, every such load must be aligned to 4 of its units: rows a multiple of 8
+   bytes (buffers start aligned far beyond that) and, for fp8, the k^R part of a row (bf16) at a
+   multiple of 8 bytes. f32 rows are read as float4s already where a row is whole float4s. */
+static int cache_aligned(const clmla_cache *cache)
+{
+    const size_t rkv = (size_t)cache->config.kv_lora_rank;
+    if (cache->config.dtype == CLMLA_CACHE_F32 || cache->row_bytes % 8)
+        return 0;
+    return cache->config.dtype != CLMLA_CACHE_FP8 || (rkv + 4 * (rkv / 128)) % 8 == 0;
+}
+
 /* The attn_latent kernel for `hg` heads per work-group: NT is the largest power of two <= the
    tuning's group_max_items (128 by default), and >= the heads padded to 4, 8 or 16, that the
    device's work-group limit, the kernel's own limit and local memory allow. NULL kernel (and
@@ -80,6 +93,8 @@ static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_
             strncat(options, " -D QLAYOUT=1", sizeof(options) - strlen(options) - 1);
         if (tn->group_stage_keys)
             strncat(options, " -D STAGE", sizeof(options) - strlen(options) - 1);
+        if (tn->group_aligned && cache_aligned(cache))
+            strncat(options, " -D CACHE_ALIGNED", sizeof(options) - strlen(options) - 1);
         const clmla_kernel_fit fit = {"attn_latent", "attn_latent", options, "NT", tn->group_max_items, padded_heads(hg),
                                       latent_local_bytes, shape};
         clmla_status st = clmla_kernel_create_fitted(cache->ctx, &fit, slot, slot_threads);
