@@ -460,7 +460,9 @@ typedef struct clmla_product_tuning {
        and of x as one load of the vector type where every such vector is aligned (offsets, row
        lengths and batch strides multiples of skinny_vector; else the kernel of 0 runs); 0 (default)
        through vloadN, which NVIDIA's OpenCL compiles to one scalar load per value (a byte load per
-       fp8 code). Experimental, not yet measured on a GPU. */
+       fp8 code); gemm_skinny_nn_split (the per-head W^UK product) likewise reads each float4 of
+       columns of the weight as one load where the weight's offset, row length and batch stride
+       are multiples of 4. Experimental, not yet measured on a GPU. */
     int skinny_aligned;
 } clmla_product_tuning;
 

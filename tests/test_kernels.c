@@ -1207,11 +1207,12 @@ typedef struct gemm_case {
 static void run_gemm(const gemm_case *c)
 {
     const int M = c->M, N = c->N, K = c->K, batch = c->batch;
-    /* W_ALIGNED (gemm_skinny_nt's whole-vector loads) promises A's and B's vectors of up to 16
-       values aligned: rows, strides and offsets then a multiple of 16 values, still padded */
+    /* W_ALIGNED (whole-vector loads: gemm_skinny_nt's and gemm_skinny_nn_split's) promises A's and
+       B's vectors of up to 16 values aligned: rows, strides and offsets then a multiple of 16
+       values, still padded */
     const int al = strstr(c->options, "W_ALIGNED") ? 16 : 1;
 #define ALIGN_UP(v) (((v) + al - 1) / al * al)
-    const int lda = ALIGN_UP(K + 3), ldb = c->transposed ? ALIGN_UP(K + 1) : N + 2, ldc = N + 4;
+    const int lda = ALIGN_UP(K + 3), ldb = c->transposed ? ALIGN_UP(K + 1) : ALIGN_UP(N + 2), ldc = N + 4;
     const int b_rows = c->transposed ? N : K;
     const int a_stride = ALIGN_UP(M * lda + 5), b_stride = ALIGN_UP(b_rows * ldb + 3), c_stride = M * ldc + 2;
     const int ao = ALIGN_UP(2), bo = ALIGN_UP(1), co = 3;
@@ -1373,6 +1374,9 @@ static void test_gemm_skinny(void)
         {"gemm_skinny_nn_split", "-D MR=1 -D KS=2 -D WG=16", 1, 4, 5, 2, 0, 2.0f, 0.5f, {16, 2}, {16, 1}, 0, 0, 0, 0},
         {"gemm_skinny_nn_split", "-D MR=2 -D KS=16 -D WG=16", 2, 12, 40, 1, 0, 1.0f, 0.0f, {3 * 16, 1}, {16, 1}, 0, 0, 0, 0},
         {"gemm_skinny_nn_split", "-D MR=8 -D KS=4 -D WG=32", 5, 8, 3, 2, 0, 1.0f, 0.0f, {32, 2}, {32, 1}, 0, 0, 0, 0},
+        /* ... reading B's float4s as whole vectors (W_ALIGNED): a short last group, a batch */
+        {"gemm_skinny_nn_split", "-D MR=4 -D KS=4 -D WG=16 -D W_ALIGNED", 3, 20, 9, 3, 0, 1.0f, 0.5f, {2 * 16, 3}, {16, 1}, 0, 0, 0, 0},
+        {"gemm_skinny_nn_split", "-D MR=1 -D KS=8 -D WG=64 -D W_ALIGNED", 1, 40, 133, 1, 0, 1.0f, 0.0f, {2 * 64, 1}, {64, 1}, 0, 0, 0, 0},
         /* The CPU forms: rows bucketed to 1, 2, 4, 8 (NCC = 8 / rows), several column blocks per
            item, N not a multiple of a block, K with a tail past its float8s. */
         {"gemm_skinny_nt_rows", "-D MR=1 -D NCC=8", 1, 19, 37, 2, 1, 1.0f, 0.0f, {2, 2}, {1, 1}, 16, 1, 0, 0},

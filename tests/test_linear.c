@@ -662,6 +662,12 @@ static void test_per_head(void)
         check_per_head(hc, dtypes[d], heads, 264);
         check_per_head(hc, dtypes[d], heads, 520);
     }
+    /* and with whole-vector loads (skinny_aligned: the heads' slices of kv_b_proj start at multiples
+       of 4 values, so both per-head products take them) */
+    t.skinny_aligned = 1;
+    CHECK_STATUS(clmla_context_set_product_tuning(hc, &t), CLMLA_SUCCESS, hc);
+    for (int d = 0; d < 3; d++)
+        check_per_head(hc, dtypes[d], heads, 264);
     clmla_context_destroy(hc);
     char *text = NULL, err[256];
     size_t length = 0;

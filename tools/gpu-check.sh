@@ -16,12 +16,14 @@
 #          defaults won there, so a device with a built-in entry can leave it out)
 #   ab     the experimental parameters against the parameters in force, each after its baseline
 #          (a copy of the tuning file with them set; needs python3): V2-Lite's and V3's decode
-#          products and the layer step at both shapes, its kernels traced, with gemm_skinny_nt
-#          reading whole vectors (skinny_aligned 1, at 4 and at 16 values a load); then latent decode
-#          at V2-Lite's and V3's shapes over every cache dtype, and prefill and chunks after a prefix
-#          by both paths (AUTO's crossover)
-#   ptx    the device code of the latent kernel over each cache dtype and of a V3 layer step's
-#          kernels in each weights dtype (and with skinny_aligned 1 at 16 values a load), one folder
+#          products and the layer step at both shapes, its kernels traced, with gemm_skinny_nt and
+#          gemm_skinny_nn_split reading whole vectors (skinny_aligned 1, at 4 and at 16 values a
+#          load); then latent decode at V2-Lite's and V3's shapes over every cache dtype, the decoded
+#          ones again with attn_latent reading whole vectors (group_aligned 1), and prefill and
+#          chunks after a prefix by both paths (AUTO's crossover)
+#   ptx    the device code of the latent kernel over each cache dtype (the decoded ones also with
+#          group_aligned 1) and of a V3 layer step's kernels in each weights dtype (and with
+#          skinny_aligned 1 at 16 values a load), one folder
 #          of programs per variant under OUT/ptx (NVIDIA's binaries are PTX), and their instruction mix (tools/ptx_mix.py) in OUT/ptx-mix.txt: what decoding a
 #          dtype costs beside the FMAs it feeds (about 30 s)
 #   bench  the rest of clmla-bench: V3's decode products (f32 / bf16 / fp8, 1 and 8 rows),

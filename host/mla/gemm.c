@@ -32,8 +32,8 @@ typedef struct clmla_dtype_kernels {
     int skinny_nt_threads[2][4][4];
     cl_kernel skinny_nn;         /* gemm_skinny_nn */
     int skinny_nn_threads;
-    cl_kernel skinny_nn_split[4];/* gemm_skinny_nn_split for 1, 2, 4, 8 rows (skinny_nn_slices > 1) */
-    int skinny_nn_split_threads[4];
+    cl_kernel skinny_nn_split[2][4];/* gemm_skinny_nn_split [whole-vector loads][1, 2, 4, 8 rows] (skinny_nn_slices > 1) */
+    int skinny_nn_split_threads[2][4];
     cl_kernel skinny_rows[4];    /* gemm_skinny_nt_rows for 1, 2, 4, 8 rows (CPU devices) */
     cl_kernel skinny_nn_rows[4]; /* gemm_skinny_nn_rows likewise */
     cl_kernel skinny_nn_wide[3]; /* gemm_skinny_nn_wide for 1, 2, 4 rows (CPU devices) */
@@ -68,7 +68,7 @@ static void release_all(clmla_products *P)
         clmla_dtype_kernels *K = &P->k[d / NUM_DTYPES][d % NUM_DTYPES];
         release_kernels(&K->skinny_nt[0][0][0], 32);
         release_kernels(&K->skinny_nn, 1);
-        release_kernels(K->skinny_nn_split, 4);
+        release_kernels(&K->skinny_nn_split[0][0], 2 * 4);
         release_kernels(K->skinny_rows, 4);
         release_kernels(K->skinny_nn_rows, 4);
         release_kernels(K->skinny_nn_wide, 3);
@@ -214,25 +214,27 @@ static size_t nn_split_local_bytes(int items, const void *arg)
 }
 
 /* gemm_skinny_nn_split for rows bucket 1 << bucket, K in skinny_nn_slices slices: skinny_nn_items
-   items, or fewer (down to one float4 of columns a group) where the device says so. */
-static clmla_status nn_split_kernel(clmla_context *ctx, clmla_dtype dtype, size_t k, int bucket, cl_kernel *kernel,
-                                    int *threads)
+   items, or fewer (down to one float4 of columns a group) where the device says so. `aligned`:
+   built with W_ALIGNED, each float4 of columns of B one load of the vector type (the caller has
+   checked nn_aligned). */
+static clmla_status nn_split_kernel(clmla_context *ctx, clmla_dtype dtype, size_t k, int bucket, int aligned,
+                                    cl_kernel *kernel, int *threads)
 {
     clmla_dtype_kernels *K = kernels(ctx, dtype, k);
-    if (!K->skinny_nn_split[bucket]) {
+    if (!K->skinny_nn_split[aligned][bucket]) {
         const clmla_product_tuning *t = tuning(ctx, k);
         const int rows = 1 << bucket;
         char extra[64], options[160];
-        snprintf(extra, sizeof(extra), "-D MR=%d -D KS=%d", rows, t->skinny_nn_slices);
+        snprintf(extra, sizeof(extra), "-D MR=%d -D KS=%d%s", rows, t->skinny_nn_slices, aligned ? " -D W_ALIGNED" : "");
         dtype_options(ctx, dtype, extra, options, sizeof(options));
         clmla_status st = sized_kernel(ctx, "gemm_skinny_nn_split", options, t->skinny_nn_items, t->skinny_nn_slices,
-                                       nn_split_local_bytes, &rows, &K->skinny_nn_split[bucket],
-                                       &K->skinny_nn_split_threads[bucket]);
+                                       nn_split_local_bytes, &rows, &K->skinny_nn_split[aligned][bucket],
+                                       &K->skinny_nn_split_threads[aligned][bucket]);
         if (st != CLMLA_SUCCESS)
             return st;
     }
-    *kernel = K->skinny_nn_split[bucket];
-    *threads = K->skinny_nn_split_threads[bucket];
+    *kernel = K->skinny_nn_split[aligned][bucket];
+    *threads = K->skinny_nn_split_threads[aligned][bucket];
     return CLMLA_SUCCESS;
 }
 
@@ -251,7 +253,8 @@ static size_t nt_local_bytes(int items, const void *arg)
 
 /* gemm_skinny_nt for rows bucket 1 << bucket and 1 << nc_log columns per group, products of K = k,
    `aligned`: built with W_ALIGNED (the caller has checked nt_aligned; the option changes every
-   W_LOADn of cl/gemm_skinny.cl, so no other kernel is taken from such a program): skinny_items
+   W_LOADn of cl/gemm_skinny.cl, so only this kernel and gemm_skinny_nn_split, under a check of its
+   own, are taken from such programs): skinny_items
    items, or fewer where the device's work-group limit, the kernel's own or local memory says so. */
 static clmla_status nt_kernel(clmla_context *ctx, clmla_dtype dtype, size_t k, int bucket, int nc_log, int aligned,
                               cl_kernel *kernel, int *threads)
@@ -287,6 +290,14 @@ static int nt_aligned(const clmla_context *ctx, size_t k, const clmla_matrix *a,
     const size_t vw = (size_t)t->skinny_vector;
     return t->skinny_aligned && a->offset % vw == 0 && a->ld % vw == 0 && b->offset % vw == 0 && b->ld % vw == 0 &&
            (batch <= 1 || (a_stride % vw == 0 && b_stride % vw == 0));
+}
+
+/* Whether gemm_skinny_nn_split may read B's float4s of columns as whole vectors (skinny_aligned):
+   every one starts at offset + q b_stride + k ld + n with n a multiple of 4, so offset, ld and
+   (with a batch) b_stride must be too. */
+static int nn_aligned(const clmla_context *ctx, size_t k, const clmla_matrix *b, size_t b_stride, size_t batch)
+{
+    return tuning(ctx, k)->skinny_aligned && b->offset % 4 == 0 && b->ld % 4 == 0 && (batch <= 1 || b_stride % 4 == 0);
 }
 
 /* Columns per work-group of gemm_skinny_nt (log2): skinny_columns (4 by default), unless that
@@ -479,7 +490,7 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
                        &wg);
     } else if (nn_split) {
         bucket = rows_bucket(m);
-        st = nn_split_kernel(ctx, b.dtype, k, bucket, &kernel, &wg);
+        st = nn_split_kernel(ctx, b.dtype, k, bucket, nn_aligned(ctx, k, &b, b_stride, batch), &kernel, &wg);
     } else {
         st = nn_kernel(ctx, b.dtype, k);
         kernel = kernels(ctx, b.dtype, k)->skinny_nn;
