@@ -49,7 +49,8 @@
  *   CACHE_ALIGNED (build option): CACHE_LOAD4/8 read the values (for fp8 the codes, or the bf16
  *                          values of k^R) as one value of the vector type (vloada_halfN for f16),
  *                          which needs rows, and an fp8 row's k^R, aligned to that vector's
- *                          size: the caller's promise (host/mla/attention.c)
+ *                          size: the caller's promise (host/mla/attention.c promises it for the
+ *                          4-value loads of attn_latent, the one kernel it builds so)
  *   CACHE_STORE(v, i, r)   float v stored as value i of row r, rounded to nearest even (not fp8:
  *                          its rows are written a 128-value tile at a time, cl/cache_write.cl)
  * The weights' element type, chosen by the build option W_DTYPE (0 float, 1 half, 2 bf16, 3 fp8
