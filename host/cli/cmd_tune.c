@@ -352,24 +352,20 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
             if (!quick || n < 2)
                 add_unique(cands, &n, &t);
         }
-        /* the rows staged through local memory: each value decoded once per work-group, whatever the
-           heads an item (--quick: with those in force) */
-        for (int i = 0; i < (quick ? 1 : 3); i++) {
-            clmla_latent_tuning t = base;
-            t.group_stage_keys = !base.group_stage_keys;
-            if (!quick)
-                t.group_decode_heads = dh[i];
-            cands[n++] = t;
-        }
-        /* whole-vector loads of the rows (where the rows allow them; else the same kernel as in
-           force), at each heads an item (--quick: with those in force) */
-        for (int i = 0; i < (quick ? 1 : 3); i++) {
-            clmla_latent_tuning t = base;
-            t.group_aligned = !base.group_aligned;
-            if (!quick)
-                t.group_decode_heads = dh[i];
-            add_unique(cands, &n, &t);
-        }
+        /* at each heads an item (--quick: with those in force), the rows staged through local
+           memory (each value decoded once per work-group), then read by whole vectors (where the
+           rows allow them; else the same kernel as in force) */
+        for (int j = 0; j < 2; j++)
+            for (int i = 0; i < (quick ? 1 : 3); i++) {
+                clmla_latent_tuning t = base;
+                if (j == 0)
+                    t.group_stage_keys = !base.group_stage_keys;
+                else
+                    t.group_aligned = !base.group_aligned;
+                if (!quick)
+                    t.group_decode_heads = dh[i];
+                add_unique(cands, &n, &t);
+            }
     } else if (r.rows) {
         static const int hs[] = {8, 16}, ks[] = {4, 8, 16}, gs[] = {2, 4, 8};
         for (int i = 0; i < 2; i++)

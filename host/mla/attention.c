@@ -48,10 +48,10 @@ static size_t latent_local_bytes(int nt, const void *arg)
    multiple of 8 bytes. f32 rows are read as float4s already where a row is whole float4s. */
 static int cache_aligned(const clmla_cache *cache)
 {
-    const size_t rkv = (size_t)cache->config.kv_lora_rank;
     if (cache->config.dtype == CLMLA_CACHE_F32 || cache->row_bytes % 8)
         return 0;
-    return cache->config.dtype != CLMLA_CACHE_FP8 || (rkv + 4 * (rkv / 128)) % 8 == 0;
+    /* an fp8 row ends with its dr bf16 values of k^R */
+    return cache->config.dtype != CLMLA_CACHE_FP8 || (cache->row_bytes - 2 * (size_t)cache->config.rope_dim) % 8 == 0;
 }
 
 /* The attn_latent kernel for `hg` heads per work-group: NT is the largest power of two <= the
