@@ -585,7 +585,7 @@ int main(int argc, char **argv)
            bounds out ("-") and is not the run's failure. */
         bench_timing_options brief;
         bench_timing_defaults(&brief, 1);
-        brief.max_seconds = 0.3; /* per kernel variant: 2 read orders, 3 FMA widths */
+        brief.max_seconds = 0.3; /* per kernel variant: 2 read orders, 4 FMA widths */
         if (brief.max_seconds > timing.max_seconds)
             brief.max_seconds = timing.max_seconds;
         if (brief.min_seconds > brief.max_seconds)

@@ -83,8 +83,8 @@ __kernel void read_bandwidth(__global const float4 *src, const int per_item, __g
 }
 #endif
 
-/* VEC = 1, 4 or 8: the width of each chain's vector type (GPUs run scalars best, CPU drivers
-   that do not vectorise across work-items need the vectors). */
+/* VEC = 1, 4, 8 or 16: the width of each chain's vector type (GPUs run scalars best, CPU drivers
+   that do not vectorise across work-items need the vectors, AVX-512 cores 16 of them). */
 #ifndef VEC
 #define VEC 1
 #endif
@@ -98,6 +98,9 @@ __kernel void read_bandwidth(__global const float4 *src, const int per_item, __g
 #elif VEC == 8
 #define VTYPE float8
 #define HSUM(v) (HSUM4((v).lo) + HSUM4((v).hi))
+#elif VEC == 16
+#define VTYPE float16
+#define HSUM(v) (HSUM4((v).lo.lo) + HSUM4((v).lo.hi) + HSUM4((v).hi.lo) + HSUM4((v).hi.hi))
 #endif
 
 __kernel void fma_throughput(__global float *out, const int iterations, const float m, const float c)
