@@ -5,7 +5,7 @@
  *
  *   coverage  every `__kernel` function in the .cl files of CLMLA_SOURCE_DIR/cl has a direct test here, and
  *             when `kernels` ran, was launched by it (a new kernel file fails until it is tested);
- *   kernels   rmsnorm (two work-group sizes, offsets, columns past the normalised ones untouched),
+ *   kernels   rmsnorm (three work-group sizes, offsets, columns past the normalised ones untouched),
  *             rope (both pairings, heads and k^R, positions out of order), cache_write and
  *             cache_gather (f32 and f16: round-to-nearest-even halves, padded strides, offsets,
  *             permuted slots and block tables, rows outside untouched), attn_latent (1, 3, 8 and 16
@@ -170,8 +170,8 @@ static void fill(float *a, size_t n, float amplitude, tu_rng *rng)
 
 static void test_rmsnorm(void)
 {
-    static const int wgs[] = {64, 8};
-    for (int wi = 0; wi < 2; wi++) {
+    static const int wgs[] = {64, 8, 512}; /* CPUs' work-group, a small one, GPUs' (more items than columns) */
+    for (int wi = 0; wi < 3; wi++) {
         const int wg = wgs[wi], rows = 3, cols = 37, stride = 41, offset = 2;
         const size_t n = (size_t)offset + (size_t)rows * stride + 3;
         char options[32];

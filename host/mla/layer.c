@@ -315,7 +315,11 @@ static clmla_status build_kernels(clmla_layer *L)
 {
     clmla_context *ctx = L->ctx;
     char options[256];
-    L->rmsnorm_threads = pow2_at_most(ctx->info.max_work_group_size, 64);
+    /* A row per work-group. Each item's loads run in turn, and a GPU waits out each one's latency:
+       64 items took 6.5 us for V2-Lite's 512 latent values and 14 us for V3's 1536 query latents on
+       an H100 (docs/BENCHMARKS.md), so GPUs take 512 items (one to three values each); CPU devices
+       run a group's items as loops and keep 64. */
+    L->rmsnorm_threads = pow2_at_most(ctx->info.max_work_group_size, ctx->info.kind == CLMLA_DEVICE_KIND_CPU ? 64 : 512);
     snprintf(options, sizeof(options), "-D WG=%d", L->rmsnorm_threads);
     clmla_status st = clmla_kernel_create(ctx, "rmsnorm", options, "rmsnorm", &L->rmsnorm);
     if (st != CLMLA_SUCCESS)
