@@ -584,8 +584,11 @@ void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alph
  * B [K, N] row-major with N a multiple of 8: the absorbed path's W^UK at decode, one product per
  * head. A work-item takes a run of NW float8 strips (8 NW = 512 columns, a whole row of W^UK at
  * kv_lora_rank 512) and walks B row by row, adding A[m, k] times row k's run into MR x NW float8
- * sums kept in private memory (L1, 8 KiB per row of x), so that the weights are read as one
- * sequential stream per item. gemm_skinny_nn_rows keeps its sums in registers but then reads 64
+ * sums kept in private memory (L1, 8 KiB per row of x), so that the weights are read as
+ * sequential streams: NWS of them, rows k, k + K/NWS, ... taken together (the rows past NWS
+ * (K/NWS) one at a time). On the Intel Xeon 8 streams took 0.86-0.91 of one stream's time for
+ * V2-Lite's W^UK at one row with fp8 weights, whose decoding keeps a lone stream's reads from
+ * overlapping it, and 0.96-0.99 with f32 and bf16 (docs/perf-log.md). gemm_skinny_nn_rows keeps its sums in registers but then reads 64
  * columns of every row before the next 64, a stride the prefetchers follow badly: V2-Lite's W^UK at
  * one row took 1.3-2x as long that way (docs/perf-log.md, "The absorbed path's per-head products").
  * fp8 weights: A[m, k] is taken times the scale of its block once per 128 columns, so each weight
@@ -594,6 +597,9 @@ void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alph
  * and the products clear of denormals, and the sums times DT_E4M3_SUM_X at the end. Dimension 1 enumerates (batch, block of MR rows). */
 #ifndef NW
 #define NW 64
+#endif
+#ifndef NWS
+#define NWS 8 /* rows of B walked together, each a stream of its own */
 #endif
 #if defined(W_SCALED)
 #if (8 * NW) % W_BLOCK != 0
@@ -633,20 +639,37 @@ void gemm_skinny_nn_wide(const int M, const int N, const int K, const float alph
 #pragma unroll
         for (int m = 0; m < MR; m++)
             acc[m][s] = (float8)(0.0f);
+    /* rows k, k + kh, ..., k + (NWS - 1) kh together: NWS sequential streams of B, whose reads the
+       core keeps in flight together, and one load and store of the sums per NWS rows */
+    const int kh = K / NWS;
     for (int k = 0; k < K; k++) {
-        __global const W_T *brow = B + (size_t)k * ldb;
-        for (int s0 = 0; s0 < strips; s0 += NW_BLOCK_STRIPS) {
-            const float sc = W_SCALE(Bs, bs_ld, brow0 + k, first + 8 * s0) / NW_FACTOR;
-            float xv[MR];
+        const int streams = k < kh ? NWS : 1; /* the rows past NWS kh, one at a time */
+        if (k >= kh && k < NWS * kh)
+            continue;
+        __global const W_T *brow[NWS];
 #pragma unroll
-            for (int m = 0; m < MR; m++)
-                xv[m] = xs[m][k] * sc;
-            const int s1 = min(s0 + NW_BLOCK_STRIPS, strips);
-            for (int s = s0; s < s1; s++) {
-                const float8 w = W_LOAD8(brow + 8 * s, 0, 1.0f);
+        for (int j = 0; j < NWS; j++)
+            brow[j] = B + (size_t)(k + (j < streams ? j : 0) * kh) * ldb;
+        for (int s0 = 0; s0 < strips; s0 += NW_BLOCK_STRIPS) {
+            float xv[NWS][MR];
+#pragma unroll
+            for (int j = 0; j < NWS; j++) {
+                const int kj = k + (j < streams ? j : 0) * kh;
+                const float sc = j < streams ? W_SCALE(Bs, bs_ld, brow0 + kj, first + 8 * s0) / NW_FACTOR : 0.0f;
 #pragma unroll
                 for (int m = 0; m < MR; m++)
-                    acc[m][s] = fma((float8)(xv[m]), w, acc[m][s]);
+                    xv[j][m] = xs[m][kj] * sc;
+            }
+            const int s1 = min(s0 + NW_BLOCK_STRIPS, strips);
+            for (int s = s0; s < s1; s++) {
+#pragma unroll
+                for (int j = 0; j < NWS; j++)
+                    if (j < streams) {
+                        const float8 w = W_LOAD8(brow[j] + 8 * s, 0, 1.0f);
+#pragma unroll
+                        for (int m = 0; m < MR; m++)
+                            acc[m][s] = fma((float8)(xv[j][m]), w, acc[m][s]);
+                    }
             }
         }
     }

@@ -1407,6 +1407,10 @@ static void test_gemm_skinny(void)
         {"gemm_skinny_nn_wide", "-D MR=2 -D NCC=4", 2, 24, 9, 3, 0, 1.0f, 0.5f, {1, 3}, {1, 1}, 0, 1, 0, 0},
         {"gemm_skinny_nn_wide", "-D MR=4 -D NCC=2 -D NW=3", 3, 56, 13, 1, 0, 2.0f, 1.0f, {3, 1}, {1, 1}, 0, 1, 0, 0},
         {"gemm_skinny_nn_wide", "-D MR=4 -D NCC=2 -D NW=2", 6, 32, 5, 2, 0, 1.0f, 0.0f, {2, 4}, {1, 1}, 0, 2, 0, 0},
+        /* rows of B in NWS streams (the default 8 takes K 9 and 13 as one row a stream and the
+           rest alone, K 5 and 7 all alone): 4 streams of 3 rows and the 13th alone, 3 streams of 3 */
+        {"gemm_skinny_nn_wide", "-D MR=2 -D NCC=4 -D NW=2 -D NWS=4", 2, 40, 13, 2, 0, 1.0f, 0.5f, {3, 2}, {1, 1}, 0, 1, 0, 0},
+        {"gemm_skinny_nn_wide", "-D MR=1 -D NCC=8 -D NWS=3", 1, 24, 9, 1, 0, 1.0f, 0.0f, {1, 1}, {1, 1}, 0, 1, 0, 0},
         /* Packed weights: rows 1, 2, 4, 8 (8, 4, 3 and 3 streams of panel rows, 8 rows in two
            passes), panels of fewer rows than streams, of rows not a multiple of the streams (the
            last segment short) and a last panel short of P rows, chunks of K whose last one is
