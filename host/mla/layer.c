@@ -231,12 +231,11 @@ static clmla_status upload_biases(clmla_layer *L, const clmla_layer_weights *w)
     return CLMLA_SUCCESS;
 }
 
-static int pow2_at_most(size_t limit, int cap)
+/* rmsnorm's local memory (cl/rmsnorm.cl): a partial sum per item */
+static size_t rmsnorm_local_bytes(int items, const void *arg)
 {
-    int n = 1;
-    while (n * 2 <= cap && (size_t)(n * 2) <= limit)
-        n *= 2;
-    return n;
+    (void)arg;
+    return (size_t)items * sizeof(float);
 }
 
 /* attn_prefill_tiled's local memory (cl/attn_prefill.cl) with blocks of bq queries, tiles of bk keys
@@ -319,9 +318,11 @@ static clmla_status build_kernels(clmla_layer *L)
        64 items took 6.5 us for V2-Lite's 512 latent values and 14 us for V3's 1536 query latents on
        an H100 (docs/BENCHMARKS.md), so GPUs take 512 items (one to three values each); CPU devices
        run a group's items as loops and keep 64. */
-    L->rmsnorm_threads = pow2_at_most(ctx->info.max_work_group_size, ctx->info.kind == CLMLA_DEVICE_KIND_CPU ? 64 : 512);
-    snprintf(options, sizeof(options), "-D WG=%d", L->rmsnorm_threads);
-    clmla_status st = clmla_kernel_create(ctx, "rmsnorm", options, "rmsnorm", &L->rmsnorm);
+    const clmla_kernel_fit norm_fit = {"rmsnorm", "rmsnorm", "", "WG", ctx->info.kind == CLMLA_DEVICE_KIND_CPU ? 64 : 512,
+                                       1, rmsnorm_local_bytes, NULL};
+    clmla_status st = clmla_kernel_create_fitted(ctx, &norm_fit, &L->rmsnorm, &L->rmsnorm_threads);
+    if (st == CLMLA_SUCCESS && !L->rmsnorm)
+        st = clmla_fail(ctx, CLMLA_ERROR_UNSUPPORTED, "rmsnorm: no work-group size fits this device");
     if (st != CLMLA_SUCCESS)
         return st;
     snprintf(options, sizeof(options), "-D DR=%d%s%s", L->dr, L->config.rope_pairing == CLMLA_ROPE_HALF_SPLIT ? " -D HALF_SPLIT" : "",
