@@ -182,6 +182,7 @@ static int measure_roof(bench_device *dev, const bench_timing_options *timing, i
         if (!wrc && (frc || flops / t.median_ms > rows[1].flops / rows[1].t.median_ms)) {
             rows[1].t = t;
             rows[1].flops = flops;
+            /* "float", "float4", ...: %.0d prints nothing for 0 */
             snprintf(rows[1].note, sizeof(rows[1].note), "%zu items x 8 chains of float%.0d x %d fma, best of %d",
                      st.global, widths[w] > 1 ? widths[w] : 0, iterations, trials);
             frc = 0;

@@ -588,8 +588,8 @@ void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alph
  * sequential streams: NWS of them, rows k, k + K/NWS, ... taken together (the rows past NWS
  * (K/NWS) one at a time). On the Intel Xeon 8 streams took 0.86-0.91 of one stream's time for
  * V2-Lite's W^UK at one row with fp8 weights, whose decoding keeps a lone stream's reads from
- * overlapping it, and 0.96-0.99 with f32 and bf16 (docs/perf-log.md). gemm_skinny_nn_rows keeps its sums in registers but then reads 64
- * columns of every row before the next 64, a stride the prefetchers follow badly: V2-Lite's W^UK at
+ * overlapping it, and 0.96-0.99 with f32 and bf16 (docs/perf-log.md). gemm_skinny_nn_rows keeps
+ * its sums in registers but then reads 64 columns of every row before the next 64, a stride the prefetchers follow badly: V2-Lite's W^UK at
  * one row took 1.3-2x as long that way (docs/perf-log.md, "The absorbed path's per-head products").
  * fp8 weights: A[m, k] is taken times the scale of its block once per 128 columns, so each weight
  * costs its decode and an FMA; the scale carries DT_E4M3_UNIT (2^120 with the shift decoder,
@@ -641,24 +641,26 @@ void gemm_skinny_nn_wide(const int M, const int N, const int K, const float alph
             acc[m][s] = (float8)(0.0f);
     /* rows k, k + kh, ..., k + (NWS - 1) kh together: NWS sequential streams of B, whose reads the
        core keeps in flight together, and one load and store of the sums per NWS rows */
-    const int kh = K / NWS;
-    for (int k = 0; k < K; k++) {
-        const int streams = k < kh ? NWS : 1; /* the rows past NWS kh, one at a time */
-        if (k >= kh && k < NWS * kh)
-            continue;
+    const int kh = K / NWS, rest = K - NWS * kh;
+    for (int r = 0; r < kh + rest; r++) {
+        /* pass r < kh: rows r + j kh of the NWS streams; after them, the rows past NWS kh, one a
+           pass (stream 0; the others repeat its row and are skipped) */
+        const int streams = r < kh ? NWS : 1, k = r < kh ? r : NWS * kh + (r - kh);
+        int kj[NWS];
         __global const W_T *brow[NWS];
 #pragma unroll
-        for (int j = 0; j < NWS; j++)
-            brow[j] = B + (size_t)(k + (j < streams ? j : 0) * kh) * ldb;
+        for (int j = 0; j < NWS; j++) {
+            kj[j] = j < streams ? k + j * kh : k;
+            brow[j] = B + (size_t)kj[j] * ldb;
+        }
         for (int s0 = 0; s0 < strips; s0 += NW_BLOCK_STRIPS) {
             float xv[NWS][MR];
 #pragma unroll
             for (int j = 0; j < NWS; j++) {
-                const int kj = k + (j < streams ? j : 0) * kh;
-                const float sc = j < streams ? W_SCALE(Bs, bs_ld, brow0 + kj, first + 8 * s0) / NW_FACTOR : 0.0f;
+                const float sc = W_SCALE(Bs, bs_ld, brow0 + kj[j], first + 8 * s0) / NW_FACTOR;
 #pragma unroll
                 for (int m = 0; m < MR; m++)
-                    xv[j][m] = xs[m][kj] * sc;
+                    xv[j][m] = xs[m][kj[j]] * sc;
             }
             const int s1 = min(s0 + NW_BLOCK_STRIPS, strips);
             for (int s = s0; s < s1; s++) {
