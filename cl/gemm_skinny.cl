@@ -711,6 +711,102 @@ void gemm_skinny_nn_wide(const int M, const int N, const int K, const float alph
 #endif
 #define PASSES (MR / MRP)
 
+/* PACKED_WIDE (the product tuning's cpu_wide): one row of x against bf16 or fp8 weights (fp8 with
+ * the half decoder, the CPUs' own) takes packed_wide_row where K is a multiple of 128 and the
+ * weights start on 4-byte boundaries: the same walk of the panel (STREAMS 8), but a 64-byte line of
+ * each stream a step, decoded by 32-bit lanes into float16 in the order cl/prelude.cl's
+ * dt_bf16x32p and dt_e4m3x64p leave it (even elements, then odd ones), against a copy of x's chunk
+ * in that order. Per line of fp8 codes that is 7 integer operations, 4 conversions of 16 halves and
+ * 4 FMAs where the float8 loop above takes 8 loads with sign extension, 16 integer operations, 8
+ * conversions of 8 halves and 8 FMAs, all on 256-bit registers (objdump of the kernels PoCL
+ * builds; docs/perf-log.md, "64-byte lines for one row of bf16 and fp8"). fp8 sums each 128-value
+ * block apart and scales it once, as BLOCK_SUMS does. */
+#if defined(PACKED_WIDE) && MR == 1 && STREAMS == 8 && defined(__ENDIAN_LITTLE__) &&                                 \
+    (W_DTYPE == 2 || (W_DTYPE == 3 && defined(CLMLA_FP8_HALF)))
+#define WIDE_ROW
+#define WIDE_LINE (W_DTYPE == 3 ? 64 : 32) /* values in a 64-byte line */
+#ifndef WIDE_AHEAD
+#define WIDE_AHEAD 1024 /* bytes of a stream prefetched ahead, with CLMLA_PREFETCH */
+#endif
+float sum16(const float16 v) /* lane by lane: oclgrind marks the halves of a float16 taken as float8s uninitialised */
+{
+    return sum8((float8)(v.s0 + v.s8, v.s1 + v.s9, v.s2 + v.sa, v.s3 + v.sb, v.s4 + v.sc, v.s5 + v.sd, v.s6 + v.se,
+                         v.s7 + v.sf));
+}
+
+void packed_wide_row(const int K, __global const float *x, __global const W_T *chunk, const int rows_p, const int seg,
+                     const int row0, __global const float *Bs, const int bs_ld, __global float *C, const float alpha,
+                     const float beta)
+{
+    float xp[PCH]; /* x's chunk, per line its even elements, then its odd ones */
+    for (int k0 = 0; k0 < K; k0 += PCH) {
+        const int len = min(PCH, K - k0);
+        for (int g = 0; g < len; g += WIDE_LINE)
+            for (int t = 0; t < WIDE_LINE / 2; t++) {
+                xp[g + t] = x[k0 + g + 2 * t];
+                xp[g + WIDE_LINE / 2 + t] = x[k0 + g + 2 * t + 1];
+            }
+        for (int i = 0; i < seg; i++) {
+            __global const W_T *w[8];
+            int wr[8]; /* the weight rows read, for their block scales */
+#pragma unroll
+            for (int s = 0; s < 8; s++) {
+                wr[s] = min(s * seg + i, rows_p - 1); /* past the panel: a valid row, dropped */
+                w[s] = chunk + (size_t)wr[s] * len;
+            }
+            float16 acc[8];
+#pragma unroll
+            for (int s = 0; s < 8; s++)
+                acc[s] = (float16)(0.0f);
+            for (int kb = 0; kb < len; kb += 128) {
+#if W_DTYPE == 3
+                float16 blk[8];
+#pragma unroll
+                for (int s = 0; s < 8; s++)
+                    blk[s] = (float16)(0.0f);
+#define WIDE_SUMS blk
+#else
+#define WIDE_SUMS acc
+#endif
+                for (int kw = kb; kw < kb + 128; kw += WIDE_LINE) {
+                    float16 xv[WIDE_LINE / 16];
+#pragma unroll
+                    for (int j = 0; j < WIDE_LINE / 16; j++)
+                        xv[j] = vload16(j, xp + kw);
+#pragma unroll
+                    for (int s = 0; s < 8; s++) {
+#ifdef CLMLA_PREFETCH
+                        __builtin_prefetch(w[s] + kw + WIDE_AHEAD / sizeof(W_T), 0, 3);
+#endif
+                        const uint16 d = vload16(0, (__global const uint *)(w[s] + kw));
+                        float16 q[WIDE_LINE / 16];
+#if W_DTYPE == 3
+                        dt_e4m3x64p(d, q);
+#else
+                        dt_bf16x32p(d, q);
+#endif
+#pragma unroll
+                        for (int j = 0; j < WIDE_LINE / 16; j++)
+                            WIDE_SUMS[s] = fma(xv[j], q[j], WIDE_SUMS[s]);
+                    }
+                }
+#undef WIDE_SUMS
+#if W_DTYPE == 3
+#pragma unroll
+                for (int s = 0; s < 8; s++)
+                    acc[s] = fma(blk[s], (float16)(W_SCALE(Bs, bs_ld, row0 + wr[s], k0 + kb)), acc[s]);
+#endif
+            }
+#pragma unroll
+            for (int s = 0; s < 8; s++)
+                if (s * seg + i < rows_p)
+                    store_chunk(C + s * seg + i, sum16(acc[s]), k0, alpha, beta);
+        }
+        chunk += (size_t)len * rows_p;
+    }
+}
+#endif
+
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void gemm_packed_rows(const int M, const int N, const int K, const float alpha,
                       __global const float *A, const int a_offset, const int lda, const int a_stride,
@@ -739,6 +835,12 @@ void gemm_packed_rows(const int M, const int N, const int K, const float alpha,
     const int seg = (rows_p + STREAMS - 1) / STREAMS;
     /* every panel but the last holds panel * K values, so panel p starts at p0 * K */
     __global const W_T *chunk = B + b_offset + (size_t)batch * b_stride + (size_t)p0 * K;
+#ifdef WIDE_ROW
+    if (K % 128 == 0 && (size_t)(b_offset + batch * b_stride) * sizeof(W_T) % 4 == 0) {
+        packed_wide_row(K, xs[0], chunk, rows_p, seg, p0 + brow0, Bs, bs_ld, C + p0, alpha, beta);
+        return;
+    }
+#endif
     for (int k0 = 0; k0 < K; k0 += PCH) {
         const int len = min(PCH, K - k0), len8 = len & ~7;
         for (int i = 0; i < seg; i++) {

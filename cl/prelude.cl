@@ -190,6 +190,50 @@ DT_E4M3_VECTOR(16)
 DT_E4M3_SCALED(4)
 DT_E4M3_SCALED(8)
 
+/* Whole 64-byte lines, read as a uint16 whose byte j is element j (a little-endian device), decoded
+ * with 32-bit operations, in an order of their own: the even elements first, then the odd ones.
+ *   dt_half16(u)      the 16 halves whose bits u holds, as float16. On PoCL for x86 (clang, F16C)
+ *                     through clang's _Float16 vectors: one vcvtph2ps of a 256-bit register, where
+ *                     vload_half16 converts 8 at a time and joins them (oclgrind, which has no
+ *                     _Float16, and other devices take vload_half16)
+ *   dt_bf16x32p(d, q) the 32 bf16 values of d: q[0] elements 0, 2, .., 30, q[1] elements 1, .., 31
+ *                     (each 32-bit lane holds two: the low one shifted up, the high one masked)
+ *   dt_e4m3x64p(d, q) the 64 fp8 codes of d as dt_e4m3u decodes them under CLMLA_FP8_HALF
+ *                     (2^-8 times the value): q[0], q[1] codes 0, 2, .., 62, q[2], q[3] codes
+ *                     1, 3, .., 63. Each 16-bit half of a lane holds two codes: the low code's
+ *                     7 bits shifted up 7 under its sign shifted up 8, the high code's shifted
+ *                     down 1 under its own sign, which is the half S.0.eeee.mmm.0000000 */
+#if defined(__x86_64__) && defined(__F16C__) && defined(__clang__)
+typedef _Float16 dt_half16_t __attribute__((ext_vector_type(16)));
+inline float16 dt_half16(const uint8 u)
+{
+    return __builtin_convertvector(__builtin_astype(u, dt_half16_t), float16);
+}
+#else
+inline float16 dt_half16(const uint8 u)
+{
+    return vload_half16(0, (const half *)&u);
+}
+#endif
+
+inline void dt_bf16x32p(const uint16 d, float16 *q)
+{
+    q[0] = as_float16(d << 16);
+    q[1] = as_float16(d & 0xFFFF0000u);
+}
+
+#ifdef CLMLA_FP8_HALF
+inline void dt_e4m3x64p(const uint16 d, float16 *q)
+{
+    const uint16 ev = ((d << 7) & 0x3F803F80u) | ((d << 8) & 0x80008000u);
+    const uint16 od = ((d >> 1) & 0x3F803F80u) | (d & 0x80008000u);
+    q[0] = dt_half16(ev.lo);
+    q[1] = dt_half16(ev.hi);
+    q[2] = dt_half16(od.lo);
+    q[3] = dt_half16(od.hi);
+}
+#endif
+
 /* CACHE_VLOAD(T, N, i, p): elements Ni .. Ni+N-1 of p as a T##N, through vloadN or, with
    CACHE_ALIGNED, one load of the vector type */
 #ifdef CACHE_ALIGNED

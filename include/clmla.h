@@ -464,6 +464,11 @@ typedef struct clmla_product_tuning {
        columns of the weight as one load where the weight's offset, row length and batch stride
        are multiples of 4. Experimental, not yet measured on a GPU. */
     int skinny_aligned;
+    /* added in 0.4: gemm_packed_rows (CPUs) with bf16 or fp8 weights at 1 row of x, K a multiple of
+       128: 1 reads each stream of the weight a 64-byte line at a time and decodes it with 32-bit
+       operations in 512-bit registers (fp8 through half precision), against x's chunk reordered to
+       match; 0 (default) 8 values at a time */
+    int cpu_wide;
 } clmla_product_tuning;
 
 /* The parameters clmla used before any tuning. */

@@ -1345,6 +1345,90 @@ static void test_gemm_weight_f32(void)
     free(got);
 }
 
+/* gemm_packed_rows' line-wide form for one row (PACKED_WIDE: bf16, and fp8 through the half decoder),
+   run directly: 19 weight rows in panels of 5 (the last one of 4; segments of one row, so that most
+   streams fall past the panel), K 384 in packing chunks of 256 (the last one 128), fp8 with three
+   block scales per row, the weights from an offset of 4 codes, beta 0.5; against float64 sums of
+   the decoded weights (ref/'s decoders). test_linear runs it through the library. */
+static void test_gemm_packed_wide(void)
+{
+    enum { N = 19, K = 384, P = 5, PCH = 256, OFF = 4 };
+    for (int fp8 = 0; fp8 < 2; fp8++) {
+        const size_t eb = fp8 ? 1 : 2;
+        tu_rng rng = tu_rng_seed(91u + (unsigned)fp8);
+        unsigned char *codes = malloc((size_t)N * K * eb), *packed = calloc((size_t)OFF + (size_t)N * K, eb);
+        float x[K], c[N], scales[3] = {0.5f, 0.0625f, 3.0f};
+        double want[N];
+        for (size_t i = 0; i < (size_t)N * K; i++) {
+            const unsigned r = (unsigned)tu_rng_next(&rng);
+            if (fp8)
+                codes[i] = (unsigned char)((r & 0x7F) == 0x7F ? (r & 0xFF) ^ 1 : r & 0xFF);
+            else { /* bf16 of sign, exponent 2^-7 .. 2^3, any mantissa */
+                const unsigned bits = (r >> 31) << 15 | (120 + (r >> 8) % 11) << 7 | (r & 0x7F);
+                codes[2 * i] = (unsigned char)(bits & 0xFF);
+                codes[2 * i + 1] = (unsigned char)(bits >> 8);
+            }
+        }
+        fill(x, K, 1.0f, &rng);
+        fill(c, N, 1.0f, &rng);
+        for (int n = 0; n < N; n++) {
+            double sum = 0;
+            for (int k = 0; k < K; k++) {
+                const size_t i = (size_t)n * K + k;
+                const double w = fp8 ? mla_ref_decode_e4m3(codes[i]) * scales[k / 128]
+                                     : mla_ref_decode_bf16((unsigned)codes[2 * i] | (unsigned)codes[2 * i + 1] << 8);
+                sum += (double)x[k] * w;
+            }
+            want[n] = sum + 0.5 * c[n];
+        }
+        unsigned char *dst = packed + OFF * eb; /* panels of P rows, [chunk][row][value] */
+        for (int p0 = 0; p0 < N; p0 += P)
+            for (int k0 = 0; k0 < K; k0 += PCH)
+                for (int r = p0; r < N && r < p0 + P; r++) {
+                    const int len = K - k0 < PCH ? K - k0 : PCH;
+                    memcpy(dst, codes + ((size_t)r * K + k0) * eb, (size_t)len * eb);
+                    dst += (size_t)len * eb;
+                }
+        cl_kernel k = kernel("gemm_skinny",
+                             fp8 ? "-D MR=1 -D NCC=8 -D PCH=256 -D PACKED_WIDE -D W_DTYPE=3 -D CLMLA_FP8_HALF -D W_BLOCK_SUMS"
+                                 : "-D MR=1 -D NCC=8 -D PCH=256 -D PACKED_WIDE -D W_DTYPE=2",
+                             "gemm_packed_rows");
+        cl_mem ab = buffer(sizeof(x), x), bb = buffer(((size_t)OFF + (size_t)N * K) * eb, packed);
+        cl_mem cb = buffer(sizeof(c), c), sb = buffer(sizeof(scales), scales);
+        const int M = 1, n_ = N, k_ = K, zero = 0, lda = K, off = OFF, ldb = K, ldc = N, bs_ld = 3, panel = P, one = 1;
+        const float alpha = 1.0f, beta = 0.5f;
+        ARG(k, 0, M);
+        ARG(k, 1, n_);
+        ARG(k, 2, k_);
+        ARG(k, 3, alpha);
+        ARG(k, 4, ab);
+        ARG(k, 5, zero);
+        ARG(k, 6, lda);
+        ARG(k, 7, zero);
+        ARG(k, 8, bb);
+        ARG(k, 9, off);
+        ARG(k, 10, ldb);
+        ARG(k, 11, zero);
+        ARG(k, 12, beta);
+        ARG(k, 13, cb);
+        ARG(k, 14, zero);
+        ARG(k, 15, ldc);
+        ARG(k, 16, zero);
+        ARG(k, 17, sb);
+        ARG(k, 18, bs_ld);
+        ARG(k, 19, panel);
+        ARG(k, 20, one);
+        const size_t global[2] = {(N + P - 1) / P, 1}, local[2] = {1, 1};
+        if (launch(k, 2, global, local)) {
+            float got[N];
+            download(cb, sizeof(got), got);
+            CHECK_NEAR(got, want, N, N, 1e-5, "gemm_packed_rows line-wide, %s, N %d K %d", fp8 ? "fp8" : "bf16", N, K);
+        }
+        free(codes);
+        free(packed);
+    }
+}
+
 static void test_gemm_skinny(void)
 {
     /* The work-group forms (GPUs). gemm_skinny_nt: rows bucketed to 1, 2, 4, 8 (5 and 3 rows in
@@ -2135,6 +2219,7 @@ static void kernels_gemm(void)
 {
     test_gemm_skinny();
     test_gemm_weight_f32();
+    test_gemm_packed_wide();
     test_gemm_tiled();
 }
 

@@ -722,10 +722,48 @@ static void test_aligned(void)
     }
 }
 
+/* gemm_packed_rows' line-wide form (the product tuning's cpu_wide, read on CPU devices: bf16, and fp8
+   where the context decodes it through half precision, as CPUs do): K a multiple of 128 within one
+   packing chunk (1024 bf16, 2048 fp8 values) and over several with a short last one, panels of fewer
+   rows than streams and of rows not a multiple of them, the per-head W^UV at rkv 256 (a batch of
+   heads at strides), and K 1030 and 2100, where the form does not apply and the general loop runs;
+   every row count, through CLBlast too, against float64. */
+static void test_wide(void)
+{
+    clmla_context *wc = NULL;
+    CHECK_STATUS(clmla_context_create(NULL, &wc), CLMLA_SUCCESS, NULL);
+    if (!wc)
+        return;
+    if (!clmla_products_rows(wc)) {
+        printf("wide: the device runs no CPU product kernels, nothing to test\n");
+        clmla_context_destroy(wc);
+        return;
+    }
+    clmla_product_tuning t;
+    clmla_product_tuning_defaults(&t);
+    t.cpu_wide = 1;
+    CHECK_STATUS(clmla_context_set_product_tuning(wc, &t), CLMLA_SUCCESS, wc);
+    clmla_device_info info;
+    clmla_context_device(wc, &info);
+    const int heads = info.compute_units * 2 > 3 ? (int)info.compute_units * 2 : 3;
+    clmla_context *const main_ctx = ctx;
+    ctx = wc;
+    check_dtype(CLMLA_DTYPE_BF16, 37, 1152, "bf16 (line-wide)");
+    check_dtype(CLMLA_DTYPE_BF16, 300, 256, "bf16 (line-wide)");
+    check_dtype(CLMLA_DTYPE_BF16, 70, 1030, "bf16 (line-wide tuning, K 1030)");
+    check_dtype(CLMLA_DTYPE_FP8_E4M3, 70, 2432, "fp8 (line-wide)");
+    check_dtype(CLMLA_DTYPE_FP8_E4M3, 300, 256, "fp8 (line-wide)");
+    check_dtype(CLMLA_DTYPE_FP8_E4M3, 19, 2100, "fp8 (line-wide tuning, K 2100)");
+    check_per_head(wc, CLMLA_DTYPE_BF16, heads, 256);
+    check_per_head(wc, CLMLA_DTYPE_FP8_E4M3, heads, 256);
+    ctx = main_ctx;
+    clmla_context_destroy(wc);
+}
+
 static const tu_part parts[] = {
     {"shapes", test_shapes}, {"shapes-clblast", test_shapes_clblast}, {"errors", test_errors},
     {"bytes", test_bytes},   {"faults", test_faults}, {"dtypes", test_dtypes},
-    {"per-head", test_per_head}, {"aligned", test_aligned},
+    {"per-head", test_per_head}, {"aligned", test_aligned}, {"wide", test_wide},
 };
 
 int main(int argc, char **argv)

@@ -681,8 +681,8 @@ static void pt_print(const clmla_product_tuning *t, int tiled, int cpu)
         printf("tiled_rows=%-3d tiled_columns=%-3d tiled_weight_rows=%d", t->tiled_rows, t->tiled_columns,
                t->tiled_weight_rows);
     else if (cpu)
-        printf("cpu_items_per_cu=%-2d packed_streams_1=%d cpu_fp8_block_sums=%d", t->cpu_items_per_cu,
-               t->packed_streams_1, t->cpu_fp8_block_sums);
+        printf("cpu_items_per_cu=%-2d packed_streams_1=%d cpu_fp8_block_sums=%d cpu_wide=%d", t->cpu_items_per_cu,
+               t->packed_streams_1, t->cpu_fp8_block_sums, t->cpu_wide);
     else
         printf("skinny_items=%-4d skinny_unroll=%d skinny_columns=%d skinny_vector=%-2d skinny_aligned=%d",
                t->skinny_items, t->skinny_unroll, t->skinny_columns, t->skinny_vector, t->skinny_aligned);
@@ -761,6 +761,9 @@ static int pt_grid(const clmla_product_tuning *base, int tiled, int cpu, int qui
                 }
             t = *base; /* fp8's block sums the other way (only fp8 weights at 1 and 2 rows differ) */
             t.cpu_fp8_block_sums = !base->cpu_fp8_block_sums;
+            PT_ADD();
+            t = *base; /* the line-wide form the other way (bf16 and fp8 at 1 row) */
+            t.cpu_wide = !base->cpu_wide;
             PT_ADD();
         }
     } else {

@@ -331,13 +331,18 @@ static void cpu_options(const clmla_context *ctx, clmla_dtype dtype, size_t k, i
     const clmla_product_tuning *t = tuning(ctx, k);
     const int streams = rows == 1 ? t->packed_streams_1 : rows == 2 ? t->packed_streams_2 : t->packed_streams_4;
     const int default_streams = rows == 1 ? 8 : rows == 2 ? 4 : 3; /* the kernel's own STREAMS */
-    char extra[128], streams_option[32] = "";
+    char extra[160], streams_option[32] = "";
     if (streams != default_streams)
         snprintf(streams_option, sizeof(streams_option), " -D STREAMS=%d", streams);
-    snprintf(extra, sizeof(extra), "-D MR=%d -D NCC=%d -D PCH=%d%s%s%s", rows, 8 / rows, pack_chunk(dtype),
+    /* gemm_packed_rows' line-wide form: bf16, and fp8 where it decodes through half (cl/prelude.cl) */
+    const int wide = t->cpu_wide && rows == 1 && !large &&
+                     (dtype == CLMLA_DTYPE_BF16 ||
+                      (dtype == CLMLA_DTYPE_FP8_E4M3 && clmla_fp8_decoder(ctx) == CLMLA_FP8_DECODER_HALF));
+    snprintf(extra, sizeof(extra), "-D MR=%d -D NCC=%d -D PCH=%d%s%s%s%s", rows, 8 / rows, pack_chunk(dtype),
              !large && t->cpu_prefetch && clmla_device_prefetches(&ctx->info) ? " -D CLMLA_PREFETCH" : "",
              streams_option,
-             t->cpu_fp8_block_sums && dtype == CLMLA_DTYPE_FP8_E4M3 && rows <= 2 ? " -D W_BLOCK_SUMS" : "");
+             t->cpu_fp8_block_sums && dtype == CLMLA_DTYPE_FP8_E4M3 && rows <= 2 ? " -D W_BLOCK_SUMS" : "",
+             wide ? " -D PACKED_WIDE" : "");
     dtype_options(ctx, dtype, extra, out, size);
 }
 

@@ -189,7 +189,7 @@ static const kernel_kind latent_kind = {
    decode steps in 0.77-0.93 of their time (docs/BENCHMARKS.md). The reason, too few items for a
    GPU's cores when each walks all of K, holds for any GPU; CPUs run the row forms and never read
    them. */
-static const clmla_product_tuning product_defaults = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4, 16, 0};
+static const clmla_product_tuning product_defaults = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4, 16, 0, 0};
 
 /* Entries measured on the developers' machines (docs/BENCHMARKS.md, "Product kernel tuning"). On
    PoCL with AVX2 (2-core EPYC) the defaults won. */
@@ -199,7 +199,7 @@ static const kernel_entry product_builtin[] = {
        qkv_a_proj 0.72 / 0.75, o_proj 4.49 / 4.92 (on / off); 4 and 8 rows slower with them (16.1 /
        14.6-18.4 ms for o_proj at 8), hence 1 and 2 rows only. The rest: the defaults. */
     {"AuthenticAMD", "pthread-skylake-avx512-AMD EPYC", "Portable Computing Language", "", 0,
-     {.product = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 1, 4, 1, 0}}},
+     {.product = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 1, 4, 1, 0, 0}}},
     /* PoCL 3.1 (Debian 12), 2-core Intel Xeon with AVX-512 (2026-11-27), `clmla tune --kernels
        --products` twice (before and after fp8 through half precision) and an A/B of the block sums:
        - prefill tiles 256 x 96 x 4 (TR x TC x MC): 0.914-0.946 of the defaults' time in both
@@ -207,9 +207,14 @@ static const kernel_entry product_builtin[] = {
          f32, bf16 and fp8);
        - fp8 block sums: 3 alternations of clmla-bench's V2-Lite and V3 products at 1 row, medians
          0.56-1.08 of the time without, 0.94 the median ratio (V3 o_proj 5.40 / 6.12 ms);
-       - the decode parameters: the defaults (every grid point within the host's 2x swing). */
+       - the decode parameters: the defaults (every grid point within the host's 2x swing);
+       - cpu_wide (2026-11-27), two alternations of clmla-bench's products at 1 row and of the layer
+         step on a loaded host: V3's larger fp8 and bf16 products in 0.72-0.95 of the time without
+         (q_b_proj fp8 at 77-79% of its bound against 57-65%), V3's decode step with fp8 weights in
+         0.83-0.86; from a warm cache V2-Lite's fp8 products 1.2-1.3x as fast; V2-Lite's small
+         products within the host's swing (docs/perf-log.md). */
     {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 0,
-     {.product = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 96, 4, 1024, 1, 4, 1, 0}}},
+     {.product = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 96, 4, 1024, 1, 4, 1, 0, 1}}},
     /* NVIDIA H100 80GB HBM3, driver 580.159.04 (2026-11-26): gemm_skinny_nt at 1 row, 29 candidates
        per K class on V2-Lite's and V3's projections in f32, bf16 and fp8; the defaults won both
        classes (next best 1.006-1.036 of their time; skinny_vector 8 and 16, 1.27 and 1.92). The
@@ -218,7 +223,7 @@ static const kernel_entry product_builtin[] = {
        weights) in 0.77-0.87 of its time and V3's (batch 1, f32 and fp8) in 0.88-0.93; 64 items in 8
        slices 0.80-0.93; the kernel itself 10.1-13.2 us against 43.1-45.4. */
     {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 0,
-     {.product = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4, 16, 0}}},
+     {.product = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4, 16, 0, 0}}},
 };
 static const char *const k_class_names[] = {"any", "small", "large"};
 
@@ -240,6 +245,7 @@ static const tuning_param product_names[] = {
     {"skinny_vector", offsetof(clmla_product_tuning, skinny_vector)},
     {"skinny_nn_slices", offsetof(clmla_product_tuning, skinny_nn_slices)},
     {"skinny_aligned", offsetof(clmla_product_tuning, skinny_aligned)},
+    {"cpu_wide", offsetof(clmla_product_tuning, cpu_wide)},
 };
 
 int clmla_product_k_class(size_t k)
@@ -292,6 +298,8 @@ const char *clmla_product_tuning_problem(const clmla_product_tuning *t)
         return "skinny_nn_slices must be a power of two from 1 to 64, at most skinny_nn_items";
     if (t->skinny_aligned != 0 && t->skinny_aligned != 1)
         return "skinny_aligned must be 0 or 1";
+    if (t->cpu_wide != 0 && t->cpu_wide != 1)
+        return "cpu_wide must be 0 or 1";
     return NULL;
 }
 
