@@ -192,10 +192,11 @@ DT_E4M3_SCALED(8)
 
 /* Whole 64-byte lines, read as a uint16 whose byte j is element j (a little-endian device), decoded
  * with 32-bit operations, in an order of their own: the even elements first, then the odd ones.
- *   dt_half16(u)      the 16 halves whose bits u holds, as float16. On PoCL for x86 (clang, F16C)
- *                     through clang's _Float16 vectors: one vcvtph2ps of a 256-bit register, where
- *                     vload_half16 converts 8 at a time and joins them (oclgrind, which has no
- *                     _Float16, and other devices take vload_half16)
+ *   dt_half16(u, i)   halves 16i .. 16i + 15 of the 32 whose bits u holds, as float16. On PoCL for
+ *                     x86 (clang, F16C) through clang's _Float16 vectors: one vcvtph2ps of a 256-bit
+ *                     register, where vload_half16 converts 8 at a time and joins them; oclgrind,
+ *                     which has no _Float16, and other devices take vload_half16 (from all of u:
+ *                     oclgrind takes the halves of a 16-value vector for uninitialised values)
  *   dt_bf16x32p(d, q) the 32 bf16 values of d: q[0] elements 0, 2, .., 30, q[1] elements 1, .., 31
  *                     (each 32-bit lane holds two: the low one shifted up, the high one masked)
  *   dt_e4m3x64p(d, q) the 64 fp8 codes of d as dt_e4m3u decodes them under CLMLA_FP8_HALF
@@ -205,14 +206,14 @@ DT_E4M3_SCALED(8)
  *                     down 1 under its own sign, which is the half S.0.eeee.mmm.0000000 */
 #if defined(__x86_64__) && defined(__F16C__) && defined(__clang__)
 typedef _Float16 dt_half16_t __attribute__((ext_vector_type(16)));
-inline float16 dt_half16(const uint8 u)
+inline float16 dt_half16(const uint16 u, const int i)
 {
-    return __builtin_convertvector(__builtin_astype(u, dt_half16_t), float16);
+    return __builtin_convertvector(__builtin_astype(i ? u.hi : u.lo, dt_half16_t), float16);
 }
 #else
-inline float16 dt_half16(const uint8 u)
+inline float16 dt_half16(const uint16 u, const int i)
 {
-    return vload_half16(0, (const half *)&u);
+    return vload_half16(i, (const half *)&u);
 }
 #endif
 
@@ -227,10 +228,10 @@ inline void dt_e4m3x64p(const uint16 d, float16 *q)
 {
     const uint16 ev = ((d << 7) & 0x3F803F80u) | ((d << 8) & 0x80008000u);
     const uint16 od = ((d >> 1) & 0x3F803F80u) | (d & 0x80008000u);
-    q[0] = dt_half16(ev.lo);
-    q[1] = dt_half16(ev.hi);
-    q[2] = dt_half16(od.lo);
-    q[3] = dt_half16(od.hi);
+    q[0] = dt_half16(ev, 0);
+    q[1] = dt_half16(ev, 1);
+    q[2] = dt_half16(od, 0);
+    q[3] = dt_half16(od, 1);
 }
 #endif
 
