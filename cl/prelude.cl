@@ -193,10 +193,11 @@ DT_E4M3_SCALED(8)
 /* Whole 64-byte lines, read as a uint16 whose byte j is element j (a little-endian device), decoded
  * with 32-bit operations, in an order of their own: the even elements first, then the odd ones.
  *   dt_half16(u, i)   halves 16i .. 16i + 15 of the 32 whose bits u holds, as float16. On PoCL for
- *                     x86 (clang, F16C) through clang's _Float16 vectors: one vcvtph2ps of a 256-bit
- *                     register, where vload_half16 converts 8 at a time and joins them; oclgrind,
- *                     which has no _Float16, and other devices take vload_half16 (from all of u:
- *                     oclgrind takes the halves of a 16-value vector for uninitialised values)
+ *                     x86 (clang 15 or later, F16C) through clang's _Float16 vectors: one
+ *                     vcvtph2ps of a 256-bit register, where vload_half16 converts 8 at a time and
+ *                     joins them; oclgrind, which has no _Float16, and other devices take
+ *                     vload_half16 (from all of u: oclgrind takes the halves of a 16-value vector
+ *                     for uninitialised values)
  *   dt_bf16x32p(d, q) the 32 bf16 values of d: q[0] elements 0, 2, .., 30, q[1] elements 1, .., 31
  *                     (each 32-bit lane holds two: the low one shifted up, the high one masked)
  *   dt_e4m3x64p(d, q) the 64 fp8 codes of d as dt_e4m3u decodes them under CLMLA_FP8_HALF
@@ -204,7 +205,7 @@ DT_E4M3_SCALED(8)
  *                     1, 3, .., 63. Each 16-bit half of a lane holds two codes: the low code's
  *                     7 bits shifted up 7 under its sign shifted up 8, the high code's shifted
  *                     down 1 under its own sign, which is the half S.0.eeee.mmm.0000000 */
-#if defined(__x86_64__) && defined(__F16C__) && defined(__clang__)
+#if defined(__x86_64__) && defined(__F16C__) && defined(__clang__) && __clang_major__ >= 15 /* _Float16 on x86 */
 typedef _Float16 dt_half16_t __attribute__((ext_vector_type(16)));
 inline float16 dt_half16(const uint16 u, const int i)
 {
