@@ -589,8 +589,9 @@ void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alph
  * (K/NWS) one at a time). On the Intel Xeon 8 streams took 0.86-0.91 of one stream's time for
  * V2-Lite's W^UK at one row with fp8 weights, whose decoding keeps a lone stream's reads from
  * overlapping it, and 0.96-0.99 with f32 and bf16 (docs/perf-log.md). gemm_skinny_nn_rows keeps
- * its sums in registers but then reads 64 columns of every row before the next 64, a stride the prefetchers follow badly: V2-Lite's W^UK at
- * one row took 1.3-2x as long that way (docs/perf-log.md, "The absorbed path's per-head products").
+ * its sums in registers but then reads 64 columns of every row before the next 64, a stride the
+ * prefetchers follow badly: V2-Lite's W^UK at one row took 1.3-2x as long that way
+ * (docs/perf-log.md, "The absorbed path's per-head products").
  * fp8 weights: A[m, k] is taken times the scale of its block once per 128 columns, so each weight
  * costs its decode and an FMA; the scale carries DT_E4M3_UNIT (2^120 with the shift decoder,
  * cl/prelude.cl), so x is taken times DT_E4M3_SUM_X^-1 as well (2^-64 there), which keeps it finite

@@ -611,6 +611,14 @@ static void check_per_head(clmla_context *hc, clmla_dtype dtype, int heads, int 
     free(w);
 }
 
+/* Heads for check_per_head: twice the device's compute units, at least 3 (see there). */
+static int per_head_count(clmla_context *hc)
+{
+    clmla_device_info info;
+    clmla_context_device(hc, &info);
+    return info.compute_units * 2 > 3 ? (int)info.compute_units * 2 : 3;
+}
+
 static void test_per_head(void)
 {
     char dir[] = "/tmp/clmla-linear-XXXXXX", trace[64];
@@ -626,10 +634,8 @@ static void test_per_head(void)
     CHECK_STATUS(clmla_context_create_opts(&o, &hc), CLMLA_SUCCESS, NULL);
     if (!hc)
         return;
-    clmla_device_info info;
-    clmla_context_device(hc, &info);
     const int rows = clmla_products_rows(hc); /* the forms of the first context (CLMLA_PRODUCT_KERNELS) */
-    const int heads = info.compute_units * 2 > 3 ? (int)info.compute_units * 2 : 3;
+    const int heads = per_head_count(hc);
     static const clmla_dtype dtypes[] = {CLMLA_DTYPE_F32, CLMLA_DTYPE_BF16, CLMLA_DTYPE_FP8_E4M3};
     for (int d = 0; d < 3; d++) {
         check_per_head(hc, dtypes[d], heads, 264);
@@ -743,9 +749,7 @@ static void test_wide(void)
     clmla_product_tuning_defaults(&t);
     t.cpu_wide = 1;
     CHECK_STATUS(clmla_context_set_product_tuning(wc, &t), CLMLA_SUCCESS, wc);
-    clmla_device_info info;
-    clmla_context_device(wc, &info);
-    const int heads = info.compute_units * 2 > 3 ? (int)info.compute_units * 2 : 3;
+    const int heads = per_head_count(wc);
     clmla_context *const main_ctx = ctx;
     ctx = wc;
     check_dtype(CLMLA_DTYPE_BF16, 37, 1152, "bf16 (line-wide)");

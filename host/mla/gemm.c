@@ -335,7 +335,7 @@ static void cpu_options(const clmla_context *ctx, clmla_dtype dtype, size_t k, i
     if (streams != default_streams)
         snprintf(streams_option, sizeof(streams_option), " -D STREAMS=%d", streams);
     /* gemm_packed_rows' line-wide form: bf16, and fp8 where it decodes through half (cl/prelude.cl) */
-    const int wide = t->cpu_wide && rows == 1 && !large &&
+    const int wide = t->cpu_wide && rows == 1 &&
                      (dtype == CLMLA_DTYPE_BF16 ||
                       (dtype == CLMLA_DTYPE_FP8_E4M3 && clmla_fp8_decoder(ctx) == CLMLA_FP8_DECODER_HALF));
     snprintf(extra, sizeof(extra), "-D MR=%d -D NCC=%d -D PCH=%d%s%s%s%s", rows, 8 / rows, pack_chunk(dtype),
