@@ -863,3 +863,225 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
         lse[lse_offset + row0 * num_heads + head] = l > 0.0f ? (run_max[h] + log2(l)) * M_LN2_F : -INFINITY;
     }
 }
+
+#ifdef ROWS_LANES
+/* attn_latent_lanes: attn_latent_rows' work (one work-item per group of 16 heads, split and token,
+ * keys in tiles of KTC, the same outputs) with the 16 heads in the lanes of a float16, for CPUs with
+ * 16-lane vectors (the latent tuning's rows_lanes). The queries are held transposed, q[d] the
+ * value d of the 16 heads, and so are the accumulators, acc[d]: a score step takes one query vector
+ * and, for each key of the tile, one cache value broadcast to the 16 lanes, one FMA per key into
+ * its own sums s[kk] (KTC independent chains); a value step takes 8 accumulator vectors and, for
+ * each key, its weight vector p[kk] and 8 broadcast values. Every FMA is 16 lanes wide, a broadcast
+ * is a scalar load the FMA can take from memory, the softmax is vertical, and nothing is summed
+ * across lanes. Heads past the last of a group repeat the group's first head; they are computed
+ * and never stored. f32 rows are read in place; other caches' tiles are converted into private
+ * memory first. With CLMLA_PREFETCH the next tile's rows are prefetched a line every LPF score
+ * steps, so its misses overlap this tile's arithmetic. */
+#define LH 16 /* heads per item: the lanes of a float16 */
+#define LPF 2 /* score steps per group, each group prefetching LPFN lines */
+#define LPFN ((KTC * LPR + ROW / LPF - 1) / (ROW / LPF)) /* the next tile's lines over the groups */
+#ifndef LACC
+#define LACC 8 /* values of d per block of the value step: that many independent chains of FMAs */
+#endif
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
+void attn_latent_lanes(__global const float *q_latent, const int q_latent_offset, const int q_latent_token_stride,
+                       const int q_latent_head_stride,
+                       __global const float *q_rope, const int q_rope_offset, const int q_rope_token_stride,
+                       const int q_rope_head_stride,
+                       __global const CACHE_T *cache,
+                       __global const int *block_table, const int max_blocks_per_seq, const int block_tokens,
+                       __global const int *token_seq, __global const int *token_ctx_len,
+                       const int num_heads, const int num_splits, const int split_tokens, const float scale,
+                       __global float *out, const int out_offset, __global float *lse, const int lse_offset
+#ifdef SPARSE
+                       , __global const int *indices, const int indices_offset, const int topk
+#endif
+                       )
+{
+    const int h0 = get_global_id(0) * LH;
+    const int split = get_global_id(1);
+    const int t = get_global_id(2);
+    const int ctx = token_ctx_len[t];
+    const int k_begin = split * split_tokens;
+#ifdef SPARSE
+    const int k_end = ctx > 0 ? min(topk, k_begin + split_tokens) : k_begin;
+    __global const int *list = indices + indices_offset + (size_t)t * topk;
+#else
+    const int k_end = min(ctx, k_begin + split_tokens);
+#endif
+    __global const int *table = block_table + (size_t)token_seq[t] * max_blocks_per_seq;
+    const int heads = min(LH, num_heads - h0);
+
+    float16 q[ROW];   /* q[d]: value d of the 16 heads' [q~ ; q^R], pre-scaled by `scale` * log2(e) */
+    float16 acc[RKV]; /* acc[d]: value d of the 16 heads' outputs, unnormalised */
+#ifdef CACHE_CONVERTS
+    float tile[KTC][ROW];
+    __global const CACHE_T *hrow[KTC];
+#define LROW(kk) (tile[kk])
+#else
+    __global const float *trow[KTC];
+#define LROW(kk) (trow[kk])
+#endif
+    float16 run_max = (float16)(-INFINITY), run_sum = (float16)(0.0f);
+
+    {
+        float *qs = (float *)q;
+        for (int h = 0; h < LH; h++) {
+            const int head = h0 + (h < heads ? h : 0);
+            __global const float *ql = q_latent + q_latent_offset + (size_t)t * q_latent_token_stride + (size_t)head * q_latent_head_stride;
+            __global const float *qr = q_rope + q_rope_offset + (size_t)t * q_rope_token_stride + (size_t)head * q_rope_head_stride;
+            for (int d = 0; d < ROW; d++)
+                qs[d * LH + h] = scale * M_LOG2E_F * (d < RKV ? ql[d] : qr[d - RKV]);
+        }
+        for (int d = 0; d < RKV; d++)
+            acc[d] = (float16)(0.0f);
+    }
+
+    for (int j0 = k_begin; j0 < k_end; j0 += KTC) {
+        const int nk = min(KTC, k_end - j0);
+#ifdef SPARSE
+        int kpos[KTC];
+        uint live = 0u; /* bit kk: entry kk is a key */
+        int first = -1;
+        for (int kk = 0; kk < nk; kk++) {
+            const int pos = list[j0 + kk];
+            kpos[kk] = pos;
+            if (pos >= 0 && pos < ctx) {
+                live |= 1u << kk;
+                if (first < 0)
+                    first = pos;
+            }
+        }
+        if (!live)
+            continue;
+        for (int kk = 0; kk < KTC; kk++)
+            if (!(live >> kk & 1u))
+                kpos[kk] = first;
+#define LKEY(kk) kpos[kk]
+#define LLIVE(kk) (live >> (kk) & 1u)
+#else
+#define LKEY(kk) (j0 + min((kk), nk - 1)) /* past the end: repeat the last row, weight 0 below */
+#define LLIVE(kk) ((kk) < nk)
+#endif
+        for (int kk = 0; kk < KTC; kk++) {
+            const int j = LKEY(kk);
+            __global const CACHE_T *r = cache + ((size_t)table[j / block_tokens] * block_tokens + j % block_tokens) * CACHE_ROW_UNITS;
+#ifdef CACHE_CONVERTS
+            hrow[kk] = r;
+#else
+            trow[kk] = r;
+#endif
+        }
+#ifdef CACHE_CONVERTS
+        for (int kk = 0; kk < KTC; kk++) {
+            for (int d8 = 0; d8 < ROW / 8; d8++)
+                vstore8(CACHE_LOAD8(hrow[kk], d8), d8, tile[kk]);
+            for (int d = ROW8; d < ROW; d++)
+                tile[kk][d] = CACHE_LOAD(hrow[kk], d);
+        }
+#endif
+#ifdef CLMLA_PREFETCH
+        __global const char *pf_rows[KTC]; /* the next tile's rows (past the end: the last row) */
+        for (int kk = 0; kk < KTC; kk++) {
+#ifdef SPARSE
+            const int pp = list[min(j0 + KTC + kk, k_end - 1)];
+            const int jp = pp >= 0 && pp < ctx ? pp : first;
+#else
+            const int jp = min(j0 + KTC + kk, k_end - 1);
+#endif
+            pf_rows[kk] = (__global const char *)(cache + ((size_t)table[jp / block_tokens] * block_tokens + jp % block_tokens) * CACHE_ROW_UNITS);
+        }
+        int pf_line = 0;
+#define LANES_PREFETCH()                                                                            \
+    _Pragma("unroll") for (int pfi = 0; pfi < LPFN; pfi++) {                                        \
+        if (pf_line < KTC * LPR) {                                                                  \
+            __builtin_prefetch(pf_rows[pf_line / LPR] + pf_line % LPR * 64, 0, 3);                  \
+            pf_line++;                                                                              \
+        }                                                                                           \
+    }
+#else
+#define LANES_PREFETCH()
+#endif
+        /* scores of the 16 heads against the tile's keys, one chain per key */
+        float16 s[KTC];
+#pragma unroll
+        for (int kk = 0; kk < KTC; kk++)
+            s[kk] = (float16)(0.0f);
+        int d = 0;
+        for (; d + LPF <= ROW; d += LPF) {
+            LANES_PREFETCH()
+#pragma unroll
+            for (int u = 0; u < LPF; u++) {
+                const float16 qd = q[d + u];
+#pragma unroll
+                for (int kk = 0; kk < KTC; kk++)
+                    s[kk] = fma(qd, (float16)(LROW(kk)[d + u]), s[kk]);
+            }
+        }
+        for (; d < ROW; d++) {
+            const float16 qd = q[d];
+#pragma unroll
+            for (int kk = 0; kk < KTC; kk++)
+                s[kk] = fma(qd, (float16)(LROW(kk)[d]), s[kk]);
+        }
+#undef LANES_PREFETCH
+        /* online softmax across the tile, the 16 heads at once */
+        float16 m = run_max;
+#pragma unroll
+        for (int kk = 0; kk < KTC; kk++)
+            if (LLIVE(kk))
+                m = select(m, s[kk], s[kk] > m);
+        const float16 a = exp2(run_max - m); /* 0 on the first tile (run_max = -inf) */
+        float16 sum = run_sum * a;
+#pragma unroll
+        for (int kk = 0; kk < KTC; kk++) {
+            s[kk] = LLIVE(kk) ? exp2(s[kk] - m) : (float16)(0.0f);
+            sum += s[kk];
+        }
+        run_max = m;
+        run_sum = sum;
+        /* acc[d] = a * acc[d] + sum_kk p[kk] * c_kk[d], LACC values of d at a time */
+        d = 0;
+        for (; d + LACC <= RKV; d += LACC) {
+            float16 x[LACC];
+#pragma unroll
+            for (int i = 0; i < LACC; i++)
+                x[i] = acc[d + i] * a;
+#pragma unroll
+            for (int kk = 0; kk < KTC; kk++) {
+#pragma unroll
+                for (int i = 0; i < LACC; i++)
+                    x[i] = fma(s[kk], (float16)(LROW(kk)[d + i]), x[i]);
+            }
+#pragma unroll
+            for (int i = 0; i < LACC; i++)
+                acc[d + i] = x[i];
+        }
+        for (; d < RKV; d++) {
+            float16 x = acc[d] * a;
+#pragma unroll
+            for (int kk = 0; kk < KTC; kk++)
+                x = fma(s[kk], (float16)(LROW(kk)[d]), x);
+            acc[d] = x;
+        }
+#undef LKEY
+#undef LLIVE
+    }
+
+    const size_t row0 = (size_t)t * num_splits + split;
+    const float *accs = (const float *)acc, *sums = (const float *)&run_sum, *maxs = (const float *)&run_max;
+    for (int h = 0; h < heads; h++) {
+        const int head = h0 + h;
+        const float l = sums[h];
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        for (int d = 0; d < RKV; d++)
+            out[out_offset + (row0 * num_heads + head) * RKV + d] = accs[d * LH + h] * inv;
+        lse[lse_offset + row0 * num_heads + head] = l > 0.0f ? (maxs[h] + log2(l)) * M_LN2_F : -INFINITY;
+    }
+}
+#undef LROW
+#undef LH
+#undef LPF
+#undef LPFN
+#undef LACC
+#endif

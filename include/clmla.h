@@ -371,6 +371,12 @@ typedef struct clmla_latent_tuning {
        vloadN, which NVIDIA's OpenCL compiles to one scalar load per value (a byte load per fp8
        code). Experimental, not yet measured on a GPU. */
     int group_aligned;
+    /* added in 0.4: CPU devices: 1 runs attn_latent_lanes in place of attn_latent_rows, 16 heads per
+       work-item in the lanes of one 16-wide vector (queries and accumulators stored transposed, each
+       cache value broadcast to the 16 heads), for cores with 512-bit vectors; rows_heads is then 16
+       whatever its value, and a group of fewer heads computes the missing lanes for nothing, so
+       calls with fewer than 16 heads keep attn_latent_rows. 0 (default): attn_latent_rows. */
+    int rows_lanes;
 } clmla_latent_tuning;
 
 /* The parameters clmla used before any tuning. */

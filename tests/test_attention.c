@@ -609,6 +609,27 @@ static void run_all(void)
         pool_free(&p);
     }
 
+    /* A latent rank that is not whole vectors of 8 (rkv 44, dr 6: a row of 50) with 20 heads (a
+       full group of 16 and one of 4) and 16, 7-token blocks, f32 and bf16. */
+    if (pool_make(&p, "rkv44 dr6 bt7 f32", 44, 6, 7, 500, CLMLA_CACHE_F32, 9) == 0) {
+        static const int len20[] = {1500, 9, 1, 0, 700};
+        static const int seq20[] = {0, 1, 2, 3, 4};
+        attn_case c20 = {20, 5, len20, seq20, 0, 1, 0};
+        run_case(&p, &c20, 4420);
+        static const int len16[] = {2047, 2};
+        static const int seq16[] = {1, 0};
+        attn_case c16 = {16, 2, len16, seq16, 0, 0, 0};
+        run_case(&p, &c16, 4416);
+        pool_free(&p);
+    }
+    if (pool_make(&p, "rkv44 dr6 bt7 bf16", 44, 6, 7, 500, CLMLA_CACHE_BF16, 10) == 0) {
+        static const int len20[] = {1500, 9, 1, 0, 700};
+        static const int seq20[] = {0, 1, 2, 3, 4};
+        attn_case c20 = {20, 5, len20, seq20, 0, 0, 0};
+        run_case(&p, &c20, 4421);
+        pool_free(&p);
+    }
+
     /* 5-token blocks in half precision, and in bfloat16. */
     if (pool_make(&p, "rkv40 dr8 bt5 bf16", 40, 8, 5, 640, CLMLA_CACHE_BF16, 6) == 0) {
         static const int len3[] = {3000, 12, 1, 0, 5, 2048};
@@ -664,6 +685,23 @@ int main(void)
         clmla_attention_set_variant(ctx, variants[v].variant);
         run_all();
         printf("kernel %s: %s\n", variants[v].name, check_failed == failed_before ? "all cases pass" : "FAILURES above");
+    }
+    /* attn_latent_lanes, the CPU kernel with 16 heads in the lanes of a vector (rows_lanes 1), on
+       every case, f32 caches included (those of fewer than 16 heads run attn_latent_rows again):
+       a partial group of heads, odd sizes, at 8 keys a tile and at 12 (not a power of two) */
+    static const int lane_keys[] = {8, 12};
+    for (size_t i = 0; i < sizeof(lane_keys) / sizeof(lane_keys[0]); i++) {
+        const int failed_before = check_failed;
+        clmla_latent_tuning t;
+        clmla_latent_tuning_defaults(&t);
+        t.rows_lanes = 1;
+        t.rows_keys = lane_keys[i];
+        clmla_context_set_latent_tuning(ctx, &t);
+        clmla_attention_set_variant(ctx, CLMLA_LATENT_ROWS);
+        run_all();
+        clmla_context_set_latent_tuning(ctx, NULL);
+        printf("kernel attn_latent_lanes, %d keys a tile: %s\n", lane_keys[i],
+               check_failed == failed_before ? "all cases pass" : "FAILURES above");
     }
     /* attn_latent on a device with 32 KiB of local memory, the least OpenCL allows a GPU: 16 heads'
        queries alone take 36 KiB there, so groups of 16 heads must fall back to 8. */

@@ -122,6 +122,22 @@ static void test_parse(void)
     CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, "group_aligned"),
           "group_aligned -1");
     CHECK(d.group_aligned == 0, "default group_aligned %d", d.group_aligned);
+    static const int bad_lanes[] = {-1, 2};
+    for (int i = 0; i < 2; i++) {
+        t = d;
+        t.rows_lanes = bad_lanes[i];
+        CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, "rows_lanes"),
+              "rows_lanes %d", bad_lanes[i]);
+    }
+    CHECK(d.rows_lanes == 0, "default rows_lanes %d", d.rows_lanes);
+    /* rows_lanes by name in a file */
+    CHECK(clmla_latent_tuning_parse("[{\"vendor\": \"AuthenticAMD\", \"device\": \"Some GPU\", \"parameters\": "
+                                    "{\"rows_lanes\": 1}}]",
+                                    &list, why, sizeof(why)) == 0 &&
+              clmla_latent_tuning_resolve(&list, "file U", &other, 16, &t, &src) == 2 && t.rows_lanes == 1 &&
+              t.rows_keys == d.rows_keys,
+          "rows_lanes from a file: %s", why);
+    clmla_latent_tuning_list_free(&list);
     /* attn_prefill_tiled's tiles: BQ a power of two (the build halves it to fit), BK and KC float4s */
     static const struct {
         size_t offset;

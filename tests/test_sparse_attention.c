@@ -518,7 +518,7 @@ static void test_refusals(void)
     pool_free(&p);
 }
 
-static void run_all(void)
+static void run_cases(void)
 {
     deepseek_cases(CLMLA_CACHE_F32, 1000);
     deepseek_cases(CLMLA_CACHE_F16, 2000);
@@ -528,6 +528,11 @@ static void run_all(void)
     odd_cases(40, CLMLA_CACHE_F16, 6000);
     odd_cases(40, CLMLA_CACHE_BF16, 7000);
     odd_cases(128, CLMLA_CACHE_FP8, 8000);
+}
+
+static void run_all(void)
+{
+    run_cases();
     test_refusals();
 }
 
@@ -547,6 +552,22 @@ int main(void)
         clmla_attention_set_variant(ctx, variants[v].variant);
         run_all();
         printf("kernel %s -D SPARSE: %s\n", variants[v].name,
+               check_failed == failed_before ? "all cases pass" : "FAILURES above");
+    }
+    /* the CPU kernel with the heads in the lanes of a vector (the latent tuning's rows_lanes), at 8
+       and 12 keys a tile; the refusals, which name the default kernel's slot, are not run again */
+    static const int lane_keys[] = {8, 12};
+    for (size_t i = 0; i < sizeof(lane_keys) / sizeof(lane_keys[0]); i++) {
+        const int failed_before = check_failed;
+        clmla_latent_tuning t;
+        clmla_latent_tuning_defaults(&t);
+        t.rows_lanes = 1;
+        t.rows_keys = lane_keys[i];
+        clmla_context_set_latent_tuning(ctx, &t);
+        clmla_attention_set_variant(ctx, CLMLA_LATENT_ROWS);
+        run_cases();
+        clmla_context_set_latent_tuning(ctx, NULL);
+        printf("kernel attn_latent_lanes -D SPARSE, %d keys a tile: %s\n", lane_keys[i],
                check_failed == failed_before ? "all cases pass" : "FAILURES above");
     }
     clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);

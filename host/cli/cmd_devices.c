@@ -62,8 +62,9 @@ static void print_tuning(const clmla_device_info *devs, size_t n)
                 printf("  warning: %s\n", clmla_last_error(NULL));
             printf("  %zu %-3d heads: %s, ", i, heads[h], source);
             if (rows)
-                printf("attn_latent_rows rows_heads=%d rows_keys=%d rows_groups_per_cu=%d, prefill_rows_queries=%d\n",
-                       t.rows_heads, t.rows_keys, t.rows_groups_per_cu, t.prefill_rows_queries);
+                printf("%s rows_heads=%d rows_keys=%d rows_groups_per_cu=%d rows_lanes=%d, prefill_rows_queries=%d\n",
+                       t.rows_lanes ? "attn_latent_lanes" : "attn_latent_rows", t.rows_heads, t.rows_keys,
+                       t.rows_groups_per_cu, t.rows_lanes, t.prefill_rows_queries);
             else
                 printf("attn_latent group_heads=%d group_keys=%d group_max_items=%d group_groups_per_cu=%d "
                        "group_query_layout=%d group_fold=%d group_decode_heads=%d group_min_split_keys=%d "

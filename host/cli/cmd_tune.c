@@ -249,7 +249,8 @@ static void add_unique(clmla_latent_tuning *cands, int *n, const clmla_latent_tu
 static void kt_print(const clmla_latent_tuning *t, int rows, int decoded)
 {
     if (rows)
-        printf("rows_heads=%-2d rows_keys=%-2d rows_groups_per_cu=%-2d", t->rows_heads, t->rows_keys, t->rows_groups_per_cu);
+        printf("rows_heads=%-2d rows_keys=%-2d rows_groups_per_cu=%-2d rows_lanes=%d", t->rows_heads, t->rows_keys,
+               t->rows_groups_per_cu, t->rows_lanes);
     else
         printf("group_heads=%-2d group_keys=%d group_max_items=%-4d group_groups_per_cu=%-2d group_query_layout=%d "
                "group_min_split_keys=%-4d group_stage_keys=%d",
@@ -372,12 +373,27 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
             for (int j = 0; j < 3; j++)
                 for (int g = 0; g < 3; g++) {
                     clmla_latent_tuning t = base;
+                    t.rows_lanes = 0;
                     t.rows_heads = hs[i];
                     t.rows_keys = ks[j];
                     t.rows_groups_per_cu = gs[g];
                     if (memcmp(&t, &base, sizeof(t)) != 0 && memcmp(&t, &defaults, sizeof(t)) != 0 && (!quick || n < 2))
                         cands[n++] = t;
                 }
+        /* attn_latent_lanes (rows_lanes 1; rows_heads does not apply to it) at 8 and 16 keys a tile and
+           2 to 8 items per compute unit (--quick: the kernel in force swapped, the rest as in force) */
+        static const int lks[] = {8, 16};
+        for (int j = 0; j < 2; j++)
+            for (int g = 0; g < 3; g++) {
+                clmla_latent_tuning t = base;
+                t.rows_lanes = quick ? !base.rows_lanes : 1;
+                if (!quick) {
+                    t.rows_heads = defaults.rows_heads;
+                    t.rows_keys = lks[j];
+                    t.rows_groups_per_cu = gs[g];
+                }
+                add_unique(cands, &n, &t);
+            }
     } else {
         /* the query layout first (the one value --quick adds), then the grid in both layouts */
         static const int hs[] = {8, 16}, ks[] = {2, 4, 8}, nts[] = {64, 128, 256}, gs[] = {4, 8};

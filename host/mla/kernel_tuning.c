@@ -54,7 +54,7 @@ typedef struct kernel_kind {
    prefill_tiled 1 and group_decode_heads 8 since the H100 measured them (2026-11-26, `2bf76cd`):
    attn_prefill_tiled in 0.14-0.80 of attn_prefill's time; 8 heads an item over fp8 caches in
    0.60-0.90 of 4's, over f16 and bf16 0.79-1.09 (docs/BENCHMARKS.md) */
-static const clmla_latent_tuning latent_defaults = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0};
+static const clmla_latent_tuning latent_defaults = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0, 0};
 
 /* Entries measured with `clmla tune --kernels` on the developers' machines (CHANGELOG.md,
    docs/DESIGN.md "Kernel tuning"). */
@@ -62,28 +62,28 @@ static const kernel_entry latent_builtin[] = {
     /* PoCL 3.1 (Debian 12), 2-core AMD EPYC (Zen 3): `clmla tune --kernels`, 16 heads, rkv 512,
        dr 64, ctx 4096, 18 candidates in 18 s; the defaults won (batch 1 1098 us, batch 8 9589 us;
        the next best, rows_keys 16, 1162 and 10417 us) */
-    {"AuthenticAMD", "pthread-haswell-AMD EPYC", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 0, 16, 0, 4, 128, 0, 32, 32, 64, 16, 0}}},
+    {"AuthenticAMD", "pthread-haswell-AMD EPYC", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 0, 16, 0, 4, 128, 0, 32, 32, 64, 16, 0, 0}}},
     /* PoCL 3.1 (Debian 12), 2-core AMD EPYC with AVX-512 (2026-11-26): 18 candidates, 16 heads, ctx
        4096, four runs; each run's grid winner (rows_keys 4, 8 or 16, 2 to 8 items per compute unit)
        was 0.86-1.24 of the defaults when timed again beside them, three times out of four slower:
        the defaults */
-    {"AuthenticAMD", "pthread-skylake-avx512-AMD EPYC", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 0, 16, 0, 4, 128, 0, 32, 32, 64, 16, 0}}},
+    {"AuthenticAMD", "pthread-skylake-avx512-AMD EPYC", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 0, 16, 0, 4, 128, 0, 32, 32, 64, 16, 0, 0}}},
     /* PoCL 3.1 (Debian 12), 2-core Intel Xeon with AVX-512 (2026-11-27): `clmla tune --kernels`, 16
        and 128 heads, rkv 512, dr 64, ctx 4096, 18 candidates each: at 16 heads the grid's best
        (rows_groups_per_cu 2) 0.984 of the defaults when timed again beside them, at 128 the defaults
        best, so the defaults; with --prefill (V2-Lite, bf16 weights, a prompt of 2048 and a chunk of
        512 after 4096), prefill_rows_queries 32 at 0.961 of 16 (median of 3 alternations; the
        chunk 0.91-0.96, the prompt 0.97-1.05) */
-    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 32, 0}}},
-    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 128, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0}}},
+    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 32, 0, 0}}},
+    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 128, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0, 0}}},
     /* NVIDIA H100 80GB HBM3, driver 580.159.04 (2026-11-26): 72 candidates each, rkv 512, dr 64, ctx
        4096, confirmed by 3 alternations with the defaults of then (query layout 0). 16 heads: batch 1
        59.8 us, batch 8 109.3 us against 69.9 and 120.4 (0.88); 128 heads: 76.8 and 590.0 us against
        103.8 and 832.8 (0.72). Both chose query layout 1; 128 heads also 256 items per group. Any
        driver: the kernel's limits are the chip's. prefill_tiled 1 and group_decode_heads 8 from the
        A/B of `2bf76cd` (the defaults' comment above). */
-    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 4, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0}}},
-    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 128, {.latent = {16, 8, 4, 16, 4, 256, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0}}},
+    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 4, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0, 0}}},
+    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 128, {.latent = {16, 8, 4, 16, 4, 256, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0, 0}}},
 };
 
 static const tuning_param latent_names[] = {
@@ -105,6 +105,7 @@ static const tuning_param latent_names[] = {
     {"prefill_chunk", offsetof(clmla_latent_tuning, prefill_chunk)},
     {"prefill_rows_queries", offsetof(clmla_latent_tuning, prefill_rows_queries)},
     {"group_aligned", offsetof(clmla_latent_tuning, group_aligned)},
+    {"rows_lanes", offsetof(clmla_latent_tuning, rows_lanes)},
 };
 
 /* The kernels' constraints (cl/attn_latent.cl): attn_latent_rows walks heads two at a time and keys
@@ -150,6 +151,8 @@ static const char *latent_check(const clmla_latent_tuning *t)
         return "prefill_rows_queries must be a multiple of 4 from 4 to 64";
     if (t->group_aligned < 0 || t->group_aligned > 1)
         return "group_aligned must be 0 or 1";
+    if (t->rows_lanes < 0 || t->rows_lanes > 1)
+        return "rows_lanes must be 0 or 1";
     return NULL;
 }
 
