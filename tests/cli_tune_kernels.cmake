@@ -194,7 +194,7 @@ string(JSON qbc GET "${text}" 0 parameters prefill_rows_queries)
 if(NOT (qbc EQUAL 8 OR qbc EQUAL 16 OR qbc EQUAL 32))
   message(FATAL_ERROR "the row kernels' prefill entry in ${file5}:\n${text}")
 endif()
-expect_devices_verbose("with the row kernels' prefill entry" "16  heads: file [^\n]*attn_latent_rows [^\n]*prefill_rows_queries=${qbc}"
+expect_devices_verbose("with the row kernels' prefill entry" "16  heads: file [^\n]*attn_latent_(rows|lanes) [^\n]*prefill_rows_queries=${qbc}"
                        CLMLA_ATTENTION_KERNELS=rows CLMLA_KERNEL_TUNING=${file5})
 execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_ATTENTION_KERNELS=group
                         ${CLMLA} tune --kernels --prefill --heads 64 --dry-run

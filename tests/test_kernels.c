@@ -697,7 +697,7 @@ static void test_cache_gather(void)
 
 typedef struct latent_case {
     const char *name;
-    int rows;             /* attn_latent_rows: hg is HGC, nt is KTC */
+    int rows;             /* 1 attn_latent_rows: hg is HGC, nt is KTC; 2 attn_latent_lanes: hg 16, nt is KTC */
     int rkv, dr, heads, hg, nt, splits, split_tokens, bt, f16;
     int tokens;
     const int *ctx_len;   /* [tokens] */
@@ -726,12 +726,14 @@ static void run_latent(const latent_case *c)
     const int max_blocks = (max_ctx + c->bt - 1) / c->bt + 1, blocks = num_seqs * max_blocks + 2;
     char options[224];
     if (c->rows)
-        snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D HGC=%d -D KTC=%d%s", c->rkv, c->dr,
-                 c->f16 ? " -D CACHE_F16" : "", c->hg, c->nt, latent_sparse ? " -D SPARSE" : "");
+        snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D HGC=%d -D KTC=%d%s%s", c->rkv, c->dr,
+                 c->f16 ? " -D CACHE_F16" : "", c->hg, c->nt, latent_sparse ? " -D SPARSE" : "",
+                 c->rows == 2 ? " -D ROWS_LANES" : "");
     else
         snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D NT=%d -D HG=%d%s%s", c->rkv, c->dr,
                  c->f16 ? " -D CACHE_F16" : "", c->nt, c->hg, latent_sparse ? " -D SPARSE" : "", latent_extra);
-    cl_kernel k = kernel("attn_latent", options, c->rows ? "attn_latent_rows" : "attn_latent");
+    cl_kernel k = kernel("attn_latent", options,
+                         c->rows == 2 ? "attn_latent_lanes" : c->rows ? "attn_latent_rows" : "attn_latent");
     tu_rng rng = tu_rng_seed((uint64_t)c->rkv * 7 + (uint64_t)c->heads);
     /* The pool: every row written from the host (f16: random halves of moderate size). */
     const size_t cells = (size_t)blocks * c->bt * row;
@@ -954,6 +956,29 @@ static void test_attn_latent_rows(void)
     static const int ctx_c[1] = {70}, seq_c[1] = {0};
     const latent_case c = {"rows: rkv 20 dr 4, 2 heads, tiles of 4, 2 splits, f32", 1, 20, 4, 2, 2, 4, 2, 40, 6, 0, 1,
                            ctx_c, seq_c};
+    for (latent_sparse = 0; latent_sparse < 2; latent_sparse++) {
+        run_latent(&a);
+        run_latent(&b);
+        run_latent(&c);
+    }
+    latent_sparse = 0;
+}
+
+static void test_attn_latent_lanes(void)
+{
+    /* 5 heads in the 16 lanes, rkv 20 (two steps of 8 values and 4 after), 3 splits with an empty
+       one, tiles of 8 keys cut short. */
+    static const int ctx_a[4] = {0, 1, 13, 21}, seq_a[4] = {0, 1, 1, 0};
+    const latent_case a = {"lanes: rkv 20 dr 4, 5 heads, 3 splits, f32", 2, 20, 4, 5, 16, 8, 3, 7, 4, 0, 4, ctx_a,
+                           seq_a};
+    /* 20 heads (a full group and one of 4), a row of 80 halves, tiles of 12 keys. */
+    static const int ctx_b[2] = {17, 40}, seq_b[2] = {0, 1};
+    const latent_case b = {"lanes: rkv 72 dr 8, 20 heads, tiles of 12, f16", 2, 72, 8, 20, 16, 12, 1, 40, 5, 1, 2,
+                           ctx_b, seq_b};
+    /* tiles of 4 keys, 16 heads, 2 splits, a context that ends mid-block */
+    static const int ctx_c[1] = {70}, seq_c[1] = {0};
+    const latent_case c = {"lanes: rkv 20 dr 4, 16 heads, tiles of 4, 2 splits, f32", 2, 20, 4, 16, 16, 4, 2, 40, 6, 0,
+                           1, ctx_c, seq_c};
     for (latent_sparse = 0; latent_sparse < 2; latent_sparse++) {
         run_latent(&a);
         run_latent(&b);
@@ -1967,7 +1992,7 @@ static void test_indexer_writer_fp8(void)
 
 /* The kernels this file launches directly. */
 static const char *const tested[] = {"convert_to_f32", "convert_to_bf16", "convert_to_e4m3", "rmsnorm",        "rope",           "add_bias",       "cache_write",         "cache_gather",
-                                     "attn_latent",    "attn_latent_rows", "attn_combine",       "attn_combine_rows", "attn_prefill",
+                                     "attn_latent",    "attn_latent_rows", "attn_latent_lanes", "attn_combine",       "attn_combine_rows", "attn_prefill",
                                      "attn_prefill_rows", "attn_prefill_tiled", "gemm_skinny_nt", "gemm_skinny_nn", "gemm_skinny_nn_split", "gemm_skinny_nt_rows",
                                      "gemm_skinny_nn_rows", "gemm_skinny_nn_wide", "gemm_packed_rows", "gemm_tiled_rows", "gemm_weight_f32",
                                      "indexer_scores", "indexer_topk", "indexer_key_write", "indexer_q_rope"};
@@ -2205,6 +2230,7 @@ static void kernels_latent(void)
 {
     test_attn_latent();
     test_attn_latent_rows();
+    test_attn_latent_lanes();
     test_attn_combine();
 }
 

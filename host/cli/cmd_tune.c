@@ -309,7 +309,8 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
     const int decoded = dtype != CLMLA_CACHE_F32;
     if (decoded && r.rows) {
         fprintf(stderr, "clmla tune: --cache-dtype tunes attn_latent's group_decode_heads; this device runs "
-                        "attn_latent_rows (CLMLA_ATTENTION_KERNELS=group runs the other)\n");
+                        "the row kernels, attn_latent_rows and attn_latent_lanes (CLMLA_ATTENTION_KERNELS=group runs the "
+                        "other)\n");
         clmla_context_destroy(r.ctx);
         return 2;
     }
@@ -436,7 +437,7 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
     }
     printf("tuning %s on %s (%s, %s, driver %s): %d heads, rkv %d, dr %d, %s cache, ctx %d, batch 1 and 8, %d "
            "candidates\n",
-           r.rows ? "attn_latent_rows" : "attn_latent", info.name, info.vendor, info.platform_name, info.driver_version,
+           r.rows ? "attn_latent_rows / attn_latent_lanes" : "attn_latent", info.name, info.vendor, info.platform_name, info.driver_version,
            r.heads, r.rkv, r.dr, cli_cache_dtype_name(dtype), r.ctx_len, n);
     const int check_len[2] = {r.ctx_len < 300 ? r.ctx_len : 300, 77};
     int time_len[8];

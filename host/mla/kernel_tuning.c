@@ -73,9 +73,14 @@ static const kernel_entry latent_builtin[] = {
        (rows_groups_per_cu 2) 0.984 of the defaults when timed again beside them, at 128 the defaults
        best, so the defaults; with --prefill (V2-Lite, bf16 weights, a prompt of 2048 and a chunk of
        512 after 4096), prefill_rows_queries 32 at 0.961 of 16 (median of 3 alternations; the
-       chunk 0.91-0.96, the prompt 0.97-1.05) */
-    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 32, 0, 0}}},
-    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 128, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0, 0}}},
+       chunk 0.91-0.96, the prompt 0.97-1.05). rows_lanes 1 since 2026-11-28: attn_latent_lanes in
+       0.66-0.93 of attn_latent_rows' time over f32, f16 and bf16 caches and 0.82-1.02 over fp8 ones
+       (V2-Lite and V3, batch 1 and 8, ctx 4096 and 32768, two alternations: docs/BENCHMARKS.md);
+       `clmla tune --kernels` chose it at both head counts (0.73 and 0.72 of the table's time when
+       confirmed), at 16 heads with rows_keys 16, which the decode rows at ctx 32768 did not
+       confirm over 8 (f32 1.0-1.25x 8's time, bf16 0.9-1.0x), so 8 */
+    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 32, 0, 1}}},
+    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 128, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0, 1}}},
     /* NVIDIA H100 80GB HBM3, driver 580.159.04 (2026-11-26): 72 candidates each, rkv 512, dr 64, ctx
        4096, confirmed by 3 alternations with the defaults of then (query layout 0). 16 heads: batch 1
        59.8 us, batch 8 109.3 us against 69.9 and 120.4 (0.88); 128 heads: 76.8 and 590.0 us against
