@@ -974,7 +974,15 @@ void attn_latent_lanes(__global const float *q_latent, const int q_latent_offset
         }
 #ifdef CACHE_CONVERTS
         for (int kk = 0; kk < KTC; kk++) {
+#if defined(CACHE_FP8) && defined(CLMLA_FP8_HALF)
+            /* c^KV 16 codes at a time (RKV is whole blocks of 128), then k^R as below */
+            for (int d16 = 0; d16 < RKV / 16; d16++)
+                vstore16(dt_e4m3x16h(vload16(d16, hrow[kk])) * (DT_E4M3_UNIT * FP8_SCALES(hrow[kk])[d16 / 8]), d16,
+                         tile[kk]);
+            for (int d8 = RKV / 8; d8 < ROW / 8; d8++)
+#else
             for (int d8 = 0; d8 < ROW / 8; d8++)
+#endif
                 vstore8(CACHE_LOAD8(hrow[kk], d8), d8, tile[kk]);
             for (int d = ROW8; d < ROW; d++)
                 tile[kk][d] = CACHE_LOAD(hrow[kk], d);

@@ -198,6 +198,7 @@ DT_E4M3_SCALED(8)
  *                     joins them; oclgrind, which has no _Float16, and other devices take
  *                     vload_half16 (from all of u: oclgrind takes the halves of a 16-value vector
  *                     for uninitialised values)
+ *   dt_halfbits16(h)  the 16 halves whose bits h holds, as float16, the same two ways
  *   dt_bf16x32p(d, q) the 32 bf16 values of d: q[0] elements 0, 2, .., 30, q[1] elements 1, .., 31
  *                     (each 32-bit lane holds two: the low one shifted up, the high one masked)
  *   dt_e4m3x64p(d, q) the 64 fp8 codes of d as dt_e4m3u decodes them under CLMLA_FP8_HALF
@@ -211,10 +212,18 @@ inline float16 dt_half16(const uint16 u, const int i)
 {
     return __builtin_convertvector(__builtin_astype(i ? u.hi : u.lo, dt_half16_t), float16);
 }
+inline float16 dt_halfbits16(const ushort16 h)
+{
+    return __builtin_convertvector(__builtin_astype(h, dt_half16_t), float16);
+}
 #else
 inline float16 dt_half16(const uint16 u, const int i)
 {
     return vload_half16(i, (const half *)&u);
+}
+inline float16 dt_halfbits16(const ushort16 h)
+{
+    return vload_half16(0, (const half *)&h);
 }
 #endif
 
@@ -225,6 +234,12 @@ inline void dt_bf16x32p(const uint16 d, float16 *q)
 }
 
 #ifdef CLMLA_FP8_HALF
+/* 16 fp8 codes in their own order as dt_e4m3u decodes them (2^-8 times the value), through
+   dt_halfbits16: one conversion of 16 halves where dt_e4m3x16u's vload_half16 takes 8 at a time */
+inline float16 dt_e4m3x16h(const uchar16 b)
+{
+    return dt_halfbits16(as_ushort16(convert_short16(as_char16(b)) << (short)7) & (ushort)0xBF80u);
+}
 inline void dt_e4m3x64p(const uint16 d, float16 *q)
 {
     const uint16 ev = ((d << 7) & 0x3F803F80u) | ((d << 8) & 0x80008000u);

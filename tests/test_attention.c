@@ -73,6 +73,12 @@ static int pool_make(pool *p, const char *name, int rkv, int dr, int bt, int num
     float *ckv = malloc((size_t)total * rkv * sizeof(float)), *kr = malloc((size_t)total * dr * sizeof(float));
     tu_fill_uniform(ckv, (size_t)total * rkv, 0.0f, 1.7320508f, &rng);
     tu_fill_uniform(kr, (size_t)total * dr, 0.0f, 1.7320508f, &rng);
+    /* fp8: each block of 128 values of a row at its own magnitude, so that its scale differs from
+       its neighbours' (scales are powers of two: a kernel reading the wrong block's would pass) */
+    static const float block_gain[4] = {1.0f, 2.5f, 0.3f, 5.0f};
+    if (dtype == CLMLA_CACHE_FP8)
+        for (size_t i = 0; i < (size_t)total * rkv; i++)
+            ckv[i] *= block_gain[i % (size_t)rkv / 128 % 4];
     cl_mem ckv_buf = make_buffer((size_t)total * rkv * sizeof(float), ckv);
     cl_mem kr_buf = make_buffer((size_t)total * dr * sizeof(float), kr);
     /* The host copy holds what the cache holds: each float rounded to the dtype (the reference's
@@ -589,6 +595,10 @@ static void run_all(void)
         static const int seq3[] = {0, 1, 2, 3, 4, 1};
         attn_case c3 = {3, 6, len3, seq3, 0, 0, 0};
         run_case(&p, &c3, 803);
+        static const int len17[] = {1999, 6};
+        static const int seq17[] = {2, 0};
+        attn_case c17 = {17, 2, len17, seq17, 0, 0, 0};
+        run_case(&p, &c17, 817);
         pool_free(&p);
     }
 
