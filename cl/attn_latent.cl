@@ -877,11 +877,15 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
  * and never stored. f32 rows are read in place; other caches' tiles are converted into private
  * memory first. With CLMLA_PREFETCH the next tile's rows are prefetched a line every LPF score
  * steps, so its misses overlap this tile's arithmetic. */
-#define LH 16 /* heads per item: the lanes of a float16 */
+#define LH 16 /* heads per vector: the lanes of a float16 */
+#ifndef LHV
+#define LHV 1 /* vectors of heads per item: each broadcast value feeds LHV FMAs */
+#endif
+#define LHI (LH * LHV) /* heads per item */
 #define LPF 2 /* score steps per group, each group prefetching LPFN lines */
 #define LPFN ((KTC * LPR + ROW / LPF - 1) / (ROW / LPF)) /* the next tile's lines over the groups */
 #ifndef LACC
-#define LACC 8 /* values of d per block of the value step: that many independent chains of FMAs */
+#define LACC (8 / LHV) /* values of d per block of the value step: LACC x LHV independent chains */
 #endif
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void attn_latent_lanes(__global const float *q_latent, const int q_latent_offset, const int q_latent_token_stride,
@@ -898,7 +902,7 @@ void attn_latent_lanes(__global const float *q_latent, const int q_latent_offset
 #endif
                        )
 {
-    const int h0 = get_global_id(0) * LH;
+    const int h0 = get_global_id(0) * LHI;
     const int split = get_global_id(1);
     const int t = get_global_id(2);
     const int ctx = token_ctx_len[t];
@@ -910,10 +914,10 @@ void attn_latent_lanes(__global const float *q_latent, const int q_latent_offset
     const int k_end = min(ctx, k_begin + split_tokens);
 #endif
     __global const int *table = block_table + (size_t)token_seq[t] * max_blocks_per_seq;
-    const int heads = min(LH, num_heads - h0);
+    const int heads = min(LHI, num_heads - h0);
 
-    float16 q[ROW];   /* q[d]: value d of the 16 heads' [q~ ; q^R], pre-scaled by `scale` * log2(e) */
-    float16 acc[RKV]; /* acc[d]: value d of the 16 heads' outputs, unnormalised */
+    float16 q[ROW * LHV];   /* q[d * LHV + v]: value d of heads 16v.. of [q~ ; q^R], pre-scaled by `scale` * log2(e) */
+    float16 acc[RKV * LHV]; /* acc[d * LHV + v]: value d of those heads' outputs, unnormalised */
 #ifdef CACHE_CONVERTS
     float tile[KTC][ROW];
     __global const CACHE_T *hrow[KTC];
@@ -922,18 +926,23 @@ void attn_latent_lanes(__global const float *q_latent, const int q_latent_offset
     __global const float *trow[KTC];
 #define LROW(kk) (trow[kk])
 #endif
-    float16 run_max = (float16)(-INFINITY), run_sum = (float16)(0.0f);
+    float16 run_max[LHV], run_sum[LHV];
+#pragma unroll
+    for (int v = 0; v < LHV; v++) {
+        run_max[v] = (float16)(-INFINITY);
+        run_sum[v] = (float16)(0.0f);
+    }
 
     {
         float *qs = (float *)q;
-        for (int h = 0; h < LH; h++) {
+        for (int h = 0; h < LHI; h++) {
             const int head = h0 + (h < heads ? h : 0);
             __global const float *ql = q_latent + q_latent_offset + (size_t)t * q_latent_token_stride + (size_t)head * q_latent_head_stride;
             __global const float *qr = q_rope + q_rope_offset + (size_t)t * q_rope_token_stride + (size_t)head * q_rope_head_stride;
             for (int d = 0; d < ROW; d++)
-                qs[d * LH + h] = scale * M_LOG2E_F * (d < RKV ? ql[d] : qr[d - RKV]);
+                qs[d * LHI + h] = scale * M_LOG2E_F * (d < RKV ? ql[d] : qr[d - RKV]);
         }
-        for (int d = 0; d < RKV; d++)
+        for (int d = 0; d < RKV * LHV; d++)
             acc[d] = (float16)(0.0f);
     }
 
@@ -1011,84 +1020,103 @@ void attn_latent_lanes(__global const float *q_latent, const int q_latent_offset
 #define LANES_PREFETCH()
 #endif
         /* scores of the 16 heads against the tile's keys, one chain per key */
-        float16 s[KTC];
+        float16 s[KTC * LHV]; /* s[kk * LHV + v] */
 #pragma unroll
-        for (int kk = 0; kk < KTC; kk++)
+        for (int kk = 0; kk < KTC * LHV; kk++)
             s[kk] = (float16)(0.0f);
         int d = 0;
         for (; d + LPF <= ROW; d += LPF) {
             LANES_PREFETCH()
 #pragma unroll
             for (int u = 0; u < LPF; u++) {
-                const float16 qd = q[d + u];
 #pragma unroll
-                for (int kk = 0; kk < KTC; kk++)
-                    s[kk] = fma(qd, (float16)(LROW(kk)[d + u]), s[kk]);
+                for (int kk = 0; kk < KTC; kk++) {
+                    const float16 c = (float16)(LROW(kk)[d + u]);
+#pragma unroll
+                    for (int v = 0; v < LHV; v++)
+                        s[kk * LHV + v] = fma(q[(d + u) * LHV + v], c, s[kk * LHV + v]);
+                }
             }
         }
         for (; d < ROW; d++) {
-            const float16 qd = q[d];
 #pragma unroll
-            for (int kk = 0; kk < KTC; kk++)
-                s[kk] = fma(qd, (float16)(LROW(kk)[d]), s[kk]);
+            for (int kk = 0; kk < KTC; kk++) {
+                const float16 c = (float16)(LROW(kk)[d]);
+#pragma unroll
+                for (int v = 0; v < LHV; v++)
+                    s[kk * LHV + v] = fma(q[d * LHV + v], c, s[kk * LHV + v]);
+            }
         }
 #undef LANES_PREFETCH
         /* online softmax across the tile, the 16 heads at once */
-        float16 m = run_max;
+        float16 a[LHV];
 #pragma unroll
-        for (int kk = 0; kk < KTC; kk++)
-            if (LLIVE(kk))
-                m = select(m, s[kk], s[kk] > m);
-        const float16 a = exp2(run_max - m); /* 0 on the first tile (run_max = -inf) */
-        float16 sum = run_sum * a;
+        for (int v = 0; v < LHV; v++) {
+            float16 m = run_max[v];
 #pragma unroll
-        for (int kk = 0; kk < KTC; kk++) {
-            s[kk] = LLIVE(kk) ? exp2(s[kk] - m) : (float16)(0.0f);
-            sum += s[kk];
+            for (int kk = 0; kk < KTC; kk++)
+                if (LLIVE(kk))
+                    m = select(m, s[kk * LHV + v], s[kk * LHV + v] > m);
+            a[v] = exp2(run_max[v] - m); /* 0 on the first tile (run_max = -inf) */
+            float16 sum = run_sum[v] * a[v];
+#pragma unroll
+            for (int kk = 0; kk < KTC; kk++) {
+                s[kk * LHV + v] = LLIVE(kk) ? exp2(s[kk * LHV + v] - m) : (float16)(0.0f);
+                sum += s[kk * LHV + v];
+            }
+            run_max[v] = m;
+            run_sum[v] = sum;
         }
-        run_max = m;
-        run_sum = sum;
         /* acc[d] = a * acc[d] + sum_kk p[kk] * c_kk[d], LACC values of d at a time */
         d = 0;
         for (; d + LACC <= RKV; d += LACC) {
-            float16 x[LACC];
+            float16 x[LACC * LHV]; /* x[i * LHV + v] */
 #pragma unroll
-            for (int i = 0; i < LACC; i++)
-                x[i] = acc[d + i] * a;
+            for (int i = 0; i < LACC * LHV; i++)
+                x[i] = acc[d * LHV + i] * a[i % LHV];
 #pragma unroll
             for (int kk = 0; kk < KTC; kk++) {
 #pragma unroll
-                for (int i = 0; i < LACC; i++)
-                    x[i] = fma(s[kk], (float16)(LROW(kk)[d + i]), x[i]);
+                for (int i = 0; i < LACC; i++) {
+                    const float16 c = (float16)(LROW(kk)[d + i]);
+#pragma unroll
+                    for (int v = 0; v < LHV; v++)
+                        x[i * LHV + v] = fma(s[kk * LHV + v], c, x[i * LHV + v]);
+                }
             }
 #pragma unroll
-            for (int i = 0; i < LACC; i++)
-                acc[d + i] = x[i];
+            for (int i = 0; i < LACC * LHV; i++)
+                acc[d * LHV + i] = x[i];
         }
         for (; d < RKV; d++) {
-            float16 x = acc[d] * a;
 #pragma unroll
-            for (int kk = 0; kk < KTC; kk++)
-                x = fma(s[kk], (float16)(LROW(kk)[d]), x);
-            acc[d] = x;
+            for (int v = 0; v < LHV; v++) {
+                float16 x = acc[d * LHV + v] * a[v];
+#pragma unroll
+                for (int kk = 0; kk < KTC; kk++)
+                    x = fma(s[kk * LHV + v], (float16)(LROW(kk)[d]), x);
+                acc[d * LHV + v] = x;
+            }
         }
 #undef LKEY
 #undef LLIVE
     }
 
     const size_t row0 = (size_t)t * num_splits + split;
-    const float *accs = (const float *)acc, *sums = (const float *)&run_sum, *maxs = (const float *)&run_max;
+    const float *accs = (const float *)acc, *sums = (const float *)run_sum, *maxs = (const float *)run_max;
     for (int h = 0; h < heads; h++) {
         const int head = h0 + h;
         const float l = sums[h];
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
         for (int d = 0; d < RKV; d++)
-            out[out_offset + (row0 * num_heads + head) * RKV + d] = accs[d * LH + h] * inv;
+            out[out_offset + (row0 * num_heads + head) * RKV + d] = accs[d * LHI + h] * inv;
         lse[lse_offset + row0 * num_heads + head] = l > 0.0f ? (maxs[h] + log2(l)) * M_LN2_F : -INFINITY;
     }
 }
 #undef LROW
 #undef LH
+#undef LHV
+#undef LHI
 #undef LPF
 #undef LPFN
 #undef LACC

@@ -375,7 +375,9 @@ typedef struct clmla_latent_tuning {
        work-item in the lanes of one 16-wide vector (queries and accumulators stored transposed, each
        cache value broadcast to the 16 heads), for cores with 512-bit vectors; rows_heads is then 16
        whatever its value, and a group of fewer heads computes the missing lanes for nothing, so
-       calls with fewer than 16 heads keep attn_latent_rows. 0 (default): attn_latent_rows. */
+       calls with fewer than 16 heads keep attn_latent_rows. 2: the same with two vectors, 32 heads
+       per work-item, each cache value feeding two FMAs, for calls of 32 heads or more (fewer: as
+       1). 0 (default): attn_latent_rows. */
     int rows_lanes;
 } clmla_latent_tuning;
 

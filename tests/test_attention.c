@@ -620,7 +620,7 @@ static void run_all(void)
     }
 
     /* A latent rank that is not whole vectors of 8 (rkv 44, dr 6: a row of 50) with 20 heads (a
-       full group of 16 and one of 4) and 16, 7-token blocks, f32 and bf16. */
+       full group of 16 and one of 4), 16 and 36 (32 and 4), 7-token blocks, f32 and bf16. */
     if (pool_make(&p, "rkv44 dr6 bt7 f32", 44, 6, 7, 500, CLMLA_CACHE_F32, 9) == 0) {
         static const int len20[] = {1500, 9, 1, 0, 700};
         static const int seq20[] = {0, 1, 2, 3, 4};
@@ -630,6 +630,8 @@ static void run_all(void)
         static const int seq16[] = {1, 0};
         attn_case c16 = {16, 2, len16, seq16, 0, 0, 0};
         run_case(&p, &c16, 4416);
+        attn_case c36 = {36, 5, len20, seq20, 0, 0, 0};
+        run_case(&p, &c36, 4436);
         pool_free(&p);
     }
     if (pool_make(&p, "rkv44 dr6 bt7 bf16", 44, 6, 7, 500, CLMLA_CACHE_BF16, 10) == 0) {
@@ -703,20 +705,21 @@ int main(void)
         printf("kernel %s: %s\n", variants[v].name, check_failed == failed_before ? "all cases pass" : "FAILURES above");
     }
     /* attn_latent_lanes, the CPU kernel with 16 heads in the lanes of a vector (rows_lanes 1), on
-       every case, f32 caches included (those of fewer than 16 heads run attn_latent_rows again):
-       a partial group of heads, odd sizes, at 8 keys a tile and at 12 (not a power of two) */
-    static const int lane_keys[] = {8, 12};
-    for (size_t i = 0; i < sizeof(lane_keys) / sizeof(lane_keys[0]); i++) {
+       every case, f32 caches included (those of fewer than 16 heads run attn_latent_rows again), and
+       with two vectors of heads (rows_lanes 2: the cases of 32 heads or more, 128 and 36):
+       partial groups of heads, odd sizes, at 8 keys a tile and at 12 (not a power of two) */
+    static const int lane_cfg[][2] = {{1, 8}, {1, 12}, {2, 8}, {2, 12}}; /* rows_lanes, rows_keys */
+    for (size_t i = 0; i < sizeof(lane_cfg) / sizeof(lane_cfg[0]); i++) {
         const int failed_before = check_failed;
         clmla_latent_tuning t;
         clmla_latent_tuning_defaults(&t);
-        t.rows_lanes = 1;
-        t.rows_keys = lane_keys[i];
+        t.rows_lanes = lane_cfg[i][0];
+        t.rows_keys = lane_cfg[i][1];
         clmla_context_set_latent_tuning(ctx, &t);
         clmla_attention_set_variant(ctx, CLMLA_LATENT_ROWS);
         run_all();
         clmla_context_set_latent_tuning(ctx, NULL);
-        printf("kernel attn_latent_lanes, %d keys a tile: %s\n", lane_keys[i],
+        printf("kernel attn_latent_lanes, rows_lanes %d, %d keys a tile: %s\n", lane_cfg[i][0], lane_cfg[i][1],
                check_failed == failed_before ? "all cases pass" : "FAILURES above");
     }
     /* attn_latent on a device with 32 KiB of local memory, the least OpenCL allows a GPU: 16 heads'

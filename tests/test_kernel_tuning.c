@@ -122,7 +122,7 @@ static void test_parse(void)
     CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, "group_aligned"),
           "group_aligned -1");
     CHECK(d.group_aligned == 0, "default group_aligned %d", d.group_aligned);
-    static const int bad_lanes[] = {-1, 2};
+    static const int bad_lanes[] = {-1, 3};
     for (int i = 0; i < 2; i++) {
         t = d;
         t.rows_lanes = bad_lanes[i];

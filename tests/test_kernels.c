@@ -697,7 +697,8 @@ static void test_cache_gather(void)
 
 typedef struct latent_case {
     const char *name;
-    int rows;             /* 1 attn_latent_rows: hg is HGC, nt is KTC; 2 attn_latent_lanes: hg 16, nt is KTC */
+    int rows;             /* 1 attn_latent_rows: hg is HGC, nt is KTC; 2 attn_latent_lanes: hg 16, nt is KTC;
+                             3 the same with two vectors of heads (LHV 2): hg 32 */
     int rkv, dr, heads, hg, nt, splits, split_tokens, bt, f16;
     int tokens;
     const int *ctx_len;   /* [tokens] */
@@ -728,12 +729,12 @@ static void run_latent(const latent_case *c)
     if (c->rows)
         snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D HGC=%d -D KTC=%d%s%s", c->rkv, c->dr,
                  c->f16 ? " -D CACHE_F16" : "", c->hg, c->nt, latent_sparse ? " -D SPARSE" : "",
-                 c->rows == 2 ? " -D ROWS_LANES" : "");
+                 c->rows == 3 ? " -D ROWS_LANES -D LHV=2" : c->rows == 2 ? " -D ROWS_LANES" : "");
     else
         snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D NT=%d -D HG=%d%s%s", c->rkv, c->dr,
                  c->f16 ? " -D CACHE_F16" : "", c->nt, c->hg, latent_sparse ? " -D SPARSE" : "", latent_extra);
     cl_kernel k = kernel("attn_latent", options,
-                         c->rows == 2 ? "attn_latent_lanes" : c->rows ? "attn_latent_rows" : "attn_latent");
+                         c->rows >= 2 ? "attn_latent_lanes" : c->rows ? "attn_latent_rows" : "attn_latent");
     tu_rng rng = tu_rng_seed((uint64_t)c->rkv * 7 + (uint64_t)c->heads);
     /* The pool: every row written from the host (f16: random halves of moderate size). */
     const size_t cells = (size_t)blocks * c->bt * row;
@@ -979,10 +980,19 @@ static void test_attn_latent_lanes(void)
     static const int ctx_c[1] = {70}, seq_c[1] = {0};
     const latent_case c = {"lanes: rkv 20 dr 4, 16 heads, tiles of 4, 2 splits, f32", 2, 20, 4, 16, 16, 4, 2, 40, 6, 0,
                            1, ctx_c, seq_c};
+    /* two vectors of heads: 40 heads (a group of 32 and one of 8), rkv 20, tiles of 8; 5 heads in a
+       group of 32, tiles of 12, f16 */
+    static const int ctx_d[3] = {21, 0, 9}, seq_d[3] = {0, 1, 1};
+    const latent_case d = {"lanes x2: rkv 20 dr 4, 40 heads, 2 splits, f32", 3, 20, 4, 40, 32, 8, 2, 11, 4, 0, 3,
+                           ctx_d, seq_d};
+    const latent_case e = {"lanes x2: rkv 72 dr 8, 5 heads, tiles of 12, f16", 3, 72, 8, 5, 32, 12, 1, 40, 5, 1, 2,
+                           ctx_b, seq_b};
     for (latent_sparse = 0; latent_sparse < 2; latent_sparse++) {
         run_latent(&a);
         run_latent(&b);
         run_latent(&c);
+        run_latent(&d);
+        run_latent(&e);
     }
     latent_sparse = 0;
 }

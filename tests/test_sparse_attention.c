@@ -410,6 +410,8 @@ static void deepseek_cases(clmla_cache_dtype dtype, uint64_t seed)
     /* topk 1, 20 heads (a partial second head group) */
     const tok single[] = {{0, 3000, SUBSET}, {2, 37, SUBSET}, {3, 1, SUBSET}, {1, 700, NONE}};
     run_case(&p, 20, 1, single, 4, 0, seed + 3);
+    /* 36 heads: a group of 32 and one of 4 where the CPU kernel takes two vectors of heads */
+    run_case(&p, 36, 2048, batch, 6, 0, seed + 6);
     /* topk > ctx, every position: the dense call and reference; batch 1 and a batch */
     const tok all1[] = {{0, 3000, ALL}};
     run_case(&p, 20, 3100, all1, 1, 1, seed + 4);
@@ -560,21 +562,22 @@ int main(void)
         printf("kernel %s -D SPARSE: %s\n", variants[v].name,
                check_failed == failed_before ? "all cases pass" : "FAILURES above");
     }
-    /* the CPU kernel with the heads in the lanes of a vector (the latent tuning's rows_lanes), at 8
-       and 12 keys a tile; the refusals, which name the default kernel's slot, are not run again */
-    static const int lane_keys[] = {8, 12};
-    for (size_t i = 0; i < sizeof(lane_keys) / sizeof(lane_keys[0]); i++) {
+    /* the CPU kernel with the heads in the lanes of a vector (the latent tuning's rows_lanes: one
+       vector of 16, or two), at 8 and 12 keys a tile; the refusals, which name the default
+       kernel's slot, are not run again */
+    static const int lane_cfg[][2] = {{1, 8}, {1, 12}, {2, 8}, {2, 12}};
+    for (size_t i = 0; i < sizeof(lane_cfg) / sizeof(lane_cfg[0]); i++) {
         const int failed_before = check_failed;
         clmla_latent_tuning t;
         clmla_latent_tuning_defaults(&t);
-        t.rows_lanes = 1;
-        t.rows_keys = lane_keys[i];
+        t.rows_lanes = lane_cfg[i][0];
+        t.rows_keys = lane_cfg[i][1];
         clmla_context_set_latent_tuning(ctx, &t);
         clmla_attention_set_variant(ctx, CLMLA_LATENT_ROWS);
         run_cases();
         clmla_context_set_latent_tuning(ctx, NULL);
-        printf("kernel attn_latent_lanes -D SPARSE, %d keys a tile: %s\n", lane_keys[i],
-               check_failed == failed_before ? "all cases pass" : "FAILURES above");
+        printf("kernel attn_latent_lanes -D SPARSE, rows_lanes %d, %d keys a tile: %s\n", lane_cfg[i][0],
+               lane_cfg[i][1], check_failed == failed_before ? "all cases pass" : "FAILURES above");
     }
     clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
     clmla_context_destroy(ctx);

@@ -381,20 +381,22 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
                     if (memcmp(&t, &base, sizeof(t)) != 0 && memcmp(&t, &defaults, sizeof(t)) != 0 && (!quick || n < 2))
                         cands[n++] = t;
                 }
-        /* attn_latent_lanes (rows_lanes 1; rows_heads does not apply to it) at 8 and 16 keys a tile and
-           2 to 8 items per compute unit (--quick: the kernel in force swapped, the rest as in force) */
+        /* attn_latent_lanes (rows_lanes 1, and from 32 heads 2; rows_heads does not apply to it) at 8
+           and 16 keys a tile and 2 to 8 items per compute unit (--quick: the kernel in force swapped,
+           the rest as in force) */
         static const int lks[] = {8, 16};
-        for (int j = 0; j < 2; j++)
-            for (int g = 0; g < 3; g++) {
-                clmla_latent_tuning t = base;
-                t.rows_lanes = quick ? !base.rows_lanes : 1;
-                if (!quick) {
-                    t.rows_heads = defaults.rows_heads;
-                    t.rows_keys = lks[j];
-                    t.rows_groups_per_cu = gs[g];
+        for (int l = 1; l <= (r.heads >= 32 ? 2 : 1); l++)
+            for (int j = 0; j < 2; j++)
+                for (int g = 0; g < 3; g++) {
+                    clmla_latent_tuning t = base;
+                    t.rows_lanes = quick ? !base.rows_lanes : l;
+                    if (!quick) {
+                        t.rows_heads = defaults.rows_heads;
+                        t.rows_keys = lks[j];
+                        t.rows_groups_per_cu = gs[g];
+                    }
+                    add_unique(cands, &n, &t);
                 }
-                add_unique(cands, &n, &t);
-            }
     } else {
         /* the query layout first (the one value --quick adds), then the grid in both layouts */
         static const int hs[] = {8, 16}, ks[] = {2, 4, 8}, nts[] = {64, 128, 256}, gs[] = {4, 8};

@@ -106,11 +106,13 @@ static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_
     return CLMLA_SUCCESS;
 }
 
-/* attn_latent_rows for `hg` (even, <= 16) heads per work-item, or with `lanes` attn_latent_lanes (hg
-   16, the slot of attn_latent_rows at 16: one context runs one of them). */
+/* attn_latent_rows for `hg` (even, <= 16) heads per work-item, or with `lanes` (1 or 2) attn_latent_lanes
+   with that many vectors of 16 heads (hg 16 or 32; at 16 the slot of attn_latent_rows at 16: one
+   context runs one of them). */
 static clmla_status rows_kernel(clmla_cache *cache, int hg, int ktc, int sparse, int lanes, cl_kernel *kernel)
 {
-    cl_kernel *slot = sparse ? &cache->sparse_rows_kernel[hg / 2] : &cache->latent_rows_kernel[hg / 2];
+    const int index = hg == 32 ? 9 : hg / 2;
+    cl_kernel *slot = sparse ? &cache->sparse_rows_kernel[index] : &cache->latent_rows_kernel[index];
     if (!*slot) {
         char options[256];
         /* Where they were measured, PoCL on CPUs: software prefetch (clang's __builtin_prefetch,
@@ -122,7 +124,7 @@ static clmla_status rows_kernel(clmla_cache *cache, int hg, int ktc, int sparse,
         if (sparse)
             strncat(options, " -D SPARSE", sizeof(options) - strlen(options) - 1);
         if (lanes)
-            strncat(options, " -D ROWS_LANES", sizeof(options) - strlen(options) - 1);
+            snprintf(options + strlen(options), sizeof(options) - strlen(options), " -D ROWS_LANES -D LHV=%d", lanes);
         clmla_status st = clmla_kernel_create(cache->ctx, "attn_latent", options,
                                               lanes ? "attn_latent_lanes" : "attn_latent_rows", slot);
         if (st != CLMLA_SUCCESS)
@@ -177,10 +179,10 @@ static clmla_status pick_kernel(clmla_cache *cache, int num_heads, const clmla_l
     *rows = clmla_attention_variant(cache->ctx) == CLMLA_LATENT_ROWS;
     *fold = 1;
     if (*rows) {
-        /* attn_latent_lanes fills 16 lanes with heads: with fewer heads (8 on the Intel Xeon: 1.1-1.45x
-           attn_latent_rows' time) the row kernel computes less */
-        const int lanes = tn->rows_lanes && num_heads >= 16;
-        const int most = lanes ? 16 : tn->rows_heads;
+        /* attn_latent_lanes fills 16 lanes with heads (rows_lanes 2: two vectors of them): with fewer
+           heads (8 on the Intel Xeon: 1.1-1.45x attn_latent_rows' time) the row kernel computes less */
+        const int lanes = tn->rows_lanes == 2 && num_heads >= 32 ? 2 : tn->rows_lanes && num_heads >= 16;
+        const int most = lanes ? 16 * lanes : tn->rows_heads;
         int hg = num_heads < most ? num_heads + (num_heads & 1) : most;
         *threads = 1;
         *heads_per_group = hg;

@@ -44,11 +44,12 @@ struct clmla_cache {
     cl_kernel combine_rows_kernel; /* attn_combine_rows, after attn_latent_rows */
     cl_kernel latent_kernel[17]; /* attn_latent.cl per heads-per-group 1..16, built on first use */
     int latent_threads[17];      /* their work-group sizes */
-    cl_kernel latent_rows_kernel[9]; /* attn_latent_rows per heads-per-item 2, 4, .., 16 (index hg/2) */
+    cl_kernel latent_rows_kernel[10]; /* attn_latent_rows per heads-per-item 2, 4, .., 16 (index hg/2), or
+                                         attn_latent_lanes at 16 heads (index 8) and 32 (index 9) */
     /* the same built with -D SPARSE (clmla_attention_latent_sparse), on first use */
     cl_kernel sparse_kernel[17];
     int sparse_threads[17];
-    cl_kernel sparse_rows_kernel[9];
+    cl_kernel sparse_rows_kernel[10];
     /* attn_latent with FOLD = 2, 4, 8, 16 query tokens per group (index log2 FOLD - 1) of HT = 1..8
        heads each (HT * FOLD <= 16), on first use */
     cl_kernel fold_kernel[4][9];

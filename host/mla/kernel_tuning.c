@@ -78,9 +78,13 @@ static const kernel_entry latent_builtin[] = {
        (V2-Lite and V3, batch 1 and 8, ctx 4096 and 32768, two alternations: docs/BENCHMARKS.md);
        `clmla tune --kernels` chose it at both head counts (0.73 and 0.72 of the table's time when
        confirmed), at 16 heads with rows_keys 16, which the decode rows at ctx 32768 did not
-       confirm over 8 (f32 1.0-1.25x 8's time, bf16 0.9-1.0x), so 8 */
+       confirm over 8 (f32 1.0-1.25x 8's time, bf16 0.9-1.0x), so 8. From 32 heads on, two
+       vectors of heads an item (rows_lanes 2): V3, batch 1 and 8, ctx 4096, 0.76-0.90 of one
+       vector's time (two alternations, f32 and bf16 caches) */
     {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 32, 0, 1}}},
-    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 128, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0, 1}}},
+    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 128, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0, 2}}},
+    /* any other head count: as at 128 (rows_lanes 2 applies from 32 heads, 1 from 16) */
+    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 0, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0, 2}}},
     /* NVIDIA H100 80GB HBM3, driver 580.159.04 (2026-11-26): 72 candidates each, rkv 512, dr 64, ctx
        4096, confirmed by 3 alternations with the defaults of then (query layout 0). 16 heads: batch 1
        59.8 us, batch 8 109.3 us against 69.9 and 120.4 (0.88); 128 heads: 76.8 and 590.0 us against
@@ -156,8 +160,8 @@ static const char *latent_check(const clmla_latent_tuning *t)
         return "prefill_rows_queries must be a multiple of 4 from 4 to 64";
     if (t->group_aligned < 0 || t->group_aligned > 1)
         return "group_aligned must be 0 or 1";
-    if (t->rows_lanes < 0 || t->rows_lanes > 1)
-        return "rows_lanes must be 0 or 1";
+    if (t->rows_lanes < 0 || t->rows_lanes > 2)
+        return "rows_lanes must be 0, 1 or 2";
     return NULL;
 }
 
