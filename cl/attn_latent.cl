@@ -574,6 +574,30 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
 #endif
 #define ROW8 (ROW / 8 * 8)
 #define HGV ((HGC + 7) / 8 * 8) /* heads padded to whole float8 vectors for the softmax */
+
+#ifdef SPARSE
+/* The CPU kernels' tile of entries j0 .. j0 + nk - 1 of a token's list: kpos[kk] the position entry
+   kk reads, its own where it is a key, else the tile's first key's (past nk too); *first that
+   first key's position. Returns the entries that are keys as bits (0: none, the tile is skipped). */
+inline uint sparse_tile(__global const int *list, const int j0, const int nk, const int ctx, int *kpos, int *first)
+{
+    uint live = 0u;
+    *first = -1;
+    for (int kk = 0; kk < nk; kk++) {
+        const int pos = list[j0 + kk];
+        kpos[kk] = pos;
+        if (pos >= 0 && pos < ctx) {
+            live |= 1u << kk;
+            if (*first < 0)
+                *first = pos;
+        }
+    }
+    for (int kk = 0; kk < KTC; kk++)
+        if (!(live >> kk & 1u))
+            kpos[kk] = *first;
+    return live;
+}
+#endif
 #define RKV8 (RKV / 8 * 8)
 
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
@@ -639,23 +663,10 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
 #ifdef SPARSE
         /* the tile's positions: an entry that is no key, and a place past the end, take the row of
            the tile's first key (weight 0 below); a tile without keys adds nothing and is skipped */
-        int kpos[KTC];
-        uint live = 0u; /* bit kk: entry kk is a key */
-        int first = -1;
-        for (int kk = 0; kk < nk; kk++) {
-            const int pos = list[j0 + kk];
-            kpos[kk] = pos;
-            if (pos >= 0 && pos < ctx) {
-                live |= 1u << kk;
-                if (first < 0)
-                    first = pos;
-            }
-        }
+        int kpos[KTC], first;
+        const uint live = sparse_tile(list, j0, nk, ctx, kpos, &first); /* bit kk: entry kk is a key */
         if (!live)
             continue;
-        for (int kk = 0; kk < KTC; kk++)
-            if (!(live >> kk & 1u))
-                kpos[kk] = first;
 #endif
 #ifdef CACHE_CONVERTS
         for (int kk = 0; kk < KTC; kk++) {
@@ -949,23 +960,10 @@ void attn_latent_lanes(__global const float *q_latent, const int q_latent_offset
     for (int j0 = k_begin; j0 < k_end; j0 += KTC) {
         const int nk = min(KTC, k_end - j0);
 #ifdef SPARSE
-        int kpos[KTC];
-        uint live = 0u; /* bit kk: entry kk is a key */
-        int first = -1;
-        for (int kk = 0; kk < nk; kk++) {
-            const int pos = list[j0 + kk];
-            kpos[kk] = pos;
-            if (pos >= 0 && pos < ctx) {
-                live |= 1u << kk;
-                if (first < 0)
-                    first = pos;
-            }
-        }
+        int kpos[KTC], first;
+        const uint live = sparse_tile(list, j0, nk, ctx, kpos, &first); /* bit kk: entry kk is a key */
         if (!live)
             continue;
-        for (int kk = 0; kk < KTC; kk++)
-            if (!(live >> kk & 1u))
-                kpos[kk] = first;
 #define LKEY(kk) kpos[kk]
 #define LLIVE(kk) (live >> (kk) & 1u)
 #else
