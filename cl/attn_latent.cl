@@ -876,15 +876,16 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
 }
 
 #ifdef ROWS_LANES
-/* attn_latent_lanes: attn_latent_rows' work (one work-item per group of 16 heads, split and token,
- * keys in tiles of KTC, the same outputs) with the 16 heads in the lanes of a float16, for CPUs with
- * 16-lane vectors (the latent tuning's rows_lanes). The queries are held transposed, q[d] the
- * value d of the 16 heads, and so are the accumulators, acc[d]: a score step takes one query vector
- * and, for each key of the tile, one cache value broadcast to the 16 lanes, one FMA per key into
- * its own sums s[kk] (KTC independent chains); a value step takes 8 accumulator vectors and, for
- * each key, its weight vector p[kk] and 8 broadcast values. Every FMA is 16 lanes wide, a broadcast
- * is a scalar load the FMA can take from memory, the softmax is vertical, and nothing is summed
- * across lanes. Heads past the last of a group repeat the group's first head; they are computed
+/* attn_latent_lanes: attn_latent_rows' work (one work-item per group of LHI = 16 x LHV heads, split
+ * and token, keys in tiles of KTC, the same outputs) with the heads in the lanes of LHV float16s,
+ * for CPUs with 16-lane vectors (the latent tuning's rows_lanes: LHV 1 or 2). The queries are held
+ * transposed, q[d] the value d of 16 heads, and so are the accumulators, acc[d]: a score step takes
+ * LHV query vectors and, for each key of the tile, one cache value broadcast to 16 lanes, LHV FMAs
+ * per key into its own sums s[kk] (KTC x LHV independent chains); a value step takes 8 accumulator
+ * vectors (LACC values of d by LHV) and, for each key, its LHV weight vectors and LACC broadcast
+ * values. Every FMA is 16 lanes wide, a broadcast is a scalar load the FMA can take from memory (or,
+ * with LHV 2, one register for two FMAs), the softmax is vertical, and nothing is summed across
+ * lanes. Heads past the last of a group repeat the group's first head; they are computed
  * and never stored. f32 rows are read in place; other caches' tiles are converted into private
  * memory first. With CLMLA_PREFETCH the next tile's rows are prefetched a line every LPF score
  * steps, so its misses overlap this tile's arithmetic. */
