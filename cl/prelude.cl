@@ -51,6 +51,9 @@
  *                          which needs rows, and an fp8 row's k^R, aligned to that vector's
  *                          size: the caller's promise (host/mla/attention.c promises it for the
  *                          4-value loads of attn_latent, the one kernel it builds so)
+ *   CACHE_HALF_BITS (build option, with CACHE_ALIGNED, f16 caches): the halves are read as one
+ *                          ushort4 / ushort8 and converted from private memory, since NVIDIA's
+ *                          compiler reads vloada_half4 as 4 scalar loads, as it does vload_half4
  *   CACHE_STORE(v, i, r)   float v stored as value i of row r, rounded to nearest even (not fp8:
  *                          its rows are written a 128-value tile at a time, cl/cache_write.cl)
  * The weights' element type, chosen by the build option W_DTYPE (0 float, 1 half, 2 bf16, 3 fp8
@@ -263,7 +266,18 @@ inline void dt_e4m3x64p(const uint16 d, float16 *q)
 #define CACHE_ROW_UNITS (RKV + DR)
 #define CACHE_CONVERTS
 #define CACHE_LOAD(p, i) vload_half((i), (p))
-#ifdef CACHE_ALIGNED
+#if defined(CACHE_ALIGNED) && defined(CACHE_HALF_BITS)
+inline float4 dt_half_bits4(const ushort4 h)
+{
+    return vload_half4(0, (const half *)&h);
+}
+inline float8 dt_half_bits8(const ushort8 h)
+{
+    return vload_half8(0, (const half *)&h);
+}
+#define CACHE_LOAD4(p, i) dt_half_bits4(((__global const ushort4 *)(p))[i])
+#define CACHE_LOAD8(p, i) dt_half_bits8(((__global const ushort8 *)(p))[i])
+#elif defined(CACHE_ALIGNED)
 #define CACHE_LOAD4(p, i) vloada_half4((i), (p))
 #define CACHE_LOAD8(p, i) vloada_half8((i), (p))
 #else

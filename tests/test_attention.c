@@ -773,12 +773,15 @@ int main(void)
     clmla_latent_tuning_defaults(&t);
     t.group_stage_keys = 1;
     run_all_tuned(&t, 0, "group_stage_keys 1");
-    /* attn_latent reading the decoded caches' rows by whole vectors (group_aligned 1) where their
-       rows allow it: the rkv 512 rows of every dtype and rkv 40's f16 and bf16 rows take it, the
-       fp8 rows of rkv 128 (148 bytes) keep vloadN */
-    clmla_latent_tuning_defaults(&t);
-    t.group_aligned = 1;
-    run_all_tuned(&t, 1, "group_aligned 1");
+    /* attn_latent reading the decoded caches' rows through vloadN (group_aligned 0), and by whole
+       vectors with f16 rows as ushort4s converted in registers (2); the defaults (1) read whole
+       vectors where the rows allow it: the rkv 512 rows of every dtype and rkv 40's f16 and bf16
+       rows take them, the fp8 rows of rkv 128 (148 bytes) keep vloadN */
+    for (int aligned = 0; aligned <= 2; aligned += 2) {
+        clmla_latent_tuning_defaults(&t);
+        t.group_aligned = aligned;
+        run_all_tuned(&t, 1, aligned ? "group_aligned 2" : "group_aligned 0");
+    }
     clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
 
     clmla_context_destroy(ctx);

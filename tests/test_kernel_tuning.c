@@ -117,11 +117,17 @@ static void test_parse(void)
     CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, "group_stage_keys"),
           "group_stage_keys 2");
     CHECK(d.group_stage_keys == 0, "default group_stage_keys %d", d.group_stage_keys);
+    static const int bad_aligned[] = {-1, 3};
+    for (int i = 0; i < 2; i++) {
+        t = d;
+        t.group_aligned = bad_aligned[i];
+        CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, "group_aligned"),
+              "group_aligned %d", bad_aligned[i]);
+    }
     t = d;
-    t.group_aligned = -1;
-    CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, "group_aligned"),
-          "group_aligned -1");
-    CHECK(d.group_aligned == 0, "default group_aligned %d", d.group_aligned);
+    t.group_aligned = 2;
+    CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_SUCCESS && !w, "group_aligned 2 refused");
+    CHECK(d.group_aligned == 1, "default group_aligned %d (1 since the H200 of 2026-11-28)", d.group_aligned);
     static const int bad_lanes[] = {-1, 3};
     for (int i = 0; i < 2; i++) {
         t = d;
@@ -319,8 +325,9 @@ static void test_products_parse(void)
     CHECK(d.skinny_items == 128 && d.skinny_unroll == 2 && d.skinny_columns == 4 && d.skinny_nn_items == 256 &&
               d.cpu_items_per_cu == 8 && d.packed_streams_1 == 8 && d.packed_streams_2 == 4 && d.packed_streams_4 == 3 &&
               d.cpu_prefetch == 1 && d.tiled_rows == 256 && d.tiled_columns == 48 && d.tiled_weight_rows == 3 &&
-              d.tiled_k_chunk == 1024 && d.skinny_nn_slices == 16 && d.skinny_aligned == 0 && d.cpu_wide == 0,
-          "product defaults are not the documented ones (W^UK split 256 x 16 since the H100 of 2026-11-27)");
+              d.tiled_k_chunk == 1024 && d.skinny_nn_slices == 16 && d.skinny_aligned == 1 && d.cpu_wide == 0,
+          "product defaults are not the documented ones (W^UK split 256 x 16 since the H100 of 2026-11-27, "
+          "skinny_aligned 1 since the H200 of 2026-11-28)");
     t = d;
     t.skinny_nn_items = 16;
     t.skinny_nn_slices = 32; /* more slices than items */
@@ -588,8 +595,9 @@ static void test_products_device(clmla_context *ctx, int other_kind)
     SET(skinny_vector, 16), nc++;
     cands[nc] = d;
     SET(skinny_vector, 8), SET(skinny_unroll, 1), SET(skinny_columns, 2), nc++;
-    cands[nc] = d; /* H: whole-vector loads (K 1100 aligned at 4 values a load; 4105 not: the kernel without) */
-    SET(skinny_aligned, 1), nc++;
+    cands[nc] = d; /* H: loads through vloadN, the defaults' whole-vector loads off (the defaults take them at
+                      K 1100, aligned at 4 values a load; at 4105 not: the kernel without) */
+    SET(skinny_aligned, 0), nc++;
 #undef SET
     const int rows_counts = other_kind ? 4 : 5;
     if (other_kind) { /* the other kind's kernels (a GPU's on a CPU): the defaults, A, G's two and H, 1-8 rows */
@@ -721,14 +729,14 @@ int main(int argc, char **argv)
                  "{\"rows_heads\": 6, \"rows_keys\": 12, \"rows_groups_per_cu\": 3, \"group_heads\": 8, "
                  "\"group_keys\": 2, \"group_max_items\": 64, \"group_groups_per_cu\": 3, \"group_query_layout\": 0, "
                  "\"prefill_tiled\": 0, \"group_decode_heads\": 16, \"group_stage_keys\": 1, \"prefill_queries\": 8, "
-                 "\"prefill_keys\": 16, \"prefill_chunk\": 128, \"prefill_rows_queries\": 24, \"group_aligned\": 1}}]",
+                 "\"prefill_keys\": 16, \"prefill_chunk\": 128, \"prefill_rows_queries\": 24, \"group_aligned\": 2}}]",
                  info.vendor, info.name);
         write_text(user, text);
         CHECK_STATUS(clmla_latent_tuning_lookup(&info, 16, &t, &src), CLMLA_SUCCESS, NULL);
         CHECK(strncmp(src, "file ", 5) == 0 && t.rows_heads == 6 && t.rows_keys == 12 && t.group_max_items == 64 &&
                   t.group_query_layout == 0 && t.prefill_tiled == 0 && t.group_decode_heads == 16 &&
                   t.group_stage_keys == 1 && t.prefill_queries == 8 && t.prefill_keys == 16 && t.prefill_chunk == 128 &&
-                  t.prefill_rows_queries == 24 && t.group_aligned == 1,
+                  t.prefill_rows_queries == 24 && t.group_aligned == 2,
               "user entry not applied: %s", src);
         test_attention(ctx, CLMLA_LATENT_ROWS);
         test_attention(ctx, CLMLA_LATENT_GROUP);

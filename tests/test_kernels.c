@@ -930,9 +930,11 @@ static void test_attn_latent(void)
     }
     /* whole-vector loads of the f16 rows (CACHE_ALIGNED, the host's group_aligned): case b's rows
        are 160 bytes, so every half4 of them is 8-byte aligned (e's 68-byte rows are not, and the
-       host would not build it so); at 4 heads an item and at 8, then with the rows staged */
+       host would not build it so); at 4 heads an item and at 8, then with the rows staged, then at 8
+       with the halves read as ushort4s and converted in registers (CACHE_HALF_BITS) */
     static const char *const aligned[] = {" -D CACHE_ALIGNED", " -D CACHE_ALIGNED -D HPI=8 -D KPT=2",
-                                          " -D CACHE_ALIGNED -D STAGE -D QLAYOUT=1"};
+                                          " -D CACHE_ALIGNED -D STAGE -D QLAYOUT=1",
+                                          " -D CACHE_ALIGNED -D CACHE_HALF_BITS -D HPI=8 -D KPT=2"};
     for (size_t x = 0; x < sizeof(aligned) / sizeof(aligned[0]); x++) {
         latent_extra = aligned[x];
         for (latent_sparse = 0; latent_sparse < 2; latent_sparse++)

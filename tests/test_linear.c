@@ -663,6 +663,7 @@ static void test_per_head(void)
     clmla_product_tuning_defaults(&t);
     t.skinny_nn_items = 64;
     t.skinny_nn_slices = 16;
+    t.skinny_aligned = 0; /* first through vloadN, then (below) the defaults' whole-vector loads */
     CHECK_STATUS(clmla_context_set_product_tuning(hc, &t), CLMLA_SUCCESS, hc);
     for (int d = 0; d < 3; d++) {
         check_per_head(hc, dtypes[d], heads, 264);
@@ -692,9 +693,10 @@ static void test_per_head(void)
 /* gemm_skinny_nt reading whole vectors (the product tuning's skinny_aligned, a GPU's choice), on the
    work-group forms whatever the device: 16 values a load in every weight dtype and 4 in f32 and
    fp8, with K whose rows are aligned at that width (1024) and, in f32 and fp8, at 4 and 8 values
-   but not 16 (1032: the kernel without runs) or at none (1030); 1 and 3 rows (the kernel's one-row
-   form and its general one), against float64. Few row counts and no CLBlast: every case is a
-   program of its own to build. */
+   but not 16 (1032: the kernel without runs) or at none (1030); then 4 values a load through
+   vloadN (skinny_aligned 0) in f32 and fp8; 1 and 3 rows (the kernel's one-row form and its general
+   one), against float64. Few row counts and no CLBlast: every case is a program of its own to
+   build. */
 static void test_aligned(void)
 {
     clmla_context_options o;
@@ -702,14 +704,16 @@ static void test_aligned(void)
     o.product_kernels = "group";
     clmla_context *const main_ctx = ctx;
     static const clmla_dtype dtypes[] = {CLMLA_DTYPE_F32, CLMLA_DTYPE_F16, CLMLA_DTYPE_BF16, CLMLA_DTYPE_FP8_E4M3};
-    for (int vw = 4; vw <= 16; vw *= 4) {
+    static const int forms[3][2] = {{4, 1}, {16, 1}, {4, 0}}; /* skinny_vector, skinny_aligned */
+    for (int f = 0; f < 3; f++) {
+        const int vw = forms[f][0], al = forms[f][1];
         clmla_context *gc = NULL;
         CHECK_STATUS(clmla_context_create_opts(&o, &gc), CLMLA_SUCCESS, NULL);
         if (!gc)
             return;
         clmla_product_tuning t;
         clmla_product_tuning_defaults(&t);
-        t.skinny_aligned = 1;
+        t.skinny_aligned = al;
         t.skinny_vector = vw;
         CHECK_STATUS(clmla_context_set_product_tuning(gc, &t), CLMLA_SUCCESS, gc);
         ctx = gc;
@@ -718,7 +722,8 @@ static void test_aligned(void)
             if (vw == 4 && (dtypes[d] == CLMLA_DTYPE_F16 || dtypes[d] == CLMLA_DTYPE_BF16))
                 continue;
             static const int rows[] = {1, 3};
-            snprintf(what, sizeof(what), "%s, whole loads of %d", clmla_dtype_name(dtypes[d]), vw);
+            snprintf(what, sizeof(what), "%s, %s loads of %d", clmla_dtype_name(dtypes[d]), al ? "whole" : "vloadN",
+                     vw);
             check_dtype_rows(dtypes[d], 37, 1024, what, rows, 2, 0);
             if (dtypes[d] == CLMLA_DTYPE_F32 || dtypes[d] == CLMLA_DTYPE_FP8_E4M3)
                 check_dtype_rows(dtypes[d], 37, vw == 16 ? 1032 : 1030, what, rows, 2, 0);

@@ -14,18 +14,18 @@
 #          prefill tiles (clmla tune --prefill, not yet timed on a GPU)
 #   products  the product tuner into the same file (226 s on an H100, mostly compiling; its
 #          defaults won there, so a device with a built-in entry can leave it out)
-#   ab     the experimental parameters against the parameters in force, each after its baseline
-#          (a copy of the tuning file with them set; needs python3): V2-Lite's and V3's decode
-#          products and the layer step at both shapes, its kernels traced, with gemm_skinny_nt and
-#          gemm_skinny_nn_split reading whole vectors (skinny_aligned 1, at 4 and at 16 values a
-#          load); then latent decode at V2-Lite's and V3's shapes over every cache dtype, the decoded
-#          ones again with attn_latent reading whole vectors (group_aligned 1), and prefill and
-#          chunks after a prefix by both paths (AUTO's crossover)
-#   ptx    the device code of the latent kernel over each cache dtype (the decoded ones also with
-#          group_aligned 1) and of a V3 layer step's kernels in each weights dtype (and with
-#          skinny_aligned 1 at 16 values a load), one folder
-#          of programs per variant under OUT/ptx (NVIDIA's binaries are PTX), and their instruction mix (tools/ptx_mix.py) in OUT/ptx-mix.txt: what decoding a
-#          dtype costs beside the FMAs it feeds (about 30 s)
+#   ab     the parameters in force against variants, each after its baseline (a copy of the
+#          tuning file with them set; needs python3): the layer step at V2-Lite's and V3's shapes,
+#          its kernels traced, with the products reading through vloadN (skinny_aligned 0); then
+#          latent decode at V2-Lite's and V3's shapes over every cache dtype, bf16 and fp8 again
+#          through vloadN (group_aligned 0), f16 with its halves converted in registers
+#          (group_aligned 2, experimental); prefill and chunks after a prefix by both paths
+#          (AUTO's crossover)
+#   ptx    the device code of the latent kernel over each cache dtype (f16 also with
+#          group_aligned 2) and of a V3 layer step's kernels in each weights dtype, one folder of
+#          programs per variant under OUT/ptx (NVIDIA's binaries are PTX), and their instruction
+#          mix (tools/ptx_mix.py) in OUT/ptx-mix.txt: what decoding a dtype costs beside the FMAs
+#          it feeds (about 30 s)
 #   bench  the rest of clmla-bench: V3's decode products (f32 / bf16 / fp8, 1 and 8 rows),
 #          multi-token decode at 16 and 8 heads (8: folded into the heads), the layer step (and its
 #          kernels, traced: CLMLA_TRACE, tools/trace_summary.py), V3's absorbed prefill with fp8
@@ -127,29 +127,24 @@ bench_setup() {
     "$clmla" devices --json >"$out/devices.json" 2>/dev/null
 }
 
-# Experimental parameters, off by default until measured, each right after its baseline with the
-# parameters in force: gemm_skinny_nt reading each vector of the weight and of x as one load of the
-# vector type (the product tuning's skinny_aligned 1; NVIDIA's compiler turns vloadN into N scalar
-# loads, docs/BENCHMARKS.md), at 4 values a load and at 16 (fp8: one 16-byte load where it was 16
-# byte loads), timed on the decode products and in the layer step, traced kernel by kernel; then
-# latent decode over every cache dtype, and over f16, bf16 and fp8 again with attn_latent reading
-# the rows by whole vectors (the latent tuning's group_aligned 1: one uchar4 load where there were 4
-# byte loads); then both paths by prefix. (Measured and decided on the H100 of 2026-11-27:
-# skinny_nn_slices, group_min_split_keys 32, group_stage_keys 1, group_decode_heads 4.)
+# The parameters in force against variants, each right after its baseline: the layer step at
+# V2-Lite's and V3's shapes, traced kernel by kernel, with gemm_skinny_nt and gemm_skinny_nn_split
+# reading through vloadN (skinny_aligned 0: the default 1, whole-vector loads, was decided on the
+# H200 of 2026-11-28 and is checked again on each new device); then latent decode over every cache
+# dtype at V2-Lite's and V3's shapes, over bf16 and fp8 again through vloadN (group_aligned 0) and
+# over f16 with its halves read as ushort4s and converted in registers (group_aligned 2,
+# experimental); then both paths by prefix (AUTO's crossover). (Measured and decided on the H100 of
+# 2026-11-27: skinny_nn_slices, group_min_split_keys 32, group_stage_keys 1, group_decode_heads 4;
+# on the H200 of 2026-11-28: skinny_aligned at 4 values a load, not 16, and group_aligned 1.)
 part_ab() {
     bench_setup
-    variant_tuning "$out/kernel-tuning-al4.json" products skinny_aligned=1
-    variant_tuning "$out/kernel-tuning-al16.json" products skinny_aligned=1 skinny_vector=16
-    variant_tuning "$out/kernel-tuning-la1.json" attn_latent group_aligned=1
-    for v in base al4 al16; do
+    variant_tuning "$out/kernel-tuning-al0.json" products skinny_aligned=0
+    variant_tuning "$out/kernel-tuning-la0.json" attn_latent group_aligned=0
+    variant_tuning "$out/kernel-tuning-la2.json" attn_latent group_aligned=2
+    for v in base al0; do
         f=""
         [ "$v" = base ] || f="$out/kernel-tuning-$v.json"
         [ "$v" = base ] || { [ -s "$f" ] && [ -e "$out/.done-ab-layer-base" ]; } || continue # a variant only beside its baseline
-        for preset in v2-lite v3; do
-            step ab-products-$preset-$v 30 env ${f:+CLMLA_KERNEL_TUNING="$f"} "$bench" $peaks --phase products \
-                --preset $preset --batch 1,8 --weights-dtype f32,bf16,fp8 --max-time 0.5 \
-                --json "$out/ab-products-$preset-$v.json"
-        done
         step ab-layer-$v 25 env ${f:+CLMLA_KERNEL_TUNING="$f"} "$bench" $peaks --phase layer --batch 1,8 --ctx 4096 \
             --weights-dtype f32,bf16,fp8 --json "$out/ab-layer-$v.json"
         step ab-layer-v3-$v 25 env ${f:+CLMLA_KERNEL_TUNING="$f"} "$bench" $peaks --phase layer --preset v3 --batch 1 \
@@ -170,11 +165,14 @@ part_ab() {
         [ "$shape" = v3 ] && secs=50
         step bench-decode-$tag $secs "$bench" $peaks --phase decode --preset "$shape" --path absorbed \
             --batch 1,8,32 --ctx 4096,32768 --cache-dtype f32,f16,bf16,fp8 --json "$out/decode-$tag.json"
-        # the decoded caches' rows read by whole vectors beside it (f32 rows are float4 loads already)
-        [ -s "$out/kernel-tuning-la1.json" ] && [ -e "$out/.done-bench-decode-$tag" ] && step bench-decode-$tag-la1 \
-            $((secs / 2)) env CLMLA_KERNEL_TUNING="$out/kernel-tuning-la1.json" "$bench" $peaks --phase decode \
-            --preset "$shape" --path absorbed --batch 1,8,32 --ctx 4096,32768 --cache-dtype f16,bf16,fp8 \
-            --json "$out/decode-$tag-la1.json"
+        [ -e "$out/.done-bench-decode-$tag" ] || continue # the variants only beside their baseline
+        # the decoded caches' rows through vloadN, and f16's halves converted in registers
+        [ -s "$out/kernel-tuning-la0.json" ] && step bench-decode-$tag-la0 $((secs / 2)) \
+            env CLMLA_KERNEL_TUNING="$out/kernel-tuning-la0.json" "$bench" $peaks --phase decode --preset "$shape" \
+            --path absorbed --batch 1,8,32 --ctx 4096,32768 --cache-dtype bf16,fp8 --json "$out/decode-$tag-la0.json"
+        [ -s "$out/kernel-tuning-la2.json" ] && step bench-decode-$tag-la2 $((secs / 3)) \
+            env CLMLA_KERNEL_TUNING="$out/kernel-tuning-la2.json" "$bench" $peaks --phase decode --preset "$shape" \
+            --path absorbed --batch 1,8,32 --ctx 4096,32768 --cache-dtype f16 --json "$out/decode-$tag-la2.json"
     done
     step bench-prefill 45 "$bench" $peaks --phase prefill --path decompressed,absorbed --ctx 512,4096 \
         --weights-dtype f32,bf16 --json "$out/prefill.json"
@@ -196,19 +194,17 @@ ptx_run() {
 
 part_ptx() {
     bench_setup
-    variant_tuning "$out/kernel-tuning-al16.json" products skinny_aligned=1 skinny_vector=16
-    variant_tuning "$out/kernel-tuning-la1.json" attn_latent group_aligned=1
+    variant_tuning "$out/kernel-tuning-la2.json" attn_latent group_aligned=2
     for d in f32 f16 bf16 fp8; do
         ptx_run latent-$d "" --phase decode --path absorbed --batch 1 --ctx 256 --cache-dtype $d
-        # attn_latent reading the rows by whole vectors: ld.global.u32 or .v2 where vloadN gave 4 loads
-        [ "$d" = f32 ] || [ ! -s "$out/kernel-tuning-la1.json" ] || ptx_run latent-$d-la1 "$out/kernel-tuning-la1.json" \
-            --phase decode --path absorbed --batch 1 --ctx 256 --cache-dtype $d
     done
+    # f16's halves read as one ushort4 (ld.global.v4.u16) and converted in registers, where
+    # vloada_half4 gave 4 ld.global.u16: whether the conversion stays in registers (cvt.f32.f16) or
+    # goes through local memory (ld.local)
+    [ -s "$out/kernel-tuning-la2.json" ] && ptx_run latent-f16-la2 "$out/kernel-tuning-la2.json" \
+        --phase decode --path absorbed --batch 1 --ctx 256 --cache-dtype f16
     for w in f32 bf16 fp8; do
         ptx_run layer-v3-$w "" --phase layer --preset v3 --batch 1 --ctx 256 --weights-dtype $w
-        # gemm_skinny_nt reading whole vectors: one wide load where vloadN gave a scalar one per value
-        [ -s "$out/kernel-tuning-al16.json" ] && ptx_run layer-v3-$w-al16 "$out/kernel-tuning-al16.json" --phase layer \
-            --preset v3 --batch 1 --ctx 256 --weights-dtype $w
     done
     step ptx-mix 10 python3 "$(dirname "$0")/ptx_mix.py" "$out"/ptx/*
 }

@@ -124,7 +124,8 @@ def decode_ab(folder):
 
 # the layer step's and the products' variants of gpu-check.sh's ab part, by the name of their files
 LAYER_VARIANTS = {"nn8": "skinny_nn_slices 8", "nn16": "skinny_nn_slices 16", "ms32": "group_min_split_keys 32",
-                  "al4": "skinny_aligned 1", "al16": "skinny_aligned 1, skinny_vector 16"}
+                  "al4": "skinny_aligned 1", "al16": "skinny_aligned 1, skinny_vector 16",
+                  "al0": "skinny_aligned 0"}
 
 
 def nn_ab(folder):

@@ -355,15 +355,19 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
                 add_unique(cands, &n, &t);
         }
         /* at each heads an item (--quick: with those in force), the rows staged through local
-           memory (each value decoded once per work-group), then read by whole vectors (where the
-           rows allow them; else the same kernel as in force) */
-        for (int j = 0; j < 2; j++)
+           memory (each value decoded once per work-group), then read by whole vectors or not (where
+           the rows allow them; else the same kernel as in force), and for an f16 cache as ushort4s
+           converted in registers (group_aligned 2) */
+        const int aligned_variants = dtype == CLMLA_CACHE_F16 ? 3 : 2;
+        for (int j = 0; j < aligned_variants; j++)
             for (int i = 0; i < (quick ? 1 : 3); i++) {
                 clmla_latent_tuning t = base;
                 if (j == 0)
                     t.group_stage_keys = !base.group_stage_keys;
+                else if (j == 1)
+                    t.group_aligned = base.group_aligned ? 0 : 1;
                 else
-                    t.group_aligned = !base.group_aligned;
+                    t.group_aligned = 2;
                 if (!quick)
                     t.group_decode_heads = dh[i];
                 add_unique(cands, &n, &t);

@@ -95,6 +95,8 @@ static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_
             strncat(options, " -D STAGE", sizeof(options) - strlen(options) - 1);
         if (tn->group_aligned && cache_aligned(cache))
             strncat(options, " -D CACHE_ALIGNED", sizeof(options) - strlen(options) - 1);
+        if (tn->group_aligned == 2 && cache_aligned(cache) && cache->config.dtype == CLMLA_CACHE_F16)
+            strncat(options, " -D CACHE_HALF_BITS", sizeof(options) - strlen(options) - 1);
         const clmla_kernel_fit fit = {"attn_latent", "attn_latent", options, "NT", tn->group_max_items, padded_heads(hg),
                                       latent_local_bytes, shape};
         clmla_status st = clmla_kernel_create_fitted(cache->ctx, &fit, slot, slot_threads);

@@ -53,8 +53,12 @@ typedef struct kernel_kind {
    128 heads; the bank layout it avoids is that of most GPUs' local memory (32 four-byte banks).
    prefill_tiled 1 and group_decode_heads 8 since the H100 measured them (2026-11-26, `2bf76cd`):
    attn_prefill_tiled in 0.14-0.80 of attn_prefill's time; 8 heads an item over fp8 caches in
-   0.60-0.90 of 4's, over f16 and bf16 0.79-1.09 (docs/BENCHMARKS.md) */
-static const clmla_latent_tuning latent_defaults = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0, 0};
+   0.60-0.90 of 4's, over f16 and bf16 0.79-1.09 (docs/BENCHMARKS.md). group_aligned 1 since an
+   H200 measured it (2026-11-28, `a11a3fa`): bf16 caches in 0.49-0.77 of the time of vloadN's scalar
+   loads, fp8 in 0.87-0.92, f16 unchanged (0.98-1.02: vloada_half4 compiles to the same scalar
+   loads), V2-Lite and V3, batch 1 to 32, ctx 4096 and 32768. Only attn_latent, a GPU's kernel,
+   reads it; a whole aligned load is no more work than its values' loads on any GPU. */
+static const clmla_latent_tuning latent_defaults = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0};
 
 /* Entries measured with `clmla tune --kernels` on the developers' machines (CHANGELOG.md,
    docs/DESIGN.md "Kernel tuning"). */
@@ -90,9 +94,10 @@ static const kernel_entry latent_builtin[] = {
        59.8 us, batch 8 109.3 us against 69.9 and 120.4 (0.88); 128 heads: 76.8 and 590.0 us against
        103.8 and 832.8 (0.72). Both chose query layout 1; 128 heads also 256 items per group. Any
        driver: the kernel's limits are the chip's. prefill_tiled 1 and group_decode_heads 8 from the
-       A/B of `2bf76cd` (the defaults' comment above). */
-    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 4, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0, 0}}},
-    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 128, {.latent = {16, 8, 4, 16, 4, 256, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0, 0}}},
+       A/B of `2bf76cd`, group_aligned 1 from the H200's of `a11a3fa` (the same compiler and the
+       same scalar loads in the PTX: the defaults' comment above). */
+    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 4, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0}}},
+    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 128, {.latent = {16, 8, 4, 16, 4, 256, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0}}},
 };
 
 static const tuning_param latent_names[] = {
@@ -158,8 +163,8 @@ static const char *latent_check(const clmla_latent_tuning *t)
         return "prefill_chunk must be a multiple of 4 from 16 to 256";
     if (t->prefill_rows_queries < 4 || t->prefill_rows_queries > 64 || t->prefill_rows_queries % 4)
         return "prefill_rows_queries must be a multiple of 4 from 4 to 64";
-    if (t->group_aligned < 0 || t->group_aligned > 1)
-        return "group_aligned must be 0 or 1";
+    if (t->group_aligned < 0 || t->group_aligned > 2)
+        return "group_aligned must be 0, 1 or 2";
     if (t->rows_lanes < 0 || t->rows_lanes > 2)
         return "rows_lanes must be 0, 1 or 2";
     return NULL;
@@ -200,8 +205,13 @@ static const kernel_kind latent_kind = {
    per-head W^UK product at decode in 10-13 us where one item a column took 43-45 us, V2-Lite's and V3's
    decode steps in 0.77-0.93 of their time (docs/BENCHMARKS.md). The reason, too few items for a
    GPU's cores when each walks all of K, holds for any GPU; CPUs run the row forms and never read
-   them. */
-static const clmla_product_tuning product_defaults = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4, 16, 0, 0};
+   them. skinny_aligned 1 since an H200 measured it (2026-11-28, `a11a3fa`, 4 values a load):
+   V2-Lite's and V3's decode steps (ctx 4096, batch 1 and 8, f32 / bf16 / fp8 weights) in 0.88-0.95
+   of the time of vloadN's scalar loads but one (1.06, V2-Lite f32 at batch 1, whose traced
+   gemm_skinny_nt took 8.9 us against 10.8); gemm_skinny_nt in V3's fp8 step 25.9 us against 30.4,
+   gemm_skinny_nn_split 12.5 against 15.9. 16 values a load was not kept: V3's kv_b_proj and
+   q_b_proj at 8 rows took 1.45-2.33x the time. */
+static const clmla_product_tuning product_defaults = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4, 16, 1, 0};
 
 /* Entries measured on the developers' machines (docs/BENCHMARKS.md, "Product kernel tuning"). On
    PoCL with AVX2 (2-core EPYC) the defaults won. */
@@ -233,9 +243,10 @@ static const kernel_entry product_builtin[] = {
        W^UK product's K split (2026-11-27, `1be7d67`, each beside the parameters before in one call):
        256 items in 16 slices took V2-Lite's decode step (ctx 4096, batch 1 and 8, f32 / bf16 / fp8
        weights) in 0.77-0.87 of its time and V3's (batch 1, f32 and fp8) in 0.88-0.93; 64 items in 8
-       slices 0.80-0.93; the kernel itself 10.1-13.2 us against 43.1-45.4. */
+       slices 0.80-0.93; the kernel itself 10.1-13.2 us against 43.1-45.4. skinny_aligned 1 from the
+       H200's A/B of `a11a3fa` (the defaults' comment above). */
     {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 0,
-     {.product = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4, 16, 0, 0}}},
+     {.product = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4, 16, 1, 0}}},
 };
 static const char *const k_class_names[] = {"any", "small", "large"};
 
