@@ -19,8 +19,9 @@
 #          its kernels traced, with the products reading through vloadN (skinny_aligned 0); then
 #          latent decode at V2-Lite's and V3's shapes over every cache dtype, bf16 and fp8 again
 #          through vloadN (group_aligned 0), f16 with its halves converted in registers
-#          (group_aligned 2, experimental); prefill and chunks after a prefix by both paths
-#          (AUTO's crossover)
+#          (group_aligned 2, experimental); batch 1 and 8 with finer and coarser splits of the
+#          keys (group_min_split_keys 32, 64, 256) and one decode run traced; prefill and chunks
+#          after a prefix by both paths (AUTO's crossover)
 #   ptx    the device code of the latent kernel over each cache dtype (f16 also with
 #          group_aligned 2) and of a V3 layer step's kernels in each weights dtype, one folder of
 #          programs per variant under OUT/ptx (NVIDIA's binaries are PTX), and their instruction
@@ -173,6 +174,26 @@ part_ab() {
         [ -s "$out/kernel-tuning-la2.json" ] && step bench-decode-$tag-la2 $((secs / 3)) \
             env CLMLA_KERNEL_TUNING="$out/kernel-tuning-la2.json" "$bench" $peaks --phase decode --preset "$shape" \
             --path absorbed --batch 1,8,32 --ctx 4096,32768 --cache-dtype f16 --json "$out/decode-$tag-la2.json"
+    done
+    # the latent kernel at batch 1, where V2-Lite's step spends half its time in it (64 us over 4096
+    # keys on the H200: 32 splits of 128 keys for 132 compute units): finer and coarser splits than
+    # group_min_split_keys 128 beside the base rows, and one run traced (attn_latent against
+    # attn_combine, which adds up the splits)
+    for shape in v2-lite v3; do
+        tag=$shape
+        [ "$shape" = v2-lite ] && tag=v2lite
+        [ -e "$out/.done-bench-decode-$tag" ] || continue
+        for ms in 32 64 256; do
+            variant_tuning "$out/kernel-tuning-ms$ms.json" attn_latent group_min_split_keys=$ms
+            [ -s "$out/kernel-tuning-ms$ms.json" ] && step bench-decode-$tag-ms$ms 10 \
+                env CLMLA_KERNEL_TUNING="$out/kernel-tuning-ms$ms.json" "$bench" $peaks --phase decode \
+                --preset "$shape" --path absorbed --batch 1,8 --ctx 4096,32768 --cache-dtype f32,bf16 \
+                --json "$out/decode-$tag-ms$ms.json"
+        done
+        step ab-trace-decode-$tag 10 env CLMLA_TRACE="$out/ab-trace-decode-$tag.tsv" "$bench" $peaks --phase decode \
+            --preset "$shape" --path absorbed --batch 1 --ctx 4096 --cache-dtype bf16 --max-time 0.5
+        [ -s "$out/ab-trace-decode-$tag.tsv" ] && step ab-trace-summary-decode-$tag 5 python3 \
+            "$(dirname "$0")/trace_summary.py" "$out/ab-trace-decode-$tag.tsv" --skip 50 --per attn_latent
     done
     step bench-prefill 45 "$bench" $peaks --phase prefill --path decompressed,absorbed --ctx 512,4096 \
         --weights-dtype f32,bf16 --json "$out/prefill.json"

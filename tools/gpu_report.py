@@ -297,8 +297,13 @@ def qlen(folder):
 
 def traces(folder):
     names = sorted(n for n in os.listdir(folder) if n.startswith("trace-summary-") and n.endswith(".txt"))
-    for n in names:
-        print(f"**{n[len('trace-summary-'):-4]}: the layer step's commands** (CLMLA_TRACE):")
+    decode = sorted(n for n in os.listdir(folder) if n.startswith("ab-trace-summary-decode-") and n.endswith(".txt"))
+    for n in names + decode:
+        if n in decode:
+            print(f"**{n[len('ab-trace-summary-decode-'):-4]}: latent decode's commands, batch 1, ctx 4096, bf16 "
+                  f"cache** (CLMLA_TRACE):")
+        else:
+            print(f"**{n[len('trace-summary-'):-4]}: the layer step's commands** (CLMLA_TRACE):")
         print()
         print("```")
         with open(os.path.join(folder, n)) as f:
