@@ -36,6 +36,12 @@
  *      weights read as float4 broadcasts, UC keys' values loaded before any is used. The tile's
  *      rows were read in A a moment before, so they come from the L1/L2 caches.
  * Four barriers per tile, none inside a loop over keys or elements.
+ *   With -D RS=2 or 4 (row slices, the latent tuning's group_row_slices) step A gives each key's
+ *   dot products to RS items, slice r summing float4s r, r + RS, r + 2 RS, ... of the row (adjacent
+ *   items, adjacent float4s), into RS partial scores that step B adds up: tiles of TK = KPT*NT/(HQ*RS)
+ *   keys, whose chain of loads per item is RS times shorter. For few work-groups (batch 1, short
+ *   splits), where each group's chain of dependent load rounds, not the device's throughput, sets
+ *   the time.
  *
  * With -D FOLD=F (F > 1, never with SPARSE; multi-token decode) a work-group takes up to F query
  * tokens of one sequence as well: its HG = HT*F "heads" are (token i, head h0 + h) for i < F and
@@ -56,7 +62,7 @@
  *
  * Output rows are per split: out [T, num_splits, H, RKV], lse [T, num_splits, H]; with one split
  * that is the final [T, H, RKV] / [T, H], else attn_combine.cl merges the splits by their lse.
- * Local memory (floats): HGP*ROWV*4 (queries) + TK*HGP (scores) + GI*HGP (maxima, sums) + HGP
+ * Local memory (floats): HGP*ROWV*4 (queries) + RS*TK*HGP (scores) + GI*HGP (maxima, sums) + HGP
  * (alpha) + TK ints (row slots); NT = 128, KPT = 4, 16 heads, ROW 576: 45.1 KiB. */
 #ifndef RKV
 #define RKV 512
@@ -93,9 +99,21 @@
 #error "HPI must be 4, 8 or 16"
 #endif
 #define HPIE (HPI < HGP ? HPI : HGP)         /* at most the group's padded heads */
-#define HQ (HGP / HPIE)                      /* items per key in step A */
+#define HQ (HGP / HPIE)                      /* items per key and row slice in step A */
 #define HQ4 (HGP / 4)                        /* head quads: float4s of a key's scores */
-#define TK (KPT * NT / HQ)                   /* keys per tile */
+#ifndef RS
+#define RS 1                                 /* row slices: items per key and head set in step A (below) */
+#endif
+#if RS != 1 && RS != 2 && RS != 4
+#error "RS must be 1, 2 or 4"
+#endif
+#if RS > 1 && defined(STAGE)
+#error "RS > 1 and STAGE: not both"
+#endif
+#define TK (KPT * NT / (HQ * RS))            /* keys per tile */
+#if KPT * HPIE % RS
+#error "RS must divide KPT * HPIE (step B's keys per item)"
+#endif
 #define GI (NT / HGP)                        /* items per head in step B */
 #define KB (TK / GI)                         /* keys per item in step B: 4 * KPT */
 #define ROW4 (ROW / 4)                       /* whole float4s of a row */
@@ -210,7 +228,7 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                  )
 {
     __local float4 qs[HGP * ROWV]; /* scaled queries (QLAYOUT), zero past ROW and for padding heads */
-    __local float4 sw[TK * HQ4];   /* [TK][HGP]: the tile's scores, then its weights */
+    __local float4 sw[RS * TK * HQ4]; /* [RS][TK][HGP]: the tile's (partial) scores, then in [0] its weights */
     __local float red[GI * HGP];   /* [GI][HGP]: per-item maxima, at the end per-item sums */
     __local float alpha_l[HGP];    /* exp(old max - new max) of the tile, per head */
     __local int slot_l[TK];        /* cache slot of each key of the tile */
@@ -297,7 +315,8 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
 
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    const int kk_a = lid / HQ, hq = lid % HQ; /* step A: key of the tile, heads HPIE*hq .. +HPIE-1 */
+    /* step A: keys KPT*kk_a .. of the tile, heads HPIE*hq .. +HPIE-1, row slice ra */
+    const int kk_a = lid / (HQ * RS), hq = lid % HQ, ra = lid / HQ % RS;
     const int hb = lid % HGP, gi = lid / HGP;  /* step B: head, item of that head */
     float m_run = -INFINITY, l_run = 0.0f;     /* head hb: running maximum (the same in every item), own sum */
 #if FOLD > 1
@@ -324,7 +343,7 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                 live[k] = pos >= 0 && pos < ctx;
                 const int j = live[k] ? pos : 0; /* no key: position 0's row (ctx >= 1), score dropped */
                 const int slot = table[j / block_tokens] * block_tokens + j % block_tokens;
-                if (hq == 0 && kk < nk)
+                if (hq == 0 && ra == 0 && kk < nk)
                     slot_l[kk] = live[k] ? slot : -1; /* -1: no values in step C */
                 rowp[k] = cache + (size_t)slot * CACHE_ROW_UNITS;
             }
@@ -333,7 +352,7 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                 const int kk = kk_a * KPT + k;
                 const int j = j0 + (kk < nk ? kk : 0); /* past the end: key j0's row, score dropped */
                 const int slot = table[j / block_tokens] * block_tokens + j % block_tokens;
-                if (hq == 0 && kk < nk)
+                if (hq == 0 && ra == 0 && kk < nk)
                     slot_l[kk] = slot;
                 rowp[k] = cache + (size_t)slot * CACHE_ROW_UNITS;
             }
@@ -385,6 +404,48 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                 }
                 barrier(CLK_LOCAL_MEM_FENCE); /* the chunk read before the next is written */
             }
+#elif RS > 1
+            /* float4s ra, ra + RS, ... of each row (NV of them), UA loaded before any is used */
+            const int nv = (ROW4 - ra + RS - 1) / RS;
+            int i = 0;
+            for (; i + UA <= nv; i += UA) {
+                float4 c[KPT][UA];
+                #pragma unroll
+                for (int k = 0; k < KPT; k++)
+                    #pragma unroll
+                    for (int u = 0; u < UA; u++)
+                        c[k][u] = LOAD4(rowp[k], (i + u) * RS + ra);
+                #pragma unroll
+                for (int u = 0; u < UA; u++)
+                    #pragma unroll
+                    for (int h = 0; h < HPIE; h++) {
+                        const float4 qv = qs[QIDX(HPIE * hq + h, (i + u) * RS + ra)];
+                        #pragma unroll
+                        for (int k = 0; k < KPT; k++)
+                            a[k][h] = fma(qv, c[k][u], a[k][h]);
+                    }
+            }
+            for (; i < nv; i++)
+                for (int k = 0; k < KPT; k++) {
+                    const float4 c = LOAD4(rowp[k], i * RS + ra);
+                    for (int h = 0; h < HPIE; h++)
+                        a[k][h] = fma(qs[QIDX(HPIE * hq + h, i * RS + ra)], c, a[k][h]);
+                }
+#if ROW % 4
+            if (ra == ROW4 % RS) /* the slice whose next float4 would be the row's last, partial one */
+                for (int k = 0; k < KPT; k++) {
+                    float4 c = 0.0f;
+                    c.x = LOAD(rowp[k], 4 * ROW4);
+#if ROW % 4 > 1
+                    c.y = LOAD(rowp[k], 4 * ROW4 + 1);
+#endif
+#if ROW % 4 > 2
+                    c.z = LOAD(rowp[k], 4 * ROW4 + 2);
+#endif
+                    for (int h = 0; h < HPIE; h++)
+                        a[k][h] = fma(qs[QIDX(HPIE * hq + h, ROW4)], c, a[k][h]);
+                }
+#endif
 #else
             /* UA float4s of each row loaded before any is used: KPT*UA loads in flight per item */
             int v = 0;
@@ -434,7 +495,7 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                 for (int f = 0; f < HPIE / 4; f++) {
                     const float4 sc = (float4)(SUM4(a[k][4 * f]), SUM4(a[k][4 * f + 1]), SUM4(a[k][4 * f + 2]),
                                                SUM4(a[k][4 * f + 3]));
-                    __local float4 *dst = &sw[kk * HQ4 + HPIE / 4 * hq + f];
+                    __local float4 *dst = &sw[(ra * TK + kk) * HQ4 + HPIE / 4 * hq + f];
 #ifdef SPARSE
                     *dst = live[k] ? sc : (float4)(-INFINITY);
 #elif FOLD > 1
@@ -450,10 +511,21 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 
-        /* B. the tile's maximum per head, then weights and sums */
+        /* B. the tile's maximum per head (with row slices, each score the sum of its partial
+           scores, kept in slice 0's place), then weights and sums */
         float mx = -INFINITY;
-        for (int i = 0; i < KB; i++)
+        for (int i = 0; i < KB; i++) {
+#if RS > 1
+            const int at = (KB * gi + i) * HGP + hb;
+            float sc = s[at];
+            for (int r = 1; r < RS; r++)
+                sc += s[r * TK * HGP + at];
+            s[at] = sc;
+            mx = fmax(mx, sc);
+#else
             mx = fmax(mx, s[(KB * gi + i) * HGP + hb]);
+#endif
+        }
         red[gi * HGP + hb] = mx;
         barrier(CLK_LOCAL_MEM_FENCE);
         float m_new = m_run;

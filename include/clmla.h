@@ -301,7 +301,8 @@ clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning 
    or "any"), "parameters": {"rows_heads", "rows_keys", "rows_groups_per_cu", "group_heads",
    "group_keys", "group_max_items", "group_groups_per_cu", "group_query_layout", "group_fold",
    "prefill_tiled", "group_decode_heads", "group_min_split_keys", "group_stage_keys", "prefill_queries",
-   "prefill_keys", "prefill_chunk", "prefill_rows_queries", "group_aligned"} (any subset; the rest are
+   "prefill_keys", "prefill_chunk", "prefill_rows_queries", "group_aligned", "rows_lanes",
+   "group_row_slices"} (any subset; the rest are
    defaults)};
    the same file holds the "products" entries of "Product kernel tuning" below.
    An entry for the exact head count wins over an "any" one. The file is read once per process, at
@@ -381,6 +382,13 @@ typedef struct clmla_latent_tuning {
        per work-item, each cache value feeding two FMAs, for calls of 32 heads or more (fewer: as
        1). 0 (default): attn_latent_rows. */
     int rows_lanes;
+    /* added in 0.4: attn_latent: 2 or 4 items share each key's dot products in the score step, each
+       over every 2nd or 4th float4 of the row, their partial scores added in the softmax step:
+       tiles of 2 or 4 times fewer keys, each item's chain of loads as many times shorter. For few
+       work-groups (batch 1, with a small group_min_split_keys), where that chain sets the time.
+       Not with group_stage_keys. 0 or 1 (default): one item per key and set of heads.
+       Experimental, not yet measured on a GPU. */
+    int group_row_slices;
 } clmla_latent_tuning;
 
 /* The parameters clmla used before any tuning. */

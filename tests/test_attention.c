@@ -42,15 +42,15 @@ static cl_mem make_buffer(size_t bytes, const void *host)
 /* Fills the pool through three sequences appended in turn (so each one's blocks are scattered),
    in chunks that start and end mid-block, then records which rows landed in which block. */
 /* Set while only the caches whose values are decoded (f16, bf16, fp8) are wanted: f32 pools are
-   then not made. */
+   then not made; only_dtypes, where not 0, the cache dtypes wanted (bit 1 << dtype). */
 static int decoded_only;
-static int fp8_only;
+static unsigned only_dtypes;
 
 static int pool_make(pool *p, const char *name, int rkv, int dr, int bt, int num_blocks, clmla_cache_dtype dtype,
                      uint64_t seed)
 {
     memset(p, 0, sizeof(*p));
-    if ((decoded_only && dtype == CLMLA_CACHE_F32) || (fp8_only && dtype != CLMLA_CACHE_FP8))
+    if ((decoded_only && dtype == CLMLA_CACHE_F32) || (only_dtypes && !(only_dtypes & 1u << dtype)))
         return -1;
     const int failed_before = check_failed;
     p->name = name;
@@ -756,9 +756,9 @@ int main(void)
         clmla_latent_tuning d;
         clmla_latent_tuning_defaults(&d);
         ctx->fp8_decoder = CLMLA_FP8_DECODER_SHIFT;
-        fp8_only = 1;
+        only_dtypes = 1u << CLMLA_CACHE_FP8;
         run_all_tuned(&d, 1, "fp8 caches through the shift decoder");
-        fp8_only = 0;
+        only_dtypes = 0;
         ctx->fp8_decoder = CLMLA_FP8_DECODER_AUTO;
     }
     /* attn_latent with a sequence's keys split as finely as the tuning allows (group_min_split_keys
@@ -773,6 +773,17 @@ int main(void)
     clmla_latent_tuning_defaults(&t);
     t.group_stage_keys = 1;
     run_all_tuned(&t, 0, "group_stage_keys 1");
+    /* attn_latent with each key's dot products shared by 4 items and splits of 16 keys
+       (group_row_slices: tiles of a quarter the keys, many splits to combine), over the f32 caches
+       (4 heads an item) and the fp8 ones (8, values decoded): tests/test_kernels.c runs the kernel
+       so directly with 2 and 4 items a key, over f16 rows and odd row lengths, with sparse lists
+       (each program costs PoCL seconds to build, so not every cache here) */
+    clmla_latent_tuning_defaults(&t);
+    only_dtypes = 1u << CLMLA_CACHE_F32 | 1u << CLMLA_CACHE_FP8;
+    t.group_row_slices = 4;
+    t.group_min_split_keys = 16;
+    run_all_tuned(&t, 0, "group_row_slices 4, group_min_split_keys 16");
+    only_dtypes = 0;
     /* attn_latent reading the decoded caches' rows through vloadN (group_aligned 0), and by whole
        vectors with f16 rows as ushort4s converted in registers (2); the defaults (1) read whole
        vectors where the rows allow it: the rkv 512 rows of every dtype and rkv 40's f16 and bf16

@@ -128,6 +128,21 @@ static void test_parse(void)
     t.group_aligned = 2;
     CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_SUCCESS && !w, "group_aligned 2 refused");
     CHECK(d.group_aligned == 1, "default group_aligned %d (1 since the H200 of 2026-11-28)", d.group_aligned);
+    static const int bad_slices[] = {-1, 3, 5, 8};
+    for (int i = 0; i < 4; i++) {
+        t = d;
+        t.group_row_slices = bad_slices[i];
+        CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, "group_row_slices"),
+              "group_row_slices %d", bad_slices[i]);
+    }
+    t = d;
+    t.group_row_slices = 4;
+    CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_SUCCESS && !w, "group_row_slices 4 refused");
+    t.group_stage_keys = 1;
+    CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, "group_row_slices") &&
+              strstr(w, "group_stage_keys"),
+          "group_row_slices 4 with group_stage_keys 1 accepted");
+    CHECK(d.group_row_slices == 1, "default group_row_slices %d", d.group_row_slices);
     static const int bad_lanes[] = {-1, 3};
     for (int i = 0; i < 2; i++) {
         t = d;
@@ -729,14 +744,15 @@ int main(int argc, char **argv)
                  "{\"rows_heads\": 6, \"rows_keys\": 12, \"rows_groups_per_cu\": 3, \"group_heads\": 8, "
                  "\"group_keys\": 2, \"group_max_items\": 64, \"group_groups_per_cu\": 3, \"group_query_layout\": 0, "
                  "\"prefill_tiled\": 0, \"group_decode_heads\": 16, \"group_stage_keys\": 1, \"prefill_queries\": 8, "
-                 "\"prefill_keys\": 16, \"prefill_chunk\": 128, \"prefill_rows_queries\": 24, \"group_aligned\": 2}}]",
+                 "\"prefill_keys\": 16, \"prefill_chunk\": 128, \"prefill_rows_queries\": 24, \"group_aligned\": 2, "
+                 "\"group_row_slices\": 0}}]",
                  info.vendor, info.name);
         write_text(user, text);
         CHECK_STATUS(clmla_latent_tuning_lookup(&info, 16, &t, &src), CLMLA_SUCCESS, NULL);
         CHECK(strncmp(src, "file ", 5) == 0 && t.rows_heads == 6 && t.rows_keys == 12 && t.group_max_items == 64 &&
                   t.group_query_layout == 0 && t.prefill_tiled == 0 && t.group_decode_heads == 16 &&
                   t.group_stage_keys == 1 && t.prefill_queries == 8 && t.prefill_keys == 16 && t.prefill_chunk == 128 &&
-                  t.prefill_rows_queries == 24 && t.group_aligned == 2,
+                  t.prefill_rows_queries == 24 && t.group_aligned == 2 && t.group_row_slices == 0,
               "user entry not applied: %s", src);
         test_attention(ctx, CLMLA_LATENT_ROWS);
         test_attention(ctx, CLMLA_LATENT_GROUP);

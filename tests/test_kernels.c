@@ -928,6 +928,21 @@ static void test_attn_latent(void)
             run_latent(&e);
         }
     }
+    /* each key's dot products over 2 and 4 items (RS, the host's group_row_slices): rows of 23 and
+       of 34 values (d, e) in slices of unequal length, the last partial float4 in slice ROW4 % RS,
+       sparse too; partial groups of heads over splits (a) */
+    static const char *const slices[] = {" -D RS=2", " -D RS=4 -D HPI=8 -D KPT=2 -D QLAYOUT=1",
+                                         " -D RS=4 -D HPI=16 -D KPT=1"};
+    for (size_t x = 0; x < sizeof(slices) / sizeof(slices[0]); x++) {
+        latent_extra = slices[x];
+        for (latent_sparse = 0; latent_sparse < 2; latent_sparse++) {
+            if (!latent_sparse)
+                run_latent(&a);
+            run_latent(&d);
+            run_latent(&e);
+        }
+    }
+    latent_sparse = 0;
     /* whole-vector loads of the f16 rows (CACHE_ALIGNED, the host's group_aligned): case b's rows
        are 160 bytes, so every half4 of them is 8-byte aligned (e's 68-byte rows are not, and the
        host would not build it so); at 4 heads an item and at 8, then with the rows staged, then at 8

@@ -20,7 +20,8 @@
 #          latent decode at V2-Lite's and V3's shapes over every cache dtype, bf16 and fp8 again
 #          through vloadN (group_aligned 0), f16 with its halves converted in registers
 #          (group_aligned 2, experimental); batch 1 and 8 with finer and coarser splits of the
-#          keys (group_min_split_keys 32, 64, 256) and one decode run traced; prefill and chunks
+#          keys (group_min_split_keys 32, 64, 256), with each key's dot products over 2 and 4 items
+#          (group_row_slices, experimental, splits of 32 keys), one decode run traced; prefill and chunks
 #          after a prefix by both paths (AUTO's crossover)
 #   ptx    the device code of the latent kernel over each cache dtype (f16 also with
 #          group_aligned 2) and of a V3 layer step's kernels in each weights dtype, one folder of
@@ -189,6 +190,15 @@ part_ab() {
                 env CLMLA_KERNEL_TUNING="$out/kernel-tuning-ms$ms.json" "$bench" $peaks --phase decode \
                 --preset "$shape" --path absorbed --batch 1,8 --ctx 4096,32768 --cache-dtype f32,bf16 \
                 --json "$out/decode-$tag-ms$ms.json"
+        done
+        # each key's dot products over 2 and 4 items (group_row_slices, experimental), with splits of
+        # 32 keys: a chain of loads 2 and 4 times shorter per tile, and 4 times the work-groups
+        for rs in 2 4; do
+            variant_tuning "$out/kernel-tuning-rs$rs.json" attn_latent group_row_slices=$rs group_min_split_keys=32
+            [ -s "$out/kernel-tuning-rs$rs.json" ] && step bench-decode-$tag-rs$rs 10 \
+                env CLMLA_KERNEL_TUNING="$out/kernel-tuning-rs$rs.json" "$bench" $peaks --phase decode \
+                --preset "$shape" --path absorbed --batch 1,8 --ctx 4096,32768 --cache-dtype f32,bf16 \
+                --json "$out/decode-$tag-rs$rs.json"
         done
         step ab-trace-decode-$tag 10 env CLMLA_TRACE="$out/ab-trace-decode-$tag.tsv" "$bench" $peaks --phase decode \
             --preset "$shape" --path absorbed --batch 1 --ctx 4096 --cache-dtype bf16 --max-time 0.5

@@ -74,7 +74,8 @@ def device_line(folder):
 def decode_variants(folder, tag):
     """The latent decode variants a folder holds for a shape, {label: rows}: decode-TAG-dhN.json
     (group_decode_heads N), decode-TAG-msN.json (group_min_split_keys N), decode-TAG-stN.json
-    (group_stage_keys N, with group_decode_heads 4), decode-TAG-laN.json (group_aligned N)."""
+    (group_stage_keys N, with group_decode_heads 4), decode-TAG-laN.json (group_aligned N),
+    decode-TAG-rsN.json (group_row_slices N, with group_min_split_keys 32)."""
     out = {}
     prefix = f"decode-{tag}-"
     for name in sorted(os.listdir(folder)):
@@ -82,7 +83,8 @@ def decode_variants(folder, tag):
             continue
         v = name[len(prefix):-5]
         for short, label, more in (("dh", "group_decode_heads", ""), ("ms", "group_min_split_keys", ""),
-                                   ("st", "group_stage_keys", " (+dh 4)"), ("la", "group_aligned", "")):
+                                   ("st", "group_stage_keys", " (+dh 4)"), ("la", "group_aligned", ""),
+                                   ("rs", "group_row_slices", " (+ms 32)")):
             if v.startswith(short) and v[len(short):].isdigit():
                 out[f"{label} {v[len(short):]}{more}"] = load(folder, name)
     return out

@@ -253,9 +253,9 @@ static void kt_print(const clmla_latent_tuning *t, int rows, int decoded)
                t->rows_groups_per_cu, t->rows_lanes);
     else
         printf("group_heads=%-2d group_keys=%d group_max_items=%-4d group_groups_per_cu=%-2d group_query_layout=%d "
-               "group_min_split_keys=%-4d group_stage_keys=%d",
+               "group_min_split_keys=%-4d group_stage_keys=%d group_row_slices=%d",
                t->group_heads, t->group_keys, t->group_max_items, t->group_groups_per_cu, t->group_query_layout,
-               t->group_min_split_keys, t->group_stage_keys);
+               t->group_min_split_keys, t->group_stage_keys, t->group_row_slices);
     if (decoded)
         printf(" group_decode_heads=%-2d group_aligned=%d", t->group_decode_heads, t->group_aligned);
 }
@@ -362,9 +362,10 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
         for (int j = 0; j < aligned_variants; j++)
             for (int i = 0; i < (quick ? 1 : 3); i++) {
                 clmla_latent_tuning t = base;
-                if (j == 0)
+                if (j == 0) {
                     t.group_stage_keys = !base.group_stage_keys;
-                else if (j == 1)
+                    t.group_row_slices = 1;
+                } else if (j == 1)
                     t.group_aligned = base.group_aligned ? 0 : 1;
                 else
                     t.group_aligned = 2;
@@ -429,12 +430,26 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
             if (memcmp(&t, &base, sizeof(t)) != 0 && n < MAX_CANDIDATES)
                 cands[n++] = t;
         }
+        /* each key's dot products shared by 2 or 4 items (group_row_slices), with the splits in force
+           and smaller ones (tiles of fewer keys, for more work-groups), not staged */
+        static const int slices[] = {2, 4}, slice_splits[] = {0, 32, 64};
+        for (int i = 0; i < 2 && !quick; i++)
+            for (int j = 0; j < 3; j++) {
+                clmla_latent_tuning t = base;
+                t.group_row_slices = slices[i];
+                t.group_stage_keys = 0;
+                if (slice_splits[j])
+                    t.group_min_split_keys = slice_splits[j];
+                if (n < MAX_CANDIDATES)
+                    add_unique(cands, &n, &t);
+            }
         /* the score step's rows staged through local memory, in both query layouts and with 2, 4 or
            8 keys per item (--quick: as in force), the rest as in force */
         for (int q = 0; q < 2; q++)
             for (int j = 0; j < 3; j++) {
                 clmla_latent_tuning t = base;
                 t.group_stage_keys = !base.group_stage_keys;
+                t.group_row_slices = 1;
                 t.group_query_layout = quick ? base.group_query_layout : q;
                 t.group_keys = quick ? base.group_keys : ks[j];
                 if (n < MAX_CANDIDATES)

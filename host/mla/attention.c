@@ -93,6 +93,8 @@ static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_
             strncat(options, " -D QLAYOUT=1", sizeof(options) - strlen(options) - 1);
         if (tn->group_stage_keys)
             strncat(options, " -D STAGE", sizeof(options) - strlen(options) - 1);
+        if (tn->group_row_slices > 1)
+            snprintf(options + strlen(options), sizeof(options) - strlen(options), " -D RS=%d", tn->group_row_slices);
         if (tn->group_aligned && cache_aligned(cache))
             strncat(options, " -D CACHE_ALIGNED", sizeof(options) - strlen(options) - 1);
         if (tn->group_aligned == 2 && cache_aligned(cache) && cache->config.dtype == CLMLA_CACHE_F16)

@@ -58,7 +58,7 @@ typedef struct kernel_kind {
    loads, fp8 in 0.87-0.92, f16 unchanged (0.98-1.02: vloada_half4 compiles to the same scalar
    loads), V2-Lite and V3, batch 1 to 32, ctx 4096 and 32768. Only attn_latent, a GPU's kernel,
    reads it; a whole aligned load is no more work than its values' loads on any GPU. */
-static const clmla_latent_tuning latent_defaults = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0};
+static const clmla_latent_tuning latent_defaults = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0, 1};
 
 /* Entries measured with `clmla tune --kernels` on the developers' machines (CHANGELOG.md,
    docs/DESIGN.md "Kernel tuning"). */
@@ -66,12 +66,12 @@ static const kernel_entry latent_builtin[] = {
     /* PoCL 3.1 (Debian 12), 2-core AMD EPYC (Zen 3): `clmla tune --kernels`, 16 heads, rkv 512,
        dr 64, ctx 4096, 18 candidates in 18 s; the defaults won (batch 1 1098 us, batch 8 9589 us;
        the next best, rows_keys 16, 1162 and 10417 us) */
-    {"AuthenticAMD", "pthread-haswell-AMD EPYC", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 0, 16, 0, 4, 128, 0, 32, 32, 64, 16, 0, 0}}},
+    {"AuthenticAMD", "pthread-haswell-AMD EPYC", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 0, 16, 0, 4, 128, 0, 32, 32, 64, 16, 0, 0, 1}}},
     /* PoCL 3.1 (Debian 12), 2-core AMD EPYC with AVX-512 (2026-11-26): 18 candidates, 16 heads, ctx
        4096, four runs; each run's grid winner (rows_keys 4, 8 or 16, 2 to 8 items per compute unit)
        was 0.86-1.24 of the defaults when timed again beside them, three times out of four slower:
        the defaults */
-    {"AuthenticAMD", "pthread-skylake-avx512-AMD EPYC", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 0, 16, 0, 4, 128, 0, 32, 32, 64, 16, 0, 0}}},
+    {"AuthenticAMD", "pthread-skylake-avx512-AMD EPYC", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 0, 16, 0, 4, 128, 0, 32, 32, 64, 16, 0, 0, 1}}},
     /* PoCL 3.1 (Debian 12), 2-core Intel Xeon with AVX-512 (2026-11-27): `clmla tune --kernels`, 16
        and 128 heads, rkv 512, dr 64, ctx 4096, 18 candidates each: at 16 heads the grid's best
        (rows_groups_per_cu 2) 0.984 of the defaults when timed again beside them, at 128 the defaults
@@ -85,10 +85,10 @@ static const kernel_entry latent_builtin[] = {
        confirm over 8 (f32 1.0-1.25x 8's time, bf16 0.9-1.0x), so 8. From 32 heads on, two
        vectors of heads an item (rows_lanes 2): V3, batch 1 and 8, ctx 4096, 0.76-0.90 of one
        vector's time (two alternations, f32 and bf16 caches) */
-    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 32, 0, 1}}},
-    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 128, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0, 2}}},
+    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 32, 0, 1, 1}}},
+    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 128, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0, 2, 1}}},
     /* any other head count: as at 128 (rows_lanes 2 applies from 32 heads, 1 from 16) */
-    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 0, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0, 2}}},
+    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 0, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0, 2, 1}}},
     /* NVIDIA H100 80GB HBM3, driver 580.159.04 (2026-11-26): 72 candidates each, rkv 512, dr 64, ctx
        4096, confirmed by 3 alternations with the defaults of then (query layout 0). 16 heads: batch 1
        59.8 us, batch 8 109.3 us against 69.9 and 120.4 (0.88); 128 heads: 76.8 and 590.0 us against
@@ -96,8 +96,8 @@ static const kernel_entry latent_builtin[] = {
        driver: the kernel's limits are the chip's. prefill_tiled 1 and group_decode_heads 8 from the
        A/B of `2bf76cd`, group_aligned 1 from the H200's of `a11a3fa` (the same compiler and the
        same scalar loads in the PTX: the defaults' comment above). */
-    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 4, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0}}},
-    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 128, {.latent = {16, 8, 4, 16, 4, 256, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0}}},
+    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 4, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0, 1}}},
+    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 128, {.latent = {16, 8, 4, 16, 4, 256, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0, 1}}},
 };
 
 static const tuning_param latent_names[] = {
@@ -120,6 +120,7 @@ static const tuning_param latent_names[] = {
     {"prefill_rows_queries", offsetof(clmla_latent_tuning, prefill_rows_queries)},
     {"group_aligned", offsetof(clmla_latent_tuning, group_aligned)},
     {"rows_lanes", offsetof(clmla_latent_tuning, rows_lanes)},
+    {"group_row_slices", offsetof(clmla_latent_tuning, group_row_slices)},
 };
 
 /* The kernels' constraints (cl/attn_latent.cl): attn_latent_rows walks heads two at a time and keys
@@ -167,6 +168,10 @@ static const char *latent_check(const clmla_latent_tuning *t)
         return "group_aligned must be 0, 1 or 2";
     if (t->rows_lanes < 0 || t->rows_lanes > 2)
         return "rows_lanes must be 0, 1 or 2";
+    if (t->group_row_slices < 0 || t->group_row_slices > 4 || t->group_row_slices == 3)
+        return "group_row_slices must be 0, 1, 2 or 4";
+    if (t->group_row_slices > 1 && t->group_stage_keys)
+        return "group_row_slices 2 or 4 and group_stage_keys 1 do not go together";
     return NULL;
 }
 
