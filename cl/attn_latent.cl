@@ -960,12 +960,20 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
  * lanes. Heads past the last of a group repeat the group's first head; they are computed
  * and never stored. f32 rows are read in place; other caches' tiles are converted into private
  * memory first. With CLMLA_PREFETCH the next tile's rows are prefetched a line every LPF score
- * steps, so its misses overlap this tile's arithmetic. */
+ * steps, so its misses overlap this tile's arithmetic.
+ * With -D LFOLD (LHV 2, never with SPARSE; multi-token decode with 16 to 31 heads) the two vectors
+ * are the same 16 heads of two consecutive tokens of one sequence (token_first and query_len as
+ * attn_latent's FOLD: the item on the second token of a pair stops at once), so each cache value
+ * feeds both tokens' FMAs; each vector keeps its own token's keys, and in a tile past the shorter
+ * token's last key a weight of 0 adds nothing (not 0 times a value that may not be finite). */
 #define LH 16 /* heads per vector: the lanes of a float16 */
 #ifndef LHV
 #define LHV 1 /* vectors of heads per item: each broadcast value feeds LHV FMAs */
 #endif
-#define LHI (LH * LHV) /* heads per item */
+#define LHI (LH * LHV) /* heads per item (with LFOLD: lanes per item, LH heads of 2 tokens) */
+#if defined(LFOLD) && (LHV != 2 || defined(SPARSE))
+#error "LFOLD takes two vectors and no SPARSE"
+#endif
 #define LPF 2 /* score steps per group, each group prefetching LPFN lines */
 #define LPFN ((KTC * LPR + ROW / LPF - 1) / (ROW / LPF)) /* the next tile's lines over the groups */
 #ifndef LACC
@@ -984,12 +992,36 @@ void attn_latent_lanes(__global const float *q_latent, const int q_latent_offset
 #ifdef SPARSE
                        , __global const int *indices, const int indices_offset, const int topk
 #endif
+#ifdef LFOLD
+                       , __global const int *token_first, const int query_len
+#endif
                        )
 {
-    const int h0 = get_global_id(0) * LHI;
+#ifdef LFOLD
+    /* tokens t and, where it is of the same group, t + 1 (nq of them); LTOK(v): vector v's token.
+       The grid is (head group, token, split), so that the items that stop at once (a pair's second
+       token) alternate with working ones in any contiguous range of the grid */
+    const int t = get_global_id(1);
+    const int split = get_global_id(2);
+    const int h0 = get_global_id(0) * LH;
+    const int first = token_first ? token_first[t] : t - t % query_len;
+    if ((t - first) % 2)
+        return;
+    const int nq = t + 1 < (int)get_global_size(1) &&
+                           (token_first ? token_first[t + 1] : t + 1 - (t + 1) % query_len) == first
+                       ? 2
+                       : 1;
+    const int ctxv[2] = {token_ctx_len[t], nq > 1 ? token_ctx_len[t + 1] : 0};
+    const int ctx = max(ctxv[0], ctxv[1]), ctx_min = nq > 1 ? min(ctxv[0], ctxv[1]) : ctxv[0];
+#define LTOK(v) (t + ((v) < nq ? (v) : 0))
+    const int heads = min(LH, num_heads - h0);
+#else
     const int split = get_global_id(1);
     const int t = get_global_id(2);
+    const int h0 = get_global_id(0) * LHI;
     const int ctx = token_ctx_len[t];
+#define LTOK(v) t
+#endif
     const int k_begin = split * split_tokens;
 #ifdef SPARSE
     const int k_end = ctx > 0 ? min(topk, k_begin + split_tokens) : k_begin;
@@ -998,7 +1030,9 @@ void attn_latent_lanes(__global const float *q_latent, const int q_latent_offset
     const int k_end = min(ctx, k_begin + split_tokens);
 #endif
     __global const int *table = block_table + (size_t)token_seq[t] * max_blocks_per_seq;
+#ifndef LFOLD
     const int heads = min(LHI, num_heads - h0);
+#endif
 
     float16 q[ROW * LHV];   /* q[d * LHV + v]: value d of heads 16v.. of [q~ ; q^R], pre-scaled by `scale` * log2(e) */
     float16 acc[RKV * LHV]; /* acc[d * LHV + v]: value d of those heads' outputs, unnormalised */
@@ -1020,9 +1054,14 @@ void attn_latent_lanes(__global const float *q_latent, const int q_latent_offset
     {
         float *qs = (float *)q;
         for (int h = 0; h < LHI; h++) {
-            const int head = h0 + (h < heads ? h : 0);
-            __global const float *ql = q_latent + q_latent_offset + (size_t)t * q_latent_token_stride + (size_t)head * q_latent_head_stride;
-            __global const float *qr = q_rope + q_rope_offset + (size_t)t * q_rope_token_stride + (size_t)head * q_rope_head_stride;
+#ifdef LFOLD
+            const int tq = LTOK(h / LH), hh = h % LH;
+#else
+            const int tq = t, hh = h;
+#endif
+            const int head = h0 + (hh < heads ? hh : 0);
+            __global const float *ql = q_latent + q_latent_offset + (size_t)tq * q_latent_token_stride + (size_t)head * q_latent_head_stride;
+            __global const float *qr = q_rope + q_rope_offset + (size_t)tq * q_rope_token_stride + (size_t)head * q_rope_head_stride;
             for (int d = 0; d < ROW; d++)
                 qs[d * LHI + h] = scale * M_LOG2E_F * (d < RKV ? ql[d] : qr[d - RKV]);
         }
@@ -1042,6 +1081,11 @@ void attn_latent_lanes(__global const float *q_latent, const int q_latent_offset
 #else
 #define LKEY(kk) (j0 + min((kk), nk - 1)) /* past the end: repeat the last row, weight 0 below */
 #define LLIVE(kk) ((kk) < nk)
+#endif
+#ifdef LFOLD
+#define LLIVEV(kk, v) (LLIVE(kk) && j0 + (kk) < ctxv[v]) /* key kk of the tile, for vector v's token */
+#else
+#define LLIVEV(kk, v) LLIVE(kk)
 #endif
         for (int kk = 0; kk < KTC; kk++) {
             const int j = LKEY(kk);
@@ -1126,57 +1170,75 @@ void attn_latent_lanes(__global const float *q_latent, const int q_latent_offset
             float16 m = run_max[v];
 #pragma unroll
             for (int kk = 0; kk < KTC; kk++)
-                if (LLIVE(kk))
+                if (LLIVEV(kk, v))
                     m = select(m, s[kk * LHV + v], s[kk * LHV + v] > m);
             a[v] = exp2(run_max[v] - m); /* 0 on the first tile (run_max = -inf) */
+#ifdef LFOLD
+            /* no key of this token yet (a split, or tiles, past its last key): nothing to rescale */
+            a[v] = select(a[v], (float16)(1.0f), m == (float16)(-INFINITY));
+#endif
             float16 sum = run_sum[v] * a[v];
 #pragma unroll
             for (int kk = 0; kk < KTC; kk++) {
-                s[kk * LHV + v] = LLIVE(kk) ? exp2(s[kk * LHV + v] - m) : (float16)(0.0f);
+                s[kk * LHV + v] = LLIVEV(kk, v) ? exp2(s[kk * LHV + v] - m) : (float16)(0.0f);
                 sum += s[kk * LHV + v];
             }
             run_max[v] = m;
             run_sum[v] = sum;
         }
-        /* acc[d] = a * acc[d] + sum_kk p[kk] * c_kk[d], LACC values of d at a time */
-        d = 0;
-        for (; d + LACC <= RKV; d += LACC) {
-            float16 x[LACC * LHV]; /* x[i * LHV + v] */
-#pragma unroll
-            for (int i = 0; i < LACC * LHV; i++)
-                x[i] = acc[d * LHV + i] * a[i % LHV];
-#pragma unroll
-            for (int kk = 0; kk < KTC; kk++) {
-#pragma unroll
-                for (int i = 0; i < LACC; i++) {
-                    const float16 c = (float16)(LROW(kk)[d + i]);
-#pragma unroll
-                    for (int v = 0; v < LHV; v++)
-                        x[i * LHV + v] = fma(s[kk * LHV + v], c, x[i * LHV + v]);
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < LACC * LHV; i++)
-                acc[d * LHV + i] = x[i];
-        }
-        for (; d < RKV; d++) {
-#pragma unroll
-            for (int v = 0; v < LHV; v++) {
-                float16 x = acc[d * LHV + v] * a[v];
-#pragma unroll
-                for (int kk = 0; kk < KTC; kk++)
-                    x = fma(s[kk * LHV + v], (float16)(LROW(kk)[d]), x);
-                acc[d * LHV + v] = x;
-            }
-        }
+        /* acc[d] = a * acc[d] + sum_kk p[kk] * c_kk[d], LACC values of d at a time; LVALUES(ADD) with
+           ADD(kk, v, c, x) the update of x by key kk's value c for vector v */
+#define LVALUES(ADD)                                                                                \
+    {                                                                                               \
+        d = 0;                                                                                      \
+        for (; d + LACC <= RKV; d += LACC) {                                                        \
+            float16 x[LACC * LHV]; /* x[i * LHV + v] */                                             \
+            _Pragma("unroll") for (int i = 0; i < LACC * LHV; i++) x[i] = acc[d * LHV + i] * a[i % LHV]; \
+            _Pragma("unroll") for (int kk = 0; kk < KTC; kk++) {                                    \
+                _Pragma("unroll") for (int i = 0; i < LACC; i++) {                                  \
+                    const float16 c = (float16)(LROW(kk)[d + i]);                                   \
+                    _Pragma("unroll") for (int v = 0; v < LHV; v++) x[i * LHV + v] = ADD(kk, v, c, x[i * LHV + v]); \
+                }                                                                                   \
+            }                                                                                       \
+            _Pragma("unroll") for (int i = 0; i < LACC * LHV; i++) acc[d * LHV + i] = x[i];         \
+        }                                                                                           \
+        for (; d < RKV; d++) {                                                                      \
+            _Pragma("unroll") for (int v = 0; v < LHV; v++) {                                       \
+                float16 x = acc[d * LHV + v] * a[v];                                                \
+                _Pragma("unroll") for (int kk = 0; kk < KTC; kk++) x = ADD(kk, v, (float16)(LROW(kk)[d]), x); \
+                acc[d * LHV + v] = x;                                                               \
+            }                                                                                       \
+        }                                                                                           \
+    }
+#define LADD(kk, v, c, x) fma(s[(kk) * LHV + (v)], (c), (x))
+#ifdef LFOLD
+#define LADD_GUARDED(kk, v, c, x) (LLIVEV(kk, v) ? fma(s[(kk) * LHV + (v)], (c), (x)) : (x))
+        if (j0 + nk > ctx_min) /* keys that one of the tokens does not see */
+            LVALUES(LADD_GUARDED)
+        else
+#endif
+            LVALUES(LADD)
+#undef LVALUES
+#undef LADD
+#undef LADD_GUARDED
 #undef LKEY
 #undef LLIVE
+#undef LLIVEV
     }
 
-    const size_t row0 = (size_t)t * num_splits + split;
     const float *accs = (const float *)acc, *sums = (const float *)run_sum, *maxs = (const float *)run_max;
-    for (int h = 0; h < heads; h++) {
+    for (int h = 0; h < LHI; h++) {
+#ifdef LFOLD
+        if (h / LH >= nq || h % LH >= heads)
+            continue;
+        const size_t row0 = (size_t)(t + h / LH) * num_splits + split;
+        const int head = h0 + h % LH;
+#else
+        if (h >= heads)
+            break;
+        const size_t row0 = (size_t)t * num_splits + split;
         const int head = h0 + h;
+#endif
         const float l = sums[h];
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
         for (int d = 0; d < RKV; d++)
@@ -1185,6 +1247,7 @@ void attn_latent_lanes(__global const float *q_latent, const int q_latent_offset
     }
 }
 #undef LROW
+#undef LTOK
 #undef LH
 #undef LHV
 #undef LHI

@@ -379,8 +379,10 @@ typedef struct clmla_latent_tuning {
        cache value broadcast to the 16 heads), for cores with 512-bit vectors; rows_heads is then 16
        whatever its value, and a group of fewer heads computes the missing lanes for nothing, so
        calls with fewer than 16 heads keep attn_latent_rows. 2: the same with two vectors, 32 heads
-       per work-item, each cache value feeding two FMAs, for calls of 32 heads or more (fewer: as
-       1). 0 (default): attn_latent_rows. */
+       per work-item, each cache value feeding two FMAs, for calls of 32 heads or more; with 16 to
+       31 heads, two consecutive tokens of a sequence's multi-token entry (query_len, a layer
+       step's runs) in the two vectors, 16 heads each, and otherwise as 1. 0 (default):
+       attn_latent_rows. */
     int rows_lanes;
     /* added in 0.4: attn_latent: 2 or 4 items share each key's dot products in the score step, each
        over every 2nd or 4th float4 of the row, their partial scores added in the softmax step:

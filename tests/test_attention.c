@@ -9,6 +9,7 @@
 #include "attention.h"
 #include "check.h"
 #include "clmla.h"
+#include "kernel_tuning.h"
 #include "mla_ref.h"
 #include "program.h"
 #include "test_util.h"
@@ -312,6 +313,14 @@ static void run_case(const pool *p, const attn_case *c, uint64_t seed)
         CHECK(any || (small_local_mem && 2 * H > 8), "%s, query_len %d: no folded attn_latent kernel", what,
               c->query_len);
     }
+    /* the CPU kernel with two vectors (rows_lanes 2) took two tokens of 16 to 31 heads together */
+    if (st == CLMLA_SUCCESS && clmla_attention_variant(ctx) == CLMLA_LATENT_ROWS && c->query_len > 1 && H >= 16 &&
+        H < 32) {
+        clmla_latent_tuning tn;
+        clmla_latent_tuning_for(ctx, H, &tn);
+        CHECK(tn.rows_lanes != 2 || p->cache->latent_rows_kernel[0] != NULL,
+              "%s, query_len %d: no attn_latent_lanes kernel taking two tokens of %d heads", what, c->query_len, H);
+    }
     if (st == CLMLA_SUCCESS) {
         CHECK(ev != NULL, "%s: no event returned", what);
         if (ev) {
@@ -529,6 +538,12 @@ static void run_all(void)
         run_case(&p, &q16, 146);
         attn_case h16 = {16, 4, len_q1, seq_q1, 0, 0, 4};
         run_case(&p, &h16, 147);
+        /* 16 heads x 3 tokens per sequence (rows_lanes 2 puts two tokens in a work-item: a pair and a
+           token alone), one run causal, one with a token without keys and lengths in no order */
+        static const int len_h3[] = {2998, 2999, 3000, 130, 0, 129};
+        static const int seq_h3[] = {2, 2, 2, 4, 4, 4};
+        attn_case h3 = {16, 6, len_h3, seq_h3, 0, 1, 3};
+        run_case(&p, &h3, 148);
         test_bad_arguments(&p);
         pool_free(&p);
     }
@@ -639,6 +654,11 @@ static void run_all(void)
         static const int seq20[] = {0, 1, 2, 3, 4};
         attn_case c20 = {20, 5, len20, seq20, 0, 0, 0};
         run_case(&p, &c20, 4421);
+        /* 20 heads x 2 tokens per sequence over a decoded cache: a second group of 4 heads */
+        static const int len_q2[] = {700, 701, 8, 9};
+        static const int seq_q2[] = {4, 4, 1, 1};
+        attn_case q2 = {20, 4, len_q2, seq_q2, 0, 0, 2};
+        run_case(&p, &q2, 4422);
         pool_free(&p);
     }
 

@@ -112,10 +112,10 @@ static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_
 
 /* attn_latent_rows for `hg` (even, <= 16) heads per work-item, or with `lanes` (1 or 2) attn_latent_lanes
    with that many vectors of 16 heads (hg 16 or 32; at 16 the slot of attn_latent_rows at 16: one
-   context runs one of them). */
-static clmla_status rows_kernel(clmla_cache *cache, int hg, int ktc, int sparse, int lanes, cl_kernel *kernel)
+   context runs one of them), or with fold 2 two vectors of the 16 heads of two tokens (slot 0). */
+static clmla_status rows_kernel(clmla_cache *cache, int hg, int ktc, int sparse, int lanes, int fold, cl_kernel *kernel)
 {
-    const int index = hg == 32 ? 9 : hg / 2;
+    const int index = fold > 1 ? 0 : hg == 32 ? 9 : hg / 2;
     cl_kernel *slot = sparse ? &cache->sparse_rows_kernel[index] : &cache->latent_rows_kernel[index];
     if (!*slot) {
         char options[256];
@@ -129,6 +129,8 @@ static clmla_status rows_kernel(clmla_cache *cache, int hg, int ktc, int sparse,
             strncat(options, " -D SPARSE", sizeof(options) - strlen(options) - 1);
         if (lanes)
             snprintf(options + strlen(options), sizeof(options) - strlen(options), " -D ROWS_LANES -D LHV=%d", lanes);
+        if (fold > 1)
+            strncat(options, " -D LFOLD", sizeof(options) - strlen(options) - 1);
         clmla_status st = clmla_kernel_create(cache->ctx, "attn_latent", options,
                                               lanes ? "attn_latent_lanes" : "attn_latent_rows", slot);
         if (st != CLMLA_SUCCESS)
@@ -186,11 +188,17 @@ static clmla_status pick_kernel(clmla_cache *cache, int num_heads, const clmla_l
         /* attn_latent_lanes fills 16 lanes with heads (rows_lanes 2: two vectors of them): with fewer
            heads (8 on the Intel Xeon: 1.1-1.45x attn_latent_rows' time) the row kernel computes less */
         const int lanes = tn->rows_lanes == 2 && num_heads >= 32 ? 2 : tn->rows_lanes && num_heads >= 16;
+        *threads = 1;
+        /* rows_lanes 2 with 16 to 31 heads: the second vector takes a sequence's next token */
+        if (tn->rows_lanes == 2 && lanes == 1 && max_run >= 2 && !sparse) {
+            *heads_per_group = 16;
+            *fold = 2;
+            return rows_kernel(cache, 16, tn->rows_keys, 0, 2, 2, kernel);
+        }
         const int most = lanes ? 16 * lanes : tn->rows_heads;
         int hg = num_heads < most ? num_heads + (num_heads & 1) : most;
-        *threads = 1;
         *heads_per_group = hg;
-        return rows_kernel(cache, hg, tn->rows_keys, sparse, lanes, kernel);
+        return rows_kernel(cache, hg, tn->rows_keys, sparse, lanes, 1, kernel);
     }
     /* a sequence's tokens folded into the heads, halving them where local memory does not fit */
     for (int f = sparse ? 1 : fold_for(num_heads, max_run, tn); f > 1; f /= 2) {
@@ -301,7 +309,11 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
         CLMLA_SET_ARG(ctx, k, 22, p->token_first);
         CLMLA_SET_ARG(ctx, k, 23, query_len);
     }
-    const size_t global[3] = {(size_t)threads * head_groups, (size_t)splits, (size_t)p->num_tokens};
+    /* attn_latent_lanes with two tokens an item takes (head group, token, split): its idle items
+       alternate with working ones, where PoCL hands each thread a contiguous range of the grid */
+    const int token_dim1 = rows && fold > 1;
+    const size_t global[3] = {(size_t)threads * head_groups, token_dim1 ? (size_t)p->num_tokens : (size_t)splits,
+                              token_dim1 ? (size_t)splits : (size_t)p->num_tokens};
     const size_t local[3] = {(size_t)threads, 1, 1};
     cl_int err = clmla_cl_enqueue(ctx, k, 3, global, local, splits > 1 ? NULL : event);
     if (err != CL_SUCCESS)

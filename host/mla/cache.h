@@ -45,7 +45,8 @@ struct clmla_cache {
     cl_kernel latent_kernel[17]; /* attn_latent.cl per heads-per-group 1..16, built on first use */
     int latent_threads[17];      /* their work-group sizes */
     cl_kernel latent_rows_kernel[10]; /* attn_latent_rows per heads-per-item 2, 4, .., 16 (index hg/2), or
-                                         attn_latent_lanes at 16 heads (index 8) and 32 (index 9) */
+                                         attn_latent_lanes at 16 heads (index 8) and 32 (index 9), and
+                                         with two tokens of 16 heads (-D LFOLD, index 0) */
     /* the same built with -D SPARSE (clmla_attention_latent_sparse), on first use */
     cl_kernel sparse_kernel[17];
     int sparse_threads[17];

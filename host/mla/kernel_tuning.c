@@ -84,8 +84,13 @@ static const kernel_entry latent_builtin[] = {
        confirmed), at 16 heads with rows_keys 16, which the decode rows at ctx 32768 did not
        confirm over 8 (f32 1.0-1.25x 8's time, bf16 0.9-1.0x), so 8. From 32 heads on, two
        vectors of heads an item (rows_lanes 2): V3, batch 1 and 8, ctx 4096, 0.76-0.90 of one
-       vector's time (two alternations, f32 and bf16 caches) */
-    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 32, 0, 1, 1}}},
+       vector's time (two alternations, f32 and bf16 caches). At 16 heads rows_lanes 2 since
+       2026-11-28 too, which there puts two tokens of a multi-token entry in an item: V2-Lite, 2 to
+       8 tokens a sequence, batch 1 and 8, ctx 4096 and 32768, f32 and bf16 caches, 0.66-0.88 of
+       one token an item's time (two alternations; one round's batch-1 rows at ctx 4096 1.2-1.4),
+       chunks of 64 and 512 tokens after 4096 on the absorbed path 0.81-0.88; one token a
+       sequence runs as at 1 */
+    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 32, 0, 2, 1}}},
     {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 128, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0, 2, 1}}},
     /* any other head count: as at 128 (rows_lanes 2 applies from 32 heads, 1 from 16) */
     {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 0, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0, 2, 1}}},
