@@ -698,7 +698,8 @@ static void test_cache_gather(void)
 typedef struct latent_case {
     const char *name;
     int rows;             /* 1 attn_latent_rows: hg is HGC, nt is KTC; 2 attn_latent_lanes: hg 16, nt is KTC;
-                             3 the same with two vectors of heads (LHV 2): hg 32 */
+                             3 the same with two vectors of heads (LHV 2): hg 32; 4 with two tokens of
+                             16 heads (LFOLD, runs of latent_query_len tokens): hg 16 */
     int rkv, dr, heads, hg, nt, splits, split_tokens, bt, f16;
     int tokens;
     const int *ctx_len;   /* [tokens] */
@@ -712,6 +713,8 @@ typedef struct latent_case {
 static int latent_sparse;
 /* More build options for the work-group kernel (heads per item in the score step, query layout). */
 static const char *latent_extra = "";
+/* Tokens per sequence's run for the two-token lanes kernel (rows 4): groups of this many from token 0. */
+static int latent_query_len = 1;
 
 static void run_latent(const latent_case *c)
 {
@@ -729,7 +732,10 @@ static void run_latent(const latent_case *c)
     if (c->rows)
         snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D HGC=%d -D KTC=%d%s%s", c->rkv, c->dr,
                  c->f16 ? " -D CACHE_F16" : "", c->hg, c->nt, latent_sparse ? " -D SPARSE" : "",
-                 c->rows == 3 ? " -D ROWS_LANES -D LHV=2" : c->rows == 2 ? " -D ROWS_LANES" : "");
+                 c->rows == 4   ? " -D ROWS_LANES -D LHV=2 -D LFOLD"
+                 : c->rows == 3 ? " -D ROWS_LANES -D LHV=2"
+                 : c->rows == 2 ? " -D ROWS_LANES"
+                                : "");
     else
         snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D NT=%d -D HG=%d%s%s", c->rkv, c->dr,
                  c->f16 ? " -D CACHE_F16" : "", c->nt, c->hg, latent_sparse ? " -D SPARSE" : "", latent_extra);
@@ -813,8 +819,15 @@ static void run_latent(const latent_case *c)
         ARG(k, 23, idx_off);
         ARG(k, 24, topk);
     }
+    cl_mem no_first = NULL; /* token_first: none, runs of latent_query_len tokens */
+    if (c->rows == 4) {
+        ARG(k, 22, no_first);
+        ARG(k, 23, latent_query_len);
+    }
     const size_t threads = c->rows ? 1 : (size_t)c->nt;
-    const size_t global[3] = {threads * groups, (size_t)S, (size_t)T}, local[3] = {threads, 1, 1};
+    /* the two-token kernel's grid is (head group, token, split) */
+    const size_t global[3] = {threads * groups, c->rows == 4 ? (size_t)T : (size_t)S, c->rows == 4 ? (size_t)S : (size_t)T},
+                 local[3] = {threads, 1, 1};
     if (launch(k, 3, global, local)) {
         download(ob, nout * sizeof(float), out);
         download(lb, nlse * sizeof(float), lse);
@@ -1012,6 +1025,20 @@ static void test_attn_latent_lanes(void)
         run_latent(&e);
     }
     latent_sparse = 0;
+    /* two tokens of a run an item (LFOLD): 20 heads (a group of 16 and one of 4), runs of 3 tokens
+       (a pair and a token alone), one causal, one with a token without keys, 2 splits, the second
+       empty for a pair; then f16 rows, runs of 2 with lengths in no order, tiles of 12 */
+    static const int ctx_f[6] = {13, 14, 15, 9, 0, 21}, seq_f[6] = {0, 0, 0, 1, 1, 1};
+    const latent_case f = {"lanes, two tokens: rkv 20 dr 4, 20 heads, runs of 3, 2 splits, f32", 4, 20, 4, 20, 16, 8,
+                           2, 11, 4, 0, 6, ctx_f, seq_f};
+    static const int ctx_g[4] = {39, 40, 17, 16}, seq_g[4] = {0, 0, 1, 1};
+    const latent_case g = {"lanes, two tokens: rkv 72 dr 8, 16 heads, runs of 2, tiles of 12, f16", 4, 72, 8, 16, 16,
+                           12, 1, 40, 5, 1, 4, ctx_g, seq_g};
+    latent_query_len = 3;
+    run_latent(&f);
+    latent_query_len = 2;
+    run_latent(&g);
+    latent_query_len = 1;
 }
 
 /* attn_combine (an item per value) and attn_combine_rows (an item per row, float8 steps: RKV 11

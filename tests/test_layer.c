@@ -534,6 +534,32 @@ static void test_auto_path(void)
         test_auto_path_kind((auto_rule)rule);
     }
     CHECK_STATUS(clmla_context_set_latent_tuning(ctx, NULL), CLMLA_SUCCESS, ctx);
+    /* on CPUs the absorbed path's pairs count as faster where the tuning runs attn_latent_lanes (16
+       heads or more): 16 heads, kv_lora_rank 64 against head dims 16 + 8 and 16, a threshold of 57
+       with attn_latent_rows (absorbed pairs at 1.12 of the up-projection's rate), 153 with the lanes
+       kernel (1.38) */
+    ctx->info.kind = CLMLA_DEVICE_KIND_CPU;
+    const clmla_layer_config c16 = tu_small_config(48, 16, 16, 64, 16, 8, 16);
+    tu_weights w16;
+    if (tu_weights_make(&w16, &c16, 4243) == 0) {
+        for (int lanes = 0; lanes < 2; lanes++) {
+            clmla_latent_tuning t;
+            clmla_latent_tuning_defaults(&t);
+            t.rows_lanes = lanes;
+            CHECK_STATUS(clmla_context_set_latent_tuning(ctx, &t), CLMLA_SUCCESS, ctx);
+            clmla_layer *layer = make_layer(&w16, "auto path, 16 heads");
+            int n = 0;
+            if (layer) {
+                CHECK_STATUS(clmla_layer_auto_threshold(layer, &n), CLMLA_SUCCESS, ctx);
+                CHECK(n == (lanes ? 153 : 57), "auto path, 16 heads, rows_lanes %d: threshold %d, expected %d", lanes, n,
+                      lanes ? 153 : 57);
+            }
+            clmla_layer_destroy(layer);
+        }
+        tu_weights_free(&w16);
+    } else
+        CHECK(0, "auto path, 16 heads: out of host memory");
+    CHECK_STATUS(clmla_context_set_latent_tuning(ctx, NULL), CLMLA_SUCCESS, ctx);
     ctx->info.kind = real;
 }
 

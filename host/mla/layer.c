@@ -352,7 +352,11 @@ static clmla_status build_kernels(clmla_layer *L)
    - CPU devices, PoCL (V2-Lite, the AVX-512 EPYC, 2026-11-26): absorbed pairs ran at 1.12 and
      decompressed pairs at 0.47 times the FLOP rate of the up-projection, which gives n = 452 for
      DeepSeek's dims (the measured crossovers: 150-250 tokens after 256, 300-450 after 1024,
-     500-1000 after 4096).
+     500-1000 after 4096). Where the latent tuning runs attn_latent_lanes (rows_lanes, 16 heads
+     or more) absorbed pairs are faster: on the Intel Xeon (V2-Lite, 2026-11-28, two tokens an
+     item) the paths were even at about 1000 tokens after 1024 and after 4096 (the absorbed path
+     0.87-0.90 of the other's time at 512, 0.95-0.98 at 768 after 4096, 0.99-1.00 at 1024), which
+     an absorbed rate of 1.38 gives (n = 1219).
    - Other devices, an NVIDIA H100 (V2-Lite, prefixes 0-4096, chunks 16-4096), rates as fractions of
      24.9 TFLOP/s (the up-projection's on the first run). The absorbed path: 1.49 and 1.53 ns per pair
      on two runs (0.94, 0.91). attn_prefill_tiled (2026-11-26, `2bf76cd`): 0.98 ns per pair (0.42),
@@ -368,6 +372,7 @@ static clmla_status build_kernels(clmla_layer *L)
    its batch's absorbed call). */
 #define AUTO_MIN_TOKENS 16
 #define CPU_ABSORBED_PAIR_RATE 1.12
+#define CPU_LANES_ABSORBED_PAIR_RATE 1.38
 #define CPU_DECOMPRESSED_PAIR_RATE 0.47
 #define GPU_ABSORBED_PAIR_RATE 0.91
 #define GPU_TILED_PAIR_RATE 0.42
@@ -385,7 +390,10 @@ static int auto_threshold_of(const clmla_layer *L, double *chunk_keys)
                  D = 2.0 * L->H * (L->dq + L->dv);
     double n;
     if (L->ctx->info.kind == CLMLA_DEVICE_KIND_CPU) {
-        const double saved = A / CPU_ABSORBED_PAIR_RATE - D / CPU_DECOMPRESSED_PAIR_RATE;
+        clmla_latent_tuning tn;
+        clmla_latent_tuning_for(L->ctx, L->H, &tn);
+        const double rate = tn.rows_lanes && L->H >= 16 ? CPU_LANES_ABSORBED_PAIR_RATE : CPU_ABSORBED_PAIR_RATE;
+        const double saved = A / rate - D / CPU_DECOMPRESSED_PAIR_RATE;
         n = saved > 0 ? X / saved : AUTO_NEVER;
         *chunk_keys = 0;
     } else if (L->prefill[0].tiled) {
