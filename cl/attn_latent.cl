@@ -404,8 +404,9 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                 }
                 barrier(CLK_LOCAL_MEM_FENCE); /* the chunk read before the next is written */
             }
-#elif RS > 1
-            /* float4s ra, ra + RS, ... of each row (NV of them), UA loaded before any is used */
+#else
+            /* float4s ra, ra + RS, ... of each row (all of them with one slice), UA of each row loaded
+               before any is used: KPT*UA loads in flight per item */
             const int nv = (ROW4 - ra + RS - 1) / RS;
             int i = 0;
             for (; i + UA <= nv; i += UA) {
@@ -445,46 +446,6 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                     for (int h = 0; h < HPIE; h++)
                         a[k][h] = fma(qs[QIDX(HPIE * hq + h, ROW4)], c, a[k][h]);
                 }
-#endif
-#else
-            /* UA float4s of each row loaded before any is used: KPT*UA loads in flight per item */
-            int v = 0;
-            for (; v + UA <= ROW4; v += UA) {
-                float4 c[KPT][UA];
-                #pragma unroll
-                for (int k = 0; k < KPT; k++)
-                    #pragma unroll
-                    for (int u = 0; u < UA; u++)
-                        c[k][u] = LOAD4(rowp[k], v + u);
-                #pragma unroll
-                for (int u = 0; u < UA; u++)
-                    #pragma unroll
-                    for (int h = 0; h < HPIE; h++) {
-                        const float4 qv = qs[QIDX(HPIE * hq + h, v + u)];
-                        #pragma unroll
-                        for (int k = 0; k < KPT; k++)
-                            a[k][h] = fma(qv, c[k][u], a[k][h]);
-                    }
-            }
-            for (; v < ROW4; v++)
-                for (int k = 0; k < KPT; k++) {
-                    const float4 c = LOAD4(rowp[k], v);
-                    for (int h = 0; h < HPIE; h++)
-                        a[k][h] = fma(qs[QIDX(HPIE * hq + h, v)], c, a[k][h]);
-                }
-#if ROW % 4
-            for (int k = 0; k < KPT; k++) { /* the row's last ROW % 4 values against the zero-padded queries */
-                float4 c = 0.0f;
-                c.x = LOAD(rowp[k], 4 * ROW4);
-#if ROW % 4 > 1
-                c.y = LOAD(rowp[k], 4 * ROW4 + 1);
-#endif
-#if ROW % 4 > 2
-                c.z = LOAD(rowp[k], 4 * ROW4 + 2);
-#endif
-                for (int h = 0; h < HPIE; h++)
-                    a[k][h] = fma(qs[QIDX(HPIE * hq + h, ROW4)], c, a[k][h]);
-            }
 #endif
 #endif
             /* the item's scores as float4s of 4 heads: sw[key][HPIE / 4 * hq + f] */
