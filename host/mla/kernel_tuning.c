@@ -92,7 +92,8 @@ static const kernel_entry latent_builtin[] = {
        sequence runs as at 1 */
     {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 32, 0, 2, 1}}},
     {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 128, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0, 2, 1}}},
-    /* any other head count: as at 128 (rows_lanes 2 applies from 32 heads, 1 from 16) */
+    /* any other head count: as at 128 (rows_lanes 2: two vectors of heads from 32 heads; from 16, one
+       vector, and two tokens an item in multi-token entries) */
     {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 0, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0, 2, 1}}},
     /* NVIDIA H100 80GB HBM3, driver 580.159.04 (2026-11-26): 72 candidates each, rkv 512, dr 64, ctx
        4096, confirmed by 3 alternations with the defaults of then (query layout 0). 16 heads: batch 1
