@@ -117,24 +117,31 @@ static void test_parse(void)
     CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, "group_stage_keys"),
           "group_stage_keys 2");
     CHECK(d.group_stage_keys == 0, "default group_stage_keys %d", d.group_stage_keys);
-    static const int bad_aligned[] = {-1, 3};
-    for (int i = 0; i < 2; i++) {
+    /* values out of range, each refused naming its field */
+    static const struct {
+        size_t offset;
+        int value;
+        const char *name;
+    } out_of_range[] = {
+        {offsetof(clmla_latent_tuning, group_aligned), -1, "group_aligned"},
+        {offsetof(clmla_latent_tuning, group_aligned), 3, "group_aligned"},
+        {offsetof(clmla_latent_tuning, group_row_slices), -1, "group_row_slices"},
+        {offsetof(clmla_latent_tuning, group_row_slices), 3, "group_row_slices"},
+        {offsetof(clmla_latent_tuning, group_row_slices), 5, "group_row_slices"},
+        {offsetof(clmla_latent_tuning, group_row_slices), 8, "group_row_slices"},
+        {offsetof(clmla_latent_tuning, rows_lanes), -1, "rows_lanes"},
+        {offsetof(clmla_latent_tuning, rows_lanes), 3, "rows_lanes"},
+    };
+    for (size_t i = 0; i < sizeof(out_of_range) / sizeof(out_of_range[0]); i++) {
         t = d;
-        t.group_aligned = bad_aligned[i];
-        CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, "group_aligned"),
-              "group_aligned %d", bad_aligned[i]);
+        memcpy((char *)&t + out_of_range[i].offset, &out_of_range[i].value, sizeof(int));
+        CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, out_of_range[i].name),
+              "%s %d", out_of_range[i].name, out_of_range[i].value);
     }
     t = d;
     t.group_aligned = 2;
     CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_SUCCESS && !w, "group_aligned 2 refused");
     CHECK(d.group_aligned == 1, "default group_aligned %d (1 since the H200 of 2026-11-28)", d.group_aligned);
-    static const int bad_slices[] = {-1, 3, 5, 8};
-    for (int i = 0; i < 4; i++) {
-        t = d;
-        t.group_row_slices = bad_slices[i];
-        CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, "group_row_slices"),
-              "group_row_slices %d", bad_slices[i]);
-    }
     t = d;
     t.group_row_slices = 4;
     CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_SUCCESS && !w, "group_row_slices 4 refused");
@@ -143,13 +150,6 @@ static void test_parse(void)
               strstr(w, "group_stage_keys"),
           "group_row_slices 4 with group_stage_keys 1 accepted");
     CHECK(d.group_row_slices == 1, "default group_row_slices %d", d.group_row_slices);
-    static const int bad_lanes[] = {-1, 3};
-    for (int i = 0; i < 2; i++) {
-        t = d;
-        t.rows_lanes = bad_lanes[i];
-        CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, "rows_lanes"),
-              "rows_lanes %d", bad_lanes[i]);
-    }
     CHECK(d.rows_lanes == 0, "default rows_lanes %d", d.rows_lanes);
     /* rows_lanes by name in a file */
     CHECK(clmla_latent_tuning_parse("[{\"vendor\": \"AuthenticAMD\", \"device\": \"Some GPU\", \"parameters\": "
@@ -411,7 +411,7 @@ static void test_products_parse(void)
         size_t offset;
         int value;
         const char *name;
-    } bad[] = {
+    } out_of_range[] = {
         {offsetof(clmla_product_tuning, skinny_items), 8, "skinny_items"},
         {offsetof(clmla_product_tuning, skinny_items), 100, "skinny_items"},
         {offsetof(clmla_product_tuning, skinny_unroll), 0, "skinny_unroll"},
@@ -439,12 +439,12 @@ static void test_products_parse(void)
         {offsetof(clmla_product_tuning, cpu_wide), 2, "cpu_wide"},
         {offsetof(clmla_product_tuning, cpu_wide), -1, "cpu_wide"},
     };
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    for (size_t i = 0; i < sizeof(out_of_range) / sizeof(out_of_range[0]); i++) {
         const char *w = NULL;
         t = d;
-        *(int *)((char *)&t + bad[i].offset) = bad[i].value;
-        CHECK(clmla_product_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, bad[i].name),
-              "%s = %d: %s", bad[i].name, bad[i].value, w ? w : "accepted");
+        *(int *)((char *)&t + out_of_range[i].offset) = out_of_range[i].value;
+        CHECK(clmla_product_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, out_of_range[i].name),
+              "%s = %d: %s", out_of_range[i].name, out_of_range[i].value, w ? w : "accepted");
     }
     const char *w = "x";
     CHECK(clmla_product_tuning_check(&d, &w) == CLMLA_SUCCESS && !w, "defaults refused");
