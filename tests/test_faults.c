@@ -8,7 +8,8 @@
  *     platform's count ignores the objects, as NVIDIA's does, the test says it skips this check;
  *     host leaks are LeakSanitizer's job in
  *     ci/sanitize.sh; events cannot be counted this way: PoCL keeps each buffer's last event, which
- *     holds the queue, so the queue's count moves with the path a step took),
+ *     holds the queue, so the queue's count moves with the path a step took); a step whose count
+ *     moved runs again with the same fault and is judged by a count taken once the driver is idle,
  *   - leave the cache exactly as it was: sequences, lengths per layer, contents (clmla_cache_read,
  *     bitwise), block tables and the pool's block counts.
  * N walks from 1 until the call succeeds (the fault then falls after its last counted call), and
@@ -56,16 +57,20 @@ static cl_uint context_refs(clmla_context *c)
     return refs;
 }
 
-static objects objects_now(clmla_context *c, const clmla_cache *cache)
+/* How long objects_now waits for the count to hold still, in polls of 1 ms: the quick count each
+   walk step takes, and the settled one a step whose count moved is retried under. */
+enum { SETTLE_QUICK = 3, SETTLE_LONG = 100 };
+
+static objects objects_now(clmla_context *c, const clmla_cache *cache, int settle)
 {
     objects o;
     memset(&o, 0, sizeof(o));
     /* Objects released while queued commands use them go once those finish; should the driver drop
        them from a thread of its own a moment after clFinish returns, wait until the count holds
-       still (at most 1 s). */
+       still for `settle` polls (at most 2 s). */
     clFinish(clmla_context_queue(c));
     o.context_refs = context_refs(c);
-    for (int stable = 0, tries = 0; stable < 3 && tries < 1000; tries++) {
+    for (int stable = 0, tries = 0; stable < settle && tries < 2000; tries++) {
         struct timespec ms = {0, 1000000};
         nanosleep(&ms, NULL);
         cl_uint refs = context_refs(c);
@@ -100,17 +105,13 @@ static int refs_track_objects(clmla_context *c)
     return known;
 }
 
-/* The context holds exactly the objects it held before, plus what it is allowed to keep. */
-static void check_objects(const objects *before, clmla_context *c, const clmla_cache *cache, const char *what)
+/* How many objects the context holds beyond those it held before and what it is allowed to keep. */
+static long objects_leaked(const objects *before, clmla_context *c, const clmla_cache *cache, int settle)
 {
-    if (!refs_track_objects(c))
-        return;
-    objects now = objects_now(c, cache);
+    objects now = objects_now(c, cache, settle);
     long kept = (long)(now.scratch - before->scratch) + (now.programs - before->programs) +
                 (now.staged - before->staged);
-    long leaked = (long)now.context_refs - (long)before->context_refs - kept;
-    CHECK(leaked == 0, "%s: %ld OpenCL object(s) of the context leaked (references %u -> %u, %ld kept legitimately)",
-          what, leaked, before->context_refs, now.context_refs, kept);
+    return (long)now.context_refs - (long)before->context_refs - kept;
 }
 
 /* The codes clcall.c and gemm.c inject, which must come back unchanged. */
@@ -224,7 +225,7 @@ static long walk(const fault_op *op)
         snapshot before;
         if (op->cache)
             snap_take(&before, op->cache, op->ids, op->num_ids);
-        objects o = objects_now(ctx, op->cache);
+        objects o = objects_now(ctx, op->cache, SETTLE_QUICK);
         clmla_fault_arm(ctx, n);
         clmla_status st = op->run(op->arg);
         const long calls = clmla_fault_count(ctx);
@@ -246,7 +247,30 @@ static long walk(const fault_op *op)
         CHECK(injected_code(st), "%s: status %s (%d), expected the injected code: %s", what, clmla_status_string(st),
               st, clmla_last_error(ctx));
         CHECK(clmla_last_error(ctx)[0] != '\0', "%s: failed without a message", what);
-        check_objects(&o, ctx, op->cache, what);
+        if (refs_track_objects(ctx)) {
+            long leaked = objects_leaked(&o, ctx, op->cache, SETTLE_QUICK);
+            if (leaked != 0) {
+                /* On a loaded machine the driver's threads can free objects of an earlier step later
+                   than the quick count waits for, on either side of the step. A leak is repeatable: the
+                   failed step changed nothing, so it runs again with the same fault, counted with both
+                   sides settled, and that count is the one checked. */
+                const long first = leaked;
+                objects settled = objects_now(ctx, op->cache, SETTLE_LONG);
+                clmla_fault_arm(ctx, n);
+                const clmla_status again = op->run(op->arg);
+                clmla_fault_arm(ctx, 0);
+                CHECK(again == st, "%s: the retry returned %s (%d), the first run %s (%d)", what,
+                      clmla_status_string(again), again, clmla_status_string(st), st);
+                if (again == CLMLA_SUCCESS) {
+                    if (op->cache)
+                        snap_free(&before);
+                    return -1;
+                }
+                leaked = objects_leaked(&settled, ctx, op->cache, SETTLE_LONG);
+                printf("# %s: %ld object(s) on the quick count, %ld once settled\n", what, first, leaked);
+            }
+            CHECK(leaked == 0, "%s: %ld OpenCL object(s) of the context leaked", what, leaked);
+        }
         if (op->cache) {
             const int same = snap_same(&before, op->cache, what);
             snap_free(&before);
