@@ -267,16 +267,17 @@ inline void dt_e4m3x64p(const uint16 d, float16 *q)
 #define CACHE_CONVERTS
 #define CACHE_LOAD(p, i) vload_half((i), (p))
 #if defined(CACHE_ALIGNED) && defined(CACHE_HALF_BITS)
-inline float4 dt_half_bits4(const ushort4 h)
+/* dt_halfbits4/8: as dt_halfbits16, the 4 or 8 halves whose bits h holds, read from private memory */
+inline float4 dt_halfbits4(const ushort4 h)
 {
     return vload_half4(0, (const half *)&h);
 }
-inline float8 dt_half_bits8(const ushort8 h)
+inline float8 dt_halfbits8(const ushort8 h)
 {
     return vload_half8(0, (const half *)&h);
 }
-#define CACHE_LOAD4(p, i) dt_half_bits4(((__global const ushort4 *)(p))[i])
-#define CACHE_LOAD8(p, i) dt_half_bits8(((__global const ushort8 *)(p))[i])
+#define CACHE_LOAD4(p, i) dt_halfbits4(((__global const ushort4 *)(p))[i])
+#define CACHE_LOAD8(p, i) dt_halfbits8(((__global const ushort8 *)(p))[i])
 #elif defined(CACHE_ALIGNED)
 #define CACHE_LOAD4(p, i) vloada_half4((i), (p))
 #define CACHE_LOAD8(p, i) vloada_half8((i), (p))
