@@ -427,7 +427,7 @@ clmla_status clmla_latent_tuning_save(const char *path, const clmla_device_info 
    decode-shaped kernels (gemm_skinny_nt / gemm_skinny_nn on GPUs and other non-CPU devices,
    gemm_packed_rows / gemm_skinny_nt_rows on CPU devices) and the tiles of gemm_tiled_rows (CPU
    devices, 64 rows or more: prefill). Each value is a build option (-D) of the kernels or a launch
-   size; none changes how weights are laid out except cpu_items_per_cu, which sets the panel width
+   size; none changes how weights are laid out except cpu_items_per_cu and cpu_min_panel, which set the panel width
    of weights packed for CPU devices: a weight keeps the panel it was packed with, and the kernels
    read it from the weight, so a change applies to weights created after it.
    Which apply to a device and a product's K (its shape class: "small" K <= 4096, which holds
@@ -450,7 +450,7 @@ typedef struct clmla_product_tuning {
                              (256; 64 before 0.4) */
     /* CPU devices */
     int cpu_items_per_cu; /* decode-shaped products: work-items per compute unit, 1..64 (8); the panel of a packed
-                             weight of n rows is n / (this x compute units), rounded up */
+                             weight of n rows is n / (this x compute units), rounded up (see cpu_min_panel) */
     int packed_streams_1; /* gemm_packed_rows, 1 row of x: weight rows walked at once per item, 1..8 (8) */
     int packed_streams_2; /* the same at 2 rows, 1..8 (4) */
     int packed_streams_4; /* the same at 3 to 8 rows (4 at a time), 1..4 (3) */
@@ -490,6 +490,12 @@ typedef struct clmla_product_tuning {
        operations in 512-bit registers (fp8 through half precision), against x's chunk reordered to
        match; 0 (default) 8 values at a time */
     int cpu_wide;
+    /* added in 0.4: CPUs, weights packed in panels: the fewest weight rows a work-item's panel
+       holds, 0..65536 (0, default: no floor). Where cpu_items_per_cu items per compute unit would
+       each get fewer rows, fewer items per compute unit are used (at least one), so that each of
+       an item's streams walks a longer run of the weight; it sets the panel at packing, as
+       cpu_items_per_cu does */
+    int cpu_min_panel;
 } clmla_product_tuning;
 
 /* The parameters clmla used before any tuning. */

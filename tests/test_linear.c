@@ -769,10 +769,59 @@ static void test_wide(void)
     clmla_context_destroy(wc);
 }
 
+/* The product tuning's cpu_min_panel (CPU devices): a weight whose rows, spread over
+   cpu_items_per_cu items per compute unit, would give each item fewer rows than the floor is packed
+   in wider panels, fewer items per compute unit (at least one). The panel of each shape against
+   the rule written out here, and the products over those panels (rows fewer than, a few over and
+   many times the floor; with the line-wide form, as the Intel Xeon's entry runs it, and without)
+   against float64. */
+static void test_min_panel(void)
+{
+    clmla_context *pc = NULL;
+    CHECK_STATUS(clmla_context_create(NULL, &pc), CLMLA_SUCCESS, NULL);
+    if (!pc)
+        return;
+    if (!clmla_products_rows(pc)) {
+        printf("min-panel: the device runs no CPU product kernels, nothing to test\n");
+        clmla_context_destroy(pc);
+        return;
+    }
+    clmla_context *const main_ctx = ctx;
+    ctx = pc;
+    const int cus = pc->info.compute_units ? (int)pc->info.compute_units : 1;
+    for (int wide = 0; wide < 2; wide++) {
+        clmla_product_tuning t;
+        clmla_product_tuning_defaults(&t);
+        t.cpu_wide = wide;
+        t.cpu_min_panel = 16;
+        CHECK_STATUS(clmla_context_set_product_tuning(pc, &t), CLMLA_SUCCESS, pc);
+        static const int shapes[][2] = {{7, 256}, {37, 1152}, {70, 2432}, {300, 256}};
+        for (int i = 0; i < 4; i++) {
+            const int n = shapes[i][0], k = shapes[i][1];
+            int per_cu = t.cpu_items_per_cu;
+            while (per_cu > 1 && n < per_cu * cus * t.cpu_min_panel)
+                per_cu--;
+            const size_t want = (size_t)((n + per_cu * cus - 1) / (per_cu * cus));
+            const size_t got = clmla_weight_panel(pc, (size_t)n, (size_t)k);
+            CHECK(got == want, "min-panel: %d rows on %d compute units, panel %zu, expected %zu", n, cus, got, want);
+            static const clmla_dtype dtypes[] = {CLMLA_DTYPE_F32, CLMLA_DTYPE_BF16, CLMLA_DTYPE_FP8_E4M3};
+            for (int d = 0; d < 3; d++) {
+                char what[96];
+                snprintf(what, sizeof(what), "%s, cpu_min_panel 16, panel %zu%s", clmla_dtype_name(dtypes[d]), got,
+                         wide ? ", line-wide" : "");
+                check_dtype(dtypes[d], n, k, what);
+            }
+        }
+    }
+    ctx = main_ctx;
+    clmla_context_destroy(pc);
+}
+
 static const tu_part parts[] = {
     {"shapes", test_shapes}, {"shapes-clblast", test_shapes_clblast}, {"errors", test_errors},
     {"bytes", test_bytes},   {"faults", test_faults}, {"dtypes", test_dtypes},
     {"per-head", test_per_head}, {"aligned", test_aligned}, {"wide", test_wide},
+    {"min-panel", test_min_panel},
 };
 
 int main(int argc, char **argv)

@@ -719,8 +719,8 @@ static void pt_print(const clmla_product_tuning *t, int tiled, int cpu)
         printf("tiled_rows=%-3d tiled_columns=%-3d tiled_weight_rows=%d", t->tiled_rows, t->tiled_columns,
                t->tiled_weight_rows);
     else if (cpu)
-        printf("cpu_items_per_cu=%-2d packed_streams_1=%d cpu_fp8_block_sums=%d cpu_wide=%d", t->cpu_items_per_cu,
-               t->packed_streams_1, t->cpu_fp8_block_sums, t->cpu_wide);
+        printf("cpu_items_per_cu=%-2d packed_streams_1=%d cpu_fp8_block_sums=%d cpu_wide=%d cpu_min_panel=%-3d",
+               t->cpu_items_per_cu, t->packed_streams_1, t->cpu_fp8_block_sums, t->cpu_wide, t->cpu_min_panel);
     else
         printf("skinny_items=%-4d skinny_unroll=%d skinny_columns=%d skinny_vector=%-2d skinny_aligned=%d",
                t->skinny_items, t->skinny_unroll, t->skinny_columns, t->skinny_vector, t->skinny_aligned);
@@ -802,6 +802,9 @@ static int pt_grid(const clmla_product_tuning *base, int tiled, int cpu, int qui
             PT_ADD();
             t = *base; /* the line-wide form the other way (bf16 and fp8 at 1 row) */
             t.cpu_wide = !base->cpu_wide;
+            PT_ADD();
+            t = *base; /* a floor of 128 rows on a panel, or none (products of few weight rows) */
+            t.cpu_min_panel = base->cpu_min_panel ? 0 : 128;
             PT_ADD();
         }
     } else {
@@ -1207,10 +1210,11 @@ static int tune_products(const char *device, int quick, int dry_run, const char 
     const int cpu = cli_runs_row_products(&info);
     r.reps = quick ? 3 : 7;
     /* V2-Lite's and V3's projections (docs/MLA.md): the fused q / kv_a product and o_proj of
-       V2-Lite, V3's q_b_proj (K 1536) and its fused q_a / kv_a product (K 7168). */
+       V2-Lite, V3's q_b_proj (K 1536), its fused q_a / kv_a product (K 7168) and its kv_a_proj
+       alone (576 rows: the product of few rows that cpu_min_panel is for). */
     static const pt_shape small_full[] = {{"v2-lite q+kv_a", 3648, 2048}, {"v2-lite o_proj", 2048, 2048},
                                           {"v3 q_b", 24576, 1536}};
-    static const pt_shape large_full[] = {{"v3 q_a+kv_a", 2112, 7168}};
+    static const pt_shape large_full[] = {{"v3 q_a+kv_a", 2112, 7168}, {"v3 kv_a", 576, 7168}};
     static const pt_shape small_quick[] = {{"v2-lite o_proj", 2048, 2048}};
     static const clmla_dtype dtypes_full[] = {CLMLA_DTYPE_F32, CLMLA_DTYPE_BF16, CLMLA_DTYPE_FP8_E4M3};
     const int classes = quick ? 1 : 2, ndt = quick ? 2 : 3;
@@ -1242,7 +1246,7 @@ static int tune_products(const char *device, int quick, int dry_run, const char 
     rc = 0;
     for (int cls = 0; cls < classes && rc == 0; cls++) {
         const pt_shape *shapes = quick ? small_quick : cls == 0 ? small_full : large_full;
-        const int nshapes = quick ? 1 : cls == 0 ? 3 : 1;
+        const int nshapes = quick ? 1 : cls == 0 ? 3 : 2;
         const size_t k_of_class = cls == 0 ? 2048 : 7168;
         pt_weight ws[16];
         int nw = 0;

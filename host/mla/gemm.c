@@ -628,7 +628,13 @@ size_t clmla_weight_panel(const clmla_context *ctx, size_t n, size_t k)
         return 0;
     clmla_product_tuning t;
     clmla_product_tuning_for(ctx, k, &t);
-    const size_t items = cpu_items(ctx, &t);
+    size_t items = cpu_items(ctx, &t);
+    if (t.cpu_min_panel > 0) { /* fewer items per compute unit where theirs would hold fewer rows */
+        const size_t cus = ctx->info.compute_units ? ctx->info.compute_units : 1;
+        const size_t fit = n / (cus * (size_t)t.cpu_min_panel);
+        if (fit < (size_t)t.cpu_items_per_cu)
+            items = cus * (fit > 0 ? fit : 1);
+    }
     return (n + items - 1) / items;
 }
 

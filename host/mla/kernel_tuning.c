@@ -222,7 +222,7 @@ static const kernel_kind latent_kind = {
    gemm_skinny_nt took 8.9 us against 10.8); gemm_skinny_nt in V3's fp8 step 25.9 us against 30.4,
    gemm_skinny_nn_split 12.5 against 15.9. 16 values a load was not kept: V3's kv_b_proj and
    q_b_proj at 8 rows took 1.45-2.33x the time. */
-static const clmla_product_tuning product_defaults = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4, 16, 1, 0};
+static const clmla_product_tuning product_defaults = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4, 16, 1, 0, 0};
 
 /* Entries measured on the developers' machines (docs/BENCHMARKS.md, "Product kernel tuning"). On
    PoCL with AVX2 (2-core EPYC) the defaults won. */
@@ -245,9 +245,15 @@ static const kernel_entry product_builtin[] = {
          step on a loaded host: V3's larger fp8 and bf16 products in 0.72-0.95 of the time without
          (q_b_proj fp8 at 77-79% of its bound against 57-65%), V3's decode step with fp8 weights in
          0.83-0.86; from a warm cache V2-Lite's fp8 products 1.2-1.3x as fast; V2-Lite's small
-         products within the host's swing (docs/perf-log.md). */
+         products within the host's swing (docs/perf-log.md);
+       - cpu_min_panel 128 (2026-11-28), three alternations of clmla-bench's products at 1 row against
+         none and 256, medians of the three: V3's kv_a_proj (576 rows, 4 items of 144 rows where 16
+         had 36) fp8 0.226 against 0.390 ms, bf16 0.321 against 0.577, f32 0.603 against 0.607; V3's
+         q_a_proj (12 items of 128 rows) 0.96-0.98 of the time; V2-Lite's kv_a_proj within the
+         host's swing (bf16 0.86, fp8 1.09); the fused products the layers run have the rows to
+         keep 16 items. */
     {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 0,
-     {.product = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 96, 4, 1024, 1, 4, 1, 0, 1}}},
+     {.product = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 96, 4, 1024, 1, 4, 1, 0, 1, 128}}},
     /* NVIDIA H100 80GB HBM3, driver 580.159.04 (2026-11-26): gemm_skinny_nt at 1 row, 29 candidates
        per K class on V2-Lite's and V3's projections in f32, bf16 and fp8; the defaults won both
        classes (next best 1.006-1.036 of their time; skinny_vector 8 and 16, 1.27 and 1.92). The
@@ -280,6 +286,7 @@ static const tuning_param product_names[] = {
     {"skinny_nn_slices", offsetof(clmla_product_tuning, skinny_nn_slices)},
     {"skinny_aligned", offsetof(clmla_product_tuning, skinny_aligned)},
     {"cpu_wide", offsetof(clmla_product_tuning, cpu_wide)},
+    {"cpu_min_panel", offsetof(clmla_product_tuning, cpu_min_panel)},
 };
 
 int clmla_product_k_class(size_t k)
@@ -334,6 +341,8 @@ const char *clmla_product_tuning_problem(const clmla_product_tuning *t)
         return "skinny_aligned must be 0 or 1";
     if (t->cpu_wide != 0 && t->cpu_wide != 1)
         return "cpu_wide must be 0 or 1";
+    if (t->cpu_min_panel < 0 || t->cpu_min_panel > 65536)
+        return "cpu_min_panel must be from 0 to 65536";
     return NULL;
 }
 
