@@ -427,9 +427,9 @@ clmla_status clmla_latent_tuning_save(const char *path, const clmla_device_info 
    decode-shaped kernels (gemm_skinny_nt / gemm_skinny_nn on GPUs and other non-CPU devices,
    gemm_packed_rows / gemm_skinny_nt_rows on CPU devices) and the tiles of gemm_tiled_rows (CPU
    devices, 64 rows or more: prefill). Each value is a build option (-D) of the kernels or a launch
-   size; none changes how weights are laid out except cpu_items_per_cu and cpu_min_panel, which set the panel width
-   of weights packed for CPU devices: a weight keeps the panel it was packed with, and the kernels
-   read it from the weight, so a change applies to weights created after it.
+   size; none changes how weights are laid out except cpu_items_per_cu and cpu_min_panel, which set
+   the panel width of weights packed for CPU devices: a weight keeps the panel it was packed with,
+   and the kernels read it from the weight, so a change applies to weights created after it.
    Which apply to a device and a product's K (its shape class: "small" K <= 4096, which holds
    V2-Lite's projections and V3's q_b_proj and kv_b_proj; "large" K > 4096, V3's projections of the
    hidden state and its o_proj), in order: an entry of the user file of "Latent attention kernel

@@ -340,7 +340,8 @@ static void test_products_parse(void)
     CHECK(d.skinny_items == 128 && d.skinny_unroll == 2 && d.skinny_columns == 4 && d.skinny_nn_items == 256 &&
               d.cpu_items_per_cu == 8 && d.packed_streams_1 == 8 && d.packed_streams_2 == 4 && d.packed_streams_4 == 3 &&
               d.cpu_prefetch == 1 && d.tiled_rows == 256 && d.tiled_columns == 48 && d.tiled_weight_rows == 3 &&
-              d.tiled_k_chunk == 1024 && d.skinny_nn_slices == 16 && d.skinny_aligned == 1 && d.cpu_wide == 0 && d.cpu_min_panel == 0,
+              d.tiled_k_chunk == 1024 && d.skinny_nn_slices == 16 && d.skinny_aligned == 1 && d.cpu_wide == 0 &&
+              d.cpu_min_panel == 0,
           "product defaults are not the documented ones (W^UK split 256 x 16 since the H100 of 2026-11-27, "
           "skinny_aligned 1 since the H200 of 2026-11-28)");
     t = d;

@@ -86,10 +86,11 @@ static void print_tuning(const clmla_device_info *devs, size_t n)
             printf("  %zu K %s 4096: %s, ", i, c ? "> " : "<=", source);
             if (cpu)
                 printf("gemm_packed_rows cpu_items_per_cu=%d packed_streams_1/2/4=%d/%d/%d cpu_prefetch=%d "
-                       "cpu_fp8_block_sums=%d cpu_wide=%d cpu_min_panel=%d, gemm_tiled_rows tiled_rows=%d tiled_columns=%d "
-                       "tiled_weight_rows=%d tiled_k_chunk=%d\n",
+                       "cpu_fp8_block_sums=%d cpu_wide=%d cpu_min_panel=%d, gemm_tiled_rows tiled_rows=%d "
+                       "tiled_columns=%d tiled_weight_rows=%d tiled_k_chunk=%d\n",
                        t.cpu_items_per_cu, t.packed_streams_1, t.packed_streams_2, t.packed_streams_4, t.cpu_prefetch,
-                       t.cpu_fp8_block_sums, t.cpu_wide, t.cpu_min_panel, t.tiled_rows, t.tiled_columns, t.tiled_weight_rows, t.tiled_k_chunk);
+                       t.cpu_fp8_block_sums, t.cpu_wide, t.cpu_min_panel, t.tiled_rows, t.tiled_columns,
+                       t.tiled_weight_rows, t.tiled_k_chunk);
             else
                 printf("gemm_skinny_nt skinny_items=%d skinny_unroll=%d skinny_columns=%d skinny_vector=%d "
                        "skinny_aligned=%d, gemm_skinny_nn skinny_nn_items=%d skinny_nn_slices=%d\n",

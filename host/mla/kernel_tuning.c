@@ -222,7 +222,8 @@ static const kernel_kind latent_kind = {
    gemm_skinny_nt took 8.9 us against 10.8); gemm_skinny_nt in V3's fp8 step 25.9 us against 30.4,
    gemm_skinny_nn_split 12.5 against 15.9. 16 values a load was not kept: V3's kv_b_proj and
    q_b_proj at 8 rows took 1.45-2.33x the time. */
-static const clmla_product_tuning product_defaults = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4, 16, 1, 0, 0};
+static const clmla_product_tuning product_defaults = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256,
+                                                      48, 3, 1024, 0, 4, 16, 1, 0, 0};
 
 /* Entries measured on the developers' machines (docs/BENCHMARKS.md, "Product kernel tuning"). On
    PoCL with AVX2 (2-core EPYC) the defaults won. */
