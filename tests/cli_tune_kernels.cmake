@@ -147,6 +147,17 @@ if(NOT count EQUAL 4 OR NOT heads0 EQUAL 16 OR NOT dh0 EQUAL dh OR NOT heads1 EQ
    OR NOT class2 STREQUAL "small" OR slices2 LESS 1 OR sums3 STREQUAL "" OR NOT class3 STREQUAL "large")
   message(FATAL_ERROR "clmla tune --kernels --export wrote:\n${text}")
 endif()
+if(NOT text MATCHES "\"cpu_min_panel\"")
+  message(FATAL_ERROR "clmla tune --kernels --export left out cpu_min_panel:\n${text}")
+endif()
+# without --out it would write into the file every context reads: refused, nothing written
+set(file4 ${OUT_DIR}/kernel-tuning-test-export-default.json)
+file(REMOVE ${file4})
+execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_KERNEL_TUNING=${file4} ${CLMLA} tune --kernels --export
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "--export needs --out FILE" OR EXISTS ${file4})
+  message(FATAL_ERROR "--export without --out: exit ${rc}\n${out}\n${err}")
+endif()
 execute_process(COMMAND ${CLMLA} tune --export --dry-run RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 2 OR NOT err MATCHES "--export goes with --kernels")
   message(FATAL_ERROR "--export without --kernels: exit ${rc}\n${out}\n${err}")

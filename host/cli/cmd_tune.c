@@ -1713,8 +1713,9 @@ int cmd_tune(int argc, char **argv)
                                    "                       prefix of a 512-token chunk, and a prompt of up to 2048)"},
         {"cache-dtype", CLI_STRING, &cache_dtype, "f16|bf16|fp8  with --kernels --latent: time over a cache of that\n"
                                                   "                       dtype and tune group_decode_heads alone (GPUs)"},
-        {"export", CLI_FLAG, &export_tuning, "with --kernels: measure nothing, write the parameters that apply to the\n"
-                                             "                       device now (16 and 128 heads, both K classes) into the file"},
+        {"export", CLI_FLAG, &export_tuning, "with --kernels --out FILE: measure nothing, write the parameters that\n"
+                                             "                       apply to the device now (16 and 128 heads, both K classes)\n"
+                                             "                       into FILE as whole entries, to edit and try"},
         {"quick", CLI_FLAG, &quick, "with --kernels: a small grid (latent: two candidates at ctx 512; products:\n"
                                     "                       V2-Lite's o_proj, f32 and bf16, 128 prefill rows;\n"
                                     "                       prefill: three or four candidates, a prompt of 80)"},
@@ -1735,6 +1736,13 @@ int cmd_tune(int argc, char **argv)
     }
     if (export_tuning && !kernels) {
         fprintf(stderr, "clmla tune: --export goes with --kernels\n");
+        return 2;
+    }
+    if (kernels && export_tuning && !out && !dry_run) {
+        /* the default file is the one every context reads: whole entries written there would pin the
+           parameters of now over the built-in table's later ones without the user having chosen it */
+        fprintf(stderr, "clmla tune: --export needs --out FILE: its whole entries would take precedence over the "
+                        "built-in table wherever the file is read; try them with CLMLA_KERNEL_TUNING=FILE\n");
         return 2;
     }
     if (kernels && export_tuning)
