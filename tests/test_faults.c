@@ -10,6 +10,7 @@
  *     ci/sanitize.sh; events cannot be counted this way: PoCL keeps each buffer's last event, which
  *     holds the queue, so the queue's count moves with the path a step took); a step whose count
  *     moved runs again with the same fault and is judged by a count taken once the driver is idle,
+ *     and a count below the one before is reported, not failed (it is no leak: see walk),
  *   - leave the cache exactly as it was: sequences, lengths per layer, contents (clmla_cache_read,
  *     bitwise), block tables and the pool's block counts.
  * N walks from 1 until the call succeeds (the fault then falls after its last counted call), and
@@ -269,7 +270,12 @@ static long walk(const fault_op *op)
                 leaked = objects_leaked(&settled, ctx, op->cache, SETTLE_LONG);
                 printf("# %s: %ld object(s) on the quick count, %ld once settled\n", what, first, leaked);
             }
-            CHECK(leaked == 0, "%s: %ld OpenCL object(s) of the context leaked", what, leaked);
+            CHECK(leaked <= 0, "%s: %ld OpenCL object(s) of the context leaked", what, leaked);
+            /* Fewer objects than before is no leak: objects of earlier steps freed late, or one of
+               the step's own released early, which its later uses (the retried step, the successful
+               run checked against float64) would fail on. Said, not judged here. */
+            if (leaked < 0)
+                printf("# %s: the context holds %ld object(s) fewer than before the step\n", what, -leaked);
         }
         if (op->cache) {
             const int same = snap_same(&before, op->cache, what);
