@@ -161,7 +161,7 @@ typedef struct bench_peaks {
 } bench_peaks;
 
 /* Peak rows: read-bandwidth, fp32-fma, sgemm (CLBlast), sgemm-clmla (the library's dispatch). */
-#define BENCH_PEAK_ROWS 4
+#define BENCH_PEAK_ROWS 5
 
 /* ---- byte and FLOP counts (docs/BENCHMARKS.md, "Definitions") ---------------------------------- */
 

@@ -609,16 +609,16 @@ int main(int argc, char **argv)
     if (want_peak) {
         bench_row rows[BENCH_PEAK_ROWS];
         bench_peaks peaks;
-        progress(++index, total, "peak", "read-bandwidth, fp32-fma, sgemm, sgemm-clmla", "", 0, 0);
+        progress(++index, total, "peak", "read-bandwidth, fp32-fma, sgemm, sgemm-clmla, call-floor", "", 0, 0);
         failures += bench_peak(&dev, &timing, o.quick, rows, &peaks) != 0;
         index += BENCH_PEAK_ROWS - 1;
         progress_clear();
         snprintf(peaks.source, sizeof(peaks.source), "peak");
         bench_report_peaks(report, &peaks);
         printf("peak     read %.1f GB/s | fp32 FMA %.1f GFLOP/s | SGEMM %.1f GFLOP/s, the better of CLBlast and clmla's "
-               "own product (%s; %s)\n",
+               "own product (%s; %s) | a call's floor %.4f ms\n",
                peaks.read_gbs, peaks.fma_gflops, peaks.sgemm_gflops, peaks.sgemm_path[0] ? peaks.sgemm_path : "-",
-               rows[2].note);
+               rows[2].note, rows[4].t.samples > 0 ? rows[4].t.median_ms : 0.0);
         for (int i = 0; i < BENCH_PEAK_ROWS; i++)
             if (rows[i].t.samples > 0)
                 bench_report_row(report, &rows[i]);

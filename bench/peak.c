@@ -264,5 +264,28 @@ int bench_peak(bench_device *dev, const bench_timing_options *timing, int quick,
     bench_release(&st.a);
     bench_release(&st.b);
     bench_release(&st.c);
+
+    /* The floor of a timed call: fma_throughput as one work-item of one iteration, a kernel that does
+       next to nothing, so its median is what any call costs on this device and timer (the launch,
+       the driver spreading the work, the events), under which no row can go however few its bytes. */
+    peak_row(&rows[4], "call-floor");
+    st.kernel = bench_kernel(dev, "bench_util", "-D VEC=1", "fma_throughput");
+    st.global = 1;
+    st.local = 1;
+    st.a = bench_buffer(dev, sizeof(float), "call-floor sink");
+    const int one = 1;
+    const float m = 0.999f, c = 0.001f;
+    bench_op fop = {kernel_enqueue, NULL, &st, 0};
+    const int frc = !st.kernel || !st.a || clSetKernelArg(st.kernel, 0, sizeof(cl_mem), &st.a) != CL_SUCCESS ||
+                    clSetKernelArg(st.kernel, 1, sizeof(int), &one) != CL_SUCCESS ||
+                    clSetKernelArg(st.kernel, 2, sizeof(float), &m) != CL_SUCCESS ||
+                    clSetKernelArg(st.kernel, 3, sizeof(float), &c) != CL_SUCCESS ||
+                    best_time(dev, &fop, timing, trials, &rows[4].t);
+    snprintf(rows[4].note, sizeof(rows[4].note), "one work-item, one iteration of 8 fma: the least a timed call costs, "
+             "best of %d", trials);
+    if (st.kernel)
+        clReleaseKernel(st.kernel);
+    bench_release(&st.a);
+    rc |= frc;
     return rc;
 }

@@ -3,7 +3,8 @@
 # weights dtypes, and checks that it prints a table row per case and writes a JSON array whose rows
 # have the schema's fields and pass the float64 host check, and that the decode and products rows
 # carry a roofline bound from the peaks measured briefly by default (the layer run, with --no-peak,
-# none), and that the cold-start rows count the programs they build or load. Timings are never
+# none), that the cold-start rows count the programs they build or load, and that --phase peak
+# gives its five rows (the limits and a call's floor). Timings are never
 # asserted, only that the bound and its fraction are positive.
 #   cmake -DBENCH=path/to/clmla-bench -DCLMLA=path/to/clmla -DOUT=file.json -P smoke_test.cmake
 
@@ -270,6 +271,29 @@ if(out MATCHES "the step built programs")
   message(FATAL_ERROR "the first step after clmla_layer_warmup built a program:\n${out}")
 endif()
 message(STATUS "bench_smoke: cold start rows (build, cache) with their parts and program counts")
+
+# --phase peak: the four limits and the floor of a call, a row each; the floor has no bytes or
+# FLOPs, so no bound (its median is only required to be there).
+execute_process(
+  COMMAND ${BENCH} --quick --phase peak --max-time 0.2 --json ${OUT}.peak.json
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "a call's floor [0-9.]+ ms")
+  message(FATAL_ERROR "clmla-bench --phase peak exited with ${rc}:\n${out}\n${err}")
+endif()
+file(READ ${OUT}.peak.json json)
+string(JSON rows LENGTH "${json}")
+set(paths "")
+foreach(i RANGE 0 4)
+  string(JSON path ERROR_VARIABLE path_error GET "${json}" ${i} path)
+  list(APPEND paths "${path}")
+endforeach()
+string(JSON floor_ms GET "${json}" 4 median_ms)
+string(JSON floor_bound TYPE "${json}" 4 bound_ms)
+if(NOT rows EQUAL 5 OR NOT paths STREQUAL "read-bandwidth;fp32-fma;sgemm;sgemm-clmla;call-floor"
+   OR NOT floor_ms GREATER 0 OR NOT floor_bound STREQUAL "NULL")
+  message(FATAL_ERROR "--phase peak: ${rows} rows (${paths}), call-floor median ${floor_ms} ms, bound ${floor_bound}")
+endif()
+message(STATUS "bench_smoke: peak rows, the call's floor ${floor_ms} ms")
 
 # --no-peak with a peak to measure or read is refused.
 execute_process(

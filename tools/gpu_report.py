@@ -66,8 +66,10 @@ def device_line(folder):
         p = peaks[0]
         def rate(g):
             return f"{g / 1e3:.1f} TFLOP/s" if g >= 1000 else f"{g:.0f} GFLOP/s"
+        floor = [r for r in peaks if r.get("path") == "call-floor" and r.get("median_ms")]
+        floor_text = f", a call's floor {floor[0]['median_ms'] * 1e3:.1f} us" if floor else ""
         print(f"Peaks: read {p.get('peak_gbs') or 0:.0f} GB/s, FP32 FMA {rate(p.get('peak_gflops') or 0)}, "
-              f"SGEMM {rate(p.get('peak_sgemm_gflops') or 0)}.")
+              f"SGEMM {rate(p.get('peak_sgemm_gflops') or 0)}{floor_text}.")
     print()
 
 
