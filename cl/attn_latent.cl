@@ -965,13 +965,12 @@ void attn_latent_lanes(__global const float *q_latent, const int q_latent_offset
     const int t = get_global_id(1);
     const int split = get_global_id(2);
     const int h0 = get_global_id(0) * LH;
-    const int first = token_first ? token_first[t] : t - t % query_len;
+#define LFIRST(u) (token_first ? token_first[u] : (u) - (u) % query_len) /* token u's run's first token */
+    const int first = LFIRST(t);
     if ((t - first) % 2)
         return;
-    const int nq = t + 1 < (int)get_global_size(1) &&
-                           (token_first ? token_first[t + 1] : t + 1 - (t + 1) % query_len) == first
-                       ? 2
-                       : 1;
+    const int nq = t + 1 < (int)get_global_size(1) && LFIRST(t + 1) == first ? 2 : 1;
+#undef LFIRST
     const int ctxv[2] = {token_ctx_len[t], nq > 1 ? token_ctx_len[t + 1] : 0};
     const int ctx = max(ctxv[0], ctxv[1]), ctx_min = nq > 1 ? min(ctxv[0], ctxv[1]) : ctxv[0];
 #define LTOK(v) (t + ((v) < nq ? (v) : 0))

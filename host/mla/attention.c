@@ -176,6 +176,13 @@ static int fold_for(int num_heads, int max_run, const clmla_latent_tuning *tn)
     return fold;
 }
 
+int clmla_latent_lanes_vectors(const clmla_latent_tuning *tn, int num_heads)
+{
+    /* attn_latent_lanes fills 16 lanes with heads (rows_lanes 2: two vectors of them): with fewer
+       heads (8 on the Intel Xeon: 1.1-1.45x attn_latent_rows' time) the row kernel computes less */
+    return tn->rows_lanes == 2 && num_heads >= 32 ? 2 : tn->rows_lanes && num_heads >= 16;
+}
+
 /* Which kernel, its work-group size, its heads per group and query tokens per group: the
    row-walking kernel on CPUs, the work-group kernel elsewhere, unless a test forced one. */
 static clmla_status pick_kernel(clmla_cache *cache, int num_heads, const clmla_latent_tuning *tn, int sparse,
@@ -185,9 +192,7 @@ static clmla_status pick_kernel(clmla_cache *cache, int num_heads, const clmla_l
     *rows = clmla_attention_variant(cache->ctx) == CLMLA_LATENT_ROWS;
     *fold = 1;
     if (*rows) {
-        /* attn_latent_lanes fills 16 lanes with heads (rows_lanes 2: two vectors of them): with fewer
-           heads (8 on the Intel Xeon: 1.1-1.45x attn_latent_rows' time) the row kernel computes less */
-        const int lanes = tn->rows_lanes == 2 && num_heads >= 32 ? 2 : tn->rows_lanes && num_heads >= 16;
+        const int lanes = clmla_latent_lanes_vectors(tn, num_heads);
         *threads = 1;
         /* rows_lanes 2 with 16 to 31 heads: the second vector takes a sequence's next token */
         if (tn->rows_lanes == 2 && lanes == 1 && max_run >= 2 && !sparse) {

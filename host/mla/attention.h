@@ -38,6 +38,12 @@ void clmla_attention_set_variant(clmla_context *ctx, int variant);
    on every other device. The one place this choice is made, for both attention paths. */
 int clmla_attention_variant(const clmla_context *ctx);
 
+/* Vectors of 16 heads a work-item of the row-walking variant holds for a call of `num_heads` heads
+   under tuning `tn`: 0 where it runs attn_latent_rows (rows_lanes 0, or fewer than 16 heads, where
+   the row kernel computes less), 1 or 2 where attn_latent_lanes runs (2: rows_lanes 2 and 32 heads
+   or more). Read by the kernel choice and by the AUTO path rule of CPU layers. */
+int clmla_latent_lanes_vectors(const clmla_latent_tuning *tn, int num_heads);
+
 /* Split-KV latent attention (attn_latent.cl, and attn_combine.cl when the keys are split). */
 clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const latent_launch *p, cl_event *event);
 #endif

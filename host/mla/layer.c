@@ -392,7 +392,8 @@ static int auto_threshold_of(const clmla_layer *L, double *chunk_keys)
     if (L->ctx->info.kind == CLMLA_DEVICE_KIND_CPU) {
         clmla_latent_tuning tn;
         clmla_latent_tuning_for(L->ctx, L->H, &tn);
-        const double rate = tn.rows_lanes && L->H >= 16 ? CPU_LANES_ABSORBED_PAIR_RATE : CPU_ABSORBED_PAIR_RATE;
+        const double rate =
+            clmla_latent_lanes_vectors(&tn, L->H) ? CPU_LANES_ABSORBED_PAIR_RATE : CPU_ABSORBED_PAIR_RATE;
         const double saved = A / rate - D / CPU_DECOMPRESSED_PAIR_RATE;
         n = saved > 0 ? X / saved : AUTO_NEVER;
         *chunk_keys = 0;
