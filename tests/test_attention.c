@@ -291,9 +291,9 @@ static void run_case(const pool *p, const attn_case *c, uint64_t seed)
     clmla_status st = clmla_attention_latent(p->cache, 0, &a, &ev);
     CHECK(st == CLMLA_SUCCESS, "%s: attention_latent: %s: %s", what, clmla_status_string(st), clmla_last_error(ctx));
     /* 16 heads' queries of a 576-value row take 36 KiB: there the work-group kernel must fall back
-       to 8 heads; rows of 48 leave room for 16 */
+       to 8 heads; rows of 288 (18 KiB of queries, with 64 items) and 48 leave room for 16 */
     if (st == CLMLA_SUCCESS && small_local_mem && H >= 16) {
-        const int want16 = rkv + dr < 256;
+        const int want16 = rkv + dr <= 288;
         CHECK(want16 ? p->cache->latent_kernel[16] != NULL : !p->cache->latent_kernel[16] && p->cache->latent_kernel[8],
               "%s: with %llu bytes of local memory the work-group kernel should take %d heads", what,
               (unsigned long long)ctx->info.local_mem_bytes, want16 ? 16 : 8);
@@ -681,7 +681,67 @@ static void run_all(void)
         run_case(&p, &c16, 416);
         pool_free(&p);
     }
+    /* MiniCPM3's row (256 + 32) in bfloat16 with 16-token blocks: 3 heads (a group of 16 rows with
+       13 empty), 40 (groups of 16, 16 and 8) and 128, lengths ending mid-tile of 32 keys */
+    if (pool_make(&p, "rkv256 dr32 bt16 bf16", 256, 32, 16, 240, CLMLA_CACHE_BF16, 11) == 0) {
+        static const int len3[] = {1200, 33, 1, 0, 31, 1000};
+        static const int seq3[] = {0, 1, 2, 0, 1, 2};
+        attn_case c3 = {3, 6, len3, seq3, 0, 1, 0};
+        run_case(&p, &c3, 1103);
+        static const int len40[] = {1279, 65};
+        static const int seq40[] = {0, 1};
+        attn_case c40 = {40, 2, len40, seq40, 0, 0, 0};
+        run_case(&p, &c40, 1140);
+        static const int len128[] = {97, 1};
+        static const int seq128[] = {2, 0};
+        attn_case c128 = {128, 2, len128, seq128, 0, 0, 0};
+        run_case(&p, &c128, 1128);
+        pool_free(&p);
+    }
+}
 
+/* The name of the kernel a cache's calls of `heads` heads per group ran (attn_latent's slot, which
+   attn_latent_mma takes), "" when none was made. */
+static void latent_kernel_name(const pool *p, int heads, char *name, size_t size)
+{
+    name[0] = '\0';
+    if (p->cache && p->cache->latent_kernel[heads] &&
+        clGetKernelInfo(p->cache->latent_kernel[heads], CL_KERNEL_FUNCTION_NAME, size, name, NULL) != CL_SUCCESS)
+        name[0] = '\0';
+}
+
+/* attn_latent_mma (group_mma 1) is the kernel that runs where it applies, attn_latent where not:
+   the bf16 rows of rkv 512 and 256 take it, f16 rows and bf16 rows of rkv 40 do not */
+static void test_mma_chosen(void)
+{
+    clmla_latent_tuning t;
+    clmla_latent_tuning_defaults(&t);
+    t.group_mma = 1;
+    clmla_context_set_latent_tuning(ctx, &t);
+    clmla_attention_set_variant(ctx, CLMLA_LATENT_GROUP);
+    static const struct {
+        int rkv, dr, bt;
+        clmla_cache_dtype dtype;
+        const char *want;
+    } cfg[] = {{512, 64, 64, CLMLA_CACHE_BF16, "attn_latent_mma"},
+               {256, 32, 16, CLMLA_CACHE_BF16, "attn_latent_mma"},
+               {512, 64, 64, CLMLA_CACHE_F16, "attn_latent"},
+               {40, 8, 5, CLMLA_CACHE_BF16, "attn_latent"}};
+    for (size_t i = 0; i < sizeof(cfg) / sizeof(cfg[0]); i++) {
+        pool p;
+        if (pool_make(&p, "kernel choice", cfg[i].rkv, cfg[i].dr, cfg[i].bt, 24, cfg[i].dtype, 12 + i) != 0)
+            continue;
+        static const int len[] = {100};
+        static const int seq[] = {0};
+        const attn_case c = {16, 1, len, seq, 0, 0, 0};
+        run_case(&p, &c, 1200 + i);
+        char name[64];
+        latent_kernel_name(&p, 16, name, sizeof(name));
+        CHECK(strcmp(name, cfg[i].want) == 0, "group_mma 1, rkv %d dr %d dtype %d: ran %s, not %s", cfg[i].rkv,
+              cfg[i].dr, (int)cfg[i].dtype, name[0] ? name : "no attn_latent kernel", cfg[i].want);
+        pool_free(&p);
+    }
+    clmla_context_set_latent_tuning(ctx, NULL);
 }
 
 /* Every case (decoded caches only: the f16, bf16 and fp8 ones) on attn_latent with these
@@ -812,6 +872,18 @@ int main(void)
         clmla_latent_tuning_defaults(&t);
         t.group_aligned = aligned;
         run_all_tuned(&t, 1, aligned ? "group_aligned 2" : "group_aligned 0");
+    }
+    /* attn_latent_mma (group_mma 1) over the bf16 caches: on a CPU device its products are computed
+       by the work-items in mma.sync's fragment layouts (cl/attn_latent_mma.cl); the others run
+       attn_latent again; on an NVIDIA GPU of compute capability 8.0 or later, on its tensor cores.
+       Other devices do not run it (nothing to check). */
+    if (clmla_latent_mma_device(ctx)) {
+        clmla_latent_tuning_defaults(&t);
+        t.group_mma = 1;
+        only_dtypes = 1u << CLMLA_CACHE_BF16;
+        run_all_tuned(&t, 0, "group_mma 1");
+        only_dtypes = 0;
+        test_mma_chosen();
     }
     clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
 

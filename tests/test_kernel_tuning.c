@@ -131,6 +131,8 @@ static void test_parse(void)
         {offsetof(clmla_latent_tuning, group_row_slices), 8, "group_row_slices"},
         {offsetof(clmla_latent_tuning, rows_lanes), -1, "rows_lanes"},
         {offsetof(clmla_latent_tuning, rows_lanes), 3, "rows_lanes"},
+        {offsetof(clmla_latent_tuning, group_mma), -1, "group_mma"},
+        {offsetof(clmla_latent_tuning, group_mma), 2, "group_mma"},
     };
     for (size_t i = 0; i < sizeof(out_of_range) / sizeof(out_of_range[0]); i++) {
         t = d;
@@ -150,6 +152,7 @@ static void test_parse(void)
               strstr(w, "group_stage_keys"),
           "group_row_slices 4 with group_stage_keys 1 accepted");
     CHECK(d.group_row_slices == 1, "default group_row_slices %d", d.group_row_slices);
+    CHECK(d.group_mma == 0, "default group_mma %d", d.group_mma);
     CHECK(d.rows_lanes == 0, "default rows_lanes %d", d.rows_lanes);
     /* rows_lanes by name in a file */
     CHECK(clmla_latent_tuning_parse("[{\"vendor\": \"AuthenticAMD\", \"device\": \"Some GPU\", \"parameters\": "

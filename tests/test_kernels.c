@@ -699,8 +699,10 @@ typedef struct latent_case {
     const char *name;
     int rows;             /* 1 attn_latent_rows: hg is HGC, nt is KTC; 2 attn_latent_lanes: hg 16, nt is KTC;
                              3 the same with two vectors of heads (LHV 2): hg 32; 4 with two tokens of
-                             16 heads (LFOLD, runs of latent_query_len tokens): hg 16 */
-    int rkv, dr, heads, hg, nt, splits, split_tokens, bt, f16;
+                             16 heads (LFOLD, runs of latent_query_len tokens): hg 16; 5 attn_latent_mma
+                             (cl/attn_latent_mma.cl, its products computed by the items): nt 128, a
+                             bf16 cache */
+    int rkv, dr, heads, hg, nt, splits, split_tokens, bt, f16; /* f16 2: the cache in bf16 */
     int tokens;
     const int *ctx_len;   /* [tokens] */
     const int *token_seq; /* [tokens] */
@@ -729,7 +731,9 @@ static void run_latent(const latent_case *c)
     }
     const int max_blocks = (max_ctx + c->bt - 1) / c->bt + 1, blocks = num_seqs * max_blocks + 2;
     char options[224];
-    if (c->rows)
+    if (c->rows == 5)
+        snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d -D CACHE_BF16 -D HG=%d", c->rkv, c->dr, c->hg);
+    else if (c->rows)
         snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D HGC=%d -D KTC=%d%s%s", c->rkv, c->dr,
                  c->f16 ? " -D CACHE_F16" : "", c->hg, c->nt, latent_sparse ? " -D SPARSE" : "",
                  c->rows == 4   ? " -D ROWS_LANES -D LHV=2 -D LFOLD"
@@ -739,8 +743,9 @@ static void run_latent(const latent_case *c)
     else
         snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D NT=%d -D HG=%d%s%s", c->rkv, c->dr,
                  c->f16 ? " -D CACHE_F16" : "", c->nt, c->hg, latent_sparse ? " -D SPARSE" : "", latent_extra);
-    cl_kernel k = kernel("attn_latent", options,
-                         c->rows >= 2 ? "attn_latent_lanes" : c->rows ? "attn_latent_rows" : "attn_latent");
+    cl_kernel k = c->rows == 5 ? kernel("attn_latent_mma", options, "attn_latent_mma")
+                               : kernel("attn_latent", options,
+                                        c->rows >= 2 ? "attn_latent_lanes" : c->rows ? "attn_latent_rows" : "attn_latent");
     tu_rng rng = tu_rng_seed((uint64_t)c->rkv * 7 + (uint64_t)c->heads);
     /* The pool: every row written from the host (f16: random halves of moderate size). */
     const size_t cells = (size_t)blocks * c->bt * row;
@@ -749,7 +754,13 @@ static void run_latent(const latent_case *c)
     for (size_t i = 0; i < cells; i++) {
         values[i] = tu_rng_uniform(&rng) * 1.5f;
         halves[i] = float_to_half(values[i]);
-        if (c->f16)
+        if (c->f16 == 2) { /* bf16: the float's upper half */
+            uint32_t u;
+            memcpy(&u, &values[i], 4);
+            halves[i] = (uint16_t)(u >> 16);
+            u &= 0xFFFF0000u;
+            memcpy(&values[i], &u, 4);
+        } else if (c->f16)
             values[i] = tu_half_to_float(halves[i]);
     }
     /* Block tables: distinct shuffled blocks per sequence. */
@@ -824,7 +835,7 @@ static void run_latent(const latent_case *c)
         ARG(k, 22, no_first);
         ARG(k, 23, latent_query_len);
     }
-    const size_t threads = c->rows ? 1 : (size_t)c->nt;
+    const size_t threads = c->rows && c->rows != 5 ? 1 : (size_t)c->nt;
     /* the two-token kernel's grid is (head group, token, split) */
     const size_t global[3] = {threads * groups, c->rows == 4 ? (size_t)T : (size_t)S, c->rows == 4 ? (size_t)S : (size_t)T},
                  local[3] = {threads, 1, 1};
@@ -970,6 +981,29 @@ static void test_attn_latent(void)
     }
     latent_sparse = 0;
     latent_extra = "";
+}
+
+/* attn_latent_mma with its products computed by the work-items in mma.sync's fragment layouts (on
+   NVIDIA GPUs with the instruction the host builds it with CLMLA_PTX_MMA; tests/ptx_mma.sh checks
+   that form assembles): MiniCPM3's row (256 + 32) with 3 heads in a group of 16 rows, 2 splits of
+   40 keys, one token without keys and tiles of 32 cut short; DeepSeek's (512 + 64) with 16 heads
+   over two tiles, and 5 of 16 in a second group. Small: every product costs two barriers. */
+static void test_attn_latent_mma(void)
+{
+    static const int ctx_a[3] = {0, 1, 70}, seq_a[3] = {0, 1, 0};
+    const latent_case a = {"mma: rkv 256 dr 32, 3 heads, 2 splits, bf16", 5, 256, 32, 3, 3, 128, 2, 40, 3, 2, 3,
+                           ctx_a, seq_a};
+    static const int ctx_b[2] = {33, 5}, seq_b[2] = {1, 0};
+    const latent_case b = {"mma: rkv 512 dr 64, 21 heads / 16 per group, bf16", 5, 512, 64, 21, 16, 128, 1, 33, 16, 2,
+                           2, ctx_b, seq_b};
+    run_latent(&a);
+    /* 16 rows of 576-value queries in two terms: 48 KiB of local memory with the items' exchange,
+       more than some devices have (oclgrind's runs in ci/oclgrind.sh take 32 KiB) */
+    if (ctx->info.local_mem_bytes >= 48 * 1024)
+        run_latent(&b);
+    else
+        printf("# attn_latent_mma at rkv 512: skipped, %llu bytes of local memory\n",
+               (unsigned long long)ctx->info.local_mem_bytes);
 }
 
 static void test_attn_latent_rows(void)
@@ -2046,7 +2080,7 @@ static void test_indexer_writer_fp8(void)
 
 /* The kernels this file launches directly. */
 static const char *const tested[] = {"convert_to_f32", "convert_to_bf16", "convert_to_e4m3", "rmsnorm",        "rope",           "add_bias",       "cache_write",         "cache_gather",
-                                     "attn_latent",    "attn_latent_rows", "attn_latent_lanes", "attn_combine",       "attn_combine_rows", "attn_prefill",
+                                     "attn_latent",    "attn_latent_rows", "attn_latent_lanes", "attn_latent_mma", "attn_combine",       "attn_combine_rows", "attn_prefill",
                                      "attn_prefill_rows", "attn_prefill_tiled", "gemm_skinny_nt", "gemm_skinny_nn", "gemm_skinny_nn_split", "gemm_skinny_nt_rows",
                                      "gemm_skinny_nn_rows", "gemm_skinny_nn_wide", "gemm_packed_rows", "gemm_tiled_rows", "gemm_weight_f32",
                                      "indexer_scores", "indexer_topk", "indexer_key_write", "indexer_q_rope"};
@@ -2283,6 +2317,7 @@ static void test_indexer_topk(void)
 static void kernels_latent(void)
 {
     test_attn_latent();
+    test_attn_latent_mma();
     test_attn_latent_rows();
     test_attn_latent_lanes();
     test_attn_combine();

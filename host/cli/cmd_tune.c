@@ -257,7 +257,8 @@ static void kt_print(const clmla_latent_tuning *t, int rows, int decoded)
                t->group_heads, t->group_keys, t->group_max_items, t->group_groups_per_cu, t->group_query_layout,
                t->group_min_split_keys, t->group_stage_keys, t->group_row_slices);
     if (decoded)
-        printf(" group_decode_heads=%-2d group_aligned=%d", t->group_decode_heads, t->group_aligned);
+        printf(" group_decode_heads=%-2d group_aligned=%d group_mma=%d", t->group_decode_heads, t->group_aligned,
+               t->group_mma);
 }
 
 /* The kernel tuning file `clmla tune --kernels` writes into path: --out, else the one the library
@@ -373,6 +374,13 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
                     t.group_decode_heads = dh[i];
                 add_unique(cands, &n, &t);
             }
+        /* over a bf16 cache on an NVIDIA GPU, attn_latent_mma (the products on the tensor cores; the
+           kernel takes no other parameter of these), or attn_latent where it is in force */
+        if (dtype == CLMLA_CACHE_BF16 && strstr(info.vendor, "NVIDIA")) {
+            clmla_latent_tuning t = base;
+            t.group_mma = !base.group_mma;
+            add_unique(cands, &n, &t);
+        }
     } else if (r.rows) {
         static const int hs[] = {8, 16}, ks[] = {4, 8, 16}, gs[] = {2, 4, 8};
         for (int i = 0; i < 2; i++)

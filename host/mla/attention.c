@@ -54,6 +54,67 @@ static int cache_aligned(const clmla_cache *cache)
     return cache->config.dtype != CLMLA_CACHE_FP8 || (cache->row_bytes - 2 * (size_t)cache->config.rope_dim) % 8 == 0;
 }
 
+/* Local memory of attn_latent_mma (cl/attn_latent_mma.cl), arg: {row, 1 with CLMLA_PTX_MMA}: the
+   queries' two terms, the scores, the weights' two terms, maxima and sums, alpha and sums, slots;
+   and, where the products are computed by the items (no CLMLA_PTX_MMA), their exchange. */
+static size_t mma_local_bytes(int nt, const void *arg)
+{
+    const size_t qp = (size_t)((const int *)arg)[0] / 2, qs = qp + (48 - qp % 32) % 32;
+    const size_t ptx = (size_t)((const int *)arg)[1];
+    return (2 * 16 * qs + 16 * 33 + 2 * 16 * 24 + 8 * 16 + 32 + 32 + (ptx ? 0 : (size_t)nt * 6)) * 4;
+}
+
+int clmla_latent_mma_device(const clmla_context *ctx)
+{
+    /* mma.sync.m16n8k16 with bf16 operands: NVIDIA GPUs of compute capability 8.0 and later
+       (CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV of cl_nv_device_attribute_query) */
+    cl_uint major = 0;
+    if (ctx->info.kind == CLMLA_DEVICE_KIND_GPU && strstr(ctx->info.vendor, "NVIDIA") &&
+        clGetDeviceInfo(ctx->device, 0x4000 /* CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV */, sizeof(major), &major, NULL) ==
+            CL_SUCCESS &&
+        major >= 8)
+        return 2;
+    return ctx->info.kind == CLMLA_DEVICE_KIND_CPU;
+}
+
+/* attn_latent_mma for `hg` heads in the slot of attn_latent (the parameters in force do not change
+   over a context's life): where group_mma asks for it and the call fits it (a bf16 cache, its
+   shape, dense, one token per group) on a device with the instruction, or on a CPU device, which
+   computes the products itself; *kernel NULL otherwise, or where 128 items or the local memory do
+   not fit or the build fails (logged), and attn_latent runs, in the same slot: it is not tried
+   again. */
+static clmla_status mma_kernel(clmla_cache *cache, int hg, const clmla_latent_tuning *tn, int sparse, int fold,
+                               cl_kernel *kernel, int *threads)
+{
+    const int rkv = cache->config.kv_lora_rank, row = rkv + cache->config.rope_dim;
+    *kernel = NULL;
+    if (!tn->group_mma || sparse || fold > 1 || hg > 16 || cache->config.dtype != CLMLA_CACHE_BF16 || rkv % 256 ||
+        row % 32)
+        return CLMLA_SUCCESS;
+    const int runs = clmla_latent_mma_device(cache->ctx), ptx = runs == 2;
+    if (!runs)
+        return CLMLA_SUCCESS;
+    if (!cache->latent_kernel[hg]) {
+        char options[256];
+        snprintf(options, sizeof(options), "%s -D HG=%d%s", cache->options, hg, ptx ? " -D CLMLA_PTX_MMA" : "");
+        const int shape[2] = {row, ptx};
+        const clmla_kernel_fit fit = {"attn_latent_mma", "attn_latent_mma", options, "MMA_NT", 128, 128,
+                                      mma_local_bytes, shape};
+        clmla_status st = clmla_kernel_create_fitted(cache->ctx, &fit, &cache->latent_kernel[hg],
+                                                     &cache->latent_threads[hg]);
+        if (st == CLMLA_ERROR_BUILD_FAILED) { /* a compiler without the inline PTX: attn_latent, once */
+            clmla_log(cache->ctx, CLMLA_LOG_WARNING, "group_mma 1: attn_latent_mma did not build (%s); attn_latent runs",
+                      clmla_last_error(cache->ctx));
+            return CLMLA_SUCCESS;
+        }
+        if (st != CLMLA_SUCCESS)
+            return st;
+    }
+    *kernel = cache->latent_kernel[hg];
+    *threads = cache->latent_threads[hg];
+    return CLMLA_SUCCESS;
+}
+
 /* The attn_latent kernel for `hg` heads per work-group: NT is the largest power of two <= the
    tuning's group_max_items (128 by default), and >= the heads padded to 4, 8 or 16, that the
    device's work-group limit, the kernel's own limit and local memory allow. NULL kernel (and
@@ -70,6 +131,9 @@ static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_
     int fl = 0;
     while (fold > 1 << fl)
         fl++;
+    clmla_status mst = mma_kernel(cache, hg, tn, sparse, fold, kernel, threads);
+    if (mst != CLMLA_SUCCESS || *kernel)
+        return mst;
     cl_kernel *slot = sparse ? &cache->sparse_kernel[hg] : fold > 1 ? &cache->fold_kernel[fl - 1][hg / fold]
                                                                       : &cache->latent_kernel[hg];
     int *slot_threads = sparse ? &cache->sparse_threads[hg] : fold > 1 ? &cache->fold_threads[fl - 1][hg / fold]

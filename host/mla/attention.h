@@ -38,6 +38,11 @@ void clmla_attention_set_variant(clmla_context *ctx, int variant);
    on every other device. The one place this choice is made, for both attention paths. */
 int clmla_attention_variant(const clmla_context *ctx);
 
+/* Where attn_latent_mma (the latent tuning's group_mma) runs: 2 on the tensor cores (NVIDIA GPUs of
+   compute capability 8.0 and later), 1 with its products computed by the work-items (CPU devices),
+   0 not at all (attn_latent runs). */
+int clmla_latent_mma_device(const clmla_context *ctx);
+
 /* Vectors of 16 heads a work-item of the row-walking variant holds for a call of `num_heads` heads
    under tuning `tn`: 0 where it runs attn_latent_rows (rows_lanes 0, or fewer than 16 heads, where
    the row kernel computes less), 1 or 2 where attn_latent_lanes runs (2: rows_lanes 2 and 32 heads

@@ -58,7 +58,7 @@ typedef struct kernel_kind {
    loads, fp8 in 0.87-0.92, f16 unchanged (0.98-1.02: vloada_half4 compiles to the same scalar
    loads), V2-Lite and V3, batch 1 to 32, ctx 4096 and 32768. Only attn_latent, a GPU's kernel,
    reads it; a whole aligned load is no more work than its values' loads on any GPU. */
-static const clmla_latent_tuning latent_defaults = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0, 1};
+static const clmla_latent_tuning latent_defaults = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0, 1, 0};
 
 /* Entries measured with `clmla tune --kernels` on the developers' machines (CHANGELOG.md,
    docs/DESIGN.md "Kernel tuning"). */
@@ -127,6 +127,7 @@ static const tuning_param latent_names[] = {
     {"group_aligned", offsetof(clmla_latent_tuning, group_aligned)},
     {"rows_lanes", offsetof(clmla_latent_tuning, rows_lanes)},
     {"group_row_slices", offsetof(clmla_latent_tuning, group_row_slices)},
+    {"group_mma", offsetof(clmla_latent_tuning, group_mma)},
 };
 
 /* The kernels' constraints (cl/attn_latent.cl): attn_latent_rows walks heads two at a time and keys
@@ -178,6 +179,8 @@ static const char *latent_check(const clmla_latent_tuning *t)
         return "group_row_slices must be 0, 1, 2 or 4";
     if (t->group_row_slices > 1 && t->group_stage_keys)
         return "group_row_slices 2 or 4 and group_stage_keys 1 do not go together";
+    if (t->group_mma < 0 || t->group_mma > 1)
+        return "group_mma must be 0 or 1";
     return NULL;
 }
 

@@ -1,0 +1,312 @@
+/* attn_latent_mma: the latent attention of cl/attn_latent.cl (same arguments, outputs and splits;
+ * dense, one query token per work-group) over a bfloat16 cache, its two products on NVIDIA's
+ * tensor cores: warp-wide mma.sync.m16n8k16 with bf16 operands and float32 accumulators, issued
+ * as inline PTX (CLMLA_PTX_MMA, set by the host on NVIDIA devices of compute capability 8.0 and
+ * later). Elsewhere (CPU devices, for the tests) each mma is computed by the warp's 32 items
+ * through local memory, in the same fragment layout, so that everything but the instruction
+ * itself runs and is checked on any device. Experimental: the latent tuning's group_mma.
+ *
+ * Precision. The cache's values are bf16 already, so only the queries (scaled) and the softmax
+ * weights need rounding to be mma operands; each is split into two bf16 terms, hi = bf16(x) and
+ * lo = bf16(x - hi), and each product takes two mma instructions, one per term: x - hi - lo is
+ * within 2^-16 |x|, so the scores and sums keep about 16 significant bits rather than bf16's 8
+ * (FlashMLA rounds both to bf16 once). Accumulation is float32 throughout.
+ *
+ * Work-group: NT = 128 items, four warps of 32 (lane = lid % 32, warp = lid / 32; a lane's group
+ * g = lane / 4 and place t = lane % 4 in it, as PTX's fragment layouts name them); HG <= 16 heads
+ * (rows 16 of the m16 products, those past HG zero), keys [split*split_tokens, ..) in tiles of
+ * TK = 32.
+ *   A. scores S[16 heads][32 keys]: warp w takes keys 8w .. 8w+7 (the n8 of its products) over
+ *      the whole row, 32 values per step: lane (g, t) loads values 8t .. 8t+7 of that step of
+ *      key 8w + g as one 16-byte load (a warp reads eight 64-byte runs), which are the B operands
+ *      of two products; the A operands, the queries' hi and lo terms, come from local memory in
+ *      the same order. The k dimension of a product is a sum, so any order of it serves as long
+ *      as A and B agree: fragment k 2t, 2t+1, 2t+8, 2t+9 of the first product are values 8t ..
+ *      8t+3 of the step, of the second 8t+4 .. 8t+7.
+ *   B. online softmax as in attn_latent, 8 items per head (lid / 8 the head, 4 keys each); the
+ *      weights go to local memory as bf16 hi and lo terms.
+ *   C. values: warp w owns RKV/4 value columns, in blocks of 64 of which lane (g, t) loads the 8
+ *      values 8g .. 8g+7 (one 16-byte load) of the 4 keys 4t .. 4t+3 of each 16-key step; value
+ *      e of the 8 is column g of the block's n-tile e, so that two keys' values of a column pair
+ *      up into one B register by a shift and a mask. A lane's accumulators then hold columns
+ *      16t + e and 16t + 8 + e (e < 8) of heads g and g + 8: two 8-float runs of each output row.
+ * Needs RKV a multiple of 256 and RKV + DR a multiple of 32 (every preset of docs/MODELS.md); the
+ * host runs attn_latent elsewhere. Local memory: 2 x 16 x QS uints (the queries' terms) + 16 x 33
+ * floats (scores) + 2 x 16 x PS uints (the weights' terms) + 8 x 16 + 48 floats + TK ints: 44.6
+ * KiB at RKV 512, DR 64 (and 3 KiB more for the emulation's exchange). */
+#ifndef RKV
+#define RKV 512
+#endif
+#ifndef DR
+#define DR 64
+#endif
+#ifndef HG
+#define HG 16
+#endif
+/* the host builds it for a bf16 cache of these shapes only; other options leave the file empty */
+#if defined(CACHE_BF16) && RKV % 256 == 0 && (RKV + DR) % 32 == 0 && HG <= 16
+#define NT 128
+#define ROW (RKV + DR)
+#define TK 32
+#define QP (ROW / 2)                                /* bf16 pairs of a query row */
+#define QS (QP + (48 - QP % 32) % 32)               /* its stride in uints: 16 more than a multiple of 32 */
+#define PS 24                                       /* stride of a row of weights' pairs, in uints */
+#define NB (RKV / 256)                              /* blocks of 64 value columns per warp */
+
+/* float to bf16 hi and lo terms, as the low and high halves of pairs */
+inline uint bf16_pair(const float x0, const float x1, const int lo)
+{
+    ushort a = dt_to_bf16(x0), b = dt_to_bf16(x1);
+    if (lo) {
+        a = dt_to_bf16(x0 - dt_bf16(a));
+        b = dt_to_bf16(x1 - dt_bf16(b));
+    }
+    return (uint)a | (uint)b << 16;
+}
+
+#ifdef CLMLA_PTX_MMA
+/* d (4 floats) += A (16 x 16 bf16, 4 registers) B (16 x 8, 2 registers) over the warp */
+#define MMA(d, a0, a1, a2, a3, b0, b1)                                                              \
+    __asm__ __volatile__("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "                    \
+                         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"        \
+                         : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3])                   \
+                         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+#define MMA_SCRATCH
+#else
+/* The same product by the warp's items through local memory (x: this warp's 32 x 6 uints), with
+   PTX's layouts: A register r of lane (g, t) holds row g + 8 (r & 1), columns 2t + 8 (r >> 1) and
+   one more (low half first); B register r holds rows 2t + 8r and one more of column g; D element
+   i is row g + 8 (i >> 1), column 2t + (i & 1). Every item of the work-group calls it alike. */
+inline void mma_emulated(float *d, const uint a0, const uint a1, const uint a2, const uint a3, const uint b0,
+                         const uint b1, __local uint *x, const int lane)
+{
+    x[lane * 6] = a0;
+    x[lane * 6 + 1] = a1;
+    x[lane * 6 + 2] = a2;
+    x[lane * 6 + 3] = a3;
+    x[lane * 6 + 4] = b0;
+    x[lane * 6 + 5] = b1;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 4; i++) {
+        const int r = g + 8 * (i >> 1), c = 2 * t + (i & 1);
+        float s = d[i];
+        for (int k = 0; k < 16; k++) {
+            const int kk = k % 8, hi = k >= 8, sh = 16 * (k & 1);
+            const uint a = x[((r % 8) * 4 + kk / 2) * 6 + (r >= 8) + 2 * hi];
+            const uint b = x[(c * 4 + kk / 2) * 6 + 4 + hi];
+            s = fma(dt_bf16((ushort)(a >> sh)), dt_bf16((ushort)(b >> sh)), s);
+        }
+        d[i] = s;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+#define MMA(d, a0, a1, a2, a3, b0, b1) mma_emulated((d), (a0), (a1), (a2), (a3), (b0), (b1), mx, lane)
+#define MMA_SCRATCH __local uint mx_all[NT * 6];
+#endif
+
+__kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
+void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, const int q_latent_token_stride,
+                     const int q_latent_head_stride,
+                     __global const float *q_rope, const int q_rope_offset, const int q_rope_token_stride,
+                     const int q_rope_head_stride,
+                     __global const CACHE_T *cache,
+                     __global const int *block_table, const int max_blocks_per_seq, const int block_tokens,
+                     __global const int *token_seq, __global const int *token_ctx_len,
+                     const int num_heads, const int num_splits, const int split_tokens, const float scale,
+                     __global float *out, const int out_offset, __global float *lse, const int lse_offset)
+{
+    __local uint4 qh4[16 * QS / 4], ql4[16 * QS / 4]; /* the scaled queries' hi and lo terms, bf16 pairs */
+    __local float sc[16 * (TK + 1)];                   /* the tile's scores [head][key] */
+    __local uint2 ph2[16 * PS / 2], pl2[16 * PS / 2];  /* its weights' terms, bf16 pairs [head][key / 2] */
+    __local uint *qh = (__local uint *)qh4, *ql = (__local uint *)ql4, *ph = (__local uint *)ph2,
+                 *pl = (__local uint *)pl2;
+    __local float red[8 * 16];             /* [part][head]: maxima, at the end sums */
+    __local float alpha_l[16], lsum_l[16];
+    __local int slot_l[TK];
+    MMA_SCRATCH
+
+    const int lid = get_local_id(0), lane = lid % 32, warp = lid / 32, g = lane / 4, t = lane % 4;
+#ifndef CLMLA_PTX_MMA
+    __local uint *mx = mx_all + warp * 32 * 6;
+#endif
+    const int split = get_global_id(1), tok = get_global_id(2);
+    const int h0 = get_group_id(0) * HG, ctx = token_ctx_len[tok];
+    const int k_begin = split * split_tokens, k_end = min(ctx, k_begin + split_tokens);
+    __global const int *table = block_table + (size_t)token_seq[tok] * max_blocks_per_seq;
+#define LIVE(h) ((h) < HG && h0 + (h) < num_heads)
+#define OUT_ROW(h) (((size_t)tok * num_splits + split) * num_heads + h0 + (h))
+
+    if (k_end <= k_begin) { /* no keys: out 0, lse -inf (as attn_latent) */
+        for (int h = 0; h < HG; h++) {
+            if (!LIVE(h))
+                continue;
+            for (int d = lid; d < RKV; d += NT)
+                out[out_offset + OUT_ROW(h) * RKV + d] = 0.0f;
+            if (lid == 0)
+                lse[lse_offset + OUT_ROW(h)] = -INFINITY;
+        }
+        return;
+    }
+
+    /* the queries, scaled, as bf16 hi and lo pairs; zero for rows past the group's heads */
+    for (int i = lid; i < 16 * QP; i += NT) {
+        const int h = i / QP, d = 2 * (i % QP);
+        float x0 = 0.0f, x1 = 0.0f;
+        if (LIVE(h)) {
+            __global const float *qlat = q_latent + q_latent_offset + (size_t)tok * q_latent_token_stride +
+                                         (size_t)(h0 + h) * q_latent_head_stride;
+            __global const float *qr = q_rope + q_rope_offset + (size_t)tok * q_rope_token_stride +
+                                       (size_t)(h0 + h) * q_rope_head_stride;
+            x0 = scale * (d < RKV ? qlat[d] : qr[d - RKV]); /* RKV even: a pair never straddles */
+            x1 = scale * (d < RKV ? qlat[d + 1] : qr[d + 1 - RKV]);
+        }
+        qh[h * QS + i % QP] = bf16_pair(x0, x1, 0);
+        ql[h * QS + i % QP] = bf16_pair(x0, x1, 1);
+    }
+
+    const int hb = lid / 8, pi = lid % 8; /* step B: head, its 4 keys 4pi .. 4pi+3 */
+    float m_run = -INFINITY, l_run = 0.0f;
+    float o[NB * 8][4];
+    #pragma unroll
+    for (int j = 0; j < NB * 8; j++)
+        o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+
+    for (int j0 = k_begin; j0 < k_end; j0 += TK) {
+        const int nk = min(TK, k_end - j0);
+        if (lid < TK) { /* the tile's rows; past its end, its first key's (weight 0) */
+            const int j = j0 + (lid < nk ? lid : 0);
+            slot_l[lid] = table[j / block_tokens] * block_tokens + j % block_tokens;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* slot_l, and the queries before the first tile */
+
+        /* A. scores of keys 8 warp + g (B's column g) with the 16 heads */
+        {
+            float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            __global const uint4 *row = (__global const uint4 *)(cache + (size_t)slot_l[8 * warp + g] * ROW);
+            #pragma unroll 2
+            for (int v = 0; v < ROW / 32; v++) {
+                const uint4 b = row[4 * v + t];
+                const int qa = g * (QS / 4) + 4 * v + t, qa8 = qa + 8 * (QS / 4); /* whole uint4s: QS % 16 == 0 */
+                const uint4 a = qh4[qa], a8 = qh4[qa8], c = ql4[qa], c8 = ql4[qa8];
+                MMA(s, a.x, a8.x, a.y, a8.y, b.x, b.y);
+                MMA(s, c.x, c8.x, c.y, c8.y, b.x, b.y);
+                MMA(s, a.z, a8.z, a.w, a8.w, b.z, b.w);
+                MMA(s, c.z, c8.z, c.w, c8.w, b.z, b.w);
+            }
+            const int k = 8 * warp + 2 * t;
+            sc[g * (TK + 1) + k] = k < nk ? s[0] : -INFINITY;
+            sc[g * (TK + 1) + k + 1] = k + 1 < nk ? s[1] : -INFINITY;
+            sc[(g + 8) * (TK + 1) + k] = k < nk ? s[2] : -INFINITY;
+            sc[(g + 8) * (TK + 1) + k + 1] = k + 1 < nk ? s[3] : -INFINITY;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* B. the tile's maximum per head, then weights (as hi and lo pairs) and sums */
+        float w[4], mx4 = -INFINITY;
+        for (int k = 0; k < 4; k++) {
+            w[k] = sc[hb * (TK + 1) + 4 * pi + k];
+            mx4 = fmax(mx4, w[k]);
+        }
+        red[pi * 16 + hb] = mx4;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float m_new = m_run;
+        for (int i = 0; i < 8; i++)
+            m_new = fmax(m_new, red[i * 16 + hb]);
+        const float al = m_new == -INFINITY ? 1.0f : exp(m_run - m_new);
+        float sum = 0.0f;
+        for (int k = 0; k < 4; k++) {
+            w[k] = w[k] == -INFINITY ? 0.0f : exp(w[k] - m_new);
+            sum += w[k];
+        }
+        l_run = l_run * al + sum;
+        m_run = m_new;
+        ph[hb * PS + 2 * pi] = bf16_pair(w[0], w[1], 0);
+        ph[hb * PS + 2 * pi + 1] = bf16_pair(w[2], w[3], 0);
+        pl[hb * PS + 2 * pi] = bf16_pair(w[0], w[1], 1);
+        pl[hb * PS + 2 * pi + 1] = bf16_pair(w[2], w[3], 1);
+        if (pi == 0)
+            alpha_l[hb] = al;
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* C. o = alpha o + P V over the tile: rows g and g + 8 of the accumulators */
+        const float ag = alpha_l[g], ag8 = alpha_l[g + 8];
+        #pragma unroll
+        for (int j = 0; j < NB * 8; j++) {
+            o[j][0] *= ag;
+            o[j][1] *= ag;
+            o[j][2] *= ag8;
+            o[j][3] *= ag8;
+        }
+        #pragma unroll
+        for (int ks = 0; ks < 2; ks++) {
+            /* weights of keys 16ks + 4t .. +3: fragment k 2t, 2t+1 | 2t+8, 2t+9 */
+            const int pq = g * (PS / 2) + 4 * ks + t, pq8 = pq + 8 * (PS / 2);
+            const uint2 pa = ph2[pq], pa8 = ph2[pq8], pb = pl2[pq], pb8 = pl2[pq8];
+            __global const CACHE_T *r0 = cache + (size_t)slot_l[16 * ks + 4 * t] * ROW;
+            __global const CACHE_T *r1 = cache + (size_t)slot_l[16 * ks + 4 * t + 1] * ROW;
+            __global const CACHE_T *r2 = cache + (size_t)slot_l[16 * ks + 4 * t + 2] * ROW;
+            __global const CACHE_T *r3 = cache + (size_t)slot_l[16 * ks + 4 * t + 3] * ROW;
+            #pragma unroll
+            for (int b = 0; b < NB; b++) {
+                const int col = warp * (RKV / 4) + 64 * b + 8 * g; /* this lane's 8 columns */
+                const uint4 v0 = *(__global const uint4 *)(r0 + col), v1 = *(__global const uint4 *)(r1 + col);
+                const uint4 v2 = *(__global const uint4 *)(r2 + col), v3 = *(__global const uint4 *)(r3 + col);
+                const uint e0[4] = {v0.x, v0.y, v0.z, v0.w}, e1[4] = {v1.x, v1.y, v1.z, v1.w};
+                const uint e2[4] = {v2.x, v2.y, v2.z, v2.w}, e3[4] = {v3.x, v3.y, v3.z, v3.w};
+                #pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    /* value e of keys 4t, 4t+1 and 4t+2, 4t+3, paired low half first */
+                    const uint x0 = e0[e / 2], x1 = e1[e / 2], x2 = e2[e / 2], x3 = e3[e / 2];
+                    const uint b0 = e & 1 ? (x0 >> 16) | (x1 & 0xFFFF0000u) : (x0 & 0xFFFFu) | (x1 << 16);
+                    const uint b1 = e & 1 ? (x2 >> 16) | (x3 & 0xFFFF0000u) : (x2 & 0xFFFFu) | (x3 << 16);
+                    MMA(o[8 * b + e], pa.x, pa8.x, pa.y, pa8.y, b0, b1);
+                    MMA(o[8 * b + e], pb.x, pb8.x, pb.y, pb8.y, b0, b1);
+                }
+            }
+        }
+        /* the next tile writes slot_l only after every warp has read it here */
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    /* each head's sum over its 8 items, and its lse (m_run is the same in all 8) */
+    red[pi * 16 + hb] = l_run;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (pi == 0) {
+        float l = 0.0f;
+        for (int i = 0; i < 8; i++)
+            l += red[i * 16 + hb];
+        lsum_l[hb] = l;
+        if (LIVE(hb))
+            lse[lse_offset + OUT_ROW(hb)] = l > 0.0f ? m_run + log(l) : -INFINITY;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const float l0 = lsum_l[g], l8 = lsum_l[g + 8];
+    const float i0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, i8 = l8 > 0.0f ? 1.0f / l8 : 0.0f;
+    #pragma unroll
+    for (int b = 0; b < NB; b++) {
+        const int col = warp * (RKV / 4) + 64 * b + 16 * t;
+        float8 r0, r1, r8, r9;
+        r0 = (float8)(o[8 * b][0], o[8 * b + 1][0], o[8 * b + 2][0], o[8 * b + 3][0], o[8 * b + 4][0],
+                      o[8 * b + 5][0], o[8 * b + 6][0], o[8 * b + 7][0]);
+        r1 = (float8)(o[8 * b][1], o[8 * b + 1][1], o[8 * b + 2][1], o[8 * b + 3][1], o[8 * b + 4][1],
+                      o[8 * b + 5][1], o[8 * b + 6][1], o[8 * b + 7][1]);
+        r8 = (float8)(o[8 * b][2], o[8 * b + 1][2], o[8 * b + 2][2], o[8 * b + 3][2], o[8 * b + 4][2],
+                      o[8 * b + 5][2], o[8 * b + 6][2], o[8 * b + 7][2]);
+        r9 = (float8)(o[8 * b][3], o[8 * b + 1][3], o[8 * b + 2][3], o[8 * b + 3][3], o[8 * b + 4][3],
+                      o[8 * b + 5][3], o[8 * b + 6][3], o[8 * b + 7][3]);
+        if (LIVE(g)) {
+            __global float *dst = out + out_offset + OUT_ROW(g) * RKV + col;
+            vstore8(r0 * i0, 0, dst);
+            vstore8(r1 * i0, 0, dst + 8);
+        }
+        if (LIVE(g + 8)) {
+            __global float *dst = out + out_offset + OUT_ROW(g + 8) * RKV + col;
+            vstore8(r8 * i8, 0, dst);
+            vstore8(r9 * i8, 0, dst + 8);
+        }
+    }
+#undef LIVE
+#undef OUT_ROW
+}
+#endif
