@@ -7,13 +7,17 @@
 #   sh tools/gpu-check.sh BUILD OUT [SECONDS [PARTS]]   (default budget 500 s; run it through
 #                                                         tools/gpu-setup.sh run on a machine
 #                                                         without the ICD loader, CLBlast and cJSON)
-# PARTS, comma-separated, in the order given (default tune,ab,ptx,bench,tests); one call's parts share
+# PARTS, comma-separated, in the order given (default tune,mma,ab,ptx,bench,tests); one call's parts share
 # the peaks and the tuning file (a later call finds both in OUT):
 #   tune   the latent tuner at 16 and 128 heads, then group_decode_heads over an fp8 cache (clmla
 #          tune --cache-dtype), into OUT/kernel-tuning.json (about 110 s on an H100), then the
 #          prefill tiles (clmla tune --prefill, not yet timed on a GPU)
 #   products  the product tuner into the same file (226 s on an H100, mostly compiling; its
 #          defaults won there, so a device with a built-in entry can leave it out)
+#   mma    attn_latent_mma (group_mma 1, experimental: the latent products on the tensor cores
+#          through inline PTX) over a bf16 cache: checked against float64 on small shapes, then
+#          timed beside the parameters in force at V2-Lite's and V3's shapes (two rounds), its PTX
+#          kept (about 150 s)
 #   ab     the parameters in force against variants, each after its baseline (a copy of the
 #          tuning file with them set; needs python3): the layer step at V2-Lite's and V3's shapes,
 #          its kernels traced, with the products reading through vloadN (skinny_aligned 0); then
@@ -40,7 +44,7 @@ set -u
 build=${1:?usage: sh tools/gpu-check.sh BUILD OUT [SECONDS [PARTS]]}
 out=${2:?usage: sh tools/gpu-check.sh BUILD OUT [SECONDS [PARTS]]}
 budget=${3:-500}
-parts=${4:-tune,ab,ptx,bench,tests}
+parts=${4:-tune,mma,ab,ptx,bench,tests}
 mkdir -p "$out"
 clmla=$build/clmla
 bench=$build/bench/clmla-bench
@@ -211,6 +215,34 @@ part_ab() {
         --prefix 0,1024,4096 --json "$out/prefix.json"
 }
 
+# attn_latent_mma (group_mma 1: the latent products on the tensor cores, experimental) against the
+# parameters in force over a bf16 cache: first checked against float64 on small shapes (clmla-bench
+# --check; test_attention runs every case with it in the tests part), then timed at V2-Lite's and
+# V3's shapes, batch 1, 8 and 32, ctx 4096 and 32768, each run after its baseline, and its PTX kept
+# (ptx_run below) for its instruction mix
+part_mma() {
+    bench_setup
+    variant_tuning "$out/kernel-tuning-mma.json" attn_latent group_mma=1
+    [ -s "$out/kernel-tuning-mma.json" ] || return 0
+    mma="$out/kernel-tuning-mma.json"
+    step mma-check 30 env CLMLA_KERNEL_TUNING="$mma" "$bench" --no-peak --phase decode --path absorbed \
+        --preset v3 --batch 1,3 --ctx 37,700 --cache-dtype bf16 --check --max-time 0.05
+    step mma-check-v2lite 20 env CLMLA_KERNEL_TUNING="$mma" "$bench" --no-peak --phase decode --path absorbed \
+        --batch 1,3 --ctx 37,700 --cache-dtype bf16 --check --max-time 0.05
+    for shape in v2-lite v3; do
+        tag=$shape
+        [ "$shape" = v2-lite ] && tag=v2lite
+        for round in 1 2; do
+            step mma-decode-$tag-base$round 20 "$bench" $peaks --phase decode --preset "$shape" --path absorbed \
+                --batch 1,8,32 --ctx 4096,32768 --cache-dtype bf16 --json "$out/mma-decode-$tag-base$round.json"
+            step mma-decode-$tag-mma$round 20 env CLMLA_KERNEL_TUNING="$mma" "$bench" $peaks --phase decode \
+                --preset "$shape" --path absorbed --batch 1,8,32 --ctx 4096,32768 --cache-dtype bf16 \
+                --json "$out/mma-decode-$tag-mma$round.json"
+        done
+    done
+    ptx_run latent-bf16-mma "$mma" --phase decode --path absorbed --batch 1 --ctx 256 --cache-dtype bf16
+}
+
 # ptx_run NAME TUNING BENCH-ARGS...: one clmla-bench run with an empty program cache of its own,
 # OUT/ptx/NAME, which so holds exactly the programs that run built; TUNING, if not empty, a tuning
 # file for it (else the one in force)
@@ -283,11 +315,12 @@ for p in $(echo "$parts" | tr ',' ' '); do
     case $p in
     tune) part_tune ;;
     products) part_products ;;
+    mma) part_mma ;;
     ab) part_ab ;;
     ptx) part_ptx ;;
     bench) part_bench ;;
     tests) part_tests ;;
-    *) echo "gpu-check: unknown part $p (tune, products, ab, ptx, bench, tests)" >>"$out/summary.txt" ;;
+    *) echo "gpu-check: unknown part $p (tune, products, mma, ab, ptx, bench, tests)" >>"$out/summary.txt" ;;
     esac
 done
 echo "gpu-check: $(($(date +%s) - start)) s; $out/summary.txt:"
