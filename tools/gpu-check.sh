@@ -221,7 +221,8 @@ part_ab() {
 # V3's shapes, batch 1, 8 and 32, ctx 4096 and 32768, each run after its baseline, and its PTX kept
 # (ptx_run below) for its instruction mix
 part_mma() {
-    bench_setup
+    # the checks need no peaks: before bench_setup measures them (with the tune part's file, if any)
+    [ -s "$out/kernel-tuning.json" ] && export CLMLA_KERNEL_TUNING="$out/kernel-tuning.json"
     variant_tuning "$out/kernel-tuning-mma.json" attn_latent group_mma=1
     [ -s "$out/kernel-tuning-mma.json" ] || return 0
     mma="$out/kernel-tuning-mma.json"
@@ -229,6 +230,7 @@ part_mma() {
         --preset v3 --batch 1,3 --ctx 37,700 --cache-dtype bf16 --check --max-time 0.05
     step mma-check-v2lite 20 env CLMLA_KERNEL_TUNING="$mma" "$bench" --no-peak --phase decode --path absorbed \
         --batch 1,3 --ctx 37,700 --cache-dtype bf16 --check --max-time 0.05
+    bench_setup
     for shape in v2-lite v3; do
         tag=$shape
         [ "$shape" = v2-lite ] && tag=v2lite
