@@ -15,15 +15,17 @@
  * Work-group: NT = 128 items, four warps of 32 (lane = lid % 32, warp = lid / 32; a lane's group
  * g = lane / 4 and place t = lane % 4 in it, as PTX's fragment layouts name them); HG <= 16 heads
  * (rows 16 of the m16 products, those past HG zero), keys [split*split_tokens, ..) in tiles of
- * TK = 32.
- *   A. scores S[16 heads][32 keys]: warp w takes keys 8w .. 8w+7 (the n8 of its products) over
- *      the whole row, 32 values per step: lane (g, t) loads values 8t .. 8t+7 of that step of
- *      key 8w + g as one 16-byte load (a warp reads eight 64-byte runs), which are the B operands
- *      of two products; the A operands, the queries' hi and lo terms, come from local memory in
- *      the same order. The k dimension of a product is a sum, so any order of it serves as long
- *      as A and B agree: fragment k 2t, 2t+1, 2t+8, 2t+9 of the first product are values 8t ..
- *      8t+3 of the step, of the second 8t+4 .. 8t+7.
- *   B. online softmax as in attn_latent, 8 items per head (lid / 8 the head, 4 keys each); the
+ * TK = 64.
+ *   A. scores S[16 heads][64 keys]: warp w takes keys 16w .. 16w+15, two products of 8 keys (their
+ *      n8), over the whole row, 32 values per step: lane (g, t) loads values 8t .. 8t+7 of that
+ *      step of keys 16w + g and 16w + 8 + g, one 16-byte load each (a warp reads eight 64-byte runs
+ *      a key set), the B operands of two products a key set; the A operands, the queries' hi and
+ *      lo terms, come from local memory in the same order, each read serving both key sets (the
+ *      queries' reads from local memory, 36 KiB a warp and tile, set the pace where tiles are
+ *      short). The k dimension of a product is a sum, so any order of it serves as long as A and B
+ *      agree: fragment k 2t, 2t+1, 2t+8, 2t+9 of the first product are values 8t .. 8t+3 of the
+ *      step, of the second 8t+4 .. 8t+7. QU steps' loads are in flight together.
+ *   B. online softmax as in attn_latent, 8 items per head (lid / 8 the head, 8 keys each); the
  *      weights go to local memory as bf16 hi and lo terms.
  *   C. values: warp w owns RKV/4 value columns, in blocks of 64 of which lane (g, t) loads the 8
  *      values 8g .. 8g+7 (one 16-byte load) of the 4 keys 4t .. 4t+3 of each 16-key step; value
@@ -31,9 +33,10 @@
  *      up into one B register by a shift and a mask. A lane's accumulators then hold columns
  *      16t + e and 16t + 8 + e (e < 8) of heads g and g + 8: two 8-float runs of each output row.
  * Needs RKV a multiple of 256 and RKV + DR a multiple of 32 (every preset of docs/MODELS.md); the
- * host runs attn_latent elsewhere. Local memory: 2 x 16 x QS uints (the queries' terms) + 16 x 33
- * floats (scores) + 2 x 16 x PS uints (the weights' terms) + 8 x 16 + 48 floats + TK ints: 44.6
- * KiB at RKV 512, DR 64 (and 3 KiB more for the emulation's exchange). */
+ * host runs attn_latent elsewhere. Local memory: 2 x 16 x QP uints (the queries' terms) + 16 x 65
+ * floats (scores) + 2 x 16 x PS uints (the weights' terms) + 8 x 16 + 32 floats + TK ints: 45.9
+ * KiB at RKV 512, DR 64 (and 3 KiB more for the emulation's exchange), within the 48 KiB NVIDIA's
+ * OpenCL gives a work-group. */
 #ifndef RKV
 #define RKV 512
 #endif
@@ -47,11 +50,22 @@
 #if defined(CACHE_BF16) && RKV % 256 == 0 && (RKV + DR) % 32 == 0 && HG <= 16
 #define NT 128
 #define ROW (RKV + DR)
-#define TK 32
-#define QP (ROW / 2)                                /* bf16 pairs of a query row */
-#define QS (QP + (48 - QP % 32) % 32)               /* its stride in uints: 16 more than a multiple of 32 */
-#define PS 24                                       /* stride of a row of weights' pairs, in uints */
+#define TK 64
+#define KB (TK / 8)                                 /* keys per item in the softmax step */
+#define QP (ROW / 2)                                /* bf16 pairs of a query row, a multiple of 16 */
+/* uint4 j of query row h in local memory: rows of QP / 4 uint4s, those of odd rows swapped by
+   halves of 8 where a row is a multiple of 32 uints, so that the 8 lanes of rows g and g + 1 that
+   one 16-byte access serves (t, j = 4v + t) meet 8 distinct 4-bank groups either way */
+#if QP % 32 == 0
+#define QIDX(h, j) ((h) * (QP / 4) + ((j) ^ 4 * ((h) & 1)))
+#else
+#define QIDX(h, j) ((h) * (QP / 4) + (j))
+#endif
+#define PS 40                                       /* stride of a row of weights' pairs, in uints */
 #define NB (RKV / 256)                              /* blocks of 64 value columns per warp */
+#ifndef QU
+#define QU 3                                        /* score steps whose loads are in flight together */
+#endif
 
 /* float to bf16 hi and lo terms, as the low and high halves of pairs */
 inline uint bf16_pair(const float x0, const float x1, const int lo)
@@ -72,6 +86,7 @@ inline uint bf16_pair(const float x0, const float x1, const int lo)
                          : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3])                   \
                          : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
 #define MMA_SCRATCH
+#define MMA_UNROLL _Pragma("unroll")
 #else
 /* The same product by the warp's items through local memory (x: this warp's 32 x 6 uints), with
    PTX's layouts: A register r of lane (g, t) holds row g + 8 (r & 1), columns 2t + 8 (r >> 1) and
@@ -103,6 +118,9 @@ inline void mma_emulated(float *d, const uint a0, const uint a1, const uint a2, 
 }
 #define MMA(d, a0, a1, a2, a3, b0, b1) mma_emulated((d), (a0), (a1), (a2), (a3), (b0), (b1), mx, lane)
 #define MMA_SCRATCH __local uint mx_all[NT * 6];
+/* loops of products stay loops: each copy of a product is two more barriers for the compiler to
+   split the work-group's code at (PoCL took minutes to build the unrolled kernel) */
+#define MMA_UNROLL _Pragma("unroll 1")
 #endif
 
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
@@ -116,12 +134,11 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
                      const int num_heads, const int num_splits, const int split_tokens, const float scale,
                      __global float *out, const int out_offset, __global float *lse, const int lse_offset)
 {
-    __local uint4 qh4[16 * QS / 4], ql4[16 * QS / 4]; /* the scaled queries' hi and lo terms, bf16 pairs */
+    __local uint4 qh4[16 * QP / 4], ql4[16 * QP / 4]; /* the scaled queries' hi and lo terms, bf16 pairs (QIDX) */
     __local float sc[16 * (TK + 1)];                   /* the tile's scores [head][key] */
     __local uint2 ph2[16 * PS / 2], pl2[16 * PS / 2];  /* its weights' terms, bf16 pairs [head][key / 2] */
-    __local uint *qh = (__local uint *)qh4, *ql = (__local uint *)ql4, *ph = (__local uint *)ph2,
-                 *pl = (__local uint *)pl2;
-    __local float red[8 * 16];             /* [part][head]: maxima, at the end sums */
+    __local uint *ph = (__local uint *)ph2, *pl = (__local uint *)pl2;
+    __local float red[8 * 16];                         /* [part][head]: maxima, at the end sums */
     __local float alpha_l[16], lsum_l[16];
     __local int slot_l[TK];
     MMA_SCRATCH
@@ -151,7 +168,7 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
 
     /* the queries, scaled, as bf16 hi and lo pairs; zero for rows past the group's heads */
     for (int i = lid; i < 16 * QP; i += NT) {
-        const int h = i / QP, d = 2 * (i % QP);
+        const int h = i / QP, p = i % QP, d = 2 * p;
         float x0 = 0.0f, x1 = 0.0f;
         if (LIVE(h)) {
             __global const float *qlat = q_latent + q_latent_offset + (size_t)tok * q_latent_token_stride +
@@ -161,11 +178,12 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
             x0 = scale * (d < RKV ? qlat[d] : qr[d - RKV]); /* RKV even: a pair never straddles */
             x1 = scale * (d < RKV ? qlat[d + 1] : qr[d + 1 - RKV]);
         }
-        qh[h * QS + i % QP] = bf16_pair(x0, x1, 0);
-        ql[h * QS + i % QP] = bf16_pair(x0, x1, 1);
+        const int at = 4 * QIDX(h, p / 4) + p % 4;
+        ((__local uint *)qh4)[at] = bf16_pair(x0, x1, 0);
+        ((__local uint *)ql4)[at] = bf16_pair(x0, x1, 1);
     }
 
-    const int hb = lid / 8, pi = lid % 8; /* step B: head, its 4 keys 4pi .. 4pi+3 */
+    const int hb = lid / 8, pi = lid % 8; /* step B: head, its keys KB pi .. KB pi + KB - 1 */
     float m_run = -INFINITY, l_run = 0.0f;
     float o[NB * 8][4];
     #pragma unroll
@@ -180,51 +198,79 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* slot_l, and the queries before the first tile */
 
-        /* A. scores of keys 8 warp + g (B's column g) with the 16 heads */
+        /* A. scores of keys 16 warp + g and 16 warp + 8 + g (B's column g of two products) with
+           the 16 heads */
         {
-            float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            __global const uint4 *row = (__global const uint4 *)(cache + (size_t)slot_l[8 * warp + g] * ROW);
-            #pragma unroll 2
-            for (int v = 0; v < ROW / 32; v++) {
-                const uint4 b = row[4 * v + t];
-                const int qa = g * (QS / 4) + 4 * v + t, qa8 = qa + 8 * (QS / 4); /* whole uint4s: QS % 16 == 0 */
-                const uint4 a = qh4[qa], a8 = qh4[qa8], c = ql4[qa], c8 = ql4[qa8];
-                MMA(s, a.x, a8.x, a.y, a8.y, b.x, b.y);
-                MMA(s, c.x, c8.x, c.y, c8.y, b.x, b.y);
-                MMA(s, a.z, a8.z, a.w, a8.w, b.z, b.w);
-                MMA(s, c.z, c8.z, c.w, c8.w, b.z, b.w);
+            float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s8[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            __global const uint4 *row = (__global const uint4 *)(cache + (size_t)slot_l[16 * warp + g] * ROW);
+            __global const uint4 *row8 = (__global const uint4 *)(cache + (size_t)slot_l[16 * warp + 8 + g] * ROW);
+            /* step v (values 32v .. 32v+31) with b, b8, the lane's 8 of them of each key: two
+               products a key, each by the queries' two terms */
+#define SCORE_STEP(v, b, b8)                                                                        \
+    {                                                                                               \
+        const int qa = QIDX(g, 4 * (v) + t), qa8 = QIDX(g + 8, 4 * (v) + t);                         \
+        const uint4 a = qh4[qa], a8 = qh4[qa8], c = ql4[qa], c8 = ql4[qa8];                         \
+        MMA(s, a.x, a8.x, a.y, a8.y, (b).x, (b).y);                                                \
+        MMA(s, c.x, c8.x, c.y, c8.y, (b).x, (b).y);                                                \
+        MMA(s, a.z, a8.z, a.w, a8.w, (b).z, (b).w);                                                \
+        MMA(s, c.z, c8.z, c.w, c8.w, (b).z, (b).w);                                                \
+        MMA(s8, a.x, a8.x, a.y, a8.y, (b8).x, (b8).y);                                             \
+        MMA(s8, c.x, c8.x, c.y, c8.y, (b8).x, (b8).y);                                             \
+        MMA(s8, a.z, a8.z, a.w, a8.w, (b8).z, (b8).w);                                             \
+        MMA(s8, c.z, c8.z, c.w, c8.w, (b8).z, (b8).w);                                             \
+    }
+            /* QU steps' loads in flight before their products */
+            int v = 0;
+            for (; v + QU <= ROW / 32; v += QU) {
+                uint4 b[QU], b8[QU];
+                #pragma unroll
+                for (int u = 0; u < QU; u++) {
+                    b[u] = row[4 * (v + u) + t];
+                    b8[u] = row8[4 * (v + u) + t];
+                }
+                MMA_UNROLL
+                for (int u = 0; u < QU; u++)
+                    SCORE_STEP(v + u, b[u], b8[u])
             }
-            const int k = 8 * warp + 2 * t;
-            sc[g * (TK + 1) + k] = k < nk ? s[0] : -INFINITY;
-            sc[g * (TK + 1) + k + 1] = k + 1 < nk ? s[1] : -INFINITY;
-            sc[(g + 8) * (TK + 1) + k] = k < nk ? s[2] : -INFINITY;
-            sc[(g + 8) * (TK + 1) + k + 1] = k + 1 < nk ? s[3] : -INFINITY;
+            for (; v < ROW / 32; v++)
+                SCORE_STEP(v, row[4 * v + t], row8[4 * v + t])
+#undef SCORE_STEP
+            /* D element i: head g + 8 (i >> 1), key 2t + (i & 1) of the product's 8 */
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int h = g + 8 * (i >> 1), k = 16 * warp + 2 * t + (i & 1);
+                sc[h * (TK + 1) + k] = k < nk ? s[i] : -INFINITY;
+                sc[h * (TK + 1) + k + 8] = k + 8 < nk ? s8[i] : -INFINITY;
+            }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* B. the tile's maximum per head, then weights (as hi and lo pairs) and sums */
-        float w[4], mx4 = -INFINITY;
-        for (int k = 0; k < 4; k++) {
-            w[k] = sc[hb * (TK + 1) + 4 * pi + k];
-            mx4 = fmax(mx4, w[k]);
+        float w[KB], mx8 = -INFINITY;
+        #pragma unroll
+        for (int k = 0; k < KB; k++) {
+            w[k] = sc[hb * (TK + 1) + KB * pi + k];
+            mx8 = fmax(mx8, w[k]);
         }
-        red[pi * 16 + hb] = mx4;
+        red[pi * 16 + hb] = mx8;
         barrier(CLK_LOCAL_MEM_FENCE);
         float m_new = m_run;
         for (int i = 0; i < 8; i++)
             m_new = fmax(m_new, red[i * 16 + hb]);
         const float al = m_new == -INFINITY ? 1.0f : exp(m_run - m_new);
         float sum = 0.0f;
-        for (int k = 0; k < 4; k++) {
+        #pragma unroll
+        for (int k = 0; k < KB; k++) {
             w[k] = w[k] == -INFINITY ? 0.0f : exp(w[k] - m_new);
             sum += w[k];
         }
         l_run = l_run * al + sum;
         m_run = m_new;
-        ph[hb * PS + 2 * pi] = bf16_pair(w[0], w[1], 0);
-        ph[hb * PS + 2 * pi + 1] = bf16_pair(w[2], w[3], 0);
-        pl[hb * PS + 2 * pi] = bf16_pair(w[0], w[1], 1);
-        pl[hb * PS + 2 * pi + 1] = bf16_pair(w[2], w[3], 1);
+        #pragma unroll
+        for (int k = 0; k < KB / 2; k++) {
+            ph[hb * PS + KB / 2 * pi + k] = bf16_pair(w[2 * k], w[2 * k + 1], 0);
+            pl[hb * PS + KB / 2 * pi + k] = bf16_pair(w[2 * k], w[2 * k + 1], 1);
+        }
         if (pi == 0)
             alpha_l[hb] = al;
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -238,8 +284,8 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
             o[j][2] *= ag8;
             o[j][3] *= ag8;
         }
-        #pragma unroll
-        for (int ks = 0; ks < 2; ks++) {
+        MMA_UNROLL
+        for (int ks = 0; ks < TK / 16; ks++) {
             /* weights of keys 16ks + 4t .. +3: fragment k 2t, 2t+1 | 2t+8, 2t+9 */
             const int pq = g * (PS / 2) + 4 * ks + t, pq8 = pq + 8 * (PS / 2);
             const uint2 pa = ph2[pq], pa8 = ph2[pq8], pb = pl2[pq], pb8 = pl2[pq8];
@@ -247,14 +293,14 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
             __global const CACHE_T *r1 = cache + (size_t)slot_l[16 * ks + 4 * t + 1] * ROW;
             __global const CACHE_T *r2 = cache + (size_t)slot_l[16 * ks + 4 * t + 2] * ROW;
             __global const CACHE_T *r3 = cache + (size_t)slot_l[16 * ks + 4 * t + 3] * ROW;
-            #pragma unroll
+            MMA_UNROLL
             for (int b = 0; b < NB; b++) {
                 const int col = warp * (RKV / 4) + 64 * b + 8 * g; /* this lane's 8 columns */
                 const uint4 v0 = *(__global const uint4 *)(r0 + col), v1 = *(__global const uint4 *)(r1 + col);
                 const uint4 v2 = *(__global const uint4 *)(r2 + col), v3 = *(__global const uint4 *)(r3 + col);
                 const uint e0[4] = {v0.x, v0.y, v0.z, v0.w}, e1[4] = {v1.x, v1.y, v1.z, v1.w};
                 const uint e2[4] = {v2.x, v2.y, v2.z, v2.w}, e3[4] = {v3.x, v3.y, v3.z, v3.w};
-                #pragma unroll
+                MMA_UNROLL
                 for (int e = 0; e < 8; e++) {
                     /* value e of keys 4t, 4t+1 and 4t+2, 4t+3, paired low half first */
                     const uint x0 = e0[e / 2], x1 = e1[e / 2], x2 = e2[e / 2], x3 = e3[e / 2];

@@ -59,9 +59,8 @@ static int cache_aligned(const clmla_cache *cache)
    and, where the products are computed by the items (no CLMLA_PTX_MMA), their exchange. */
 static size_t mma_local_bytes(int nt, const void *arg)
 {
-    const size_t qp = (size_t)((const int *)arg)[0] / 2, qs = qp + (48 - qp % 32) % 32;
-    const size_t ptx = (size_t)((const int *)arg)[1];
-    return (2 * 16 * qs + 16 * 33 + 2 * 16 * 24 + 8 * 16 + 32 + 32 + (ptx ? 0 : (size_t)nt * 6)) * 4;
+    const size_t qp = (size_t)((const int *)arg)[0] / 2, ptx = (size_t)((const int *)arg)[1];
+    return (2 * 16 * qp + 16 * 65 + 2 * 16 * 40 + 8 * 16 + 32 + 64 + (ptx ? 0 : (size_t)nt * 6)) * 4;
 }
 
 int clmla_latent_mma_device(const clmla_context *ctx)
