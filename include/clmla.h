@@ -170,7 +170,10 @@ typedef struct clmla_context_options {
                                    built-in table, "off" for none; NULL: CLMLA_CLBLAST_TUNING,
                                    else none. An engine that tunes CLBlast itself keeps its own. */
     clmla_log_fn log;           /* called with each message up to log_level, on the thread of the
-                                   call that produced it; NULL: none */
+                                   call that produced it; NULL: none, unless CLMLA_LOG is warning or
+                                   info (then each message up to that level is a line of stderr,
+                                   "clmla: LEVEL: message"; another value than off fails the
+                                   creation, naming it) */
     void *log_user;             /* passed to log */
     clmla_log_level log_level;  /* 0: no messages */
     /* added in 0.4: which attention kernels the context runs, for both paths: "auto" (row-walking

@@ -50,6 +50,7 @@ clmla=$build/clmla
 bench=$build/bench/clmla-bench
 start=$(date +%s)
 export CLMLA_CACHE_DIR="${TMPDIR:-/tmp}/gpu-check-cache" # compiled kernels: not worth bringing back
+export CLMLA_LOG="${CLMLA_LOG:-warning}" # what the library recovers from (an experimental kernel that did not build) in each step's file
 
 # step NAME ESTIMATE COMMAND...: runs COMMAND into OUT/NAME.txt when ESTIMATE seconds still fit,
 # stopped when the budget runs out; a step that an earlier call into the same OUT finished (exit 0)

@@ -47,6 +47,13 @@ static clmla_status kernels_option(const char *value, const char *which, const c
                       value, which, variable);
 }
 
+/* CLMLA_LOG's printer: each message on a line of stderr */
+static void log_to_stderr(void *user, clmla_log_level level, const char *message)
+{
+    (void)user;
+    fprintf(stderr, "clmla: %s: %s\n", level == CLMLA_LOG_WARNING ? "warning" : "info", message);
+}
+
 /* A zeroed context with the options' environment, attention and product kernels and log callback. */
 static clmla_status new_context(const clmla_context_options *options, clmla_context **out)
 {
@@ -66,6 +73,15 @@ static clmla_status new_context(const clmla_context_options *options, clmla_cont
         ctx->log = options->log;
         ctx->log_user = options->log_user;
         ctx->log_level = options->log_level;
+    } else if (ctx->env.log[0] && strcmp(ctx->env.log, "off") != 0) {
+        /* no callback of the caller's: CLMLA_LOG prints up to its level */
+        const char *v = ctx->env.log;
+        if (strcmp(v, "warning") != 0 && strcmp(v, "info") != 0) {
+            free(ctx);
+            return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "CLMLA_LOG '%s': expected off, warning or info", v);
+        }
+        ctx->log = log_to_stderr;
+        ctx->log_level = strcmp(v, "info") == 0 ? CLMLA_LOG_INFO : CLMLA_LOG_WARNING;
     }
     *out = ctx;
     return CLMLA_SUCCESS;

@@ -20,6 +20,7 @@ void clmla_env_read(clmla_env *env)
     copy_var(env->product_kernels, sizeof(env->product_kernels), "CLMLA_PRODUCT_KERNELS");
     copy_var(env->trace, sizeof(env->trace), "CLMLA_TRACE");
     copy_var(env->kernel_tuning, sizeof(env->kernel_tuning), "CLMLA_KERNEL_TUNING");
+    copy_var(env->log, sizeof(env->log), "CLMLA_LOG");
 
     const char *cache = getenv("CLMLA_CACHE_DIR");
     const char *xdg = getenv("XDG_CACHE_HOME");
