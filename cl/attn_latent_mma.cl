@@ -1,7 +1,7 @@
 /* attn_latent_mma: the latent attention of cl/attn_latent.cl (same arguments, outputs and splits;
- * dense, one query token per work-group) over a bfloat16 cache, its two products on NVIDIA's
- * tensor cores: warp-wide mma.sync.m16n8k16 with bf16 operands and float32 accumulators, issued
- * as inline PTX (CLMLA_PTX_MMA, set by the host on NVIDIA devices of compute capability 8.0 and
+ * dense, one query token per work-group) over a bfloat16 or float32 cache, its two products on
+ * NVIDIA's tensor cores: warp-wide mma.sync (m16n8k16 with bf16 operands; over f32, m16n8k8 with
+ * tf32 ones, at the end of the file) and float32 accumulators, issued as inline PTX (CLMLA_PTX_MMA, set by the host on NVIDIA devices of compute capability 8.0 and
  * later). Elsewhere (CPU devices, for the tests) each mma is computed by the warp's 32 items
  * through local memory, in the same fragment layout, so that everything but the instruction
  * itself runs and is checked on any device. Experimental: the latent tuning's group_mma.
@@ -46,12 +46,80 @@
 #ifndef HG
 #define HG 16
 #endif
-/* the host builds it for a bf16 cache of these shapes only; other options leave the file empty */
-#if defined(CACHE_BF16) && RKV % 256 == 0 && (RKV + DR) % 32 == 0 && HG <= 16
+/* the host builds it for a bf16 or f32 cache of these shapes only; other options leave the file
+   empty */
+#if !defined(CACHE_F16) && !defined(CACHE_FP8) && RKV % 256 == 0 && (RKV + DR) % 32 == 0 && HG <= 16
 #define NT 128
 #define ROW (RKV + DR)
 #define TK 64
 #define KB (TK / 8)                                 /* keys per item in the softmax step */
+#ifndef QU
+#define QU 3                                        /* score steps whose loads are in flight together */
+#endif
+#define LIVE(h) ((h) < HG && h0 + (h) < num_heads)
+#define OUT_ROW(h) (((size_t)tok * num_splits + split) * num_heads + h0 + (h))
+
+/* The same head's KB scores w[] of the tile (in local memory at sc, KB pi .. of row hb) as weights:
+   the tile's maximum over the head's 8 items through red, exp(score - running maximum), the
+   running maximum and sum (own to this item) updated and the factor of the old accumulators in
+   alpha_l; every item of the work-group calls it alike (one barrier) */
+inline void tile_softmax(__local const float *sc_row, __local float *red, __local float *alpha_l, const int hb,
+                         const int pi, float *w, float *m_run, float *l_run)
+{
+    float mx = -INFINITY;
+    for (int k = 0; k < KB; k++) {
+        w[k] = sc_row[KB * pi + k];
+        mx = fmax(mx, w[k]);
+    }
+    red[pi * 16 + hb] = mx;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float m_new = *m_run;
+    for (int i = 0; i < 8; i++)
+        m_new = fmax(m_new, red[i * 16 + hb]);
+    const float al = m_new == -INFINITY ? 1.0f : exp(*m_run - m_new);
+    float sum = 0.0f;
+    for (int k = 0; k < KB; k++) {
+        w[k] = w[k] == -INFINITY ? 0.0f : exp(w[k] - m_new);
+        sum += w[k];
+    }
+    *l_run = *l_run * al + sum;
+    *m_run = m_new;
+    if (pi == 0)
+        alpha_l[hb] = al;
+}
+
+/* a split without keys: out 0, lse -inf (as attn_latent) */
+#define NO_KEYS_RETURN                                                                              \
+    {                                                                                               \
+        for (int h = 0; h < HG; h++) {                                                              \
+            if (!LIVE(h))                                                                           \
+                continue;                                                                           \
+            for (int d = lid; d < RKV; d += NT)                                                     \
+                out[out_offset + OUT_ROW(h) * RKV + d] = 0.0f;                                      \
+            if (lid == 0)                                                                           \
+                lse[lse_offset + OUT_ROW(h)] = -INFINITY;                                           \
+        }                                                                                           \
+        return;                                                                                     \
+    }
+/* each head's sum over its 8 items into lsum_l, and its lse (m_run is the same in all 8) */
+#define FINISH_SUMS                                                                                 \
+    red[pi * 16 + hb] = l_run;                                                                      \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                                   \
+    if (pi == 0) {                                                                                  \
+        float l = 0.0f;                                                                             \
+        for (int i = 0; i < 8; i++)                                                                 \
+            l += red[i * 16 + hb];                                                                  \
+        lsum_l[hb] = l;                                                                             \
+        if (LIVE(hb))                                                                               \
+            lse[lse_offset + OUT_ROW(hb)] = l > 0.0f ? m_run + log(l) : -INFINITY;                  \
+    }                                                                                               \
+    barrier(CLK_LOCAL_MEM_FENCE);
+/* the queries' addresses of head h of this group */
+#define Q_LATENT(h)                                                                                 \
+    (q_latent + q_latent_offset + (size_t)tok * q_latent_token_stride + (size_t)(h0 + (h)) * q_latent_head_stride)
+#define Q_ROPE(h) (q_rope + q_rope_offset + (size_t)tok * q_rope_token_stride + (size_t)(h0 + (h)) * q_rope_head_stride)
+
+#ifdef CACHE_BF16
 #define QP (ROW / 2)                                /* bf16 pairs of a query row, a multiple of 16 */
 /* uint4 j of query row h in local memory: rows of QP / 4 uint4s, those of odd rows swapped by
    halves of 8 where a row is a multiple of 32 uints, so that the 8 lanes of rows g and g + 1 that
@@ -63,9 +131,6 @@
 #endif
 #define PS 40                                       /* stride of a row of weights' pairs, in uints */
 #define NB (RKV / 256)                              /* blocks of 64 value columns per warp */
-#ifndef QU
-#define QU 3                                        /* score steps whose loads are in flight together */
-#endif
 
 /* float to bf16 hi and lo terms, as the low and high halves of pairs */
 inline uint bf16_pair(const float x0, const float x1, const int lo)
@@ -151,30 +216,15 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
     const int h0 = get_group_id(0) * HG, ctx = token_ctx_len[tok];
     const int k_begin = split * split_tokens, k_end = min(ctx, k_begin + split_tokens);
     __global const int *table = block_table + (size_t)token_seq[tok] * max_blocks_per_seq;
-#define LIVE(h) ((h) < HG && h0 + (h) < num_heads)
-#define OUT_ROW(h) (((size_t)tok * num_splits + split) * num_heads + h0 + (h))
-
-    if (k_end <= k_begin) { /* no keys: out 0, lse -inf (as attn_latent) */
-        for (int h = 0; h < HG; h++) {
-            if (!LIVE(h))
-                continue;
-            for (int d = lid; d < RKV; d += NT)
-                out[out_offset + OUT_ROW(h) * RKV + d] = 0.0f;
-            if (lid == 0)
-                lse[lse_offset + OUT_ROW(h)] = -INFINITY;
-        }
-        return;
-    }
+    if (k_end <= k_begin)
+        NO_KEYS_RETURN
 
     /* the queries, scaled, as bf16 hi and lo pairs; zero for rows past the group's heads */
     for (int i = lid; i < 16 * QP; i += NT) {
         const int h = i / QP, p = i % QP, d = 2 * p;
         float x0 = 0.0f, x1 = 0.0f;
         if (LIVE(h)) {
-            __global const float *qlat = q_latent + q_latent_offset + (size_t)tok * q_latent_token_stride +
-                                         (size_t)(h0 + h) * q_latent_head_stride;
-            __global const float *qr = q_rope + q_rope_offset + (size_t)tok * q_rope_token_stride +
-                                       (size_t)(h0 + h) * q_rope_head_stride;
+            __global const float *qlat = Q_LATENT(h), *qr = Q_ROPE(h);
             x0 = scale * (d < RKV ? qlat[d] : qr[d - RKV]); /* RKV even: a pair never straddles */
             x1 = scale * (d < RKV ? qlat[d + 1] : qr[d + 1 - RKV]);
         }
@@ -245,34 +295,14 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 
-        /* B. the tile's maximum per head, then weights (as hi and lo pairs) and sums */
-        float w[KB], mx8 = -INFINITY;
-        #pragma unroll
-        for (int k = 0; k < KB; k++) {
-            w[k] = sc[hb * (TK + 1) + KB * pi + k];
-            mx8 = fmax(mx8, w[k]);
-        }
-        red[pi * 16 + hb] = mx8;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        float m_new = m_run;
-        for (int i = 0; i < 8; i++)
-            m_new = fmax(m_new, red[i * 16 + hb]);
-        const float al = m_new == -INFINITY ? 1.0f : exp(m_run - m_new);
-        float sum = 0.0f;
-        #pragma unroll
-        for (int k = 0; k < KB; k++) {
-            w[k] = w[k] == -INFINITY ? 0.0f : exp(w[k] - m_new);
-            sum += w[k];
-        }
-        l_run = l_run * al + sum;
-        m_run = m_new;
+        /* B. the tile's weights (as hi and lo pairs) and sums */
+        float w[KB];
+        tile_softmax(sc + hb * (TK + 1), red, alpha_l, hb, pi, w, &m_run, &l_run);
         #pragma unroll
         for (int k = 0; k < KB / 2; k++) {
             ph[hb * PS + KB / 2 * pi + k] = bf16_pair(w[2 * k], w[2 * k + 1], 0);
             pl[hb * PS + KB / 2 * pi + k] = bf16_pair(w[2 * k], w[2 * k + 1], 1);
         }
-        if (pi == 0)
-            alpha_l[hb] = al;
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* C. o = alpha o + P V over the tile: rows g and g + 8 of the accumulators */
@@ -315,18 +345,7 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 
-    /* each head's sum over its 8 items, and its lse (m_run is the same in all 8) */
-    red[pi * 16 + hb] = l_run;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (pi == 0) {
-        float l = 0.0f;
-        for (int i = 0; i < 8; i++)
-            l += red[i * 16 + hb];
-        lsum_l[hb] = l;
-        if (LIVE(hb))
-            lse[lse_offset + OUT_ROW(hb)] = l > 0.0f ? m_run + log(l) : -INFINITY;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
+    FINISH_SUMS
     const float l0 = lsum_l[g], l8 = lsum_l[g + 8];
     const float i0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, i8 = l8 > 0.0f ? 1.0f / l8 : 0.0f;
     #pragma unroll
@@ -352,7 +371,222 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
             vstore8(r9 * i8, 0, dst + 8);
         }
     }
-#undef LIVE
-#undef OUT_ROW
 }
+
+#else /* ---- a float32 cache: the products in tf32, each operand split in two ---------------- */
+/* The cache's values are float32, so they are split too: x = hi + lo with hi = x's top 19 bits (a
+   tf32 value exactly) and lo = x - hi, which the instruction reads to its own top 19 bits (about
+   2^-21 |x| lost); a product a b is ah bh + al bh + ah bl, three mma.sync.m16n8k8 (tf32, float32
+   sums), al bl (about 2^-20 of it) left out, as CUTLASS's 3xTF32 does. Layouts (PTX ISA, and
+   CuTe's SM80 16x8x8 tf32 atom): A register r of lane (g, t) is row g + 8 (r & 1), column
+   t + 4 (r >> 1); B register r is row t + 4r, column g; D as above. */
+#define QIDX(h, j) ((h) * (ROW / 4) + ((j) ^ 4 * ((h) & 1))) /* float4 j of query row h (ROW / 4 a multiple of 8) */
+#define SCS (TK + 4)                                         /* stride of a row of scores, then weights */
+#define NC (RKV / 128)                                       /* groups of 32 value columns per warp */
+#define TF_HI(x) as_float(as_uint(x) & 0xFFFFE000u)
+
+#ifdef CLMLA_PTX_MMA
+#define MMA_TF32(d, a0, a1, a2, a3, b0, b1)                                                         \
+    __asm__ __volatile__("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "                     \
+                         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"        \
+                         : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3])                   \
+                         : "r"(as_uint(a0)), "r"(as_uint(a1)), "r"(as_uint(a2)), "r"(as_uint(a3)),  \
+                           "r"(as_uint(b0)), "r"(as_uint(b1)))
+#define MMA_SCRATCH
+#define MMA_UNROLL _Pragma("unroll")
+#else
+/* the product by the warp's items, as mma_emulated does, each operand read to its top 19 bits */
+inline void mma_tf32_emulated(float *d, const float a0, const float a1, const float a2, const float a3,
+                              const float b0, const float b1, __local uint *x, const int lane)
+{
+    x[lane * 6] = as_uint(a0);
+    x[lane * 6 + 1] = as_uint(a1);
+    x[lane * 6 + 2] = as_uint(a2);
+    x[lane * 6 + 3] = as_uint(a3);
+    x[lane * 6 + 4] = as_uint(b0);
+    x[lane * 6 + 5] = as_uint(b1);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 4; i++) {
+        const int r = g + 8 * (i >> 1), c = 2 * t + (i & 1);
+        float s = d[i];
+        for (int k = 0; k < 8; k++) {
+            const uint a = x[((r % 8) * 4 + k % 4) * 6 + (r >= 8) + 2 * (k >= 4)];
+            const uint b = x[(c * 4 + k % 4) * 6 + 4 + (k >= 4)];
+            s = fma(as_float(a & 0xFFFFE000u), as_float(b & 0xFFFFE000u), s);
+        }
+        d[i] = s;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+#define MMA_TF32(d, a0, a1, a2, a3, b0, b1) mma_tf32_emulated((d), (a0), (a1), (a2), (a3), (b0), (b1), mx, lane)
+#define MMA_SCRATCH __local uint mx_all[NT * 6];
+#define MMA_UNROLL _Pragma("unroll 1")
+#endif
+/* d += a b in three products: a (4 values, A's registers) and b (2, B's) with their hi parts ah, bh */
+#define MMA3(d, a0, a1, a2, a3, b0, b1)                                                             \
+    {                                                                                               \
+        const float h0_ = TF_HI(a0), h1_ = TF_HI(a1), h2_ = TF_HI(a2), h3_ = TF_HI(a3);             \
+        const float bh0_ = TF_HI(b0), bh1_ = TF_HI(b1);                                             \
+        MMA_TF32(d, h0_, h1_, h2_, h3_, bh0_, bh1_);                                                \
+        MMA_TF32(d, (a0) - h0_, (a1) - h1_, (a2) - h2_, (a3) - h3_, bh0_, bh1_);                    \
+        MMA_TF32(d, h0_, h1_, h2_, h3_, (b0) - bh0_, (b1) - bh1_);                                  \
+    }
+
+__kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
+void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, const int q_latent_token_stride,
+                     const int q_latent_head_stride,
+                     __global const float *q_rope, const int q_rope_offset, const int q_rope_token_stride,
+                     const int q_rope_head_stride,
+                     __global const float *cache,
+                     __global const int *block_table, const int max_blocks_per_seq, const int block_tokens,
+                     __global const int *token_seq, __global const int *token_ctx_len,
+                     const int num_heads, const int num_splits, const int split_tokens, const float scale,
+                     __global float *out, const int out_offset, __global float *lse, const int lse_offset)
+{
+    __local float4 q4[16 * ROW / 4]; /* the scaled queries (QIDX) */
+    __local float sc[16 * SCS];      /* the tile's scores [head][key], then its weights */
+    __local float red[8 * 16];       /* [part][head]: maxima, at the end sums */
+    __local float alpha_l[16], lsum_l[16];
+    __local int slot_l[TK];
+    MMA_SCRATCH
+
+    const int lid = get_local_id(0), lane = lid % 32, warp = lid / 32, g = lane / 4, t = lane % 4;
+#ifndef CLMLA_PTX_MMA
+    __local uint *mx = mx_all + warp * 32 * 6;
+#endif
+    const int split = get_global_id(1), tok = get_global_id(2);
+    const int h0 = get_group_id(0) * HG, ctx = token_ctx_len[tok];
+    const int k_begin = split * split_tokens, k_end = min(ctx, k_begin + split_tokens);
+    __global const int *table = block_table + (size_t)token_seq[tok] * max_blocks_per_seq;
+
+    if (k_end <= k_begin)
+        NO_KEYS_RETURN
+
+    /* the queries, scaled; zero for rows past the group's heads */
+    for (int i = lid; i < 4 * ROW; i += NT) {
+        const int h = i / (ROW / 4), j = i % (ROW / 4), d = 4 * j;
+        float4 x = 0.0f;
+        if (LIVE(h)) {
+            __global const float *qlat = Q_LATENT(h), *qr = Q_ROPE(h);
+            x = d < RKV ? (float4)(qlat[d], qlat[d + 1], qlat[d + 2], qlat[d + 3]) /* RKV % 4 == 0 */
+                        : (float4)(qr[d - RKV], qr[d + 1 - RKV], qr[d + 2 - RKV], qr[d + 3 - RKV]);
+        }
+        q4[QIDX(h, j)] = x * scale;
+    }
+
+    const int hb = lid / 8, pi = lid % 8; /* step B: head, its keys KB pi .. KB pi + KB - 1 */
+    float m_run = -INFINITY, l_run = 0.0f;
+    float o[NC * 4][4];
+    #pragma unroll
+    for (int j = 0; j < NC * 4; j++)
+        o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+
+    for (int j0 = k_begin; j0 < k_end; j0 += TK) {
+        const int nk = min(TK, k_end - j0);
+        if (lid < TK) { /* the tile's rows; past its end, its first key's (weight 0) */
+            const int j = j0 + (lid < nk ? lid : 0);
+            slot_l[lid] = table[j / block_tokens] * block_tokens + j % block_tokens;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* slot_l, and the queries before the first tile */
+
+        /* A. scores of keys 16 warp + g and 16 warp + 8 + g with the 16 heads, 16 values a step:
+           lane (g, t) takes values 4t .. 4t+3 of the step (one float4 a key and a query row), the
+           first two as fragment k t and t + 4 of one product, the last two of another */
+        {
+            float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s8[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            __global const float4 *row = (__global const float4 *)(cache + (size_t)slot_l[16 * warp + g] * ROW);
+            __global const float4 *row8 = (__global const float4 *)(cache + (size_t)slot_l[16 * warp + 8 + g] * ROW);
+#define SCORE_STEP(v, b, b8)                                                                        \
+    {                                                                                               \
+        const float4 a = q4[QIDX(g, 4 * (v) + t)], a8 = q4[QIDX(g + 8, 4 * (v) + t)];               \
+        MMA3(s, a.x, a8.x, a.y, a8.y, (b).x, (b).y);                                               \
+        MMA3(s, a.z, a8.z, a.w, a8.w, (b).z, (b).w);                                               \
+        MMA3(s8, a.x, a8.x, a.y, a8.y, (b8).x, (b8).y);                                            \
+        MMA3(s8, a.z, a8.z, a.w, a8.w, (b8).z, (b8).w);                                            \
+    }
+            int v = 0;
+            for (; v + QU <= ROW / 16; v += QU) {
+                float4 b[QU], b8[QU];
+                #pragma unroll
+                for (int u = 0; u < QU; u++) {
+                    b[u] = row[4 * (v + u) + t];
+                    b8[u] = row8[4 * (v + u) + t];
+                }
+                MMA_UNROLL
+                for (int u = 0; u < QU; u++)
+                    SCORE_STEP(v + u, b[u], b8[u])
+            }
+            for (; v < ROW / 16; v++)
+                SCORE_STEP(v, row[4 * v + t], row8[4 * v + t])
+#undef SCORE_STEP
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int h = g + 8 * (i >> 1), k = 16 * warp + 2 * t + (i & 1);
+                sc[h * SCS + k] = k < nk ? s[i] : -INFINITY;
+                sc[h * SCS + k + 8] = k + 8 < nk ? s8[i] : -INFINITY;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* B. the tile's weights, in place of its scores, and sums */
+        float w[KB];
+        tile_softmax(sc + hb * SCS, red, alpha_l, hb, pi, w, &m_run, &l_run);
+        barrier(CLK_LOCAL_MEM_FENCE); /* every item has read its scores */
+        #pragma unroll
+        for (int k = 0; k < KB; k++)
+            sc[hb * SCS + KB * pi + k] = w[k];
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* C. o = alpha o + P V: 8 keys a product (fragment k t and t + 4: keys 8ks + t and
+           8ks + t + 4), warp w's RKV / 4 columns in groups of 32 of which lane (g, t) loads the 4
+           columns 4g .. 4g+3 of both its keys (a float4 each); value e of the 4 is column g of the
+           group's n-tile e */
+        const float ag = alpha_l[g], ag8 = alpha_l[g + 8];
+        #pragma unroll
+        for (int j = 0; j < NC * 4; j++) {
+            o[j][0] *= ag;
+            o[j][1] *= ag;
+            o[j][2] *= ag8;
+            o[j][3] *= ag8;
+        }
+        MMA_UNROLL
+        for (int ks = 0; ks < TK / 8; ks++) {
+            const float p0 = sc[g * SCS + 8 * ks + t], p1 = sc[(g + 8) * SCS + 8 * ks + t];
+            const float p2 = sc[g * SCS + 8 * ks + t + 4], p3 = sc[(g + 8) * SCS + 8 * ks + t + 4];
+            __global const float *ra = cache + (size_t)slot_l[8 * ks + t] * ROW;
+            __global const float *rb = cache + (size_t)slot_l[8 * ks + t + 4] * ROW;
+            MMA_UNROLL
+            for (int c = 0; c < NC; c++) {
+                const int col = warp * (RKV / 4) + 32 * c + 4 * g;
+                const float4 va = *(__global const float4 *)(ra + col), vb = *(__global const float4 *)(rb + col);
+                MMA3(o[4 * c], p0, p1, p2, p3, va.x, vb.x);
+                MMA3(o[4 * c + 1], p0, p1, p2, p3, va.y, vb.y);
+                MMA3(o[4 * c + 2], p0, p1, p2, p3, va.z, vb.z);
+                MMA3(o[4 * c + 3], p0, p1, p2, p3, va.w, vb.w);
+            }
+        }
+        /* the next tile writes sc and slot_l only after every warp has read them here */
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    FINISH_SUMS
+    /* a lane's accumulators: columns 32c + 8t + e (e < 4, D element 0 of n-tile e) and 32c + 8t +
+       4 + e (element 1) of head g, the same with elements 2 and 3 of head g + 8 */
+    const float l0 = lsum_l[g], l8 = lsum_l[g + 8];
+    const float i0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, i8 = l8 > 0.0f ? 1.0f / l8 : 0.0f;
+    #pragma unroll
+    for (int c = 0; c < NC; c++) {
+        const int col = warp * (RKV / 4) + 32 * c + 8 * t;
+        const float8 r0 = (float8)(o[4 * c][0], o[4 * c + 1][0], o[4 * c + 2][0], o[4 * c + 3][0], o[4 * c][1],
+                                   o[4 * c + 1][1], o[4 * c + 2][1], o[4 * c + 3][1]);
+        const float8 r8 = (float8)(o[4 * c][2], o[4 * c + 1][2], o[4 * c + 2][2], o[4 * c + 3][2], o[4 * c][3],
+                                   o[4 * c + 1][3], o[4 * c + 2][3], o[4 * c + 3][3]);
+        if (LIVE(g))
+            vstore8(r0 * i0, 0, out + out_offset + OUT_ROW(g) * RKV + col);
+        if (LIVE(g + 8))
+            vstore8(r8 * i8, 0, out + out_offset + OUT_ROW(g + 8) * RKV + col);
+    }
+}
+#endif /* CACHE_BF16 */
 #endif

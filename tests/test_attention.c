@@ -711,7 +711,7 @@ static void latent_kernel_name(const pool *p, int heads, char *name, size_t size
 }
 
 /* attn_latent_mma (group_mma 1) is the kernel that runs where it applies, attn_latent where not:
-   the bf16 rows of rkv 512 and 256 take it, f16 rows and bf16 rows of rkv 40 do not */
+   the bf16 and f32 rows of rkv 512 and 256 take it, f16 rows and bf16 rows of rkv 40 do not */
 static void test_mma_chosen(void)
 {
     clmla_latent_tuning t;
@@ -725,6 +725,8 @@ static void test_mma_chosen(void)
         const char *want;
     } cfg[] = {{512, 64, 64, CLMLA_CACHE_BF16, "attn_latent_mma"},
                {256, 32, 16, CLMLA_CACHE_BF16, "attn_latent_mma"},
+               {512, 64, 64, CLMLA_CACHE_F32, "attn_latent_mma"},
+               {256, 32, 16, CLMLA_CACHE_F32, "attn_latent_mma"},
                {512, 64, 64, CLMLA_CACHE_F16, "attn_latent"},
                {40, 8, 5, CLMLA_CACHE_BF16, "attn_latent"}};
     for (size_t i = 0; i < sizeof(cfg) / sizeof(cfg[0]); i++) {
@@ -873,14 +875,14 @@ int main(void)
         t.group_aligned = aligned;
         run_all_tuned(&t, 1, aligned ? "group_aligned 2" : "group_aligned 0");
     }
-    /* attn_latent_mma (group_mma 1) over the bf16 caches: on a CPU device its products are computed
-       by the work-items in mma.sync's fragment layouts (cl/attn_latent_mma.cl); the others run
-       attn_latent again; on an NVIDIA GPU of compute capability 8.0 or later, on its tensor cores.
-       Other devices do not run it (nothing to check). */
+    /* attn_latent_mma (group_mma 1) over the bf16 and f32 caches: on a CPU device its products are
+       computed by the work-items in mma.sync's fragment layouts (cl/attn_latent_mma.cl); the
+       others run attn_latent again; on an NVIDIA GPU of compute capability 8.0 or later, on its
+       tensor cores. Other devices do not run it (nothing to check). */
     if (clmla_latent_mma_device(ctx)) {
         clmla_latent_tuning_defaults(&t);
         t.group_mma = 1;
-        only_dtypes = 1u << CLMLA_CACHE_BF16;
+        only_dtypes = 1u << CLMLA_CACHE_BF16 | 1u << CLMLA_CACHE_F32;
         run_all_tuned(&t, 0, "group_mma 1");
         only_dtypes = 0;
         test_mma_chosen();

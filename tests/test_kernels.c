@@ -701,7 +701,7 @@ typedef struct latent_case {
                              3 the same with two vectors of heads (LHV 2): hg 32; 4 with two tokens of
                              16 heads (LFOLD, runs of latent_query_len tokens): hg 16; 5 attn_latent_mma
                              (cl/attn_latent_mma.cl, its products computed by the items): nt 128, a
-                             bf16 cache */
+                             bf16 (f16 2) or f32 cache */
     int rkv, dr, heads, hg, nt, splits, split_tokens, bt, f16; /* f16 2: the cache in bf16 */
     int tokens;
     const int *ctx_len;   /* [tokens] */
@@ -732,7 +732,8 @@ static void run_latent(const latent_case *c)
     const int max_blocks = (max_ctx + c->bt - 1) / c->bt + 1, blocks = num_seqs * max_blocks + 2;
     char options[224];
     if (c->rows == 5)
-        snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d -D CACHE_BF16 -D HG=%d", c->rkv, c->dr, c->hg);
+        snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D HG=%d", c->rkv, c->dr,
+                 c->f16 == 2 ? " -D CACHE_BF16" : "", c->hg);
     else if (c->rows)
         snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D HGC=%d -D KTC=%d%s%s", c->rkv, c->dr,
                  c->f16 ? " -D CACHE_F16" : "", c->hg, c->nt, latent_sparse ? " -D SPARSE" : "",
@@ -985,7 +986,7 @@ static void test_attn_latent(void)
 
 /* attn_latent_mma with its products computed by the work-items in mma.sync's fragment layouts (on
    NVIDIA GPUs with the instruction the host builds it with CLMLA_PTX_MMA; tests/ptx_mma.sh checks
-   that form assembles): MiniCPM3's row (256 + 32) with 3 heads in a group of 16 rows, 2 splits of
+   that form assembles), over bf16 rows and f32 ones (the tf32 form): MiniCPM3's row (256 + 32) with 3 heads in a group of 16 rows, 2 splits of
    40 keys, one token without keys and tiles of 64 cut short; DeepSeek's (512 + 64) with 16 heads
    over two tiles, and 5 of 16 in a second group. Small: every product costs two barriers. */
 static void test_attn_latent_mma(void)
@@ -993,17 +994,26 @@ static void test_attn_latent_mma(void)
     static const int ctx_a[3] = {0, 1, 70}, seq_a[3] = {0, 1, 0};
     const latent_case a = {"mma: rkv 256 dr 32, 3 heads, 2 splits, bf16", 5, 256, 32, 3, 3, 128, 2, 40, 3, 2, 3,
                            ctx_a, seq_a};
+    const latent_case af = {"mma: rkv 256 dr 32, 3 heads, 2 splits, f32", 5, 256, 32, 3, 3, 128, 2, 40, 3, 0, 3,
+                            ctx_a, seq_a};
     static const int ctx_b[2] = {33, 5}, seq_b[2] = {1, 0};
     const latent_case b = {"mma: rkv 512 dr 64, 21 heads / 16 per group, bf16", 5, 512, 64, 21, 16, 128, 1, 33, 16, 2,
                            2, ctx_b, seq_b};
+    const latent_case bf = {"mma: rkv 512 dr 64, 21 heads / 16 per group, f32", 5, 512, 64, 21, 16, 128, 1, 33, 16, 0,
+                            2, ctx_b, seq_b};
     run_latent(&a);
-    /* 16 rows of 576-value queries in two terms: 47040 bytes of local memory, 50112 with the items'
-       exchange, more than some devices have (oclgrind's runs in ci/oclgrind.sh take 32 KiB) */
-    if (ctx->info.local_mem_bytes >= 50112)
+    /* 16 rows of 576-value queries: 47040 bytes of local memory in two bf16 terms, 42112 in f32,
+       3072 more for the items' exchange, more than some devices have (oclgrind's runs in
+       ci/oclgrind.sh take 32 KiB); MiniCPM3's rows take 28608 and 23680 */
+    const uint64_t local = ctx->info.local_mem_bytes;
+    if (local >= 23680 + 3072)
+        run_latent(&af);
+    if (local >= 47040 + 3072)
         run_latent(&b);
-    else
-        printf("# attn_latent_mma at rkv 512: skipped, %llu bytes of local memory\n",
-               (unsigned long long)ctx->info.local_mem_bytes);
+    if (local >= 42112 + 3072)
+        run_latent(&bf);
+    if (local < 47040 + 3072)
+        printf("# attn_latent_mma at rkv 512: skipped, %llu bytes of local memory\n", (unsigned long long)local);
 }
 
 static void test_attn_latent_rows(void)

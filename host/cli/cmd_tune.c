@@ -451,6 +451,13 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
                 if (n < MAX_CANDIDATES)
                     add_unique(cands, &n, &t);
             }
+        /* on an NVIDIA GPU, attn_latent_mma (the products on the tensor cores, in tf32 over this f32
+           cache), or attn_latent where it is in force */
+        if (strstr(info.vendor, "NVIDIA") && n < MAX_CANDIDATES) {
+            clmla_latent_tuning t = base;
+            t.group_mma = !base.group_mma;
+            add_unique(cands, &n, &t);
+        }
         /* the score step's rows staged through local memory, in both query layouts and with 2, 4 or
            8 keys per item (--quick: as in force), the rest as in force */
         for (int q = 0; q < 2; q++)
