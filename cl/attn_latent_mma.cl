@@ -88,6 +88,16 @@ inline void tile_softmax(__local const float *sc_row, __local float *red, __loca
         alpha_l[hb] = al;
 }
 
+#ifdef CLMLA_PTX_MMA
+#define MMA_SCRATCH
+#define MMA_UNROLL _Pragma("unroll")
+#else
+/* the emulated products' exchange (mma_emulated, mma_tf32_emulated below), and
+   loops of products kept loops: each copy of a product is two more barriers for the compiler to
+   split the work-group's code at (PoCL took minutes to build the unrolled kernel) */
+#define MMA_SCRATCH __local uint mx_all[NT * 6];
+#define MMA_UNROLL _Pragma("unroll 1")
+#endif
 /* a split without keys: out 0, lse -inf (as attn_latent) */
 #define NO_KEYS_RETURN                                                                              \
     {                                                                                               \
@@ -118,6 +128,63 @@ inline void tile_softmax(__local const float *sc_row, __local float *red, __loca
 #define Q_LATENT(h)                                                                                 \
     (q_latent + q_latent_offset + (size_t)tok * q_latent_token_stride + (size_t)(h0 + (h)) * q_latent_head_stride)
 #define Q_ROPE(h) (q_rope + q_rope_offset + (size_t)tok * q_rope_token_stride + (size_t)(h0 + (h)) * q_rope_head_stride)
+
+/* the work-group's place: head group, split, token, its keys k_begin .. k_end - 1 and block table;
+   a split without keys returns */
+#define GROUP_PROLOGUE                                                                              \
+    const int split = get_global_id(1), tok = get_global_id(2);                                     \
+    const int h0 = get_group_id(0) * HG, ctx = token_ctx_len[tok];                                  \
+    const int k_begin = split * split_tokens, k_end = min(ctx, k_begin + split_tokens);             \
+    __global const int *table = block_table + (size_t)token_seq[tok] * max_blocks_per_seq;         \
+    if (k_end <= k_begin)                                                                           \
+        NO_KEYS_RETURN
+/* the cache slots of the tile's keys (past its end, its first key's: weight 0), then a barrier */
+#define TILE_SLOTS                                                                                  \
+    if (lid < TK) {                                                                                 \
+        const int j = j0 + (lid < nk ? lid : 0);                                                    \
+        slot_l[lid] = table[j / block_tokens] * block_tokens + j % block_tokens;                    \
+    }                                                                                               \
+    barrier(CLK_LOCAL_MEM_FENCE); /* slot_l, and the queries before the first tile */
+/* the score step of a tile, both forms: keys 16 warp + g and 16 warp + 8 + g (B's column g of two
+   products) with the 16 heads, STEPS steps of a row, a lane loading a T of each key's step; QU
+   steps' loads in flight before their products, SCORE_STEP(v, b, b8) (the form's own); the scores
+   into sc at stride SS, -inf past the tile's keys (D element i: head g + 8 (i >> 1), key 2t + (i & 1)
+   of the product's 8) */
+#define SCORE_TILE(T, STEPS, SS)                                                                    \
+    {                                                                                               \
+        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s8[4] = {0.0f, 0.0f, 0.0f, 0.0f};                    \
+        __global const T *row = (__global const T *)(cache + (size_t)slot_l[16 * warp + g] * ROW);  \
+        __global const T *row8 = (__global const T *)(cache + (size_t)slot_l[16 * warp + 8 + g] * ROW); \
+        int v = 0;                                                                                  \
+        for (; v + QU <= (STEPS); v += QU) {                                                        \
+            T b[QU], b8[QU];                                                                        \
+            _Pragma("unroll") for (int u = 0; u < QU; u++) {                                        \
+                b[u] = row[4 * (v + u) + t];                                                        \
+                b8[u] = row8[4 * (v + u) + t];                                                      \
+            }                                                                                       \
+            MMA_UNROLL                                                                              \
+            for (int u = 0; u < QU; u++)                                                            \
+                SCORE_STEP(v + u, b[u], b8[u])                                                      \
+        }                                                                                           \
+        for (; v < (STEPS); v++)                                                                    \
+            SCORE_STEP(v, row[4 * v + t], row8[4 * v + t])                                          \
+        _Pragma("unroll") for (int i = 0; i < 4; i++) {                                             \
+            const int h = g + 8 * (i >> 1), k = 16 * warp + 2 * t + (i & 1);                        \
+            sc[h * (SS) + k] = k < nk ? s[i] : -INFINITY;                                           \
+            sc[h * (SS) + k + 8] = k + 8 < nk ? s8[i] : -INFINITY;                                  \
+        }                                                                                           \
+    }
+/* the accumulators' N n-tiles (rows g and g + 8) times the tile's alpha of their heads */
+#define RESCALE_ACC(N)                                                                              \
+    {                                                                                               \
+        const float ag = alpha_l[g], ag8 = alpha_l[g + 8];                                          \
+        _Pragma("unroll") for (int j = 0; j < (N); j++) {                                           \
+            o[j][0] *= ag;                                                                          \
+            o[j][1] *= ag;                                                                          \
+            o[j][2] *= ag8;                                                                         \
+            o[j][3] *= ag8;                                                                         \
+        }                                                                                           \
+    }
 
 #ifdef CACHE_BF16
 #define QP (ROW / 2)                                /* bf16 pairs of a query row, a multiple of 16 */
@@ -150,8 +217,6 @@ inline uint bf16_pair(const float x0, const float x1, const int lo)
                          "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"        \
                          : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3])                   \
                          : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
-#define MMA_SCRATCH
-#define MMA_UNROLL _Pragma("unroll")
 #else
 /* The same product by the warp's items through local memory (x: this warp's 32 x 6 uints), with
    PTX's layouts: A register r of lane (g, t) holds row g + 8 (r & 1), columns 2t + 8 (r >> 1) and
@@ -182,11 +247,67 @@ inline void mma_emulated(float *d, const uint a0, const uint a1, const uint a2, 
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 #define MMA(d, a0, a1, a2, a3, b0, b1) mma_emulated((d), (a0), (a1), (a2), (a3), (b0), (b1), mx, lane)
-#define MMA_SCRATCH __local uint mx_all[NT * 6];
-/* loops of products stay loops: each copy of a product is two more barriers for the compiler to
-   split the work-group's code at (PoCL took minutes to build the unrolled kernel) */
-#define MMA_UNROLL _Pragma("unroll 1")
 #endif
+#define SCS (TK + 1)                                /* stride of a row of scores */
+#define NACC (NB * 8)                               /* the accumulators' n-tiles */
+
+#else /* ---- a float32 cache: the products in tf32, each operand split in two ---------------- */
+/* The cache's values are float32, so they are split too: x = hi + lo with hi = x's top 19 bits (a
+   tf32 value exactly) and lo = x - hi, which the instruction reads to its own top 19 bits (about
+   2^-21 |x| lost); a product a b is ah bh + al bh + ah bl, three mma.sync.m16n8k8 (tf32, float32
+   sums), al bl (about 2^-20 of it) left out, as CUTLASS's 3xTF32 does. Layouts (PTX ISA, and
+   CuTe's SM80 16x8x8 tf32 atom): A register r of lane (g, t) is row g + 8 (r & 1), column
+   t + 4 (r >> 1); B register r is row t + 4r, column g; D as above. */
+#define QIDX(h, j) ((h) * (ROW / 4) + ((j) ^ 4 * ((h) & 1))) /* float4 j of query row h (ROW / 4 a multiple of 8) */
+#define SCS (TK + 4)                                         /* stride of a row of scores, then weights */
+#define NC (RKV / 128)                                       /* groups of 32 value columns per warp */
+#define NACC (NC * 4)                                        /* the accumulators' n-tiles */
+#define TF_HI(x) as_float(as_uint(x) & 0xFFFFE000u)
+
+#ifdef CLMLA_PTX_MMA
+#define MMA_TF32(d, a0, a1, a2, a3, b0, b1)                                                         \
+    __asm__ __volatile__("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "                     \
+                         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"        \
+                         : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3])                   \
+                         : "r"(as_uint(a0)), "r"(as_uint(a1)), "r"(as_uint(a2)), "r"(as_uint(a3)),  \
+                           "r"(as_uint(b0)), "r"(as_uint(b1)))
+#else
+/* the product by the warp's items, as mma_emulated does, each operand read to its top 19 bits */
+inline void mma_tf32_emulated(float *d, const float a0, const float a1, const float a2, const float a3,
+                              const float b0, const float b1, __local uint *x, const int lane)
+{
+    x[lane * 6] = as_uint(a0);
+    x[lane * 6 + 1] = as_uint(a1);
+    x[lane * 6 + 2] = as_uint(a2);
+    x[lane * 6 + 3] = as_uint(a3);
+    x[lane * 6 + 4] = as_uint(b0);
+    x[lane * 6 + 5] = as_uint(b1);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 4; i++) {
+        const int r = g + 8 * (i >> 1), c = 2 * t + (i & 1);
+        float s = d[i];
+        for (int k = 0; k < 8; k++) {
+            const uint a = x[((r % 8) * 4 + k % 4) * 6 + (r >= 8) + 2 * (k >= 4)];
+            const uint b = x[(c * 4 + k % 4) * 6 + 4 + (k >= 4)];
+            s = fma(as_float(a & 0xFFFFE000u), as_float(b & 0xFFFFE000u), s);
+        }
+        d[i] = s;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+#define MMA_TF32(d, a0, a1, a2, a3, b0, b1) mma_tf32_emulated((d), (a0), (a1), (a2), (a3), (b0), (b1), mx, lane)
+#endif
+/* d += a b in three products: a (4 values, A's registers) and b (2, B's) with their hi parts ah, bh */
+#define MMA3(d, a0, a1, a2, a3, b0, b1)                                                             \
+    {                                                                                               \
+        const float h0_ = TF_HI(a0), h1_ = TF_HI(a1), h2_ = TF_HI(a2), h3_ = TF_HI(a3);             \
+        const float bh0_ = TF_HI(b0), bh1_ = TF_HI(b1);                                             \
+        MMA_TF32(d, h0_, h1_, h2_, h3_, bh0_, bh1_);                                                \
+        MMA_TF32(d, (a0) - h0_, (a1) - h1_, (a2) - h2_, (a3) - h3_, bh0_, bh1_);                    \
+        MMA_TF32(d, h0_, h1_, h2_, h3_, (b0) - bh0_, (b1) - bh1_);                                  \
+    }
+#endif /* CACHE_BF16 */
 
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, const int q_latent_token_stride,
@@ -199,11 +320,15 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
                      const int num_heads, const int num_splits, const int split_tokens, const float scale,
                      __global float *out, const int out_offset, __global float *lse, const int lse_offset)
 {
+#ifdef CACHE_BF16
     __local uint4 qh4[16 * QP / 4], ql4[16 * QP / 4]; /* the scaled queries' hi and lo terms, bf16 pairs (QIDX) */
-    __local float sc[16 * (TK + 1)];                   /* the tile's scores [head][key] */
-    __local uint2 ph2[16 * PS / 2], pl2[16 * PS / 2];  /* its weights' terms, bf16 pairs [head][key / 2] */
+    __local uint2 ph2[16 * PS / 2], pl2[16 * PS / 2];  /* the weights' terms, bf16 pairs [head][key / 2] */
     __local uint *ph = (__local uint *)ph2, *pl = (__local uint *)pl2;
-    __local float red[8 * 16];                         /* [part][head]: maxima, at the end sums */
+#else
+    __local float4 q4[16 * ROW / 4]; /* the scaled queries (QIDX) */
+#endif
+    __local float sc[16 * SCS];      /* the tile's scores [head][key] (f32: then its weights) */
+    __local float red[8 * 16];       /* [part][head]: maxima, at the end sums */
     __local float alpha_l[16], lsum_l[16];
     __local int slot_l[TK];
     MMA_SCRATCH
@@ -212,14 +337,10 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
 #ifndef CLMLA_PTX_MMA
     __local uint *mx = mx_all + warp * 32 * 6;
 #endif
-    const int split = get_global_id(1), tok = get_global_id(2);
-    const int h0 = get_group_id(0) * HG, ctx = token_ctx_len[tok];
-    const int k_begin = split * split_tokens, k_end = min(ctx, k_begin + split_tokens);
-    __global const int *table = block_table + (size_t)token_seq[tok] * max_blocks_per_seq;
-    if (k_end <= k_begin)
-        NO_KEYS_RETURN
+    GROUP_PROLOGUE
 
-    /* the queries, scaled, as bf16 hi and lo pairs; zero for rows past the group's heads */
+    /* the queries, scaled (bf16: as hi and lo pairs); zero for rows past the group's heads */
+#ifdef CACHE_BF16
     for (int i = lid; i < 16 * QP; i += NT) {
         const int h = i / QP, p = i % QP, d = 2 * p;
         float x0 = 0.0f, x1 = 0.0f;
@@ -232,30 +353,33 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
         ((__local uint *)qh4)[at] = bf16_pair(x0, x1, 0);
         ((__local uint *)ql4)[at] = bf16_pair(x0, x1, 1);
     }
+#else
+    for (int i = lid; i < 4 * ROW; i += NT) {
+        const int h = i / (ROW / 4), j = i % (ROW / 4), d = 4 * j;
+        float4 x = 0.0f;
+        if (LIVE(h)) {
+            __global const float *qlat = Q_LATENT(h), *qr = Q_ROPE(h);
+            x = d < RKV ? (float4)(qlat[d], qlat[d + 1], qlat[d + 2], qlat[d + 3]) /* RKV % 4 == 0 */
+                        : (float4)(qr[d - RKV], qr[d + 1 - RKV], qr[d + 2 - RKV], qr[d + 3 - RKV]);
+        }
+        q4[QIDX(h, j)] = x * scale;
+    }
+#endif
 
     const int hb = lid / 8, pi = lid % 8; /* step B: head, its keys KB pi .. KB pi + KB - 1 */
     float m_run = -INFINITY, l_run = 0.0f;
-    float o[NB * 8][4];
+    float o[NACC][4];
     #pragma unroll
-    for (int j = 0; j < NB * 8; j++)
+    for (int j = 0; j < NACC; j++)
         o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
 
     for (int j0 = k_begin; j0 < k_end; j0 += TK) {
         const int nk = min(TK, k_end - j0);
-        if (lid < TK) { /* the tile's rows; past its end, its first key's (weight 0) */
-            const int j = j0 + (lid < nk ? lid : 0);
-            slot_l[lid] = table[j / block_tokens] * block_tokens + j % block_tokens;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE); /* slot_l, and the queries before the first tile */
+        TILE_SLOTS
 
-        /* A. scores of keys 16 warp + g and 16 warp + 8 + g (B's column g of two products) with
-           the 16 heads */
-        {
-            float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s8[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            __global const uint4 *row = (__global const uint4 *)(cache + (size_t)slot_l[16 * warp + g] * ROW);
-            __global const uint4 *row8 = (__global const uint4 *)(cache + (size_t)slot_l[16 * warp + 8 + g] * ROW);
-            /* step v (values 32v .. 32v+31) with b, b8, the lane's 8 of them of each key: two
-               products a key, each by the queries' two terms */
+#ifdef CACHE_BF16
+        /* A. scores: step v (values 32v .. 32v+31) with b, b8, the lane's 8 of them of each key,
+           two products a key, each by the queries' two terms */
 #define SCORE_STEP(v, b, b8)                                                                        \
     {                                                                                               \
         const int qa = QIDX(g, 4 * (v) + t), qa8 = QIDX(g + 8, 4 * (v) + t);                         \
@@ -269,51 +393,45 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
         MMA(s8, a.z, a8.z, a.w, a8.w, (b8).z, (b8).w);                                             \
         MMA(s8, c.z, c8.z, c.w, c8.w, (b8).z, (b8).w);                                             \
     }
-            /* QU steps' loads in flight before their products */
-            int v = 0;
-            for (; v + QU <= ROW / 32; v += QU) {
-                uint4 b[QU], b8[QU];
-                #pragma unroll
-                for (int u = 0; u < QU; u++) {
-                    b[u] = row[4 * (v + u) + t];
-                    b8[u] = row8[4 * (v + u) + t];
-                }
-                MMA_UNROLL
-                for (int u = 0; u < QU; u++)
-                    SCORE_STEP(v + u, b[u], b8[u])
-            }
-            for (; v < ROW / 32; v++)
-                SCORE_STEP(v, row[4 * v + t], row8[4 * v + t])
+        SCORE_TILE(uint4, ROW / 32, SCS)
+#else
+        /* A. scores, 16 values a step: lane (g, t) takes values 4t .. 4t+3 of the step (one float4
+           a key and a query row), the first two as fragment k t and t + 4 of one product, the last
+           two of another */
+#define SCORE_STEP(v, b, b8)                                                                        \
+    {                                                                                               \
+        const float4 a = q4[QIDX(g, 4 * (v) + t)], a8 = q4[QIDX(g + 8, 4 * (v) + t)];               \
+        MMA3(s, a.x, a8.x, a.y, a8.y, (b).x, (b).y);                                               \
+        MMA3(s, a.z, a8.z, a.w, a8.w, (b).z, (b).w);                                               \
+        MMA3(s8, a.x, a8.x, a.y, a8.y, (b8).x, (b8).y);                                            \
+        MMA3(s8, a.z, a8.z, a.w, a8.w, (b8).z, (b8).w);                                            \
+    }
+        SCORE_TILE(float4, ROW / 16, SCS)
+#endif
 #undef SCORE_STEP
-            /* D element i: head g + 8 (i >> 1), key 2t + (i & 1) of the product's 8 */
-            #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int h = g + 8 * (i >> 1), k = 16 * warp + 2 * t + (i & 1);
-                sc[h * (TK + 1) + k] = k < nk ? s[i] : -INFINITY;
-                sc[h * (TK + 1) + k + 8] = k + 8 < nk ? s8[i] : -INFINITY;
-            }
-        }
         barrier(CLK_LOCAL_MEM_FENCE);
 
-        /* B. the tile's weights (as hi and lo pairs) and sums */
+        /* B. the tile's weights and sums: bf16, as hi and lo pairs apart; f32, in place of the
+           scores once every item has read its own */
         float w[KB];
-        tile_softmax(sc + hb * (TK + 1), red, alpha_l, hb, pi, w, &m_run, &l_run);
+        tile_softmax(sc + hb * SCS, red, alpha_l, hb, pi, w, &m_run, &l_run);
+#ifdef CACHE_BF16
         #pragma unroll
         for (int k = 0; k < KB / 2; k++) {
             ph[hb * PS + KB / 2 * pi + k] = bf16_pair(w[2 * k], w[2 * k + 1], 0);
             pl[hb * PS + KB / 2 * pi + k] = bf16_pair(w[2 * k], w[2 * k + 1], 1);
         }
+#else
+        barrier(CLK_LOCAL_MEM_FENCE);
+        #pragma unroll
+        for (int k = 0; k < KB; k++)
+            sc[hb * SCS + KB * pi + k] = w[k];
+#endif
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* C. o = alpha o + P V over the tile: rows g and g + 8 of the accumulators */
-        const float ag = alpha_l[g], ag8 = alpha_l[g + 8];
-        #pragma unroll
-        for (int j = 0; j < NB * 8; j++) {
-            o[j][0] *= ag;
-            o[j][1] *= ag;
-            o[j][2] *= ag8;
-            o[j][3] *= ag8;
-        }
+        RESCALE_ACC(NACC)
+#ifdef CACHE_BF16
         MMA_UNROLL
         for (int ks = 0; ks < TK / 16; ks++) {
             /* weights of keys 16ks + 4t .. +3: fragment k 2t, 2t+1 | 2t+8, 2t+9 */
@@ -341,13 +459,35 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
                 }
             }
         }
-        /* the next tile writes slot_l only after every warp has read it here */
+#else
+        /* f32: 8 keys a product (fragment k t and t + 4: keys 8ks + t and 8ks + t + 4), warp w's
+           RKV / 4 columns in groups of 32 of which lane (g, t) loads the 4 columns 4g .. 4g+3 of
+           both its keys (a float4 each); value e of the 4 is column g of the group's n-tile e */
+        MMA_UNROLL
+        for (int ks = 0; ks < TK / 8; ks++) {
+            const float p0 = sc[g * SCS + 8 * ks + t], p1 = sc[(g + 8) * SCS + 8 * ks + t];
+            const float p2 = sc[g * SCS + 8 * ks + t + 4], p3 = sc[(g + 8) * SCS + 8 * ks + t + 4];
+            __global const float *ra = cache + (size_t)slot_l[8 * ks + t] * ROW;
+            __global const float *rb = cache + (size_t)slot_l[8 * ks + t + 4] * ROW;
+            MMA_UNROLL
+            for (int c = 0; c < NC; c++) {
+                const int col = warp * (RKV / 4) + 32 * c + 4 * g;
+                const float4 va = *(__global const float4 *)(ra + col), vb = *(__global const float4 *)(rb + col);
+                MMA3(o[4 * c], p0, p1, p2, p3, va.x, vb.x);
+                MMA3(o[4 * c + 1], p0, p1, p2, p3, va.y, vb.y);
+                MMA3(o[4 * c + 2], p0, p1, p2, p3, va.z, vb.z);
+                MMA3(o[4 * c + 3], p0, p1, p2, p3, va.w, vb.w);
+            }
+        }
+#endif
+        /* the next tile writes sc and slot_l only after every warp has read them here */
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 
     FINISH_SUMS
     const float l0 = lsum_l[g], l8 = lsum_l[g + 8];
     const float i0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, i8 = l8 > 0.0f ? 1.0f / l8 : 0.0f;
+#ifdef CACHE_BF16
     #pragma unroll
     for (int b = 0; b < NB; b++) {
         const int col = warp * (RKV / 4) + 64 * b + 16 * t;
@@ -371,210 +511,9 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
             vstore8(r9 * i8, 0, dst + 8);
         }
     }
-}
-
-#else /* ---- a float32 cache: the products in tf32, each operand split in two ---------------- */
-/* The cache's values are float32, so they are split too: x = hi + lo with hi = x's top 19 bits (a
-   tf32 value exactly) and lo = x - hi, which the instruction reads to its own top 19 bits (about
-   2^-21 |x| lost); a product a b is ah bh + al bh + ah bl, three mma.sync.m16n8k8 (tf32, float32
-   sums), al bl (about 2^-20 of it) left out, as CUTLASS's 3xTF32 does. Layouts (PTX ISA, and
-   CuTe's SM80 16x8x8 tf32 atom): A register r of lane (g, t) is row g + 8 (r & 1), column
-   t + 4 (r >> 1); B register r is row t + 4r, column g; D as above. */
-#define QIDX(h, j) ((h) * (ROW / 4) + ((j) ^ 4 * ((h) & 1))) /* float4 j of query row h (ROW / 4 a multiple of 8) */
-#define SCS (TK + 4)                                         /* stride of a row of scores, then weights */
-#define NC (RKV / 128)                                       /* groups of 32 value columns per warp */
-#define TF_HI(x) as_float(as_uint(x) & 0xFFFFE000u)
-
-#ifdef CLMLA_PTX_MMA
-#define MMA_TF32(d, a0, a1, a2, a3, b0, b1)                                                         \
-    __asm__ __volatile__("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "                     \
-                         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"        \
-                         : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3])                   \
-                         : "r"(as_uint(a0)), "r"(as_uint(a1)), "r"(as_uint(a2)), "r"(as_uint(a3)),  \
-                           "r"(as_uint(b0)), "r"(as_uint(b1)))
-#define MMA_SCRATCH
-#define MMA_UNROLL _Pragma("unroll")
 #else
-/* the product by the warp's items, as mma_emulated does, each operand read to its top 19 bits */
-inline void mma_tf32_emulated(float *d, const float a0, const float a1, const float a2, const float a3,
-                              const float b0, const float b1, __local uint *x, const int lane)
-{
-    x[lane * 6] = as_uint(a0);
-    x[lane * 6 + 1] = as_uint(a1);
-    x[lane * 6 + 2] = as_uint(a2);
-    x[lane * 6 + 3] = as_uint(a3);
-    x[lane * 6 + 4] = as_uint(b0);
-    x[lane * 6 + 5] = as_uint(b1);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const int g = lane / 4, t = lane % 4;
-    for (int i = 0; i < 4; i++) {
-        const int r = g + 8 * (i >> 1), c = 2 * t + (i & 1);
-        float s = d[i];
-        for (int k = 0; k < 8; k++) {
-            const uint a = x[((r % 8) * 4 + k % 4) * 6 + (r >= 8) + 2 * (k >= 4)];
-            const uint b = x[(c * 4 + k % 4) * 6 + 4 + (k >= 4)];
-            s = fma(as_float(a & 0xFFFFE000u), as_float(b & 0xFFFFE000u), s);
-        }
-        d[i] = s;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-}
-#define MMA_TF32(d, a0, a1, a2, a3, b0, b1) mma_tf32_emulated((d), (a0), (a1), (a2), (a3), (b0), (b1), mx, lane)
-#define MMA_SCRATCH __local uint mx_all[NT * 6];
-#define MMA_UNROLL _Pragma("unroll 1")
-#endif
-/* d += a b in three products: a (4 values, A's registers) and b (2, B's) with their hi parts ah, bh */
-#define MMA3(d, a0, a1, a2, a3, b0, b1)                                                             \
-    {                                                                                               \
-        const float h0_ = TF_HI(a0), h1_ = TF_HI(a1), h2_ = TF_HI(a2), h3_ = TF_HI(a3);             \
-        const float bh0_ = TF_HI(b0), bh1_ = TF_HI(b1);                                             \
-        MMA_TF32(d, h0_, h1_, h2_, h3_, bh0_, bh1_);                                                \
-        MMA_TF32(d, (a0) - h0_, (a1) - h1_, (a2) - h2_, (a3) - h3_, bh0_, bh1_);                    \
-        MMA_TF32(d, h0_, h1_, h2_, h3_, (b0) - bh0_, (b1) - bh1_);                                  \
-    }
-
-__kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
-void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, const int q_latent_token_stride,
-                     const int q_latent_head_stride,
-                     __global const float *q_rope, const int q_rope_offset, const int q_rope_token_stride,
-                     const int q_rope_head_stride,
-                     __global const float *cache,
-                     __global const int *block_table, const int max_blocks_per_seq, const int block_tokens,
-                     __global const int *token_seq, __global const int *token_ctx_len,
-                     const int num_heads, const int num_splits, const int split_tokens, const float scale,
-                     __global float *out, const int out_offset, __global float *lse, const int lse_offset)
-{
-    __local float4 q4[16 * ROW / 4]; /* the scaled queries (QIDX) */
-    __local float sc[16 * SCS];      /* the tile's scores [head][key], then its weights */
-    __local float red[8 * 16];       /* [part][head]: maxima, at the end sums */
-    __local float alpha_l[16], lsum_l[16];
-    __local int slot_l[TK];
-    MMA_SCRATCH
-
-    const int lid = get_local_id(0), lane = lid % 32, warp = lid / 32, g = lane / 4, t = lane % 4;
-#ifndef CLMLA_PTX_MMA
-    __local uint *mx = mx_all + warp * 32 * 6;
-#endif
-    const int split = get_global_id(1), tok = get_global_id(2);
-    const int h0 = get_group_id(0) * HG, ctx = token_ctx_len[tok];
-    const int k_begin = split * split_tokens, k_end = min(ctx, k_begin + split_tokens);
-    __global const int *table = block_table + (size_t)token_seq[tok] * max_blocks_per_seq;
-
-    if (k_end <= k_begin)
-        NO_KEYS_RETURN
-
-    /* the queries, scaled; zero for rows past the group's heads */
-    for (int i = lid; i < 4 * ROW; i += NT) {
-        const int h = i / (ROW / 4), j = i % (ROW / 4), d = 4 * j;
-        float4 x = 0.0f;
-        if (LIVE(h)) {
-            __global const float *qlat = Q_LATENT(h), *qr = Q_ROPE(h);
-            x = d < RKV ? (float4)(qlat[d], qlat[d + 1], qlat[d + 2], qlat[d + 3]) /* RKV % 4 == 0 */
-                        : (float4)(qr[d - RKV], qr[d + 1 - RKV], qr[d + 2 - RKV], qr[d + 3 - RKV]);
-        }
-        q4[QIDX(h, j)] = x * scale;
-    }
-
-    const int hb = lid / 8, pi = lid % 8; /* step B: head, its keys KB pi .. KB pi + KB - 1 */
-    float m_run = -INFINITY, l_run = 0.0f;
-    float o[NC * 4][4];
-    #pragma unroll
-    for (int j = 0; j < NC * 4; j++)
-        o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-
-    for (int j0 = k_begin; j0 < k_end; j0 += TK) {
-        const int nk = min(TK, k_end - j0);
-        if (lid < TK) { /* the tile's rows; past its end, its first key's (weight 0) */
-            const int j = j0 + (lid < nk ? lid : 0);
-            slot_l[lid] = table[j / block_tokens] * block_tokens + j % block_tokens;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE); /* slot_l, and the queries before the first tile */
-
-        /* A. scores of keys 16 warp + g and 16 warp + 8 + g with the 16 heads, 16 values a step:
-           lane (g, t) takes values 4t .. 4t+3 of the step (one float4 a key and a query row), the
-           first two as fragment k t and t + 4 of one product, the last two of another */
-        {
-            float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s8[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            __global const float4 *row = (__global const float4 *)(cache + (size_t)slot_l[16 * warp + g] * ROW);
-            __global const float4 *row8 = (__global const float4 *)(cache + (size_t)slot_l[16 * warp + 8 + g] * ROW);
-#define SCORE_STEP(v, b, b8)                                                                        \
-    {                                                                                               \
-        const float4 a = q4[QIDX(g, 4 * (v) + t)], a8 = q4[QIDX(g + 8, 4 * (v) + t)];               \
-        MMA3(s, a.x, a8.x, a.y, a8.y, (b).x, (b).y);                                               \
-        MMA3(s, a.z, a8.z, a.w, a8.w, (b).z, (b).w);                                               \
-        MMA3(s8, a.x, a8.x, a.y, a8.y, (b8).x, (b8).y);                                            \
-        MMA3(s8, a.z, a8.z, a.w, a8.w, (b8).z, (b8).w);                                            \
-    }
-            int v = 0;
-            for (; v + QU <= ROW / 16; v += QU) {
-                float4 b[QU], b8[QU];
-                #pragma unroll
-                for (int u = 0; u < QU; u++) {
-                    b[u] = row[4 * (v + u) + t];
-                    b8[u] = row8[4 * (v + u) + t];
-                }
-                MMA_UNROLL
-                for (int u = 0; u < QU; u++)
-                    SCORE_STEP(v + u, b[u], b8[u])
-            }
-            for (; v < ROW / 16; v++)
-                SCORE_STEP(v, row[4 * v + t], row8[4 * v + t])
-#undef SCORE_STEP
-            #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int h = g + 8 * (i >> 1), k = 16 * warp + 2 * t + (i & 1);
-                sc[h * SCS + k] = k < nk ? s[i] : -INFINITY;
-                sc[h * SCS + k + 8] = k + 8 < nk ? s8[i] : -INFINITY;
-            }
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-
-        /* B. the tile's weights, in place of its scores, and sums */
-        float w[KB];
-        tile_softmax(sc + hb * SCS, red, alpha_l, hb, pi, w, &m_run, &l_run);
-        barrier(CLK_LOCAL_MEM_FENCE); /* every item has read its scores */
-        #pragma unroll
-        for (int k = 0; k < KB; k++)
-            sc[hb * SCS + KB * pi + k] = w[k];
-        barrier(CLK_LOCAL_MEM_FENCE);
-
-        /* C. o = alpha o + P V: 8 keys a product (fragment k t and t + 4: keys 8ks + t and
-           8ks + t + 4), warp w's RKV / 4 columns in groups of 32 of which lane (g, t) loads the 4
-           columns 4g .. 4g+3 of both its keys (a float4 each); value e of the 4 is column g of the
-           group's n-tile e */
-        const float ag = alpha_l[g], ag8 = alpha_l[g + 8];
-        #pragma unroll
-        for (int j = 0; j < NC * 4; j++) {
-            o[j][0] *= ag;
-            o[j][1] *= ag;
-            o[j][2] *= ag8;
-            o[j][3] *= ag8;
-        }
-        MMA_UNROLL
-        for (int ks = 0; ks < TK / 8; ks++) {
-            const float p0 = sc[g * SCS + 8 * ks + t], p1 = sc[(g + 8) * SCS + 8 * ks + t];
-            const float p2 = sc[g * SCS + 8 * ks + t + 4], p3 = sc[(g + 8) * SCS + 8 * ks + t + 4];
-            __global const float *ra = cache + (size_t)slot_l[8 * ks + t] * ROW;
-            __global const float *rb = cache + (size_t)slot_l[8 * ks + t + 4] * ROW;
-            MMA_UNROLL
-            for (int c = 0; c < NC; c++) {
-                const int col = warp * (RKV / 4) + 32 * c + 4 * g;
-                const float4 va = *(__global const float4 *)(ra + col), vb = *(__global const float4 *)(rb + col);
-                MMA3(o[4 * c], p0, p1, p2, p3, va.x, vb.x);
-                MMA3(o[4 * c + 1], p0, p1, p2, p3, va.y, vb.y);
-                MMA3(o[4 * c + 2], p0, p1, p2, p3, va.z, vb.z);
-                MMA3(o[4 * c + 3], p0, p1, p2, p3, va.w, vb.w);
-            }
-        }
-        /* the next tile writes sc and slot_l only after every warp has read them here */
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-
-    FINISH_SUMS
     /* a lane's accumulators: columns 32c + 8t + e (e < 4, D element 0 of n-tile e) and 32c + 8t +
        4 + e (element 1) of head g, the same with elements 2 and 3 of head g + 8 */
-    const float l0 = lsum_l[g], l8 = lsum_l[g + 8];
-    const float i0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, i8 = l8 > 0.0f ? 1.0f / l8 : 0.0f;
     #pragma unroll
     for (int c = 0; c < NC; c++) {
         const int col = warp * (RKV / 4) + 32 * c + 8 * t;
@@ -587,6 +526,6 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
         if (LIVE(g + 8))
             vstore8(r8 * i8, 0, out + out_offset + OUT_ROW(g + 8) * RKV + col);
     }
+#endif
 }
-#endif /* CACHE_BF16 */
 #endif
