@@ -682,7 +682,7 @@ static void run_all(void)
         pool_free(&p);
     }
     /* MiniCPM3's row (256 + 32) in bfloat16 with 16-token blocks: 3 heads (a group of 16 rows with
-       13 empty), 40 (groups of 16, 16 and 8) and 128, lengths ending mid-tile of 32 keys */
+       13 empty), 40 (groups of 16, 16 and 8) and 128, lengths ending inside a tile (of 32 or 64 keys) */
     if (pool_make(&p, "rkv256 dr32 bt16 bf16", 256, 32, 16, 240, CLMLA_CACHE_BF16, 11) == 0) {
         static const int len3[] = {1200, 33, 1, 0, 31, 1000};
         static const int seq3[] = {0, 1, 2, 0, 1, 2};
