@@ -77,8 +77,10 @@ static clmla_status new_context(const clmla_context_options *options, clmla_cont
         /* no callback of the caller's: CLMLA_LOG prints up to its level */
         const char *v = ctx->env.log;
         if (strcmp(v, "warning") != 0 && strcmp(v, "info") != 0) {
+            /* the message first: v is the context's own */
+            st = clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "CLMLA_LOG '%s': expected off, warning or info", v);
             free(ctx);
-            return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "CLMLA_LOG '%s': expected off, warning or info", v);
+            return st;
         }
         ctx->log = log_to_stderr;
         ctx->log_level = strcmp(v, "info") == 0 ? CLMLA_LOG_INFO : CLMLA_LOG_WARNING;
