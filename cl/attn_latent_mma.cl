@@ -1,42 +1,40 @@
 /* attn_latent_mma: the latent attention of cl/attn_latent.cl (same arguments, outputs and splits;
  * dense, one query token per work-group) over a bfloat16 or float32 cache, its two products on
- * NVIDIA's tensor cores: warp-wide mma.sync (m16n8k16 with bf16 operands; over f32, m16n8k8 with
- * tf32 ones, at the end of the file) and float32 accumulators, issued as inline PTX (CLMLA_PTX_MMA, set by the host on NVIDIA devices of compute capability 8.0 and
- * later). Elsewhere (CPU devices, for the tests) each mma is computed by the warp's 32 items
- * through local memory, in the same fragment layout, so that everything but the instruction
- * itself runs and is checked on any device. Experimental: the latent tuning's group_mma.
+ * NVIDIA's tensor cores: warp-wide mma.sync with float32 accumulators, issued as inline PTX
+ * (CLMLA_PTX_MMA, set by the host on NVIDIA devices of compute capability 8.0 and later).
+ * Elsewhere (CPU devices, for the tests) each mma is computed by the warp's 32 items through local
+ * memory, in the same fragment layouts, so that everything but the instruction itself runs and is
+ * checked on any device. Experimental: the latent tuning's group_mma.
  *
- * Precision. The cache's values are bf16 already, so only the queries (scaled) and the softmax
- * weights need rounding to be mma operands; each is split into two bf16 terms, hi = bf16(x) and
- * lo = bf16(x - hi), and each product takes two mma instructions, one per term: x - hi - lo is
- * within 2^-16 |x|, so the scores and sums keep about 16 significant bits rather than bf16's 8
- * (FlashMLA rounds both to bf16 once). Accumulation is float32 throughout.
+ * Precision. bf16 cache (m16n8k16, bf16 operands): the cache's values are bf16 already, so only the
+ * scaled queries and the softmax weights need rounding; each is split into two bf16 terms, hi =
+ * bf16(x) and lo = bf16(x - hi), one mma per term: x - hi - lo is within 2^-16 |x|, about 16
+ * significant bits where FlashMLA keeps bf16's 8. f32 cache (m16n8k8, tf32 operands): every operand
+ * in two terms, three products each (below, "a float32 cache").
  *
  * Work-group: NT = 128 items, four warps of 32 (lane = lid % 32, warp = lid / 32; a lane's group
  * g = lane / 4 and place t = lane % 4 in it, as PTX's fragment layouts name them); HG <= 16 heads
  * (rows 16 of the m16 products, those past HG zero), keys [split*split_tokens, ..) in tiles of
  * TK = 64.
  *   A. scores S[16 heads][64 keys]: warp w takes keys 16w .. 16w+15, two products of 8 keys (their
- *      n8), over the whole row, 32 values per step: lane (g, t) loads values 8t .. 8t+7 of that
- *      step of keys 16w + g and 16w + 8 + g, one 16-byte load each (a warp reads eight 64-byte runs
- *      a key set), the B operands of two products a key set; the A operands, the queries' hi and
- *      lo terms, come from local memory in the same order, each read serving both key sets (the
- *      queries' reads from local memory, 36 KiB a warp and tile, set the pace where tiles are
- *      short). The k dimension of a product is a sum, so any order of it serves as long as A and B
- *      agree: fragment k 2t, 2t+1, 2t+8, 2t+9 of the first product are values 8t .. 8t+3 of the
- *      step, of the second 8t+4 .. 8t+7. QU steps' loads are in flight together.
- *   B. online softmax as in attn_latent, 8 items per head (lid / 8 the head, 8 keys each); the
- *      weights go to local memory as bf16 hi and lo terms.
- *   C. values: warp w owns RKV/4 value columns, in blocks of 64 of which lane (g, t) loads the 8
- *      values 8g .. 8g+7 (one 16-byte load) of the 4 keys 4t .. 4t+3 of each 16-key step; value
- *      e of the 8 is column g of the block's n-tile e, so that two keys' values of a column pair
- *      up into one B register by a shift and a mask. A lane's accumulators then hold columns
+ *      n8), over the whole row: lane (g, t) loads its values of each step of keys 16w + g and
+ *      16w + 8 + g, one 16-byte load each (bf16: values 8t .. 8t+7 of 32, a warp reading eight
+ *      64-byte runs a key set), the B operands; the A operands, the queries, come from local memory
+ *      in the same order, each read serving both key sets (the queries' reads from local memory,
+ *      36 KiB a warp and tile, set the pace where tiles are short). The k dimension of a product is
+ *      a sum, so any order of it serves as long as A and B agree: bf16's fragment k 2t, 2t+1, 2t+8,
+ *      2t+9 of the first product are values 8t .. 8t+3 of the step, of the second 8t+4 .. 8t+7.
+ *      QU steps' loads are in flight together.
+ *   B. online softmax as in attn_latent, 8 items per head (lid / 8 the head, 8 keys each).
+ *   C. values: warp w owns RKV/4 value columns. bf16: in blocks of 64 of which lane (g, t) loads
+ *      the 8 values 8g .. 8g+7 (one 16-byte load) of the 4 keys 4t .. 4t+3 of each 16-key step;
+ *      value e of the 8 is column g of the block's n-tile e, so that two keys' values of a column
+ *      pair up into one B register by a shift and a mask, and a lane's accumulators hold columns
  *      16t + e and 16t + 8 + e (e < 8) of heads g and g + 8: two 8-float runs of each output row.
  * Needs RKV a multiple of 256 and RKV + DR a multiple of 32 (every preset of docs/MODELS.md); the
- * host runs attn_latent elsewhere. Local memory: 2 x 16 x QP uints (the queries' terms) + 16 x 65
- * floats (scores) + 2 x 16 x PS uints (the weights' terms) + 8 x 16 + 32 floats + TK ints: 45.9
- * KiB at RKV 512, DR 64 (and 3 KiB more for the emulation's exchange), within the 48 KiB NVIDIA's
- * OpenCL gives a work-group. */
+ * host runs attn_latent elsewhere. Local memory (host/mla/attention.c, mma_local_bytes): 45.9 KiB
+ * at RKV 512, DR 64 over bf16, 41.1 over f32 (3 KiB more for the emulation's exchange), within the
+ * 48 KiB NVIDIA's OpenCL gives a work-group. */
 #ifndef RKV
 #define RKV 512
 #endif
@@ -58,133 +56,10 @@
 #endif
 #define LIVE(h) ((h) < HG && h0 + (h) < num_heads)
 #define OUT_ROW(h) (((size_t)tok * num_splits + split) * num_heads + h0 + (h))
-
-/* The same head's KB scores w[] of the tile (in local memory at sc, KB pi .. of row hb) as weights:
-   the tile's maximum over the head's 8 items through red, exp(score - running maximum), the
-   running maximum and sum (own to this item) updated and the factor of the old accumulators in
-   alpha_l; every item of the work-group calls it alike (one barrier) */
-inline void tile_softmax(__local const float *sc_row, __local float *red, __local float *alpha_l, const int hb,
-                         const int pi, float *w, float *m_run, float *l_run)
-{
-    float mx = -INFINITY;
-    for (int k = 0; k < KB; k++) {
-        w[k] = sc_row[KB * pi + k];
-        mx = fmax(mx, w[k]);
-    }
-    red[pi * 16 + hb] = mx;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    float m_new = *m_run;
-    for (int i = 0; i < 8; i++)
-        m_new = fmax(m_new, red[i * 16 + hb]);
-    const float al = m_new == -INFINITY ? 1.0f : exp(*m_run - m_new);
-    float sum = 0.0f;
-    for (int k = 0; k < KB; k++) {
-        w[k] = w[k] == -INFINITY ? 0.0f : exp(w[k] - m_new);
-        sum += w[k];
-    }
-    *l_run = *l_run * al + sum;
-    *m_run = m_new;
-    if (pi == 0)
-        alpha_l[hb] = al;
-}
-
-#ifdef CLMLA_PTX_MMA
-#define MMA_SCRATCH
-#define MMA_UNROLL _Pragma("unroll")
-#else
-/* the emulated products' exchange (mma_emulated, mma_tf32_emulated below), and
-   loops of products kept loops: each copy of a product is two more barriers for the compiler to
-   split the work-group's code at (PoCL took minutes to build the unrolled kernel) */
-#define MMA_SCRATCH __local uint mx_all[NT * 6];
-#define MMA_UNROLL _Pragma("unroll 1")
-#endif
-/* a split without keys: out 0, lse -inf (as attn_latent) */
-#define NO_KEYS_RETURN                                                                              \
-    {                                                                                               \
-        for (int h = 0; h < HG; h++) {                                                              \
-            if (!LIVE(h))                                                                           \
-                continue;                                                                           \
-            for (int d = lid; d < RKV; d += NT)                                                     \
-                out[out_offset + OUT_ROW(h) * RKV + d] = 0.0f;                                      \
-            if (lid == 0)                                                                           \
-                lse[lse_offset + OUT_ROW(h)] = -INFINITY;                                           \
-        }                                                                                           \
-        return;                                                                                     \
-    }
-/* each head's sum over its 8 items into lsum_l, and its lse (m_run is the same in all 8) */
-#define FINISH_SUMS                                                                                 \
-    red[pi * 16 + hb] = l_run;                                                                      \
-    barrier(CLK_LOCAL_MEM_FENCE);                                                                   \
-    if (pi == 0) {                                                                                  \
-        float l = 0.0f;                                                                             \
-        for (int i = 0; i < 8; i++)                                                                 \
-            l += red[i * 16 + hb];                                                                  \
-        lsum_l[hb] = l;                                                                             \
-        if (LIVE(hb))                                                                               \
-            lse[lse_offset + OUT_ROW(hb)] = l > 0.0f ? m_run + log(l) : -INFINITY;                  \
-    }                                                                                               \
-    barrier(CLK_LOCAL_MEM_FENCE);
 /* the queries' addresses of head h of this group */
 #define Q_LATENT(h)                                                                                 \
     (q_latent + q_latent_offset + (size_t)tok * q_latent_token_stride + (size_t)(h0 + (h)) * q_latent_head_stride)
 #define Q_ROPE(h) (q_rope + q_rope_offset + (size_t)tok * q_rope_token_stride + (size_t)(h0 + (h)) * q_rope_head_stride)
-
-/* the work-group's place: head group, split, token, its keys k_begin .. k_end - 1 and block table;
-   a split without keys returns */
-#define GROUP_PROLOGUE                                                                              \
-    const int split = get_global_id(1), tok = get_global_id(2);                                     \
-    const int h0 = get_group_id(0) * HG, ctx = token_ctx_len[tok];                                  \
-    const int k_begin = split * split_tokens, k_end = min(ctx, k_begin + split_tokens);             \
-    __global const int *table = block_table + (size_t)token_seq[tok] * max_blocks_per_seq;         \
-    if (k_end <= k_begin)                                                                           \
-        NO_KEYS_RETURN
-/* the cache slots of the tile's keys (past its end, its first key's: weight 0), then a barrier */
-#define TILE_SLOTS                                                                                  \
-    if (lid < TK) {                                                                                 \
-        const int j = j0 + (lid < nk ? lid : 0);                                                    \
-        slot_l[lid] = table[j / block_tokens] * block_tokens + j % block_tokens;                    \
-    }                                                                                               \
-    barrier(CLK_LOCAL_MEM_FENCE); /* slot_l, and the queries before the first tile */
-/* the score step of a tile, both forms: keys 16 warp + g and 16 warp + 8 + g (B's column g of two
-   products) with the 16 heads, STEPS steps of a row, a lane loading a T of each key's step; QU
-   steps' loads in flight before their products, SCORE_STEP(v, b, b8) (the form's own); the scores
-   into sc at stride SS, -inf past the tile's keys (D element i: head g + 8 (i >> 1), key 2t + (i & 1)
-   of the product's 8) */
-#define SCORE_TILE(T, STEPS, SS)                                                                    \
-    {                                                                                               \
-        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s8[4] = {0.0f, 0.0f, 0.0f, 0.0f};                    \
-        __global const T *row = (__global const T *)(cache + (size_t)slot_l[16 * warp + g] * ROW);  \
-        __global const T *row8 = (__global const T *)(cache + (size_t)slot_l[16 * warp + 8 + g] * ROW); \
-        int v = 0;                                                                                  \
-        for (; v + QU <= (STEPS); v += QU) {                                                        \
-            T b[QU], b8[QU];                                                                        \
-            _Pragma("unroll") for (int u = 0; u < QU; u++) {                                        \
-                b[u] = row[4 * (v + u) + t];                                                        \
-                b8[u] = row8[4 * (v + u) + t];                                                      \
-            }                                                                                       \
-            MMA_UNROLL                                                                              \
-            for (int u = 0; u < QU; u++)                                                            \
-                SCORE_STEP(v + u, b[u], b8[u])                                                      \
-        }                                                                                           \
-        for (; v < (STEPS); v++)                                                                    \
-            SCORE_STEP(v, row[4 * v + t], row8[4 * v + t])                                          \
-        _Pragma("unroll") for (int i = 0; i < 4; i++) {                                             \
-            const int h = g + 8 * (i >> 1), k = 16 * warp + 2 * t + (i & 1);                        \
-            sc[h * (SS) + k] = k < nk ? s[i] : -INFINITY;                                           \
-            sc[h * (SS) + k + 8] = k + 8 < nk ? s8[i] : -INFINITY;                                  \
-        }                                                                                           \
-    }
-/* the accumulators' N n-tiles (rows g and g + 8) times the tile's alpha of their heads */
-#define RESCALE_ACC(N)                                                                              \
-    {                                                                                               \
-        const float ag = alpha_l[g], ag8 = alpha_l[g + 8];                                          \
-        _Pragma("unroll") for (int j = 0; j < (N); j++) {                                           \
-            o[j][0] *= ag;                                                                          \
-            o[j][1] *= ag;                                                                          \
-            o[j][2] *= ag8;                                                                         \
-            o[j][3] *= ag8;                                                                         \
-        }                                                                                           \
-    }
 
 #ifdef CACHE_BF16
 #define QP (ROW / 2)                                /* bf16 pairs of a query row, a multiple of 16 */
@@ -210,6 +85,13 @@ inline uint bf16_pair(const float x0, const float x1, const int lo)
     return (uint)a | (uint)b << 16;
 }
 
+#define SCS (TK + 1)                                /* stride of a row of scores */
+#define NACC (NB * 8)                               /* the accumulators' n-tiles */
+#define SCORE_T uint4                               /* a lane's load of a score step of a key */
+#define SCORE_STEPS (ROW / 32)
+#define MMA_P 2                                     /* operands a 32-bit register holds */
+#define MMA_K 16
+
 #ifdef CLMLA_PTX_MMA
 /* d (4 floats) += A (16 x 16 bf16, 4 registers) B (16 x 8, 2 registers) over the warp */
 #define MMA(d, a0, a1, a2, a3, b0, b1)                                                              \
@@ -218,38 +100,8 @@ inline uint bf16_pair(const float x0, const float x1, const int lo)
                          : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3])                   \
                          : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
 #else
-/* The same product by the warp's items through local memory (x: this warp's 32 x 6 uints), with
-   PTX's layouts: A register r of lane (g, t) holds row g + 8 (r & 1), columns 2t + 8 (r >> 1) and
-   one more (low half first); B register r holds rows 2t + 8r and one more of column g; D element
-   i is row g + 8 (i >> 1), column 2t + (i & 1). Every item of the work-group calls it alike. */
-inline void mma_emulated(float *d, const uint a0, const uint a1, const uint a2, const uint a3, const uint b0,
-                         const uint b1, __local uint *x, const int lane)
-{
-    x[lane * 6] = a0;
-    x[lane * 6 + 1] = a1;
-    x[lane * 6 + 2] = a2;
-    x[lane * 6 + 3] = a3;
-    x[lane * 6 + 4] = b0;
-    x[lane * 6 + 5] = b1;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const int g = lane / 4, t = lane % 4;
-    for (int i = 0; i < 4; i++) {
-        const int r = g + 8 * (i >> 1), c = 2 * t + (i & 1);
-        float s = d[i];
-        for (int k = 0; k < 16; k++) {
-            const int kk = k % 8, hi = k >= 8, sh = 16 * (k & 1);
-            const uint a = x[((r % 8) * 4 + kk / 2) * 6 + (r >= 8) + 2 * hi];
-            const uint b = x[(c * 4 + kk / 2) * 6 + 4 + hi];
-            s = fma(dt_bf16((ushort)(a >> sh)), dt_bf16((ushort)(b >> sh)), s);
-        }
-        d[i] = s;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-}
 #define MMA(d, a0, a1, a2, a3, b0, b1) mma_emulated((d), (a0), (a1), (a2), (a3), (b0), (b1), mx, lane)
 #endif
-#define SCS (TK + 1)                                /* stride of a row of scores */
-#define NACC (NB * 8)                               /* the accumulators' n-tiles */
 
 #else /* ---- a float32 cache: the products in tf32, each operand split in two ---------------- */
 /* The cache's values are float32, so they are split too: x = hi + lo with hi = x's top 19 bits (a
@@ -262,6 +114,10 @@ inline void mma_emulated(float *d, const uint a0, const uint a1, const uint a2, 
 #define SCS (TK + 4)                                         /* stride of a row of scores, then weights */
 #define NC (RKV / 128)                                       /* groups of 32 value columns per warp */
 #define NACC (NC * 4)                                        /* the accumulators' n-tiles */
+#define SCORE_T float4                                       /* a lane's load of a score step of a key */
+#define SCORE_STEPS (ROW / 16)
+#define MMA_P 1
+#define MMA_K 8
 #define TF_HI(x) as_float(as_uint(x) & 0xFFFFE000u)
 
 #ifdef CLMLA_PTX_MMA
@@ -272,31 +128,8 @@ inline void mma_emulated(float *d, const uint a0, const uint a1, const uint a2, 
                          : "r"(as_uint(a0)), "r"(as_uint(a1)), "r"(as_uint(a2)), "r"(as_uint(a3)),  \
                            "r"(as_uint(b0)), "r"(as_uint(b1)))
 #else
-/* the product by the warp's items, as mma_emulated does, each operand read to its top 19 bits */
-inline void mma_tf32_emulated(float *d, const float a0, const float a1, const float a2, const float a3,
-                              const float b0, const float b1, __local uint *x, const int lane)
-{
-    x[lane * 6] = as_uint(a0);
-    x[lane * 6 + 1] = as_uint(a1);
-    x[lane * 6 + 2] = as_uint(a2);
-    x[lane * 6 + 3] = as_uint(a3);
-    x[lane * 6 + 4] = as_uint(b0);
-    x[lane * 6 + 5] = as_uint(b1);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const int g = lane / 4, t = lane % 4;
-    for (int i = 0; i < 4; i++) {
-        const int r = g + 8 * (i >> 1), c = 2 * t + (i & 1);
-        float s = d[i];
-        for (int k = 0; k < 8; k++) {
-            const uint a = x[((r % 8) * 4 + k % 4) * 6 + (r >= 8) + 2 * (k >= 4)];
-            const uint b = x[(c * 4 + k % 4) * 6 + 4 + (k >= 4)];
-            s = fma(as_float(a & 0xFFFFE000u), as_float(b & 0xFFFFE000u), s);
-        }
-        d[i] = s;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-}
-#define MMA_TF32(d, a0, a1, a2, a3, b0, b1) mma_tf32_emulated((d), (a0), (a1), (a2), (a3), (b0), (b1), mx, lane)
+#define MMA_TF32(d, a0, a1, a2, a3, b0, b1)                                                         \
+    mma_emulated((d), as_uint(a0), as_uint(a1), as_uint(a2), as_uint(a3), as_uint(b0), as_uint(b1), mx, lane)
 #endif
 /* d += a b in three products: a (4 values, A's registers) and b (2, B's) with their hi parts ah, bh */
 #define MMA3(d, a0, a1, a2, a3, b0, b1)                                                             \
@@ -308,6 +141,50 @@ inline void mma_tf32_emulated(float *d, const float a0, const float a1, const fl
         MMA_TF32(d, h0_, h1_, h2_, h3_, (b0) - bh0_, (b1) - bh1_);                                  \
     }
 #endif /* CACHE_BF16 */
+
+#ifdef CLMLA_PTX_MMA
+#define MMA_SCRATCH
+#define MMA_UNROLL _Pragma("unroll")
+#else
+/* An mma by the warp's items through local memory (x: this warp's 32 x 6 uints), in PTX's layouts
+   of m16n8k16 with bf16 operands (MMA_P 2 a register) or of m16n8k8 with tf32 ones (MMA_P 1, read
+   to their top 19 bits as the instruction does): with kh = MMA_K / 2, A register r of lane (g, t)
+   holds row g + 8 (r & 1), columns MMA_P t + kh (r >> 1) and on (the low half first); B register r
+   holds rows MMA_P t + kh r and on of column g; D element i is row g + 8 (i >> 1), column
+   2t + (i & 1). Every item of the work-group calls it alike. Loops of products stay loops
+   (MMA_UNROLL): each copy of a product is two more barriers for the compiler to split the
+   work-group's code at (PoCL took minutes to build the unrolled kernel). */
+#define MMA_SCRATCH __local uint mx_all[NT * 6];
+#define MMA_UNROLL _Pragma("unroll 1")
+inline float mma_operand(const uint x, const int sub)
+{
+    return MMA_P == 2 ? dt_bf16((ushort)(x >> 16 * sub)) : as_float(x & 0xFFFFE000u);
+}
+inline void mma_emulated(float *d, const uint a0, const uint a1, const uint a2, const uint a3, const uint b0,
+                         const uint b1, __local uint *x, const int lane)
+{
+    x[lane * 6] = a0;
+    x[lane * 6 + 1] = a1;
+    x[lane * 6 + 2] = a2;
+    x[lane * 6 + 3] = a3;
+    x[lane * 6 + 4] = b0;
+    x[lane * 6 + 5] = b1;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int g = lane / 4, t = lane % 4, kh = MMA_K / 2;
+    for (int i = 0; i < 4; i++) {
+        const int r = g + 8 * (i >> 1), c = 2 * t + (i & 1);
+        float s = d[i];
+        for (int k = 0; k < MMA_K; k++) {
+            const int hi = k >= kh, kk = k % kh, owner = kk / MMA_P, sub = kk % MMA_P;
+            const uint a = x[((r % 8) * 4 + owner) * 6 + (r >= 8) + 2 * hi];
+            const uint b = x[(c * 4 + owner) * 6 + 4 + hi];
+            s = fma(mma_operand(a, sub), mma_operand(b, sub), s);
+        }
+        d[i] = s;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+#endif
 
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, const int q_latent_token_stride,
@@ -337,7 +214,21 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
 #ifndef CLMLA_PTX_MMA
     __local uint *mx = mx_all + warp * 32 * 6;
 #endif
-    GROUP_PROLOGUE
+    const int split = get_global_id(1), tok = get_global_id(2);
+    const int h0 = get_group_id(0) * HG, ctx = token_ctx_len[tok];
+    const int k_begin = split * split_tokens, k_end = min(ctx, k_begin + split_tokens);
+    __global const int *table = block_table + (size_t)token_seq[tok] * max_blocks_per_seq;
+    if (k_end <= k_begin) { /* no keys: out 0, lse -inf (as attn_latent) */
+        for (int h = 0; h < HG; h++) {
+            if (!LIVE(h))
+                continue;
+            for (int d = lid; d < RKV; d += NT)
+                out[out_offset + OUT_ROW(h) * RKV + d] = 0.0f;
+            if (lid == 0)
+                lse[lse_offset + OUT_ROW(h)] = -INFINITY;
+        }
+        return;
+    }
 
     /* the queries, scaled (bf16: as hi and lo pairs); zero for rows past the group's heads */
 #ifdef CACHE_BF16
@@ -367,7 +258,7 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
 #endif
 
     const int hb = lid / 8, pi = lid % 8; /* step B: head, its keys KB pi .. KB pi + KB - 1 */
-    float m_run = -INFINITY, l_run = 0.0f;
+    float m_run = -INFINITY, l_run = 0.0f; /* head hb: running maximum (the same in its 8 items), own sum */
     float o[NACC][4];
     #pragma unroll
     for (int j = 0; j < NACC; j++)
@@ -375,7 +266,11 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
 
     for (int j0 = k_begin; j0 < k_end; j0 += TK) {
         const int nk = min(TK, k_end - j0);
-        TILE_SLOTS
+        if (lid < TK) { /* the tile's rows; past its end, its first key's (weight 0) */
+            const int j = j0 + (lid < nk ? lid : 0);
+            slot_l[lid] = table[j / block_tokens] * block_tokens + j % block_tokens;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* slot_l, and the queries before the first tile */
 
 #ifdef CACHE_BF16
         /* A. scores: step v (values 32v .. 32v+31) with b, b8, the lane's 8 of them of each key,
@@ -393,7 +288,6 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
         MMA(s8, a.z, a8.z, a.w, a8.w, (b8).z, (b8).w);                                             \
         MMA(s8, c.z, c8.z, c.w, c8.w, (b8).z, (b8).w);                                             \
     }
-        SCORE_TILE(uint4, ROW / 32, SCS)
 #else
         /* A. scores, 16 values a step: lane (g, t) takes values 4t .. 4t+3 of the step (one float4
            a key and a query row), the first two as fragment k t and t + 4 of one product, the last
@@ -406,15 +300,63 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
         MMA3(s8, a.x, a8.x, a.y, a8.y, (b8).x, (b8).y);                                            \
         MMA3(s8, a.z, a8.z, a.w, a8.w, (b8).z, (b8).w);                                            \
     }
-        SCORE_TILE(float4, ROW / 16, SCS)
 #endif
+        {
+            /* keys 16 warp + g and 16 warp + 8 + g (B's column g of two products): QU steps' loads
+               in flight before their products; the scores into sc, -inf past the tile's keys (D
+               element i: head g + 8 (i >> 1), key 2t + (i & 1) of the product's 8) */
+            float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s8[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            __global const SCORE_T *row = (__global const SCORE_T *)(cache + (size_t)slot_l[16 * warp + g] * ROW);
+            __global const SCORE_T *row8 = (__global const SCORE_T *)(cache + (size_t)slot_l[16 * warp + 8 + g] * ROW);
+            int v = 0;
+            for (; v + QU <= SCORE_STEPS; v += QU) {
+                SCORE_T b[QU], b8[QU];
+                #pragma unroll
+                for (int u = 0; u < QU; u++) {
+                    b[u] = row[4 * (v + u) + t];
+                    b8[u] = row8[4 * (v + u) + t];
+                }
+                MMA_UNROLL
+                for (int u = 0; u < QU; u++)
+                    SCORE_STEP(v + u, b[u], b8[u])
+            }
+            for (; v < SCORE_STEPS; v++)
+                SCORE_STEP(v, row[4 * v + t], row8[4 * v + t])
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int h = g + 8 * (i >> 1), k = 16 * warp + 2 * t + (i & 1);
+                sc[h * SCS + k] = k < nk ? s[i] : -INFINITY;
+                sc[h * SCS + k + 8] = k + 8 < nk ? s8[i] : -INFINITY;
+            }
+        }
 #undef SCORE_STEP
         barrier(CLK_LOCAL_MEM_FENCE);
 
-        /* B. the tile's weights and sums: bf16, as hi and lo pairs apart; f32, in place of the
-           scores once every item has read its own */
-        float w[KB];
-        tile_softmax(sc + hb * SCS, red, alpha_l, hb, pi, w, &m_run, &l_run);
+        /* B. the tile's maximum per head over its 8 items, then weights exp(score - maximum) and
+           sums: bf16, as hi and lo pairs apart; f32, in place of the scores once every item has
+           read its own */
+        float w[KB], mx8 = -INFINITY;
+        #pragma unroll
+        for (int k = 0; k < KB; k++) {
+            w[k] = sc[hb * SCS + KB * pi + k];
+            mx8 = fmax(mx8, w[k]);
+        }
+        red[pi * 16 + hb] = mx8;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float m_new = m_run;
+        for (int i = 0; i < 8; i++)
+            m_new = fmax(m_new, red[i * 16 + hb]);
+        const float al = m_new == -INFINITY ? 1.0f : exp(m_run - m_new);
+        float sum = 0.0f;
+        #pragma unroll
+        for (int k = 0; k < KB; k++) {
+            w[k] = w[k] == -INFINITY ? 0.0f : exp(w[k] - m_new);
+            sum += w[k];
+        }
+        l_run = l_run * al + sum;
+        m_run = m_new;
+        if (pi == 0)
+            alpha_l[hb] = al;
 #ifdef CACHE_BF16
         #pragma unroll
         for (int k = 0; k < KB / 2; k++) {
@@ -430,7 +372,14 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* C. o = alpha o + P V over the tile: rows g and g + 8 of the accumulators */
-        RESCALE_ACC(NACC)
+        const float ag = alpha_l[g], ag8 = alpha_l[g + 8];
+        #pragma unroll
+        for (int j = 0; j < NACC; j++) {
+            o[j][0] *= ag;
+            o[j][1] *= ag;
+            o[j][2] *= ag8;
+            o[j][3] *= ag8;
+        }
 #ifdef CACHE_BF16
         MMA_UNROLL
         for (int ks = 0; ks < TK / 16; ks++) {
@@ -480,11 +429,22 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
             }
         }
 #endif
-        /* the next tile writes sc and slot_l only after every warp has read them here */
+        /* the next tile writes sc, red, alpha_l and slot_l only after every warp has read them here */
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 
-    FINISH_SUMS
+    /* each head's sum over its 8 items, and its lse */
+    red[pi * 16 + hb] = l_run;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (pi == 0) {
+        float l = 0.0f;
+        for (int i = 0; i < 8; i++)
+            l += red[i * 16 + hb];
+        lsum_l[hb] = l;
+        if (LIVE(hb))
+            lse[lse_offset + OUT_ROW(hb)] = l > 0.0f ? m_run + log(l) : -INFINITY;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
     const float l0 = lsum_l[g], l8 = lsum_l[g + 8];
     const float i0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, i8 = l8 > 0.0f ? 1.0f / l8 : 0.0f;
 #ifdef CACHE_BF16

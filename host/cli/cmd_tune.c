@@ -374,13 +374,6 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
                     t.group_decode_heads = dh[i];
                 add_unique(cands, &n, &t);
             }
-        /* over a bf16 cache on an NVIDIA GPU, attn_latent_mma (the products on the tensor cores; the
-           kernel takes no other parameter of these), or attn_latent where it is in force */
-        if (dtype == CLMLA_CACHE_BF16 && strstr(info.vendor, "NVIDIA")) {
-            clmla_latent_tuning t = base;
-            t.group_mma = !base.group_mma;
-            add_unique(cands, &n, &t);
-        }
     } else if (r.rows) {
         static const int hs[] = {8, 16}, ks[] = {4, 8, 16}, gs[] = {2, 4, 8};
         for (int i = 0; i < 2; i++)
@@ -451,13 +444,6 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
                 if (n < MAX_CANDIDATES)
                     add_unique(cands, &n, &t);
             }
-        /* on an NVIDIA GPU, attn_latent_mma (the products on the tensor cores, in tf32 over this f32
-           cache), or attn_latent where it is in force */
-        if (strstr(info.vendor, "NVIDIA") && n < MAX_CANDIDATES) {
-            clmla_latent_tuning t = base;
-            t.group_mma = !base.group_mma;
-            add_unique(cands, &n, &t);
-        }
         /* the score step's rows staged through local memory, in both query layouts and with 2, 4 or
            8 keys per item (--quick: as in force), the rest as in force */
         for (int q = 0; q < 2; q++)
@@ -470,6 +456,14 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
                 if (n < MAX_CANDIDATES)
                     add_unique(cands, &n, &t);
             }
+    }
+    /* the work-group kernel over an f32 or bf16 cache on an NVIDIA GPU: attn_latent_mma (both products
+       on the tensor cores; it reads none of the parameters above), or attn_latent where it is in force */
+    if (!r.rows && (dtype == CLMLA_CACHE_F32 || dtype == CLMLA_CACHE_BF16) && strstr(info.vendor, "NVIDIA") &&
+        n < MAX_CANDIDATES) {
+        clmla_latent_tuning t = base;
+        t.group_mma = !base.group_mma;
+        add_unique(cands, &n, &t);
     }
     printf("tuning %s on %s (%s, %s, driver %s): %d heads, rkv %d, dr %d, %s cache, ctx %d, batch 1 and 8, %d "
            "candidates\n",

@@ -84,7 +84,7 @@ int clmla_latent_mma_device(const clmla_context *ctx)
    its shape, dense, one token per group) on a device with the instruction, or on a CPU device, which
    computes the products itself; *kernel NULL otherwise, or where 128 items or the local memory do
    not fit or the build fails (logged), and attn_latent runs, in the same slot: it is not tried
-   again. */
+   again, and a filled slot is returned as it is, whichever kernel it holds. */
 static clmla_status mma_kernel(clmla_cache *cache, int hg, const clmla_latent_tuning *tn, int sparse, int fold,
                                cl_kernel *kernel, int *threads)
 {
@@ -94,10 +94,10 @@ static clmla_status mma_kernel(clmla_cache *cache, int hg, const clmla_latent_tu
     if (!tn->group_mma || sparse || fold > 1 || hg > 16 || (!f32 && cache->config.dtype != CLMLA_CACHE_BF16) ||
         rkv % 256 || row % 32)
         return CLMLA_SUCCESS;
-    const int runs = clmla_latent_mma_device(cache->ctx), ptx = runs == 2;
-    if (!runs)
-        return CLMLA_SUCCESS;
-    if (!cache->latent_kernel[hg]) {
+    if (!cache->latent_kernel[hg]) { /* once: the step path only reads the slot */
+        const int runs = clmla_latent_mma_device(cache->ctx), ptx = runs == 2;
+        if (!runs)
+            return CLMLA_SUCCESS;
         char options[256];
         snprintf(options, sizeof(options), "%s -D HG=%d%s", cache->options, hg, ptx ? " -D CLMLA_PTX_MMA" : "");
         const int shape[3] = {row, ptx, f32};
