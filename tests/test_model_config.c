@@ -203,6 +203,15 @@ static void test_families(void)
     CHECK(d.is_mla && !d.is_mla[0] && d.is_mla[4] && d.is_mla[8] && !d.is_mla[5], "kimi_linear default: i > 0 and i %% 4 == 0");
     clmla_model_desc_free(&d);
     parse_fails(make("kimi_linear", "\"mla_use_nope\": false"), CLMLA_ERROR_INVALID_CONFIG, "mla_use_nope", "kimi nope");
+    /* A corrupt layer count is refused by name before any per-layer flags are allocated or walked (the
+       fuzzer's timeout: kimi_linear's default layer walk over 2^31 - 1 layers). */
+    parse_fails(make("kimi_linear", "\"num_hidden_layers\": 2147483647"), CLMLA_ERROR_INVALID_CONFIG,
+                "\"num_hidden_layers\" gives 2147483647 decoder layers", "kimi huge layer count");
+    parse_fails(make("deepseek_v3", "\"num_hidden_layers\": 4097"), CLMLA_ERROR_INVALID_CONFIG, "at most 4096",
+                "v3 layer count past the bound");
+    d = parse_ok(make("deepseek_v3", "\"num_hidden_layers\": 4096"), "v3 layer count at the bound");
+    CHECK(d.num_layers == 4096, "v3 layers %d", d.num_layers);
+    clmla_model_desc_free(&d);
 
     /* deepseek_v32 / glm_moe_dsa: the indexer's fields and transformers' defaults (64 / 32 heads of 128,
        top-k 2048, half-split / interleaved RoPE, eps 1e-6), "indexer_rope_interleave" overriding the

@@ -68,6 +68,7 @@ static const family families[] = {
     {"deepseek_v4", "its compressed sparse attention is not MLA (it has no kv_lora_rank)", 0, PAIR_KEY, 0},
 };
 #define NUM_FAMILIES (sizeof(families) / sizeof(families[0]))
+#define CONFIG_MAX_LAYERS 4096
 
 const char *clmla_model_types(void)
 {
@@ -651,6 +652,11 @@ static clmla_status read_config(reader *r, const cJSON *top, clmla_model_desc *d
         st = get_int(r, root, w, "num_hidden_layers", -1, 1, &d->num_layers);
         d->attentions_per_layer = 1;
     }
+    /* DeepSeek-V3 and Kimi-K2 have 61 decoder layers; the bound, far above any published model, keeps a
+       corrupt count from making the reader allocate and walk billions of per-layer flags. */
+    if (st == CLMLA_SUCCESS && d->num_layers > CONFIG_MAX_LAYERS)
+        st = bad(r, CLMLA_ERROR_INVALID_CONFIG, "\"%s%s\" gives %d decoder layers; clmla reads at most %d", w,
+                 d->attentions_per_layer == 2 ? "num_layers" : "num_hidden_layers", d->num_layers, CONFIG_MAX_LAYERS);
     if (st != CLMLA_SUCCESS)
         return st;
 

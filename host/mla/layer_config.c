@@ -20,10 +20,10 @@ static const struct {
     clmla_layer_config config;
 } presets[] = {
     /* docs/MLA.md section 7. D, H, rq, rkv, dn, dr, dv, eps, theta, pairing, YaRN s, L, beta fast/slow, mscale, mscale_all_dim */
-    [CLMLA_PRESET_DEEPSEEK_V2_LITE] = {"v2-lite", {2048, 16, 0, 512, 128, 64, 128, 1e-6, 10000.0, CLMLA_ROPE_INTERLEAVED, 40.0, 4096, 32.0, 1.0, 0.707, 0.707}},
-    [CLMLA_PRESET_DEEPSEEK_V2] = {"v2", {5120, 128, 1536, 512, 128, 64, 128, 1e-6, 10000.0, CLMLA_ROPE_INTERLEAVED, 40.0, 4096, 32.0, 1.0, 0.707, 0.707}},
-    [CLMLA_PRESET_DEEPSEEK_V3] = {"v3", {7168, 128, 1536, 512, 128, 64, 128, 1e-6, 10000.0, CLMLA_ROPE_INTERLEAVED, 40.0, 4096, 32.0, 1.0, 1.0, 1.0}},
-    [CLMLA_PRESET_KIMI_K2] = {"kimi-k2", {7168, 64, 1536, 512, 128, 64, 128, 1e-6, 50000.0, CLMLA_ROPE_INTERLEAVED, 32.0, 4096, 1.0, 1.0, 1.0, 1.0}},
+    [CLMLA_PRESET_DEEPSEEK_V2_LITE] = {"v2-lite", {2048, 16, 0, 512, 128, 64, 128, 1e-6, 10000.0, CLMLA_ROPE_INTERLEAVED, 40.0, 4096, 32.0, 1.0, 0.707, 0.707, .rope_type = CLMLA_ROPE_TYPE_AUTO}},
+    [CLMLA_PRESET_DEEPSEEK_V2] = {"v2", {5120, 128, 1536, 512, 128, 64, 128, 1e-6, 10000.0, CLMLA_ROPE_INTERLEAVED, 40.0, 4096, 32.0, 1.0, 0.707, 0.707, .rope_type = CLMLA_ROPE_TYPE_AUTO}},
+    [CLMLA_PRESET_DEEPSEEK_V3] = {"v3", {7168, 128, 1536, 512, 128, 64, 128, 1e-6, 10000.0, CLMLA_ROPE_INTERLEAVED, 40.0, 4096, 32.0, 1.0, 1.0, 1.0, .rope_type = CLMLA_ROPE_TYPE_AUTO}},
+    [CLMLA_PRESET_KIMI_K2] = {"kimi-k2", {7168, 64, 1536, 512, 128, 64, 128, 1e-6, 50000.0, CLMLA_ROPE_INTERLEAVED, 32.0, 4096, 1.0, 1.0, 1.0, 1.0, .rope_type = CLMLA_ROPE_TYPE_AUTO}},
     /* docs/MODELS.md gives the sources of these four. */
     [CLMLA_PRESET_GLM_4_7_FLASH] = {"glm-4.7-flash", {2048, 20, 768, 512, 192, 64, 256, 1e-6, 1e6, CLMLA_ROPE_INTERLEAVED, 0, 0, 0, 0, 0, 0,
                                                       .rope_type = CLMLA_ROPE_TYPE_DEFAULT}},
