@@ -44,6 +44,25 @@
 
 static clmla_context *ctx;
 
+/* --skip TEXT: latent cases whose name contains TEXT are not run (ci/oclgrind.sh leaves the slowest
+   emulated case to its optimised run, which is several times faster than its every-check one);
+   --only TEXT: only those whose name contains it are (to rerun one case while working on it). */
+enum { MAX_SKIPS = 4 };
+static const char *skips[MAX_SKIPS], *only;
+static int num_skips;
+
+static int case_skipped(const char *name)
+{
+    if (only && !strstr(name, only))
+        return 1;
+    for (int i = 0; i < num_skips; i++)
+        if (strstr(name, skips[i])) {
+            printf("# %s: skipped (--skip \"%s\")\n", name, skips[i]);
+            return 1;
+        }
+    return 0;
+}
+
 /* ---- buffers that outlive everything ------------------------------------------------------------ */
 
 static int keep_buffers;
@@ -720,6 +739,8 @@ static int latent_query_len = 1;
 
 static void run_latent(const latent_case *c)
 {
+    if (case_skipped(c->name))
+        return;
     const int row = c->rkv + c->dr;
     const int groups = (c->heads + c->hg - 1) / c->hg, T = c->tokens, H = c->heads, S = c->splits;
     int num_seqs = 0, max_ctx = 0;
@@ -2386,12 +2407,20 @@ int main(int argc, char **argv)
             keep_buffers = 1;
             continue;
         }
+        if (strcmp(argv[a], "--skip") == 0 && a + 1 < argc && num_skips < MAX_SKIPS) {
+            skips[num_skips++] = argv[++a];
+            continue;
+        }
+        if (strcmp(argv[a], "--only") == 0 && a + 1 < argc) {
+            only = argv[++a];
+            continue;
+        }
         int known = 0;
         for (int p = 0; p < NUM_PARTS; p++)
             if (strcmp(argv[a], parts[p].name) == 0)
                 known = selected[p] = any = 1;
         if (!known) {
-            printf("usage: test_kernels [--keep-buffers] [kernels | latent prefill gemm other] [layer]\n");
+            printf("usage: test_kernels [--keep-buffers] [--skip TEXT]... [--only TEXT] [kernels | latent prefill gemm other] [layer]\n");
             return 2;
         }
     }
