@@ -1,5 +1,5 @@
 /* attn_latent_mma: the latent attention of cl/attn_latent.cl (same arguments, outputs and splits;
- * dense, one query token per work-group) over a bfloat16 or float32 cache, its two products on
+ * dense, one query token per work-group) over a bfloat16, fp8 or float32 cache, its two products on
  * NVIDIA's tensor cores: warp-wide mma.sync with float32 accumulators, issued as inline PTX
  * (CLMLA_PTX_MMA, set by the host on NVIDIA devices of compute capability 8.0 and later).
  * Elsewhere (CPU devices, for the tests) each mma is computed by the warp's 32 items through local
@@ -9,8 +9,11 @@
  * Precision. bf16 cache (m16n8k16, bf16 operands): the cache's values are bf16 already, so only the
  * scaled queries and the softmax weights need rounding; each is split into two bf16 terms, hi =
  * bf16(x) and lo = bf16(x - hi), one mma per term: x - hi - lo is within 2^-16 |x|, about 16
- * significant bits where FlashMLA keeps bf16's 8. f32 cache (m16n8k8, tf32 operands): every operand
- * in two terms, three products each (below, "a float32 cache").
+ * significant bits where FlashMLA keeps bf16's 8. fp8 cache (FlashMLA's rows, cl/prelude.cl): the
+ * same products, every e4m3 code being a bf16 value exactly (dt_e4m3_bf16), the scales applied
+ * outside them: to each block of 128 values' scores, summed apart, and to the weights before they
+ * are split. f32 cache (m16n8k8, tf32 operands): every operand in two terms, three products each
+ * (below, "a float32 cache").
  *
  * Work-group: NT = 128 items, four warps of 32 (lane = lid % 32, warp = lid / 32; a lane's group
  * g = lane / 4 and place t = lane % 4 in it, as PTX's fragment layouts name them); HG <= 16 heads
@@ -27,14 +30,15 @@
  *      QU steps' loads are in flight together.
  *   B. online softmax as in attn_latent, 8 items per head (lid / 8 the head, 8 keys each).
  *   C. values: warp w owns RKV/4 value columns. bf16: in blocks of 64 of which lane (g, t) loads
- *      the 8 values 8g .. 8g+7 (one 16-byte load) of the 4 keys 4t .. 4t+3 of each 16-key step;
- *      value e of the 8 is column g of the block's n-tile e, so that two keys' values of a column
- *      pair up into one B register by a shift and a mask, and a lane's accumulators hold columns
- *      16t + e and 16t + 8 + e (e < 8) of heads g and g + 8: two 8-float runs of each output row.
+ *      the 8 values 8g .. 8g+7 (one 16-byte load; fp8, 8 bytes) of the 4 keys 4t .. 4t+3 of each
+ *      16-key step; value e of the 8 is column g of the block's n-tile e, so that two keys' values
+ *      of a column pair up into one B register by a shift and a mask, and a lane's accumulators hold
+ *      columns 16t + e and 16t + 8 + e (e < 8) of heads g and g + 8: two 8-float runs of each
+ *      output row.
  * Needs RKV a multiple of 256 and RKV + DR a multiple of 32 (every preset of docs/MODELS.md); the
  * host runs attn_latent elsewhere. Local memory (host/mla/attention.c, mma_local_bytes): 45.9 KiB
- * at RKV 512, DR 64 over bf16, 41.1 over f32 (3 KiB more for the emulation's exchange), within the
- * 48 KiB NVIDIA's OpenCL gives a work-group. */
+ * at RKV 512, DR 64 over bf16, 42.1 over fp8, 41.1 over f32 (3 KiB more for the emulation's
+ * exchange), within the 48 KiB NVIDIA's OpenCL gives a work-group. */
 #ifndef RKV
 #define RKV 512
 #endif
@@ -44,9 +48,13 @@
 #ifndef HG
 #define HG 16
 #endif
-/* the host builds it for a bf16 or f32 cache of these shapes only; other options leave the file
-   empty */
-#if !defined(CACHE_F16) && !defined(CACHE_FP8) && RKV % 256 == 0 && (RKV + DR) % 32 == 0 && HG <= 16
+/* the host builds it for a bf16, fp8 or f32 cache of these shapes only; other options leave the
+   file empty */
+#if !defined(CACHE_F16) && RKV % 256 == 0 && (RKV + DR) % 32 == 0 && HG <= 16
+#if defined(CACHE_BF16) || defined(CACHE_FP8)
+#define MMA_BF16 /* bf16 operands: the cache's values, or fp8 codes decoded to bf16 exactly */
+#endif
+#define ROW_AT(slot) (cache + (size_t)(slot) * CACHE_ROW_UNITS) /* a cache row (fp8: its bytes) */
 #define NT 128
 #define ROW (RKV + DR)
 #define TK 64
@@ -61,7 +69,7 @@
     (q_latent + q_latent_offset + (size_t)tok * q_latent_token_stride + (size_t)(h0 + (h)) * q_latent_head_stride)
 #define Q_ROPE(h) (q_rope + q_rope_offset + (size_t)tok * q_rope_token_stride + (size_t)(h0 + (h)) * q_rope_head_stride)
 
-#ifdef CACHE_BF16
+#ifdef MMA_BF16
 #define QP (ROW / 2)                                /* bf16 pairs of a query row, a multiple of 16 */
 /* uint4 j of query row h in local memory: rows of QP / 4 uint4s, those of odd rows swapped by
    halves of 8 where a row is a multiple of 32 uints, so that the 8 lanes of rows g and g + 1 that
@@ -73,6 +81,19 @@
 #endif
 #define PS 40                                       /* stride of a row of weights' pairs, in uints */
 #define NB (RKV / 256)                              /* blocks of 64 value columns per warp */
+#ifdef CACHE_FP8
+#define NSB (RKV / 128)                             /* a row's scales */
+#define SCS (TK + 4)                                /* stride of a row of scores, then weights */
+/* 8 e4m3 codes (the first in the low byte of c.x) as 4 pairs of bf16 bits of their values (the
+   first of each pair in the low half), the layout of 8 values loaded from a bf16 row */
+inline uint4 e4m3x8_bf16(const uint2 c)
+{
+    return (uint4)(dt_e4m3_bf16(c.x) | dt_e4m3_bf16(c.x >> 8) << 16, dt_e4m3_bf16(c.x >> 16) | dt_e4m3_bf16(c.x >> 24) << 16,
+                   dt_e4m3_bf16(c.y) | dt_e4m3_bf16(c.y >> 8) << 16, dt_e4m3_bf16(c.y >> 16) | dt_e4m3_bf16(c.y >> 24) << 16);
+}
+#else
+#define SCS (TK + 1)                                /* stride of a row of scores */
+#endif
 
 /* float to bf16 hi and lo terms, as the low and high halves of pairs */
 inline uint bf16_pair(const float x0, const float x1, const int lo)
@@ -85,7 +106,6 @@ inline uint bf16_pair(const float x0, const float x1, const int lo)
     return (uint)a | (uint)b << 16;
 }
 
-#define SCS (TK + 1)                                /* stride of a row of scores */
 #define NACC (NB * 8)                               /* the accumulators' n-tiles */
 #define SCORE_T uint4                               /* a lane's load of a score step of a key */
 #define SCORE_STEPS (ROW / 32)
@@ -140,7 +160,7 @@ inline uint bf16_pair(const float x0, const float x1, const int lo)
         MMA_TF32(d, (a0) - h0_, (a1) - h1_, (a2) - h2_, (a3) - h3_, bh0_, bh1_);                    \
         MMA_TF32(d, h0_, h1_, h2_, h3_, (b0) - bh0_, (b1) - bh1_);                                  \
     }
-#endif /* CACHE_BF16 */
+#endif /* MMA_BF16 */
 
 #ifdef CLMLA_PTX_MMA
 #define MMA_SCRATCH
@@ -197,10 +217,14 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
                      const int num_heads, const int num_splits, const int split_tokens, const float scale,
                      __global float *out, const int out_offset, __global float *lse, const int lse_offset)
 {
-#ifdef CACHE_BF16
+#ifdef MMA_BF16
     __local uint4 qh4[16 * QP / 4], ql4[16 * QP / 4]; /* the scaled queries' hi and lo terms, bf16 pairs (QIDX) */
+#endif
+#ifdef CACHE_BF16
     __local uint2 ph2[16 * PS / 2], pl2[16 * PS / 2];  /* the weights' terms, bf16 pairs [head][key / 2] */
     __local uint *ph = (__local uint *)ph2, *pl = (__local uint *)pl2;
+#elif defined(CACHE_FP8)
+    __local float scale_l[TK * NSB];                    /* the tile's rows' scales [key][block] */
 #else
     __local float4 q4[16 * ROW / 4]; /* the scaled queries (QIDX) */
 #endif
@@ -230,8 +254,8 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
         return;
     }
 
-    /* the queries, scaled (bf16: as hi and lo pairs); zero for rows past the group's heads */
-#ifdef CACHE_BF16
+    /* the queries, scaled (bf16 operands: as hi and lo pairs); zero for rows past the group's heads */
+#ifdef MMA_BF16
     for (int i = lid; i < 16 * QP; i += NT) {
         const int h = i / QP, p = i % QP, d = 2 * p;
         float x0 = 0.0f, x1 = 0.0f;
@@ -267,38 +291,43 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
     for (int j0 = k_begin; j0 < k_end; j0 += TK) {
         const int nk = min(TK, k_end - j0);
         if (lid < TK) { /* the tile's rows; past its end, its first key's (weight 0) */
-            const int j = j0 + (lid < nk ? lid : 0);
-            slot_l[lid] = table[j / block_tokens] * block_tokens + j % block_tokens;
+            const int j = j0 + (lid < nk ? lid : 0), slot = table[j / block_tokens] * block_tokens + j % block_tokens;
+            slot_l[lid] = slot;
+#ifdef CACHE_FP8
+            __global const float *sp = (__global const float *)(ROW_AT(slot) + RKV);
+            for (int b = 0; b < NSB; b++)
+                scale_l[lid * NSB + b] = sp[b];
+#endif
         }
-        barrier(CLK_LOCAL_MEM_FENCE); /* slot_l, and the queries before the first tile */
+        barrier(CLK_LOCAL_MEM_FENCE); /* slot_l (scale_l), and the queries before the first tile */
 
-#ifdef CACHE_BF16
-        /* A. scores: step v (values 32v .. 32v+31) with b, b8, the lane's 8 of them of each key,
-           two products a key, each by the queries' two terms */
-#define SCORE_STEP(v, b, b8)                                                                        \
+#ifdef MMA_BF16
+        /* A. scores: step v (values 32v .. 32v+31) with b, b8, the lane's 8 of them of each key
+           as bf16 pairs, into d, d8: two products a key, each by the queries' two terms */
+#define SCORE_STEP(d, d8, v, b, b8)                                                                 \
     {                                                                                               \
         const int qa = QIDX(g, 4 * (v) + t), qa8 = QIDX(g + 8, 4 * (v) + t);                         \
         const uint4 a = qh4[qa], a8 = qh4[qa8], c = ql4[qa], c8 = ql4[qa8];                         \
-        MMA(s, a.x, a8.x, a.y, a8.y, (b).x, (b).y);                                                \
-        MMA(s, c.x, c8.x, c.y, c8.y, (b).x, (b).y);                                                \
-        MMA(s, a.z, a8.z, a.w, a8.w, (b).z, (b).w);                                                \
-        MMA(s, c.z, c8.z, c.w, c8.w, (b).z, (b).w);                                                \
-        MMA(s8, a.x, a8.x, a.y, a8.y, (b8).x, (b8).y);                                             \
-        MMA(s8, c.x, c8.x, c.y, c8.y, (b8).x, (b8).y);                                             \
-        MMA(s8, a.z, a8.z, a.w, a8.w, (b8).z, (b8).w);                                             \
-        MMA(s8, c.z, c8.z, c.w, c8.w, (b8).z, (b8).w);                                             \
+        MMA(d, a.x, a8.x, a.y, a8.y, (b).x, (b).y);                                                \
+        MMA(d, c.x, c8.x, c.y, c8.y, (b).x, (b).y);                                                \
+        MMA(d, a.z, a8.z, a.w, a8.w, (b).z, (b).w);                                                \
+        MMA(d, c.z, c8.z, c.w, c8.w, (b).z, (b).w);                                                \
+        MMA(d8, a.x, a8.x, a.y, a8.y, (b8).x, (b8).y);                                             \
+        MMA(d8, c.x, c8.x, c.y, c8.y, (b8).x, (b8).y);                                             \
+        MMA(d8, a.z, a8.z, a.w, a8.w, (b8).z, (b8).w);                                             \
+        MMA(d8, c.z, c8.z, c.w, c8.w, (b8).z, (b8).w);                                             \
     }
 #else
         /* A. scores, 16 values a step: lane (g, t) takes values 4t .. 4t+3 of the step (one float4
            a key and a query row), the first two as fragment k t and t + 4 of one product, the last
            two of another */
-#define SCORE_STEP(v, b, b8)                                                                        \
+#define SCORE_STEP(d, d8, v, b, b8)                                                                 \
     {                                                                                               \
         const float4 a = q4[QIDX(g, 4 * (v) + t)], a8 = q4[QIDX(g + 8, 4 * (v) + t)];               \
-        MMA3(s, a.x, a8.x, a.y, a8.y, (b).x, (b).y);                                               \
-        MMA3(s, a.z, a8.z, a.w, a8.w, (b).z, (b).w);                                               \
-        MMA3(s8, a.x, a8.x, a.y, a8.y, (b8).x, (b8).y);                                            \
-        MMA3(s8, a.z, a8.z, a.w, a8.w, (b8).z, (b8).w);                                            \
+        MMA3(d, a.x, a8.x, a.y, a8.y, (b).x, (b).y);                                               \
+        MMA3(d, a.z, a8.z, a.w, a8.w, (b).z, (b).w);                                               \
+        MMA3(d8, a.x, a8.x, a.y, a8.y, (b8).x, (b8).y);                                            \
+        MMA3(d8, a.z, a8.z, a.w, a8.w, (b8).z, (b8).w);                                            \
     }
 #endif
         {
@@ -306,8 +335,43 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
                in flight before their products; the scores into sc, -inf past the tile's keys (D
                element i: head g + 8 (i >> 1), key 2t + (i & 1) of the product's 8) */
             float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s8[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            __global const SCORE_T *row = (__global const SCORE_T *)(cache + (size_t)slot_l[16 * warp + g] * ROW);
-            __global const SCORE_T *row8 = (__global const SCORE_T *)(cache + (size_t)slot_l[16 * warp + 8 + g] * ROW);
+#ifdef CACHE_FP8
+            /* fp8: c^KV in blocks of 128 values (4 steps; a lane's 8 codes a step and key, an
+               8-byte load), each block's products summed apart and multiplied into the scores by
+               its keys' scales (D element i is key 2t + (i & 1) of the product's 8); then k^R,
+               bf16 after the codes and scales, 8-byte aligned (two loads a step and key) */
+            __global const uchar *row = ROW_AT(slot_l[16 * warp + g]), *row8 = ROW_AT(slot_l[16 * warp + 8 + g]);
+            __global const uint2 *lat = (__global const uint2 *)row, *lat8 = (__global const uint2 *)row8;
+            #pragma unroll 1 /* unrolled, the blocks' loads are hoisted together: 255 registers and spills */
+            for (int bb = 0; bb < NSB; bb++) {
+                uint2 b[4], b8[4];
+                #pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    b[u] = lat[4 * (4 * bb + u) + t];
+                    b8[u] = lat8[4 * (4 * bb + u) + t];
+                }
+                float sb[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sb8[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                MMA_UNROLL
+                for (int u = 0; u < 4; u++)
+                    SCORE_STEP(sb, sb8, 4 * bb + u, e4m3x8_bf16(b[u]), e4m3x8_bf16(b8[u]))
+                #pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int k = 16 * warp + 2 * t + (i & 1);
+                    s[i] = fma(sb[i], scale_l[k * NSB + bb], s[i]);
+                    s8[i] = fma(sb8[i], scale_l[(k + 8) * NSB + bb], s8[i]);
+                }
+            }
+            __global const uint2 *rope = (__global const uint2 *)(row + RKV + 4 * NSB);
+            __global const uint2 *rope8 = (__global const uint2 *)(row8 + RKV + 4 * NSB);
+            MMA_UNROLL
+            for (int v = 0; v < DR / 32; v++) {
+                const uint2 x = rope[8 * v + 2 * t], y = rope[8 * v + 2 * t + 1];
+                const uint2 x8 = rope8[8 * v + 2 * t], y8 = rope8[8 * v + 2 * t + 1];
+                SCORE_STEP(s, s8, RKV / 32 + v, (uint4)(x, y), (uint4)(x8, y8))
+            }
+#else
+            __global const SCORE_T *row = (__global const SCORE_T *)ROW_AT(slot_l[16 * warp + g]);
+            __global const SCORE_T *row8 = (__global const SCORE_T *)ROW_AT(slot_l[16 * warp + 8 + g]);
             int v = 0;
             for (; v + QU <= SCORE_STEPS; v += QU) {
                 SCORE_T b[QU], b8[QU];
@@ -318,10 +382,11 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
                 }
                 MMA_UNROLL
                 for (int u = 0; u < QU; u++)
-                    SCORE_STEP(v + u, b[u], b8[u])
+                    SCORE_STEP(s, s8, v + u, b[u], b8[u])
             }
             for (; v < SCORE_STEPS; v++)
-                SCORE_STEP(v, row[4 * v + t], row8[4 * v + t])
+                SCORE_STEP(s, s8, v, row[4 * v + t], row8[4 * v + t])
+#endif
             #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const int h = g + 8 * (i >> 1), k = 16 * warp + 2 * t + (i & 1);
@@ -333,8 +398,8 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* B. the tile's maximum per head over its 8 items, then weights exp(score - maximum) and
-           sums: bf16, as hi and lo pairs apart; f32, in place of the scores once every item has
-           read its own */
+           sums: bf16, as hi and lo pairs apart; fp8 and f32, in place of the scores once every item
+           has read its own (fp8's terms are made in step C, after each block's scale) */
         float w[KB], mx8 = -INFINITY;
         #pragma unroll
         for (int k = 0; k < KB; k++) {
@@ -380,21 +445,42 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
             o[j][2] *= ag8;
             o[j][3] *= ag8;
         }
-#ifdef CACHE_BF16
+#ifdef MMA_BF16
         MMA_UNROLL
         for (int ks = 0; ks < TK / 16; ks++) {
-            /* weights of keys 16ks + 4t .. +3: fragment k 2t, 2t+1 | 2t+8, 2t+9 */
+            /* weights of keys k0 .. k0 + 3: fragment k 2t, 2t+1 | 2t+8, 2t+9 */
+            const int k0 = 16 * ks + 4 * t;
+            __global const CACHE_T *r0 = ROW_AT(slot_l[k0]), *r1 = ROW_AT(slot_l[k0 + 1]);
+            __global const CACHE_T *r2 = ROW_AT(slot_l[k0 + 2]), *r3 = ROW_AT(slot_l[k0 + 3]);
+#ifdef CACHE_BF16
             const int pq = g * (PS / 2) + 4 * ks + t, pq8 = pq + 8 * (PS / 2);
             const uint2 pa = ph2[pq], pa8 = ph2[pq8], pb = pl2[pq], pb8 = pl2[pq8];
-            __global const CACHE_T *r0 = cache + (size_t)slot_l[16 * ks + 4 * t] * ROW;
-            __global const CACHE_T *r1 = cache + (size_t)slot_l[16 * ks + 4 * t + 1] * ROW;
-            __global const CACHE_T *r2 = cache + (size_t)slot_l[16 * ks + 4 * t + 2] * ROW;
-            __global const CACHE_T *r3 = cache + (size_t)slot_l[16 * ks + 4 * t + 3] * ROW;
+#else
+            __local const float *pg = sc + g * SCS + k0, *p8 = pg + 8 * SCS;
+            const float4 wg = (float4)(pg[0], pg[1], pg[2], pg[3]), w8 = (float4)(p8[0], p8[1], p8[2], p8[3]);
+#endif
             MMA_UNROLL
             for (int b = 0; b < NB; b++) {
                 const int col = warp * (RKV / 4) + 64 * b + 8 * g; /* this lane's 8 columns */
+#ifdef CACHE_BF16
                 const uint4 v0 = *(__global const uint4 *)(r0 + col), v1 = *(__global const uint4 *)(r1 + col);
                 const uint4 v2 = *(__global const uint4 *)(r2 + col), v3 = *(__global const uint4 *)(r3 + col);
+#else
+                /* fp8: the weights times the keys' scales of the block these 64 columns lie in,
+                   then their two terms; the codes decoded to bf16 (8 bytes a key) */
+                const int blk = (warp * (RKV / 4) + 64 * b) / 128;
+                const float4 sk = (float4)(scale_l[k0 * NSB + blk], scale_l[(k0 + 1) * NSB + blk],
+                                           scale_l[(k0 + 2) * NSB + blk], scale_l[(k0 + 3) * NSB + blk]);
+                const float4 xg = wg * sk, x8 = w8 * sk;
+                const uint2 pa = (uint2)(bf16_pair(xg.x, xg.y, 0), bf16_pair(xg.z, xg.w, 0));
+                const uint2 pa8 = (uint2)(bf16_pair(x8.x, x8.y, 0), bf16_pair(x8.z, x8.w, 0));
+                const uint2 pb = (uint2)(bf16_pair(xg.x, xg.y, 1), bf16_pair(xg.z, xg.w, 1));
+                const uint2 pb8 = (uint2)(bf16_pair(x8.x, x8.y, 1), bf16_pair(x8.z, x8.w, 1));
+                const uint4 v0 = e4m3x8_bf16(*(__global const uint2 *)(r0 + col));
+                const uint4 v1 = e4m3x8_bf16(*(__global const uint2 *)(r1 + col));
+                const uint4 v2 = e4m3x8_bf16(*(__global const uint2 *)(r2 + col));
+                const uint4 v3 = e4m3x8_bf16(*(__global const uint2 *)(r3 + col));
+#endif
                 const uint e0[4] = {v0.x, v0.y, v0.z, v0.w}, e1[4] = {v1.x, v1.y, v1.z, v1.w};
                 const uint e2[4] = {v2.x, v2.y, v2.z, v2.w}, e3[4] = {v3.x, v3.y, v3.z, v3.w};
                 MMA_UNROLL
@@ -416,8 +502,7 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
         for (int ks = 0; ks < TK / 8; ks++) {
             const float p0 = sc[g * SCS + 8 * ks + t], p1 = sc[(g + 8) * SCS + 8 * ks + t];
             const float p2 = sc[g * SCS + 8 * ks + t + 4], p3 = sc[(g + 8) * SCS + 8 * ks + t + 4];
-            __global const float *ra = cache + (size_t)slot_l[8 * ks + t] * ROW;
-            __global const float *rb = cache + (size_t)slot_l[8 * ks + t + 4] * ROW;
+            __global const float *ra = ROW_AT(slot_l[8 * ks + t]), *rb = ROW_AT(slot_l[8 * ks + t + 4]);
             MMA_UNROLL
             for (int c = 0; c < NC; c++) {
                 const int col = warp * (RKV / 4) + 32 * c + 4 * g;
@@ -447,7 +532,7 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
     barrier(CLK_LOCAL_MEM_FENCE);
     const float l0 = lsum_l[g], l8 = lsum_l[g + 8];
     const float i0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, i8 = l8 > 0.0f ? 1.0f / l8 : 0.0f;
-#ifdef CACHE_BF16
+#ifdef MMA_BF16
     #pragma unroll
     for (int b = 0; b < NB; b++) {
         const int col = warp * (RKV / 4) + 64 * b + 16 * t;

@@ -3,7 +3,8 @@
  *   convert_to_f32:   out[i] = the float that code[i] denotes; the codes are SRC_BF16 (ushort),
  *                     SRC_F16 (half, loaded with vload_half) or SRC_E4M3 (uchar), one of them
  *                     defined at build time; SRC_E4M3X8 and SRC_E4M3U: the kernels' fast e4m3
- *                     decoders (8 codes and one), with the decoder's own build option
+ *                     decoders (8 codes and one), with the decoder's own build option;
+ *                     SRC_E4M3BF16: the decoder to bf16 bits
  *   convert_to_bf16:  out[i] = bf16 bits of in[i], rounded to nearest even
  *   convert_to_e4m3:  out[i] = e4m3 bits of in[i], rounded to nearest even, saturating at 448
  * Dimension 0 runs over n values (items past n return). */
@@ -23,6 +24,9 @@
 #elif defined(SRC_E4M3U) /* the same decoder for one code (dt_e4m3u) */
 #define SRC_T uchar
 #define SRC_LOAD(p, i) (dt_e4m3u((p)[i]) * DT_E4M3_UNIT)
+#elif defined(SRC_E4M3BF16) /* the decoder to bf16 bits (dt_e4m3_bf16) */
+#define SRC_T uchar
+#define SRC_LOAD(p, i) dt_bf16((ushort)dt_e4m3_bf16((p)[i]))
 #endif
 
 #if defined(SRC_VECTOR)

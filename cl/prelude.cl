@@ -31,6 +31,9 @@
  *   dt_e4m3u(b)      the same for one code
  *   dt_e4m3x8s(b, s) uchar8 codes times s, exact for any s (DT_E4M3_UNIT, then s)
  *   dt_e4m3x4u(b), dt_e4m3x4s(b, s) the same for uchar4
+ *   dt_e4m3_bf16(c)  the code in c's low byte as the bfloat16 bits (in the low half) of the value it
+ *                    denotes, which bf16 holds exactly: for the kernels whose products take bf16
+ *                    operands. S.1111.111 gives 480, as the fast decoders above.
  * Encoders, rounding to nearest even:
  *   dt_to_bf16(v)    float to bfloat16 bits; NaN stays a (quiet) NaN
  *   dt_to_e4m3(v)    float to e4m3 bits; magnitudes past 448 saturate to 448, NaN gives S.1111.111
@@ -119,6 +122,14 @@ inline float dt_e4m3(const uchar b)
     else
         v = as_float(((e + 120u) << 23) | (m << 20));
     return (b & 0x80u) ? -v : v;
+}
+
+inline uint dt_e4m3_bf16(const uint c)
+{
+    /* a normal code's exponent and mantissa moved into place, the exponent rebiased by 127 - 7; a
+       subnormal one (m 2^-9) through a float */
+    const uint mag = c & 0x7Fu, sub = as_uint((float)(c & 7u) * 0x1.0p-9f) >> 16;
+    return (c & 0x80u) << 8 | (mag >= 8u ? (mag << 4) + (120u << 7) : sub);
 }
 
 inline uchar dt_to_e4m3(const float v)

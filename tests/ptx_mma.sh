@@ -26,6 +26,7 @@ if ! "$clang" -x cl -cl-std=CL1.2 -Xclang -finclude-default-header -target nvptx
 fi
 fail=0
 for shape in "-D CACHE_BF16 -D RKV=512 -D DR=64 -D HG=16" "-D CACHE_BF16 -D RKV=256 -D DR=32 -D HG=3" \
+             "-D CACHE_FP8 -D RKV=512 -D DR=64 -D HG=16" "-D CACHE_FP8 -D RKV=256 -D DR=32 -D HG=3" \
              "-D RKV=512 -D DR=64 -D HG=16" "-D RKV=256 -D DR=32 -D HG=3"; do
     for sm in sm_80 sm_90; do
         # shellcheck disable=SC2086

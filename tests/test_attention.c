@@ -698,6 +698,18 @@ static void run_all(void)
         run_case(&p, &c128, 1128);
         pool_free(&p);
     }
+    /* The same row in fp8: 328 bytes (8-byte aligned, not 16), two scales a row */
+    if (pool_make(&p, "rkv256 dr32 bt16 fp8", 256, 32, 16, 240, CLMLA_CACHE_FP8, 12) == 0) {
+        static const int len3[] = {1200, 33, 1, 0, 31, 1000};
+        static const int seq3[] = {0, 1, 2, 0, 1, 2};
+        attn_case c3 = {3, 6, len3, seq3, 0, 0, 0};
+        run_case(&p, &c3, 1203);
+        static const int len40[] = {1279, 65};
+        static const int seq40[] = {0, 1};
+        attn_case c40 = {40, 2, len40, seq40, 0, 0, 0};
+        run_case(&p, &c40, 1240);
+        pool_free(&p);
+    }
 }
 
 /* The name of the kernel a cache's calls of `heads` heads per group ran (attn_latent's slot, which
@@ -711,7 +723,8 @@ static void latent_kernel_name(const pool *p, int heads, char *name, size_t size
 }
 
 /* attn_latent_mma (group_mma 1) is the kernel that runs where it applies, attn_latent where not:
-   the bf16 and f32 rows of rkv 512 and 256 take it, f16 rows and bf16 rows of rkv 40 do not */
+   the bf16, fp8 and f32 rows of rkv 512 and 256 take it; f16 rows, bf16 rows of rkv 40 and fp8
+   rows of rkv 128 do not */
 static void test_mma_chosen(void)
 {
     clmla_latent_tuning t;
@@ -727,6 +740,9 @@ static void test_mma_chosen(void)
                {256, 32, 16, CLMLA_CACHE_BF16, "attn_latent_mma"},
                {512, 64, 64, CLMLA_CACHE_F32, "attn_latent_mma"},
                {256, 32, 16, CLMLA_CACHE_F32, "attn_latent_mma"},
+               {512, 64, 64, CLMLA_CACHE_FP8, "attn_latent_mma"},
+               {256, 32, 16, CLMLA_CACHE_FP8, "attn_latent_mma"},
+               {128, 8, 5, CLMLA_CACHE_FP8, "attn_latent"},
                {512, 64, 64, CLMLA_CACHE_F16, "attn_latent"},
                {40, 8, 5, CLMLA_CACHE_BF16, "attn_latent"}};
     for (size_t i = 0; i < sizeof(cfg) / sizeof(cfg[0]); i++) {
@@ -875,14 +891,14 @@ int main(void)
         t.group_aligned = aligned;
         run_all_tuned(&t, 1, aligned ? "group_aligned 2" : "group_aligned 0");
     }
-    /* attn_latent_mma (group_mma 1) over the bf16 and f32 caches: on a CPU device its products are
+    /* attn_latent_mma (group_mma 1) over the bf16, fp8 and f32 caches: on a CPU device its products are
        computed by the work-items in mma.sync's fragment layouts (cl/attn_latent_mma.cl); the
        others run attn_latent again; on an NVIDIA GPU of compute capability 8.0 or later, on its
        tensor cores. Other devices do not run it (nothing to check). */
     if (clmla_latent_mma_device(ctx)) {
         clmla_latent_tuning_defaults(&t);
         t.group_mma = 1;
-        only_dtypes = 1u << CLMLA_CACHE_BF16 | 1u << CLMLA_CACHE_F32;
+        only_dtypes = 1u << CLMLA_CACHE_BF16 | 1u << CLMLA_CACHE_FP8 | 1u << CLMLA_CACHE_F32;
         run_all_tuned(&t, 0, "group_mma 1");
         only_dtypes = 0;
         test_mma_chosen();

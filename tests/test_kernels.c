@@ -377,6 +377,7 @@ static void test_convert(void)
     decode_all("-D SRC_E4M3U -D CLMLA_NO_DENORMS", 1, 256, e4m3_no_nan, "e4m3 (one code, for devices without denormals)");
     decode_all("-D SRC_E4M3X8 -D CLMLA_FP8_HALF", 1, 256, e4m3_no_nan, "e4m3 (8 at a time, through half: CPUs)");
     decode_all("-D SRC_E4M3U -D CLMLA_FP8_HALF", 1, 256, e4m3_no_nan, "e4m3 (one code, through half: CPUs)");
+    decode_all("-D SRC_E4M3BF16", 1, 256, e4m3_no_nan, "e4m3 to bf16 bits (attn_latent_mma's operands)");
 
     /* The encoder: for every finite bf16 code, floats just above it, a quarter, exactly half and just
        past half an ulp on, and the next code, each against the reference's rounding. */
@@ -720,8 +721,8 @@ typedef struct latent_case {
                              3 the same with two vectors of heads (LHV 2): hg 32; 4 with two tokens of
                              16 heads (LFOLD, runs of latent_query_len tokens): hg 16; 5 attn_latent_mma
                              (cl/attn_latent_mma.cl, its products computed by the items): nt 128, a
-                             bf16 (f16 2) or f32 cache */
-    int rkv, dr, heads, hg, nt, splits, split_tokens, bt, f16; /* f16 2: the cache in bf16 */
+                             bf16 (f16 2), fp8 (f16 3) or f32 cache */
+    int rkv, dr, heads, hg, nt, splits, split_tokens, bt, f16; /* f16 2: the cache in bf16; 3: fp8 */
     int tokens;
     const int *ctx_len;   /* [tokens] */
     const int *token_seq; /* [tokens] */
@@ -754,7 +755,7 @@ static void run_latent(const latent_case *c)
     char options[224];
     if (c->rows == 5)
         snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D HG=%d", c->rkv, c->dr,
-                 c->f16 == 2 ? " -D CACHE_BF16" : "", c->hg);
+                 c->f16 == 3 ? " -D CACHE_FP8" : c->f16 == 2 ? " -D CACHE_BF16" : "", c->hg);
     else if (c->rows)
         snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D HGC=%d -D KTC=%d%s%s", c->rkv, c->dr,
                  c->f16 ? " -D CACHE_F16" : "", c->hg, c->nt, latent_sparse ? " -D SPARSE" : "",
@@ -776,7 +777,7 @@ static void run_latent(const latent_case *c)
     for (size_t i = 0; i < cells; i++) {
         values[i] = tu_rng_uniform(&rng) * 1.5f;
         halves[i] = float_to_half(values[i]);
-        if (c->f16 == 2) { /* bf16: the float's upper half */
+        if (c->f16 >= 2) { /* bf16 (fp8: its k^R): the float's upper half */
             uint32_t u;
             memcpy(&u, &values[i], 4);
             halves[i] = (uint16_t)(u >> 16);
@@ -784,6 +785,26 @@ static void run_latent(const latent_case *c)
             memcpy(&values[i], &u, 4);
         } else if (c->f16)
             values[i] = tu_half_to_float(halves[i]);
+    }
+    /* fp8 (FlashMLA's rows: RKV e4m3 codes, RKV / 128 float scales, DR bf16 values): random finite
+       codes (subnormal ones among them) with a random scale per row and block, not a power of two,
+       and values[] what they denote; k^R the bf16 values above */
+    const size_t fp8_row = (size_t)c->rkv + 4 * (size_t)(c->rkv / 128) + 2 * (size_t)c->dr;
+    unsigned char *fp8 = c->f16 == 3 ? malloc((size_t)blocks * c->bt * fp8_row) : NULL;
+    for (size_t r = 0; fp8 && r < (size_t)blocks * c->bt; r++) {
+        unsigned char *dst = fp8 + r * fp8_row;
+        for (int b = 0; b < c->rkv / 128; b++) {
+            const float sc = 0.0005f + 0.0015f * (tu_rng_uniform(&rng) * 0.5f + 0.5f);
+            memcpy(dst + c->rkv + 4 * b, &sc, 4);
+            for (int d = 128 * b; d < 128 * b + 128; d++) {
+                unsigned code = (unsigned)((tu_rng_uniform(&rng) * 0.5f + 0.5f) * 256.0f) & 0xFF;
+                if ((code & 0x7F) == 0x7F)
+                    code &= 0xFE; /* not NaN */
+                dst[d] = (unsigned char)code;
+                values[r * row + d] = (float)(mla_ref_decode_e4m3(code) * sc);
+            }
+        }
+        memcpy(dst + c->rkv + 4 * (c->rkv / 128), halves + r * row + c->rkv, 2 * (size_t)c->dr);
     }
     /* Block tables: distinct shuffled blocks per sequence. */
     int *table = malloc((size_t)num_seqs * max_blocks * sizeof(int)), *perm = malloc((size_t)blocks * sizeof(int));
@@ -809,7 +830,8 @@ static void run_latent(const latent_case *c)
         lse[i] = -777.0f;
 
     cl_mem qlb = buffer(nql * sizeof(float), ql), qrb = buffer(nqr * sizeof(float), qr);
-    cl_mem cache = c->f16 ? buffer(cells * 2, halves) : buffer(cells * 4, values);
+    cl_mem cache = fp8 ? buffer((size_t)blocks * c->bt * fp8_row, fp8) : c->f16 ? buffer(cells * 2, halves)
+                                                                             : buffer(cells * 4, values);
     cl_mem tb = buffer((size_t)num_seqs * max_blocks * sizeof(int), table);
     cl_mem tsb = buffer((size_t)T * sizeof(int), c->token_seq), tcb = buffer((size_t)T * sizeof(int), c->ctx_len);
     cl_mem ob = buffer(nout * sizeof(float), out), lb = buffer(nlse * sizeof(float), lse);
@@ -921,6 +943,7 @@ static void run_latent(const latent_case *c)
     free(list);
     free(values);
     free(halves);
+    free(fp8);
     free(table);
     free(perm);
     free(ql);
@@ -1022,7 +1045,13 @@ static void test_attn_latent_mma(void)
                            2, ctx_b, seq_b};
     const latent_case bf = {"mma: rkv 512 dr 64, 21 heads / 16 per group, f32", 5, 512, 64, 21, 16, 128, 1, 33, 16, 0,
                             2, ctx_b, seq_b};
+    /* fp8: rows of 328 bytes (8-byte aligned only) and 656, scales per key and block */
+    const latent_case a8 = {"mma: rkv 256 dr 32, 3 heads, 2 splits, fp8", 5, 256, 32, 3, 3, 128, 2, 40, 3, 3, 3,
+                            ctx_a, seq_a};
+    const latent_case b8 = {"mma: rkv 512 dr 64, 21 heads / 16 per group, fp8", 5, 512, 64, 21, 16, 128, 1, 33, 16, 3,
+                            2, ctx_b, seq_b};
     run_latent(&a);
+    run_latent(&a8);
     /* 16 rows of 576-value queries: 47040 bytes of local memory in two bf16 terms, 42112 in f32,
        3072 more for the items' exchange, more than some devices have (oclgrind's runs in
        ci/oclgrind.sh take 32 KiB); MiniCPM3's rows take 28608 and 23680 */
@@ -1033,6 +1062,8 @@ static void test_attn_latent_mma(void)
         run_latent(&b);
     if (local >= 42112 + 3072)
         run_latent(&bf);
+    if (local >= 43136 + 3072)
+        run_latent(&b8);
     if (local < 47040 + 3072)
         printf("# attn_latent_mma at rkv 512: skipped, %llu bytes of local memory\n", (unsigned long long)local);
 }

@@ -217,7 +217,7 @@ part_ab() {
 }
 
 # attn_latent_mma (group_mma 1: the latent products on the tensor cores, experimental) against the
-# parameters in force over bf16 and f32 caches: first checked against float64 on small shapes (clmla-bench
+# parameters in force over f32, bf16 and fp8 caches: first checked against float64 on small shapes (clmla-bench
 # --check; test_attention runs every case with it in the tests part), then timed at V2-Lite's and
 # V3's shapes, batch 1, 8 and 32, ctx 4096 and 32768, each run after its baseline, and its PTX kept
 # (ptx_run below) for its instruction mix
@@ -228,23 +228,24 @@ part_mma() {
     [ -s "$out/kernel-tuning-mma.json" ] || return 0
     mma="$out/kernel-tuning-mma.json"
     step mma-check 30 env CLMLA_KERNEL_TUNING="$mma" "$bench" --no-peak --phase decode --path absorbed \
-        --preset v3 --batch 1,3 --ctx 37,700 --cache-dtype f32,bf16 --check --max-time 0.05
+        --preset v3 --batch 1,3 --ctx 37,700 --cache-dtype f32,bf16,fp8 --check --max-time 0.05
     step mma-check-v2lite 20 env CLMLA_KERNEL_TUNING="$mma" "$bench" --no-peak --phase decode --path absorbed \
-        --batch 1,3 --ctx 37,700 --cache-dtype f32,bf16 --check --max-time 0.05
+        --batch 1,3 --ctx 37,700 --cache-dtype f32,bf16,fp8 --check --max-time 0.05
     bench_setup
     for shape in v2-lite v3; do
         tag=$shape
         [ "$shape" = v2-lite ] && tag=v2lite
         for round in 1 2; do
-            step mma-decode-$tag-base$round 25 "$bench" $peaks --phase decode --preset "$shape" --path absorbed \
-                --batch 1,8,32 --ctx 4096,32768 --cache-dtype f32,bf16 --json "$out/mma-decode-$tag-base$round.json"
-            step mma-decode-$tag-mma$round 25 env CLMLA_KERNEL_TUNING="$mma" "$bench" $peaks --phase decode \
-                --preset "$shape" --path absorbed --batch 1,8,32 --ctx 4096,32768 --cache-dtype f32,bf16 \
+            step mma-decode-$tag-base$round 35 "$bench" $peaks --phase decode --preset "$shape" --path absorbed \
+                --batch 1,8,32 --ctx 4096,32768 --cache-dtype f32,bf16,fp8 --json "$out/mma-decode-$tag-base$round.json"
+            step mma-decode-$tag-mma$round 35 env CLMLA_KERNEL_TUNING="$mma" "$bench" $peaks --phase decode \
+                --preset "$shape" --path absorbed --batch 1,8,32 --ctx 4096,32768 --cache-dtype f32,bf16,fp8 \
                 --json "$out/mma-decode-$tag-mma$round.json"
         done
     done
     ptx_run latent-bf16-mma "$mma" --phase decode --path absorbed --batch 1 --ctx 256 --cache-dtype bf16
     ptx_run latent-f32-mma "$mma" --phase decode --path absorbed --batch 1 --ctx 256 --cache-dtype f32
+    ptx_run latent-fp8-mma "$mma" --phase decode --path absorbed --batch 1 --ctx 256 --cache-dtype fp8
 }
 
 # ptx_run NAME TUNING BENCH-ARGS...: one clmla-bench run with an empty program cache of its own,

@@ -54,15 +54,18 @@ static int cache_aligned(const clmla_cache *cache)
     return cache->config.dtype != CLMLA_CACHE_FP8 || (cache->row_bytes - 2 * (size_t)cache->config.rope_dim) % 8 == 0;
 }
 
-/* Local memory of attn_latent_mma (cl/attn_latent_mma.cl), arg: {row, 1 with CLMLA_PTX_MMA, 1 for
-   an f32 cache}: the queries (bf16: their two terms as pairs), the scores (bf16: then the weights'
-   two terms apart; f32: the weights in their place), maxima and sums, alpha and sums, slots; and,
-   where the products are computed by the items (no CLMLA_PTX_MMA), their exchange. */
+/* Local memory of attn_latent_mma (cl/attn_latent_mma.cl), arg: {rkv, dr, 1 with CLMLA_PTX_MMA,
+   the cache's dtype}: the queries (bf16 and fp8: their two terms as pairs), the scores (bf16: then
+   the weights' two terms apart; fp8 and f32: the weights in their place), fp8's scales of the
+   tile's rows, maxima and sums, alpha and sums, slots; and, where the products are computed by the
+   items (no CLMLA_PTX_MMA), their exchange. */
 static size_t mma_local_bytes(int nt, const void *arg)
 {
     const int *a = arg;
-    const size_t row = (size_t)a[0], exchange = a[1] ? 0 : (size_t)nt * 6;
-    const size_t scores = a[2] ? 16 * 68 : 16 * 65 + 2 * 16 * 40;
+    const size_t row = (size_t)a[0] + (size_t)a[1], exchange = a[2] ? 0 : (size_t)nt * 6;
+    const size_t scores = a[3] == CLMLA_CACHE_BF16 ? 16 * 65 + 2 * 16 * 40
+                          : a[3] == CLMLA_CACHE_FP8 ? 16 * 68 + 64 * ((size_t)a[0] / 128)
+                                                    : 16 * 68;
     return (16 * row + scores + 8 * 16 + 32 + 64 + exchange) * 4;
 }
 
@@ -80,7 +83,7 @@ int clmla_latent_mma_device(const clmla_context *ctx)
 }
 
 /* attn_latent_mma for `hg` heads in the slot of attn_latent (the parameters in force do not change
-   over a context's life): where group_mma asks for it and the call fits it (a bf16 or f32 cache,
+   over a context's life): where group_mma asks for it and the call fits it (a bf16, fp8 or f32 cache,
    its shape, dense, one token per group) on a device with the instruction, or on a CPU device, which
    computes the products itself; *kernel NULL otherwise, or where 128 items or the local memory do
    not fit or the build fails (logged), and attn_latent runs, in the same slot: it is not tried
@@ -90,9 +93,8 @@ static clmla_status mma_kernel(clmla_cache *cache, int hg, const clmla_latent_tu
 {
     const int rkv = cache->config.kv_lora_rank, row = rkv + cache->config.rope_dim;
     *kernel = NULL;
-    const int f32 = cache->config.dtype == CLMLA_CACHE_F32;
-    if (!tn->group_mma || sparse || fold > 1 || hg > 16 || (!f32 && cache->config.dtype != CLMLA_CACHE_BF16) ||
-        rkv % 256 || row % 32)
+    const clmla_cache_dtype dtype = cache->config.dtype;
+    if (!tn->group_mma || sparse || fold > 1 || hg > 16 || dtype == CLMLA_CACHE_F16 || rkv % 256 || row % 32)
         return CLMLA_SUCCESS;
     if (!cache->latent_kernel[hg]) { /* once: the step path only reads the slot */
         const int runs = clmla_latent_mma_device(cache->ctx), ptx = runs == 2;
@@ -100,7 +102,7 @@ static clmla_status mma_kernel(clmla_cache *cache, int hg, const clmla_latent_tu
             return CLMLA_SUCCESS;
         char options[256];
         snprintf(options, sizeof(options), "%s -D HG=%d%s", cache->options, hg, ptx ? " -D CLMLA_PTX_MMA" : "");
-        const int shape[3] = {row, ptx, f32};
+        const int shape[4] = {rkv, cache->config.rope_dim, ptx, (int)dtype};
         const clmla_kernel_fit fit = {"attn_latent_mma", "attn_latent_mma", options, "MMA_NT", 128, 128,
                                       mma_local_bytes, shape};
         clmla_status st = clmla_kernel_create_fitted(cache->ctx, &fit, &cache->latent_kernel[hg],
