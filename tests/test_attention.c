@@ -46,6 +46,10 @@ static cl_mem make_buffer(size_t bytes, const void *host)
    then not made; only_dtypes, where not 0, the cache dtypes wanted (bit 1 << dtype). */
 static int decoded_only;
 static unsigned only_dtypes;
+/* Whether run_all makes MiniCPM3's rkv 256 pools (bf16, fp8), made for attn_latent_mma: in the runs
+   of the default parameters and of group_mma only, since each further run compiles their programs
+   again (from an empty PoCL cache, minutes on 2 cores). */
+static int rkv256_pools = 1;
 
 static int pool_make(pool *p, const char *name, int rkv, int dr, int bt, int num_blocks, clmla_cache_dtype dtype,
                      uint64_t seed)
@@ -683,7 +687,7 @@ static void run_all(void)
     }
     /* MiniCPM3's row (256 + 32) in bfloat16 with 16-token blocks: 3 heads (a group of 16 rows with
        13 empty), 40 (groups of 16, 16 and 8) and 128, lengths ending inside a tile (of 32 or 64 keys) */
-    if (pool_make(&p, "rkv256 dr32 bt16 bf16", 256, 32, 16, 240, CLMLA_CACHE_BF16, 11) == 0) {
+    if (rkv256_pools && pool_make(&p, "rkv256 dr32 bt16 bf16", 256, 32, 16, 240, CLMLA_CACHE_BF16, 11) == 0) {
         static const int len3[] = {1200, 33, 1, 0, 31, 1000};
         static const int seq3[] = {0, 1, 2, 0, 1, 2};
         attn_case c3 = {3, 6, len3, seq3, 0, 1, 0};
@@ -699,7 +703,7 @@ static void run_all(void)
         pool_free(&p);
     }
     /* The same row in fp8: 328 bytes (8-byte aligned, not 16), two scales a row */
-    if (pool_make(&p, "rkv256 dr32 bt16 fp8", 256, 32, 16, 240, CLMLA_CACHE_FP8, 12) == 0) {
+    if (rkv256_pools && pool_make(&p, "rkv256 dr32 bt16 fp8", 256, 32, 16, 240, CLMLA_CACHE_FP8, 12) == 0) {
         static const int len3[] = {1200, 33, 1, 0, 31, 1000};
         static const int seq3[] = {0, 1, 2, 0, 1, 2};
         attn_case c3 = {3, 6, len3, seq3, 0, 0, 0};
@@ -776,14 +780,9 @@ static void run_all_tuned(const clmla_latent_tuning *t, int decoded, const char 
     printf("kernel attn_latent, %s: %s\n", label, check_failed == failed_before ? "all cases pass" : "FAILURES above");
 }
 
-int main(void)
+/* Every kernel but attn_latent_mma over every case, with each variant and parameter set. */
+static void run_base(void)
 {
-    clmla_status st = clmla_context_create(NULL, &ctx);
-    if (st != CLMLA_SUCCESS) {
-        printf("skipped: no OpenCL device (%s: %s)\n", clmla_status_string(st), clmla_last_error(NULL));
-        return 77;
-    }
-
     /* Every case with each kernel variant: attn_latent_rows is what CPUs run and attn_latent what
        GPUs run, and both must hold on any device. */
     static const struct {
@@ -802,6 +801,7 @@ int main(void)
         clmla_context_set_latent_tuning(ctx, NULL);
         printf("kernel %s: %s\n", variants[v].name, check_failed == failed_before ? "all cases pass" : "FAILURES above");
     }
+    rkv256_pools = 0;
     /* attn_latent_lanes, the CPU kernel with 16 heads in the lanes of a vector (rows_lanes 1), on
        every case, f32 caches included (those of fewer than 16 heads run attn_latent_rows again), and
        with two vectors of heads (rows_lanes 2: the cases of 32 heads or more, 128 and 36):
@@ -891,20 +891,53 @@ int main(void)
         t.group_aligned = aligned;
         run_all_tuned(&t, 1, aligned ? "group_aligned 2" : "group_aligned 0");
     }
-    /* attn_latent_mma (group_mma 1) over the bf16, fp8 and f32 caches: on a CPU device its products are
-       computed by the work-items in mma.sync's fragment layouts (cl/attn_latent_mma.cl); the
-       others run attn_latent again; on an NVIDIA GPU of compute capability 8.0 or later, on its
-       tensor cores. Other devices do not run it (nothing to check). */
-    if (clmla_latent_mma_device(ctx)) {
-        clmla_latent_tuning_defaults(&t);
-        t.group_mma = 1;
-        only_dtypes = 1u << CLMLA_CACHE_BF16 | 1u << CLMLA_CACHE_FP8 | 1u << CLMLA_CACHE_F32;
-        run_all_tuned(&t, 0, "group_mma 1");
-        only_dtypes = 0;
-        test_mma_chosen();
+}
+
+/* attn_latent_mma (group_mma 1) over the bf16, fp8 and f32 caches: on a CPU device its products are
+   computed by the work-items in mma.sync's fragment layouts (cl/attn_latent_mma.cl); the others
+   run attn_latent again; on an NVIDIA GPU of compute capability 8.0 or later, on its tensor cores.
+   Other devices do not run it (nothing to check). */
+static int run_mma(void)
+{
+    if (!clmla_latent_mma_device(ctx)) {
+        printf("attn_latent_mma: not run (the device has no mma.sync and is not a CPU)\n");
+        return 0;
     }
+    clmla_latent_tuning t;
+    clmla_latent_tuning_defaults(&t);
+    t.group_mma = 1;
+    only_dtypes = 1u << CLMLA_CACHE_BF16 | 1u << CLMLA_CACHE_FP8 | 1u << CLMLA_CACHE_F32;
+    rkv256_pools = 1;
+    run_all_tuned(&t, 0, "group_mma 1");
+    only_dtypes = 0;
+    test_mma_chosen();
+    return 1;
+}
+
+/* No argument: both parts; "base" or "mma": one (ctest runs them as entries of their own, which
+   build their programs in parallel). */
+int main(int argc, char **argv)
+{
+    const char *part = argc > 1 ? argv[1] : "";
+    if (argc > 2 || (part[0] && strcmp(part, "base") != 0 && strcmp(part, "mma") != 0)) {
+        printf("usage: test_attention [base | mma]\n");
+        return 2;
+    }
+    clmla_status st = clmla_context_create(NULL, &ctx);
+    if (st != CLMLA_SUCCESS) {
+        printf("skipped: no OpenCL device (%s: %s)\n", clmla_status_string(st), clmla_last_error(NULL));
+        return 77;
+    }
+
+    int ran = 0;
+    if (strcmp(part, "mma") != 0) {
+        run_base();
+        ran = 1;
+    }
+    if (strcmp(part, "base") != 0)
+        ran |= run_mma();
     clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
 
     clmla_context_destroy(ctx);
-    return check_summary();
+    return ran ? check_summary() : 77;
 }
