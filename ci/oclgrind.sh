@@ -70,11 +70,13 @@ run() {
 
 # attn_latent_mma's tf32 form with its products emulated is the slowest case by far under every
 # check (about a minute); run 1 runs its bf16 form, which shares every line but the operand
-# splits, and run 3 runs both.
+# splits, and run 3 runs both. Its fp8 form crashes oclgrind 21.10 (a segmentation fault) under
+# --uninitialized with -cl-opt-disable, so it too is left to run 3 (clean there).
 mma_f32="mma: rkv 256 dr 32, 3 heads, 2 splits, f32"
+mma_fp8="mma: rkv 256 dr 32, 3 heads, 2 splits, fp8"
 every_check="--check-api --data-races --uninitialized --local-mem-size 32768 --build-options -cl-opt-disable"
 # shellcheck disable=SC2086
-run kernels $every_check --inst-counts -- --keep-buffers --skip "$mma_f32" kernels
+run kernels $every_check --inst-counts -- --keep-buffers --skip "$mma_f32" --skip "$mma_fp8" kernels
 # shellcheck disable=SC2086
 run library $every_check -- --keep-buffers layer
 run optimised --check-api --data-races --local-mem-size 32768 -- --keep-buffers
