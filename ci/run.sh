@@ -4,26 +4,43 @@
 set -eu
 cd "$(dirname "$0")/.."
 
+# Each stage prints its wall time, so a CI log says where the 30 minutes go.
+ci_start=$(date +%s)
+stage_start=$ci_start
+stage() {
+    now=$(date +%s)
+    echo "ci: $1 took $((now - stage_start)) s (total $((now - ci_start)) s)"
+    stage_start=$now
+}
+
 sh ci/install-deps.sh
+stage "install-deps"
 
 # A cache directory of the run's own, so CI exercises the program cache from empty.
 export CLMLA_CACHE_DIR="${CLMLA_CACHE_DIR:-$PWD/build/clmla-cache}"
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCLMLA_WERROR=ON
 cmake --build build -j"$(nproc)"
+stage "configure and build"
 clinfo -l || true
 ./build/clmla devices
 ./build/clmla demo --decode 8
+stage "devices and demo"
 
 # The README's test command:
 ctest --test-dir build --output-on-failure -j"$(nproc)"
+stage "ctest"
 
 # The Python package as pip builds it (a wheel through scikit-build-core) and its pytest suite.
 sh ci/python.sh
+stage "python"
 
 # Reliability (docs/RELIABILITY.md): every kernel under oclgrind, the whole suite again under
 # AddressSanitizer + UndefinedBehaviorSanitizer, then the file parsers and the device-spec grammar
 # under libFuzzer (a minute per target).
 sh ci/oclgrind.sh build
+stage "oclgrind"
 sh ci/sanitize.sh build-asan
+stage "sanitize"
 sh ci/fuzz.sh
+stage "fuzz"
