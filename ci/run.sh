@@ -16,7 +16,8 @@ stage() {
 sh ci/install-deps.sh
 stage "install-deps"
 
-# A cache directory of the run's own, so CI exercises the program cache from empty.
+# A cache directory of the run's own, from empty. On PoCL's CPU device the library keeps no program
+# binaries there unless asked (CLMLA_PROGRAM_BINARIES); test_context asks, to exercise that cache.
 export CLMLA_CACHE_DIR="${CLMLA_CACHE_DIR:-$PWD/build/clmla-cache}"
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCLMLA_WERROR=ON

@@ -528,8 +528,69 @@ static void test_status_strings(void)
     clmla_clear_error(NULL);
 }
 
+/* program_binaries (option over CLMLA_PROGRAM_BINARIES over "auto"): whether a build goes to the
+   disk cache; auto keeps binaries on every device but PoCL's CPU device; a bad value is refused by
+   name and makes no context. */
+static void test_program_binaries(void)
+{
+    char dir[] = "/tmp/clmla-test-binaries-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    static const struct {
+        const char *env, *option;
+        int want; /* 1 stored, 0 not, -1 auto (by device), -2 refused */
+    } cases[] = {{NULL, NULL, -1},    {"auto", NULL, -1}, {"", NULL, -1},     {"on", NULL, 1},
+                 {"off", NULL, 0},    {NULL, "on", 1},    {"off", "on", 1},   {"on", "off", 0},
+                 {"on", "auto", -1},  {NULL, "yes", -2},  {"ON", NULL, -2},   {"off", "1", -2}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (cases[i].env)
+            setenv("CLMLA_PROGRAM_BINARIES", cases[i].env, 1);
+        else
+            unsetenv("CLMLA_PROGRAM_BINARIES");
+        clmla_context_options o;
+        memset(&o, 0, sizeof(o));
+        o.cache_dir = dir;
+        o.program_binaries = cases[i].option;
+        clmla_context *ctx = NULL;
+        const clmla_status st = clmla_context_create_opts(&o, &ctx);
+        if (cases[i].want == -2) {
+            const char *bad = cases[i].option ? cases[i].option : cases[i].env;
+            char quoted[16];
+            snprintf(quoted, sizeof(quoted), "'%s'", bad);
+            CHECK(st == CLMLA_ERROR_INVALID_ARGUMENT && !ctx && strstr(clmla_last_error(NULL), quoted) &&
+                      strstr(clmla_last_error(NULL), "program_binaries") &&
+                      strstr(clmla_last_error(NULL), "auto, on or off"),
+                  "program binaries '%s': status %d, message: %s", bad, st, clmla_last_error(NULL));
+            clmla_context_destroy(ctx);
+            continue;
+        }
+        if (!ctx) {
+            CHECK(0, "case %zu: %s", i, clmla_last_error(NULL));
+            continue;
+        }
+        char opts[64];
+        snprintf(opts, sizeof(opts), "-D WG=8 -D CLMLA_TEST_BINARIES=%zu", i);
+        CHECK_STATUS(build_program(ctx, "rmsnorm", opts), CLMLA_SUCCESS, ctx);
+        const int pocl = ctx->info.kind == CLMLA_DEVICE_KIND_CPU &&
+                         strstr(ctx->info.platform_name, "Portable Computing Language") != NULL;
+        const int want = cases[i].want >= 0 ? cases[i].want : !pocl;
+        const clmla_program_stats s = stats_of(ctx);
+        CHECK((int)s.disk_written == want && s.built_from_source == 1,
+              "env '%s' option '%s' on %s: %llu binaries written, want %d", cases[i].env ? cases[i].env : "(unset)",
+              cases[i].option ? cases[i].option : "(NULL)", ctx->info.platform_name,
+              (unsigned long long)s.disk_written, want);
+        clmla_context_destroy(ctx);
+    }
+    setenv("CLMLA_PROGRAM_BINARIES", "on", 1);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+}
+
 int main(void)
 {
+    /* The disk cache's own tests keep binaries on every device (PoCL's CPU device too). */
+    setenv("CLMLA_PROGRAM_BINARIES", "on", 1);
+    test_program_binaries();
     test_status_strings();
     test_device_choice();
     test_options();

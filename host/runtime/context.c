@@ -47,6 +47,18 @@ static clmla_status kernels_option(const char *value, const char *which, const c
                       value, which, variable);
 }
 
+/* clmla_context_options.program_binaries / CLMLA_PROGRAM_BINARIES: "" and "auto" give -1 */
+static clmla_status binaries_option(const char *value, int *out)
+{
+    *out = !value[0] || strcmp(value, "auto") == 0 ? -1 : strcmp(value, "on") == 0 ? 1 : strcmp(value, "off") == 0 ? 0 : -2;
+    if (*out >= -1)
+        return CLMLA_SUCCESS;
+    return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT,
+                      "program binaries '%s' (clmla_context_options.program_binaries or CLMLA_PROGRAM_BINARIES): "
+                      "expected auto, on or off",
+                      value);
+}
+
 /* CLMLA_LOG's printer: each message on a line of stderr */
 static void log_to_stderr(void *user, clmla_log_level level, const char *message)
 {
@@ -65,6 +77,8 @@ static clmla_status new_context(const clmla_context_options *options, clmla_cont
                                      &ctx->latent_variant);
     if (st == CLMLA_SUCCESS)
         st = kernels_option(ctx->env.product_kernels, "product", "CLMLA_PRODUCT_KERNELS", &ctx->product_variant);
+    if (st == CLMLA_SUCCESS)
+        st = binaries_option(ctx->env.program_binaries, &ctx->program_binaries);
     if (st != CLMLA_SUCCESS) {
         free(ctx);
         return st;

@@ -76,9 +76,14 @@ void clmla_device_query(cl_platform_id platform, cl_device_id dev, clmla_device_
     info->fp64 = has_extension(dev, "cl_khr_fp64");
 }
 
-int clmla_device_prefetches(const clmla_device_info *info)
+int clmla_device_pocl_cpu(const clmla_device_info *info)
 {
     return info->kind == CLMLA_DEVICE_KIND_CPU && strstr(info->platform_name, "Portable Computing Language") != NULL;
+}
+
+int clmla_device_prefetches(const clmla_device_info *info)
+{
+    return clmla_device_pocl_cpu(info);
 }
 
 clmla_status clmla_devices_list(clmla_device_info **devices, size_t *count)

@@ -21,6 +21,7 @@ void clmla_env_read(clmla_env *env)
     copy_var(env->trace, sizeof(env->trace), "CLMLA_TRACE");
     copy_var(env->kernel_tuning, sizeof(env->kernel_tuning), "CLMLA_KERNEL_TUNING");
     copy_var(env->log, sizeof(env->log), "CLMLA_LOG");
+    copy_var(env->program_binaries, sizeof(env->program_binaries), "CLMLA_PROGRAM_BINARIES");
 
     const char *cache = getenv("CLMLA_CACHE_DIR");
     const char *xdg = getenv("XDG_CACHE_HOME");
@@ -52,4 +53,6 @@ void clmla_env_with_options(clmla_env *env, const clmla_context_options *o)
         snprintf(env->product_kernels, sizeof(env->product_kernels), "%s", o->product_kernels);
     if (o->trace)
         snprintf(env->trace, sizeof(env->trace), "%s", o->trace);
+    if (o->program_binaries)
+        snprintf(env->program_binaries, sizeof(env->program_binaries), "%s", o->program_binaries);
 }

@@ -15,6 +15,7 @@ typedef struct clmla_env {
     char trace[CLMLA_PATH_SIZE];    /* CLMLA_TRACE: a file to record the queue's commands in (trace.h), "" = off */
     char kernel_tuning[CLMLA_PATH_SIZE]; /* CLMLA_KERNEL_TUNING: a file, "auto", "off" or "" (unset); read
                                             once per process (kernel_tuning.c), not a context option */
+    char program_binaries[16];      /* CLMLA_PROGRAM_BINARIES: "auto", "on", "off" or "" (unset) */
     char log[16];                   /* CLMLA_LOG: "off", "warning", "info" or "" (unset): messages to stderr
                                        for contexts whose options give no log callback */
 } clmla_env;

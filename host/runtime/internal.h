@@ -42,6 +42,7 @@ struct clmla_context {
     void (*products_release)(void *);    /* set by gemm.c with them; called at destroy */
     int latent_variant;           /* attention.h: CLMLA_LATENT_*, a test hook; 0 = by device type */
     int product_variant;          /* the same vocabulary for the products (gemm.h: clmla_products_rows) */
+    int program_binaries;         /* the disk cache of programs: 1 on, 0 off, -1 auto (program.c) */
     int fp8_decoder;              /* a test hook: program.h's CLMLA_FP8_DECODER_*, 0 = by device */
     int absorbed_piece_rows;      /* a test hook: rows per piece of the absorbed path's attention
                                      (layer.c); 0 = by its scratch budget */
@@ -88,6 +89,9 @@ void clmla_log(clmla_context *ctx, clmla_log_level level, const char *fmt, ...)
 void clmla_clear_error(clmla_context *ctx);
 
 #include "device_spec.h"
+
+/* PoCL's CPU device. */
+int clmla_device_pocl_cpu(const clmla_device_info *info);
 
 /* PoCL on a CPU: where the kernels' software prefetch (clang's __builtin_prefetch) was measured
    and is compiled in (-D CLMLA_PREFETCH); other runtimes may not lower it (oclgrind rejects it). */

@@ -4,7 +4,8 @@
  *   "CLMLABIN" | u32 format version | u32 0 | u64 payload bytes | u64 payload checksum | payload
  * A file that is missing, short, from another format or failing its checksum, or that the driver
  * refuses, is counted in disk_rejected and the program is built from source instead. Files are
- * written to a unique temporary name and renamed, so a reader never sees half a file. */
+ * written to a unique temporary name and renamed, so a reader never sees half a file. The disk
+ * cache is skipped on PoCL's CPU device unless program_binaries is on (binaries_kept). */
 #include "program.h"
 #include "clcall.h"
 #include "fileio.h"
@@ -186,10 +187,19 @@ static void make_dirs(const char *path)
     mkdir(tmp, 0755);
 }
 
+/* Whether programs go to and come from the disk cache: a cache folder, and program_binaries on,
+   or auto on any device but PoCL's CPU device. PoCL keeps a kernel cache of its own, and reading a
+   program's binary makes it compile every kernel of the file first, used or not (clmla.h). */
+static int binaries_kept(const clmla_context *ctx)
+{
+    return ctx->env.cache_dir[0] &&
+           (ctx->program_binaries > 0 || (ctx->program_binaries < 0 && !clmla_device_pocl_cpu(&ctx->info)));
+}
+
 /* Tries the disk cache; returns a built program or NULL (counting a rejected file). */
 static cl_program load_cached(clmla_context *ctx, const char *key, const char *options)
 {
-    if (!ctx->env.cache_dir[0])
+    if (!binaries_kept(ctx))
         return NULL;
     char path[CLMLA_PATH_SIZE + 64];
     cache_path(ctx, key, path, sizeof(path));
@@ -229,7 +239,7 @@ static cl_program load_cached(clmla_context *ctx, const char *key, const char *o
 
 static void store_cached(clmla_context *ctx, const char *key, cl_program program)
 {
-    if (!ctx->env.cache_dir[0])
+    if (!binaries_kept(ctx))
         return;
     size_t bin_size = 0;
     if (clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof(bin_size), &bin_size, NULL) != CL_SUCCESS || bin_size == 0)

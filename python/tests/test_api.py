@@ -82,6 +82,21 @@ def test_log_callback(tmp_path):
     c.close()
 
 
+def test_program_binaries(tmp_path):
+    cfg = config(V2_SMALL)
+    for value, stored in (("on", True), ("off", False)):
+        folder = tmp_path / value
+        c = clmla.Context(cache_dir=str(folder), program_binaries=value)
+        layer = clmla.Layer(cfg, random_weights(V2_SMALL), context=c)
+        run_sequence(layer, random_x(2, cfg.hidden_size), 1)
+        written = c.program_stats()["disk_written"]
+        assert (written > 0) == stored, (value, written)
+        assert bool(list(folder.glob("*.clbin"))) == stored
+        c.close()
+    with pytest.raises(clmla.Error, match="program_binaries"):
+        clmla.Context(program_binaries="always")
+
+
 def test_versions():
     assert clmla.version() == clmla.__version__
     assert clmla.library_path

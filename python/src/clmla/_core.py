@@ -221,6 +221,9 @@ class Context(_Owned):
     (packed weights) or the GPU forms, on any device.
     ``trace``: None (CLMLA_TRACE, else none), ``""`` (none) or a file to append a record of every
     command on the queue to, with device timestamps (``tools/trace_summary.py`` sums it up).
+    ``program_binaries``: None (CLMLA_PROGRAM_BINARIES, else ``"auto"``), ``"auto"``, ``"on"`` or
+    ``"off"``: whether compiled programs are kept in ``cache_dir``; auto keeps them on every device
+    but PoCL's CPU device, which has a kernel cache of its own.
     ``log``: ``callable(level: str, message: str)``, called up to ``log_level``
     (``"off"``, ``"warning"``, ``"info"``).
 
@@ -231,7 +234,7 @@ class Context(_Owned):
     def __init__(self, device=None, *, kernel_dir: Optional[str] = None, cache_dir: Optional[str] = None,
                  clblast_tuning: Optional[str] = None, log: Optional[Callable[[str, str], Any]] = None,
                  log_level: str = "off", attention_kernels: Optional[str] = None, trace: Optional[str] = None,
-                 product_kernels: Optional[str] = None):
+                 product_kernels: Optional[str] = None, program_binaries: Optional[str] = None):
         self._children = weakref.WeakSet()
         self._lock = threading.Lock()
         opts = _C["clmla_context_options"]()
@@ -239,7 +242,7 @@ class Context(_Owned):
         opts.device = _spec_bytes(device)
         for fname, value in (("kernel_dir", kernel_dir), ("cache_dir", cache_dir), ("clblast_tuning", clblast_tuning),
                              ("attention_kernels", attention_kernels), ("trace", trace),
-                             ("product_kernels", product_kernels)):
+                             ("product_kernels", product_kernels), ("program_binaries", program_binaries)):
             if value is not None:
                 if not isinstance(value, (str, os.PathLike)):
                     _invalid("%s must be a string, not %r" % (fname, type(value).__name__))
