@@ -458,6 +458,7 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
 #else
             __local const float *pg = sc + g * SCS + k0, *p8 = pg + 8 * SCS;
             const float4 wg = (float4)(pg[0], pg[1], pg[2], pg[3]), w8 = (float4)(p8[0], p8[1], p8[2], p8[3]);
+            uint2 pa, pa8, pb, pb8;
 #endif
             MMA_UNROLL
             for (int b = 0; b < NB; b++) {
@@ -467,15 +468,19 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
                 const uint4 v2 = *(__global const uint4 *)(r2 + col), v3 = *(__global const uint4 *)(r3 + col);
 #else
                 /* fp8: the weights times the keys' scales of the block these 64 columns lie in,
-                   then their two terms; the codes decoded to bf16 (8 bytes a key) */
-                const int blk = (warp * (RKV / 4) + 64 * b) / 128;
-                const float4 sk = (float4)(scale_l[k0 * NSB + blk], scale_l[(k0 + 1) * NSB + blk],
-                                           scale_l[(k0 + 2) * NSB + blk], scale_l[(k0 + 3) * NSB + blk]);
-                const float4 xg = wg * sk, x8 = w8 * sk;
-                const uint2 pa = (uint2)(bf16_pair(xg.x, xg.y, 0), bf16_pair(xg.z, xg.w, 0));
-                const uint2 pa8 = (uint2)(bf16_pair(x8.x, x8.y, 0), bf16_pair(x8.z, x8.w, 0));
-                const uint2 pb = (uint2)(bf16_pair(xg.x, xg.y, 1), bf16_pair(xg.z, xg.w, 1));
-                const uint2 pb8 = (uint2)(bf16_pair(x8.x, x8.y, 1), bf16_pair(x8.z, x8.w, 1));
+                   then their two terms, made again only where a block begins (at RKV 512 a warp's
+                   two 64-column steps share one: warp * 128 leaves the test constant); the codes
+                   decoded to bf16 (8 bytes a key) */
+                if (b == 0 || ((warp * (RKV / 4) + 64 * b) & 127) == 0) {
+                    const int blk = (warp * (RKV / 4) + 64 * b) / 128;
+                    const float4 sk = (float4)(scale_l[k0 * NSB + blk], scale_l[(k0 + 1) * NSB + blk],
+                                               scale_l[(k0 + 2) * NSB + blk], scale_l[(k0 + 3) * NSB + blk]);
+                    const float4 xg = wg * sk, x8 = w8 * sk;
+                    pa = (uint2)(bf16_pair(xg.x, xg.y, 0), bf16_pair(xg.z, xg.w, 0));
+                    pa8 = (uint2)(bf16_pair(x8.x, x8.y, 0), bf16_pair(x8.z, x8.w, 0));
+                    pb = (uint2)(bf16_pair(xg.x, xg.y, 1), bf16_pair(xg.z, xg.w, 1));
+                    pb8 = (uint2)(bf16_pair(x8.x, x8.y, 1), bf16_pair(x8.z, x8.w, 1));
+                }
                 const uint4 v0 = e4m3x8_bf16(*(__global const uint2 *)(r0 + col));
                 const uint4 v1 = e4m3x8_bf16(*(__global const uint2 *)(r1 + col));
                 const uint4 v2 = e4m3x8_bf16(*(__global const uint2 *)(r2 + col));

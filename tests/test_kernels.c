@@ -1050,6 +1050,9 @@ static void test_attn_latent_mma(void)
                             ctx_a, seq_a};
     const latent_case b8 = {"mma: rkv 512 dr 64, 21 heads / 16 per group, fp8", 5, 512, 64, 21, 16, 128, 1, 33, 16, 3,
                             2, ctx_b, seq_b};
+    /* rkv 768: a warp's 192 columns of a step span two scale blocks (warp 1: 192 .. 383), so the
+       value step's scaled weights change inside its 64-column steps */
+    const latent_case c8 = {"mma: rkv 768 dr 64, 5 heads, fp8", 5, 768, 64, 5, 16, 128, 1, 33, 16, 3, 2, ctx_b, seq_b};
     run_latent(&a);
     run_latent(&a8);
     /* 16 rows of 576-value queries: 47040 bytes of local memory in two bf16 terms, 42112 in f32,
@@ -1064,6 +1067,8 @@ static void test_attn_latent_mma(void)
         run_latent(&bf);
     if (local >= 43136 + 3072)
         run_latent(&b8);
+    if (local >= 60032 + 3072)
+        run_latent(&c8);
     if (local < 47040 + 3072)
         printf("# attn_latent_mma at rkv 512: skipped, %llu bytes of local memory\n", (unsigned long long)local);
 }
