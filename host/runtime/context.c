@@ -11,9 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The device's identity for cache keys, and the limit clmla_cl_enqueue_rows needs per launch. */
+/* The device's identity for cache keys, the limit clmla_cl_enqueue_rows needs per launch, and
+   program_binaries' auto decided by the device as it is (tests that play another kind of device
+   later do not turn the disk cache on). */
 static void set_device_key(clmla_context *ctx)
 {
+    if (ctx->program_binaries < 0)
+        ctx->program_binaries = !clmla_device_pocl_cpu(&ctx->info);
     snprintf(ctx->device_key, sizeof(ctx->device_key), "%s|%s|%s|%s", ctx->info.platform_name,
              ctx->info.name, ctx->info.device_version, ctx->info.driver_version);
     size_t items[3] = {0, 0, 0};

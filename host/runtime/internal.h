@@ -42,7 +42,8 @@ struct clmla_context {
     void (*products_release)(void *);    /* set by gemm.c with them; called at destroy */
     int latent_variant;           /* attention.h: CLMLA_LATENT_*, a test hook; 0 = by device type */
     int product_variant;          /* the same vocabulary for the products (gemm.h: clmla_products_rows) */
-    int program_binaries;         /* the disk cache of programs: 1 on, 0 off, -1 auto (program.c) */
+    int program_binaries;         /* the disk cache of programs: 1 on, 0 off (-1, auto, until the device
+                                     is known: context.c) */
     int fp8_decoder;              /* a test hook: program.h's CLMLA_FP8_DECODER_*, 0 = by device */
     int absorbed_piece_rows;      /* a test hook: rows per piece of the absorbed path's attention
                                      (layer.c); 0 = by its scratch budget */

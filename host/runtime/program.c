@@ -187,13 +187,13 @@ static void make_dirs(const char *path)
     mkdir(tmp, 0755);
 }
 
-/* Whether programs go to and come from the disk cache: a cache folder, and program_binaries on,
-   or auto on any device but PoCL's CPU device. PoCL keeps a kernel cache of its own, and reading a
-   program's binary makes it compile every kernel of the file first, used or not (clmla.h). */
+/* Whether programs go to and come from the disk cache: a cache folder, and program_binaries on
+   (auto: on any device but PoCL's CPU device, decided at the context's creation). PoCL keeps a
+   kernel cache of its own, and reading a program's binary makes it compile every kernel of the
+   file first, used or not (clmla.h). */
 static int binaries_kept(const clmla_context *ctx)
 {
-    return ctx->env.cache_dir[0] &&
-           (ctx->program_binaries > 0 || (ctx->program_binaries < 0 && !clmla_device_pocl_cpu(&ctx->info)));
+    return ctx->env.cache_dir[0] && ctx->program_binaries > 0;
 }
 
 /* Tries the disk cache; returns a built program or NULL (counting a rejected file). */
