@@ -6,7 +6,9 @@
  * auto, on host arrays. Everything is destroyed again before the next sample.
  *   build   the disk cache off: every program of the sample is compiled from source
  *   cache   a disk cache of the row's own (a temporary folder, filled by an untimed sample first and
- *           removed at the end): every program is loaded from its binary
+ *           removed at the end): every program is loaded from its binary, on every device (PoCL's
+ *           CPU device keeps no binaries by default, clmla.h's program_binaries; this row keeps
+ *           them there too)
  * The row's median is the whole, context creation to the end of the first step, by wall clock;
  * the parts are reported beside it, with the programs the sample built or loaded (layer creation
  * builds its weight conversion and packing kernels; the first step of a warmed layer builds
@@ -54,6 +56,7 @@ static int one_sample(const bench_case *c, const char *device_spec, const char *
     memset(&o, 0, sizeof(o));
     o.device = device_spec;
     o.cache_dir = cache_dir;
+    o.program_binaries = "on";
     o.clblast_tuning = getenv("CLMLA_CLBLAST_TUNING") ? NULL : "auto"; /* as the bench's own context */
     clmla_context *ctx = NULL;
     clmla_layer *layer = NULL;
