@@ -56,9 +56,11 @@ export CLMLA_CACHE_DIR="${CLMLA_CACHE_DIR:-$build/clmla-cache}"
 # contexts back to back), not reproduced in ten runs after it. A test that fails is therefore run
 # a second time: the tracer's crash is a failure of the checker, not a finding, and a real leak or
 # ASan / UBSan report is deterministic and fails both runs.
+# kernel_warnings, ptx_mma and tools_ptx_mix are left out: they run clang, ptxas and python on the
+# kernel sources and a PTX sample, nothing instrumented (40 s of the run for no check).
 # python_pytest is left out: it loads the instrumented libclmla.so into an interpreter that is not
 # instrumented (ASan's runtime would not come first, and LeakSanitizer would report the
 # interpreter's own allocations); the library calls it makes are those of the C tests run here.
-ctest --test-dir "$build" --output-on-failure --repeat until-pass:2 -E '^(test_cli_run|python_pytest)$' -j"$(nproc)" "$@"
+ctest --test-dir "$build" --output-on-failure --repeat until-pass:2 -E '^(test_cli_run|python_pytest|kernel_warnings|ptx_mma|tools_ptx_mix)$' -j"$(nproc)" "$@"
 ASAN_OPTIONS="detect_leaks=0:verify_asan_link_order=0" ctest --test-dir "$build" --output-on-failure -R '^test_cli_run$' "$@"
 echo "sanitize: the suite passed under ASan + UBSan, no leak in clmla"
