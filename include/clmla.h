@@ -196,10 +196,11 @@ typedef struct clmla_context_options {
        fails the creation with CLMLA_ERROR_INVALID_ARGUMENT naming it. */
     const char *product_kernels;
     /* added in 0.4: whether compiled programs are kept in the disk cache (cache_dir): "on", "off",
-       or "auto": on, except on PoCL, which keeps a kernel cache of its own (POCL_CACHE_DIR) and,
-       asked for a program's binary, first compiles every kernel of the file, used or not (from
-       empty caches a `clmla demo` took 54 s with the binaries stored, 24 s without; warm, 10-11 s
-       either way). NULL: CLMLA_PROGRAM_BINARIES, else "auto"; another value fails the creation
+       or "auto": on, except on PoCL's CPU device, which keeps a kernel cache of its own
+       (POCL_CACHE_DIR) and, asked for a program's binary, first compiles every kernel of the file,
+       used or not (from empty caches a `clmla demo` took 54 s with the binaries stored, 24 s
+       without; a later start pays about 80 ms a program to build from source, against about 10 ms
+       to load). Decided when the context is made. NULL: CLMLA_PROGRAM_BINARIES, else "auto"; another value fails the creation
        with CLMLA_ERROR_INVALID_ARGUMENT naming it. */
     const char *program_binaries;
 } clmla_context_options;

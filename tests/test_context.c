@@ -570,9 +570,7 @@ static void test_program_binaries(void)
         char opts[64];
         snprintf(opts, sizeof(opts), "-D WG=8 -D CLMLA_TEST_BINARIES=%zu", i);
         CHECK_STATUS(build_program(ctx, "rmsnorm", opts), CLMLA_SUCCESS, ctx);
-        const int pocl = ctx->info.kind == CLMLA_DEVICE_KIND_CPU &&
-                         strstr(ctx->info.platform_name, "Portable Computing Language") != NULL;
-        const int want = cases[i].want >= 0 ? cases[i].want : !pocl;
+        const int want = cases[i].want >= 0 ? cases[i].want : !clmla_device_pocl_cpu(&ctx->info);
         /* auto is decided when the context is made: a test that plays another kind of device
            afterwards (as test_layer and test_kernel_tuning do) does not change it */
         const clmla_device_kind real = ctx->info.kind;
