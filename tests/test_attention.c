@@ -802,12 +802,16 @@ static void run_base(void)
         printf("kernel %s: %s\n", variants[v].name, check_failed == failed_before ? "all cases pass" : "FAILURES above");
     }
     rkv256_pools = 0;
+    /* CLMLA_TEST_SWEEPS=short (ci/sanitize.sh): of the parameter sets below, only the first lanes
+       set, the small local memory (the host's fallback to 8 heads a group) and the fine splits (the
+       most partial results, the most combine work); each of the others changes build options only */
+    const int sweeps_short = tu_sweeps_short();
     /* attn_latent_lanes, the CPU kernel with 16 heads in the lanes of a vector (rows_lanes 1), on
        every case, f32 caches included (those of fewer than 16 heads run attn_latent_rows again), and
        with two vectors of heads (rows_lanes 2: the cases of 32 heads or more, 128 and 36):
        partial groups of heads, odd sizes, at 8 keys a tile and at 12 (not a power of two) */
     static const int lane_cfg[][2] = {{1, 8}, {1, 12}, {2, 8}, {2, 12}}; /* rows_lanes, rows_keys */
-    for (size_t i = 0; i < sizeof(lane_cfg) / sizeof(lane_cfg[0]); i++) {
+    for (size_t i = 0; i < (sweeps_short ? 1 : sizeof(lane_cfg) / sizeof(lane_cfg[0])); i++) {
         const int failed_before = check_failed;
         clmla_latent_tuning t;
         clmla_latent_tuning_defaults(&t);
@@ -839,7 +843,7 @@ static void run_base(void)
        with a quarter), whatever the device's entry sets; f32 caches, which it leaves as they are,
        are not run again. */
     static const int decode_heads[] = {4, 8, 16};
-    for (size_t i = 0; i < sizeof(decode_heads) / sizeof(decode_heads[0]); i++) {
+    for (size_t i = 0; i < (sweeps_short ? 0 : sizeof(decode_heads) / sizeof(decode_heads[0])); i++) {
         clmla_latent_tuning t;
         clmla_latent_tuning_defaults(&t);
         t.group_decode_heads = decode_heads[i];
@@ -850,7 +854,7 @@ static void run_base(void)
     /* attn_latent over the fp8 caches with the decoder GPUs get, the shift (CPUs get the one through
        half precision: host/runtime/program.h), where the device has float denormals; the caches are
        made anew, so their kernels are built with it */
-    if (clmla_device_denormals(ctx) && clmla_fp8_decoder(ctx) != CLMLA_FP8_DECODER_SHIFT) {
+    if (!sweeps_short && clmla_device_denormals(ctx) && clmla_fp8_decoder(ctx) != CLMLA_FP8_DECODER_SHIFT) {
         clmla_latent_tuning d;
         clmla_latent_tuning_defaults(&d);
         ctx->fp8_decoder = CLMLA_FP8_DECODER_SHIFT;
@@ -865,6 +869,10 @@ static void run_base(void)
     clmla_latent_tuning_defaults(&t);
     t.group_min_split_keys = 16;
     run_all_tuned(&t, 0, "group_min_split_keys 16");
+    if (sweeps_short) {
+        printf("CLMLA_TEST_SWEEPS=short: group_stage_keys, group_row_slices and group_aligned not run\n");
+        return;
+    }
     /* attn_latent with the score step's rows staged through local memory (group_stage_keys 1): 4
        heads an item over f32 caches, 8 (the default) over the decoded ones; tests/test_kernels.c
        runs the kernel staged with 16 too */

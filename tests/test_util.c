@@ -269,6 +269,17 @@ double tu_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+int tu_sweeps_short(void)
+{
+    const char *v = getenv("CLMLA_TEST_SWEEPS");
+    if (!v || !v[0] || strcmp(v, "full") == 0)
+        return 0;
+    if (strcmp(v, "short") == 0)
+        return 1;
+    printf("CLMLA_TEST_SWEEPS '%s': expected full or short\n", v);
+    exit(2);
+}
+
 /* Whether the part NAME runs for the arguments argv[1 .. argc-1] (each of them a part or "all"). */
 static int part_selected(int argc, char **argv, const char *name, const char *on_request)
 {
