@@ -675,7 +675,7 @@ static double check_indexer(decode_state *st)
                     score[p] = sum;
                     top = fabs(sum) > top ? fabs(sum) : top;
                 }
-                memset(mark, 0, (size_t)n);
+                memset(mark, 0, (size_t)(n > 0 ? n : 0));
                 double low = INFINITY, high = -INFINITY;
                 for (int e = 0; e < K; e++) {
                     const int32_t p = got[(size_t)t * K + e];

@@ -91,8 +91,9 @@ case "$mma_fp8" in *"$mma_left"*) ;; *) echo "oclgrind: '$mma_left' is not in '$
 every_check="--check-api --data-races --uninitialized --local-mem-size 32768 --build-options -cl-opt-disable"
 # The runs are five processes side by side, one thread each (OCLGRIND_NUM_THREADS): run 1 is three
 # of them, the latent group but for attn_latent_mma, attn_latent_mma's bf16 case (the longest
-# case by far, minutes under every check) and the other three groups. With four processes of two
-# threads each on 2 cores, oclgrind spent half as much CPU time again as the work took alone.
+# case by far, minutes under every check) and the other three groups. On 2 cores (2026-11-29):
+# 392 s so, 442 s as four processes of two threads (the latent group, mma case included, the
+# last to finish), about 500 s one run after another.
 mma_bf16="mma: rkv 256 dr 32, 3 heads, 2 splits, bf16"
 # shellcheck disable=SC2086
 run kernels-latent $every_check --inst-counts -- --keep-buffers --skip "mma:" latent &
