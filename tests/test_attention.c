@@ -870,7 +870,8 @@ static void run_base(void)
     t.group_min_split_keys = 16;
     run_all_tuned(&t, 0, "group_min_split_keys 16");
     if (sweeps_short) {
-        printf("CLMLA_TEST_SWEEPS=short: group_stage_keys, group_row_slices and group_aligned not run\n");
+        printf("CLMLA_TEST_SWEEPS=short: not run: lanes sets 2-4, group_decode_heads 4/8/16, the fp8 shift decoder, "
+               "group_stage_keys, group_row_slices, group_aligned 0/2\n");
         return;
     }
     /* attn_latent with the score step's rows staged through local memory (group_stage_keys 1): 4
