@@ -91,10 +91,10 @@ float tu_half_to_float(uint16_t h);
 double tu_seconds(void);
 
 /* CLMLA_TEST_SWEEPS=short: a test that runs its cases again for each of a list of tuning parameter
-   sets runs only the first sets of each list, which take every host path the others take (the
-   others change the kernels' build options). ci/sanitize.sh sets it: under ASan it is the host
-   code that is checked, and the ctest stage has run every set. Unset or "full": every set. Any
-   other value: the test exits 2 after naming it. */
+   sets runs only the sets that take host paths of their own, and names the ones it leaves out
+   (those change only the kernels' build options). ci/sanitize.sh sets it: under ASan it is the
+   host code that is checked, and the ctest stage has run every set. Unset or "full": every set.
+   Any other value: the test exits 2 after naming it. */
 int tu_sweeps_short(void);
 
 /* How many of a[0 .. n) outside [offset, offset + len) differ from sentinel: what a call wrote
