@@ -239,13 +239,12 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
 #if FOLD > 1
     /* the group's tokens t .. t+nq-1; virtual head v: token t + VTOK(v), head VHEAD(v) */
     const int h0 = get_group_id(0) * HT;
-    const int first = token_first ? token_first[t] : t - t % query_len;
+    const int first = LATENT_RUN_FIRST(t);
     if ((t - first) % FOLD) /* the group of token first + FOLD*((t - first) / FOLD) takes it */
         return;
     const int tokens = get_global_size(2);
     int nq = 1, ctx = token_ctx_len[t], ctx_min = ctx; /* the most and fewest keys of the group's tokens */
-    while (nq < FOLD && t + nq < tokens &&
-           (token_first ? token_first[t + nq] : t + nq - (t + nq) % query_len) == first) {
+    while (nq < FOLD && t + nq < tokens && LATENT_RUN_FIRST(t + nq) == first) {
         ctx = max(ctx, token_ctx_len[t + nq]);
         ctx_min = min(ctx_min, token_ctx_len[t + nq++]);
     }
@@ -259,13 +258,10 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
 #define VHEAD(v) (h0 + (v))
 #define VLIVE(v) ((v) < HG && h0 + (v) < num_heads)
 #endif
-    const int k_begin = split * split_tokens;
+    /* keys (SPARSE: entries of the token's index list) k_begin .. k_end-1 */
+    const int k_begin = split * split_tokens, k_end = LATENT_KEYS_END(ctx, k_begin);
 #ifdef SPARSE
-    /* entries k_begin .. k_end-1 of the token's index list (none when the token has no positions) */
-    const int k_end = ctx > 0 ? min(topk, k_begin + split_tokens) : k_begin;
-    __global const int *list = indices + indices_offset + (size_t)t * topk;
-#else
-    const int k_end = min(ctx, k_begin + split_tokens);
+    __global const int *list = LATENT_LIST(t);
 #endif
     __global const int *table = block_table + (size_t)token_seq[t] * max_blocks_per_seq;
     /* the output row (token, split, head) of virtual head v */
@@ -652,13 +648,10 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
     const int split = get_global_id(1);
     const int t = get_global_id(2);
     const int ctx = token_ctx_len[t];
-    const int k_begin = split * split_tokens;
+    /* keys (SPARSE: entries of the token's index list) k_begin .. k_end-1 */
+    const int k_begin = split * split_tokens, k_end = LATENT_KEYS_END(ctx, k_begin);
 #ifdef SPARSE
-    /* entries k_begin .. k_end-1 of the token's index list (none when the token has no positions) */
-    const int k_end = ctx > 0 ? min(topk, k_begin + split_tokens) : k_begin;
-    __global const int *list = indices + indices_offset + (size_t)t * topk;
-#else
-    const int k_end = min(ctx, k_begin + split_tokens);
+    __global const int *list = LATENT_LIST(t);
 #endif
     __global const int *table = block_table + (size_t)token_seq[t] * max_blocks_per_seq;
     const int heads = min(HGC, num_heads - h0);
@@ -965,12 +958,10 @@ void attn_latent_lanes(__global const float *q_latent, const int q_latent_offset
     const int t = get_global_id(1);
     const int split = get_global_id(2);
     const int h0 = get_global_id(0) * LH;
-#define LFIRST(u) (token_first ? token_first[u] : (u) - (u) % query_len) /* token u's run's first token */
-    const int first = LFIRST(t);
+    const int first = LATENT_RUN_FIRST(t);
     if ((t - first) % 2)
         return;
-    const int nq = t + 1 < (int)get_global_size(1) && LFIRST(t + 1) == first ? 2 : 1;
-#undef LFIRST
+    const int nq = t + 1 < (int)get_global_size(1) && LATENT_RUN_FIRST(t + 1) == first ? 2 : 1;
     const int ctxv[2] = {token_ctx_len[t], nq > 1 ? token_ctx_len[t + 1] : 0};
     const int ctx = max(ctxv[0], ctxv[1]), ctx_min = nq > 1 ? min(ctxv[0], ctxv[1]) : ctxv[0];
 #define LTOK(v) (t + ((v) < nq ? (v) : 0))
@@ -982,12 +973,10 @@ void attn_latent_lanes(__global const float *q_latent, const int q_latent_offset
     const int ctx = token_ctx_len[t];
 #define LTOK(v) t
 #endif
-    const int k_begin = split * split_tokens;
+    /* keys (SPARSE: entries of the token's index list) k_begin .. k_end-1 */
+    const int k_begin = split * split_tokens, k_end = LATENT_KEYS_END(ctx, k_begin);
 #ifdef SPARSE
-    const int k_end = ctx > 0 ? min(topk, k_begin + split_tokens) : k_begin;
-    __global const int *list = indices + indices_offset + (size_t)t * topk;
-#else
-    const int k_end = min(ctx, k_begin + split_tokens);
+    __global const int *list = LATENT_LIST(t);
 #endif
     __global const int *table = block_table + (size_t)token_seq[t] * max_blocks_per_seq;
 #ifndef LFOLD

@@ -1,6 +1,7 @@
 /* Definitions every kernel file shares. The library compiles this file in front of each kernel
  * file (host/runtime/program.c), so they are defined before the file's own code. All handling of
- * stored element types (dtypes) lives here.
+ * stored element types (dtypes) lives here, and, at the end, the two rules every latent attention
+ * kernel (attn_latent.cl, attn_latent_mma.cl) follows for which tokens and keys it takes.
  *
  * Decoders, exact (every code maps to the float it denotes):
  *   dt_bf16(b)       bfloat16 bits (ushort) as float: the 16 bits are the float's upper half
@@ -385,4 +386,20 @@ inline float8 fp8_load8(__global const uchar *r, const int i)
 #else
 #define W_BLOCK 0x40000000
 #define W_SCALE(Bs, bs_ld, r, k) 1.0f
+#endif
+
+/* ---- the latent attention kernels' tokens and keys ------------------------------------------- */
+/* LATENT_RUN_FIRST(u): the first token of query token u's run, the new tokens of one sequence in
+   multi-token decode: token_first[u], or (token_first NULL) groups of query_len tokens from token
+   0; the kernel's arguments token_first and query_len. */
+#define LATENT_RUN_FIRST(u) (token_first ? token_first[u] : (u) - (u) % query_len)
+/* LATENT_KEYS_END(ctx, k_begin): the end of the keys a token with ctx keys walks in the split that
+   starts at k_begin: its context, or with SPARSE entries of its index list of topk (none when the
+   token has no positions); the kernel's arguments split_tokens and topk. */
+#ifdef SPARSE
+#define LATENT_KEYS_END(ctx, k_begin) ((ctx) > 0 ? min(topk, (k_begin) + split_tokens) : (k_begin))
+/* LATENT_LIST(t): token t's index list (the arguments indices, indices_offset and topk) */
+#define LATENT_LIST(t) (indices + indices_offset + (size_t)(t) * topk)
+#else
+#define LATENT_KEYS_END(ctx, k_begin) min((ctx), (k_begin) + split_tokens)
 #endif
