@@ -1,7 +1,10 @@
 /* attn_latent_mma: the latent attention of cl/attn_latent.cl (same arguments, outputs and splits;
- * dense, one query token per work-group) over a bfloat16, fp8 or float32 cache, its two products on
- * NVIDIA's tensor cores: warp-wide mma.sync with float32 accumulators, issued as inline PTX
- * (CLMLA_PTX_MMA, set by the host on NVIDIA devices of compute capability 8.0 and later).
+ * dense, or with -D SPARSE over each token's index list, or with -D FOLD=F the rows of up to F
+ * query tokens of a sequence in one work-group, as attn_latent defines them: an entry that is no
+ * key, or a key past a folded token's own context, scores -inf and weighs 0) over a bfloat16, fp8
+ * or float32 cache, its two products on NVIDIA's tensor cores: warp-wide mma.sync with float32
+ * accumulators, issued as inline PTX (CLMLA_PTX_MMA, set by the host on NVIDIA devices of compute
+ * capability 8.0 and later).
  * Elsewhere (CPU devices, for the tests) each mma is computed by the warp's 32 items through local
  * memory, in the same fragment layouts, so that everything but the instruction itself runs and is
  * checked on any device. Experimental: the latent tuning's group_mma.
@@ -16,9 +19,9 @@
  * (below, "a float32 cache").
  *
  * Work-group: NT = 128 items, four warps of 32 (lane = lid % 32, warp = lid / 32; a lane's group
- * g = lane / 4 and place t = lane % 4 in it, as PTX's fragment layouts name them); HG <= 16 heads
- * (rows 16 of the m16 products, those past HG zero), keys [split*split_tokens, ..) in tiles of
- * TK = 64.
+ * g = lane / 4 and place t = lane % 4 in it, as PTX's fragment layouts name them); HG <= 16 rows
+ * of the m16 products (heads; with FOLD, HT heads of each of FOLD tokens; rows past HG zero),
+ * keys [split*split_tokens, ..) in tiles of TK = 64.
  *   A. scores S[16 heads][64 keys]: warp w takes keys 16w .. 16w+15, two products of 8 keys (their
  *      n8), over the whole row: lane (g, t) loads its values of each step of keys 16w + g and
  *      16w + 8 + g, one 16-byte load each (bf16: values 8t .. 8t+7 of 32, a warp reading eight
@@ -38,7 +41,7 @@
  * Needs RKV a multiple of 256 and RKV + DR a multiple of 32 (every preset of docs/MODELS.md); the
  * host runs attn_latent elsewhere. Local memory (host/mla/attention.c, mma_local_bytes): 45.9 KiB
  * at RKV 512, DR 64 over bf16, 42.1 over fp8, 41.1 over f32 (3 KiB more for the emulation's
- * exchange), within the 48 KiB NVIDIA's OpenCL gives a work-group. */
+ * exchange; SPARSE 256 bytes more), within the 48 KiB NVIDIA's OpenCL gives a work-group. */
 #ifndef RKV
 #define RKV 512
 #endif
@@ -47,6 +50,15 @@
 #endif
 #ifndef HG
 #define HG 16
+#endif
+#ifndef FOLD
+#define FOLD 1 /* query tokens per work-group (multi-token decode, as in attn_latent) */
+#endif
+#ifndef HT
+#define HT HG  /* heads of each of those tokens: HG = HT * FOLD */
+#endif
+#if FOLD > 1 && defined(SPARSE)
+#error "FOLD needs every token of a group to walk the same keys: not with SPARSE"
 #endif
 /* the host builds it for a bf16, fp8 or f32 cache of these shapes only; other options leave the
    file empty */
@@ -62,12 +74,24 @@
 #ifndef QU
 #define QU 3                                        /* score steps whose loads are in flight together */
 #endif
+/* row h of the products: token tok + VTOK(h), head VHEAD(h) (with FOLD, rows i*HT .. i*HT + HT-1
+   are token tok + i's heads); LIVE: a row whose results are stored */
+#if FOLD > 1
+#define VTOK(h) ((h) / HT)
+#define VHEAD(h) (h0 + (h) % HT)
+#define LIVE(h) ((h) < HG && (h) / HT < nq && h0 + (h) % HT < num_heads)
+#else
+#define VTOK(h) 0
+#define VHEAD(h) (h0 + (h))
 #define LIVE(h) ((h) < HG && h0 + (h) < num_heads)
-#define OUT_ROW(h) (((size_t)tok * num_splits + split) * num_heads + h0 + (h))
-/* the queries' addresses of head h of this group */
+#endif
+#define OUT_ROW(h) (((size_t)(tok + VTOK(h)) * num_splits + split) * num_heads + VHEAD(h))
+/* the queries' addresses of row h of this group */
 #define Q_LATENT(h)                                                                                 \
-    (q_latent + q_latent_offset + (size_t)tok * q_latent_token_stride + (size_t)(h0 + (h)) * q_latent_head_stride)
-#define Q_ROPE(h) (q_rope + q_rope_offset + (size_t)tok * q_rope_token_stride + (size_t)(h0 + (h)) * q_rope_head_stride)
+    (q_latent + q_latent_offset + (size_t)(tok + VTOK(h)) * q_latent_token_stride +                 \
+     (size_t)VHEAD(h) * q_latent_head_stride)
+#define Q_ROPE(h)                                                                                   \
+    (q_rope + q_rope_offset + (size_t)(tok + VTOK(h)) * q_rope_token_stride + (size_t)VHEAD(h) * q_rope_head_stride)
 
 #ifdef MMA_BF16
 #define QP (ROW / 2)                                /* bf16 pairs of a query row, a multiple of 16 */
@@ -215,7 +239,14 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
                      __global const int *block_table, const int max_blocks_per_seq, const int block_tokens,
                      __global const int *token_seq, __global const int *token_ctx_len,
                      const int num_heads, const int num_splits, const int split_tokens, const float scale,
-                     __global float *out, const int out_offset, __global float *lse, const int lse_offset)
+                     __global float *out, const int out_offset, __global float *lse, const int lse_offset
+#ifdef SPARSE
+                     , __global const int *indices, const int indices_offset, const int topk
+#endif
+#if FOLD > 1
+                     , __global const int *token_first, const int query_len
+#endif
+                     )
 {
 #ifdef MMA_BF16
     __local uint4 qh4[16 * QP / 4], ql4[16 * QP / 4]; /* the scaled queries' hi and lo terms, bf16 pairs (QIDX) */
@@ -232,6 +263,9 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
     __local float red[8 * 16];       /* [part][head]: maxima, at the end sums */
     __local float alpha_l[16], lsum_l[16];
     __local int slot_l[TK];
+#ifdef SPARSE
+    __local int live_l[TK];          /* the tile's entry is a key (a position in [0, ctx)) */
+#endif
     MMA_SCRATCH
 
     const int lid = get_local_id(0), lane = lid % 32, warp = lid / 32, g = lane / 4, t = lane % 4;
@@ -239,8 +273,28 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
     __local uint *mx = mx_all + warp * 32 * 6;
 #endif
     const int split = get_global_id(1), tok = get_global_id(2);
+#if FOLD > 1
+    /* the group's tokens tok .. tok+nq-1 of one sequence (attn_latent's rule): the group on a token
+       that does not begin a run of FOLD stops at once, the same for all its items */
+    const int h0 = get_group_id(0) * HT;
+    const int first = LATENT_RUN_FIRST(tok);
+    if ((tok - first) % FOLD)
+        return;
+    const int tokens = get_global_size(2);
+    int nq = 1, ctx = token_ctx_len[tok]; /* ctx: the most keys of the group's tokens */
+    while (nq < FOLD && tok + nq < tokens && LATENT_RUN_FIRST(tok + nq) == first)
+        ctx = max(ctx, token_ctx_len[tok + nq++]);
+    /* rows g and g + 8's own keys (causal among the new tokens; 0 for rows not stored) */
+    const int lim_g = LIVE(g) ? token_ctx_len[tok + VTOK(g)] : 0;
+    const int lim_g8 = LIVE(g + 8) ? token_ctx_len[tok + VTOK(g + 8)] : 0;
+#else
     const int h0 = get_group_id(0) * HG, ctx = token_ctx_len[tok];
-    const int k_begin = split * split_tokens, k_end = min(ctx, k_begin + split_tokens);
+#endif
+    /* keys (SPARSE: entries of the token's index list) k_begin .. k_end-1 */
+    const int k_begin = split * split_tokens, k_end = LATENT_KEYS_END(ctx, k_begin);
+#ifdef SPARSE
+    __global const int *list = LATENT_LIST(tok);
+#endif
     __global const int *table = block_table + (size_t)token_seq[tok] * max_blocks_per_seq;
     if (k_end <= k_begin) { /* no keys: out 0, lse -inf (as attn_latent) */
         for (int h = 0; h < HG; h++) {
@@ -288,10 +342,25 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
     for (int j = 0; j < NACC; j++)
         o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
 
+    /* whether key k of the tile scores for row g (r8 0) or g + 8 (1) */
+#ifdef SPARSE
+#define KEY_OK(k, r8) live_l[k]
+#elif FOLD > 1
+#define KEY_OK(k, r8) ((k) < nk && j0 + (k) < ((r8) ? lim_g8 : lim_g))
+#else
+#define KEY_OK(k, r8) ((k) < nk)
+#endif
     for (int j0 = k_begin; j0 < k_end; j0 += TK) {
         const int nk = min(TK, k_end - j0);
         if (lid < TK) { /* the tile's rows; past its end, its first key's (weight 0) */
-            const int j = j0 + (lid < nk ? lid : 0), slot = table[j / block_tokens] * block_tokens + j % block_tokens;
+#ifdef SPARSE
+            /* an entry that is no key: position 0's row (ctx >= 1), its score dropped */
+            const int pos = lid < nk ? list[j0 + lid] : -1, live = pos >= 0 && pos < ctx, j = live ? pos : 0;
+            live_l[lid] = live;
+#else
+            const int j = j0 + (lid < nk ? lid : 0);
+#endif
+            const int slot = table[j / block_tokens] * block_tokens + j % block_tokens;
             slot_l[lid] = slot;
 #ifdef CACHE_FP8
             __global const float *sp = (__global const float *)(ROW_AT(slot) + RKV);
@@ -390,8 +459,8 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
             #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const int h = g + 8 * (i >> 1), k = 16 * warp + 2 * t + (i & 1);
-                sc[h * SCS + k] = k < nk ? s[i] : -INFINITY;
-                sc[h * SCS + k + 8] = k + 8 < nk ? s8[i] : -INFINITY;
+                sc[h * SCS + k] = KEY_OK(k, i >> 1) ? s[i] : -INFINITY;
+                sc[h * SCS + k + 8] = KEY_OK(k + 8, i >> 1) ? s8[i] : -INFINITY;
             }
         }
 #undef SCORE_STEP

@@ -2,7 +2,8 @@
 # cl/attn_latent_mma.cl as NVIDIA devices build it (CLMLA_PTX_MMA: mma.sync in inline PTX), compiled
 # to PTX by the host's clang (target nvptx64-nvidia-nvcl, the triple of NVIDIA's OpenCL) and
 # assembled by ptxas for sm_80 and sm_90, over bf16 and f32 caches at DeepSeek's row (512 + 64, 16
-# heads) and MiniCPM3's (256 + 32, 3 heads): the inline assembly must be PTX that ptxas takes, the kernel must issue its
+# heads) and MiniCPM3's (256 + 32, 3 heads), dense, sparse (SPARSE) and folded (FOLD): the inline
+# assembly must be PTX that ptxas takes, the kernel must issue its
 # mma instructions and spill nothing. Nothing runs: this checks what can be checked without a GPU
 # (the device's own compiler is NVIDIA's, not clang; register counts are printed, not judged).
 # OpenCL built-ins that clang leaves external are defined for the check by
@@ -27,7 +28,9 @@ fi
 fail=0
 for shape in "-D CACHE_BF16 -D RKV=512 -D DR=64 -D HG=16" "-D CACHE_BF16 -D RKV=256 -D DR=32 -D HG=3" \
              "-D CACHE_FP8 -D RKV=512 -D DR=64 -D HG=16" "-D CACHE_FP8 -D RKV=256 -D DR=32 -D HG=3" \
-             "-D RKV=512 -D DR=64 -D HG=16" "-D RKV=256 -D DR=32 -D HG=3"; do
+             "-D RKV=512 -D DR=64 -D HG=16" "-D RKV=256 -D DR=32 -D HG=3" \
+             "-D CACHE_FP8 -D RKV=512 -D DR=64 -D HG=16 -D SPARSE" "-D CACHE_BF16 -D RKV=512 -D DR=64 -D HG=16 -D SPARSE" \
+             "-D CACHE_FP8 -D RKV=512 -D DR=64 -D HG=16 -D HT=8 -D FOLD=2" "-D RKV=512 -D DR=64 -D HG=12 -D HT=3 -D FOLD=4"; do
     for sm in sm_80 sm_90; do
         # shellcheck disable=SC2086
         if ! "$clang" -x cl -cl-std=CL1.2 -Xclang -cl-ext=+cl_khr_fp16 -Xclang -finclude-default-header \

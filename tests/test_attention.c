@@ -716,19 +716,19 @@ static void run_all(void)
     }
 }
 
-/* The name of the kernel a cache's calls of `heads` heads per group ran (attn_latent's slot, which
-   attn_latent_mma takes), "" when none was made. */
-static void latent_kernel_name(const pool *p, int heads, char *name, size_t size)
+/* The name of the kernel in a cache's slot (attn_latent's, which attn_latent_mma takes), "" when
+   none was made. */
+static void slot_kernel_name(cl_kernel k, char *name, size_t size)
 {
     name[0] = '\0';
-    if (p->cache && p->cache->latent_kernel[heads] &&
-        clGetKernelInfo(p->cache->latent_kernel[heads], CL_KERNEL_FUNCTION_NAME, size, name, NULL) != CL_SUCCESS)
+    if (k && clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, size, name, NULL) != CL_SUCCESS)
         name[0] = '\0';
 }
 
 /* attn_latent_mma (group_mma 1) is the kernel that runs where it applies, attn_latent where not:
-   the bf16, fp8 and f32 rows of rkv 512 and 256 take it; f16 rows, bf16 rows of rkv 40 and fp8
-   rows of rkv 128 do not */
+   the bf16, fp8 and f32 rows of rkv 512 and 256 take it, for one token a group (16 heads) and for
+   4 tokens of 4 heads folded into a group's 16 rows (multi-token decode); f16 rows, bf16 rows of
+   rkv 40 and fp8 rows of rkv 128 do not */
 static void test_mma_chosen(void)
 {
     clmla_latent_tuning t;
@@ -758,9 +758,16 @@ static void test_mma_chosen(void)
         const attn_case c = {16, 1, len, seq, 0, 0, 0};
         run_case(&p, &c, 1200 + i);
         char name[64];
-        latent_kernel_name(&p, 16, name, sizeof(name));
+        slot_kernel_name(p.cache->latent_kernel[16], name, sizeof(name));
         CHECK(strcmp(name, cfg[i].want) == 0, "group_mma 1, rkv %d dr %d dtype %d: ran %s, not %s", cfg[i].rkv,
               cfg[i].dr, (int)cfg[i].dtype, name[0] ? name : "no attn_latent kernel", cfg[i].want);
+        static const int len4[] = {97, 98, 99, 100};
+        static const int seq4[] = {0, 0, 0, 0};
+        const attn_case c4 = {4, 4, len4, seq4, 0, 0, 4};
+        run_case(&p, &c4, 1300 + i);
+        slot_kernel_name(p.cache->fold_kernel[1][4], name, sizeof(name)); /* fold 4 (level 1) of 4 heads */
+        CHECK(strcmp(name, cfg[i].want) == 0, "group_mma 1, rkv %d dr %d dtype %d, 4 tokens of 4 heads: ran %s, not %s",
+              cfg[i].rkv, cfg[i].dr, (int)cfg[i].dtype, name[0] ? name : "no folded attn_latent kernel", cfg[i].want);
         pool_free(&p);
     }
     clmla_context_set_latent_tuning(ctx, NULL);

@@ -735,8 +735,12 @@ typedef struct latent_case {
 static int latent_sparse;
 /* More build options for the work-group kernel (heads per item in the score step, query layout). */
 static const char *latent_extra = "";
-/* Tokens per sequence's run for the two-token lanes kernel (rows 4): groups of this many from token 0. */
+/* Tokens per sequence's run for the two-token lanes kernel (rows 4) and attn_latent_mma with
+   latent_mma_fold > 1: groups of this many from token 0. */
 static int latent_query_len = 1;
+/* attn_latent_mma (rows 5): tokens of a run folded into a work-group's rows (FOLD; hg is then the
+   heads of each token, HG hg * latent_mma_fold); 1: none. */
+static int latent_mma_fold = 1;
 
 static void run_latent(const latent_case *c)
 {
@@ -753,9 +757,14 @@ static void run_latent(const latent_case *c)
     }
     const int max_blocks = (max_ctx + c->bt - 1) / c->bt + 1, blocks = num_seqs * max_blocks + 2;
     char options[224];
-    if (c->rows == 5)
-        snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D HG=%d", c->rkv, c->dr,
-                 c->f16 == 3 ? " -D CACHE_FP8" : c->f16 == 2 ? " -D CACHE_BF16" : "", c->hg);
+    if (c->rows == 5 && latent_mma_fold > 1)
+        snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D HG=%d -D HT=%d -D FOLD=%d", c->rkv, c->dr,
+                 c->f16 == 3 ? " -D CACHE_FP8" : c->f16 == 2 ? " -D CACHE_BF16" : "", c->hg * latent_mma_fold, c->hg,
+                 latent_mma_fold);
+    else if (c->rows == 5)
+        snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D HG=%d%s", c->rkv, c->dr,
+                 c->f16 == 3 ? " -D CACHE_FP8" : c->f16 == 2 ? " -D CACHE_BF16" : "", c->hg,
+                 latent_sparse ? " -D SPARSE" : "");
     else if (c->rows)
         snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D HGC=%d -D KTC=%d%s%s", c->rkv, c->dr,
                  c->f16 ? " -D CACHE_F16" : "", c->hg, c->nt, latent_sparse ? " -D SPARSE" : "",
@@ -875,7 +884,7 @@ static void run_latent(const latent_case *c)
         ARG(k, 24, topk);
     }
     cl_mem no_first = NULL; /* token_first: none, runs of latent_query_len tokens */
-    if (c->rows == 4) {
+    if (c->rows == 4 || (c->rows == 5 && latent_mma_fold > 1)) {
         ARG(k, 22, no_first);
         ARG(k, 23, latent_query_len);
     }
@@ -1071,6 +1080,43 @@ static void test_attn_latent_mma(void)
         run_latent(&c8);
     if (local < 47040 + 3072)
         printf("# attn_latent_mma at rkv 512: skipped, %llu bytes of local memory\n", (unsigned long long)local);
+
+    /* -D SPARSE (DeepSeek Sparse Attention's lists: entries in scrambled order with repeats, a third
+       of them no key, token 0's second split without any; tokens of 0 and 1 keys) over each dtype */
+    const latent_case sa = {"mma: sparse, rkv 256 dr 32, 3 heads, 2 splits, bf16", 5, 256, 32, 3, 3, 128, 2, 40, 3, 2,
+                            3, ctx_a, seq_a};
+    const latent_case sa8 = {"mma: sparse, rkv 256 dr 32, 3 heads, 2 splits, fp8", 5, 256, 32, 3, 3, 128, 2, 40, 3, 3,
+                             3, ctx_a, seq_a};
+    const latent_case saf = {"mma: sparse, rkv 256 dr 32, 3 heads, 2 splits, f32", 5, 256, 32, 3, 3, 128, 2, 40, 3, 0,
+                             3, ctx_a, seq_a};
+    latent_sparse = 1;
+    run_latent(&sa);
+    run_latent(&sa8);
+    if (local >= 23680 + 256 + 3072)
+        run_latent(&saf);
+    latent_sparse = 0;
+    /* -D FOLD (multi-token decode): 3 heads of each of up to 4 tokens in a group's 16 rows, runs of 3
+       tokens (the last place of each group empty), causal lengths crossing the split at 40 keys, a
+       run starting at 0 keys; and 5 heads of 3 tokens with a run of 2 (15 rows, tokens 3 and 4 a
+       run of their own) */
+    static const int ctx_f[6] = {68, 69, 70, 0, 1, 2}, seq_f[6] = {1, 1, 1, 0, 0, 0};
+    const latent_case fa = {"mma: fold 4, rkv 256 dr 32, 3 heads, 2 splits, bf16", 5, 256, 32, 3, 3, 128, 2, 40, 3, 2,
+                            6, ctx_f, seq_f};
+    const latent_case fa8 = {"mma: fold 4, rkv 256 dr 32, 3 heads, 2 splits, fp8", 5, 256, 32, 3, 3, 128, 2, 40, 3, 3,
+                             6, ctx_f, seq_f};
+    static const int ctx_g[4] = {39, 40, 80, 81}, seq_g[4] = {0, 0, 1, 1};
+    const latent_case ff = {"mma: fold 3, rkv 256 dr 32, 5 heads, 2 splits, f32", 5, 256, 32, 5, 5, 128, 2, 41, 3, 0,
+                            4, ctx_g, seq_g};
+    latent_mma_fold = 4;
+    latent_query_len = 3;
+    run_latent(&fa);
+    run_latent(&fa8);
+    latent_mma_fold = 3;
+    latent_query_len = 2;
+    if (local >= 23680 + 3072)
+        run_latent(&ff);
+    latent_mma_fold = 1;
+    latent_query_len = 1;
 }
 
 static void test_attn_latent_rows(void)

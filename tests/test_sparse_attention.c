@@ -392,6 +392,10 @@ static void run_case(const pool *p, int H, int topk, const tok *toks, int T, int
     free(lse);
 }
 
+/* Set while the cases must run attn_latent_mma (group_mma 1): deepseek_cases then checks that its
+   16-head slot holds it. */
+static int want_mma;
+
 /* DeepSeek's row (512 + 64) in 64-token blocks: sequences of 3000 (ends mid-block), 700, 37, 1. */
 static void deepseek_cases(clmla_cache_dtype dtype, uint64_t seed)
 {
@@ -417,6 +421,13 @@ static void deepseek_cases(clmla_cache_dtype dtype, uint64_t seed)
     run_case(&p, 20, 3100, all1, 1, 1, seed + 4);
     const tok all3[] = {{1, 700, ALL}, {2, 37, ALL}, {0, 513, ALL}};
     run_case(&p, 3, 800, all3, 3, 1, seed + 5);
+    if (want_mma) {
+        char name[64] = "";
+        if (p.cache->sparse_kernel[16])
+            clGetKernelInfo(p.cache->sparse_kernel[16], CL_KERNEL_FUNCTION_NAME, sizeof(name), name, NULL);
+        CHECK(strcmp(name, "attn_latent_mma") == 0, "%s: group_mma 1 ran %s, not attn_latent_mma", p.name,
+              name[0] ? name : "no sparse kernel");
+    }
     pool_free(&p);
 }
 
@@ -583,6 +594,23 @@ int main(void)
     }
     if (num_lane_cfg == 1)
         printf("CLMLA_TEST_SWEEPS=short: not run: lanes sets 2-4\n");
+    /* attn_latent_mma (group_mma 1) over DeepSeek's rows in f32, bf16 and fp8 (its dtypes and shapes):
+       on a CPU device its products are computed by the work-items in mma.sync's fragment layouts */
+    if (clmla_latent_mma_device(ctx)) {
+        const int failed_before = check_failed;
+        clmla_latent_tuning t;
+        clmla_latent_tuning_defaults(&t);
+        t.group_mma = 1;
+        clmla_context_set_latent_tuning(ctx, &t);
+        clmla_attention_set_variant(ctx, CLMLA_LATENT_GROUP);
+        want_mma = 1;
+        deepseek_cases(CLMLA_CACHE_F32, 9000);
+        deepseek_cases(CLMLA_CACHE_BF16, 9100);
+        deepseek_cases(CLMLA_CACHE_FP8, 9200);
+        want_mma = 0;
+        clmla_context_set_latent_tuning(ctx, NULL);
+        printf("kernel attn_latent_mma -D SPARSE: %s\n", check_failed == failed_before ? "all cases pass" : "FAILURES above");
+    }
     clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
     clmla_context_destroy(ctx);
     return check_summary();

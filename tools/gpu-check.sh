@@ -231,6 +231,19 @@ part_mma() {
         --preset v3 --batch 1,3 --ctx 37,700 --cache-dtype f32,bf16,fp8 --check --max-time 0.05
     step mma-check-v2lite 20 env CLMLA_KERNEL_TUNING="$mma" "$bench" --no-peak --phase decode --path absorbed \
         --batch 1,3 --ctx 37,700 --cache-dtype f32,bf16,fp8 --check --max-time 0.05
+    # DSA's selected keys (SPARSE) and two tokens of 4 heads folded into a group's rows (FOLD)
+    step mma-check-sparse 20 env CLMLA_KERNEL_TUNING="$mma" "$bench" --no-peak --phase decode --path sparse \
+        --preset v3 --batch 1,3 --ctx 700 --topk 512 --cache-dtype bf16,fp8 --check --max-time 0.05
+    # (4 heads: the 16-head entry copied for any head count, which the exported file leaves to the
+    # built-in table)
+    python3 -c 'import copy, json, sys
+e = json.load(open(sys.argv[1]))
+a = copy.deepcopy([x for x in e if x.get("kernel") == "attn_latent"][0])
+a.pop("heads", None)
+json.dump(e + [a], open(sys.argv[2], "w"), indent=1)' "$mma" "$out/kernel-tuning-mma-any.json" >>"$out/summary.txt" 2>&1
+    step mma-check-fold 15 env CLMLA_KERNEL_TUNING="$out/kernel-tuning-mma-any.json" "$bench" --no-peak \
+        --phase decode --path absorbed \
+        --heads 4 --q-len 2,4 --batch 1,3 --ctx 37,700 --cache-dtype bf16,fp8 --check --max-time 0.05
     bench_setup
     for shape in v2-lite v3; do
         tag=$shape
@@ -243,6 +256,11 @@ part_mma() {
                 --json "$out/mma-decode-$tag-mma$round.json"
         done
     done
+    # DeepSeek-V3.2's decode: 128 heads over 2048 selected keys of an fp8 (and bf16) cache
+    step mma-sparse-v3-base 30 "$bench" $peaks --phase decode --preset v3 --path sparse --topk 2048 \
+        --batch 1,8,32 --ctx 32768 --cache-dtype bf16,fp8 --json "$out/mma-sparse-v3-base.json"
+    step mma-sparse-v3-mma 30 env CLMLA_KERNEL_TUNING="$mma" "$bench" $peaks --phase decode --preset v3 \
+        --path sparse --topk 2048 --batch 1,8,32 --ctx 32768 --cache-dtype bf16,fp8 --json "$out/mma-sparse-v3-mma.json"
     ptx_run latent-bf16-mma "$mma" --phase decode --path absorbed --batch 1 --ctx 256 --cache-dtype bf16
     ptx_run latent-f32-mma "$mma" --phase decode --path absorbed --batch 1 --ctx 256 --cache-dtype f32
     ptx_run latent-fp8-mma "$mma" --phase decode --path absorbed --batch 1 --ctx 256 --cache-dtype fp8

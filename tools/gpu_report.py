@@ -299,6 +299,53 @@ def qlen(folder):
         table(["batch", "tokens", "ms", "/ one token", "%bound"], out)
 
 
+def mma_ab(folder):
+    """attn_latent_mma (gpu-check's mma part) beside the parameters in force: its checks' errors
+    (mma-check*.txt), then the timed pairs mma-decode-TAG-baseN / mma-decode-TAG-mmaN.json and
+    mma-sparse-v3-base / mma-sparse-v3-mma.json."""
+    checks = []
+    for name in sorted(n for n in os.listdir(folder) if n.startswith("mma-check") and n.endswith(".txt")):
+        errs = []
+        with open(os.path.join(folder, name)) as f:
+            for line in f:  # a row's note ends "...; check 3.1e-06"
+                words = line.replace(";", " ").split()
+                if line.startswith("decode") and "check" in words[:-1]:
+                    w = words[words.index("check") + 1]
+                    if _number(w):
+                        errs.append(float(w))
+        checks.append([name[:-4], len(errs), f"{max(errs):.1e}" if errs else "-"])
+    if checks:
+        print("**attn_latent_mma against float64** (clmla-bench --check; the largest error over each step's rows):")
+        print()
+        table(["step", "rows", "largest error"], checks)
+    fields = ("batch", "ctx", "cache_dtype")
+    pairs = []
+    for tag, preset in (("v2lite", "v2-lite"), ("v3", "v3")):
+        for n in (1, 2):
+            pairs.append((f"{preset}, round {n}", f"mma-decode-{tag}-base{n}.json", f"mma-decode-{tag}-mma{n}.json"))
+    pairs.append(("v3, sparse (topk 2048)", "mma-sparse-v3-base.json", "mma-sparse-v3-mma.json"))
+    out = []
+    for label, bn, mn in pairs:
+        base = by([r for r in load(folder, bn) if r.get("phase") == "decode"], fields)
+        mma = by([r for r in load(folder, mn) if r.get("phase") == "decode"], fields)
+        for k in sorted(mma, key=lambda k: (k[0], k[1], str(k[2]))):
+            b, m = base.get(k), mma[k]
+            out.append([label, k[0], k[1], k[2], ms(b["median_ms"]) if b else "-", ms(m["median_ms"]),
+                        ratio(m["median_ms"], b["median_ms"] if b else None), pct(m.get("of_bound"))])
+    if out:
+        print("**attn_latent_mma (group_mma 1) against the parameters in force** (ratio = mma / base):")
+        print()
+        table(["run", "batch", "ctx", "cache", "base ms", "mma ms", "mma / base", "mma %bound"], out)
+
+
+def _number(w):
+    try:
+        float(w)
+        return True
+    except ValueError:
+        return False
+
+
 def traces(folder):
     names = sorted(n for n in os.listdir(folder) if n.startswith("trace-summary-") and n.endswith(".txt"))
     decode = sorted(n for n in os.listdir(folder) if n.startswith("ab-trace-summary-decode-") and n.endswith(".txt"))
@@ -390,6 +437,7 @@ def main():
     products(folder)
     layer(folder)
     qlen(folder)
+    mma_ab(folder)
     traces(folder)
     ptx_mix(folder)
     summary = os.path.join(folder, "summary.txt")

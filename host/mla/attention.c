@@ -55,10 +55,11 @@ static int cache_aligned(const clmla_cache *cache)
 }
 
 /* Local memory of attn_latent_mma (cl/attn_latent_mma.cl), arg: {rkv, dr, 1 with CLMLA_PTX_MMA,
-   the cache's dtype}: the queries (bf16 and fp8: their two terms as pairs), the scores (bf16: then
-   the weights' two terms apart; fp8 and f32: the weights in their place), fp8's scales of the
-   tile's rows, maxima and sums, alpha and sums, slots; and, where the products are computed by the
-   items (no CLMLA_PTX_MMA), their exchange. */
+   the cache's dtype, 1 with SPARSE}: the queries (bf16 and fp8: their two terms as pairs), the
+   scores (bf16: then the weights' two terms apart; fp8 and f32: the weights in their place), fp8's
+   scales of the tile's rows, maxima and sums, alpha and sums, slots (SPARSE: and whether each entry
+   is a key); and, where the products are computed by the items (no CLMLA_PTX_MMA), their
+   exchange. */
 static size_t mma_local_bytes(int nt, const void *arg)
 {
     const int *a = arg;
@@ -66,7 +67,7 @@ static size_t mma_local_bytes(int nt, const void *arg)
     const size_t scores = a[3] == CLMLA_CACHE_BF16 ? 16 * 65 + 2 * 16 * 40
                           : a[3] == CLMLA_CACHE_FP8 ? 16 * 68 + 64 * ((size_t)a[0] / 128)
                                                     : 16 * 68;
-    return (16 * row + scores + 8 * 16 + 32 + 64 + exchange) * 4;
+    return (16 * row + scores + 8 * 16 + 32 + (a[4] ? 128 : 64) + exchange) * 4;
 }
 
 int clmla_latent_mma_device(const clmla_context *ctx)
@@ -82,31 +83,35 @@ int clmla_latent_mma_device(const clmla_context *ctx)
     return ctx->info.kind == CLMLA_DEVICE_KIND_CPU;
 }
 
-/* attn_latent_mma for `hg` heads in the slot of attn_latent (the parameters in force do not change
-   over a context's life): where group_mma asks for it and the call fits it (a bf16, fp8 or f32 cache,
-   its shape, dense, one token per group) on a device with the instruction, or on a CPU device, which
-   computes the products itself; *kernel NULL otherwise, or where 128 items or the local memory do
-   not fit or the build fails (logged), and attn_latent runs, in the same slot: it is not tried
-   again, and a filled slot is returned as it is, whichever kernel it holds. */
+/* attn_latent_mma for `hg` rows (heads, or with fold > 1 hg / fold heads of fold tokens) in attn_latent's
+   slot for the call (the parameters in force do not change over a context's life): where group_mma
+   asks for it and the call fits it (a bf16, fp8 or f32 cache of its shapes; dense, sparse or folded)
+   on a device with the instruction, or on a CPU device, which computes the products itself; *kernel
+   NULL otherwise, or where 128 items or the local memory do not fit or the build fails (logged), and
+   attn_latent runs, in the same slot: it is not tried again, and a filled slot is returned as it is,
+   whichever kernel it holds. */
 static clmla_status mma_kernel(clmla_cache *cache, int hg, const clmla_latent_tuning *tn, int sparse, int fold,
-                               cl_kernel *kernel, int *threads)
+                               cl_kernel *slot, int *slot_threads, cl_kernel *kernel, int *threads)
 {
     const int rkv = cache->config.kv_lora_rank, row = rkv + cache->config.rope_dim;
     *kernel = NULL;
     const clmla_cache_dtype dtype = cache->config.dtype;
-    if (!tn->group_mma || sparse || fold > 1 || hg > 16 || dtype == CLMLA_CACHE_F16 || rkv % 256 || row % 32)
+    if (!tn->group_mma || hg > 16 || dtype == CLMLA_CACHE_F16 || rkv % 256 || row % 32)
         return CLMLA_SUCCESS;
-    if (!cache->latent_kernel[hg]) { /* once: the step path only reads the slot */
+    if (!*slot) { /* once: the step path only reads the slot */
         const int runs = clmla_latent_mma_device(cache->ctx), ptx = runs == 2;
         if (!runs)
             return CLMLA_SUCCESS;
         char options[256];
-        snprintf(options, sizeof(options), "%s -D HG=%d%s", cache->options, hg, ptx ? " -D CLMLA_PTX_MMA" : "");
-        const int shape[4] = {rkv, cache->config.rope_dim, ptx, (int)dtype};
+        snprintf(options, sizeof(options), "%s -D HG=%d%s%s", cache->options, hg, ptx ? " -D CLMLA_PTX_MMA" : "",
+                 sparse ? " -D SPARSE" : "");
+        if (fold > 1)
+            snprintf(options + strlen(options), sizeof(options) - strlen(options), " -D HT=%d -D FOLD=%d", hg / fold,
+                     fold);
+        const int shape[5] = {rkv, cache->config.rope_dim, ptx, (int)dtype, sparse};
         const clmla_kernel_fit fit = {"attn_latent_mma", "attn_latent_mma", options, "MMA_NT", 128, 128,
                                       mma_local_bytes, shape};
-        clmla_status st = clmla_kernel_create_fitted(cache->ctx, &fit, &cache->latent_kernel[hg],
-                                                     &cache->latent_threads[hg]);
+        clmla_status st = clmla_kernel_create_fitted(cache->ctx, &fit, slot, slot_threads);
         if (st == CLMLA_ERROR_BUILD_FAILED) { /* a compiler without the inline PTX: attn_latent, once */
             clmla_log(cache->ctx, CLMLA_LOG_WARNING, "group_mma 1: attn_latent_mma did not build (%s); attn_latent runs",
                       clmla_last_error(cache->ctx));
@@ -115,8 +120,8 @@ static clmla_status mma_kernel(clmla_cache *cache, int hg, const clmla_latent_tu
         if (st != CLMLA_SUCCESS)
             return st;
     }
-    *kernel = cache->latent_kernel[hg];
-    *threads = cache->latent_threads[hg];
+    *kernel = *slot;
+    *threads = *slot_threads;
     return CLMLA_SUCCESS;
 }
 
@@ -136,13 +141,13 @@ static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_
     int fl = 0;
     while (fold > 1 << fl)
         fl++;
-    clmla_status mst = mma_kernel(cache, hg, tn, sparse, fold, kernel, threads);
-    if (mst != CLMLA_SUCCESS || *kernel)
-        return mst;
     cl_kernel *slot = sparse ? &cache->sparse_kernel[hg] : fold > 1 ? &cache->fold_kernel[fl - 1][hg / fold]
                                                                       : &cache->latent_kernel[hg];
     int *slot_threads = sparse ? &cache->sparse_threads[hg] : fold > 1 ? &cache->fold_threads[fl - 1][hg / fold]
                                                                         : &cache->latent_threads[hg];
+    clmla_status mst = mma_kernel(cache, hg, tn, sparse, fold, slot, slot_threads, kernel, threads);
+    if (mst != CLMLA_SUCCESS || *kernel)
+        return mst;
     if (!*slot) {
         /* heads per item in the score step: group_decode_heads where the cache's values are decoded,
            with as many scores per item as group_keys keys by 4 heads (fewer keys for more heads) */
