@@ -1,8 +1,8 @@
 /* attn_latent_mma: the latent attention of cl/attn_latent.cl (same arguments, outputs and splits;
  * dense, or with -D SPARSE over each token's index list, or with -D FOLD=F the rows of up to F
  * query tokens of a sequence in one work-group, as attn_latent defines them: an entry that is no
- * key, or a key past a folded token's own context, scores -inf and weighs 0) over a bfloat16, fp8
- * or float32 cache, its two products on NVIDIA's tensor cores: warp-wide mma.sync with float32
+ * key, or a key past a folded token's own context, scores -inf and weighs 0) over a cache of any
+ * dtype (bfloat16, fp8, float16, float32), its two products on NVIDIA's tensor cores: warp-wide mma.sync with float32
  * accumulators, issued as inline PTX (CLMLA_PTX_MMA, set by the host on NVIDIA devices of compute
  * capability 8.0 and later).
  * Elsewhere (CPU devices, for the tests) each mma is computed by the warp's 32 items through local
@@ -15,7 +15,8 @@
  * significant bits where FlashMLA keeps bf16's 8. fp8 cache (FlashMLA's rows, cl/prelude.cl): the
  * same products, every e4m3 code being a bf16 value exactly (dt_e4m3_bf16), the scales applied
  * outside them: to each block of 128 values' scores, summed apart, and to the weights before they
- * are split. f32 cache (m16n8k8, tf32 operands): every operand in two terms, three products each
+ * are split. f16 cache (m16n8k16, f16 operands): as bf16, the terms in f16 (about 22 bits kept),
+ * each query row first scaled by a power of two into f16's range (below, OP16). f32 cache (m16n8k8, tf32 operands): every operand in two terms, three products each
  * (below, "a float32 cache").
  *
  * Work-group: NT = 128 items, four warps of 32 (lane = lid % 32, warp = lid / 32; a lane's group
@@ -40,8 +41,8 @@
  *      output row.
  * Needs RKV a multiple of 256 and RKV + DR a multiple of 32 (every preset of docs/MODELS.md); the
  * host runs attn_latent elsewhere. Local memory (host/mla/attention.c, mma_local_bytes): 45.9 KiB
- * at RKV 512, DR 64 over bf16, 42.1 over fp8, 41.1 over f32 (3 KiB more for the emulation's
- * exchange; SPARSE 256 bytes more), within the 48 KiB NVIDIA's OpenCL gives a work-group. */
+ * at RKV 512, DR 64 over bf16 (f16: 128 bytes more), 42.1 over fp8, 41.1 over f32 (3 KiB more
+ * for the emulation's exchange; SPARSE 256 bytes more), within the 48 KiB NVIDIA's OpenCL gives a work-group. */
 #ifndef RKV
 #define RKV 512
 #endif
@@ -60,11 +61,14 @@
 #if FOLD > 1 && defined(SPARSE)
 #error "FOLD needs every token of a group to walk the same keys: not with SPARSE"
 #endif
-/* the host builds it for a bf16, fp8 or f32 cache of these shapes only; other options leave the
-   file empty */
-#if !defined(CACHE_F16) && RKV % 256 == 0 && (RKV + DR) % 32 == 0 && HG <= 16
-#if defined(CACHE_BF16) || defined(CACHE_FP8)
-#define MMA_BF16 /* bf16 operands: the cache's values, or fp8 codes decoded to bf16 exactly */
+/* the host builds it for caches of these shapes only; other options leave the file empty */
+#if RKV % 256 == 0 && (RKV + DR) % 32 == 0 && HG <= 16
+#if defined(CACHE_BF16) || defined(CACHE_FP8) || defined(CACHE_F16)
+#define MMA16 /* 16-bit operands: bf16 (the cache's values, or fp8 codes decoded to bf16 exactly), or
+                 f16 over an f16 cache */
+#endif
+#if defined(CACHE_BF16) || defined(CACHE_F16)
+#define ROW16 /* the cache's values are the B operands as stored, 2 bytes each */
 #endif
 #define ROW_AT(slot) (cache + (size_t)(slot) * CACHE_ROW_UNITS) /* a cache row (fp8: its bytes) */
 #define NT 128
@@ -93,7 +97,7 @@
 #define Q_ROPE(h)                                                                                   \
     (q_rope + q_rope_offset + (size_t)(tok + VTOK(h)) * q_rope_token_stride + (size_t)VHEAD(h) * q_rope_head_stride)
 
-#ifdef MMA_BF16
+#ifdef MMA16
 #define QP (ROW / 2)                                /* bf16 pairs of a query row, a multiple of 16 */
 /* uint4 j of query row h in local memory: rows of QP / 4 uint4s, those of odd rows swapped by
    halves of 8 where a row is a multiple of 32 uints, so that the 8 lanes of rows g and g + 1 that
@@ -119,13 +123,37 @@ inline uint4 e4m3x8_bf16(const uint2 c)
 #define SCS (TK + 1)                                /* stride of a row of scores */
 #endif
 
-/* float to bf16 hi and lo terms, as the low and high halves of pairs */
-inline uint bf16_pair(const float x0, const float x1, const int lo)
+/* OP16(x): float x rounded to the operands' 16-bit type (its bits); OP16_VALUE(b): those bits'
+   value */
+#ifdef CACHE_F16
+inline ushort f16_bits(const float x)
 {
-    ushort a = dt_to_bf16(x0), b = dt_to_bf16(x1);
+    ushort b;
+    vstore_half_rte(x, 0, (__private half *)&b);
+    return b;
+}
+inline float f16_value(const ushort b)
+{
+    return vload_half(0, (const __private half *)&b);
+}
+#define OP16(x) f16_bits(x)
+#define OP16_VALUE(b) f16_value(b)
+/* Over f16, whose range is short (largest 65504, normal down to 2^-14), each query row is scaled
+   by a power of two that puts its largest magnitude in [2^14, 2^15) (its scores scaled back once
+   computed), so that no term overflows. The softmax weights (at most 1) are split as they are:
+   a lo term below 2^-14 is subnormal, 2^-25 absolute at worst a weight (measured: the outputs of
+   16384 keys within 8e-7 of float64 either way, docs/DESIGN.md) */
+#else
+#define OP16(x) dt_to_bf16(x)
+#define OP16_VALUE(b) dt_bf16(b)
+#endif
+/* float to hi and lo terms of the operands' type, as the low and high halves of pairs */
+inline uint pair16(const float x0, const float x1, const int lo)
+{
+    ushort a = OP16(x0), b = OP16(x1);
     if (lo) {
-        a = dt_to_bf16(x0 - dt_bf16(a));
-        b = dt_to_bf16(x1 - dt_bf16(b));
+        a = OP16(x0 - OP16_VALUE(a));
+        b = OP16(x1 - OP16_VALUE(b));
     }
     return (uint)a | (uint)b << 16;
 }
@@ -136,10 +164,15 @@ inline uint bf16_pair(const float x0, const float x1, const int lo)
 #define MMA_P 2                                     /* operands a 32-bit register holds */
 #define MMA_K 16
 
+#ifdef CACHE_F16
+#define MMA_TYPES "f16.f16"
+#else
+#define MMA_TYPES "bf16.bf16"
+#endif
 #ifdef CLMLA_PTX_MMA
-/* d (4 floats) += A (16 x 16 bf16, 4 registers) B (16 x 8, 2 registers) over the warp */
+/* d (4 floats) += A (16 x 16 bf16 or f16, 4 registers) B (16 x 8, 2 registers) over the warp */
 #define MMA(d, a0, a1, a2, a3, b0, b1)                                                              \
-    __asm__ __volatile__("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "                    \
+    __asm__ __volatile__("mma.sync.aligned.m16n8k16.row.col.f32." MMA_TYPES ".f32 "                \
                          "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"        \
                          : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3])                   \
                          : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
@@ -184,7 +217,7 @@ inline uint bf16_pair(const float x0, const float x1, const int lo)
         MMA_TF32(d, (a0) - h0_, (a1) - h1_, (a2) - h2_, (a3) - h3_, bh0_, bh1_);                    \
         MMA_TF32(d, h0_, h1_, h2_, h3_, (b0) - bh0_, (b1) - bh1_);                                  \
     }
-#endif /* MMA_BF16 */
+#endif /* MMA16 */
 
 #ifdef CLMLA_PTX_MMA
 #define MMA_SCRATCH
@@ -202,7 +235,11 @@ inline uint bf16_pair(const float x0, const float x1, const int lo)
 #define MMA_UNROLL _Pragma("unroll 1")
 inline float mma_operand(const uint x, const int sub)
 {
-    return MMA_P == 2 ? dt_bf16((ushort)(x >> 16 * sub)) : as_float(x & 0xFFFFE000u);
+#ifdef MMA16
+    return OP16_VALUE((ushort)(x >> 16 * sub));
+#else
+    return as_float(x & 0xFFFFE000u);
+#endif
 }
 inline void mma_emulated(float *d, const uint a0, const uint a1, const uint a2, const uint a3, const uint b0,
                          const uint b1, __local uint *x, const int lane)
@@ -248,11 +285,14 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
 #endif
                      )
 {
-#ifdef MMA_BF16
+#ifdef MMA16
     __local uint4 qh4[16 * QP / 4], ql4[16 * QP / 4]; /* the scaled queries' hi and lo terms, bf16 pairs (QIDX) */
 #endif
-#ifdef CACHE_BF16
-    __local uint2 ph2[16 * PS / 2], pl2[16 * PS / 2];  /* the weights' terms, bf16 pairs [head][key / 2] */
+#ifdef CACHE_F16
+    __local float qsc_l[16], qinv_l[16];                /* each query row's power of two, its inverse */
+#endif
+#ifdef ROW16
+    __local uint2 ph2[16 * PS / 2], pl2[16 * PS / 2];  /* the weights' terms, pairs [head][key / 2] */
     __local uint *ph = (__local uint *)ph2, *pl = (__local uint *)pl2;
 #elif defined(CACHE_FP8)
     __local float scale_l[TK * NSB];                    /* the tile's rows' scales [key][block] */
@@ -308,19 +348,51 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
         return;
     }
 
-    /* the queries, scaled (bf16 operands: as hi and lo pairs); zero for rows past the group's heads */
-#ifdef MMA_BF16
+#ifdef CACHE_F16
+    /* f16: each query row's largest magnitude (8 items a row), then the power of two 2^k that puts
+       it in [2^14, 2^15) (k within +-120: a float's normal range either way) */
+    {
+        const int h = lid / 8, part = lid % 8;
+        float most = 0.0f;
+        if (LIVE(h)) {
+            __global const float *qlat = Q_LATENT(h), *qr = Q_ROPE(h);
+            for (int d = part; d < ROW; d += 8) {
+                const float x = scale * (d < RKV ? qlat[d] : qr[d - RKV]);
+                most = fmax(most, fmax(x, -x));
+            }
+        }
+        red[part * 16 + h] = most;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (part == 0) {
+            for (int i = 1; i < 8; i++)
+                most = fmax(most, red[i * 16 + h]);
+            /* most = f 2^e with f in [0.5, 1) for a normal float: e from its exponent bits */
+            const int e = most > 0.0f && most <= FLT_MAX ? (int)((as_uint(most) >> 23) & 0xFF) - 126 : 0;
+            const int k = clamp(15 - e, -120, 120);
+            qsc_l[h] = as_float((uint)(127 + k) << 23);
+            qinv_l[h] = as_float((uint)(127 - k) << 23);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+#define Q16_SCALE(h) qsc_l[h]
+#else
+#define Q16_SCALE(h) 1.0f
+#endif
+    /* the queries, scaled (16-bit operands: as hi and lo pairs; f16: times their row's power of
+       two); zero for rows past the group's heads */
+#ifdef MMA16
     for (int i = lid; i < 16 * QP; i += NT) {
         const int h = i / QP, p = i % QP, d = 2 * p;
         float x0 = 0.0f, x1 = 0.0f;
         if (LIVE(h)) {
             __global const float *qlat = Q_LATENT(h), *qr = Q_ROPE(h);
-            x0 = scale * (d < RKV ? qlat[d] : qr[d - RKV]); /* RKV even: a pair never straddles */
-            x1 = scale * (d < RKV ? qlat[d + 1] : qr[d + 1 - RKV]);
+            const float sh = scale * Q16_SCALE(h);
+            x0 = sh * (d < RKV ? qlat[d] : qr[d - RKV]); /* RKV even: a pair never straddles */
+            x1 = sh * (d < RKV ? qlat[d + 1] : qr[d + 1 - RKV]);
         }
         const int at = 4 * QIDX(h, p / 4) + p % 4;
-        ((__local uint *)qh4)[at] = bf16_pair(x0, x1, 0);
-        ((__local uint *)ql4)[at] = bf16_pair(x0, x1, 1);
+        ((__local uint *)qh4)[at] = pair16(x0, x1, 0);
+        ((__local uint *)ql4)[at] = pair16(x0, x1, 1);
     }
 #else
     for (int i = lid; i < 4 * ROW; i += NT) {
@@ -370,7 +442,7 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* slot_l (scale_l), and the queries before the first tile */
 
-#ifdef MMA_BF16
+#ifdef MMA16
         /* A. scores: step v (values 32v .. 32v+31) with b, b8, the lane's 8 of them of each key
            as bf16 pairs, into d, d8: two products a key, each by the queries' two terms */
 #define SCORE_STEP(d, d8, v, b, b8)                                                                 \
@@ -459,8 +531,13 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
             #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const int h = g + 8 * (i >> 1), k = 16 * warp + 2 * t + (i & 1);
-                sc[h * SCS + k] = KEY_OK(k, i >> 1) ? s[i] : -INFINITY;
-                sc[h * SCS + k + 8] = KEY_OK(k + 8, i >> 1) ? s8[i] : -INFINITY;
+#ifdef CACHE_F16
+                const float back = qinv_l[h]; /* the row's queries' power of two, undone */
+#else
+                const float back = 1.0f;
+#endif
+                sc[h * SCS + k] = KEY_OK(k, i >> 1) ? s[i] * back : -INFINITY;
+                sc[h * SCS + k + 8] = KEY_OK(k + 8, i >> 1) ? s8[i] * back : -INFINITY;
             }
         }
 #undef SCORE_STEP
@@ -491,11 +568,11 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
         m_run = m_new;
         if (pi == 0)
             alpha_l[hb] = al;
-#ifdef CACHE_BF16
+#ifdef ROW16
         #pragma unroll
         for (int k = 0; k < KB / 2; k++) {
-            ph[hb * PS + KB / 2 * pi + k] = bf16_pair(w[2 * k], w[2 * k + 1], 0);
-            pl[hb * PS + KB / 2 * pi + k] = bf16_pair(w[2 * k], w[2 * k + 1], 1);
+            ph[hb * PS + KB / 2 * pi + k] = pair16(w[2 * k], w[2 * k + 1], 0);
+            pl[hb * PS + KB / 2 * pi + k] = pair16(w[2 * k], w[2 * k + 1], 1);
         }
 #else
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -514,14 +591,14 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
             o[j][2] *= ag8;
             o[j][3] *= ag8;
         }
-#ifdef MMA_BF16
+#ifdef MMA16
         MMA_UNROLL
         for (int ks = 0; ks < TK / 16; ks++) {
             /* weights of keys k0 .. k0 + 3: fragment k 2t, 2t+1 | 2t+8, 2t+9 */
             const int k0 = 16 * ks + 4 * t;
             __global const CACHE_T *r0 = ROW_AT(slot_l[k0]), *r1 = ROW_AT(slot_l[k0 + 1]);
             __global const CACHE_T *r2 = ROW_AT(slot_l[k0 + 2]), *r3 = ROW_AT(slot_l[k0 + 3]);
-#ifdef CACHE_BF16
+#ifdef ROW16
             const int pq = g * (PS / 2) + 4 * ks + t, pq8 = pq + 8 * (PS / 2);
             const uint2 pa = ph2[pq], pa8 = ph2[pq8], pb = pl2[pq], pb8 = pl2[pq8];
 #else
@@ -532,7 +609,7 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
             MMA_UNROLL
             for (int b = 0; b < NB; b++) {
                 const int col = warp * (RKV / 4) + 64 * b + 8 * g; /* this lane's 8 columns */
-#ifdef CACHE_BF16
+#ifdef ROW16
                 const uint4 v0 = *(__global const uint4 *)(r0 + col), v1 = *(__global const uint4 *)(r1 + col);
                 const uint4 v2 = *(__global const uint4 *)(r2 + col), v3 = *(__global const uint4 *)(r3 + col);
 #else
@@ -545,10 +622,10 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
                     const float4 sk = (float4)(scale_l[k0 * NSB + blk], scale_l[(k0 + 1) * NSB + blk],
                                                scale_l[(k0 + 2) * NSB + blk], scale_l[(k0 + 3) * NSB + blk]);
                     const float4 xg = wg * sk, x8 = w8 * sk;
-                    pa = (uint2)(bf16_pair(xg.x, xg.y, 0), bf16_pair(xg.z, xg.w, 0));
-                    pa8 = (uint2)(bf16_pair(x8.x, x8.y, 0), bf16_pair(x8.z, x8.w, 0));
-                    pb = (uint2)(bf16_pair(xg.x, xg.y, 1), bf16_pair(xg.z, xg.w, 1));
-                    pb8 = (uint2)(bf16_pair(x8.x, x8.y, 1), bf16_pair(x8.z, x8.w, 1));
+                    pa = (uint2)(pair16(xg.x, xg.y, 0), pair16(xg.z, xg.w, 0));
+                    pa8 = (uint2)(pair16(x8.x, x8.y, 0), pair16(x8.z, x8.w, 0));
+                    pb = (uint2)(pair16(xg.x, xg.y, 1), pair16(xg.z, xg.w, 1));
+                    pb8 = (uint2)(pair16(x8.x, x8.y, 1), pair16(x8.z, x8.w, 1));
                 }
                 const uint4 v0 = e4m3x8_bf16(*(__global const uint2 *)(r0 + col));
                 const uint4 v1 = e4m3x8_bf16(*(__global const uint2 *)(r1 + col));
@@ -606,7 +683,7 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
     barrier(CLK_LOCAL_MEM_FENCE);
     const float l0 = lsum_l[g], l8 = lsum_l[g + 8];
     const float i0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, i8 = l8 > 0.0f ? 1.0f / l8 : 0.0f;
-#ifdef MMA_BF16
+#ifdef MMA16
     #pragma unroll
     for (int b = 0; b < NB; b++) {
         const int col = warp * (RKV / 4) + 64 * b + 16 * t;

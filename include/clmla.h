@@ -402,14 +402,15 @@ typedef struct clmla_latent_tuning {
        Not with group_stage_keys. 0 or 1 (default): one item per key and set of heads.
        Experimental, not yet measured on a GPU. */
     int group_row_slices;
-    /* added in 0.4: 1 runs attn_latent_mma in place of attn_latent over a bf16, fp8 or f32 cache (rkv
+    /* added in 0.4: 1 runs attn_latent_mma in place of attn_latent over a cache of any dtype (rkv
        a multiple of 256 and rkv + dr of 32, every preset of docs/MODELS.md; up to 16 heads a
        work-group, or with multi-token decode 16 heads times tokens; dense or sparse; elsewhere
        attn_latent runs): both products of a tile on the tensor
        cores of NVIDIA GPUs of compute capability 8.0 and later, mma.sync in inline PTX. Over bf16
        and fp8 (whose e4m3 codes are bf16 values; the scales are applied outside the products) the
        queries and the softmax weights are each split into two bf16 terms (about 16 significant
-       bits kept); over f32 every operand into two tf32 terms, three products each
+       bits kept); over f16 into two f16 terms (about 22), each query row first scaled into f16's
+       range by a power of two; over f32 every operand into two tf32 terms, three products each
        (3xTF32, about 21 bits); sums in float32. Other devices run the same kernel with each
        product computed by its work-items (CPUs, so that the tests check it) or keep attn_latent
        (GPUs without it). Experimental, not yet measured on a GPU; 0 (default): attn_latent. */

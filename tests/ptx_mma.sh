@@ -1,7 +1,7 @@
 #!/bin/sh
 # cl/attn_latent_mma.cl as NVIDIA devices build it (CLMLA_PTX_MMA: mma.sync in inline PTX), compiled
 # to PTX by the host's clang (target nvptx64-nvidia-nvcl, the triple of NVIDIA's OpenCL) and
-# assembled by ptxas for sm_80 and sm_90, over bf16 and f32 caches at DeepSeek's row (512 + 64, 16
+# assembled by ptxas for sm_80 and sm_90, over bf16, fp8, f16 and f32 caches at DeepSeek's row (512 + 64, 16
 # heads) and MiniCPM3's (256 + 32, 3 heads), dense, sparse (SPARSE) and folded (FOLD): the inline
 # assembly must be PTX that ptxas takes, the kernel must issue its
 # mma instructions and spill nothing. Nothing runs: this checks what can be checked without a GPU
@@ -30,7 +30,8 @@ for shape in "-D CACHE_BF16 -D RKV=512 -D DR=64 -D HG=16" "-D CACHE_BF16 -D RKV=
              "-D CACHE_FP8 -D RKV=512 -D DR=64 -D HG=16" "-D CACHE_FP8 -D RKV=256 -D DR=32 -D HG=3" \
              "-D RKV=512 -D DR=64 -D HG=16" "-D RKV=256 -D DR=32 -D HG=3" \
              "-D CACHE_FP8 -D RKV=512 -D DR=64 -D HG=16 -D SPARSE" "-D CACHE_BF16 -D RKV=512 -D DR=64 -D HG=16 -D SPARSE" \
-             "-D CACHE_FP8 -D RKV=512 -D DR=64 -D HG=16 -D HT=8 -D FOLD=2" "-D RKV=512 -D DR=64 -D HG=12 -D HT=3 -D FOLD=4"; do
+             "-D CACHE_FP8 -D RKV=512 -D DR=64 -D HG=16 -D HT=8 -D FOLD=2" "-D RKV=512 -D DR=64 -D HG=12 -D HT=3 -D FOLD=4" \
+             "-D CACHE_F16 -D RKV=512 -D DR=64 -D HG=16" "-D CACHE_F16 -D RKV=256 -D DR=32 -D HG=3"; do
     for sm in sm_80 sm_90; do
         # shellcheck disable=SC2086
         if ! "$clang" -x cl -cl-std=CL1.2 -Xclang -cl-ext=+cl_khr_fp16 -Xclang -finclude-default-header \
@@ -38,7 +39,7 @@ for shape in "-D CACHE_BF16 -D RKV=512 -D DR=64 -D HG=16" "-D CACHE_BF16 -D RKV=
                 $shape -S -o "$tmp/k.ptx" "$tmp/k.cl" 2>"$tmp/err"; then
             echo "FAIL [$shape]: clang:"; head -20 "$tmp/err"; fail=1; continue
         fi
-        n=$(grep -c 'mma\.sync\.aligned\.m16n8k[0-9]*\.row\.col\.f32\.[bt]f[0-9]*\.[bt]f[0-9]*\.f32' "$tmp/k.ptx")
+        n=$(grep -c 'mma\.sync\.aligned\.m16n8k[0-9]*\.row\.col.f32\.[bt]*f[0-9]*\.[bt]*f[0-9]*\.f32' "$tmp/k.ptx")
         calls=$(grep -c 'call\.uni' "$tmp/k.ptx")
         if ! info=$("$ptxas" -arch="$sm" -v -o "$tmp/k.cubin" "$tmp/k.ptx" 2>&1); then
             echo "FAIL [$shape] $sm: ptxas:"; echo "$info" | head -20; fail=1; continue

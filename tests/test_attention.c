@@ -727,8 +727,8 @@ static void slot_kernel_name(cl_kernel k, char *name, size_t size)
 
 /* attn_latent_mma (group_mma 1) is the kernel that runs where it applies, attn_latent where not:
    the bf16, fp8 and f32 rows of rkv 512 and 256 take it, for one token a group (16 heads) and for
-   4 tokens of 4 heads folded into a group's 16 rows (multi-token decode); f16 rows, bf16 rows of
-   rkv 40 and fp8 rows of rkv 128 do not */
+   4 tokens of 4 heads folded into a group's 16 rows (multi-token decode), and so do f16 rows of rkv
+   512; bf16 rows of rkv 40 and fp8 rows of rkv 128 do not */
 static void test_mma_chosen(void)
 {
     clmla_latent_tuning t;
@@ -747,7 +747,7 @@ static void test_mma_chosen(void)
                {512, 64, 64, CLMLA_CACHE_FP8, "attn_latent_mma"},
                {256, 32, 16, CLMLA_CACHE_FP8, "attn_latent_mma"},
                {128, 8, 5, CLMLA_CACHE_FP8, "attn_latent"},
-               {512, 64, 64, CLMLA_CACHE_F16, "attn_latent"},
+               {512, 64, 64, CLMLA_CACHE_F16, "attn_latent_mma"},
                {40, 8, 5, CLMLA_CACHE_BF16, "attn_latent"}};
     for (size_t i = 0; i < sizeof(cfg) / sizeof(cfg[0]); i++) {
         pool p;
@@ -909,9 +909,9 @@ static void run_base(void)
     }
 }
 
-/* attn_latent_mma (group_mma 1) over the bf16, fp8 and f32 caches: on a CPU device its products are
-   computed by the work-items in mma.sync's fragment layouts (cl/attn_latent_mma.cl); the others
-   run attn_latent again; on an NVIDIA GPU of compute capability 8.0 or later, on its tensor cores.
+/* attn_latent_mma (group_mma 1) over every cache (f32, f16, bf16, fp8): on a CPU device its products
+   are computed by the work-items in mma.sync's fragment layouts (cl/attn_latent_mma.cl); rows it
+   does not take run attn_latent again; on an NVIDIA GPU of compute capability 8.0 or later, on its tensor cores.
    Other devices do not run it (nothing to check). */
 static int run_mma(void)
 {
@@ -922,7 +922,7 @@ static int run_mma(void)
     clmla_latent_tuning t;
     clmla_latent_tuning_defaults(&t);
     t.group_mma = 1;
-    only_dtypes = 1u << CLMLA_CACHE_BF16 | 1u << CLMLA_CACHE_FP8 | 1u << CLMLA_CACHE_F32;
+    only_dtypes = 1u << CLMLA_CACHE_BF16 | 1u << CLMLA_CACHE_FP8 | 1u << CLMLA_CACHE_F32 | 1u << CLMLA_CACHE_F16;
     rkv256_pools = 1;
     run_all_tuned(&t, 0, "group_mma 1");
     only_dtypes = 0;

@@ -721,7 +721,7 @@ typedef struct latent_case {
                              3 the same with two vectors of heads (LHV 2): hg 32; 4 with two tokens of
                              16 heads (LFOLD, runs of latent_query_len tokens): hg 16; 5 attn_latent_mma
                              (cl/attn_latent_mma.cl, its products computed by the items): nt 128, a
-                             bf16 (f16 2), fp8 (f16 3) or f32 cache */
+                             f32, f16 (f16 1), bf16 (f16 2) or fp8 (f16 3) cache */
     int rkv, dr, heads, hg, nt, splits, split_tokens, bt, f16; /* f16 2: the cache in bf16; 3: fp8 */
     int tokens;
     const int *ctx_len;   /* [tokens] */
@@ -741,6 +741,10 @@ static int latent_query_len = 1;
 /* attn_latent_mma (rows 5): tokens of a run folded into a work-group's rows (FOLD; hg is then the
    heads of each token, HG hg * latent_mma_fold); 1: none. */
 static int latent_mma_fold = 1;
+/* attn_latent_mma over f16 rows: value 5 of every row 0 and every query's value 5 3e5 (1.05e5
+   scaled, past f16's 65504): the product is 0 only where the query row is scaled into f16's range
+   before it is rounded (inf times 0 is NaN). */
+static int latent_big_query;
 
 static void run_latent(const latent_case *c)
 {
@@ -757,14 +761,13 @@ static void run_latent(const latent_case *c)
     }
     const int max_blocks = (max_ctx + c->bt - 1) / c->bt + 1, blocks = num_seqs * max_blocks + 2;
     char options[224];
+    static const char *const cache_options[] = {"", " -D CACHE_F16", " -D CACHE_BF16", " -D CACHE_FP8"};
     if (c->rows == 5 && latent_mma_fold > 1)
         snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D HG=%d -D HT=%d -D FOLD=%d", c->rkv, c->dr,
-                 c->f16 == 3 ? " -D CACHE_FP8" : c->f16 == 2 ? " -D CACHE_BF16" : "", c->hg * latent_mma_fold, c->hg,
-                 latent_mma_fold);
+                 cache_options[c->f16], c->hg * latent_mma_fold, c->hg, latent_mma_fold);
     else if (c->rows == 5)
-        snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D HG=%d%s", c->rkv, c->dr,
-                 c->f16 == 3 ? " -D CACHE_FP8" : c->f16 == 2 ? " -D CACHE_BF16" : "", c->hg,
-                 latent_sparse ? " -D SPARSE" : "");
+        snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D HG=%d%s", c->rkv, c->dr, cache_options[c->f16],
+                 c->hg, latent_sparse ? " -D SPARSE" : "");
     else if (c->rows)
         snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d%s -D HGC=%d -D KTC=%d%s%s", c->rkv, c->dr,
                  c->f16 ? " -D CACHE_F16" : "", c->hg, c->nt, latent_sparse ? " -D SPARSE" : "",
@@ -815,6 +818,8 @@ static void run_latent(const latent_case *c)
         }
         memcpy(dst + c->rkv + 4 * (c->rkv / 128), halves + r * row + c->rkv, 2 * (size_t)c->dr);
     }
+    for (size_t r = 0; latent_big_query && r < (size_t)blocks * c->bt; r++)
+        values[r * row + 5] = 0.0f, halves[r * row + 5] = 0;
     /* Block tables: distinct shuffled blocks per sequence. */
     int *table = malloc((size_t)num_seqs * max_blocks * sizeof(int)), *perm = malloc((size_t)blocks * sizeof(int));
     for (int s = 0; s < num_seqs; s++) {
@@ -829,6 +834,9 @@ static void run_latent(const latent_case *c)
     float *ql = malloc(nql * sizeof(float)), *qr = malloc(nqr * sizeof(float));
     fill(ql, nql, 0.6f, &rng);
     fill(qr, nqr, 0.6f, &rng);
+    for (int t = 0; latent_big_query && t < T; t++)
+        for (int h = 0; h < H; h++)
+            ql[ql_off + t * ql_tok + h * ql_head + 5] = 3e5f;
     const float scale = 0.35f;
     const int out_off = 3, lse_off = 1;
     const size_t nout = (size_t)out_off + (size_t)T * S * H * c->rkv, nlse = (size_t)lse_off + (size_t)T * S * H;
@@ -1062,8 +1070,20 @@ static void test_attn_latent_mma(void)
     /* rkv 768: a warp's 192 columns of a step span two scale blocks (warp 1: 192 .. 383), so the
        value step's scaled weights change inside its 64-column steps */
     const latent_case c8 = {"mma: rkv 768 dr 64, 5 heads, fp8", 5, 768, 64, 5, 16, 128, 1, 33, 16, 3, 2, ctx_b, seq_b};
+    /* f16 rows: f16 operands, each query row scaled by a power of two into f16's range; then with
+       query values past it (latent_big_query) */
+    const latent_case ah = {"mma: rkv 256 dr 32, 3 heads, 2 splits, f16", 5, 256, 32, 3, 3, 128, 2, 40, 3, 1, 3,
+                            ctx_a, seq_a};
+    const latent_case big = {"mma: big queries, rkv 256 dr 32, 3 heads, 2 splits, f16", 5, 256, 32, 3, 3, 128, 2, 40,
+                             3, 1, 3, ctx_a, seq_a};
+    const latent_case bh = {"mma: rkv 512 dr 64, 21 heads / 16 per group, f16", 5, 512, 64, 21, 16, 128, 1, 33, 16, 1,
+                            2, ctx_b, seq_b};
     run_latent(&a);
     run_latent(&a8);
+    run_latent(&ah);
+    latent_big_query = 1;
+    run_latent(&big);
+    latent_big_query = 0;
     /* 16 rows of 576-value queries: 47040 bytes of local memory in two bf16 terms, 42112 in f32,
        3072 more for the items' exchange, more than some devices have (oclgrind's runs in
        ci/oclgrind.sh take 32 KiB); MiniCPM3's rows take 28608 and 23680 */
@@ -1072,6 +1092,8 @@ static void test_attn_latent_mma(void)
         run_latent(&af);
     if (local >= 47040 + 3072)
         run_latent(&b);
+    if (local >= 47040 + 128 + 3072)
+        run_latent(&bh);
     if (local >= 42112 + 3072)
         run_latent(&bf);
     if (local >= 43136 + 3072)

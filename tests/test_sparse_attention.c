@@ -594,7 +594,7 @@ int main(void)
     }
     if (num_lane_cfg == 1)
         printf("CLMLA_TEST_SWEEPS=short: not run: lanes sets 2-4\n");
-    /* attn_latent_mma (group_mma 1) over DeepSeek's rows in f32, bf16 and fp8 (its dtypes and shapes):
+    /* attn_latent_mma (group_mma 1) over DeepSeek's rows in every dtype:
        on a CPU device its products are computed by the work-items in mma.sync's fragment layouts */
     if (clmla_latent_mma_device(ctx)) {
         const int failed_before = check_failed;
@@ -605,6 +605,7 @@ int main(void)
         clmla_attention_set_variant(ctx, CLMLA_LATENT_GROUP);
         want_mma = 1;
         deepseek_cases(CLMLA_CACHE_F32, 9000);
+        deepseek_cases(CLMLA_CACHE_F16, 9050);
         deepseek_cases(CLMLA_CACHE_BF16, 9100);
         deepseek_cases(CLMLA_CACHE_FP8, 9200);
         want_mma = 0;

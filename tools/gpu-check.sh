@@ -15,9 +15,9 @@
 #   products  the product tuner into the same file (226 s on an H100, mostly compiling; its
 #          defaults won there, so a device with a built-in entry can leave it out)
 #   mma    attn_latent_mma (group_mma 1, experimental: the latent products on the tensor cores
-#          through inline PTX) over bf16 and f32 caches: checked against float64 on small shapes, then
-#          timed beside the parameters in force at V2-Lite's and V3's shapes (two rounds), its PTX
-#          kept (about 150 s)
+#          through inline PTX) over every cache dtype: checked against float64 on small shapes (dense,
+#          sparse, folded), then timed beside the parameters in force at V2-Lite's and V3's shapes (two
+#          rounds) and at V3.2's sparse decode, its PTX kept (about 250 s, estimated)
 #   ab     the parameters in force against variants, each after its baseline (a copy of the
 #          tuning file with them set; needs python3): the layer step at V2-Lite's and V3's shapes,
 #          its kernels traced, with the products reading through vloadN (skinny_aligned 0); then
@@ -217,10 +217,11 @@ part_ab() {
 }
 
 # attn_latent_mma (group_mma 1: the latent products on the tensor cores, experimental) against the
-# parameters in force over f32, bf16 and fp8 caches: first checked against float64 on small shapes (clmla-bench
-# --check; test_attention runs every case with it in the tests part), then timed at V2-Lite's and
-# V3's shapes, batch 1, 8 and 32, ctx 4096 and 32768, each run after its baseline, and its PTX kept
-# (ptx_run below) for its instruction mix
+# parameters in force over f32, f16, bf16 and fp8 caches: first checked against float64 on small
+# shapes (clmla-bench --check; test_attention and test_sparse_attention run every case with it in
+# the tests part), then timed at V2-Lite's and V3's shapes, batch 1, 8 and 32, ctx 4096 and 32768,
+# and at V3.2's sparse decode, each run after its baseline, and its PTX kept (ptx_run below) for its
+# instruction mix
 part_mma() {
     # the checks need no peaks: before bench_setup measures them (with the tune part's file, if any)
     [ -s "$out/kernel-tuning.json" ] && export CLMLA_KERNEL_TUNING="$out/kernel-tuning.json"
@@ -228,9 +229,9 @@ part_mma() {
     [ -s "$out/kernel-tuning-mma.json" ] || return 0
     mma="$out/kernel-tuning-mma.json"
     step mma-check 30 env CLMLA_KERNEL_TUNING="$mma" "$bench" --no-peak --phase decode --path absorbed \
-        --preset v3 --batch 1,3 --ctx 37,700 --cache-dtype f32,bf16,fp8 --check --max-time 0.05
+        --preset v3 --batch 1,3 --ctx 37,700 --cache-dtype f32,f16,bf16,fp8 --check --max-time 0.05
     step mma-check-v2lite 20 env CLMLA_KERNEL_TUNING="$mma" "$bench" --no-peak --phase decode --path absorbed \
-        --batch 1,3 --ctx 37,700 --cache-dtype f32,bf16,fp8 --check --max-time 0.05
+        --batch 1,3 --ctx 37,700 --cache-dtype f32,f16,bf16,fp8 --check --max-time 0.05
     # DSA's selected keys (SPARSE) and two tokens of 4 heads folded into a group's rows (FOLD)
     step mma-check-sparse 20 env CLMLA_KERNEL_TUNING="$mma" "$bench" --no-peak --phase decode --path sparse \
         --preset v3 --batch 1,3 --ctx 700 --topk 512 --cache-dtype bf16,fp8 --check --max-time 0.05
@@ -249,10 +250,10 @@ json.dump(e + [a], open(sys.argv[2], "w"), indent=1)' "$mma" "$out/kernel-tuning
         tag=$shape
         [ "$shape" = v2-lite ] && tag=v2lite
         for round in 1 2; do
-            step mma-decode-$tag-base$round 35 "$bench" $peaks --phase decode --preset "$shape" --path absorbed \
-                --batch 1,8,32 --ctx 4096,32768 --cache-dtype f32,bf16,fp8 --json "$out/mma-decode-$tag-base$round.json"
-            step mma-decode-$tag-mma$round 35 env CLMLA_KERNEL_TUNING="$mma" "$bench" $peaks --phase decode \
-                --preset "$shape" --path absorbed --batch 1,8,32 --ctx 4096,32768 --cache-dtype f32,bf16,fp8 \
+            step mma-decode-$tag-base$round 45 "$bench" $peaks --phase decode --preset "$shape" --path absorbed \
+                --batch 1,8,32 --ctx 4096,32768 --cache-dtype f32,f16,bf16,fp8 --json "$out/mma-decode-$tag-base$round.json"
+            step mma-decode-$tag-mma$round 45 env CLMLA_KERNEL_TUNING="$mma" "$bench" $peaks --phase decode \
+                --preset "$shape" --path absorbed --batch 1,8,32 --ctx 4096,32768 --cache-dtype f32,f16,bf16,fp8 \
                 --json "$out/mma-decode-$tag-mma$round.json"
         done
     done
@@ -264,6 +265,7 @@ json.dump(e + [a], open(sys.argv[2], "w"), indent=1)' "$mma" "$out/kernel-tuning
     ptx_run latent-bf16-mma "$mma" --phase decode --path absorbed --batch 1 --ctx 256 --cache-dtype bf16
     ptx_run latent-f32-mma "$mma" --phase decode --path absorbed --batch 1 --ctx 256 --cache-dtype f32
     ptx_run latent-fp8-mma "$mma" --phase decode --path absorbed --batch 1 --ctx 256 --cache-dtype fp8
+    ptx_run latent-f16-mma "$mma" --phase decode --path absorbed --batch 1 --ctx 256 --cache-dtype f16
 }
 
 # ptx_run NAME TUNING BENCH-ARGS...: one clmla-bench run with an empty program cache of its own,

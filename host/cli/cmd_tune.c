@@ -457,10 +457,9 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
                     add_unique(cands, &n, &t);
             }
     }
-    /* the work-group kernel over an f32, bf16 or fp8 cache on an NVIDIA GPU: attn_latent_mma (both
-       products on the tensor cores; it reads none of the parameters above), or attn_latent where it is
-       in force */
-    if (!r.rows && dtype != CLMLA_CACHE_F16 && strstr(info.vendor, "NVIDIA") && n < MAX_CANDIDATES) {
+    /* the work-group kernel on an NVIDIA GPU: attn_latent_mma (both products on the tensor cores; it
+       reads none of the parameters above), or attn_latent where it is in force */
+    if (!r.rows && strstr(info.vendor, "NVIDIA") && n < MAX_CANDIDATES) {
         clmla_latent_tuning t = base;
         t.group_mma = !base.group_mma;
         add_unique(cands, &n, &t);

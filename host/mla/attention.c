@@ -55,8 +55,9 @@ static int cache_aligned(const clmla_cache *cache)
 }
 
 /* Local memory of attn_latent_mma (cl/attn_latent_mma.cl), arg: {rkv, dr, 1 with CLMLA_PTX_MMA,
-   the cache's dtype, 1 with SPARSE}: the queries (bf16 and fp8: their two terms as pairs), the
-   scores (bf16: then the weights' two terms apart; fp8 and f32: the weights in their place), fp8's
+   the cache's dtype, 1 with SPARSE}: the queries (bf16, f16 and fp8: their two terms as pairs, f16
+   with each row's power of two), the scores (bf16 and f16: then the weights' two terms apart; fp8
+   and f32: the weights in their place), fp8's
    scales of the tile's rows, maxima and sums, alpha and sums, slots (SPARSE: and whether each entry
    is a key); and, where the products are computed by the items (no CLMLA_PTX_MMA), their
    exchange. */
@@ -64,10 +65,11 @@ static size_t mma_local_bytes(int nt, const void *arg)
 {
     const int *a = arg;
     const size_t row = (size_t)a[0] + (size_t)a[1], exchange = a[2] ? 0 : (size_t)nt * 6;
-    const size_t scores = a[3] == CLMLA_CACHE_BF16 ? 16 * 65 + 2 * 16 * 40
+    const size_t scores = a[3] == CLMLA_CACHE_BF16 || a[3] == CLMLA_CACHE_F16 ? 16 * 65 + 2 * 16 * 40
                           : a[3] == CLMLA_CACHE_FP8 ? 16 * 68 + 64 * ((size_t)a[0] / 128)
                                                     : 16 * 68;
-    return (16 * row + scores + 8 * 16 + 32 + (a[4] ? 128 : 64) + exchange) * 4;
+    const size_t row_scales = a[3] == CLMLA_CACHE_F16 ? 32 : 0; /* f16: the query rows' powers of two */
+    return (16 * row + scores + 8 * 16 + 32 + (a[4] ? 128 : 64) + row_scales + exchange) * 4;
 }
 
 int clmla_latent_mma_device(const clmla_context *ctx)
@@ -85,7 +87,7 @@ int clmla_latent_mma_device(const clmla_context *ctx)
 
 /* attn_latent_mma for `hg` rows (heads, or with fold > 1 hg / fold heads of fold tokens) in attn_latent's
    slot for the call (the parameters in force do not change over a context's life): where group_mma
-   asks for it and the call fits it (a bf16, fp8 or f32 cache of its shapes; dense, sparse or folded)
+   asks for it and the call fits it (a cache of its shapes, any dtype; dense, sparse or folded)
    on a device with the instruction, or on a CPU device, which computes the products itself; *kernel
    NULL otherwise, or where 128 items or the local memory do not fit or the build fails (logged), and
    attn_latent runs, in the same slot: it is not tried again, and a filled slot is returned as it is,
@@ -96,7 +98,7 @@ static clmla_status mma_kernel(clmla_cache *cache, int hg, const clmla_latent_tu
     const int rkv = cache->config.kv_lora_rank, row = rkv + cache->config.rope_dim;
     *kernel = NULL;
     const clmla_cache_dtype dtype = cache->config.dtype;
-    if (!tn->group_mma || hg > 16 || dtype == CLMLA_CACHE_F16 || rkv % 256 || row % 32)
+    if (!tn->group_mma || hg > 16 || rkv % 256 || row % 32)
         return CLMLA_SUCCESS;
     if (!*slot) { /* once: the step path only reads the slot */
         const int runs = clmla_latent_mma_device(cache->ctx), ptx = runs == 2;
