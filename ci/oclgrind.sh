@@ -80,9 +80,11 @@ report() {
 # attn_latent_mma's tf32 form with its products emulated is the slowest case by far under every
 # check (about a minute); run 1 runs its bf16 form, which shares every line but the operand
 # splits, and run 3 runs it. Its fp8 form crashes oclgrind 21.10 (a segmentation fault) under
-# --uninitialized with -cl-opt-disable, so it too is left to run 3 (clean there). Run 3 runs only
-# those two ("mma: rkv 256 dr 32, 3 heads, 2 splits, f32" and "..., fp8" in tests/test_kernels.c:
-# the text below picks both, and run 3 fails unless attn_latent_mma ran): it used to run every
+# --uninitialized with -cl-opt-disable, so it too is left to run 3 (clean there), and so is its f16
+# form, which differs from the bf16 one in its conversions and its queries' scaling. Run 3 runs only
+# those three ("mma: rkv 256 dr 32, 3 heads, 2 splits, f32", "..., f16" and "..., fp8" in
+# tests/test_kernels.c: the text below picks them, and run 3 fails unless attn_latent_mma ran): it
+# used to run every
 # case again (190 s of the CI's 30 minutes), but the accesses a kernel makes are its source's,
 # which runs 1 and 2 check; LLVM's optimiser drops some, and hoists or widens a load only where it
 # is known to be in bounds.

@@ -2,9 +2,9 @@
  * dense, or with -D SPARSE over each token's index list, or with -D FOLD=F the rows of up to F
  * query tokens of a sequence in one work-group, as attn_latent defines them: an entry that is no
  * key, or a key past a folded token's own context, scores -inf and weighs 0) over a cache of any
- * dtype (bfloat16, fp8, float16, float32), its two products on NVIDIA's tensor cores: warp-wide mma.sync with float32
- * accumulators, issued as inline PTX (CLMLA_PTX_MMA, set by the host on NVIDIA devices of compute
- * capability 8.0 and later).
+ * dtype (bfloat16, fp8, float16, float32), its two products on NVIDIA's tensor cores: warp-wide
+ * mma.sync with float32 accumulators, issued as inline PTX (CLMLA_PTX_MMA, set by the host on NVIDIA
+ * devices of compute capability 8.0 and later).
  * Elsewhere (CPU devices, for the tests) each mma is computed by the warp's 32 items through local
  * memory, in the same fragment layouts, so that everything but the instruction itself runs and is
  * checked on any device. Experimental: the latent tuning's group_mma.
@@ -16,8 +16,9 @@
  * same products, every e4m3 code being a bf16 value exactly (dt_e4m3_bf16), the scales applied
  * outside them: to each block of 128 values' scores, summed apart, and to the weights before they
  * are split. f16 cache (m16n8k16, f16 operands): as bf16, the terms in f16 (about 22 bits kept),
- * each query row first scaled by a power of two into f16's range (below, OP16). f32 cache (m16n8k8, tf32 operands): every operand in two terms, three products each
- * (below, "a float32 cache").
+ * each query row first scaled by a power of two into f16's range (below, OP16). f32 cache
+ * (m16n8k8, tf32 operands): every operand in two terms, three products each (below, "a float32
+ * cache").
  *
  * Work-group: NT = 128 items, four warps of 32 (lane = lid % 32, warp = lid / 32; a lane's group
  * g = lane / 4 and place t = lane % 4 in it, as PTX's fragment layouts name them); HG <= 16 rows
@@ -42,7 +43,8 @@
  * Needs RKV a multiple of 256 and RKV + DR a multiple of 32 (every preset of docs/MODELS.md); the
  * host runs attn_latent elsewhere. Local memory (host/mla/attention.c, mma_local_bytes): 45.9 KiB
  * at RKV 512, DR 64 over bf16 (f16: 128 bytes more), 42.1 over fp8, 41.1 over f32 (3 KiB more
- * for the emulation's exchange; SPARSE 256 bytes more), within the 48 KiB NVIDIA's OpenCL gives a work-group. */
+ * for the emulation's exchange; SPARSE 256 bytes more), within the 48 KiB NVIDIA's OpenCL gives a
+ * work-group. */
 #ifndef RKV
 #define RKV 512
 #endif
