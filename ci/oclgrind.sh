@@ -79,34 +79,37 @@ report() {
 
 # attn_latent_mma's tf32 form with its products emulated is the slowest case by far under every
 # check (about a minute); run 1 runs its bf16 form, which shares every line but the operand
-# splits, and run 3 runs it. Its fp8 form crashes oclgrind 21.10 (a segmentation fault) under
-# --uninitialized with -cl-opt-disable, so it too is left to run 3 (clean there), and so is its f16
-# form, which differs from the bf16 one in its conversions and its queries' scaling. Run 3 runs only
-# those three ("mma: rkv 256 dr 32, 3 heads, 2 splits, f32", "..., f16" and "..., fp8" in
-# tests/test_kernels.c: the text below picks them, and run 3 fails unless attn_latent_mma ran): it
-# used to run every
+# splits, and its fp8 form (the weights' terms made only where a scale block begins: what the
+# uninitialised-value checker is for); run 3 runs the tf32 form and the f16 one, which differs
+# from the bf16 one in its conversions and its queries' scaling ("mma: rkv 256 dr 32, 3 heads, 2
+# splits, f32" and "..., f16" in tests/test_kernels.c: the text below picks them and the fp8 case,
+# which it skips, and run 3 fails unless attn_latent_mma ran). Run 3 used to run every
 # case again (190 s of the CI's 30 minutes), but the accesses a kernel makes are its source's,
 # which runs 1 and 2 check; LLVM's optimiser drops some, and hoists or widens a load only where it
 # is known to be in bounds.
 mma_left="mma: rkv 256 dr 32, 3 heads, 2 splits, f"
 every_check="--check-api --data-races --uninitialized --local-mem-size 32768 --build-options -cl-opt-disable"
-# The runs are five processes side by side, one thread each (OCLGRIND_NUM_THREADS): run 1 is three
+# The runs are six processes side by side, one thread each (OCLGRIND_NUM_THREADS): run 1 is four
 # of them, the latent group but for attn_latent_mma, attn_latent_mma's bf16 case (the longest
-# case by far, minutes under every check) and the other three groups. On 2 cores (2026-11-29):
+# case by far, minutes under every check), its fp8 case and the other three groups. On 2 cores (2026-11-29):
 # 392 s so, 442 s as four processes of two threads (the latent group, mma case included, the
 # last to finish), about 500 s one run after another.
 mma_bf16="mma: rkv 256 dr 32, 3 heads, 2 splits, bf16"
+mma_fp8="mma: rkv 256 dr 32, 3 heads, 2 splits, fp8"
 # shellcheck disable=SC2086
 run kernels-latent $every_check --inst-counts -- --keep-buffers --skip "mma:" latent &
 # shellcheck disable=SC2086
 run kernels-mma $every_check --inst-counts -- --keep-buffers --only "$mma_bf16" latent &
 # shellcheck disable=SC2086
+run kernels-mma-fp8 $every_check --inst-counts -- --keep-buffers --only "$mma_fp8" latent &
+# shellcheck disable=SC2086
 run kernels-other $every_check --inst-counts -- --keep-buffers other prefill gemm &
 # shellcheck disable=SC2086
 run library $every_check -- --keep-buffers layer &
-run optimised --check-api --data-races --local-mem-size 32768 --inst-counts -- --keep-buffers --only "$mma_left" latent &
+run optimised --check-api --data-races --local-mem-size 32768 --inst-counts -- --keep-buffers --only "$mma_left" \
+    --skip "$mma_fp8" latent &
 wait
-for name in kernels-latent kernels-mma kernels-other library optimised; do
+for name in kernels-latent kernels-mma kernels-mma-fp8 kernels-other library optimised; do
     report "$name"
 done
 if ! grep -q "^Instructions executed for kernel 'attn_latent_mma':" "$work/optimised.out"; then

@@ -510,7 +510,9 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
             for (int v = 0; v < DR / 32; v++) {
                 const uint2 x = rope[8 * v + 2 * t], y = rope[8 * v + 2 * t + 1];
                 const uint2 x8 = rope8[8 * v + 2 * t], y8 = rope8[8 * v + 2 * t + 1];
-                SCORE_STEP(s, s8, RKV / 32 + v, (uint4)(x, y), (uint4)(x8, y8))
+                /* element by element: a uint4 made of two uint2s crashes oclgrind 21.10's
+                   uninitialised-value checker (a memcpy in Uninitialized::instructionExecuted) */
+                SCORE_STEP(s, s8, RKV / 32 + v, (uint4)(x.x, x.y, y.x, y.y), (uint4)(x8.x, x8.y, y8.x, y8.y))
             }
 #else
             __global const SCORE_T *row = (__global const SCORE_T *)ROW_AT(slot_l[16 * warp + g]);
