@@ -1047,9 +1047,11 @@ static void test_attn_latent(void)
 
 /* attn_latent_mma with its products computed by the work-items in mma.sync's fragment layouts (on
    NVIDIA GPUs with the instruction the host builds it with CLMLA_PTX_MMA; tests/ptx_mma.sh checks
-   that form assembles), over bf16 rows and f32 ones (the tf32 form): MiniCPM3's row (256 + 32) with 3 heads in a group of 16 rows, 2 splits of
-   40 keys, one token without keys and tiles of 64 cut short; DeepSeek's (512 + 64) with 16 heads
-   over two tiles, and 5 of 16 in a second group. Small: every product costs two barriers. */
+   that form assembles), over bf16, fp8, f16 and f32 rows (the tf32 form): MiniCPM3's row
+   (256 + 32) with 3 heads in a group of 16 rows, 2 splits of 40 keys, one token without keys and
+   tiles of 64 cut short; DeepSeek's (512 + 64) with 16 heads over two tiles, and 5 of 16 in a
+   second group; then sparse lists and folded tokens at MiniCPM3's row. Small: every product costs
+   two barriers. */
 static void test_attn_latent_mma(void)
 {
     static const int ctx_a[3] = {0, 1, 70}, seq_a[3] = {0, 1, 0};
