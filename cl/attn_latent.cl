@@ -76,15 +76,7 @@
 #ifndef HG
 #define HG 16
 #endif
-#ifndef FOLD
-#define FOLD 1                               /* query tokens per work-group (see above) */
-#endif
-#ifndef HT
-#define HT HG                                /* heads of each of those tokens: HG = HT * FOLD */
-#endif
-#if FOLD > 1 && defined(SPARSE)
-#error "FOLD needs every token of a group to walk the same keys: not with SPARSE"
-#endif
+/* FOLD and HT (see above): their defaults are cl/prelude.cl's */
 #define ROW (RKV + DR)
 #define HGP (HG <= 4 ? 4 : HG <= 8 ? 8 : 16) /* heads padded to whole quads, a power of two */
 #ifndef KPT

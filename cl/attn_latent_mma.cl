@@ -54,15 +54,7 @@
 #ifndef HG
 #define HG 16
 #endif
-#ifndef FOLD
-#define FOLD 1 /* query tokens per work-group (multi-token decode, as in attn_latent) */
-#endif
-#ifndef HT
-#define HT HG  /* heads of each of those tokens: HG = HT * FOLD */
-#endif
-#if FOLD > 1 && defined(SPARSE)
-#error "FOLD needs every token of a group to walk the same keys: not with SPARSE"
-#endif
+/* FOLD and HT (multi-token decode, as in attn_latent): their defaults are cl/prelude.cl's */
 /* the host builds it for caches of these shapes only; other options leave the file empty */
 #if RKV % 256 == 0 && (RKV + DR) % 32 == 0 && HG <= 16
 #if defined(CACHE_BF16) || defined(CACHE_FP8) || defined(CACHE_F16)

@@ -1,7 +1,8 @@
 /* Definitions every kernel file shares. The library compiles this file in front of each kernel
  * file (host/runtime/program.c), so they are defined before the file's own code. All handling of
- * stored element types (dtypes) lives here, and, at the end, the two rules every latent attention
- * kernel (attn_latent.cl, attn_latent_mma.cl) follows for which tokens and keys it takes.
+ * stored element types (dtypes) lives here, and, at the end, the build options and rules every
+ * latent attention kernel (attn_latent.cl, attn_latent_mma.cl) follows for which tokens and keys
+ * it takes.
  *
  * Decoders, exact (every code maps to the float it denotes):
  *   dt_bf16(b)       bfloat16 bits (ushort) as float: the 16 bits are the float's upper half
@@ -389,6 +390,17 @@ inline float8 fp8_load8(__global const uchar *r, const int i)
 #endif
 
 /* ---- the latent attention kernels' tokens and keys ------------------------------------------- */
+/* FOLD: query tokens of one sequence per work-group (multi-token decode, 1: one token); HT: heads
+   of each of them, the group's HG "heads" being HT * FOLD (token, head) pairs */
+#ifndef FOLD
+#define FOLD 1
+#endif
+#ifndef HT
+#define HT HG
+#endif
+#if FOLD > 1 && defined(SPARSE)
+#error "FOLD needs every token of a group to walk the same keys: not with SPARSE"
+#endif
 /* LATENT_RUN_FIRST(u): the first token of query token u's run, the new tokens of one sequence in
    multi-token decode: token_first[u], or (token_first NULL) groups of query_len tokens from token
    0; the kernel's arguments token_first and query_len. */

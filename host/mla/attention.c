@@ -57,10 +57,9 @@ static int cache_aligned(const clmla_cache *cache)
 /* Local memory of attn_latent_mma (cl/attn_latent_mma.cl), arg: {rkv, dr, 1 with CLMLA_PTX_MMA,
    the cache's dtype, 1 with SPARSE}: the queries (bf16, f16 and fp8: their two terms as pairs, f16
    with each row's power of two), the scores (bf16 and f16: then the weights' two terms apart; fp8
-   and f32: the weights in their place), fp8's
-   scales of the tile's rows, maxima and sums, alpha and sums, slots (SPARSE: and whether each entry
-   is a key); and, where the products are computed by the items (no CLMLA_PTX_MMA), their
-   exchange. */
+   and f32: the weights in their place), fp8's scales of the tile's rows, maxima and sums, alpha
+   and sums, slots (SPARSE: and whether each entry is a key); and, where the products are computed
+   by the items (no CLMLA_PTX_MMA), their exchange. */
 static size_t mma_local_bytes(int nt, const void *arg)
 {
     const int *a = arg;
@@ -70,6 +69,18 @@ static size_t mma_local_bytes(int nt, const void *arg)
                                                     : 16 * 68;
     const size_t row_scales = a[3] == CLMLA_CACHE_F16 ? 32 : 0; /* f16: the query rows' powers of two */
     return (16 * row + scores + 8 * 16 + 32 + (a[4] ? 128 : 64) + row_scales + exchange) * 4;
+}
+
+/* Appends to options the build options of a call's form, shared by attn_latent and
+   attn_latent_mma: -D SPARSE (selected keys), or -D HT -D FOLD for hg rows made of hg / fold heads
+   of fold tokens. */
+static void form_options(char *options, size_t size, int sparse, int hg, int fold)
+{
+    const size_t used = strlen(options);
+    if (sparse)
+        snprintf(options + used, size - used, " -D SPARSE");
+    else if (fold > 1)
+        snprintf(options + used, size - used, " -D HT=%d -D FOLD=%d", hg / fold, fold);
 }
 
 int clmla_latent_mma_device(const clmla_context *ctx)
@@ -85,13 +96,13 @@ int clmla_latent_mma_device(const clmla_context *ctx)
     return ctx->info.kind == CLMLA_DEVICE_KIND_CPU;
 }
 
-/* attn_latent_mma for `hg` rows (heads, or with fold > 1 hg / fold heads of fold tokens) in attn_latent's
-   slot for the call (the parameters in force do not change over a context's life): where group_mma
-   asks for it and the call fits it (a cache of its shapes, any dtype; dense, sparse or folded)
-   on a device with the instruction, or on a CPU device, which computes the products itself; *kernel
-   NULL otherwise, or where 128 items or the local memory do not fit or the build fails (logged), and
-   attn_latent runs, in the same slot: it is not tried again, and a filled slot is returned as it is,
-   whichever kernel it holds. */
+/* attn_latent_mma for `hg` rows (heads, or with fold > 1 hg / fold heads of fold tokens) in
+   attn_latent's slot for the call (the parameters in force do not change over a context's life):
+   where group_mma asks for it and the call fits it (a cache of its shapes, any dtype; dense, sparse
+   or folded) on a device with the instruction, or on a CPU device, which computes the products
+   itself; *kernel NULL otherwise, or where 128 items or the local memory do not fit or the build
+   fails (logged), and attn_latent runs, in the same slot: it is not tried again, and a filled slot
+   is returned as it is, whichever kernel it holds. */
 static clmla_status mma_kernel(clmla_cache *cache, int hg, const clmla_latent_tuning *tn, int sparse, int fold,
                                cl_kernel *slot, int *slot_threads, cl_kernel *kernel, int *threads)
 {
@@ -105,11 +116,8 @@ static clmla_status mma_kernel(clmla_cache *cache, int hg, const clmla_latent_tu
         if (!runs)
             return CLMLA_SUCCESS;
         char options[256];
-        snprintf(options, sizeof(options), "%s -D HG=%d%s%s", cache->options, hg, ptx ? " -D CLMLA_PTX_MMA" : "",
-                 sparse ? " -D SPARSE" : "");
-        if (fold > 1)
-            snprintf(options + strlen(options), sizeof(options) - strlen(options), " -D HT=%d -D FOLD=%d", hg / fold,
-                     fold);
+        snprintf(options, sizeof(options), "%s -D HG=%d%s", cache->options, hg, ptx ? " -D CLMLA_PTX_MMA" : "");
+        form_options(options, sizeof(options), sparse, hg, fold);
         const int shape[5] = {rkv, cache->config.rope_dim, ptx, (int)dtype, sparse};
         const clmla_kernel_fit fit = {"attn_latent_mma", "attn_latent_mma", options, "MMA_NT", 128, 128,
                                       mma_local_bytes, shape};
@@ -160,11 +168,7 @@ static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_
         snprintf(options, sizeof(options), "%s -D HG=%d -D KPT=%d", cache->options, hg, kpt);
         if (hpi != 4) /* only when set: the default's options, and its cached programs, as before */
             snprintf(options + strlen(options), sizeof(options) - strlen(options), " -D HPI=%d", hpi);
-        if (sparse)
-            strncat(options, " -D SPARSE", sizeof(options) - strlen(options) - 1);
-        if (fold > 1)
-            snprintf(options + strlen(options), sizeof(options) - strlen(options), " -D HT=%d -D FOLD=%d", hg / fold,
-                     fold);
+        form_options(options, sizeof(options), sparse, hg, fold);
         if (tn->group_query_layout) /* only when set: layout 0's options, and its cached programs, stay as they were */
             strncat(options, " -D QLAYOUT=1", sizeof(options) - strlen(options) - 1);
         if (tn->group_stage_keys)
