@@ -716,15 +716,6 @@ static void run_all(void)
     }
 }
 
-/* The name of the kernel in a cache's slot (attn_latent's, which attn_latent_mma takes), "" when
-   none was made. */
-static void slot_kernel_name(cl_kernel k, char *name, size_t size)
-{
-    name[0] = '\0';
-    if (k && clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, size, name, NULL) != CL_SUCCESS)
-        name[0] = '\0';
-}
-
 /* attn_latent_mma (group_mma 1) is the kernel that runs where it applies, attn_latent where not:
    the bf16, fp8 and f32 rows of rkv 512 and 256 take it, for one token a group (16 heads) and for
    4 tokens of 4 heads folded into a group's 16 rows (multi-token decode), and so do f16 rows of rkv
@@ -758,14 +749,14 @@ static void test_mma_chosen(void)
         const attn_case c = {16, 1, len, seq, 0, 0, 0};
         run_case(&p, &c, 1200 + i);
         char name[64];
-        slot_kernel_name(p.cache->latent_kernel[16], name, sizeof(name));
+        tu_kernel_name(p.cache->latent_kernel[16], name, sizeof(name)); /* attn_latent's slot, or mma's */
         CHECK(strcmp(name, cfg[i].want) == 0, "group_mma 1, rkv %d dr %d dtype %d: ran %s, not %s", cfg[i].rkv,
               cfg[i].dr, (int)cfg[i].dtype, name[0] ? name : "no attn_latent kernel", cfg[i].want);
         static const int len4[] = {97, 98, 99, 100};
         static const int seq4[] = {0, 0, 0, 0};
         const attn_case c4 = {4, 4, len4, seq4, 0, 0, 4};
         run_case(&p, &c4, 1300 + i);
-        slot_kernel_name(p.cache->fold_kernel[1][4], name, sizeof(name)); /* fold 4 (level 1) of 4 heads */
+        tu_kernel_name(p.cache->fold_kernel[1][4], name, sizeof(name)); /* fold 4 (level 1) of 4 heads */
         CHECK(strcmp(name, cfg[i].want) == 0, "group_mma 1, rkv %d dr %d dtype %d, 4 tokens of 4 heads: ran %s, not %s",
               cfg[i].rkv, cfg[i].dr, (int)cfg[i].dtype, name[0] ? name : "no folded attn_latent kernel", cfg[i].want);
         pool_free(&p);
@@ -911,8 +902,8 @@ static void run_base(void)
 
 /* attn_latent_mma (group_mma 1) over every cache (f32, f16, bf16, fp8): on a CPU device its products
    are computed by the work-items in mma.sync's fragment layouts (cl/attn_latent_mma.cl); rows it
-   does not take run attn_latent again; on an NVIDIA GPU of compute capability 8.0 or later, on its tensor cores.
-   Other devices do not run it (nothing to check). */
+   does not take run attn_latent again; on an NVIDIA GPU of compute capability 8.0 or later, on its
+   tensor cores. Other devices do not run it (nothing to check). */
 static int run_mma(void)
 {
     if (!clmla_latent_mma_device(ctx)) {

@@ -131,8 +131,8 @@ static int launch(cl_kernel k, cl_uint dims, const size_t *global, const size_t 
     cl_int err = clEnqueueNDRangeKernel(clmla_context_queue(ctx), k, dims, NULL, global, local, 0, NULL, NULL);
     CHECK(err == CL_SUCCESS, "clEnqueueNDRangeKernel: %d", err);
     clFinish(clmla_context_queue(ctx));
-    char name[64] = "";
-    clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof(name), name, NULL);
+    char name[64];
+    tu_kernel_name(k, name, sizeof(name));
     int seen = 0;
     for (int i = 0; i < num_launched; i++)
         seen |= strcmp(launched[i], name) == 0;

@@ -422,9 +422,8 @@ static void deepseek_cases(clmla_cache_dtype dtype, uint64_t seed)
     const tok all3[] = {{1, 700, ALL}, {2, 37, ALL}, {0, 513, ALL}};
     run_case(&p, 3, 800, all3, 3, 1, seed + 5);
     if (want_mma) {
-        char name[64] = "";
-        if (p.cache->sparse_kernel[16])
-            clGetKernelInfo(p.cache->sparse_kernel[16], CL_KERNEL_FUNCTION_NAME, sizeof(name), name, NULL);
+        char name[64];
+        tu_kernel_name(p.cache->sparse_kernel[16], name, sizeof(name));
         CHECK(strcmp(name, "attn_latent_mma") == 0, "%s: group_mma 1 ran %s, not attn_latent_mma", p.name,
               name[0] ? name : "no sparse kernel");
     }

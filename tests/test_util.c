@@ -269,6 +269,13 @@ double tu_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+void tu_kernel_name(cl_kernel k, char *name, size_t size)
+{
+    name[0] = '\0';
+    if (k && clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, size, name, NULL) != CL_SUCCESS)
+        name[0] = '\0';
+}
+
 int tu_sweeps_short(void)
 {
     const char *v = getenv("CLMLA_TEST_SWEEPS");

@@ -90,6 +90,9 @@ float tu_half_to_float(uint16_t h);
 /* Monotonic seconds. */
 double tu_seconds(void);
 
+/* The function name of kernel k into name[size], "" for NULL or where OpenCL does not say. */
+void tu_kernel_name(cl_kernel k, char *name, size_t size);
+
 /* CLMLA_TEST_SWEEPS=short: a test that runs its cases again for each of a list of tuning parameter
    sets runs only the sets that take host paths of their own, and names the ones it leaves out
    (those change only the kernels' build options). ci/sanitize.sh sets it: under ASan it is the
