@@ -65,7 +65,10 @@ static const clmla_latent_tuning latent_defaults = {16, 8, 4, 16, 4, 128, 8, 1, 
 static const kernel_entry latent_builtin[] = {
     /* PoCL 3.1 (Debian 12), 2-core AMD EPYC (Zen 3): `clmla tune --kernels`, 16 heads, rkv 512,
        dr 64, ctx 4096, 18 candidates in 18 s; the defaults won (batch 1 1098 us, batch 8 9589 us;
-       the next best, rows_keys 16, 1162 and 10417 us) */
+       the next best, rows_keys 16, 1162 and 10417 us). The Intel Xeon's attn_latent_lanes
+       (rows_lanes 2) took 1.34x attn_latent_rows' time here (2026-11-29, geometric mean over
+       V2-Lite's 1 and 4 tokens and V3's 128 heads, f32 / bf16 / fp8 caches, 2 rounds): each
+       float16 of heads is two AVX2 registers, and the broadcasts it saves are cheap here. */
     {"AuthenticAMD", "pthread-haswell-AMD EPYC", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 0, 16, 0, 4, 128, 0, 32, 32, 64, 16, 0, 0, 1}}},
     /* PoCL 3.1 (Debian 12), 2-core AMD EPYC with AVX-512 (2026-11-26): 18 candidates, 16 heads, ctx
        4096, four runs; each run's grid winner (rows_keys 4, 8 or 16, 2 to 8 items per compute unit)
@@ -229,7 +232,11 @@ static const clmla_product_tuning product_defaults = {128, 2, 4, 256, 8, 8, 4, 3
                                                       48, 3, 1024, 0, 4, 16, 1, 0, 0};
 
 /* Entries measured on the developers' machines (docs/BENCHMARKS.md, "Product kernel tuning"). On
-   PoCL with AVX2 (2-core EPYC) the defaults won. */
+   PoCL with AVX2 (2-core EPYC, Zen 3) the defaults won, and on 2026-11-29 the other CPUs' settings
+   did not beat them there (V2-Lite's and V3's products at 1 row, geometric means of the time
+   ratios): cpu_wide 1.27 (bf16 and fp8, 2 rounds: its float16 sums take all of AVX2's 16
+   registers), cpu_min_panel 128 0.93 and cpu_fp8_block_sums 0.90 (fp8 at 1 and 2 rows, 4 rounds)
+   against 0.92 for bf16 rows that neither touches in the same runs: the host's drift. */
 static const kernel_entry product_builtin[] = {
     /* PoCL 3.1 (Debian 12), 2-core AMD EPYC with AVX-512 (2026-11-26): fp8 block sums, 4
        alternations of clmla-bench's V3 products at 1 row, medians: q_b_proj 1.54 / 1.63 ms,
