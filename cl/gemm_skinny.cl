@@ -896,7 +896,24 @@ void gemm_packed_rows(const int M, const int N, const int K, const float alpha,
 #define W_FACTOR(s) sc[s]
 #define X_FACTOR 1.0f
 #endif
-                    for (int k = kb; k < kend; k += 8) {
+                    int k = kb;
+#if defined(BLOCK_SUMS) && defined(CLMLA_FP8_HALF) && MRP == 1
+                    /* One row: 16 codes a stream a step, sign-extended in one 256-bit operation
+                       where two loads of 8 take one each (dt_e4m3x16h), against x's 16 values;
+                       0.91 of the 8-code loop's time over V2-Lite's and V3's products on a Zen 3
+                       EPYC (docs/perf-log.md). Only with the block sums: a block scale on each
+                       weight here made the compiler keep the decoded halves on the stack. */
+                    for (; k + 16 <= kend; k += 16) {
+                        const float16 xv = vload16(0, xs[pass] + k0 + k) * X_FACTOR;
+#pragma unroll
+                        for (int s = 0; s < STREAMS; s++) {
+                            const float16 q = dt_e4m3x16h(vload16(0, w[s] + k));
+                            SUMS[0][s] = fma(xv.lo, q.lo, SUMS[0][s]);
+                            SUMS[0][s] = fma(xv.hi, q.hi, SUMS[0][s]);
+                        }
+                    }
+#endif
+                    for (; k < kend; k += 8) {
 #if defined(CLMLA_PREFETCH) && MRP == 4
                         /* With 4 rows of x per pass the streams advance slowly, and for 8 rows the
                            second pass reads W from L1, leaving the memory idle: in the last pass, a

@@ -486,9 +486,9 @@ typedef struct clmla_product_tuning {
                              128..16384 (1024); packed weights use their packing's chunk,
                              2 KiB of a row: 512 f32, 1024 f16 or bf16, 2048 fp8 values */
     /* added in 0.4: gemm_packed_rows with fp8 weights at 1 and 2 rows of x: 1 sums each 128-value
-       block's products unscaled (the activations times 2^64, exact) and applies the block's scale
-       once, saving a multiply per weight but holding twice the accumulators; 0 (default) scales
-       every weight */
+       block's products unscaled (with the shift decoder the activations times 2^64, exact) and
+       applies the block's scale once, saving a multiply per weight but holding twice the
+       accumulators, and at 1 row decodes 16 codes at a time; 0 (default) scales every weight */
     int cpu_fp8_block_sums;
     /* added in 0.4: gemm_skinny_nt (GPUs): weight values per work-item and load (VW), 4, 8 or 16 (4):
        4 fp8 codes are a 4-byte load; 16 make it as wide as f32's and look the block scale up once */

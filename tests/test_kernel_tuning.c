@@ -357,9 +357,15 @@ static void test_products_parse(void)
     CHECK(clmla_product_k_class(0) == 0 && clmla_product_k_class(4096) == 1 && clmla_product_k_class(4097) == 2,
           "shape classes");
     const char *src = NULL;
-    CHECK(clmla_product_tuning_resolve(NULL, "", &pocl, 2048, &t, &src) == 0 && strcmp(src, "defaults") == 0 &&
+    CHECK(clmla_product_tuning_resolve(NULL, "", &other, 2048, &t, &src) == 0 && strcmp(src, "defaults") == 0 &&
               memcmp(&t, &d, sizeof(t)) == 0,
           "no entry: %s", src);
+    /* the AVX2 EPYC's built-in entry (2026-11-29): the defaults with fp8 block sums */
+    clmla_product_tuning want = d;
+    want.cpu_fp8_block_sums = 1;
+    CHECK(clmla_product_tuning_resolve(NULL, "", &pocl, 2048, &t, &src) == 1 && strcmp(src, "built-in table") == 0 &&
+              memcmp(&t, &want, sizeof(t)) == 0,
+          "the AVX2 EPYC's built-in entry: %s, block sums %d", src, t.cpu_fp8_block_sums);
 
     /* a file of both kernels: the latent parser skips the product entries and the other way round */
     const char *text =

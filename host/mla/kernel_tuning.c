@@ -231,13 +231,18 @@ static const kernel_kind latent_kind = {
 static const clmla_product_tuning product_defaults = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256,
                                                       48, 3, 1024, 0, 4, 16, 1, 0, 0};
 
-/* Entries measured on the developers' machines (docs/BENCHMARKS.md, "Product kernel tuning"). On
-   PoCL with AVX2 (2-core EPYC, Zen 3) the defaults won, and on 2026-11-29 the other CPUs' settings
-   did not beat them there (V2-Lite's and V3's products at 1 row, geometric means of the time
-   ratios): cpu_wide 1.27 (bf16 and fp8, 2 rounds: its float16 sums take all of AVX2's 16
-   registers), cpu_min_panel 128 0.93 and cpu_fp8_block_sums 0.90 (fp8 at 1 and 2 rows, 4 rounds)
-   against 0.92 for bf16 rows that neither touches in the same runs: the host's drift. */
+/* Entries measured on the developers' machines (docs/BENCHMARKS.md, "Product kernel tuning"). */
 static const kernel_entry product_builtin[] = {
+    /* PoCL 3.1 (Debian 12), 2-core AMD EPYC with AVX2 (Zen 3): `clmla tune --kernels --products`
+       (2026-11-26) kept the defaults. 2026-11-29, clmla-bench's V2-Lite and V3 products, variants
+       through tuning files, geometric means of the time over the defaults': fp8 block sums, with
+       16 codes a step at 1 row (cl/gemm_skinny.cl), 0.90 over fp8 at 1 and 2 rows (6 rounds in
+       alternating order, 132 ratios, each round's mean 0.82-0.99); the 8-code loop under them
+       took 1.10x that time (6 rounds). Not taken: cpu_wide 1.27 over bf16 and fp8 at 1 row (2
+       rounds; its float16 sums take all of AVX2's 16 registers), cpu_min_panel 128 0.93 in rounds
+       where rows it does not touch gave 0.92. */
+    {"AuthenticAMD", "pthread-haswell-AMD EPYC", "Portable Computing Language", "", 0,
+     {.product = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 1, 4, 16, 1, 0, 0}}},
     /* PoCL 3.1 (Debian 12), 2-core AMD EPYC with AVX-512 (2026-11-26): fp8 block sums, 4
        alternations of clmla-bench's V3 products at 1 row, medians: q_b_proj 1.54 / 1.63 ms,
        qkv_a_proj 0.72 / 0.75, o_proj 4.49 / 4.92 (on / off); 4 and 8 rows slower with them (16.1 /
