@@ -16,6 +16,7 @@ typedef struct bench_device {
     cl_device_id device;
     clmla_device_info info;
     int profiling;          /* the queue has CL_QUEUE_PROFILING_ENABLE */
+    int profiling_warned;   /* bench_time has said once that the events gave implausible spans */
     size_t memory_budget;   /* bytes a row may allocate before it is skipped */
     cl_mem flush_buffer;    /* written or read before every timed call unless --warm-cache (NULL then) */
     size_t flush_bytes;
@@ -124,6 +125,11 @@ typedef struct bench_timing {
 void bench_timing_defaults(bench_timing_options *o, int quick);
 int bench_time(bench_device *dev, const bench_op *op, const bench_timing_options *o, bench_timing *t);
 double bench_now(void);
+/* Whether a profiled time of a call (ms) can stand beside the wall clock's for the same call:
+   positive, at most the wall time (1% and 5 us allowed between the clocks), and at least 1% of
+   it. Mesa 22.3's rusticl gave spans of 1 ns for calls of 0.4 s: taken as they were, every rate
+   of a row would be absurd. */
+int bench_span_plausible(double span_ms, double wall_ms);
 
 /* ---- what one row of results holds ---------------------------------------------------------- */
 

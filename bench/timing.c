@@ -13,7 +13,8 @@
                 the first call) / k, from OpenCL profiling events;
      wall:      the wall-clock time from the first enqueue to the return of clFinish, / k.
    The profiling time is used when the queue has profiling and every sample gave a plausible
-   span (positive, not longer than the wall time), else the wall time. */
+   span (bench_span_plausible), else the wall time, and the first implausible span is reported
+   on stderr once. */
 #include "bench.h"
 
 #include <math.h>
@@ -58,10 +59,18 @@ static int one_call(const bench_op *op, cl_event *last)
     return op->enqueue(op->user, last);
 }
 
-/* k calls back to back; *device_ms < 0 when the profiling span is not available. */
-static int one_sample(bench_device *dev, const bench_op *op, int k, double *wall_ms, double *device_ms)
+int bench_span_plausible(double span_ms, double wall_ms)
+{
+    return span_ms > 0 && span_ms <= wall_ms * 1.01 + 0.005 && span_ms >= wall_ms * 0.01;
+}
+
+/* k calls back to back; *device_ms < 0 when the profiling span is not available, and then
+   *rejected_ms is the span the events gave if they gave one (else < 0). */
+static int one_sample(bench_device *dev, const bench_op *op, int k, double *wall_ms, double *device_ms,
+                      double *rejected_ms)
 {
     *device_ms = -1;
+    *rejected_ms = -1;
     if (op->reset && op->reset(op->user))
         return 1;
     if (dev->flush_buffer) {
@@ -105,11 +114,12 @@ static int one_sample(bench_device *dev, const bench_op *op, int k, double *wall
     if (marker && last) {
         cl_ulong start = 0, end = 0;
         if (clGetEventProfilingInfo(marker, CL_PROFILING_COMMAND_START, sizeof(start), &start, NULL) == CL_SUCCESS &&
-            clGetEventProfilingInfo(last, CL_PROFILING_COMMAND_END, sizeof(end), &end, NULL) == CL_SUCCESS &&
-            end > start) {
-            const double span = (double)(end - start) * 1e-6 / k;
-            if (span <= *wall_ms * 1.01 + 0.005)
+            clGetEventProfilingInfo(last, CL_PROFILING_COMMAND_END, sizeof(end), &end, NULL) == CL_SUCCESS) {
+            const double span = end > start ? (double)(end - start) * 1e-6 / k : 0.0;
+            if (bench_span_plausible(span, *wall_ms))
                 *device_ms = span;
+            else
+                *rejected_ms = span;
         }
     }
     if (marker)
@@ -123,14 +133,14 @@ int bench_time(bench_device *dev, const bench_op *op, const bench_timing_options
 {
     memset(t, 0, sizeof(*t));
     const int max_k = op->max_calls_per_sample > 0 ? op->max_calls_per_sample : 64;
-    double wall = 0, device = 0;
+    double wall = 0, device = 0, rejected = 0;
 
     /* The first call, with whatever compiles it triggers. */
-    if (one_sample(dev, op, 1, &wall, &device))
+    if (one_sample(dev, op, 1, &wall, &device, &rejected))
         return 1;
     t->first_ms = wall;
     /* A warm call to size the samples. */
-    if (one_sample(dev, op, 1, &wall, &device))
+    if (one_sample(dev, op, 1, &wall, &device, &rejected))
         return 1;
     int k = (int)ceil(o->sample_ms / (wall > 1e-3 ? wall : 1e-3));
     if (k < 1)
@@ -154,7 +164,7 @@ int bench_time(bench_device *dev, const bench_op *op, const bench_timing_options
     int n = 0, profiled = dev->profiling, stable = 0;
     const double start = bench_now();
     while (n < o->max_samples) {
-        if (one_sample(dev, op, k, &walls[n], &devices[n])) {
+        if (one_sample(dev, op, k, &walls[n], &devices[n], &rejected)) {
             free(walls);
             free(devices);
             free(scratch);
@@ -162,6 +172,13 @@ int bench_time(bench_device *dev, const bench_op *op, const bench_timing_options
         }
         if (devices[n] < 0)
             profiled = 0;
+        if (rejected >= 0 && !dev->profiling_warned) {
+            fprintf(stderr,
+                    "clmla-bench: the device's profiling events gave %.4g ms for calls the wall clock timed at %.4g ms; "
+                    "such rows are timed by the wall clock (their JSON field timer says which)\n",
+                    rejected, walls[n]);
+            dev->profiling_warned = 1;
+        }
         n++;
         const double elapsed = bench_now() - start;
         if (n >= min_samples && elapsed >= o->min_seconds) {
