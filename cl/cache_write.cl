@@ -22,13 +22,11 @@
 #define ROW (RKV + DR)
 
 
-__kernel void cache_write(__global const float *c_kv, const int c_kv_offset, const int c_kv_stride,
-                          __global const float *k_rope, const int k_rope_offset, const int k_rope_stride,
-                          __global const int *slots, __global CACHE_T *cache)
+/* Work-item (d, t)'s part of token t's row r (above). */
+inline void write_row_part(const int d, const int t, __global const float *c_kv, const int c_kv_offset,
+                           const int c_kv_stride, __global const float *k_rope, const int k_rope_offset,
+                           const int k_rope_stride, __global CACHE_T *r)
 {
-    const int d = get_global_id(0);
-    const int t = get_global_id(1);
-    __global CACHE_T *r = cache + (size_t)slots[t] * CACHE_ROW_UNITS;
 #ifdef CACHE_FP8
     if (d < RKV / 128) {
         __global const float *x = c_kv + c_kv_offset + (size_t)t * c_kv_stride + d * 128;
@@ -55,4 +53,36 @@ __kernel void cache_write(__global const float *c_kv, const int c_kv_offset, con
                             : k_rope[k_rope_offset + (size_t)t * k_rope_stride + (d - RKV)];
     CACHE_STORE(v, d, r); /* cl/prelude.cl */
 #endif
+}
+
+__kernel void cache_write(__global const float *c_kv, const int c_kv_offset, const int c_kv_stride,
+                          __global const float *k_rope, const int k_rope_offset, const int k_rope_stride,
+                          __global const int *slots, __global CACHE_T *cache)
+{
+    const int d = get_global_id(0);
+    const int t = get_global_id(1);
+    write_row_part(d, t, c_kv, c_kv_offset, c_kv_stride, k_rope, k_rope_offset, k_rope_stride,
+                   cache + (size_t)slots[t] * CACHE_ROW_UNITS);
+}
+
+/* The same for slots a caller gives (clmla_paged_write, vLLM's slot_mapping), from slots_offset: a
+ * slot of -1 skips its token; one outside -1 .. num_slots - 1 is not written, and sets bit 4 of
+ * *status (CLMLA_PAGED_BAD_SLOT). */
+__kernel void cache_write_slots(__global const float *c_kv, const int c_kv_offset, const int c_kv_stride,
+                                __global const float *k_rope, const int k_rope_offset, const int k_rope_stride,
+                                __global const int *slots, const int slots_offset, const int num_slots,
+                                __global CACHE_T *cache, __global int *status)
+{
+    const int d = get_global_id(0);
+    const int t = get_global_id(1);
+    const int slot = slots[slots_offset + t];
+    if (slot < -1 || slot >= num_slots) {
+        if (d == 0)
+            atomic_or(status, 4);
+        return;
+    }
+    if (slot == -1)
+        return;
+    write_row_part(d, t, c_kv, c_kv_offset, c_kv_stride, k_rope, k_rope_offset, k_rope_stride,
+                   cache + (size_t)slot * CACHE_ROW_UNITS);
 }

@@ -1054,6 +1054,139 @@ clmla_status clmla_index_select(clmla_cache *cache, int layer, const clmla_index
    CLMLA_ERROR_INVALID_ARGUMENT for a layer out of range or a cache without index keys. (added in 0.4) */
 clmla_status clmla_cache_index_buffer(const clmla_cache *cache, int layer, cl_mem *buffer);
 
+/* ---- attention over a caller's paged cache (engines) ---------------------------------------- */
+/* For engines that own their KV cache (vLLM, SGLang, FlashMLA's callers): one layer's latent cache
+   is [num_blocks, block_size, row] in the caller's memory, laid out as vLLM's MLA backends and
+   FlashMLA hold it. Each token's row is c^KV (kv_lora_rank values) then k^R (rope_dim values):
+     CLMLA_CACHE_F32, CLMLA_CACHE_F16, CLMLA_CACHE_BF16: rkv + dr values of 4 or 2 bytes (vLLM's
+       "auto" cache of the model's dtype);
+     CLMLA_CACHE_FP8: FlashMLA's row (vLLM's "fp8_ds_mla"): rkv e4m3 codes, rkv / 128 float32
+       scales (scale i for codes 128 i .. 128 i + 127), then dr bfloat16 values: 656 bytes at 512 + 64.
+   Slot s = block * block_size + offset is row s of the cache. A clmla_paged holds the kernels of
+   one layout and no memory of the cache: one serves every layer of that layout. Its calls are
+   calls on the context (the threading rules at the top), enqueued on the context's queue; every
+   argument is checked before anything is enqueued, and a refused call changes nothing. (added in 0.4) */
+
+/* Memory handed to a paged call: a buffer of the context's cl_context, or host memory.
+   - mem: the data starts `offset` bytes into it. A buffer shorter than offset plus what the call
+     reads or writes there, or of another cl_context, is refused by name.
+   - host (mem NULL): the data starts at host + offset, and `bytes` bytes from there are the
+     caller's (required: a region shorter than what the call needs is refused by name). Where the
+     device shares host memory (clmla_paged_info.host_unified: PoCL's CPU device, integrated GPUs)
+     and host + offset is a multiple of clmla_paged_info.host_alignment (the device's
+     CL_DEVICE_MEM_BASE_ADDR_ALIGN), the memory is wrapped with CL_MEM_USE_HOST_PTR and used in
+     place: no copy. Otherwise the region is copied to the device and, if the call writes it, back
+     (clmla_paged_info counts these copies). A call given any host memory returns when it is done;
+     the memory must stay valid until then. */
+typedef struct clmla_buffer {
+    cl_mem mem;
+    void *host;
+    size_t offset; /* bytes */
+    size_t bytes;  /* host: bytes at host + offset; mem: unused (the buffer's CL_MEM_SIZE is read) */
+} clmla_buffer;
+
+typedef struct clmla_paged_config {
+    int kv_lora_rank;               /* rkv (512 for DeepSeek-V2/V3); a multiple of 128 for fp8 */
+    int rope_dim;                   /* dr (64), even */
+    int block_size;                 /* tokens per block, any >= 1 */
+    clmla_cache_dtype dtype;        /* the rows' dtype, above */
+} clmla_paged_config;
+
+typedef struct clmla_paged clmla_paged;
+
+/* Builds the kernels of the layout (the attention kernels on first use, per head count). */
+clmla_status clmla_paged_create(clmla_context *ctx, const clmla_paged_config *config, clmla_paged **paged);
+void clmla_paged_destroy(clmla_paged *paged);
+
+typedef struct clmla_paged_info {
+    size_t row_bytes;       /* one token's row: (rkv + dr) x 4 or 2, or rkv + 4 rkv / 128 + 2 dr (fp8) */
+    size_t block_bytes;     /* block_size rows: a cache of n blocks is n x block_bytes */
+    size_t host_alignment;  /* bytes: host memory used in place starts at a multiple of this */
+    int host_unified;       /* 1 where the device shares host memory (CL_DEVICE_HOST_UNIFIED_MEMORY) */
+    uint64_t host_wrapped;  /* host regions used in place so far */
+    uint64_t host_copied;   /* host regions copied so far (misaligned, or the device does not share memory) */
+    uint64_t host_copied_bytes;
+} clmla_paged_info;
+clmla_status clmla_paged_get_info(const clmla_paged *paged, clmla_paged_info *info);
+
+/* Sparse index lists (clmla_paged_attention_args.indices_kind). */
+typedef enum clmla_paged_indices {
+    CLMLA_PAGED_INDICES_SLOTS = 0,     /* cache slots, block * block_size + offset (FlashMLA's sparse decode:
+                                          block_table and cache_seqlens are not read) */
+    CLMLA_PAGED_INDICES_POSITIONS = 1  /* positions 0 .. cache_seqlens[b] - 1 of sequence b, through its row of
+                                          block_table (clmla_attention_latent_sparse's) */
+} clmla_paged_indices;
+
+/* Absorbed attention of B sequences' new tokens over the caller's cache: FlashMLA's
+   flash_mla_with_kvcache, and vLLM's forward_mqa. Query (b, i) attends to
+     dense, causal 0:  keys 0 .. cache_seqlens[b] - 1 of sequence b;
+     dense, causal 1:  keys 0 .. cache_seqlens[b] - seqlen_q + i (the new tokens are the last seqlen_q);
+     sparse (topk > 0): the keys indices[b, i, 0 .. topk - 1] names; an entry outside the valid
+                       range (-1 is the padding) is no key, a key named twice counts twice;
+   where key j of sequence b is row block_table[b, j / block_size] * block_size + j % block_size.
+   Scores are softmax_scale (q~ . c^KV + q^R . k^R); out gets the softmax-weighted sum of c^KV and
+   lse the natural log of the sum of exp(scores). A query with no key gets out 0 and lse -inf.
+   Results are those of clmla_attention_latent over a clmla_cache holding the same rows (the same
+   kernels, bit for bit).
+   Block tables and lengths in host memory are checked before anything is enqueued: a length
+   outside 0 .. max_blocks x block_size, or a block id outside 0 .. num_blocks - 1 among the blocks
+   a query reads, is refused naming the sequence, the entry and num_blocks. Held in a device
+   buffer, they are checked on the device, in the call: a sequence with such a length or block id
+   reads nothing (its queries get out 0 and lse -inf) and the call sets CLMLA_PAGED_BAD_LENGTH or
+   CLMLA_PAGED_BAD_BLOCK in the paged object's status (clmla_paged_status). No kernel reads outside
+   the cache. */
+typedef struct clmla_paged_attention_args {
+    int batch;                  /* B >= 1 */
+    int seqlen_q;               /* query tokens of each sequence, FlashMLA's seqlen_q (0 = 1) */
+    int num_heads;              /* H >= 1 */
+    float softmax_scale;        /* 0: (rkv + dr)^-1/2, FlashMLA's default */
+    int causal;                 /* dense calls, above; a sparse call must leave it 0 */
+    clmla_buffer q;             /* [B, seqlen_q, H, rkv + dr] float32: q~ (W^UK absorbed), then q^R after RoPE */
+    clmla_buffer kv_cache;      /* [num_blocks, block_size, row bytes]; a device buffer's offset a multiple of
+                                   host_alignment */
+    int num_blocks;             /* >= 1, num_blocks x block_size < 2^31 */
+    clmla_buffer block_table;   /* [B, max_blocks] int32; a device buffer's offset a multiple of max_blocks x 4 */
+    int max_blocks;             /* >= 1 */
+    clmla_buffer cache_seqlens; /* [B] int32: the keys each sequence holds, its new tokens included */
+    int max_seqlen;             /* an upper bound of cache_seqlens, to size the split of the keys (0: max_blocks x
+                                   block_size) */
+    clmla_buffer indices;       /* sparse: [B, seqlen_q, topk] int32 */
+    int topk;                   /* 0: dense; else 1 .. CLMLA_SPARSE_MAX_TOPK */
+    clmla_paged_indices indices_kind;
+    clmla_buffer out;           /* [B, seqlen_q, H, rkv] float32, written */
+    clmla_buffer lse;           /* [B, seqlen_q, H] float32, written; optional (mem and host NULL) */
+} clmla_paged_attention_args;
+
+/* *event (optional) completes when out and lse are written. */
+clmla_status clmla_paged_attention(clmla_paged *paged, const clmla_paged_attention_args *args, cl_event *event);
+
+/* vLLM's concat_and_cache_mla: token t's c^KV (after RMSNorm) and k^R (after RoPE) into row
+   slot_mapping[t] of the caller's cache, rounded to the cache's dtype as clmla's own cache writes
+   them (fp8: each 128 values under the power-of-two scale 2^ceil(log2(max(max|x| / 448, 1e-4)))).
+   A slot of -1 skips the token. Slots must be distinct. Slots in host memory outside -1 ..
+   num_blocks x block_size - 1 are refused naming the token; in a device buffer such a token is
+   not written and the call sets CLMLA_PAGED_BAD_SLOT in the status. */
+typedef struct clmla_paged_write_args {
+    int num_tokens;             /* T >= 1 */
+    clmla_buffer kv_c;          /* [T, rkv] float32, rows kv_c_stride floats apart */
+    int kv_c_stride;            /* 0 = rkv */
+    clmla_buffer k_pe;          /* [T, dr] float32, rows k_pe_stride floats apart */
+    int k_pe_stride;            /* 0 = dr */
+    clmla_buffer slot_mapping;  /* [T] int32 */
+    clmla_buffer kv_cache;      /* as clmla_paged_attention_args, written */
+    int num_blocks;
+} clmla_paged_write_args;
+
+clmla_status clmla_paged_write(clmla_paged *paged, const clmla_paged_write_args *args, cl_event *event);
+
+/* Problems found on the device in block tables, lengths and slots it held (flags OR'ed together
+   since the last reset). clmla_paged_status waits for the context's queue, reads them into *flags
+   and, with reset 1, clears them. */
+#define CLMLA_PAGED_BAD_BLOCK 1   /* a block id outside 0 .. num_blocks - 1: that sequence read nothing */
+#define CLMLA_PAGED_BAD_LENGTH 2  /* a cache_seqlens outside 0 .. max_blocks x block_size: likewise */
+#define CLMLA_PAGED_BAD_SLOT 4     /* a slot outside -1 .. num_blocks x block_size - 1: that token not written */
+clmla_status clmla_paged_status(clmla_paged *paged, int reset, uint32_t *flags);
+
 /* ---- projections alone: y = x W^T ---------------------------------------------------------- */
 
 /* For engines that run their own projections (and for clmla-bench): one weight W [n, k] uploaded

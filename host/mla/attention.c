@@ -370,7 +370,8 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
     CLMLA_SET_ARG(ctx, k, 5, qr_off);
     CLMLA_SET_ARG(ctx, k, 6, p->q_rope_token_stride);
     CLMLA_SET_ARG(ctx, k, 7, p->q_rope_head_stride);
-    CLMLA_SET_ARG(ctx, k, 8, cache->layers[layer]);
+    cl_mem kv_rows = p->kv ? p->kv : cache->layers[layer];
+    CLMLA_SET_ARG(ctx, k, 8, kv_rows);
     CLMLA_SET_ARG(ctx, k, 9, p->block_table);
     CLMLA_SET_ARG(ctx, k, 10, p->max_blocks_per_seq);
     CLMLA_SET_ARG(ctx, k, 11, cache->config.block_tokens);

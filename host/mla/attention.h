@@ -23,6 +23,8 @@ typedef struct latent_launch {
        every token alone). max_run: the most tokens of one group. */
     cl_mem token_first;
     int query_len, max_run;
+    /* The cache rows read: cache->layers[layer] when NULL (a caller's rows, clmla_paged_attention). */
+    cl_mem kv;
 } latent_launch;
 
 /* Kernel variants of the attention kernels: work-group kernels that share rows through local

@@ -18,7 +18,8 @@ static clmla_status oom(clmla_context *ctx)
     return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
 }
 
-clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *config, clmla_cache **out)
+/* clmla_cache_create, or with allocate 0 a shell: its kernels and no memory (clmla_cache_create_shell). */
+static clmla_status cache_make(clmla_context *ctx, const clmla_cache_config *config, int allocate, clmla_cache **out)
 {
     if (!out)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_create: NULL output pointer");
@@ -97,8 +98,8 @@ clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *co
     /* Lowest ids on top of the stack, so a fresh pool hands out 0, 1, 2, ... */
     for (int i = 0; st == CLMLA_SUCCESS && i < c.num_blocks; i++)
         cache->free_blocks[i] = c.num_blocks - 1 - i;
-    cache->num_free = c.num_blocks;
-    for (int l = 0; st == CLMLA_SUCCESS && l < c.num_layers; l++) {
+    cache->num_free = allocate ? c.num_blocks : 0;
+    for (int l = 0; allocate && st == CLMLA_SUCCESS && l < c.num_layers; l++) {
         cl_int err = CL_SUCCESS;
         cache->layers[l] = clmla_cl_buffer(ctx, CL_MEM_READ_WRITE, layer_bytes, NULL, &err);
         if (!cache->layers[l])
@@ -131,6 +132,16 @@ clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *co
     }
     *out = cache;
     return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *config, clmla_cache **out)
+{
+    return cache_make(ctx, config, 1, out);
+}
+
+clmla_status clmla_cache_create_shell(clmla_context *ctx, const clmla_cache_config *config, clmla_cache **out)
+{
+    return cache_make(ctx, config, 0, out);
 }
 
 void clmla_cache_destroy(clmla_cache *cache)

@@ -107,6 +107,11 @@ typedef struct cache_txn {
     cache_copy *copies;  /* [at most the number the check counted] */
 } cache_txn;
 
+/* A cache of config's layout (one layer) without memory: its kernels and build options, no layer
+   buffers and no free blocks, for calls over rows a caller owns (host/mla/paged.c), which name the
+   rows' buffer in each launch (latent_launch.kv). */
+clmla_status clmla_cache_create_shell(clmla_context *ctx, const clmla_cache_config *config, clmla_cache **out);
+
 /* Checks that the entries could be appended (known, distinct sequences, num_tokens >= 1, enough
    free blocks for new blocks and for copies of shared blocks written into) without changing
    anything; *total_tokens (optional) is their sum. */
