@@ -1090,6 +1090,13 @@ typedef struct clmla_paged_config {
     int rope_dim;                   /* dr (64), even */
     int block_size;                 /* tokens per block, any >= 1 */
     clmla_cache_dtype dtype;        /* the rows' dtype, above */
+    /* The index-key cache of sparse-attention layers (clmla_paged_index_select; 0: none): keys of
+       index_head_dim values, paged by the same blocks, as clmla_cache_config's index-key cache holds
+       them: block b holds its block_size keys of index_dtype (f32, f16, bf16), or for fp8
+       (DeepSeek-V3.2's: Hadamard-rotated keys, e4m3 codes, one float32 scale per key) the block's
+       block_size x index_head_dim codes, then its block_size scales. */
+    int index_head_dim;
+    clmla_cache_dtype index_dtype;
 } clmla_paged_config;
 
 typedef struct clmla_paged clmla_paged;
@@ -1101,6 +1108,7 @@ void clmla_paged_destroy(clmla_paged *paged);
 typedef struct clmla_paged_info {
     size_t row_bytes;       /* one token's row: (rkv + dr) x 4 or 2, or rkv + 4 rkv / 128 + 2 dr (fp8) */
     size_t block_bytes;     /* block_size rows: a cache of n blocks is n x block_bytes */
+    size_t index_block_bytes; /* one block of the index-key cache (0 without one) */
     size_t host_alignment;  /* bytes: host memory used in place starts at a multiple of this */
     int host_unified;       /* 1 where the device shares host memory (CL_DEVICE_HOST_UNIFIED_MEMORY) */
     uint64_t host_wrapped;  /* host regions used in place so far */
@@ -1178,6 +1186,33 @@ typedef struct clmla_paged_write_args {
 } clmla_paged_write_args;
 
 clmla_status clmla_paged_write(clmla_paged *paged, const clmla_paged_write_args *args, cl_event *event);
+
+/* DeepSeek Sparse Attention's selection over the caller's index-key cache (clmla_index_select's
+   work): query (b, i) scores each position s it sees (the dense rule of clmla_paged_attention,
+   causal or not) as I = sum_h weights[b, i, h] max(q[b, i, h] . k_s, 0), and indices[b, i, :] gets
+   the min(top_k, visible) best positions (on a tie the earlier one) in ascending order, then -1:
+   ready for clmla_paged_attention with CLMLA_PAGED_INDICES_POSITIONS. Tables, lengths and their
+   refusals and status are as in clmla_paged_attention (a sequence with a bad table sees no
+   position: its lists are all -1). Needs a layout with index_head_dim. */
+typedef struct clmla_paged_index_args {
+    int batch;                  /* B >= 1 */
+    int seqlen_q;               /* 0 = 1 */
+    int num_heads;              /* H_I >= 1 */
+    int top_k;                  /* 1 .. CLMLA_SPARSE_MAX_TOPK */
+    int causal;
+    clmla_buffer q;             /* [B, seqlen_q, H_I, index_head_dim] float32, after RoPE */
+    clmla_buffer weights;       /* [B, seqlen_q, H_I] float32, with the indexer's scale */
+    clmla_buffer index_cache;   /* [num_blocks] blocks of index keys (clmla_paged_config); a device buffer's offset a
+                                   multiple of host_alignment */
+    int num_blocks;
+    clmla_buffer block_table;   /* as clmla_paged_attention_args */
+    int max_blocks;
+    clmla_buffer cache_seqlens;
+    int max_seqlen;
+    clmla_buffer indices;       /* [B, seqlen_q, top_k] int32, written */
+} clmla_paged_index_args;
+
+clmla_status clmla_paged_index_select(clmla_paged *paged, const clmla_paged_index_args *args, cl_event *event);
 
 /* Problems found on the device in block tables, lengths and slots it held (flags OR'ed together
    since the last reset). clmla_paged_status waits for the context's queue, reads them into *flags

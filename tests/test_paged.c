@@ -131,8 +131,8 @@ static void write_caller(fixture *f, clmla_buffer kv, const char *what)
 
 /* The cache filled in scattered chunks, the values it holds, its tables, and the caller's buffer
    written with the same rows. Returns 0 when everything worked. */
-static int fixture_make(fixture *f, int rkv, int dr, int bs, clmla_cache_dtype dtype, int nseq, const int *lens,
-                        uint64_t seed)
+static int fixture_make_index(fixture *f, int rkv, int dr, int bs, clmla_cache_dtype dtype, int nseq, const int *lens,
+                              uint64_t seed, int index_dim, clmla_cache_dtype index_dtype)
 {
     memset(f, 0, sizeof(*f));
     const int failed_before = check_failed;
@@ -150,9 +150,10 @@ static int fixture_make(fixture *f, int rkv, int dr, int bs, clmla_cache_dtype d
         blocks += (lens[s] + bs - 1) / bs;
     }
     f->num_blocks = blocks;
-    clmla_cache_config cfg = {1, rkv, dr, bs, blocks, dtype, 0, CLMLA_CACHE_F32};
+    clmla_cache_config cfg = {1, rkv, dr, bs, blocks, dtype, index_dim, index_dtype};
     CHECK_STATUS(clmla_cache_create(ctx, &cfg, &f->cache), CLMLA_SUCCESS, ctx);
-    clmla_paged_config pc = {rkv, dr, bs, dtype};
+    clmla_paged_config pc = {.kv_lora_rank = rkv, .rope_dim = dr, .block_size = bs, .dtype = dtype,
+                             .index_head_dim = index_dim, .index_dtype = index_dtype};
     CHECK_STATUS(clmla_paged_create(ctx, &pc, &f->paged), CLMLA_SUCCESS, ctx);
     if (!f->cache || !f->paged)
         return -1;
@@ -226,6 +227,12 @@ static int fixture_make(fixture *f, int rkv, int dr, int bs, clmla_cache_dtype d
     if (check_failed == failed_before)
         write_caller(f, dev(f->caller), "device");
     return check_failed == failed_before ? 0 : -1;
+}
+
+static int fixture_make(fixture *f, int rkv, int dr, int bs, clmla_cache_dtype dtype, int nseq, const int *lens,
+                        uint64_t seed)
+{
+    return fixture_make_index(f, rkv, dr, bs, dtype, nseq, lens, seed, 0, CLMLA_CACHE_F32);
 }
 
 /* Slot s of the cache's own buffer against the caller's, and unwritten slots still PAD. */
@@ -726,6 +733,170 @@ static void part_bad_tables(void)
     fixture_free(&f);
 }
 
+
+/* ---- the indexer's selection ----------------------------------------------------------------- */
+
+/* Random index keys: the same bytes in the cache's own index-key buffer and in a buffer of the
+   test's; clmla_paged_index_select over the test's against clmla_index_select over the cache's,
+   bit for bit, and (f32 keys) against float64 scores: each list holds min(top_k, visible) distinct
+   positions in ascending order, then -1, and no position left out scores above one taken. */
+static void index_case(int bs, clmla_cache_dtype kd, int sq, int causal, int top_k, uint64_t seed)
+{
+    enum { DI = 32, HI = 4 };
+    fixture f;
+    if (fixture_make_index(&f, 128, 16, bs, CLMLA_CACHE_F32, 4, LENS_A, seed, DI, kd) != 0) {
+        fixture_free(&f);
+        return;
+    }
+    char what[96];
+    snprintf(what, sizeof(what), "index keys %s block %d s_q %d causal %d top_k %d", dtype_name(kd), bs, sq, causal,
+             top_k);
+    clmla_paged_info info;
+    clmla_paged_get_info(f.paged, &info);
+    const size_t key_bytes = (size_t)f.num_blocks * info.index_block_bytes;
+    CHECK(info.index_block_bytes > 0, "%s: no index block bytes", what);
+    tu_rng rng = tu_rng_seed(seed + 1);
+    unsigned char *keys = malloc(key_bytes);
+    float *keyf = NULL;
+    if (kd == CLMLA_CACHE_F32) {
+        keyf = (float *)keys;
+        tu_fill_uniform(keyf, key_bytes / 4, 0.0f, 1.0f, &rng);
+    } else if (kd == CLMLA_CACHE_FP8) { /* codes, then a power-of-two scale per key, per block */
+        for (size_t i = 0; i < key_bytes; i++)
+            keys[i] = (unsigned char)(tu_rng_next(&rng) & 0x7E); /* no NaN codes */
+        for (int b = 0; b < f.num_blocks; b++)
+            for (int r = 0; r < bs; r++) {
+                const float scale = ldexpf(1.0f, -(int)(tu_rng_next(&rng) % 8));
+                memcpy(keys + (size_t)b * info.index_block_bytes + (size_t)bs * DI + 4 * (size_t)r, &scale, 4);
+            }
+    } else { /* f16 or bf16 halves of small values */
+        for (size_t i = 0; i < key_bytes / 2; i++) {
+            const uint16_t v = kd == CLMLA_CACHE_BF16 ? (uint16_t)(0x3C00 + (tu_rng_next(&rng) & 0x01FF) + 0x8000 * (tu_rng_next(&rng) & 1))
+                                                      : (uint16_t)(0x3000 + (tu_rng_next(&rng) & 0x07FF) + 0x8000 * (tu_rng_next(&rng) & 1));
+            memcpy(keys + 2 * i, &v, 2);
+        }
+    }
+    cl_mem own_keys = NULL;
+    CHECK_STATUS(clmla_cache_index_buffer(f.cache, 0, &own_keys), CLMLA_SUCCESS, ctx);
+    clEnqueueWriteBuffer(clmla_context_queue(ctx), own_keys, CL_TRUE, 0, key_bytes, keys, 0, NULL, NULL);
+    cl_mem caller_keys = make_buffer(key_bytes, keys);
+
+    const size_t T = (size_t)f.nseq * sq;
+    float *q = malloc(T * HI * DI * 4), *w = malloc(T * HI * 4);
+    tu_fill_uniform(q, T * HI * DI, 0.0f, 1.0f, &rng);
+    tu_fill_uniform(w, T * HI, 0.5f, 0.5f, &rng);
+    int32_t *lens = malloc((size_t)f.nseq * 4), *seq = malloc(T * 4), *ctxl = malloc(T * 4);
+    int longest = 0;
+    for (int b = 0; b < f.nseq; b++) {
+        lens[b] = f.len[b];
+        longest = lens[b] > longest ? lens[b] : longest;
+    }
+    for (size_t t = 0; t < T; t++) {
+        const int b = (int)(t / sq), i = (int)(t % sq), c = causal ? lens[b] - sq + 1 + i : lens[b];
+        seq[t] = b;
+        ctxl[t] = c < 0 ? 0 : c;
+    }
+    int32_t *got = malloc(T * top_k * 4), *own = malloc(T * top_k * 4);
+    clmla_paged_index_args a = {0};
+    a.batch = f.nseq;
+    a.seqlen_q = sq;
+    a.num_heads = HI;
+    a.top_k = top_k;
+    a.causal = causal;
+    a.q = host(q, T * HI * DI * 4);
+    a.weights = host(w, T * HI * 4);
+    a.index_cache = dev(caller_keys);
+    a.num_blocks = f.num_blocks;
+    a.block_table = host(f.table, (size_t)f.nseq * f.max_blocks * 4);
+    a.max_blocks = f.max_blocks;
+    a.cache_seqlens = host(lens, (size_t)f.nseq * 4);
+    a.indices = host(got, T * top_k * 4);
+    CHECK_STATUS(clmla_paged_index_select(f.paged, &a, NULL), CLMLA_SUCCESS, ctx);
+
+    cl_mem bq = make_buffer(T * HI * DI * 4, q), bw = make_buffer(T * HI * 4, w);
+    cl_mem btable = make_buffer((size_t)f.nseq * f.max_blocks * 4, f.table);
+    cl_mem bseq = make_buffer(T * 4, seq), bctx = make_buffer(T * 4, ctxl), bidx = make_buffer(T * top_k * 4, NULL);
+    clmla_index_select_args sa = {0};
+    sa.num_tokens = (int)T;
+    sa.num_heads = HI;
+    sa.top_k = top_k;
+    sa.q = bq;
+    sa.weights = bw;
+    sa.block_table = btable;
+    sa.max_blocks_per_seq = f.max_blocks;
+    sa.token_seq = bseq;
+    sa.token_ctx_len = bctx;
+    sa.max_ctx_len = longest;
+    sa.indices = bidx;
+    CHECK_STATUS(clmla_index_select(f.cache, 0, &sa, NULL), CLMLA_SUCCESS, ctx);
+    clEnqueueReadBuffer(clmla_context_queue(ctx), bidx, CL_TRUE, 0, T * top_k * 4, own, 0, NULL, NULL);
+    CHECK(memcmp(got, own, T * top_k * 4) == 0, "%s: the lists differ from clmla_index_select's", what);
+
+    if (keyf) {
+        int bad = 0;
+        double *score = malloc(((size_t)longest + 1) * sizeof(double));
+        for (size_t t = 0; t < T && !bad; t++) {
+            const int b = (int)(t / sq), n = ctxl[t];
+            double top = 0.0;
+            for (int s = 0; s < n; s++) {
+                const int slot = f.table[(size_t)b * f.max_blocks + s / bs] * bs + s % bs;
+                double sum = 0.0;
+                for (int h = 0; h < HI; h++) {
+                    double dot = 0.0;
+                    for (int d = 0; d < DI; d++)
+                        dot += (double)q[(t * HI + h) * DI + d] * keyf[(size_t)slot * DI + d];
+                    sum += w[t * HI + h] * (dot > 0.0 ? dot : 0.0);
+                }
+                score[s] = sum;
+                top = fabs(sum) > top ? fabs(sum) : top;
+            }
+            const int32_t *l = got + t * top_k;
+            const int want_n = top_k < n ? top_k : n;
+            char *taken = calloc((size_t)n + 1, 1);
+            double lowest_taken = INFINITY, highest_left = -INFINITY;
+            for (int e = 0; e < top_k; e++) {
+                if (e < want_n) {
+                    bad += l[e] < 0 || l[e] >= n || (e && l[e] <= l[e - 1]);
+                    if (l[e] >= 0 && l[e] < n) {
+                        taken[l[e]] = 1;
+                        lowest_taken = score[l[e]] < lowest_taken ? score[l[e]] : lowest_taken;
+                    }
+                } else {
+                    bad += l[e] != -1;
+                }
+            }
+            for (int s = 0; s < n; s++)
+                if (!taken[s])
+                    highest_left = score[s] > highest_left ? score[s] : highest_left;
+            bad += highest_left > lowest_taken + 1e-5 * top;
+            free(taken);
+        }
+        CHECK(bad == 0, "%s: the lists are not the float64 top-k", what);
+        free(score);
+    }
+    cl_mem all[] = {bq, bw, btable, bseq, bctx, bidx, caller_keys};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        clReleaseMemObject(all[i]);
+    free(keys);
+    free(q);
+    free(w);
+    free(lens);
+    free(seq);
+    free(ctxl);
+    free(got);
+    free(own);
+    fixture_free(&f);
+}
+
+static void part_index(void)
+{
+    index_case(16, CLMLA_CACHE_F32, 1, 0, 8, 601);
+    index_case(5, CLMLA_CACHE_F32, 3, 1, 20, 602);
+    index_case(64, CLMLA_CACHE_BF16, 2, 1, 16, 603);
+    index_case(1, CLMLA_CACHE_FP8, 1, 0, 4, 604);
+    index_case(16, CLMLA_CACHE_F16, 4, 1, 100, 605);
+}
+
 /* ---- refusals --------------------------------------------------------------------------------- */
 
 /* st is the wanted refusal, its message names `name`, nothing was enqueued or allocated since
@@ -881,12 +1052,26 @@ static void part_refusals(void)
     CHECK(memcmp(cache_before, cache_after, f.cache_bytes) == 0, "a refused call changed the caller's cache");
     free(cache_before);
     free(cache_after);
+    /* the indexer's selection on a layout without index keys, and a bad top_k */
+    {
+        clmla_paged_index_args ia = {0};
+        ia.batch = 2;
+        ia.num_heads = 4;
+        ia.top_k = 8;
+        ia.num_blocks = f.num_blocks;
+        ia.max_blocks = f.max_blocks;
+        refused(clmla_paged_index_select(f.paged, &ia, NULL), CLMLA_ERROR_INVALID_ARGUMENT, "index_head_dim 0", n0, NULL,
+                0, "no index keys");
+        ia.top_k = 0;
+        refused(clmla_paged_index_select(f.paged, &ia, NULL), CLMLA_ERROR_INVALID_ARGUMENT, "index_head_dim 0", n0, NULL,
+                0, "no index keys, top_k 0");
+    }
     /* creation */
     clmla_paged *p = NULL;
-    clmla_paged_config bad = {100, 16, 16, CLMLA_CACHE_FP8};
+    clmla_paged_config bad = {.kv_lora_rank = 100, .rope_dim = 16, .block_size = 16, .dtype = CLMLA_CACHE_FP8};
     CHECK_STATUS(clmla_paged_create(ctx, &bad, &p), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
     CHECK(p == NULL && strstr(clmla_last_error(ctx), "kv_lora_rank is 100"), "fp8 rank 100: %s", clmla_last_error(ctx));
-    clmla_paged_config zero_bs = {128, 16, 0, CLMLA_CACHE_F32};
+    clmla_paged_config zero_bs = {.kv_lora_rank = 128, .rope_dim = 16, .block_size = 0, .dtype = CLMLA_CACHE_F32};
     CHECK_STATUS(clmla_paged_create(ctx, &zero_bs, &p), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
     CHECK(strstr(clmla_last_error(ctx), "block_size 0"), "block_size 0: %s", clmla_last_error(ctx));
     call_free(&c);
@@ -894,8 +1079,8 @@ static void part_refusals(void)
 }
 
 static const tu_part parts[] = {
-    {"rows", part_rows}, {"group", part_group}, {"host", part_host}, {"bad_tables", part_bad_tables},
-    {"refusals", part_refusals},
+    {"rows", part_rows},         {"group", part_group},       {"host", part_host},
+    {"bad_tables", part_bad_tables}, {"index", part_index}, {"refusals", part_refusals},
 };
 
 int main(int argc, char **argv)

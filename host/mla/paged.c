@@ -5,6 +5,7 @@
    (attention.c) over the caller's rows. */
 #include "attention.h"
 #include "clcall.h"
+#include "indexer.h"
 #include "program.h"
 #include "scratch.h"
 
@@ -47,7 +48,8 @@ clmla_status clmla_paged_create(clmla_context *ctx, const clmla_paged_config *co
     p->config = *config;
     /* the cache's own checks of the layout (rank, rope dims, dtype), and its kernels */
     const clmla_cache_config cc = {.num_layers = 1, .kv_lora_rank = config->kv_lora_rank, .rope_dim = config->rope_dim,
-                                   .block_tokens = config->block_size, .num_blocks = 1, .dtype = config->dtype};
+                                   .block_tokens = config->block_size, .num_blocks = 1, .dtype = config->dtype,
+                                   .index_head_dim = config->index_head_dim, .index_dtype = config->index_dtype};
     clmla_status st = clmla_cache_create_shell(ctx, &cc, &p->shell);
     if (st == CLMLA_SUCCESS) {
         p->row_bytes = p->shell->row_bytes;
@@ -104,6 +106,7 @@ clmla_status clmla_paged_get_info(const clmla_paged *p, clmla_paged_info *info)
     memset(info, 0, sizeof(*info));
     info->row_bytes = p->row_bytes;
     info->block_bytes = p->row_bytes * (size_t)p->config.block_size;
+    info->index_block_bytes = p->shell->index_row_bytes * (size_t)p->config.block_size;
     info->host_alignment = p->host_alignment;
     info->host_unified = p->host_unified;
     info->host_wrapped = p->wrapped;
@@ -326,20 +329,46 @@ static clmla_status identity_table(clmla_paged *p, int blocks)
     return CLMLA_SUCCESS;
 }
 
-/* The checks of the arguments' values (not their memory). */
-static clmla_status attention_values(const clmla_paged *p, const clmla_paged_attention_args *a, int sq, int sparse,
-                                     int slots)
+/* What a call's dense rule reads: B sequences' lengths and block tables. */
+typedef struct ptables {
+    int batch, sq, causal, num_blocks, max_blocks, max_seqlen;
+    int slots; /* a sparse call over slots: no tables */
+} ptables;
+
+/* The checks of the values that every call over the cache shares (not their memory). */
+static clmla_status table_values(const clmla_paged *p, const char *fn, const ptables *t, int heads)
+{
+    clmla_context *ctx = p->ctx;
+    const int bs = p->config.block_size;
+    if (t->batch < 1 || t->sq < 1 || heads < 1)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: batch %d, seqlen_q %d and num_heads %d must be >= 1", fn,
+                          t->batch, t->sq, heads);
+    if (t->causal != 0 && t->causal != 1)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: causal %d is not 0 or 1", fn, t->causal);
+    if (t->num_blocks < 1 || (long long)t->num_blocks * bs > INT_MAX)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "%s: num_blocks %d must be >= 1 with num_blocks x block_size (%d) below 2^31", fn, t->num_blocks,
+                          bs);
+    if (!t->slots && (t->max_blocks < 1 || (long long)t->max_blocks * bs > INT_MAX))
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "%s: max_blocks %d must be >= 1 with max_blocks x block_size (%d) below 2^31", fn, t->max_blocks,
+                          bs);
+    if (!t->slots && (t->max_seqlen < 0 || (long long)t->max_seqlen > (long long)t->max_blocks * bs))
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: max_seqlen %d is not in 0..max_blocks %d x block_size %d",
+                          fn, t->max_seqlen, t->max_blocks, bs);
+    return CLMLA_SUCCESS;
+}
+
+static clmla_status attention_values(const clmla_paged *p, const clmla_paged_attention_args *a, const ptables *t,
+                                     int sparse)
 {
     static const char fn[] = "clmla_paged_attention";
     clmla_context *ctx = p->ctx;
-    const int bs = p->config.block_size;
-    if (a->batch < 1 || sq < 1 || a->num_heads < 1)
-        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: batch %d, seqlen_q %d and num_heads %d must be >= 1", fn,
-                          a->batch, sq, a->num_heads);
+    clmla_status st = table_values(p, fn, t, a->num_heads);
+    if (st != CLMLA_SUCCESS)
+        return st;
     if (!isfinite(a->softmax_scale))
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: softmax_scale %g is not finite", fn, a->softmax_scale);
-    if (a->causal != 0 && a->causal != 1)
-        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: causal %d is not 0 or 1", fn, a->causal);
     if (a->topk < 0 || a->topk > CLMLA_SPARSE_MAX_TOPK)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: topk %d is not in 0..%d", fn, a->topk,
                           CLMLA_SPARSE_MAX_TOPK);
@@ -350,59 +379,70 @@ static clmla_status attention_values(const clmla_paged *p, const clmla_paged_att
     if (a->indices_kind != CLMLA_PAGED_INDICES_SLOTS && a->indices_kind != CLMLA_PAGED_INDICES_POSITIONS)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: indices_kind %d is not SLOTS (0) or POSITIONS (1)", fn,
                           (int)a->indices_kind);
-    if (a->num_blocks < 1 || (long long)a->num_blocks * bs > INT_MAX)
-        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
-                          "%s: num_blocks %d must be >= 1 with num_blocks x block_size (%d) below 2^31", fn, a->num_blocks,
-                          bs);
-    if (!slots && (a->max_blocks < 1 || (long long)a->max_blocks * bs > INT_MAX))
-        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
-                          "%s: max_blocks %d must be >= 1 with max_blocks x block_size (%d) below 2^31", fn, a->max_blocks,
-                          bs);
-    if (!slots && (a->max_seqlen < 0 || (long long)a->max_seqlen > (long long)a->max_blocks * bs))
-        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: max_seqlen %d is not in 0..max_blocks %d x block_size %d",
-                          fn, a->max_seqlen, a->max_blocks, bs);
     const int rkv = p->config.kv_lora_rank, dr = p->config.rope_dim;
-    const long long tokens = (long long)a->batch * sq;
+    const long long tokens = (long long)t->batch * t->sq;
     if (tokens * a->num_heads * (rkv + dr) > INT_MAX || (sparse && tokens * a->topk > INT_MAX))
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
-                          "%s: batch %d x seqlen_q %d x num_heads %d x %d values (or x topk %d) pass 2^31", fn, a->batch, sq,
-                          a->num_heads, rkv + dr, a->topk);
+                          "%s: batch %d x seqlen_q %d x num_heads %d x %d values (or x topk %d) pass 2^31", fn, t->batch,
+                          t->sq, a->num_heads, rkv + dr, a->topk);
     return CLMLA_SUCCESS;
 }
 
-/* Lengths and block ids in host memory: a length outside 0 .. max_blocks x block_size, or a block
-   id outside 0 .. num_blocks - 1 among the blocks the sequence's queries read, is refused. *longest
-   gets the longest length. */
-static clmla_status check_host_tables(const clmla_paged *p, const clmla_paged_attention_args *a, const pbuf *table,
-                                      const pbuf *lens, int *longest)
+/* Every argument's memory (check_buffer), with units of 4 bytes but for the cache's blocks. */
+static clmla_status check_buffers(pcall *c, const clmla_buffer *blocks)
 {
-    static const char fn[] = "clmla_paged_attention";
+    for (int i = 0; i < c->count; i++) {
+        const size_t unit = c->b[i].given == blocks ? 1 : 4;
+        clmla_status st = check_buffer(c, &c->b[i], unit);
+        if (st != CLMLA_SUCCESS)
+            return st;
+        if (unit == 4 && c->b[i].given->offset / 4 + c->b[i].need / 4 > INT_MAX)
+            return clmla_fail(c->p->ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: %s's offset and size pass 2^31 elements",
+                              c->fn, c->b[i].name);
+    }
+    return CLMLA_SUCCESS;
+}
+
+/* Lengths and block ids: a device table's offset must be whole rows; in host memory, a length
+   outside 0 .. max_blocks x block_size, or a block id outside 0 .. num_blocks - 1 among the blocks
+   the sequence's queries read, is refused. *max_ctx: the keys to size the work for (the longest
+   host length, else max_seqlen or the table's length). */
+static clmla_status check_tables(const clmla_paged *p, const char *fn, const ptables *t, const pbuf *table,
+                                 const pbuf *lens, int *max_ctx)
+{
     const int bs = p->config.block_size;
-    *longest = 0;
-    for (int b = 0; b < a->batch; b++) {
+    *max_ctx = t->max_seqlen ? t->max_seqlen : t->max_blocks * bs;
+    if (table->given->mem && table->given->offset % ((size_t)t->max_blocks * 4))
+        return clmla_fail(p->ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "%s: block_table's offset %zu is not a multiple of a row (max_blocks %d x 4 bytes)", fn,
+                          table->given->offset, t->max_blocks);
+    if (!lens->given->host)
+        return CLMLA_SUCCESS;
+    *max_ctx = 0;
+    for (int b = 0; b < t->batch; b++) {
         const int32_t len = host_int(lens, (size_t)b);
-        if (len < 0 || (long long)len > (long long)a->max_blocks * bs)
+        if (len < 0 || (long long)len > (long long)t->max_blocks * bs)
             return clmla_fail(p->ctx, CLMLA_ERROR_INVALID_ARGUMENT,
                               "%s: cache_seqlens[%d] = %d is not in 0..%lld (max_blocks %d x block_size %d)", fn, b, len,
-                              (long long)a->max_blocks * bs, a->max_blocks, bs);
-        if (len > *longest)
-            *longest = len;
+                              (long long)t->max_blocks * bs, t->max_blocks, bs);
+        if (len > *max_ctx)
+            *max_ctx = len;
         if (!table->given->host)
             continue;
         for (int j = 0; j < (len + bs - 1) / bs; j++) {
-            const int32_t id = host_int(table, (size_t)b * a->max_blocks + j);
-            if (id < 0 || id >= a->num_blocks)
+            const int32_t id = host_int(table, (size_t)b * t->max_blocks + j);
+            if (id < 0 || id >= t->num_blocks)
                 return clmla_fail(p->ctx, CLMLA_ERROR_INVALID_ARGUMENT,
                                   "%s: block_table[%d][%d] = %d is not in 0..%d (num_blocks %d); sequence %d reads %d "
                                   "blocks for cache_seqlens %d",
-                                  fn, b, j, id, a->num_blocks - 1, a->num_blocks, b, (len + bs - 1) / bs, len);
+                                  fn, b, j, id, t->num_blocks - 1, t->num_blocks, b, (len + bs - 1) / bs, len);
         }
     }
     return CLMLA_SUCCESS;
 }
 
-static clmla_status enqueue_tokens(clmla_paged *p, const clmla_paged_attention_args *a, int sq, const pbuf *table,
-                                   const pbuf *lens, cl_mem token_seq, cl_mem token_ctx)
+static clmla_status enqueue_tokens(clmla_paged *p, const ptables *t, const pbuf *table, const pbuf *lens,
+                                   cl_mem token_seq, cl_mem token_ctx)
 {
     clmla_context *ctx = p->ctx;
     cl_kernel k = p->tokens_kernel;
@@ -412,17 +452,24 @@ static clmla_status enqueue_tokens(clmla_paged *p, const clmla_paged_attention_a
     CLMLA_SET_ARG(ctx, k, 1, lens_off);
     CLMLA_SET_ARG(ctx, k, 2, table->mem);
     CLMLA_SET_ARG(ctx, k, 3, table_off);
-    CLMLA_SET_ARG(ctx, k, 4, a->max_blocks);
+    CLMLA_SET_ARG(ctx, k, 4, t->max_blocks);
     CLMLA_SET_ARG(ctx, k, 5, bs);
-    CLMLA_SET_ARG(ctx, k, 6, a->num_blocks);
-    CLMLA_SET_ARG(ctx, k, 7, sq);
-    CLMLA_SET_ARG(ctx, k, 8, a->causal);
+    CLMLA_SET_ARG(ctx, k, 6, t->num_blocks);
+    CLMLA_SET_ARG(ctx, k, 7, t->sq);
+    CLMLA_SET_ARG(ctx, k, 8, t->causal);
     CLMLA_SET_ARG(ctx, k, 9, token_seq);
     CLMLA_SET_ARG(ctx, k, 10, token_ctx);
     CLMLA_SET_ARG(ctx, k, 11, p->status);
-    const size_t global[1] = {(size_t)a->batch * sq};
+    const size_t global[1] = {(size_t)t->batch * t->sq};
     cl_int err = clmla_cl_enqueue_rows(ctx, k, 1, global, NULL);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue paged_tokens");
+}
+
+/* The scratch tables of T query tokens. */
+static clmla_status token_tables(clmla_paged *p, size_t T, cl_mem *token_seq, cl_mem *token_ctx)
+{
+    clmla_status st = clmla_scratch(p->ctx, SCRATCH_PAGED_SEQ, T * sizeof(cl_int), token_seq);
+    return st == CLMLA_SUCCESS ? clmla_scratch(p->ctx, SCRATCH_PAGED_CTX, T * sizeof(cl_int), token_ctx) : st;
 }
 
 clmla_status clmla_paged_attention(clmla_paged *p, const clmla_paged_attention_args *a, cl_event *event)
@@ -433,51 +480,37 @@ clmla_status clmla_paged_attention(clmla_paged *p, const clmla_paged_attention_a
     if (!p || !a)
         return clmla_fail(p ? p->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "%s: NULL argument", fn);
     clmla_context *ctx = p->ctx;
-    const int sq = a->seqlen_q ? a->seqlen_q : 1, sparse = a->topk > 0;
-    const int slots = sparse && a->indices_kind == CLMLA_PAGED_INDICES_SLOTS;
-    clmla_status st = attention_values(p, a, sq, sparse, slots);
+    const int sparse = a->topk > 0;
+    const ptables t = {a->batch,      a->seqlen_q ? a->seqlen_q : 1, a->causal, a->num_blocks, a->max_blocks,
+                       a->max_seqlen, sparse && a->indices_kind == CLMLA_PAGED_INDICES_SLOTS};
+    clmla_status st = attention_values(p, a, &t, sparse);
     if (st != CLMLA_SUCCESS)
         return st;
     const int rkv = p->config.kv_lora_rank, dr = p->config.rope_dim, bs = p->config.block_size;
-    const size_t T = (size_t)a->batch * sq, H = (size_t)a->num_heads;
+    const size_t T = (size_t)a->batch * t.sq, H = (size_t)a->num_heads;
 
     pcall c = {.p = p, .fn = fn};
     pbuf *q = arg(&c, "q", &a->q, T * H * (rkv + dr) * 4, 0, 0);
     pbuf *kv = arg(&c, "kv_cache", &a->kv_cache, (size_t)a->num_blocks * bs * p->row_bytes, 0, 1);
-    pbuf *table = slots ? NULL : arg(&c, "block_table", &a->block_table, (size_t)a->batch * a->max_blocks * 4, 0, 0);
-    pbuf *lens = slots ? NULL : arg(&c, "cache_seqlens", &a->cache_seqlens, (size_t)a->batch * 4, 0, 0);
+    pbuf *table = t.slots ? NULL : arg(&c, "block_table", &a->block_table, (size_t)a->batch * a->max_blocks * 4, 0, 0);
+    pbuf *lens = t.slots ? NULL : arg(&c, "cache_seqlens", &a->cache_seqlens, (size_t)a->batch * 4, 0, 0);
     pbuf *idx = sparse ? arg(&c, "indices", &a->indices, T * (size_t)a->topk * 4, 0, 0) : NULL;
     pbuf *out = arg(&c, "out", &a->out, T * H * rkv * 4, 1, 0);
     pbuf *lse = a->lse.mem || a->lse.host ? arg(&c, "lse", &a->lse, T * H * 4, 1, 0) : NULL;
-    for (int i = 0; i < c.count; i++) {
-        const size_t unit = c.b[i].given == &a->kv_cache ? 1 : 4;
-        if ((st = check_buffer(&c, &c.b[i], unit)) != CLMLA_SUCCESS)
-            return st;
-        if (c.b[i].given->offset / unit + c.b[i].need / unit > INT_MAX && unit == 4)
-            return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: %s's offset and size pass 2^31 elements", fn,
-                              c.b[i].name);
-    }
-    if (table && table->given->mem && table->given->offset % ((size_t)a->max_blocks * 4))
-        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
-                          "%s: block_table's offset %zu is not a multiple of a row (max_blocks %d x 4 bytes)", fn,
-                          table->given->offset, a->max_blocks);
-    int max_ctx = slots ? a->num_blocks * bs : a->max_seqlen ? a->max_seqlen : a->max_blocks * bs;
-    if (lens && lens->given->host) {
-        int longest = 0;
-        if ((st = check_host_tables(p, a, table, lens, &longest)) != CLMLA_SUCCESS)
-            return st;
-        max_ctx = longest;
-    }
-    if (slots && (st = identity_table(p, a->num_blocks)) != CLMLA_SUCCESS)
+    if ((st = check_buffers(&c, &a->kv_cache)) != CLMLA_SUCCESS)
+        return st;
+    int max_ctx = a->num_blocks * bs;
+    if (!t.slots && (st = check_tables(p, fn, &t, table, lens, &max_ctx)) != CLMLA_SUCCESS)
+        return st;
+    if (t.slots && (st = identity_table(p, a->num_blocks)) != CLMLA_SUCCESS)
         return st;
     cl_mem token_seq = NULL, token_ctx = NULL;
-    if ((st = clmla_scratch(ctx, SCRATCH_PAGED_SEQ, T * sizeof(cl_int), &token_seq)) != CLMLA_SUCCESS ||
-        (st = clmla_scratch(ctx, SCRATCH_PAGED_CTX, T * sizeof(cl_int), &token_ctx)) != CLMLA_SUCCESS)
+    if ((st = token_tables(p, T, &token_seq, &token_ctx)) != CLMLA_SUCCESS)
         return st;
 
     if ((st = materialize(&c)) != CLMLA_SUCCESS)
         return st;
-    if (slots) { /* every query sees slot s as position s of one sequence whose table is 0, 1, 2, .. */
+    if (t.slots) { /* every query sees slot s as position s of one sequence whose table is 0, 1, 2, .. */
         const cl_int zero = 0, all = a->num_blocks * bs;
         cl_int err = clEnqueueFillBuffer(ctx->queue, token_seq, &zero, sizeof(zero), 0, T * sizeof(cl_int), 0, NULL, NULL);
         if (err == CL_SUCCESS)
@@ -485,7 +518,7 @@ clmla_status clmla_paged_attention(clmla_paged *p, const clmla_paged_attention_a
         if (err != CL_SUCCESS)
             st = clmla_fail_cl(ctx, err, "filling the token tables of a slot-indexed call");
     } else {
-        st = enqueue_tokens(p, a, sq, table, lens, token_seq, token_ctx);
+        st = enqueue_tokens(p, &t, table, lens, token_seq, token_ctx);
     }
     if (st == CLMLA_SUCCESS) {
         latent_launch lp;
@@ -501,8 +534,8 @@ clmla_status clmla_paged_attention(clmla_paged *p, const clmla_paged_attention_a
         lp.q_rope_offset = q->offset / 4 + (size_t)rkv;
         lp.q_rope_token_stride = lp.q_latent_token_stride;
         lp.q_rope_head_stride = rkv + dr;
-        lp.block_table = slots ? p->identity : table->mem;
-        lp.max_blocks_per_seq = slots ? p->identity_blocks : a->max_blocks;
+        lp.block_table = t.slots ? p->identity : table->mem;
+        lp.max_blocks_per_seq = t.slots ? p->identity_blocks : a->max_blocks;
         lp.token_seq = token_seq;
         lp.token_ctx_len = token_ctx;
         lp.max_ctx_len = max_ctx;
@@ -515,11 +548,78 @@ clmla_status clmla_paged_attention(clmla_paged *p, const clmla_paged_attention_a
             lp.indices_offset = idx->offset / 4;
             lp.topk = a->topk;
         } else {
-            lp.query_len = sq > 1 ? sq : 0;
+            lp.query_len = t.sq > 1 ? t.sq : 0;
         }
-        lp.max_run = sparse ? 1 : sq;
+        lp.max_run = sparse ? 1 : t.sq;
         lp.kv = kv->mem;
         st = clmla_latent_attention_enqueue(p->shell, 0, &lp, event);
+    }
+    return finish_call(&c, st);
+}
+
+/* ---- the indexer's selection ---------------------------------------------------------------- */
+
+clmla_status clmla_paged_index_select(clmla_paged *p, const clmla_paged_index_args *a, cl_event *event)
+{
+    static const char fn[] = "clmla_paged_index_select";
+    if (event)
+        *event = NULL;
+    if (!p || !a)
+        return clmla_fail(p ? p->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+    clmla_context *ctx = p->ctx;
+    const ptables t = {a->batch,      a->seqlen_q ? a->seqlen_q : 1, a->causal, a->num_blocks, a->max_blocks,
+                       a->max_seqlen, 0};
+    clmla_status st = table_values(p, fn, &t, a->num_heads);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    const int dI = p->config.index_head_dim, bs = p->config.block_size;
+    if (!dI)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: the layout has no index-key cache (index_head_dim 0)", fn);
+    if (a->top_k < 1 || a->top_k > CLMLA_SPARSE_MAX_TOPK)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: top_k %d is not in 1..%d", fn, a->top_k,
+                          CLMLA_SPARSE_MAX_TOPK);
+    const size_t T = (size_t)a->batch * t.sq, H = (size_t)a->num_heads;
+    if ((long long)T * (long long)H * dI > INT_MAX || (long long)T * a->top_k > INT_MAX)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: the queries or the lists pass 2^31 values", fn);
+    pcall c = {.p = p, .fn = fn};
+    pbuf *q = arg(&c, "q", &a->q, T * H * (size_t)dI * 4, 0, 0);
+    pbuf *w = arg(&c, "weights", &a->weights, T * H * 4, 0, 0);
+    pbuf *keys = arg(&c, "index_cache", &a->index_cache, (size_t)a->num_blocks * bs * p->shell->index_row_bytes, 0, 1);
+    pbuf *table = arg(&c, "block_table", &a->block_table, (size_t)a->batch * a->max_blocks * 4, 0, 0);
+    pbuf *lens = arg(&c, "cache_seqlens", &a->cache_seqlens, (size_t)a->batch * 4, 0, 0);
+    pbuf *idx = arg(&c, "indices", &a->indices, T * (size_t)a->top_k * 4, 1, 0);
+    if ((st = check_buffers(&c, &a->index_cache)) != CLMLA_SUCCESS)
+        return st;
+    int max_ctx = 0;
+    if ((st = check_tables(p, fn, &t, table, lens, &max_ctx)) != CLMLA_SUCCESS)
+        return st;
+    clmla_index_kernels *ik = NULL;
+    if ((st = clmla_index_kernels_for(p->shell, a->num_heads, 0, CLMLA_ROPE_INTERLEAVED, &ik)) != CLMLA_SUCCESS)
+        return st;
+    cl_mem token_seq = NULL, token_ctx = NULL;
+    if ((st = token_tables(p, T, &token_seq, &token_ctx)) != CLMLA_SUCCESS)
+        return st;
+    if ((st = materialize(&c)) != CLMLA_SUCCESS)
+        return st;
+    st = enqueue_tokens(p, &t, table, lens, token_seq, token_ctx);
+    if (st == CLMLA_SUCCESS) {
+        clmla_index_select_args sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.num_tokens = (int)T;
+        sa.num_heads = a->num_heads;
+        sa.top_k = a->top_k;
+        sa.q = q->mem;
+        sa.q_offset = q->offset / 4;
+        sa.weights = w->mem;
+        sa.weights_offset = w->offset / 4;
+        sa.block_table = table->mem;
+        sa.max_blocks_per_seq = a->max_blocks;
+        sa.token_seq = token_seq;
+        sa.token_ctx_len = token_ctx;
+        sa.max_ctx_len = max_ctx > 0 ? max_ctx : 1;
+        sa.indices = idx->mem;
+        sa.indices_offset = idx->offset / 4;
+        st = clmla_index_select_enqueue(ik, keys->mem, &sa, event);
     }
     return finish_call(&c, st);
 }
@@ -550,15 +650,9 @@ clmla_status clmla_paged_write(clmla_paged *p, const clmla_paged_write_args *a, 
     pbuf *kpe = arg(&c, "k_pe", &a->k_pe, ((T - 1) * (size_t)pe_stride + (size_t)dr) * 4, 0, 0);
     pbuf *slot = arg(&c, "slot_mapping", &a->slot_mapping, T * 4, 0, 0);
     pbuf *kv = arg(&c, "kv_cache", &a->kv_cache, (size_t)a->num_blocks * bs * p->row_bytes, 1, 1);
-    clmla_status st;
-    for (int i = 0; i < c.count; i++) {
-        const size_t unit = c.b[i].given == &a->kv_cache ? 1 : 4;
-        if ((st = check_buffer(&c, &c.b[i], unit)) != CLMLA_SUCCESS)
-            return st;
-        if (unit == 4 && c.b[i].given->offset / 4 + c.b[i].need / 4 > INT_MAX)
-            return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: %s's offset and size pass 2^31 elements", fn,
-                              c.b[i].name);
-    }
+    clmla_status st = check_buffers(&c, &a->kv_cache);
+    if (st != CLMLA_SUCCESS)
+        return st;
     const int num_slots = a->num_blocks * bs;
     if (slot->given->host)
         for (size_t t = 0; t < T; t++) {
