@@ -14,10 +14,14 @@ from ._core import (CACHE_DTYPES, HEADER_VERSION, PATHS, WEIGHTS_DTYPES, Cache, 
                     Layer, LayerConfig, Linear, Sequence, Weight, default_context, devices, index_select, latent_attention,
                     model_types, presets, resolve_device, version)
 from . import _binding as binding
+from . import engine
+from .engine import (concat_and_cache_mla, empty_kv_cache, flash_mla_with_kvcache, get_mla_metadata, indexer_select,
+                     paged_info, paged_status)
 
 __version__ = HEADER_VERSION
 WARMUP_TOKENS = CONST["CLMLA_WARMUP_TOKENS"]
 
 __all__ = ["Cache", "CacheInfo", "Context", "Device", "Error", "Layer", "LayerConfig", "Linear", "Sequence", "Weight",
            "default_context", "devices", "index_select", "latent_attention", "model_types", "presets", "resolve_device", "version",
-           "binding", "library_path", "WARMUP_TOKENS", "CACHE_DTYPES", "WEIGHTS_DTYPES", "PATHS", "__version__"]
+           "flash_mla_with_kvcache", "get_mla_metadata", "concat_and_cache_mla", "indexer_select", "empty_kv_cache",
+           "paged_info", "paged_status", "engine", "binding", "library_path", "WARMUP_TOKENS", "CACHE_DTYPES", "WEIGHTS_DTYPES", "PATHS", "__version__"]

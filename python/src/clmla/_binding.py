@@ -25,6 +25,7 @@ _SCALARS = {
     "unsigned": ctypes.c_uint,
     "int32_t": ctypes.c_int32,
     "int64_t": ctypes.c_int64,
+    "uint32_t": ctypes.c_uint32,
     "uint64_t": ctypes.c_uint64,
     "size_t": ctypes.c_size_t,
     "double": ctypes.c_double,
