@@ -11,13 +11,16 @@
  *                 query reads is outside 0 .. num_blocks - 1, 2 a length outside 0 .. max_blocks *
  *                 block_size. Either way that query sees no key (token_ctx 0): it reads nothing.
  *
- * Work-item t makes the entries of query token t; it reads the ids of the blocks it will attend to. */
+ * Work-item t < num_tokens (B * seqlen_q) makes the entries of query token t; it reads the ids of the
+ * blocks it will attend to. */
 __kernel void paged_tokens(__global const int *seqlens, const int seqlens_offset, __global const int *table,
                            const int table_offset, const int max_blocks, const int block_size, const int num_blocks,
-                           const int seqlen_q, const int causal, __global int *token_seq, __global int *token_ctx,
-                           __global int *status)
+                           const int seqlen_q, const int causal, const int num_tokens, __global int *token_seq,
+                           __global int *token_ctx, __global int *status)
 {
     const int t = get_global_id(0);
+    if (t >= num_tokens)
+        return;
     const int b = t / seqlen_q, i = t - b * seqlen_q;
     const int len = seqlens[seqlens_offset + b];
     int bad = 0;

@@ -550,6 +550,110 @@ static void test_cache_write(void)
     }
 }
 
+/* ---- the paged calls' kernels (cl/paged.cl, cache_write_slots) ------------------------------------------ */
+
+/* paged_tokens: per query token its table row and visible keys; a length outside 0 .. max_blocks *
+   block_size or an id outside 0 .. num_blocks - 1 among the blocks read gives 0 keys and a status
+   bit; ids past those a query reads are not looked at. The table starts a row into its buffer. */
+static void test_paged_tokens(void)
+{
+    enum { B = 5, MB = 3, BS = 4, NB = 6, SQ = 2 };
+    cl_kernel k = kernel("paged", "", "paged_tokens");
+    /* row 0 is before the table (table_offset MB) */
+    const int32_t table[(B + 1) * MB] = {9, 9, 9, /* */ 0, 1, 2, /* */ 5, 99, 99, /* */ 3, NB, 0, /* */ 4, -1, 1,
+                                         /* */ 2, 2, 2};
+    const int32_t lens[1 + B] = {77, 9, 3, 9, 4, MB * BS + 1}; /* lens_offset 1 */
+    const int want_status = 3;
+    int32_t want_seq[B * SQ], want_ctx[B * SQ];
+    for (int causal = 0; causal < 2; causal++) {
+        for (int t = 0; t < B * SQ; t++) {
+            const int b = t / SQ, i = t % SQ, len = lens[1 + b];
+            int c = causal ? len - SQ + 1 + i : len;
+            c = c < 0 ? 0 : c;
+            if (b == 2 || b == 4 || (b == 3 && c > 4)) /* id NB in block 1, a length past the table, -1 in block 1 */
+                c = b == 3 && c <= 4 ? c : 0;
+            want_seq[t] = 1 + b;
+            want_ctx[t] = c;
+        }
+        const int zero = 0;
+        cl_mem bl = buffer(sizeof(lens), lens), bt = buffer(sizeof(table), table);
+        cl_mem bseq = buffer(sizeof(want_seq), NULL), bctx = buffer(sizeof(want_ctx), NULL), bst = buffer(4, &zero);
+        const int lens_off = 1, table_off = MB, mb = MB, bs = BS, nb = NB, sq = SQ, tokens = B * SQ;
+        ARG(k, 0, bl);
+        ARG(k, 1, lens_off);
+        ARG(k, 2, bt);
+        ARG(k, 3, table_off);
+        ARG(k, 4, mb);
+        ARG(k, 5, bs);
+        ARG(k, 6, nb);
+        ARG(k, 7, sq);
+        ARG(k, 8, causal);
+        ARG(k, 9, tokens);
+        ARG(k, 10, bseq);
+        ARG(k, 11, bctx);
+        ARG(k, 12, bst);
+        const size_t global[1] = {B * SQ + 3}; /* items past the tokens, as clmla_cl_enqueue_rows rounds up */
+        if (launch(k, 1, global, NULL)) {
+            int32_t got_seq[B * SQ], got_ctx[B * SQ], status = 0;
+            download(bseq, sizeof(got_seq), got_seq);
+            download(bctx, sizeof(got_ctx), got_ctx);
+            download(bst, 4, &status);
+            CHECK(memcmp(got_seq, want_seq, sizeof(got_seq)) == 0, "paged_tokens causal %d: table rows differ", causal);
+            for (int t = 0; t < B * SQ; t++)
+                CHECK(got_ctx[t] == want_ctx[t], "paged_tokens causal %d: token %d sees %d keys, expected %d", causal, t,
+                      got_ctx[t], want_ctx[t]);
+            CHECK(status == want_status, "paged_tokens causal %d: status %d, expected %d", causal, status, want_status);
+        }
+    }
+}
+
+/* cache_write_slots (f32 rows): slots from an offset, -1 skipped, others out of range not written
+   and flagged (status bit 4), every other row untouched. */
+static void test_cache_write_slots(void)
+{
+    enum { T = 5, ROWS = 6 };
+    char options[64];
+    snprintf(options, sizeof(options), "-D RKV=%d -D DR=%d", CW_RKV, CW_DR);
+    cl_kernel k = kernel("cache_write", options, "cache_write_slots");
+    float ckv[T * CW_RKV], kr[T * CW_DR], cache[ROWS * CW_ROW], want[ROWS * CW_ROW];
+    tu_rng rng = tu_rng_seed(31);
+    fill(ckv, T * CW_RKV, 2.0f, &rng);
+    fill(kr, T * CW_DR, 2.0f, &rng);
+    for (int i = 0; i < ROWS * CW_ROW; i++)
+        cache[i] = want[i] = -3.0f - (float)i;
+    const int32_t slots[1 + T] = {0, 4, -1, ROWS, 1, -2}; /* slots_offset 1 */
+    for (int t = 0; t < T; t++) {
+        const int s = slots[1 + t];
+        if (s < 0 || s >= ROWS)
+            continue;
+        for (int d = 0; d < CW_ROW; d++)
+            want[s * CW_ROW + d] = d < CW_RKV ? ckv[t * CW_RKV + d] : kr[t * CW_DR + d - CW_RKV];
+    }
+    const int zero = 0, off = 0, rkv = CW_RKV, dr = CW_DR, soff = 1, rows = ROWS;
+    cl_mem cb = buffer(sizeof(ckv), ckv), kb = buffer(sizeof(kr), kr), sb = buffer(sizeof(slots), slots);
+    cl_mem cacheb = buffer(sizeof(cache), cache), stb = buffer(4, &zero);
+    ARG(k, 0, cb);
+    ARG(k, 1, off);
+    ARG(k, 2, rkv);
+    ARG(k, 3, kb);
+    ARG(k, 4, off);
+    ARG(k, 5, dr);
+    ARG(k, 6, sb);
+    ARG(k, 7, soff);
+    ARG(k, 8, rows);
+    ARG(k, 9, cacheb);
+    ARG(k, 10, stb);
+    const size_t global[2] = {CW_ROW, T};
+    if (launch(k, 2, global, NULL)) {
+        float got[ROWS * CW_ROW];
+        int status = 0;
+        download(cacheb, sizeof(got), got);
+        download(stb, 4, &status);
+        CHECK(memcmp(got, want, sizeof(got)) == 0, "cache_write_slots: the rows differ");
+        CHECK(status == 4, "cache_write_slots: status %d, expected 4", status);
+    }
+}
+
 /* The e4m3 code whose value is v (a value of the format), by search; -0 gets 0x80. */
 static uint8_t e4m3_code_of(double v)
 {
@@ -2220,7 +2324,8 @@ static const char *const tested[] = {"convert_to_f32", "convert_to_bf16", "conve
                                      "attn_latent",    "attn_latent_rows", "attn_latent_lanes", "attn_latent_mma", "attn_combine",       "attn_combine_rows", "attn_prefill",
                                      "attn_prefill_rows", "attn_prefill_tiled", "gemm_skinny_nt", "gemm_skinny_nn", "gemm_skinny_nn_split", "gemm_skinny_nt_rows",
                                      "gemm_skinny_nn_rows", "gemm_skinny_nn_wide", "gemm_packed_rows", "gemm_tiled_rows", "gemm_weight_f32",
-                                     "indexer_scores", "indexer_topk", "indexer_key_write", "indexer_q_rope"};
+                                     "indexer_scores", "indexer_topk", "indexer_key_write", "indexer_q_rope", "cache_write_slots",
+                                     "paged_tokens"};
 
 static int ident_char(char c)
 {
@@ -2482,6 +2587,8 @@ static void kernels_other(void)
     test_convert();
     test_add_bias();
     test_cache_write();
+    test_cache_write_slots();
+    test_paged_tokens();
     test_cache_gather();
     test_cache_fp8();
     test_indexer_scores();

@@ -457,10 +457,12 @@ static clmla_status enqueue_tokens(clmla_paged *p, const ptables *t, const pbuf 
     CLMLA_SET_ARG(ctx, k, 6, t->num_blocks);
     CLMLA_SET_ARG(ctx, k, 7, t->sq);
     CLMLA_SET_ARG(ctx, k, 8, t->causal);
-    CLMLA_SET_ARG(ctx, k, 9, token_seq);
-    CLMLA_SET_ARG(ctx, k, 10, token_ctx);
-    CLMLA_SET_ARG(ctx, k, 11, p->status);
-    const size_t global[1] = {(size_t)t->batch * t->sq};
+    const int tokens = t->batch * t->sq;
+    CLMLA_SET_ARG(ctx, k, 9, tokens);
+    CLMLA_SET_ARG(ctx, k, 10, token_seq);
+    CLMLA_SET_ARG(ctx, k, 11, token_ctx);
+    CLMLA_SET_ARG(ctx, k, 12, p->status);
+    const size_t global[1] = {(size_t)tokens};
     cl_int err = clmla_cl_enqueue_rows(ctx, k, 1, global, NULL);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue paged_tokens");
 }
