@@ -56,12 +56,23 @@ typedef struct decode_state {
     cl_mem kv_up;          /* [ctx, H*(dn+dv)]: one sequence's k^C and v^C */
     cl_mem part_out, part_lse, out;
     cl_kernel attn, combine, convert;
+    /* paged (clmla_paged_attention over the cache's rows as a caller's memory): 1 device buffers,
+       2 host memory used in place (aligned), 3 host memory copied (8 bytes past an alignment) */
+    int paged;
+    clmla_paged *paged_obj;
+    clmla_paged_attention_args paged_args;
+    cl_mem paged_q, paged_lens;
+    void *host_block;      /* host copies: the cache (and q, table, lengths, out after it) */
     int rows;              /* mha_decode_rows (CPU devices): one work-item per split and head */
     int nt, splits, split_tokens, decompressed;
 } decode_state;
 
 static void state_free(decode_state *st)
 {
+    clmla_paged_destroy(st->paged_obj);
+    bench_release(&st->paged_q);
+    bench_release(&st->paged_lens);
+    free(st->host_block);
     clmla_cache_destroy(st->cache);
     free(st->seq_ids);
     free(st->indices);
@@ -231,9 +242,92 @@ static int absorbed_setup(decode_state *st, int block_tokens, unsigned seed)
     return 0;
 }
 
+/* The paged path's call over the cache absorbed_setup filled: its layer buffer as the caller's
+   cache, q as FlashMLA gives it ([T, H, rkv + dr]), the sequences' lengths, causal over q_len new
+   tokens; the host forms copy all of it into one host block (the cache first, at an alignment of
+   the device's base address alignment, or 8 bytes past it). */
+static int paged_setup(decode_state *st, int block_tokens, unsigned seed)
+{
+    bench_device *dev = st->dev;
+    const bench_shape *s = st->s;
+    const clmla_paged_config pc = {.kv_lora_rank = s->rkv, .rope_dim = s->dr, .block_size = block_tokens,
+                                   .dtype = st->dtype};
+    clmla_paged_info info;
+    cl_mem rows = NULL;
+    if (clmla_paged_create(dev->ctx, &pc, &st->paged_obj) != CLMLA_SUCCESS ||
+        clmla_paged_get_info(st->paged_obj, &info) != CLMLA_SUCCESS ||
+        clmla_cache_layer_buffer(st->cache, 0, &rows) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla-bench: %s\n", clmla_last_error(dev->ctx));
+        return 1;
+    }
+    const int T = st->batch * st->q_len, blocks = st->args.max_blocks_per_seq * st->batch;
+    const size_t nq = (size_t)T * s->H * s->row;
+    int32_t *lens = malloc((size_t)st->batch * sizeof(int32_t));
+    for (int b = 0; lens && b < st->batch; b++)
+        lens[b] = st->ctx;
+    st->paged_q = bench_buffer(dev, nq * sizeof(float), "paged q");
+    st->paged_lens = lens ? upload_ints(dev, lens, (size_t)st->batch, "sequence lengths") : NULL;
+    if (!lens || !st->paged_q || !st->paged_lens || bench_fill(dev, st->paged_q, nq, 0, seed + 6, 1.0f)) {
+        free(lens);
+        return 1;
+    }
+    clmla_paged_attention_args *a = &st->paged_args;
+    memset(a, 0, sizeof(*a));
+    a->batch = st->batch;
+    a->seqlen_q = st->q_len;
+    a->num_heads = s->H;
+    a->softmax_scale = s->scale;
+    a->causal = 1;
+    a->num_blocks = blocks;
+    a->max_blocks = st->args.max_blocks_per_seq;
+    a->max_seqlen = st->ctx;
+    a->q.mem = st->paged_q;
+    a->kv_cache.mem = rows;
+    a->block_table.mem = st->block_table;
+    a->cache_seqlens.mem = st->paged_lens;
+    a->out.mem = st->out;
+    if (st->paged == 1) {
+        free(lens);
+        return 0;
+    }
+    /* host memory: the cache, then q, the table, the lengths and out, each at an aligned offset */
+    const size_t al = info.host_alignment > 64 ? info.host_alignment : 64;
+    const size_t cache_bytes = (size_t)blocks * info.block_bytes, up = al - 1;
+    const size_t q_at = (cache_bytes + 8 + up) / al * al, t_at = (q_at + nq * 4 + up) / al * al;
+    const size_t l_at = (t_at + (size_t)blocks * 4 + up) / al * al, o_at = (l_at + (size_t)st->batch * 4 + up) / al * al;
+    const size_t total = o_at + (size_t)T * s->H * s->rkv * 4;
+    char *h = st->host_block = aligned_alloc(al, (total + up) / al * al);
+    const size_t shift = st->paged == 3 ? 8 : 0;
+    int rc = !h || clEnqueueReadBuffer(dev->queue, rows, CL_TRUE, 0, cache_bytes, h + shift, 0, NULL, NULL) != CL_SUCCESS ||
+             clEnqueueReadBuffer(dev->queue, st->paged_q, CL_TRUE, 0, nq * 4, h + q_at, 0, NULL, NULL) != CL_SUCCESS ||
+             clEnqueueReadBuffer(dev->queue, st->block_table, CL_TRUE, 0, (size_t)blocks * 4, h + t_at, 0, NULL, NULL) !=
+                 CL_SUCCESS;
+    if (!rc)
+        memcpy(h + l_at, lens, (size_t)st->batch * 4);
+    free(lens);
+    const clmla_buffer cache = {NULL, h + shift, 0, cache_bytes}, q = {NULL, h + q_at, 0, nq * 4};
+    const clmla_buffer table = {NULL, h + t_at, 0, (size_t)blocks * 4}, ln = {NULL, h + l_at, 0, (size_t)st->batch * 4};
+    const clmla_buffer out = {NULL, h + o_at, 0, (size_t)T * s->H * s->rkv * 4};
+    a->kv_cache = cache;
+    a->q = q;
+    a->block_table = table;
+    a->cache_seqlens = ln;
+    a->out = out;
+    return rc;
+}
+
 static int absorbed_enqueue(void *user, cl_event *last)
 {
     decode_state *st = user;
+    if (st->paged) {
+        /* host memory: the call returns when done, copies included; the wall clock times it */
+        const clmla_status status = clmla_paged_attention(st->paged_obj, &st->paged_args, st->paged == 1 ? last : NULL);
+        if (status != CLMLA_SUCCESS) {
+            fprintf(stderr, "clmla-bench: %s\n", clmla_last_error(st->dev->ctx));
+            return 1;
+        }
+        return 0;
+    }
     const clmla_status status = st->index_dim ? clmla_index_select(st->cache, 0, &st->select, last)
                                 : st->topk > 0 ? clmla_attention_latent_sparse(st->cache, 0, &st->args, st->indices_buf, 0,
                                                                              st->topk, last)
@@ -723,9 +817,11 @@ int bench_decode(const bench_case *c, bench_row *row)
     const size_t elem = c->dtype == CLMLA_CACHE_F32 ? 4 : 2;
     const int mha = strcmp(c->path, "mha") == 0, decompressed = strcmp(c->path, "decompressed") == 0;
     const int sparse = strcmp(c->path, "sparse") == 0, indexer = strcmp(c->path, "indexer") == 0;
+    const int paged = strcmp(c->path, "paged") == 0 ? 1 : strcmp(c->path, "paged-host") == 0 ? 2
+                      : strcmp(c->path, "paged-copy") == 0 ? 3 : 0;
     /* absorbed: the library's latent attention, dense or (sparse) over index lists; the indexer
-       sets up the same cache and tables */
-    const int absorbed = strcmp(c->path, "absorbed") == 0 || strcmp(c->path, "auto") == 0 || sparse || indexer;
+       and the paged calls set up the same cache and tables */
+    const int absorbed = strcmp(c->path, "absorbed") == 0 || strcmp(c->path, "auto") == 0 || sparse || indexer || paged;
     const int HI = s->config.index_n_heads > 0 ? s->config.index_n_heads : 64;
     const int dI = s->config.index_n_heads > 0 ? s->config.index_head_dim : 128;
     if (!absorbed && (c->dtype == CLMLA_CACHE_BF16 || c->dtype == CLMLA_CACHE_FP8)) {
@@ -743,7 +839,8 @@ int bench_decode(const bench_case *c, bench_row *row)
         return -1;
     }
     row->q_len = QL;
-    snprintf(row->path, sizeof(row->path), "%s", sparse ? "sparse" : indexer ? "indexer" : absorbed ? "absorbed" : c->path);
+    snprintf(row->path, sizeof(row->path), "%s",
+             sparse ? "sparse" : indexer ? "indexer" : paged ? c->path : absorbed ? "absorbed" : c->path);
     row->topk = sparse || indexer ? c->topk : 0;
     row->tokens = (double)B * QL;
     row->cache_bytes = mha ? bench_mha_cache_bytes(s, B, ctx, elem) : bench_mla_cache_bytes(s, B, ctx, c->dtype);
@@ -814,8 +911,11 @@ int bench_decode(const bench_case *c, bench_row *row)
     st.topk = sparse || indexer ? c->topk : 0;
     st.index_heads = indexer ? HI : 0;
     st.index_dim = indexer ? dI : 0;
+    st.paged = paged;
     int rc = absorbed ? absorbed_setup(&st, c->block_tokens, c->seed)
                       : mha ? mha_setup(&st, c->seed) : decompressed_setup(&st, c->seed);
+    if (!rc && paged)
+        rc = paged_setup(&st, c->block_tokens, c->seed);
     bench_op op = {absorbed ? absorbed_enqueue : mha ? mha_enqueue : decompressed_enqueue, NULL, &st, 0};
     if (!rc)
         rc = bench_time(c->dev, &op, c->timing, &row->t);
@@ -825,7 +925,7 @@ int bench_decode(const bench_case *c, bench_row *row)
                               (decompressed ? (double)s->rkv * (s->dn + s->dv) : s->row);
     if (!rc && c->check && indexer && (double)B * QL * ctx * HI * dI <= 4e9)
         row->check_error = check_indexer(&st);
-    else if (!rc && c->check && !indexer && check_work <= 4e9)
+    else if (!rc && c->check && !indexer && !paged && check_work <= 4e9) /* paged: tests/test_paged.c checks it */
         row->check_error = check_decode(&st, absorbed);
     if (row->check_error > 1e-4) { /* the test suite's bound (tests/tolerance.h) */
         fprintf(stderr, "clmla-bench: decode %s batch %d ctx %d: relative error %.3g against float64\n",

@@ -63,6 +63,11 @@ static void usage(FILE *out)
             "                       over --topk random distinct positions of the same cache, every position when\n"
             "                       topk >= ctx), indexer (decode: DSA's selection alone, clmla_index_select: the\n"
             "                       scores of every index key and their top --topk; H_I x d_I 64 x 128, DeepSeek-V3.2's),\n"
+            "                       paged (decode: clmla_paged_attention, the cache's rows as a caller's device buffer,\n"
+            "                       q as FlashMLA's [T, H, rkv + dr]), paged-host (the same in host memory, used in\n"
+            "                       place where the device shares it), paged-copy (host memory 8 bytes off the\n"
+            "                       device's alignment: copied to the device for each call); the host forms are\n"
+            "                       timed by the wall clock (they return when done)\n"
             "                       auto (the library's choice; layer, prefill)\n"
             "                       build, cache (cold)\n"
             "                       (defaults: decode absorbed,mha; layer absorbed; prefill auto; cold build,cache)\n"
@@ -298,7 +303,8 @@ static int make_shape(const options *o, bench_shape *shape)
 static const char *const phase_names[] = {"peak", "decode", "layer", "prefill", "products", "cold", NULL};
 static const char *const path_names[] = {"absorbed",  "decompressed", "mha",        "auto",      "q_proj",
                                           "q_a_proj",  "q_b_proj",     "kv_a_proj",  "qkv_a_proj", "kv_b_proj",
-                                          "o_proj",    "build",        "cache",      "sparse",    "indexer",    NULL};
+                                          "o_proj",    "build",        "cache",      "sparse",    "indexer",    "paged",
+                                          "paged-host", "paged-copy", NULL};
 static const char *const dtype_names[] = {"f32", "f16", "bf16", "fp8", NULL}; /* clmla_cache_dtype's order */
 static const char *const weights_names[] = {"auto", "f32", "f16", "bf16", "fp8", NULL};
 
