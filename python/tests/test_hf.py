@@ -1,0 +1,103 @@
+"""clmla.hf.attach / detach on tiny random transformers models: generate() through clmla gives
+eager attention's tokens, detach restores transformers' own attention, and what attach cannot run
+is refused by name. The per-family table is tests/parity/generate.py's.
+
+Skipped where torch or transformers is missing (run.sh of tests/parity runs it in its venv).
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import clmla  # noqa: E402
+import clmla.hf  # noqa: E402
+
+BASE = dict(vocab_size=48, hidden_size=64, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=24,
+            kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, num_hidden_layers=2,
+            intermediate_size=16, moe_intermediate_size=8, n_routed_experts=2, num_experts_per_tok=1,
+            n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1, max_position_embeddings=256,
+            tie_word_embeddings=False, pad_token_id=0)
+
+
+def tiny(model_type="deepseek_v3", seed=0, **kw):
+    cfg = transformers.AutoConfig.for_model(model_type, **dict(BASE, **kw))
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(1.0 + 0.2 * torch.randn_like(p) if "norm" in name else 0.1 * torch.randn_like(p))
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+def prompts():
+    ids = torch.tensor([[0, 0, 0, 5, 7, 9, 11, 3], [17, 12, 23, 19, 14, 2, 8, 6], [0, 0, 0, 0, 0, 9, 8, 7]])
+    return ids, (ids != 0).long()  # 0 is the padding
+
+
+def test_generate_matches_eager_and_detach_restores():
+    model = tiny()
+    ids, mask = prompts()
+    kw = dict(input_ids=ids, attention_mask=mask, max_new_tokens=12, do_sample=False, output_logits=True,
+              return_dict_in_generate=True)
+    attn = [m for _, m in clmla.hf.attention_modules(model)]
+    forwards = [m.forward for m in attn]
+    with torch.no_grad():
+        eager = model.generate(**kw)
+        assert clmla.hf.attach(model, cache_dtype="f32") is model
+        assert all(m.forward is not f for m, f in zip(attn, forwards))
+        mine = model.generate(**kw)
+        again = model.generate(**kw)  # a second generate call: a fresh clmla cache
+        clmla.hf.detach(model)
+        after = model.generate(**kw)
+    assert [m.forward for m in attn] == forwards
+    assert torch.equal(eager.sequences, mine.sequences) and torch.equal(mine.sequences, again.sequences)
+    assert torch.equal(eager.sequences, after.sequences)
+    for a, b in zip(eager.logits, mine.logits):
+        assert float((a - b).abs().max() / a.abs().max()) <= 1e-4
+
+
+def test_forward_without_cache():
+    """A plain forward (use_cache=False) runs the whole sequence through a fresh clmla cache."""
+    model = tiny(seed=1)
+    ids, mask = prompts()
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+        clmla.hf.attach(model)
+        got = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+        clmla.hf.detach(model)
+    real = mask.bool()
+    assert float((got - want)[real].abs().max() / want[real].abs().max()) <= 1e-4
+
+
+def test_refusals():
+    model = tiny()
+    with pytest.raises(clmla.Error, match="cache_dtype must be one of"):
+        clmla.hf.attach(model, cache_dtype="f64")
+    clmla.hf.attach(model)
+    with pytest.raises(clmla.Error, match="attached already"):
+        clmla.hf.attach(model)
+    clmla.hf.detach(model)
+    with pytest.raises(clmla.Error, match="not attached"):
+        clmla.hf.detach(model)
+
+    llama = transformers.AutoModelForCausalLM.from_config(transformers.LlamaConfig(
+        vocab_size=32, hidden_size=32, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2))
+    with pytest.raises(clmla.Error, match="no MLA attention module"):
+        clmla.hf.attach(llama)
+
+    # a rope type clmla does not run: refused by name by clmla's own config reader
+    dyn = tiny(rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0})
+    with pytest.raises(clmla.Error, match="dynamic"):
+        clmla.hf.attach(dyn)
+    assert getattr(dyn, "_clmla_attached", None) is None
+
+    # glm_moe_dsa's "shared" indexer layers reuse another layer's selection
+    dsa = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(
+        "glm_moe_dsa", **dict(BASE, index_topk=4, index_head_dim=16, index_n_heads=4,
+                              indexer_types=["full", "shared"], mlp_layer_types=["dense", "sparse"])),
+        attn_implementation="eager")
+    with pytest.raises(clmla.Error, match=r"model\.layers\.1\.self_attn is a \"shared\" sparse-attention layer"):
+        clmla.hf.attach(dsa)
