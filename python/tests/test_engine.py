@@ -536,3 +536,40 @@ def test_indexer_select_refusals():
         clmla.indexer_select(q, w, keys, np.array([[0, 9]], np.int32), lens, 4)
     with pytest.raises(clmla.Error, match="top_k"):
         clmla.indexer_select(q, w, keys, table, lens, 0)
+
+
+# ---- a FlashMLA call site, with only the import changed -----------------------------------------------------------
+
+def test_flashmla_call_site_with_clmla_import():
+    """FlashMLA's documented decode loop on CPU torch tensors (bf16 q and cache, blocks of 64,
+    heads_k 1, causal seqlen_q 2), written against FlashMLA's API; only the import names clmla.
+    Checked against a float32 torch computation of FlashMLA's documented semantics."""
+    torch = pytest.importorskip("torch")
+    from clmla import flash_mla_with_kvcache, get_mla_metadata   # was: from flash_mla import ...
+
+    b, s_q, h_q, h_kv, d, dv, block_size = 3, 2, 16, 1, 576, 512, 64
+    cache_seqlens = torch.tensor([200, 64, 131], dtype=torch.int32)
+    max_blocks = (int(cache_seqlens.max()) + block_size - 1) // block_size
+    g = torch.Generator().manual_seed(7)
+    block_table = torch.randperm(b * max_blocks, generator=g).to(torch.int32).view(b, max_blocks)
+    blocked_k = torch.randn(b * max_blocks, block_size, h_kv, d, generator=g).to(torch.bfloat16)
+    q = torch.randn(b, s_q, h_q, d, generator=g).to(torch.bfloat16)
+
+    tile_scheduler_metadata, num_splits = get_mla_metadata(cache_seqlens, s_q * h_q // h_kv, h_kv)
+    out, lse = flash_mla_with_kvcache(q, blocked_k, block_table, cache_seqlens, dv, tile_scheduler_metadata,
+                                      num_splits, causal=True)
+    assert out.shape == (b, s_q, h_q, dv) and out.dtype == torch.bfloat16
+    assert lse.shape == (b, h_q, s_q) and lse.dtype == torch.float32
+
+    scale = d ** -0.5
+    for i in range(b):
+        n = int(cache_seqlens[i])
+        rows = blocked_k[block_table[i].long()].reshape(-1, d)[:n].float()
+        for j in range(s_q):
+            visible = n - s_q + j + 1
+            s = (q[i, j].float() @ rows[:visible].T) * scale          # [h_q, visible]
+            want_lse = torch.logsumexp(s, dim=-1)
+            want = torch.softmax(s, dim=-1) @ rows[:visible, :dv]
+            assert torch.allclose(lse[i, :, j], want_lse, atol=1e-4)
+            err = float((out[i, j].float() - want).abs().max() / want.abs().max())
+            assert err <= 2 ** -7, err                                   # out rounded to bf16

@@ -5,7 +5,8 @@
 #      build/clmla, on each, prints the table and writes it to build/parity/RESULTS.md);
 #   2. transformers' generate() through clmla.hf.attach against eager attention (generate.py:
 #      build/parity/GENERATE.md), and the Python tests that need torch (python/tests:
-#      test_transformers.py, test_hf.py, test_torch_ops.py), against the libclmla beside $CLMLA.
+#      test_transformers.py, test_hf.py, test_torch_ops.py, test_engine.py with torch), against the
+#      libclmla beside $CLMLA.
 #
 #   sh tests/parity/run.sh [--write-fixtures] [--check-fixtures] [--strict] [--only REGEX] [--device SPEC]
 #
@@ -65,6 +66,7 @@ if [ -n "$only" ]; then
 else
 	"$venv/bin/python" tests/parity/generate.py --out build/parity/GENERATE.md || status=1
 	"$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests/test_transformers.py python/tests/test_hf.py \
+		python/tests/test_engine.py \
 		python/tests/test_torch_ops.py || status=1
 fi
 exit "$status"
