@@ -176,23 +176,9 @@ static int fixture_make_index(fixture *f, int rkv, int dr, int bs, clmla_cache_d
     cl_mem kr_buf = make_buffer((size_t)f->total * dr * sizeof(float), f->kr);
     for (int s = 0; s < nseq; s++)
         CHECK_STATUS(clmla_cache_seq_add(f->cache, &f->id[s]), CLMLA_SUCCESS, ctx);
-    int have[MAX_SEQS] = {0}, done = 0;
-    while (!done && check_failed == failed_before) {
-        done = 1;
-        for (int s = 0; s < nseq; s++) {
-            if (have[s] >= f->len[s])
-                continue;
-            done = 0;
-            int n = 1 + tu_rng_below(&rng, 2 * bs);
-            if (n > f->len[s] - have[s])
-                n = f->len[s] - have[s];
-            const size_t row = (size_t)(f->start[s] + have[s]);
-            CHECK_STATUS(clmla_cache_append_cl(f->cache, 0, f->id[s], n, ckv_buf, row * rkv, rkv, kr_buf, row * dr, dr,
-                                               NULL),
-                         CLMLA_SUCCESS, ctx);
-            have[s] += n;
-        }
-    }
+    if (check_failed == failed_before)
+        CHECK_STATUS(tu_cache_fill_round_robin(f->cache, f->id, f->len, nseq, rkv, dr, bs, ckv_buf, kr_buf, &rng),
+                     CLMLA_SUCCESS, ctx);
     clFinish(clmla_context_queue(ctx));
     clReleaseMemObject(ckv_buf);
     clReleaseMemObject(kr_buf);

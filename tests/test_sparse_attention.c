@@ -78,10 +78,9 @@ static int pool_make(pool *p, int rkv, int dr, int bt, clmla_cache_dtype dtype, 
     p->bt = bt;
     p->dtype = dtype;
     p->nseq = nseq;
-    int blocks = 2, total = 0, start[MAX_SEQS];
+    int blocks = 2, total = 0;
     for (int s = 0; s < nseq; s++) {
         p->len[s] = lens[s];
-        start[s] = total;
         total += lens[s];
         blocks += (lens[s] + bt - 1) / bt;
     }
@@ -98,23 +97,9 @@ static int pool_make(pool *p, int rkv, int dr, int bt, clmla_cache_dtype dtype, 
     for (int s = 0; s < nseq; s++)
         CHECK_STATUS(clmla_cache_seq_add(p->cache, &p->id[s]), CLMLA_SUCCESS, ctx);
     /* round robin in chunks of 1 .. 2*bt tokens, so that every sequence's blocks are scattered */
-    int have[MAX_SEQS] = {0}, done = 0;
-    while (!done && check_failed == failed_before) {
-        done = 1;
-        for (int s = 0; s < nseq; s++) {
-            if (have[s] >= p->len[s])
-                continue;
-            done = 0;
-            int n = 1 + tu_rng_below(&rng, 2 * bt);
-            if (n > p->len[s] - have[s])
-                n = p->len[s] - have[s];
-            const size_t row = (size_t)(start[s] + have[s]);
-            CHECK_STATUS(clmla_cache_append_cl(p->cache, 0, p->id[s], n, ckv_buf, row * rkv, rkv, kr_buf, row * dr, dr,
-                                               NULL),
-                         CLMLA_SUCCESS, ctx);
-            have[s] += n;
-        }
-    }
+    if (check_failed == failed_before)
+        CHECK_STATUS(tu_cache_fill_round_robin(p->cache, p->id, p->len, nseq, rkv, dr, bt, ckv_buf, kr_buf, &rng),
+                     CLMLA_SUCCESS, ctx);
     clFinish(clmla_context_queue(ctx));
     clReleaseMemObject(ckv_buf);
     clReleaseMemObject(kr_buf);

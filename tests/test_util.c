@@ -336,3 +336,31 @@ tu_parts_result tu_run_parts(int argc, char **argv, const tu_part *parts, int n,
     *ctx = NULL;
     return TU_PARTS_RAN;
 }
+
+clmla_status tu_cache_fill_round_robin(clmla_cache *cache, const int32_t *ids, const int *lens, int nseq, int rkv,
+                                       int dr, int block_tokens, cl_mem ckv, cl_mem kr, tu_rng *rng)
+{
+    int have[64] = {0}, start[64] = {0};
+    if (nseq > 64)
+        return CLMLA_ERROR_INVALID_ARGUMENT;
+    for (int s = 1; s < nseq; s++)
+        start[s] = start[s - 1] + lens[s - 1];
+    for (int done = 0; !done;) {
+        done = 1;
+        for (int s = 0; s < nseq; s++) {
+            if (have[s] >= lens[s])
+                continue;
+            done = 0;
+            int n = 1 + tu_rng_below(rng, 2 * block_tokens);
+            if (n > lens[s] - have[s])
+                n = lens[s] - have[s];
+            const size_t row = (size_t)(start[s] + have[s]);
+            const clmla_status st =
+                clmla_cache_append_cl(cache, 0, ids[s], n, ckv, row * rkv, rkv, kr, row * dr, dr, NULL);
+            if (st != CLMLA_SUCCESS)
+                return st;
+            have[s] += n;
+        }
+    }
+    return CLMLA_SUCCESS;
+}

@@ -104,6 +104,14 @@ int tu_sweeps_short(void);
    beyond the part of a buffer it was given. */
 int tu_count_outside(const float *a, size_t n, size_t offset, size_t len, float sentinel);
 
+/* Appends nseq sequences' rows to layer 0 of `cache` round robin, each append 1 .. 2 x block_tokens
+   tokens (drawn from rng), so that every sequence's blocks are scattered: sequence s gets rows
+   [start, start + lens[s]) of the device buffers ckv [total, rkv] and kr [total, dr], start being
+   the sum of the lengths before it. Returns the first failing status (its message in
+   clmla_last_error), or CLMLA_SUCCESS once every row is in. */
+clmla_status tu_cache_fill_round_robin(clmla_cache *cache, const int32_t *ids, const int *lens, int nseq, int rkv,
+                                       int dr, int block_tokens, cl_mem ckv, cl_mem kr, tu_rng *rng);
+
 /* ---- named parts -------------------------------------------------------------------------- */
 
 /* One part of a test: `test_x NAME...` runs the named parts, no argument runs them all. */
