@@ -654,6 +654,14 @@ typedef struct raw_state {
     cl_mem q_latent, q_rope, table, token_seq, token_ctx, out, lse;
     int heads, max_blocks;
     float *read_back;
+    /* the same attention and a cache write through clmla_paged_* over the cache's own rows, the
+       rest in host memory (wrapped in place or copied: allocations either way) */
+    clmla_paged *paged;
+    cl_mem rows_buf;
+    float q_paged[3 * 20], paged_out[48], paged_lse[3];
+    int32_t paged_table[128], paged_len, write_slots[2];
+    float write_src[2 * 20];
+    cl_mem write_cache;
 } raw_state;
 
 static clmla_status append_run(void *arg)
@@ -719,6 +727,41 @@ static clmla_status latent_run(void *arg)
     a.out = r->out;
     a.lse = r->lse;
     return clmla_attention_latent(r->cache, 0, &a, NULL);
+}
+
+static clmla_status paged_run(void *arg)
+{
+    raw_state *r = arg;
+    clmla_paged_attention_args a;
+    memset(&a, 0, sizeof(a));
+    a.batch = 1;
+    a.num_heads = r->heads;
+    a.softmax_scale = 0.25f;
+    a.q = (clmla_buffer){NULL, r->q_paged, 0, sizeof(r->q_paged)};
+    a.kv_cache.mem = r->rows_buf;
+    a.num_blocks = 128;
+    a.block_table = (clmla_buffer){NULL, r->paged_table, 0, (size_t)r->max_blocks * 4};
+    a.max_blocks = r->max_blocks;
+    a.cache_seqlens = (clmla_buffer){NULL, &r->paged_len, 0, 4};
+    a.out = (clmla_buffer){NULL, r->paged_out, 0, sizeof(r->paged_out)};
+    a.lse = (clmla_buffer){NULL, r->paged_lse, 0, sizeof(r->paged_lse)};
+    return clmla_paged_attention(r->paged, &a, NULL);
+}
+
+static clmla_status paged_write_run(void *arg)
+{
+    raw_state *r = arg;
+    clmla_paged_write_args w;
+    memset(&w, 0, sizeof(w));
+    w.num_tokens = 2;
+    w.kv_c = (clmla_buffer){NULL, r->write_src, 0, sizeof(r->write_src)};
+    w.kv_c_stride = r->rkv + r->dr;
+    w.k_pe = (clmla_buffer){NULL, r->write_src + r->rkv, 0, sizeof(r->write_src) - (size_t)r->rkv * 4};
+    w.k_pe_stride = r->rkv + r->dr;
+    w.slot_mapping = (clmla_buffer){NULL, r->write_slots, 0, sizeof(r->write_slots)};
+    w.kv_cache.mem = r->write_cache;
+    w.num_blocks = 128;
+    return clmla_paged_write(r->paged, &w, NULL);
 }
 
 static void test_raw(void)
@@ -803,6 +846,50 @@ static void test_raw(void)
     CHECK_CLOSE(lse, want_lse, 3, 3, TOL_F32_CACHE, "attention_latent lse after the fault walk");
     free(ckv);
     free(kr);
+
+    /* The same attention through clmla_paged_attention over the cache's own rows (q, table, length
+       and results in host memory), then a cache write into a buffer of the test's: every counted
+       call fails once, and the last run gives clmla_attention_latent's bits. */
+    clmla_paged_config pc = {.kv_lora_rank = r.rkv, .rope_dim = r.dr, .block_size = 4, .dtype = CLMLA_CACHE_F16};
+    CHECK_STATUS(clmla_paged_create(ctx, &pc, &r.paged), CLMLA_SUCCESS, ctx);
+    CHECK_STATUS(clmla_cache_layer_buffer(r.cache, 0, &r.rows_buf), CLMLA_SUCCESS, ctx);
+    if (r.paged && r.rows_buf) {
+        for (int h = 0; h < 3; h++) {
+            memcpy(r.q_paged + h * row, ql + h * r.rkv, (size_t)r.rkv * 4);
+            memcpy(r.q_paged + h * row + r.rkv, qr + h * r.dr, (size_t)r.dr * 4);
+        }
+        memcpy(r.paged_table, blocks, (size_t)nb * sizeof(int32_t));
+        r.paged_len = ctx_len;
+        /* once without faults: the context's scratch tables for the call are then what the walk
+           finds (they are the context's, kept between calls, not the call's) */
+        CHECK_STATUS(paged_run(&r), CLMLA_SUCCESS, ctx);
+        fault_op paged_op = {"paged_attention: host q, table and results", paged_run, NULL, &r, r.cache, r.ids, 2,
+                             NULL};
+        walk(&paged_op);
+        CHECK(memcmp(r.paged_out, out, sizeof(out)) == 0 && memcmp(r.paged_lse, lse, sizeof(lse)) == 0,
+              "paged_attention after the fault walk differs from attention_latent");
+        const size_t cache_bytes = (size_t)128 * 4 * (size_t)row * 2;
+        unsigned char *pad = malloc(cache_bytes);
+        memset(pad, 0x5A, cache_bytes);
+        r.write_cache = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, cache_bytes, pad, &err);
+        for (int i = 0; i < 2 * row; i++)
+            r.write_src[i] = (float)(i % 17) / 8.0f;
+        r.write_slots[0] = 9;
+        r.write_slots[1] = -1;
+        fault_op write_op = {"paged_write: host rows and slots", paged_write_run, NULL, &r, r.cache, r.ids, 2, NULL};
+        walk(&write_op);
+        unsigned char *now = malloc(cache_bytes);
+        clEnqueueReadBuffer(clmla_context_queue(ctx), r.write_cache, CL_TRUE, 0, cache_bytes, now, 0, NULL, NULL);
+        int changed = 0;
+        for (size_t i = 0; i < cache_bytes; i++)
+            changed += now[i] != 0x5A && (i < 9 * (size_t)row * 2 || i >= 10 * (size_t)row * 2);
+        CHECK(changed == 0, "paged_write after the fault walk: %d bytes outside slot 9 changed", changed);
+        CHECK(memcmp(now + 9 * (size_t)row * 2, pad, (size_t)row * 2) != 0, "paged_write: slot 9 not written");
+        free(pad);
+        free(now);
+        clReleaseMemObject(r.write_cache);
+    }
+    clmla_paged_destroy(r.paged);
 
     cl_mem bufs[] = {r.src, r.q_latent, r.q_rope, r.table, r.token_seq, r.token_ctx, r.out, r.lse};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
