@@ -9,8 +9,8 @@
 #   3. the two cases run 1 leaves out (below) with the kernels optimised (--check-api --data-races,
 #      --inst-counts);
 #   4. tests/test_paged's calls over a caller's cache with bad block tables, lengths and slots, the
-#      indexer's selection and the refusals (--check-api --data-races): what a bad table given by an
-#      engine makes the kernels read.
+#      indexer's selection, masked calls and the refusals (--check-api --data-races): what a bad
+#      table given by an engine makes the kernels read.
 # Runs 1 and 2 build kernels with -cl-opt-disable: oclgrind 21.10's uninitialised-value checker
 # stops at LLVM's `freeze` instruction, which optimised builds contain (fixed after 21.10). They
 # also pass --keep-buffers: that checker keeps the state of a released buffer for the next buffer
@@ -111,7 +111,8 @@ run kernels-other $every_check --inst-counts -- --keep-buffers other prefill gem
 run library $every_check -- --keep-buffers layer &
 run optimised --check-api --data-races --local-mem-size 32768 --inst-counts -- --keep-buffers --only "$mma_left" \
     --skip "$mma_fp8" latent &
-run_bin=$build/tests/test_paged run paged --check-api --data-races --local-mem-size 32768 -- bad_tables index refusals &
+run_bin=$build/tests/test_paged run paged --check-api --data-races --local-mem-size 32768 -- bad_tables index mask \
+    refusals &
 wait
 for name in kernels-latent kernels-mma kernels-mma-fp8 kernels-other library optimised paged; do
     report "$name"

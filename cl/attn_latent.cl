@@ -634,6 +634,9 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
 #ifdef SPARSE
                       , __global const int *indices, const int indices_offset, const int topk
 #endif
+#ifdef MASK
+                      , __global const half *mask, const int mask_offset, const int mask_stride
+#endif
                       )
 {
     const int h0 = get_global_id(0) * HGC;
@@ -804,6 +807,15 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
                 p[kk][h + 1] = r10; p[kk + 1][h + 1] = r11; p[kk + 2][h + 1] = r12; p[kk + 3][h + 1] = r13;
             }
         }
+#ifdef MASK
+        /* the caller's additive mask of the token's keys, the same for every head (base 2, as the
+           scores); -inf makes a key no key */
+        for (int kk = 0; kk < nk; kk++) {
+            const float mb = vload_half(0, mask + mask_offset + (size_t)t * mask_stride + j0 + kk) * M_LOG2E_F;
+            for (int h = 0; h < HGV; h++)
+                p[kk][h] += mb;
+        }
+#endif
         /* online softmax, eight heads per vector; alpha rescales the accumulators when the
            maximum moves. Keys past the end (kk >= nk) get weight 0. */
         for (int v = 0; v < HGV / 8; v++) {
@@ -817,13 +829,20 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
                 const float8 x = vload8(v, p[kk]);
                 m = select(m, x, x > m);
             }
-            const float8 a = exp2(m_old - m); /* 0 on the first tile (m_old = -inf) */
+#ifdef MASK
+            /* every key so far masked: m is -inf, and the exponents below take -FLT_MAX instead,
+               so that the weights and alpha are 0, not exp2(-inf + inf) */
+            const float8 mx = fmax(m, (float8)(-FLT_MAX));
+#else
+            const float8 mx = m;
+#endif
+            const float8 a = exp2(m_old - mx); /* 0 on the first tile (m_old = -inf) */
             float8 sum = vload8(v, run_sum) * a;
             for (int kk = 0; kk < KTC; kk++) {
 #ifdef SPARSE
-                const float8 w = live >> kk & 1u ? exp2(vload8(v, p[kk]) - m) : (float8)(0.0f);
+                const float8 w = live >> kk & 1u ? exp2(vload8(v, p[kk]) - mx) : (float8)(0.0f);
 #else
-                const float8 w = kk < nk ? exp2(vload8(v, p[kk]) - m) : (float8)(0.0f);
+                const float8 w = kk < nk ? exp2(vload8(v, p[kk]) - mx) : (float8)(0.0f);
 #endif
                 vstore8(w, v, p[kk]);
                 sum += w;

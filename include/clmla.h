@@ -1163,6 +1163,15 @@ typedef struct clmla_paged_attention_args {
     clmla_paged_indices indices_kind;
     clmla_buffer out;           /* [B, seqlen_q, H, rkv] float32, written */
     clmla_buffer lse;           /* [B, seqlen_q, H] float32, written; optional (mem and host NULL) */
+    /* An additive mask (dense calls; optional, mem and host NULL: none), as ggml's and transformers'
+       attention take one: [B x seqlen_q, mask_stride] IEEE half, row b x seqlen_q + i for query
+       (b, i); key j of the query's keys (the dense rule above) adds mask[row][j] to its score
+       (softmax_scale (q . k) + mask), -inf making it no key. The same for every head. mask_stride
+       (in values) >= max_blocks x block_size. It runs on the row-walking kernels (CPU devices, or
+       clmla_context_options.attention_kernels "rows"); elsewhere a masked call is refused
+       (CLMLA_ERROR_UNSUPPORTED). */
+    clmla_buffer mask;
+    int mask_stride;
 } clmla_paged_attention_args;
 
 /* *event (optional) completes when out and lse are written. */

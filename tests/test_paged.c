@@ -883,6 +883,138 @@ static void part_index(void)
     index_case(16, CLMLA_CACHE_F16, 4, 1, 100, 605);
 }
 
+/* ---- an additive mask ---------------------------------------------------------------------------- */
+
+/* Half bits of the mask values the test uses: 0, +-1/4, +-1/2, +-3/4, +-1 (exact in half), -inf. */
+static const uint16_t MASK_BITS[] = {0x0000, 0x3400, 0x3800, 0x3A00, 0x3C00, 0xB400, 0xB800, 0xBA00, 0xBC00, 0xFC00};
+static const double MASK_VALUES[] = {0.0, 0.25, 0.5, 0.75, 1.0, -0.25, -0.5, -0.75, -1.0, -INFINITY};
+
+/* A masked dense call (causal or not) against float64 softmax(scale q.k + mask) over the values the
+   cache holds: random mask values with about a fifth -inf, every key of one query -inf (out 0, lse
+   -inf), one query's keys all 0 (the unmasked call's bits); on the group kernels the call is
+   refused. */
+static void mask_case(const fixture *f, int heads, int sq, int causal, uint64_t seed) /* with the rows kernels */
+{
+    call c;
+    call_make(&c, f, heads, sq, causal, 0, 0, seed);
+    const size_t T = (size_t)c.batch * sq;
+    const int stride = f->max_blocks * f->bs + 3;
+    uint16_t *mask = malloc(T * stride * 2);
+    signed char *which = malloc(T * stride);
+    tu_rng rng = tu_rng_seed(seed + 9);
+    for (size_t i = 0; i < T * (size_t)stride; i++) {
+        const int r = tu_rng_below(&rng, 45);
+        which[i] = (signed char)(r < 9 ? 9 : r % 9); /* a fifth -inf */
+        mask[i] = MASK_BITS[which[i]];
+    }
+    for (int j = 0; j < stride; j++) { /* token 1: every key masked; token 0: none */
+        which[(size_t)1 * stride + j] = 9;
+        mask[(size_t)1 * stride + j] = MASK_BITS[9];
+        which[j] = 0;
+        mask[j] = MASK_BITS[0];
+    }
+    clmla_buffer none = {0};
+    clmla_paged_attention_args a =
+        call_args(&c, f, host(c.q, T * heads * (f->rkv + f->dr) * 4), dev(f->caller),
+                  host(f->table, (size_t)c.batch * f->max_blocks * 4), host(c.seqlens, (size_t)c.batch * 4), none,
+                  host(c.out, T * heads * f->rkv * 4), host(c.lse, T * heads * 4));
+    a.mask = host(mask, T * stride * 2);
+    a.mask_stride = stride;
+    char what[96];
+    snprintf(what, sizeof(what), "mask: H %d s_q %d causal %d", heads, sq, causal);
+    CHECK_STATUS(clmla_paged_attention(f->paged, &a, NULL), CLMLA_SUCCESS, ctx);
+
+    const int rkv = f->rkv, dr = f->dr;
+    const double scale = 1.0 / sqrt((double)(rkv + dr));
+    double worst = 0.0, worst_lse = 0.0;
+    int empty_bad = 0;
+    double *s = malloc(((size_t)f->max_blocks * f->bs + 1) * sizeof(double)), *o = malloc((size_t)rkv * sizeof(double));
+    for (size_t t = 0; t < T; t++) {
+        const int b = (int)(t / sq), n = query_ctx(&c, b, (int)(t % sq));
+        for (int h = 0; h < heads; h++) {
+            const float *q = c.q + (t * heads + h) * (size_t)(rkv + dr);
+            double m = -INFINITY;
+            for (int j = 0; j < n; j++) {
+                double dot = 0.0;
+                for (int d = 0; d < rkv; d++)
+                    dot += (double)q[d] * f->hold_ckv[b][(size_t)j * rkv + d];
+                for (int d = 0; d < dr; d++)
+                    dot += (double)q[rkv + d] * f->hold_kr[b][(size_t)j * dr + d];
+                s[j] = scale * dot + MASK_VALUES[which[t * stride + j]];
+                m = s[j] > m ? s[j] : m;
+            }
+            const float *got = c.out + (t * heads + h) * (size_t)rkv;
+            const float got_lse = c.lse[t * heads + h];
+            if (m == -INFINITY) { /* no key */
+                empty_bad += !(isinf(got_lse) && got_lse < 0);
+                for (int d = 0; d < rkv; d++)
+                    empty_bad += got[d] != 0.0f;
+                continue;
+            }
+            double sum = 0.0;
+            for (int d = 0; d < rkv; d++)
+                o[d] = 0.0;
+            for (int j = 0; j < n; j++) {
+                const double w = exp(s[j] - m);
+                sum += w;
+                for (int d = 0; d < rkv; d++)
+                    o[d] += w * f->hold_ckv[b][(size_t)j * rkv + d];
+            }
+            double top = 0.0, err = 0.0;
+            for (int d = 0; d < rkv; d++) {
+                top = fabs(o[d] / sum) > top ? fabs(o[d] / sum) : top;
+                err = fabs(got[d] - o[d] / sum) > err ? fabs(got[d] - o[d] / sum) : err;
+            }
+            worst = err / top > worst ? err / top : worst;
+            const double le = fabs(got_lse - (m + log(sum)));
+            worst_lse = le > worst_lse || isnan(le) ? le : worst_lse;
+        }
+    }
+    CHECK(worst <= TOL_F32_CACHE, "%s %s: out %.3g from float64", f->name, what, worst);
+    CHECK(worst_lse <= 1e-4, "%s %s: lse %.3g from float64", f->name, what, worst_lse);
+    CHECK(empty_bad == 0, "%s %s: %d values of fully masked queries are not 0 / -inf", f->name, what, empty_bad);
+    free(s);
+    free(o);
+
+    /* token 0's mask is all 0: the same bits as its unmasked call, where that runs
+       attn_latent_rows too (under 16 heads: with more, the latent tuning may choose
+       attn_latent_lanes, which takes no mask) */
+    float *plain = malloc(T * heads * rkv * 4), *plain_lse = malloc(T * heads * 4);
+    clmla_paged_attention_args u = a;
+    u.mask = none;
+    u.out = host(plain, T * heads * rkv * 4);
+    u.lse = host(plain_lse, T * heads * 4);
+    CHECK_STATUS(clmla_paged_attention(f->paged, &u, NULL), CLMLA_SUCCESS, ctx);
+    CHECK(heads >= 16 || memcmp(plain, c.out, (size_t)heads * rkv * 4) == 0,
+          "%s %s: a mask of zeros changed token 0's output", f->name, what);
+    free(plain);
+    free(plain_lse);
+
+    /* the work-group kernels take no mask */
+    clmla_attention_set_variant(ctx, CLMLA_LATENT_GROUP);
+    CHECK_STATUS(clmla_paged_attention(f->paged, &a, NULL), CLMLA_ERROR_UNSUPPORTED, ctx);
+    clmla_attention_set_variant(ctx, CLMLA_LATENT_ROWS); /* part_mask's */
+    free(mask);
+    free(which);
+    call_free(&c);
+}
+
+static void part_mask(void)
+{
+    clmla_attention_set_variant(ctx, CLMLA_LATENT_ROWS);
+    fixture f;
+    if (fixture_make(&f, 128, 16, 16, CLMLA_CACHE_F16, 4, LENS_A, 31) == 0) {
+        mask_case(&f, 3, 1, 0, 700);
+        mask_case(&f, 16, 3, 1, 701);
+        mask_case(&f, 5, 2, 0, 702);
+    }
+    fixture_free(&f);
+    if (fixture_make(&f, 512, 64, 64, CLMLA_CACHE_F32, 4, LENS_A, 32) == 0)
+        mask_case(&f, 16, 1, 0, 703);
+    fixture_free(&f);
+    clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
+}
+
 /* ---- refusals --------------------------------------------------------------------------------- */
 
 /* st is the wanted refusal, its message names `name`, nothing was enqueued or allocated since
@@ -986,6 +1118,21 @@ static void part_refusals(void)
     a.block_table = none;
     refused(clmla_paged_attention(f.paged, &a, NULL), CLMLA_ERROR_INVALID_ARGUMENT, "block_table is missing", n0, c.out,
             outn, "no table");
+    {
+        uint16_t zeros[64] = {0};
+        a = BASE();
+        a.mask = host(zeros, sizeof(zeros));
+        a.mask_stride = f.max_blocks * f.bs - 1;
+        refused(clmla_paged_attention(f.paged, &a, NULL), CLMLA_ERROR_INVALID_ARGUMENT, "mask_stride", n0, c.out, outn,
+                "mask stride below the table");
+        a.mask_stride = f.max_blocks * f.bs;
+        refused(clmla_paged_attention(f.paged, &a, NULL), CLMLA_ERROR_INVALID_ARGUMENT, "mask holds", n0, c.out, outn,
+                "short mask");
+        a.topk = 4;
+        a.indices = host(c.seqlens, 4 * 4 * T);
+        refused(clmla_paged_attention(f.paged, &a, NULL), CLMLA_ERROR_INVALID_ARGUMENT, "a mask with topk 4", n0,
+                c.out, outn, "mask with a sparse call");
+    }
     a = BASE();
     a.indices_kind = (clmla_paged_indices)7;
     refused(clmla_paged_attention(f.paged, &a, NULL), CLMLA_ERROR_INVALID_ARGUMENT, "indices_kind 7", n0, c.out, outn,
@@ -1066,7 +1213,7 @@ static void part_refusals(void)
 
 static const tu_part parts[] = {
     {"rows", part_rows},         {"group", part_group},       {"host", part_host},
-    {"bad_tables", part_bad_tables}, {"index", part_index}, {"refusals", part_refusals},
+    {"bad_tables", part_bad_tables}, {"index", part_index}, {"mask", part_mask}, {"refusals", part_refusals},
 };
 
 int main(int argc, char **argv)

@@ -193,10 +193,13 @@ static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_
 /* attn_latent_rows for `hg` (even, <= 16) heads per work-item, or with `lanes` (1 or 2) attn_latent_lanes
    with that many vectors of 16 heads (hg 16 or 32; at 16 the slot of attn_latent_rows at 16: one
    context runs one of them), or with fold 2 two vectors of the 16 heads of two tokens (slot 0). */
-static clmla_status rows_kernel(clmla_cache *cache, int hg, int ktc, int sparse, int lanes, int fold, cl_kernel *kernel)
+static clmla_status rows_kernel(clmla_cache *cache, int hg, int ktc, int sparse, int lanes, int fold, int mask,
+                               cl_kernel *kernel)
 {
     const int index = fold > 1 ? 0 : hg == 32 ? 9 : hg / 2;
-    cl_kernel *slot = sparse ? &cache->sparse_rows_kernel[index] : &cache->latent_rows_kernel[index];
+    cl_kernel *slot = sparse ? &cache->sparse_rows_kernel[index]
+                      : mask ? &cache->mask_rows_kernel[index]
+                             : &cache->latent_rows_kernel[index];
     if (!*slot) {
         char options[256];
         /* Where they were measured, PoCL on CPUs: software prefetch (clang's __builtin_prefetch,
@@ -207,6 +210,8 @@ static clmla_status rows_kernel(clmla_cache *cache, int hg, int ktc, int sparse,
                  pocl ? " -D CLMLA_PREFETCH -D CLMLA_HSUM8" : "");
         if (sparse)
             strncat(options, " -D SPARSE", sizeof(options) - strlen(options) - 1);
+        if (mask)
+            strncat(options, " -D MASK", sizeof(options) - strlen(options) - 1);
         if (lanes)
             snprintf(options + strlen(options), sizeof(options) - strlen(options), " -D ROWS_LANES -D LHV=%d", lanes);
         if (fold > 1)
@@ -266,25 +271,30 @@ int clmla_latent_lanes_vectors(const clmla_latent_tuning *tn, int num_heads)
 /* Which kernel, its work-group size, its heads per group and query tokens per group: the
    row-walking kernel on CPUs, the work-group kernel elsewhere, unless a test forced one. */
 static clmla_status pick_kernel(clmla_cache *cache, int num_heads, const clmla_latent_tuning *tn, int sparse,
-                                int max_run, cl_kernel *kernel, int *threads, int *heads_per_group, int *fold,
-                                int *rows)
+                                int mask, int max_run, cl_kernel *kernel, int *threads, int *heads_per_group,
+                                int *fold, int *rows)
 {
     *rows = clmla_attention_variant(cache->ctx) == CLMLA_LATENT_ROWS;
     *fold = 1;
     if (*rows) {
-        const int lanes = clmla_latent_lanes_vectors(tn, num_heads);
+        /* a masked call runs attn_latent_rows (the lanes kernels take no mask) */
+        const int lanes = mask ? 0 : clmla_latent_lanes_vectors(tn, num_heads);
         *threads = 1;
         /* rows_lanes 2 with 16 to 31 heads: the second vector takes a sequence's next token */
         if (tn->rows_lanes == 2 && lanes == 1 && max_run >= 2 && !sparse) {
             *heads_per_group = 16;
             *fold = 2;
-            return rows_kernel(cache, 16, tn->rows_keys, 0, 2, 2, kernel);
+            return rows_kernel(cache, 16, tn->rows_keys, 0, 2, 2, 0, kernel);
         }
         const int most = lanes ? 16 * lanes : tn->rows_heads;
         int hg = num_heads < most ? num_heads + (num_heads & 1) : most;
         *heads_per_group = hg;
-        return rows_kernel(cache, hg, tn->rows_keys, sparse, lanes, 1, kernel);
+        return rows_kernel(cache, hg, tn->rows_keys, sparse, lanes, 1, mask, kernel);
     }
+    if (mask)
+        return clmla_fail(cache->ctx, CLMLA_ERROR_UNSUPPORTED,
+                          "an attention mask runs on the row-walking kernels (CPU devices, or attention_kernels "
+                          "\"rows\"); the work-group kernels take none");
     /* a sequence's tokens folded into the heads, halving them where local memory does not fit */
     for (int f = sparse ? 1 : fold_for(num_heads, max_run, tn); f > 1; f /= 2) {
         clmla_status st = group_kernel(cache, num_heads * f, tn, 0, f, kernel, threads);
@@ -319,8 +329,8 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
     clmla_latent_tuning tn;
     clmla_latent_tuning_for(ctx, p->num_heads, &tn);
     const int sparse = p->indices != NULL;
-    clmla_status st = pick_kernel(cache, p->num_heads, &tn, sparse, p->max_run, &k, &threads, &heads_per_group, &fold,
-                                  &rows);
+    clmla_status st = pick_kernel(cache, p->num_heads, &tn, sparse, p->mask != NULL, p->max_run, &k, &threads,
+                                  &heads_per_group, &fold, &rows);
     if (st != CLMLA_SUCCESS)
         return st;
     const int head_groups = (p->num_heads + heads_per_group - 1) / heads_per_group;
@@ -390,6 +400,11 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
         CLMLA_SET_ARG(ctx, k, 22, p->indices);
         CLMLA_SET_ARG(ctx, k, 23, idx_off);
         CLMLA_SET_ARG(ctx, k, 24, p->topk);
+    } else if (p->mask) {
+        const int mask_off = (int)p->mask_offset;
+        CLMLA_SET_ARG(ctx, k, 22, p->mask);
+        CLMLA_SET_ARG(ctx, k, 23, mask_off);
+        CLMLA_SET_ARG(ctx, k, 24, p->mask_stride);
     } else if (fold > 1) {
         const int query_len = p->query_len > 1 ? p->query_len : 1;
         CLMLA_SET_ARG(ctx, k, 22, p->token_first);

@@ -25,6 +25,9 @@ typedef struct latent_launch {
     int query_len, max_run;
     /* The cache rows read: cache->layers[layer] when NULL (a caller's rows, clmla_paged_attention). */
     cl_mem kv;
+    /* An additive mask (dense only, row-walking kernels): token t's key j adds mask[mask_offset +
+       t * mask_stride + j] (half) to its score; -inf makes it no key. NULL: none. */
+    cl_mem mask; size_t mask_offset; int mask_stride;
 } latent_launch;
 
 /* Kernel variants of the attention kernels: work-group kernels that share rows through local

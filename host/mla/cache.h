@@ -51,6 +51,8 @@ struct clmla_cache {
     cl_kernel sparse_kernel[17];
     int sparse_threads[17];
     cl_kernel sparse_rows_kernel[10];
+    /* attn_latent_rows with -D MASK (latent_launch.mask), per heads-per-item, on first use */
+    cl_kernel mask_rows_kernel[10];
     /* attn_latent with FOLD = 2, 4, 8, 16 query tokens per group (index log2 FOLD - 1) of HT = 1..8
        heads each (HT * FOLD <= 16), on first use */
     cl_kernel fold_kernel[4][9];

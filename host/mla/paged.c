@@ -140,6 +140,7 @@ typedef struct pbuf {
     size_t need;      /* bytes the call reads or writes from the start */
     int writes;       /* the call writes it */
     int whole;        /* the kernel takes no offset: a device buffer at an offset gets a sub-buffer */
+    size_t unit;      /* bytes of its elements, which its offset is counted in (the cache: 1) */
     cl_mem mem;       /* for the kernels */
     size_t offset;    /* bytes into mem */
     int owned;        /* mem was made by the call */
@@ -164,6 +165,7 @@ static pbuf *arg(pcall *c, const char *name, const clmla_buffer *given, size_t n
     b->need = need;
     b->writes = writes;
     b->whole = whole;
+    b->unit = whole ? 1 : 4;
     return b;
 }
 
@@ -376,6 +378,15 @@ static clmla_status attention_values(const clmla_paged *p, const clmla_paged_att
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
                           "%s: causal 1 with topk %d: a sparse call's index lists say which keys each query sees", fn,
                           a->topk);
+    const int masked = a->mask.mem || a->mask.host;
+    if (masked && sparse)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "%s: a mask with topk %d: a sparse call's index lists say which keys each query sees", fn,
+                          a->topk);
+    if (masked && (long long)a->mask_stride < (long long)t->max_blocks * p->config.block_size)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "%s: mask_stride %d is less than max_blocks %d x block_size %d", fn, a->mask_stride,
+                          t->max_blocks, p->config.block_size);
     if (a->indices_kind != CLMLA_PAGED_INDICES_SLOTS && a->indices_kind != CLMLA_PAGED_INDICES_POSITIONS)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: indices_kind %d is not SLOTS (0) or POSITIONS (1)", fn,
                           (int)a->indices_kind);
@@ -388,15 +399,15 @@ static clmla_status attention_values(const clmla_paged *p, const clmla_paged_att
     return CLMLA_SUCCESS;
 }
 
-/* Every argument's memory (check_buffer), with units of 4 bytes but for the cache's blocks. */
-static clmla_status check_buffers(pcall *c, const clmla_buffer *blocks)
+/* Every argument's memory (check_buffer), in its elements' units. */
+static clmla_status check_buffers(pcall *c)
 {
     for (int i = 0; i < c->count; i++) {
-        const size_t unit = c->b[i].given == blocks ? 1 : 4;
+        const size_t unit = c->b[i].unit;
         clmla_status st = check_buffer(c, &c->b[i], unit);
         if (st != CLMLA_SUCCESS)
             return st;
-        if (unit == 4 && c->b[i].given->offset / 4 + c->b[i].need / 4 > INT_MAX)
+        if (unit > 1 && c->b[i].given->offset / unit + c->b[i].need / unit > INT_MAX)
             return clmla_fail(c->p->ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: %s's offset and size pass 2^31 elements",
                               c->fn, c->b[i].name);
     }
@@ -499,7 +510,12 @@ clmla_status clmla_paged_attention(clmla_paged *p, const clmla_paged_attention_a
     pbuf *idx = sparse ? arg(&c, "indices", &a->indices, T * (size_t)a->topk * 4, 0, 0) : NULL;
     pbuf *out = arg(&c, "out", &a->out, T * H * rkv * 4, 1, 0);
     pbuf *lse = a->lse.mem || a->lse.host ? arg(&c, "lse", &a->lse, T * H * 4, 1, 0) : NULL;
-    if ((st = check_buffers(&c, &a->kv_cache)) != CLMLA_SUCCESS)
+    pbuf *mask = a->mask.mem || a->mask.host
+                     ? arg(&c, "mask", &a->mask, ((T - 1) * (size_t)a->mask_stride + (size_t)a->max_blocks * bs) * 2, 0, 0)
+                     : NULL;
+    if (mask)
+        mask->unit = 2; /* half values */
+    if ((st = check_buffers(&c)) != CLMLA_SUCCESS)
         return st;
     int max_ctx = a->num_blocks * bs;
     if (!t.slots && (st = check_tables(p, fn, &t, table, lens, &max_ctx)) != CLMLA_SUCCESS)
@@ -554,6 +570,11 @@ clmla_status clmla_paged_attention(clmla_paged *p, const clmla_paged_attention_a
         }
         lp.max_run = sparse ? 1 : t.sq;
         lp.kv = kv->mem;
+        if (mask) {
+            lp.mask = mask->mem;
+            lp.mask_offset = mask->offset / 2;
+            lp.mask_stride = a->mask_stride;
+        }
         st = clmla_latent_attention_enqueue(p->shell, 0, &lp, event);
     }
     return finish_call(&c, st);
@@ -590,7 +611,7 @@ clmla_status clmla_paged_index_select(clmla_paged *p, const clmla_paged_index_ar
     pbuf *table = arg(&c, "block_table", &a->block_table, (size_t)a->batch * a->max_blocks * 4, 0, 0);
     pbuf *lens = arg(&c, "cache_seqlens", &a->cache_seqlens, (size_t)a->batch * 4, 0, 0);
     pbuf *idx = arg(&c, "indices", &a->indices, T * (size_t)a->top_k * 4, 1, 0);
-    if ((st = check_buffers(&c, &a->index_cache)) != CLMLA_SUCCESS)
+    if ((st = check_buffers(&c)) != CLMLA_SUCCESS)
         return st;
     int max_ctx = 0;
     if ((st = check_tables(p, fn, &t, table, lens, &max_ctx)) != CLMLA_SUCCESS)
@@ -652,7 +673,7 @@ clmla_status clmla_paged_write(clmla_paged *p, const clmla_paged_write_args *a, 
     pbuf *kpe = arg(&c, "k_pe", &a->k_pe, ((T - 1) * (size_t)pe_stride + (size_t)dr) * 4, 0, 0);
     pbuf *slot = arg(&c, "slot_mapping", &a->slot_mapping, T * 4, 0, 0);
     pbuf *kv = arg(&c, "kv_cache", &a->kv_cache, (size_t)a->num_blocks * bs * p->row_bytes, 1, 1);
-    clmla_status st = check_buffers(&c, &a->kv_cache);
+    clmla_status st = check_buffers(&c);
     if (st != CLMLA_SUCCESS)
         return st;
     const int num_slots = a->num_blocks * bs;
