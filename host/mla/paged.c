@@ -139,6 +139,7 @@ typedef struct pbuf {
     const clmla_buffer *given;
     size_t need;      /* bytes the call reads or writes from the start */
     int writes;       /* the call writes it */
+    int reads;        /* the call reads it (all but the outputs; a cache it writes rows of, too) */
     int whole;        /* the kernel takes no offset: a device buffer at an offset gets a sub-buffer */
     size_t unit;      /* bytes of its elements, which its offset is counted in (the cache: 1) */
     cl_mem mem;       /* for the kernels */
@@ -164,6 +165,7 @@ static pbuf *arg(pcall *c, const char *name, const clmla_buffer *given, size_t n
     b->given = given;
     b->need = need;
     b->writes = writes;
+    b->reads = !writes;
     b->whole = whole;
     b->unit = whole ? 1 : 4;
     return b;
@@ -247,10 +249,9 @@ static clmla_status materialize(pcall *c)
                 b->mem = clmla_cl_buffer(ctx, access | CL_MEM_USE_HOST_PTR, bytes, host, &err);
                 p->wrapped++;
             } else {
-                /* copied in unless the call only writes it (out, lse) */
-                const int read = !b->writes || strcmp(b->name, "kv_cache") == 0;
-                b->mem = clmla_cl_buffer(ctx, access | (read && b->need ? CL_MEM_COPY_HOST_PTR : 0), bytes,
-                                         read && b->need ? host : NULL, &err);
+                /* copied in unless the call only writes it (out, lse, the selection) */
+                b->mem = clmla_cl_buffer(ctx, access | (b->reads && b->need ? CL_MEM_COPY_HOST_PTR : 0), bytes,
+                                         b->reads && b->need ? host : NULL, &err);
                 b->copied = 1;
                 p->copied++;
                 p->copied_bytes += b->need;
@@ -302,7 +303,7 @@ static clmla_status finish_call(pcall *c, clmla_status st)
     return st;
 }
 
-/* An int32 host table's entry, or 0 when the table is on the device. */
+/* Entry i of an int32 table given in host memory. */
 static int32_t host_int(const pbuf *b, size_t i)
 {
     return ((const int32_t *)((const char *)b->given->host + b->given->offset))[i];
@@ -673,6 +674,7 @@ clmla_status clmla_paged_write(clmla_paged *p, const clmla_paged_write_args *a, 
     pbuf *kpe = arg(&c, "k_pe", &a->k_pe, ((T - 1) * (size_t)pe_stride + (size_t)dr) * 4, 0, 0);
     pbuf *slot = arg(&c, "slot_mapping", &a->slot_mapping, T * 4, 0, 0);
     pbuf *kv = arg(&c, "kv_cache", &a->kv_cache, (size_t)a->num_blocks * bs * p->row_bytes, 1, 1);
+    kv->reads = 1; /* the rows the call does not write stay as they are */
     clmla_status st = check_buffers(&c);
     if (st != CLMLA_SUCCESS)
         return st;
