@@ -1,0 +1,450 @@
+/* libggml-clmla: a ggml backend (GGML_BACKEND_DL, loaded with ggml_backend_load() or
+   GGML_BACKEND_PATH) that runs llama.cpp's MLA flash attention, GGML_OP_FLASH_ATTN_EXT with V a
+   view of K's first values, through clmla_paged_attention on the OpenCL device clmla's default
+   device spec picks (CLMLA_DEVICE). Its device is an ACCEL device over host memory (the CPU buffer
+   type): the scheduler gives it the FA nodes whose sources are in host buffers, and every other
+   op stays on the CPU. What it does not compute exactly is declined in supports_op. Built against
+   the ggml of a llama.cpp tree (CLMLA_GGML_SOURCE; docs/LLAMA_CPP.md). */
+#include "ggml-backend-impl.h"
+#include "ggml.h"
+
+#include "clmla.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CLMLA_GGML_NAME "CLMLA"
+#define CLMLA_GGML_MAX_LAYOUTS 16
+
+typedef struct clmla_ggml_device {
+    clmla_context *ctx;            /* NULL: the device failed to open (init_error says why) */
+    char description[256];
+    char init_error[512];
+    /* clmla_paged objects by layout (rkv, dr, block size, dtype) */
+    clmla_paged *paged[CLMLA_GGML_MAX_LAYOUTS];
+    clmla_paged_config layout[CLMLA_GGML_MAX_LAYOUTS];
+    int layouts;
+    /* host scratch of a call: the queries, tables, mask rows and outputs gathered or scattered */
+    void *scratch;
+    size_t scratch_bytes;
+} clmla_ggml_device;
+
+static clmla_ggml_device g_device;
+static struct ggml_backend_device g_dev;
+static struct ggml_backend_reg g_reg;
+
+/* ---- the op ------------------------------------------------------------------------------------ */
+
+/* The FA node's shape as clmla takes it. */
+typedef struct fa_shape {
+    int rkv, dr;          /* V's width and K's beyond it */
+    int kv, tokens;       /* keys per KV head and sequence, query tokens */
+    int q_heads, kv_heads, per_kv, seqs;
+    int block;            /* clmla's block size: kv where each (KV head, sequence) slice of K is whole
+                             rows from a multiple of kv rows, else 1 (a row a block, K's keys at any
+                             multiple of a row apart: permuted caches) */
+    clmla_cache_dtype dtype;
+    size_t row_bytes;
+    const struct ggml_tensor *q, *k, *v, *mask, *dst;
+} fa_shape;
+
+static int is_view_of_k(const struct ggml_tensor *v, const struct ggml_tensor *k)
+{
+    const struct ggml_tensor *vs = v->view_src, *ks = k->view_src ? k->view_src : k;
+    if (!vs || vs != ks)
+        return 0;
+    const size_t koffs = k->view_src ? k->view_offs : 0;
+    return v->view_offs == koffs && v->type == k->type && v->nb[1] == k->nb[1] && v->nb[2] == k->nb[2] &&
+           v->nb[3] == k->nb[3] && v->ne[1] == k->ne[1] && v->ne[2] == k->ne[2] && v->ne[3] == k->ne[3];
+}
+
+/* 1 when clmla computes the node exactly as ggml's CPU backend defines it; *s filled. */
+static int fa_shape_of(const struct ggml_tensor *op, fa_shape *s)
+{
+    if (op->op != GGML_OP_FLASH_ATTN_EXT)
+        return 0;
+    const struct ggml_tensor *q = op->src[0], *k = op->src[1], *v = op->src[2], *mask = op->src[3];
+    float params[3];
+    memcpy(params, op->op_params, sizeof(params));
+    if (op->src[4] || params[1] != 0.0f || params[2] != 0.0f) /* sinks, ALiBi, softcap */
+        return 0;
+    if (!q || !k || !v || q->type != GGML_TYPE_F32 || op->type != GGML_TYPE_F32 ||
+        (k->type != GGML_TYPE_F16 && k->type != GGML_TYPE_F32) || !is_view_of_k(v, k))
+        return 0;
+    const size_t elt = ggml_type_size(k->type);
+    if (v->ne[0] < 1 || k->ne[0] <= v->ne[0] || (k->ne[0] - v->ne[0]) % 2 || k->nb[0] != elt ||
+        q->ne[0] != k->ne[0] || q->nb[0] != sizeof(float))
+        return 0;
+    if (q->ne[2] % k->ne[2] || q->ne[3] != k->ne[3] || !ggml_is_contiguous(op))
+        return 0;
+    /* K's rows at multiples of a row from K's start: a block a slice of kv rows where they are
+       contiguous and every slice starts at a multiple of kv rows, else a block a row */
+    const size_t row = (size_t)k->ne[0] * elt, slice = (size_t)k->ne[1] * row;
+    if (k->nb[1] % row || (k->ne[2] > 1 && k->nb[2] % row) || (k->ne[3] > 1 && k->nb[3] % row))
+        return 0;
+    s->block = k->nb[1] == row && (k->ne[2] == 1 || k->nb[2] % slice == 0) && (k->ne[3] == 1 || k->nb[3] % slice == 0)
+                   ? (int)k->ne[1]
+                   : 1;
+    if (mask && (mask->type != GGML_TYPE_F16 || !ggml_is_contiguous(mask) || mask->ne[0] < k->ne[1] ||
+                 mask->ne[1] < q->ne[1] || mask->ne[2] != 1 || q->ne[3] % mask->ne[3]))
+        return 0;
+    if (k->ne[1] < 1 || k->ne[1] > (1 << 24) || q->ne[1] < 1)
+        return 0;
+    s->rkv = (int)v->ne[0];
+    s->dr = (int)(k->ne[0] - v->ne[0]);
+    s->kv = (int)k->ne[1];
+    s->tokens = (int)q->ne[1];
+    s->q_heads = (int)q->ne[2];
+    s->kv_heads = (int)k->ne[2];
+    s->per_kv = s->q_heads / s->kv_heads;
+    s->seqs = (int)q->ne[3];
+    s->dtype = k->type == GGML_TYPE_F16 ? CLMLA_CACHE_F16 : CLMLA_CACHE_F32;
+    s->row_bytes = row;
+    s->q = q;
+    s->k = k;
+    s->v = v;
+    s->mask = mask;
+    s->dst = op;
+    return 1;
+}
+
+static clmla_paged *paged_for(clmla_ggml_device *d, const fa_shape *s)
+{
+    for (int i = 0; i < d->layouts; i++) {
+        const clmla_paged_config *c = &d->layout[i];
+        if (c->kv_lora_rank == s->rkv && c->rope_dim == s->dr && c->block_size == s->block && c->dtype == s->dtype)
+            return d->paged[i];
+    }
+    if (d->layouts == CLMLA_GGML_MAX_LAYOUTS) { /* forget the oldest */
+        clmla_paged_destroy(d->paged[0]);
+        memmove(d->paged, d->paged + 1, sizeof(d->paged[0]) * (CLMLA_GGML_MAX_LAYOUTS - 1));
+        memmove(d->layout, d->layout + 1, sizeof(d->layout[0]) * (CLMLA_GGML_MAX_LAYOUTS - 1));
+        d->layouts--;
+    }
+    clmla_paged_config c;
+    memset(&c, 0, sizeof(c));
+    c.kv_lora_rank = s->rkv;
+    c.rope_dim = s->dr;
+    c.block_size = s->block;
+    c.dtype = s->dtype;
+    clmla_paged *p = NULL;
+    if (clmla_paged_create(d->ctx, &c, &p) != CLMLA_SUCCESS) {
+        fprintf(stderr, "ggml-clmla: %s\n", clmla_last_error(d->ctx));
+        return NULL;
+    }
+    d->layout[d->layouts] = c;
+    d->paged[d->layouts++] = p;
+    return p;
+}
+
+static void *scratch(clmla_ggml_device *d, size_t bytes)
+{
+    if (bytes > d->scratch_bytes) {
+        void *p = realloc(d->scratch, bytes);
+        if (!p)
+            return NULL;
+        d->scratch = p;
+        d->scratch_bytes = bytes;
+    }
+    return d->scratch;
+}
+
+static size_t up64(size_t n)
+{
+    return (n + 63) / 64 * 64;
+}
+
+/* One FA node: batch B = sequences x KV heads, each one block of K (its slice), its query heads'
+   tokens gathered from q, the mask's rows per sequence and token, the output scattered into dst. */
+static enum ggml_status fa_compute(clmla_ggml_device *d, const fa_shape *s)
+{
+    clmla_paged *p = paged_for(d, s);
+    if (!p)
+        return GGML_STATUS_FAILED;
+    const int B = s->seqs * s->kv_heads, T = s->tokens, H = s->per_kv, row = s->rkv + s->dr;
+    const size_t q_bytes = (size_t)B * T * H * row * 4, out_bytes = (size_t)B * T * H * s->rkv * 4;
+    const size_t mask_bytes = s->mask ? (size_t)B * T * s->kv * 2 : 0;
+    const int max_blocks = s->kv / s->block;
+    const size_t tables = (size_t)B * max_blocks * 4, lens_bytes = (size_t)B * 4;
+    char *base = scratch(d, up64(q_bytes) + up64(out_bytes) + up64(mask_bytes) + up64(tables) + up64(lens_bytes));
+    if (!base)
+        return GGML_STATUS_ALLOC_FAILED;
+    float *qb = (float *)base, *ob = (float *)(base + up64(q_bytes));
+    uint16_t *mb = (uint16_t *)(base + up64(q_bytes) + up64(out_bytes));
+    int32_t *table = (int32_t *)(base + up64(q_bytes) + up64(out_bytes) + up64(mask_bytes));
+    int32_t *lens = (int32_t *)((char *)table + up64(tables));
+    const size_t block = (size_t)s->block * s->row_bytes;
+    const struct ggml_tensor *q = s->q, *k = s->k, *m = s->mask;
+    int32_t most = 0;
+    for (int seq = 0; seq < s->seqs; seq++)
+        for (int h = 0; h < s->kv_heads; h++) {
+            const int b = seq * s->kv_heads + h;
+            for (int j = 0; j < max_blocks; j++) { /* block j of the slice: its first row's */
+                const size_t at = (size_t)h * k->nb[2] + (size_t)seq * k->nb[3] + (size_t)j * s->block * k->nb[1];
+                table[(size_t)b * max_blocks + j] = (int32_t)(at / block);
+                most = table[(size_t)b * max_blocks + j] > most ? table[(size_t)b * max_blocks + j] : most;
+            }
+            lens[b] = s->kv;
+            for (int t = 0; t < T; t++) {
+                for (int r = 0; r < H; r++) {
+                    const char *src = (const char *)q->data + (size_t)t * q->nb[1] + (size_t)(h * H + r) * q->nb[2] +
+                                      (size_t)seq * q->nb[3];
+                    memcpy(qb + (((size_t)b * T + t) * H + r) * row, src, (size_t)row * 4);
+                }
+                if (m) {
+                    const char *mrow = (const char *)m->data + (size_t)t * m->nb[1] + (size_t)(seq % m->ne[3]) * m->nb[3];
+                    memcpy(mb + ((size_t)b * T + t) * s->kv, mrow, (size_t)s->kv * 2);
+                }
+            }
+        }
+    clmla_paged_attention_args a;
+    memset(&a, 0, sizeof(a));
+    a.batch = B;
+    a.seqlen_q = T;
+    a.num_heads = H;
+    memcpy(&a.softmax_scale, s->dst->op_params, sizeof(float));
+    a.q.host = qb;
+    a.q.bytes = q_bytes;
+    a.kv_cache.host = k->data;
+    a.kv_cache.bytes = (size_t)(most + 1) * block;
+    a.num_blocks = most + 1;
+    a.block_table.host = table;
+    a.block_table.bytes = tables;
+    a.max_blocks = max_blocks;
+    a.cache_seqlens.host = lens;
+    a.cache_seqlens.bytes = lens_bytes;
+    a.out.host = ob;
+    a.out.bytes = out_bytes;
+    if (m) {
+        a.mask.host = mb;
+        a.mask.bytes = mask_bytes;
+        a.mask_stride = s->kv;
+    }
+    if (clmla_paged_attention(p, &a, NULL) != CLMLA_SUCCESS) {
+        fprintf(stderr, "ggml-clmla: %s\n", clmla_last_error(d->ctx));
+        return GGML_STATUS_FAILED;
+    }
+    /* dst [rkv, q_heads, tokens, seqs] */
+    const struct ggml_tensor *dst = s->dst;
+    for (int seq = 0; seq < s->seqs; seq++)
+        for (int h = 0; h < s->kv_heads; h++)
+            for (int t = 0; t < T; t++)
+                for (int r = 0; r < H; r++) {
+                    const int b = seq * s->kv_heads + h;
+                    char *to = (char *)dst->data + (size_t)(h * H + r) * dst->nb[1] + (size_t)t * dst->nb[2] +
+                               (size_t)seq * dst->nb[3];
+                    memcpy(to, ob + (((size_t)b * T + t) * H + r) * s->rkv, (size_t)s->rkv * 4);
+                }
+    return GGML_STATUS_SUCCESS;
+}
+
+/* ---- backend --------------------------------------------------------------------------------- */
+
+static const char *backend_name(ggml_backend_t backend)
+{
+    (void)backend;
+    return CLMLA_GGML_NAME;
+}
+
+static void backend_free(ggml_backend_t backend)
+{
+    free(backend);
+}
+
+static int empty_op(enum ggml_op op)
+{
+    return op == GGML_OP_NONE || op == GGML_OP_RESHAPE || op == GGML_OP_VIEW || op == GGML_OP_PERMUTE ||
+           op == GGML_OP_TRANSPOSE;
+}
+
+static enum ggml_status backend_graph_compute(ggml_backend_t backend, struct ggml_cgraph *graph)
+{
+    clmla_ggml_device *d = backend->context;
+    for (int i = 0; i < ggml_graph_n_nodes(graph); i++) {
+        struct ggml_tensor *node = ggml_graph_node(graph, i);
+        if (empty_op(node->op))
+            continue;
+        fa_shape s;
+        if (!fa_shape_of(node, &s)) {
+            fprintf(stderr, "ggml-clmla: node %s (%s) is not an op this backend runs\n", node->name, ggml_op_name(node->op));
+            return GGML_STATUS_FAILED;
+        }
+        const enum ggml_status st = fa_compute(d, &s);
+        if (st != GGML_STATUS_SUCCESS)
+            return st;
+    }
+    return GGML_STATUS_SUCCESS;
+}
+
+static const struct ggml_backend_i backend_iface = {
+    .get_name = backend_name,
+    .free = backend_free,
+    .graph_compute = backend_graph_compute,
+};
+
+static ggml_guid_t backend_guid(void)
+{
+    static ggml_guid guid = {0x63, 0x6c, 0x6d, 0x6c, 0x61, 0x2d, 0x67, 0x67, 0x6d, 0x6c, 0x2d, 0x62, 0x61, 0x63, 0x6b, 0x31};
+    return &guid;
+}
+
+/* ---- device ---------------------------------------------------------------------------------- */
+
+static const char *dev_name(ggml_backend_dev_t dev)
+{
+    (void)dev;
+    return CLMLA_GGML_NAME;
+}
+
+static const char *dev_description(ggml_backend_dev_t dev)
+{
+    return ((clmla_ggml_device *)dev->context)->description;
+}
+
+static void dev_memory(ggml_backend_dev_t dev, size_t *free_bytes, size_t *total)
+{
+    clmla_ggml_device *d = dev->context;
+    clmla_device_info info;
+    memset(&info, 0, sizeof(info));
+    if (d->ctx)
+        clmla_context_device(d->ctx, &info);
+    *free_bytes = *total = (size_t)info.global_mem_bytes;
+}
+
+static enum ggml_backend_dev_type dev_type(ggml_backend_dev_t dev)
+{
+    (void)dev;
+    return GGML_BACKEND_DEVICE_TYPE_ACCEL;
+}
+
+static void dev_props(ggml_backend_dev_t dev, struct ggml_backend_dev_props *props)
+{
+    memset(props, 0, sizeof(*props));
+    props->name = dev_name(dev);
+    props->description = dev_description(dev);
+    dev_memory(dev, &props->memory_free, &props->memory_total);
+    props->type = dev_type(dev);
+}
+
+static ggml_backend_t dev_init_backend(ggml_backend_dev_t dev, const char *params)
+{
+    (void)params;
+    clmla_ggml_device *d = dev->context;
+    if (!d->ctx) {
+        fprintf(stderr, "ggml-clmla: %s\n", d->init_error);
+        return NULL;
+    }
+    ggml_backend_t backend = calloc(1, sizeof(*backend));
+    if (!backend)
+        return NULL;
+    backend->guid = backend_guid();
+    backend->iface = backend_iface;
+    backend->device = dev;
+    backend->context = d;
+    return backend;
+}
+
+static ggml_backend_buffer_type_t dev_buffer_type(ggml_backend_dev_t dev)
+{
+    (void)dev;
+    return ggml_backend_cpu_buffer_type();
+}
+
+static bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op)
+{
+    fa_shape s;
+    return ((clmla_ggml_device *)dev->context)->ctx && (empty_op(op->op) || fa_shape_of(op, &s));
+}
+
+static bool dev_supports_buft(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft)
+{
+    (void)dev;
+    return ggml_backend_buft_is_host(buft);
+}
+
+static bool dev_offload_op(ggml_backend_dev_t dev, const struct ggml_tensor *op)
+{
+    (void)dev;
+    (void)op;
+    return false;
+}
+
+static const struct ggml_backend_device_i device_iface = {
+    .get_name = dev_name,
+    .get_description = dev_description,
+    .get_memory = dev_memory,
+    .get_type = dev_type,
+    .get_props = dev_props,
+    .init_backend = dev_init_backend,
+    .get_buffer_type = dev_buffer_type,
+    .supports_op = dev_supports_op,
+    .supports_buft = dev_supports_buft,
+    .offload_op = dev_offload_op,
+};
+
+/* ---- registration ---------------------------------------------------------------------------- */
+
+static const char *reg_name(ggml_backend_reg_t reg)
+{
+    (void)reg;
+    return CLMLA_GGML_NAME;
+}
+
+static size_t reg_device_count(ggml_backend_reg_t reg)
+{
+    (void)reg;
+    return 1;
+}
+
+static ggml_backend_dev_t reg_device(ggml_backend_reg_t reg, size_t index)
+{
+    (void)reg;
+    return index == 0 ? &g_dev : NULL;
+}
+
+static void *reg_proc_address(ggml_backend_reg_t reg, const char *name)
+{
+    (void)reg;
+    (void)name;
+    return NULL;
+}
+
+static const struct ggml_backend_reg_i reg_iface = {
+    .get_name = reg_name,
+    .get_device_count = reg_device_count,
+    .get_device = reg_device,
+    .get_proc_address = reg_proc_address,
+};
+
+/* The registration: the device opens clmla's default device (CLMLA_DEVICE, else the first GPU,
+   else the first device); where that fails the device still registers, supports no op, and its
+   backend does not start, saying why. */
+static ggml_backend_reg_t clmla_ggml_reg(void)
+{
+    static int done;
+    if (!done) {
+        done = 1;
+        clmla_ggml_device *d = &g_device;
+        if (clmla_context_create(NULL, &d->ctx) != CLMLA_SUCCESS) {
+            snprintf(d->init_error, sizeof(d->init_error), "no OpenCL device for clmla: %s", clmla_last_error(NULL));
+            snprintf(d->description, sizeof(d->description), "clmla (no device)");
+            d->ctx = NULL;
+        } else {
+            clmla_device_info info;
+            clmla_context_device(d->ctx, &info);
+            snprintf(d->description, sizeof(d->description), "clmla %s on %s", clmla_version_string(), info.name);
+        }
+        g_dev.iface = device_iface;
+        g_dev.reg = &g_reg;
+        g_dev.context = d;
+        g_reg.api_version = GGML_BACKEND_API_VERSION;
+        g_reg.iface = reg_iface;
+        g_reg.context = NULL;
+    }
+    return &g_reg;
+}
+
+GGML_BACKEND_DL_IMPL(clmla_ggml_reg)
