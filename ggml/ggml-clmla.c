@@ -291,6 +291,81 @@ static ggml_guid_t backend_guid(void)
     return &guid;
 }
 
+/* ---- host buffers at the device's alignment -------------------------------------------------- */
+
+/* Host memory like ggml's CPU buffers (any backend reads and writes it), allocated at the
+   device's base address alignment, so that clmla uses the tensors in it without a copy where the
+   device shares host memory (clmla_buffer in include/clmla.h). */
+static size_t host_alignment(void)
+{
+    clmla_ggml_device *d = &g_device;
+    size_t align = 128;
+    if (d->ctx) {
+        clmla_device_info info;
+        if (clmla_context_device(d->ctx, &info) == CLMLA_SUCCESS) {
+            cl_uint bits = 0;
+            if (clGetDeviceInfo(info.device_id, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof(bits), &bits, NULL) == CL_SUCCESS &&
+                bits >= 8 * 64)
+                align = bits / 8;
+        }
+    }
+    return align;
+}
+
+static void host_buffer_free(ggml_backend_buffer_t buffer)
+{
+    free(buffer->context); /* the memory host_buft_alloc took; the buffer is freed by ggml */
+}
+
+static const char *host_buft_name(ggml_backend_buffer_type_t buft)
+{
+    (void)buft;
+    return CLMLA_GGML_NAME "_Host";
+}
+
+static size_t host_buft_alignment(ggml_backend_buffer_type_t buft)
+{
+    (void)buft;
+    return host_alignment();
+}
+
+static bool host_buft_is_host(ggml_backend_buffer_type_t buft)
+{
+    (void)buft;
+    return true;
+}
+
+static struct ggml_backend_buffer_type g_host_buft;
+
+static ggml_backend_buffer_t host_buft_alloc(ggml_backend_buffer_type_t buft, size_t size)
+{
+    const size_t align = host_alignment();
+    void *mem = aligned_alloc(align, (size + align - 1) / align * align + align);
+    if (!mem)
+        return NULL;
+    /* a CPU buffer over the memory (ggml's own tensor reads and writes), freeing it on free */
+    ggml_backend_buffer_t b = ggml_backend_cpu_buffer_from_ptr(mem, size);
+    if (!b) {
+        free(mem);
+        return NULL;
+    }
+    b->iface.free_buffer = host_buffer_free;
+    b->context = mem;
+    b->buft = buft;
+    return b;
+}
+
+static ggml_backend_buffer_type_t host_buft(ggml_backend_dev_t dev)
+{
+    g_host_buft.iface.get_name = host_buft_name;
+    g_host_buft.iface.alloc_buffer = host_buft_alloc;
+    g_host_buft.iface.get_alignment = host_buft_alignment;
+    g_host_buft.iface.is_host = host_buft_is_host;
+    g_host_buft.device = dev;
+    g_host_buft.context = NULL;
+    return &g_host_buft;
+}
+
 /* ---- device ---------------------------------------------------------------------------------- */
 
 static const char *dev_name(ggml_backend_dev_t dev)
@@ -349,8 +424,7 @@ static ggml_backend_t dev_init_backend(ggml_backend_dev_t dev, const char *param
 
 static ggml_backend_buffer_type_t dev_buffer_type(ggml_backend_dev_t dev)
 {
-    (void)dev;
-    return ggml_backend_cpu_buffer_type();
+    return host_buft(dev);
 }
 
 static bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op)
