@@ -198,9 +198,7 @@ typedef struct clmla_context_options {
     /* added in 0.4: whether compiled programs are kept in the disk cache (cache_dir): "on", "off",
        or "auto": on, except on PoCL's CPU device, which keeps a kernel cache of its own
        (POCL_CACHE_DIR) and, asked for a program's binary, first compiles every kernel of the file,
-       used or not (from empty caches a `clmla demo` took 54 s with the binaries stored, 24 s
-       without; a later start pays about 80 ms a program to build from source, against about 10 ms
-       to load). Decided when the context is made. NULL: CLMLA_PROGRAM_BINARIES, else "auto"; another value fails the creation
+       used or not (README, CLMLA_PROGRAM_BINARIES, gives the trade). Decided when the context is made. NULL: CLMLA_PROGRAM_BINARIES, else "auto"; another value fails the creation
        with CLMLA_ERROR_INVALID_ARGUMENT naming it. */
     const char *program_binaries;
 } clmla_context_options;
@@ -239,15 +237,15 @@ clmla_status clmla_context_program_stats(const clmla_context *ctx, clmla_program
 
 /* CLBlast's Xgemm kernel (its SGEMM for every size above CLBlast's direct-kernel threshold) has 16
    tuning parameters. CLBlast ships tuned values for many GPUs and generic ones for other devices,
-   which can be far off (PoCL on a Zen 3 CPU: 18 GFLOP/s at 1024^3, 70 with tuned values). An entry
-   holds the values measured for one device. Only when asked to (the context option
+   which can be far off (docs/perf-log.md, "CLBlast tuning"). An entry
+   holds the values found for one device. Only when asked to (the context option
    clblast_tuning, or CLMLA_CLBLAST_TUNING, set to a file or "auto"; the clmla commands and
    clmla-bench ask for "auto") does context creation apply the entry matching the device's vendor
    and name with CLBlastOverrideParameters, which CLBlast keeps per device for the whole process
    (every CLBlast SGEMM on that device then uses it), taken from:
      1. the file named, or with "auto" <cache dir>/clblast-tuning.json (see CLMLA_CACHE_DIR),
         which `clmla tune` writes; a file that does not exist holds no entry, then
-     2. the table built into the library (entries measured by clmla's developers).
+     2. the table built into the library (entries found by clmla's developers).
    The values tune CLBlast's Xgemm kernel, which CLBlast runs from its XGEMM_MIN_INDIRECT_SIZE
    (704^3 on PoCL; smaller products use its direct kernel, which they leave alone).
    A file that exists but is malformed, or holds values CLBlast's kernel cannot take, makes
@@ -330,8 +328,7 @@ typedef struct clmla_latent_tuning {
     int group_groups_per_cu; /* attn_latent: work-groups wanted per compute unit when splitting keys, 1..64 (8) */
     /* added in 0.4: attn_latent's queries in local memory (QLAYOUT): 0 [head][row]; 1 [row][4][head
        quad] (default), so that the items scoring one key read adjacent float4s, which on GPUs with
-       32 four-byte banks removes a four-way bank conflict of layout 0 (an H100: 0.72-0.88 of layout
-       0's time) */
+       32 four-byte banks removes a four-way bank conflict of layout 0 */
     int group_query_layout;
     /* added in 0.4: attn_latent's multi-token decode: the most query tokens of one sequence a
        work-group takes together, its heads then (token, head) pairs, so that the cache rows are read
@@ -340,28 +337,24 @@ typedef struct clmla_latent_tuning {
     int group_fold;
     /* added in 0.4: the decompressed path's attention on devices that run work-group kernels: 1
        attn_prefill_tiled (default), blocks of queries against tiles of keys in local memory; 0
-       attn_prefill, one query per work-item. On an H100 the tiled kernel took 0.14-0.80 of
-       attn_prefill's time (docs/BENCHMARKS.md). Steps that select keys keep attn_prefill. */
+       attn_prefill, one query per work-item. Steps that select keys keep attn_prefill. */
     int prefill_tiled;
     /* added in 0.4: attn_latent's heads per work-item in its score step for a cache of f16, bf16 or
        fp8 (f32 caches: 4): 4, 8 (default) or 16. Each cached value is decoded by every item that
        scores it, so more heads per item decode each value fewer times per work-group (16: once),
        at the price of more query loads per FMA; each item keeps group_keys x 4 scores, so its
-       keys become group_keys x 4 / group_decode_heads (at least 1). On an H100, 8 against 4: fp8
-       caches 0.60-0.90 of the time, f16 and bf16 0.79-1.09 (docs/BENCHMARKS.md). */
+       keys become group_keys x 4 / group_decode_heads (at least 1). */
     int group_decode_heads;
     /* added in 0.4: attn_latent's split-KV: the fewest keys one work-group of a split takes, 16..4096
        (default 128). Few sequences over a long context are split until the device has
-       group_groups_per_cu groups per compute unit or the splits reach this size: on an H100 a
-       sequence of 4096 keys at 16 heads made 32 groups for 132 compute units, each about 60 us.
-       Smaller splits give more groups (and more partial results to combine). */
+       group_groups_per_cu groups per compute unit or the splits reach this size. Smaller splits
+       give more groups (and more partial results to combine). */
     int group_min_split_keys;
     /* added in 0.4: attn_latent's score step: 0 (default) each work-item streams its keys' rows from
        global memory, so a GPU's load instruction touches a row per key the warp scores; 1 the
        work-group stages the tile's rows through local memory in chunks, each chunk's float4s of a
        row loaded by adjacent items and decoded once per work-group (f16, bf16, fp8 caches), and the
-       items score from there. Experimental: written for the load traffic an H100 showed (the score
-       step at 31-43% of the FMA bound), not yet measured on a GPU. */
+       items score from there. Experimental, off by default. */
     int group_stage_keys;
     /* added in 0.4: attn_prefill_tiled's tiles (prefill_tiled 1): the most queries of one block, a
        power of two 4..64 (default 32; the build takes the largest, down to 4, whose local memory
@@ -380,10 +373,9 @@ typedef struct clmla_latent_tuning {
        the score step as one load of the vector type (vloada_half4, ushort4, uchar4) where the rows
        allow it (rows, and an fp8 row's k^R part, at multiples of 8 bytes: every preset of
        docs/MODELS.md; elsewhere the kernel of 0 runs); 0 through vloadN, which NVIDIA's OpenCL
-       compiles to one scalar load per value (a byte load per fp8 code). Default 1: an H200 ran bf16
-       caches in 0.49-0.77 of 0's time and fp8 in 0.87-0.92. 2: as 1, and an f16 cache's 4 values
-       read as one ushort4 and converted in registers (vloada_half4 compiles to 4 scalar loads
-       too); experimental, not yet measured on a GPU. CPU devices do not read it. */
+       compiles to one scalar load per value (a byte load per fp8 code). Default 1. 2: as 1, and an
+       f16 cache's 4 values read as one ushort4 and converted in registers (vloada_half4 compiles to
+       4 scalar loads too); experimental. CPU devices do not read it. */
     int group_aligned;
     /* added in 0.4: CPU devices: 1 runs attn_latent_lanes in place of attn_latent_rows, 16 heads per
        work-item in the lanes of one 16-wide vector (queries and accumulators stored transposed, each
@@ -400,7 +392,7 @@ typedef struct clmla_latent_tuning {
        tiles of 2 or 4 times fewer keys, each item's chain of loads as many times shorter. For few
        work-groups (batch 1, with a small group_min_split_keys), where that chain sets the time.
        Not with group_stage_keys. 0 or 1 (default): one item per key and set of heads.
-       Experimental, not yet measured on a GPU. */
+       Experimental. */
     int group_row_slices;
     /* added in 0.4: 1 runs attn_latent_mma in place of attn_latent over a cache of any dtype (rkv
        a multiple of 256 and rkv + dr of 32, every preset of docs/MODELS.md; up to 16 heads a
@@ -413,7 +405,7 @@ typedef struct clmla_latent_tuning {
        range by a power of two; over f32 every operand into two tf32 terms, three products each
        (3xTF32, about 21 bits); sums in float32. Other devices run the same kernel with each
        product computed by its work-items (CPUs, so that the tests check it) or keep attn_latent
-       (GPUs without it). Experimental, not yet measured on a GPU; 0 (default): attn_latent. */
+       (GPUs without it). Experimental; 0 (default): attn_latent. */
     int group_mma;
 } clmla_latent_tuning;
 
@@ -497,8 +489,7 @@ typedef struct clmla_product_tuning {
        work-item per column walks K; 2..64 (a power of two, at most skinny_nn_items) splits K into
        that many slices over the items of a work-group, which then take skinny_nn_items /
        skinny_nn_slices float4s of columns (gemm_skinny_nn_split, for N a multiple of 4), so that
-       more of the weight is in flight at once. Default 16 (with 256 items): an H100 ran the
-       product in 10-13 us with it, 43-45 us with 1. */
+       more of the weight is in flight at once. Default 16 (with 256 items). */
     int skinny_nn_slices;
     /* added in 0.4: gemm_skinny_nt (GPUs): 1 reads each vector of skinny_vector values of the weight
        and of x as one load of the vector type where every such vector is aligned (offsets, row
@@ -506,8 +497,7 @@ typedef struct clmla_product_tuning {
        through vloadN, which NVIDIA's OpenCL compiles to one scalar load per value (a byte load per
        fp8 code); gemm_skinny_nn_split (the per-head W^UK product) likewise reads each float4 of
        columns of the weight as one load where the weight's offset, row length and batch stride
-       are multiples of 4. Default 1: an H200 ran V2-Lite's and V3's decode steps in 0.88-0.95 of
-       0's time at 4 values a load. CPU devices do not read it. */
+       are multiples of 4. Default 1. CPU devices do not read it. */
     int skinny_aligned;
     /* added in 0.4: gemm_packed_rows (CPUs) with bf16 or fp8 weights at 1 row of x, K a multiple of
        128: 1 reads each stream of the weight a 64-byte line at a time and decodes it with 32-bit

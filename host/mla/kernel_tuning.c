@@ -231,7 +231,7 @@ static const kernel_kind latent_kind = {
 static const clmla_product_tuning product_defaults = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256,
                                                       48, 3, 1024, 0, 4, 16, 1, 0, 0};
 
-/* Entries measured on the developers' machines (docs/BENCHMARKS.md, "Product kernel tuning"). */
+/* Entries measured on the developers' machines (docs/perf-log.md, "Product kernel tuning"). */
 static const kernel_entry product_builtin[] = {
     /* PoCL 3.1 (Debian 12), 2-core AMD EPYC with AVX2 (Zen 3): `clmla tune --kernels --products`
        (2026-11-26) kept the defaults. 2026-11-29, clmla-bench's V2-Lite and V3 products, variants

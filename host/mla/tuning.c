@@ -20,7 +20,7 @@ static const char *const names[CLMLA_XGEMM_PARAMETERS] = {"GEMMK", "KREG",  "KWG
                                                           "STRM",  "STRN",  "VWM", "VWN"};
 enum { GEMMK, KREG, KWG, KWI, MDIMA, MDIMC, MWG, NDIMB, NDIMC, NWG, SA, SB, STRM, STRN, VWM, VWN };
 
-/* Entries measured with `clmla tune` on the developers' machines (docs/BENCHMARKS.md, "CLBlast
+/* Entries measured with `clmla tune` on the developers' machines (docs/perf-log.md, "CLBlast
    tuning"): vendor and device name as the OpenCL driver reports them. */
 static const clmla_xgemm_tuning builtin[] = {
     /* PoCL 3.1 (Debian 12), 2-core AMD EPYC (Zen 3): `clmla tune --candidates 16`, 2 minutes */
