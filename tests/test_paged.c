@@ -108,7 +108,7 @@ static const char *dtype_name(clmla_cache_dtype d)
 
 /* Writes every token of the fixture into the caller's buffer through clmla_paged_write with the
    cache's slots, in two calls whose slot lists hold -1 for the other call's tokens. */
-static void write_caller(fixture *f, clmla_buffer kv, const char *what)
+static void write_caller(fixture *f, clmla_buffer kv)
 {
     const size_t T = (size_t)f->total;
     int32_t *part = malloc(T * sizeof(int32_t));
@@ -126,7 +126,6 @@ static void write_caller(fixture *f, clmla_buffer kv, const char *what)
     }
     clFinish(clmla_context_queue(ctx));
     free(part);
-    (void)what;
 }
 
 /* The cache filled in scattered chunks, the values it holds, its tables, and the caller's buffer
@@ -211,7 +210,7 @@ static int fixture_make_index(fixture *f, int rkv, int dr, int bs, clmla_cache_d
     f->caller = make_buffer(f->cache_bytes, pad);
     free(pad);
     if (check_failed == failed_before)
-        write_caller(f, dev(f->caller), "device");
+        write_caller(f, dev(f->caller));
     return check_failed == failed_before ? 0 : -1;
 }
 
@@ -621,10 +620,10 @@ static void part_host(void)
         }
         /* a host cache written in place: the same bytes as the device buffer */
         memset(aligned, PAD, f.cache_bytes);
-        write_caller(&f, host(aligned, f.cache_bytes), "host");
+        write_caller(&f, host(aligned, f.cache_bytes));
         check_rows_equal(&f, aligned, "written in host memory");
         memset(shifted + 8, PAD, f.cache_bytes);
-        write_caller(&f, host(shifted + 8, f.cache_bytes), "host, copied");
+        write_caller(&f, host(shifted + 8, f.cache_bytes));
         check_rows_equal(&f, shifted + 8, "written in copied host memory");
         free(aligned);
         free(shifted);

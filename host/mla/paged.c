@@ -172,10 +172,11 @@ static pbuf *arg(pcall *c, const char *name, const clmla_buffer *given, size_t n
 }
 
 /* Checks an argument without changing anything: a buffer of this context long enough, or host
-   memory of enough bytes, at an offset aligned to its elements (`unit` bytes). */
-static clmla_status check_buffer(pcall *c, const pbuf *b, size_t unit)
+   memory of enough bytes, at an offset aligned to its elements (b->unit bytes). */
+static clmla_status check_buffer(pcall *c, const pbuf *b)
 {
     clmla_context *ctx = c->p->ctx;
+    const size_t unit = b->unit;
     const clmla_buffer *g = b->given;
     if (g->mem && g->host)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: %s gives both a device buffer and host memory", c->fn,
@@ -405,7 +406,7 @@ static clmla_status check_buffers(pcall *c)
 {
     for (int i = 0; i < c->count; i++) {
         const size_t unit = c->b[i].unit;
-        clmla_status st = check_buffer(c, &c->b[i], unit);
+        clmla_status st = check_buffer(c, &c->b[i]);
         if (st != CLMLA_SUCCESS)
             return st;
         if (unit > 1 && c->b[i].given->offset / unit + c->b[i].need / unit > INT_MAX)

@@ -19,7 +19,6 @@ model stays in torch. CPU tensors only; torch is imported when ``attach`` is cal
 from __future__ import annotations
 
 import tempfile
-import weakref
 from typing import Optional
 
 import numpy as np
@@ -60,8 +59,7 @@ class _Attached:
     """What attach keeps on a model: the layers, the cache of the generate call in flight, and the
     attention mask and shape of the model's current forward."""
 
-    def __init__(self, model, modules, layers, context: Context, cache_dtype: str, max_tokens: int):
-        self.model = weakref.ref(model)
+    def __init__(self, modules, layers, context: Context, cache_dtype: str, max_tokens: int):
         self.modules = modules
         self.layers = layers
         self.context = context
@@ -185,7 +183,7 @@ def attach(model, *, context: Optional[Context] = None, cache_dtype: str = "f32"
             if hasattr(e, "message"):
                 e.message = "%s: %s" % (name, e.message)
             raise
-    state = _Attached(model, modules, layers, ctx, cache_dtype, max_tokens)
+    state = _Attached(modules, layers, ctx, cache_dtype, max_tokens)
     for i, (_, m) in enumerate(modules):
         m._clmla_forward = m.forward
         m.forward = _forward_for(state, i, m)
