@@ -217,8 +217,10 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
 #if FOLD > 1
                  , __global const int *token_first, const int query_len
 #endif
+                 , const ulong cache_offset /* the rows start this many CACHE_T units into `cache` */
                  )
 {
+    cache += cache_offset;
     __local float4 qs[HGP * ROWV]; /* scaled queries (QLAYOUT), zero past ROW and for padding heads */
     __local float4 sw[RS * TK * HQ4]; /* [RS][TK][HGP]: the tile's (partial) scores, then in [0] its weights */
     __local float red[GI * HGP];   /* [GI][HGP]: per-item maxima, at the end per-item sums */
@@ -637,8 +639,10 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
 #ifdef MASK
                       , __global const half *mask, const int mask_offset, const int mask_stride
 #endif
+                      , const ulong cache_offset /* the rows start this many CACHE_T units into `cache` */
                       )
 {
+    cache += cache_offset;
     const int h0 = get_global_id(0) * HGC;
     const int split = get_global_id(1);
     const int t = get_global_id(2);
@@ -960,8 +964,10 @@ void attn_latent_lanes(__global const float *q_latent, const int q_latent_offset
 #ifdef LFOLD
                        , __global const int *token_first, const int query_len
 #endif
+                       , const ulong cache_offset /* the rows start this many CACHE_T units into `cache` */
                        )
 {
+    cache += cache_offset;
 #ifdef LFOLD
     /* tokens t and, where it is of the same group, t + 1 (nq of them); LTOK(v): vector v's token.
        The grid is (head group, token, split), so that the items that stop at once (a pair's second

@@ -277,8 +277,10 @@ void attn_latent_mma(__global const float *q_latent, const int q_latent_offset, 
 #if FOLD > 1
                      , __global const int *token_first, const int query_len
 #endif
+                     , const ulong cache_offset /* the rows start this many CACHE_T units into `cache` */
                      )
 {
+    cache += cache_offset;
 #ifdef MMA16
     __local uint4 qh4[16 * QP / 4], ql4[16 * QP / 4]; /* the scaled queries' hi and lo terms, bf16 pairs (QIDX) */
 #endif

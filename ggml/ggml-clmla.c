@@ -1,11 +1,14 @@
-/* libggml-clmla: a ggml backend (GGML_BACKEND_DL, loaded with ggml_backend_load() or
-   GGML_BACKEND_PATH) that runs llama.cpp's MLA flash attention, GGML_OP_FLASH_ATTN_EXT with V a
-   view of K's first values, through clmla_paged_attention on the OpenCL device clmla's default
-   device spec picks (CLMLA_DEVICE). Its device is an ACCEL device over host memory (the CPU buffer
-   type): the scheduler gives it the FA nodes whose sources are in host buffers, and every other
-   op stays on the CPU. What it does not compute exactly is declined in supports_op. Built against
-   the ggml of a llama.cpp tree (CLMLA_GGML_SOURCE; docs/LLAMA_CPP.md). */
+/* libggml-clmla: a ggml backend (GGML_BACKEND_DL, loaded with
+   ggml_backend_load() or GGML_BACKEND_PATH) that runs llama.cpp's MLA flash
+   attention, GGML_OP_FLASH_ATTN_EXT with V a view of K's first values, through
+   clmla_paged_attention on the OpenCL device clmla's default device spec picks
+   (CLMLA_DEVICE). Its device is an ACCEL device over host memory (the CPU
+   buffer type): the scheduler gives it the FA nodes whose sources are in host
+   buffers, and every other op stays on the CPU. What it does not compute
+   exactly is declined in supports_op. Built against the ggml of a llama.cpp
+   tree (CLMLA_GGML_SOURCE; docs/LLAMA_CPP.md). */
 #include "ggml-backend-impl.h"
+#include "ggml-impl.h"
 #include "ggml.h"
 
 #include "clmla.h"
@@ -20,32 +23,37 @@
 #define CLMLA_GGML_MAX_LAYOUTS 16
 
 typedef struct clmla_ggml_device {
-    clmla_context *ctx;            /* NULL: the device failed to open (init_error says why) */
+    clmla_context *ctx; /* NULL: the device failed to open (init_error says why) */
     char description[256];
     char init_error[512];
     /* clmla_paged objects by layout (rkv, dr, block size, dtype) */
     clmla_paged *paged[CLMLA_GGML_MAX_LAYOUTS];
     clmla_paged_config layout[CLMLA_GGML_MAX_LAYOUTS];
     int layouts;
-    /* host scratch of a call: the queries, tables, mask rows and outputs gathered or scattered */
+    /* host scratch of a call: the queries, tables, mask rows and outputs gathered
+     * or scattered */
     void *scratch;
     size_t scratch_bytes;
+    /* what the backend ran, logged when the backend is freed */
+    uint64_t nodes, query_rows;
 } clmla_ggml_device;
 
 static clmla_ggml_device g_device;
 static struct ggml_backend_device g_dev;
 static struct ggml_backend_reg g_reg;
 
-/* ---- the op ------------------------------------------------------------------------------------ */
+/* ---- the op
+ * ------------------------------------------------------------------------------------
+ */
 
 /* The FA node's shape as clmla takes it. */
 typedef struct fa_shape {
-    int rkv, dr;          /* V's width and K's beyond it */
-    int kv, tokens;       /* keys per KV head and sequence, query tokens */
+    int rkv, dr;    /* V's width and K's beyond it */
+    int kv, tokens; /* keys per KV head and sequence, query tokens */
     int q_heads, kv_heads, per_kv, seqs;
-    int block;            /* clmla's block size: kv where each (KV head, sequence) slice of K is whole
-                             rows from a multiple of kv rows, else 1 (a row a block, K's keys at any
-                             multiple of a row apart: permuted caches) */
+    int block; /* clmla's block size: kv where each (KV head, sequence) slice of K
+                  is whole rows from a multiple of kv rows, else 1 (a row a block,
+                  K's keys at any multiple of a row apart: permuted caches) */
     clmla_cache_dtype dtype;
     size_t row_bytes;
     const struct ggml_tensor *q, *k, *v, *mask, *dst;
@@ -61,7 +69,8 @@ static int is_view_of_k(const struct ggml_tensor *v, const struct ggml_tensor *k
            v->nb[3] == k->nb[3] && v->ne[1] == k->ne[1] && v->ne[2] == k->ne[2] && v->ne[3] == k->ne[3];
 }
 
-/* 1 when clmla computes the node exactly as ggml's CPU backend defines it; *s filled. */
+/* 1 when clmla computes the node exactly as ggml's CPU backend defines it; *s
+ * filled. */
 static int fa_shape_of(const struct ggml_tensor *op, fa_shape *s)
 {
     if (op->op != GGML_OP_FLASH_ATTN_EXT)
@@ -75,13 +84,14 @@ static int fa_shape_of(const struct ggml_tensor *op, fa_shape *s)
         (k->type != GGML_TYPE_F16 && k->type != GGML_TYPE_F32) || !is_view_of_k(v, k))
         return 0;
     const size_t elt = ggml_type_size(k->type);
-    if (v->ne[0] < 1 || k->ne[0] <= v->ne[0] || (k->ne[0] - v->ne[0]) % 2 || k->nb[0] != elt ||
-        q->ne[0] != k->ne[0] || q->nb[0] != sizeof(float))
+    if (v->ne[0] < 1 || k->ne[0] <= v->ne[0] || (k->ne[0] - v->ne[0]) % 2 || k->nb[0] != elt || q->ne[0] != k->ne[0] ||
+        q->nb[0] != sizeof(float))
         return 0;
     if (q->ne[2] % k->ne[2] || q->ne[3] != k->ne[3] || !ggml_is_contiguous(op))
         return 0;
-    /* K's rows at multiples of a row from K's start: a block a slice of kv rows where they are
-       contiguous and every slice starts at a multiple of kv rows, else a block a row */
+    /* K's rows at multiples of a row from K's start: a block a slice of kv rows
+       where they are contiguous and every slice starts at a multiple of kv rows,
+       else a block a row */
     const size_t row = (size_t)k->ne[0] * elt, slice = (size_t)k->ne[1] * row;
     if (k->nb[1] % row || (k->ne[2] > 1 && k->nb[2] % row) || (k->ne[3] > 1 && k->nb[3] % row))
         return 0;
@@ -140,25 +150,60 @@ static clmla_paged *paged_for(clmla_ggml_device *d, const fa_shape *s)
     return p;
 }
 
+/* The host scratch, at SCRATCH_ALIGN bytes (a multiple of any device's base
+   address alignment), its parts at multiples of it, so that clmla uses them in
+   place where the device shares memory. */
+#define SCRATCH_ALIGN 4096
+
 static void *scratch(clmla_ggml_device *d, size_t bytes)
 {
     if (bytes > d->scratch_bytes) {
-        void *p = realloc(d->scratch, bytes);
+        void *p = aligned_alloc(SCRATCH_ALIGN, bytes);
         if (!p)
             return NULL;
+        free(d->scratch);
         d->scratch = p;
         d->scratch_bytes = bytes;
     }
     return d->scratch;
 }
 
-static size_t up64(size_t n)
+#define HALF_NEG_INF 0xFC00u
+
+static size_t up_align(size_t n)
 {
-    return (n + 63) / 64 * 64;
+    return (n + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN;
 }
 
-/* One FA node: batch B = sequences x KV heads, each one block of K (its slice), its query heads'
-   tokens gathered from q, the mask's rows per sequence and token, the output scattered into dst. */
+/* K as clmla takes it: from the last multiple of the device's alignment at or
+   before K's data that is still in K's ggml buffer, so that clmla uses the
+   memory in place where K itself is not aligned (llama.cpp's KV cache in a CPU
+   buffer, 32-byte aligned); else from K's data. */
+static void kv_region(clmla_paged *p, const struct ggml_tensor *k, size_t need, clmla_buffer *b)
+{
+    char *data = k->data;
+    b->host = data;
+    b->offset = 0;
+    b->bytes = need;
+    clmla_paged_info info;
+    const struct ggml_tensor *owner = k->view_src ? k->view_src : k;
+    if (!owner->buffer || clmla_paged_get_info(p, &info) != CLMLA_SUCCESS || !info.host_alignment)
+        return;
+    char *base = ggml_backend_buffer_get_base(owner->buffer);
+    const size_t size = ggml_backend_buffer_get_size(owner->buffer);
+    if (data < base || data + need > base + size)
+        return;
+    char *start = data - (uintptr_t)data % info.host_alignment;
+    if (start < base || (size_t)(data - start) % 16)
+        return;
+    b->host = start;
+    b->offset = (size_t)(data - start);
+    b->bytes = (size_t)(base + size - data);
+}
+
+/* One FA node: batch B = sequences x KV heads, each one block of K (its slice),
+   its query heads' tokens gathered from q, the mask's rows per sequence and
+   token, the output scattered into dst. */
 static enum ggml_status fa_compute(clmla_ggml_device *d, const fa_shape *s)
 {
     clmla_paged *p = paged_for(d, s);
@@ -169,13 +214,14 @@ static enum ggml_status fa_compute(clmla_ggml_device *d, const fa_shape *s)
     const size_t mask_bytes = s->mask ? (size_t)B * T * s->kv * 2 : 0;
     const int max_blocks = s->kv / s->block;
     const size_t tables = (size_t)B * max_blocks * 4, lens_bytes = (size_t)B * 4;
-    char *base = scratch(d, up64(q_bytes) + up64(out_bytes) + up64(mask_bytes) + up64(tables) + up64(lens_bytes));
+    char *base = scratch(d, up_align(q_bytes) + up_align(out_bytes) + up_align(mask_bytes) + up_align(tables) +
+                                up_align(lens_bytes));
     if (!base)
         return GGML_STATUS_ALLOC_FAILED;
-    float *qb = (float *)base, *ob = (float *)(base + up64(q_bytes));
-    uint16_t *mb = (uint16_t *)(base + up64(q_bytes) + up64(out_bytes));
-    int32_t *table = (int32_t *)(base + up64(q_bytes) + up64(out_bytes) + up64(mask_bytes));
-    int32_t *lens = (int32_t *)((char *)table + up64(tables));
+    float *qb = (float *)base, *ob = (float *)(base + up_align(q_bytes));
+    uint16_t *mb = (uint16_t *)(base + up_align(q_bytes) + up_align(out_bytes));
+    int32_t *table = (int32_t *)(base + up_align(q_bytes) + up_align(out_bytes) + up_align(mask_bytes));
+    int32_t *lens = (int32_t *)((char *)table + up_align(tables));
     const size_t block = (size_t)s->block * s->row_bytes;
     const struct ggml_tensor *q = s->q, *k = s->k, *m = s->mask;
     int32_t most = 0;
@@ -188,6 +234,7 @@ static enum ggml_status fa_compute(clmla_ggml_device *d, const fa_shape *s)
                 most = table[(size_t)b * max_blocks + j] > most ? table[(size_t)b * max_blocks + j] : most;
             }
             lens[b] = s->kv;
+            int live = 0; /* keys up to the last one the mask leaves to some token */
             for (int t = 0; t < T; t++) {
                 for (int r = 0; r < H; r++) {
                     const char *src = (const char *)q->data + (size_t)t * q->nb[1] + (size_t)(h * H + r) * q->nb[2] +
@@ -195,10 +242,20 @@ static enum ggml_status fa_compute(clmla_ggml_device *d, const fa_shape *s)
                     memcpy(qb + (((size_t)b * T + t) * H + r) * row, src, (size_t)row * 4);
                 }
                 if (m) {
-                    const char *mrow = (const char *)m->data + (size_t)t * m->nb[1] + (size_t)(seq % m->ne[3]) * m->nb[3];
-                    memcpy(mb + ((size_t)b * T + t) * s->kv, mrow, (size_t)s->kv * 2);
+                    const char *mrow =
+                        (const char *)m->data + (size_t)t * m->nb[1] + (size_t)(seq % m->ne[3]) * m->nb[3];
+                    uint16_t *to = mb + ((size_t)b * T + t) * s->kv;
+                    memcpy(to, mrow, (size_t)s->kv * 2);
+                    int j = s->kv;
+                    while (j > live && to[j - 1] == HALF_NEG_INF)
+                        j--;
+                    live = j;
                 }
             }
+            /* keys past the last live one add nothing: the call stops there (where
+               none is live, it reads them all, as ggml does) */
+            if (m && live > 0)
+                lens[b] = live;
         }
     clmla_paged_attention_args a;
     memset(&a, 0, sizeof(a));
@@ -208,8 +265,7 @@ static enum ggml_status fa_compute(clmla_ggml_device *d, const fa_shape *s)
     memcpy(&a.softmax_scale, s->dst->op_params, sizeof(float));
     a.q.host = qb;
     a.q.bytes = q_bytes;
-    a.kv_cache.host = k->data;
-    a.kv_cache.bytes = (size_t)(most + 1) * block;
+    kv_region(p, k, (size_t)(most + 1) * block, &a.kv_cache);
     a.num_blocks = most + 1;
     a.block_table.host = table;
     a.block_table.bytes = tables;
@@ -227,6 +283,8 @@ static enum ggml_status fa_compute(clmla_ggml_device *d, const fa_shape *s)
         fprintf(stderr, "ggml-clmla: %s\n", clmla_last_error(d->ctx));
         return GGML_STATUS_FAILED;
     }
+    d->nodes++;
+    d->query_rows += (uint64_t)s->seqs * T * s->q_heads;
     /* dst [rkv, q_heads, tokens, seqs] */
     const struct ggml_tensor *dst = s->dst;
     for (int seq = 0; seq < s->seqs; seq++)
@@ -241,7 +299,9 @@ static enum ggml_status fa_compute(clmla_ggml_device *d, const fa_shape *s)
     return GGML_STATUS_SUCCESS;
 }
 
-/* ---- backend --------------------------------------------------------------------------------- */
+/* ---- backend
+ * ---------------------------------------------------------------------------------
+ */
 
 static const char *backend_name(ggml_backend_t backend)
 {
@@ -249,8 +309,26 @@ static const char *backend_name(ggml_backend_t backend)
     return CLMLA_GGML_NAME;
 }
 
+/* One line on what the backend computed: the FA nodes, and how clmla took K (in
+ * place or copied). */
 static void backend_free(ggml_backend_t backend)
 {
+    clmla_ggml_device *d = backend->context;
+    uint64_t wrapped = 0, copied = 0, copied_bytes = 0;
+    for (int i = 0; i < d->layouts; i++) {
+        clmla_paged_info info;
+        if (clmla_paged_get_info(d->paged[i], &info) == CLMLA_SUCCESS) {
+            wrapped += info.host_wrapped;
+            copied += info.host_copied;
+            copied_bytes += info.host_copied_bytes;
+        }
+    }
+    if (d->nodes)
+        GGML_LOG_INFO("%s: so far computed %llu FLASH_ATTN_EXT nodes (%llu query "
+                      "rows); host regions used in place %llu, "
+                      "copied %llu (%.1f MiB)\n",
+                      CLMLA_GGML_NAME, (unsigned long long)d->nodes, (unsigned long long)d->query_rows,
+                      (unsigned long long)wrapped, (unsigned long long)copied, copied_bytes / 1048576.0);
     free(backend);
 }
 
@@ -269,7 +347,8 @@ static enum ggml_status backend_graph_compute(ggml_backend_t backend, struct ggm
             continue;
         fa_shape s;
         if (!fa_shape_of(node, &s)) {
-            fprintf(stderr, "ggml-clmla: node %s (%s) is not an op this backend runs\n", node->name, ggml_op_name(node->op));
+            fprintf(stderr, "ggml-clmla: node %s (%s) is not an op this backend runs\n", node->name,
+                    ggml_op_name(node->op));
             return GGML_STATUS_FAILED;
         }
         const enum ggml_status st = fa_compute(d, &s);
@@ -287,86 +366,14 @@ static const struct ggml_backend_i backend_iface = {
 
 static ggml_guid_t backend_guid(void)
 {
-    static ggml_guid guid = {0x63, 0x6c, 0x6d, 0x6c, 0x61, 0x2d, 0x67, 0x67, 0x6d, 0x6c, 0x2d, 0x62, 0x61, 0x63, 0x6b, 0x31};
+    static ggml_guid guid = {0x63, 0x6c, 0x6d, 0x6c, 0x61, 0x2d, 0x67, 0x67,
+                             0x6d, 0x6c, 0x2d, 0x62, 0x61, 0x63, 0x6b, 0x31};
     return &guid;
 }
 
-/* ---- host buffers at the device's alignment -------------------------------------------------- */
-
-/* Host memory like ggml's CPU buffers (any backend reads and writes it), allocated at the
-   device's base address alignment, so that clmla uses the tensors in it without a copy where the
-   device shares host memory (clmla_buffer in include/clmla.h). */
-static size_t host_alignment(void)
-{
-    clmla_ggml_device *d = &g_device;
-    size_t align = 128;
-    if (d->ctx) {
-        clmla_device_info info;
-        if (clmla_context_device(d->ctx, &info) == CLMLA_SUCCESS) {
-            cl_uint bits = 0;
-            if (clGetDeviceInfo(info.device_id, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof(bits), &bits, NULL) == CL_SUCCESS &&
-                bits >= 8 * 64)
-                align = bits / 8;
-        }
-    }
-    return align;
-}
-
-static void host_buffer_free(ggml_backend_buffer_t buffer)
-{
-    free(buffer->context); /* the memory host_buft_alloc took; the buffer is freed by ggml */
-}
-
-static const char *host_buft_name(ggml_backend_buffer_type_t buft)
-{
-    (void)buft;
-    return CLMLA_GGML_NAME "_Host";
-}
-
-static size_t host_buft_alignment(ggml_backend_buffer_type_t buft)
-{
-    (void)buft;
-    return host_alignment();
-}
-
-static bool host_buft_is_host(ggml_backend_buffer_type_t buft)
-{
-    (void)buft;
-    return true;
-}
-
-static struct ggml_backend_buffer_type g_host_buft;
-
-static ggml_backend_buffer_t host_buft_alloc(ggml_backend_buffer_type_t buft, size_t size)
-{
-    const size_t align = host_alignment();
-    void *mem = aligned_alloc(align, (size + align - 1) / align * align + align);
-    if (!mem)
-        return NULL;
-    /* a CPU buffer over the memory (ggml's own tensor reads and writes), freeing it on free */
-    ggml_backend_buffer_t b = ggml_backend_cpu_buffer_from_ptr(mem, size);
-    if (!b) {
-        free(mem);
-        return NULL;
-    }
-    b->iface.free_buffer = host_buffer_free;
-    b->context = mem;
-    b->buft = buft;
-    return b;
-}
-
-static ggml_backend_buffer_type_t host_buft(ggml_backend_dev_t dev)
-{
-    g_host_buft.iface.get_name = host_buft_name;
-    g_host_buft.iface.alloc_buffer = host_buft_alloc;
-    g_host_buft.iface.get_alignment = host_buft_alignment;
-    g_host_buft.iface.is_host = host_buft_is_host;
-    g_host_buft.device = dev;
-    g_host_buft.context = NULL;
-    return &g_host_buft;
-}
-
-/* ---- device ---------------------------------------------------------------------------------- */
+/* ---- device
+ * ----------------------------------------------------------------------------------
+ */
 
 static const char *dev_name(ggml_backend_dev_t dev)
 {
@@ -422,9 +429,13 @@ static ggml_backend_t dev_init_backend(ggml_backend_dev_t dev, const char *param
     return backend;
 }
 
+/* The CPU's buffer type: ggml's scheduler moves a node to a higher-priority backend whose buffer
+   type is the very one of the backend that had it (pass 3 of ggml_backend_sched_split_graph), so
+   that llama.cpp's FA nodes, first given to the CPU, come here; K stays where llama.cpp put it. */
 static ggml_backend_buffer_type_t dev_buffer_type(ggml_backend_dev_t dev)
 {
-    return host_buft(dev);
+    (void)dev;
+    return ggml_backend_cpu_buffer_type();
 }
 
 static bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op)
@@ -459,7 +470,9 @@ static const struct ggml_backend_device_i device_iface = {
     .offload_op = dev_offload_op,
 };
 
-/* ---- registration ---------------------------------------------------------------------------- */
+/* ---- registration
+ * ----------------------------------------------------------------------------
+ */
 
 static const char *reg_name(ggml_backend_reg_t reg)
 {
@@ -493,12 +506,20 @@ static const struct ggml_backend_reg_i reg_iface = {
     .get_proc_address = reg_proc_address,
 };
 
-/* The registration: the device opens clmla's default device (CLMLA_DEVICE, else the first GPU,
-   else the first device); where that fails the device still registers, supports no op, and its
-   backend does not start, saying why. */
+/* The registration: the device opens clmla's default device (CLMLA_DEVICE, else
+   the first GPU, else the first device); where that fails the device still
+   registers, supports no op, and its backend does not start, saying why. */
 static ggml_backend_reg_t clmla_ggml_reg(void)
 {
     static int done;
+    /* the structs this file reads are the ggml's it was built against: in a program with another
+       ggml it does not register (ggml's loader then reports the failure and goes on) */
+    if (strcmp(ggml_version(), CLMLA_GGML_BUILT_FOR) != 0) {
+        GGML_LOG_ERROR("%s: libggml-clmla was built against ggml %s; this program's ggml is %s, so the backend "
+                       "does not register: build it against the same llama.cpp tree (docs/LLAMA_CPP.md)\n",
+                       CLMLA_GGML_NAME, CLMLA_GGML_BUILT_FOR, ggml_version());
+        return NULL;
+    }
     if (!done) {
         done = 1;
         clmla_ggml_device *d = &g_device;

@@ -1140,8 +1140,9 @@ typedef struct clmla_paged_attention_args {
     float softmax_scale;        /* 0: (rkv + dr)^-1/2, FlashMLA's default */
     int causal;                 /* dense calls, above; a sparse call must leave it 0 */
     clmla_buffer q;             /* [B, seqlen_q, H, rkv + dr] float32: q~ (W^UK absorbed), then q^R after RoPE */
-    clmla_buffer kv_cache;      /* [num_blocks, block_size, row bytes]; a device buffer's offset a multiple of
-                                   host_alignment */
+    clmla_buffer kv_cache;      /* [num_blocks, block_size, row bytes]; offset a multiple of 16 bytes. Host
+                                   memory is also used in place where `host` (not host + offset) is a
+                                   multiple of host_alignment: the region from `host` is wrapped */
     int num_blocks;             /* >= 1, num_blocks x block_size < 2^31 */
     clmla_buffer block_table;   /* [B, max_blocks] int32; a device buffer's offset a multiple of max_blocks x 4 */
     int max_blocks;             /* >= 1 */

@@ -951,8 +951,18 @@ static void run_latent(const latent_case *c)
         lse[i] = -777.0f;
 
     cl_mem qlb = buffer(nql * sizeof(float), ql), qrb = buffer(nqr * sizeof(float), qr);
-    cl_mem cache = fp8 ? buffer((size_t)blocks * c->bt * fp8_row, fp8) : c->f16 ? buffer(cells * 2, halves)
-                                                                             : buffer(cells * 4, values);
+    /* the rows start 48 bytes (3 x 16, the offsets the library gives) into the buffer: the kernels'
+       cache_offset of cache_pad units; the bytes before are all ones, NaN in every cache dtype, so a
+       key read from there shows in the results */
+    const size_t unit = fp8 ? 1 : c->f16 ? 2 : 4, cache_pad = 48 / unit;
+    const size_t cache_bytes = fp8 ? (size_t)blocks * c->bt * fp8_row : cells * unit;
+    unsigned char *padded = malloc(cache_pad * unit + cache_bytes);
+    memset(padded, 0xff, cache_pad * unit);
+    memcpy(padded + cache_pad * unit, fp8 ? (const void *)fp8 : c->f16 ? (const void *)halves : (const void *)values,
+           cache_bytes);
+    cl_mem cache = buffer(cache_pad * unit + cache_bytes, padded);
+    free(padded);
+    const cl_ulong cache_offset = cache_pad;
     cl_mem tb = buffer((size_t)num_seqs * max_blocks * sizeof(int), table);
     cl_mem tsb = buffer((size_t)T * sizeof(int), c->token_seq), tcb = buffer((size_t)T * sizeof(int), c->ctx_len);
     cl_mem ob = buffer(nout * sizeof(float), out), lb = buffer(nlse * sizeof(float), lse);
@@ -996,10 +1006,13 @@ static void run_latent(const latent_case *c)
         ARG(k, 24, topk);
     }
     cl_mem no_first = NULL; /* token_first: none, runs of latent_query_len tokens */
+    int next_arg = latent_sparse ? 25 : 22;
     if (c->rows == 4 || (c->rows == 5 && latent_mma_fold > 1)) {
         ARG(k, 22, no_first);
         ARG(k, 23, latent_query_len);
+        next_arg = 24;
     }
+    ARG(k, next_arg, cache_offset);
     const size_t threads = c->rows && c->rows != 5 ? 1 : (size_t)c->nt;
     /* the two-token kernel's grid is (head group, token, split) */
     const size_t global[3] = {threads * groups, c->rows == 4 ? (size_t)T : (size_t)S, c->rows == 4 ? (size_t)S : (size_t)T},

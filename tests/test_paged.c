@@ -618,6 +618,41 @@ static void part_host(void)
                   "the misaligned cache was not counted as copied (%llu bytes)",
                   (unsigned long long)(after.host_copied_bytes - before.host_copied_bytes));
         }
+        /* the cache 48 bytes into memory whose start is aligned, given as that start and offset 48:
+           used in place where the device shares memory, the kernels skipping the offset; then the
+           same in a device buffer at offset 48 (no sub-buffer). The 48 bytes before are all ones,
+           NaN in every cache dtype, so a read of them shows in the results. */
+        unsigned char *lead = aligned_alloc(align, (f.cache_bytes + 48 + align - 1) / align * align);
+        memset(lead, 0xff, 48);
+        memcpy(lead + 48, aligned, f.cache_bytes);
+        cl_mem lead_dev = make_buffer(f.cache_bytes + 48, lead);
+        for (int form = 0; form < 2; form++) {
+            call c;
+            call_make(&c, &f, 16, 2, 1, 0, CLMLA_PAGED_INDICES_SLOTS, 310 + form);
+            const size_t T = (size_t)c.batch * c.sq;
+            float *own = malloc(T * 16 * f.rkv * 4), *own_lse = malloc(T * 16 * 4);
+            run_own(&c, &f, own, own_lse);
+            clmla_buffer kv = form == 0 ? host(lead, f.cache_bytes) : dev(lead_dev);
+            kv.offset = 48;
+            /* the copies of the call with the aligned cache (the other arguments'), then this one's */
+            clmla_paged_info b0, b1, b2;
+            clmla_paged_get_info(f.paged, &b0);
+            CHECK_STATUS(run_host(&c, &f, host(aligned, f.cache_bytes)), CLMLA_SUCCESS, ctx);
+            clmla_paged_get_info(f.paged, &b1);
+            CHECK_STATUS(run_host(&c, &f, kv), CLMLA_SUCCESS, ctx);
+            clmla_paged_get_info(f.paged, &b2);
+            check_same_bits(&c, &f, own, own_lse, form == 0 ? "host cache at offset 48" : "device cache at offset 48");
+            if (form == 0 && b0.host_unified)
+                CHECK(b2.host_copied_bytes - b1.host_copied_bytes == b1.host_copied_bytes - b0.host_copied_bytes,
+                      "the cache at offset 48 from an aligned start was copied (%llu bytes copied, %llu with it aligned)",
+                      (unsigned long long)(b2.host_copied_bytes - b1.host_copied_bytes),
+                      (unsigned long long)(b1.host_copied_bytes - b0.host_copied_bytes));
+            free(own);
+            free(own_lse);
+            call_free(&c);
+        }
+        clReleaseMemObject(lead_dev);
+        free(lead);
         /* a host cache written in place: the same bytes as the device buffer */
         memset(aligned, PAD, f.cache_bytes);
         write_caller(&f, host(aligned, f.cache_bytes));
@@ -1065,7 +1100,8 @@ static void part_refusals(void)
             "cache shorter than num_blocks");
     a = BASE();
     a.kv_cache.offset = 4;
-    refused(clmla_paged_attention(f.paged, &a, NULL), CLMLA_ERROR_INVALID_ARGUMENT, "kv_cache", n0, c.out, outn,
+    refused(clmla_paged_attention(f.paged, &a, NULL), CLMLA_ERROR_INVALID_ARGUMENT,
+            "kv_cache's offset 4 is not a multiple of 16 bytes", n0, c.out, outn,
             "misaligned cache offset");
     a = BASE();
     a.q.offset = 2;

@@ -395,21 +395,27 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
     CLMLA_SET_ARG(ctx, k, 19, out_off);
     CLMLA_SET_ARG(ctx, k, 20, lse);
     CLMLA_SET_ARG(ctx, k, 21, lse_off);
+    int next = 22; /* the last argument's index: after the variant's own */
     if (sparse) {
         const int idx_off = (int)p->indices_offset;
         CLMLA_SET_ARG(ctx, k, 22, p->indices);
         CLMLA_SET_ARG(ctx, k, 23, idx_off);
         CLMLA_SET_ARG(ctx, k, 24, p->topk);
+        next = 25;
     } else if (p->mask) {
         const int mask_off = (int)p->mask_offset;
         CLMLA_SET_ARG(ctx, k, 22, p->mask);
         CLMLA_SET_ARG(ctx, k, 23, mask_off);
         CLMLA_SET_ARG(ctx, k, 24, p->mask_stride);
+        next = 25;
     } else if (fold > 1) {
         const int query_len = p->query_len > 1 ? p->query_len : 1;
         CLMLA_SET_ARG(ctx, k, 22, p->token_first);
         CLMLA_SET_ARG(ctx, k, 23, query_len);
+        next = 24;
     }
+    const cl_ulong kv_offset = p->kv_offset;
+    CLMLA_SET_ARG(ctx, k, next, kv_offset);
     /* attn_latent_lanes with two tokens an item takes (head group, token, split): its idle items
        alternate with working ones, where PoCL hands each thread a contiguous range of the grid */
     const int token_dim1 = rows && fold > 1;

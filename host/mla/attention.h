@@ -23,8 +23,10 @@ typedef struct latent_launch {
        every token alone). max_run: the most tokens of one group. */
     cl_mem token_first;
     int query_len, max_run;
-    /* The cache rows read: cache->layers[layer] when NULL (a caller's rows, clmla_paged_attention). */
+    /* The cache rows read: cache->layers[layer] when NULL (a caller's rows, clmla_paged_attention),
+       starting kv_offset elements of the cache dtype into it (a multiple of 16 bytes). */
     cl_mem kv;
+    size_t kv_offset;
     /* An additive mask (dense only, row-walking kernels): token t's key j adds mask[mask_offset +
        t * mask_stride + j] (half) to its score; -inf makes it no key. NULL: none. */
     cl_mem mask; size_t mask_offset; int mask_stride;

@@ -141,6 +141,9 @@ typedef struct pbuf {
     int writes;       /* the call writes it */
     int reads;        /* the call reads it (all but the outputs; a cache it writes rows of, too) */
     int whole;        /* the kernel takes no offset: a device buffer at an offset gets a sub-buffer */
+    int shifts;       /* the kernel takes an offset of a multiple of PAGED_SHIFT_ALIGN bytes (the
+                         cache of clmla_paged_attention): no sub-buffer, and host memory at such an
+                         offset from an aligned `host` is used in place */
     size_t unit;      /* bytes of its elements, which its offset is counted in (the cache: 1) */
     cl_mem mem;       /* for the kernels */
     size_t offset;    /* bytes into mem */
@@ -149,6 +152,7 @@ typedef struct pbuf {
 } pbuf;
 
 #define PAGED_MAX_BUFFERS 8
+#define PAGED_SHIFT_ALIGN 16
 
 typedef struct pcall {
     clmla_paged *p;
@@ -187,6 +191,9 @@ static clmla_status check_buffer(pcall *c, const pbuf *b)
     if (g->offset % unit)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: %s's offset %zu is not a multiple of its %zu-byte elements",
                           c->fn, b->name, g->offset, unit);
+    if (b->shifts && g->offset % PAGED_SHIFT_ALIGN)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: %s's offset %zu is not a multiple of %d bytes", c->fn,
+                          b->name, g->offset, PAGED_SHIFT_ALIGN);
     if (g->host) {
         if ((uintptr_t)((const char *)g->host + g->offset) % unit)
             return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
@@ -207,7 +214,7 @@ static clmla_status check_buffer(pcall *c, const pbuf *b)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
                           "%s: %s holds %zu bytes from offset %zu, the call needs %zu", c->fn, b->name,
                           g->offset > size ? (size_t)0 : size - g->offset, g->offset, b->need);
-    if (b->whole && g->offset % c->p->host_alignment)
+    if (b->whole && !b->shifts && g->offset % c->p->host_alignment)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
                           "%s: %s's offset %zu is not a multiple of the device's base address alignment (%zu bytes)",
                           c->fn, b->name, g->offset, c->p->host_alignment);
@@ -238,7 +245,7 @@ static clmla_status materialize(pcall *c)
         if (g->mem) {
             b->mem = g->mem;
             b->offset = g->offset;
-            if (b->whole && g->offset) {
+            if (b->whole && !b->shifts && g->offset) {
                 b->mem = clmla_cl_sub_buffer(ctx, g->mem, g->offset, bytes, &err);
                 b->offset = 0;
                 b->owned = 1;
@@ -246,8 +253,15 @@ static clmla_status materialize(pcall *c)
         } else {
             char *host = (char *)g->host + g->offset;
             const cl_mem_flags access = b->writes ? CL_MEM_READ_WRITE : CL_MEM_READ_ONLY;
+            b->offset = 0;
             if (p->host_unified && (uintptr_t)host % p->host_alignment == 0 && b->need) {
                 b->mem = clmla_cl_buffer(ctx, access | CL_MEM_USE_HOST_PTR, bytes, host, &err);
+                p->wrapped++;
+            } else if (p->host_unified && b->shifts && b->need && (uintptr_t)g->host % p->host_alignment == 0 &&
+                       g->offset % PAGED_SHIFT_ALIGN == 0) {
+                /* from the aligned start the caller gave, the kernel skipping the offset */
+                b->mem = clmla_cl_buffer(ctx, access | CL_MEM_USE_HOST_PTR, g->offset + bytes, g->host, &err);
+                b->offset = g->offset;
                 p->wrapped++;
             } else {
                 /* copied in unless the call only writes it (out, lse, the selection) */
@@ -257,7 +271,6 @@ static clmla_status materialize(pcall *c)
                 p->copied++;
                 p->copied_bytes += b->need;
             }
-            b->offset = 0;
             b->owned = 1;
         }
         if (!b->mem) {
@@ -507,6 +520,7 @@ clmla_status clmla_paged_attention(clmla_paged *p, const clmla_paged_attention_a
     pcall c = {.p = p, .fn = fn};
     pbuf *q = arg(&c, "q", &a->q, T * H * (rkv + dr) * 4, 0, 0);
     pbuf *kv = arg(&c, "kv_cache", &a->kv_cache, (size_t)a->num_blocks * bs * p->row_bytes, 0, 1);
+    kv->shifts = 1;
     pbuf *table = t.slots ? NULL : arg(&c, "block_table", &a->block_table, (size_t)a->batch * a->max_blocks * 4, 0, 0);
     pbuf *lens = t.slots ? NULL : arg(&c, "cache_seqlens", &a->cache_seqlens, (size_t)a->batch * 4, 0, 0);
     pbuf *idx = sparse ? arg(&c, "indices", &a->indices, T * (size_t)a->topk * 4, 0, 0) : NULL;
@@ -572,6 +586,9 @@ clmla_status clmla_paged_attention(clmla_paged *p, const clmla_paged_attention_a
         }
         lp.max_run = sparse ? 1 : t.sq;
         lp.kv = kv->mem;
+        /* in the kernels' CACHE_T units: float, 2-byte (f16, bf16) or byte (fp8) */
+        const clmla_cache_dtype dt = p->config.dtype;
+        lp.kv_offset = kv->offset / (dt == CLMLA_CACHE_F32 ? 4 : dt == CLMLA_CACHE_FP8 ? 1 : 2);
         if (mask) {
             lp.mask = mask->mem;
             lp.mask_offset = mask->offset / 2;
