@@ -214,6 +214,9 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
 #ifdef SPARSE
                  , __global const int *indices, const int indices_offset, const int topk
 #endif
+#ifdef MASK
+                 , __global const half *mask, const int mask_offset, const int mask_stride
+#endif
 #if FOLD > 1
                  , __global const int *token_first, const int query_len
 #endif
@@ -449,6 +452,12 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                     __local float4 *dst = &sw[(ra * TK + kk) * HQ4 + HPIE / 4 * hq + f];
 #ifdef SPARSE
                     *dst = live[k] ? sc : (float4)(-INFINITY);
+#elif defined(MASK)
+                    /* the mask's value for key j0 + kk, added once: to row slice 0's partial score */
+                    const float mv = ra == 0 && kk < nk
+                                         ? vload_half(0, mask + mask_offset + (size_t)t * mask_stride + j0 + kk)
+                                         : 0.0f;
+                    *dst = kk < nk ? sc + (float4)(mv) : (float4)(-INFINITY);
 #elif FOLD > 1
                     const int j = j0 + kk, in = kk < nk; /* key j, for each head if its token sees it */
                     *dst = (float4)(in && j < lim[4 * f] ? sc.x : -INFINITY, in && j < lim[4 * f + 1] ? sc.y : -INFINITY,
@@ -532,7 +541,12 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                 C_UPDATE(C_FMA_GUARDED)
             else
 #endif
+#ifdef MASK
+            /* a key the mask removes adds nothing, whatever its row holds (ggml skips it) */
+            C_UPDATE(C_FMA_GUARDED)
+#else
                 C_UPDATE(fma)
+#endif
         }
         /* the next tile writes sw, slot_l, red and alpha_l only after this */
         barrier(CLK_LOCAL_MEM_FENCE);

@@ -34,8 +34,6 @@ typedef struct clmla_ggml_device {
      * or scattered */
     void *scratch;
     size_t scratch_bytes;
-    /* 1 where clmla runs its row-walking kernels (CPU devices), the ones that take a mask */
-    int mask_ok;
     /* what the backend ran, logged when the backend is freed */
     uint64_t nodes, query_rows;
 } clmla_ggml_device;
@@ -444,7 +442,7 @@ static bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op
 {
     const clmla_ggml_device *d = dev->context;
     fa_shape s;
-    return d->ctx && (empty_op(op->op) || (fa_shape_of(op, &s) && (!s.mask || d->mask_ok)));
+    return d->ctx && (empty_op(op->op) || fa_shape_of(op, &s));
 }
 
 static bool dev_supports_buft(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft)
@@ -534,14 +532,6 @@ static ggml_backend_reg_t clmla_ggml_reg(void)
             clmla_device_info info;
             clmla_context_device(d->ctx, &info);
             snprintf(d->description, sizeof(d->description), "clmla %s on %s", clmla_version_string(), info.name);
-            /* clmla runs the row-walking kernels, which take a mask, on CPU devices; on others the
-               work-group kernels take none, so masked nodes stay on the CPU backend there */
-            cl_device_type type = 0;
-            d->mask_ok = clGetDeviceInfo(info.device_id, CL_DEVICE_TYPE, sizeof(type), &type, NULL) == CL_SUCCESS &&
-                         (type & CL_DEVICE_TYPE_CPU);
-            const char *forced = getenv("CLMLA_ATTENTION_KERNELS"); /* the kernels clmla was told to run */
-            if (forced && (!strcmp(forced, "rows") || !strcmp(forced, "group")))
-                d->mask_ok = !strcmp(forced, "rows");
         }
         g_dev.iface = device_iface;
         g_dev.reg = &g_reg;

@@ -1158,9 +1158,7 @@ typedef struct clmla_paged_attention_args {
        attention take one: [B x seqlen_q, mask_stride] IEEE half, row b x seqlen_q + i for query
        (b, i); key j of the query's keys (the dense rule above) adds mask[row][j] to its score
        (softmax_scale (q . k) + mask), -inf making it no key. The same for every head. mask_stride
-       (in values) >= max_blocks x block_size. It runs on the row-walking kernels (CPU devices, or
-       clmla_context_options.attention_kernels "rows"); elsewhere a masked call is refused
-       (CLMLA_ERROR_UNSUPPORTED). */
+       (in values) >= max_blocks x block_size. */
     clmla_buffer mask;
     int mask_stride;
 } clmla_paged_attention_args;

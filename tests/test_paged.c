@@ -925,9 +925,9 @@ static const double MASK_VALUES[] = {0.0, 0.25, 0.5, 0.75, 1.0, -0.25, -0.5, -0.
 
 /* A masked dense call (causal or not) against float64 softmax(scale q.k + mask) over the values the
    cache holds: random mask values with about a fifth -inf, every key of one query -inf (out 0, lse
-   -inf), one query's keys all 0 (the unmasked call's bits); on the group kernels the call is
-   refused. */
-static void mask_case(const fixture *f, int heads, int sq, int causal, uint64_t seed) /* with the rows kernels */
+   -inf), one query's keys all 0 (on the row kernels, the unmasked call's bits). On the variant
+   part_mask set. */
+static void mask_case(const fixture *f, int heads, int sq, int causal, uint64_t seed, int variant)
 {
     call c;
     call_make(&c, f, heads, sq, causal, 0, 0, seed);
@@ -955,7 +955,8 @@ static void mask_case(const fixture *f, int heads, int sq, int causal, uint64_t 
     a.mask = host(mask, T * stride * 2);
     a.mask_stride = stride;
     char what[96];
-    snprintf(what, sizeof(what), "mask: H %d s_q %d causal %d", heads, sq, causal);
+    snprintf(what, sizeof(what), "mask (%s kernels): H %d s_q %d causal %d",
+             variant == CLMLA_LATENT_ROWS ? "row" : "group", heads, sq, causal);
     CHECK_STATUS(clmla_paged_attention(f->paged, &a, NULL), CLMLA_SUCCESS, ctx);
 
     const int rkv = f->rkv, dr = f->dr;
@@ -1019,33 +1020,36 @@ static void mask_case(const fixture *f, int heads, int sq, int causal, uint64_t 
     u.out = host(plain, T * heads * rkv * 4);
     u.lse = host(plain_lse, T * heads * 4);
     CHECK_STATUS(clmla_paged_attention(f->paged, &u, NULL), CLMLA_SUCCESS, ctx);
-    CHECK(heads >= 16 || memcmp(plain, c.out, (size_t)heads * rkv * 4) == 0,
+    CHECK(variant != CLMLA_LATENT_ROWS || heads >= 16 || memcmp(plain, c.out, (size_t)heads * rkv * 4) == 0,
           "%s %s: a mask of zeros changed token 0's output", f->name, what);
     free(plain);
     free(plain_lse);
-
-    /* the work-group kernels take no mask */
-    clmla_attention_set_variant(ctx, CLMLA_LATENT_GROUP);
-    CHECK_STATUS(clmla_paged_attention(f->paged, &a, NULL), CLMLA_ERROR_UNSUPPORTED, ctx);
-    clmla_attention_set_variant(ctx, CLMLA_LATENT_ROWS); /* part_mask's */
     free(mask);
     free(which);
     call_free(&c);
 }
 
+/* The row-walking kernels (CPU devices) and the work-group ones (GPUs; unfolded, never
+   attn_latent_mma, with a mask). */
 static void part_mask(void)
 {
-    clmla_attention_set_variant(ctx, CLMLA_LATENT_ROWS);
-    fixture f;
-    if (fixture_make(&f, 128, 16, 16, CLMLA_CACHE_F16, 4, LENS_A, 31) == 0) {
-        mask_case(&f, 3, 1, 0, 700);
-        mask_case(&f, 16, 3, 1, 701);
-        mask_case(&f, 5, 2, 0, 702);
+    const int variants[2] = {CLMLA_LATENT_ROWS, CLMLA_LATENT_GROUP};
+    for (int v = 0; v < 2; v++) {
+        clmla_attention_set_variant(ctx, variants[v]);
+        fixture f;
+        if (fixture_make(&f, 128, 16, 16, CLMLA_CACHE_F16, 4, LENS_A, 31) == 0) {
+            mask_case(&f, 3, 1, 0, 700, variants[v]);
+            mask_case(&f, 16, 3, 1, 701, variants[v]);
+            mask_case(&f, 5, 2, 0, 702, variants[v]);
+        }
+        fixture_free(&f);
+        if (fixture_make(&f, 512, 64, 64, CLMLA_CACHE_F32, 4, LENS_A, 32) == 0)
+            mask_case(&f, 16, 1, 0, 703, variants[v]);
+        fixture_free(&f);
+        if (fixture_make(&f, 512, 64, 64, CLMLA_CACHE_BF16, 4, LENS_A, 33) == 0)
+            mask_case(&f, 20, 2, 1, 704, variants[v]);
+        fixture_free(&f);
     }
-    fixture_free(&f);
-    if (fixture_make(&f, 512, 64, 64, CLMLA_CACHE_F32, 4, LENS_A, 32) == 0)
-        mask_case(&f, 16, 1, 0, 703);
-    fixture_free(&f);
     clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
 }
 

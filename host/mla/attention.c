@@ -144,20 +144,27 @@ static clmla_status mma_kernel(clmla_cache *cache, int hg, const clmla_latent_tu
    over its life (the tuning table is read once per process; a forced set is made before a cache's
    first call, include/clmla.h). */
 static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_tuning *tn, int sparse, int fold,
-                                 cl_kernel *kernel, int *threads)
+                                 int mask, cl_kernel *kernel, int *threads)
 {
-    /* the sparse kernels (-D SPARSE, clmla_attention_latent_sparse) and the folded ones (hg / fold
-       heads of fold tokens) have slots of their own */
+    /* the sparse kernels (-D SPARSE, clmla_attention_latent_sparse), the masked ones (-D MASK,
+       never folded, never attn_latent_mma) and the folded ones (hg / fold heads of fold tokens)
+       have slots of their own */
     int fl = 0;
     while (fold > 1 << fl)
         fl++;
-    cl_kernel *slot = sparse ? &cache->sparse_kernel[hg] : fold > 1 ? &cache->fold_kernel[fl - 1][hg / fold]
-                                                                      : &cache->latent_kernel[hg];
-    int *slot_threads = sparse ? &cache->sparse_threads[hg] : fold > 1 ? &cache->fold_threads[fl - 1][hg / fold]
-                                                                        : &cache->latent_threads[hg];
-    clmla_status mst = mma_kernel(cache, hg, tn, sparse, fold, slot, slot_threads, kernel, threads);
-    if (mst != CLMLA_SUCCESS || *kernel)
-        return mst;
+    cl_kernel *slot = sparse ? &cache->sparse_kernel[hg]
+                      : mask ? &cache->mask_kernel[hg]
+                      : fold > 1 ? &cache->fold_kernel[fl - 1][hg / fold]
+                                 : &cache->latent_kernel[hg];
+    int *slot_threads = sparse ? &cache->sparse_threads[hg]
+                        : mask ? &cache->mask_threads[hg]
+                        : fold > 1 ? &cache->fold_threads[fl - 1][hg / fold]
+                                   : &cache->latent_threads[hg];
+    if (!mask) {
+        clmla_status mst = mma_kernel(cache, hg, tn, sparse, fold, slot, slot_threads, kernel, threads);
+        if (mst != CLMLA_SUCCESS || *kernel)
+            return mst;
+    }
     if (!*slot) {
         /* heads per item in the score step: group_decode_heads where the cache's values are decoded,
            with as many scores per item as group_keys keys by 4 heads (fewer keys for more heads) */
@@ -169,6 +176,8 @@ static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_
         if (hpi != 4) /* only when set: the default's options, and its cached programs, as before */
             snprintf(options + strlen(options), sizeof(options) - strlen(options), " -D HPI=%d", hpi);
         form_options(options, sizeof(options), sparse, hg, fold);
+        if (mask)
+            strncat(options, " -D MASK", sizeof(options) - strlen(options) - 1);
         if (tn->group_query_layout) /* only when set: layout 0's options, and its cached programs, stay as they were */
             strncat(options, " -D QLAYOUT=1", sizeof(options) - strlen(options) - 1);
         if (tn->group_stage_keys)
@@ -291,13 +300,10 @@ static clmla_status pick_kernel(clmla_cache *cache, int num_heads, const clmla_l
         *heads_per_group = hg;
         return rows_kernel(cache, hg, tn->rows_keys, sparse, lanes, 1, mask, kernel);
     }
-    if (mask)
-        return clmla_fail(cache->ctx, CLMLA_ERROR_UNSUPPORTED,
-                          "an attention mask runs on the row-walking kernels (CPU devices, or attention_kernels "
-                          "\"rows\"); the work-group kernels take none");
-    /* a sequence's tokens folded into the heads, halving them where local memory does not fit */
-    for (int f = sparse ? 1 : fold_for(num_heads, max_run, tn); f > 1; f /= 2) {
-        clmla_status st = group_kernel(cache, num_heads * f, tn, 0, f, kernel, threads);
+    /* a sequence's tokens folded into the heads, halving them where local memory does not fit
+       (not with a mask, whose rows are per token) */
+    for (int f = sparse || mask ? 1 : fold_for(num_heads, max_run, tn); f > 1; f /= 2) {
+        clmla_status st = group_kernel(cache, num_heads * f, tn, 0, f, 0, kernel, threads);
         if (st != CLMLA_SUCCESS || *kernel) {
             *heads_per_group = num_heads; /* of each token */
             *fold = f;
@@ -308,7 +314,7 @@ static clmla_status pick_kernel(clmla_cache *cache, int num_heads, const clmla_l
        a device's local memory or work-group size does not take them */
     const int most = tn->group_heads;
     for (int hg = num_heads < most ? num_heads : most;; hg = hg > 8 ? 8 : hg > 4 ? 4 : hg - 1) {
-        clmla_status st = group_kernel(cache, hg, tn, sparse, 1, kernel, threads);
+        clmla_status st = group_kernel(cache, hg, tn, sparse, 1, mask, kernel, threads);
         if (st != CLMLA_SUCCESS || *kernel) {
             *heads_per_group = hg;
             return st;

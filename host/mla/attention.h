@@ -27,7 +27,7 @@ typedef struct latent_launch {
        starting kv_offset elements of the cache dtype into it (a multiple of 16 bytes). */
     cl_mem kv;
     size_t kv_offset;
-    /* An additive mask (dense only, row-walking kernels): token t's key j adds mask[mask_offset +
+    /* An additive mask (dense only; attn_latent_rows, or attn_latent unfolded): token t's key j adds mask[mask_offset +
        t * mask_stride + j] (half) to its score; -inf makes it no key. NULL: none. */
     cl_mem mask; size_t mask_offset; int mask_stride;
 } latent_launch;

@@ -179,6 +179,9 @@ void clmla_cache_destroy(clmla_cache *cache)
     for (size_t i = 0; i < sizeof(cache->mask_rows_kernel) / sizeof(cache->mask_rows_kernel[0]); i++)
         if (cache->mask_rows_kernel[i])
             clReleaseKernel(cache->mask_rows_kernel[i]);
+    for (size_t i = 0; i < sizeof(cache->mask_kernel) / sizeof(cache->mask_kernel[0]); i++)
+        if (cache->mask_kernel[i])
+            clReleaseKernel(cache->mask_kernel[i]);
     for (size_t i = 0; i < sizeof(cache->fold_kernel) / sizeof(cache->fold_kernel[0][0]); i++)
         if ((&cache->fold_kernel[0][0])[i])
             clReleaseKernel((&cache->fold_kernel[0][0])[i]);

@@ -51,8 +51,11 @@ struct clmla_cache {
     cl_kernel sparse_kernel[17];
     int sparse_threads[17];
     cl_kernel sparse_rows_kernel[10];
-    /* attn_latent_rows with -D MASK (latent_launch.mask), per heads-per-item, on first use */
+    /* attn_latent_rows and attn_latent with -D MASK (latent_launch.mask), per heads-per-item and
+       per heads-per-group, on first use */
     cl_kernel mask_rows_kernel[10];
+    cl_kernel mask_kernel[17];
+    int mask_threads[17];
     /* attn_latent with FOLD = 2, 4, 8, 16 query tokens per group (index log2 FOLD - 1) of HT = 1..8
        heads each (HT * FOLD <= 16), on first use */
     cl_kernel fold_kernel[4][9];
