@@ -1,12 +1,10 @@
-/* libggml-clmla: a ggml backend (GGML_BACKEND_DL, loaded with
-   ggml_backend_load() or GGML_BACKEND_PATH) that runs llama.cpp's MLA flash
-   attention, GGML_OP_FLASH_ATTN_EXT with V a view of K's first values, through
-   clmla_paged_attention on the OpenCL device clmla's default device spec picks
-   (CLMLA_DEVICE). Its device is an ACCEL device over host memory (the CPU
-   buffer type): the scheduler gives it the FA nodes whose sources are in host
-   buffers, and every other op stays on the CPU. What it does not compute
-   exactly is declined in supports_op. Built against the ggml of a llama.cpp
-   tree (CLMLA_GGML_SOURCE; docs/LLAMA_CPP.md). */
+/* libggml-clmla: a ggml backend (GGML_BACKEND_DL, loaded with ggml_backend_load() or
+   GGML_BACKEND_PATH) that runs llama.cpp's MLA flash attention, GGML_OP_FLASH_ATTN_EXT with V a
+   view of K's first values, through clmla_paged_attention on the OpenCL device clmla's default
+   device spec picks (CLMLA_DEVICE). Its device is an ACCEL device over host memory (the CPU buffer
+   type): the scheduler gives it the FA nodes whose sources are in host buffers, and every other op
+   stays on the CPU. What it does not compute exactly is declined in supports_op. Built against the
+   ggml of a llama.cpp tree (CLMLA_GGML_SOURCE; docs/LLAMA_CPP.md). */
 #include "ggml-backend-impl.h"
 #include "ggml-impl.h"
 #include "ggml.h"
@@ -30,8 +28,7 @@ typedef struct clmla_ggml_device {
     clmla_paged *paged[CLMLA_GGML_MAX_LAYOUTS];
     clmla_paged_config layout[CLMLA_GGML_MAX_LAYOUTS];
     int layouts;
-    /* host scratch of a call: the queries, tables, mask rows and outputs gathered
-     * or scattered */
+    /* host scratch of a call: the queries, tables, mask rows and outputs gathered * or scattered */
     void *scratch;
     size_t scratch_bytes;
     /* what the backend ran, logged when the backend is freed */
@@ -42,9 +39,7 @@ static clmla_ggml_device g_device;
 static struct ggml_backend_device g_dev;
 static struct ggml_backend_reg g_reg;
 
-/* ---- the op
- * ------------------------------------------------------------------------------------
- */
+/* ---- the op ---------------------------------------------------------------------------------- */
 
 /* The FA node's shape as clmla takes it. */
 typedef struct fa_shape {
@@ -69,8 +64,7 @@ static int is_view_of_k(const struct ggml_tensor *v, const struct ggml_tensor *k
            v->nb[3] == k->nb[3] && v->ne[1] == k->ne[1] && v->ne[2] == k->ne[2] && v->ne[3] == k->ne[3];
 }
 
-/* 1 when clmla computes the node exactly as ggml's CPU backend defines it; *s
- * filled. */
+/* 1 when clmla computes the node exactly as ggml's CPU backend defines it; *s * filled. */
 static int fa_shape_of(const struct ggml_tensor *op, fa_shape *s)
 {
     if (op->op != GGML_OP_FLASH_ATTN_EXT)
@@ -89,9 +83,8 @@ static int fa_shape_of(const struct ggml_tensor *op, fa_shape *s)
         return 0;
     if (q->ne[2] % k->ne[2] || q->ne[3] != k->ne[3] || !ggml_is_contiguous(op))
         return 0;
-    /* K's rows at multiples of a row from K's start: a block a slice of kv rows
-       where they are contiguous and every slice starts at a multiple of kv rows,
-       else a block a row */
+    /* K's rows at multiples of a row from K's start: a block a slice of kv rows where they are
+       contiguous and every slice starts at a multiple of kv rows, else a block a row */
     const size_t row = (size_t)k->ne[0] * elt, slice = (size_t)k->ne[1] * row;
     if (k->nb[1] % row || (k->ne[2] > 1 && k->nb[2] % row) || (k->ne[3] > 1 && k->nb[3] % row))
         return 0;
@@ -150,9 +143,8 @@ static clmla_paged *paged_for(clmla_ggml_device *d, const fa_shape *s)
     return p;
 }
 
-/* The host scratch, at SCRATCH_ALIGN bytes (a multiple of any device's base
-   address alignment), its parts at multiples of it, so that clmla uses them in
-   place where the device shares memory. */
+/* The host scratch, at SCRATCH_ALIGN bytes (a multiple of any device's base address alignment), its
+   parts at multiples of it, so that clmla uses them in place where the device shares memory. */
 #define SCRATCH_ALIGN 4096
 
 static void *scratch(clmla_ggml_device *d, size_t bytes)
@@ -175,10 +167,9 @@ static size_t up_align(size_t n)
     return (n + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN;
 }
 
-/* K as clmla takes it: from the last multiple of the device's alignment at or
-   before K's data that is still in K's ggml buffer, so that clmla uses the
-   memory in place where K itself is not aligned (llama.cpp's KV cache in a CPU
-   buffer, 32-byte aligned); else from K's data. */
+/* K as clmla takes it: from the last multiple of the device's alignment at or before K's data that
+   is still in K's ggml buffer, so that clmla uses the memory in place where K itself is not aligned
+   (llama.cpp's KV cache in a CPU buffer, 32-byte aligned); else from K's data. */
 static void kv_region(clmla_paged *p, const struct ggml_tensor *k, size_t need, clmla_buffer *b)
 {
     char *data = k->data;
@@ -201,9 +192,8 @@ static void kv_region(clmla_paged *p, const struct ggml_tensor *k, size_t need, 
     b->bytes = (size_t)(base + size - data);
 }
 
-/* One FA node: batch B = sequences x KV heads, each one block of K (its slice),
-   its query heads' tokens gathered from q, the mask's rows per sequence and
-   token, the output scattered into dst. */
+/* One FA node: batch B = sequences x KV heads, each one block of K (its slice), its query heads'
+   tokens gathered from q, the mask's rows per sequence and token, the output scattered into dst. */
 static enum ggml_status fa_compute(clmla_ggml_device *d, const fa_shape *s)
 {
     clmla_paged *p = paged_for(d, s);
@@ -252,8 +242,8 @@ static enum ggml_status fa_compute(clmla_ggml_device *d, const fa_shape *s)
                     live = j;
                 }
             }
-            /* keys past the last live one add nothing: the call stops there (where
-               none is live, it reads them all, as ggml does) */
+            /* keys past the last live one add nothing: the call stops there (where none is live, it
+               reads them all, as ggml does) */
             if (m && live > 0)
                 lens[b] = live;
         }
@@ -299,9 +289,7 @@ static enum ggml_status fa_compute(clmla_ggml_device *d, const fa_shape *s)
     return GGML_STATUS_SUCCESS;
 }
 
-/* ---- backend
- * ---------------------------------------------------------------------------------
- */
+/* ---- backend --------------------------------------------------------------------------------- */
 
 static const char *backend_name(ggml_backend_t backend)
 {
@@ -309,8 +297,7 @@ static const char *backend_name(ggml_backend_t backend)
     return CLMLA_GGML_NAME;
 }
 
-/* One line on what the backend computed: the FA nodes, and how clmla took K (in
- * place or copied). */
+/* One line on what the backend computed: the FA nodes, and how clmla took K (in * place or copied). */
 static void backend_free(ggml_backend_t backend)
 {
     clmla_ggml_device *d = backend->context;
@@ -371,9 +358,7 @@ static ggml_guid_t backend_guid(void)
     return &guid;
 }
 
-/* ---- device
- * ----------------------------------------------------------------------------------
- */
+/* ---- device ---------------------------------------------------------------------------------- */
 
 static const char *dev_name(ggml_backend_dev_t dev)
 {
@@ -471,9 +456,7 @@ static const struct ggml_backend_device_i device_iface = {
     .offload_op = dev_offload_op,
 };
 
-/* ---- registration
- * ----------------------------------------------------------------------------
- */
+/* ---- registration ---------------------------------------------------------------------------- */
 
 static const char *reg_name(ggml_backend_reg_t reg)
 {
@@ -507,9 +490,9 @@ static const struct ggml_backend_reg_i reg_iface = {
     .get_proc_address = reg_proc_address,
 };
 
-/* The registration: the device opens clmla's default device (CLMLA_DEVICE, else
-   the first GPU, else the first device); where that fails the device still
-   registers, supports no op, and its backend does not start, saying why. */
+/* The registration: the device opens clmla's default device (CLMLA_DEVICE, else the first GPU, else
+   the first device); where that fails the device still registers, supports no op, and its backend
+   does not start, saying why. */
 static ggml_backend_reg_t clmla_ggml_reg(void)
 {
     static int done;
