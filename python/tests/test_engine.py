@@ -345,6 +345,16 @@ def test_concat_then_attend_in_place(ctx):
     info3 = clmla.paged_info(RKV, DR, bs, "bf16", context=ctx)
     if moved.ctypes.data % info0["host_alignment"] or not info0["host_unified"]:
         assert info3["host_copied_bytes"] - info2["host_copied_bytes"] >= cache.nbytes
+    # a cache 48 bytes into an aligned array (a layer's part of a larger tensor) is used in place
+    big = clmla.empty_kv_cache(num_blocks + 1, bs, RKV, DR, "bf16", heads_axis=False, context=ctx)
+    inner = big.reshape(-1).view(np.uint8)[48: 48 + cache.nbytes].view(np.uint16).reshape(cache.shape)
+    inner[...] = cache.view(np.uint16)
+    out3, lse3 = clmla.flash_mla_with_kvcache(q, inner, table, np.array([n], np.int32), RKV, None, causal=True,
+                                              context=ctx)
+    assert np.array_equal(out, out3) and np.array_equal(lse, lse3)
+    info4 = clmla.paged_info(RKV, DR, bs, "bf16", context=ctx)
+    if info0["host_unified"]:
+        assert info4["host_copied_bytes"] == info3["host_copied_bytes"]
     assert clmla.paged_status(ctx) == set()
 
 

@@ -114,10 +114,15 @@ class _Mem:
             if x.device.type != "cpu":
                 _invalid("%s is on %s: clmla takes CPU tensors (call .cpu())" % (what, x.device))
             self.ptr, self.nbytes = x.data_ptr(), x.numel() * x.element_size()
+            self.base = x.untyped_storage().data_ptr()
             self.shape, self.dtype = tuple(x.shape), str(x.dtype).replace("torch.", "")
             self.contiguous, self.writeable = x.is_contiguous(), True
         elif isinstance(x, np.ndarray):
             self.ptr, self.nbytes = x.ctypes.data, x.nbytes
+            root = x
+            while isinstance(root.base, np.ndarray):
+                root = root.base
+            self.base = root.ctypes.data
             self.shape, self.dtype = tuple(x.shape), x.dtype.name
             self.contiguous, self.writeable = x.flags.c_contiguous, x.flags.writeable
         else:
@@ -174,6 +179,17 @@ def _aligned_copy(a: np.ndarray, alignment: int) -> np.ndarray:
 def _host(buf, ptr: int, nbytes: int) -> None:
     """Points a clmla_buffer at host memory."""
     buf.mem, buf.host, buf.offset, buf.bytes = None, ptr, 0, nbytes
+
+
+def _host_cache(buf, m: "_Mem", alignment: int) -> None:
+    """Points a clmla_buffer at a cache: from the last multiple of the device's alignment at or
+    before it that is still in its allocation, and its offset from there where that is a multiple
+    of 16 bytes, so that a cache inside a larger array (a layer's part of one engine-wide tensor) is
+    used in place; else from its own start."""
+    start = m.ptr - m.ptr % alignment
+    if start < m.base or (m.ptr - start) % 16:
+        start = m.ptr
+    buf.mem, buf.host, buf.offset, buf.bytes = None, start, m.ptr - start, m.nbytes
 
 
 def _host_array(buf, a: np.ndarray) -> None:
@@ -335,7 +351,7 @@ def _attend(ctx, q: np.ndarray, rkv: int, dr: int, cache, what: str, fp8: bool, 
     a.batch, a.seqlen_q, a.num_heads, a.softmax_scale, a.causal = B, S, H, scale, int(bool(causal))
     qa = _aligned_copy(q, al)
     _host_array(a.q, qa)
-    _host(a.kv_cache, m.ptr, m.nbytes)
+    _host_cache(a.kv_cache, m, al)
     a.num_blocks = nb
     if indices is None:
         bt, lens = _dense_tables(tables[0], tables[1], B, bs)
