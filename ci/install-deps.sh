@@ -6,6 +6,7 @@ set -eu
 PACKAGES="cmake make gcc pkg-config ocl-icd-opencl-dev opencl-headers pocl-opencl-icd
 libclblast-dev clinfo libcjson-dev clang libclang-rt-dev oclgrind perl
 python3-venv python3-numpy python3-pytest"
+PACKAGES="$PACKAGES clang-15 libclc-15 rocm-device-libs intel-opencl-icd" # vendor compilers: tools/vendor_build.py
 
 missing=""
 for p in $PACKAGES; do

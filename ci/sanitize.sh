@@ -58,7 +58,9 @@ export CLMLA_TEST_SWEEPS="${CLMLA_TEST_SWEEPS:-short}"
 # a second time: the tracer's crash is a failure of the checker, not a finding, and a real leak or
 # ASan / UBSan report is deterministic and fails both runs.
 # kernel_warnings, ptx_mma and tools_ptx_mix are left out: they run clang, ptxas and python on the
-# kernel sources and a PTX sample, nothing instrumented (40 s of the run for no check).
+# kernel sources and a PTX sample, nothing instrumented (40 s of the run for no check). So is
+# vendor_build: its C part (clmla kernels on the profile driver) is vendor_profiles' own, run here;
+# the rest is three minutes of the vendors' compilers.
 # cli_demo_v2_bf16 is left out: it is the demo at V2's whole shape (150 M random weights and their
 # float64 reference, 81 s under ASan); the paths it adds to the other demo entries run here at small
 # shapes (bf16 weights with a query LoRA: test_weights; the demo's code: cli_demo_fp8, cli_log_info).
@@ -68,6 +70,6 @@ export CLMLA_TEST_SWEEPS="${CLMLA_TEST_SWEEPS:-short}"
 # python_pytest is left out: it loads the instrumented libclmla.so into an interpreter that is not
 # instrumented (ASan's runtime would not come first, and LeakSanitizer would report the
 # interpreter's own allocations); the library calls it makes are those of the C tests run here.
-ctest --test-dir "$build" --output-on-failure --repeat until-pass:2 -E '^(test_cli_run|python_pytest|kernel_warnings|ptx_mma|tools_ptx_mix|cli_demo_v2_bf16)$' -j"$(nproc)" "$@"
+ctest --test-dir "$build" --output-on-failure --repeat until-pass:2 -E '^(test_cli_run|python_pytest|kernel_warnings|ptx_mma|tools_ptx_mix|cli_demo_v2_bf16|vendor_build)$' -j"$(nproc)" "$@"
 ASAN_OPTIONS="detect_leaks=0:verify_asan_link_order=0" ctest --test-dir "$build" --output-on-failure -R '^test_cli_run$' "$@"
 echo "sanitize: the suite passed under ASan + UBSan, no leak in clmla"

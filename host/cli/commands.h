@@ -5,4 +5,5 @@ int cmd_devices(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
+int cmd_kernels(int argc, char **argv);
 #endif

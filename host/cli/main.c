@@ -14,6 +14,7 @@ static const struct {
     {"run", cmd_run, "one attention layer of a Hugging Face model folder: X.npy in, Y.npy out"},
     {"demo", cmd_demo, "DeepSeek-V2-Lite attention with random weights: prefill, decode, check"},
     {"tune", cmd_tune, "search CLBlast's SGEMM parameters for a device and save the fastest"},
+    {"kernels", cmd_kernels, "the programs and build options clmla would build on a profiled device"},
 };
 
 static void usage(FILE *out)
