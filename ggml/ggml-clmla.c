@@ -28,9 +28,12 @@ typedef struct clmla_ggml_device {
     clmla_paged *paged[CLMLA_GGML_MAX_LAYOUTS];
     clmla_paged_config layout[CLMLA_GGML_MAX_LAYOUTS];
     int layouts;
-    /* host scratch of a call: the queries, tables, mask rows and outputs gathered * or scattered */
+    /* host scratch of a call: the queries, tables, mask rows and outputs gathered or scattered */
     void *scratch;
     size_t scratch_bytes;
+    /* and of the rows a sparse mask leaves, gathered (fa_compute) */
+    void *gather;
+    size_t gather_bytes;
     /* what the backend ran, logged when the backend is freed */
     uint64_t nodes, query_rows;
 } clmla_ggml_device;
@@ -147,17 +150,22 @@ static clmla_paged *paged_for(clmla_ggml_device *d, const fa_shape *s)
    parts at multiples of it, so that clmla uses them in place where the device shares memory. */
 #define SCRATCH_ALIGN 4096
 
-static void *scratch(clmla_ggml_device *d, size_t bytes)
+static void *grow(void **mem, size_t *have, size_t bytes)
 {
-    if (bytes > d->scratch_bytes) {
+    if (bytes > *have) {
         void *p = aligned_alloc(SCRATCH_ALIGN, bytes);
         if (!p)
             return NULL;
-        free(d->scratch);
-        d->scratch = p;
-        d->scratch_bytes = bytes;
+        free(*mem);
+        *mem = p;
+        *have = bytes;
     }
-    return d->scratch;
+    return *mem;
+}
+
+static void *scratch(clmla_ggml_device *d, size_t bytes)
+{
+    return grow(&d->scratch, &d->scratch_bytes, bytes);
 }
 
 #define HALF_NEG_INF 0xFC00u
@@ -190,6 +198,83 @@ static void kv_region(clmla_paged *p, const struct ggml_tensor *k, size_t need, 
     b->host = start;
     b->offset = (size_t)(data - start);
     b->bytes = (size_t)(base + size - data);
+}
+
+static int key_live(const uint16_t *mb, int b, int T, int kv, int j)
+{
+    for (int t = 0; t < T; t++)
+        if (mb[((size_t)b * T + t) * kv + j] != HALF_NEG_INF)
+            return 1;
+    return 0;
+}
+
+/* Where the mask leaves few keys, scattered over the slices (llama.cpp's n_kv_max selections), the
+   rows it leaves are gathered into the backend's scratch with their mask values, a row a block:
+   the call reads those rows instead of every row of the slices. Taken where no slice keeps more
+   than a quarter of the keys it would read (lens: each slice's, cut at its last live key); the
+   call's arguments are changed to the gathered ones, else left as they are. */
+static enum ggml_status gather_live(clmla_ggml_device *d, const fa_shape *s, const uint16_t *mb, int32_t *lens,
+                                    clmla_paged **call, clmla_buffer *kv, int32_t **table, int *blocks,
+                                    int *max_blocks, const uint16_t **mask, int *stride)
+{
+    const int B = s->seqs * s->kv_heads, T = s->tokens;
+    int keep = 0, span = 0;
+    for (int b = 0; b < B; b++) {
+        int n = 0;
+        for (int j = 0; j < lens[b]; j++)
+            n += key_live(mb, b, T, s->kv, j);
+        keep = n > keep ? n : keep;
+        span = lens[b] > span ? lens[b] : span;
+    }
+    if (span < 256 || keep < 1 || 4 * keep > span)
+        return GGML_STATUS_SUCCESS;
+    fa_shape rows = *s;
+    rows.block = 1;
+    clmla_paged *p = paged_for(d, &rows);
+    if (!p)
+        return GGML_STATUS_FAILED;
+    const size_t kbytes = (size_t)B * keep * s->row_bytes, mbytes = (size_t)B * T * keep * 2,
+                 tbytes = (size_t)B * keep * 4;
+    char *g = grow(&d->gather, &d->gather_bytes, up_align(kbytes) + up_align(mbytes) + up_align(tbytes));
+    if (!g)
+        return GGML_STATUS_ALLOC_FAILED;
+    uint16_t *gm = (uint16_t *)(g + up_align(kbytes));
+    int32_t *gt = (int32_t *)(g + up_align(kbytes) + up_align(mbytes));
+    const struct ggml_tensor *k = s->k;
+    for (int seq = 0; seq < s->seqs; seq++)
+        for (int h = 0; h < s->kv_heads; h++) {
+            const int b = seq * s->kv_heads + h;
+            int n = 0;
+            for (int j = 0; j < lens[b]; j++) {
+                if (!key_live(mb, b, T, s->kv, j))
+                    continue;
+                memcpy(g + ((size_t)b * keep + n) * s->row_bytes,
+                       (const char *)k->data + (size_t)h * k->nb[2] + (size_t)seq * k->nb[3] + (size_t)j * k->nb[1],
+                       s->row_bytes);
+                for (int t = 0; t < T; t++)
+                    gm[((size_t)b * T + t) * keep + n] = mb[((size_t)b * T + t) * s->kv + j];
+                n++;
+            }
+            /* the rest of the slice's blocks: zero rows, no key */
+            memset(g + ((size_t)b * keep + n) * s->row_bytes, 0, (size_t)(keep - n) * s->row_bytes);
+            for (int t = 0; t < T; t++)
+                for (int x = n; x < keep; x++)
+                    gm[((size_t)b * T + t) * keep + x] = HALF_NEG_INF;
+            for (int x = 0; x < keep; x++)
+                gt[(size_t)b * keep + x] = b * keep + x;
+            lens[b] = n;
+        }
+    *call = p;
+    kv->mem = NULL;
+    kv->host = g;
+    kv->offset = 0;
+    kv->bytes = kbytes;
+    *table = gt;
+    *blocks = B * keep;
+    *max_blocks = keep;
+    *mask = gm;
+    *stride = keep;
+    return GGML_STATUS_SUCCESS;
 }
 
 /* One FA node: batch B = sequences x KV heads, each one block of K (its slice), its query heads'
@@ -247,6 +332,20 @@ static enum ggml_status fa_compute(clmla_ggml_device *d, const fa_shape *s)
             if (m && live > 0)
                 lens[b] = live;
         }
+    /* the call over K's slices as they are, or over the rows a sparse mask leaves */
+    clmla_paged *call = p;
+    clmla_buffer kv;
+    memset(&kv, 0, sizeof(kv));
+    kv_region(p, k, (size_t)(most + 1) * block, &kv);
+    int32_t *call_table = table;
+    int call_blocks = most + 1, call_max_blocks = max_blocks, call_stride = s->kv;
+    const uint16_t *call_mask = mb;
+    if (m) {
+        const enum ggml_status st = gather_live(d, s, mb, lens, &call, &kv, &call_table, &call_blocks, &call_max_blocks,
+                                                &call_mask, &call_stride);
+        if (st != GGML_STATUS_SUCCESS)
+            return st;
+    }
     clmla_paged_attention_args a;
     memset(&a, 0, sizeof(a));
     a.batch = B;
@@ -255,21 +354,21 @@ static enum ggml_status fa_compute(clmla_ggml_device *d, const fa_shape *s)
     memcpy(&a.softmax_scale, s->dst->op_params, sizeof(float));
     a.q.host = qb;
     a.q.bytes = q_bytes;
-    kv_region(p, k, (size_t)(most + 1) * block, &a.kv_cache);
-    a.num_blocks = most + 1;
-    a.block_table.host = table;
-    a.block_table.bytes = tables;
-    a.max_blocks = max_blocks;
+    a.kv_cache = kv;
+    a.num_blocks = call_blocks;
+    a.block_table.host = call_table;
+    a.block_table.bytes = (size_t)B * call_max_blocks * 4;
+    a.max_blocks = call_max_blocks;
     a.cache_seqlens.host = lens;
     a.cache_seqlens.bytes = lens_bytes;
     a.out.host = ob;
     a.out.bytes = out_bytes;
     if (m) {
-        a.mask.host = mb;
-        a.mask.bytes = mask_bytes;
-        a.mask_stride = s->kv;
+        a.mask.host = (void *)call_mask;
+        a.mask.bytes = (size_t)B * T * call_stride * 2;
+        a.mask_stride = call_stride;
     }
-    if (clmla_paged_attention(p, &a, NULL) != CLMLA_SUCCESS) {
+    if (clmla_paged_attention(call, &a, NULL) != CLMLA_SUCCESS) {
         fprintf(stderr, "ggml-clmla: %s\n", clmla_last_error(d->ctx));
         return GGML_STATUS_FAILED;
     }
@@ -297,7 +396,7 @@ static const char *backend_name(ggml_backend_t backend)
     return CLMLA_GGML_NAME;
 }
 
-/* One line on what the backend computed: the FA nodes, and how clmla took K (in * place or copied). */
+/* One line on what the backend computed: the FA nodes, and how clmla took K (in place or copied). */
 static void backend_free(ggml_backend_t backend)
 {
     clmla_ggml_device *d = backend->context;
