@@ -563,16 +563,18 @@ static const char *reg_name(ggml_backend_reg_t reg)
     return CLMLA_GGML_NAME;
 }
 
+/* No device where clmla opened none: a program then runs as without the backend (llama.cpp starts
+   every ACCEL device's backend, and fails where one does not start). */
 static size_t reg_device_count(ggml_backend_reg_t reg)
 {
     (void)reg;
-    return 1;
+    return g_device.ctx ? 1 : 0;
 }
 
 static ggml_backend_dev_t reg_device(ggml_backend_reg_t reg, size_t index)
 {
     (void)reg;
-    return index == 0 ? &g_dev : NULL;
+    return index == 0 && g_device.ctx ? &g_dev : NULL;
 }
 
 static void *reg_proc_address(ggml_backend_reg_t reg, const char *name)
@@ -590,8 +592,8 @@ static const struct ggml_backend_reg_i reg_iface = {
 };
 
 /* The registration: the device opens clmla's default device (CLMLA_DEVICE, else the first GPU, else
-   the first device); where that fails the device still registers, supports no op, and its backend
-   does not start, saying why. */
+   the first device); where that fails the backend registers with no device and logs clmla's
+   message (which names the devices, or the missing driver). */
 static ggml_backend_reg_t clmla_ggml_reg(void)
 {
     static int done;
@@ -610,6 +612,7 @@ static ggml_backend_reg_t clmla_ggml_reg(void)
             snprintf(d->init_error, sizeof(d->init_error), "no OpenCL device for clmla: %s", clmla_last_error(NULL));
             snprintf(d->description, sizeof(d->description), "clmla (no device)");
             d->ctx = NULL;
+            GGML_LOG_WARN("%s: %s; the backend has no device\n", CLMLA_GGML_NAME, d->init_error);
         } else {
             clmla_device_info info;
             clmla_context_device(d->ctx, &info);
