@@ -141,16 +141,17 @@ int cmd_devices(int argc, char **argv)
     if (json) {
         rc = print_json(devs, n, selected);
     } else {
-        printf("   %-3s %-5s %-5s %-22s %-34s %9s %4s %6s %7s %4s\n", "#", "P:D", "type", "vendor", "name",
-               "mem MiB", "CUs", "max WG", "lmem KiB", "fp16");
+        /* the name last and whole: device names run long ("pthread-skylake-avx512-Intel(R) Xeon(R) ...") */
+        printf("   %-3s %-5s %-5s %-22s %9s %4s %6s %7s %4s  %s\n", "#", "P:D", "type", "vendor", "mem MiB", "CUs",
+               "max WG", "lmem KiB", "fp16", "name");
         for (size_t i = 0; i < n; i++) {
             const clmla_device_info *d = &devs[i];
             char pd[32];
             snprintf(pd, sizeof(pd), "%d:%d", d->platform_index, d->device_index);
-            printf("%c%c %-3zu %-5s %-5s %-22.22s %-34.34s %9llu %4u %6zu %7llu %4s\n", d->is_default ? '*' : ' ',
-                   i == selected ? '>' : ' ', i, pd, clmla_device_kind_name(d->kind), d->vendor, d->name,
+            printf("%c%c %-3zu %-5s %-5s %-22.22s %9llu %4u %6zu %7llu %4s  %s\n", d->is_default ? '*' : ' ',
+                   i == selected ? '>' : ' ', i, pd, clmla_device_kind_name(d->kind), d->vendor,
                    (unsigned long long)(d->global_mem_bytes >> 20), d->compute_units, d->max_work_group_size,
-                   (unsigned long long)(d->local_mem_bytes >> 10), d->fp16 ? "yes" : "no");
+                   (unsigned long long)(d->local_mem_bytes >> 10), d->fp16 ? "yes" : "no", d->name);
         }
         printf("\n* = picked by the default spec (CLMLA_DEVICE unset: first GPU, else first device)\n");
         if (verbose)

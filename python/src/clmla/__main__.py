@@ -32,12 +32,12 @@ def cmd_devices(argv) -> int:
             "local_mem_kib": d.local_mem_bytes >> 10, "fp16": d.fp16, "default": d.is_default} for d in devs],
             indent=1))
         return 0
-    print("   %-3s %-5s %-5s %-22s %-34s %9s %4s %6s %7s %4s" % ("#", "P:D", "type", "vendor", "name", "mem MiB",
-                                                               "CUs", "max WG", "lmem KiB", "fp16"))
-    for d in devs:
-        print("%s  %-3d %-5s %-5s %-22.22s %-34.34s %9d %4d %6d %7d %4s" % (
-            "*" if d.is_default else " ", d.index, d.spec, d.kind, d.vendor, d.name, d.global_mem_bytes >> 20,
-            d.compute_units, d.max_work_group_size, d.local_mem_bytes >> 10, "yes" if d.fp16 else "no"))
+    print("   %-3s %-5s %-5s %-22s %9s %4s %6s %7s %4s  %s" % ("#", "P:D", "type", "vendor", "mem MiB", "CUs",
+                                                              "max WG", "lmem KiB", "fp16", "name"))
+    for d in devs:  # the name last and whole
+        print("%s  %-3d %-5s %-5s %-22.22s %9d %4d %6d %7d %4s  %s" % (
+            "*" if d.is_default else " ", d.index, d.spec, d.kind, d.vendor, d.global_mem_bytes >> 20,
+            d.compute_units, d.max_work_group_size, d.local_mem_bytes >> 10, "yes" if d.fp16 else "no", d.name))
     print("\n* = picked by the default spec (CLMLA_DEVICE unset: first GPU, else first device)")
     return 0
 
