@@ -1310,7 +1310,8 @@ typedef struct clmla_model_options {
 clmla_status clmla_layer_create_from_model_opts(clmla_context *ctx, const char *model_dir,
                                                 const clmla_model_options *options, clmla_layer **layer);
 
-/* Reads a .npy file of float32 or float16 values (little-endian, C order, 1-D or 2-D) as float32:
+/* Reads a .npy file of float32, float16 or float64 values (little-endian, C order, 1-D or 2-D) as
+   float32 (float64 rounded to nearest):
    *data [shape[0] * shape[1]] (shape[1] = 0 for 1-D), allocated by the library, freed with
    clmla_free(). Anything else (big-endian, Fortran order, another dtype or rank, truncated data,
    a malformed header) is refused with CLMLA_ERROR_INVALID_FILE or CLMLA_ERROR_UNSUPPORTED and

@@ -1046,14 +1046,33 @@ static void test_npy(void)
           "float16 values");
     clmla_free(data);
 
+    /* float64 (numpy's default), rounded to float32 */
+    n = make_npy(buf, sizeof(buf), 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (5,), }", 40);
+    const double doubles[5] = {1.0, -2.5, 0.1, 65504.0, 1e-45};
+    for (int i = 0; i < 5; i++) {
+        uint64_t bits;
+        memcpy(&bits, &doubles[i], sizeof(bits));
+        for (int b = 0; b < 8; b++)
+            buf[n - 40 + 8 * i + b] = (uint8_t)(bits >> (8 * b));
+    }
+    subdir(path, sizeof(path), "d.npy");
+    ckpt_write_bytes(path, buf, n);
+    CHECK_STATUS(clmla_npy_read_f32(path, &data, shape, &ndim), CLMLA_SUCCESS, NULL);
+    CHECK(data && ndim == 1 && shape[0] == 5 && data[0] == 1.0f && data[1] == -2.5f && data[2] == 0.1f &&
+              data[3] == 65504.0f && data[4] == (float)1e-45,
+          "float64 values rounded to float32");
+    clmla_free(data);
+
     /* Refusals. */
     const char *c_order = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
     n = make_npy(buf, sizeof(buf), 1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", 24);
     npy_file_fails("fortran.npy", buf, n, CLMLA_ERROR_UNSUPPORTED, "Fortran order");
     n = make_npy(buf, sizeof(buf), 1, "{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", 24);
     npy_file_fails("big.npy", buf, n, CLMLA_ERROR_UNSUPPORTED, "dtype '>f4' is big-endian");
-    n = make_npy(buf, sizeof(buf), 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }", 48);
-    npy_file_fails("f8.npy", buf, n, CLMLA_ERROR_UNSUPPORTED, "dtype '<f8' is not supported");
+    n = make_npy(buf, sizeof(buf), 1, "{'descr': '<i8', 'fortran_order': False, 'shape': (2, 3), }", 48);
+    npy_file_fails("i8.npy", buf, n, CLMLA_ERROR_UNSUPPORTED, "dtype '<i8' is not supported");
+    n = make_npy(buf, sizeof(buf), 1, "{'descr': '>f8', 'fortran_order': False, 'shape': (2, 3), }", 48);
+    npy_file_fails("bigf8.npy", buf, n, CLMLA_ERROR_UNSUPPORTED, "dtype '>f8' is big-endian");
     n = make_npy(buf, sizeof(buf), 1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }", 8);
     npy_file_fails("struct.npy", buf, n, CLMLA_ERROR_UNSUPPORTED, "structured");
     n = make_npy(buf, sizeof(buf), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 2, 3), }", 24);

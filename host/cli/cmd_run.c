@@ -34,7 +34,7 @@ int cmd_run(int argc, char **argv)
         {"model", CLI_STRING, &model, "DIR   model folder: config.json + model.safetensors or its shards"},
         {"layer", CLI_INT, &layer_index, "N     which decoder layer's attention, as the model numbers them (default 0)"},
         {"sublayer", CLI_INT, &sublayer, "K     which attention inside the layer: 0, or 1 (longcat_flash's self_attn.1)"},
-        {"input", CLI_STRING, &input, "X.npy hidden states entering self_attn, float32/float16 [T, hidden_size]"},
+        {"input", CLI_STRING, &input, "X.npy hidden states entering self_attn, float32/float16/float64 [T, hidden_size]"},
         {"output", CLI_STRING, &output, "Y.npy where the attention output after o_proj goes, float32 [T, hidden_size]"},
         {"prefill", CLI_INT, &prefill, "N     the first N tokens are prefilled, the rest decoded one by one (default T)"},
         {"chunk", CLI_INT, &chunk, "C     prefill in steps of C tokens (default: one step)"},

@@ -186,12 +186,16 @@ clmla_status clmla_npy_parse(const uint8_t *buf, size_t size, const char *name, 
         info->element_bytes = 4;
     else if (strcmp(descr, "<f2") == 0)
         info->element_bytes = 2;
-    else if (strcmp(descr, ">f4") == 0 || strcmp(descr, ">f2") == 0)
+    else if (strcmp(descr, "<f8") == 0) /* numpy's default: rounded to float32 when read */
+        info->element_bytes = 8;
+    else if (strcmp(descr, ">f4") == 0 || strcmp(descr, ">f2") == 0 || strcmp(descr, ">f8") == 0)
         return clmla_file_error(err, errsize, CLMLA_ERROR_UNSUPPORTED, fname,
-                    "dtype '%s' is big-endian; clmla reads little-endian float32 ('<f4') or float16 ('<f2')", descr);
+                    "dtype '%s' is big-endian; clmla reads little-endian float32 ('<f4'), float16 ('<f2') or "
+                    "float64 ('<f8')", descr);
     else
         return clmla_file_error(err, errsize, CLMLA_ERROR_UNSUPPORTED, fname,
-                    "dtype '%s' is not supported; clmla reads float32 ('<f4') or float16 ('<f2')", descr);
+                    "dtype '%s' is not supported; clmla reads float32 ('<f4'), float16 ('<f2') or float64 ('<f8')",
+                    descr);
     if (fortran)
         return clmla_file_error(err, errsize, CLMLA_ERROR_UNSUPPORTED, fname,
                     "the array is in Fortran order; save a C-ordered array (numpy.ascontiguousarray)");
@@ -231,6 +235,13 @@ void clmla_npy_to_f32(const uint8_t *buf, const clmla_npy_info *info, float *out
     for (uint64_t i = 0; i < info->numel; i++) {
         if (info->element_bytes == 2) {
             out[i] = clmla_f16_to_float((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+        } else if (info->element_bytes == 8) {
+            uint64_t bits = 0;
+            for (int b = 7; b >= 0; b--)
+                bits = bits << 8 | p[8 * i + (uint64_t)b];
+            double v;
+            memcpy(&v, &bits, sizeof(v));
+            out[i] = (float)v;
         } else {
             const uint8_t *q = p + 4 * i;
             const uint32_t bits = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24;

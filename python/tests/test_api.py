@@ -687,6 +687,14 @@ def test_raw_binding_calls(ctx, tmp_path):
     assert lib.clmla_npy_read_f32(p, ctypes.byref(data), shp, ctypes.byref(nd)) == 0
     assert nd.value == 2 and list(shp) == [3, 4] and data[11] == 11.0
     lib.clmla_free(ctypes.cast(data, ctypes.c_void_p))
+    # numpy's default dtype, float64, as np.save writes it: read rounded to float32
+    d = np.linspace(-3.0, 5.0, 10).reshape(2, 5) + 1e-9
+    pd = str(tmp_path / "d.npy").encode()
+    np.save(pd.decode(), d)
+    assert lib.clmla_npy_read_f32(pd, ctypes.byref(data), shp, ctypes.byref(nd)) == 0
+    assert nd.value == 2 and list(shp) == [2, 5]
+    np.testing.assert_array_equal(np.ctypeslib.as_array(data, (10,)), d.astype(np.float32).reshape(-1))
+    lib.clmla_free(ctypes.cast(data, ctypes.c_void_p))
     assert lib.clmla_npy_read_f32(str(tmp_path / "none.npy").encode(), ctypes.byref(data), shp,
                                   ctypes.byref(nd)) != 0
     assert lib.clmla_last_error(None)
