@@ -776,6 +776,10 @@ def test_module_commands():
     assert r.returncode == 0, r.stdout + r.stderr
     for word in ("prefill", "decode", "kv cache", "check", "OK"):
         assert word in r.stdout
+    # an fp8 cache, checked against the reference's own fp8 rounding of the cache
+    r = subprocess.run([sys.executable, "-m", "clmla", "demo", "--prefill", "40", "--decode", "3", "--cache-dtype",
+                        "fp8"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "656 bytes/token/layer" in r.stdout and ": OK" in r.stdout, r.stdout + r.stderr
     r = subprocess.run([sys.executable, "-m", "clmla", "demo", "--device", "no-such-device"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 1 and "CLMLA_ERROR_DEVICE_NOT_FOUND" in r.stderr

@@ -73,7 +73,7 @@ def cmd_demo(argv) -> int:
     ap.add_argument("--preset", default="v2-lite", choices=["v2-lite", "v2", "v3", "kimi-k2"])
     ap.add_argument("--prefill", type=int, default=512)
     ap.add_argument("--decode", type=int, default=64)
-    ap.add_argument("--cache-dtype", default="f32", choices=["f32", "f16", "bf16"])
+    ap.add_argument("--cache-dtype", default="f32", choices=["f32", "f16", "bf16", "fp8"])
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-check", action="store_true", help="skip the float64 reference check")
     a = ap.parse_args(argv)
@@ -118,7 +118,7 @@ def cmd_demo(argv) -> int:
             print("decode       %d tokens at context %d..%d: median %.2f ms/token (min %.2f, max %.2f; absorbed path)" % (
                 a.decode, a.prefill + 1, T, ms[len(ms) // 2], ms[0], ms[-1]))
         info = cache.info()
-        elem = {"f32": 4, "f16": 2, "bf16": 2}[a.cache_dtype]
+        elem = {"f32": 4, "f16": 2, "bf16": 2, "fp8": 1}[a.cache_dtype]
         mha = cfg.num_heads * (cfg.qk_nope_head_dim + cfg.qk_rope_head_dim + cfg.v_head_dim) * elem
         print("kv cache     %d bytes/token/layer (%s c^KV + k^R); standard MHA would cache %d: %.1fx less" % (
             info.bytes_per_token_per_layer, a.cache_dtype, mha, mha / info.bytes_per_token_per_layer))
@@ -131,7 +131,9 @@ def cmd_demo(argv) -> int:
         ref = reference.mla_forward(cfg, w, x, cache_dtype=a.cache_dtype)
         err_last = float(np.max(np.abs(out[-1] - ref[-1])) / np.max(np.abs(ref[-1])))
         err_all = float(np.max(np.abs(out - ref)) / np.max(np.abs(ref)))
-        tol = 1e-4 if a.cache_dtype == "f32" else 2e-3
+        # the reference rounds the cache from float64, the layer from float32: an fp8 code can land
+        # one step apart where the two straddle a rounding boundary
+        tol = {"f32": 1e-4, "f16": 2e-3, "bf16": 2e-3, "fp8": 1e-3}[a.cache_dtype]
         ok = err_last <= tol and err_all <= tol
         print("check        max relative error, last step %.2e, all %d tokens %.2e (tolerance %.0e): %s" % (
             err_last, T, err_all, tol, "OK" if ok else "FAILED"))
@@ -146,7 +148,7 @@ def main(argv=None) -> int:
     cmds = {"devices": cmd_devices, "demo": cmd_demo}
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in cmds:
         print("usage: python -m clmla devices [--json] | demo [--preset NAME --prefill N --decode N "
-              "--cache-dtype f32|f16|bf16 --device SPEC]\n       clmla %s, libclmla %s (%s)" % (
+              "--cache-dtype f32|f16|bf16|fp8 --device SPEC]\n       clmla %s, libclmla %s (%s)" % (
                   clmla.__version__, clmla.version(), clmla.library_path), file=sys.stderr if argv else sys.stdout)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     return cmds[argv[0]](argv[1:])

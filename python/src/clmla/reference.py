@@ -109,8 +109,30 @@ def round_bf16(a):
     return b.astype(np.uint32).view(np.float32).astype(np.float64)
 
 
+def round_e4m3(a):
+    """float64 -> float8 e4m3 -> float64: 4 significant bits, subnormals below 2^-6 on a grid of
+    2^-9, ties to even, magnitudes past 448 saturating to 448."""
+    a = np.asarray(a, np.float64)
+    mag = np.abs(a)
+    e = np.floor(np.log2(np.where(mag > 0, mag, 1.0)))
+    ulp = np.exp2(np.maximum(e, -6.0) - 3.0)
+    r = np.round(a / ulp) * ulp
+    return np.where(np.abs(r) > 448.0, np.copysign(448.0, a), r)
+
+
+def round_fp8_latent(ckv):
+    """c^KV [.., rkv] as FlashMLA's fp8 cache holds it: per tile of 128 values the scale
+    s = 2^ceil(log2(max(max|x| / 448, 1e-4))), each value e4m3(x / s) * s (rkv a multiple of 128)."""
+    c = np.asarray(ckv, np.float64)
+    t = c.reshape(c.shape[:-1] + (c.shape[-1] // 128, 128))
+    m, e = np.frexp(np.maximum(np.max(np.abs(t), axis=-1, keepdims=True) / 448.0, 1e-4))
+    s = np.ldexp(1.0, np.where(m == 0.5, e - 1, e))
+    return (round_e4m3(t / s) * s).reshape(c.shape)
+
+
 def round_cache(a, dtype):
-    """A value as the cache of that dtype stores it (f32, f16, bf16)."""
+    """A value as the cache of that dtype stores it (f32, f16, bf16; fp8: mla_forward rounds c^KV
+    with round_fp8_latent and k^R to bf16)."""
     if dtype == "f32":
         return np.asarray(a, np.float32).astype(np.float64)
     if dtype == "f16":
@@ -158,7 +180,9 @@ def mla_forward(cfg, weights: Mapping[str, np.ndarray], x, cache_dtype: str = No
     cos, sin = rope_tables(cfg, pos)
     kr = _rotate(kv[:, rkv:], cos, sin, half)
     qn, qr = q[:, :, :dn], _rotate(q[:, :, dn:], cos, sin, half)
-    if cache_dtype is not None:
+    if cache_dtype == "fp8":
+        ckv, kr = round_fp8_latent(np.asarray(ckv, np.float32)), round_bf16(kr)
+    elif cache_dtype is not None:
         ckv, kr = round_cache(ckv, cache_dtype), round_cache(kr, cache_dtype)
     tau = softmax_scale(cfg)
     kvb = W["kv_b_proj"].reshape(H, dn + dv, rkv)
