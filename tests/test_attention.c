@@ -303,10 +303,14 @@ static void run_case(const pool *p, const attn_case *c, uint64_t seed)
               (unsigned long long)ctx->info.local_mem_bytes, want16 ? 16 : 8);
     }
     /* the work-group kernel folded the tokens of each sequence where its heads leave room: the
-       kernel of the expected fold (the smallest power of two >= query_len, at most 16 / H) was built */
-    if (st == CLMLA_SUCCESS && clmla_attention_variant(ctx) == CLMLA_LATENT_GROUP && c->query_len > 1 && 2 * H <= 16) {
+       kernel of the expected fold (the smallest power of two >= query_len, at most group_heads / H,
+       16 / H by default) was built */
+    clmla_latent_tuning tn;
+    clmla_latent_tuning_for(ctx, H, &tn);
+    const int gh = tn.group_heads;
+    if (st == CLMLA_SUCCESS && clmla_attention_variant(ctx) == CLMLA_LATENT_GROUP && c->query_len > 1 && 2 * H <= gh) {
         int fold = 1, level = -1;
-        while (fold < c->query_len && 2 * fold * H <= 16)
+        while (fold < c->query_len && 2 * fold * H <= gh)
             fold *= 2, level++;
         CHECK(small_local_mem || p->cache->fold_kernel[level][H] != NULL,
               "%s, query_len %d: no attn_latent kernel folding %d tokens of %d heads", what, c->query_len, fold, H);
@@ -867,6 +871,18 @@ static void run_base(void)
     clmla_latent_tuning_defaults(&t);
     t.group_min_split_keys = 16;
     run_all_tuned(&t, 0, "group_min_split_keys 16");
+    /* the compiled-not-run built-in entries of issue 58 (host/mla/kernel_tuning.c), which no AMD or
+       Intel GPU has run: 8 heads of 256 items with group_keys 2 (AMD CDNA, Arc A770: KPT 2 over f32
+       caches, 1 over the decoded ones) and 1 (Max 1550: KPT 1 over f32 too) */
+    for (int keys = 2; keys >= 1; keys--) {
+        clmla_latent_tuning_defaults(&t);
+        t.group_heads = 8;
+        t.group_max_items = 256;
+        t.group_keys = keys;
+        char label[96];
+        snprintf(label, sizeof(label), "group_heads 8, group_max_items 256, group_keys %d", keys);
+        run_all_tuned(&t, 0, label);
+    }
     if (sweeps_short) {
         printf("CLMLA_TEST_SWEEPS=short: not run: lanes sets 2-4, group_decode_heads 4/8/16, the fp8 shift decoder, "
                "group_stage_keys, group_row_slices, group_aligned 0/2\n");

@@ -54,6 +54,31 @@ static void test_parse(void)
     CHECK(clmla_latent_tuning_resolve(NULL, "", &other, 16, &t, &src) == 0 && strcmp(src, "defaults") == 0 &&
               memcmp(&t, &d, sizeof(t)) == 0,
           "other device: %s", src);
+    /* the compiled-not-run vendor entries (issue 58, docs/VENDORS.md): AMD CDNA by its ISA name,
+       any platform and driver and any heads: 8 heads of 256 items, group_keys 2, the rest the
+       defaults; the H100's entry keeps its measured 16 heads */
+    {
+        clmla_device_info gpu;
+        memset(&gpu, 0, sizeof(gpu));
+        snprintf(gpu.vendor, sizeof(gpu.vendor), "Advanced Micro Devices, Inc.");
+        snprintf(gpu.name, sizeof(gpu.name), "gfx942:sramecc+:xnack-");
+        snprintf(gpu.platform_name, sizeof(gpu.platform_name), "AMD Accelerated Parallel Processing");
+        clmla_latent_tuning want = d;
+        want.group_heads = 8;
+        want.group_max_items = 256;
+        want.group_keys = 2;
+        CHECK(clmla_latent_tuning_resolve(NULL, "", &gpu, 128, &t, &src) == 1 && memcmp(&t, &want, sizeof(t)) == 0,
+              "MI300X: %s, heads %d items %d keys %d", src, t.group_heads, t.group_max_items, t.group_keys);
+        snprintf(gpu.name, sizeof(gpu.name), "gfx90a:sramecc+:xnack-");
+        CHECK(clmla_latent_tuning_resolve(NULL, "", &gpu, 16, &t, &src) == 1 && memcmp(&t, &want, sizeof(t)) == 0,
+              "MI250: %s", src);
+        snprintf(gpu.vendor, sizeof(gpu.vendor), "NVIDIA Corporation");
+        snprintf(gpu.name, sizeof(gpu.name), "NVIDIA H100 80GB HBM3");
+        snprintf(gpu.platform_name, sizeof(gpu.platform_name), "NVIDIA CUDA");
+        CHECK(clmla_latent_tuning_resolve(NULL, "", &gpu, 16, &t, &src) == 1 && t.group_heads == 16 &&
+                  t.group_max_items == 128 && t.group_keys == 4,
+              "H100 at 16 heads: %d %d %d", t.group_heads, t.group_max_items, t.group_keys);
+    }
 
     const char *text = "[{\"kernel\": \"attn_latent\", \"vendor\": \"AuthenticAMD\", \"device\": \"pthread-haswell-AMD EPYC\","
                        " \"heads\": \"any\", \"parameters\": {\"rows_keys\": 12}},"
@@ -366,6 +391,17 @@ static void test_products_parse(void)
     CHECK(clmla_product_tuning_resolve(NULL, "", &pocl, 2048, &t, &src) == 1 && strcmp(src, "built-in table") == 0 &&
               memcmp(&t, &want, sizeof(t)) == 0,
           "the AVX2 EPYC's built-in entry: %s, block sums %d", src, t.cpu_fp8_block_sums);
+    /* the Max 1550's compiled-not-run entry (issue 58): the defaults with 2 columns a group */
+    {
+        clmla_device_info pvc;
+        memset(&pvc, 0, sizeof(pvc));
+        snprintf(pvc.vendor, sizeof(pvc.vendor), "Intel(R) Corporation");
+        snprintf(pvc.name, sizeof(pvc.name), "Intel(R) Data Center GPU Max 1550");
+        want = d;
+        want.skinny_columns = 2;
+        CHECK(clmla_product_tuning_resolve(NULL, "", &pvc, 8192, &t, &src) == 1 && memcmp(&t, &want, sizeof(t)) == 0,
+              "the Max 1550's built-in entry: %s, columns %d", src, t.skinny_columns);
+    }
 
     /* a file of both kernels: the latent parser skips the product entries and the other way round */
     const char *text =

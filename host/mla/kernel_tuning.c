@@ -107,6 +107,32 @@ static const kernel_entry latent_builtin[] = {
        same scalar loads in the PTX: the defaults' comment above). */
     {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 4, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0, 1}}},
     {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 128, {.latent = {16, 8, 4, 16, 4, 256, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0, 1}}},
+    /* AMD CDNA2 / CDNA3 (MI250's gfx90a, MI300X's gfx942), any ROCm driver: COMPILED, NOT RUN (issue 58,
+       docs/VENDORS.md; clang 15 + rocm-device-libs 5.2.3, gfx942 compiled as gfx940). The defaults'
+       groups of 16 heads and 128 items (two wave64s) hold 46,144 bytes of the CU's 64 KiB of LDS,
+       so one group a CU: 0.5 waves a SIMD, two of the four SIMDs idle. 8 heads and 256 items (four
+       waves), group_keys 2 (KPT 2 over f32 caches, 1 over 16-bit and fp8 ones with group_decode_heads
+       8): 28,704 bytes, two groups a CU, 2 waves a SIMD; 116-123 VGPRs (203-235 before), no spill. The
+       price: each cache row is read by twice the groups (once per 8 heads, not 16). Until a lent
+       AMD GPU measures it (tools/gpu-check.sh: `clmla tune --kernels` at 16 and 128 heads, then the
+       decode rows against the defaults through a tuning file), this is the occupancy the design
+       asks for, not a measured win. ROCm reports the ISA name with its target features. */
+    {"Advanced Micro Devices, Inc.", "gfx942:sramecc+:xnack-", "", "", 0, {.latent = {16, 8, 4, 8, 2, 256, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0, 1}}},
+    {"Advanced Micro Devices, Inc.", "gfx942:sramecc+:xnack+", "", "", 0, {.latent = {16, 8, 4, 8, 2, 256, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0, 1}}},
+    {"Advanced Micro Devices, Inc.", "gfx90a:sramecc+:xnack-", "", "", 0, {.latent = {16, 8, 4, 8, 2, 256, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0, 1}}},
+    {"Advanced Micro Devices, Inc.", "gfx90a:sramecc+:xnack+", "", "", 0, {.latent = {16, 8, 4, 8, 2, 256, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0, 1}}},
+    /* Intel Arc A770 (Xe-HPG) and Data Center GPU Max 1550 (Xe-HPC), any compute runtime: COMPILED, NOT
+       RUN (issue 58, docs/VENDORS.md; ocloc / IGC of intel-opencl-icd 22.43). With the defaults IGC
+       builds attn_latent at SIMD8 in 128 GRF on Arc and spills 544-864 bytes a thread, at SIMD32 on
+       PVC and spills 14-32 KB; 16 heads of 128 items keep 64 of RKV's accumulators an item, 8 heads
+       of 256 items 16, and 28,704 bytes of SLM let 2 groups share an Xe-core's 64 KiB (Arc) where
+       46,144 let 1: Arc compiles with no spill, 4 threads an EU of 8 (1 before). PVC still spills at
+       SIMD32, least with group_keys 1 (f32 caches KPT 1: 7,104 bytes; 16-bit and fp8 768-1,280),
+       allowed in tools/vendor/allowances.json; IGC's 256-GRF mode (-cl-intel-256-GRF-per-thread)
+       removes it, a build option no tuning parameter sets yet. The same price as AMD's entry (rows
+       read once per 8 heads) and the same measurement to keep or drop them (tools/gpu-check.sh). */
+    {"Intel(R) Corporation", "Intel(R) Arc(TM) A770 Graphics", "", "", 0, {.latent = {16, 8, 4, 8, 2, 256, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0, 1}}},
+    {"Intel(R) Corporation", "Intel(R) Data Center GPU Max 1550", "", "", 0, {.latent = {16, 8, 4, 8, 1, 256, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0, 1}}},
 };
 
 static const tuning_param latent_names[] = {
@@ -280,6 +306,14 @@ static const kernel_entry product_builtin[] = {
        H200's A/B of `a11a3fa` (the defaults' comment above). */
     {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 0,
      {.product = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4, 16, 1, 0}}},
+    /* Intel Data Center GPU Max 1550 (Xe-HPC), any compute runtime: COMPILED, NOT RUN (issue 58,
+       docs/VENDORS.md; ocloc / IGC 22.43). On 1024 EUs the defaults' 4 columns a group are kept for
+       V2's and V3's larger decode products, and IGC builds gemm_skinny_nt's 8-row, 4-column form at
+       SIMD32 in 128 GRF with a 1,984-byte spill; skinny_columns 2 (at most 2 columns a group) leaves
+       no spill, 8 KiB of SLM a group and 8 threads an EU. Kept or dropped by `clmla tune --kernels
+       --products` on a lent PVC (tools/gpu-check.sh). */
+    {"Intel(R) Corporation", "Intel(R) Data Center GPU Max 1550", "", "", 0,
+     {.product = {128, 2, 2, 256, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4, 16, 1, 0}}},
 };
 static const char *const k_class_names[] = {"any", "small", "large"};
 
