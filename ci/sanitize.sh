@@ -47,6 +47,14 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export LSAN_OPTIONS="suppressions=$PWD/ci/lsan.supp:print_suppressions=0:use_tls=0"
 # Unless the caller set one (ci/run.sh does), a kernel cache of the build's own, from empty.
 export CLMLA_CACHE_DIR="${CLMLA_CACHE_DIR:-$build/clmla-cache}"
+# PoCL's driver alone: other vendors' drivers on the machine (intel-opencl-icd, which ci/install-deps.sh
+# installs for its offline compiler) dlopen their libraries with RTLD_DEEPBIND, which ASan's runtime
+# refuses, and every OpenCL program would stop there.
+if [ -f /etc/OpenCL/vendors/pocl.icd ]; then
+    mkdir -p "$build/pocl-icd"
+    cp /etc/OpenCL/vendors/pocl.icd "$build/pocl-icd/"
+    export OCL_ICD_VENDORS="$build/pocl-icd"
+fi
 export CLMLA_TEST_SWEEPS="${CLMLA_TEST_SWEEPS:-short}"
 # test_cli_run runs the clmla command as child processes. LeakSanitizer's tracer (which stops
 # every thread at exit to scan for leaks) crashes with "Tracer caught signal 11" at exit of one of
