@@ -247,7 +247,7 @@ clmla_status clmla_context_program_stats(const clmla_context *ctx, clmla_program
         which `clmla tune` writes; a file that does not exist holds no entry, then
      2. the table built into the library (entries found by clmla's developers).
    The values tune CLBlast's Xgemm kernel, which CLBlast runs from its XGEMM_MIN_INDIRECT_SIZE
-   (704^3 on PoCL; smaller products use its direct kernel, which they leave alone).
+   on (smaller products use its direct kernel, which they leave alone).
    A file that exists but is malformed, or holds values CLBlast's kernel cannot take, makes
    context creation fail with CLMLA_ERROR_INVALID_FILE naming the file and the entry. */
 #define CLMLA_XGEMM_PARAMETERS 16
@@ -286,7 +286,7 @@ typedef struct clmla_tune_options {
 } clmla_tune_options;
 
 /* Searches Xgemm parameters for the context's device: times CLBlast's SGEMM with the values in
-   effect (CLBlast's own unless the context applied an entry) and with each candidate (each compiles once: about 7 s on a 2-core PoCL), keeps only
+   effect (CLBlast's own unless the context applied an entry) and with each candidate (each compiles once), keeps only
    candidates whose result is exact (integer inputs), and fills *best with the fastest (its gflops
    below default_gflops when no candidate beat CLBlast's own). To time the tuned kernel at any size
    it sets CLBlast's XGEMM_MIN_INDIRECT_SIZE to 1, and it leaves the best candidate applied
