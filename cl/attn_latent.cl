@@ -603,6 +603,11 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
  * pass and 16 passes per tile of 8: 288 groups for the tile's 8 x 36 lines, one line each. */
 #define PFS 4
 #define LPR ((CACHE_ROW_UNITS * (int)sizeof(CACHE_T) + 63) / 64) /* cache lines per row */
+/* lines prefetched per group of PFS steps: the next tile's KTC x LPR lines spread over the tile's
+   (HGC / 2) x (KTC / 4) score passes of ROW8 / (8 PFS) groups each (several a group where the
+   heads are few) */
+#define PF_GROUPS ((HGC / 2) * (KTC / 4) * (ROW8 / (8 * PFS)))
+#define PFL (PF_GROUPS > 0 ? (KTC * LPR + PF_GROUPS - 1) / PF_GROUPS : 1)
 #ifndef HGC
 #define HGC 16
 #endif
@@ -768,10 +773,8 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
     } while (0)
 #ifdef CLMLA_PREFETCH
 #define PREFETCH_LINE()                                                                             \
-    if (pf_line < KTC * LPR) {                                                                      \
-        __builtin_prefetch(pf_rows[pf_line / LPR] + pf_line % LPR * 64, 0, 3);                      \
-        pf_line++;                                                                                  \
-    }
+    for (int pl = 0; pl < PFL && pf_line < KTC * LPR; pl++, pf_line++)                              \
+        __builtin_prefetch(pf_rows[pf_line / LPR] + pf_line % LPR * 64, 0, 3);
 #else
 #define PREFETCH_LINE()
 #endif
@@ -905,9 +908,23 @@ void attn_latent_rows(__global const float *q_latent, const int q_latent_offset,
                 acc[h][d] = x0; acc[h + 1][d] = x1; acc[h + 2][d] = x2; acc[h + 3][d] = x3;
             }
         }
-        for (; h < HGC; h += 2) { /* HGC % 4 == 2: the last two heads */
+        for (; h < HGC; h += 2) { /* HGC % 4 == 2: the last two heads, 2 heads x 16 values a block */
             const float a0 = alpha[h], a1 = alpha[h + 1];
-            for (int d = 0; d < RKV; d++) {
+            int d = 0;
+            for (; d + 16 <= RKV; d += 16) {
+                float8 x00 = vload8(0, &acc[h][d]) * a0, x01 = vload8(0, &acc[h][d + 8]) * a0;
+                float8 x10 = vload8(0, &acc[h + 1][d]) * a1, x11 = vload8(0, &acc[h + 1][d + 8]) * a1;
+                #pragma unroll
+                for (int kk = 0; kk < KTC; kk++) {
+                    const float8 c0 = vload8(0, TROW(kk) + d), c1 = vload8(0, TROW(kk) + d + 8);
+                    const float8 w0 = (float8)(p[kk][h]), w1 = (float8)(p[kk][h + 1]);
+                    x00 = fma(w0, c0, x00); x01 = fma(w0, c1, x01);
+                    x10 = fma(w1, c0, x10); x11 = fma(w1, c1, x11);
+                }
+                vstore8(x00, 0, &acc[h][d]); vstore8(x01, 0, &acc[h][d + 8]);
+                vstore8(x10, 0, &acc[h + 1][d]); vstore8(x11, 0, &acc[h + 1][d + 8]);
+            }
+            for (; d < RKV; d++) {
                 float x0 = acc[h][d] * a0, x1 = acc[h + 1][d] * a1;
                 for (int kk = 0; kk < KTC; kk++) {
                     x0 = fma(p[kk][h], TROW(kk)[d], x0);
