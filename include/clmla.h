@@ -1,7 +1,13 @@
 /*
  * clmla: DeepSeek Multi-head Latent Attention on any OpenCL device.
  *
- * The whole public API. Conventions:
+ * The stable API: devices and contexts, layers and their configuration, the paged latent cache,
+ * attention over clmla's cache and over a caller's, projections, model folders, statuses and
+ * errors. It changes only as CHANGELOG.md says, and before 1.0 only in a minor version (0.x.0).
+ * The parameters of the kernels, the calls that tune them and the experimental switches are in
+ * clmla_tuning.h, which a program includes only when it tunes (opt-in; not stable).
+ *
+ * Conventions:
  *  - every call that can fail returns a clmla_status; 0 (CLMLA_SUCCESS) is success. OpenCL's own
  *    negative codes and CLBlast's codes pass through unchanged; clmla's own codes are CLMLA_ERROR_*
  *    below, in the range [-5099, -5000]. clmla_status_string() names any of them. The calls that
@@ -24,7 +30,7 @@
  *    context (device lists, device specs, presets, configuration checks, config.json and .npy
  *    reading, status strings) may be made from any thread. clmla_last_error(NULL) is per thread.
  *    CLBlast's tuned parameters are per process: a context applies them at creation only when its
- *    options (or CLMLA_CLBLAST_TUNING) ask for it.
+ *    options (or CLMLA_CLBLAST_TUNING) ask for it (clmla_tuning.h).
  */
 #ifndef CLMLA_H
 #define CLMLA_H
@@ -42,7 +48,7 @@ extern "C" {
 #endif
 
 #define CLMLA_VERSION_MAJOR 0
-#define CLMLA_VERSION_MINOR 3
+#define CLMLA_VERSION_MINOR 4
 #define CLMLA_VERSION_PATCH 0
 
 /* "MAJOR.MINOR.PATCH" of the library actually linked. */
@@ -164,11 +170,10 @@ typedef struct clmla_context_options {
                                    else (and "") the sources embedded in the library */
     const char *cache_dir;      /* compiled-kernel cache folder, "off" for none; NULL: CLMLA_CACHE_DIR,
                                    else $XDG_CACHE_HOME/clmla, else ~/.cache/clmla */
-    const char *clblast_tuning; /* opt-in override of CLBlast's SGEMM parameters, which are the
-                                   whole process's (see "CLBlast tuning" below): a tuning file
-                                   to apply, "auto" for <cache dir>/clblast-tuning.json else the
-                                   built-in table, "off" for none; NULL: CLMLA_CLBLAST_TUNING,
-                                   else none. An engine that tunes CLBlast itself keeps its own. */
+    const char *clblast_tuning; /* a tuning switch: whether the context applies tuned CLBlast SGEMM
+                                   parameters, which are the whole process's (a file, "auto" or
+                                   "off"; see clmla_tuning.h). NULL: CLMLA_CLBLAST_TUNING, else
+                                   none. An engine that tunes CLBlast itself keeps its own. */
     clmla_log_fn log;           /* called with each message up to log_level, on the thread of the
                                    call that produced it; NULL: none, unless CLMLA_LOG is warning or
                                    info (then each message up to that level is a line of stderr,
@@ -176,30 +181,24 @@ typedef struct clmla_context_options {
                                    creation, naming it) */
     void *log_user;             /* passed to log */
     clmla_log_level log_level;  /* 0: no messages */
-    /* added in 0.4: which attention kernels the context runs, for both paths: "auto" (row-walking
-       kernels on CPU devices, work-group kernels on every other device), "rows" or "group" to run
-       one kind on any device (docs/DESIGN.md); NULL: CLMLA_ATTENTION_KERNELS, else "auto". Any
-       other value fails the creation with CLMLA_ERROR_INVALID_ARGUMENT naming it. */
+    /* Experimental: which attention kernels the context runs ("auto", "rows" or "group"; see
+       clmla_tuning.h). NULL: CLMLA_ATTENTION_KERNELS, else "auto": the kernels for the device. */
     const char *attention_kernels;
-    /* added in 0.4: a file to append a record of every command the context puts on its queue to
+    /* A file to append a record of every command the context puts on its queue to
        (its kernels, CLBlast's routines, buffer transfers), with the device's timestamps, one
        tab-separated line each, written when 1024 are pending (the host then waits for them) and
        when the context is destroyed; tools/trace_summary.py sums it up by kernel. Needs a queue
        with profiling (else a warning, and no trace). NULL: CLMLA_TRACE, else none; "": none. */
     const char *trace;
-    /* added in 0.4: which product kernels the context runs: "auto" (the CPU forms on CPU devices:
-       weights packed in panels, gemm_packed_rows, gemm_skinny_nn_wide, gemm_tiled_rows; the
-       work-group forms elsewhere: gemm_skinny_nt, gemm_skinny_nn(_split), CLBlast past 8 rows),
-       "rows" (the CPU forms) or "group" (the work-group forms) on any device, for a device of an
-       unusual kind or to run and tune the GPU forms on a CPU. Weights take the layout of the forms
-       in force when they are created. NULL: CLMLA_PRODUCT_KERNELS, else "auto"; another value
-       fails the creation with CLMLA_ERROR_INVALID_ARGUMENT naming it. */
+    /* Experimental: which product kernels the context runs ("auto", "rows" or "group"; see
+       clmla_tuning.h). NULL: CLMLA_PRODUCT_KERNELS, else "auto": the kernels for the device. */
     const char *product_kernels;
-    /* added in 0.4: whether compiled programs are kept in the disk cache (cache_dir): "on", "off",
-       or "auto": on, except on PoCL's CPU device, which keeps a kernel cache of its own
-       (POCL_CACHE_DIR) and, asked for a program's binary, first compiles every kernel of the file,
-       used or not (README, CLMLA_PROGRAM_BINARIES, gives the trade). Decided when the context is made. NULL: CLMLA_PROGRAM_BINARIES, else "auto"; another value fails the creation
-       with CLMLA_ERROR_INVALID_ARGUMENT naming it. */
+    /* Whether compiled programs are kept in the disk cache (cache_dir): "on", "off", or "auto": on,
+       except on PoCL's CPU device, which keeps a kernel cache of its own (POCL_CACHE_DIR) and, asked
+       for a program's binary, first compiles every kernel of the file, used or not (README,
+       CLMLA_PROGRAM_BINARIES, gives the trade). Decided when the context is made. NULL:
+       CLMLA_PROGRAM_BINARIES, else "auto"; another value fails the creation with
+       CLMLA_ERROR_INVALID_ARGUMENT naming it. */
     const char *program_binaries;
 } clmla_context_options;
 
@@ -208,6 +207,8 @@ clmla_status clmla_context_create_opts(const clmla_context_options *options, clm
 clmla_status clmla_context_create_from_queue_opts(cl_command_queue queue, const clmla_context_options *options,
                                                   clmla_context **ctx);
 
+/* Waits for the context's queue, then releases the context and what it made for itself; its caches,
+   layers, linears and paged objects must be destroyed first. */
 void clmla_context_destroy(clmla_context *ctx);
 
 /* The message of the last failed call on this context (or, with NULL, of the last failed call
@@ -219,10 +220,12 @@ const char *clmla_last_error(const clmla_context *ctx);
    clmla_context_create_from_queue and is not in the list). */
 clmla_status clmla_context_device(const clmla_context *ctx, clmla_device_info *info);
 
+/* The context's OpenCL context and command queue, owned by it (do not release them): for buffers
+   and events an engine passes to the _cl calls; NULL for a NULL context. */
 cl_context clmla_context_cl_context(const clmla_context *ctx);
 cl_command_queue clmla_context_queue(const clmla_context *ctx);
 
-/* Counters of the kernel program cache, for tests and for the curious. */
+/* Counters of the context's kernel program cache (in memory and on disk) since its creation. */
 typedef struct clmla_program_stats {
     uint64_t built_from_source;   /* clBuildProgram from source */
     uint64_t loaded_from_disk;    /* programs built from a binary in the disk cache */
@@ -231,320 +234,8 @@ typedef struct clmla_program_stats {
     uint64_t disk_written;        /* binaries stored in the disk cache */
 } clmla_program_stats;
 
+/* Fills *stats with the context's counters. */
 clmla_status clmla_context_program_stats(const clmla_context *ctx, clmla_program_stats *stats);
-
-/* ---- CLBlast tuning ------------------------------------------------------------------------ */
-
-/* CLBlast's Xgemm kernel (its SGEMM for every size above CLBlast's direct-kernel threshold) has 16
-   tuning parameters. CLBlast ships tuned values for many GPUs and generic ones for other devices,
-   which can be far off (docs/perf-log.md, "CLBlast tuning"). An entry
-   holds the values found for one device. Only when asked to (the context option
-   clblast_tuning, or CLMLA_CLBLAST_TUNING, set to a file or "auto"; the clmla commands and
-   clmla-bench ask for "auto") does context creation apply the entry matching the device's vendor
-   and name with CLBlastOverrideParameters, which CLBlast keeps per device for the whole process
-   (every CLBlast SGEMM on that device then uses it), taken from:
-     1. the file named, or with "auto" <cache dir>/clblast-tuning.json (see CLMLA_CACHE_DIR),
-        which `clmla tune` writes; a file that does not exist holds no entry, then
-     2. the table built into the library (entries found by clmla's developers).
-   The values tune CLBlast's Xgemm kernel, which CLBlast runs from its XGEMM_MIN_INDIRECT_SIZE
-   on (smaller products use its direct kernel, which they leave alone).
-   A file that exists but is malformed, or holds values CLBlast's kernel cannot take, makes
-   context creation fail with CLMLA_ERROR_INVALID_FILE naming the file and the entry. */
-#define CLMLA_XGEMM_PARAMETERS 16
-
-typedef struct clmla_xgemm_tuning {
-    char vendor[128];       /* CL_DEVICE_VENDOR, as clmla_device_info.vendor */
-    char device[128];       /* CL_DEVICE_NAME, as clmla_device_info.name */
-    size_t values[CLMLA_XGEMM_PARAMETERS]; /* in the order of clmla_xgemm_parameter_name(i) */
-    int size;               /* n of the n x n x n SGEMM the entry was measured at; 0 = unknown */
-    double gflops;          /* that SGEMM with these values; 0 = unknown */
-    double default_gflops;  /* the same SGEMM, same run, with the values in effect before the search:
-                               CLBlast's own, or the entry the context had applied */
-} clmla_xgemm_tuning;
-
-/* "GEMMK", "KREG", "KWG", "KWI", "MDIMA", "MDIMC", "MWG", "NDIMB", "NDIMC", "NWG", "SA", "SB",
-   "STRM", "STRN", "VWM", "VWN" (CLBlast 1.5's names, sorted); NULL outside 0..15. */
-const char *clmla_xgemm_parameter_name(int i);
-
-/* CLMLA_SUCCESS when values satisfy the Xgemm kernel's own constraints (work-group tiling, vector
-   widths, local memory) on the context's device; otherwise CLMLA_ERROR_INVALID_ARGUMENT, and *why
-   (if given; also in clmla_last_error(NULL)) says which. */
-clmla_status clmla_xgemm_values_check(const clmla_context *ctx, const size_t values[CLMLA_XGEMM_PARAMETERS],
-                                      const char **why);
-
-/* The entry the context applied and where it came from ("file PATH" or "built-in table") in
-   *source; CLMLA_ERROR_UNSUPPORTED and *source "none" when no entry matched the device. */
-clmla_status clmla_context_xgemm_tuning(const clmla_context *ctx, clmla_xgemm_tuning *tuning, const char **source);
-
-typedef struct clmla_tune_options {
-    int size;             /* n of the timed row-major n^3 SGEMM; 0 = 1024 */
-    int max_candidates;   /* parameter sets to try; 0 = 40 */
-    double max_seconds;   /* try no new candidate after this long; 0 = no limit */
-    /* Called after each candidate (values NULL for CLBlast's own); may be NULL. */
-    void (*progress)(void *user, int index, int total, const size_t *values, double gflops, const char *note);
-    void *user;
-} clmla_tune_options;
-
-/* Searches Xgemm parameters for the context's device: times CLBlast's SGEMM with the values in
-   effect (CLBlast's own unless the context applied an entry) and with each candidate (each compiles once), keeps only
-   candidates whose result is exact (integer inputs), and fills *best with the fastest (its gflops
-   below default_gflops when no candidate beat CLBlast's own). To time the tuned kernel at any size
-   it sets CLBlast's XGEMM_MIN_INDIRECT_SIZE to 1, and it leaves the best candidate applied
-   (CLBlast cannot restore its own values in a running process): tune in a process of its own, as
-   `clmla tune` does. Writes no file (clmla_xgemm_tuning_save does). */
-clmla_status clmla_tune_xgemm(clmla_context *ctx, const clmla_tune_options *options, clmla_xgemm_tuning *best);
-
-/* Adds the entry to the JSON file at path, replacing one for the same vendor and device (other
-   entries are kept); creates the file, not its folder. CLMLA_ERROR_INVALID_FILE when the existing
-   file is malformed (it is then left as it was). */
-clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning *tuning);
-
-/* ---- Latent attention kernel tuning ------------------------------------------------------- */
-/* The parameters of clmla's own latent attention kernels (cl/attn_latent.cl): attn_latent_rows,
-   which CPU devices run, and attn_latent, which every other device runs. Which apply to a device
-   and head count, in order: an entry of the user file (CLMLA_KERNEL_TUNING names it; unset or
-   "auto": <cache dir>/kernel-tuning.json; "off": none), an entry of the table built into the
-   library, else the defaults (clmla_latent_tuning_defaults). The file is a JSON array of entries
-   {"kernel": "attn_latent", "vendor", "device" (as clmla_device_info; both required), "platform"
-   and "driver" (optional: match only that platform name / driver version), "heads" (a head count
-   or "any"), "parameters": {"rows_heads", "rows_keys", "rows_groups_per_cu", "group_heads",
-   "group_keys", "group_max_items", "group_groups_per_cu", "group_query_layout", "group_fold",
-   "prefill_tiled", "group_decode_heads", "group_min_split_keys", "group_stage_keys", "prefill_queries",
-   "prefill_keys", "prefill_chunk", "prefill_rows_queries", "group_aligned", "rows_lanes",
-   "group_row_slices"} (any subset; the rest are
-   defaults)};
-   the same file holds the "products" entries of "Product kernel tuning" below.
-   An entry for the exact head count wins over an "any" one. The file is read once per process, at
-   the first use; a malformed file is reported (clmla_log at warning level on the first context
-   that runs attention, and by clmla_latent_tuning_lookup) and ignored, as is an entry with an
-   illegal value (the message names the value). Thread-safe. */
-typedef struct clmla_latent_tuning {
-    int rows_heads;          /* attn_latent_rows: heads per work-item, even, 2..16 (default 16) */
-    int rows_keys;           /* attn_latent_rows: keys per tile, a multiple of 4, 4..32 (default 8) */
-    int rows_groups_per_cu;  /* attn_latent_rows: work-items wanted per compute unit when splitting keys, 1..64 (4) */
-    int group_heads;         /* attn_latent: most heads per work-group, 1..16 (16) */
-    int group_keys;          /* attn_latent: keys per work-item in the score step (KPT), 1..8 (4) */
-    int group_max_items;     /* attn_latent: most work-items per group (NT), a power of two 4..1024 (128) */
-    int group_groups_per_cu; /* attn_latent: work-groups wanted per compute unit when splitting keys, 1..64 (8) */
-    /* added in 0.4: attn_latent's queries in local memory (QLAYOUT): 0 [head][row]; 1 [row][4][head
-       quad] (default), so that the items scoring one key read adjacent float4s, which on GPUs with
-       32 four-byte banks removes a four-way bank conflict of layout 0 */
-    int group_query_layout;
-    /* added in 0.4: attn_latent's multi-token decode: the most query tokens of one sequence a
-       work-group takes together, its heads then (token, head) pairs, so that the cache rows are read
-       once for all of them; 1..16 (16), rounded down to a power of two and to what group_heads
-       leaves (only sequences with fewer heads than group_heads fold); 1: every token alone */
-    int group_fold;
-    /* added in 0.4: the decompressed path's attention on devices that run work-group kernels: 1
-       attn_prefill_tiled (default), blocks of queries against tiles of keys in local memory; 0
-       attn_prefill, one query per work-item. Steps that select keys keep attn_prefill. */
-    int prefill_tiled;
-    /* added in 0.4: attn_latent's heads per work-item in its score step for a cache of f16, bf16 or
-       fp8 (f32 caches: 4): 4, 8 (default) or 16. Each cached value is decoded by every item that
-       scores it, so more heads per item decode each value fewer times per work-group (16: once),
-       at the price of more query loads per FMA; each item keeps group_keys x 4 scores, so its
-       keys become group_keys x 4 / group_decode_heads (at least 1). */
-    int group_decode_heads;
-    /* added in 0.4: attn_latent's split-KV: the fewest keys one work-group of a split takes, 16..4096
-       (default 128). Few sequences over a long context are split until the device has
-       group_groups_per_cu groups per compute unit or the splits reach this size. Smaller splits
-       give more groups (and more partial results to combine). */
-    int group_min_split_keys;
-    /* added in 0.4: attn_latent's score step: 0 (default) each work-item streams its keys' rows from
-       global memory, so a GPU's load instruction touches a row per key the warp scores; 1 the
-       work-group stages the tile's rows through local memory in chunks, each chunk's float4s of a
-       row loaded by adjacent items and decoded once per work-group (f16, bf16, fp8 caches), and the
-       items score from there. Experimental, off by default. */
-    int group_stage_keys;
-    /* added in 0.4: attn_prefill_tiled's tiles (prefill_tiled 1): the most queries of one block, a
-       power of two 4..64 (default 32; the build takes the largest, down to 4, whose local memory
-       and work-group of queries / 2 x keys / 4 items fit the device); the keys of one tile, a
-       multiple of 4 from 8 to 64 (32); the dimensions of the keys staged at a time, a multiple of 4
-       from 16 to 256 (64). `clmla tune --kernels --prefill` searches them. */
-    int prefill_queries;
-    int prefill_keys;
-    int prefill_chunk;
-    /* added in 0.4: attn_prefill_rows (the decompressed path's attention on CPU devices): the
-       queries of one work-item, a multiple of 4 from 4 to 64 (default 16; multiples of 8 run the
-       softmax 8 queries a vector). More queries read each key tile for more of them; fewer give
-       short chunks more items. `clmla tune --kernels --prefill` searches it on CPUs. */
-    int prefill_rows_queries;
-    /* added in 0.4: attn_latent over a cache of f16, bf16 or fp8: 1 reads each 4 values of a row in
-       the score step as one load of the vector type (vloada_half4, ushort4, uchar4) where the rows
-       allow it (rows, and an fp8 row's k^R part, at multiples of 8 bytes: every preset of
-       docs/MODELS.md; elsewhere the kernel of 0 runs); 0 through vloadN, which NVIDIA's OpenCL
-       compiles to one scalar load per value (a byte load per fp8 code). Default 1. 2: as 1, and an
-       f16 cache's 4 values read as one ushort4 and converted in registers (vloada_half4 compiles to
-       4 scalar loads too); experimental. CPU devices do not read it. */
-    int group_aligned;
-    /* added in 0.4: CPU devices: 1 runs attn_latent_lanes in place of attn_latent_rows, 16 heads per
-       work-item in the lanes of one 16-wide vector (queries and accumulators stored transposed, each
-       cache value broadcast to the 16 heads), for cores with 512-bit vectors; rows_heads is then 16
-       whatever its value, and a group of fewer heads computes the missing lanes for nothing, so
-       calls with fewer than 16 heads keep attn_latent_rows. 2: the same with two vectors, 32 heads
-       per work-item, each cache value feeding two FMAs, for calls of 32 heads or more; with 16 to
-       31 heads, two consecutive tokens of a sequence's multi-token entry (query_len, a layer
-       step's runs) in the two vectors, 16 heads each, and otherwise as 1. 0 (default):
-       attn_latent_rows. */
-    int rows_lanes;
-    /* added in 0.4: attn_latent: 2 or 4 items share each key's dot products in the score step, each
-       over every 2nd or 4th float4 of the row, their partial scores added in the softmax step:
-       tiles of 2 or 4 times fewer keys, each item's chain of loads as many times shorter. For few
-       work-groups (batch 1, with a small group_min_split_keys), where that chain sets the time.
-       Not with group_stage_keys. 0 or 1 (default): one item per key and set of heads.
-       Experimental. */
-    int group_row_slices;
-    /* added in 0.4: 1 runs attn_latent_mma in place of attn_latent over a cache of any dtype (rkv
-       a multiple of 256 and rkv + dr of 32, every preset of docs/MODELS.md; up to 16 heads a
-       work-group, or with multi-token decode 16 heads times tokens; dense or sparse; elsewhere
-       attn_latent runs): both products of a tile on the tensor
-       cores of NVIDIA GPUs of compute capability 8.0 and later, mma.sync in inline PTX. Over bf16
-       and fp8 (whose e4m3 codes are bf16 values; the scales are applied outside the products) the
-       queries and the softmax weights are each split into two bf16 terms (about 16 significant
-       bits kept); over f16 into two f16 terms (about 22), each query row first scaled into f16's
-       range by a power of two; over f32 every operand into two tf32 terms, three products each
-       (3xTF32, about 21 bits); sums in float32. Other devices run the same kernel with each
-       product computed by its work-items (CPUs, so that the tests check it) or keep attn_latent
-       (GPUs without it). Experimental; 0 (default): attn_latent. */
-    int group_mma;
-} clmla_latent_tuning;
-
-/* The parameters clmla used before any tuning. */
-void clmla_latent_tuning_defaults(clmla_latent_tuning *tuning);
-
-/* CLMLA_SUCCESS when every value is legal, else CLMLA_ERROR_INVALID_ARGUMENT with *why (static
-   text, may be NULL) naming the first illegal value. */
-clmla_status clmla_latent_tuning_check(const clmla_latent_tuning *tuning, const char **why);
-
-/* The parameters that apply to `device` at `num_heads` heads (0: the "any" entry), and where they
-   come from: *source "file PATH", "built-in table" or "defaults" (static or process-lifetime text).
-   They are filled in either way; CLMLA_ERROR_INVALID_FILE says that the user file was ignored, or
-   some of its entries refused (clmla_last_error(NULL) says why). */
-clmla_status clmla_latent_tuning_lookup(const clmla_device_info *device, int num_heads, clmla_latent_tuning *tuning,
-                                        const char **source);
-
-/* The user file's path as the lookup resolves it ("" when there is none: "off", or no cache folder). */
-clmla_status clmla_latent_tuning_path(char *buf, size_t size);
-
-/* Forces `tuning` (NULL: back to the lookup) on a context, for `clmla tune --kernels` and
-   experiments; a call on the context like any other (the threading rules above). Kernels are
-   built once per cache: set it before a cache's first attention call. */
-clmla_status clmla_context_set_latent_tuning(clmla_context *ctx, const clmla_latent_tuning *tuning);
-
-/* Adds an entry for `device` (its vendor, name, platform and driver version) at num_heads heads
-   (0: "any") to the file at path, replacing one with the same key and keeping the others; writes
-   through a sibling file and rename. `note`, when not NULL, is stored as the entry's "measured"
-   text. A file that is not a valid tuning file is left as it is (CLMLA_ERROR_INVALID_FILE). */
-clmla_status clmla_latent_tuning_save(const char *path, const clmla_device_info *device, int num_heads,
-                                      const clmla_latent_tuning *tuning, const char *note);
-
-/* ---- Product kernel tuning ---------------------------------------------------------------- */
-/* The parameters of clmla's own product kernels (cl/gemm_skinny.cl, host/mla/gemm.c): the
-   decode-shaped kernels (gemm_skinny_nt / gemm_skinny_nn on GPUs and other non-CPU devices,
-   gemm_packed_rows / gemm_skinny_nt_rows on CPU devices) and the tiles of gemm_tiled_rows (CPU
-   devices, 64 rows or more: prefill). Each value is a build option (-D) of the kernels or a launch
-   size; none changes how weights are laid out except cpu_items_per_cu and cpu_min_panel, which set
-   the panel width of weights packed for CPU devices: a weight keeps the panel it was packed with,
-   and the kernels read it from the weight, so a change applies to weights created after it.
-   Which apply to a device and a product's K (its shape class: "small" K <= 4096, which holds
-   V2-Lite's projections and V3's q_b_proj and kv_b_proj; "large" K > 4096, V3's projections of the
-   hidden state and its o_proj), in order: an entry of the user file of "Latent attention kernel
-   tuning" (the same file, CLMLA_KERNEL_TUNING or <cache dir>/kernel-tuning.json), an entry of the
-   table built into the library, else the defaults (clmla_product_tuning_defaults, the values the
-   kernels had before tuning). An entry is {"kernel": "products", "vendor", "device", "platform",
-   "driver" (as for attn_latent entries), "k_class": "small", "large" or "any", "parameters":
-   {any subset of the fields below by name; the rest are defaults}}; an entry for the exact class
-   wins over an "any" one. Entries with an illegal value are refused by name and ignored, like
-   attn_latent ones. Thread-safe. */
-typedef struct clmla_product_tuning {
-    /* non-CPU devices (GPUs) */
-    int skinny_items;     /* gemm_skinny_nt: most work-items per group (WG), a power of two 16..1024 (default 128) */
-    int skinny_unroll;    /* gemm_skinny_nt: float4s of each weight row loaded per item before any is used (UK), 1..8 (2) */
-    int skinny_columns;   /* gemm_skinny_nt: most weight rows (columns of y) per group (NC), 1, 2, 4 or 8 (4); fewer
-                             where that leaves under 8 groups per compute unit */
-    int skinny_nn_items;  /* gemm_skinny_nn (x W, the per-head absorption): work-items per group, a power of two 16..1024
-                             (256; 64 before 0.4) */
-    /* CPU devices */
-    int cpu_items_per_cu; /* decode-shaped products: work-items per compute unit, 1..64 (8); the panel of a packed
-                             weight of n rows is n / (this x compute units), rounded up (see cpu_min_panel) */
-    int packed_streams_1; /* gemm_packed_rows, 1 row of x: weight rows walked at once per item, 1..8 (8) */
-    int packed_streams_2; /* the same at 2 rows, 1..8 (4) */
-    int packed_streams_4; /* the same at 3 to 8 rows (4 at a time), 1..4 (3) */
-    int cpu_prefetch;     /* 1: software prefetch where the device takes it (PoCL), 0: none (1) */
-    int tiled_rows;       /* gemm_tiled_rows: rows of y per work-item (TR), a multiple of 4, 4..1024 (256) */
-    int tiled_columns;    /* gemm_tiled_rows: columns of y per work-item (TC), 1..512 (48) */
-    int tiled_weight_rows;/* gemm_tiled_rows: weight rows against 4 rows of x at a time (MC), 1..4 (3) */
-    int tiled_k_chunk;    /* gemm_tiled_rows on row-major weights: values of K per pass (KC), a multiple of 128,
-                             128..16384 (1024); packed weights use their packing's chunk,
-                             2 KiB of a row: 512 f32, 1024 f16 or bf16, 2048 fp8 values */
-    /* added in 0.4: gemm_packed_rows with fp8 weights at 1 and 2 rows of x: 1 sums each 128-value
-       block's products unscaled (with the shift decoder the activations times 2^64, exact) and
-       applies the block's scale once, saving a multiply per weight but holding twice the
-       accumulators, and at 1 row decodes 16 codes at a time; 0 (default) scales every weight */
-    int cpu_fp8_block_sums;
-    /* added in 0.4: gemm_skinny_nt (GPUs): weight values per work-item and load (VW), 4, 8 or 16 (4):
-       4 fp8 codes are a 4-byte load; 16 make it as wide as f32's and look the block scale up once */
-    int skinny_vector;
-    /* added in 0.4: gemm_skinny_nn (GPUs: x B, the per-head W^UK absorption at decode): 1, one
-       work-item per column walks K; 2..64 (a power of two, at most skinny_nn_items) splits K into
-       that many slices over the items of a work-group, which then take skinny_nn_items /
-       skinny_nn_slices float4s of columns (gemm_skinny_nn_split, for N a multiple of 4), so that
-       more of the weight is in flight at once. Default 16 (with 256 items). */
-    int skinny_nn_slices;
-    /* added in 0.4: gemm_skinny_nt (GPUs): 1 reads each vector of skinny_vector values of the weight
-       and of x as one load of the vector type where every such vector is aligned (offsets, row
-       lengths and batch strides multiples of skinny_vector; else the kernel of 0 runs); 0 (default)
-       through vloadN, which NVIDIA's OpenCL compiles to one scalar load per value (a byte load per
-       fp8 code); gemm_skinny_nn_split (the per-head W^UK product) likewise reads each float4 of
-       columns of the weight as one load where the weight's offset, row length and batch stride
-       are multiples of 4. Default 1. CPU devices do not read it. */
-    int skinny_aligned;
-    /* added in 0.4: gemm_packed_rows (CPUs) with bf16 or fp8 weights at 1 row of x, K a multiple of
-       128: 1 reads each stream of the weight a 64-byte line at a time and decodes it with 32-bit
-       operations in 512-bit registers (fp8 through half precision), against x's chunk reordered to
-       match; 0 (default) 8 values at a time */
-    int cpu_wide;
-    /* added in 0.4: CPUs, weights packed in panels: the fewest weight rows a work-item's panel
-       holds, 0..65536 (0, default: no floor). Where cpu_items_per_cu items per compute unit would
-       each get fewer rows, fewer items per compute unit are used (at least one), so that each of
-       an item's streams walks a longer run of the weight; it sets the panel at packing, as
-       cpu_items_per_cu does */
-    int cpu_min_panel;
-} clmla_product_tuning;
-
-/* The parameters clmla used before any tuning. */
-void clmla_product_tuning_defaults(clmla_product_tuning *tuning);
-
-/* CLMLA_SUCCESS when every value is legal, else CLMLA_ERROR_INVALID_ARGUMENT with *why (static
-   text, may be NULL) naming the first illegal value. */
-clmla_status clmla_product_tuning_check(const clmla_product_tuning *tuning, const char **why);
-
-/* The parameters that apply to `device` for products of K = k (0: the "any" entry only), and
-   where they come from: *source "file PATH", "built-in table" or "defaults" (static or
-   process-lifetime text). Filled in either way; CLMLA_ERROR_INVALID_FILE says that the user file
-   was ignored or some of its entries refused (clmla_last_error(NULL) says why). */
-clmla_status clmla_product_tuning_lookup(const clmla_device_info *device, size_t k, clmla_product_tuning *tuning,
-                                         const char **source);
-
-/* Forces `tuning` (NULL: back to the lookup) on a context for every product, for `clmla tune
-   --kernels` and experiments; a call on the context like any other (the threading rules above).
-   The context's product kernels are released and built again, with the new values, at their next
-   use (call clmla_layer_warmup again to build them before a step); weights created before keep
-   their panels (above). */
-clmla_status clmla_context_set_product_tuning(clmla_context *ctx, const clmla_product_tuning *tuning);
-
-/* Adds an entry for `device` (vendor, name, platform, driver version) for products of K = k's
-   class (0: "any") to the file at path, replacing one with the same key and keeping every other
-   entry (attn_latent ones included); writes through a sibling file and rename. `note`, when not
-   NULL, is stored as the entry's "measured" text. A file that is not a valid tuning file is left
-   as it is (CLMLA_ERROR_INVALID_FILE). */
-clmla_status clmla_product_tuning_save(const char *path, const clmla_device_info *device, size_t k,
-                                       const clmla_product_tuning *tuning, const char *note);
-
-/* Where `clmla tune` saves by default: CLMLA_CLBLAST_TUNING if set to a path, else (unset, "auto"
-   or "off") <cache dir>/clblast-tuning.json; "" when there is no cache dir. Written into buf;
-   CLMLA_ERROR_INVALID_ARGUMENT (buf holding "" when size > 0) when it does not fit. */
-clmla_status clmla_xgemm_tuning_path(char *buf, size_t size);
 
 /* ---- layer configuration (docs/MLA.md sections 1-4, 7) ----------------------------------------- */
 
@@ -555,7 +246,7 @@ typedef enum clmla_rope_pairing {
 
 /* How the rotary frequencies are made (transformers' "rope_type"). */
 typedef enum clmla_rope_type {
-    CLMLA_ROPE_TYPE_AUTO = 0,     /* YARN when yarn_factor > 1, else DEFAULT (the 0.1 behaviour) */
+    CLMLA_ROPE_TYPE_AUTO = 0,     /* YARN when yarn_factor > 1, else DEFAULT */
     CLMLA_ROPE_TYPE_DEFAULT = 1,  /* inv_freq_i = theta^(-2i/dr) */
     CLMLA_ROPE_TYPE_LINEAR = 2,   /* default / yarn_factor */
     CLMLA_ROPE_TYPE_YARN = 3,     /* docs/MLA.md section 3 */
@@ -613,7 +304,7 @@ typedef struct clmla_layer_config {
     double yarn_mscale;                /* used as given (1.0 in HF's default) */
     double yarn_mscale_all_dim;        /* used as given (0.0 in HF's default) */
 
-    /* ---- added in 0.2; all 0 keep the 0.1 meaning ---- */
+    /* ---- RoPE types, scales and limits; all 0: RoPE as the fields above set it, no scale, no limit ---- */
     clmla_rope_type rope_type;         /* AUTO: YARN when yarn_factor > 1, else DEFAULT */
     /* A, the amplitude multiplying cos and sin; 0 = the type's own rule: YARN g(s, yarn_mscale) /
        g(s, yarn_mscale_all_dim) with g(s, m) = 0.1 m ln s + 1 (1 for s <= 1); LONGROPE
@@ -643,12 +334,10 @@ typedef struct clmla_layer_config {
        Layers with an indexer (index_n_heads below) select instead and need 0. */
     int dense_max_keys;
 
-    /* ---- added in 0.4 ---- */
     /* The element type the layer keeps its weights in on the device: as each tensor is given
        (clmla_tensor.dtype), or one type for all, converted once at creation. */
     clmla_weights_dtype weights_dtype;
 
-    /* ---- added in 0.4 (tensor-parallel shards) ---- */
     /* Tensor-parallel shard (docs/MODELS.md, "Tensor-parallel shards"): with tp_size > 1 the layer
        is shard tp_rank of tp_size. num_heads stays the model's H; tp_size must divide it, and
        tp_rank lies in [0, tp_size). The shard holds only heads [tp_rank * H/n, (tp_rank+1) * H/n):
@@ -664,7 +353,7 @@ typedef struct clmla_layer_config {
     int tp_rank;
     int tp_size;
 
-    /* ---- added in 0.4 (DeepSeek Sparse Attention: DeepSeek-V3.2, GLM-5; docs/DESIGN.md) ---- */
+    /* ---- DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5; docs/DESIGN.md) ---- */
     /* The lightning indexer: index_n_heads > 0 gives the layer one (its weights are then required,
        and q_lora_rank > 0: its queries come from c^Q). Each step writes every new token's index key
        k = RoPE(LayerNorm(W_k x)) (index_head_dim values, the first qk_rope_head_dim rotated with
@@ -716,7 +405,7 @@ typedef struct clmla_tensor {
     const void *data;
     int ndim;          /* 1 or 2 */
     int64_t shape[2];
-    /* ---- added in 0.4; 0 / NULL: float32 as before ---- */
+    /* 0 / NULL: float32 */
     clmla_dtype dtype;
     const float *scale; /* FP8_E4M3 only: [ceil(rows / 128), ceil(cols / 128)] block scales */
 } clmla_tensor;
@@ -738,7 +427,7 @@ typedef struct clmla_layer_weights {
     clmla_tensor q_a_proj_bias;           /* [rq] */
     clmla_tensor kv_a_proj_with_mqa_bias; /* [rkv+dr] */
     clmla_tensor o_proj_bias;             /* [D] */
-    /* ---- added in 0.4: the lightning indexer (config index_n_heads > 0; data NULL otherwise) ---- */
+    /* ---- the lightning indexer (config index_n_heads > 0; data NULL otherwise) ---- */
     clmla_tensor indexer_wq_b;            /* [H_I*d_I, rq]: each head's rope dims first */
     clmla_tensor indexer_wk;              /* [d_I, D] */
     clmla_tensor indexer_k_norm;          /* [d_I] LayerNorm weight */
@@ -771,7 +460,7 @@ typedef struct clmla_cache_config {
     int block_tokens;      /* tokens per block; 0 = 64 */
     int num_blocks;        /* blocks in the pool, shared by all sequences (each block spans all layers) */
     clmla_cache_dtype dtype;
-    /* ---- added in 0.4: the index-key cache of sparse-attention layers (clmla_layer_config.
+    /* ---- the index-key cache of sparse-attention layers (clmla_layer_config.
        index_n_heads > 0), paged by the same blocks: index_head_dim values per token and layer, of
        index_dtype (CLMLA_CACHE_F32, CLMLA_CACHE_F16 or CLMLA_CACHE_BF16, rounded to nearest even when
        written; or CLMLA_CACHE_FP8, DeepSeek-V3.2's: the key rotated by a Hadamard transform (H /
@@ -840,9 +529,10 @@ typedef struct clmla_cache_info {
     int block_tokens;
     int blocks_total, blocks_used, blocks_free; /* a shared block counts once */
     int sequences;
-    /* added in 0.4: the index-key cache (0 without one); bytes_per_block and bytes_total include it */
+    /* the index-key cache (0 without one); bytes_per_block and bytes_total include it */
     size_t index_bytes_per_token_per_layer;
 } clmla_cache_info;
+/* Fills *info with the cache's sizes and counts now. */
 clmla_status clmla_cache_get_info(const clmla_cache *cache, clmla_cache_info *info);
 
 /* Appends n tokens to a sequence in one layer from the caller's device buffers (engines that run
@@ -857,8 +547,8 @@ clmla_status clmla_cache_append_cl(clmla_cache *cache, int layer, int32_t seq_id
 clmla_status clmla_cache_read(const clmla_cache *cache, int layer, int32_t seq_id, int start, int n, float *c_kv,
                               float *k_rope);
 /* Copies the index keys of tokens [start, start+n) of a sequence in one layer back to the host as
-   float32: keys [n, index_head_dim] (an fp8 cache: the rotated keys it stores, codes times scale). CLMLA_ERROR_INVALID_ARGUMENT when the cache has no index-key
-   cache. Blocking. (added in 0.4) */
+   float32: keys [n, index_head_dim] (an fp8 cache: the rotated keys it stores, codes times scale).
+   CLMLA_ERROR_INVALID_ARGUMENT when the cache has no index-key cache. Blocking. */
 clmla_status clmla_cache_read_index(const clmla_cache *cache, int layer, int32_t seq_id, int start, int n, float *keys);
 
 /* The device buffer of one layer in *buffer (owned by the cache: do not release it):
@@ -921,8 +611,7 @@ clmla_status clmla_layer_forward_cl(clmla_layer *layer, clmla_cache *cache, cons
    freed again at the end. Needs free blocks for CLMLA_WARMUP_TOKENS tokens: CLMLA_ERROR_CACHE_FULL
    otherwise, before anything runs. The cache's other sequences are not touched. Kernels are kept
    per context (products) and per cache (attention): a second cache needs its own warm-up.
-   Blocking: a second or two on a CPU device with the kernels in the program cache, longer when
-   they compile. */
+   Blocking; kernels not yet in the program cache are compiled. */
 #define CLMLA_WARMUP_TOKENS 296
 clmla_status clmla_layer_warmup(clmla_layer *layer, clmla_cache *cache, int cache_layer);
 
@@ -956,9 +645,10 @@ typedef struct clmla_layer_memory {
     size_t biases;             /* the optional biases, together */
     size_t rope_table;         /* (A cos, A sin) by position, grown with the longest sequence seen */
     size_t total;              /* every buffer of the layer: the sum of the above and of indexer */
-    size_t indexer;            /* added in 0.4: the indexer's weights (wq_b, wk, weights_proj, k_norm); 0 without */
+    size_t indexer;            /* the indexer's weights (wq_b, wk, weights_proj, k_norm); 0 without */
 } clmla_layer_memory;
 
+/* Fills *memory with the layer's device memory. */
 clmla_status clmla_layer_get_memory(const clmla_layer *layer, clmla_layer_memory *memory);
 
 /* ---- latent attention alone (FlashMLA-style) ------------------------------------------------ */
@@ -980,15 +670,19 @@ typedef struct clmla_latent_attention_args {
                                        max_blocks_per_seq * block_tokens */
     cl_mem out; size_t out_offset;  /* [T, H, rkv] float32: o-bar_h = softmax-weighted sum of c^KV */
     cl_mem lse; size_t lse_offset;  /* [T, H] float32 natural-log log-sum-exp of the scores; may be NULL */
-    /* added in 0.4: multi-token decode (speculative decoding, multi-token prediction), FlashMLA's
+    /* Multi-token decode (speculative decoding, multi-token prediction), FlashMLA's
        seqlen_q. 0 or 1: the tokens are independent. q > 1: tokens b*q .. b*q+q-1 are q new tokens of
        one sequence (the same token_seq; each keeps its own token_ctx_len, so causal among them), and
        num_tokens a multiple of q. The work-group kernel (GPUs) then reads a cache row once for
        several of a sequence's tokens where the sequence has fewer heads than a group takes
-       (clmla_latent_tuning.group_fold); the result is that of q = 1. The sparse call ignores it. */
+       (clmla_tuning.h: group_fold); the result is that of q = 1. The sparse call ignores it. */
     int query_len;
 } clmla_latent_attention_args;
 
+/* Enqueues the attention on the context's queue with no clFinish; *event (optional) completes when
+   out and lse are written. A bad argument (a NULL buffer, a layer or size out of range) is
+   CLMLA_ERROR_INVALID_ARGUMENT naming it, with nothing enqueued. The kernels are built on the first
+   call with a cache (per head count) and kept by the cache. */
 clmla_status clmla_attention_latent(clmla_cache *cache, int layer, const clmla_latent_attention_args *args,
                                     cl_event *event);
 
@@ -1022,7 +716,7 @@ clmla_status clmla_attention_latent_sparse(clmla_cache *cache, int layer, const 
    context's scratch, a chunk of tokens at a time; enqueued with no clFinish. The kernels are built
    on the first call with a cache and head count, and kept by the cache. A bad argument (no
    index-key cache, a NULL or short buffer, top_k outside 1 .. CLMLA_SPARSE_MAX_TOPK) is
-   CLMLA_ERROR_INVALID_ARGUMENT naming it, with nothing enqueued. (added in 0.4) */
+   CLMLA_ERROR_INVALID_ARGUMENT naming it, with nothing enqueued. */
 typedef struct clmla_index_select_args {
     int num_tokens;                        /* T >= 1 */
     int num_heads;                         /* H_I >= 1 */
@@ -1041,7 +735,7 @@ clmla_status clmla_index_select(clmla_cache *cache, int layer, const clmla_index
 
 /* The device buffer of one layer's index-key cache (owned by the cache): [blocks_total *
    block_tokens, index_head_dim] of index_dtype, the same rows as clmla_cache_layer_buffer's.
-   CLMLA_ERROR_INVALID_ARGUMENT for a layer out of range or a cache without index keys. (added in 0.4) */
+   CLMLA_ERROR_INVALID_ARGUMENT for a layer out of range or a cache without index keys. */
 clmla_status clmla_cache_index_buffer(const clmla_cache *cache, int layer, cl_mem *buffer);
 
 /* ---- attention over a caller's paged cache (engines) ---------------------------------------- */
@@ -1055,7 +749,7 @@ clmla_status clmla_cache_index_buffer(const clmla_cache *cache, int layer, cl_me
    Slot s = block * block_size + offset is row s of the cache. A clmla_paged holds the kernels of
    one layout and no memory of the cache: one serves every layer of that layout. Its calls are
    calls on the context (the threading rules at the top), enqueued on the context's queue; every
-   argument is checked before anything is enqueued, and a refused call changes nothing. (added in 0.4) */
+   argument is checked before anything is enqueued, and a refused call changes nothing. */
 
 /* Memory handed to a paged call: a buffer of the context's cl_context, or host memory.
    - mem: the data starts `offset` bytes into it. A buffer shorter than offset plus what the call
@@ -1105,6 +799,7 @@ typedef struct clmla_paged_info {
     uint64_t host_copied;   /* host regions copied so far (misaligned, or the device does not share memory) */
     uint64_t host_copied_bytes;
 } clmla_paged_info;
+/* Fills *info with the layout's sizes and the host-memory counters so far. */
 clmla_status clmla_paged_get_info(const clmla_paged *paged, clmla_paged_info *info);
 
 /* Sparse index lists (clmla_paged_attention_args.indices_kind). */
@@ -1183,6 +878,7 @@ typedef struct clmla_paged_write_args {
     int num_blocks;
 } clmla_paged_write_args;
 
+/* *event (optional) completes when the rows are written. */
 clmla_status clmla_paged_write(clmla_paged *paged, const clmla_paged_write_args *args, cl_event *event);
 
 /* DeepSeek Sparse Attention's selection over the caller's index-key cache (clmla_index_select's
@@ -1210,6 +906,7 @@ typedef struct clmla_paged_index_args {
     clmla_buffer indices;       /* [B, seqlen_q, top_k] int32, written */
 } clmla_paged_index_args;
 
+/* *event (optional) completes when indices are written. */
 clmla_status clmla_paged_index_select(clmla_paged *paged, const clmla_paged_index_args *args, cl_event *event);
 
 /* Problems found on the device in block tables, lengths and slots it held (flags OR'ed together
@@ -1260,6 +957,7 @@ typedef struct clmla_linear_info {
     size_t device_bytes; /* as clmla_linear_device_bytes */
     int packed;          /* 1: W kept in panels for clmla's CPU kernels, 0: row-major */
 } clmla_linear_info;
+/* Fills *info with the weight's shape and storage. */
 clmla_status clmla_linear_get_info(const clmla_linear *linear, clmla_linear_info *info);
 
 /* ---- model folders (Hugging Face checkpoints) ---- */
@@ -1280,9 +978,10 @@ clmla_status clmla_model_read_config(const char *model_dir, clmla_layer_config *
    the layer's self_attn tensors (under transformers' names, or a multimodal wrapper's prefix),
    keeps them in their stored dtype (F32, F16, BF16, or F8_E4M3 with their "<name>_scale_inv" 128x128
    block scales, W[i,j] = fp8(Wq[i,j]) * S[i/128, j/128]; see clmla_model_options to convert), with
-   the biases when config.json says "attention_bias": true, and calls clmla_layer_create. Every other tensor is ignored. A malformed
-   file, a missing tensor or shard, a shape that disagrees with config.json (both shapes named), an
-   unsupported dtype or a layer index out of range fails with a message in clmla_last_error(ctx). */
+   the biases when config.json says "attention_bias": true, and calls clmla_layer_create. Every
+   other tensor is ignored. A malformed file, a missing tensor or shard, a shape that disagrees with
+   config.json (both shapes named), an unsupported dtype or a layer index out of range fails with a
+   message in clmla_last_error(ctx). */
 clmla_status clmla_layer_create_from_model(clmla_context *ctx, const char *model_dir, int layer_index,
                                            clmla_layer **layer);
 
@@ -1293,14 +992,14 @@ const char *clmla_model_types(void);
 typedef struct clmla_model_options {
     int layer;    /* decoder layer, numbered as the model numbers them (--layer) */
     int sublayer; /* the attention inside it: 0, or 1 for longcat_flash's self_attn.1 (--sublayer) */
-    /* added in 0.4: the weights as stored (F32, F16, BF16, F8_E4M3 with its scales: 0), or
+    /* the weights as stored (F32, F16, BF16, F8_E4M3 with its scales: 0), or
        converted at load (--weights-dtype) */
     clmla_weights_dtype weights_dtype;
-    /* added in 0.4: load the layer as tensor-parallel shard tp_rank of tp_size (see
+    /* load the layer as tensor-parallel shard tp_rank of tp_size (see
        clmla_layer_config.tp_rank; only the shard's slices are kept). tp_size 0 or 1: the whole layer. */
     int tp_rank;
     int tp_size;
-    /* added in 0.4: a sparse-attention model (deepseek_v32, glm_moe_dsa) without its indexer: every
+    /* a sparse-attention model (deepseek_v32, glm_moe_dsa) without its indexer: every
        query attends to all its keys at any length (for comparison with the sparse result; --dense) */
     int dense;
 } clmla_model_options;

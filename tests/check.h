@@ -1,5 +1,6 @@
 /* A minimal check harness for the ctest programs: each CHECK prints a line on failure, and
-   check_summary() prints "N passed, N failed" and gives main's exit code. */
+   check_summary() prints "N passed, N failed" and gives main's exit code (1 where a check failed or
+   none was made). */
 #ifndef CLMLA_TEST_CHECK_H
 #define CLMLA_TEST_CHECK_H
 #include <stdio.h>
@@ -27,9 +28,14 @@ static int check_passed, check_failed;
               clmla_last_error(ctx));                                           \
     } while (0)
 
+/* A run that made no check fails: a test with nothing to run returns 77 (skipped) before this. */
 static inline int check_summary(void)
 {
     printf("%d passed, %d failed\n", check_passed, check_failed);
+    if (!check_passed && !check_failed) {
+        printf("FAIL: the run made no check (a test with nothing to run reports itself skipped, 77)\n");
+        return 1;
+    }
     return check_failed ? 1 : 0;
 }
 #endif

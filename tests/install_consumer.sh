@@ -24,6 +24,6 @@ LD_LIBRARY_PATH="$libdir" "$work/cmake-build/consumer"
 
 flags=$(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --cflags --libs clmla)
 # shellcheck disable=SC2086
-cc "$source_dir/tests/consumer/main.c" $flags -o "$work/pc-consumer"
+cc "$source_dir/tests/consumer/main.c" "$source_dir/tests/consumer/tuning.c" $flags -o "$work/pc-consumer"
 LD_LIBRARY_PATH="$libdir" "$work/pc-consumer"
 echo "install: CMake package and pkg-config consumers built and ran"

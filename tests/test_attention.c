@@ -9,6 +9,7 @@
 #include "attention.h"
 #include "check.h"
 #include "clmla.h"
+#include "clmla_tuning.h"
 #include "kernel_tuning.h"
 #include "mla_ref.h"
 #include "program.h"

@@ -2,6 +2,7 @@
    and status strings. Runs on whatever OpenCL device there is (PoCL in CI). */
 #include "check.h"
 #include "clmla.h"
+#include "clmla_tuning.h"
 #include "attention.h"
 #include "gemm.h"
 #include "program.h"

@@ -970,6 +970,18 @@ static int leak_accounting = -1;
 static void test_leak_accounting(void)
 {
     leak_accounting = refs_track_objects(ctx);
+    if (!leak_accounting)
+        return;
+    /* the count the other parts read: one more while a buffer lives, back where it was after */
+    const cl_uint before = context_refs(ctx);
+    cl_int err = CL_SUCCESS;
+    cl_mem b = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_WRITE, 256, NULL, &err);
+    CHECK(b && context_refs(ctx) == before + 1, "a buffer: context references %u, %u before", context_refs(ctx),
+          before);
+    if (b)
+        clReleaseMemObject(b);
+    CHECK(context_refs(ctx) == before, "the buffer released: context references %u, %u before", context_refs(ctx),
+          before);
 }
 
 static const tu_part parts[] = {

@@ -925,7 +925,7 @@ static void part_speed(void)
         double best_topk = 1e30;
         for (int r = 0; r < 5; r++) {
             const double t0 = tu_seconds();
-            clmla_index_topk(ik, &ta, NULL);
+            CHECK_STATUS(clmla_index_topk(ik, &ta, NULL), CLMLA_SUCCESS, ctx);
             clFinish(clmla_context_queue(ctx));
             const double t1 = (tu_seconds() - t0) * 1e3;
             best_topk = t1 < best_topk ? t1 : best_topk;

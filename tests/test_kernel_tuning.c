@@ -1,4 +1,4 @@
-/* Latent attention kernel tuning (include/clmla.h, "Latent attention kernel tuning"): entries
+/* Latent attention kernel tuning (include/clmla_tuning.h, "Latent attention kernel tuning"): entries
    parsed, matched and ranked (user file over the built-in table over the defaults, exact heads over
    "any"), illegal values refused by name, entries saved and merged, and attention run with
    non-default parameters from a user file against a float64 reference, on both kernels; the same
@@ -8,6 +8,7 @@
    file is read once per process, hence a process of its own). Exit 77 without a device. */
 #include "check.h"
 #include "clmla.h"
+#include "clmla_tuning.h"
 #include "kernel_tuning.h"
 #include "attention.h"
 #include "gemm.h"

@@ -27,6 +27,7 @@
 #include "gemm.h"
 #include "internal.h"
 #include "clmla.h"
+#include "clmla_tuning.h"
 #include "mla_ref.h"
 #include "test_util.h"
 #include "tolerance.h"

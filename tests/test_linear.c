@@ -11,6 +11,7 @@
 #include "check.h"
 #include "clcall.h"
 #include "clmla.h"
+#include "clmla_tuning.h"
 #include "dtype.h"
 #include "fileio.h"
 #include "gemm.h"

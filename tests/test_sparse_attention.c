@@ -17,6 +17,7 @@
 #include "check.h"
 #include "clcall.h"
 #include "clmla.h"
+#include "clmla_tuning.h"
 #include "mla_ref.h"
 #include "test_util.h"
 #include "tolerance.h"

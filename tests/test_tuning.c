@@ -1,4 +1,4 @@
-/* CLBlast tuning (include/clmla.h, "CLBlast tuning"): the 16 Xgemm parameter names, the kernel's
+/* CLBlast tuning (include/clmla_tuning.h, "CLBlast tuning"): the 16 Xgemm parameter names, the kernel's
    constraints, saving entries to a tuning file, which file context creation applies and which it
    refuses, the default file path, and one small tune. Runs on whatever OpenCL device there is
    (PoCL in CI); every file lies in a temp folder of the test's own, removed at the end.
@@ -8,6 +8,7 @@
    checks. */
 #include "check.h"
 #include "clmla.h"
+#include "clmla_tuning.h"
 #include "test_util.h"
 
 #include <cjson/cJSON.h>

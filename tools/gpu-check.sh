@@ -7,7 +7,8 @@
 #   sh tools/gpu-check.sh BUILD OUT [SECONDS [PARTS]]   (default budget 500 s; run it through
 #                                                         tools/gpu-setup.sh run on a machine
 #                                                         without the ICD loader, CLBlast and cJSON)
-# PARTS, comma-separated, in the order given (default tune,mma,ab,ptx,bench,tests); one call's parts share
+# PARTS, comma-separated, in the order given (default mma,ab,tune,ptx,bench,tests: the experimental
+# variants first, docs/DESIGN.md "The experimental variants, in one place"); one call's parts share
 # the peaks and the tuning file (a later call finds both in OUT):
 #   tune   the latent tuner at 16 and 128 heads, then group_decode_heads over an fp8 cache (clmla
 #          tune --cache-dtype), into OUT/kernel-tuning.json (about 110 s on an H100), then the
@@ -44,7 +45,7 @@ set -u
 build=${1:?usage: sh tools/gpu-check.sh BUILD OUT [SECONDS [PARTS]]}
 out=${2:?usage: sh tools/gpu-check.sh BUILD OUT [SECONDS [PARTS]]}
 budget=${3:-500}
-parts=${4:-tune,mma,ab,ptx,bench,tests}
+parts=${4:-mma,ab,tune,ptx,bench,tests}
 mkdir -p "$out"
 clmla=$build/clmla
 bench=$build/bench/clmla-bench

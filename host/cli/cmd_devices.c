@@ -1,6 +1,7 @@
 /* clmla devices [--json] [--device SPEC]: the device table, and which device a spec picks. */
 #include "args.h"
 #include "clmla.h"
+#include "clmla_tuning.h"
 #include "commands.h"
 
 #include <cjson/cJSON.h>

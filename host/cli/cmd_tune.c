@@ -1,7 +1,8 @@
 /* clmla tune: searches CLBlast's Xgemm parameters for a device and saves the fastest as an entry
-   that every later context on that device applies (include/clmla.h, "CLBlast tuning"). */
+   that every later context on that device applies (include/clmla_tuning.h, "CLBlast tuning"). */
 #include "args.h"
 #include "clmla.h"
+#include "clmla_tuning.h"
 #include "commands.h"
 #include "mla_ref.h"
 #include "random_layer.h"

@@ -142,7 +142,7 @@ static clmla_status mma_kernel(clmla_cache *cache, int hg, const clmla_latent_tu
    The kernels are cached per cache by heads only (cache->latent_kernel[hg],
    latent_rows_kernel[hg / 2]): valid because the parameters that apply to a context do not change
    over its life (the tuning table is read once per process; a forced set is made before a cache's
-   first call, include/clmla.h). */
+   first call, include/clmla_tuning.h). */
 static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_tuning *tn, int sparse, int fold,
                                  int mask, cl_kernel *kernel, int *threads)
 {

@@ -2,6 +2,7 @@
 #ifndef CLMLA_ATTENTION_H
 #define CLMLA_ATTENTION_H
 #include "cache.h"
+#include "clmla_tuning.h"
 
 typedef struct latent_launch {
     int num_tokens, num_heads;

@@ -1,5 +1,5 @@
 /* The parameters of clmla's own kernels (kernel_tuning.h): one form of entry, file, table and
-   lookup for every kind of kernel, each kind described by a kernel_kind. See include/clmla.h. */
+   lookup for every kind of kernel, each kind described by a kernel_kind. See include/clmla_tuning.h. */
 #include "kernel_tuning.h"
 #include "fileio.h"
 #include "gemm.h"

@@ -1,11 +1,12 @@
-/* The parameters of clmla's own kernels (include/clmla.h, "Latent attention kernel tuning" and
- * "Product kernel tuning"): for each kind of kernel, entries of the user's kernel-tuning file (one
+/* The parameters of clmla's own kernels (include/clmla_tuning.h, "Latent attention kernel tuning"
+ * and "Product kernel tuning"): for each kind of kernel, entries of the user's kernel-tuning file (one
  * file for every kind, read once per process), a table built into the library, and defaults, in
  * that precedence; an entry is keyed by device (vendor and name, optionally platform and driver)
  * and a shape class (attn_latent: the head count; products: the class of K), "any" class entries
  * standing behind exact ones. */
 #ifndef CLMLA_KERNEL_TUNING_H
 #define CLMLA_KERNEL_TUNING_H
+#include "clmla_tuning.h"
 #include "internal.h"
 
 typedef struct kernel_entry kernel_entry;

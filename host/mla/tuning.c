@@ -1,5 +1,5 @@
 /* CLBlast Xgemm tuning: the entries context creation applies (a JSON file, else the built-in
-   table), saving entries, and the search behind `clmla tune`. See include/clmla.h. The parameters
+   table), saving entries, and the search behind `clmla tune`. See include/clmla_tuning.h. The parameters
    of clmla's own kernels: kernel_tuning.c. */
 #include "tuning.h"
 #include "clcall.h"

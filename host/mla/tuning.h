@@ -1,7 +1,8 @@
-/* CLBlast Xgemm tuning entries (include/clmla.h, "CLBlast tuning"); clmla's own kernels' parameters:
-   kernel_tuning.h. */
-#ifndef CLMLA_TUNING_H
-#define CLMLA_TUNING_H
+/* CLBlast Xgemm tuning entries (include/clmla_tuning.h, "CLBlast tuning"); clmla's own kernels'
+   parameters: kernel_tuning.h. */
+#ifndef CLMLA_XGEMM_TUNING_H
+#define CLMLA_XGEMM_TUNING_H
+#include "clmla_tuning.h"
 #include "internal.h"
 
 /* At context creation: applies the entry for ctx's device from the tuning file, else from the

@@ -3,6 +3,7 @@
 #define CLMLA_INTERNAL_H
 
 #include "clmla.h"
+#include "clmla_tuning.h"
 #include "env.h"
 
 #include <stdarg.h>

@@ -1,7 +1,8 @@
-"""The binding against include/clmla.h: the declaration table the ctypes binding is built from must
-be the header's own (every function's return and parameter types, every struct's fields in order,
-every enumerator and #define), ctypes' struct layouts must be the C compiler's, and the Python
-API must cover every field it mirrors. A changed signature or struct fails here."""
+"""The binding against include/clmla.h and include/clmla_tuning.h: the declaration table the ctypes
+binding is built from must be the headers' own (every function's return and parameter types, every
+struct's fields in order, every enumerator and #define), ctypes' struct layouts must be the C
+compiler's, the stable header must not need the tuning header, and the Python API must cover every
+field it mirrors. A changed signature or struct fails here."""
 
 import ctypes
 import dataclasses
@@ -23,27 +24,34 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tools"))
 import clmla_header  # noqa: E402
 
 HEADER = os.environ.get("CLMLA_HEADER") or os.path.join(REPO, "include", "clmla.h")
-REGEN = "run: python3 python/tools/clmla_header.py include/clmla.h > python/src/clmla/_decls.py"
+TUNING_HEADER = os.path.join(os.path.dirname(HEADER), "clmla_tuning.h")
+REGEN = "run: " + clmla_header.COMMAND
+
+
+def _need_headers():
+    for path in (HEADER, TUNING_HEADER):
+        if not os.path.exists(path):
+            pytest.skip("%s not found (set CLMLA_HEADER to clmla.h, beside clmla_tuning.h)" % path)
 
 
 @pytest.fixture(scope="module")
 def header():
-    if not os.path.exists(HEADER):
-        pytest.skip("clmla.h not found (set CLMLA_HEADER)")
-    return clmla_header.parse(HEADER)
+    """Both headers, read as one: what the binding wraps."""
+    _need_headers()
+    return clmla_header.parse(HEADER, TUNING_HEADER)
 
 
 def test_functions_match_header(header):
     want, have = header["functions"], _decls.FUNCTIONS
     missing = sorted(set(want) - set(have))
     extra = sorted(set(have) - set(want))
-    assert not missing, "functions in clmla.h but not in the binding: %s; %s" % (missing, REGEN)
-    assert not extra, "functions in the binding but no longer in clmla.h: %s; %s" % (extra, REGEN)
+    assert not missing, "functions in the headers but not in the binding: %s; %s" % (missing, REGEN)
+    assert not extra, "functions in the binding but no longer in the headers: %s; %s" % (extra, REGEN)
     for name, (ret, params) in want.items():
         hret, hparams = have[name]
-        assert hret == ret, "%s returns %s in clmla.h, %s in the binding; %s" % (name, ret, hret, REGEN)
+        assert hret == ret, "%s returns %s in the headers, %s in the binding; %s" % (name, ret, hret, REGEN)
         assert [t for _, t in hparams] == [t for _, t in params], (
-            "%s(%s) in clmla.h, (%s) in the binding; %s" % (
+            "%s(%s) in the headers, (%s) in the binding; %s" % (
                 name, ", ".join(t for _, t in params), ", ".join(t for _, t in hparams), REGEN))
 
 
@@ -52,7 +60,7 @@ def test_structs_match_header(header):
     assert sorted(want) == sorted(have), REGEN
     for name, fields in want.items():
         assert [tuple(f) for f in have[name]] == [tuple(f) for f in fields], (
-            "struct %s differs from clmla.h: %s" % (name, REGEN))
+            "struct %s differs from the headers: %s" % (name, REGEN))
 
 
 def test_enums_defines_typedefs_match_header(header):
@@ -60,6 +68,25 @@ def test_enums_defines_typedefs_match_header(header):
     assert header["defines"] == _decls.DEFINES, REGEN
     assert header["typedefs"] == _decls.TYPEDEFS, REGEN
     assert header["opaque"] == _decls.OPAQUE, REGEN
+
+
+def test_stable_header_stands_alone():
+    """clmla.h declares nothing of clmla_tuning.h and names none of its types or #defines, so that an
+    engine includes it alone; the tuning header holds the tuning structs and calls."""
+    _need_headers()
+    stable = clmla_header.parse(HEADER)
+    tuning = clmla_header.parse(TUNING_HEADER)
+    for key in ("defines", "structs", "functions", "typedefs"):
+        both = sorted(set(stable[key]) & set(tuning[key]))
+        assert not both, "%s in both headers: %s" % (key, both)
+    tuning_names = set(tuning["structs"]) | set(tuning["defines"]) | set(tuning["typedefs"])
+    used = [(name, ret) for name, (ret, _) in stable["functions"].items()]
+    used += [(name, t) for name, (_, params) in stable["functions"].items() for _, t in params]
+    used += [(name, t) for name, fields in stable["structs"].items() for _, t in fields]
+    for name, t in used:
+        assert not tuning_names & set(re.findall(r"\w+", t)), "clmla.h's %s uses %s of clmla_tuning.h" % (name, t)
+    assert {"clmla_latent_tuning", "clmla_product_tuning", "clmla_xgemm_tuning"} <= set(tuning["structs"])
+    assert not [n for n in stable["functions"] if "tuning" in n or "xgemm" in n], "tuning calls left in clmla.h"
 
 
 def test_generated_file_is_current(header):
@@ -82,9 +109,9 @@ def test_binding_types():
 def test_struct_layouts_match_compiler(tmp_path):
     """sizeof and offsetof of every struct and field as the C compiler lays them out."""
     cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
-    if not cc or not os.path.exists(HEADER):
-        pytest.skip("no C compiler or no clmla.h")
-    lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "clmla.h"', "int main(void) {"]
+    if not cc or not os.path.exists(HEADER) or not os.path.exists(TUNING_HEADER):
+        pytest.skip("no C compiler or no clmla.h and clmla_tuning.h")
+    lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "clmla_tuning.h"', "int main(void) {"]
     for name, fields in _decls.STRUCTS.items():
         lines.append('printf("%s %%zu\\n", sizeof(%s));' % (name, name))
         for f, _ in fields:

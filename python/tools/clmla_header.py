@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
-"""Reads include/clmla.h into plain Python data, and writes the binding's declaration table.
+"""Reads include/clmla.h and include/clmla_tuning.h into plain Python data, and writes the binding's
+declaration table.
 
-    python3 python/tools/clmla_header.py include/clmla.h > python/src/clmla/_decls.py
+    python3 python/tools/clmla_header.py include/clmla.h include/clmla_tuning.h > python/src/clmla/_decls.py
 
 The package's ctypes binding (clmla/_binding.py) is built from the table in clmla/_decls.py, and
-python/tests/test_header.py parses the header again with parse() and requires the table to be
+python/tests/test_header.py parses the headers again with parse() and requires the table to be
 equal: every function (return type, parameter types in order), every struct (field names, types,
-order), every enumerator and every integer #define. A changed header therefore fails the tests
-until this script is run again (and the high-level API checked against the change).
+order), every enumerator and every integer #define, of the stable header and of the tuning header
+(the binding wraps both). A changed header therefore fails the tests until this script is run
+again (and the high-level API checked against the change). The headers are read in the order
+given, as one: a later header may use the #defines and enumerators of an earlier one, and the
+table holds each header's declarations after the previous header's.
 
-The parser knows the subset of C that clmla.h uses: comments, preprocessor lines, enums (named or
+The parser knows the subset of C that the headers use: comments, preprocessor lines, enums (named or
 not), structs (with several declarators per line, arrays sized by a macro, function-pointer
 fields), opaque struct typedefs, scalar typedefs, function-pointer typedefs and prototypes.
 Types are written canonically: "const char*", "clmla_context**", "char[128]",
@@ -71,7 +75,7 @@ def _statements(code):
         else:
             cur.append(ch)
     if "".join(cur).strip():
-        raise ValueError("clmla.h: text after the last ';': %r" % "".join(cur).strip()[:80])
+        raise ValueError("header: text after the last ';': %r" % "".join(cur).strip()[:80])
     return stmts
 
 
@@ -107,7 +111,7 @@ def _declarator(decl, defines, param=False):
         return m.group(2), "%s(*)(%s)" % (ret, ",".join(t for _, t in params))
     m = re.match(r"^(.*?)(\w+)\s*((?:\[[^\]]*\]\s*)*)$", decl)
     if not m:
-        raise ValueError("clmla.h: cannot read declaration %r" % decl)
+        raise ValueError("header: cannot read declaration %r" % decl)
     head, name, dims = m.group(1), m.group(2), m.group(3)
     stars = head.count("*")
     base = _canon_base(head.replace("*", " ").split())
@@ -156,12 +160,36 @@ def _enum_body(body, known):
     return values
 
 
-def parse(path):
-    """The header as {"defines", "enums", "typedefs", "opaque", "structs", "functions"}."""
-    with open(path, encoding="utf-8") as f:
-        code, defines = _preprocess(_strip_comments(f.read()))
+def parse(*paths):
+    """The headers, read in order as one, as {"defines", "enums", "typedefs", "opaque", "structs",
+    "functions"}. A name declared by two of them is an error."""
+    if not paths:
+        raise ValueError("parse: no header given")
+    code_parts, defines = [], {}
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            code, own = _preprocess(_strip_comments(f.read()))
+        for name in own:
+            if name in defines:
+                raise ValueError("%s: #define %s again" % (path, name))
+        defines.update(own)
+        code_parts.append((path, code))
     enums, typedefs, opaque, structs, functions = {}, {}, [], {}, {}
     known = dict(defines)
+    seen = set()
+    for path, code in code_parts:
+        _parse_code(path, code, defines, known, enums, typedefs, opaque, structs, functions, seen)
+    return {"defines": defines, "enums": enums, "typedefs": typedefs, "opaque": opaque, "structs": structs,
+            "functions": functions}
+
+
+def _declared(path, kind, name, seen):
+    if (kind, name) in seen:
+        raise ValueError("%s: %s %s is declared again" % (path, kind, name))
+    seen.add((kind, name))
+
+
+def _parse_code(path, code, defines, known, enums, typedefs, opaque, structs, functions, seen):
     for st in _statements(code):
         if st.startswith('extern "C"'):
             continue
@@ -187,10 +215,12 @@ def parse(path):
                 base = re.match(r"^(.*?)[\s*]*\w+\s*(?:\[[^\]]*\]\s*)*$", parts[0]).group(1).strip()
                 for p in parts[1:]:
                     fields.append(_declarator(base + " " + p, defines))
+            _declared(path, "struct", m.group(3), seen)
             structs[m.group(3)] = fields
             continue
         m = re.match(r"^typedef\s+struct\s+(\w+)\s+(\w+)$", st)
         if m:
+            _declared(path, "type", m.group(2), seen)
             opaque.append(m.group(2))
             continue
         m = re.match(r"^typedef\s+(.*\(\s*\*\s*(\w+)\s*\)\s*\(.*\))$", st)
@@ -204,20 +234,22 @@ def parse(path):
             continue
         m = re.match(r"^(.*?)(\w+)\s*\((.*)\)$", st)
         if m:
+            _declared(path, "function", m.group(2), seen)
             functions[m.group(2)] = (_type_only(m.group(1), defines), _params(m.group(3), defines))
             continue
-        raise ValueError("clmla.h: cannot read statement %r" % st[:120])
-    return {"defines": defines, "enums": enums, "typedefs": typedefs, "opaque": opaque, "structs": structs,
-            "functions": functions}
+        raise ValueError("%s: cannot read statement %r" % (path, st[:120]))
 
 
-def render(decls, source="include/clmla.h"):
+COMMAND = "python3 python/tools/clmla_header.py include/clmla.h include/clmla_tuning.h > python/src/clmla/_decls.py"
+
+
+def render(decls, source="include/clmla.h and include/clmla_tuning.h"):
     lines = [
         '"""The declarations of %s, as python/tools/clmla_header.py reads them.' % source,
         "",
-        "Generated: do not edit. After a change to the header, run from the repository root",
-        "    python3 python/tools/clmla_header.py include/clmla.h > python/src/clmla/_decls.py",
-        "python/tests/test_header.py fails until the table matches the header again.",
+        "Generated: do not edit. After a change to a header, run from the repository root",
+        "    " + COMMAND,
+        "python/tests/test_header.py fails until the table matches the headers again.",
         '"""',
         "",
     ]
@@ -228,6 +260,6 @@ def render(decls, source="include/clmla.h"):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: clmla_header.py PATH/TO/clmla.h > _decls.py")
-    sys.stdout.write(render(parse(sys.argv[1])))
+    if len(sys.argv) < 2:
+        sys.exit("usage: clmla_header.py PATH/TO/clmla.h [PATH/TO/clmla_tuning.h] > _decls.py")
+    sys.stdout.write(render(parse(*sys.argv[1:])))

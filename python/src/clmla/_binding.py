@@ -1,10 +1,12 @@
-"""The ctypes binding of libclmla, built from the declaration table of include/clmla.h (_decls.py).
+"""The ctypes binding of libclmla, built from the declaration table of include/clmla.h and
+include/clmla_tuning.h (_decls.py).
 
-Every function, struct and enumerator of the header is here, under its C name:
-``lib.clmla_layer_forward``, ``STRUCTS["clmla_layer_config"]``, ``CONST["CLMLA_CACHE_F16"]``.
-This module is the low level; the classes in clmla/__init__.py are the API. The table is checked
-against the header by python/tests/test_header.py (names, types and order of every parameter and
-field), and the struct layouts against the C compiler's sizeof/offsetof.
+Every function, struct and enumerator of the headers is here, under its C name:
+``lib.clmla_layer_forward``, ``STRUCTS["clmla_layer_config"]``, ``CONST["CLMLA_CACHE_F16"]``; the
+tuning header's too (``lib.clmla_latent_tuning_lookup``). This module is the low level; the classes
+in clmla/__init__.py are the API. The table is checked against the headers by
+python/tests/test_header.py (names, types and order of every parameter and field), and the struct
+layouts against the C compiler's sizeof/offsetof.
 """
 
 from __future__ import annotations

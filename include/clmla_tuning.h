@@ -1,0 +1,366 @@
+/*
+ * clmla tuning: the parameters of the kernels clmla runs, and the calls that look them up, check,
+ * save and force them; for the `clmla tune` command, benchmarks and experiments.
+ *
+ * Opt-in: an engine needs only clmla.h, which runs every kernel with the parameters that apply to
+ * its device (the tuning file, else the table built into the library, else the defaults) without
+ * this header. A program that includes this one gets clmla.h with it.
+ *
+ * Not stable: the structs, their fields, the calls and the experimental values below may change in
+ * any minor version (0.x.0), not only in a major one. The conventions of clmla.h (statuses, errors,
+ * threads) hold here too.
+ *
+ * Three fields of clmla_context_options are switches of the same kind, documented here:
+ *  - clblast_tuning: whether a context applies a CLBlast entry ("CLBlast tuning" below): a tuning
+ *    file to apply, "auto" for <cache dir>/clblast-tuning.json else the built-in table, "off" for
+ *    none. NULL: CLMLA_CLBLAST_TUNING, else none. CLBlast keeps the values per device for the whole
+ *    process; an engine that tunes CLBlast itself leaves this NULL.
+ *  - attention_kernels: which attention kernels the context runs, for both paths: "auto"
+ *    (row-walking kernels on CPU devices, work-group kernels on every other device), "rows" or
+ *    "group" to run one kind on any device (docs/DESIGN.md). NULL: CLMLA_ATTENTION_KERNELS, else
+ *    "auto". Another value fails the creation with CLMLA_ERROR_INVALID_ARGUMENT naming it.
+ *  - product_kernels: which product kernels the context runs: "auto" (the CPU forms on CPU devices:
+ *    weights packed in panels, gemm_packed_rows, gemm_skinny_nn_wide, gemm_tiled_rows; the
+ *    work-group forms elsewhere: gemm_skinny_nt, gemm_skinny_nn(_split), CLBlast past 8 rows),
+ *    "rows" (the CPU forms) or "group" (the work-group forms) on any device, for a device of an
+ *    unusual kind or to run and tune the GPU forms on a CPU. Weights take the layout of the forms in
+ *    force when they are created. NULL: CLMLA_PRODUCT_KERNELS, else "auto"; another value fails the
+ *    creation with CLMLA_ERROR_INVALID_ARGUMENT naming it.
+ */
+#ifndef CLMLA_TUNING_H
+#define CLMLA_TUNING_H
+
+#include "clmla.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- CLBlast tuning ------------------------------------------------------------------------ */
+
+/* CLBlast's Xgemm kernel (its SGEMM for every size above CLBlast's direct-kernel threshold) has 16
+   tuning parameters. CLBlast ships tuned values for many GPUs and generic ones for other devices,
+   which can be far off (docs/perf-log.md, "CLBlast tuning"). An entry holds the values found for
+   one device. Only when asked to (the context option clblast_tuning, or CLMLA_CLBLAST_TUNING, set
+   to a file or "auto"; the clmla commands and clmla-bench ask for "auto") does context creation
+   apply the entry matching the device's vendor and name with CLBlastOverrideParameters, which
+   CLBlast keeps per device for the whole process (every CLBlast SGEMM on that device then uses
+   it), taken from:
+     1. the file named, or with "auto" <cache dir>/clblast-tuning.json (see CLMLA_CACHE_DIR),
+        which `clmla tune` writes; a file that does not exist holds no entry, then
+     2. the table built into the library.
+   The values tune CLBlast's Xgemm kernel, which CLBlast runs from its XGEMM_MIN_INDIRECT_SIZE
+   on (smaller products use its direct kernel, which they leave alone).
+   A file that exists but is malformed, or holds values CLBlast's kernel cannot take, makes
+   context creation fail with CLMLA_ERROR_INVALID_FILE naming the file and the entry. */
+#define CLMLA_XGEMM_PARAMETERS 16
+
+typedef struct clmla_xgemm_tuning {
+    char vendor[128];       /* CL_DEVICE_VENDOR, as clmla_device_info.vendor */
+    char device[128];       /* CL_DEVICE_NAME, as clmla_device_info.name */
+    size_t values[CLMLA_XGEMM_PARAMETERS]; /* in the order of clmla_xgemm_parameter_name(i) */
+    int size;               /* n of the n x n x n SGEMM the entry was timed at; 0 = unknown */
+    double gflops;          /* that SGEMM with these values; 0 = unknown */
+    double default_gflops;  /* the same SGEMM, same run, with the values in effect before the search:
+                               CLBlast's own, or the entry the context had applied */
+} clmla_xgemm_tuning;
+
+/* The name of parameter i: "GEMMK", "KREG", "KWG", "KWI", "MDIMA", "MDIMC", "MWG", "NDIMB",
+   "NDIMC", "NWG", "SA", "SB", "STRM", "STRN", "VWM", "VWN" (CLBlast 1.5's names, sorted).
+   Returns static text, or NULL outside 0..15. */
+const char *clmla_xgemm_parameter_name(int i);
+
+/* Checks values against the Xgemm kernel's own constraints (work-group tiling, vector widths,
+   local memory) on the context's device. Returns CLMLA_SUCCESS when they hold, else
+   CLMLA_ERROR_INVALID_ARGUMENT with *why (if given; also in clmla_last_error(NULL)) saying which. */
+clmla_status clmla_xgemm_values_check(const clmla_context *ctx, const size_t values[CLMLA_XGEMM_PARAMETERS],
+                                      const char **why);
+
+/* Reads the entry the context applied into *tuning, and where it came from ("file PATH" or
+   "built-in table") into *source. Returns CLMLA_SUCCESS, or CLMLA_ERROR_UNSUPPORTED with *source
+   "none" when no entry matched the device. */
+clmla_status clmla_context_xgemm_tuning(const clmla_context *ctx, clmla_xgemm_tuning *tuning, const char **source);
+
+typedef struct clmla_tune_options {
+    int size;             /* n of the timed row-major n^3 SGEMM; 0 = 1024 */
+    int max_candidates;   /* parameter sets to try; 0 = 40 */
+    double max_seconds;   /* try no new candidate after this long; 0 = no limit */
+    /* Called after each candidate (values NULL for CLBlast's own); may be NULL. */
+    void (*progress)(void *user, int index, int total, const size_t *values, double gflops, const char *note);
+    void *user;
+} clmla_tune_options;
+
+/* Searches Xgemm parameters for the context's device: times CLBlast's SGEMM with the values in
+   effect (CLBlast's own unless the context applied an entry) and with each candidate (each
+   compiles once), keeps only candidates whose result is exact (integer inputs), and fills *best
+   with the fastest (its gflops below default_gflops when no candidate beat CLBlast's own). To time
+   the tuned kernel at any size it sets CLBlast's XGEMM_MIN_INDIRECT_SIZE to 1, and it leaves the
+   best candidate applied (CLBlast cannot restore its own values in a running process): tune in a
+   process of its own, as `clmla tune` does. Writes no file (clmla_xgemm_tuning_save does).
+   Returns CLMLA_SUCCESS with *best filled, or the status of the first step that failed. */
+clmla_status clmla_tune_xgemm(clmla_context *ctx, const clmla_tune_options *options, clmla_xgemm_tuning *best);
+
+/* Adds the entry to the JSON file at path, replacing one for the same vendor and device (other
+   entries are kept); creates the file, not its folder. Returns CLMLA_SUCCESS,
+   CLMLA_ERROR_INVALID_FILE when the existing file is malformed (it is then left as it was), or
+   CLMLA_ERROR_IO when the file cannot be read or written. */
+clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning *tuning);
+
+/* Writes into buf where `clmla tune` saves by default: CLMLA_CLBLAST_TUNING if set to a path, else
+   (unset, "auto" or "off") <cache dir>/clblast-tuning.json; "" when there is no cache dir.
+   Returns CLMLA_SUCCESS, or CLMLA_ERROR_INVALID_ARGUMENT (buf holding "" when size > 0) when the
+   path does not fit. */
+clmla_status clmla_xgemm_tuning_path(char *buf, size_t size);
+
+/* ---- Latent attention kernel tuning ------------------------------------------------------- */
+/* The parameters of clmla's own latent attention kernels (cl/attn_latent.cl): attn_latent_rows,
+   which CPU devices run, and attn_latent, which every other device runs, and of the decompressed
+   path's attention. Which apply to a device and head count, in order: an entry of the user file
+   (CLMLA_KERNEL_TUNING names it; unset or "auto": <cache dir>/kernel-tuning.json; "off": none),
+   an entry of the table built into the library, else the defaults (clmla_latent_tuning_defaults).
+   The file is a JSON array of entries {"kernel": "attn_latent", "vendor", "device" (as
+   clmla_device_info; both required), "platform" and "driver" (optional: match only that platform
+   name / driver version), "heads" (a head count or "any"), "parameters": {any subset of the fields
+   of clmla_latent_tuning, by name; the rest are defaults}}; the same file holds the "products"
+   entries of "Product kernel tuning" below. An entry for the exact head count wins over an "any"
+   one. The file is read once per process, at the first use; a malformed file is reported
+   (clmla_log at warning level on the first context that runs attention, and by
+   clmla_latent_tuning_lookup) and ignored, as is an entry with an illegal value (the message names
+   the value). Thread-safe. Each field's legal values follow its description; the default is in
+   parentheses. */
+typedef struct clmla_latent_tuning {
+    int rows_heads;          /* attn_latent_rows: heads per work-item, even, 2..16 (default 16) */
+    int rows_keys;           /* attn_latent_rows: keys per tile, a multiple of 4, 4..32 (default 8) */
+    int rows_groups_per_cu;  /* attn_latent_rows: work-items wanted per compute unit when splitting keys, 1..64 (4) */
+    int group_heads;         /* attn_latent: most heads per work-group, 1..16 (16) */
+    int group_keys;          /* attn_latent: keys per work-item in the score step (KPT), 1..8 (4) */
+    int group_max_items;     /* attn_latent: most work-items per group (NT), a power of two 4..1024 (128) */
+    int group_groups_per_cu; /* attn_latent: work-groups wanted per compute unit when splitting keys, 1..64 (8) */
+    /* attn_latent's queries in local memory (QLAYOUT): 0 [head][row]; 1 [row][4][head quad]
+       (default), so that the items scoring one key read adjacent float4s, which on GPUs with 32
+       four-byte banks removes a four-way bank conflict of layout 0 */
+    int group_query_layout;
+    /* attn_latent's multi-token decode: the most query tokens of one sequence a work-group takes
+       together, its heads then (token, head) pairs, so that the cache rows are read once for all of
+       them; 1..16 (16), rounded down to a power of two and to what group_heads leaves (only
+       sequences with fewer heads than group_heads fold); 1: every token alone */
+    int group_fold;
+    /* the decompressed path's attention on devices that run work-group kernels: 1
+       attn_prefill_tiled (default), blocks of queries against tiles of keys in local memory; 0
+       attn_prefill, one query per work-item. Steps that select keys keep attn_prefill. */
+    int prefill_tiled;
+    /* attn_latent's heads per work-item in its score step for a cache of f16, bf16 or fp8 (f32
+       caches: 4): 4, 8 (default) or 16. Each cached value is decoded by every item that scores it,
+       so more heads per item decode each value fewer times per work-group (16: once), at the price
+       of more query loads per FMA; each item keeps group_keys x 4 scores, so its keys become
+       group_keys x 4 / group_decode_heads (at least 1). */
+    int group_decode_heads;
+    /* attn_latent's split-KV: the fewest keys one work-group of a split takes, 16..4096 (default
+       128). Few sequences over a long context are split until the device has group_groups_per_cu
+       groups per compute unit or the splits reach this size. Smaller splits give more groups (and
+       more partial results to combine). */
+    int group_min_split_keys;
+    /* attn_latent's score step: 0 (default) each work-item streams its keys' rows from global
+       memory, so a GPU's load instruction touches a row per key the warp scores; 1 the work-group
+       stages the tile's rows through local memory in chunks, each chunk's float4s of a row loaded by
+       adjacent items and decoded once per work-group (f16, bf16, fp8 caches), and the items score
+       from there. Experimental. */
+    int group_stage_keys;
+    /* attn_prefill_tiled's tiles (prefill_tiled 1): the most queries of one block, a power of two
+       4..64 (default 32; the build takes the largest, down to 4, whose local memory and work-group
+       of queries / 2 x keys / 4 items fit the device); the keys of one tile, a multiple of 4 from 8
+       to 64 (32); the dimensions of the keys staged at a time, a multiple of 4 from 16 to 256 (64).
+       `clmla tune --kernels --prefill` searches them. */
+    int prefill_queries;
+    int prefill_keys;
+    int prefill_chunk;
+    /* attn_prefill_rows (the decompressed path's attention on CPU devices): the queries of one
+       work-item, a multiple of 4 from 4 to 64 (default 16; multiples of 8 run the softmax 8
+       queries a vector). More queries read each key tile for more of them; fewer give short chunks
+       more items. `clmla tune --kernels --prefill` searches it on CPUs. */
+    int prefill_rows_queries;
+    /* attn_latent over a cache of f16, bf16 or fp8: 1 reads each 4 values of a row in the score
+       step as one load of the vector type (vloada_half4, ushort4, uchar4) where the rows allow it
+       (rows, and an fp8 row's k^R part, at multiples of 8 bytes: every preset of docs/MODELS.md;
+       elsewhere the kernel of 0 runs); 0 through vloadN, which NVIDIA's OpenCL compiles to one
+       scalar load per value (a byte load per fp8 code). Default 1. 2: as 1, and an f16 cache's 4
+       values read as one ushort4 and converted in registers (vloada_half4 compiles to 4 scalar
+       loads too); experimental. CPU devices do not read it. */
+    int group_aligned;
+    /* CPU devices: 1 runs attn_latent_lanes in place of attn_latent_rows, 16 heads per work-item in
+       the lanes of one 16-wide vector (queries and accumulators stored transposed, each cache value
+       broadcast to the 16 heads), for cores with 512-bit vectors; rows_heads is then 16 whatever its
+       value, and a group of fewer heads computes the missing lanes for nothing, so calls with fewer
+       than 16 heads keep attn_latent_rows. 2: the same with two vectors, 32 heads per work-item,
+       each cache value feeding two FMAs, for calls of 32 heads or more; with 16 to 31 heads, two
+       consecutive tokens of a sequence's multi-token entry (query_len, a layer step's runs) in the
+       two vectors, 16 heads each, and otherwise as 1. 0 (default): attn_latent_rows. */
+    int rows_lanes;
+    /* attn_latent: 2 or 4 items share each key's dot products in the score step, each over every
+       2nd or 4th float4 of the row, their partial scores added in the softmax step: tiles of 2 or 4
+       times fewer keys, each item's chain of loads as many times shorter. For few work-groups
+       (batch 1, with a small group_min_split_keys), where that chain sets the time. Not with
+       group_stage_keys. 0 or 1 (default): one item per key and set of heads. Experimental. */
+    int group_row_slices;
+    /* 1 runs attn_latent_mma in place of attn_latent over a cache of any dtype (rkv a multiple of
+       256 and rkv + dr of 32, every preset of docs/MODELS.md; up to 16 heads a work-group, or with
+       multi-token decode 16 heads times tokens; dense or sparse; elsewhere attn_latent runs): both
+       products of a tile on the tensor cores of NVIDIA GPUs of compute capability 8.0 and later,
+       mma.sync in inline PTX. Over bf16 and fp8 (whose e4m3 codes are bf16 values; the scales are
+       applied outside the products) the queries and the softmax weights are each split into two
+       bf16 terms (about 16 significant bits kept); over f16 into two f16 terms (about 22), each
+       query row first scaled into f16's range by a power of two; over f32 every operand into two
+       tf32 terms, three products each (3xTF32, about 21 bits); sums in float32. Other devices run
+       the same kernel with each product computed by its work-items (CPUs, so that the tests check
+       it) or keep attn_latent (GPUs without it). Experimental; 0 (default): attn_latent. */
+    int group_mma;
+} clmla_latent_tuning;
+
+/* Fills *tuning with the defaults: the parameters that apply where no entry does. */
+void clmla_latent_tuning_defaults(clmla_latent_tuning *tuning);
+
+/* Checks every value. Returns CLMLA_SUCCESS when every value is legal, else
+   CLMLA_ERROR_INVALID_ARGUMENT with *why (static text, may be NULL) naming the first illegal
+   value. */
+clmla_status clmla_latent_tuning_check(const clmla_latent_tuning *tuning, const char **why);
+
+/* Fills *tuning with the parameters that apply to `device` at `num_heads` heads (0: the "any"
+   entry), and *source with where they come from: "file PATH", "built-in table" or "defaults"
+   (static or process-lifetime text). They are filled in either way. Returns CLMLA_SUCCESS, or
+   CLMLA_ERROR_INVALID_FILE when the user file was ignored or some of its entries refused
+   (clmla_last_error(NULL) says why). */
+clmla_status clmla_latent_tuning_lookup(const clmla_device_info *device, int num_heads, clmla_latent_tuning *tuning,
+                                        const char **source);
+
+/* Writes into buf the user file's path as the lookup resolves it ("" when there is none: "off", or
+   no cache folder). Returns CLMLA_SUCCESS, or CLMLA_ERROR_INVALID_ARGUMENT (buf holding "") when
+   the path does not fit. */
+clmla_status clmla_latent_tuning_path(char *buf, size_t size);
+
+/* Forces `tuning` (NULL: back to the lookup) on a context, for `clmla tune --kernels` and
+   experiments; a call on the context like any other (the threading rules of clmla.h). Kernels are
+   built once per cache: set it before a cache's first attention call. Returns CLMLA_SUCCESS, or
+   CLMLA_ERROR_INVALID_ARGUMENT naming an illegal value (nothing changes then). */
+clmla_status clmla_context_set_latent_tuning(clmla_context *ctx, const clmla_latent_tuning *tuning);
+
+/* Adds an entry for `device` (its vendor, name, platform and driver version) at num_heads heads
+   (0: "any") to the file at path, replacing one with the same key and keeping the others; writes
+   through a sibling file and rename. `note`, when not NULL, is stored as the entry's "measured"
+   text. Returns CLMLA_SUCCESS, CLMLA_ERROR_INVALID_ARGUMENT naming an illegal value,
+   CLMLA_ERROR_INVALID_FILE when the file is not a valid tuning file (it is left as it is), or
+   CLMLA_ERROR_IO when it cannot be read or written. */
+clmla_status clmla_latent_tuning_save(const char *path, const clmla_device_info *device, int num_heads,
+                                      const clmla_latent_tuning *tuning, const char *note);
+
+/* ---- Product kernel tuning ---------------------------------------------------------------- */
+/* The parameters of clmla's own product kernels (cl/gemm_skinny.cl, host/mla/gemm.c): the
+   decode-shaped kernels (gemm_skinny_nt / gemm_skinny_nn on GPUs and other non-CPU devices,
+   gemm_packed_rows / gemm_skinny_nt_rows on CPU devices) and the tiles of gemm_tiled_rows (CPU
+   devices, 64 rows or more: prefill). Each value is a build option (-D) of the kernels or a launch
+   size; none changes how weights are laid out except cpu_items_per_cu and cpu_min_panel, which set
+   the panel width of weights packed for CPU devices: a weight keeps the panel it was packed with,
+   and the kernels read it from the weight, so a change applies to weights created after it.
+   Which apply to a device and a product's K (its shape class: "small" K <= 4096, which holds
+   V2-Lite's projections and V3's q_b_proj and kv_b_proj; "large" K > 4096, V3's projections of the
+   hidden state and its o_proj), in order: an entry of the user file of "Latent attention kernel
+   tuning" (the same file, CLMLA_KERNEL_TUNING or <cache dir>/kernel-tuning.json), an entry of the
+   table built into the library, else the defaults (clmla_product_tuning_defaults). An entry is
+   {"kernel": "products", "vendor", "device", "platform", "driver" (as for attn_latent entries),
+   "k_class": "small", "large" or "any", "parameters": {any subset of the fields below by name; the
+   rest are defaults}}; an entry for the exact class wins over an "any" one. Entries with an
+   illegal value are refused by name and ignored, like attn_latent ones. Thread-safe. Each field's
+   legal values follow its description; the default is in parentheses. */
+typedef struct clmla_product_tuning {
+    /* non-CPU devices (GPUs) */
+    int skinny_items;     /* gemm_skinny_nt: most work-items per group (WG), a power of two 16..1024 (default 128) */
+    int skinny_unroll;    /* gemm_skinny_nt: float4s of each weight row loaded per item before any is used (UK),
+                             1..8 (2) */
+    int skinny_columns;   /* gemm_skinny_nt: most weight rows (columns of y) per group (NC), 1, 2, 4 or 8 (4); fewer
+                             where that leaves under 8 groups per compute unit */
+    int skinny_nn_items;  /* gemm_skinny_nn (x W, the per-head absorption): work-items per group, a power of two
+                             16..1024 (256) */
+    /* CPU devices */
+    int cpu_items_per_cu; /* decode-shaped products: work-items per compute unit, 1..64 (8); the panel of a packed
+                             weight of n rows is n / (this x compute units), rounded up (see cpu_min_panel) */
+    int packed_streams_1; /* gemm_packed_rows, 1 row of x: weight rows walked at once per item, 1..8 (8) */
+    int packed_streams_2; /* the same at 2 rows, 1..8 (4) */
+    int packed_streams_4; /* the same at 3 to 8 rows (4 at a time), 1..4 (3) */
+    int cpu_prefetch;     /* 1: software prefetch where the device takes it (PoCL), 0: none (1) */
+    int tiled_rows;       /* gemm_tiled_rows: rows of y per work-item (TR), a multiple of 4, 4..1024 (256) */
+    int tiled_columns;    /* gemm_tiled_rows: columns of y per work-item (TC), 1..512 (48) */
+    int tiled_weight_rows;/* gemm_tiled_rows: weight rows against 4 rows of x at a time (MC), 1..4 (3) */
+    int tiled_k_chunk;    /* gemm_tiled_rows on row-major weights: values of K per pass (KC), a multiple of 128,
+                             128..16384 (1024); packed weights use their packing's chunk,
+                             2 KiB of a row: 512 f32, 1024 f16 or bf16, 2048 fp8 values */
+    /* gemm_packed_rows with fp8 weights at 1 and 2 rows of x: 1 sums each 128-value block's products
+       unscaled (with the shift decoder the activations times 2^64, exact) and applies the block's
+       scale once, saving a multiply per weight but holding twice the accumulators, and at 1 row
+       decodes 16 codes at a time; 0 (default) scales every weight */
+    int cpu_fp8_block_sums;
+    /* gemm_skinny_nt (GPUs): weight values per work-item and load (VW), 4, 8 or 16 (4): 4 fp8 codes
+       are a 4-byte load; 16 make it as wide as f32's and look the block scale up once */
+    int skinny_vector;
+    /* gemm_skinny_nn (GPUs: x B, the per-head W^UK absorption at decode): 1, one work-item per
+       column walks K; 2..64 (a power of two, at most skinny_nn_items) splits K into that many
+       slices over the items of a work-group, which then take skinny_nn_items / skinny_nn_slices
+       float4s of columns (gemm_skinny_nn_split, for N a multiple of 4), so that more of the weight
+       is in flight at once. Default 16 (with 256 items). */
+    int skinny_nn_slices;
+    /* gemm_skinny_nt (GPUs): 1 reads each vector of skinny_vector values of the weight and of x as
+       one load of the vector type where every such vector is aligned (offsets, row lengths and
+       batch strides multiples of skinny_vector; else the kernel of 0 runs); 0 through vloadN, which
+       NVIDIA's OpenCL compiles to one scalar load per value (a byte load per fp8 code);
+       gemm_skinny_nn_split (the per-head W^UK product) likewise reads each float4 of columns of the
+       weight as one load where the weight's offset, row length and batch stride are multiples of
+       4. Default 1. CPU devices do not read it. */
+    int skinny_aligned;
+    /* gemm_packed_rows (CPUs) with bf16 or fp8 weights at 1 row of x, K a multiple of 128: 1 reads
+       each stream of the weight a 64-byte line at a time and decodes it with 32-bit operations in
+       512-bit registers (fp8 through half precision), against x's chunk reordered to match; 0
+       (default) 8 values at a time */
+    int cpu_wide;
+    /* CPUs, weights packed in panels: the fewest weight rows a work-item's panel holds, 0..65536 (0,
+       default: no floor). Where cpu_items_per_cu items per compute unit would each get fewer rows,
+       fewer items per compute unit are used (at least one), so that each of an item's streams walks
+       a longer run of the weight; it sets the panel at packing, as cpu_items_per_cu does */
+    int cpu_min_panel;
+} clmla_product_tuning;
+
+/* Fills *tuning with the defaults: the parameters that apply where no entry does. */
+void clmla_product_tuning_defaults(clmla_product_tuning *tuning);
+
+/* Checks every value. Returns CLMLA_SUCCESS when every value is legal, else
+   CLMLA_ERROR_INVALID_ARGUMENT with *why (static text, may be NULL) naming the first illegal
+   value. */
+clmla_status clmla_product_tuning_check(const clmla_product_tuning *tuning, const char **why);
+
+/* Fills *tuning with the parameters that apply to `device` for products of K = k (0: the "any"
+   entry only), and *source with where they come from: "file PATH", "built-in table" or "defaults"
+   (static or process-lifetime text). Filled in either way. Returns CLMLA_SUCCESS, or
+   CLMLA_ERROR_INVALID_FILE when the user file was ignored or some of its entries refused
+   (clmla_last_error(NULL) says why). */
+clmla_status clmla_product_tuning_lookup(const clmla_device_info *device, size_t k, clmla_product_tuning *tuning,
+                                         const char **source);
+
+/* Forces `tuning` (NULL: back to the lookup) on a context for every product, for `clmla tune
+   --kernels` and experiments; a call on the context like any other (the threading rules of
+   clmla.h). The context's product kernels are released and built again, with the new values, at
+   their next use (call clmla_layer_warmup again to build them before a step); weights created
+   before keep their panels (above). Returns CLMLA_SUCCESS, or CLMLA_ERROR_INVALID_ARGUMENT naming
+   an illegal value (nothing changes then). */
+clmla_status clmla_context_set_product_tuning(clmla_context *ctx, const clmla_product_tuning *tuning);
+
+/* Adds an entry for `device` (vendor, name, platform, driver version) for products of K = k's
+   class (0: "any") to the file at path, replacing one with the same key and keeping every other
+   entry (attn_latent ones included); writes through a sibling file and rename. `note`, when not
+   NULL, is stored as the entry's "measured" text. Returns CLMLA_SUCCESS,
+   CLMLA_ERROR_INVALID_ARGUMENT naming an illegal value, CLMLA_ERROR_INVALID_FILE when the file is
+   not a valid tuning file (it is left as it is), or CLMLA_ERROR_IO when it cannot be read or
+   written. */
+clmla_status clmla_product_tuning_save(const char *path, const clmla_device_info *device, size_t k,
+                                       const clmla_product_tuning *tuning, const char *note);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CLMLA_TUNING_H */
