@@ -1,6 +1,7 @@
-# Turns each NAME.cl of SOURCES into a byte array and a table {name, bytes, size} ending with a
+# Turns each NAME.EXT of SOURCES into a byte array and a table {name, bytes, size} ending with a
 # NULL entry, so a program carries its kernels and needs no files at run time: the library's cl/
-# (CMakeLists.txt) and clmla-bench's bench/kernels/ (bench/CMakeLists.txt). Run with cmake -P:
+# (CMakeLists.txt) and clmla-bench's bench/kernels/ (bench/CMakeLists.txt); also the library's
+# built-in tuning entries, host/mla/tuning_data/*.json (CMakeLists.txt). Run with cmake -P:
 #   -DOUTPUT=file.c "-DSOURCES=a.cl;b.cl" -DEMBED=ON|OFF (OFF: an empty table)
 #   [-DHEADER=x.h -DTYPE=struct_type -DTABLE=array_name]   (default: the library's names)
 if(NOT HEADER)

@@ -48,7 +48,8 @@ extern "C" {
    it), taken from:
      1. the file named, or with "auto" <cache dir>/clblast-tuning.json (see CLMLA_CACHE_DIR),
         which `clmla tune` writes; a file that does not exist holds no entry, then
-     2. the table built into the library.
+     2. the table built into the library (host/mla/tuning_data/clblast.json: whole entries, as
+        CLBlast's own values are not known here; keys other than an entry's are ignored).
    The values tune CLBlast's Xgemm kernel, which CLBlast runs from its XGEMM_MIN_INDIRECT_SIZE
    on (smaller products use its direct kernel, which they leave alone).
    A file that exists but is malformed, or holds values CLBlast's kernel cannot take, makes
@@ -126,8 +127,9 @@ clmla_status clmla_xgemm_tuning_path(char *buf, size_t size);
    one. The file is read once per process, at the first use; a malformed file is reported
    (clmla_log at warning level on the first context that runs attention, and by
    clmla_latent_tuning_lookup) and ignored, as is an entry with an illegal value (the message names
-   the value). Thread-safe. Each field's legal values follow its description; the default is in
-   parentheses. */
+   the value). Other keys of an entry ("date", "commit", "measured", "status", "note") are ignored:
+   provenance, kept so by the built-in entries (host/mla/tuning_data's JSON files, this format).
+   Thread-safe. Each field's legal values follow its description; the default is in parentheses. */
 typedef struct clmla_latent_tuning {
     int rows_heads;          /* attn_latent_rows: heads per work-item, even, 2..16 (default 16) */
     int rows_keys;           /* attn_latent_rows: keys per tile, a multiple of 4, 4..32 (default 8) */

@@ -872,7 +872,7 @@ static void run_base(void)
     clmla_latent_tuning_defaults(&t);
     t.group_min_split_keys = 16;
     run_all_tuned(&t, 0, "group_min_split_keys 16");
-    /* the compiled-not-run built-in entries of issue 58 (host/mla/kernel_tuning.c), which no AMD or
+    /* the compiled-not-run built-in entries of issue 58 (host/mla/tuning_data/attn_latent.json), which no AMD or
        Intel GPU has run: 8 heads of 256 items with group_keys 2 (AMD CDNA, Arc A770: KPT 2 over f32
        caches, 1 over the decoded ones) and 1 (Max 1550: KPT 1 over f32 too) */
     for (int keys = 2; keys >= 1; keys--) {

@@ -15,7 +15,7 @@ for p in "$root"/tools/vendor/profiles/*.json; do
     if ! "$clmla" kernels --profile "$p" --preset v2-lite --cache-dtype bf16 >"$tmp/out" 2>"$tmp/err"; then
         echo "FAIL $p: clmla kernels exited non-zero:"; cat "$tmp/err"; fail=1; continue
     fi
-    # 16 heads a group, but where a built-in entry (host/mla/kernel_tuning.c, issue 58's
+    # 16 heads a group, but where a built-in entry (host/mla/tuning_data/attn_latent.json, issue 58's
     # compiled-not-run vendor entries) sets 8 heads of 256 items: AMD CDNA, Arc A770, Max 1550
     case $(basename "$p" .json) in
     mi300x | mi250 | arc-a770 | max1550) want="-D HG=8 .*-D NT=256" ;;

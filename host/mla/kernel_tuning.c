@@ -4,6 +4,7 @@
 #include "fileio.h"
 #include "gemm.h"
 #include "tuning.h"
+#include "tuning_data.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -30,7 +31,7 @@ typedef struct tuning_param {
 } tuning_param;
 
 /* A kind of kernel: its parameter struct (ints only), how an entry names it and its shape class,
-   its rules, defaults and built-in table. */
+   its rules and defaults. Its built-in entries are host/mla/tuning_data/KERNEL.json (tuning_data.h). */
 typedef struct kernel_kind {
     const char *kernel;         /* the entry's "kernel" */
     const char *class_key;      /* the entry's shape class field */
@@ -43,97 +44,12 @@ typedef struct kernel_kind {
     const void *defaults;
     const char *(*check)(const void *parameters); /* the rule broken, or NULL */
     const char *what;           /* the parameters, in messages: "... refused: RULE" */
-    const kernel_entry *builtin;
-    size_t builtin_count;
 } kernel_kind;
 
 /* ---- latent attention (cl/attn_latent.cl) --------------------------------------------------- */
 
-/* group_query_layout 1 since the H100 measured it (2026-11-26): 0.72-0.88 of layout 0's time at 16 and
-   128 heads; the bank layout it avoids is that of most GPUs' local memory (32 four-byte banks).
-   prefill_tiled 1 and group_decode_heads 8 since the H100 measured them (2026-11-26, `2bf76cd`):
-   attn_prefill_tiled in 0.14-0.80 of attn_prefill's time; 8 heads an item over fp8 caches in
-   0.60-0.90 of 4's, over f16 and bf16 0.79-1.09 (docs/BENCHMARKS.md). group_aligned 1 since an
-   H200 measured it (2026-11-28, `a11a3fa`): bf16 caches in 0.49-0.77 of the time of vloadN's scalar
-   loads, fp8 in 0.87-0.92, f16 unchanged (0.98-1.02: vloada_half4 compiles to the same scalar
-   loads), V2-Lite and V3, batch 1 to 32, ctx 4096 and 32768. Only attn_latent, a GPU's kernel,
-   reads it; a whole aligned load is no more work than its values' loads on any GPU. */
+/* The parameters where no entry applies (include/clmla_tuning.h gives each field's default). */
 static const clmla_latent_tuning latent_defaults = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0, 1, 0};
-
-/* Entries measured with `clmla tune --kernels` on the developers' machines (CHANGELOG.md,
-   docs/DESIGN.md "Kernel tuning"). */
-static const kernel_entry latent_builtin[] = {
-    /* PoCL 3.1 (Debian 12), 2-core AMD EPYC (Zen 3): `clmla tune --kernels`, 16 heads, rkv 512,
-       dr 64, ctx 4096, 18 candidates in 18 s; the defaults won (batch 1 1098 us, batch 8 9589 us;
-       the next best, rows_keys 16, 1162 and 10417 us). The Intel Xeon's attn_latent_lanes
-       (rows_lanes 2) took 1.34x attn_latent_rows' time here (2026-11-29, geometric mean over
-       V2-Lite's 1 and 4 tokens and V3's 128 heads, f32 / bf16 / fp8 caches, 2 rounds): each
-       float16 of heads is two AVX2 registers, and the broadcasts it saves are cheap here. */
-    {"AuthenticAMD", "pthread-haswell-AMD EPYC", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 0, 16, 0, 4, 128, 0, 32, 32, 64, 16, 0, 0, 1}}},
-    /* PoCL 3.1 (Debian 12), 2-core AMD EPYC with AVX-512 (2026-11-26): 18 candidates, 16 heads, ctx
-       4096, four runs; each run's grid winner (rows_keys 4, 8 or 16, 2 to 8 items per compute unit)
-       was 0.86-1.24 of the defaults when timed again beside them, three times out of four slower:
-       the defaults */
-    {"AuthenticAMD", "pthread-skylake-avx512-AMD EPYC", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 0, 16, 0, 4, 128, 0, 32, 32, 64, 16, 0, 0, 1}}},
-    /* PoCL 3.1 (Debian 12), 2-core Intel Xeon with AVX-512 (2026-11-27): `clmla tune --kernels`, 16
-       and 128 heads, rkv 512, dr 64, ctx 4096, 18 candidates each: at 16 heads the grid's best
-       (rows_groups_per_cu 2) 0.984 of the defaults when timed again beside them, at 128 the defaults
-       best, so the defaults; with --prefill (V2-Lite, bf16 weights, a prompt of 2048 and a chunk of
-       512 after 4096), prefill_rows_queries 32 at 0.961 of 16 (median of 3 alternations; the
-       chunk 0.91-0.96, the prompt 0.97-1.05). rows_lanes 1 since 2026-11-28: attn_latent_lanes in
-       0.66-0.93 of attn_latent_rows' time over f32, f16 and bf16 caches and 0.82-1.02 over fp8 ones
-       (V2-Lite and V3, batch 1 and 8, ctx 4096 and 32768, two alternations: docs/BENCHMARKS.md);
-       `clmla tune --kernels` chose it at both head counts (0.73 and 0.72 of the table's time when
-       confirmed), at 16 heads with rows_keys 16, which the decode rows at ctx 32768 did not
-       confirm over 8 (f32 1.0-1.25x 8's time, bf16 0.9-1.0x), so 8. From 32 heads on, two
-       vectors of heads an item (rows_lanes 2): V3, batch 1 and 8, ctx 4096, 0.76-0.90 of one
-       vector's time (two alternations, f32 and bf16 caches). At 16 heads rows_lanes 2 since
-       2026-11-28 too, which there puts two tokens of a multi-token entry in an item: V2-Lite, 2 to
-       8 tokens a sequence, batch 1 and 8, ctx 4096 and 32768, f32 and bf16 caches, 0.66-0.88 of
-       one token an item's time (two alternations; one round's batch-1 rows at ctx 4096 1.2-1.4),
-       chunks of 64 and 512 tokens after 4096 on the absorbed path 0.81-0.88; one token a
-       sequence runs as at 1 */
-    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 32, 0, 2, 1}}},
-    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 128, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0, 2, 1}}},
-    /* any other head count: as at 128 (rows_lanes 2: two vectors of heads from 32 heads; from 16, one
-       vector, and two tokens an item in multi-token entries) */
-    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 0, {.latent = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 0, 2, 1}}},
-    /* NVIDIA H100 80GB HBM3, driver 580.159.04 (2026-11-26): 72 candidates each, rkv 512, dr 64, ctx
-       4096, confirmed by 3 alternations with the defaults of then (query layout 0). 16 heads: batch 1
-       59.8 us, batch 8 109.3 us against 69.9 and 120.4 (0.88); 128 heads: 76.8 and 590.0 us against
-       103.8 and 832.8 (0.72). Both chose query layout 1; 128 heads also 256 items per group. Any
-       driver: the kernel's limits are the chip's. prefill_tiled 1 and group_decode_heads 8 from the
-       A/B of `2bf76cd`, group_aligned 1 from the H200's of `a11a3fa` (the same compiler and the
-       same scalar loads in the PTX: the defaults' comment above). */
-    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 16, {.latent = {16, 8, 4, 16, 4, 128, 4, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0, 1}}},
-    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 128, {.latent = {16, 8, 4, 16, 4, 256, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0, 1}}},
-    /* AMD CDNA2 / CDNA3 (MI250's gfx90a, MI300X's gfx942), any ROCm driver: COMPILED, NOT RUN (issue 58,
-       docs/VENDORS.md; clang 15 + rocm-device-libs 5.2.3, gfx942 compiled as gfx940). The defaults'
-       groups of 16 heads and 128 items (two wave64s) hold 46,144 bytes of the CU's 64 KiB of LDS,
-       so one group a CU: 0.5 waves a SIMD, two of the four SIMDs idle. 8 heads and 256 items (four
-       waves), group_keys 2 (KPT 2 over f32 caches, 1 over 16-bit and fp8 ones with group_decode_heads
-       8): 28,704 bytes, two groups a CU, 2 waves a SIMD; 116-123 VGPRs (203-235 before), no spill. The
-       price: each cache row is read by twice the groups (once per 8 heads, not 16). Until a lent
-       AMD GPU measures it (tools/gpu-check.sh: `clmla tune --kernels` at 16 and 128 heads, then the
-       decode rows against the defaults through a tuning file), this is the occupancy the design
-       asks for, not a measured win. ROCm reports the ISA name with its target features. */
-    {"Advanced Micro Devices, Inc.", "gfx942:sramecc+:xnack-", "", "", 0, {.latent = {16, 8, 4, 8, 2, 256, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0, 1}}},
-    {"Advanced Micro Devices, Inc.", "gfx942:sramecc+:xnack+", "", "", 0, {.latent = {16, 8, 4, 8, 2, 256, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0, 1}}},
-    {"Advanced Micro Devices, Inc.", "gfx90a:sramecc+:xnack-", "", "", 0, {.latent = {16, 8, 4, 8, 2, 256, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0, 1}}},
-    {"Advanced Micro Devices, Inc.", "gfx90a:sramecc+:xnack+", "", "", 0, {.latent = {16, 8, 4, 8, 2, 256, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0, 1}}},
-    /* Intel Arc A770 (Xe-HPG) and Data Center GPU Max 1550 (Xe-HPC), any compute runtime: COMPILED, NOT
-       RUN (issue 58, docs/VENDORS.md; ocloc / IGC of intel-opencl-icd 22.43). With the defaults IGC
-       builds attn_latent at SIMD8 in 128 GRF on Arc and spills 544-864 bytes a thread, at SIMD32 on
-       PVC and spills 14-32 KB; 16 heads of 128 items keep 64 of RKV's accumulators an item, 8 heads
-       of 256 items 16, and 28,704 bytes of SLM let 2 groups share an Xe-core's 64 KiB (Arc) where
-       46,144 let 1: Arc compiles with no spill, 4 threads an EU of 8 (1 before). PVC still spills at
-       SIMD32, least with group_keys 1 (f32 caches KPT 1: 7,104 bytes; 16-bit and fp8 768-1,280),
-       allowed in tools/vendor/allowances.json; IGC's 256-GRF mode (-cl-intel-256-GRF-per-thread)
-       removes it, a build option no tuning parameter sets yet. The same price as AMD's entry (rows
-       read once per 8 heads) and the same measurement to keep or drop them (tools/gpu-check.sh). */
-    {"Intel(R) Corporation", "Intel(R) Arc(TM) A770 Graphics", "", "", 0, {.latent = {16, 8, 4, 8, 2, 256, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0, 1}}},
-    {"Intel(R) Corporation", "Intel(R) Data Center GPU Max 1550", "", "", 0, {.latent = {16, 8, 4, 8, 1, 256, 8, 1, 16, 1, 8, 128, 0, 32, 32, 64, 16, 1, 0, 1}}},
-};
 
 static const tuning_param latent_names[] = {
     {"rows_heads", offsetof(clmla_latent_tuning, rows_heads)},
@@ -240,81 +156,14 @@ static void heads_add(cJSON *o, int cls)
 static const kernel_kind latent_kind = {
     "attn_latent", "heads", "\"heads\" must be a head count or \"any\"", heads_parse, heads_add, latent_names,
     sizeof(latent_names) / sizeof(latent_names[0]), sizeof(clmla_latent_tuning), &latent_defaults, latent_problem,
-    "latent attention parameters", latent_builtin, sizeof(latent_builtin) / sizeof(latent_builtin[0])};
+    "latent attention parameters"};
 
 /* ---- products (cl/gemm_skinny.cl) ------------------------------------------------------------ */
 
-/* skinny_nn_items 256 and skinny_nn_slices 16 since the H100 measured them (2026-11-27, `1be7d67`): the
-   per-head W^UK product at decode in 10-13 us where one item a column took 43-45 us, V2-Lite's and V3's
-   decode steps in 0.77-0.93 of their time (docs/BENCHMARKS.md). The reason, too few items for a
-   GPU's cores when each walks all of K, holds for any GPU; CPUs run the row forms and never read
-   them. skinny_aligned 1 since an H200 measured it (2026-11-28, `a11a3fa`, 4 values a load):
-   V2-Lite's and V3's decode steps (ctx 4096, batch 1 and 8, f32 / bf16 / fp8 weights) in 0.88-0.95
-   of the time of vloadN's scalar loads but one (1.06, V2-Lite f32 at batch 1, whose traced
-   gemm_skinny_nt took 8.9 us against 10.8); gemm_skinny_nt in V3's fp8 step 25.9 us against 30.4,
-   gemm_skinny_nn_split 12.5 against 15.9. 16 values a load was not kept: V3's kv_b_proj and
-   q_b_proj at 8 rows took 1.45-2.33x the time. */
+/* The parameters where no entry applies (include/clmla_tuning.h gives each field's default). */
 static const clmla_product_tuning product_defaults = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256,
                                                       48, 3, 1024, 0, 4, 16, 1, 0, 0};
 
-/* Entries measured on the developers' machines (docs/perf-log.md, "Product kernel tuning"). */
-static const kernel_entry product_builtin[] = {
-    /* PoCL 3.1 (Debian 12), 2-core AMD EPYC with AVX2 (Zen 3): `clmla tune --kernels --products`
-       (2026-11-26) kept the defaults. 2026-11-29, clmla-bench's V2-Lite and V3 products, variants
-       through tuning files, geometric means of the time over the defaults': fp8 block sums, with
-       16 codes a step at 1 row (cl/gemm_skinny.cl), 0.90 over fp8 at 1 and 2 rows (6 rounds in
-       alternating order, 132 ratios, each round's mean 0.82-0.99); the 8-code loop under them
-       took 1.10x that time (6 rounds). Not taken: cpu_wide 1.27 over bf16 and fp8 at 1 row (2
-       rounds; its float16 sums take all of AVX2's 16 registers), cpu_min_panel 128 0.93 in rounds
-       where rows it does not touch gave 0.92. */
-    {"AuthenticAMD", "pthread-haswell-AMD EPYC", "Portable Computing Language", "", 0,
-     {.product = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 1, 4, 16, 1, 0, 0}}},
-    /* PoCL 3.1 (Debian 12), 2-core AMD EPYC with AVX-512 (2026-11-26): fp8 block sums, 4
-       alternations of clmla-bench's V3 products at 1 row, medians: q_b_proj 1.54 / 1.63 ms,
-       qkv_a_proj 0.72 / 0.75, o_proj 4.49 / 4.92 (on / off); 4 and 8 rows slower with them (16.1 /
-       14.6-18.4 ms for o_proj at 8), hence 1 and 2 rows only. The rest: the defaults. */
-    {"AuthenticAMD", "pthread-skylake-avx512-AMD EPYC", "Portable Computing Language", "", 0,
-     {.product = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 1, 4, 1, 0, 0}}},
-    /* PoCL 3.1 (Debian 12), 2-core Intel Xeon with AVX-512 (2026-11-27), `clmla tune --kernels
-       --products` twice (before and after fp8 through half precision) and an A/B of the block sums:
-       - prefill tiles 256 x 96 x 4 (TR x TC x MC): 0.914-0.946 of the defaults' time in both
-         confirmation rounds of both classes (512 rows of V2-Lite's and V3's fused q / kv_a, in
-         f32, bf16 and fp8);
-       - fp8 block sums: 3 alternations of clmla-bench's V2-Lite and V3 products at 1 row, medians
-         0.56-1.08 of the time without, 0.94 the median ratio (V3 o_proj 5.40 / 6.12 ms);
-       - the decode parameters: the defaults (every grid point within the host's 2x swing);
-       - cpu_wide (2026-11-27), two alternations of clmla-bench's products at 1 row and of the layer
-         step on a loaded host: V3's larger fp8 and bf16 products in 0.72-0.95 of the time without
-         (q_b_proj fp8 at 77-79% of its bound against 57-65%), V3's decode step with fp8 weights in
-         0.83-0.86; from a warm cache V2-Lite's fp8 products 1.2-1.3x as fast; V2-Lite's small
-         products within the host's swing (docs/perf-log.md);
-       - cpu_min_panel 128 (2026-11-28), three alternations of clmla-bench's products at 1 row against
-         none and 256, medians of the three: V3's kv_a_proj (576 rows, 4 items of 144 rows where 16
-         had 36) fp8 0.226 against 0.390 ms, bf16 0.321 against 0.577, f32 0.603 against 0.607; V3's
-         q_a_proj (12 items of 128 rows) 0.96-0.98 of the time; V2-Lite's kv_a_proj within the
-         host's swing (bf16 0.86, fp8 1.09); the fused products the layers run have the rows to
-         keep 16 items. */
-    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", "Portable Computing Language", "", 0,
-     {.product = {128, 2, 4, 64, 8, 8, 4, 3, 1, 256, 96, 4, 1024, 1, 4, 1, 0, 1, 128}}},
-    /* NVIDIA H100 80GB HBM3, driver 580.159.04 (2026-11-26): gemm_skinny_nt at 1 row, 29 candidates
-       per K class on V2-Lite's and V3's projections in f32, bf16 and fp8; the defaults won both
-       classes (next best 1.006-1.036 of their time; skinny_vector 8 and 16, 1.27 and 1.92). The
-       W^UK product's K split (2026-11-27, `1be7d67`, each beside the parameters before in one call):
-       256 items in 16 slices took V2-Lite's decode step (ctx 4096, batch 1 and 8, f32 / bf16 / fp8
-       weights) in 0.77-0.87 of its time and V3's (batch 1, f32 and fp8) in 0.88-0.93; 64 items in 8
-       slices 0.80-0.93; the kernel itself 10.1-13.2 us against 43.1-45.4. skinny_aligned 1 from the
-       H200's A/B of `a11a3fa` (the defaults' comment above). */
-    {"NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "NVIDIA CUDA", "", 0,
-     {.product = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4, 16, 1, 0}}},
-    /* Intel Data Center GPU Max 1550 (Xe-HPC), any compute runtime: COMPILED, NOT RUN (issue 58,
-       docs/VENDORS.md; ocloc / IGC 22.43). On 1024 EUs the defaults' 4 columns a group are kept for
-       V2's and V3's larger decode products, and IGC builds gemm_skinny_nt's 8-row, 4-column form at
-       SIMD32 in 128 GRF with a 1,984-byte spill; skinny_columns 2 (at most 2 columns a group) leaves
-       no spill, 8 KiB of SLM a group and 8 threads an EU. Kept or dropped by `clmla tune --kernels
-       --products` on a lent PVC (tools/gpu-check.sh). */
-    {"Intel(R) Corporation", "Intel(R) Data Center GPU Max 1550", "", "", 0,
-     {.product = {128, 2, 2, 256, 8, 8, 4, 3, 1, 256, 48, 3, 1024, 0, 4, 16, 1, 0}}},
-};
 static const char *const k_class_names[] = {"any", "small", "large"};
 
 static const tuning_param product_names[] = {
@@ -422,7 +271,7 @@ static void k_class_add(cJSON *o, int cls)
 static const kernel_kind product_kind = {
     "products", "k_class", "\"k_class\" must be \"small\", \"large\" or \"any\"", k_class_parse, k_class_add,
     product_names, sizeof(product_names) / sizeof(product_names[0]), sizeof(clmla_product_tuning), &product_defaults,
-    product_problem, "product kernel parameters", product_builtin, sizeof(product_builtin) / sizeof(product_builtin[0])};
+    product_problem, "product kernel parameters"};
 
 /* Every kind; the first takes the entries that name no kernel (files written before there were
    two kinds) and refuses those that name an unknown one. */
@@ -589,6 +438,23 @@ static const kernel_entry *best(const kernel_entry *list, size_t n, const clmla_
     return any;
 }
 
+/* ---- the built-in entries, parsed once per process ----------------------------------------------- */
+
+static pthread_once_t builtin_once = PTHREAD_ONCE_INIT;
+static kernel_entry_list builtin_entries[KINDS]; /* as kinds[]; kept for the process */
+
+/* Each kind's embedded file, host/mla/tuning_data/KERNEL.json, through the user files' parser. An
+   entry it refuses is left out (test_tuning_data checks that none is); a missing file leaves none. */
+static void builtin_load(void)
+{
+    for (size_t i = 0; i < KINDS; i++) {
+        const char *text = clmla_tuning_data_text(kinds[i]->kernel);
+        char why[512];
+        if (text && list_parse(kinds[i], text, &builtin_entries[i], why, sizeof(why)) < 0)
+            list_free(&builtin_entries[i]);
+    }
+}
+
 /* The parameters of kind k for the device and class, in precedence: 2 user entry, 1 built-in, 0
    defaults. */
 static int resolve(const kernel_kind *k, const kernel_entry_list *user, const char *user_src,
@@ -597,7 +463,9 @@ static int resolve(const kernel_kind *k, const kernel_entry_list *user, const ch
     const kernel_entry *e = user ? best(user->entries, user->count, device, cls) : NULL;
     int from = 2;
     if (!e) {
-        e = best(k->builtin, k->builtin_count, device, cls);
+        pthread_once(&builtin_once, builtin_load);
+        const kernel_entry_list *b = &builtin_entries[slot(k)];
+        e = best(b->entries, b->count, device, cls);
         from = 1;
     }
     memcpy(tuning, e ? (const void *)&e->t : k->defaults, k->size);

@@ -5,11 +5,13 @@
 #include "clcall.h"
 #include "fileio.h"
 #include "gemm.h"
+#include "tuning_data.h"
 
 #include <clblast_c.h>
 #include <cjson/cJSON.h>
 #include <stddef.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,16 +21,6 @@ static const char *const names[CLMLA_XGEMM_PARAMETERS] = {"GEMMK", "KREG",  "KWG
                                                           "MWG",   "NDIMB", "NDIMC", "NWG", "SA",    "SB",
                                                           "STRM",  "STRN",  "VWM", "VWN"};
 enum { GEMMK, KREG, KWG, KWI, MDIMA, MDIMC, MWG, NDIMB, NDIMC, NWG, SA, SB, STRM, STRN, VWM, VWN };
-
-/* Entries measured with `clmla tune` on the developers' machines (docs/perf-log.md, "CLBlast
-   tuning"): vendor and device name as the OpenCL driver reports them. */
-static const clmla_xgemm_tuning builtin[] = {
-    /* PoCL 3.1 (Debian 12), 2-core AMD EPYC (Zen 3): `clmla tune --candidates 16`, 2 minutes */
-    {"AuthenticAMD", "pthread-haswell-AMD EPYC", {0, 1, 32, 2, 4, 4, 64, 16, 16, 64, 1, 1, 1, 1, 8, 4}, 1024, 83.4, 21.9},
-    /* PoCL 3.1 (Debian 12), 2-core Intel Xeon with AVX-512 (2026-11-27): `clmla tune`, 31 of 41
-       candidates in 5 minutes */
-    {"GenuineIntel", "pthread-skylake-avx512-Intel(R) Xeon(R) Processor", {0, 1, 32, 2, 8, 8, 64, 8, 8, 64, 1, 1, 1, 1, 8, 8}, 1024, 84.1, 17.3},
-};
 
 const char *clmla_xgemm_parameter_name(int i)
 {
@@ -279,6 +271,47 @@ clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning 
     return clmla_tuning_save_json(path, list);
 }
 
+/* ---- the built-in entries ------------------------------------------------------------------- */
+
+const char *clmla_tuning_data_text(const char *name)
+{
+    for (size_t i = 0; i < clmla_tuning_data_count; i++)
+        if (strcmp(clmla_tuning_data[i].name, name) == 0)
+            return clmla_tuning_data[i].source;
+    return NULL;
+}
+
+static pthread_once_t builtin_once = PTHREAD_ONCE_INIT;
+static clmla_xgemm_tuning *builtin; /* host/mla/tuning_data/clblast.json's entries, kept for the process */
+static size_t builtin_count;
+
+/* The embedded entries through the user files' parser (parse_entry); a refused one is left out
+   (test_tuning_data checks that none is). */
+static void builtin_load(void)
+{
+    const char *text = clmla_tuning_data_text("clblast");
+    cJSON *list = text ? cJSON_Parse(text) : NULL;
+    const int n = cJSON_IsArray(list) ? cJSON_GetArraySize(list) : 0;
+    builtin = n > 0 ? calloc((size_t)n, sizeof(*builtin)) : NULL;
+    const cJSON *item = NULL;
+    char why[512];
+    if (builtin) {
+        cJSON_ArrayForEach(item, list)
+        {
+            if (parse_entry(item, &builtin[builtin_count], why, sizeof(why)))
+                builtin_count++;
+        }
+    }
+    cJSON_Delete(list);
+}
+
+size_t clmla_xgemm_tuning_builtin(const clmla_xgemm_tuning **entries)
+{
+    pthread_once(&builtin_once, builtin_load);
+    *entries = builtin;
+    return builtin_count;
+}
+
 /* ---- applied at context creation ----------------------------------------------------------- */
 
 static int same_device(const clmla_xgemm_tuning *t, const clmla_context *ctx)
@@ -384,13 +417,15 @@ clmla_status clmla_tuning_apply(clmla_context *ctx)
         clmla_log(ctx, CLMLA_LOG_INFO, "CLBlast's SGEMM parameters for this device set from %s", path);
         return CLMLA_SUCCESS;
     }
-    for (size_t i = 0; i < sizeof(builtin) / sizeof(builtin[0]); i++) {
-        if (!same_device(&builtin[i], ctx) ||
-            check_values(builtin[i].values, ctx->info.max_work_group_size, ctx->info.local_mem_bytes))
+    const clmla_xgemm_tuning *table = NULL;
+    const size_t n = clmla_xgemm_tuning_builtin(&table);
+    for (size_t i = 0; i < n; i++) {
+        if (!same_device(&table[i], ctx) ||
+            check_values(table[i].values, ctx->info.max_work_group_size, ctx->info.local_mem_bytes))
             continue;
         /* A CLBlast that refuses the built-in names just keeps its own values. */
-        if (override(ctx, builtin[i].values) == CLBlastSuccess) {
-            ctx->tuning = builtin[i];
+        if (override(ctx, table[i].values) == CLBlastSuccess) {
+            ctx->tuning = table[i];
             ctx->tuning_applied = 1;
             snprintf(ctx->tuning_source, sizeof(ctx->tuning_source), "built-in table");
             clmla_log(ctx, CLMLA_LOG_INFO, "CLBlast's SGEMM parameters for this device set from the built-in table");

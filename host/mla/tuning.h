@@ -16,6 +16,10 @@ clmla_status clmla_tuning_apply(clmla_context *ctx);
 int clmla_tuning_parse(const char *text, const clmla_device_info *device, clmla_xgemm_tuning *found, char *why,
                        size_t why_size);
 
+/* The built-in entries (host/mla/tuning_data/clblast.json, parsed once per process as a tuning
+   file's entries are): their count, *entries pointing at them (process lifetime). */
+size_t clmla_xgemm_tuning_builtin(const clmla_xgemm_tuning **entries);
+
 /* Tuning files (CLBlast's and clmla's own kernels', kernel_tuning.c) are small; a larger one is
    not one. */
 #define CLMLA_TUNING_FILE_MAX_BYTES ((size_t)16 << 20)
