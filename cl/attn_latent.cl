@@ -99,9 +99,6 @@
 #if RS != 1 && RS != 2 && RS != 4
 #error "RS must be 1, 2 or 4"
 #endif
-#if RS > 1 && defined(STAGE)
-#error "RS > 1 and STAGE: not both"
-#endif
 #define TK (KPT * NT / (HQ * RS))            /* keys per tile */
 #if KPT * HPIE % RS
 #error "RS must divide KPT * HPIE (step B's keys per item)"
@@ -157,48 +154,6 @@
 #define LOAD4(p, i) (((__global const float4 *)(p))[i])
 #else
 #define LOAD4(p, i) CACHE_LOAD4(p, i)
-#endif
-
-#ifdef STAGE
-/* STAGE: attn_latent's score step reads the tile's rows from local memory, staged chunk by chunk
-   (the kernel's step A says how): positions per k of an item's keys, float4s each item stages per
-   chunk, chunks per row, and the bank swizzle of position p (8 float4-wide bank groups). */
-#define SPOS (TK / KPT)
-#define SPI (TK * HQ4 / NT)
-#define NCH ((ROWV + HQ4 - 1) / HQ4)
-#define SWZ(p) (HQ4 > 1 ? ((p) / (8 / HQ4)) % HQ4 : 0)
-#if TK * HQ4 % NT
-#error "STAGE needs the tile's chunk to be whole float4s per item"
-#endif
-/* float4 v of row r, zeros past the row */
-inline float4 stage_row4(__global const CACHE_T *r, const int v)
-{
-    if (v < ROW4)
-        return LOAD4(r, v);
-#if ROW % 4
-    if (v == ROW4) {
-        float4 c = 0.0f;
-        c.x = LOAD(r, 4 * ROW4);
-#if ROW % 4 > 1
-        c.y = LOAD(r, 4 * ROW4 + 1);
-#endif
-#if ROW % 4 > 2
-        c.z = LOAD(r, 4 * ROW4 + 2);
-#endif
-        return c;
-    }
-#endif
-    return 0.0f;
-}
-/* the float4s of chunk ch this item stages, into dst[SPI]: those of keys past the tile's end, or
-   without a row (slot -1), are zeros */
-#define STAGE_LOAD(dst, ch)                                                                        \
-    _Pragma("unroll") for (int i_ = 0; i_ < SPI; i_++) {                                          \
-        const int e_ = lid + i_ * NT, p_ = e_ / HQ4, kk_ = (p_ % SPOS) * KPT + p_ / SPOS;         \
-        const int s_ = kk_ < nk ? slot_l[kk_] : -1;                                                \
-        (dst)[i_] = s_ >= 0 ? stage_row4(cache + (size_t)s_ * CACHE_ROW_UNITS, (ch) * HQ4 + e_ % HQ4) \
-                            : (float4)(0.0f);                                                      \
-    }
 #endif
 
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
@@ -354,50 +309,6 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
             for (int k = 0; k < KPT; k++)
                 for (int h = 0; h < HPIE; h++)
                     a[k][h] = 0.0f;
-#ifdef STAGE
-            /* The tile's rows pass through local memory (sw, free until the scores) in chunks of
-               HQ4 float4s of every row: the items load a chunk together, each row's float4s by
-               adjacent items (a warp's load covers 32 / HQ4 rows instead of 32 / HQ), decoded once
-               per work-group, the next chunk's loads in flight while this one is used. Key kk sits
-               at position p = (kk % KPT) * SPOS + kk / KPT, so that the items scoring one k of
-               their keys read consecutive positions; float4 w of position p at p*HQ4 + (w ^ SWZ(p)),
-               which puts those reads (and the chunk's writes) in distinct banks of a GPU with 32
-               four-byte banks. A key past the tile's end or without a row (SPARSE) stages zeros,
-               as do the float4s past the row (the queries are zero there too). */
-            barrier(CLK_LOCAL_MEM_FENCE); /* slot_l holds every key of the tile */
-            float4 nxt[SPI];
-            STAGE_LOAD(nxt, 0);
-            for (int ch = 0; ch < NCH; ch++) {
-                #pragma unroll
-                for (int i = 0; i < SPI; i++) {
-                    const int e = lid + i * NT, p = e / HQ4;
-                    sw[p * HQ4 + ((e % HQ4) ^ SWZ(p))] = nxt[i];
-                }
-                barrier(CLK_LOCAL_MEM_FENCE);
-                if (ch + 1 < NCH)
-                    STAGE_LOAD(nxt, ch + 1);
-                #pragma unroll
-                for (int w = 0; w < HQ4; w++) {
-                    const int v = ch * HQ4 + w;
-                    if (NCH * HQ4 == ROWV || v < ROWV) {
-                        float4 c[KPT];
-                        #pragma unroll
-                        for (int k = 0; k < KPT; k++) {
-                            const int p = k * SPOS + kk_a;
-                            c[k] = sw[p * HQ4 + (w ^ SWZ(p))];
-                        }
-                        #pragma unroll
-                        for (int h = 0; h < HPIE; h++) {
-                            const float4 qv = qs[QIDX(HPIE * hq + h, v)];
-                            #pragma unroll
-                            for (int k = 0; k < KPT; k++)
-                                a[k][h] = fma(qv, c[k], a[k][h]);
-                        }
-                    }
-                }
-                barrier(CLK_LOCAL_MEM_FENCE); /* the chunk read before the next is written */
-            }
-#else
             /* float4s ra, ra + RS, ... of each row (all of them with one slice), UA of each row loaded
                before any is used: KPT*UA loads in flight per item */
             const int nv = (ROW4 - ra + RS - 1) / RS;
@@ -439,7 +350,6 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
                     for (int h = 0; h < HPIE; h++)
                         a[k][h] = fma(qs[QIDX(HPIE * hq + h, ROW4)], c, a[k][h]);
                 }
-#endif
 #endif
             /* the item's scores as float4s of 4 heads: sw[key][HPIE / 4 * hq + f] */
 #define SUM4(f4) ((f4).x + (f4).y + (f4).z + (f4).w)

@@ -129,6 +129,7 @@ clmla_status clmla_xgemm_tuning_path(char *buf, size_t size);
    clmla_latent_tuning_lookup) and ignored, as is an entry with an illegal value (the message names
    the value). Other keys of an entry ("date", "commit", "measured", "status", "note") are ignored:
    provenance, kept so by the built-in entries (host/mla/tuning_data's JSON files, this format).
+   "group_stage_keys", a parameter removed in 0.4.0, is taken at 0 and refused at any other value.
    Thread-safe. Each field's legal values follow its description; the default is in parentheses. */
 typedef struct clmla_latent_tuning {
     int rows_heads;          /* attn_latent_rows: heads per work-item, even, 2..16 (default 16) */
@@ -162,12 +163,6 @@ typedef struct clmla_latent_tuning {
        groups per compute unit or the splits reach this size. Smaller splits give more groups (and
        more partial results to combine). */
     int group_min_split_keys;
-    /* attn_latent's score step: 0 (default) each work-item streams its keys' rows from global
-       memory, so a GPU's load instruction touches a row per key the warp scores; 1 the work-group
-       stages the tile's rows through local memory in chunks, each chunk's float4s of a row loaded by
-       adjacent items and decoded once per work-group (f16, bf16, fp8 caches), and the items score
-       from there. Experimental. */
-    int group_stage_keys;
     /* attn_prefill_tiled's tiles (prefill_tiled 1): the most queries of one block, a power of two
        4..64 (default 32; the build takes the largest, down to 4, whose local memory and work-group
        of queries / 2 x keys / 4 items fit the device); the keys of one tile, a multiple of 4 from 8
@@ -201,8 +196,7 @@ typedef struct clmla_latent_tuning {
     /* attn_latent: 2 or 4 items share each key's dot products in the score step, each over every
        2nd or 4th float4 of the row, their partial scores added in the softmax step: tiles of 2 or 4
        times fewer keys, each item's chain of loads as many times shorter. For few work-groups
-       (batch 1, with a small group_min_split_keys), where that chain sets the time. Not with
-       group_stage_keys. 0 or 1 (default): one item per key and set of heads. Experimental. */
+       (batch 1, with a small group_min_split_keys), where that chain sets the time. 0 or 1 (default): one item per key and set of heads. Experimental. */
     int group_row_slices;
     /* 1 runs attn_latent_mma in place of attn_latent over a cache of any dtype (rkv a multiple of
        256 and rkv + dr of 32, every preset of docs/MODELS.md; up to 16 heads a work-group, or with

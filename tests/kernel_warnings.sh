@@ -1,8 +1,8 @@
 #!/bin/sh
 # Every kernel file, compiled as the library compiles it (cl/prelude.cl first) by the host's clang
 # for OpenCL C 1.2 with -Wall -Werror, under each set of build options that selects other code: the
-# weight and cache dtypes and their whole-vector loads, the CPU options, the query layout, the staged
-# score step. A warning here is a warning on some device's compiler (PoCL prints "N warnings
+# weight and cache dtypes and their whole-vector loads, the CPU options, the query layout, masks, row
+# slices, sparse lists. A warning here is a warning on some device's compiler (PoCL prints "N warnings
 # generated" and clmla logs the build log at info level).
 # Syntax only: nothing runs. Skipped (77) without a clang that compiles OpenCL C.
 #   sh tests/kernel_warnings.sh CL_DIR
@@ -33,14 +33,14 @@ sets='
 -D CLMLA_PREFETCH -D CLMLA_HSUM8
 -D CLMLA_NO_DENORMS -D W_DTYPE=3
 -D QLAYOUT=1
--D STAGE -D QLAYOUT=1 -D HG=3 -D NT=64 -D RKV=40 -D DR=8
--D STAGE -D RKV=512 -D DR=64 -D CACHE_FP8 -D HPI=8 -D KPT=2
+-D QLAYOUT=1 -D HG=3 -D NT=64 -D RKV=40 -D DR=8
+-D RKV=512 -D DR=64 -D CACHE_FP8 -D HPI=8 -D KPT=2
 -D SPARSE
 -D SPARSE -D RKV=512 -D DR=64 -D CACHE_FP8 -D QLAYOUT=1
 -D MASK -D CACHE_F16
 -D MASK -D HGC=6 -D RKV=40 -D DR=8 -D CACHE_BF16
 -D MASK -D RS=2 -D CACHE_ALIGNED -D CACHE_BF16
--D MASK -D STAGE -D RKV=512 -D DR=64 -D CACHE_FP8 -D HPI=8 -D KPT=2
+-D MASK -D RKV=512 -D DR=64 -D CACHE_FP8 -D HPI=8 -D KPT=2
 -D HG=3 -D NT=64 -D RKV=40 -D DR=8
 -D HGC=6 -D RKV=40 -D DR=8 -D CACHE_BF16
 -D HG=3 -D RKV=256 -D DR=32 -D CACHE_BF16

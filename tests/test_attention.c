@@ -886,15 +886,9 @@ static void run_base(void)
     }
     if (sweeps_short) {
         printf("CLMLA_TEST_SWEEPS=short: not run: lanes sets 2-4, group_decode_heads 4/8/16, the fp8 shift decoder, "
-               "group_stage_keys, group_row_slices, group_aligned 0/2\n");
+               "group_row_slices, group_aligned 0/2\n");
         return;
     }
-    /* attn_latent with the score step's rows staged through local memory (group_stage_keys 1): 4
-       heads an item over f32 caches, 8 (the default) over the decoded ones; tests/test_kernels.c
-       runs the kernel staged with 16 too */
-    clmla_latent_tuning_defaults(&t);
-    t.group_stage_keys = 1;
-    run_all_tuned(&t, 0, "group_stage_keys 1");
     /* attn_latent with each key's dot products shared by 4 items and splits of 16 keys
        (group_row_slices: tiles of a quarter the keys, many splits to combine), over the f32 caches
        (4 heads an item) and the fp8 ones (8, values decoded): tests/test_kernels.c runs the kernel

@@ -483,6 +483,29 @@ static void test_options(void)
             unsetenv(var);
         }
     }
+    /* "auto" on Mesa's rusticl (its platform name): the work-group products on its CPU device, whose
+       row-walking products computed wrong; "rows" still runs them; PoCL's CPU device keeps the
+       row forms. The device's reported names are set on a context of this device. */
+    memset(&o, 0, sizeof(o));
+    o.cache_dir = "off";
+    ctx = NULL;
+    CHECK_STATUS(clmla_context_create_opts(&o, &ctx), CLMLA_SUCCESS, NULL);
+    if (ctx) {
+        const clmla_device_info real = ctx->info;
+        ctx->info.kind = CLMLA_DEVICE_KIND_CPU;
+        snprintf(ctx->info.platform_name, sizeof(ctx->info.platform_name), "rusticl");
+        CHECK(!clmla_products_rows(ctx), "rusticl's CPU device: auto chose the row-walking products");
+        ctx->product_variant = CLMLA_LATENT_ROWS;
+        CHECK(clmla_products_rows(ctx), "rusticl's CPU device: product_kernels rows not honoured");
+        ctx->product_variant = CLMLA_LATENT_AUTO;
+        snprintf(ctx->info.platform_name, sizeof(ctx->info.platform_name), "Portable Computing Language");
+        CHECK(clmla_products_rows(ctx), "PoCL's CPU device: auto did not choose the row-walking products");
+        ctx->info.kind = CLMLA_DEVICE_KIND_GPU;
+        snprintf(ctx->info.platform_name, sizeof(ctx->info.platform_name), "rusticl");
+        CHECK(!clmla_products_rows(ctx), "rusticl's GPU device: auto chose the row-walking products");
+        ctx->info = real;
+    }
+    clmla_context_destroy(ctx);
     for (int v = 0; v < 2; v++)
         if (saved[v][0])
             setenv(vars[v], saved[v], 1);

@@ -138,11 +138,24 @@ static void test_parse(void)
     CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, "group_min_split_keys"),
           "group_min_split_keys 8");
     CHECK(d.group_min_split_keys == 128, "default group_min_split_keys %d", d.group_min_split_keys);
-    t = d;
-    t.group_stage_keys = 2;
-    CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, "group_stage_keys"),
-          "group_stage_keys 2");
-    CHECK(d.group_stage_keys == 0, "default group_stage_keys %d", d.group_stage_keys);
+    /* group_stage_keys, removed in 0.4.0: a file's 0 (what older `clmla tune` wrote) is taken and
+       changes nothing, 1 refuses the entry naming it */
+    {
+        latent_entry_list list;
+        char why[256] = "";
+        CHECK(clmla_latent_tuning_parse("[{\"kernel\": \"attn_latent\", \"vendor\": \"V\", \"device\": \"D\", "
+                                        "\"parameters\": {\"group_stage_keys\": 0, \"group_keys\": 2}}]",
+                                        &list, why, sizeof(why)) == 0 &&
+                  list.count == 1,
+              "group_stage_keys 0 refused: %s", why);
+        clmla_latent_tuning_list_free(&list);
+        CHECK(clmla_latent_tuning_parse("[{\"kernel\": \"attn_latent\", \"vendor\": \"V\", \"device\": \"D\", "
+                                        "\"parameters\": {\"group_stage_keys\": 1}}]",
+                                        &list, why, sizeof(why)) == 1 &&
+                  list.count == 0 && strstr(why, "group_stage_keys") && strstr(why, "removed"),
+              "group_stage_keys 1: %s", why);
+        clmla_latent_tuning_list_free(&list);
+    }
     /* values out of range, each refused naming its field */
     static const struct {
         size_t offset;
@@ -173,10 +186,6 @@ static void test_parse(void)
     t = d;
     t.group_row_slices = 4;
     CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_SUCCESS && !w, "group_row_slices 4 refused");
-    t.group_stage_keys = 1;
-    CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_ERROR_INVALID_ARGUMENT && w && strstr(w, "group_row_slices") &&
-              strstr(w, "group_stage_keys"),
-          "group_row_slices 4 with group_stage_keys 1 accepted");
     CHECK(d.group_row_slices == 1, "default group_row_slices %d", d.group_row_slices);
     CHECK(d.group_mma == 0, "default group_mma %d", d.group_mma);
     CHECK(d.rows_lanes == 0, "default rows_lanes %d", d.rows_lanes);
@@ -792,7 +801,7 @@ int main(int argc, char **argv)
                  "[{\"kernel\": \"attn_latent\", \"vendor\": \"%s\", \"device\": \"%s\", \"heads\": 16, \"parameters\": "
                  "{\"rows_heads\": 6, \"rows_keys\": 12, \"rows_groups_per_cu\": 3, \"group_heads\": 8, "
                  "\"group_keys\": 2, \"group_max_items\": 64, \"group_groups_per_cu\": 3, \"group_query_layout\": 0, "
-                 "\"prefill_tiled\": 0, \"group_decode_heads\": 16, \"group_stage_keys\": 1, \"prefill_queries\": 8, "
+                 "\"prefill_tiled\": 0, \"group_decode_heads\": 16, \"prefill_queries\": 8, "
                  "\"prefill_keys\": 16, \"prefill_chunk\": 128, \"prefill_rows_queries\": 24, \"group_aligned\": 2, "
                  "\"group_row_slices\": 0}}]",
                  info.vendor, info.name);
@@ -800,7 +809,7 @@ int main(int argc, char **argv)
         CHECK_STATUS(clmla_latent_tuning_lookup(&info, 16, &t, &src), CLMLA_SUCCESS, NULL);
         CHECK(strncmp(src, "file ", 5) == 0 && t.rows_heads == 6 && t.rows_keys == 12 && t.group_max_items == 64 &&
                   t.group_query_layout == 0 && t.prefill_tiled == 0 && t.group_decode_heads == 16 &&
-                  t.group_stage_keys == 1 && t.prefill_queries == 8 && t.prefill_keys == 16 && t.prefill_chunk == 128 &&
+                  t.prefill_queries == 8 && t.prefill_keys == 16 && t.prefill_chunk == 128 &&
                   t.prefill_rows_queries == 24 && t.group_aligned == 2 && t.group_row_slices == 0,
               "user entry not applied: %s", src);
         test_attention(ctx, CLMLA_LATENT_ROWS);

@@ -1113,14 +1113,9 @@ static void test_attn_latent(void)
                            2, ctx_e, seq_e};
     /* each case also with 8 heads per item in the score step (2 keys each), and with 16 (1 key, the
        queries in layout 1): for the 1-, 3- and 8-head groups that is all their padded heads; then
-       with the rows staged through local memory (STAGE), in both layouts and with 8 and 16 heads an
-       item */
-    static const char *const extras[] = {"",
-                                         " -D HPI=8 -D KPT=2",
-                                         " -D HPI=16 -D KPT=1 -D QLAYOUT=1",
-                                         " -D STAGE",
-                                         " -D STAGE -D QLAYOUT=1 -D HPI=8 -D KPT=2",
-                                         " -D STAGE -D HPI=16 -D KPT=1"};
+       with 8 in layout 1 */
+    static const char *const extras[] = {"", " -D HPI=8 -D KPT=2", " -D HPI=16 -D KPT=1 -D QLAYOUT=1",
+                                         " -D QLAYOUT=1 -D HPI=8 -D KPT=2"};
     for (size_t x = 0; x < sizeof(extras) / sizeof(extras[0]); x++) {
         latent_extra = extras[x];
         for (latent_sparse = 0; latent_sparse < 2; latent_sparse++) {
@@ -1148,10 +1143,10 @@ static void test_attn_latent(void)
     latent_sparse = 0;
     /* whole-vector loads of the f16 rows (CACHE_ALIGNED, the host's group_aligned): case b's rows
        are 160 bytes, so every half4 of them is 8-byte aligned (e's 68-byte rows are not, and the
-       host would not build it so); at 4 heads an item and at 8, then with the rows staged, then at 8
+       host would not build it so); at 4 heads an item and at 8, then in query layout 1, then at 8
        with the halves read as ushort4s and converted in registers (CACHE_HALF_BITS) */
     static const char *const aligned[] = {" -D CACHE_ALIGNED", " -D CACHE_ALIGNED -D HPI=8 -D KPT=2",
-                                          " -D CACHE_ALIGNED -D STAGE -D QLAYOUT=1",
+                                          " -D CACHE_ALIGNED -D QLAYOUT=1",
                                           " -D CACHE_ALIGNED -D CACHE_HALF_BITS -D HPI=8 -D KPT=2"};
     for (size_t x = 0; x < sizeof(aligned) / sizeof(aligned[0]); x++) {
         latent_extra = aligned[x];

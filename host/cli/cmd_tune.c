@@ -254,9 +254,9 @@ static void kt_print(const clmla_latent_tuning *t, int rows, int decoded)
                t->rows_groups_per_cu, t->rows_lanes);
     else
         printf("group_heads=%-2d group_keys=%d group_max_items=%-4d group_groups_per_cu=%-2d group_query_layout=%d "
-               "group_min_split_keys=%-4d group_stage_keys=%d group_row_slices=%d",
+               "group_min_split_keys=%-4d group_row_slices=%d",
                t->group_heads, t->group_keys, t->group_max_items, t->group_groups_per_cu, t->group_query_layout,
-               t->group_min_split_keys, t->group_stage_keys, t->group_row_slices);
+               t->group_min_split_keys, t->group_row_slices);
     if (decoded)
         printf(" group_decode_heads=%-2d group_aligned=%d group_mma=%d", t->group_decode_heads, t->group_aligned,
                t->group_mma);
@@ -356,18 +356,14 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
             if (!quick || n < 2)
                 add_unique(cands, &n, &t);
         }
-        /* at each heads an item (--quick: with those in force), the rows staged through local
-           memory (each value decoded once per work-group), then read by whole vectors or not (where
-           the rows allow them; else the same kernel as in force), and for an f16 cache as ushort4s
-           converted in registers (group_aligned 2) */
-        const int aligned_variants = dtype == CLMLA_CACHE_F16 ? 3 : 2;
+        /* at each heads an item (--quick: with those in force), the rows read by whole vectors or
+           not (where the rows allow them; else the same kernel as in force), and for an f16 cache as
+           ushort4s converted in registers (group_aligned 2) */
+        const int aligned_variants = dtype == CLMLA_CACHE_F16 ? 2 : 1;
         for (int j = 0; j < aligned_variants; j++)
             for (int i = 0; i < (quick ? 1 : 3); i++) {
                 clmla_latent_tuning t = base;
-                if (j == 0) {
-                    t.group_stage_keys = !base.group_stage_keys;
-                    t.group_row_slices = 1;
-                } else if (j == 1)
+                if (j == 0)
                     t.group_aligned = base.group_aligned ? 0 : 1;
                 else
                     t.group_aligned = 2;
@@ -433,27 +429,14 @@ static int tune_kernels(const char *device, int heads, int ctx_len, int quick, i
                 cands[n++] = t;
         }
         /* each key's dot products shared by 2 or 4 items (group_row_slices), with the splits in force
-           and smaller ones (tiles of fewer keys, for more work-groups), not staged */
+           and smaller ones (tiles of fewer keys, for more work-groups) */
         static const int slices[] = {2, 4}, slice_splits[] = {0, 32, 64};
         for (int i = 0; i < 2 && !quick; i++)
             for (int j = 0; j < 3; j++) {
                 clmla_latent_tuning t = base;
                 t.group_row_slices = slices[i];
-                t.group_stage_keys = 0;
                 if (slice_splits[j])
                     t.group_min_split_keys = slice_splits[j];
-                if (n < MAX_CANDIDATES)
-                    add_unique(cands, &n, &t);
-            }
-        /* the score step's rows staged through local memory, in both query layouts and with 2, 4 or
-           8 keys per item (--quick: as in force), the rest as in force */
-        for (int q = 0; q < 2; q++)
-            for (int j = 0; j < 3; j++) {
-                clmla_latent_tuning t = base;
-                t.group_stage_keys = !base.group_stage_keys;
-                t.group_row_slices = 1;
-                t.group_query_layout = quick ? base.group_query_layout : q;
-                t.group_keys = quick ? base.group_keys : ks[j];
                 if (n < MAX_CANDIDATES)
                     add_unique(cands, &n, &t);
             }

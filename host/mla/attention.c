@@ -180,8 +180,6 @@ static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_
             strncat(options, " -D MASK", sizeof(options) - strlen(options) - 1);
         if (tn->group_query_layout) /* only when set: layout 0's options, and its cached programs, stay as they were */
             strncat(options, " -D QLAYOUT=1", sizeof(options) - strlen(options) - 1);
-        if (tn->group_stage_keys)
-            strncat(options, " -D STAGE", sizeof(options) - strlen(options) - 1);
         if (tn->group_row_slices > 1)
             snprintf(options + strlen(options), sizeof(options) - strlen(options), " -D RS=%d", tn->group_row_slices);
         if (tn->group_aligned && cache_aligned(cache))

@@ -121,7 +121,8 @@ static void dtype_options(const clmla_context *ctx, clmla_dtype dtype, const cha
 int clmla_products_rows(const clmla_context *ctx)
 {
     return ctx->product_variant == CLMLA_LATENT_ROWS ||
-           (ctx->product_variant == CLMLA_LATENT_AUTO && ctx->info.kind == CLMLA_DEVICE_KIND_CPU);
+           (ctx->product_variant == CLMLA_LATENT_AUTO && ctx->info.kind == CLMLA_DEVICE_KIND_CPU &&
+            clmla_device_row_products_trusted(&ctx->info));
 }
 
 static int forced(const clmla_context *ctx)

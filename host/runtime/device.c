@@ -81,6 +81,11 @@ int clmla_device_pocl_cpu(const clmla_device_info *info)
     return info->kind == CLMLA_DEVICE_KIND_CPU && strstr(info->platform_name, "Portable Computing Language") != NULL;
 }
 
+int clmla_device_row_products_trusted(const clmla_device_info *info)
+{
+    return strstr(info->platform_name, "rusticl") == NULL;
+}
+
 int clmla_device_prefetches(const clmla_device_info *info)
 {
     return clmla_device_pocl_cpu(info);

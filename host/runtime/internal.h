@@ -95,6 +95,12 @@ void clmla_clear_error(clmla_context *ctx);
 /* PoCL's CPU device. */
 int clmla_device_pocl_cpu(const clmla_device_info *info);
 
+/* Whether the row-walking product kernels (the CPU forms) may be the default on this CPU device:
+   not on Mesa's rusticl, whose llvmpipe device computed them wrong (Mesa 22.3.6: a wrong cache in
+   `clmla demo`, and a crash building gemm_packed_rows; docs/RELIABILITY.md), while the work-group
+   forms passed there. A context's product_kernels "rows" still runs them. */
+int clmla_device_row_products_trusted(const clmla_device_info *info);
+
 /* PoCL on a CPU: where the kernels' software prefetch (clang's __builtin_prefetch) was measured
    and is compiled in (-D CLMLA_PREFETCH); other runtimes may not lower it (oclgrind rejects it). */
 int clmla_device_prefetches(const clmla_device_info *info);
