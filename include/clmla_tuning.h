@@ -221,8 +221,9 @@ void clmla_latent_tuning_defaults(clmla_latent_tuning *tuning);
 clmla_status clmla_latent_tuning_check(const clmla_latent_tuning *tuning, const char **why);
 
 /* Fills *tuning with the parameters that apply to `device` at `num_heads` heads (0: the "any"
-   entry), and *source with where they come from: "file PATH", "built-in table" or "defaults"
-   (static or process-lifetime text). They are filled in either way. Returns CLMLA_SUCCESS, or
+   entry), and *source with where they come from: "file PATH", "built-in table" followed by the
+   entry's date and status in parentheses where it has them, or "defaults" (static or
+   process-lifetime text). They are filled in either way. Returns CLMLA_SUCCESS, or
    CLMLA_ERROR_INVALID_FILE when the user file was ignored or some of its entries refused
    (clmla_last_error(NULL) says why). */
 clmla_status clmla_latent_tuning_lookup(const clmla_device_info *device, int num_heads, clmla_latent_tuning *tuning,
@@ -331,8 +332,9 @@ void clmla_product_tuning_defaults(clmla_product_tuning *tuning);
 clmla_status clmla_product_tuning_check(const clmla_product_tuning *tuning, const char **why);
 
 /* Fills *tuning with the parameters that apply to `device` for products of K = k (0: the "any"
-   entry only), and *source with where they come from: "file PATH", "built-in table" or "defaults"
-   (static or process-lifetime text). Filled in either way. Returns CLMLA_SUCCESS, or
+   entry only), and *source with where they come from: "file PATH", "built-in table" followed by
+   the entry's date and status in parentheses where it has them, or "defaults" (static or
+   process-lifetime text). Filled in either way. Returns CLMLA_SUCCESS, or
    CLMLA_ERROR_INVALID_FILE when the user file was ignored or some of its entries refused
    (clmla_last_error(NULL) says why). */
 clmla_status clmla_product_tuning_lookup(const clmla_device_info *device, size_t k, clmla_product_tuning *tuning,

@@ -19,6 +19,8 @@
 struct kernel_entry {
     char vendor[128], device[128], platform[128], driver[128];
     int cls; /* the shape class: attn_latent's head count, products' class of K */
+    char date[24], status[96]; /* provenance where the entry gives it (strings that fit), else "" */
+    char source[160];          /* a built-in entry's: "built-in table (DATE, STATUS)", the lookup's *source */
     union {
         clmla_latent_tuning latent;
         clmla_product_tuning product;
@@ -337,6 +339,11 @@ static int entry_parse(const kernel_kind *k, const cJSON *o, kernel_entry *e, ch
                                 "of under 128 bytes");
         return 0;
     }
+    /* provenance, read where it is a string that fits, else left out: it never refuses an entry */
+    if (!copy_key(e->date, sizeof(e->date), cJSON_GetObjectItemCaseSensitive(o, "date"), 0))
+        e->date[0] = '\0';
+    if (!copy_key(e->status, sizeof(e->status), cJSON_GetObjectItemCaseSensitive(o, "status"), 0))
+        e->status[0] = '\0';
     if (!k->class_parse(cJSON_GetObjectItemCaseSensitive(o, k->class_key), &e->cls)) {
         snprintf(why, why_size, "entry for '%s': %s", e->device, k->class_rule);
         return 0;
@@ -447,6 +454,17 @@ static const kernel_entry *best(const kernel_entry *list, size_t n, const clmla_
 static pthread_once_t builtin_once = PTHREAD_ONCE_INIT;
 static kernel_entry_list builtin_entries[KINDS]; /* as kinds[]; kept for the process */
 
+/* Each built-in entry's source: "built-in table", then its "date" and "status" where it has them. */
+static void builtin_sources(kernel_entry_list *list)
+{
+    for (size_t j = 0; j < list->count; j++) {
+        kernel_entry *e = &list->entries[j];
+        const int date = e->date[0] != '\0', status = e->status[0] != '\0';
+        snprintf(e->source, sizeof(e->source), "built-in table%s%s%s%s%s", date || status ? " (" : "", e->date,
+                 date && status ? ", " : "", e->status, date || status ? ")" : "");
+    }
+}
+
 /* Each kind's embedded file, host/mla/tuning_data/KERNEL.json, through the user files' parser. An
    entry it refuses is left out (test_tuning_data checks that none is); a missing file leaves none. */
 static void builtin_load(void)
@@ -456,11 +474,12 @@ static void builtin_load(void)
         char why[512];
         if (text && list_parse(kinds[i], text, &builtin_entries[i], why, sizeof(why)) < 0)
             list_free(&builtin_entries[i]);
+        builtin_sources(&builtin_entries[i]);
     }
 }
 
 /* The parameters of kind k for the device and class, in precedence: 2 user entry, 1 built-in, 0
-   defaults. */
+   defaults; *source "file PATH", the built-in entry's source, or "defaults". */
 static int resolve(const kernel_kind *k, const kernel_entry_list *user, const char *user_src,
                    const clmla_device_info *device, int cls, void *tuning, const char **source)
 {
@@ -473,7 +492,7 @@ static int resolve(const kernel_kind *k, const kernel_entry_list *user, const ch
         from = 1;
     }
     memcpy(tuning, e ? (const void *)&e->t : k->defaults, k->size);
-    *source = e ? (from == 2 ? user_src : "built-in table") : "defaults";
+    *source = e ? (from == 2 ? user_src : e->source) : "defaults";
     return e ? from : 0;
 }
 
