@@ -7,8 +7,11 @@
 #   sh tools/gpu-check.sh BUILD OUT [SECONDS [PARTS]]   (default budget 500 s; run it through
 #                                                         tools/gpu-setup.sh run on a machine
 #                                                         without the ICD loader, CLBlast and cJSON)
-# PARTS, comma-separated, in the order given (default mma,ab,tune,ptx,bench,tests: the experimental
-# variants first, docs/DESIGN.md "The experimental variants, in one place"); one call's parts share
+# PARTS, comma-separated, in the order given (default on an NVIDIA GPU mma,ab,tune,ptx,bench,tests:
+# the experimental variants first, docs/DESIGN.md "The experimental variants, in one place"; on any
+# other vendor's device (AMD ROCm, Intel's compute runtime, Mesa's rusticl), which has no built-in
+# entry that a run measured, ab,tune,products,bench,tests; mma and ptx, which need NVIDIA's inline
+# PTX and PTX binaries, are skipped there and say so); one call's parts share
 # the peaks and the tuning file (a later call finds both in OUT):
 #   tune   the latent tuner at 16 and 128 heads, then group_decode_heads over an fp8 cache (clmla
 #          tune --cache-dtype), into OUT/kernel-tuning.json (about 110 s on an H100), then the
@@ -45,9 +48,16 @@ set -u
 build=${1:?usage: sh tools/gpu-check.sh BUILD OUT [SECONDS [PARTS]]}
 out=${2:?usage: sh tools/gpu-check.sh BUILD OUT [SECONDS [PARTS]]}
 budget=${3:-500}
-parts=${4:-mma,ab,tune,ptx,bench,tests}
 mkdir -p "$out"
 clmla=$build/clmla
+# the device the default spec picks (the line `clmla devices` marks with *): NVIDIA's or another's
+nvidia=0
+"$clmla" devices 2>/dev/null | grep '^\*' | grep -q NVIDIA && nvidia=1
+if [ "$nvidia" = 1 ]; then
+    parts=${4:-mma,ab,tune,ptx,bench,tests}
+else
+    parts=${4:-ab,tune,products,bench,tests}
+fi
 bench=$build/bench/clmla-bench
 start=$(date +%s)
 export CLMLA_CACHE_DIR="${TMPDIR:-/tmp}/gpu-check-cache" # compiled kernels: not worth bringing back
@@ -341,9 +351,14 @@ for p in $(echo "$parts" | tr ',' ' '); do
     case $p in
     tune) part_tune ;;
     products) part_products ;;
-    mma) part_mma ;;
+    mma | ptx)
+        if [ "$nvidia" = 1 ]; then
+            if [ "$p" = mma ]; then part_mma; else part_ptx; fi
+        else
+            echo "$p: skipped (not an NVIDIA device: it needs NVIDIA's inline PTX and PTX binaries)" >>"$out/summary.txt"
+        fi
+        ;;
     ab) part_ab ;;
-    ptx) part_ptx ;;
     bench) part_bench ;;
     tests) part_tests ;;
     *) echo "gpu-check: unknown part $p (tune, products, mma, ab, ptx, bench, tests)" >>"$out/summary.txt" ;;

@@ -11,8 +11,10 @@
 #       vendor's OpenCL library (found through ldconfig and the usual folders) into .device/icd,
 #       point OCL_ICD_VENDORS at that folder alone, and run COMMAND
 #
-# CLMLA_ICD_LIB names the vendor library to look for (default libnvidia-opencl.so.1; AMD's is
-# libamdocl64.so, Intel's libigdrcl.so, PoCL's libpocl.so.2, which tries the script on a CPU).
+# CLMLA_ICD_LIB names the vendor library to look for; unset, the first found of NVIDIA's
+# (libnvidia-opencl.so.1), AMD ROCm's (libamdocl64.so), Intel's compute runtime's (libigdrcl.so) and
+# Mesa's rusticl (libRusticlOpenCL.so.1, with RUSTICL_ENABLE defaulting to radeonsi,iris, its AMD
+# and Intel GPU drivers). PoCL's libpocl.so.2, named, tries the script on a CPU.
 # For example, as one call of the device tool, with .device and build carried:
 #   sh tools/gpu-setup.sh run sh -c 'build/clmla devices && cd build && ctest'
 set -eu
@@ -28,7 +30,7 @@ find_vendor_lib() {
         return 0
     fi
     for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib \
-             /opt/rocm/lib /opt/rocm/opencl/lib; do
+             /opt/rocm/lib /opt/rocm/opencl/lib /usr/lib/x86_64-linux-gnu/intel-opencl; do
         if [ -e "$d/$name" ]; then
             echo "$d/$name"
             return 0
@@ -55,11 +57,17 @@ run)
     [ $# -gt 0 ] || { echo "usage: sh tools/gpu-setup.sh run COMMAND [ARG...]" >&2; exit 2; }
     libdir="$dev/root/usr/lib/x86_64-linux-gnu"
     [ -d "$libdir" ] || { echo "gpu-setup: $libdir is missing: run 'pack' here and carry .device" >&2; exit 1; }
-    name=${CLMLA_ICD_LIB:-libnvidia-opencl.so.1}
-    vendor=$(find_vendor_lib "$name") || {
-        echo "gpu-setup: no $name on this machine (ldconfig, /usr/local/nvidia, /usr/lib*, /opt/rocm)" >&2
+    vendor=""
+    for name in ${CLMLA_ICD_LIB:-libnvidia-opencl.so.1 libamdocl64.so libigdrcl.so libRusticlOpenCL.so.1}; do
+        vendor=$(find_vendor_lib "$name") && break
+        vendor=""
+    done
+    [ -n "$vendor" ] || {
+        echo "gpu-setup: no ${CLMLA_ICD_LIB:-vendor OpenCL library (NVIDIA, AMD ROCm, Intel, Mesa rusticl)} on this" \
+            "machine (ldconfig, /usr/local/nvidia, /usr/lib*, /opt/rocm)" >&2
         exit 1
     }
+    case $vendor in *Rusticl*) export RUSTICL_ENABLE="${RUSTICL_ENABLE:-radeonsi,iris}" ;; esac
     rm -rf "$dev/icd"
     mkdir -p "$dev/icd"
     echo "$vendor" > "$dev/icd/vendor.icd"
