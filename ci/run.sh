@@ -26,6 +26,14 @@ stage() {
 }
 
 sh ci/install-deps.sh
+# ptxas for the NVIDIA checks (ptx_mma, vendor_build's NVIDIA profile): the toolkit's, else PyPI's
+if PTXAS=$(sh ci/ptxas.sh); then
+    export PTXAS
+    echo "ci: ptxas $PTXAS"
+else
+    unset PTXAS
+    echo "ci: no ptxas could be had: ptx_mma and vendor_build's NVIDIA profile report themselves skipped"
+fi
 stage "install-deps"
 
 # A cache directory of the run's own, from empty. On PoCL's CPU device the library keeps no program

@@ -127,11 +127,11 @@ def first_line(text):
 
 
 def find_ptxas():
-    for c in [shutil.which("ptxas"), "/usr/local/cuda/bin/ptxas"]:
+    for c in [os.environ.get("PTXAS"), shutil.which("ptxas"), "/usr/local/cuda/bin/ptxas"]:
         if c and os.access(c, os.X_OK):
             return c
-    for site in sys.path:  # PyPI's nvidia-cuda-nvcc
-        for c in glob.glob(os.path.join(site, "nvidia", "cuda_nvcc", "bin", "ptxas")):
+    for site in sys.path:  # PyPI's nvidia-cuda-nvcc (nvidia/cuda_nvcc before CUDA 13, nvidia/cu13 after)
+        for c in glob.glob(os.path.join(site, "nvidia", "*", "bin", "ptxas")):
             if os.access(c, os.X_OK):
                 return c
     return None
