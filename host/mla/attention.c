@@ -232,14 +232,6 @@ static clmla_status rows_kernel(clmla_cache *cache, int hg, int ktc, int sparse,
     return CLMLA_SUCCESS;
 }
 
-int clmla_attention_variant_parse(const char *name)
-{
-    return !name || !*name || strcmp(name, "auto") == 0 ? CLMLA_LATENT_AUTO
-           : strcmp(name, "rows") == 0                 ? CLMLA_LATENT_ROWS
-           : strcmp(name, "group") == 0                ? CLMLA_LATENT_GROUP
-                                                       : -1;
-}
-
 void clmla_attention_set_variant(clmla_context *ctx, int variant)
 {
     ctx->latent_variant = variant;

@@ -33,13 +33,7 @@ typedef struct latent_launch {
     cl_mem mask; size_t mask_offset; int mask_stride;
 } latent_launch;
 
-/* Kernel variants of the attention kernels: work-group kernels that share rows through local
-   memory (attn_latent, attn_prefill: for GPUs) and row-walking kernels with one work-item per
-   head or query block (attn_latent_rows, attn_prefill_rows: for CPUs). */
-enum { CLMLA_LATENT_AUTO = 0, CLMLA_LATENT_GROUP = 1, CLMLA_LATENT_ROWS = 2 };
-/* The variant named by clmla_context_options.attention_kernels: "" or "auto" AUTO, "rows", "group";
-   -1 for anything else. */
-int clmla_attention_variant_parse(const char *name);
+/* (The variants, CLMLA_LATENT_*: internal.h.) */
 /* Test hook: force a variant on this context (CLMLA_LATENT_AUTO: by device type). */
 void clmla_attention_set_variant(clmla_context *ctx, int variant);
 /* The variant the context runs, GROUP or ROWS: the forced one, else ROWS on CPU devices and GROUP

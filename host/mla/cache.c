@@ -4,7 +4,6 @@
 #include "cache.h"
 #include "clcall.h"
 #include "dtype.h"
-#include "indexer.h"
 #include "program.h"
 #include "scratch.h"
 
@@ -159,7 +158,8 @@ void clmla_cache_destroy(clmla_cache *cache)
     }
     free(cache->index_layers);
     for (int i = 0; i < CLMLA_CACHE_INDEX_KERNELS; i++)
-        clmla_index_kernels_destroy(cache->index_kernels[i]);
+        if (cache->index_kernels[i] && cache->index_kernels_release)
+            cache->index_kernels_release(cache->index_kernels[i]);
     cl_kernel kernels[] = {cache->write_kernel, cache->gather_kernel, cache->combine_kernel, cache->combine_rows_kernel};
     for (size_t i = 0; i < sizeof(kernels) / sizeof(kernels[0]); i++)
         if (kernels[i])
@@ -930,4 +930,15 @@ clmla_status clmla_cache_read_index(const clmla_cache *cache, int layer, int32_t
     }
     free(raw);
     return st;
+}
+
+size_t clmla_index_row_bytes(clmla_cache_dtype dtype, int head_dim)
+{
+    if (head_dim <= 0)
+        return 0;
+    const size_t n = (size_t)head_dim;
+    return dtype == CLMLA_CACHE_F32 ? 4 * n
+           : dtype == CLMLA_CACHE_F16 || dtype == CLMLA_CACHE_BF16 ? 2 * n
+           : dtype == CLMLA_CACHE_FP8 ? n + 4
+                                       : 0;
 }

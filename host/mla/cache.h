@@ -32,6 +32,7 @@ struct clmla_cache {
     /* the indexer's kernels for this cache's blocks and key dtype, one set per (heads, rope dims,
        pairing) asked for (host/mla/indexer.c, clmla_index_kernels_for), built on first use */
     struct clmla_index_kernels *index_kernels[CLMLA_CACHE_INDEX_KERNELS];
+    void (*index_kernels_release)(struct clmla_index_kernels *); /* set by the indexer with the first */
     int32_t *free_blocks;      /* stack of free block ids */
     int num_free;
     int *refs;                 /* [num_blocks] how many sequences list each block (see below) */
@@ -173,4 +174,9 @@ clmla_status clmla_cache_enqueue_write(clmla_cache *cache, int layer, int count,
    device in `table` from table_offset, into out (float32 rows of rkv+dr) from out_offset. */
 clmla_status clmla_cache_enqueue_gather(clmla_cache *cache, int layer, cl_mem table, int table_offset, int start, int n,
                                         cl_mem out, size_t out_offset);
+/* Bytes of one token's index key of head_dim values of dtype (fp8: its codes and its scale); 0 for
+   a dtype the index-key cache does not hold or head_dim <= 0. The one place the layout's sizes are
+   made (the cache's buffers, the indexer kernels' block size). */
+size_t clmla_index_row_bytes(clmla_cache_dtype dtype, int head_dim);
+
 #endif

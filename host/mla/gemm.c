@@ -156,6 +156,22 @@ void clmla_gemm_retune(clmla_context *ctx)
     products(ctx)->tuned = 0;
 }
 
+/* Here, not in kernel_tuning.c: forcing parameters releases the product kernels built with the
+   ones before (the tuning module knows nothing of the kernels). */
+clmla_status clmla_context_set_product_tuning(clmla_context *ctx, const clmla_product_tuning *tuning)
+{
+    if (!ctx)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_context_set_product_tuning: NULL context");
+    const char *why = NULL;
+    if (tuning && clmla_product_tuning_check(tuning, &why) != CLMLA_SUCCESS)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "product kernel parameters refused: %s", why);
+    if (tuning)
+        ctx->product_forced = *tuning;
+    ctx->product_forced_set = tuning != NULL;
+    clmla_gemm_retune(ctx);
+    return CLMLA_SUCCESS;
+}
+
 clmla_status clmla_gemm_force_clblast(clmla_context *ctx, int on)
 {
     clmla_status st = ensure_products(ctx);

@@ -138,17 +138,6 @@ void clmla_index_kernels_destroy(clmla_index_kernels *ik)
     free(ik);
 }
 
-size_t clmla_index_row_bytes(clmla_cache_dtype dtype, int head_dim)
-{
-    if (head_dim <= 0)
-        return 0;
-    const size_t n = (size_t)head_dim;
-    return dtype == CLMLA_CACHE_F32 ? 4 * n
-           : dtype == CLMLA_CACHE_F16 || dtype == CLMLA_CACHE_BF16 ? 2 * n
-           : dtype == CLMLA_CACHE_FP8 ? n + 4
-                                       : 0;
-}
-
 size_t clmla_index_block_bytes(const clmla_index_kernels *ik)
 {
     return (size_t)ik->cfg.block_tokens * clmla_index_row_bytes(ik->cfg.key_dtype, ik->cfg.head_dim);
@@ -444,6 +433,7 @@ clmla_status clmla_index_kernels_for(clmla_cache *cache, int heads, int rope_dim
                           "for (%d heads)",
                           slots, heads);
     clmla_status st = clmla_index_kernels_create(cache->ctx, &want, &cache->index_kernels[free_slot]);
+    cache->index_kernels_release = clmla_index_kernels_destroy; /* the cache frees them, not knowing them */
     *out = cache->index_kernels[free_slot];
     return st;
 }

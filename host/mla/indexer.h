@@ -35,10 +35,7 @@ typedef struct clmla_index_kernels clmla_index_kernels;
 clmla_status clmla_index_kernels_create(clmla_context *ctx, const clmla_index_config *cfg, clmla_index_kernels **out);
 void clmla_index_kernels_destroy(clmla_index_kernels *ik);
 
-/* Bytes of one token's key of head_dim values of dtype (fp8: its codes and its scale); 0 for a
-   dtype the index-key cache does not hold or head_dim <= 0. The one place the layout's sizes are
-   made (the cache's buffers, the kernels' block size). */
-size_t clmla_index_row_bytes(clmla_cache_dtype dtype, int head_dim);
+/* (The bytes of one token's index key: clmla_index_row_bytes, cache.h.) */
 
 /* Bytes of one block of the key cache: block_tokens * head_dim values of the key dtype (fp8: and
    block_tokens float32 scales after the codes). Block b starts at byte b times this, its row r (a

@@ -2,7 +2,6 @@
    lookup for every kind of kernel, each kind described by a kernel_kind. See include/clmla_tuning.h. */
 #include "kernel_tuning.h"
 #include "fileio.h"
-#include "gemm.h"
 #include "tuning.h"
 #include "tuning_data.h"
 
@@ -753,19 +752,6 @@ void clmla_product_tuning_defaults(clmla_product_tuning *tuning)
 clmla_status clmla_product_tuning_check(const clmla_product_tuning *tuning, const char **why)
 {
     return refuse_illegal(&product_kind, NULL, tuning, why);
-}
-
-clmla_status clmla_context_set_product_tuning(clmla_context *ctx, const clmla_product_tuning *tuning)
-{
-    if (!ctx)
-        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_context_set_product_tuning: NULL context");
-    if (tuning && refuse_illegal(&product_kind, ctx, tuning, NULL) != CLMLA_SUCCESS)
-        return CLMLA_ERROR_INVALID_ARGUMENT;
-    if (tuning)
-        ctx->product_forced = *tuning;
-    ctx->product_forced_set = tuning != NULL;
-    clmla_gemm_retune(ctx); /* the product kernels built with the parameters before */
-    return CLMLA_SUCCESS;
 }
 
 int clmla_product_tuning_parse(const char *text, product_entry_list *out, char *why, size_t why_size)

@@ -3,9 +3,7 @@
 #include "clcall.h"
 #include "program.h"
 #include "scratch.h"
-#include "attention.h"
 #include "trace.h"
-#include "tuning.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,7 +41,10 @@ static cl_command_queue make_queue(cl_context c, cl_device_id dev, int *profilin
    CLMLA_LATENT_* value, or the failure naming the value and the choices. */
 static clmla_status kernels_option(const char *value, const char *which, const char *variable, int *out)
 {
-    *out = clmla_attention_variant_parse(value);
+    *out = !value || !*value || strcmp(value, "auto") == 0 ? CLMLA_LATENT_AUTO
+           : strcmp(value, "rows") == 0                   ? CLMLA_LATENT_ROWS
+           : strcmp(value, "group") == 0                  ? CLMLA_LATENT_GROUP
+                                                          : -1;
     if (*out >= 0)
         return CLMLA_SUCCESS;
     return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT,
@@ -107,15 +108,7 @@ static clmla_status new_context(const clmla_context_options *options, clmla_cont
     return CLMLA_SUCCESS;
 }
 
-clmla_status clmla_context_create(const char *device_spec, clmla_context **out)
-{
-    clmla_context_options o;
-    memset(&o, 0, sizeof(o));
-    o.device = device_spec;
-    return clmla_context_create_opts(&o, out);
-}
-
-clmla_status clmla_context_create_opts(const clmla_context_options *options, clmla_context **out)
+clmla_status clmla_runtime_context_create(const clmla_context_options *options, clmla_context **out)
 {
     if (!out)
         return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_context_create: NULL output pointer");
@@ -167,21 +160,12 @@ clmla_status clmla_context_create_opts(const clmla_context_options *options, clm
     }
     set_device_key(ctx);
     clmla_trace_open(ctx, ctx->env.trace);
-    if ((status = clmla_tuning_apply(ctx)) != CLMLA_SUCCESS) {
-        clmla_context_destroy(ctx);
-        return status;
-    }
     *out = ctx;
     return CLMLA_SUCCESS;
 }
 
-clmla_status clmla_context_create_from_queue(cl_command_queue queue, clmla_context **out)
-{
-    return clmla_context_create_from_queue_opts(queue, NULL, out);
-}
-
-clmla_status clmla_context_create_from_queue_opts(cl_command_queue queue, const clmla_context_options *options,
-                                                  clmla_context **out)
+clmla_status clmla_runtime_context_from_queue(cl_command_queue queue, const clmla_context_options *options,
+                                             clmla_context **out)
 {
     if (!out || !queue)
         return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_context_create_from_queue: NULL argument");
@@ -230,11 +214,6 @@ clmla_status clmla_context_create_from_queue_opts(cl_command_queue queue, const 
     clRetainCommandQueue(queue);
     set_device_key(ctx);
     clmla_trace_open(ctx, ctx->env.trace);
-    const clmla_status status = clmla_tuning_apply(ctx);
-    if (status != CLMLA_SUCCESS) {
-        clmla_context_destroy(ctx);
-        return status;
-    }
     *out = ctx;
     return CLMLA_SUCCESS;
 }

@@ -25,6 +25,11 @@ typedef struct clmla_cl_counts {
                              which the counts above do not see */
 } clmla_cl_counts;
 
+/* The kernel families a context runs (its attention_kernels and product_kernels options): work-group
+   kernels that share rows through local memory (for GPUs) and row-walking kernels, one work-item
+   per head, query block or row block (for CPUs); AUTO chooses by device type. */
+enum { CLMLA_LATENT_AUTO = 0, CLMLA_LATENT_GROUP = 1, CLMLA_LATENT_ROWS = 2 };
+
 struct clmla_context {
     cl_platform_id platform;
     cl_device_id device;
@@ -41,7 +46,7 @@ struct clmla_context {
 
     void *products;                      /* gemm.c's kernels, built on first use */
     void (*products_release)(void *);    /* set by gemm.c with them; called at destroy */
-    int latent_variant;           /* attention.h: CLMLA_LATENT_*, a test hook; 0 = by device type */
+    int latent_variant;           /* CLMLA_LATENT_* (below): the option or a test hook; 0 = by device type */
     int product_variant;          /* the same vocabulary for the products (gemm.h: clmla_products_rows) */
     int program_binaries;         /* the disk cache of programs: 1 on, 0 off (-1, auto, until the device
                                      is known: context.c) */
@@ -91,6 +96,13 @@ void clmla_log(clmla_context *ctx, clmla_log_level level, const char *fmt, ...)
 void clmla_clear_error(clmla_context *ctx);
 
 #include "device_spec.h"
+
+/* A context on the device the options' spec picks, or over the caller's queue, with nothing of MLA
+   applied yet (host/mla/context_tuned.c's public creators add the CLBlast entry); *out NULL on
+   failure. */
+clmla_status clmla_runtime_context_create(const clmla_context_options *options, clmla_context **out);
+clmla_status clmla_runtime_context_from_queue(cl_command_queue queue, const clmla_context_options *options,
+                                             clmla_context **out);
 
 /* PoCL's CPU device. */
 int clmla_device_pocl_cpu(const clmla_device_info *info);
