@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 ci_start=$(date +%s)
 stage_start=$ci_start
 times_file=$(mktemp)
+trap 'rm -f "$times_file"' EXIT
 # the children's line of `times` ("1m2.5s 0m3.1s", written by this shell itself, not a subshell):
 # their user + system seconds, whole
 cpu_seconds() {

@@ -179,10 +179,10 @@ typedef struct clmla_latent_tuning {
     /* attn_latent over a cache of f16, bf16 or fp8: 1 reads each 4 values of a row in the score
        step as one load of the vector type (vloada_half4, ushort4, uchar4) where the rows allow it
        (rows, and an fp8 row's k^R part, at multiples of 8 bytes: every preset of docs/MODELS.md;
-       elsewhere the kernel of 0 runs); 0 through vloadN, which NVIDIA's OpenCL compiles to one
-       scalar load per value (a byte load per fp8 code). Default 1. 2: as 1, and an f16 cache's 4
-       values read as one ushort4 and converted in registers (vloada_half4 compiles to 4 scalar
-       loads too); experimental. CPU devices do not read it. */
+       elsewhere the kernel of 0 runs); 0 through vloadN, which promises only an element's
+       alignment. Default 1. 2: as 1, and an f16 cache's 4 values read as one ushort4 and converted
+       in registers; experimental (docs/DESIGN.md, "Whole-vector row loads"). CPU devices do not
+       read it. */
     int group_aligned;
     /* CPU devices: 1 runs attn_latent_lanes in place of attn_latent_rows, 16 heads per work-item in
        the lanes of one 16-wide vector (queries and accumulators stored transposed, each cache value
@@ -306,7 +306,7 @@ typedef struct clmla_product_tuning {
     /* gemm_skinny_nt (GPUs): 1 reads each vector of skinny_vector values of the weight and of x as
        one load of the vector type where every such vector is aligned (offsets, row lengths and
        batch strides multiples of skinny_vector; else the kernel of 0 runs); 0 through vloadN, which
-       NVIDIA's OpenCL compiles to one scalar load per value (a byte load per fp8 code);
+       promises only an element's alignment;
        gemm_skinny_nn_split (the per-head W^UK product) likewise reads each float4 of columns of the
        weight as one load where the weight's offset, row length and batch stride are multiples of
        4. Default 1. CPU devices do not read it. */
