@@ -48,7 +48,7 @@ extern "C" {
 #endif
 
 #define CLMLA_VERSION_MAJOR 0
-#define CLMLA_VERSION_MINOR 4
+#define CLMLA_VERSION_MINOR 5
 #define CLMLA_VERSION_PATCH 0
 
 /* "MAJOR.MINOR.PATCH" of the library actually linked. */
@@ -368,6 +368,15 @@ typedef struct clmla_layer_config {
     int index_topk;                        /* K (index_topk) >= 1 */
     clmla_rope_pairing index_rope_pairing; /* half-split for deepseek_v32, interleaved for glm_moe_dsa */
     double index_norm_eps;                 /* the key LayerNorm's eps; 0 = 1e-6 */
+    /* 1: a "shared" layer (glm_moe_dsa's indexer_types, index_topk_pattern, or index_topk_freq with
+       index_skip_topk_offset): no indexer of its own (index_n_heads 0, index_topk as the model's).
+       In a step where some query sees more than index_topk keys it attends to the keys that the
+       last full layer (one with an indexer) run on the same cache selected in the same step: the
+       same entries (sequences and token counts, in order) from the same positions. Without such a
+       step before it, or after one of its sequences was truncated or freed, the step is refused
+       (CLMLA_ERROR_INVALID_ARGUMENT), and a full layer of another index_topk too
+       (CLMLA_ERROR_INVALID_CONFIG); nothing changes. It writes no index keys. 0: not shared. */
+    int index_shared;
 } clmla_layer_config;
 
 typedef enum clmla_preset {

@@ -334,6 +334,56 @@ double idx_ref_quantize_fp8(double *x, int n)
 
 /* ---- a whole sparse-attention layer -------------------------------------------------------------- */
 
+/* One token's output from its latent attention output: o_h = W^UV_h o-bar_h, then o_proj (and its
+   bias). o: [H, dv] room. */
+static void output_row(const mla_ref_config *cfg, const mla_ref_features *f, const mla_ref_weights *w,
+                       const double *latent /* [H, rkv] */, double *o, double *out /* [D] */)
+{
+    const int D = cfg->hidden, H = cfg->heads, rkv = cfg->kv_lora_rank, dn = cfg->nope_dim, dv = cfg->v_dim;
+    for (int h = 0; h < H; h++)
+        for (int j = 0; j < dv; j++) {
+            const float *row = w->kv_b_proj + ((size_t)h * (dn + dv) + dn + j) * rkv;
+            o[(size_t)h * dv + j] = dot_fd(row, latent + (size_t)h * rkv, rkv);
+        }
+    for (int i = 0; i < D; i++)
+        out[i] = dot_fd(w->o_proj + (size_t)i * H * dv, o, H * dv) + (f && f->o_proj_bias ? f->o_proj_bias[i] : 0.0);
+}
+
+int idx_ref_shared_forward(const mla_ref_config *cfg, const mla_ref_features *f, const mla_ref_weights *w, int top_k,
+                           int T, const float *x, const int32_t *selected, double *out)
+{
+    if (!cfg || !w || !x || !selected || !out || top_k < 1 || T < 1)
+        return -1;
+    const int D = cfg->hidden, H = cfg->heads, rkv = cfg->kv_lora_rank, dr = cfg->rope_dim, dv = cfg->v_dim;
+    const size_t n = (size_t)T;
+    double *dense = malloc(n * D * sizeof(double)), *ckv = malloc(n * rkv * sizeof(double));
+    double *kr = malloc(n * dr * sizeof(double)), *qt = malloc(n * H * rkv * sizeof(double));
+    double *qr = malloc(n * H * dr * sizeof(double)), *latent = malloc((size_t)H * rkv * sizeof(double));
+    double *lse = malloc((size_t)H * sizeof(double)), *o = malloc((size_t)H * dv * sizeof(double));
+    int *sel = malloc((size_t)top_k * sizeof(int));
+    int rc = -1;
+    if (!dense || !ckv || !kr || !qt || !qr || !latent || !lse || !o || !sel)
+        goto done;
+    if (mla_ref_forward_ext(cfg, f, w, T, x, NULL, 0, MLA_REF_ABSORBED, dense, ckv, kr, qt, qr, NULL, NULL) != 0)
+        goto done;
+    const double tau = mla_ref_softmax_scale_ext(cfg, f);
+    for (int t = 0; t < T; t++) {
+        for (int k = 0; k < top_k; k++) {
+            const int32_t s = selected[(size_t)t * top_k + k];
+            if (s > t) /* a key the token cannot see: the selection is not a causal one */
+                goto done;
+            sel[k] = s;
+        }
+        mla_ref_sparse_latent_attention(H, rkv, dr, tau, t + 1, sel, top_k, qt + (size_t)t * H * rkv,
+                                        qr + (size_t)t * H * dr, ckv, kr, latent, lse);
+        output_row(cfg, f, w, latent, o, out + (size_t)t * D);
+    }
+    rc = 0;
+done:
+    free(dense), free(ckv), free(kr), free(qt), free(qr), free(latent), free(lse), free(o), free(sel);
+    return rc;
+}
+
 int idx_ref_dsa_forward(const mla_ref_config *cfg, const mla_ref_features *f, const mla_ref_weights *w,
                         const idx_ref_config *icfg, const idx_ref_weights *iw, int top_k, mla_ref_cache_type key_type, int T,
                         const float *x, double *out, int32_t *selected, int *ambiguous)
@@ -346,7 +396,7 @@ int idx_ref_dsa_forward(const mla_ref_config *cfg, const mla_ref_features *f, co
         !iw->k_norm_bias || !iw->weights_proj)
         return -1;
     const int D = cfg->hidden, H = cfg->heads, rq = cfg->q_lora_rank, rkv = cfg->kv_lora_rank, dr = cfg->rope_dim;
-    const int dn = cfg->nope_dim, dv = cfg->v_dim, HI = icfg->heads, dI = icfg->head_dim;
+    const int dv = cfg->v_dim, HI = icfg->heads, dI = icfg->head_dim;
     const size_t n = (size_t)T;
     double *dense = malloc(n * D * sizeof(double)), *ckv = malloc(n * rkv * sizeof(double));
     double *kr = malloc(n * dr * sizeof(double)), *qt = malloc(n * H * rkv * sizeof(double));
@@ -410,15 +460,7 @@ int idx_ref_dsa_forward(const mla_ref_config *cfg, const mla_ref_features *f, co
             memcpy(selected + (size_t)t * top_k, sel, (size_t)top_k * sizeof(int32_t));
         mla_ref_sparse_latent_attention(H, rkv, dr, tau, visible, sel, top_k, qt + (size_t)t * H * rkv,
                                         qr + (size_t)t * H * dr, ckv, kr, latent, lse);
-        /* o_h = W^UV_h o-bar_h, then o_proj */
-        for (int h = 0; h < H; h++)
-            for (int j = 0; j < dv; j++) {
-                const float *row = w->kv_b_proj + ((size_t)h * (dn + dv) + dn + j) * rkv;
-                o[(size_t)h * dv + j] = dot_fd(row, latent + (size_t)h * rkv, rkv);
-            }
-        for (int i = 0; i < D; i++)
-            out[(size_t)t * D + i] = dot_fd(w->o_proj + (size_t)i * H * dv, o, H * dv) +
-                                     (f && f->o_proj_bias ? f->o_proj_bias[i] : 0.0);
+        output_row(cfg, f, w, latent, o, out + (size_t)t * D);
     }
     if (ambiguous)
         *ambiguous = unclear;

@@ -146,6 +146,17 @@ int idx_ref_dsa_forward(const mla_ref_config *cfg, const mla_ref_features *f, co
                         const float *x /* [T, D] */, double *out /* [T, D] */, int32_t *selected /* [T, top_k] */,
                         int *ambiguous);
 
+/* A shared layer (glm_moe_dsa's indexer_types "shared", no indexer of its own): the attention output
+   of T tokens at positions 0..T-1 of one sequence, token t attending to the keys of
+   selected[t * top_k ..] (positions <= t, -1 padded: the selection its full layer made, as
+   idx_ref_dsa_forward returns it, which holds every key 0..t while t + 1 <= top_k) through
+   mla_ref_sparse_latent_attention (the cache's rounding from f->cache_type, f may be NULL), then
+   W^UV and o_proj (and o_proj's bias). Returns 0, or -1 on a bad argument (a selected position
+   past its token) or allocation failure. */
+int idx_ref_shared_forward(const mla_ref_config *cfg, const mla_ref_features *f, const mla_ref_weights *w, int top_k,
+                           int T, const float *x /* [T, D] */, const int32_t *selected /* [T, top_k] */,
+                           double *out /* [T, D] */);
+
 #ifdef __cplusplus
 }
 #endif

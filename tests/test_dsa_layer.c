@@ -586,12 +586,265 @@ static void part_pieces(void)
     ctx->absorbed_piece_rows = 0;
 }
 
+/* ---- shared layers (glm_moe_dsa's indexer_types "shared") ---------------------------------------- */
+
+/* A full layer (cache layer 0) and a shared layer with weights of its own (cache layer 1) over one
+   cache, run step after step on different inputs: the shared layer's output against
+   idx_ref_shared_forward over the selection the full layer's reference made. Two sequences in
+   mixed steps; the selections must be unambiguous in the reference. */
+typedef struct shared_case {
+    clmla_cache_dtype latent, keys;
+    clmla_attention_path path;
+} shared_case;
+
+static void shared_run(const dsa_model *m, const tu_weights *sw, const clmla_layer_config *sc, const shared_case *k)
+{
+    enum { S = 2 };
+    static const int lens[S] = {12, 9};
+    static const int steps[][S] = {{2, 3}, {5, 1}, {1, 3}, {1, 1}, {1, 0}, {2, 1}};
+    const int K = m->config.index_topk;
+    char what[160];
+    snprintf(what, sizeof(what), "shared: %s latent, %s keys, path %d", dtype_name(k->latent), dtype_name(k->keys),
+             (int)k->path);
+    float *x[S], *xs[S], *got[S];
+    double *want[S];
+    int ok = 1;
+    for (int s = 0; s < S; s++) {
+        x[s] = tu_random_inputs(lens[s], 44, 500 + (uint64_t)s);
+        xs[s] = tu_random_inputs(lens[s], 44, 600 + (uint64_t)s);
+        got[s] = calloc((size_t)lens[s] * 44, sizeof(float));
+        want[s] = malloc((size_t)lens[s] * 44 * sizeof(double));
+        double *full = malloc((size_t)lens[s] * 44 * sizeof(double));
+        int32_t *sel = malloc((size_t)lens[s] * K * sizeof(int32_t));
+        mla_ref_features f;
+        memset(&f, 0, sizeof(f));
+        f.cache_type = (mla_ref_cache_type)k->latent;
+        int ambiguous = -1;
+        ok = ok && x[s] && xs[s] && got[s] && want[s] && full && sel &&
+             idx_ref_dsa_forward(&m->base.ref_config, &f, &m->base.ref, &m->icfg, &m->iref, K,
+                                 (mla_ref_cache_type)k->keys, lens[s], x[s], full, sel, &ambiguous) == 0 &&
+             idx_ref_shared_forward(&sw->ref_config, &f, &sw->ref, K, lens[s], xs[s], sel, want[s]) == 0;
+        CHECK(ok, "%s: the reference failed", what);
+        CHECK(ambiguous == 0, "%s: %d selections are ambiguous in the reference; choose other inputs", what, ambiguous);
+        free(full);
+        free(sel);
+    }
+    clmla_layer *fl = NULL, *sl = NULL;
+    clmla_status st = clmla_layer_create(ctx, &m->config, &m->layer, &fl);
+    CHECK(st == CLMLA_SUCCESS, "%s: full layer: %s", what, clmla_last_error(ctx));
+    if (st == CLMLA_SUCCESS) {
+        st = clmla_layer_create(ctx, sc, &sw->layer, &sl);
+        CHECK(st == CLMLA_SUCCESS, "%s: shared layer: %s", what, clmla_last_error(ctx));
+    }
+    clmla_cache_config cc = {2, m->config.kv_lora_rank, m->config.qk_rope_head_dim, BT, 12, k->latent,
+                             m->config.index_head_dim, k->keys};
+    clmla_cache *cache = NULL;
+    if (st == CLMLA_SUCCESS) {
+        st = clmla_cache_create(ctx, &cc, &cache);
+        CHECK(st == CLMLA_SUCCESS, "%s: cache: %s", what, clmla_last_error(ctx));
+    }
+    int32_t seq[S];
+    int done[S] = {0, 0};
+    for (int s = 0; st == CLMLA_SUCCESS && s < S; s++)
+        st = clmla_cache_seq_add(cache, &seq[s]);
+    float *xin = malloc(MAX_T * 44 * sizeof(float)), *xsin = malloc(MAX_T * 44 * sizeof(float));
+    float *yout = malloc(MAX_T * 44 * sizeof(float));
+    for (size_t j = 0; ok && xin && xsin && yout && st == CLMLA_SUCCESS && j < sizeof(steps) / sizeof(steps[0]); j++) {
+        clmla_batch_entry e[S];
+        int n = 0, row = 0;
+        for (int s = 0; s < S; s++)
+            if (steps[j][s] > 0) {
+                e[n++] = (clmla_batch_entry){seq[s], steps[j][s]};
+                memcpy(xin + (size_t)row * 44, x[s] + (size_t)done[s] * 44, (size_t)steps[j][s] * 44 * sizeof(float));
+                memcpy(xsin + (size_t)row * 44, xs[s] + (size_t)done[s] * 44, (size_t)steps[j][s] * 44 * sizeof(float));
+                row += steps[j][s];
+            }
+        clmla_forward_args a = {e, n, 0, k->path};
+        st = clmla_layer_forward(fl, cache, &a, xin, yout);
+        CHECK(st == CLMLA_SUCCESS, "%s: step %zu, full layer: %s", what, j, clmla_last_error(ctx));
+        a.cache_layer = 1;
+        if (st == CLMLA_SUCCESS)
+            st = clmla_layer_forward(sl, cache, &a, xsin, yout);
+        CHECK(st == CLMLA_SUCCESS, "%s: step %zu, shared layer: %s", what, j, clmla_last_error(ctx));
+        row = 0;
+        for (int s = 0; s < S; s++)
+            if (steps[j][s] > 0) {
+                memcpy(got[s] + (size_t)done[s] * 44, yout + (size_t)row * 44, (size_t)steps[j][s] * 44 * sizeof(float));
+                row += steps[j][s];
+                done[s] += steps[j][s];
+            }
+    }
+    for (int s = 0; ok && st == CLMLA_SUCCESS && s < S; s++) {
+        CHECK(done[s] == lens[s], "%s: sequence %d ran %d of %d tokens", what, s, done[s], lens[s]);
+        CHECK_CLOSE(got[s], want[s], (size_t)lens[s] * 44, 44, TOL_F32_CACHE, "%s: sequence %d", what, s);
+    }
+    clmla_cache_destroy(cache);
+    clmla_layer_destroy(fl);
+    clmla_layer_destroy(sl);
+    for (int s = 0; s < S; s++)
+        free(x[s]), free(xs[s]), free(got[s]), free(want[s]);
+    free(xin), free(xsin), free(yout);
+}
+
+/* The shared layer's configuration: the model's, without an indexer of its own. */
+static clmla_layer_config shared_config(const dsa_model *m)
+{
+    clmla_layer_config c = m->config;
+    c.index_n_heads = 0;
+    c.index_shared = 1;
+    return c;
+}
+
+static void part_shared(void)
+{
+    static const shared_case cases[] = {
+        {CLMLA_CACHE_F32, CLMLA_CACHE_F32, CLMLA_PATH_AUTO},
+        {CLMLA_CACHE_F32, CLMLA_CACHE_F32, CLMLA_PATH_DECOMPRESSED},
+        {CLMLA_CACHE_F16, CLMLA_CACHE_BF16, CLMLA_PATH_ABSORBED},
+        {CLMLA_CACHE_BF16, CLMLA_CACHE_FP8, CLMLA_PATH_AUTO},
+    };
+    dsa_model m;
+    tu_weights sw;
+    memset(&sw, 0, sizeof(sw));
+    if (model_make(&m, 16, 4, CLMLA_ROPE_INTERLEAVED, 41) == 0) {
+        const clmla_layer_config sc = shared_config(&m);
+        if (tu_weights_make(&sw, &sc, 43) == 0)
+            for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+                shared_run(&m, &sw, &sc, &cases[i]);
+        else
+            CHECK(0, "out of host memory");
+    } else {
+        CHECK(0, "out of host memory");
+    }
+    tu_weights_free(&sw);
+    model_free(&m);
+}
+
+/* Lengths of a sequence in both layers of a two-layer cache. */
+static void lengths(clmla_cache *cache, int32_t seq, int *l0, int *l1)
+{
+    *l0 = *l1 = -1;
+    clmla_cache_seq_length(cache, seq, 0, l0);
+    clmla_cache_seq_length(cache, seq, 1, l1);
+}
+
+/* A shared layer refuses to run over a selection that is not its step's, naming why, and leaves the
+   cache as it was. */
+static void part_shared_refusals(void)
+{
+    dsa_model m;
+    tu_weights sw;
+    memset(&sw, 0, sizeof(sw));
+    if (model_make(&m, 10, 3, CLMLA_ROPE_INTERLEAVED, 47) != 0) {
+        CHECK(0, "out of host memory");
+        model_free(&m);
+        return;
+    }
+    clmla_layer_config sc = shared_config(&m);
+    clmla_layer *fl = NULL, *sl = NULL, *other = NULL;
+    clmla_cache *cache = NULL;
+    clmla_cache_config cc = {2, m.config.kv_lora_rank, m.config.qk_rope_head_dim, BT, 10, CLMLA_CACHE_F32,
+                             m.config.index_head_dim, CLMLA_CACHE_F32};
+    float *x = tu_random_inputs(8, 44, 77), *y = malloc(8 * 44 * sizeof(float));
+    int ok = x && y && tu_weights_make(&sw, &sc, 49) == 0 &&
+             clmla_layer_create(ctx, &m.config, &m.layer, &fl) == CLMLA_SUCCESS &&
+             clmla_layer_create(ctx, &sc, &sw.layer, &sl) == CLMLA_SUCCESS &&
+             clmla_cache_create(ctx, &cc, &cache) == CLMLA_SUCCESS;
+    CHECK(ok, "shared refusals: setup: %s", clmla_last_error(ctx));
+    /* the configuration: an indexer's heads in a shared layer, and no top-k */
+    clmla_layer_config bad = sc;
+    bad.index_n_heads = 5;
+    CHECK_STATUS(clmla_layer_config_validate(&bad), CLMLA_ERROR_INVALID_CONFIG, NULL);
+    CHECK(strstr(clmla_last_error(NULL), "index_shared") && strstr(clmla_last_error(NULL), "index_n_heads"),
+          "shared with heads: %s", clmla_last_error(NULL));
+    bad = sc;
+    bad.index_topk = 0;
+    CHECK_STATUS(clmla_layer_config_validate(&bad), CLMLA_ERROR_INVALID_CONFIG, NULL);
+    CHECK(strstr(clmla_last_error(NULL), "index_topk"), "shared without top-k: %s", clmla_last_error(NULL));
+    int32_t seq = -1, seq2 = -1;
+    if (ok)
+        ok = clmla_cache_seq_add(cache, &seq) == CLMLA_SUCCESS && clmla_cache_seq_add(cache, &seq2) == CLMLA_SUCCESS;
+    int l0, l1;
+    if (ok) {
+        /* no full layer has run */
+        clmla_batch_entry e = {seq, 5};
+        clmla_forward_args a = {&e, 1, 1, CLMLA_PATH_AUTO};
+        CHECK_STATUS(clmla_layer_forward(sl, cache, &a, x, y), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+        CHECK(strstr(clmla_last_error(ctx), "no full layer has run"), "before any full layer: %s", clmla_last_error(ctx));
+        lengths(cache, seq, &l0, &l1);
+        CHECK(l0 == 0 && l1 == 0, "a refused step changed the cache: lengths %d, %d", l0, l1);
+        /* the full layer's step (5 tokens: selecting past top-k 3), then the shared one with other tokens */
+        a.cache_layer = 0;
+        CHECK(clmla_layer_forward(fl, cache, &a, x, y) == CLMLA_SUCCESS, "full step: %s", clmla_last_error(ctx));
+        clmla_batch_entry other_count = {seq, 4};
+        clmla_forward_args b = {&other_count, 1, 1, CLMLA_PATH_AUTO};
+        CHECK_STATUS(clmla_layer_forward(sl, cache, &b, x, y), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+        CHECK(strstr(clmla_last_error(ctx), "4 tokens") && strstr(clmla_last_error(ctx), "5 tokens"),
+              "other token count: %s", clmla_last_error(ctx));
+        clmla_batch_entry other_seq = {seq2, 5};
+        b.entries = &other_seq;
+        CHECK_STATUS(clmla_layer_forward(sl, cache, &b, x, y), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+        CHECK(strstr(clmla_last_error(ctx), "sequence 1") && strstr(clmla_last_error(ctx), "sequence 0"),
+              "other sequence: %s", clmla_last_error(ctx));
+        clmla_batch_entry two[2] = {{seq, 5}, {seq2, 1}};
+        b.entries = two;
+        b.num_entries = 2;
+        CHECK_STATUS(clmla_layer_forward(sl, cache, &b, x, y), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+        CHECK(strstr(clmla_last_error(ctx), "2 entries"), "another entry count: %s", clmla_last_error(ctx));
+        /* a shared layer of another top-k */
+        clmla_layer_config sc2 = sc;
+        sc2.index_topk = 4;
+        CHECK(clmla_layer_create(ctx, &sc2, &sw.layer, &other) == CLMLA_SUCCESS, "top-k 4: %s", clmla_last_error(ctx));
+        a.cache_layer = 1;
+        if (other) {
+            CHECK_STATUS(clmla_layer_forward(other, cache, &a, x, y), CLMLA_ERROR_INVALID_CONFIG, ctx);
+            CHECK(strstr(clmla_last_error(ctx), "index_topk 4") && strstr(clmla_last_error(ctx), "index_topk 3"),
+                  "another top-k: %s", clmla_last_error(ctx));
+        }
+        lengths(cache, seq, &l0, &l1);
+        CHECK(l0 == 5 && l1 == 0, "refused steps changed the cache: lengths %d, %d", l0, l1);
+        /* the right step runs; the same shared step again (stale: its positions moved) is refused */
+        CHECK(clmla_layer_forward(sl, cache, &a, x, y) == CLMLA_SUCCESS, "shared step: %s", clmla_last_error(ctx));
+        clmla_batch_entry one = {seq, 1};
+        clmla_forward_args c = {&one, 1, 1, CLMLA_PATH_AUTO};
+        CHECK_STATUS(clmla_layer_forward(sl, cache, &c, x, y), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+        CHECK(strstr(clmla_last_error(ctx), "position 5") && strstr(clmla_last_error(ctx), "position 0"),
+              "the next step without its full layer: %s", clmla_last_error(ctx));
+        /* a truncate makes the record stale, even where the positions would match again */
+        CHECK(clmla_cache_seq_truncate(cache, seq, 0) == CLMLA_SUCCESS, "truncate: %s", clmla_last_error(ctx));
+        CHECK_STATUS(clmla_layer_forward(sl, cache, &a, x, y), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+        CHECK(strstr(clmla_last_error(ctx), "truncated"), "after a truncate: %s", clmla_last_error(ctx));
+        lengths(cache, seq, &l0, &l1);
+        CHECK(l0 == 0 && l1 == 0, "refused steps changed the cache: lengths %d, %d", l0, l1);
+        /* a warm-up of the shared layer runs without a full layer and leaves no record behind */
+        clmla_cache *big = NULL;
+        cc.num_blocks = (CLMLA_WARMUP_TOKENS + BT - 1) / BT + 1;
+        CHECK(clmla_cache_create(ctx, &cc, &big) == CLMLA_SUCCESS, "warm-up cache: %s", clmla_last_error(ctx));
+        int32_t s3 = -1;
+        if (big) {
+            CHECK(clmla_layer_warmup(sl, big, 1) == CLMLA_SUCCESS, "warm-up: %s", clmla_last_error(ctx));
+            CHECK(clmla_cache_seq_add(big, &s3) == CLMLA_SUCCESS, "sequence: %s", clmla_last_error(ctx));
+            clmla_batch_entry e3 = {s3, 5};
+            clmla_forward_args d = {&e3, 1, 1, CLMLA_PATH_AUTO};
+            CHECK_STATUS(clmla_layer_forward(sl, big, &d, x, y), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+        }
+        clmla_cache_destroy(big);
+    }
+    clmla_cache_destroy(cache);
+    clmla_layer_destroy(fl);
+    clmla_layer_destroy(sl);
+    clmla_layer_destroy(other);
+    tu_weights_free(&sw);
+    free(x), free(y);
+    model_free(&m);
+}
+
 int main(int argc, char **argv)
 {
     static const tu_part parts[] = {
         {"sequence", part_sequence}, {"batch", part_batch}, {"dense", part_dense}, {"topk1", part_topk1}, {"group", part_group},
         {"select", part_select}, {"fp8-latent", part_fp8_latent}, {"pieces", part_pieces},
-        {"refusals", part_refusals}};
+        {"refusals", part_refusals}, {"shared", part_shared}, {"shared-refusals", part_shared_refusals}};
     const tu_parts_result r = tu_run_parts(argc, argv, parts, sizeof(parts) / sizeof(parts[0]), NULL, &ctx, &check_failed);
     if (r == TU_PARTS_NO_DEVICE)
         return 77;

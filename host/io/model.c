@@ -452,19 +452,27 @@ clmla_status clmla_layer_create_from_model_opts(clmla_context *ctx, const char *
         clmla_model_desc_free(&d);
         return CLMLA_ERROR_INVALID_CONFIG;
     }
-    if (d.index_shared && d.index_shared[layer_index] && !opt->dense) {
+    /* A "shared" layer attends to the selection of the full layer before it (clmla_layer_config.
+       index_shared); the first layers of a model are full. */
+    const int shared = d.index_shared && d.index_shared[layer_index] && !opt->dense;
+    if (shared) {
         int full = layer_index - 1;
         while (full >= 0 && d.index_shared[full])
             full--;
-        clmla_fail(ctx, CLMLA_ERROR_UNSUPPORTED,
-                   "layer %d of %s is a \"shared\" sparse-attention layer (indexer_types): it has no indexer and "
-                   "attends to the keys that layer %d's indexer selects, which a layer created alone cannot know; pass "
-                   "those indices to clmla_attention_latent_sparse, or load it dense",
-                   layer_index, model_dir, full);
-        clmla_model_desc_free(&d);
-        return CLMLA_ERROR_UNSUPPORTED;
+        if (full < 0) {
+            clmla_fail(ctx, CLMLA_ERROR_INVALID_CONFIG,
+                       "layer %d of %s is a \"shared\" sparse-attention layer (indexer_types), but no layer before it "
+                       "is a full one whose selection it could take",
+                       layer_index, model_dir);
+            clmla_model_desc_free(&d);
+            return CLMLA_ERROR_INVALID_CONFIG;
+        }
     }
     clmla_layer_config c = d.layer;
+    if (shared) { /* no indexer of its own: the full layer's selection, of the same index_topk */
+        c.index_n_heads = 0;
+        c.index_shared = 1;
+    }
     if (opt->dense) { /* a sparse-attention model without its indexer: every key, at any length */
         c.index_n_heads = 0;
         c.dense_max_keys = 0;

@@ -90,12 +90,23 @@ struct clmla_layer {
        Its kernels depend on the cache's blocks and key dtype: the cache keeps them
        (clmla_index_kernels_for), built at the first step with it or by clmla_layer_warmup. */
     int HI, dI, topk;
+    /* a shared layer (config.index_shared; HI 0, topk the model's): its steps attend to the cache's
+       selection record (cache.h, cache_selection). `warming`: clmla_layer_warmup's steps, which
+       attend to a selection of their own instead. */
+    int shared, warming;
     clmla_weight idx_wq, idx_wk, idx_ww;
     cl_mem idx_norm_w, idx_norm_b;
     /* host only, [3, entries]: each entry's first row, cached prefix and path (step_plan) */
     int *entry_info;
     int entry_info_capacity;
 };
+
+/* The layer attends to index_topk selected keys in a step where some query sees more: it has an
+   indexer, or it is a shared layer. */
+static int selects(const clmla_layer *L)
+{
+    return L->HI > 0 || L->shared;
+}
 
 /* ---- weights -------------------------------------------------------------------------------- */
 
@@ -336,7 +347,7 @@ static clmla_status build_kernels(clmla_layer *L)
             return st;
     }
     st = build_prefill(L, "", &L->prefill[0], 1);
-    if (st == CLMLA_SUCCESS && L->HI > 0) /* an indexer layer's decompressed entries in sparse steps */
+    if (st == CLMLA_SUCCESS && selects(L)) /* a selecting layer's decompressed entries in sparse steps */
         st = build_prefill(L, " -D SPARSE", &L->prefill[1], 0);
     return st;
 }
@@ -607,6 +618,8 @@ clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *co
         st = clmla_weight_upload(ctx, "kv_b_proj", &kvb.t, 1, kvb.want, 0, &L->kv_b_proj, NULL);
     if (st == CLMLA_SUCCESS)
         st = clmla_weight_upload(ctx, "o_proj", &ob.t, 1, ob.want, 1, &L->o_proj, NULL);
+    if (c.index_shared)
+        L->shared = 1, L->topk = c.index_topk;
     if (st == CLMLA_SUCCESS && HI > 0) {
         L->HI = (int)HI, L->dI = (int)dI, L->topk = c.index_topk;
         st = clmla_weight_upload(ctx, "indexer.wq_b", &w->indexer_wq_b, 1, wd, 1, &L->idx_wq, NULL);
@@ -725,7 +738,7 @@ clmla_status clmla_layer_auto_path(const clmla_layer *L, int prefix, int tokens,
         return clmla_fail(L->ctx, CLMLA_ERROR_INVALID_ARGUMENT,
                           "clmla_layer_auto_path: prefix must be at least 0 and tokens at least 1, got %d and %d", prefix,
                           tokens);
-    const int sparse = L->HI > 0 && (long long)prefix + tokens > L->topk;
+    const int sparse = selects(L) && (long long)prefix + tokens > L->topk;
     *path = auto_decompressed(L, prefix, tokens, sparse) ? CLMLA_PATH_DECOMPRESSED : CLMLA_PATH_ABSORBED;
     return CLMLA_SUCCESS;
 }
@@ -769,8 +782,9 @@ clmla_status clmla_layer_warmup(clmla_layer *L, clmla_cache *cache, int cache_la
     /* the dense passes dense whatever the layer's top-k (a sparse-attention layer's short contexts
        attend densely), the sparse one below with a top-k of 1 */
     const int topk = L->topk;
-    if (L->HI > 0)
+    if (selects(L))
         L->topk = INT_MAX;
+    L->warming = 1;
     for (int path = CLMLA_PATH_ABSORBED; st == CLMLA_SUCCESS && path <= CLMLA_PATH_DECOMPRESSED; path++) {
         const int *steps = path == CLMLA_PATH_ABSORBED ? absorbed : decompressed;
         int32_t seq = -1;
@@ -785,7 +799,7 @@ clmla_status clmla_layer_warmup(clmla_layer *L, clmla_cache *cache, int cache_la
     }
     /* A sparse-attention layer: its indexer's kernels and the sparse attention kernels too, by the
        absorbed steps once more with a top-k of 1 (every step past the first then selects). */
-    if (st == CLMLA_SUCCESS && L->HI > 0) {
+    if (st == CLMLA_SUCCESS && selects(L)) {
         L->topk = 1;
         int32_t seq = -1;
         st = clmla_cache_seq_add(cache, &seq);
@@ -798,6 +812,7 @@ clmla_status clmla_layer_warmup(clmla_layer *L, clmla_cache *cache, int cache_la
             clmla_cache_seq_free(cache, seq);
     }
     L->topk = topk;
+    L->warming = 0;
     free(x);
     free(out);
     return st;
@@ -1021,7 +1036,7 @@ static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_fo
             p->max_ctx = v.length;
     }
     clmla_status st = CLMLA_SUCCESS;
-    p->sparse = L->HI > 0 && p->max_ctx > L->topk;
+    p->sparse = selects(L) && p->max_ctx > L->topk;
     if (L->config.dense_max_keys > 0 && p->max_ctx > L->config.dense_max_keys)
         st = clmla_fail(L->ctx, CLMLA_ERROR_UNSUPPORTED,
                         "a sequence would reach %d tokens, but this model selects index_topk = %d keys per query with "
@@ -1098,6 +1113,12 @@ static clmla_status check_step(clmla_layer *L, clmla_cache *cache, const clmla_f
                           L->dI, cache->config.index_head_dim);
     if (a->path != CLMLA_PATH_AUTO && a->path != CLMLA_PATH_ABSORBED && a->path != CLMLA_PATH_DECOMPRESSED)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "unknown attention path %d", (int)a->path);
+    if (L->shared && !L->warming && a->entries && a->num_entries > 0 && a->cache_layer >= 0 &&
+        a->cache_layer < cache->config.num_layers) {
+        const clmla_status st = clmla_selection_check(cache, a->cache_layer, L->topk, a->entries, a->num_entries);
+        if (st != CLMLA_SUCCESS)
+            return st;
+    }
     long long T = 0;
     for (int e = 0; a->entries && e < a->num_entries; e++)
         T += a->entries[e].num_tokens > 0 ? a->entries[e].num_tokens : 0;
@@ -1155,7 +1176,8 @@ static clmla_status write_tables(clmla_layer *L, const clmla_forward_args *a, co
     return clmla_staged_write(L->ctx, &L->tables, bytes, &L->written);
 }
 
-static clmla_status stage_step(clmla_layer *L, const clmla_forward_args *a, const step_plan *p, step_buffers *b)
+static clmla_status stage_step(clmla_layer *L, clmla_cache *cache, const clmla_forward_args *a, const step_plan *p,
+                               step_buffers *b)
 {
     clmla_context *ctx = L->ctx;
     const size_t T = (size_t)p->T, H = (size_t)L->H, F = sizeof(float);
@@ -1178,9 +1200,20 @@ static clmla_status stage_step(clmla_layer *L, const clmla_forward_args *a, cons
         st = clmla_scratch(ctx, SCRATCH_INDEX_Q, T * (size_t)L->HI * L->dI * F, &b->idx_q);
         if (st == CLMLA_SUCCESS)
             st = clmla_scratch(ctx, SCRATCH_INDEX_W, T * (size_t)L->HI * F, &b->idx_w);
-        if (st == CLMLA_SUCCESS)
-            st = clmla_scratch(ctx, SCRATCH_INDEX_TOPK, T * (size_t)L->topk * sizeof(cl_int), &b->idx_topk);
     }
+    /* the selection: the indexer's into the cache's record, for the shared layers after it; a
+       shared layer's from the record (clmla_layer_warmup's: the first key, at every row) */
+    if (st == CLMLA_SUCCESS && p->sparse && (L->HI > 0 || L->warming))
+        st = clmla_selection_buffer(cache, T * (size_t)L->topk * sizeof(cl_int), &b->idx_topk);
+    if (st == CLMLA_SUCCESS && p->sparse && L->shared && L->warming) {
+        const cl_int first = 0;
+        const cl_int err = clEnqueueFillBuffer(ctx->queue, b->idx_topk, &first, sizeof(first), 0,
+                                               T * (size_t)L->topk * sizeof(cl_int), 0, NULL, NULL);
+        if (err != CL_SUCCESS)
+            st = clmla_fail_cl(ctx, err, "clEnqueueFillBuffer(the warm-up's selection)");
+    }
+    if (st == CLMLA_SUCCESS && p->sparse && L->shared && !L->warming)
+        b->idx_topk = cache->selection.indices;
     if (st == CLMLA_SUCCESS)
         st = write_tables(L, a, p);
     if (st != CLMLA_SUCCESS)
@@ -1400,10 +1433,10 @@ static clmla_status run_step(clmla_layer *L, clmla_cache *cache, const clmla_for
                              size_t x_offset, cl_mem out, size_t out_offset, cl_event *event)
 {
     step_buffers b;
-    clmla_status st = stage_step(L, a, p, &b);
+    clmla_status st = stage_step(L, cache, a, p, &b);
     if (st == CLMLA_SUCCESS)
         st = project_step(L, cache, a->cache_layer, p, &b, x, x_offset);
-    if (st == CLMLA_SUCCESS && p->sparse)
+    if (st == CLMLA_SUCCESS && p->sparse && L->HI > 0)
         st = select_keys(L, cache, a->cache_layer, p, &b, x, x_offset);
     if (st == CLMLA_SUCCESS && p->any_absorbed)
         st = absorbed_attention(L, cache, a, p, &b);
@@ -1424,10 +1457,22 @@ static clmla_status forward_enqueue(clmla_layer *L, clmla_cache *cache, const cl
     st = clmla_cache_begin_append(cache, a->cache_layer, a->entries, a->num_entries, txn);
     if (st != CLMLA_SUCCESS)
         return st;
+    /* a full layer's step replaces the selection record, which is stale until the step is enqueued */
+    if (L->HI > 0)
+        clmla_selection_clear(cache);
     step_plan plan;
     st = plan_step(L, cache, a, txn, &plan);
+    if (st == CLMLA_SUCCESS && L->shared && !L->warming &&
+        (plan.sparse != cache->selection.sparse || plan.T != cache->selection.T))
+        st = clmla_fail(L->ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                        "the shared layer's step (%d tokens, %s) does not match its full layer's (%d tokens, %s)", plan.T,
+                        plan.sparse ? "selecting" : "dense", cache->selection.T,
+                        cache->selection.sparse ? "selecting" : "dense");
     if (st == CLMLA_SUCCESS)
         st = run_step(L, cache, a, &plan, x, x_offset, out, out_offset, event);
+    if (st == CLMLA_SUCCESS && L->HI > 0)
+        st = clmla_selection_keep(cache, a->cache_layer, L->topk, plan.sparse, plan.T, a->entries, a->num_entries,
+                                  txn->old_length);
     if (st != CLMLA_SUCCESS)
         clmla_cache_rollback(cache, txn);
     return st;
@@ -1478,6 +1523,8 @@ clmla_status clmla_layer_forward(clmla_layer *L, clmla_cache *cache, const clmla
     err = clmla_cl_read(ctx, ob, 0, bytes, out);
     if (err != CL_SUCCESS) {
         clmla_cache_rollback(cache, &txn);
+        if (L->HI > 0)
+            clmla_selection_clear(cache);
         return clmla_fail_cl(ctx, err, "clEnqueueReadBuffer(out)");
     }
     clmla_cache_commit(&txn);

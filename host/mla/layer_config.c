@@ -186,6 +186,21 @@ clmla_status clmla_layer_config_validate(const clmla_layer_config *config)
     if (c.tp_rank < 0 || c.tp_rank >= (c.tp_size > 1 ? c.tp_size : 1))
         return INVALID("tp_rank %d is out of range for tp_size %d (0 to %d)", c.tp_rank, c.tp_size,
                        (c.tp_size > 1 ? c.tp_size : 1) - 1);
+    if (c.index_shared != 0 && c.index_shared != 1)
+        return INVALID("index_shared %d must be 0 or 1", c.index_shared);
+    if (c.index_shared) {
+        if (c.index_n_heads != 0)
+            return INVALID("index_shared 1 (a shared layer: no indexer of its own) with index_n_heads %d; it must "
+                           "be 0",
+                           c.index_n_heads);
+        if (c.index_topk < 1)
+            return INVALID("index_topk %d must be >= 1 (a shared layer attends to its full layer's index_topk keys)",
+                           c.index_topk);
+        if (c.dense_max_keys != 0)
+            return INVALID("dense_max_keys %d must be 0 in a shared layer (index_shared 1): it attends to its full "
+                           "layer's selection instead",
+                           c.dense_max_keys);
+    }
     if (c.index_n_heads < 0)
         return INVALID("index_n_heads %d must be >= 0 (0: no indexer)", c.index_n_heads);
     if (c.index_n_heads > 0) {

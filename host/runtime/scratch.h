@@ -20,8 +20,9 @@ typedef enum clmla_scratch_slot {
     SCRATCH_WEIGHT_F32,             /* a piece of a weight decoded to float32 for CLBlast (gemm.c) */
     SCRATCH_CLBLAST_TEMP,           /* CLBlast's Xgemm temporary buffer (padded copies of A, B, C) */
     /* the lightning indexer's (sparse-attention layers): W_k x [T, d_I], its queries [T, H_I, d_I],
-       head weights [T, H_I], the scores of a chunk of tokens [rows, ctx] and the selection [T, K] */
-    SCRATCH_INDEX_K, SCRATCH_INDEX_Q, SCRATCH_INDEX_W, SCRATCH_INDEX_SCORES, SCRATCH_INDEX_TOPK,
+       head weights [T, H_I] and the scores of a chunk of tokens [rows, ctx] (the selection [T, K] is
+       the cache's, cache_selection) */
+    SCRATCH_INDEX_K, SCRATCH_INDEX_Q, SCRATCH_INDEX_W, SCRATCH_INDEX_SCORES,
     SCRATCH_PAGED_SEQ, SCRATCH_PAGED_CTX, /* clmla_paged_attention's token tables [T] (host/mla/paged.c) */
     SCRATCH_COUNT
 } clmla_scratch_slot;

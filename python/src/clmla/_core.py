@@ -379,6 +379,7 @@ class LayerConfig:
     index_topk: int = 0
     index_rope_pairing: str = "interleaved"
     index_norm_eps: float = 0.0
+    index_shared: int = 0
 
     _ENUMS = {"rope_pairing": ROPE_PAIRINGS, "rope_type": ROPE_TYPES, "weights_dtype": WEIGHTS_DTYPES,
               "index_rope_pairing": ROPE_PAIRINGS}

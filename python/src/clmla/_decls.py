@@ -6,7 +6,7 @@ python/tests/test_header.py fails until the table matches the headers again.
 """
 
 DEFINES = {'CLMLA_VERSION_MAJOR': 0,
- 'CLMLA_VERSION_MINOR': 4,
+ 'CLMLA_VERSION_MINOR': 5,
  'CLMLA_VERSION_PATCH': 0,
  'CLMLA_MAX_ROPE_PAIRS': 128,
  'CLMLA_WARMUP_TOKENS': 296,
@@ -155,7 +155,8 @@ STRUCTS = {'clmla_device_info': [('index', 'int'),
                         ('index_head_dim', 'int'),
                         ('index_topk', 'int'),
                         ('index_rope_pairing', 'clmla_rope_pairing'),
-                        ('index_norm_eps', 'double')],
+                        ('index_norm_eps', 'double'),
+                        ('index_shared', 'int')],
  'clmla_tensor': [('data', 'const void*'),
                   ('ndim', 'int'),
                   ('shape', 'int64_t[2]'),

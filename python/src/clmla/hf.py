@@ -18,6 +18,7 @@ model stays in torch. CPU tensors only; torch is imported when ``attach`` is cal
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from typing import Optional
 
@@ -132,7 +133,8 @@ def _forward_for(state: _Attached, index: int, module):
             mark = hidden_states.new_zeros((B, 1, T, 1))
             cache.update(mark, mark, module.layer_idx, kwargs=kwargs)
         result = torch.from_numpy(out).to(hidden_states.dtype)
-        # glm_moe_dsa's modules also return their selection, for a following "shared" layer
+        # glm_moe_dsa's modules also return their selection, for a following "shared" layer (clmla's
+        # shared layers take it from clmla's cache instead)
         return (result, None, None) if hasattr(module, "skip_topk") else (result, None)
 
     return forward
@@ -166,16 +168,15 @@ def attach(model, *, context: Optional[Context] = None, cache_dtype: str = "f32"
         for p in m.parameters():
             if p.device.type != "cpu":
                 _invalid("%s is on %s: clmla.hf takes models on the CPU" % (name, p.device))
-    for name, m in modules:
-        if getattr(m, "skip_topk", False):
-            _invalid("%s is a \"shared\" sparse-attention layer (indexer_types): it reuses the previous full "
-                     "layer's selection, which clmla.hf does not pass between layers" % name, "CLMLA_ERROR_UNSUPPORTED")
     config = _layer_config(model)
+    # glm_moe_dsa's "shared" layers (skip_topk) have no indexer: they attend to the selection the full
+    # layer before them made in the same step, which clmla keeps with the cache
+    shared = dataclasses.replace(config, index_n_heads=0, index_shared=1)
     ctx = _ctx(context)
     layers = []
     for name, m in modules:
         try:
-            layers.append(Layer(config, m.state_dict(), context=ctx,
+            layers.append(Layer(shared if getattr(m, "skip_topk", False) else config, m.state_dict(), context=ctx,
                                 weights_dtype=None if weights_dtype == "auto" else weights_dtype))
         except Exception as e:
             for layer in layers:
