@@ -1018,6 +1018,95 @@ typedef struct clmla_model_options {
 clmla_status clmla_layer_create_from_model_opts(clmla_context *ctx, const char *model_dir,
                                                 const clmla_model_options *options, clmla_layer **layer);
 
+/* ---- a model's attention layers over one cache ---------------------------------------------- */
+
+/* A model's MLA attentions (all of a folder's, or those of a range of decoder layers) over one
+   cache that the model makes and owns, run one step at a time in the model's order. The model
+   carries what crosses layers: which attention selects keys for which (glm_moe_dsa's "shared"
+   layers), and which cache layer each attention writes. */
+typedef struct clmla_model clmla_model;
+
+typedef struct clmla_model_spec {
+    /* the decoder layers held, numbered as the model numbers them: [first_layer, first_layer +
+       num_layers), num_layers 0 = to the last. Only their MLA attentions are held (kimi_linear's
+       linear attention layers are skipped), both of longcat_flash's per layer. */
+    int first_layer;
+    int num_layers;
+    clmla_weights_dtype weights_dtype; /* as clmla_model_options */
+    int tp_rank, tp_size;              /* as clmla_model_options */
+    int dense;                         /* as clmla_model_options: no indexers, every layer dense */
+    /* the cache: its dtype, tokens per block (0 = 64) and blocks (each block spans every layer).
+       Index keys (for the layers with an indexer only) are float32 beside a float32 cache,
+       DeepSeek's fp8 beside an fp8 one where index_head_dim is a power of two, else bf16. */
+    clmla_cache_dtype cache_dtype;
+    int block_tokens;
+    int num_blocks;
+} clmla_model_spec;
+
+/* How an attention of a model chooses its keys. */
+typedef enum clmla_attention_kind {
+    CLMLA_ATTENTION_DENSE = 0,   /* every query attends to all its keys */
+    CLMLA_ATTENTION_INDEXED = 1, /* its indexer selects index_topk keys per query (DeepSeek-V3.2, GLM-5) */
+    CLMLA_ATTENTION_SHARED = 2   /* it attends to the selection of attention `source` in the same step */
+} clmla_attention_kind;
+
+typedef struct clmla_model_attention {
+    int layer;       /* decoder layer, as the model numbers them */
+    int sublayer;    /* 0, or 1 for longcat_flash's self_attn.1 */
+    int cache_layer; /* the layer of the model's cache it writes and reads */
+    clmla_attention_kind kind;
+    int source;      /* SHARED: the attention (index in this model) whose selection it takes; else -1 */
+} clmla_model_attention;
+
+/* Loads the attentions of spec's layers (clmla_layer_create_from_model_opts for each) and makes
+   their cache. A range that starts on a shared layer whose full layer lies before it is refused,
+   naming both layers; so is a range holding no MLA attention. On failure nothing is kept. */
+clmla_status clmla_model_create(clmla_context *ctx, const char *model_dir, const clmla_model_spec *spec,
+                                clmla_model **model);
+/* A model of layers the caller made (clmla_layer_create, clmla_layer_create_from_model_opts), in
+   the order a step runs them: attention i is layers[i] in cache layer i (its `layer` is i). A
+   layer with an indexer is INDEXED; one with index_shared takes the selection of the nearest one
+   before it that has an indexer (refused when there is none); the others are DENSE. Only the
+   cache fields of spec are read. The layers must share kv_lora_rank and qk_rope_head_dim (and,
+   those with an indexer, index_head_dim). The layers stay the caller's: destroy them after the
+   model. */
+clmla_status clmla_model_create_from_layers(clmla_context *ctx, clmla_layer **layers, int count,
+                                            const clmla_model_spec *spec, clmla_model **model);
+/* Destroys the cache and the layers the model loaded (not a caller's layers). */
+void clmla_model_destroy(clmla_model *model);
+/* The number of attentions held, in the order a step runs them. */
+clmla_status clmla_model_num_attentions(const clmla_model *model, int *count);
+/* Attention `index` (0 .. count-1): its layer, cache layer, kind and source. */
+clmla_status clmla_model_attention_info(const clmla_model *model, int index, clmla_model_attention *info);
+/* The model's cache (owned by the model: add and free sequences on it; do not destroy it). */
+clmla_status clmla_model_cache(const clmla_model *model, clmla_cache **cache);
+/* The layer of attention `index` (owned by the model). */
+clmla_status clmla_model_layer(const clmla_model *model, int index, clmla_layer **layer);
+
+/* Attention `index` of a step: clmla_layer_forward of its layer in its cache layer. A shared
+   attention runs only after its source ran the same step (the same entries from the same
+   positions), else it is refused naming both attentions, with the cache unchanged. */
+clmla_status clmla_model_forward(clmla_model *model, int index, const clmla_batch_entry *entries, int num_entries,
+                                 clmla_attention_path path, const float *x, float *out);
+/* The same on device buffers, as clmla_layer_forward_cl. */
+clmla_status clmla_model_forward_cl(clmla_model *model, int index, const clmla_batch_entry *entries, int num_entries,
+                                    clmla_attention_path path, cl_mem x, size_t x_offset, cl_mem out, size_t out_offset,
+                                    cl_event *event);
+
+/* Called after attention `index` of a step with its output [T, D]: writes the next attention's
+   input [T, D] into x (the engine's residual, norms and MLP or MoE between them). A non-zero
+   return stops the step. */
+typedef int (*clmla_model_between_fn)(void *user, int index, const float *attention_out, float *x);
+
+/* A whole step: x [T, D] is the first attention's input; attention i runs on x, then (for every i
+   but the last) between(user, i, out, x) makes the next input in x. out [T, D] ends holding the
+   last attention's output. A failing attention or a non-zero return from between
+   (CLMLA_ERROR_INVALID_ARGUMENT, naming the attention) stops the step: the attentions before it
+   keep their tokens in the cache, the others have none of the step's. */
+clmla_status clmla_model_run(clmla_model *model, const clmla_batch_entry *entries, int num_entries,
+                             clmla_attention_path path, float *x, float *out, clmla_model_between_fn between,
+                             void *user);
+
 /* Reads a .npy file of float32, float16 or float64 values (little-endian, C order, 1-D or 2-D) as
    float32 (float64 rounded to nearest):
    *data [shape[0] * shape[1]] (shape[1] = 0 for 1-D), allocated by the library, freed with

@@ -26,6 +26,7 @@
    pass means the same keys were selected. */
 #include "attention.h"
 #include "check.h"
+#include "checkpoint_writer.h"
 #include "clmla.h"
 #include "indexer_ref.h"
 #include "internal.h"
@@ -839,12 +840,307 @@ static void part_shared_refusals(void)
     model_free(&m);
 }
 
+/* ---- a model of full and shared layers (clmla_model) ------------------------------------------- */
+
+enum { ML = 4 }; /* layers: full, shared, shared, full */
+
+typedef struct named_tensor {
+    const char *name;
+    const float *data;
+    int64_t rows, cols; /* cols 0: 1-D */
+} named_tensor;
+
+/* Appends one layer's tensors (and its indexer's, for a full layer) to t. */
+static int layer_tensors(ckpt_tensor *t, char names[][96], int l, const tu_weights *w, const dsa_model *full)
+{
+    const clmla_layer_config *c = &w->config;
+    const int64_t D = c->hidden_size, H = c->num_heads, rq = c->q_lora_rank, rkv = c->kv_lora_rank;
+    const int64_t dq = c->qk_nope_head_dim + c->qk_rope_head_dim, dr = c->qk_rope_head_dim, dv = c->v_head_dim;
+    named_tensor list[12] = {{"q_a_proj.weight", w->q_a_proj, rq, D},
+                  {"q_a_layernorm.weight", w->q_a_layernorm, rq, 0},
+                  {"q_b_proj.weight", w->q_b_proj, H * dq, rq},
+                  {"kv_a_proj_with_mqa.weight", w->kv_a_proj_with_mqa, rkv + dr, D},
+                  {"kv_a_layernorm.weight", w->kv_a_layernorm, rkv, 0},
+                  {"kv_b_proj.weight", w->kv_b_proj, H * (c->qk_nope_head_dim + dv), rkv},
+                  {"o_proj.weight", w->o_proj, D, H * dv}};
+    int n = 7;
+    if (full) {
+        const int64_t HI = full->config.index_n_heads, dI = full->config.index_head_dim;
+        list[n++] = (named_tensor){"indexer.wq_b.weight", full->wq, HI * dI, rq};
+        list[n++] = (named_tensor){"indexer.wk.weight", full->wk, dI, D};
+        list[n++] = (named_tensor){"indexer.k_norm.weight", full->kn, dI, 0};
+        list[n++] = (named_tensor){"indexer.k_norm.bias", full->kb, dI, 0};
+        list[n++] = (named_tensor){"indexer.weights_proj.weight", full->ww, HI, D};
+    }
+    for (int i = 0; i < n; i++) {
+        snprintf(names[i], 96, "model.layers.%d.self_attn.%s", l, list[i].name);
+        t[i].name = names[i];
+        t[i].dtype = "F32";
+        t[i].ndim = list[i].cols ? 2 : 1;
+        t[i].shape[0] = list[i].rows;
+        t[i].shape[1] = list[i].cols;
+        t[i].data = list[i].data;
+        t[i].bytes = (size_t)list[i].rows * (size_t)(list[i].cols ? list[i].cols : 1) * sizeof(float);
+    }
+    return n;
+}
+
+/* clmla_model_run's callback: the next attention's input is that layer's own inputs (each layer has a
+   reference of its own); stop_after > 0 stops the step after that attention. */
+typedef struct next_inputs {
+    float *x[ML]; /* [ML][T, D] */
+    size_t bytes; /* of one layer's inputs */
+    int calls, stop_after;
+} next_inputs;
+
+static int run_between(void *user, int index, const float *out, float *x)
+{
+    next_inputs *n = user;
+    (void)out;
+    n->calls++;
+    if (n->stop_after && index == n->stop_after)
+        return 1;
+    memcpy(x, n->x[index + 1], n->bytes);
+    return 0;
+}
+
+/* Steps of one sequence through every attention of a model, attention by attention, each on its
+   own layer's inputs x[l]; got[l] against want[l]. */
+static void model_steps(clmla_model *model, int32_t seq, const int *chunks, float *const *x, float *const *got, float *xin,
+                        double *const *want, const char *what)
+{
+    int ok = 1, T = 0;
+    for (int i = 0, at = 0; ok && chunks[i] > 0; at += chunks[i], i++) {
+        const clmla_batch_entry e = {seq, chunks[i]};
+        for (int l = 0; ok && l < ML; l++) {
+            memcpy(xin, x[l] + (size_t)at * 44, (size_t)chunks[i] * 44 * sizeof(float));
+            ok = clmla_model_forward(model, l, &e, 1, CLMLA_PATH_AUTO, xin, got[l] + (size_t)at * 44) == CLMLA_SUCCESS;
+            CHECK(ok, "%s: step at %d, attention %d: %s", what, at, l, clmla_last_error(ctx));
+        }
+        T = at + chunks[i];
+    }
+    for (int l = 0; ok && l < ML; l++)
+        CHECK_CLOSE(got[l], want[l], (size_t)T * 44, 44, TOL_F32_CACHE, "%s: attention %d", what, l);
+}
+
+static void part_model(void)
+{
+    dsa_model m0, m3;
+    tu_weights w1, w2;
+    memset(&w1, 0, sizeof(w1));
+    memset(&w2, 0, sizeof(w2));
+    char dir[512] = "";
+    int ok = model_make(&m0, 16, 4, CLMLA_ROPE_INTERLEAVED, 51) == 0 && model_make(&m3, 16, 4, CLMLA_ROPE_INTERLEAVED, 53) == 0;
+    const clmla_layer_config sc = shared_config(&m0);
+    ok = ok && tu_weights_make(&w1, &sc, 55) == 0 && tu_weights_make(&w2, &sc, 57) == 0 &&
+         ckpt_make_temp_dir(dir, sizeof(dir), "dsa-model") == 0;
+    CHECK(ok, "model: setup");
+    /* the folder: config.json with the indexer's fields and indexer_types, one safetensors file */
+    char *json = ok ? ckpt_config_json(&m0.config, ML, "glm_moe_dsa", 1, 0) : NULL;
+    char *cfg = json ? malloc(strlen(json) + 256) : NULL;
+    if (cfg) {
+        char *end = strrchr(json, '}');
+        *end = '\0';
+        sprintf(cfg, "%s, \"index_n_heads\": 5, \"index_head_dim\": 16, \"index_topk\": 4, \"indexer_types\": "
+                     "[\"full\", \"shared\", \"shared\", \"full\"]}",
+                json);
+    }
+    ckpt_tensor t[48];
+    char names[48][96];
+    int nt = 0;
+    const tu_weights *ws[ML] = {&m0.base, &w1, &w2, &m3.base};
+    const dsa_model *fulls[ML] = {&m0, NULL, NULL, &m3};
+    for (int l = 0; ok && l < ML; l++)
+        nt += layer_tensors(t + nt, names + nt, l, ws[l], fulls[l]);
+    char path[600];
+    ok = ok && cfg && ckpt_write_text(ckpt_path(path, sizeof(path), dir, "config.json"), cfg) == 0 &&
+         ckpt_write_safetensors(ckpt_path(path, sizeof(path), dir, "model.safetensors"), t, nt) == 0;
+    CHECK(ok, "model: writing the folder");
+    free(json);
+    free(cfg);
+
+    /* a range that starts on a shared layer names both layers; a shared layer alone loads as one */
+    clmla_model *model = NULL;
+    clmla_model_spec spec;
+    memset(&spec, 0, sizeof(spec));
+    spec.first_layer = 1;
+    spec.num_blocks = 8;
+    spec.block_tokens = BT;
+    if (ok) {
+        CHECK_STATUS(clmla_model_create(ctx, dir, &spec, &model), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+        CHECK(!model && strstr(clmla_last_error(ctx), "layer 1 is a \"shared\"") &&
+                  strstr(clmla_last_error(ctx), "start the range at layer 0"),
+              "range from a shared layer: %s", clmla_last_error(ctx));
+        clmla_model_options mo;
+        memset(&mo, 0, sizeof(mo));
+        mo.layer = 2;
+        clmla_layer *one = NULL;
+        clmla_layer_config got;
+        CHECK(clmla_layer_create_from_model_opts(ctx, dir, &mo, &one) == CLMLA_SUCCESS &&
+                  clmla_layer_get_config(one, &got) == CLMLA_SUCCESS && got.index_shared == 1 && got.index_n_heads == 0 &&
+                  got.index_topk == 4,
+              "layer 2 alone: %s", clmla_last_error(ctx));
+        clmla_layer_destroy(one);
+    }
+    spec.first_layer = 0;
+    spec.num_blocks = 12;
+    ok = ok && clmla_model_create(ctx, dir, &spec, &model) == CLMLA_SUCCESS;
+    CHECK(ok, "model: %s", clmla_last_error(ctx));
+    int count = 0;
+    clmla_model_attention info[ML];
+    static const clmla_attention_kind kinds[ML] = {CLMLA_ATTENTION_INDEXED, CLMLA_ATTENTION_SHARED,
+                                                   CLMLA_ATTENTION_SHARED, CLMLA_ATTENTION_INDEXED};
+    static const int sources[ML] = {-1, 0, 0, -1};
+    if (ok) {
+        CHECK(clmla_model_num_attentions(model, &count) == CLMLA_SUCCESS && count == ML, "attentions: %d", count);
+        for (int i = 0; i < ML && i < count; i++) {
+            CHECK(clmla_model_attention_info(model, i, &info[i]) == CLMLA_SUCCESS && info[i].layer == i &&
+                      info[i].cache_layer == i && info[i].kind == kinds[i] && info[i].source == sources[i],
+                  "attention %d: layer %d, cache layer %d, kind %d, source %d", i, info[i].layer, info[i].cache_layer,
+                  (int)info[i].kind, info[i].source);
+        }
+        /* index keys only for the two full layers */
+        clmla_cache *cache = NULL;
+        clmla_cache_info ci;
+        CHECK(clmla_model_cache(model, &cache) == CLMLA_SUCCESS && clmla_cache_get_info(cache, &ci) == CLMLA_SUCCESS &&
+                  ci.bytes_total == (4 * ci.bytes_per_token_per_layer + 2 * ci.index_bytes_per_token_per_layer) * 12 * BT &&
+                  ci.index_bytes_per_token_per_layer == 16 * sizeof(float),
+              "the model's cache: %zu bytes", ci.bytes_total);
+    }
+
+    /* steps through the model (clmla_model_run), every layer against its reference */
+    enum { T = 10 };
+    static const int chunks[] = {3, 4, 1, 1, 1, 0};
+    float *x[ML];
+    double *want[ML];
+    float *got[ML];
+    int32_t *sel = malloc((size_t)T * 4 * sizeof(int32_t));
+    for (int l = 0; l < ML; l++) {
+        x[l] = tu_random_inputs(T, 44, 700 + (uint64_t)l);
+        want[l] = malloc((size_t)T * 44 * sizeof(double));
+        got[l] = calloc((size_t)T * 44, sizeof(float));
+        ok = ok && x[l] && want[l] && got[l];
+    }
+    for (int l = 0; ok && l < ML; l++) {
+        int ambiguous = -1;
+        if (fulls[l])
+            ok = idx_ref_dsa_forward(&ws[l]->ref_config, NULL, &ws[l]->ref, &fulls[l]->icfg, &fulls[l]->iref, 4,
+                                     MLA_REF_CACHE_F32, T, x[l], want[l], l == 0 ? sel : NULL, &ambiguous) == 0 &&
+                 ambiguous == 0;
+        else
+            ok = idx_ref_shared_forward(&ws[l]->ref_config, NULL, &ws[l]->ref, 4, T, x[l], sel, want[l]) == 0;
+        CHECK(ok, "model: reference of layer %d (%d ambiguous)", l, ambiguous);
+    }
+    clmla_cache *cache = NULL;
+    int32_t seq = -1;
+    if (ok)
+        ok = clmla_model_cache(model, &cache) == CLMLA_SUCCESS && clmla_cache_seq_add(cache, &seq) == CLMLA_SUCCESS;
+    float *xin = malloc((size_t)T * 44 * sizeof(float)), *yout = malloc((size_t)T * 44 * sizeof(float));
+    if (ok && xin && yout)
+        model_steps(model, seq, chunks, x, got, xin, want, "model from the folder");
+
+    /* the same layers as a model of the caller's layers, over a cache of its own; a shared layer
+       first is refused */
+    clmla_layer *ls[ML];
+    for (int l = 0; ok && l < ML; l++)
+        ok = clmla_model_layer(model, l, &ls[l]) == CLMLA_SUCCESS;
+    clmla_model *mine = NULL;
+    if (ok) {
+        CHECK_STATUS(clmla_model_create_from_layers(ctx, ls + 1, 2, &spec, &mine), CLMLA_ERROR_INVALID_CONFIG, ctx);
+        CHECK(!mine && strstr(clmla_last_error(ctx), "layer 0 is a shared"), "from layers, shared first: %s",
+              clmla_last_error(ctx));
+        ok = clmla_model_create_from_layers(ctx, ls, ML, &spec, &mine) == CLMLA_SUCCESS;
+        CHECK(ok, "from layers: %s", clmla_last_error(ctx));
+        clmla_model_attention a;
+        for (int l = 0; ok && l < ML; l++)
+            CHECK(clmla_model_attention_info(mine, l, &a) == CLMLA_SUCCESS && a.kind == kinds[l] && a.source == sources[l],
+                  "from layers: attention %d kind %d source %d", l, (int)a.kind, a.source);
+        clmla_cache *c2 = NULL;
+        int32_t s2 = -1;
+        if (ok && clmla_model_cache(mine, &c2) == CLMLA_SUCCESS && clmla_cache_seq_add(c2, &s2) == CLMLA_SUCCESS)
+            model_steps(mine, s2, chunks, x, got, xin, want, "model of the caller's layers");
+    }
+    clmla_model_destroy(mine); /* the layers stay the folder model's */
+
+    /* the order is checked: a shared attention before its source in a step names both */
+    const clmla_batch_entry one = {seq, 1};
+    if (ok) {
+        CHECK_STATUS(clmla_model_forward(model, 2, &one, 1, CLMLA_PATH_AUTO, xin, yout), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+        CHECK(strstr(clmla_last_error(ctx), "attention 2 (decoder layer 2)") &&
+                  strstr(clmla_last_error(ctx), "attention 0 (decoder layer 0)") &&
+                  strstr(clmla_last_error(ctx), "attention 3's"),
+              "shared before its source: %s", clmla_last_error(ctx));
+        int len = -1;
+        clmla_cache_seq_length(cache, seq, 2, &len);
+        CHECK(len == T, "a refused step changed the cache: %d tokens", len);
+        CHECK_STATUS(clmla_model_forward(model, 4, &one, 1, CLMLA_PATH_AUTO, xin, yout), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+        CHECK(strstr(clmla_last_error(ctx), "out of range"), "attention 4: %s", clmla_last_error(ctx));
+    }
+    /* clmla_model_run: a whole step through every attention with the callback between them; a
+       callback that stops the step names the attention */
+    if (ok) {
+        CHECK(clmla_cache_seq_truncate(cache, seq, 0) == CLMLA_SUCCESS, "truncate: %s", clmla_last_error(ctx));
+        next_inputs n;
+        memset(&n, 0, sizeof(n));
+        for (int l = 0; l < ML; l++)
+            n.x[l] = x[l];
+        n.bytes = (size_t)T * 44 * sizeof(float);
+        const clmla_batch_entry all = {seq, T};
+        memcpy(xin, x[0], (size_t)T * 44 * sizeof(float));
+        CHECK_STATUS(clmla_model_run(model, &all, 1, CLMLA_PATH_AUTO, xin, yout, NULL, NULL), CLMLA_ERROR_INVALID_ARGUMENT,
+                     ctx);
+        CHECK(strstr(clmla_last_error(ctx), "between is NULL"), "run without between: %s", clmla_last_error(ctx));
+        ok = clmla_model_run(model, &all, 1, CLMLA_PATH_AUTO, xin, yout, run_between, &n) == CLMLA_SUCCESS;
+        CHECK(ok && n.calls == ML - 1, "model run: %s (%d calls)", clmla_last_error(ctx), n.calls);
+        if (ok)
+            CHECK_CLOSE(yout, want[ML - 1], (size_t)T * 44, 44, TOL_F32_CACHE, "model run: the last attention");
+        CHECK(clmla_cache_seq_truncate(cache, seq, 0) == CLMLA_SUCCESS, "truncate: %s", clmla_last_error(ctx));
+        n.calls = 0;
+        n.stop_after = 1;
+        memcpy(xin, x[0], (size_t)T * 44 * sizeof(float));
+        CHECK_STATUS(clmla_model_run(model, &all, 1, CLMLA_PATH_AUTO, xin, yout, run_between, &n),
+                     CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+        CHECK(strstr(clmla_last_error(ctx), "after attention 1"), "a stopped run: %s", clmla_last_error(ctx));
+    }
+    /* the cache holds no index keys for the shared layers: reading them is refused; a fork's copy on
+       write copies the index keys only of the layers that hold some */
+    if (ok) {
+        float keys[16];
+        int32_t fork = -1;
+        CHECK_STATUS(clmla_cache_read_index(cache, 1, seq, 0, 1, keys), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
+        CHECK(strstr(clmla_last_error(ctx), "layer 1 holds no index keys"), "index keys of a shared layer: %s",
+              clmla_last_error(ctx));
+        CHECK(clmla_cache_seq_truncate(cache, seq, 0) == CLMLA_SUCCESS, "truncate: %s", clmla_last_error(ctx));
+        const clmla_batch_entry five = {seq, 5};
+        for (int l = 0; ok && l < ML; l++)
+            ok = clmla_model_forward(model, l, &five, 1, CLMLA_PATH_AUTO, x[l], yout) == CLMLA_SUCCESS;
+        ok = ok && clmla_cache_seq_fork(cache, seq, &fork) == CLMLA_SUCCESS;
+        const clmla_batch_entry next = {fork, 1};
+        for (int l = 0; ok && l < ML; l++)
+            ok = clmla_model_forward(model, l, &next, 1, CLMLA_PATH_AUTO, x[l] + 5 * 44, yout) == CLMLA_SUCCESS;
+        CHECK(ok, "a fork's step through the model: %s", clmla_last_error(ctx));
+        if (ok) /* the fork's token 5 of the last layer is the reference's: it saw the copied block */
+            CHECK_CLOSE(yout, want[ML - 1] + 5 * 44, 44, 44, TOL_F32_CACHE, "model: a fork's step");
+    }
+    clmla_model_destroy(model);
+    for (int l = 0; l < ML; l++)
+        free(x[l]), free(want[l]), free(got[l]);
+    free(sel), free(xin), free(yout);
+    if (dir[0])
+        ckpt_remove_dir(dir);
+    tu_weights_free(&w1);
+    tu_weights_free(&w2);
+    model_free(&m0);
+    model_free(&m3);
+}
+
 int main(int argc, char **argv)
 {
     static const tu_part parts[] = {
         {"sequence", part_sequence}, {"batch", part_batch}, {"dense", part_dense}, {"topk1", part_topk1}, {"group", part_group},
         {"select", part_select}, {"fp8-latent", part_fp8_latent}, {"pieces", part_pieces},
-        {"refusals", part_refusals}, {"shared", part_shared}, {"shared-refusals", part_shared_refusals}};
+        {"refusals", part_refusals}, {"shared", part_shared}, {"shared-refusals", part_shared_refusals},
+        {"model", part_model}};
     const tu_parts_result r = tu_run_parts(argc, argv, parts, sizeof(parts) / sizeof(parts[0]), NULL, &ctx, &check_failed);
     if (r == TU_PARTS_NO_DEVICE)
         return 77;

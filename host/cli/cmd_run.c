@@ -10,6 +10,44 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A shared layer (glm_moe_dsa) attends to the selection of the full layer before it: the model of
+   layers [full, N] (clmla_model), found by starting the range one layer earlier until it begins on
+   the full layer, with a cache for T tokens. *at: layer N's attention in it. */
+static clmla_status run_shared_stack(clmla_context *ctx, const char *dir, const clmla_model_options *mo, int dtype,
+                                     int block_size, int T, clmla_model **stack, int *at)
+{
+    clmla_model_spec spec;
+    memset(&spec, 0, sizeof(spec));
+    spec.weights_dtype = mo->weights_dtype;
+    spec.tp_rank = mo->tp_rank;
+    spec.tp_size = mo->tp_size;
+    spec.cache_dtype = (clmla_cache_dtype)dtype;
+    spec.block_tokens = block_size;
+    spec.num_blocks = (T + block_size - 1) / block_size;
+    clmla_status st = CLMLA_ERROR_INVALID_CONFIG;
+    for (int full = mo->layer - 1; full >= 0; full--) {
+        spec.first_layer = full;
+        spec.num_layers = mo->layer - full + 1;
+        st = clmla_model_create(ctx, dir, &spec, stack);
+        if (st != CLMLA_ERROR_INVALID_ARGUMENT) /* the range did not start on a shared layer */
+            break;
+    }
+    if (st == CLMLA_SUCCESS && clmla_model_num_attentions(*stack, at) == CLMLA_SUCCESS)
+        --*at;
+    return st;
+}
+
+/* One step of a shared layer: its full layer (the stack's first attention) on the same tokens, then
+   the shared layer itself. */
+static clmla_status step_shared_stack(clmla_model *stack, int at, const clmla_batch_entry *entry,
+                                      clmla_attention_path path, const float *x, float *y)
+{
+    clmla_status st = clmla_model_forward(stack, 0, entry, 1, path, x, y);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_model_forward(stack, at, entry, 1, path, x, y);
+    return st;
+}
+
 static int parse_path(const char *text, clmla_attention_path *path)
 {
     static const struct {
@@ -56,7 +94,9 @@ int cmd_run(int argc, char **argv)
     if (help) {
         cli_usage("run", "Runs the attention of one layer of a Hugging Face model folder (config.json +\n"
                          "safetensors, F32/F16/BF16/F8_E4M3) over the hidden states X of one sequence at\n"
-                         "positions 0..T-1 and writes the output after o_proj (no residual) to Y.",
+                         "positions 0..T-1 and writes the output after o_proj (no residual) to Y. A\n"
+                         "\"shared\" sparse-attention layer (glm_moe_dsa) runs after its full layer, which\n"
+                         "takes the same X, in every step.",
                   opts);
         printf("\nmodel_type values it runs (docs/MODELS.md): %s\n", clmla_model_types());
         return 0;
@@ -135,6 +175,8 @@ int cmd_run(int argc, char **argv)
     clmla_context *ctx = NULL;
     clmla_layer *layer = NULL;
     clmla_cache *cache = NULL;
+    clmla_model *stack = NULL; /* a shared layer's: its full layer .. it, owning layer and cache */
+    int shared_at = 0;         /* the shared layer's attention in stack */
     float *y = malloc((size_t)T * (size_t)D * sizeof(float));
     if (!y) {
         fprintf(stderr, "clmla run: out of host memory\n");
@@ -156,6 +198,18 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "clmla run: %s\n", clmla_last_error(ctx));
         goto done;
     }
+    clmla_layer_config first;
+    if (clmla_layer_get_config(layer, &first) == CLMLA_SUCCESS && first.index_shared &&
+        run_shared_stack(ctx, model, &mo, dtype, block_size, T, &stack, &shared_at) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla run: %s\n", clmla_last_error(ctx));
+        goto done;
+    }
+    if (stack) { /* the stack's own layer N and cache */
+        clmla_layer_destroy(layer);
+        layer = NULL;
+        clmla_model_layer(stack, shared_at, &layer);
+        clmla_model_cache(stack, &cache);
+    }
     clmla_cache_config cc;
     memset(&cc, 0, sizeof(cc));
     cc.num_layers = 1;
@@ -175,7 +229,7 @@ int cmd_run(int argc, char **argv)
                                                                : CLMLA_CACHE_BF16;
     }
     int32_t seq = -1;
-    if (clmla_cache_create(ctx, &cc, &cache) != CLMLA_SUCCESS || clmla_cache_seq_add(cache, &seq) != CLMLA_SUCCESS) {
+    if ((!stack && clmla_cache_create(ctx, &cc, &cache) != CLMLA_SUCCESS) || clmla_cache_seq_add(cache, &seq) != CLMLA_SUCCESS) {
         fprintf(stderr, "clmla run: %s\n", clmla_last_error(ctx));
         goto done;
     }
@@ -183,7 +237,11 @@ int cmd_run(int argc, char **argv)
     clmla_forward_args args = {&entry, 1, 0, path};
     for (int t = 0; t < T; t += entry.num_tokens) {
         entry.num_tokens = t < prefill ? (prefill - t < chunk ? prefill - t : chunk) : 1;
-        if (clmla_layer_forward(layer, cache, &args, x + (size_t)t * D, y + (size_t)t * D) != CLMLA_SUCCESS) {
+        const float *xt = x + (size_t)t * D;
+        float *yt = y + (size_t)t * D;
+        const clmla_status st = stack ? step_shared_stack(stack, shared_at, &entry, path, xt, yt)
+                                      : clmla_layer_forward(layer, cache, &args, xt, yt);
+        if (st != CLMLA_SUCCESS) {
             fprintf(stderr, "clmla run: step at token %d (%d tokens): %s\n", t, entry.num_tokens, clmla_last_error(ctx));
             goto done;
         }
@@ -209,8 +267,12 @@ int cmd_run(int argc, char **argv)
     rc = 0;
 
 done:
-    clmla_cache_destroy(cache);
-    clmla_layer_destroy(layer);
+    if (stack)
+        clmla_model_destroy(stack);
+    else {
+        clmla_cache_destroy(cache);
+        clmla_layer_destroy(layer);
+    }
     clmla_context_destroy(ctx);
     clmla_free(x);
     free(y);

@@ -35,6 +35,10 @@ void clmla_model_desc_free(clmla_model_desc *desc);
 clmla_status clmla_model_config_parse(const char *text, size_t length, const char *name, clmla_model_desc *desc,
                                       char *err, size_t errsize);
 
+/* Reads MODEL_DIR/config.json into *desc (host/io/model.c); on failure err says why and *desc holds
+   nothing to free. */
+clmla_status clmla_model_folder_desc(const char *model_dir, clmla_model_desc *desc, char *err, size_t errsize);
+
 /* The layer configuration and decoder layer count alone. */
 clmla_status clmla_config_parse(const char *text, size_t length, const char *name, clmla_layer_config *config,
                                 int *num_layers, char *err, size_t errsize);

@@ -48,7 +48,7 @@ static int is_file(const char *path)
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-static clmla_status read_desc(const char *model_dir, clmla_model_desc *desc, char *err, size_t errsize)
+clmla_status clmla_model_folder_desc(const char *model_dir, clmla_model_desc *desc, char *err, size_t errsize)
 {
     char *path = join(model_dir, CONFIG_NAME);
     if (!path) {
@@ -71,7 +71,7 @@ clmla_status clmla_model_read_config(const char *model_dir, clmla_layer_config *
         return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_model_read_config: NULL argument");
     char err[ERR_SIZE];
     clmla_model_desc d;
-    clmla_status st = read_desc(model_dir, &d, err, sizeof(err));
+    clmla_status st = clmla_model_folder_desc(model_dir, &d, err, sizeof(err));
     if (st != CLMLA_SUCCESS)
         return clmla_fail(NULL, st, "%s", err);
     *config = d.layer;
@@ -427,7 +427,7 @@ clmla_status clmla_layer_create_from_model_opts(clmla_context *ctx, const char *
 
     clmla_model_desc d;
     char err[ERR_SIZE];
-    clmla_status st = read_desc(model_dir, &d, err, sizeof(err));
+    clmla_status st = clmla_model_folder_desc(model_dir, &d, err, sizeof(err));
     if (st != CLMLA_SUCCESS)
         return clmla_fail(ctx, st, "%s", err);
     const int layer_index = opt->layer;

@@ -18,7 +18,9 @@ static clmla_status oom(clmla_context *ctx)
 }
 
 /* clmla_cache_create, or with allocate 0 a shell: its kernels and no memory (clmla_cache_create_shell). */
-static clmla_status cache_make(clmla_context *ctx, const clmla_cache_config *config, int allocate, clmla_cache **out)
+/* allocate 0: a shell (clmla_cache_create_shell); index_mask: which layers get index keys (NULL: all) */
+static clmla_status cache_make(clmla_context *ctx, const clmla_cache_config *config, int allocate,
+                               const unsigned char *index_mask, clmla_cache **out)
 {
     if (!out)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_create: NULL output pointer");
@@ -103,7 +105,7 @@ static clmla_status cache_make(clmla_context *ctx, const clmla_cache_config *con
         cache->layers[l] = clmla_cl_buffer(ctx, CL_MEM_READ_WRITE, layer_bytes, NULL, &err);
         if (!cache->layers[l])
             st = clmla_fail(ctx, err, "allocating cache layer %d (%zu bytes) failed: %s", l, layer_bytes, clmla_status_string(err));
-        if (st == CLMLA_SUCCESS && index_row_bytes) {
+        if (st == CLMLA_SUCCESS && index_row_bytes && (!index_mask || index_mask[l])) {
             const size_t bytes = (size_t)rows * index_row_bytes;
             cache->index_layers[l] = clmla_cl_buffer(ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
             if (!cache->index_layers[l])
@@ -135,12 +137,18 @@ static clmla_status cache_make(clmla_context *ctx, const clmla_cache_config *con
 
 clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *config, clmla_cache **out)
 {
-    return cache_make(ctx, config, 1, out);
+    return cache_make(ctx, config, 1, NULL, out);
+}
+
+clmla_status clmla_cache_create_indexed(clmla_context *ctx, const clmla_cache_config *config,
+                                        const unsigned char *index_layers, clmla_cache **out)
+{
+    return cache_make(ctx, config, 1, index_layers, out);
 }
 
 clmla_status clmla_cache_create_shell(clmla_context *ctx, const clmla_cache_config *config, clmla_cache **out)
 {
-    return cache_make(ctx, config, 0, out);
+    return cache_make(ctx, config, 0, NULL, out);
 }
 
 void clmla_cache_destroy(clmla_cache *cache)
@@ -354,7 +362,7 @@ static clmla_status copy_block(clmla_cache *cache, const cache_seq *s, int index
         /* index keys: the rows' share of the block, or all of an fp8 block (its scales follow its codes) */
         const size_t ib = cache->index_row_bytes, ibytes = cache->config.index_dtype == CLMLA_CACHE_FP8 ? (size_t)bt * ib
                                                                                                            : (size_t)rows * ib;
-        if (err == CL_SUCCESS && ib)
+        if (err == CL_SUCCESS && ib && cache->index_layers[l])
             err = clmla_fault_hit(cache->ctx)
                       ? CL_OUT_OF_RESOURCES
                       : clEnqueueCopyBuffer(cache->ctx->queue, cache->index_layers[l], cache->index_layers[l],
@@ -613,7 +621,11 @@ clmla_status clmla_cache_get_info(const clmla_cache *cache, clmla_cache_info *in
     info->bytes_per_token_per_layer = cache->row_bytes;
     info->index_bytes_per_token_per_layer = cache->index_row_bytes;
     info->bytes_per_block = (cache->row_bytes + cache->index_row_bytes) * (size_t)cache->config.block_tokens;
-    info->bytes_total = info->bytes_per_block * (size_t)cache->config.num_blocks * (size_t)cache->config.num_layers;
+    int index_layers = 0;
+    for (int l = 0; cache->index_layers && l < cache->config.num_layers; l++)
+        index_layers += cache->index_layers[l] != NULL || !cache->layers[l]; /* a shell counts what it would hold */
+    info->bytes_total = (cache->row_bytes * (size_t)cache->config.num_layers + cache->index_row_bytes * (size_t)index_layers) *
+                        (size_t)cache->config.block_tokens * (size_t)cache->config.num_blocks;
     info->block_tokens = cache->config.block_tokens;
     info->blocks_total = cache->config.num_blocks;
     info->blocks_free = cache->num_free;
@@ -871,8 +883,10 @@ clmla_status clmla_cache_index_buffer(const clmla_cache *cache, int layer, cl_me
     *buffer = clmla_cache_index_keys(cache, layer);
     if (!*buffer)
         return clmla_fail(cache->ctx, CLMLA_ERROR_INVALID_ARGUMENT,
-                          "clmla_cache_index_buffer: %s", cache->index_layers ? "layer out of range"
-                                                                              : "the cache has no index-key cache");
+                          "clmla_cache_index_buffer: %s", !cache->index_layers ? "the cache has no index-key cache"
+                                                          : layer < 0 || layer >= cache->config.num_layers
+                                                              ? "layer out of range"
+                                                              : "the layer holds no index keys (a layer without an indexer)");
     return CLMLA_SUCCESS;
 }
 
@@ -887,6 +901,9 @@ clmla_status clmla_cache_read_index(const clmla_cache *cache, int layer, int32_t
     if (layer < 0 || layer >= cache->config.num_layers)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: layer %d is not in 0..%d", fn, layer,
                           cache->config.num_layers - 1);
+    if (!cache->index_layers[layer])
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: layer %d holds no index keys (a layer without an indexer)",
+                          fn, layer);
     const cache_seq *s = clmla_cache_find(cache, seq_id);
     if (!s)
         return unknown(cache, fn, seq_id);

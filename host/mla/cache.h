@@ -137,6 +137,11 @@ typedef struct cache_txn {
    rows' buffer in each launch (latent_launch.kv). */
 clmla_status clmla_cache_create_shell(clmla_context *ctx, const clmla_cache_config *config, clmla_cache **out);
 
+/* clmla_cache_create with index keys only in the layers where index_layers[l] is non-zero (a model's
+   layers with an indexer; NULL: every layer, as clmla_cache_create). */
+clmla_status clmla_cache_create_indexed(clmla_context *ctx, const clmla_cache_config *config,
+                                        const unsigned char *index_layers, clmla_cache **out);
+
 /* Checks that the entries could be appended (known, distinct sequences, num_tokens >= 1, enough
    free blocks for new blocks and for copies of shared blocks written into) without changing
    anything; *total_tokens (optional) is their sum. */
@@ -181,7 +186,7 @@ static inline int clmla_seq_view_row(const clmla_cache *cache, const clmla_seq_v
 /* The sequence, or NULL after setting CLMLA_ERROR_UNKNOWN_SEQUENCE on the context. */
 cache_seq *clmla_cache_find(const clmla_cache *cache, int32_t seq_id);
 
-/* The index-key cache's buffer of `layer` (NULL when the cache has none): slot s's key at s *
+/* The index-key cache's buffer of `layer` (NULL when the cache or the layer has none): slot s's key at s *
    index_head_dim values of config.index_dtype. */
 cl_mem clmla_cache_index_keys(const clmla_cache *cache, int layer);
 

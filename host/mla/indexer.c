@@ -495,7 +495,8 @@ clmla_status clmla_index_select(clmla_cache *cache, int layer, const clmla_index
     cl_mem keys = clmla_cache_index_keys(cache, layer);
     if (!keys)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: %s", fn,
-                          cache->config.index_head_dim ? "layer out of range" : "the cache has no index-key cache");
+                          cache->config.index_head_dim ? "the layer is out of range or holds no index keys"
+                                                        : "the cache has no index-key cache");
     if (a->num_heads < 1 || a->top_k < 1 || a->top_k > CLMLA_SPARSE_MAX_TOPK || a->num_tokens < 1)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
                           "%s: num_tokens %d and num_heads %d must be >= 1, top_k %d in 1..%d", fn, a->num_tokens,

@@ -1111,6 +1111,12 @@ static clmla_status check_step(clmla_layer *L, clmla_cache *cache, const clmla_f
                           "the layer's indexer writes index keys of %d values (index_head_dim), the cache holds %d "
                           "(clmla_cache_config.index_head_dim; 0: no index-key cache)",
                           L->dI, cache->config.index_head_dim);
+    if (L->HI > 0 && a->cache_layer >= 0 && a->cache_layer < cache->config.num_layers &&
+        !clmla_cache_index_keys(cache, a->cache_layer))
+        return clmla_fail(ctx, CLMLA_ERROR_SHAPE_MISMATCH,
+                          "the layer's indexer writes index keys, and cache layer %d holds none (a cache made for a "
+                          "layer without an indexer there)",
+                          a->cache_layer);
     if (a->path != CLMLA_PATH_AUTO && a->path != CLMLA_PATH_ABSORBED && a->path != CLMLA_PATH_DECOMPRESSED)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "unknown attention path %d", (int)a->path);
     if (L->shared && !L->warming && a->entries && a->num_entries > 0 && a->cache_layer >= 0 &&

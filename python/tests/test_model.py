@@ -261,3 +261,181 @@ def test_index_select_matches_numpy(ctx):
     s2 = plain.add()
     with pytest.raises(clmla.Error):
         clmla.index_select(plain, q, w, [s2] * T, [0, 0, 0], k)
+
+
+# ---- a model's layers over one cache (clmla.Model): glm_moe_dsa's full and shared layers ------------------------
+
+DSA_TYPES = ["full", "shared", "shared", "full"]
+
+
+@pytest.fixture(scope="module")
+def dsa_folder(tmp_path_factory):
+    """A glm_moe_dsa folder of 4 layers, full and shared, with index_topk 4 (numpy alone)."""
+    import json
+    from conftest import config_json, random_weights, write_safetensors
+    d = str(tmp_path_factory.mktemp("dsamodel"))
+    cfg = dict(V3_SMALL, yarn_factor=0)
+    c = config_json(cfg, len(DSA_TYPES), "glm_moe_dsa")
+    c.update(index_n_heads=8, index_head_dim=16, index_topk=4, indexer_types=DSA_TYPES)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(c, f)
+    rng = np.random.default_rng(3)
+    tensors = {}
+    for i, kind in enumerate(DSA_TYPES):
+        for name, a in random_weights(cfg, seed=40 + i).items():
+            tensors["model.layers.%d.self_attn.%s.weight" % (i, name)] = a
+        if kind == "full":
+            D, rq = cfg["hidden_size"], cfg["q_lora_rank"]
+            for name, shape in (("wq_b", (8 * 16, rq)), ("wk", (16, D)), ("weights_proj", (8, D))):
+                tensors["model.layers.%d.self_attn.indexer.%s.weight" % (i, name)] = \
+                    (rng.standard_normal(shape) / np.sqrt(shape[1])).astype(np.float32)
+            tensors["model.layers.%d.self_attn.indexer.k_norm.weight" % i] = (1 + 0.2 * rng.standard_normal(16)).astype(np.float32)
+            tensors["model.layers.%d.self_attn.indexer.k_norm.bias" % i] = (0.1 * rng.standard_normal(16)).astype(np.float32)
+    write_safetensors(os.path.join(d, "model.safetensors"), tensors)
+    return d
+
+
+def test_model_kinds_and_steps(ctx, dsa_folder):
+    """The attentions' kinds and sources; steps attention by attention (each on inputs of its own)
+    equal each layer run alone where it stands alone, and the shared layers attend to the full
+    layer's selection (not to every key) once the context passes index_topk."""
+    T, D = 10, V3_SMALL["hidden_size"]
+    model = clmla.Model.from_pretrained(dsa_folder, blocks=4, block_tokens=4, context=ctx)
+    assert [(a.layer, a.kind, a.source) for a in model.attentions] == \
+        [(0, "indexed", -1), (1, "shared", 0), (2, "shared", 0), (3, "indexed", -1)]
+    assert model.cache.layers == 4
+    xs = [random_x(T, D, seed=60 + i) for i in range(4)]
+    seq = model.cache.add()
+    got = [np.empty((T, D), np.float32) for _ in range(4)]
+    for a, b in ((0, 6), (6, 8), (8, 9), (9, 10)):
+        for i in range(4):
+            got[i][a:b] = model.forward(i, xs[i][a:b], [(seq, b - a)])
+    for i in (0, 3):  # a full layer stands alone
+        alone = clmla.Layer.from_pretrained(dsa_folder, layer=i, context=ctx)
+        cache = clmla.Cache(ctx, blocks=4, block_tokens=4, config=alone)
+        s = cache.add()
+        want = np.concatenate([alone(xs[i][a:b], [(s, b - a)], cache=cache) for a, b in ((0, 6), (6, 8), (8, 9), (9, 10))])
+        np.testing.assert_array_equal(got[i], want)
+    dense = clmla.Layer.from_pretrained(dsa_folder, layer=1, dense=True, context=ctx)
+    cache = clmla.Cache(ctx, blocks=4, block_tokens=4, config=dense)
+    y = dense(xs[1], [(cache.add(), T)], cache=cache)
+    assert rel_err(got[1][:4], y[:4]) < 1e-5  # up to index_topk keys: every key
+    assert rel_err(got[1][6:], y[6:]) > 1e-3  # past it: the selection
+    # the whole step with a callback between the attentions, on a fresh sequence
+    seq.free()
+    s = model.cache.add()
+    seen = []
+
+    def between(i, attn):
+        seen.append(i)
+        return xs[i + 1]
+
+    out = model.run(xs[0], [(s, T)], between)
+    assert seen == [0, 1, 2]
+    s.free()
+    s = model.cache.add()
+    want = None
+    for i in range(4):
+        want = model.forward(i, xs[i], [(s, T)])
+    np.testing.assert_array_equal(out, want)
+    model.close()
+
+
+def test_model_refusals(ctx, dsa_folder):
+    with pytest.raises(clmla.Error, match=r"layer 1 is a \"shared\".*start the range at layer 0"):
+        clmla.Model.from_pretrained(dsa_folder, layers=range(1, 3), blocks=2, context=ctx)
+    model = clmla.Model.from_pretrained(dsa_folder, layers=range(0, 2), blocks=2, context=ctx)
+    s = model.cache.add()
+    x = random_x(3, V3_SMALL["hidden_size"])
+    with pytest.raises(clmla.Error, match=r"attention 1 \(decoder layer 1\) is a shared layer .* attention 0"):
+        model.forward(1, x, [(s, 3)])
+    assert s.length(1) == 0
+    model.forward(0, x, [(s, 3)])
+    with pytest.raises(clmla.Error, match="2 tokens"):
+        model.forward(1, x[:2], [(s, 2)])
+    with pytest.raises(clmla.Error, match="between must be callable"):
+        model.run(x, [(s, 3)], None)
+    model.close()
+    with pytest.raises(clmla.Error, match="closed"):
+        model.forward(0, x, [(s, 3)])
+
+
+def test_cli_runs_shared_layer_after_its_full_layer(ctx, dsa_folder, tmp_path):
+    """`clmla run --layer 2` on a shared layer runs layer 0 (its full layer) first on the same X: the
+    output equals the model's layer 2 after layer 0 in every step."""
+    cli = find_cli()
+    if not cli:
+        pytest.skip("the clmla command was not found: set CLMLA_CLI=/path/to/build/clmla")
+    T, P = 9, 6
+    x = random_x(T, V3_SMALL["hidden_size"], seed=77)
+    np.save(tmp_path / "X.npy", x)
+    cmd = [cli, "run", "--model", dsa_folder, "--layer", "2", "--input", str(tmp_path / "X.npy"),
+           "--output", str(tmp_path / "Y.npy"), "--prefill", str(P), "--block-size", "4"]
+    if os.environ.get("CLMLA_DEVICE"):
+        cmd += ["--device", os.environ["CLMLA_DEVICE"]]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr + r.stdout
+    model = clmla.Model.from_pretrained(dsa_folder, layers=range(0, 3), blocks=3, block_tokens=4, context=ctx)
+    s = model.cache.add()
+    y = np.empty_like(x)
+    t = 0
+    while t < T:
+        n = P if t == 0 else 1
+        model.forward(0, x[t:t + n], [(s, n)])
+        y[t:t + n] = model.forward(2, x[t:t + n], [(s, n)])
+        t += n
+    np.testing.assert_array_equal(y, np.load(tmp_path / "Y.npy"))
+    model.close()
+
+
+def test_model_forward_cl(ctx, dsa_folder):
+    """clmla_model_forward_cl on device buffers gives forward's output."""
+    model = clmla.Model.from_pretrained(dsa_folder, layers=range(0, 2), blocks=4, block_tokens=4, context=ctx)
+    x = random_x(6, V3_SMALL["hidden_size"], seed=5)
+    s = model.cache.add()
+    want = [model.forward(i, x, [(s, 6)]) for i in range(2)]
+    s.free()
+    s = model.cache.add()
+    out = np.empty_like(x)
+    with clmla._cl.Buffers(ctx.cl_context, ctx.queue, clmla._core._fail) as bufs:
+        xm, om = bufs.upload(x), bufs.empty(out.nbytes)
+        for i in range(2):
+            model.forward_cl(i, xm, om, [(s, 6)])
+            bufs.finish()
+            bufs.download(om, out)
+            np.testing.assert_array_equal(out, want[i])
+    model.close()
+
+
+def test_model_run_between_errors(ctx, dsa_folder):
+    """An exception in between stops the step and is raised; a result of another shape is refused."""
+    model = clmla.Model.from_pretrained(dsa_folder, layers=range(0, 2), blocks=4, block_tokens=4, context=ctx)
+    x = random_x(5, V3_SMALL["hidden_size"], seed=6)
+
+    def boom(i, attn):
+        raise KeyError("engine")
+
+    with pytest.raises(KeyError, match="engine"):
+        model.run(x, [(model.cache.add(), 5)], boom)
+    with pytest.raises(clmla.Error, match="between returned"):
+        model.run(x, [(model.cache.add(), 5)], lambda i, attn: attn[:2])
+    model.close()
+
+
+def test_model_from_layers(ctx, dsa_folder):
+    """A Model of the caller's Layers: kinds from their configurations, the same outputs as the
+    folder's model; a shared layer with no indexer before it is refused."""
+    layers = [clmla.Layer.from_pretrained(dsa_folder, layer=i, context=ctx) for i in range(3)]
+    assert layers[1].config.index_shared == 1 and layers[1].config.index_n_heads == 0
+    with pytest.raises(clmla.Error, match="layer 0 is a shared"):
+        clmla.Model.from_layers(layers[1:], blocks=2)
+    mine = clmla.Model.from_layers(layers, blocks=3, block_tokens=4)
+    assert [(a.kind, a.source) for a in mine.attentions] == [("indexed", -1), ("shared", 0), ("shared", 0)]
+    theirs = clmla.Model.from_pretrained(dsa_folder, layers=range(0, 3), blocks=3, block_tokens=4, context=ctx)
+    x = random_x(9, V3_SMALL["hidden_size"], seed=8)
+    a, b = mine.cache.add(), theirs.cache.add()
+    for i in range(3):
+        np.testing.assert_array_equal(mine.forward(i, x, [(a, 9)]), theirs.forward(i, x, [(b, 9)]))
+    mine.close()
+    theirs.close()
+    assert not layers[0].closed  # the layers stay the caller's

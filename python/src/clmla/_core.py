@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence as Seq, 
 import numpy as np
 
 from . import _cl
-from ._binding import CONST, LOG_FN, STRUCTS, lib
+from ._binding import CONST, LOG_FN, STRUCTS, ctype_of, lib
 
 _C = STRUCTS
 _P = ctypes.POINTER
@@ -1016,6 +1016,19 @@ class Layer(_Owned):
 
     def forward(self, x, batch, cache=None, cache_layer=0, path="auto", out=None) -> np.ndarray:
         h = self._require()
+        cache, arr, n, xa, out = self._step_args(x, batch, cache, out)
+        cache_layer = _int(cache_layer, "cache_layer", 0, cache.layers - 1)
+        args = _C["clmla_forward_args"]()
+        args.entries = arr
+        args.num_entries = n
+        args.cache_layer = cache_layer
+        args.path = _choice(path, "path", PATHS)
+        _check(lib.clmla_layer_forward(h, cache._handle, ctypes.byref(args), xa.ctypes.data_as(_P(ctypes.c_float)),
+                                       out.ctypes.data_as(_P(ctypes.c_float))), self.context._handle)
+        return out
+
+    def _step_args(self, x, batch, cache, out):
+        """A step's checked arguments: (cache, entries array, entry count, x as float32, out)."""
         if cache is None:
             if isinstance(batch, (list, tuple)) and batch and isinstance(batch[0], (list, tuple)) and \
                     batch[0] and isinstance(batch[0][0], Sequence):
@@ -1028,8 +1041,6 @@ class Layer(_Owned):
             _invalid("the cache holds rows of %d + %d values, the layer needs %d + %d" % (
                 cache.kv_lora_rank, cache.rope_dim, cfg.kv_lora_rank, cfg.qk_rope_head_dim),
                 "CLMLA_ERROR_SHAPE_MISMATCH")
-        cache_layer = _int(cache_layer, "cache_layer", 0, cache.layers - 1)
-        p = _choice(path, "path", PATHS)
         if isinstance(batch, tuple) and len(batch) == 2 and isinstance(batch[0], Sequence):
             batch = [batch]
         try:
@@ -1067,14 +1078,7 @@ class Layer(_Owned):
         elif not (isinstance(out, np.ndarray) and out.dtype == np.float32 and out.shape == (total, D)
                   and out.flags.c_contiguous and out.flags.writeable):
             _invalid("out must be a writeable C-contiguous float32 array of shape [%d, %d]" % (total, D))
-        args = _C["clmla_forward_args"]()
-        args.entries = arr
-        args.num_entries = len(entries)
-        args.cache_layer = cache_layer
-        args.path = p
-        _check(lib.clmla_layer_forward(h, cache._handle, ctypes.byref(args), xa.ctypes.data_as(_P(ctypes.c_float)),
-                                       out.ctypes.data_as(_P(ctypes.c_float))), self.context._handle)
-        return out
+        return cache, arr, len(entries), xa, out
 
     def __repr__(self):
         if not self._handle:
@@ -1084,6 +1088,215 @@ class Layer(_Owned):
         return "<clmla.Layer D %d, %d heads, rq %d, rkv %d, %d/%d/%d%s>" % (
             c.hidden_size, c.num_heads, c.q_lora_rank, c.kv_lora_rank, c.qk_nope_head_dim, c.qk_rope_head_dim,
             c.v_head_dim, tp)
+
+
+# ---- a model's attention layers over one cache --------------------------------------------------------------------
+
+ATTENTION_KINDS = {"dense": 0, "indexed": 1, "shared": 2}
+
+
+@dataclass
+class ModelAttention:
+    """One attention of a Model (clmla_model_attention): its decoder layer and sublayer, its layer of
+    the model's cache, its kind ("dense", "indexed": its indexer selects keys, "shared": it takes
+    the selection of attention ``source`` in the same step) and source (-1 unless shared)."""
+    layer: int
+    sublayer: int
+    cache_layer: int
+    kind: str
+    source: int
+
+
+class _Borrowed:
+    """A Cache or Layer the Model owns: closing it does nothing; the model closes it."""
+    _destroy = None
+
+
+class _ModelCache(_Borrowed, Cache):
+    pass
+
+
+class _ModelLayer(_Borrowed, Layer):
+    pass
+
+
+class Model(_Owned):
+    """A model's MLA attention layers over one cache (clmla_model): all of a folder's, or those of a
+    range of decoder layers, run step by step in the model's order. The model carries what crosses
+    layers: glm_moe_dsa's "shared" layers attend to the selection of the full layer before them in
+    the same step.
+
+        model = clmla.Model.from_pretrained(folder, layers=range(0, 4), blocks=64)
+        seq = model.cache.add()
+        out = model.run(x, [(seq, len(x))], between=lambda i, attn: mlp(i, attn))
+
+    ``between(i, attention_out)`` returns the next attention's input: the engine's residual, norms and
+    MLP or MoE. Or run the attentions one by one with ``model.forward(i, x, batch)``."""
+
+    _destroy = staticmethod(lambda h: lib.clmla_model_destroy(h))
+
+    @classmethod
+    def from_pretrained(cls, folder: Union[str, os.PathLike], layers=None, *, blocks: int, block_tokens: int = 64,
+                        cache_dtype: str = "f32", weights_dtype: str = "auto", tp_rank: int = 0, tp_size: int = 1,
+                        dense: bool = False, context: Optional[Context] = None) -> "Model":
+        """The MLA attentions of decoder ``layers`` (None: all; a range of step 1; or one int) of a
+        model folder, and their cache of ``blocks`` blocks of ``block_tokens`` tokens in
+        ``cache_dtype`` ("f32", "f16", "bf16", "fp8"). The other arguments as Layer.from_pretrained."""
+        if not isinstance(folder, (str, os.PathLike)):
+            _invalid("folder must be a path")
+        first, count = 0, 0
+        if isinstance(layers, range):
+            if layers.step != 1 or len(layers) == 0:
+                _invalid("layers must be a non-empty range of step 1, not %r" % (layers,))
+            first, count = layers.start, len(layers)
+        elif layers is not None:
+            first, count = _int(layers, "layers", 0), 1
+        self = cls.__new__(cls)
+        self.context = _ctx(context)
+        spec = _C["clmla_model_spec"]()
+        spec.first_layer = _int(first, "layers' first", 0)
+        spec.num_layers = count
+        spec.weights_dtype = _choice(weights_dtype, "weights_dtype", WEIGHTS_DTYPES)
+        spec.tp_rank, spec.tp_size = _int(tp_rank, "tp_rank"), _int(tp_size, "tp_size")
+        spec.dense = 1 if dense else 0
+        spec.cache_dtype = _choice(cache_dtype, "cache_dtype", CACHE_DTYPES)
+        spec.block_tokens = _int(block_tokens, "block_tokens", 1, 1 << 20)
+        spec.num_blocks = _int(blocks, "blocks", 1, 2 ** 31 - 1)
+        h = ctypes.c_void_p()
+        ch = self.context._require()
+        _check(lib.clmla_model_create(ch, os.fsencode(folder), ctypes.byref(spec), ctypes.byref(h)), ch)
+        self._handle = h.value
+        self.context._adopt(self)
+        self._describe(spec, cache_dtype)
+        return self
+
+    @classmethod
+    def from_layers(cls, layers: Seq["Layer"], *, blocks: int, block_tokens: int = 64, cache_dtype: str = "f32") -> "Model":
+        """A model of Layers the caller made, in the order a step runs them
+        (clmla_model_create_from_layers): a layer with an indexer selects, a layer with
+        ``index_shared`` takes the selection of the nearest one before it. The model makes its cache
+        of ``blocks`` blocks; the layers stay the caller's (close the model before them)."""
+        layers = list(layers)
+        if not layers or not all(isinstance(layer, Layer) for layer in layers):
+            _invalid("layers must be a non-empty list of clmla.Layer")
+        context = layers[0].context
+        if any(layer.context is not context for layer in layers):
+            _invalid("the layers belong to different contexts")
+        self = cls.__new__(cls)
+        self.context = context
+        spec = _C["clmla_model_spec"]()
+        spec.cache_dtype = _choice(cache_dtype, "cache_dtype", CACHE_DTYPES)
+        spec.block_tokens = _int(block_tokens, "block_tokens", 1, 1 << 20)
+        spec.num_blocks = _int(blocks, "blocks", 1, 2 ** 31 - 1)
+        arr = (ctypes.c_void_p * len(layers))(*[layer._require() for layer in layers])
+        h = ctypes.c_void_p()
+        ch = context._require()
+        _check(lib.clmla_model_create_from_layers(ch, arr, len(layers), ctypes.byref(spec), ctypes.byref(h)), ch)
+        self._handle = h.value
+        context._adopt(self)
+        self._describe(spec, cache_dtype)
+        return self
+
+    def _describe(self, spec, cache_dtype: str) -> None:
+        """The attentions, layers and cache of the model just made, as Python objects."""
+        ch = self.context._handle
+        n = ctypes.c_int(0)
+        _check(lib.clmla_model_num_attentions(self._handle, ctypes.byref(n)), ch)
+        kinds = {v: k for k, v in ATTENTION_KINDS.items()}
+        self.attentions = []
+        self.layers = []
+        for i in range(n.value):
+            a = _C["clmla_model_attention"]()
+            _check(lib.clmla_model_attention_info(self._handle, i, ctypes.byref(a)), ch)
+            self.attentions.append(ModelAttention(a.layer, a.sublayer, a.cache_layer, kinds.get(a.kind, str(a.kind)),
+                                                  a.source))
+            lh = ctypes.c_void_p()
+            _check(lib.clmla_model_layer(self._handle, i, ctypes.byref(lh)), ch)
+            layer = _ModelLayer.__new__(_ModelLayer)
+            layer.context, layer._handle, layer._config = self.context, lh.value, None
+            self.layers.append(layer)
+        cfg = self.layers[0].config
+        c = ctypes.c_void_p()
+        _check(lib.clmla_model_cache(self._handle, ctypes.byref(c)), ch)
+        cache = _ModelCache.__new__(_ModelCache)
+        cache.context, cache._handle, cache._seqs = self.context, c.value, {}
+        cache.layers, cache.kv_lora_rank, cache.rope_dim = n.value, cfg.kv_lora_rank, cfg.qk_rope_head_dim
+        cache.block_tokens, cache.num_blocks, cache.dtype = spec.block_tokens, spec.num_blocks, cache_dtype.lower()
+        cache.index_head_dim = max((l.config.index_head_dim for l in self.layers if l.config.index_n_heads > 0),
+                                   default=0)
+        self.cache = cache
+
+    def close(self) -> None:
+        for borrowed in getattr(self, "layers", []) + ([self.cache] if getattr(self, "cache", None) else []):
+            borrowed.close()
+            borrowed._handle = None
+        super().close()
+
+    def forward(self, index: int, x, batch, path: str = "auto", out: Optional[np.ndarray] = None) -> np.ndarray:
+        """Attention ``index`` of a step (clmla_model_forward): as Layer.forward in its cache layer of
+        the model's cache. A shared attention runs only after its source ran the same step."""
+        h = self._require()
+        index = _int(index, "index", 0, len(self.layers) - 1)
+        _, arr, n, xa, out = self.layers[index]._step_args(x, batch, self.cache, out)
+        _check(lib.clmla_model_forward(h, index, arr, n, _choice(path, "path", PATHS),
+                                       xa.ctypes.data_as(_P(ctypes.c_float)), out.ctypes.data_as(_P(ctypes.c_float))),
+               self.context._handle)
+        return out
+
+    def forward_cl(self, index: int, x_mem: int, out_mem: int, batch, path: str = "auto", x_offset: int = 0,
+                   out_offset: int = 0) -> None:
+        """Attention ``index`` on device buffers (cl_mem handles, offsets in floats), enqueued on the
+        context's queue without waiting (clmla_model_forward_cl): x [T, hidden_size] in, out after
+        o_proj."""
+        h = self._require()
+        index = _int(index, "index", 0, len(self.layers) - 1)
+        D = self.layers[index].config.hidden_size
+        total = sum(n for _, n in batch) if isinstance(batch, (list, tuple)) else 0
+        _, arr, n, _, _ = self.layers[index]._step_args(np.zeros((max(total, 1), D), np.float32), batch, self.cache,
+                                                        None)
+        _check(lib.clmla_model_forward_cl(h, index, arr, n, _choice(path, "path", PATHS), ctypes.c_void_p(x_mem),
+                                          _int(x_offset, "x_offset", 0), ctypes.c_void_p(out_mem),
+                                          _int(out_offset, "out_offset", 0), None), self.context._handle)
+
+    def run(self, x, batch, between, path: str = "auto") -> np.ndarray:
+        """A whole step (clmla_model_run): attention 0 on x, then for each next attention the input
+        that ``between(i, attention_out)`` returns ([T, hidden_size]) from attention i's output.
+        Returns the last attention's output. An exception in between stops the step and is raised."""
+        h = self._require()
+        if not callable(between):
+            _invalid("between must be callable: between(index, attention_out) -> the next input")
+        _, arr, n, xa, out = self.layers[0]._step_args(x, batch, self.cache, None)
+        xw = np.array(xa, np.float32, order="C", copy=True)  # the step's inputs, rewritten between attentions
+        shape = xw.shape
+        raised = []
+
+        def call(user, index, attention_out, nxt):
+            try:
+                y = between(index, np.ctypeslib.as_array(attention_out, shape=shape).copy())
+                ya = _as_float_array(y, "between's result")
+                if ya.shape != shape:
+                    _invalid("between returned %s, the step's inputs are %s" % (list(ya.shape), list(shape)),
+                             "CLMLA_ERROR_SHAPE_MISMATCH")
+                ctypes.memmove(nxt, np.ascontiguousarray(ya, np.float32).ctypes.data, xw.nbytes)
+                return 0
+            except BaseException as e:  # raised again after the C call returns
+                raised.append(e)
+                return 1
+
+        fn = ctype_of("clmla_model_between_fn")(call)
+        st = lib.clmla_model_run(h, arr, n, _choice(path, "path", PATHS), xw.ctypes.data_as(_P(ctypes.c_float)),
+                                 out.ctypes.data_as(_P(ctypes.c_float)), fn, None)
+        if raised:
+            raise raised[0]
+        _check(st, self.context._handle)
+        return out
+
+    def __repr__(self):
+        if not self._handle:
+            return "<clmla.Model (closed)>"
+        kinds = ",".join(a.kind[0] for a in self.attentions)
+        return "<clmla.Model %d attentions (layers %d to %d: %s)>" % (
+            len(self.attentions), self.attentions[0].layer, self.attentions[-1].layer, kinds)
 
 
 # ---- linear ------------------------------------------------------------------------------------------------------------

@@ -8,8 +8,9 @@
 ``attach`` reads the model's config through clmla's own config.json reader (so a family or field
 clmla does not run is refused by name, as ``clmla run`` refuses it), uploads each attention
 module's weights once (``clmla.Layer``), and replaces each module's ``forward``. The latent cache
-lives in clmla, one ``clmla.Cache`` per generate call (made when a forward starts from an empty
-transformers cache); transformers' own cache only keeps count of the tokens (one value per token
+lives in clmla: one ``clmla.Model`` of those layers, with its cache, per generate call (made when a
+forward starts from an empty transformers cache), which also carries glm_moe_dsa's selections from
+full to "shared" layers; transformers' own cache only keeps count of the tokens (one value per token
 and layer), so that generate's positions and masks stay as they are. Each sequence's real
 tokens (left padding removed, from the attention mask given to the model) go to clmla, at
 positions 0, 1, ... as transformers numbers them; padding positions get zeros. The rest of the
@@ -24,7 +25,7 @@ from typing import Optional
 
 import numpy as np
 
-from ._core import Cache, Context, Layer, LayerConfig, _ctx, _invalid
+from ._core import Cache, Context, Layer, LayerConfig, Model, _ctx, _invalid
 
 __all__ = ["attach", "detach", "attention_modules"]
 
@@ -66,6 +67,7 @@ class _Attached:
         self.context = context
         self.cache_dtype = cache_dtype
         self.max_tokens = max_tokens
+        self.model: Optional[Model] = None  # the layers over the generate call's cache
         self.cache: Optional[Cache] = None
         self.seqs: list = []
         self.mask = None          # the 2-D attention mask the model was called with (numpy bool) or None
@@ -74,13 +76,12 @@ class _Attached:
     def reset(self, batch: int, tokens: int):
         """A new generate call (or a forward without a cache): fresh sequences in a fresh cache of
         room for max(tokens, max_tokens) tokens per sequence in every attention layer."""
-        if self.cache is not None:
-            self.cache.close()
-        cfg = self.layers[0].config
+        if self.model is not None:
+            self.model.close()
         room = max(tokens, self.max_tokens)
         blocks = batch * -(-room // 64)
-        self.cache = Cache(self.context, blocks=blocks, layers=len(self.layers), block_tokens=64,
-                           dtype=self.cache_dtype, config=cfg)
+        self.model = Model.from_layers(self.layers, blocks=blocks, block_tokens=64, cache_dtype=self.cache_dtype)
+        self.cache = self.model.cache
         self.seqs = [self.cache.add() for _ in range(batch)]
 
     def real_tokens(self, batch: int, tokens: int) -> np.ndarray:
@@ -105,8 +106,6 @@ def _model_pre_hook(state: _Attached):
 def _forward_for(state: _Attached, index: int, module):
     import torch
 
-    layer = state.layers[index]
-
     def forward(hidden_states, *args, **kwargs):
         cache = kwargs.get("cache", kwargs.get("past_key_values"))
         B, T, D = hidden_states.shape
@@ -120,8 +119,7 @@ def _forward_for(state: _Attached, index: int, module):
         entries = [(state.seqs[b], int(real[b].sum())) for b in range(B) if real[b].any()]
         out = np.zeros((B, T, D), np.float32)
         if entries:
-            y = layer(np.concatenate([r for r in rows if len(r)]), batch=entries, cache=state.cache,
-                      cache_layer=index)
+            y = state.model.forward(index, np.concatenate([r for r in rows if len(r)]), entries)
             at = 0
             for b in range(B):
                 n = int(real[b].sum())
@@ -204,8 +202,8 @@ def detach(model):
         del m._clmla_forward
     for h in state.hooks:
         h.remove()
-    if state.cache is not None:
-        state.cache.close()
+    if state.model is not None:
+        state.model.close()
     for layer in state.layers:
         layer.close()
     model._clmla_attached = None

@@ -1,0 +1,361 @@
+/* A model's MLA attentions over one cache (clmla_model, include/clmla.h): the attentions of a range
+   of decoder layers in the model's order, each in a cache layer of its own, with what crosses
+   layers: which attention takes which one's key selection (glm_moe_dsa's "shared" layers). The
+   selection itself lives with the cache (host/mla/selection.c). */
+#include "cache.h"
+#include "config.h"
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct clmla_model {
+    clmla_context *ctx;
+    int count;
+    clmla_model_attention *info; /* [count] */
+    clmla_layer **layers;        /* [count] */
+    int owns_layers;             /* 0: the caller's (clmla_model_create_from_layers) */
+    clmla_cache *cache;
+};
+
+void clmla_model_destroy(clmla_model *m)
+{
+    if (!m)
+        return;
+    clmla_cache_destroy(m->cache);
+    for (int i = 0; m->owns_layers && m->layers && i < m->count; i++)
+        clmla_layer_destroy(m->layers[i]);
+    free(m->layers);
+    free(m->info);
+    free(m);
+}
+
+/* The attentions of layers [first, end) of the folder's description, with their kinds and sources,
+   into m->info (m->count of them). */
+static clmla_status plan_attentions(clmla_context *ctx, const char *dir, const clmla_model_desc *d, int first, int end,
+                                    int dense, clmla_model *m)
+{
+    const int per = d->attentions_per_layer > 0 ? d->attentions_per_layer : 1;
+    m->info = calloc((size_t)(end - first) * (size_t)per, sizeof(*m->info));
+    if (!m->info)
+        return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    int last_indexed = -1;
+    for (int l = first; l < end; l++) {
+        if (d->is_mla && !d->is_mla[l])
+            continue;
+        const int shared = !dense && d->index_shared && d->index_shared[l];
+        if (shared && last_indexed < 0) {
+            int full = l - 1;
+            while (full >= 0 && d->index_shared[full])
+                full--;
+            if (full >= 0)
+                return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                                  "layers %d to %d of %s: layer %d is a \"shared\" sparse-attention layer that attends "
+                                  "to the selection of layer %d, which the range leaves out; start the range at layer %d",
+                                  first, end - 1, dir, l, full, full);
+            return clmla_fail(ctx, CLMLA_ERROR_INVALID_CONFIG,
+                              "layer %d of %s is a \"shared\" sparse-attention layer, but no layer before it is a full "
+                              "one whose selection it could take",
+                              l, dir);
+        }
+        for (int sub = 0; sub < per; sub++) {
+            clmla_model_attention *a = &m->info[m->count];
+            a->layer = l;
+            a->sublayer = sub;
+            a->cache_layer = m->count;
+            a->source = -1;
+            if (shared) {
+                a->kind = CLMLA_ATTENTION_SHARED;
+                a->source = last_indexed;
+            } else if (!dense && d->layer.index_n_heads > 0) {
+                a->kind = CLMLA_ATTENTION_INDEXED;
+                last_indexed = m->count;
+            } else {
+                a->kind = CLMLA_ATTENTION_DENSE;
+            }
+            m->count++;
+        }
+    }
+    if (m->count == 0)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_CONFIG, "layers %d to %d of %s hold no MLA attention", first, end - 1,
+                          dir);
+    return CLMLA_SUCCESS;
+}
+
+/* The cache of the model's attentions, of layer configuration c: index keys only where an attention
+   has an indexer. */
+static clmla_status make_cache(clmla_context *ctx, const clmla_layer_config *c, const clmla_model_spec *spec,
+                               clmla_model *m)
+{
+    unsigned char *indexed = calloc((size_t)m->count, 1);
+    if (!indexed)
+        return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    int any = 0;
+    for (int i = 0; i < m->count; i++)
+        any |= indexed[i] = m->info[i].kind == CLMLA_ATTENTION_INDEXED;
+    clmla_cache_config cc;
+    memset(&cc, 0, sizeof(cc));
+    cc.num_layers = m->count;
+    cc.kv_lora_rank = c->kv_lora_rank;
+    cc.rope_dim = c->qk_rope_head_dim;
+    cc.block_tokens = spec->block_tokens;
+    cc.num_blocks = spec->num_blocks;
+    cc.dtype = spec->cache_dtype;
+    if (any) {
+        const int dI = c->index_head_dim, pow2 = (dI & (dI - 1)) == 0;
+        cc.index_head_dim = dI;
+        cc.index_dtype = cc.dtype == CLMLA_CACHE_F32            ? CLMLA_CACHE_F32
+                         : cc.dtype == CLMLA_CACHE_FP8 && pow2 ? CLMLA_CACHE_FP8
+                                                               : CLMLA_CACHE_BF16;
+    }
+    const clmla_status st = clmla_cache_create_indexed(ctx, &cc, indexed, &m->cache);
+    free(indexed);
+    return st;
+}
+
+clmla_status clmla_model_create(clmla_context *ctx, const char *dir, const clmla_model_spec *spec, clmla_model **out)
+{
+    if (!out)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_model_create: NULL output pointer");
+    *out = NULL;
+    if (!ctx || !dir || !spec)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_model_create: NULL argument");
+    clmla_model_desc d;
+    char err[512];
+    clmla_status st = clmla_model_folder_desc(dir, &d, err, sizeof(err));
+    if (st != CLMLA_SUCCESS)
+        return clmla_fail(ctx, st, "%s", err);
+    const int first = spec->first_layer, n = spec->num_layers ? spec->num_layers : d.num_layers - first;
+    if (first < 0 || first >= d.num_layers || n < 1 || (long long)first + n > d.num_layers) {
+        clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                   "layers %d to %lld are out of range: %s has %d decoder layers (0 to %d)", first,
+                   (long long)first + n - 1, dir, d.num_layers, d.num_layers - 1);
+        clmla_model_desc_free(&d);
+        return CLMLA_ERROR_INVALID_ARGUMENT;
+    }
+    clmla_model *m = calloc(1, sizeof(*m));
+    if (!m) {
+        clmla_model_desc_free(&d);
+        return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    }
+    m->ctx = ctx;
+    m->owns_layers = 1;
+    st = plan_attentions(ctx, dir, &d, first, first + n, spec->dense, m);
+    if (st == CLMLA_SUCCESS) {
+        m->layers = calloc((size_t)m->count, sizeof(*m->layers));
+        if (!m->layers)
+            st = clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    }
+    for (int i = 0; st == CLMLA_SUCCESS && i < m->count; i++) {
+        clmla_model_options mo;
+        memset(&mo, 0, sizeof(mo));
+        mo.layer = m->info[i].layer;
+        mo.sublayer = m->info[i].sublayer;
+        mo.weights_dtype = spec->weights_dtype;
+        mo.tp_rank = spec->tp_rank;
+        mo.tp_size = spec->tp_size;
+        mo.dense = spec->dense;
+        st = clmla_layer_create_from_model_opts(ctx, dir, &mo, &m->layers[i]);
+    }
+    if (st == CLMLA_SUCCESS)
+        st = make_cache(ctx, &d.layer, spec, m);
+    clmla_model_desc_free(&d);
+    if (st != CLMLA_SUCCESS) {
+        clmla_model_destroy(m);
+        return st;
+    }
+    *out = m;
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_model_create_from_layers(clmla_context *ctx, clmla_layer **layers, int count,
+                                           const clmla_model_spec *spec, clmla_model **out)
+{
+    if (!out)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_model_create_from_layers: NULL output pointer");
+    *out = NULL;
+    if (!ctx || !layers || !spec || count < 1)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "clmla_model_create_from_layers: NULL argument or %d layers (at least 1)", count);
+    clmla_model *m = calloc(1, sizeof(*m));
+    clmla_layer_config *c = calloc((size_t)count, sizeof(*c));
+    if (m) {
+        m->info = calloc((size_t)count, sizeof(*m->info));
+        m->layers = calloc((size_t)count, sizeof(*m->layers));
+    }
+    clmla_status st = m && c && m->info && m->layers ? CLMLA_SUCCESS
+                                                     : clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    int last_indexed = -1, first_indexed = -1;
+    for (int i = 0; st == CLMLA_SUCCESS && i < count; i++) {
+        if (!layers[i])
+            st = clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_model_create_from_layers: layer %d is NULL", i);
+        if (st == CLMLA_SUCCESS)
+            st = clmla_layer_get_config(layers[i], &c[i]);
+        if (st == CLMLA_SUCCESS && (c[i].kv_lora_rank != c[0].kv_lora_rank || c[i].qk_rope_head_dim != c[0].qk_rope_head_dim))
+            st = clmla_fail(ctx, CLMLA_ERROR_SHAPE_MISMATCH,
+                            "layer %d holds cache rows of kv_lora_rank %d + qk_rope_head_dim %d, layer 0 of %d + %d: one "
+                            "cache holds one row shape",
+                            i, c[i].kv_lora_rank, c[i].qk_rope_head_dim, c[0].kv_lora_rank, c[0].qk_rope_head_dim);
+        if (st != CLMLA_SUCCESS)
+            break;
+        clmla_model_attention *a = &m->info[i];
+        a->layer = i;
+        a->cache_layer = i;
+        a->source = -1;
+        m->layers[i] = layers[i];
+        if (c[i].index_shared) {
+            if (last_indexed < 0) {
+                st = clmla_fail(ctx, CLMLA_ERROR_INVALID_CONFIG,
+                                "layer %d is a shared sparse-attention layer (index_shared), and no layer before it has "
+                                "an indexer whose selection it could take",
+                                i);
+                break;
+            }
+            a->kind = CLMLA_ATTENTION_SHARED;
+            a->source = last_indexed;
+        } else if (c[i].index_n_heads > 0) {
+            if (first_indexed >= 0 && c[i].index_head_dim != c[first_indexed].index_head_dim)
+                st = clmla_fail(ctx, CLMLA_ERROR_SHAPE_MISMATCH,
+                                "layer %d's indexer writes index keys of %d values, layer %d's of %d: one cache holds "
+                                "one index-key shape",
+                                i, c[i].index_head_dim, first_indexed, c[first_indexed].index_head_dim);
+            a->kind = CLMLA_ATTENTION_INDEXED;
+            last_indexed = i;
+            if (first_indexed < 0)
+                first_indexed = i;
+        }
+    }
+    if (m)
+        m->ctx = ctx, m->count = count;
+    if (st == CLMLA_SUCCESS)
+        st = make_cache(ctx, first_indexed >= 0 ? &c[first_indexed] : &c[0], spec, m);
+    free(c);
+    if (st != CLMLA_SUCCESS) {
+        clmla_model_destroy(m);
+        return st;
+    }
+    *out = m;
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_model_num_attentions(const clmla_model *m, int *count)
+{
+    if (!m || !count)
+        return clmla_fail(m ? m->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_model_num_attentions: NULL argument");
+    *count = m->count;
+    return CLMLA_SUCCESS;
+}
+
+static clmla_status check_index(const clmla_model *m, const char *fn, int index)
+{
+    if (index < 0 || index >= m->count)
+        return clmla_fail(m->ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: attention %d is out of range: the model holds %d (0 to %d)",
+                          fn, index, m->count, m->count - 1);
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_model_attention_info(const clmla_model *m, int index, clmla_model_attention *info)
+{
+    if (!m || !info)
+        return clmla_fail(m ? m->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_model_attention_info: NULL argument");
+    const clmla_status st = check_index(m, "clmla_model_attention_info", index);
+    if (st == CLMLA_SUCCESS)
+        *info = m->info[index];
+    return st;
+}
+
+clmla_status clmla_model_cache(const clmla_model *m, clmla_cache **cache)
+{
+    if (!m || !cache)
+        return clmla_fail(m ? m->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_model_cache: NULL argument");
+    *cache = m->cache;
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_model_layer(const clmla_model *m, int index, clmla_layer **layer)
+{
+    if (!m || !layer)
+        return clmla_fail(m ? m->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_model_layer: NULL argument");
+    const clmla_status st = check_index(m, "clmla_model_layer", index);
+    if (st == CLMLA_SUCCESS)
+        *layer = m->layers[index];
+    return st;
+}
+
+/* A shared attention runs over its own source's selection: the cache's record must be that
+   attention's (the layer then checks that it is of the same step). */
+static clmla_status check_source(const clmla_model *m, int index)
+{
+    const clmla_model_attention *a = &m->info[index];
+    if (a->kind != CLMLA_ATTENTION_SHARED)
+        return CLMLA_SUCCESS;
+    const cache_selection *s = &m->cache->selection;
+    const clmla_model_attention *src = &m->info[a->source];
+    if (s->valid && s->layer == src->cache_layer)
+        return CLMLA_SUCCESS;
+    if (!s->valid)
+        return clmla_fail(m->ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "attention %d (decoder layer %d) is a shared layer that takes the selection of attention %d "
+                          "(decoder layer %d), which has not run a step since the cache last changed (run it first, "
+                          "on the same entries)",
+                          index, a->layer, a->source, src->layer);
+    const clmla_model_attention *made = &m->info[s->layer];
+    return clmla_fail(m->ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                      "attention %d (decoder layer %d) is a shared layer that takes the selection of attention %d "
+                      "(decoder layer %d), but the last selection made was attention %d's (decoder layer %d)",
+                      index, a->layer, a->source, src->layer, s->layer, made->layer);
+}
+
+clmla_status clmla_model_forward(clmla_model *m, int index, const clmla_batch_entry *entries, int num_entries,
+                                 clmla_attention_path path, const float *x, float *out)
+{
+    if (!m)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_model_forward: NULL model");
+    clmla_status st = check_index(m, "clmla_model_forward", index);
+    if (st == CLMLA_SUCCESS)
+        st = check_source(m, index);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    const clmla_forward_args args = {entries, num_entries, m->info[index].cache_layer, path};
+    return clmla_layer_forward(m->layers[index], m->cache, &args, x, out);
+}
+
+clmla_status clmla_model_forward_cl(clmla_model *m, int index, const clmla_batch_entry *entries, int num_entries,
+                                    clmla_attention_path path, cl_mem x, size_t x_offset, cl_mem out, size_t out_offset,
+                                    cl_event *event)
+{
+    if (!m)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_model_forward_cl: NULL model");
+    clmla_status st = check_index(m, "clmla_model_forward_cl", index);
+    if (st == CLMLA_SUCCESS)
+        st = check_source(m, index);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    const clmla_forward_args args = {entries, num_entries, m->info[index].cache_layer, path};
+    return clmla_layer_forward_cl(m->layers[index], m->cache, &args, x, x_offset, out, out_offset, event);
+}
+
+clmla_status clmla_model_run(clmla_model *m, const clmla_batch_entry *entries, int num_entries,
+                             clmla_attention_path path, float *x, float *out, clmla_model_between_fn between,
+                             void *user)
+{
+    if (!m || !x || !out)
+        return clmla_fail(m ? m->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_model_run: NULL argument");
+    if (!between && m->count > 1)
+        return clmla_fail(m->ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "clmla_model_run: between is NULL, and the model holds %d attentions: each one's input is "
+                          "made from the one before",
+                          m->count);
+    for (int i = 0; i < m->count; i++) {
+        const clmla_status st = clmla_model_forward(m, i, entries, num_entries, path, x, out);
+        if (st != CLMLA_SUCCESS)
+            return st;
+        if (i + 1 < m->count && between(user, i, out, x) != 0)
+            return clmla_fail(m->ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                              "clmla_model_run: the step stopped after attention %d (decoder layer %d): between "
+                              "returned non-zero",
+                              i, m->info[i].layer);
+    }
+    return CLMLA_SUCCESS;
+}
