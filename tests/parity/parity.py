@@ -404,7 +404,7 @@ def reference(folder, case, X, chunk=None):
     bad = {k: sorted(v)[:6] for k, v in load.items() if v}
     if bad:  # a weight not read from the folder would make the reference meaningless
         raise RuntimeError(f"transformers did not load the folder cleanly: {bad}")
-    # transformers 5.24 leaves parameters it did not convert from an FP8 folder (the fused experts)
+    # transformers (5.24, 5.25) leaves parameters it did not convert from an FP8 folder (the fused experts)
     # in their stored dtype: those go to float64 (exactly). Buffers stay as transformers made them
     # (the RoPE frequencies in float32, as in every other case).
     with torch.no_grad():

@@ -10,8 +10,9 @@
 #
 #   sh tests/parity/run.sh [--write-fixtures] [--check-fixtures] [--strict] [--only REGEX] [--device SPEC]
 #
-# Creates build/parity-venv (pinned torch/transformers) when it is missing. --write-fixtures also
-# rewrites tests/fixtures/parity/ (transformers output only); it and --check-fixtures run part 1 alone.
+# Creates build/parity-venv (pinned torch/transformers/accelerate) when it is missing, and brings an
+# existing one to the pins (tests/parity/venv.sh). --write-fixtures also rewrites
+# tests/fixtures/parity/ (transformers output only); it and --check-fixtures run part 1 alone.
 # Exit status: non-zero when any case that clmla ran is over its tolerance (--strict: or clmla refused
 # it), or when a generate case or a Python test fails.
 set -eu
