@@ -61,6 +61,7 @@ CASES = [
     {"base": "kimi_linear-kda"},
     dsa("deepseek_v32-sparse", 32),
     dsa("glm_moe_dsa-sparse", 32),
+    dsa("glm_moe_dsa-shared", 32),
 ]
 BF16 = ("deepseek_v3-yarn", "deepseek_v2-yarn-qproj", "glm4_moe_lite-default")
 

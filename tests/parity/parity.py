@@ -264,6 +264,18 @@ CASES = [
          cfg=with_(BASE, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
                    index_topk=3, index_head_dim=12, index_n_heads=8, mlp_layer_types=["dense", "sparse"]),
          layouts=("params", "legacy", "bf16", "fp8"), layer=1, T=11, P=5),
+    # GLM-5.2's layout: "shared" layers without an indexer, which attend to the keys the full layer
+    # before them selected in the same step (index_topk_freq 4, index_skip_topk_offset 3, as GLM-5.2's
+    # config: layers 0-2 and 6 full, 3-5 and 7 shared). Layer 5 is shared, its full layer 2: clmla run
+    # runs layers 2 to 5 (the model from the full layer) and the reference feeds layer 2's attention X
+    # too; the fixture keeps those layers' tensors. With index_topk 3 these inputs have a near tie at
+    # the top-k boundary that the bf16 index keys clmla run keeps beside an f16 cache resolve the other
+    # way (0.71 against transformers' float keys; 2.6e-4 with f32 keys beside the same f16 cache).
+    dict(name="glm_moe_dsa-shared", family="glm_moe_dsa",
+         cfg=with_(BASE, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                   num_hidden_layers=8, index_topk=4, index_head_dim=12, index_n_heads=8, index_topk_freq=4,
+                   index_skip_topk_offset=3, mlp_layer_types=["dense"] + ["sparse"] * 7),
+         layouts=("params", "bf16"), layer=5, keep_layers=(2, 3, 4, 5), T=11, P=5),
 ]
 
 
@@ -416,6 +428,13 @@ def reference(folder, case, X, chunk=None):
     attn = layers[case["layer"]].self_attn
     if case.get("sublayer") is not None:
         attn = attn[case["sublayer"]]
+    # a "shared" DSA layer takes the selection of the full layer before it: that layer's attention
+    # gets X too, as `clmla run --layer N` gives it
+    feeds = [attn]
+    if getattr(attn, "skip_topk", False):
+        types = (getattr(model.config, "text_config", None) or model.config).indexer_types
+        full = max(i for i in range(case["layer"]) if types[i] == "full")
+        feeds.append(layers[full].self_attn)
     info = {"model_class": type(model).__name__, "base_class": type(base).__name__,
             "attn_class": type(attn).__name__,
             "attn_module": [n for n, m in model.named_modules() if m is attn][0],
@@ -439,8 +458,8 @@ def reference(folder, case, X, chunk=None):
     def post(mod, args, kwargs, out):
         outs.append((out[0] if isinstance(out, tuple) else out).detach().clone())
 
-    h1 = attn.register_forward_pre_hook(pre, with_kwargs=True)
-    h2 = attn.register_forward_hook(post, with_kwargs=True)
+    hooks = [m.register_forward_pre_hook(pre, with_kwargs=True) for m in feeds]
+    hooks.append(attn.register_forward_hook(post, with_kwargs=True))
     try:
         with torch.no_grad():
             cache = None
@@ -457,8 +476,8 @@ def reference(folder, case, X, chunk=None):
                 assert len(outs) == len([s for s in steps if s[0] <= lo]), "attention ran != once per step"
             info["cache_class"] = type(cache).__name__
     finally:
-        h1.remove()
-        h2.remove()
+        for h in hooks:
+            h.remove()
     Y = torch.cat(outs, dim=1)[0].numpy().astype(np.float64)
     assert Y.shape == X.shape, (Y.shape, X.shape)
     return Y, info
@@ -922,8 +941,10 @@ def write_fixtures(rows, fixdir):
         src = r["folder"]
         for fn in ("config.json", "X.npy", "Y.npy", "case.json"):
             shutil.copy(os.path.join(src, fn), dst)
-        # keep only the tested decoder layer's attention tensors, under transformers' own names
-        layer_tag = re.compile(r"(^|\.)(layers|blocks)\.%d\.self_attn\." % c["layer"])
+        # keep only the tested decoder layer's attention tensors (a shared layer's: from its full layer
+        # on), under transformers' own names
+        kept = "|".join(str(n) for n in c.get("keep_layers", (c["layer"],)))
+        layer_tag = re.compile(r"(^|\.)(layers|blocks)\.(%s)\.self_attn\." % kept)
         with safe_open(os.path.join(src, "model.safetensors"), "pt") as f:
             meta = f.metadata()
             keep = {k: f.get_tensor(k) for k in f.keys() if layer_tag.search(k) and "vision" not in k}
