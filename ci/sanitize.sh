@@ -75,11 +75,9 @@ export CLMLA_TEST_SWEEPS="${CLMLA_TEST_SWEEPS:-short}"
 # CLMLA_TEST_SWEEPS=short (tests/test_util.h): the tests that run their cases again for each of a
 # list of kernel tuning sets run the first sets only; the others change build options, not host
 # code, and the ctest stage before this one has run them all.
-# bench_smoke is left out: clmla-bench is a client of the public API whose calls the C tests run
-# here; under ASan it is 70 s of timed repetitions of them.
 # python_pytest is left out: it loads the instrumented libclmla.so into an interpreter that is not
 # instrumented (ASan's runtime would not come first, and LeakSanitizer would report the
 # interpreter's own allocations); the library calls it makes are those of the C tests run here.
-ctest --test-dir "$build" --output-on-failure --repeat until-pass:2 -E '^(test_cli_run|python_pytest|bench_smoke|kernel_warnings|ptx_mma|tools_ptx_mix|cli_demo_v2_bf16|vendor_build)$' -j"$(nproc)" "$@"
+ctest --test-dir "$build" --output-on-failure --repeat until-pass:2 -E '^(test_cli_run|python_pytest|kernel_warnings|ptx_mma|tools_ptx_mix|cli_demo_v2_bf16|vendor_build)$' -j"$(nproc)" "$@"
 ASAN_OPTIONS="detect_leaks=0:verify_asan_link_order=0" ctest --test-dir "$build" --output-on-failure -R '^test_cli_run$' "$@"
 echo "sanitize: the suite passed under ASan + UBSan, no leak in clmla"
