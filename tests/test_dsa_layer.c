@@ -721,6 +721,35 @@ static void part_shared(void)
     model_free(&m);
 }
 
+/* Shared layers over FlashMLA's fp8 latent cache (kv_lora_rank 128), with fp8 index keys, on the
+   row-walking and the work-group attention kernels. */
+static void part_shared_fp8(void)
+{
+    static const shared_case cases[] = {{CLMLA_CACHE_FP8, CLMLA_CACHE_FP8, CLMLA_PATH_AUTO},
+                                        {CLMLA_CACHE_FP8, CLMLA_CACHE_F32, CLMLA_PATH_DECOMPRESSED}};
+    model_rkv = 128;
+    dsa_model m;
+    tu_weights sw;
+    memset(&sw, 0, sizeof(sw));
+    if (model_make(&m, 16, 4, CLMLA_ROPE_INTERLEAVED, 67) == 0) {
+        const clmla_layer_config sc = shared_config(&m);
+        if (tu_weights_make(&sw, &sc, 69) == 0)
+            for (int variant = CLMLA_LATENT_GROUP; variant <= CLMLA_LATENT_ROWS; variant++) {
+                clmla_attention_set_variant(ctx, variant);
+                for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+                    shared_run(&m, &sw, &sc, &cases[i]);
+            }
+        else
+            CHECK(0, "out of host memory");
+        clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
+    } else {
+        CHECK(0, "out of host memory");
+    }
+    tu_weights_free(&sw);
+    model_free(&m);
+    model_rkv = 36;
+}
+
 /* Lengths of a sequence in both layers of a two-layer cache. */
 static void lengths(clmla_cache *cache, int32_t seq, int *l0, int *l1)
 {
@@ -1139,7 +1168,8 @@ int main(int argc, char **argv)
     static const tu_part parts[] = {
         {"sequence", part_sequence}, {"batch", part_batch}, {"dense", part_dense}, {"topk1", part_topk1}, {"group", part_group},
         {"select", part_select}, {"fp8-latent", part_fp8_latent}, {"pieces", part_pieces},
-        {"refusals", part_refusals}, {"shared", part_shared}, {"shared-refusals", part_shared_refusals},
+        {"refusals", part_refusals}, {"shared", part_shared}, {"shared-fp8", part_shared_fp8},
+        {"shared-refusals", part_shared_refusals},
         {"model", part_model}};
     const tu_parts_result r = tu_run_parts(argc, argv, parts, sizeof(parts) / sizeof(parts[0]), NULL, &ctx, &check_failed);
     if (r == TU_PARTS_NO_DEVICE)

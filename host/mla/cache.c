@@ -165,7 +165,7 @@ void clmla_cache_destroy(clmla_cache *cache)
                 clReleaseMemObject(cache->index_layers[l]);
     }
     free(cache->index_layers);
-    clmla_selection_release(cache);
+    clmla_selection_release(&cache->selection);
     for (int i = 0; i < CLMLA_CACHE_INDEX_KERNELS; i++)
         if (cache->index_kernels[i] && cache->index_kernels_release)
             cache->index_kernels_release(cache->index_kernels[i]);
@@ -476,7 +476,7 @@ clmla_status clmla_cache_seq_free(clmla_cache *cache, int32_t seq_id)
     cache_seq *s = clmla_cache_find(cache, seq_id);
     if (!s)
         return unknown(cache, "clmla_cache_seq_free", seq_id);
-    clmla_selection_forget(cache, seq_id);
+    clmla_selection_forget(&cache->selection, seq_id);
     shrink_blocks(cache, s, 0);
     s->in_use = 0;
     return CLMLA_SUCCESS;
@@ -497,7 +497,7 @@ clmla_status clmla_cache_seq_truncate(clmla_cache *cache, int32_t seq_id, int to
             return clmla_fail(cache->ctx, CLMLA_ERROR_INVALID_ARGUMENT,
                               "cannot truncate sequence %d to %d tokens: layer %d holds only %d", (int)seq_id, tokens,
                               l, s->length[l]);
-    clmla_selection_forget(cache, seq_id);
+    clmla_selection_forget(&cache->selection, seq_id);
     for (int l = 0; l < cache->config.num_layers; l++)
         s->length[l] = tokens;
     shrink_blocks(cache, s, blocks_for(cache, tokens));

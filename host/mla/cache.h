@@ -5,6 +5,7 @@
 #define CLMLA_CACHE_H
 #include "internal.h"
 #include "scratch.h"
+#include "selection.h"
 
 typedef struct cache_seq {
     int in_use;
@@ -15,24 +16,6 @@ typedef struct cache_seq {
 } cache_seq;
 
 typedef struct cache_copy cache_copy;
-
-/* The selection the last full sparse-attention layer (one with an indexer) made in its last step
-   on this cache, which glm_moe_dsa's "shared" layers attend to in the same step
-   (host/mla/selection.c). */
-typedef struct cache_selection {
-    int valid;            /* 0 until a full layer's step completes, and again after a change that
-                             makes it stale (a failed step, a truncate or free of one of its
-                             sequences) */
-    int layer;            /* the cache layer of the full layer that made it */
-    int topk;             /* its index_topk */
-    int sparse;           /* 0: no query saw more than topk keys, so every query attended to all */
-    int T;                /* tokens of the step */
-    int count, capacity;  /* entries of the step; allocated length of the arrays */
-    int32_t *seq;         /* [count] */
-    int *tokens, *start;  /* [count] each entry's new tokens and the position of the first */
-    cl_mem indices;       /* [T, topk] int32 positions, -1 padded (sparse steps) */
-    size_t indices_bytes; /* allocated */
-} cache_selection;
 
 /* The indexer kernel sets a cache keeps (host/mla/indexer.c, clmla_index_kernels_for). */
 #define CLMLA_CACHE_INDEX_KERNELS 4
@@ -90,7 +73,7 @@ struct clmla_cache {
        completion of their last write */
     clmla_staged append_slots;
     cl_event append_written;
-    cache_selection selection;
+    cache_selection selection; /* the last full sparse-attention layer's (selection.h) */
 };
 
 /* Shared blocks (clmla_cache_seq_fork) and copy on write.
@@ -202,28 +185,5 @@ clmla_status clmla_cache_enqueue_gather(clmla_cache *cache, int layer, cl_mem ta
    a dtype the index-key cache does not hold or head_dim <= 0. The one place the layout's sizes are
    made (the cache's buffers, the indexer kernels' block size). */
 size_t clmla_index_row_bytes(clmla_cache_dtype dtype, int head_dim);
-
-/* ---- the selection record (host/mla/selection.c) ---- */
-
-/* The record's index buffer with room for `bytes`, grown when smaller (its contents are then
-   lost, and the record marked stale). */
-clmla_status clmla_selection_buffer(clmla_cache *cache, size_t bytes, cl_mem *buffer);
-/* Marks the record stale. */
-void clmla_selection_clear(clmla_cache *cache);
-/* Marks the record stale when seq_id is one of its entries (the sequence was truncated or freed). */
-void clmla_selection_forget(clmla_cache *cache, int32_t seq_id);
-/* Records the step a full layer in cache layer `layer` has just enqueued: its entries, the position
-   of each entry's first new token (start), and whether it selected (its indices are then in the
-   record's buffer). On failure the record is stale. */
-clmla_status clmla_selection_keep(clmla_cache *cache, int layer, int topk, int sparse, int T,
-                                  const clmla_batch_entry *entries, int count, const int *start);
-/* Checks that a shared layer with index_topk `topk` may run this step in cache layer `layer`: a
-   full layer has run the same entries (sequences and token counts, in the same order) at the same
-   positions (each sequence's length in `layer` now is the position the full layer's step began
-   at), and the record is not stale. Otherwise an error naming what differs; nothing changes. */
-clmla_status clmla_selection_check(const clmla_cache *cache, int layer, int topk, const clmla_batch_entry *entries,
-                                   int count);
-/* Frees the record's memory (cache destruction). */
-void clmla_selection_release(clmla_cache *cache);
 
 #endif

@@ -1,5 +1,5 @@
 /* DeepSeek Sparse Attention's lightning indexer on the device (internal; the layer's sparse steps
-   run it, host/mla/layer.c): the index keys written into the key cache, RoPE on the indexer's
+   run it, host/mla/layer_step.c): the index keys written into the key cache, RoPE on the indexer's
    queries, the scores of every cached index key for each query token, and their top-k selection
    (cl/indexer.cl, docs/DESIGN.md "Sparse attention").
 

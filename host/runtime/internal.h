@@ -52,7 +52,7 @@ struct clmla_context {
                                      is known: context.c) */
     int fp8_decoder;              /* a test hook: program.h's CLMLA_FP8_DECODER_*, 0 = by device */
     int absorbed_piece_rows;      /* a test hook: rows per piece of the absorbed path's attention
-                                     (layer.c); 0 = by its scratch budget */
+                                     (layer_plan.c); 0 = by its scratch budget */
     clmla_latent_tuning latent_forced; /* clmla_context_set_latent_tuning's parameters, when */
     int latent_forced_set;             /* set (else the lookup's apply: kernel_tuning.c) */
     clmla_product_tuning product_forced; /* clmla_context_set_product_tuning's parameters, when */

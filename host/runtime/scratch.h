@@ -16,7 +16,7 @@ typedef enum clmla_scratch_slot {
     SCRATCH_HEADS_OUT,              /* o [T, H*dv] */
     SCRATCH_GATHER,                 /* a sequence's cache rows as float32 [L, rkv+dr] */
     SCRATCH_KV_UP,                  /* up-projected keys and values [L, H*(dn+dv)] */
-    SCRATCH_PIECE_SEQ, SCRATCH_PIECE_CTX, /* a piece of the step's token tables (layer.c's absorbed pieces) */
+    SCRATCH_PIECE_SEQ, SCRATCH_PIECE_CTX, /* a piece of the step's token tables (layer_step.c's absorbed pieces) */
     SCRATCH_WEIGHT_F32,             /* a piece of a weight decoded to float32 for CLBlast (gemm.c) */
     SCRATCH_CLBLAST_TEMP,           /* CLBlast's Xgemm temporary buffer (padded copies of A, B, C) */
     /* the lightning indexer's (sparse-attention layers): W_k x [T, d_I], its queries [T, H_I, d_I],

@@ -1,0 +1,181 @@
+/* Which attention path AUTO takes for an entry, and the scratch each path may hold (docs/DESIGN.md,
+   "Which path"). */
+#include "attention.h"
+#include "kernel_tuning.h"
+#include "mla_layer.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+
+/* Which path AUTO takes for a dense entry (docs/DESIGN.md, "Which path"). Per query token the
+   absorbed path costs X = 2 rkv H (dn + dv) FLOPs (W^UK into the query, W^UV after the sum), per
+   (query, key) pair A = 2 H (2 rkv + dr); the decompressed path costs X per key (up-projecting it)
+   and D = 2 H (dq + dv) per pair. An entry of t tokens after a prefix of p has p + t keys and
+   t (p + (t + 1) / 2) causal pairs, so decompressing pays once pairs (A - D) >= p X, that is
+   t (p + (t + 1) / 2) >= p n with n = X / (A - D): about n tokens after a long prefix, fewer after
+   a short one, any number after none. n is the layer's auto_threshold (171 for DeepSeek's head
+   dims by the FLOPs alone). Each part is weighted by the speed its kernels reached:
+   - CPU devices, PoCL (V2-Lite, the AVX-512 EPYC, 2026-11-26): absorbed pairs ran at 1.12 and
+     decompressed pairs at 0.47 times the FLOP rate of the up-projection, which gives n = 452 for
+     DeepSeek's dims (the measured crossovers: 150-250 tokens after 256, 300-450 after 1024,
+     500-1000 after 4096). Where the latent tuning runs attn_latent_lanes (rows_lanes, 16 heads
+     or more) absorbed pairs are faster: on the Intel Xeon (V2-Lite, 2026-11-28, two tokens an
+     item) the paths were even at about 1000 tokens after 1024 and after 4096 (the absorbed path
+     0.87-0.90 of the other's time at 512, 0.95-0.98 at 768 after 4096, 0.99-1.00 at 1024), which
+     an absorbed rate of 1.38 gives (n = 1219).
+   - Other devices, an NVIDIA H100 (V2-Lite, prefixes 0-4096, chunks 16-4096), rates as fractions of
+     24.9 TFLOP/s (the up-projection's on the first run). The absorbed path: 1.49 and 1.53 ns per pair
+     on two runs (0.94, 0.91). attn_prefill_tiled (2026-11-26, `2bf76cd`): 0.98 ns per pair (0.42),
+     0.98 us per cached key (0.172, counting X a key) and 0.26 of that more than the absorbed path
+     per chunk token, so the rule counts the chunk's tokens as 0.26 keys: pairs >= n (p + 0.26 t),
+     n = 1757 for DeepSeek's dims, decompressed for prompts of about 913 tokens and more with no
+     prefix, about 1757 after a long one. attn_prefill (one query per work-item; where no block of
+     attn_prefill_tiled fits the device or the tuning turns it off) costs per key, cached or new,
+     nothing per pair (0.0197 of the rate, counting X a key): pairs >= n (p + t), n = 5565.
+   Shapes whose absorbed pairs cost no more than decompressed ones (small test shapes on CPUs) take
+   the absorbed path always. Below AUTO_MIN_TOKENS tokens the absorbed path is kept whatever the
+   prefix: with no prefix the two were even there on PoCL (and a multi-token decode entry stays in
+   its batch's absorbed call). */
+#define AUTO_MIN_TOKENS 16
+#define CPU_ABSORBED_PAIR_RATE 1.12
+#define CPU_LANES_ABSORBED_PAIR_RATE 1.38
+#define CPU_DECOMPRESSED_PAIR_RATE 0.47
+#define GPU_ABSORBED_PAIR_RATE 0.91
+#define GPU_TILED_PAIR_RATE 0.42
+#define GPU_TILED_KEY_RATE 0.172
+#define GPU_TILED_CHUNK_KEYS 0.26
+#define GPU_DECOMPRESSED_KEY_RATE 0.0197
+
+/* n, and in *chunk_keys how many keys each of the entry's own tokens counts as in the decompressed
+   path's cost (0 on CPUs); LAYER_AUTO_NEVER: the decompressed path never pays. Needs the layer's
+   kernels (whether attn_prefill_tiled runs). */
+int layer_auto_threshold_of(const clmla_layer *L, double *chunk_keys)
+{
+    const double X = 2.0 * L->rkv * L->H * (L->dn + L->dv), A = 2.0 * L->H * (2 * L->rkv + L->dr),
+                 D = 2.0 * L->H * (L->dq + L->dv);
+    double n;
+    if (L->ctx->info.kind == CLMLA_DEVICE_KIND_CPU) {
+        clmla_latent_tuning tn;
+        clmla_latent_tuning_for(L->ctx, L->H, &tn);
+        const double rate =
+            clmla_latent_lanes_vectors(&tn, L->H) ? CPU_LANES_ABSORBED_PAIR_RATE : CPU_ABSORBED_PAIR_RATE;
+        const double saved = A / rate - D / CPU_DECOMPRESSED_PAIR_RATE;
+        n = saved > 0 ? X / saved : LAYER_AUTO_NEVER;
+        *chunk_keys = 0;
+    } else if (L->prefill[0].tiled) {
+        const double saved = A / GPU_ABSORBED_PAIR_RATE - D / GPU_TILED_PAIR_RATE;
+        n = saved > 0 ? (X / GPU_TILED_KEY_RATE) / saved : LAYER_AUTO_NEVER;
+        *chunk_keys = GPU_TILED_CHUNK_KEYS;
+    } else {
+        n = (X / GPU_DECOMPRESSED_KEY_RATE) / (A / GPU_ABSORBED_PAIR_RATE);
+        *chunk_keys = 1;
+    }
+    return n < AUTO_MIN_TOKENS ? AUTO_MIN_TOKENS : n >= LAYER_AUTO_NEVER ? LAYER_AUTO_NEVER : (int)ceil(n);
+}
+
+/* The scratch each attention path holds beyond the step's own activations (docs/DESIGN.md, "Which
+   path"), within one budget: SCRATCH_BUDGET_BYTES, or an eighth of the device's memory where that is
+   less.
+   - The absorbed path holds its queries in latent space and their attention's outputs for the rows
+     it runs at once, 2 H rkv floats a row: a step with more rows than fit the budget runs its
+     absorbed attention in pieces of that many rows (2048 at DeepSeek-V3's 128 heads, 16384 at
+     V2-Lite's 16), so that this scratch does not grow with a long prompt.
+   - The decompressed path gathers an entry's k keys (its prefix and new tokens) as float32 rows of
+     rkv + dr values and up-projects them into k rows of H (dn + dv), each in one buffer the context
+     keeps for later steps: 130 KiB a key at V3's shape, 4 GiB for a prompt of 32768 tokens. AUTO
+     keeps an entry absorbed where that would pass the budget (then the absorbed path, within it,
+     holds less) or a buffer the device's largest; a step that names the decompressed path is
+     refused past the largest buffer. */
+#define SCRATCH_BUDGET_BYTES ((uint64_t)1 << 30)
+
+uint64_t layer_scratch_budget(const clmla_layer *L)
+{
+    const uint64_t eighth = L->ctx->info.global_mem_bytes / 8;
+    return eighth > 0 && eighth < SCRATCH_BUDGET_BYTES ? eighth : SCRATCH_BUDGET_BYTES;
+}
+
+int layer_absorbed_piece_rows(const clmla_layer *L)
+{
+    if (L->ctx->absorbed_piece_rows > 0) /* a test hook */
+        return L->ctx->absorbed_piece_rows;
+    const uint64_t rows = layer_scratch_budget(L) / (2 * (uint64_t)L->H * L->rkv * sizeof(float));
+    return rows < 16 ? 16 : rows > INT_MAX ? INT_MAX : (int)rows;
+}
+
+/* The decompressed path's scratch bytes a key: the gathered row, the up-projected one. */
+void layer_decompressed_key_bytes(const clmla_layer *L, uint64_t *gather, uint64_t *up)
+{
+    *gather = (uint64_t)L->row * sizeof(float);
+    *up = (uint64_t)L->H * (uint64_t)(L->dn + L->dv) * sizeof(float);
+}
+
+/* The most keys a decompressed entry can have: each of its scratch buffers within the device's
+   largest buffer. */
+long long layer_decompressed_max_keys(const clmla_layer *L)
+{
+    uint64_t gather, up;
+    layer_decompressed_key_bytes(L, &gather, &up);
+    const uint64_t largest = L->ctx->info.max_alloc_bytes;
+    return largest > 0 ? (long long)(largest / (up > gather ? up : gather)) : LLONG_MAX;
+}
+
+/* Whether decompressing an entry would hold more scratch than the budget. */
+static int decompressed_over_budget(const clmla_layer *L, long long prefix, long long tokens)
+{
+    uint64_t gather, up;
+    layer_decompressed_key_bytes(L, &gather, &up);
+    return (double)(prefix + tokens) * (double)(gather + up) > (double)layer_scratch_budget(L);
+}
+
+/* In a selecting step AUTO sends an entry decompressed only up to this many keys. CPU devices:
+   none, as measured on PoCL (16 heads, top-k 512: absorbed 1.2-2.3x faster for prefills of 1024 to
+   4096 tokens; docs/perf-log.md). Elsewhere, until measured, the FLOP count: the decompressed
+   kernels score every key (2 dq FLOPs a key, per query and head) and weight the selected ones
+   (2 dv each), the absorbed ones only the index_topk selected (2 (2 rkv + dr) each), so past
+   index_topk (2 rkv + dr - dv) / dq keys (5 index_topk for DeepSeek-V3.2) the absorbed path does
+   less (docs/DESIGN.md). */
+static long long sparse_decompressed_keys(const clmla_layer *L)
+{
+    if (L->ctx->info.kind == CLMLA_DEVICE_KIND_CPU)
+        return 0;
+    return (long long)L->topk * (2LL * L->rkv + L->dr - L->dv) / L->dq;
+}
+
+/* Whether AUTO takes the decompressed path for an entry of `tokens` new tokens in a sequence that
+   held `prefix` before the step: the rule above in dense steps, the one of sparse_decompressed_keys
+   in steps that select keys. */
+int layer_auto_decompressed(const clmla_layer *L, int prefix, int tokens, int sparse)
+{
+    if (tokens < AUTO_MIN_TOKENS)
+        return 0;
+    if ((long long)prefix + tokens > layer_decompressed_max_keys(L) || decompressed_over_budget(L, prefix, tokens))
+        return 0;
+    if (sparse && (long long)prefix + tokens > sparse_decompressed_keys(L))
+        return 0;
+    if (L->auto_threshold >= LAYER_AUTO_NEVER)
+        return 0;
+    const double pairs = (double)tokens * ((double)prefix + (tokens + 1) / 2.0);
+    return pairs >= ((double)prefix + L->auto_chunk_keys * tokens) * L->auto_threshold;
+}
+
+clmla_status clmla_layer_auto_threshold(const clmla_layer *L, int *tokens)
+{
+    if (!L || !tokens)
+        return clmla_fail(L ? L->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_layer_auto_threshold: NULL argument");
+    *tokens = L->auto_threshold;
+    return CLMLA_SUCCESS;
+}
+
+clmla_status clmla_layer_auto_path(const clmla_layer *L, int prefix, int tokens, clmla_attention_path *path)
+{
+    if (!L || !path)
+        return clmla_fail(L ? L->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_layer_auto_path: NULL argument");
+    if (prefix < 0 || tokens < 1)
+        return clmla_fail(L->ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "clmla_layer_auto_path: prefix must be at least 0 and tokens at least 1, got %d and %d", prefix,
+                          tokens);
+    const int sparse = selects(L) && (long long)prefix + tokens > L->topk;
+    *path = layer_auto_decompressed(L, prefix, tokens, sparse) ? CLMLA_PATH_DECOMPRESSED : CLMLA_PATH_ABSORBED;
+    return CLMLA_SUCCESS;
+}
