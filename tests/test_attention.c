@@ -8,6 +8,7 @@
    back to groups of 8). */
 #include "attention.h"
 #include "check.h"
+#include "hooks.h"
 #include "clmla.h"
 #include "clmla_tuning.h"
 #include "kernel_tuning.h"
@@ -860,11 +861,11 @@ static void run_base(void)
     if (!sweeps_short && clmla_device_denormals(ctx) && clmla_fp8_decoder(ctx) != CLMLA_FP8_DECODER_SHIFT) {
         clmla_latent_tuning d;
         clmla_latent_tuning_defaults(&d);
-        ctx->fp8_decoder = CLMLA_FP8_DECODER_SHIFT;
+        clmla_test_hooks_of(ctx)->fp8_decoder = CLMLA_FP8_DECODER_SHIFT;
         only_dtypes = 1u << CLMLA_CACHE_FP8;
         run_all_tuned(&d, 1, "fp8 caches through the shift decoder");
         only_dtypes = 0;
-        ctx->fp8_decoder = CLMLA_FP8_DECODER_AUTO;
+        clmla_test_hooks_of(ctx)->fp8_decoder = CLMLA_FP8_DECODER_AUTO;
     }
     /* attn_latent with a sequence's keys split as finely as the tuning allows (group_min_split_keys
        16: splits shorter than a tile of the score step, many partial results to combine) */

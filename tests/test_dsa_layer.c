@@ -26,6 +26,7 @@
    pass means the same keys were selected. */
 #include "attention.h"
 #include "check.h"
+#include "hooks.h"
 #include "checkpoint_writer.h"
 #include "clmla.h"
 #include "indexer_ref.h"
@@ -581,10 +582,10 @@ static void part_select(void)
    entries and each piece reads its rows of the index lists. */
 static void part_pieces(void)
 {
-    ctx->absorbed_piece_rows = 2;
+    clmla_test_hooks_of(ctx)->absorbed_piece_rows = 2;
     part_sequence();
     part_batch();
-    ctx->absorbed_piece_rows = 0;
+    clmla_test_hooks_of(ctx)->absorbed_piece_rows = 0;
 }
 
 /* ---- shared layers (glm_moe_dsa's indexer_types "shared") ---------------------------------------- */

@@ -24,6 +24,7 @@
 #include "attention.h"
 #include "clcall.h"
 #include "check.h"
+#include "hooks.h"
 #include "gemm.h"
 #include "internal.h"
 #include "clmla.h"
@@ -1330,13 +1331,13 @@ static void group_kernels_with(int prefill_tiled)
    kernels. */
 static void test_absorbed_pieces(void)
 {
-    ctx->absorbed_piece_rows = 5;
+    clmla_test_hooks_of(ctx)->absorbed_piece_rows = 5;
     test_batch();
     test_long();
     clmla_attention_set_variant(ctx, CLMLA_LATENT_GROUP);
     test_batch();
     clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
-    ctx->absorbed_piece_rows = 0;
+    clmla_test_hooks_of(ctx)->absorbed_piece_rows = 0;
 }
 
 static void test_group_kernels(void)

@@ -9,6 +9,7 @@
  * codes with block scales, bf16 and fp8 also past their first packed chunk (1024, 2048 values).
  * `test_linear PART...` runs the named parts. */
 #include "check.h"
+#include "hooks.h"
 #include "clcall.h"
 #include "clmla.h"
 #include "clmla_tuning.h"
@@ -290,7 +291,7 @@ static clmla_context *decoder_context(clmla_context *like, int dec)
         return NULL;
     CHECK_STATUS(clmla_context_create(NULL, &dc), CLMLA_SUCCESS, NULL);
     if (dc)
-        dc->fp8_decoder = dec;
+        clmla_test_hooks_of(dc)->fp8_decoder = dec;
     return dc;
 }
 

@@ -1,6 +1,7 @@
 /* Which attention path AUTO takes for an entry, and the scratch each path may hold (docs/DESIGN.md,
    "Which path"). */
 #include "attention.h"
+#include "hooks.h"
 #include "kernel_tuning.h"
 #include "mla_layer.h"
 
@@ -97,8 +98,8 @@ uint64_t layer_scratch_budget(const clmla_layer *L)
 
 int layer_absorbed_piece_rows(const clmla_layer *L)
 {
-    if (L->ctx->absorbed_piece_rows > 0) /* a test hook */
-        return L->ctx->absorbed_piece_rows;
+    if (clmla_hook_absorbed_piece_rows(L->ctx) > 0)
+        return clmla_hook_absorbed_piece_rows(L->ctx);
     const uint64_t rows = layer_scratch_budget(L) / (2 * (uint64_t)L->H * L->rkv * sizeof(float));
     return rows < 16 ? 16 : rows > INT_MAX ? INT_MAX : (int)rows;
 }

@@ -1,4 +1,5 @@
 #include "clcall.h"
+#include "hooks.h"
 #include "trace.h"
 
 #include <stdio.h>
@@ -6,27 +7,51 @@
 
 static _Thread_local long thread_fault_at, thread_fault_calls;
 
+clmla_test_hooks *clmla_test_hooks_of(clmla_context *ctx)
+{
+    if (!ctx->hooks)
+        ctx->hooks = calloc(1, sizeof(*ctx->hooks));
+    return ctx->hooks;
+}
+
+int clmla_hook_fp8_decoder(const clmla_context *ctx)
+{
+    return ctx->hooks ? ctx->hooks->fp8_decoder : 0;
+}
+
+int clmla_hook_absorbed_piece_rows(const clmla_context *ctx)
+{
+    return ctx->hooks ? ctx->hooks->absorbed_piece_rows : 0;
+}
+
 void clmla_fault_arm(clmla_context *ctx, long n)
 {
-    if (ctx) {
-        ctx->fault_at = n;
-        ctx->fault_calls = 0;
-    } else {
+    if (!ctx) {
         thread_fault_at = n;
         thread_fault_calls = 0;
+        return;
+    }
+    clmla_test_hooks *h = clmla_test_hooks_of(ctx);
+    if (h) {
+        h->fault_at = n;
+        h->fault_from = ctx->counts.calls;
     }
 }
 
 long clmla_fault_count(const clmla_context *ctx)
 {
-    return ctx ? ctx->fault_calls : thread_fault_calls;
+    if (!ctx)
+        return thread_fault_calls;
+    return ctx->counts.calls - (ctx->hooks ? ctx->hooks->fault_from : 0);
 }
 
 int clmla_fault_hit(clmla_context *ctx)
 {
-    long *calls = ctx ? &ctx->fault_calls : &thread_fault_calls;
-    const long at = ctx ? ctx->fault_at : thread_fault_at;
-    return ++*calls == at;
+    if (!ctx)
+        return ++thread_fault_calls == thread_fault_at;
+    ctx->counts.calls++;
+    const clmla_test_hooks *h = ctx->hooks;
+    return h && h->fault_at > 0 && ctx->counts.calls - h->fault_from == h->fault_at;
 }
 
 clmla_cl_counts clmla_cl_counts_get(const clmla_context *ctx)

@@ -233,6 +233,7 @@ void clmla_context_destroy(clmla_context *ctx)
         clReleaseCommandQueue(ctx->queue);
     if (ctx->cl_ctx)
         clReleaseContext(ctx->cl_ctx);
+    free(ctx->hooks);
     free(ctx);
 }
 

@@ -23,6 +23,7 @@ typedef struct clmla_cl_counts {
     long host_allocs;     /* clmla_host_realloc: the host allocations the step path may make when it grows */
     long clblast_calls;   /* CLBlast routines run (gemm.c); each makes kernel objects of its own, in CLBlast,
                              which the counts above do not see */
+    long calls;           /* the counted calls (clcall.h: allocations, transfers, launches) */
 } clmla_cl_counts;
 
 /* The kernel families a context runs (its attention_kernels and product_kernels options): work-group
@@ -50,16 +51,13 @@ struct clmla_context {
     int product_variant;          /* the same vocabulary for the products (gemm.h: clmla_products_rows) */
     int program_binaries;         /* the disk cache of programs: 1 on, 0 off (-1, auto, until the device
                                      is known: context.c) */
-    int fp8_decoder;              /* a test hook: program.h's CLMLA_FP8_DECODER_*, 0 = by device */
-    int absorbed_piece_rows;      /* a test hook: rows per piece of the absorbed path's attention
-                                     (layer_plan.c); 0 = by its scratch budget */
     clmla_latent_tuning latent_forced; /* clmla_context_set_latent_tuning's parameters, when */
     int latent_forced_set;             /* set (else the lookup's apply: kernel_tuning.c) */
     clmla_product_tuning product_forced; /* clmla_context_set_product_tuning's parameters, when */
     int product_forced_set;              /* set (else the lookup's apply: kernel_tuning.c) */
 
-    long fault_at, fault_calls;  /* clcall.h: fault injection for tests */
-    clmla_cl_counts counts;      /* clcall.h: what the library has created, for tests */
+    clmla_cl_counts counts;      /* clcall.h: what the library has created and called, for tests */
+    struct clmla_test_hooks *hooks; /* hooks.h: what only tests set; NULL until one does */
 
     clmla_xgemm_tuning tuning;   /* tuning.h: the CLBlast Xgemm entry applied at creation */
     int tuning_applied;

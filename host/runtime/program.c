@@ -7,6 +7,7 @@
  * written to a unique temporary name and renamed, so a reader never sees half a file. The disk
  * cache is skipped on PoCL's CPU device unless program_binaries is on (binaries_kept). */
 #include "program.h"
+#include "hooks.h"
 #include "clcall.h"
 #include "fileio.h"
 #include "hash.h"
@@ -435,8 +436,8 @@ int clmla_device_denormals(const clmla_context *ctx)
 
 int clmla_fp8_decoder(const clmla_context *ctx)
 {
-    if (ctx->fp8_decoder != CLMLA_FP8_DECODER_AUTO)
-        return ctx->fp8_decoder;
+    if (clmla_hook_fp8_decoder(ctx) != CLMLA_FP8_DECODER_AUTO)
+        return clmla_hook_fp8_decoder(ctx);
     if (ctx->info.kind == CLMLA_DEVICE_KIND_CPU)
         return CLMLA_FP8_DECODER_HALF;
     return clmla_device_denormals(ctx) ? CLMLA_FP8_DECODER_SHIFT : CLMLA_FP8_DECODER_REBIAS;

@@ -7,7 +7,7 @@
    release). On a compile error returns CLMLA_ERROR_BUILD_FAILED with the log in ctx's message. */
 clmla_status clmla_program_get(clmla_context *ctx, const char *name, const char *options, cl_program *program);
 
-/* The fp8 decoder a context's kernels use (cl/prelude.cl; ctx->fp8_decoder forces one, for tests):
+/* The fp8 decoder a context's kernels use (cl/prelude.cl; a test hook forces one: hooks.h):
    on CPUs the one through half precision, whose smallest codes never become float denormals (an
    Intel core takes a microcode assist on each vector that holds one: a product with 1% of its codes
    subnormal ran 5x slower, docs/perf-log.md); elsewhere the branch-free shift, or, where the device
