@@ -210,6 +210,11 @@ typedef struct clmla_latent_tuning {
        the same kernel with each product computed by its work-items (CPUs, so that the tests check
        it) or keep attn_latent (GPUs without it). Experimental; 0 (default): attn_latent. */
     int group_mma;
+    /* Intel GPUs: 1 builds attn_latent in the compiler's large register file mode
+       (-cl-intel-256-GRF-per-thread: 256 registers a thread, half as many threads an EU), for a
+       kernel that spills in the default 128; 0 (default): the compiler's choice. Other devices do
+       not read it. */
+    int group_large_grf;
 } clmla_latent_tuning;
 
 /* Fills *tuning with the defaults: the parameters that apply where no entry does. */

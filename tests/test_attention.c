@@ -875,14 +875,19 @@ static void run_base(void)
     run_all_tuned(&t, 0, "group_min_split_keys 16");
     /* the compiled-not-run built-in entries of issue 58 (host/mla/tuning_data/attn_latent.json), which no AMD or
        Intel GPU has run: 8 heads of 256 items with group_keys 2 (AMD CDNA, Arc A770: KPT 2 over f32
-       caches, 1 over the decoded ones) and 1 (Max 1550: KPT 1 over f32 too) */
+       caches, 1 over the decoded ones), and 8 heads of 512 items with group_keys 1, 4 heads an item
+       over the decoded caches and IGC's 256-GRF mode (Max 1550; the mode is an Intel build option,
+       not given elsewhere: this run checks that it is left out) */
     for (int keys = 2; keys >= 1; keys--) {
         clmla_latent_tuning_defaults(&t);
         t.group_heads = 8;
-        t.group_max_items = 256;
+        t.group_max_items = keys == 2 ? 256 : 512;
         t.group_keys = keys;
-        char label[96];
-        snprintf(label, sizeof(label), "group_heads 8, group_max_items 256, group_keys %d", keys);
+        t.group_decode_heads = keys == 2 ? 8 : 4;
+        t.group_large_grf = keys == 1;
+        char label[128];
+        snprintf(label, sizeof(label), "group_heads 8, group_max_items %d, group_keys %d, group_decode_heads %d%s",
+                 t.group_max_items, keys, t.group_decode_heads, t.group_large_grf ? ", group_large_grf 1" : "");
         run_all_tuned(&t, 0, label);
     }
     if (sweeps_short) {

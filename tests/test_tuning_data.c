@@ -196,23 +196,26 @@ static clmla_device_info device(const char *vendor, const char *name, const char
 
 /* The values of the C tables the JSON files replaced (host/mla/kernel_tuning.c and tuning.c before
    issue 57), field by field in the structs' order; the fields that an old entry left out at its end
-   (C's zero) are written out as 0; group_stage_keys, 0 in every one and removed since, is left out. */
+   (C's zero) are written out as 0; group_stage_keys, 0 in every one and removed since, is left out;
+   group_large_grf, added since, is 0 in every one; PVC's entry has changed since (below). */
 static const clmla_latent_tuning latent_old_defaults = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8,
-                                                        128, 32, 32, 64, 16, 1, 0, 1, 0};
+                                                        128, 32, 32, 64, 16, 1, 0, 1, 0, 0};
 static const clmla_latent_tuning latent_old_epyc = {16, 8, 4, 16, 4, 128, 8, 0, 16, 0, 4,
-                                                    128, 32, 32, 64, 16, 0, 0, 1, 0};
+                                                    128, 32, 32, 64, 16, 0, 0, 1, 0, 0};
 static const clmla_latent_tuning latent_old_xeon_16 = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8,
-                                                       128, 32, 32, 64, 32, 0, 2, 1, 0};
+                                                       128, 32, 32, 64, 32, 0, 2, 1, 0, 0};
 static const clmla_latent_tuning latent_old_xeon_other = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8,
-                                                          128, 32, 32, 64, 16, 0, 2, 1, 0};
+                                                          128, 32, 32, 64, 16, 0, 2, 1, 0, 0};
 static const clmla_latent_tuning latent_old_h100_16 = {16, 8, 4, 16, 4, 128, 4, 1, 16, 1, 8,
-                                                       128, 32, 32, 64, 16, 1, 0, 1, 0};
+                                                       128, 32, 32, 64, 16, 1, 0, 1, 0, 0};
 static const clmla_latent_tuning latent_old_h100_128 = {16, 8, 4, 16, 4, 256, 8, 1, 16, 1, 8,
-                                                        128, 32, 32, 64, 16, 1, 0, 1, 0};
+                                                        128, 32, 32, 64, 16, 1, 0, 1, 0, 0};
 static const clmla_latent_tuning latent_old_cdna_arc = {16, 8, 4, 8, 2, 256, 8, 1, 16, 1, 8,
-                                                        128, 32, 32, 64, 16, 1, 0, 1, 0};
-static const clmla_latent_tuning latent_old_pvc = {16, 8, 4, 8, 1, 256, 8, 1, 16, 1, 8,
-                                                   128, 32, 32, 64, 16, 1, 0, 1, 0};
+                                                        128, 32, 32, 64, 16, 1, 0, 1, 0, 0};
+/* PVC: changed since the tables, to IGC's 256-GRF mode (group_large_grf 1), where 512 items and 4
+   heads an item in the score step (group_decode_heads) leave no spill (docs/VENDORS.md) */
+static const clmla_latent_tuning latent_old_pvc = {16, 8, 4, 8, 1, 512, 8, 1, 16, 1, 4,
+                                                   128, 32, 32, 64, 16, 1, 0, 1, 0, 1};
 
 static const clmla_product_tuning product_old_defaults = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256,
                                                           48, 3, 1024, 0, 4, 16, 1, 0, 0};

@@ -16,9 +16,11 @@ for p in "$root"/tools/vendor/profiles/*.json; do
         echo "FAIL $p: clmla kernels exited non-zero:"; cat "$tmp/err"; fail=1; continue
     fi
     # 16 heads a group, but where a built-in entry (host/mla/tuning_data/attn_latent.json, issue 58's
-    # compiled-not-run vendor entries) sets 8 heads of 256 items: AMD CDNA, Arc A770, Max 1550
+    # compiled-not-run vendor entries) sets 8 heads of 256 items (AMD CDNA, Arc A770) or of 512 in
+    # IGC's 256-GRF mode (Max 1550)
     case $(basename "$p" .json) in
-    mi300x | mi250 | arc-a770 | max1550) want="-D HG=8 .*-D NT=256" ;;
+    mi300x | mi250 | arc-a770) want="-D HG=8 .*-D NT=256" ;;
+    max1550) want="-D HG=8 .*-cl-intel-256-GRF-per-thread -D NT=512" ;;
     *) want="-D HG=16 .*-D NT=128" ;;
     esac
     if ! grep -q "^v2-lite	bf16	attn_latent.cl	.*$want" "$tmp/out"; then

@@ -53,6 +53,8 @@ clmla=$build/clmla
 # the device the default spec picks (the line `clmla devices` marks with *): NVIDIA's or another's
 nvidia=0
 "$clmla" devices 2>/dev/null | grep '^\*' | grep -q NVIDIA && nvidia=1
+intel=0
+"$clmla" devices 2>/dev/null | awk '/^\*/ && $4 == "gpu" && /Intel/' | grep -q . && intel=1
 if [ "$nvidia" = 1 ]; then
     parts=${4:-mma,ab,tune,ptx,bench,tests}
 else
@@ -159,6 +161,10 @@ part_ab() {
     variant_tuning "$out/kernel-tuning-al0.json" products skinny_aligned=0
     variant_tuning "$out/kernel-tuning-la0.json" attn_latent group_aligned=0
     variant_tuning "$out/kernel-tuning-la2.json" attn_latent group_aligned=2
+    # Intel GPUs: attn_latent in 128 GRF as the Max 1550's entry was before group_large_grf (8 heads
+    # of 256 items, 8 heads an item over decoded caches), beside the entry in force
+    [ "$intel" = 1 ] && variant_tuning "$out/kernel-tuning-grf128.json" attn_latent group_large_grf=0 \
+        group_max_items=256 group_decode_heads=8
     for v in base al0; do
         f=""
         [ "$v" = base ] || f="$out/kernel-tuning-$v.json"
@@ -191,6 +197,9 @@ part_ab() {
         [ -s "$out/kernel-tuning-la2.json" ] && step bench-decode-$tag-la2 $((secs / 3)) \
             env CLMLA_KERNEL_TUNING="$out/kernel-tuning-la2.json" "$bench" $peaks --phase decode --preset "$shape" \
             --path absorbed --batch 1,8,32 --ctx 4096,32768 --cache-dtype f16 --json "$out/decode-$tag-la2.json"
+        [ "$intel" = 1 ] && [ -s "$out/kernel-tuning-grf128.json" ] && step bench-decode-$tag-grf128 $((secs / 2)) \
+            env CLMLA_KERNEL_TUNING="$out/kernel-tuning-grf128.json" "$bench" $peaks --phase decode --preset "$shape" \
+            --path absorbed --batch 1,8,32 --ctx 4096,32768 --cache-dtype f32,fp8 --json "$out/decode-$tag-grf128.json"
     done
     # the latent kernel at batch 1, where V2-Lite's step spends half its time in it (64 us over 4096
     # keys on the H200: 32 splits of 128 keys for 132 compute units): finer and coarser splits than
@@ -294,6 +303,10 @@ ptx_run() {
 part_ptx() {
     bench_setup
     variant_tuning "$out/kernel-tuning-la2.json" attn_latent group_aligned=2
+    # Intel GPUs: attn_latent in 128 GRF as the Max 1550's entry was before group_large_grf (8 heads
+    # of 256 items, 8 heads an item over decoded caches), beside the entry in force
+    [ "$intel" = 1 ] && variant_tuning "$out/kernel-tuning-grf128.json" attn_latent group_large_grf=0 \
+        group_max_items=256 group_decode_heads=8
     for d in f32 f16 bf16 fp8; do
         ptx_run latent-$d "" --phase decode --path absorbed --batch 1 --ctx 256 --cache-dtype $d
     done

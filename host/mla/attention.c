@@ -54,6 +54,13 @@ static int cache_aligned(const clmla_cache *cache)
     return cache->config.dtype != CLMLA_CACHE_FP8 || (cache->row_bytes - 2 * (size_t)cache->config.rope_dim) % 8 == 0;
 }
 
+/* An Intel GPU, whose compiler (IGC) takes -cl-intel-256-GRF-per-thread (clmla_latent_tuning.
+   group_large_grf). */
+static int intel_gpu(const clmla_context *ctx)
+{
+    return ctx->info.kind == CLMLA_DEVICE_KIND_GPU && strstr(ctx->info.vendor, "Intel") != NULL;
+}
+
 /* Local memory of attn_latent_mma (cl/attn_latent_mma.cl), arg: {rkv, dr, 1 with CLMLA_PTX_MMA,
    the cache's dtype, 1 with SPARSE}: the queries (bf16, f16 and fp8: their two terms as pairs, f16
    with each row's power of two), the scores (bf16 and f16: then the weights' two terms apart; fp8
@@ -171,7 +178,7 @@ static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_
         const int hpi = cache->config.dtype != CLMLA_CACHE_F32 ? tn->group_decode_heads : 4;
         const int kpt = tn->group_keys * 4 / hpi > 1 ? tn->group_keys * 4 / hpi : 1;
         const int shape[4] = {hg, cache->config.kv_lora_rank + cache->config.rope_dim, kpt, hpi};
-        char options[256];
+        char options[320];
         snprintf(options, sizeof(options), "%s -D HG=%d -D KPT=%d", cache->options, hg, kpt);
         if (hpi != 4) /* only when set: the default's options, and its cached programs, as before */
             snprintf(options + strlen(options), sizeof(options) - strlen(options), " -D HPI=%d", hpi);
@@ -186,6 +193,8 @@ static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_
             strncat(options, " -D CACHE_ALIGNED", sizeof(options) - strlen(options) - 1);
         if (tn->group_aligned == 2 && cache_aligned(cache) && cache->config.dtype == CLMLA_CACHE_F16)
             strncat(options, " -D CACHE_HALF_BITS", sizeof(options) - strlen(options) - 1);
+        if (tn->group_large_grf && intel_gpu(cache->ctx))
+            strncat(options, " -cl-intel-256-GRF-per-thread", sizeof(options) - strlen(options) - 1);
         const clmla_kernel_fit fit = {"attn_latent", "attn_latent", options, "NT", tn->group_max_items, padded_heads(hg),
                                       latent_local_bytes, shape};
         clmla_status st = clmla_kernel_create_fitted(cache->ctx, &fit, slot, slot_threads);
