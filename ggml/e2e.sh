@@ -6,7 +6,9 @@
 #   3. generates 64 tokens greedily with llama-completion, flash attention on, CPU only and then
 #      with the CLMLA backend loaded (GGML_BACKEND_PATH), and compares the two outputs; the
 #      backend's own count of the flash attention nodes it computed must be above zero;
-#   4. with --bench, llama-bench's pp512, tg128 and tg128 at depth 4096 for both, twice,
+#   4. the same 64 tokens through llama-cpp-python's own Python package (ggml/llama_cpp_python.py,
+#      over this tree's libraries), CPU only and with CLMLA;
+#   5. with --bench, llama-bench's pp512, tg128 and tg128 at depth 4096 for both, twice,
 #      alternating, on a 4-layer model of the same attention (build/ggml/bench-cpu.md,
 #      build/ggml/bench-clmla.md).
 #
@@ -64,6 +66,28 @@ else
 fi
 if grep -q "CLMLA" "$work/e2e-cpu.log"; then
 	echo "e2e: FAILED: the CPU-only run loaded the CLMLA backend"
+	status=1
+fi
+
+# The same through llama-cpp-python's own Python package (the sdist's llama_cpp/, over this tree's
+# libraries: LLAMA_CPP_LIB_PATH), 64 greedy tokens CPU only and with CLMLA
+sdist=$(dirname "$(dirname "$tree")")
+[ -d "$work/pydeps/diskcache" ] || build/parity-venv/bin/pip install --quiet --target "$work/pydeps" diskcache
+py() {
+	LLAMA_CPP_LIB_PATH=$bin PYTHONPATH=$sdist:$work/pydeps build/parity-venv/bin/python ggml/llama_cpp_python.py \
+		"$model" 64
+}
+(unset GGML_BACKEND_PATH; py) >"$work/e2e-py-cpu.txt" 2>"$work/e2e-py-cpu.log" || true
+GGML_BACKEND_PATH=$backend py >"$work/e2e-py-clmla.txt" 2>"$work/e2e-py-clmla.log" || true
+counted=$(grep -o "CLMLA: so far computed [0-9]* FLASH_ATTN_EXT nodes[^;]*" "$work/e2e-py-clmla.log" | tail -n 1 || true)
+if grep -q "^TOKENS " "$work/e2e-py-cpu.txt" && cmp -s "$work/e2e-py-cpu.txt" "$work/e2e-py-clmla.txt"; then
+	echo "e2e: llama-cpp-python: the 64 greedy tokens are the same; $counted"
+else
+	echo "e2e: FAILED: llama-cpp-python's outputs differ or are missing (build/ggml/e2e-py-*.txt, .log)"
+	status=1
+fi
+if [ -z "$counted" ] || echo "$counted" | grep -q "computed 0 "; then
+	echo "e2e: FAILED: through llama-cpp-python the CLMLA backend computed no flash attention node"
 	status=1
 fi
 
