@@ -31,7 +31,39 @@ typedef struct pool {
     clmla_cache_dtype dtype;
     float *block_ckv; /* [num_blocks, bt, rkv] the rows appended, by block id */
     float *block_kr;  /* [num_blocks, bt, dr] */
+    uint64_t key;     /* its seed and shape, and a hash of the rows above (ref_memo) */
 } pool;
+
+/* The float64 reference of each case, kept across run_all's repetitions (one per kernel variant
+   and tuning set, which change only the device's side): a case's reference depends on its pool's
+   rows, its seed and its shape alone, all in the key. */
+typedef struct ref_memo {
+    uint64_t pool_key, seed; /* seed: the case's seed, lengths and sequences, hashed */
+    int heads, tokens;
+    double *want, *lse; /* [T, H, rkv], [T, H] */
+} ref_memo;
+enum { REF_MEMO_SIZE = 64 };
+static ref_memo ref_memo_table[REF_MEMO_SIZE];
+static int ref_memo_count;
+
+static const ref_memo *ref_memo_find(uint64_t pool_key, uint64_t seed, int heads, int tokens)
+{
+    for (int i = 0; i < ref_memo_count; i++) {
+        const ref_memo *m = &ref_memo_table[i];
+        if (m->pool_key == pool_key && m->seed == seed && m->heads == heads && m->tokens == tokens)
+            return m;
+    }
+    return NULL;
+}
+
+/* FNV-1a over bytes, continuing from h. */
+static uint64_t hash_bytes(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *b = data;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
 
 static cl_mem make_buffer(size_t bytes, const void *host)
 {
@@ -155,6 +187,10 @@ static int pool_make(pool *p, const char *name, int rkv, int dr, int bt, int num
         }
     }
     CHECK(seen == num_blocks, "%s: %d of %d blocks filled", name, seen, num_blocks);
+    const int shape[5] = {rkv, dr, bt, num_blocks, (int)dtype};
+    p->key = hash_bytes(hash_bytes(hash_bytes(hash_bytes(14695981039346656037ull, &seed, sizeof(seed)), shape, sizeof(shape)),
+                                   p->block_ckv, (size_t)total * rkv * sizeof(float)),
+                        p->block_kr, (size_t)total * dr * sizeof(float));
     free(blocks);
     free(ckv);
     free(kr);
@@ -225,12 +261,20 @@ static void run_case(const pool *p, const attn_case *c, uint64_t seed)
     tu_fill_uniform(ql, nq, 0.0f, amp, &rng);
     tu_fill_uniform(qr, nr, 0.0f, amp, &rng);
 
-    /* The reference, token by token. */
+    /* The reference, token by token (or as an earlier repetition of this case computed it). */
     double *want = malloc(nq * sizeof(double)), *want_lse = malloc((size_t)T * H * sizeof(double));
     double *qt_d = malloc((size_t)H * rkv * sizeof(double)), *qr_d = malloc(((size_t)H * dr + 1) * sizeof(double));
     double *keys_c = malloc(((size_t)max_ctx * rkv + 1) * sizeof(double));
     double *keys_r = malloc(((size_t)max_ctx * dr + 1) * sizeof(double));
-    for (int t = 0; t < T; t++) {
+    const uint64_t case_key = hash_bytes(hash_bytes(hash_bytes(14695981039346656037ull, &seed, sizeof(seed)), c->ctx_len,
+                                                    (size_t)T * sizeof(int)),
+                                         c->seq_of, (size_t)T * sizeof(int));
+    const ref_memo *known = ref_memo_find(p->key, case_key, H, T);
+    if (known) {
+        memcpy(want, known->want, nq * sizeof(double));
+        memcpy(want_lse, known->lse, (size_t)T * H * sizeof(double));
+    }
+    for (int t = 0; !known && t < T; t++) {
         const int n = c->ctx_len[t];
         const int32_t *row = table + (size_t)c->seq_of[t] * max_blocks;
         for (int j = 0; j < n; j++) {
@@ -246,6 +290,20 @@ static void run_case(const pool *p, const attn_case *c, uint64_t seed)
             qr_d[i] = qr[(size_t)t * H * dr + i];
         mla_ref_latent_attention(H, rkv, dr, (double)tau, n, qt_d, qr_d, keys_c, keys_r, want + (size_t)t * H * rkv,
                                  want_lse + (size_t)t * H);
+    }
+    if (!known && ref_memo_count < REF_MEMO_SIZE) {
+        ref_memo *m = &ref_memo_table[ref_memo_count];
+        m->want = malloc(nq * sizeof(double));
+        m->lse = malloc((size_t)T * H * sizeof(double));
+        if (m->want && m->lse) {
+            memcpy(m->want, want, nq * sizeof(double));
+            memcpy(m->lse, want_lse, (size_t)T * H * sizeof(double));
+            m->pool_key = p->key, m->seed = case_key, m->heads = H, m->tokens = T;
+            ref_memo_count++;
+        } else {
+            free(m->want), free(m->lse);
+            m->want = m->lse = NULL;
+        }
     }
 
     /* Device buffers, every one at a non-zero offset; out and lse start as sentinels. */
@@ -961,6 +1019,8 @@ int main(int argc, char **argv)
     if (strcmp(part, "base") != 0)
         ran |= run_mma();
     clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
+    for (int i = 0; i < ref_memo_count; i++)
+        free(ref_memo_table[i].want), free(ref_memo_table[i].lse);
 
     clmla_context_destroy(ctx);
     return ran ? check_summary() : 77;

@@ -44,7 +44,37 @@ typedef struct pool {
     int max_blocks;
     int32_t *table;                       /* [nseq, max_blocks] */
     cl_mem table_buf;
+    uint64_t key; /* a hash of the values above and the lengths (ref_memo) */
 } pool;
+
+/* FNV-1a over bytes, continuing from h. */
+static uint64_t hash_bytes(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *b = data;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The float64 references of each case, kept across run_all's repetitions (one per kernel variant
+   and lanes set, which change only the device's side): a case's references depend on its pool's
+   values and its seed, tokens, heads and top-k alone, all in the key. */
+typedef struct ref_memo {
+    uint64_t pool_key, case_key;
+    double *want, *lse, *dense_want, *dense_lse; /* [T, H, rkv], [T, H], the same dense (or NULL) */
+    int valid[16];
+} ref_memo;
+enum { REF_MEMO_SIZE = 96 };
+static ref_memo ref_memo_table[REF_MEMO_SIZE];
+static int ref_memo_count;
+
+static double *copy_doubles(const double *a, size_t n)
+{
+    double *b = a ? malloc(n * sizeof(double)) : NULL;
+    if (b)
+        memcpy(b, a, n * sizeof(double));
+    return b;
+}
 
 static cl_mem make_buffer(size_t bytes, const void *host)
 {
@@ -128,6 +158,13 @@ static int pool_make(pool *p, int rkv, int dr, int bt, clmla_cache_dtype dtype, 
             row[k] = (row[0] + 1 + k) % blocks; /* past the sequence: some other block */
     }
     p->table_buf = make_buffer((size_t)nseq * p->max_blocks * sizeof(int32_t), p->table);
+    p->key = hash_bytes(14695981039346656037ull, p->len, sizeof(p->len));
+    const int shape[2] = {rkv, dr};
+    p->key = hash_bytes(p->key, shape, sizeof(shape));
+    for (int s = 0; s < nseq && check_failed == failed_before; s++) {
+        p->key = hash_bytes(p->key, p->ckv[s], (size_t)p->len[s] * rkv * sizeof(double));
+        p->key = hash_bytes(p->key, p->kr[s], (size_t)p->len[s] * dr * sizeof(double));
+    }
     return check_failed == failed_before ? 0 : -1;
 }
 
@@ -230,7 +267,24 @@ static void run_case(const pool *p, int H, int topk, const tok *toks, int T, int
     double *dense_want = malloc(nq * sizeof(double)), *dense_lse = malloc((size_t)T * H * sizeof(double));
     double *qt_d = tu_to_double(ql, nq), *qr_d = tu_to_double(qr, nr);
     int valid[16];
-    for (int t = 0; t < T; t++) {
+    const int shape[4] = {H, topk, T, dense};
+    const uint64_t case_key = hash_bytes(hash_bytes(hash_bytes(14695981039346656037ull, &seed, sizeof(seed)), shape,
+                                                    sizeof(shape)),
+                                         toks, (size_t)T * sizeof(tok));
+    const ref_memo *known = NULL;
+    for (int i = 0; i < ref_memo_count && !known; i++)
+        if (ref_memo_table[i].pool_key == p->key && ref_memo_table[i].case_key == case_key)
+            known = &ref_memo_table[i];
+    if (known) {
+        memcpy(want, known->want, nq * sizeof(double));
+        memcpy(want_lse, known->lse, (size_t)T * H * sizeof(double));
+        if (dense) {
+            memcpy(dense_want, known->dense_want, nq * sizeof(double));
+            memcpy(dense_lse, known->dense_lse, (size_t)T * H * sizeof(double));
+        }
+        memcpy(valid, known->valid, sizeof(valid));
+    }
+    for (int t = 0; !known && t < T; t++) {
         const int s = toks[t].seq;
         valid[t] = mla_ref_sparse_latent_attention(H, rkv, dr, (double)tau, toks[t].ctx, list + (size_t)t * topk, topk,
                                                    qt_d + (size_t)t * H * rkv, qr_d + (size_t)t * H * dr, p->ckv[s],
@@ -239,6 +293,21 @@ static void run_case(const pool *p, int H, int topk, const tok *toks, int T, int
             mla_ref_latent_attention(H, rkv, dr, (double)tau, toks[t].ctx, qt_d + (size_t)t * H * rkv,
                                      qr_d + (size_t)t * H * dr, p->ckv[s], p->kr[s], dense_want + (size_t)t * H * rkv,
                                      dense_lse + (size_t)t * H);
+    }
+    if (!known && ref_memo_count < REF_MEMO_SIZE) {
+        ref_memo *m = &ref_memo_table[ref_memo_count];
+        m->want = copy_doubles(want, nq);
+        m->lse = copy_doubles(want_lse, (size_t)T * H);
+        m->dense_want = dense ? copy_doubles(dense_want, nq) : NULL;
+        m->dense_lse = dense ? copy_doubles(dense_lse, (size_t)T * H) : NULL;
+        if (m->want && m->lse && (!dense || (m->dense_want && m->dense_lse))) {
+            m->pool_key = p->key, m->case_key = case_key;
+            memcpy(m->valid, valid, sizeof(valid));
+            ref_memo_count++;
+        } else {
+            free(m->want), free(m->lse), free(m->dense_want), free(m->dense_lse);
+            memset(m, 0, sizeof(*m));
+        }
     }
 
     /* device buffers at non-zero offsets; out and lse start as sentinels */
@@ -598,6 +667,9 @@ int main(void)
         printf("kernel attn_latent_mma -D SPARSE: %s\n", check_failed == failed_before ? "all cases pass" : "FAILURES above");
     }
     clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
+    for (int i = 0; i < ref_memo_count; i++)
+        free(ref_memo_table[i].want), free(ref_memo_table[i].lse), free(ref_memo_table[i].dense_want),
+            free(ref_memo_table[i].dense_lse);
     clmla_context_destroy(ctx);
     return check_summary();
 }
