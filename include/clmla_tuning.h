@@ -196,13 +196,13 @@ typedef struct clmla_latent_tuning {
     /* attn_latent: 2 or 4 items share each key's dot products in the score step, each over every
        2nd or 4th float4 of the row, their partial scores added in the softmax step: tiles of 2 or 4
        times fewer keys, each item's chain of loads as many times shorter. For few work-groups
-       (batch 1, with a small group_min_split_keys), where that chain sets the time. 0 or 1 (default): one item per key and set of heads. Experimental. */
+       (batch 1, with a small group_min_split_keys), where that chain sets the time. 0 or 1
+       (default): one item per key and set of heads. Experimental. */
     int group_row_slices;
     /* 1 runs attn_latent_mma in place of attn_latent over a cache of any dtype (rkv a multiple of
        256 and rkv + dr of 32, every preset of docs/MODELS.md; up to 16 heads a work-group, or with
        multi-token decode 16 heads times tokens; dense or sparse; elsewhere attn_latent runs): both
-       products of a tile on the tensor cores of NVIDIA GPUs of compute capability 8.0 and later,
-       mma.sync in inline PTX. Over bf16 and fp8 (whose e4m3 codes are bf16 values; the scales are
+       products of a tile through mma.sync in inline PTX (compute capability 8.0 and later). Over bf16 and fp8 (whose e4m3 codes are bf16 values; the scales are
        applied outside the products) the queries and the softmax weights are each split into two
        bf16 terms (about 16 significant bits kept); over f16 into two f16 terms (about 22), each
        query row first scaled into f16's range by a power of two; over f32 every operand into two
@@ -210,10 +210,9 @@ typedef struct clmla_latent_tuning {
        the same kernel with each product computed by its work-items (CPUs, so that the tests check
        it) or keep attn_latent (GPUs without it). Experimental; 0 (default): attn_latent. */
     int group_mma;
-    /* Intel GPUs: 1 builds attn_latent in the compiler's large register file mode
-       (-cl-intel-256-GRF-per-thread: 256 registers a thread, half as many threads an EU), for a
-       kernel that spills in the default 128; 0 (default): the compiler's choice. Other devices do
-       not read it. */
+    /* 1 builds attn_latent with -cl-intel-256-GRF-per-thread (256 registers a thread, half as many
+       threads an EU) on GPUs whose vendor string names Intel; 0 (default): the compiler's choice.
+       Other devices do not read it. */
     int group_large_grf;
 } clmla_latent_tuning;
 
@@ -287,7 +286,7 @@ typedef struct clmla_product_tuning {
     int packed_streams_1; /* gemm_packed_rows, 1 row of x: weight rows walked at once per item, 1..8 (8) */
     int packed_streams_2; /* the same at 2 rows, 1..8 (4) */
     int packed_streams_4; /* the same at 3 to 8 rows (4 at a time), 1..4 (3) */
-    int cpu_prefetch;     /* 1: software prefetch where the device takes it (PoCL), 0: none (1) */
+    int cpu_prefetch;     /* 1: software prefetch (the prefetch built-in) where the device takes it, 0: none (1) */
     int tiled_rows;       /* gemm_tiled_rows: rows of y per work-item (TR), a multiple of 4, 4..1024 (256) */
     int tiled_columns;    /* gemm_tiled_rows: columns of y per work-item (TC), 1..512 (48) */
     int tiled_weight_rows;/* gemm_tiled_rows: weight rows against 4 rows of x at a time (MC), 1..4 (3) */
