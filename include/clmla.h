@@ -482,6 +482,11 @@ typedef struct clmla_cache_config {
 
 typedef struct clmla_cache clmla_cache;
 
+/* The index-key dtype clmla pairs with a latent cache of `dtype` (clmla run, clmla_model and the
+   Python Cache take it unless told otherwise): float32 beside float32, DeepSeek's fp8 beside fp8
+   where index_head_dim is a power of two, else bf16. */
+clmla_cache_dtype clmla_cache_index_dtype(clmla_cache_dtype dtype, int index_head_dim);
+
 /* Holds, per layer and token, only c^KV after RMSNorm (rkv values) and k^R after RoPE (dr values).
    A sequence owns a list of blocks (its block table), the same blocks in every layer. After
    clmla_cache_seq_fork, sequences may share blocks (see there). */

@@ -56,14 +56,6 @@ static const ref_memo *ref_memo_find(uint64_t pool_key, uint64_t seed, int heads
     return NULL;
 }
 
-/* FNV-1a over bytes, continuing from h. */
-static uint64_t hash_bytes(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *b = data;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
 
 static cl_mem make_buffer(size_t bytes, const void *host)
 {
@@ -188,9 +180,10 @@ static int pool_make(pool *p, const char *name, int rkv, int dr, int bt, int num
     }
     CHECK(seen == num_blocks, "%s: %d of %d blocks filled", name, seen, num_blocks);
     const int shape[5] = {rkv, dr, bt, num_blocks, (int)dtype};
-    p->key = hash_bytes(hash_bytes(hash_bytes(hash_bytes(14695981039346656037ull, &seed, sizeof(seed)), shape, sizeof(shape)),
-                                   p->block_ckv, (size_t)total * rkv * sizeof(float)),
-                        p->block_kr, (size_t)total * dr * sizeof(float));
+    p->key = tu_hash_bytes(TU_HASH_START, &seed, sizeof(seed));
+    p->key = tu_hash_bytes(p->key, shape, sizeof(shape));
+    p->key = tu_hash_bytes(p->key, p->block_ckv, (size_t)total * rkv * sizeof(float));
+    p->key = tu_hash_bytes(p->key, p->block_kr, (size_t)total * dr * sizeof(float));
     free(blocks);
     free(ckv);
     free(kr);
@@ -266,9 +259,9 @@ static void run_case(const pool *p, const attn_case *c, uint64_t seed)
     double *qt_d = malloc((size_t)H * rkv * sizeof(double)), *qr_d = malloc(((size_t)H * dr + 1) * sizeof(double));
     double *keys_c = malloc(((size_t)max_ctx * rkv + 1) * sizeof(double));
     double *keys_r = malloc(((size_t)max_ctx * dr + 1) * sizeof(double));
-    const uint64_t case_key = hash_bytes(hash_bytes(hash_bytes(14695981039346656037ull, &seed, sizeof(seed)), c->ctx_len,
-                                                    (size_t)T * sizeof(int)),
-                                         c->seq_of, (size_t)T * sizeof(int));
+    uint64_t case_key = tu_hash_bytes(TU_HASH_START, &seed, sizeof(seed));
+    case_key = tu_hash_bytes(case_key, c->ctx_len, (size_t)T * sizeof(int));
+    case_key = tu_hash_bytes(case_key, c->seq_of, (size_t)T * sizeof(int));
     const ref_memo *known = ref_memo_find(p->key, case_key, H, T);
     if (known) {
         memcpy(want, known->want, nq * sizeof(double));

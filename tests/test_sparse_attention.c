@@ -47,14 +47,6 @@ typedef struct pool {
     uint64_t key; /* a hash of the values above and the lengths (ref_memo) */
 } pool;
 
-/* FNV-1a over bytes, continuing from h. */
-static uint64_t hash_bytes(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *b = data;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
 
 /* The float64 references of each case, kept across run_all's repetitions (one per kernel variant
    and lanes set, which change only the device's side): a case's references depend on its pool's
@@ -158,12 +150,12 @@ static int pool_make(pool *p, int rkv, int dr, int bt, clmla_cache_dtype dtype, 
             row[k] = (row[0] + 1 + k) % blocks; /* past the sequence: some other block */
     }
     p->table_buf = make_buffer((size_t)nseq * p->max_blocks * sizeof(int32_t), p->table);
-    p->key = hash_bytes(14695981039346656037ull, p->len, sizeof(p->len));
+    p->key = tu_hash_bytes(TU_HASH_START, p->len, sizeof(p->len));
     const int shape[2] = {rkv, dr};
-    p->key = hash_bytes(p->key, shape, sizeof(shape));
+    p->key = tu_hash_bytes(p->key, shape, sizeof(shape));
     for (int s = 0; s < nseq && check_failed == failed_before; s++) {
-        p->key = hash_bytes(p->key, p->ckv[s], (size_t)p->len[s] * rkv * sizeof(double));
-        p->key = hash_bytes(p->key, p->kr[s], (size_t)p->len[s] * dr * sizeof(double));
+        p->key = tu_hash_bytes(p->key, p->ckv[s], (size_t)p->len[s] * rkv * sizeof(double));
+        p->key = tu_hash_bytes(p->key, p->kr[s], (size_t)p->len[s] * dr * sizeof(double));
     }
     return check_failed == failed_before ? 0 : -1;
 }
@@ -268,9 +260,9 @@ static void run_case(const pool *p, int H, int topk, const tok *toks, int T, int
     double *qt_d = tu_to_double(ql, nq), *qr_d = tu_to_double(qr, nr);
     int valid[16];
     const int shape[4] = {H, topk, T, dense};
-    const uint64_t case_key = hash_bytes(hash_bytes(hash_bytes(14695981039346656037ull, &seed, sizeof(seed)), shape,
-                                                    sizeof(shape)),
-                                         toks, (size_t)T * sizeof(tok));
+    uint64_t case_key = tu_hash_bytes(TU_HASH_START, &seed, sizeof(seed));
+    case_key = tu_hash_bytes(case_key, shape, sizeof(shape));
+    case_key = tu_hash_bytes(case_key, toks, (size_t)T * sizeof(tok));
     const ref_memo *known = NULL;
     for (int i = 0; i < ref_memo_count && !known; i++)
         if (ref_memo_table[i].pool_key == p->key && ref_memo_table[i].case_key == case_key)

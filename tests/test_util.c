@@ -46,6 +46,14 @@ void tu_fill_uniform(float *a, size_t n, float center, float amplitude, tu_rng *
         a[i] = center + amplitude * tu_rng_uniform(rng);
 }
 
+uint64_t tu_hash_bytes(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *b = data;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
 void tu_shuffle_ints(int *a, int n, tu_rng *rng)
 {
     for (int i = 0; i < n; i++)

@@ -23,6 +23,10 @@ float tu_rng_uniform(tu_rng *rng);       /* [-1, 1) */
 int tu_rng_below(tu_rng *rng, int n);    /* [0, n) for n > 0 */
 /* a[i] = center + amplitude * uniform[-1, 1) for i < n. */
 void tu_fill_uniform(float *a, size_t n, float center, float amplitude, tu_rng *rng);
+/* FNV-1a over n bytes, continuing from h (TU_HASH_START to begin): a key for results kept across
+   a test's repetitions. */
+#define TU_HASH_START 14695981039346656037ull
+uint64_t tu_hash_bytes(uint64_t h, const void *data, size_t n);
 /* Random permutation of 0 .. n-1. */
 void tu_shuffle_ints(int *a, int n, tu_rng *rng);
 

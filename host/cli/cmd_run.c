@@ -220,13 +220,8 @@ int cmd_run(int argc, char **argv)
     cc.dtype = (clmla_cache_dtype)dtype;
     clmla_layer_config held;
     if (clmla_layer_get_config(layer, &held) == CLMLA_SUCCESS && held.index_n_heads > 0) {
-        /* the indexer's keys in float32 beside a float32 latent cache, DeepSeek's fp8 beside an fp8
-           one (a head dim that is a power of two), else in bf16 */
-        const int pow2 = (held.index_head_dim & (held.index_head_dim - 1)) == 0;
         cc.index_head_dim = held.index_head_dim;
-        cc.index_dtype = cc.dtype == CLMLA_CACHE_F32               ? CLMLA_CACHE_F32
-                         : cc.dtype == CLMLA_CACHE_FP8 && pow2 ? CLMLA_CACHE_FP8
-                                                               : CLMLA_CACHE_BF16;
+        cc.index_dtype = clmla_cache_index_dtype(cc.dtype, cc.index_head_dim);
     }
     int32_t seq = -1;
     if ((!stack && clmla_cache_create(ctx, &cc, &cache) != CLMLA_SUCCESS) || clmla_cache_seq_add(cache, &seq) != CLMLA_SUCCESS) {

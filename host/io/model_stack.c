@@ -31,8 +31,9 @@ void clmla_model_destroy(clmla_model *m)
     free(m);
 }
 
-/* The attentions of layers [first, end) of the folder's description, with their kinds and sources,
-   into m->info (m->count of them). */
+/* The attentions of layers [first, end) of the folder's description, in order, into m->info (layer
+   and sublayer; m->count of them). A range that starts on a shared layer after its full layer is
+   refused, naming both; one holding no MLA attention too. */
 static clmla_status plan_attentions(clmla_context *ctx, const char *dir, const clmla_model_desc *d, int first, int end,
                                     int dense, clmla_model *m)
 {
@@ -40,41 +41,23 @@ static clmla_status plan_attentions(clmla_context *ctx, const char *dir, const c
     m->info = calloc((size_t)(end - first) * (size_t)per, sizeof(*m->info));
     if (!m->info)
         return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
-    int last_indexed = -1;
     for (int l = first; l < end; l++) {
         if (d->is_mla && !d->is_mla[l])
             continue;
-        const int shared = !dense && d->index_shared && d->index_shared[l];
-        if (shared && last_indexed < 0) {
+        if (m->count == 0 && !dense && d->index_shared && d->index_shared[l]) {
             int full = l - 1;
             while (full >= 0 && d->index_shared[full])
                 full--;
             if (full >= 0)
                 return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
-                                  "layers %d to %d of %s: layer %d is a \"shared\" sparse-attention layer that attends "
-                                  "to the selection of layer %d, which the range leaves out; start the range at layer %d",
+                                  "layers %d to %d of %s: layer %d is a \"shared\" sparse-attention layer that "
+                                  "attends to the selection of layer %d, which the range leaves out; start the range at "
+                                  "layer %d",
                                   first, end - 1, dir, l, full, full);
-            return clmla_fail(ctx, CLMLA_ERROR_INVALID_CONFIG,
-                              "layer %d of %s is a \"shared\" sparse-attention layer, but no layer before it is a full "
-                              "one whose selection it could take",
-                              l, dir);
         }
-        for (int sub = 0; sub < per; sub++) {
-            clmla_model_attention *a = &m->info[m->count];
-            a->layer = l;
-            a->sublayer = sub;
-            a->cache_layer = m->count;
-            a->source = -1;
-            if (shared) {
-                a->kind = CLMLA_ATTENTION_SHARED;
-                a->source = last_indexed;
-            } else if (!dense && d->layer.index_n_heads > 0) {
-                a->kind = CLMLA_ATTENTION_INDEXED;
-                last_indexed = m->count;
-            } else {
-                a->kind = CLMLA_ATTENTION_DENSE;
-            }
-            m->count++;
+        for (int sub = 0; sub < per; sub++, m->count++) {
+            m->info[m->count].layer = l;
+            m->info[m->count].sublayer = sub;
         }
     }
     if (m->count == 0)
@@ -83,33 +66,70 @@ static clmla_status plan_attentions(clmla_context *ctx, const char *dir, const c
     return CLMLA_SUCCESS;
 }
 
-/* The cache of the model's attentions, of layer configuration c: index keys only where an attention
-   has an indexer. */
-static clmla_status make_cache(clmla_context *ctx, const clmla_layer_config *c, const clmla_model_spec *spec,
-                               clmla_model *m)
+/* Each attention's cache layer, kind and source from its layer's configuration: an indexer makes it
+   INDEXED, index_shared SHARED (the nearest INDEXED one before it is its source; none: refused);
+   then the cache, whose rows the layers must share (and the indexed ones their index keys), with
+   index keys only where an attention has an indexer. */
+static clmla_status describe_and_cache(clmla_context *ctx, const clmla_model_spec *spec, clmla_model *m)
 {
+    clmla_layer_config *c = calloc((size_t)m->count, sizeof(*c));
     unsigned char *indexed = calloc((size_t)m->count, 1);
-    if (!indexed)
-        return clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
-    int any = 0;
-    for (int i = 0; i < m->count; i++)
-        any |= indexed[i] = m->info[i].kind == CLMLA_ATTENTION_INDEXED;
-    clmla_cache_config cc;
-    memset(&cc, 0, sizeof(cc));
-    cc.num_layers = m->count;
-    cc.kv_lora_rank = c->kv_lora_rank;
-    cc.rope_dim = c->qk_rope_head_dim;
-    cc.block_tokens = spec->block_tokens;
-    cc.num_blocks = spec->num_blocks;
-    cc.dtype = spec->cache_dtype;
-    if (any) {
-        const int dI = c->index_head_dim, pow2 = (dI & (dI - 1)) == 0;
-        cc.index_head_dim = dI;
-        cc.index_dtype = cc.dtype == CLMLA_CACHE_F32            ? CLMLA_CACHE_F32
-                         : cc.dtype == CLMLA_CACHE_FP8 && pow2 ? CLMLA_CACHE_FP8
-                                                               : CLMLA_CACHE_BF16;
+    clmla_status st =
+        c && indexed ? CLMLA_SUCCESS : clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    int last_indexed = -1, first_indexed = -1;
+    for (int i = 0; st == CLMLA_SUCCESS && i < m->count; i++) {
+        st = clmla_layer_get_config(m->layers[i], &c[i]);
+        clmla_model_attention *a = &m->info[i];
+        if (st == CLMLA_SUCCESS &&
+            (c[i].kv_lora_rank != c[0].kv_lora_rank || c[i].qk_rope_head_dim != c[0].qk_rope_head_dim))
+            st = clmla_fail(ctx, CLMLA_ERROR_SHAPE_MISMATCH,
+                            "layer %d holds cache rows of kv_lora_rank %d + qk_rope_head_dim %d, layer %d of %d + %d: one "
+                            "cache holds one row shape",
+                            a->layer, c[i].kv_lora_rank, c[i].qk_rope_head_dim, m->info[0].layer, c[0].kv_lora_rank,
+                            c[0].qk_rope_head_dim);
+        if (st != CLMLA_SUCCESS)
+            break;
+        a->cache_layer = i;
+        a->source = -1;
+        a->kind = CLMLA_ATTENTION_DENSE;
+        if (c[i].index_shared) {
+            if (last_indexed < 0)
+                st = clmla_fail(ctx, CLMLA_ERROR_INVALID_CONFIG,
+                                "layer %d is a shared sparse-attention layer (index_shared), and no layer before it has "
+                                "an indexer whose selection it could take",
+                                a->layer);
+            a->kind = CLMLA_ATTENTION_SHARED;
+            a->source = last_indexed;
+        } else if (c[i].index_n_heads > 0) {
+            if (first_indexed >= 0 && c[i].index_head_dim != c[first_indexed].index_head_dim)
+                st = clmla_fail(ctx, CLMLA_ERROR_SHAPE_MISMATCH,
+                                "layer %d's indexer writes index keys of %d values, layer %d's of %d: one cache holds "
+                                "one index-key shape",
+                                a->layer, c[i].index_head_dim, m->info[first_indexed].layer,
+                                c[first_indexed].index_head_dim);
+            a->kind = CLMLA_ATTENTION_INDEXED;
+            indexed[i] = 1;
+            last_indexed = i;
+            if (first_indexed < 0)
+                first_indexed = i;
+        }
     }
-    const clmla_status st = clmla_cache_create_indexed(ctx, &cc, indexed, &m->cache);
+    if (st == CLMLA_SUCCESS) {
+        clmla_cache_config cc;
+        memset(&cc, 0, sizeof(cc));
+        cc.num_layers = m->count;
+        cc.kv_lora_rank = c[0].kv_lora_rank;
+        cc.rope_dim = c[0].qk_rope_head_dim;
+        cc.block_tokens = spec->block_tokens;
+        cc.num_blocks = spec->num_blocks;
+        cc.dtype = spec->cache_dtype;
+        if (first_indexed >= 0) {
+            cc.index_head_dim = c[first_indexed].index_head_dim;
+            cc.index_dtype = clmla_cache_index_dtype(cc.dtype, cc.index_head_dim);
+        }
+        st = clmla_cache_create_indexed(ctx, &cc, indexed, &m->cache);
+    }
+    free(c);
     free(indexed);
     return st;
 }
@@ -158,9 +178,9 @@ clmla_status clmla_model_create(clmla_context *ctx, const char *dir, const clmla
         mo.dense = spec->dense;
         st = clmla_layer_create_from_model_opts(ctx, dir, &mo, &m->layers[i]);
     }
-    if (st == CLMLA_SUCCESS)
-        st = make_cache(ctx, &d.layer, spec, m);
     clmla_model_desc_free(&d);
+    if (st == CLMLA_SUCCESS)
+        st = describe_and_cache(ctx, spec, m);
     if (st != CLMLA_SUCCESS) {
         clmla_model_destroy(m);
         return st;
@@ -178,59 +198,24 @@ clmla_status clmla_model_create_from_layers(clmla_context *ctx, clmla_layer **la
     if (!ctx || !layers || !spec || count < 1)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
                           "clmla_model_create_from_layers: NULL argument or %d layers (at least 1)", count);
+    for (int i = 0; i < count; i++)
+        if (!layers[i])
+            return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_model_create_from_layers: layer %d is NULL", i);
     clmla_model *m = calloc(1, sizeof(*m));
-    clmla_layer_config *c = calloc((size_t)count, sizeof(*c));
     if (m) {
+        m->ctx = ctx;
         m->info = calloc((size_t)count, sizeof(*m->info));
         m->layers = calloc((size_t)count, sizeof(*m->layers));
     }
-    clmla_status st = m && c && m->info && m->layers ? CLMLA_SUCCESS
-                                                     : clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
-    int last_indexed = -1, first_indexed = -1;
+    clmla_status st = m && m->info && m->layers ? CLMLA_SUCCESS
+                                                : clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     for (int i = 0; st == CLMLA_SUCCESS && i < count; i++) {
-        if (!layers[i])
-            st = clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_model_create_from_layers: layer %d is NULL", i);
-        if (st == CLMLA_SUCCESS)
-            st = clmla_layer_get_config(layers[i], &c[i]);
-        if (st == CLMLA_SUCCESS && (c[i].kv_lora_rank != c[0].kv_lora_rank || c[i].qk_rope_head_dim != c[0].qk_rope_head_dim))
-            st = clmla_fail(ctx, CLMLA_ERROR_SHAPE_MISMATCH,
-                            "layer %d holds cache rows of kv_lora_rank %d + qk_rope_head_dim %d, layer 0 of %d + %d: one "
-                            "cache holds one row shape",
-                            i, c[i].kv_lora_rank, c[i].qk_rope_head_dim, c[0].kv_lora_rank, c[0].qk_rope_head_dim);
-        if (st != CLMLA_SUCCESS)
-            break;
-        clmla_model_attention *a = &m->info[i];
-        a->layer = i;
-        a->cache_layer = i;
-        a->source = -1;
+        m->info[i].layer = i;
         m->layers[i] = layers[i];
-        if (c[i].index_shared) {
-            if (last_indexed < 0) {
-                st = clmla_fail(ctx, CLMLA_ERROR_INVALID_CONFIG,
-                                "layer %d is a shared sparse-attention layer (index_shared), and no layer before it has "
-                                "an indexer whose selection it could take",
-                                i);
-                break;
-            }
-            a->kind = CLMLA_ATTENTION_SHARED;
-            a->source = last_indexed;
-        } else if (c[i].index_n_heads > 0) {
-            if (first_indexed >= 0 && c[i].index_head_dim != c[first_indexed].index_head_dim)
-                st = clmla_fail(ctx, CLMLA_ERROR_SHAPE_MISMATCH,
-                                "layer %d's indexer writes index keys of %d values, layer %d's of %d: one cache holds "
-                                "one index-key shape",
-                                i, c[i].index_head_dim, first_indexed, c[first_indexed].index_head_dim);
-            a->kind = CLMLA_ATTENTION_INDEXED;
-            last_indexed = i;
-            if (first_indexed < 0)
-                first_indexed = i;
-        }
+        m->count++;
     }
-    if (m)
-        m->ctx = ctx, m->count = count;
     if (st == CLMLA_SUCCESS)
-        st = make_cache(ctx, first_indexed >= 0 ? &c[first_indexed] : &c[0], spec, m);
-    free(c);
+        st = describe_and_cache(ctx, spec, m);
     if (st != CLMLA_SUCCESS) {
         clmla_model_destroy(m);
         return st;

@@ -135,6 +135,12 @@ static clmla_status cache_make(clmla_context *ctx, const clmla_cache_config *con
     return CLMLA_SUCCESS;
 }
 
+clmla_cache_dtype clmla_cache_index_dtype(clmla_cache_dtype dtype, int index_head_dim)
+{
+    const int pow2 = index_head_dim > 0 && (index_head_dim & (index_head_dim - 1)) == 0;
+    return dtype == CLMLA_CACHE_F32 ? CLMLA_CACHE_F32 : dtype == CLMLA_CACHE_FP8 && pow2 ? CLMLA_CACHE_FP8 : CLMLA_CACHE_BF16;
+}
+
 clmla_status clmla_cache_create(clmla_context *ctx, const clmla_cache_config *config, clmla_cache **out)
 {
     return cache_make(ctx, config, 1, NULL, out);

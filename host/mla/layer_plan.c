@@ -98,8 +98,9 @@ uint64_t layer_scratch_budget(const clmla_layer *L)
 
 int layer_absorbed_piece_rows(const clmla_layer *L)
 {
-    if (clmla_hook_absorbed_piece_rows(L->ctx) > 0)
-        return clmla_hook_absorbed_piece_rows(L->ctx);
+    const int forced = clmla_hook_absorbed_piece_rows(L->ctx);
+    if (forced > 0)
+        return forced;
     const uint64_t rows = layer_scratch_budget(L) / (2 * (uint64_t)L->H * L->rkv * sizeof(float));
     return rows < 16 ? 16 : rows > INT_MAX ? INT_MAX : (int)rows;
 }

@@ -436,8 +436,9 @@ int clmla_device_denormals(const clmla_context *ctx)
 
 int clmla_fp8_decoder(const clmla_context *ctx)
 {
-    if (clmla_hook_fp8_decoder(ctx) != CLMLA_FP8_DECODER_AUTO)
-        return clmla_hook_fp8_decoder(ctx);
+    const int forced = clmla_hook_fp8_decoder(ctx);
+    if (forced != CLMLA_FP8_DECODER_AUTO)
+        return forced;
     if (ctx->info.kind == CLMLA_DEVICE_KIND_CPU)
         return CLMLA_FP8_DECODER_HALF;
     return clmla_device_denormals(ctx) ? CLMLA_FP8_DECODER_SHIFT : CLMLA_FP8_DECODER_REBIAS;

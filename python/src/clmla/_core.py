@@ -699,11 +699,10 @@ class Cache(_Owned):
         if index_head_dim is None:
             index_head_dim = config.index_head_dim if config is not None and config.index_n_heads > 0 else 0
         cc.index_head_dim = self.index_head_dim = _int(index_head_dim, "index_head_dim", 0, 1024)
-        if index_dtype is None:  # as clmla run: f32 beside f32, fp8 beside fp8 (a power-of-two head dim), else bf16
-            n = self.index_head_dim
-            pow2 = n > 0 and (n & (n - 1)) == 0
-            index_dtype = "f32" if self.dtype == "f32" else "fp8" if self.dtype == "fp8" and pow2 else "bf16"
-        cc.index_dtype = _choice(index_dtype, "index_dtype", CACHE_DTYPES)
+        if index_dtype is None:  # as clmla run (clmla_cache_index_dtype)
+            cc.index_dtype = lib.clmla_cache_index_dtype(cc.dtype, cc.index_head_dim)
+        else:
+            cc.index_dtype = _choice(index_dtype, "index_dtype", CACHE_DTYPES)
         h = ctypes.c_void_p()
         ch = self.context._require()
         _check(lib.clmla_cache_create(ch, ctypes.byref(cc), ctypes.byref(h)), ch)
