@@ -351,7 +351,9 @@ static void run_case(const pool *p, const attn_case *c, uint64_t seed)
        to 8 heads; rows of 288 (18 KiB of queries, with 64 items) and 48 leave room for 16 */
     if (st == CLMLA_SUCCESS && small_local_mem && H >= 16) {
         const int want16 = rkv + dr <= 288;
-        CHECK(want16 ? p->cache->latent_kernel[16] != NULL : !p->cache->latent_kernel[16] && p->cache->latent_kernel[8],
+        CHECK(want16 ? clmla_latent_kernel_built(p->cache, 0, 16, 0, 0, 0, 1) != NULL
+                     : !clmla_latent_kernel_built(p->cache, 0, 16, 0, 0, 0, 1) &&
+                           clmla_latent_kernel_built(p->cache, 0, 8, 0, 0, 0, 1),
               "%s: with %llu bytes of local memory the work-group kernel should take %d heads", what,
               (unsigned long long)ctx->info.local_mem_bytes, want16 ? 16 : 8);
     }
@@ -365,11 +367,11 @@ static void run_case(const pool *p, const attn_case *c, uint64_t seed)
         int fold = 1, level = -1;
         while (fold < c->query_len && 2 * fold * H <= gh)
             fold *= 2, level++;
-        CHECK(small_local_mem || p->cache->fold_kernel[level][H] != NULL,
+        CHECK(small_local_mem || clmla_latent_kernel_built(p->cache, 0, H * fold, 0, 0, 0, fold) != NULL,
               "%s, query_len %d: no attn_latent kernel folding %d tokens of %d heads", what, c->query_len, fold, H);
         int any = 0;
-        for (int l = 0; l < 4; l++)
-            any |= p->cache->fold_kernel[l][H] != NULL;
+        for (int f = 2; f <= 16; f *= 2)
+            any |= clmla_latent_kernel_built(p->cache, 0, H * f, 0, 0, 0, f) != NULL;
         /* with 32 KiB of local memory 16 heads' queries of 576 values do not fit: 8 (2 x 4 heads) do */
         CHECK(any || (small_local_mem && 2 * H > 8), "%s, query_len %d: no folded attn_latent kernel", what,
               c->query_len);
@@ -379,7 +381,7 @@ static void run_case(const pool *p, const attn_case *c, uint64_t seed)
         H < 32) {
         clmla_latent_tuning tn;
         clmla_latent_tuning_for(ctx, H, &tn);
-        CHECK(tn.rows_lanes != 2 || p->cache->latent_rows_kernel[0] != NULL,
+        CHECK(tn.rows_lanes != 2 || clmla_latent_kernel_built(p->cache, 1, 16, 0, 0, 2, 2) != NULL,
               "%s, query_len %d: no attn_latent_lanes kernel taking two tokens of %d heads", what, c->query_len, H);
     }
     if (st == CLMLA_SUCCESS) {
@@ -806,14 +808,14 @@ static void test_mma_chosen(void)
         const attn_case c = {16, 1, len, seq, 0, 0, 0};
         run_case(&p, &c, 1200 + i);
         char name[64];
-        tu_kernel_name(p.cache->latent_kernel[16], name, sizeof(name)); /* attn_latent's slot, or mma's */
+        tu_kernel_name(clmla_latent_kernel_built(p.cache, 0, 16, 0, 0, 0, 1), name, sizeof(name)); /* attn_latent or mma */
         CHECK(strcmp(name, cfg[i].want) == 0, "group_mma 1, rkv %d dr %d dtype %d: ran %s, not %s", cfg[i].rkv,
               cfg[i].dr, (int)cfg[i].dtype, name[0] ? name : "no attn_latent kernel", cfg[i].want);
         static const int len4[] = {97, 98, 99, 100};
         static const int seq4[] = {0, 0, 0, 0};
         const attn_case c4 = {4, 4, len4, seq4, 0, 0, 4};
         run_case(&p, &c4, 1300 + i);
-        tu_kernel_name(p.cache->fold_kernel[1][4], name, sizeof(name)); /* fold 4 (level 1) of 4 heads */
+        tu_kernel_name(clmla_latent_kernel_built(p.cache, 0, 16, 0, 0, 0, 4), name, sizeof(name)); /* fold 4 of 4 heads */
         CHECK(strcmp(name, cfg[i].want) == 0, "group_mma 1, rkv %d dr %d dtype %d, 4 tokens of 4 heads: ran %s, not %s",
               cfg[i].rkv, cfg[i].dr, (int)cfg[i].dtype, name[0] ? name : "no folded attn_latent kernel", cfg[i].want);
         pool_free(&p);

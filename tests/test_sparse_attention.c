@@ -470,7 +470,7 @@ static void deepseek_cases(clmla_cache_dtype dtype, uint64_t seed)
     run_case(&p, 3, 800, all3, 3, 1, seed + 5);
     if (want_mma) {
         char name[64];
-        tu_kernel_name(p.cache->sparse_kernel[16], name, sizeof(name));
+        tu_kernel_name(clmla_latent_kernel_built(p.cache, 0, 16, 1, 0, 0, 1), name, sizeof(name));
         CHECK(strcmp(name, "attn_latent_mma") == 0, "%s: group_mma 1 ran %s, not attn_latent_mma", p.name,
               name[0] ? name : "no sparse kernel");
     }
@@ -554,7 +554,7 @@ static void test_refusals(void)
     for (int i = 0; i < T * H * 16; i++)
         touched += back[i] != 55.0f;
     CHECK(touched == 0, "refused calls wrote %d output values", touched);
-    CHECK(p.cache->sparse_rows_kernel[1] == NULL && p.cache->sparse_kernel[2] == NULL,
+    CHECK(!clmla_latent_kernel_built(p.cache, 1, 2, 1, 0, 0, 1) && !clmla_latent_kernel_built(p.cache, 0, 2, 1, 0, 0, 1),
           "a refused call built a sparse kernel");
 
     /* the good call works, builds its kernel once, and a second call creates nothing */
@@ -568,9 +568,9 @@ static void test_refusals(void)
           "a second sparse call created %ld kernels, %ld programs, %ld buffers", after.kernels - before.kernels,
           after.programs - before.programs, after.buffers - before.buffers);
     const int rows = clmla_attention_variant(ctx) == CLMLA_LATENT_ROWS;
-    CHECK(rows ? p.cache->sparse_rows_kernel[1] != NULL && p.cache->latent_rows_kernel[1] == NULL
-               : p.cache->sparse_kernel[2] != NULL && p.cache->latent_kernel[2] == NULL,
-          "the sparse kernel is not kept in its own slot");
+    CHECK(clmla_latent_kernel_built(p.cache, rows, 2, 1, 0, 0, 1) != NULL &&
+              clmla_latent_kernel_built(p.cache, rows, 2, 0, 0, 0, 1) == NULL,
+          "the sparse kernel is not kept in its own entry");
     cl_mem bufs[] = {ql, qr, sq, ln, out, idx};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         clReleaseMemObject(bufs[i]);

@@ -15,6 +15,23 @@
 /* Upper bound on the partial-result workspace. */
 #define MAX_SPLIT_WORKSPACE_BYTES ((size_t)256 << 20)
 
+/* The families of the cache's latent kernel store (cache->latent_kernels): attn_latent (or
+   attn_latent_mma in its entry) and the row-walking kernels. */
+enum { LATENT_GROUP = 1, LATENT_ROWS = 2 };
+
+/* The second key of a latent kernel's entry: its form's build switches. */
+static int form_key(int rows, int sparse, int mask, int lanes, int fold)
+{
+    return rows ? sparse | mask << 1 | lanes << 2 | (fold > 1) << 4 : sparse | mask << 1 | fold << 2;
+}
+
+cl_kernel clmla_latent_kernel_built(const clmla_cache *cache, int rows, int hg, int sparse, int mask, int lanes, int fold)
+{
+    const clmla_stored_kernel *e = clmla_kernel_store_find(&cache->latent_kernels, rows ? LATENT_ROWS : LATENT_GROUP,
+                                                           hg, form_key(rows, sparse, mask, lanes, fold));
+    return e ? e->kernel : NULL;
+}
+
 /* The kernels' parameters (heads per group or item, keys per item or tile, work-group size, groups
    per compute unit) come from clmla_latent_tuning_for (kernel_tuning.h: a forced set, the user's kernel
    tuning file, the built-in table, else the defaults, which are the values below).
@@ -146,8 +163,8 @@ static clmla_status mma_kernel(clmla_cache *cache, int hg, const clmla_latent_tu
    tuning's group_max_items (128 by default), and >= the heads padded to 4, 8 or 16, that the
    device's work-group limit, the kernel's own limit and local memory allow. NULL kernel (and
    success) where none fits: the caller takes fewer heads.
-   The kernels are cached per cache by heads only (cache->latent_kernel[hg],
-   latent_rows_kernel[hg / 2]): valid because the parameters that apply to a context do not change
+   The kernels are kept in the cache's store by heads and form only (cache->latent_kernels): valid
+   because the parameters that apply to a context do not change
    over its life (the tuning table is read once per process; a forced set is made before a cache's
    first call, include/clmla_tuning.h). */
 static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_tuning *tn, int sparse, int fold,
@@ -155,18 +172,13 @@ static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_
 {
     /* the sparse kernels (-D SPARSE, clmla_attention_latent_sparse), the masked ones (-D MASK,
        never folded, never attn_latent_mma) and the folded ones (hg / fold heads of fold tokens)
-       have slots of their own */
-    int fl = 0;
-    while (fold > 1 << fl)
-        fl++;
-    cl_kernel *slot = sparse ? &cache->sparse_kernel[hg]
-                      : mask ? &cache->mask_kernel[hg]
-                      : fold > 1 ? &cache->fold_kernel[fl - 1][hg / fold]
-                                 : &cache->latent_kernel[hg];
-    int *slot_threads = sparse ? &cache->sparse_threads[hg]
-                        : mask ? &cache->mask_threads[hg]
-                        : fold > 1 ? &cache->fold_threads[fl - 1][hg / fold]
-                                   : &cache->latent_threads[hg];
+       are entries of their own */
+    clmla_stored_kernel *e =
+        clmla_kernel_store_entry(&cache->latent_kernels, LATENT_GROUP, hg, form_key(0, sparse, mask, 0, fold));
+    if (!e)
+        return clmla_fail(cache->ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "attention: no memory for a kernel entry");
+    cl_kernel *slot = &e->kernel;
+    int *slot_threads = &e->threads;
     if (!mask) {
         clmla_status mst = mma_kernel(cache, hg, tn, sparse, fold, slot, slot_threads, kernel, threads);
         if (mst != CLMLA_SUCCESS || *kernel)
@@ -207,15 +219,16 @@ static clmla_status group_kernel(clmla_cache *cache, int hg, const clmla_latent_
 }
 
 /* attn_latent_rows for `hg` (even, <= 16) heads per work-item, or with `lanes` (1 or 2) attn_latent_lanes
-   with that many vectors of 16 heads (hg 16 or 32; at 16 the slot of attn_latent_rows at 16: one
-   context runs one of them), or with fold 2 two vectors of the 16 heads of two tokens (slot 0). */
+   with that many vectors of 16 heads (hg 16 or 32), or with fold 2 two vectors of the 16 heads of
+   two tokens. */
 static clmla_status rows_kernel(clmla_cache *cache, int hg, int ktc, int sparse, int lanes, int fold, int mask,
                                cl_kernel *kernel)
 {
-    const int index = fold > 1 ? 0 : hg == 32 ? 9 : hg / 2;
-    cl_kernel *slot = sparse ? &cache->sparse_rows_kernel[index]
-                      : mask ? &cache->mask_rows_kernel[index]
-                             : &cache->latent_rows_kernel[index];
+    clmla_stored_kernel *e =
+        clmla_kernel_store_entry(&cache->latent_kernels, LATENT_ROWS, hg, form_key(1, sparse, mask, lanes, fold));
+    if (!e)
+        return clmla_fail(cache->ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "attention: no memory for a kernel entry");
+    cl_kernel *slot = &e->kernel;
     if (!*slot) {
         char options[256];
         /* Where they were measured, PoCL on CPUs: software prefetch (clang's __builtin_prefetch,

@@ -49,6 +49,12 @@ int clmla_latent_mma_device(const clmla_context *ctx);
    under tuning `tn`: 0 where it runs attn_latent_rows (rows_lanes 0, or fewer than 16 heads, where
    the row kernel computes less), 1 or 2 where attn_latent_lanes runs (2: rows_lanes 2 and 32 heads
    or more). Read by the kernel choice and by the AUTO path rule of CPU layers. */
+/* The latent kernel the cache has built for a form, or NULL (for tests; builds nothing): rows 0
+   attn_latent (or attn_latent_mma) for hg rows of a group (fold > 1: hg / fold heads of fold
+   tokens), rows 1 attn_latent_rows for hg heads an item, or attn_latent_lanes with `lanes`
+   vectors (fold 2: of two tokens). */
+cl_kernel clmla_latent_kernel_built(const clmla_cache *cache, int rows, int hg, int sparse, int mask, int lanes, int fold);
+
 int clmla_latent_lanes_vectors(const clmla_latent_tuning *tn, int num_heads);
 
 /* Split-KV latent attention (attn_latent.cl, and attn_combine.cl when the keys are split). */

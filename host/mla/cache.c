@@ -179,27 +179,7 @@ void clmla_cache_destroy(clmla_cache *cache)
     for (size_t i = 0; i < sizeof(kernels) / sizeof(kernels[0]); i++)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
-    for (size_t i = 0; i < sizeof(cache->latent_kernel) / sizeof(cache->latent_kernel[0]); i++)
-        if (cache->latent_kernel[i])
-            clReleaseKernel(cache->latent_kernel[i]);
-    for (size_t i = 0; i < sizeof(cache->latent_rows_kernel) / sizeof(cache->latent_rows_kernel[0]); i++)
-        if (cache->latent_rows_kernel[i])
-            clReleaseKernel(cache->latent_rows_kernel[i]);
-    for (size_t i = 0; i < sizeof(cache->sparse_kernel) / sizeof(cache->sparse_kernel[0]); i++)
-        if (cache->sparse_kernel[i])
-            clReleaseKernel(cache->sparse_kernel[i]);
-    for (size_t i = 0; i < sizeof(cache->sparse_rows_kernel) / sizeof(cache->sparse_rows_kernel[0]); i++)
-        if (cache->sparse_rows_kernel[i])
-            clReleaseKernel(cache->sparse_rows_kernel[i]);
-    for (size_t i = 0; i < sizeof(cache->mask_rows_kernel) / sizeof(cache->mask_rows_kernel[0]); i++)
-        if (cache->mask_rows_kernel[i])
-            clReleaseKernel(cache->mask_rows_kernel[i]);
-    for (size_t i = 0; i < sizeof(cache->mask_kernel) / sizeof(cache->mask_kernel[0]); i++)
-        if (cache->mask_kernel[i])
-            clReleaseKernel(cache->mask_kernel[i]);
-    for (size_t i = 0; i < sizeof(cache->fold_kernel) / sizeof(cache->fold_kernel[0][0]); i++)
-        if ((&cache->fold_kernel[0][0])[i])
-            clReleaseKernel((&cache->fold_kernel[0][0])[i]);
+    clmla_kernel_store_release(&cache->latent_kernels);
     for (int i = 0; i < cache->num_seqs; i++) {
         free(cache->seqs[i].blocks);
         free(cache->seqs[i].length);

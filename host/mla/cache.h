@@ -4,6 +4,7 @@
 #ifndef CLMLA_CACHE_H
 #define CLMLA_CACHE_H
 #include "internal.h"
+#include "kernel_store.h"
 #include "scratch.h"
 #include "selection.h"
 
@@ -44,24 +45,10 @@ struct clmla_cache {
     cl_kernel gather_kernel;   /* cache_gather.cl */
     cl_kernel combine_kernel;  /* attn_combine.cl */
     cl_kernel combine_rows_kernel; /* attn_combine_rows, after attn_latent_rows */
-    cl_kernel latent_kernel[17]; /* attn_latent.cl per heads-per-group 1..16, built on first use */
-    int latent_threads[17];      /* their work-group sizes */
-    cl_kernel latent_rows_kernel[10]; /* attn_latent_rows per heads-per-item 2, 4, .., 16 (index hg/2), or
-                                         attn_latent_lanes at 16 heads (index 8) and 32 (index 9), and
-                                         with two tokens of 16 heads (-D LFOLD, index 0) */
-    /* the same built with -D SPARSE (clmla_attention_latent_sparse), on first use */
-    cl_kernel sparse_kernel[17];
-    int sparse_threads[17];
-    cl_kernel sparse_rows_kernel[10];
-    /* attn_latent_rows and attn_latent with -D MASK (latent_launch.mask), per heads-per-item and
-       per heads-per-group, on first use */
-    cl_kernel mask_rows_kernel[10];
-    cl_kernel mask_kernel[17];
-    int mask_threads[17];
-    /* attn_latent with FOLD = 2, 4, 8, 16 query tokens per group (index log2 FOLD - 1) of HT = 1..8
-       heads each (HT * FOLD <= 16), on first use */
-    cl_kernel fold_kernel[4][9];
-    int fold_threads[4][9];
+    /* the latent attention kernels, built on first use (host/mla/attention.c): attn_latent per heads
+       per group, with -D SPARSE, -D MASK or folded tokens; attn_latent_rows and attn_latent_lanes
+       per heads per item, likewise; each with its work-group size */
+    clmla_kernel_store latent_kernels;
     /* The arrays of the open transaction's record (cache_txn points into them), kept between steps
        and grown when a step has more entries or copies: a cache has at most one transaction open,
        since the calls on a context do not overlap. */
