@@ -390,41 +390,22 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
 
     const int ql_off = (int)p->q_latent_offset, qr_off = (int)p->q_rope_offset;
     const int out_off = (int)out_offset, lse_off = (int)lse_offset;
-    CLMLA_SET_ARG(ctx, k, 0, p->q_latent);
-    CLMLA_SET_ARG(ctx, k, 1, ql_off);
-    CLMLA_SET_ARG(ctx, k, 2, p->q_latent_token_stride);
-    CLMLA_SET_ARG(ctx, k, 3, p->q_latent_head_stride);
-    CLMLA_SET_ARG(ctx, k, 4, p->q_rope);
-    CLMLA_SET_ARG(ctx, k, 5, qr_off);
-    CLMLA_SET_ARG(ctx, k, 6, p->q_rope_token_stride);
-    CLMLA_SET_ARG(ctx, k, 7, p->q_rope_head_stride);
+    CLMLA_SET_ARGS(ctx, k, 0, CLMLA_ARG(p->q_latent), CLMLA_ARG(ql_off), CLMLA_ARG(p->q_latent_token_stride),
+                   CLMLA_ARG(p->q_latent_head_stride), CLMLA_ARG(p->q_rope), CLMLA_ARG(qr_off),
+                   CLMLA_ARG(p->q_rope_token_stride), CLMLA_ARG(p->q_rope_head_stride));
     cl_mem kv_rows = p->kv ? p->kv : cache->layers[layer];
-    CLMLA_SET_ARG(ctx, k, 8, kv_rows);
-    CLMLA_SET_ARG(ctx, k, 9, p->block_table);
-    CLMLA_SET_ARG(ctx, k, 10, p->max_blocks_per_seq);
-    CLMLA_SET_ARG(ctx, k, 11, cache->config.block_tokens);
-    CLMLA_SET_ARG(ctx, k, 12, p->token_seq);
-    CLMLA_SET_ARG(ctx, k, 13, p->token_ctx_len);
-    CLMLA_SET_ARG(ctx, k, 14, p->num_heads);
-    CLMLA_SET_ARG(ctx, k, 15, splits);
-    CLMLA_SET_ARG(ctx, k, 16, split_tokens);
-    CLMLA_SET_ARG(ctx, k, 17, p->scale);
-    CLMLA_SET_ARG(ctx, k, 18, out);
-    CLMLA_SET_ARG(ctx, k, 19, out_off);
-    CLMLA_SET_ARG(ctx, k, 20, lse);
-    CLMLA_SET_ARG(ctx, k, 21, lse_off);
+    CLMLA_SET_ARGS(ctx, k, 8, CLMLA_ARG(kv_rows), CLMLA_ARG(p->block_table), CLMLA_ARG(p->max_blocks_per_seq),
+                   CLMLA_ARG(cache->config.block_tokens), CLMLA_ARG(p->token_seq), CLMLA_ARG(p->token_ctx_len),
+                   CLMLA_ARG(p->num_heads), CLMLA_ARG(splits), CLMLA_ARG(split_tokens), CLMLA_ARG(p->scale),
+                   CLMLA_ARG(out), CLMLA_ARG(out_off), CLMLA_ARG(lse), CLMLA_ARG(lse_off));
     int next = 22; /* the last argument's index: after the variant's own */
     if (sparse) {
         const int idx_off = (int)p->indices_offset;
-        CLMLA_SET_ARG(ctx, k, 22, p->indices);
-        CLMLA_SET_ARG(ctx, k, 23, idx_off);
-        CLMLA_SET_ARG(ctx, k, 24, p->topk);
+        CLMLA_SET_ARGS(ctx, k, 22, CLMLA_ARG(p->indices), CLMLA_ARG(idx_off), CLMLA_ARG(p->topk));
         next = 25;
     } else if (p->mask) {
         const int mask_off = (int)p->mask_offset;
-        CLMLA_SET_ARG(ctx, k, 22, p->mask);
-        CLMLA_SET_ARG(ctx, k, 23, mask_off);
-        CLMLA_SET_ARG(ctx, k, 24, p->mask_stride);
+        CLMLA_SET_ARGS(ctx, k, 22, CLMLA_ARG(p->mask), CLMLA_ARG(mask_off), CLMLA_ARG(p->mask_stride));
         next = 25;
     } else if (fold > 1) {
         const int query_len = p->query_len > 1 ? p->query_len : 1;
@@ -457,14 +438,8 @@ clmla_status clmla_latent_attention_enqueue(clmla_cache *cache, int layer, const
         final_lse_offset = 0;
     }
     const int fo = (int)p->out_offset, fl = (int)final_lse_offset;
-    CLMLA_SET_ARG(ctx, c, 0, out);
-    CLMLA_SET_ARG(ctx, c, 1, lse);
-    CLMLA_SET_ARG(ctx, c, 2, splits);
-    CLMLA_SET_ARG(ctx, c, 3, p->num_heads);
-    CLMLA_SET_ARG(ctx, c, 4, p->out);
-    CLMLA_SET_ARG(ctx, c, 5, fo);
-    CLMLA_SET_ARG(ctx, c, 6, final_lse);
-    CLMLA_SET_ARG(ctx, c, 7, fl);
+    CLMLA_SET_ARGS(ctx, c, 0, CLMLA_ARG(out), CLMLA_ARG(lse), CLMLA_ARG(splits), CLMLA_ARG(p->num_heads),
+                   CLMLA_ARG(p->out), CLMLA_ARG(fo), CLMLA_ARG(final_lse), CLMLA_ARG(fl));
     if (rows) {
         const size_t rglobal[2] = {(size_t)p->num_heads, (size_t)p->num_tokens}, rlocal[2] = {1, 1};
         err = clmla_cl_enqueue(ctx, c, 2, rglobal, rlocal, event);

@@ -276,24 +276,11 @@ clmla_status clmla_index_scores(clmla_index_kernels *ik, const clmla_index_score
     cl_kernel k = ik->scores;
     const int q_off = (int)a->q_offset, w_off = (int)a->weights_offset, s_off = (int)a->scores_offset;
     const int chunk_i = (int)chunk;
-    CLMLA_SET_ARG(ctx, k, 0, a->q);
-    CLMLA_SET_ARG(ctx, k, 1, q_off);
-    CLMLA_SET_ARG(ctx, k, 2, a->weights);
-    CLMLA_SET_ARG(ctx, k, 3, w_off);
-    CLMLA_SET_ARG(ctx, k, 4, a->keys);
-    CLMLA_SET_ARG(ctx, k, 5, num_blocks);
-    CLMLA_SET_ARG(ctx, k, 6, a->block_table);
-    CLMLA_SET_ARG(ctx, k, 7, table_rows);
-    CLMLA_SET_ARG(ctx, k, 8, a->max_blocks_per_seq);
-    CLMLA_SET_ARG(ctx, k, 9, a->token_seq);
-    CLMLA_SET_ARG(ctx, k, 10, a->token_ctx_len);
-    CLMLA_SET_ARG(ctx, k, 11, T);
-    CLMLA_SET_ARG(ctx, k, 12, a->max_ctx_len);
-    CLMLA_SET_ARG(ctx, k, 13, chunk_i);
-    CLMLA_SET_ARG(ctx, k, 14, a->scores);
-    CLMLA_SET_ARG(ctx, k, 15, s_off);
-    CLMLA_SET_ARG(ctx, k, 16, a->scores_stride);
-    CLMLA_SET_ARG(ctx, k, 17, a->token_offset);
+    CLMLA_SET_ARGS(ctx, k, 0, CLMLA_ARG(a->q), CLMLA_ARG(q_off), CLMLA_ARG(a->weights), CLMLA_ARG(w_off),
+                   CLMLA_ARG(a->keys), CLMLA_ARG(num_blocks), CLMLA_ARG(a->block_table), CLMLA_ARG(table_rows),
+                   CLMLA_ARG(a->max_blocks_per_seq), CLMLA_ARG(a->token_seq), CLMLA_ARG(a->token_ctx_len), CLMLA_ARG(T),
+                   CLMLA_ARG(a->max_ctx_len), CLMLA_ARG(chunk_i), CLMLA_ARG(a->scores), CLMLA_ARG(s_off),
+                   CLMLA_ARG(a->scores_stride), CLMLA_ARG(a->token_offset));
     /* a fixed work-group shape (PoCL compiles one per shape), one token per group: one item on CPUs,
        64 elsewhere */
     const size_t l0 = cpu ? 1 : 64;
@@ -347,15 +334,9 @@ clmla_status clmla_index_topk(clmla_index_kernels *ik, const clmla_index_topk_ar
     }
     cl_kernel k = ik->topk;
     const int s_off = (int)a->scores_offset, o_off = (int)a->indices_offset;
-    CLMLA_SET_ARG(ctx, k, 0, a->scores);
-    CLMLA_SET_ARG(ctx, k, 1, s_off);
-    CLMLA_SET_ARG(ctx, k, 2, a->scores_stride);
-    CLMLA_SET_ARG(ctx, k, 3, a->token_ctx_len);
-    CLMLA_SET_ARG(ctx, k, 4, T);
-    CLMLA_SET_ARG(ctx, k, 5, a->max_ctx_len);
-    CLMLA_SET_ARG(ctx, k, 6, a->top_k);
-    CLMLA_SET_ARG(ctx, k, 7, a->indices);
-    CLMLA_SET_ARG(ctx, k, 8, o_off);
+    CLMLA_SET_ARGS(ctx, k, 0, CLMLA_ARG(a->scores), CLMLA_ARG(s_off), CLMLA_ARG(a->scores_stride),
+                   CLMLA_ARG(a->token_ctx_len), CLMLA_ARG(T), CLMLA_ARG(a->max_ctx_len), CLMLA_ARG(a->top_k),
+                   CLMLA_ARG(a->indices), CLMLA_ARG(o_off));
     cl_int err = clSetKernelArg(k, 9, 2 * (size_t)items * sizeof(cl_uint), NULL);
     if (err != CL_SUCCESS)
         return clmla_fail_kernel_arg(ctx, err, k, 9);
@@ -377,16 +358,9 @@ clmla_status clmla_index_write_keys(clmla_index_kernels *ik, int T, cl_mem src, 
     if (T < 1)
         return CLMLA_SUCCESS;
     cl_kernel k = ik->key_write;
-    CLMLA_SET_ARG(ctx, k, 0, src);
-    CLMLA_SET_ARG(ctx, k, 1, src_offset);
-    CLMLA_SET_ARG(ctx, k, 2, src_stride);
-    CLMLA_SET_ARG(ctx, k, 3, norm_w);
-    CLMLA_SET_ARG(ctx, k, 4, norm_b);
-    CLMLA_SET_ARG(ctx, k, 5, eps);
-    CLMLA_SET_ARG(ctx, k, 6, positions);
-    CLMLA_SET_ARG(ctx, k, 7, table);
-    CLMLA_SET_ARG(ctx, k, 8, slots);
-    CLMLA_SET_ARG(ctx, k, 9, keys);
+    CLMLA_SET_ARGS(ctx, k, 0, CLMLA_ARG(src), CLMLA_ARG(src_offset), CLMLA_ARG(src_stride), CLMLA_ARG(norm_w),
+                   CLMLA_ARG(norm_b), CLMLA_ARG(eps), CLMLA_ARG(positions), CLMLA_ARG(table), CLMLA_ARG(slots),
+                   CLMLA_ARG(keys));
     const size_t local = (size_t)ik->key_threads, global = local * (size_t)T;
     cl_int err = clmla_cl_enqueue(ctx, k, 1, &global, &local, NULL);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue indexer_key_write");
@@ -401,10 +375,7 @@ clmla_status clmla_index_rope_queries(clmla_index_kernels *ik, int T, cl_mem q, 
     if (T < 1)
         return CLMLA_SUCCESS;
     cl_kernel k = ik->q_rope;
-    CLMLA_SET_ARG(ctx, k, 0, q);
-    CLMLA_SET_ARG(ctx, k, 1, q_offset);
-    CLMLA_SET_ARG(ctx, k, 2, positions);
-    CLMLA_SET_ARG(ctx, k, 3, table);
+    CLMLA_SET_ARGS(ctx, k, 0, CLMLA_ARG(q), CLMLA_ARG(q_offset), CLMLA_ARG(positions), CLMLA_ARG(table));
     const size_t global[3] = {(size_t)ik->cfg.rope_dim / 2, (size_t)ik->cfg.heads, (size_t)T};
     cl_int err = clmla_cl_enqueue_rows(ctx, k, 3, global, NULL);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue indexer_q_rope");

@@ -65,12 +65,8 @@ static clmla_status enqueue_rmsnorm(clmla_layer *L, cl_mem x, int offset, int ro
 {
     clmla_context *ctx = L->ctx;
     const float eps = (float)L->config.rms_norm_eps;
-    CLMLA_SET_ARG(ctx, L->rmsnorm, 0, x);
-    CLMLA_SET_ARG(ctx, L->rmsnorm, 1, offset);
-    CLMLA_SET_ARG(ctx, L->rmsnorm, 2, stride);
-    CLMLA_SET_ARG(ctx, L->rmsnorm, 3, cols);
-    CLMLA_SET_ARG(ctx, L->rmsnorm, 4, weight);
-    CLMLA_SET_ARG(ctx, L->rmsnorm, 5, eps);
+    CLMLA_SET_ARGS(ctx, L->rmsnorm, 0, CLMLA_ARG(x), CLMLA_ARG(offset), CLMLA_ARG(stride), CLMLA_ARG(cols),
+                   CLMLA_ARG(weight), CLMLA_ARG(eps));
     const size_t local = (size_t)L->rmsnorm_threads, global = local * (size_t)rows;
     cl_int err = clmla_cl_enqueue(ctx, L->rmsnorm, 1, &global, &local, NULL);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue rmsnorm");
@@ -82,18 +78,9 @@ static clmla_status enqueue_rope(clmla_layer *L, cl_mem q, int q_ld, cl_mem kv, 
 {
     clmla_context *ctx = L->ctx;
     const int zero = 0;
-    CLMLA_SET_ARG(ctx, L->rope, 0, q);
-    CLMLA_SET_ARG(ctx, L->rope, 1, zero);
-    CLMLA_SET_ARG(ctx, L->rope, 2, q_ld);
-    CLMLA_SET_ARG(ctx, L->rope, 3, L->dq);
-    CLMLA_SET_ARG(ctx, L->rope, 4, L->dn);
-    CLMLA_SET_ARG(ctx, L->rope, 5, L->H);
-    CLMLA_SET_ARG(ctx, L->rope, 6, kv);
-    CLMLA_SET_ARG(ctx, L->rope, 7, kv_offset);
-    CLMLA_SET_ARG(ctx, L->rope, 8, kv_ld);
-    CLMLA_SET_ARG(ctx, L->rope, 9, L->rkv);
-    CLMLA_SET_ARG(ctx, L->rope, 10, positions);
-    CLMLA_SET_ARG(ctx, L->rope, 11, L->rope_table);
+    CLMLA_SET_ARGS(ctx, L->rope, 0, CLMLA_ARG(q), CLMLA_ARG(zero), CLMLA_ARG(q_ld), CLMLA_ARG(L->dq), CLMLA_ARG(L->dn),
+                   CLMLA_ARG(L->H), CLMLA_ARG(kv), CLMLA_ARG(kv_offset), CLMLA_ARG(kv_ld), CLMLA_ARG(L->rkv),
+                   CLMLA_ARG(positions), CLMLA_ARG(L->rope_table));
     if (qscale)
         CLMLA_SET_ARG(ctx, L->rope, 12, qscale);
     const size_t global[3] = {(size_t)L->dr / 2, (size_t)L->H + 1, (size_t)T};
@@ -106,11 +93,8 @@ static clmla_status enqueue_bias(clmla_layer *L, cl_mem x, int offset, int rows,
                                  cl_event *event)
 {
     clmla_context *ctx = L->ctx;
-    CLMLA_SET_ARG(ctx, L->add_bias, 0, x);
-    CLMLA_SET_ARG(ctx, L->add_bias, 1, offset);
-    CLMLA_SET_ARG(ctx, L->add_bias, 2, stride);
-    CLMLA_SET_ARG(ctx, L->add_bias, 3, cols);
-    CLMLA_SET_ARG(ctx, L->add_bias, 4, bias);
+    CLMLA_SET_ARGS(ctx, L->add_bias, 0, CLMLA_ARG(x), CLMLA_ARG(offset), CLMLA_ARG(stride), CLMLA_ARG(cols),
+                   CLMLA_ARG(bias));
     const size_t global[2] = {(size_t)cols, (size_t)rows};
     cl_int err = clmla_cl_enqueue(ctx, L->add_bias, 2, global, NULL, event);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue add_bias");
@@ -131,26 +115,13 @@ static clmla_status enqueue_prefill(clmla_layer *L, cl_mem q, int q_ld, int firs
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
                           "the layer was built for other attention kernels than the context now runs");
     cl_kernel k = pk->kernel;
-    CLMLA_SET_ARG(ctx, k, 0, q);
-    CLMLA_SET_ARG(ctx, k, 1, q_off);
-    CLMLA_SET_ARG(ctx, k, 2, q_stride);
-    CLMLA_SET_ARG(ctx, k, 3, kv_up);
-    CLMLA_SET_ARG(ctx, k, 4, zero);
-    CLMLA_SET_ARG(ctx, k, 5, kvu_stride);
-    CLMLA_SET_ARG(ctx, k, 6, gathered);
-    CLMLA_SET_ARG(ctx, k, 7, L->rkv);
-    CLMLA_SET_ARG(ctx, k, 8, L->row);
-    CLMLA_SET_ARG(ctx, k, 9, n_queries);
-    CLMLA_SET_ARG(ctx, k, 10, prefix);
-    CLMLA_SET_ARG(ctx, k, 11, L->scale);
-    CLMLA_SET_ARG(ctx, k, 12, o);
-    CLMLA_SET_ARG(ctx, k, 13, o_off);
-    CLMLA_SET_ARG(ctx, k, 14, o_stride);
+    CLMLA_SET_ARGS(ctx, k, 0, CLMLA_ARG(q), CLMLA_ARG(q_off), CLMLA_ARG(q_stride), CLMLA_ARG(kv_up), CLMLA_ARG(zero),
+                   CLMLA_ARG(kvu_stride), CLMLA_ARG(gathered), CLMLA_ARG(L->rkv), CLMLA_ARG(L->row),
+                   CLMLA_ARG(n_queries), CLMLA_ARG(prefix), CLMLA_ARG(L->scale), CLMLA_ARG(o), CLMLA_ARG(o_off),
+                   CLMLA_ARG(o_stride));
     if (indices) {
         const int i_off = first_row * L->topk;
-        CLMLA_SET_ARG(ctx, k, 15, indices);
-        CLMLA_SET_ARG(ctx, k, 16, i_off);
-        CLMLA_SET_ARG(ctx, k, 17, L->topk);
+        CLMLA_SET_ARGS(ctx, k, 15, CLMLA_ARG(indices), CLMLA_ARG(i_off), CLMLA_ARG(L->topk));
     }
     const size_t items = (size_t)pk->items, queries = (size_t)pk->queries;
     const size_t global[2] = {(n_queries + queries - 1) / queries * items, (size_t)L->H}, local[2] = {items, 1};

@@ -474,20 +474,11 @@ static clmla_status enqueue_tokens(clmla_paged *p, const ptables *t, const pbuf 
     cl_kernel k = p->tokens_kernel;
     const int lens_off = (int)(lens->offset / 4), table_off = (int)(table->offset / 4);
     const int bs = p->config.block_size;
-    CLMLA_SET_ARG(ctx, k, 0, lens->mem);
-    CLMLA_SET_ARG(ctx, k, 1, lens_off);
-    CLMLA_SET_ARG(ctx, k, 2, table->mem);
-    CLMLA_SET_ARG(ctx, k, 3, table_off);
-    CLMLA_SET_ARG(ctx, k, 4, t->max_blocks);
-    CLMLA_SET_ARG(ctx, k, 5, bs);
-    CLMLA_SET_ARG(ctx, k, 6, t->num_blocks);
-    CLMLA_SET_ARG(ctx, k, 7, t->sq);
-    CLMLA_SET_ARG(ctx, k, 8, t->causal);
+    CLMLA_SET_ARGS(ctx, k, 0, CLMLA_ARG(lens->mem), CLMLA_ARG(lens_off), CLMLA_ARG(table->mem), CLMLA_ARG(table_off),
+                   CLMLA_ARG(t->max_blocks), CLMLA_ARG(bs), CLMLA_ARG(t->num_blocks), CLMLA_ARG(t->sq),
+                   CLMLA_ARG(t->causal));
     const int tokens = t->batch * t->sq;
-    CLMLA_SET_ARG(ctx, k, 9, tokens);
-    CLMLA_SET_ARG(ctx, k, 10, token_seq);
-    CLMLA_SET_ARG(ctx, k, 11, token_ctx);
-    CLMLA_SET_ARG(ctx, k, 12, p->status);
+    CLMLA_SET_ARGS(ctx, k, 9, CLMLA_ARG(tokens), CLMLA_ARG(token_seq), CLMLA_ARG(token_ctx), CLMLA_ARG(p->status));
     const size_t global[1] = {(size_t)tokens};
     cl_int err = clmla_cl_enqueue_rows(ctx, k, 1, global, NULL);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue paged_tokens");

@@ -212,3 +212,14 @@ clmla_status clmla_fail_kernel_arg(clmla_context *ctx, cl_int err, cl_kernel ker
     return clmla_fail(ctx, err, "clSetKernelArg(%s, argument %u) failed: %s (%d)", name, index, clmla_status_string(err),
                       err);
 }
+
+clmla_status clmla_set_kernel_args(clmla_context *ctx, cl_kernel k, cl_uint first, const clmla_kernel_arg *args,
+                                   size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const cl_int err = clSetKernelArg(k, first + (cl_uint)i, args[i].size, args[i].value);
+        if (err != CL_SUCCESS)
+            return clmla_fail_kernel_arg(ctx, err, k, first + (cl_uint)i);
+    }
+    return CLMLA_SUCCESS;
+}

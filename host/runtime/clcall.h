@@ -60,6 +60,26 @@ cl_int clmla_cl_enqueue_rows(clmla_context *ctx, cl_kernel kernel, cl_uint dims,
     } while (0)
 clmla_status clmla_fail_kernel_arg(clmla_context *ctx, cl_int err, cl_kernel kernel, cl_uint index);
 
+/* One kernel argument: the bytes of an lvalue, CLMLA_ARG(v). */
+typedef struct clmla_kernel_arg {
+    size_t size;
+    const void *value;
+} clmla_kernel_arg;
+#define CLMLA_ARG(v) ((clmla_kernel_arg){sizeof(v), &(v)})
+/* Sets arguments first, first + 1, .. of kernel k to args[0 .. n); stops at the first that fails,
+   with a status whose message names the kernel and the argument. */
+clmla_status clmla_set_kernel_args(clmla_context *ctx, cl_kernel k, cl_uint first, const clmla_kernel_arg *args,
+                                   size_t n);
+/* CLMLA_SET_ARGS(ctx, k, first, CLMLA_ARG(a), CLMLA_ARG(b), ..): CLMLA_SET_ARG of each in turn, from
+   argument `first` on. */
+#define CLMLA_SET_ARGS(ctx, k, first, ...)                                                              \
+    do {                                                                                             \
+        const clmla_kernel_arg args_[] = {__VA_ARGS__};                                              \
+        clmla_status st_ = clmla_set_kernel_args((ctx), (k), (first), args_, sizeof(args_) / sizeof(args_[0])); \
+        if (st_ != CLMLA_SUCCESS)                                                                    \
+            return st_;                                                                              \
+    } while (0)
+
 /* Blocking: returns once the data is on the device (and every earlier command on the queue done). */
 cl_int clmla_cl_write(clmla_context *ctx, cl_mem buffer, size_t offset, size_t bytes, const void *host);
 /* Non-blocking: host must stay unchanged until the write completes. With event non-NULL, *event is
