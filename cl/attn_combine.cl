@@ -7,9 +7,6 @@
  *
  * attn_combine: work-item (d, h, t) produces out[t, h, d]; item d == 0 also writes lse[t, h].
  * attn_combine_rows (below, for CPUs): work-item (h, t) produces the row out[t, h, :] and lse[t, h]. */
-#ifndef RKV
-#define RKV 512
-#endif
 
 __kernel void attn_combine(__global const float *part_out, __global const float *part_lse, const int num_splits,
                            const int num_heads, __global float *out, const int out_offset, __global float *lse,

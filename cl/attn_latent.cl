@@ -64,12 +64,6 @@
  * that is the final [T, H, RKV] / [T, H], else attn_combine.cl merges the splits by their lse.
  * Local memory (floats): HGP*ROWV*4 (queries) + RS*TK*HGP (scores) + GI*HGP (maxima, sums) + HGP
  * (alpha) + TK ints (row slots); NT = 128, KPT = 4, 16 heads, ROW 576: 45.1 KiB. */
-#ifndef RKV
-#define RKV 512
-#endif
-#ifndef DR
-#define DR 64
-#endif
 #ifndef NT
 #define NT 128
 #endif

@@ -45,12 +45,6 @@
  * at RKV 512, DR 64 over bf16 (f16: 128 bytes more), 42.1 over fp8, 41.1 over f32 (3 KiB more
  * for the emulation's exchange; SPARSE 256 bytes more), within the 48 KiB NVIDIA's OpenCL gives a
  * work-group. */
-#ifndef RKV
-#define RKV 512
-#endif
-#ifndef DR
-#define DR 64
-#endif
 #ifndef HG
 #define HG 16
 #endif

@@ -19,9 +19,6 @@
 #ifndef DN
 #define DN 128
 #endif
-#ifndef DR
-#define DR 64
-#endif
 #ifndef DV
 #define DV 128
 #endif

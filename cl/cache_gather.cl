@@ -7,12 +7,6 @@
  *   out         : [n, RKV + DR] float32 from out_offset
  *
  * Work-item (d, j) copies element d of token start + j. */
-#ifndef RKV
-#define RKV 512
-#endif
-#ifndef DR
-#define DR 64
-#endif
 #define ROW (RKV + DR)
 
 #define LOAD(p, i) CACHE_LOAD(p, i) /* cl/prelude.cl */

@@ -13,12 +13,6 @@
  * in magnitude, and the codes are e4m3(x / scale); the items after them store k^R as bf16. A tile
  * that holds a NaN gets a NaN scale, so that all of it reads back as NaN (the decoder of
  * cl/prelude.cl does not test codes for NaN). */
-#ifndef RKV
-#define RKV 512
-#endif
-#ifndef DR
-#define DR 64
-#endif
 #define ROW (RKV + DR)
 
 

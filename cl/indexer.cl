@@ -386,9 +386,6 @@ __kernel void indexer_topk(__global const float *scores, const int score_offset,
 #ifndef WGK
 #define WGK 64
 #endif
-#ifndef DR
-#define DR 64
-#endif
 
 #ifdef IDX_HALF_SPLIT
 #define IDX_PAIR_A(i) (i)

@@ -85,6 +85,15 @@
  * values of k^R as bf16: RKV + 4 RKV/128 + 2 DR bytes (656 for 512 + 64). RKV is a multiple of 128
  * and DR even, so the scales are 4-byte and the bf16 values 2-byte aligned when rows are.
  */
+
+/* The latent row's widths, set by the host (-D RKV -D DR): c^KV's and k^R's values; DeepSeek's
+   512 and 64 where a file is built without them. */
+#ifndef RKV
+#define RKV 512
+#endif
+#ifndef DR
+#define DR 64
+#endif
 inline float dt_bf16(const ushort b)
 {
     return as_float((uint)b << 16);

@@ -15,9 +15,6 @@
  * With QSCALE defined, qscale [T] multiplies every value of token t's query heads (its nope dims
  * [0, q_rope_offset) and its rotated pair) after the rotation; k^R is left unscaled (Mistral 4's
  * per-position query scale). Work-item i scales nope dims i, i + DR/2, i + DR, ... */
-#ifndef DR
-#define DR 64
-#endif
 
 __kernel void rope(__global float *q, const int q_offset, const int q_row_stride, const int q_head_stride,
                    const int q_rope_offset, const int num_heads,
