@@ -2,7 +2,8 @@
    through the user files' parser, carries its provenance ("date", "measured"), has a key of its own,
    and changes the defaults, each parameter it lists being off its default; the lookup gives, for
    every device and class of the C tables the files replaced, the values those tables gave (written
-   out below from them). No device needed. */
+   out below from them), and the path planner's rates (plan.json) those of the constants they
+   replaced. No device needed. */
 #include "check.h"
 #include "clmla.h"
 #include "clmla_tuning.h"
@@ -338,11 +339,224 @@ static void check_clblast(void)
     }
 }
 
+/* ---- the path planner's rates (plan.json) ---------------------------------------------------- */
+
+/* The rates for d over the entries of `array` (as a file), -1 when one is refused. */
+static int plan_resolve_array(const cJSON *array, const clmla_device_info *d, clmla_plan_rates *r)
+{
+    char *text = cJSON_PrintUnformatted(array);
+    plan_entry_list list;
+    char why[512];
+    const int refused = text ? clmla_plan_rates_parse(text, &list, why, sizeof(why)) : -1;
+    free(text);
+    const int got = refused == 0 ? clmla_plan_rates_resolve(&list, d, r) : -1;
+    if (refused >= 0)
+        clmla_plan_rates_list_free(&list);
+    return got;
+}
+
+/* A device of the type an entry names, or the device it names (of the type whose rates it lists). */
+static void plan_device_of(const cJSON *e, clmla_device_info *d)
+{
+    device_of(e, d);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(e, "device_type");
+    int cpu = cJSON_IsString(type) && strcmp(type->valuestring, "cpu") == 0;
+    if (!type) {
+        const cJSON *p = NULL;
+        cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(e, "parameters"))
+        {
+            cpu |= strncmp(p->string, "cpu_", 4) == 0;
+        }
+    }
+    d->kind = cpu ? CLMLA_DEVICE_KIND_CPU : CLMLA_DEVICE_KIND_GPU;
+    if (type)
+        snprintf(d->name, sizeof(d->name), "%s", cpu ? "Some CPU" : "Some GPU");
+}
+
+/* Every entry of plan.json parses, carries its provenance, has a key of its own and changes what
+   stands behind it (the defaults, or its type's entry), each rate it lists included. */
+static void check_plan_entries(void)
+{
+    const char *text = clmla_tuning_data_text("plan");
+    CHECK(text != NULL, "plan.json is not embedded");
+    if (!text)
+        return;
+    cJSON *array = cJSON_Parse(text);
+    CHECK(cJSON_IsArray(array), "plan.json is not a JSON array");
+    plan_entry_list list;
+    char why[512];
+    const int refused = clmla_plan_rates_parse(text, &list, why, sizeof(why));
+    CHECK(refused == 0 && (int)list.count == cJSON_GetArraySize(array), "plan.json: %d of %d entries refused (%s)",
+          refused, cJSON_GetArraySize(array), why);
+    if (refused >= 0)
+        clmla_plan_rates_list_free(&list);
+    CHECK(cJSON_GetArraySize(array) >= 2, "plan.json: %d entries, expected one for each device type",
+          cJSON_GetArraySize(array));
+    int index = 0;
+    cJSON *e = NULL;
+    cJSON_ArrayForEach(e, array)
+    {
+        char who[160];
+        text_field(who, sizeof(who), e, "device_type", "");
+        if (!who[0])
+            text_field(who, sizeof(who), e, "device", "?");
+        const cJSON *date = cJSON_GetObjectItemCaseSensitive(e, "date");
+        const cJSON *measured = cJSON_GetObjectItemCaseSensitive(e, "measured");
+        const cJSON *on = cJSON_GetObjectItemCaseSensitive(e, "measured_on");
+        CHECK(cJSON_IsString(date) && strlen(date->valuestring) == 10 && cJSON_IsString(measured) &&
+                  measured->valuestring[0] && cJSON_IsString(on) && on->valuestring[0],
+              "plan.json entry %d (%s): no \"date\" (YYYY-MM-DD), \"measured_on\" or \"measured\" text", index, who);
+        const char *keys[] = {"device_type", "vendor", "device", "platform", "driver"};
+        const cJSON *o = NULL;
+        int same = 0;
+        cJSON_ArrayForEach(o, array)
+        {
+            if (o == e)
+                break;
+            int all = 1;
+            for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+                char a[160], b[160];
+                text_field(a, sizeof(a), e, keys[i], "");
+                text_field(b, sizeof(b), o, keys[i], "");
+                all &= strcmp(a, b) == 0;
+            }
+            same |= all;
+        }
+        CHECK(!same, "plan.json entry %d (%s): the key of an earlier entry", index, who);
+
+        clmla_device_info d;
+        plan_device_of(e, &d);
+        clmla_plan_rates with, behind;
+        CHECK(plan_resolve_array(array, &d, &with) >= 1, "plan.json entry %d (%s) does not apply", index, who);
+        cJSON *less = cJSON_Duplicate(array, 1);
+        cJSON_DeleteItemFromArray(less, index);
+        CHECK(plan_resolve_array(less, &d, &behind) >= 0 && memcmp(&with, &behind, sizeof(with)) != 0,
+              "plan.json entry %d (%s) changes nothing", index, who);
+        cJSON_Delete(less);
+        const cJSON *p = NULL;
+        cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(e, "parameters"))
+        {
+            cJSON *without = cJSON_Duplicate(array, 1);
+            cJSON_DeleteItemFromObjectCaseSensitive(
+                cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(without, index), "parameters"), p->string);
+            clmla_plan_rates r;
+            const int got = plan_resolve_array(without, &d, &r);
+            cJSON_Delete(without);
+            CHECK(got >= 0 && memcmp(&r, &with, sizeof(r)) != 0, "plan.json entry %d (%s): %s is what stands behind it",
+                  index, who, p->string);
+        }
+        index++;
+    }
+    cJSON_Delete(array);
+}
+
+/* The rates of the #defines the built-in entries replaced (host/mla/layer_plan.c before issue 57),
+   written out by hand: CPU devices read the cpu_ ones, every other device the gpu_ ones. */
+static void expect_plan(clmla_device_kind kind, const char *vendor, const char *name, const char *platform)
+{
+    clmla_device_info d = device(vendor, name, platform);
+    d.kind = kind;
+    clmla_plan_rates r;
+    const int applied = clmla_plan_rates_resolve(NULL, &d, &r);
+    CHECK(applied == 1, "plan rates for %s: %d entries applied, expected its type's", name, applied);
+    CHECK(r.min_tokens == 16, "plan rates for %s: min_tokens %d, expected 16", name, r.min_tokens);
+    if (kind == CLMLA_DEVICE_KIND_CPU)
+        CHECK(r.cpu_absorbed_pair_rate == 1.12 && r.cpu_lanes_absorbed_pair_rate == 1.38 &&
+                  r.cpu_decompressed_pair_rate == 0.47,
+              "plan rates for %s: cpu %.17g %.17g %.17g, expected 1.12 1.38 0.47", name, r.cpu_absorbed_pair_rate,
+              r.cpu_lanes_absorbed_pair_rate, r.cpu_decompressed_pair_rate);
+    else
+        CHECK(r.gpu_absorbed_pair_rate == 0.91 && r.gpu_tiled_pair_rate == 0.42 && r.gpu_tiled_key_rate == 0.172 &&
+                  r.gpu_tiled_chunk_keys == 0.26 && r.gpu_decompressed_key_rate == 0.0197,
+              "plan rates for %s: gpu %.17g %.17g %.17g %.17g %.17g, expected 0.91 0.42 0.172 0.26 0.0197", name,
+              r.gpu_absorbed_pair_rate, r.gpu_tiled_pair_rate, r.gpu_tiled_key_rate, r.gpu_tiled_chunk_keys,
+              r.gpu_decompressed_key_rate);
+}
+
+static void check_plan_old_rates(void)
+{
+    expect_plan(CLMLA_DEVICE_KIND_CPU, EPYC);
+    expect_plan(CLMLA_DEVICE_KIND_CPU, EPYC512);
+    expect_plan(CLMLA_DEVICE_KIND_CPU, XEON);
+    expect_plan(CLMLA_DEVICE_KIND_CPU, "Some Vendor", "Some CPU", "Some Platform");
+    expect_plan(CLMLA_DEVICE_KIND_GPU, H100);
+    expect_plan(CLMLA_DEVICE_KIND_GPU, PVC);
+    expect_plan(CLMLA_DEVICE_KIND_GPU, ARC);
+    expect_plan(CLMLA_DEVICE_KIND_GPU, AMD_GPU("gfx942:sramecc+:xnack-"));
+    expect_plan(CLMLA_DEVICE_KIND_GPU, "Some Vendor", "Some GPU", "Some Platform");
+    expect_plan(CLMLA_DEVICE_KIND_ACCELERATOR, "Some Vendor", "Some Accelerator", "Some Platform");
+    expect_plan(CLMLA_DEVICE_KIND_OTHER, "Some Vendor", "Some Device", "Some Platform");
+}
+
+/* The parser refuses a bad entry by name; a device's entry stands over its type's, each rate it
+   does not list coming from behind it. */
+static void check_plan_parser(void)
+{
+    static const struct {
+        const char *entry, *names;
+    } bad[] = {
+        {"{\"kernel\":\"plan\",\"device_type\":\"cpu\",\"parameters\":{\"cpu_pair_rate\":1}}", "cpu_pair_rate"},
+        {"{\"kernel\":\"plan\",\"device_type\":\"cpu\",\"parameters\":{\"gpu_tiled_key_rate\":0.5}}",
+         "gpu_tiled_key_rate"},
+        {"{\"kernel\":\"plan\",\"device_type\":\"gpu\",\"parameters\":{\"gpu_tiled_pair_rate\":0}}",
+         "gpu_tiled_pair_rate"},
+        {"{\"kernel\":\"plan\",\"device_type\":\"gpu\",\"parameters\":{\"gpu_tiled_chunk_keys\":2}}",
+         "gpu_tiled_chunk_keys"},
+        {"{\"kernel\":\"plan\",\"device_type\":\"gpu\",\"parameters\":{\"min_tokens\":2.5}}", "min_tokens"},
+        {"{\"kernel\":\"plan\",\"device_type\":\"gpu\",\"parameters\":{\"gpu_tiled_key_rate\":\"fast\"}}",
+         "gpu_tiled_key_rate"},
+        {"{\"kernel\":\"plan\",\"device_type\":\"fpga\",\"parameters\":{}}", "device_type"},
+        {"{\"kernel\":\"plan\",\"device_type\":\"cpu\",\"vendor\":\"V\",\"device\":\"D\",\"parameters\":{}}",
+         "device_type"},
+        {"{\"kernel\":\"plan\",\"vendor\":\"V\",\"parameters\":{}}", "device_type"},
+        {"{\"kernel\":\"products\",\"device_type\":\"cpu\",\"parameters\":{}}", "kernel"},
+        {"{\"kernel\":\"plan\",\"device_type\":\"cpu\"}", "parameters"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char text[1024], why[512];
+        snprintf(text, sizeof(text), "[%s]", bad[i].entry);
+        plan_entry_list list;
+        const int refused = clmla_plan_rates_parse(text, &list, why, sizeof(why));
+        CHECK(refused == 1 && list.count == 0 && strstr(why, bad[i].names),
+              "plan entry %s: refused %d, kept %zu, why \"%s\" (should name %s)", bad[i].entry, refused, list.count,
+              why, bad[i].names);
+        if (refused >= 0)
+            clmla_plan_rates_list_free(&list);
+    }
+    char why[512];
+    plan_entry_list list;
+    CHECK(clmla_plan_rates_parse("{}", &list, why, sizeof(why)) == -1, "plan rates: an object taken for a file");
+
+    const char *layered = "[{\"kernel\":\"plan\",\"vendor\":\"V\",\"device\":\"D\",\"parameters\":"
+                          "{\"gpu_tiled_key_rate\":0.5}},"
+                          "{\"kernel\":\"plan\",\"device_type\":\"gpu\",\"parameters\":"
+                          "{\"gpu_tiled_key_rate\":0.25,\"gpu_tiled_pair_rate\":0.75,\"min_tokens\":8}}]";
+    const int refused = clmla_plan_rates_parse(layered, &list, why, sizeof(why));
+    CHECK(refused == 0 && list.count == 2, "plan rates, layered entries: refused %d (%s)", refused, why);
+    if (refused == 0) {
+        clmla_device_info d = device("V", "D", "P");
+        d.kind = CLMLA_DEVICE_KIND_GPU;
+        clmla_plan_rates r;
+        CHECK(clmla_plan_rates_resolve(&list, &d, &r) == 2 && r.gpu_tiled_key_rate == 0.5 &&
+                  r.gpu_tiled_pair_rate == 0.75 && r.min_tokens == 8 && r.gpu_absorbed_pair_rate == 1,
+              "plan rates, layered entries: %.17g %.17g %d %.17g", r.gpu_tiled_key_rate, r.gpu_tiled_pair_rate,
+              r.min_tokens, r.gpu_absorbed_pair_rate);
+        d.kind = CLMLA_DEVICE_KIND_CPU;
+        CHECK(clmla_plan_rates_resolve(&list, &d, &r) == 1 && r.gpu_tiled_key_rate == 0.5 && r.min_tokens == 16,
+              "plan rates, layered entries on a CPU: %.17g %d", r.gpu_tiled_key_rate, r.min_tokens);
+    }
+    if (refused >= 0)
+        clmla_plan_rates_list_free(&list);
+}
+
 int main(void)
 {
     check_kind(LATENT);
     check_kind(PRODUCTS);
     check_old_tables();
     check_clblast();
+    check_plan_entries();
+    check_plan_old_rates();
+    check_plan_parser();
     return check_summary();
 }

@@ -388,39 +388,24 @@ static int entry_parse(const kernel_kind *k, const cJSON *o, kernel_entry *e, ch
     return 1;
 }
 
+/* clmla_tuning_list_parse's parser of kind k's entries (arg): the other kinds' are skipped. */
+static int kind_entry_parse(const cJSON *item, void *slot, const void *arg, char *why, size_t why_size)
+{
+    const kernel_kind *k = arg;
+    if (kind_of(item) != k) /* another kind's, left to its parser */
+        return -1;
+    return entry_parse(k, item, slot, why, why_size);
+}
+
 /* A file's text: -1 not a JSON array, else how many entries of kind k were refused (why: the
    first); the legal ones in *out. */
 static int list_parse(const kernel_kind *k, const char *text, kernel_entry_list *out, char *why, size_t why_size)
 {
-    memset(out, 0, sizeof(*out));
-    why[0] = '\0';
-    cJSON *list = cJSON_Parse(text);
-    if (!cJSON_IsArray(list)) {
-        cJSON_Delete(list);
-        snprintf(why, why_size, "not a JSON array of entries");
-        return -1;
-    }
-    const int n = cJSON_GetArraySize(list);
-    out->entries = calloc(n > 0 ? (size_t)n : 1, sizeof(kernel_entry));
-    if (!out->entries) {
-        cJSON_Delete(list);
-        snprintf(why, why_size, "out of host memory");
-        return -1;
-    }
-    int refused = 0;
-    const cJSON *item = NULL;
-    cJSON_ArrayForEach(item, list)
-    {
-        char one[512];
-        if (kind_of(item) != k) /* another kind's, left to its parser */
-            continue;
-        if (entry_parse(k, item, &out->entries[out->count], one, sizeof(one)))
-            out->count++;
-        else if (!refused++)
-            snprintf(why, why_size, "%s", one); /* the first refusal; the others are refused too */
-    }
-    cJSON_Delete(list);
-    return refused;
+    void *entries = NULL;
+    const int r = clmla_tuning_list_parse(text, sizeof(kernel_entry), kind_entry_parse, k, &entries, &out->count, why,
+                                          why_size);
+    out->entries = entries;
+    return r;
 }
 
 static void list_free(kernel_entry_list *list)

@@ -15,44 +15,31 @@
    and D = 2 H (dq + dv) per pair. An entry of t tokens after a prefix of p has p + t keys and
    t (p + (t + 1) / 2) causal pairs, so decompressing pays once pairs (A - D) >= p X, that is
    t (p + (t + 1) / 2) >= p n with n = X / (A - D): about n tokens after a long prefix, fewer after
-   a short one, any number after none. n is the layer's auto_threshold (171 for DeepSeek's head
-   dims by the FLOPs alone). Each part is weighted by the speed its kernels reached:
-   - CPU devices, PoCL (V2-Lite, the AVX-512 EPYC, 2026-11-26): absorbed pairs ran at 1.12 and
-     decompressed pairs at 0.47 times the FLOP rate of the up-projection, which gives n = 452 for
-     DeepSeek's dims (the measured crossovers: 150-250 tokens after 256, 300-450 after 1024,
-     500-1000 after 4096). Where the latent tuning runs attn_latent_lanes (rows_lanes, 16 heads
-     or more) absorbed pairs are faster: on the Intel Xeon (V2-Lite, 2026-11-28, two tokens an
-     item) the paths were even at about 1000 tokens after 1024 and after 4096 (the absorbed path
-     0.87-0.90 of the other's time at 512, 0.95-0.98 at 768 after 4096, 0.99-1.00 at 1024), which
-     an absorbed rate of 1.38 gives (n = 1219).
-   - Other devices, an NVIDIA H100 (V2-Lite, prefixes 0-4096, chunks 16-4096), rates as fractions of
-     24.9 TFLOP/s (the up-projection's on the first run). The absorbed path: 1.49 and 1.53 ns per pair
-     on two runs (0.94, 0.91). attn_prefill_tiled (2026-11-26, `2bf76cd`): 0.98 ns per pair (0.42),
-     0.98 us per cached key (0.172, counting X a key) and 0.26 of that more than the absorbed path
-     per chunk token, so the rule counts the chunk's tokens as 0.26 keys: pairs >= n (p + 0.26 t),
-     n = 1757 for DeepSeek's dims, decompressed for prompts of about 913 tokens and more with no
-     prefix, about 1757 after a long one. attn_prefill (one query per work-item; where no block of
-     attn_prefill_tiled fits the device or the tuning turns it off) costs per key, cached or new,
-     nothing per pair (0.0197 of the rate, counting X a key): pairs >= n (p + t), n = 5565.
+   a short one, any number after none. n is the layer's auto_threshold. Each part is weighted by
+   the speed its kernels reach, the device's planner rates (clmla_plan_rates_for: the built-in
+   entries of host/mla/tuning_data/plan.json say where each was measured), as fractions of the
+   up-projection's FLOP rate:
+   - CPU devices: absorbed pairs at cpu_lanes_absorbed_pair_rate where the latent tuning runs
+     attn_latent_lanes (rows_lanes, 16 heads or more), else at cpu_absorbed_pair_rate; decompressed
+     pairs at cpu_decompressed_pair_rate.
+   - Other devices, where attn_prefill_tiled runs: absorbed pairs at gpu_absorbed_pair_rate,
+     decompressed pairs at gpu_tiled_pair_rate and keys at gpu_tiled_key_rate (counting X a key),
+     each of the entry's own tokens counting as gpu_tiled_chunk_keys keys: pairs >= n (p + c t).
+     Where attn_prefill runs (one query per work-item; where no block of attn_prefill_tiled fits the
+     device or the tuning turns it off) the decompressed path costs per key, cached or new, at
+     gpu_decompressed_key_rate, nothing per pair: pairs >= n (p + t).
    Shapes whose absorbed pairs cost no more than decompressed ones (small test shapes on CPUs) take
-   the absorbed path always. Below AUTO_MIN_TOKENS tokens the absorbed path is kept whatever the
-   prefix: with no prefix the two were even there on PoCL (and a multi-token decode entry stays in
-   its batch's absorbed call). */
-#define AUTO_MIN_TOKENS 16
-#define CPU_ABSORBED_PAIR_RATE 1.12
-#define CPU_LANES_ABSORBED_PAIR_RATE 1.38
-#define CPU_DECOMPRESSED_PAIR_RATE 0.47
-#define GPU_ABSORBED_PAIR_RATE 0.91
-#define GPU_TILED_PAIR_RATE 0.42
-#define GPU_TILED_KEY_RATE 0.172
-#define GPU_TILED_CHUNK_KEYS 0.26
-#define GPU_DECOMPRESSED_KEY_RATE 0.0197
+   the absorbed path always. Below the rates' min_tokens tokens the absorbed path is kept whatever
+   the prefix (and a multi-token decode entry stays in its batch's absorbed call). */
 
 /* n, and in *chunk_keys how many keys each of the entry's own tokens counts as in the decompressed
-   path's cost (0 on CPUs); LAYER_AUTO_NEVER: the decompressed path never pays. Needs the layer's
-   kernels (whether attn_prefill_tiled runs). */
-int layer_auto_threshold_of(const clmla_layer *L, double *chunk_keys)
+   path's cost (0 on CPUs), and in *min_tokens the fewest tokens an entry sent decompressed has;
+   LAYER_AUTO_NEVER: the decompressed path never pays. Needs the layer's kernels (whether
+   attn_prefill_tiled runs). */
+int layer_auto_threshold_of(const clmla_layer *L, double *chunk_keys, int *min_tokens)
 {
+    clmla_plan_rates r;
+    clmla_plan_rates_for(L->ctx, &r);
     const double X = 2.0 * L->rkv * L->H * (L->dn + L->dv), A = 2.0 * L->H * (2 * L->rkv + L->dr),
                  D = 2.0 * L->H * (L->dq + L->dv);
     double n;
@@ -60,19 +47,20 @@ int layer_auto_threshold_of(const clmla_layer *L, double *chunk_keys)
         clmla_latent_tuning tn;
         clmla_latent_tuning_for(L->ctx, L->H, &tn);
         const double rate =
-            clmla_latent_lanes_vectors(&tn, L->H) ? CPU_LANES_ABSORBED_PAIR_RATE : CPU_ABSORBED_PAIR_RATE;
-        const double saved = A / rate - D / CPU_DECOMPRESSED_PAIR_RATE;
+            clmla_latent_lanes_vectors(&tn, L->H) ? r.cpu_lanes_absorbed_pair_rate : r.cpu_absorbed_pair_rate;
+        const double saved = A / rate - D / r.cpu_decompressed_pair_rate;
         n = saved > 0 ? X / saved : LAYER_AUTO_NEVER;
         *chunk_keys = 0;
     } else if (L->prefill[0].tiled) {
-        const double saved = A / GPU_ABSORBED_PAIR_RATE - D / GPU_TILED_PAIR_RATE;
-        n = saved > 0 ? (X / GPU_TILED_KEY_RATE) / saved : LAYER_AUTO_NEVER;
-        *chunk_keys = GPU_TILED_CHUNK_KEYS;
+        const double saved = A / r.gpu_absorbed_pair_rate - D / r.gpu_tiled_pair_rate;
+        n = saved > 0 ? (X / r.gpu_tiled_key_rate) / saved : LAYER_AUTO_NEVER;
+        *chunk_keys = r.gpu_tiled_chunk_keys;
     } else {
-        n = (X / GPU_DECOMPRESSED_KEY_RATE) / (A / GPU_ABSORBED_PAIR_RATE);
+        n = (X / r.gpu_decompressed_key_rate) / (A / r.gpu_absorbed_pair_rate);
         *chunk_keys = 1;
     }
-    return n < AUTO_MIN_TOKENS ? AUTO_MIN_TOKENS : n >= LAYER_AUTO_NEVER ? LAYER_AUTO_NEVER : (int)ceil(n);
+    *min_tokens = r.min_tokens;
+    return n < r.min_tokens ? r.min_tokens : n >= LAYER_AUTO_NEVER ? LAYER_AUTO_NEVER : (int)ceil(n);
 }
 
 /* The scratch each attention path holds beyond the step's own activations (docs/DESIGN.md, "Which
@@ -149,7 +137,7 @@ static long long sparse_decompressed_keys(const clmla_layer *L)
    in steps that select keys. */
 int layer_auto_decompressed(const clmla_layer *L, int prefix, int tokens, int sparse)
 {
-    if (tokens < AUTO_MIN_TOKENS)
+    if (tokens < L->auto_min_tokens)
         return 0;
     if ((long long)prefix + tokens > layer_decompressed_max_keys(L) || decompressed_over_budget(L, prefix, tokens))
         return 0;

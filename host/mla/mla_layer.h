@@ -57,6 +57,7 @@ struct clmla_layer {
     int rmsnorm_threads;
     int auto_threshold;
     double auto_chunk_keys; /* AUTO: keys each of the entry's own tokens counts as in the decompressed cost (auto_threshold_of) */
+    int auto_min_tokens;    /* AUTO: entries of fewer tokens stay absorbed (auto_threshold_of) */
     /* The tables a step writes for its kernels (step_table, parts of one staged block, scratch.h),
        kept between steps (docs/DESIGN.md, "Step buffers"); `written` is the completion of the last
        step's writes, which the host waits for before it rewrites the block. */
@@ -87,11 +88,12 @@ static inline int selects(const clmla_layer *L)
 
 /* ---- the path planner (layer_plan.c) ---- */
 
-/* AUTO's token threshold of a layer whose kernels are built (clmla_layer_auto_threshold), and in
-   *chunk_keys how many keys each of an entry's own tokens counts as in the decompressed path's
-   cost; LAYER_AUTO_NEVER: the decompressed path never pays. */
+/* AUTO's token threshold of a layer whose kernels are built (clmla_layer_auto_threshold), from the
+   device's planner rates (kernel_tuning.h), and in *chunk_keys how many keys each of an entry's own
+   tokens counts as in the decompressed path's cost, in *min_tokens the fewest tokens of an entry
+   it sends decompressed; LAYER_AUTO_NEVER: the decompressed path never pays. */
 #define LAYER_AUTO_NEVER 1000000
-int layer_auto_threshold_of(const clmla_layer *L, double *chunk_keys);
+int layer_auto_threshold_of(const clmla_layer *L, double *chunk_keys, int *min_tokens);
 /* Whether AUTO sends an entry of `tokens` new tokens after `prefix` cached ones decompressed, in a
    dense step or (sparse) a selecting one. */
 int layer_auto_decompressed(const clmla_layer *L, int prefix, int tokens, int sparse);
