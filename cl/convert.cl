@@ -7,6 +7,7 @@
  *                     SRC_E4M3BF16: the decoder to bf16 bits
  *   convert_to_bf16:  out[i] = bf16 bits of in[i], rounded to nearest even
  *   convert_to_e4m3:  out[i] = e4m3 bits of in[i], rounded to nearest even, saturating at 448
+ *   gemm_weight_f32:  rows of a weight of the dtype W_DTYPE chooses decoded to float32 (below)
  * Dimension 0 runs over n values (items past n return). */
 #if defined(SRC_BF16)
 #define SRC_T ushort
@@ -57,4 +58,18 @@ __kernel void convert_to_bf16(__global const float *in, const int n, __global us
     const int i = get_global_id(0);
     if (i < n)
         out[i] = dt_to_bf16(in[i]);
+}
+
+/* gemm_weight_f32: `rows` rows of B (row-major from b_offset, K values each) decoded to float32,
+ * out [rows, K], for CLBlast where a product of a weight dtype has no kernel of its own here
+ * (host/mla/gemm.c, decoded_gemm): a piece of the weight at a time. */
+__kernel void gemm_weight_f32(__global const W_T *B, const int b_offset, const int ldb, const int rows, const int K,
+                              __global const float *Bs, const int bs_ld, __global float *out)
+{
+    const int k = get_global_id(0), r = get_global_id(1);
+    if (k >= K || r >= rows)
+        return;
+    const int brow0 = b_offset / ldb;
+    (void)brow0; /* read only through W_SCALE, which unscaled dtypes drop */
+    out[(size_t)r * K + k] = W_LOAD(B + b_offset, (size_t)r * ldb + k, W_SCALE(Bs, bs_ld, brow0 + r, k));
 }

@@ -254,10 +254,10 @@ clmla_status clmla_latent_tuning_save(const char *path, const clmla_device_info 
                                       const clmla_latent_tuning *tuning, const char *note);
 
 /* ---- Product kernel tuning ---------------------------------------------------------------- */
-/* The parameters of clmla's own product kernels (cl/gemm_skinny.cl, host/mla/gemm.c): the
-   decode-shaped kernels (gemm_skinny_nt / gemm_skinny_nn on GPUs and other non-CPU devices,
-   gemm_packed_rows / gemm_skinny_nt_rows on CPU devices) and the tiles of gemm_tiled_rows (CPU
-   devices, 64 rows or more: prefill). Each value is a build option (-D) of the kernels or a launch
+/* The parameters of clmla's own product kernels (cl/gemm_skinny.cl, cl/gemm_rows.cl,
+   host/mla/gemm.c): the decode-shaped kernels (gemm_skinny_nt / gemm_skinny_nn on GPUs and other
+   non-CPU devices, gemm_packed_rows / gemm_skinny_nt_rows on CPU devices) and the tiles of
+   gemm_tiled_rows (CPU devices, 64 rows or more: prefill). Each value is a build option (-D) of the kernels or a launch
    size; none changes how weights are laid out except cpu_items_per_cu and cpu_min_panel, which set
    the panel width of weights packed for CPU devices: a weight keeps the panel it was packed with,
    and the kernels read it from the weight, so a change applies to weights created after it.

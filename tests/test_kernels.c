@@ -1547,7 +1547,7 @@ static void test_attn_prefill_rows(void)
     run_prefill(&e);
 }
 
-/* ---- gemm_skinny ---------------------------------------------------------------------------------- */
+/* ---- gemm_skinny, gemm_rows ----------------------------------------------------------------------- */
 
 typedef struct gemm_case {
     const char *kernel;  /* gemm_skinny_nt, _nn, _nt_rows, _nn_rows, gemm_packed_rows, gemm_tiled_rows */
@@ -1562,6 +1562,17 @@ typedef struct gemm_case {
     int pack_chunk;                   /* gemm_packed_rows: B packed here in panels of columns_per_item
                                          rows, chunks of this many values of K (its -D PCH) */
 } gemm_case;
+
+/* The file of a product kernel: the work-group forms are cl/gemm_skinny.cl's, the CPU forms
+   cl/gemm_rows.cl's. */
+static const char *gemm_file(const char *kernel)
+{
+    static const char *const work_group[] = {"gemm_skinny_nt", "gemm_skinny_nn", "gemm_skinny_nn_split"};
+    for (size_t i = 0; i < sizeof(work_group) / sizeof(work_group[0]); i++)
+        if (strcmp(kernel, work_group[i]) == 0)
+            return "gemm_skinny";
+    return "gemm_rows";
+}
 
 /* C = alpha A op(B) + beta C over batch products at strides and offsets, every value of C (its
    padding too) against a double computation. row_blocks > 1 is the many-rows form, dimension 1
@@ -1614,7 +1625,7 @@ static void run_gemm(const gemm_case *c)
                 float *dst = &want[co + (size_t)q * c_stride + (size_t)m * ldc + n];
                 *dst = (float)(c->alpha * s + (c->beta != 0.0f ? (double)c->beta * *dst : 0.0));
             }
-    cl_kernel k = kernel("gemm_skinny", c->options, c->kernel);
+    cl_kernel k = kernel(gemm_file(c->kernel), c->options, c->kernel);
     cl_mem ab = buffer(na * sizeof(float), a), cb = buffer(nc * sizeof(float), cm);
     cl_mem bb = bp ? buffer(nbp * sizeof(float), bp) : buffer(nb * sizeof(float), b);
     const int b_stride_arg = bp ? packed_stride : b_stride;
@@ -1679,7 +1690,7 @@ static void test_gemm_weight_f32(void)
     }
     for (int i = 0; i < 6; i++)
         scales[i] = 0.25f * (float)(i + 1);
-    cl_kernel k = kernel("gemm_skinny", "-D W_DTYPE=3", "gemm_weight_f32");
+    cl_kernel k = kernel("convert", "-D W_DTYPE=3", "gemm_weight_f32");
     cl_mem cb = buffer((size_t)R * K, codes), sb = buffer(sizeof(scales), scales);
     cl_mem ob = buffer((size_t)ROWS * K * sizeof(float), NULL);
     const int b_offset = FIRST * K, ldb = K, rows = ROWS, cols = K, bs_ld = 3;
@@ -1751,7 +1762,7 @@ static void test_gemm_packed_wide(void)
                     memcpy(dst, codes + ((size_t)r * K + k0) * eb, (size_t)len * eb);
                     dst += (size_t)len * eb;
                 }
-        cl_kernel k = kernel("gemm_skinny",
+        cl_kernel k = kernel("gemm_rows",
                              fp8 ? "-D MR=1 -D NCC=8 -D PCH=256 -D PACKED_WIDE -D W_DTYPE=3 -D CLMLA_FP8_HALF -D W_BLOCK_SUMS"
                                  : "-D MR=1 -D NCC=8 -D PCH=256 -D PACKED_WIDE -D W_DTYPE=2",
                              "gemm_packed_rows");

@@ -308,7 +308,7 @@ static void test_dtypes(void)
     check_dtype(CLMLA_DTYPE_FP8_E4M3, 19, 2100, "fp8");
     /* fp8 again through the decoders other devices get (host/runtime/program.h), each on a context of
        its own, since a context builds its kernels once: the CPU kernels undo, on the activations,
-       what each decoder leaves in the scale (cl/gemm_skinny.cl, W_SUM_X) */
+       what each decoder leaves in the scale (cl/gemm_rows.cl, DT_E4M3_SUM_X) */
     clmla_context *const main_ctx = ctx;
     for (int dec = CLMLA_FP8_DECODER_SHIFT; dec <= CLMLA_FP8_DECODER_REBIAS; dec++) {
         clmla_context *dc = decoder_context(main_ctx, dec);

@@ -9,7 +9,7 @@
  *                                                  drivers that run an item's loop in turn want)
  *   With -D STREAMS=S (CPU devices) a work-group is one item, which reads its chunk as S
  *   sequential streams, one over each S-th of it, 16 floats a load: how clmla's CPU products
- *   read their weights (cl/gemm_skinny.cl, gemm_packed_rows). PoCL runs the two orders above
+ *   read their weights (cl/gemm_rows.cl, gemm_packed_rows). PoCL runs the two orders above
  *   vectorised across the items of a work-group, and they read about a quarter slower than this
  *   on an Intel Xeon (docs/perf-log.md, 2026-11-27).
  *   One float per item is written so that the loads cannot be removed.

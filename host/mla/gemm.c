@@ -17,7 +17,8 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Rows up to which cl/gemm_skinny.cl is used (its MMAX). */
+/* Rows up to which the decode-shaped forms are used: cl/gemm_skinny.cl's work-group kernels (its
+   MMAX), on CPU devices cl/gemm_rows.cl's blocks of 1, 2, 4 or 8 rows. */
 #define SKINNY_MAX_ROWS 8
 
 static CLBlastTranspose op(const clmla_matrix *x)
@@ -197,9 +198,9 @@ static int rows_bucket(size_t m)
     return bucket;
 }
 
-/* A work-group kernel of gemm_skinny built with `options` and -D WG= the largest power of two up
-   to `wg`, and at least `min_wg`, that the device, the kernel's own limit and local memory (local_bytes)
-   take. */
+/* A work-group kernel of cl/gemm_skinny.cl built with `options` and -D WG= the largest power of two
+   up to `wg`, and at least `min_wg`, that the device, the kernel's own limit and local memory
+   (local_bytes) take. */
 static clmla_status sized_kernel(clmla_context *ctx, const char *name, const char *options, int wg, int min_wg,
                                  size_t (*local_bytes)(int, const void *), const void *arg, cl_kernel *kernel, int *threads)
 {
@@ -363,7 +364,8 @@ static void cpu_options(const clmla_context *ctx, clmla_dtype dtype, size_t k, i
     dtype_options(ctx, dtype, extra, out, size);
 }
 
-/* The CPU kernel `name` for blocks of `rows` rows into *slot, built with cpu_options unless made. */
+/* The CPU kernel `name` (cl/gemm_rows.cl) for blocks of `rows` rows into *slot, built with
+   cpu_options unless made. */
 static clmla_status cpu_kernel(clmla_context *ctx, clmla_dtype dtype, size_t k, int rows, int large, const char *name,
                                cl_kernel *slot)
 {
@@ -371,7 +373,7 @@ static clmla_status cpu_kernel(clmla_context *ctx, clmla_dtype dtype, size_t k, 
         return CLMLA_SUCCESS;
     char options[192];
     cpu_options(ctx, dtype, k, rows, large, options, sizeof(options));
-    return clmla_kernel_create(ctx, "gemm_skinny", options, name, slot);
+    return clmla_kernel_create(ctx, "gemm_rows", options, name, slot);
 }
 
 /* The CPU forms for m rows: rows bucket 1, 2, 4 or 8, column blocks 8 / bucket (of single
@@ -396,8 +398,9 @@ static int fits_int(size_t v)
     return v <= (size_t)INT_MAX;
 }
 
-/* Arguments 0..18, common to every gemm_skinny kernel: M N K alpha, then (buffer, offset, ld,
-   batch stride) of A and B, beta, the same of C, then B's block scales and their row length. */
+/* Arguments 0..18, common to every product kernel of cl/gemm_skinny.cl and cl/gemm_rows.cl: M N K
+   alpha, then (buffer, offset, ld, batch stride) of A and B, beta, the same of C, then B's block
+   scales and their row length. */
 static clmla_status set_product_args(clmla_context *ctx, cl_kernel kernel, size_t m, size_t n, size_t k, float alpha,
                                      clmla_matrix a, size_t a_stride, clmla_matrix b, size_t b_stride, float beta,
                                      clmla_matrix c, size_t c_stride)
@@ -599,7 +602,7 @@ static clmla_status tiled(clmla_context *ctx, size_t m, size_t n, size_t k, floa
         snprintf(extra, sizeof(extra), "-D TR=%d -D TC=%d -D KC=%d%s%s", t->tiled_rows, t->tiled_columns, kc, mc,
                  decode ? " -D TILED_DECODE" : "");
         dtype_options(ctx, b.dtype, extra, options, sizeof(options));
-        clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options, "gemm_tiled_rows", slot);
+        clmla_status st = clmla_kernel_create(ctx, "gemm_rows", options, "gemm_tiled_rows", slot);
         if (st != CLMLA_SUCCESS)
             return st;
     }
@@ -763,7 +766,7 @@ static clmla_status decode_rows(clmla_context *ctx, clmla_matrix b, size_t k, si
     if (!*kernel) {
         char options[96];
         dtype_options(ctx, b.dtype, "", options, sizeof(options));
-        clmla_status st = clmla_kernel_create(ctx, "gemm_skinny", options, "gemm_weight_f32", kernel);
+        clmla_status st = clmla_kernel_create(ctx, "convert", options, "gemm_weight_f32", kernel);
         if (st != CLMLA_SUCCESS)
             return st;
     }

@@ -157,7 +157,7 @@ static const kernel_kind latent_kind = {
     sizeof(latent_names) / sizeof(latent_names[0]), sizeof(clmla_latent_tuning), &latent_defaults, latent_problem,
     "latent attention parameters"};
 
-/* ---- products (cl/gemm_skinny.cl) ------------------------------------------------------------ */
+/* ---- products (cl/gemm_skinny.cl, cl/gemm_rows.cl) ------------------------------------------ */
 
 /* The parameters where no entry applies (include/clmla_tuning.h gives each field's default). */
 static const clmla_product_tuning product_defaults = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256,
@@ -197,10 +197,11 @@ static int power_of_two(int v)
     return v > 0 && (v & (v - 1)) == 0;
 }
 
-/* The kernels' constraints (cl/gemm_skinny.cl): gemm_skinny_nt's tree over local memory needs a
-   power-of-two group, its kernel slots hold up to 8 columns; gemm_packed_rows keeps MRP x STREAMS
-   float8 accumulators in registers (the bounds keep that at most 16); gemm_tiled_rows walks its
-   rows 4 at a time and reads a block scale once per 128 values of K (W_BLOCK: KC a multiple). */
+/* The kernels' constraints (cl/gemm_skinny.cl, cl/gemm_rows.cl): gemm_skinny_nt's tree over local
+   memory needs a power-of-two group, its kernel slots hold up to 8 columns; gemm_packed_rows keeps
+   MRP x STREAMS float8 accumulators in registers (the bounds keep that at most 16); gemm_tiled_rows
+   walks its rows 4 at a time and reads a block scale once per 128 values of K (W_BLOCK: KC a
+   multiple). */
 const char *clmla_product_tuning_problem(const clmla_product_tuning *t)
 {
     if (!power_of_two(t->skinny_items) || t->skinny_items < 16 || t->skinny_items > 1024)
