@@ -362,6 +362,134 @@ clmla_status clmla_context_set_product_tuning(clmla_context *ctx, const clmla_pr
 clmla_status clmla_product_tuning_save(const char *path, const clmla_device_info *device, size_t k,
                                        const clmla_product_tuning *tuning, const char *note);
 
+/* ---- Searching the parameters of clmla's own kernels ------------------------------------------ */
+/* clmla_tune_latent, clmla_tune_prefill and clmla_tune_products search the parameters above for the
+   context's device, the searches behind `clmla tune --kernels`. Each kernel's parameter space is
+   declared in the library as data (the fields a search varies, their candidate values, and the
+   constraints: values that apply only on CPUs, on GPUs, over decoded caches, or within the
+   device's work-group size). A search starts from the parameters in force (the lookup's: the user
+   file, the built-in table, else the defaults), measures every candidate the space allows, and
+   refuses a candidate whose output differs from the output of the defaults on the same inputs by
+   more than a tolerance (relative to the largest value of that output: 1e-4, or 1e-3 over a cache
+   of f16, bf16 or fp8), or that fails to build or run. The best is the lowest mean, over the timed
+   cases, of its median time relative to the first candidate's; a best other than the first is timed
+   again beside it in alternations and kept only when still at least as fast. Each call forces the
+   candidates on the context and leaves the lookup in force when it returns; it writes no file
+   (clmla_latent_tuning_save and clmla_product_tuning_save do). Searches compile a kernel set per
+   candidate: seconds to minutes each. */
+
+/* What a progress report is about. */
+typedef enum clmla_tune_event_kind {
+    CLMLA_TUNE_STAGE = 0,     /* a search begins: stage, detail and total are set */
+    CLMLA_TUNE_CANDIDATE = 1, /* a candidate was measured, refused or skipped */
+    CLMLA_TUNE_BEST = 2       /* a search chose: tuning and label name the winner, ratio its time */
+} clmla_tune_event_kind;
+
+/* One report; its pointers hold until the callback returns. */
+typedef struct clmla_tune_event {
+    clmla_tune_event_kind kind;
+    const char *stage;    /* the kernel or stage searched ("attn_latent", "decode products
+                             (gemm_skinny_nt)", "confirmation", ...) */
+    const char *detail;   /* STAGE: what it times (shapes, heads, dtypes) */
+    int index;            /* CANDIDATE: 1..total */
+    int total;            /* the candidates of this search */
+    const void *tuning;   /* CANDIDATE, BEST: the candidate, a clmla_latent_tuning (clmla_tune_latent,
+                             clmla_tune_prefill) or a clmla_product_tuning (clmla_tune_products) */
+    const char *label;    /* CANDIDATE, BEST: the parameters the search varies, "name=value ..." */
+    int measured;         /* CANDIDATE: 1 checked and timed; 0 refused or skipped (note says why) */
+    const char *note;     /* CANDIDATE: why it was refused or skipped; NULL when measured */
+    double error;         /* CANDIDATE: the largest difference of its output from the reference
+                             output, relative to that output's largest value; -1 when it did not run */
+    const double *times;  /* CANDIDATE (measured): median microseconds of each timed case */
+    const char **time_names; /* their names ("batch 1", "prompt", ...), or NULL */
+    int num_times;
+    double ratio;         /* CANDIDATE (measured), BEST: the mean of its times over the first
+                             candidate's (1 for the first) */
+} clmla_tune_event;
+
+typedef void (*clmla_tune_progress_fn)(void *user, const clmla_tune_event *event);
+
+/* The options of the three searches; zeroed: the defaults. */
+typedef struct clmla_kernel_tune_options {
+    int quick;            /* 1: the small grid each search declares for a quick check (latent: 2 to 4
+                             candidates at ctx 512; prefill: 3 or 4, a prompt of 80 after nothing and
+                             40 tokens after 100; products: V2-Lite's o_proj in f32 and bf16, 128
+                             prefill rows, the small class only); 0: the full grid */
+    int heads;            /* latent: attention heads, 1..1024 (0: 16); prefill: 16 (V2-Lite's layer)
+                             or 128 (V3's) (0: 16); products: not read */
+    int ctx_len;          /* latent: keys per sequence timed; prefill: the prefix of a 512-token chunk
+                             and the prompt (up to 2048); 64..65536 (0: 4096); quick: not read */
+    clmla_cache_dtype cache_dtype; /* latent: the cache timed; f32 searches the grid of the kernel
+                             the context runs, f16, bf16 or fp8 the decoded caches' parameters of
+                             attn_latent (group_decode_heads, group_aligned), which CPU contexts
+                             (row kernels) do not run; prefill, products: not read (f32) */
+    int repetitions;      /* timed calls per case, their median kept, 1..32 (0: quick 3, else 7) */
+    int max_candidates;   /* candidates to try at most, the parameters in force first (0: no limit) */
+    double max_seconds;   /* start no new candidate after this long; later ones are reported as
+                             skipped (0: no limit) */
+    const clmla_latent_tuning *from; /* prefill: the latent parameters to start from and keep (NULL:
+                             the lookup's); others: not read */
+    clmla_tune_progress_fn progress; /* called for each stage, candidate and choice; may be NULL */
+    void *user;           /* handed to progress */
+} clmla_kernel_tune_options;
+
+/* What a latent or prefill search found. */
+typedef struct clmla_latent_tune_result {
+    clmla_latent_tuning best; /* the parameters to keep: the base with the searched fields of the best */
+    clmla_latent_tuning base; /* the parameters the search started from */
+    const char *source;   /* where base came from (as clmla_latent_tuning_lookup's, or "options") */
+    int candidates;       /* candidates enumerated */
+    int measured;         /* candidates that passed the check and were timed */
+    double ratio;         /* best's time relative to base's (1 when base was kept) */
+    double best_us[2];    /* best's median microseconds: latent batch 1 and 8; prefill the prompt and
+                             the chunk after the prefix */
+    double base_us[2];    /* the same for base */
+} clmla_latent_tune_result;
+
+/* Searches the latent attention kernel's parameters for the context's device at options->heads
+   heads: over an f32 cache the kernel the context runs (attn_latent_rows and attn_latent_lanes,
+   or attn_latent), over a decoded cache attn_latent's parameters for such caches. Timed: one
+   sequence and 8 sequences of ctx_len keys (rkv 512, dr 64). options may be NULL (the defaults).
+   Returns CLMLA_SUCCESS with *result filled; CLMLA_ERROR_INVALID_ARGUMENT naming the field of a bad
+   option (a decoded cache on a context that runs the row kernels among them); or the status of
+   the step that failed (the parameters in force or the defaults failing to run among them). */
+clmla_status clmla_tune_latent(clmla_context *ctx, const clmla_kernel_tune_options *options,
+                               clmla_latent_tune_result *result);
+
+/* Searches the decompressed path's attention tiles for the context's device (attn_prefill_tiled's
+   prefill_queries, prefill_keys, prefill_chunk and prefill_tiled 0, or on contexts that run the
+   row kernels attn_prefill_rows's prefill_rows_queries) in whole prefill steps of a layer with
+   random weights: V2-Lite's (16 heads, bf16 weights) or V3's (128 heads, fp8), a prompt alone and
+   a chunk after a prefix. result->best is options->from (or the lookup's) with the prefill fields
+   of the winner. Returns CLMLA_SUCCESS with *result filled, CLMLA_ERROR_INVALID_ARGUMENT naming the
+   field of a bad option (heads other than 16 or 128 among them), or the status of the step that
+   failed. */
+clmla_status clmla_tune_prefill(clmla_context *ctx, const clmla_kernel_tune_options *options,
+                                clmla_latent_tune_result *result);
+
+/* What a product search found, for one class of K. */
+typedef struct clmla_product_tune_result {
+    clmla_product_tuning best; /* the base with the searched fields of each stage's best */
+    clmla_product_tuning base; /* the parameters the search started from (the lookup's) */
+    const char *source;   /* where base came from */
+    double ratio;         /* decode products: best's time relative to base's */
+    double tiled_ratio;   /* prefill products (gemm_tiled_rows, CPU forms): the same; 0 not searched */
+    double nn_ratio;      /* the per-head x W^UK product in decode steps (work-group forms, small
+                             class): the same; 0 not searched */
+    int tiled_rows;       /* rows of x the prefill products were timed at; 0 not searched */
+} clmla_product_tune_result;
+
+/* Searches the product kernels' parameters for products of K = k's class (k <= 4096 "small", else
+   "large"): the decode-shaped kernels the context runs (gemm_packed_rows on the CPU forms,
+   gemm_skinny_nt on the work-group forms) at 1 row of x on V2-Lite's and V3's projections of that
+   class in f32, bf16 and fp8; then on the CPU forms gemm_tiled_rows's tiles at prefill rows, and on
+   the work-group forms (small class) the per-head absorption's K split (skinny_nn_items,
+   skinny_nn_slices) in decode steps of layers with random weights. Returns CLMLA_SUCCESS with
+   *result filled, CLMLA_ERROR_INVALID_ARGUMENT naming a bad option or k 0, or the status of the
+   step that failed. */
+clmla_status clmla_tune_products(clmla_context *ctx, const clmla_kernel_tune_options *options, size_t k,
+                                 clmla_product_tune_result *result);
+
 #ifdef __cplusplus
 }
 #endif

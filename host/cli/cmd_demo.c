@@ -212,7 +212,7 @@ int cmd_demo(int argc, char **argv)
     printf("model        %s attention shape: D %d, %d heads, q_lora_rank %d, kv_lora_rank %d, head dims %d/%d/%d, "
            "YaRN s=%g\n",
            clmla_preset_name(preset), D, H, rq, rkv, dn, dr, dv, cfg.yarn_factor);
-    float *x = made == 0 ? cli_random_floats((size_t)T * D, 1.0f, 0, &rng) : NULL;
+    float *x = made == 0 ? clmla_tuner_random_floats((size_t)T * D, 1.0f, 0, &rng) : NULL;
     float *out = malloc((size_t)T * D * sizeof(float));
     int rc = 1;
     clmla_layer *layer = NULL;

@@ -400,7 +400,7 @@ clmla_status clmla_layer_create(clmla_context *ctx, const clmla_layer_config *co
         clmla_layer_destroy(L);
         return st;
     }
-    L->auto_threshold = layer_auto_threshold_of(L, &L->auto_chunk_keys, &L->auto_min_tokens);
+    L->auto_threshold = clmla_layer_auto_threshold_of(L, &L->auto_chunk_keys, &L->auto_min_tokens);
     *out = L;
     return CLMLA_SUCCESS;
 }

@@ -36,7 +36,7 @@
    path's cost (0 on CPUs), and in *min_tokens the fewest tokens an entry sent decompressed has;
    LAYER_AUTO_NEVER: the decompressed path never pays. Needs the layer's kernels (whether
    attn_prefill_tiled runs). */
-int layer_auto_threshold_of(const clmla_layer *L, double *chunk_keys, int *min_tokens)
+int clmla_layer_auto_threshold_of(const clmla_layer *L, double *chunk_keys, int *min_tokens)
 {
     clmla_plan_rates r;
     clmla_plan_rates_for(L->ctx, &r);
@@ -78,23 +78,23 @@ int layer_auto_threshold_of(const clmla_layer *L, double *chunk_keys, int *min_t
      refused past the largest buffer. */
 #define SCRATCH_BUDGET_BYTES ((uint64_t)1 << 30)
 
-uint64_t layer_scratch_budget(const clmla_layer *L)
+uint64_t clmla_layer_scratch_budget(const clmla_layer *L)
 {
     const uint64_t eighth = L->ctx->info.global_mem_bytes / 8;
     return eighth > 0 && eighth < SCRATCH_BUDGET_BYTES ? eighth : SCRATCH_BUDGET_BYTES;
 }
 
-int layer_absorbed_piece_rows(const clmla_layer *L)
+int clmla_layer_absorbed_piece_rows(const clmla_layer *L)
 {
     const int forced = clmla_hook_absorbed_piece_rows(L->ctx);
     if (forced > 0)
         return forced;
-    const uint64_t rows = layer_scratch_budget(L) / (2 * (uint64_t)L->H * L->rkv * sizeof(float));
+    const uint64_t rows = clmla_layer_scratch_budget(L) / (2 * (uint64_t)L->H * L->rkv * sizeof(float));
     return rows < 16 ? 16 : rows > INT_MAX ? INT_MAX : (int)rows;
 }
 
 /* The decompressed path's scratch bytes a key: the gathered row, the up-projected one. */
-void layer_decompressed_key_bytes(const clmla_layer *L, uint64_t *gather, uint64_t *up)
+void clmla_layer_decompressed_key_bytes(const clmla_layer *L, uint64_t *gather, uint64_t *up)
 {
     *gather = (uint64_t)L->row * sizeof(float);
     *up = (uint64_t)L->H * (uint64_t)(L->dn + L->dv) * sizeof(float);
@@ -102,10 +102,10 @@ void layer_decompressed_key_bytes(const clmla_layer *L, uint64_t *gather, uint64
 
 /* The most keys a decompressed entry can have: each of its scratch buffers within the device's
    largest buffer. */
-long long layer_decompressed_max_keys(const clmla_layer *L)
+long long clmla_layer_decompressed_max_keys(const clmla_layer *L)
 {
     uint64_t gather, up;
-    layer_decompressed_key_bytes(L, &gather, &up);
+    clmla_layer_decompressed_key_bytes(L, &gather, &up);
     const uint64_t largest = L->ctx->info.max_alloc_bytes;
     return largest > 0 ? (long long)(largest / (up > gather ? up : gather)) : LLONG_MAX;
 }
@@ -114,8 +114,8 @@ long long layer_decompressed_max_keys(const clmla_layer *L)
 static int decompressed_over_budget(const clmla_layer *L, long long prefix, long long tokens)
 {
     uint64_t gather, up;
-    layer_decompressed_key_bytes(L, &gather, &up);
-    return (double)(prefix + tokens) * (double)(gather + up) > (double)layer_scratch_budget(L);
+    clmla_layer_decompressed_key_bytes(L, &gather, &up);
+    return (double)(prefix + tokens) * (double)(gather + up) > (double)clmla_layer_scratch_budget(L);
 }
 
 /* In a selecting step AUTO sends an entry decompressed only up to this many keys. CPU devices:
@@ -135,11 +135,11 @@ static long long sparse_decompressed_keys(const clmla_layer *L)
 /* Whether AUTO takes the decompressed path for an entry of `tokens` new tokens in a sequence that
    held `prefix` before the step: the rule above in dense steps, the one of sparse_decompressed_keys
    in steps that select keys. */
-int layer_auto_decompressed(const clmla_layer *L, int prefix, int tokens, int sparse)
+int clmla_layer_auto_decompressed(const clmla_layer *L, int prefix, int tokens, int sparse)
 {
     if (tokens < L->auto_min_tokens)
         return 0;
-    if ((long long)prefix + tokens > layer_decompressed_max_keys(L) || decompressed_over_budget(L, prefix, tokens))
+    if ((long long)prefix + tokens > clmla_layer_decompressed_max_keys(L) || decompressed_over_budget(L, prefix, tokens))
         return 0;
     if (sparse && (long long)prefix + tokens > sparse_decompressed_keys(L))
         return 0;
@@ -166,6 +166,6 @@ clmla_status clmla_layer_auto_path(const clmla_layer *L, int prefix, int tokens,
                           "clmla_layer_auto_path: prefix must be at least 0 and tokens at least 1, got %d and %d", prefix,
                           tokens);
     const int sparse = selects(L) && (long long)prefix + tokens > L->topk;
-    *path = layer_auto_decompressed(L, prefix, tokens, sparse) ? CLMLA_PATH_DECOMPRESSED : CLMLA_PATH_ABSORBED;
+    *path = clmla_layer_auto_decompressed(L, prefix, tokens, sparse) ? CLMLA_PATH_DECOMPRESSED : CLMLA_PATH_ABSORBED;
     return CLMLA_SUCCESS;
 }

@@ -242,10 +242,10 @@ static clmla_status plan_step(clmla_layer *L, clmla_cache *cache, const clmla_fo
         p->first_row[e] = row;
         p->prefix[e] = txn->old_length[e];
         p->decompressed[e] = a->path == CLMLA_PATH_DECOMPRESSED ||
-                             (a->path == CLMLA_PATH_AUTO && layer_auto_decompressed(L, p->prefix[e], tokens, p->sparse));
-        if (p->decompressed[e] && (long long)p->prefix[e] + tokens > layer_decompressed_max_keys(L)) {
+                             (a->path == CLMLA_PATH_AUTO && clmla_layer_auto_decompressed(L, p->prefix[e], tokens, p->sparse));
+        if (p->decompressed[e] && (long long)p->prefix[e] + tokens > clmla_layer_decompressed_max_keys(L)) {
             uint64_t gather, up;
-            layer_decompressed_key_bytes(L, &gather, &up);
+            clmla_layer_decompressed_key_bytes(L, &gather, &up);
             return clmla_fail(L->ctx, CLMLA_ERROR_UNSUPPORTED,
                               "the decompressed path would up-project the %lld keys of sequence %d (%d cached, %d new) "
                               "into one buffer of %llu bytes, more than the device's largest (%llu bytes); run it on "
@@ -385,7 +385,7 @@ static clmla_status stage_step(clmla_layer *L, clmla_cache *cache, const clmla_f
         st = clmla_scratch(ctx, SCRATCH_Q, T * H * (size_t)L->dq * F, &b->q);
     if (st == CLMLA_SUCCESS)
         st = clmla_scratch(ctx, SCRATCH_HEADS_OUT, T * H * (size_t)L->dv * F, &b->o);
-    const size_t most = (size_t)layer_absorbed_piece_rows(L), piece = T < most ? T : most;
+    const size_t most = (size_t)clmla_layer_absorbed_piece_rows(L), piece = T < most ? T : most;
     if (st == CLMLA_SUCCESS && p->any_absorbed)
         st = clmla_scratch(ctx, SCRATCH_Q_ABSORBED, piece * H * (size_t)L->rkv * F, &b->q_abs);
     if (st == CLMLA_SUCCESS && p->any_absorbed)
@@ -518,7 +518,7 @@ static clmla_status absorbed_attention(clmla_layer *L, clmla_cache *cache, const
     clmla_context *ctx = L->ctx;
     const int H = L->H, rkv = L->rkv, dn = L->dn, dv = L->dv, q_ld = b->q_ld;
     const size_t kvb_head = (size_t)(dn + dv) * rkv; /* floats between heads in kv_b_proj */
-    const int piece = layer_absorbed_piece_rows(L), pieces = (p->T + piece - 1) / piece;
+    const int piece = clmla_layer_absorbed_piece_rows(L), pieces = (p->T + piece - 1) / piece;
     clmla_status st = CLMLA_SUCCESS;
     /* rows [R0, R1) of the step at a time; q_abs and latent hold the piece's rows */
     for (int R0 = 0; st == CLMLA_SUCCESS && R0 < p->T; R0 += piece) {
@@ -590,8 +590,8 @@ static clmla_status decompressed_attention(clmla_layer *L, clmla_cache *cache, c
     const size_t F = sizeof(float), up_cols = (size_t)L->H * (L->dn + L->dv);
     /* grown by half again at most up to AUTO's budget (an entry past it takes its own size only) */
     uint64_t gather_key, up_key;
-    layer_decompressed_key_bytes(L, &gather_key, &up_key);
-    const size_t budget_keys = (size_t)(layer_scratch_budget(L) / (gather_key + up_key));
+    clmla_layer_decompressed_key_bytes(L, &gather_key, &up_key);
+    const size_t budget_keys = (size_t)(clmla_layer_scratch_budget(L) / (gather_key + up_key));
     cl_mem gathered = NULL, kv_up = NULL;
     clmla_status st = clmla_scratch_capped(ctx, SCRATCH_GATHER, (size_t)p->max_decompressed * L->row * F,
                                            budget_keys * L->row * F, &gathered);

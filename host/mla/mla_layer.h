@@ -93,18 +93,18 @@ static inline int selects(const clmla_layer *L)
    tokens counts as in the decompressed path's cost, in *min_tokens the fewest tokens of an entry
    it sends decompressed; LAYER_AUTO_NEVER: the decompressed path never pays. */
 #define LAYER_AUTO_NEVER 1000000
-int layer_auto_threshold_of(const clmla_layer *L, double *chunk_keys, int *min_tokens);
+int clmla_layer_auto_threshold_of(const clmla_layer *L, double *chunk_keys, int *min_tokens);
 /* Whether AUTO sends an entry of `tokens` new tokens after `prefix` cached ones decompressed, in a
    dense step or (sparse) a selecting one. */
-int layer_auto_decompressed(const clmla_layer *L, int prefix, int tokens, int sparse);
+int clmla_layer_auto_decompressed(const clmla_layer *L, int prefix, int tokens, int sparse);
 /* The scratch bytes the attention paths may hold beyond the step's activations. */
-uint64_t layer_scratch_budget(const clmla_layer *L);
+uint64_t clmla_layer_scratch_budget(const clmla_layer *L);
 /* Rows of a step whose absorbed attention runs at once (its queries in latent space and outputs
    within the budget). */
-int layer_absorbed_piece_rows(const clmla_layer *L);
+int clmla_layer_absorbed_piece_rows(const clmla_layer *L);
 /* The decompressed path's scratch bytes a key: the gathered row, the up-projected one. */
-void layer_decompressed_key_bytes(const clmla_layer *L, uint64_t *gather, uint64_t *up);
+void clmla_layer_decompressed_key_bytes(const clmla_layer *L, uint64_t *gather, uint64_t *up);
 /* The most keys a decompressed entry can have within the device's largest buffer. */
-long long layer_decompressed_max_keys(const clmla_layer *L);
+long long clmla_layer_decompressed_max_keys(const clmla_layer *L);
 
 #endif

@@ -675,6 +675,18 @@ def test_raw_binding_calls(ctx, tmp_path):
     # tune options exist (the search itself takes minutes: not run here)
     assert S["clmla_tune_options"]().max_candidates == 0
     assert callable(lib.clmla_tune_xgemm)
+    # the kernel searches: refusals of bad options, naming the field (a search itself takes seconds to minutes)
+    ko = S["clmla_kernel_tune_options"]()
+    lr, pr = S["clmla_latent_tune_result"](), S["clmla_product_tune_result"]()
+    ko.heads = 2000
+    assert lib.clmla_tune_latent(ctx._handle, ctypes.byref(ko), ctypes.byref(lr)) == K["CLMLA_ERROR_INVALID_ARGUMENT"]
+    assert b"heads" in lib.clmla_last_error(ctx._handle)
+    ko.heads = 64
+    assert lib.clmla_tune_prefill(ctx._handle, ctypes.byref(ko), ctypes.byref(lr)) == K["CLMLA_ERROR_INVALID_ARGUMENT"]
+    assert b"heads" in lib.clmla_last_error(ctx._handle)
+    ko.heads = 0
+    assert lib.clmla_tune_products(ctx._handle, ctypes.byref(ko), 0, ctypes.byref(pr)) == K["CLMLA_ERROR_INVALID_ARGUMENT"]
+    assert b"k must be" in lib.clmla_last_error(ctx._handle)
     # npy files
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     shape = (ctypes.c_int64 * 2)(3, 4)
