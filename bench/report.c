@@ -110,6 +110,15 @@ static void add_number_or_null(cJSON *o, const char *name, double value, int val
         cJSON_AddNullToObject(o, name);
 }
 
+/* name: value where valid, else null. */
+static void add_string_or_null(cJSON *o, const char *name, const char *value, int valid)
+{
+    if (valid)
+        cJSON_AddStringToObject(o, name, value);
+    else
+        cJSON_AddNullToObject(o, name);
+}
+
 static int write_json(bench_report *r)
 {
     if (!r->json_path)
@@ -220,14 +229,8 @@ int bench_report_row(bench_report *r, const bench_row *row)
     add_number_or_null(o, "topk", row->topk, row->topk > 0);
     add_number_or_null(o, "prefix", row->prefix, strcmp(row->phase, "prefill") == 0);
     /* null where the row has no weights (peak, decode's absorbed and mha) or no cache (peak, products) */
-    if (row->weights_dtype[0])
-        cJSON_AddStringToObject(o, "weights_dtype", row->weights_dtype);
-    else
-        cJSON_AddNullToObject(o, "weights_dtype");
-    if (row->cache_dtype[0])
-        cJSON_AddStringToObject(o, "cache_dtype", row->cache_dtype);
-    else
-        cJSON_AddNullToObject(o, "cache_dtype");
+    add_string_or_null(o, "weights_dtype", row->weights_dtype, row->weights_dtype[0] != 0);
+    add_string_or_null(o, "cache_dtype", row->cache_dtype, row->cache_dtype[0] != 0);
     cJSON_AddNumberToObject(o, "hidden_size", s->D);
     cJSON_AddNumberToObject(o, "num_heads", s->H);
     cJSON_AddNumberToObject(o, "q_lora_rank", s->rq);
@@ -261,15 +264,9 @@ int bench_report_row(bench_report *r, const bench_row *row)
     add_number_or_null(o, "frac_peak_flops", gflops / p->fma_gflops, gflops > 0 && p->fma_gflops > 0);
     /* the roofline: the time the peaks allow for the row's bytes and FLOPs, and the fraction of it
        reached (1 = at the roof) */
-    if (p->source[0])
-        cJSON_AddStringToObject(o, "peaks_source", p->source);
-    else
-        cJSON_AddNullToObject(o, "peaks_source");
+    add_string_or_null(o, "peaks_source", p->source, p->source[0] != 0);
     add_number_or_null(o, "bound_ms", bound_ms, has_bound);
-    if (has_bound)
-        cJSON_AddStringToObject(o, "bound_by", bound_by);
-    else
-        cJSON_AddNullToObject(o, "bound_by");
+    add_string_or_null(o, "bound_by", bound_by, has_bound);
     add_number_or_null(o, "of_bound", has_bound ? bound_ms / row->t.median_ms : 0, has_bound);
     add_number_or_null(o, "cache_mib", mib(row->cache_bytes), row->cache_bytes > 0);
     add_number_or_null(o, "mha_cache_mib", mib(row->mha_cache_bytes), row->mha_cache_bytes > 0);

@@ -9,47 +9,44 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* ---- encoders, independent of the library's decoders ---------------------------------------- */
 
+/* The value of a float of 1 sign bit, exp_bits exponent bits (bias 2^(exp_bits - 1) - 1) and
+   man_bits mantissa bits, most significant first. ieee: an all-ones exponent is infinity or NaN;
+   else (e4m3) only all-ones exponent and mantissa is NaN, and there is no infinity. */
+static double float_value(unsigned bits, int exp_bits, int man_bits, int ieee)
+{
+    const int sign = (bits >> (exp_bits + man_bits)) & 1, e = (bits >> man_bits) & ((1 << exp_bits) - 1);
+    const int m = bits & ((1 << man_bits) - 1), top = (1 << exp_bits) - 1;
+    const int shift = (1 << (exp_bits - 1)) - 1 + man_bits; /* bias + man_bits */
+    double v;
+    if (ieee && e == top)
+        v = m ? NAN : INFINITY;
+    else if (!ieee && e == top && m == (1 << man_bits) - 1)
+        v = NAN;
+    else if (e == 0)
+        v = ldexp(m, 1 - shift);
+    else
+        v = ldexp((1 << man_bits) + m, e - shift);
+    return sign ? -v : v;
+}
+
 double ckpt_value_f16(uint16_t bits)
 {
-    const int sign = bits >> 15, e = (bits >> 10) & 0x1F, m = bits & 0x3FF;
-    double v;
-    if (e == 0x1F)
-        v = m ? NAN : INFINITY;
-    else if (e == 0)
-        v = ldexp(m, -24);
-    else
-        v = ldexp(1024 + m, e - 25);
-    return sign ? -v : v;
+    return float_value(bits, 5, 10, 1);
 }
 
 double ckpt_value_bf16(uint16_t bits)
 {
-    const int sign = bits >> 15, e = (bits >> 7) & 0xFF, m = bits & 0x7F;
-    double v;
-    if (e == 0xFF)
-        v = m ? NAN : INFINITY;
-    else if (e == 0)
-        v = ldexp(m, -133);
-    else
-        v = ldexp(128 + m, e - 134);
-    return sign ? -v : v;
+    return float_value(bits, 8, 7, 1);
 }
 
 double ckpt_value_f8_e4m3(uint8_t bits)
 {
-    const int sign = bits >> 7, e = (bits >> 3) & 0xF, m = bits & 0x7;
-    double v;
-    if (e == 0xF && m == 0x7)
-        v = NAN;
-    else if (e == 0)
-        v = ldexp(m, -9);
-    else
-        v = ldexp(8 + m, e - 10);
-    return sign ? -v : v;
+    return float_value(bits, 4, 3, 0);
 }
 
 uint16_t ckpt_encode_f16(float x)
@@ -578,6 +575,25 @@ void ckpt_remove_dir(const char *dir)
     }
     closedir(d);
     rmdir(dir);
+}
+
+int ckpt_run_cli(const char *cli, const char *args, const char *log)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd), "'%s' run %s >'%s' 2>&1", cli, args, log);
+    const int rc = system(cmd);
+    return rc == -1 ? -1 : WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+const char *ckpt_read_text(const char *path)
+{
+    static char text[16384];
+    FILE *f = fopen(path, "rb");
+    const size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+    if (f)
+        fclose(f);
+    text[n] = '\0';
+    return text;
 }
 
 mla_ref_config ckpt_ref_config(const clmla_layer_config *c)

@@ -77,6 +77,13 @@ char *ckpt_config_json(const clmla_layer_config *config, int num_layers, const c
 int ckpt_make_temp_dir(char *buf, size_t size, const char *tag);
 void ckpt_remove_dir(const char *dir);
 
+/* Runs `'cli' run ARGS` with its output (stdout and stderr) into the file log; returns its exit
+   status (-1 where it could not run, 128 where it did not exit). */
+int ckpt_run_cli(const char *cli, const char *args, const char *log);
+/* The first 16383 bytes of the file at path (none where it cannot be read), NUL-terminated, in a
+   buffer that the next call overwrites. */
+const char *ckpt_read_text(const char *path);
+
 /* dir/name into buf. */
 const char *ckpt_path(char *buf, size_t size, const char *dir, const char *name);
 

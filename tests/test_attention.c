@@ -59,11 +59,7 @@ static const ref_memo *ref_memo_find(uint64_t pool_key, uint64_t seed, int heads
 
 static cl_mem make_buffer(size_t bytes, const void *host)
 {
-    cl_int err;
-    cl_mem m = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0),
-                              bytes ? bytes : 4, (void *)host, &err);
-    CHECK(err == CL_SUCCESS && m, "clCreateBuffer(%zu): %d", bytes, err);
-    return m;
+    return tu_buffer(ctx, bytes, host);
 }
 
 /* Fills the pool through three sequences appended in turn (so each one's blocks are scattered),
@@ -1000,11 +996,8 @@ int main(int argc, char **argv)
         printf("usage: test_attention [base | mma]\n");
         return 2;
     }
-    clmla_status st = clmla_context_create(NULL, &ctx);
-    if (st != CLMLA_SUCCESS) {
-        printf("skipped: no OpenCL device (%s: %s)\n", clmla_status_string(st), clmla_last_error(NULL));
+    if (tu_context_or_skip(&ctx) != 0)
         return 77;
-    }
 
     int ran = 0;
     if (strcmp(part, "mma") != 0) {

@@ -1855,26 +1855,13 @@ static void test_fork_bad_arguments(void)
     sm_destroy(&m);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    clmla_status st = clmla_context_create(NULL, &ctx);
-    if (st != CLMLA_SUCCESS) {
-        printf("skipped: no OpenCL device (%s: %s)\n", clmla_status_string(st), clmla_last_error(NULL));
-        return 77;
-    }
-    static const struct {
-        const char *name;
-        void (*run)(void);
-    } parts[] = {{"create", test_create_and_info}, {"append", test_append_read},       {"full", test_cache_full},
+    static const tu_part parts[] = {{"create", test_create_and_info}, {"append", test_append_read},       {"full", test_cache_full},
                  {"reuse", test_free_reuse},       {"random", test_many_sequences}, {"bad-args", test_bad_arguments},
                  {"truncate", test_truncate},      {"fork", test_fork},             {"fork-chain", test_fork_chain},
                  {"fork-full", test_fork_full},    {"fork-step", test_fork_step},   {"fork-faults", test_fork_faults},
                  {"fork-random", test_fork_random}, {"fork-layer", test_fork_layer}, {"fork-args", test_fork_bad_arguments}};
-    for (size_t p = 0; p < sizeof(parts) / sizeof(parts[0]); p++) {
-        double t0 = tu_seconds();
-        parts[p].run();
-        printf("# part %-10s %5.1f s\n", parts[p].name, tu_seconds() - t0);
-    }
-    clmla_context_destroy(ctx);
-    return check_summary();
+    return tu_parts_exit(
+        tu_run_parts(argc, argv, parts, (int)(sizeof(parts) / sizeof(parts[0])), NULL, &ctx, &check_failed));
 }

@@ -1063,36 +1063,33 @@ static void test_npy(void)
           "float64 values rounded to float32");
     clmla_free(data);
 
-    /* Refusals. */
     const char *c_order = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
-    n = make_npy(buf, sizeof(buf), 1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", 24);
-    npy_file_fails("fortran.npy", buf, n, CLMLA_ERROR_UNSUPPORTED, "Fortran order");
-    n = make_npy(buf, sizeof(buf), 1, "{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", 24);
-    npy_file_fails("big.npy", buf, n, CLMLA_ERROR_UNSUPPORTED, "dtype '>f4' is big-endian");
-    n = make_npy(buf, sizeof(buf), 1, "{'descr': '<i8', 'fortran_order': False, 'shape': (2, 3), }", 48);
-    npy_file_fails("i8.npy", buf, n, CLMLA_ERROR_UNSUPPORTED, "dtype '<i8' is not supported");
-    n = make_npy(buf, sizeof(buf), 1, "{'descr': '>f8', 'fortran_order': False, 'shape': (2, 3), }", 48);
-    npy_file_fails("bigf8.npy", buf, n, CLMLA_ERROR_UNSUPPORTED, "dtype '>f8' is big-endian");
-    n = make_npy(buf, sizeof(buf), 1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }", 8);
-    npy_file_fails("struct.npy", buf, n, CLMLA_ERROR_UNSUPPORTED, "structured");
-    n = make_npy(buf, sizeof(buf), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 2, 3), }", 24);
-    npy_file_fails("3d.npy", buf, n, CLMLA_ERROR_UNSUPPORTED, "3 dimensions");
-    n = make_npy(buf, sizeof(buf), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (), }", 4);
-    npy_file_fails("scalar.npy", buf, n, CLMLA_ERROR_UNSUPPORTED, "0 dimensions");
-    n = make_npy(buf, sizeof(buf), 1, c_order, 24);
-    npy_file_fails("truncated.npy", buf, n - 1, CLMLA_ERROR_INVALID_FILE, "truncated: 23 bytes of data, but shape (2, 3)");
-    n = make_npy(buf, sizeof(buf), 1, c_order, 28);
-    npy_file_fails("trailing.npy", buf, n, CLMLA_ERROR_INVALID_FILE, "trailing bytes");
-    n = make_npy(buf, sizeof(buf), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'x': 1}", 24);
-    npy_file_fails("key.npy", buf, n, CLMLA_ERROR_INVALID_FILE, "unexpected or repeated key 'x'");
-    n = make_npy(buf, sizeof(buf), 1, "{'descr': '<f4', 'shape': (2, 3)}", 24);
-    npy_file_fails("nokey.npy", buf, n, CLMLA_ERROR_INVALID_FILE, "lacks 'fortran_order'");
-    n = make_npy(buf, sizeof(buf), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, -3), }", 24);
-    npy_file_fails("negative.npy", buf, n, CLMLA_ERROR_INVALID_FILE, "'shape' is not a tuple");
-    n = make_npy(buf, sizeof(buf), 1, "garbage", 24);
-    npy_file_fails("garbage.npy", buf, n, CLMLA_ERROR_INVALID_FILE, "not a dict");
-    n = make_npy(buf, sizeof(buf), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), } x", 24);
-    npy_file_fails("after.npy", buf, n, CLMLA_ERROR_INVALID_FILE, "data after the header dict");
+    /* Refusals: a version 1 file with the header dict and data_bytes of data, cut bytes short. */
+    const struct {
+        const char *name, *dict;
+        size_t data_bytes, cut;
+        clmla_status want;
+        const char *needle;
+    } refusals[] = {
+        {"fortran.npy", "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", 24, 0, CLMLA_ERROR_UNSUPPORTED, "Fortran order"},
+        {"big.npy", "{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", 24, 0, CLMLA_ERROR_UNSUPPORTED, "dtype '>f4' is big-endian"},
+        {"i8.npy", "{'descr': '<i8', 'fortran_order': False, 'shape': (2, 3), }", 48, 0, CLMLA_ERROR_UNSUPPORTED, "dtype '<i8' is not supported"},
+        {"bigf8.npy", "{'descr': '>f8', 'fortran_order': False, 'shape': (2, 3), }", 48, 0, CLMLA_ERROR_UNSUPPORTED, "dtype '>f8' is big-endian"},
+        {"struct.npy", "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }", 8, 0, CLMLA_ERROR_UNSUPPORTED, "structured"},
+        {"3d.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 2, 3), }", 24, 0, CLMLA_ERROR_UNSUPPORTED, "3 dimensions"},
+        {"scalar.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (), }", 4, 0, CLMLA_ERROR_UNSUPPORTED, "0 dimensions"},
+        {"truncated.npy", c_order, 24, 1, CLMLA_ERROR_INVALID_FILE, "truncated: 23 bytes of data, but shape (2, 3)"},
+        {"trailing.npy", c_order, 28, 0, CLMLA_ERROR_INVALID_FILE, "trailing bytes"},
+        {"key.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'x': 1}", 24, 0, CLMLA_ERROR_INVALID_FILE, "unexpected or repeated key 'x'"},
+        {"nokey.npy", "{'descr': '<f4', 'shape': (2, 3)}", 24, 0, CLMLA_ERROR_INVALID_FILE, "lacks 'fortran_order'"},
+        {"negative.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (2, -3), }", 24, 0, CLMLA_ERROR_INVALID_FILE, "'shape' is not a tuple"},
+        {"garbage.npy", "garbage", 24, 0, CLMLA_ERROR_INVALID_FILE, "not a dict"},
+        {"after.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), } x", 24, 0, CLMLA_ERROR_INVALID_FILE, "data after the header dict"},
+    };
+    for (size_t i = 0; i < sizeof(refusals) / sizeof(refusals[0]); i++) {
+        n = make_npy(buf, sizeof(buf), 1, refusals[i].dict, refusals[i].data_bytes);
+        npy_file_fails(refusals[i].name, buf, n - refusals[i].cut, refusals[i].want, refusals[i].needle);
+    }
     n = make_npy(buf, sizeof(buf), 1, c_order, 24);
     buf[8] = 0xFF;
     buf[9] = 0x7F;

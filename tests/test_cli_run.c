@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #ifndef CLMLA_CLI_PATH
 #error "CLMLA_CLI_PATH must name the clmla executable"
@@ -24,21 +23,12 @@ static char root[512], log_path[700];
 /* Runs `clmla run ARGS` with output into log_path; returns the exit status. */
 static int run_cli(const char *args)
 {
-    char cmd[4096];
-    snprintf(cmd, sizeof(cmd), "'%s' run %s >'%s' 2>&1", CLMLA_CLI_PATH, args, log_path);
-    const int rc = system(cmd);
-    return rc == -1 ? -1 : WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+    return ckpt_run_cli(CLMLA_CLI_PATH, args, log_path);
 }
 
-static char *read_log(void)
+static const char *read_log(void)
 {
-    static char text[16384];
-    FILE *f = fopen(log_path, "rb");
-    const size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
-    if (f)
-        fclose(f);
-    text[n] = '\0';
-    return text;
+    return ckpt_read_text(log_path);
 }
 
 /* Runs the command and compares Y with ref [T, D]. */

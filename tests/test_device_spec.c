@@ -82,18 +82,22 @@ int main(void)
     expect(devs, n, "portable", NULL, 0);
 
     /* Malformed and unmatched specs: a specific message, every device listed. */
-    refuse(devs, n, "1:", "malformed");
-    refuse(devs, n, ":0", "malformed");
-    refuse(devs, n, "-1", "malformed");
-    refuse(devs, n, "+1", "malformed");
-    refuse(devs, n, "1:2:3", "malformed");
-    refuse(devs, n, "1x", "malformed");
-    refuse(devs, n, "99", "no device with that index");
-    refuse(devs, n, "12345678901234567890", "malformed");
-    refuse(devs, n, "3:0", "no such platform:device");
-    refuse(devs, n, "", "empty");
-    refuse(devs, n, "   ", "empty");
-    refuse(devs, n, "nosuch", "matches no");
+    static const char *const refused[][2] = {
+        {"1:", "malformed"},
+        {":0", "malformed"},
+        {"-1", "malformed"},
+        {"+1", "malformed"},
+        {"1:2:3", "malformed"},
+        {"1x", "malformed"},
+        {"99", "no device with that index"},
+        {"12345678901234567890", "malformed"},
+        {"3:0", "no such platform:device"},
+        {"", "empty"},
+        {"   ", "empty"},
+        {"nosuch", "matches no"},
+    };
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+        refuse(devs, n, refused[i][0], refused[i][1]);
     refuse(cpu_only, 2, "gpu", "no device of that type");
     {
         size_t got = 0;

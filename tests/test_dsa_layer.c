@@ -1172,10 +1172,5 @@ int main(int argc, char **argv)
         {"refusals", part_refusals}, {"shared", part_shared}, {"shared-fp8", part_shared_fp8},
         {"shared-refusals", part_shared_refusals},
         {"model", part_model}};
-    const tu_parts_result r = tu_run_parts(argc, argv, parts, sizeof(parts) / sizeof(parts[0]), NULL, &ctx, &check_failed);
-    if (r == TU_PARTS_NO_DEVICE)
-        return 77;
-    if (r == TU_PARTS_UNKNOWN)
-        return 2;
-    return check_summary();
+    return tu_parts_exit(tu_run_parts(argc, argv, parts, sizeof(parts) / sizeof(parts[0]), NULL, &ctx, &check_failed));
 }

@@ -33,17 +33,12 @@ static clmla_context *ctx;
 
 static cl_mem buffer(size_t bytes, const void *host)
 {
-    cl_int err;
-    cl_mem m = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0),
-                              bytes ? bytes : 4, (void *)host, &err);
-    CHECK(m != NULL, "clCreateBuffer(%zu): %d", bytes, err);
-    return m;
+    return tu_buffer(ctx, bytes, host);
 }
 
 static void read_buffer(cl_mem m, size_t bytes, void *host)
 {
-    CHECK(clEnqueueReadBuffer(clmla_context_queue(ctx), m, CL_TRUE, 0, bytes, host, 0, NULL, NULL) == CL_SUCCESS,
-          "clEnqueueReadBuffer");
+    tu_read_buffer(ctx, m, bytes, host);
 }
 
 static int count_nonfinite(const float *a, size_t n)
@@ -603,11 +598,6 @@ static const tu_part parts[] = {
 
 int main(int argc, char **argv)
 {
-    const tu_parts_result ran =
-        tu_run_parts(argc, argv, parts, (int)(sizeof(parts) / sizeof(parts[0])), NULL, &ctx, &check_failed);
-    if (ran == TU_PARTS_UNKNOWN)
-        return 2;
-    if (ran == TU_PARTS_NO_DEVICE)
-        return 77; /* tu_run_parts said why */
-    return check_summary();
+    return tu_parts_exit(
+        tu_run_parts(argc, argv, parts, (int)(sizeof(parts) / sizeof(parts[0])), NULL, &ctx, &check_failed));
 }

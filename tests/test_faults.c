@@ -994,10 +994,8 @@ int main(int argc, char **argv)
     const tu_parts_options options = {.name_width = 14};
     const tu_parts_result ran =
         tu_run_parts(argc, argv, parts, (int)(sizeof(parts) / sizeof(parts[0])), &options, &ctx, &check_failed);
-    if (ran == TU_PARTS_UNKNOWN)
-        return 2;
-    if (ran == TU_PARTS_NO_DEVICE)
-        return 77; /* tu_run_parts said why */
+    if (ran != TU_PARTS_RAN)
+        return tu_parts_exit(ran);
     if (argc == 2 && strcmp(argv[1], "leak-accounting") == 0 && leak_accounting == 0 && check_failed == 0)
         return 77;
     printf("# %ld faults injected over %ld walks\n", faults_injected, walks_done);

@@ -246,17 +246,12 @@ static void part_ref_topk(void)
 
 static cl_mem make_buffer(size_t bytes, const void *host)
 {
-    cl_int err = CL_SUCCESS;
-    cl_mem m = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0),
-                              bytes ? bytes : 4, (void *)host, &err);
-    CHECK(err == CL_SUCCESS && m, "clCreateBuffer(%zu): %d", bytes, err);
-    return m;
+    return tu_buffer(ctx, bytes, host);
 }
 
 static void read_buffer(cl_mem m, size_t bytes, void *host)
 {
-    cl_int err = clEnqueueReadBuffer(clmla_context_queue(ctx), m, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
-    CHECK(err == CL_SUCCESS, "clEnqueueReadBuffer: %d", err);
+    tu_read_buffer(ctx, m, bytes, host);
 }
 
 static void release(cl_mem m)

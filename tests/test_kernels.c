@@ -87,10 +87,7 @@ static int num_kernels;
 
 static cl_mem buffer(size_t bytes, const void *host)
 {
-    cl_int err = CL_SUCCESS;
-    cl_mem m = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0),
-                              bytes ? bytes : 4, (void *)host, &err);
-    CHECK(m != NULL, "clCreateBuffer(%zu): %d", bytes, err);
+    cl_mem m = tu_buffer(ctx, bytes, host);
     if (m && num_buffers < MAX_OBJECTS)
         buffers[num_buffers++] = m;
     return m;
@@ -98,8 +95,7 @@ static cl_mem buffer(size_t bytes, const void *host)
 
 static void download(cl_mem m, size_t bytes, void *host)
 {
-    cl_int err = clEnqueueReadBuffer(clmla_context_queue(ctx), m, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
-    CHECK(err == CL_SUCCESS, "clEnqueueReadBuffer: %d", err);
+    tu_read_buffer(ctx, m, bytes, host);
 }
 
 /* ---- kernels and which ones ran ------------------------------------------------------------------ */
@@ -123,6 +119,27 @@ static cl_kernel kernel(const char *file, const char *options, const char *name)
         cl_int e_ = clSetKernelArg((k), (i), sizeof(v), &(v));                                         \
         CHECK(e_ == CL_SUCCESS, "clSetKernelArg(%d): %d", (int)(i), e_);                               \
     } while (0)
+
+/* One kernel argument: its size and where its value is. */
+typedef struct karg {
+    size_t size;
+    const void *value;
+} karg;
+#define KARG(v) {sizeof(v), &(v)}
+
+/* One CHECK per argument, as ARG: args[j] becomes argument first + j of k. */
+static void set_args(cl_kernel k, int first, const karg *args, int n)
+{
+    for (int j = 0; j < n; j++) {
+        cl_int e = clSetKernelArg(k, (cl_uint)(first + j), args[j].size, args[j].value);
+        CHECK(e == CL_SUCCESS, "clSetKernelArg(%d): %d", first + j, e);
+    }
+}
+
+/* ARGS(k, first, KARG(a), KARG(b), ...): a, b, ... become arguments first, first + 1, ... of k. */
+#define ARGS(k, first, ...)                                                                            \
+    set_args((k), (first), (const karg[]){__VA_ARGS__},                                                \
+             (int)(sizeof((const karg[]){__VA_ARGS__}) / sizeof(karg)))
 
 static int launch(cl_kernel k, cl_uint dims, const size_t *global, const size_t *local)
 {
@@ -213,12 +230,7 @@ static void test_rmsnorm(void)
                 row[i] = (float)(w[i] * (row[i] * inv));
         }
         cl_mem xb = buffer(n * sizeof(float), x), wb = buffer(sizeof(w), w);
-        ARG(k, 0, xb);
-        ARG(k, 1, offset);
-        ARG(k, 2, stride);
-        ARG(k, 3, cols);
-        ARG(k, 4, wb);
-        ARG(k, 5, eps);
+        ARGS(k, 0, KARG(xb), KARG(offset), KARG(stride), KARG(cols), KARG(wb), KARG(eps));
         const size_t local = (size_t)wg, global = local * rows;
         if (launch(k, 1, &global, &local)) {
             download(xb, n * sizeof(float), got);
@@ -286,18 +298,8 @@ static void test_rope(void)
         cl_mem qb = buffer(nq * sizeof(float), q), kvb = buffer(nkv * sizeof(float), kv);
         cl_mem pb = buffer(sizeof(positions), positions), tb = buffer(sizeof(table), table);
         const int heads = H, dn = DN, rkv = RKV;
-        ARG(k, 0, qb);
-        ARG(k, 1, q_off);
-        ARG(k, 2, q_row);
-        ARG(k, 3, dq);
-        ARG(k, 4, dn);
-        ARG(k, 5, heads);
-        ARG(k, 6, kvb);
-        ARG(k, 7, kv_off);
-        ARG(k, 8, kv_row);
-        ARG(k, 9, rkv);
-        ARG(k, 10, pb);
-        ARG(k, 11, tb);
+        ARGS(k, 0, KARG(qb), KARG(q_off), KARG(q_row), KARG(dq), KARG(dn), KARG(heads), KARG(kvb), KARG(kv_off),
+             KARG(kv_row), KARG(rkv), KARG(pb), KARG(tb));
         cl_mem sb = qscaled ? buffer(sizeof(qscale), qscale) : NULL;
         if (qscaled)
             ARG(k, 12, sb);
@@ -333,9 +335,7 @@ static void decode_all(const char *option, size_t code_bytes, int count, double 
             codes[(size_t)c * code_bytes + b] = (unsigned char)(c >> (8 * b));
     cl_kernel k = kernel("convert", option, "convert_to_f32");
     cl_mem in = buffer((size_t)count * code_bytes, codes), out = buffer((size_t)count * sizeof(float), NULL);
-    ARG(k, 0, in);
-    ARG(k, 1, count);
-    ARG(k, 2, out);
+    ARGS(k, 0, KARG(in), KARG(count), KARG(out));
     const size_t global = (size_t)count;
     if (launch(k, 1, &global, NULL)) {
         download(out, (size_t)count * sizeof(float), got);
@@ -399,9 +399,7 @@ static void test_convert(void)
     uint16_t *out = malloc((size_t)n * sizeof(uint16_t));
     cl_kernel k = kernel("convert", "", "convert_to_bf16");
     cl_mem din = buffer((size_t)n * sizeof(float), in), dout = buffer((size_t)n * sizeof(uint16_t), NULL);
-    ARG(k, 0, din);
-    ARG(k, 1, n);
-    ARG(k, 2, dout);
+    ARGS(k, 0, KARG(din), KARG(n), KARG(dout));
     const size_t global = (size_t)n;
     if (launch(k, 1, &global, NULL)) {
         download(dout, (size_t)n * sizeof(uint16_t), out);
@@ -441,9 +439,7 @@ static void test_convert(void)
     uint8_t codes[sizeof(vals) / sizeof(vals[0])];
     cl_kernel k8 = kernel("convert", "", "convert_to_e4m3");
     cl_mem v_in = buffer((size_t)nv * sizeof(float), vals), c_out = buffer((size_t)nv, NULL);
-    ARG(k8, 0, v_in);
-    ARG(k8, 1, nv);
-    ARG(k8, 2, c_out);
+    ARGS(k8, 0, KARG(v_in), KARG(nv), KARG(c_out));
     const size_t g8 = (size_t)nv;
     if (launch(k8, 1, &g8, NULL)) {
         download(c_out, (size_t)nv, codes);
@@ -475,11 +471,7 @@ static void test_add_bias(void)
             want[OFF + r * STRIDE + i] += bias[i];
     cl_mem xb = buffer(sizeof(x), x), bb = buffer(sizeof(bias), bias);
     const int off = OFF, stride = STRIDE, cols = COLS;
-    ARG(k, 0, xb);
-    ARG(k, 1, off);
-    ARG(k, 2, stride);
-    ARG(k, 3, cols);
-    ARG(k, 4, bb);
+    ARGS(k, 0, KARG(xb), KARG(off), KARG(stride), KARG(cols), KARG(bb));
     const size_t global[2] = {COLS, ROWS};
     if (launch(k, 2, global, NULL)) {
         download(xb, sizeof(x), got);
@@ -529,14 +521,8 @@ static void test_cache_write(void)
             }
         cl_mem cb = buffer(sizeof(ckv), ckv), kb = buffer(sizeof(kr), kr), sb = buffer(sizeof(slots), slots);
         cl_mem cache = buffer(bytes, sentinel);
-        ARG(k, 0, cb);
-        ARG(k, 1, ckv_off);
-        ARG(k, 2, ckv_stride);
-        ARG(k, 3, kb);
-        ARG(k, 4, kr_off);
-        ARG(k, 5, kr_stride);
-        ARG(k, 6, sb);
-        ARG(k, 7, cache);
+        ARGS(k, 0, KARG(cb), KARG(ckv_off), KARG(ckv_stride), KARG(kb), KARG(kr_off), KARG(kr_stride), KARG(sb),
+             KARG(cache));
         const size_t global[2] = {CW_ROW, T};
         if (launch(k, 2, global, NULL)) {
             download(cache, bytes, got);
@@ -579,19 +565,8 @@ static void test_paged_tokens(void)
         cl_mem bl = buffer(sizeof(lens), lens), bt = buffer(sizeof(table), table);
         cl_mem bseq = buffer(sizeof(want_seq), NULL), bctx = buffer(sizeof(want_ctx), NULL), bst = buffer(4, &zero);
         const int lens_off = 1, table_off = MB, mb = MB, bs = BS, nb = NB, sq = SQ, tokens = B * SQ;
-        ARG(k, 0, bl);
-        ARG(k, 1, lens_off);
-        ARG(k, 2, bt);
-        ARG(k, 3, table_off);
-        ARG(k, 4, mb);
-        ARG(k, 5, bs);
-        ARG(k, 6, nb);
-        ARG(k, 7, sq);
-        ARG(k, 8, causal);
-        ARG(k, 9, tokens);
-        ARG(k, 10, bseq);
-        ARG(k, 11, bctx);
-        ARG(k, 12, bst);
+        ARGS(k, 0, KARG(bl), KARG(lens_off), KARG(bt), KARG(table_off), KARG(mb), KARG(bs), KARG(nb), KARG(sq),
+             KARG(causal), KARG(tokens), KARG(bseq), KARG(bctx), KARG(bst));
         const size_t global[1] = {B * SQ + 3}; /* items past the tokens, as clmla_cl_enqueue_rows rounds up */
         if (launch(k, 1, global, NULL)) {
             int32_t got_seq[B * SQ], got_ctx[B * SQ], status = 0;
@@ -632,17 +607,8 @@ static void test_cache_write_slots(void)
     const int zero = 0, off = 0, rkv = CW_RKV, dr = CW_DR, soff = 1, rows = ROWS;
     cl_mem cb = buffer(sizeof(ckv), ckv), kb = buffer(sizeof(kr), kr), sb = buffer(sizeof(slots), slots);
     cl_mem cacheb = buffer(sizeof(cache), cache), stb = buffer(4, &zero);
-    ARG(k, 0, cb);
-    ARG(k, 1, off);
-    ARG(k, 2, rkv);
-    ARG(k, 3, kb);
-    ARG(k, 4, off);
-    ARG(k, 5, dr);
-    ARG(k, 6, sb);
-    ARG(k, 7, soff);
-    ARG(k, 8, rows);
-    ARG(k, 9, cacheb);
-    ARG(k, 10, stb);
+    ARGS(k, 0, KARG(cb), KARG(off), KARG(rkv), KARG(kb), KARG(off), KARG(dr), KARG(sb), KARG(soff), KARG(rows),
+         KARG(cacheb), KARG(stb));
     const size_t global[2] = {CW_ROW, T};
     if (launch(k, 2, global, NULL)) {
         float got[ROWS * CW_ROW];
@@ -721,14 +687,7 @@ static void test_cache_fp8(void)
     const int zero = 0, ckv_stride = RKV, kr_stride = DR;
     cl_mem cb = buffer(sizeof(ckv), ckv), kb = buffer(sizeof(kr), kr), sb = buffer(sizeof(slots), slots);
     cl_mem cache = buffer(sizeof(sentinel), sentinel);
-    ARG(kw, 0, cb);
-    ARG(kw, 1, zero);
-    ARG(kw, 2, ckv_stride);
-    ARG(kw, 3, kb);
-    ARG(kw, 4, zero);
-    ARG(kw, 5, kr_stride);
-    ARG(kw, 6, sb);
-    ARG(kw, 7, cache);
+    ARGS(kw, 0, KARG(cb), KARG(zero), KARG(ckv_stride), KARG(kb), KARG(zero), KARG(kr_stride), KARG(sb), KARG(cache));
     const size_t gw[2] = {RKV / 128 + DR, T};
     if (launch(kw, 2, gw, NULL)) {
         download(cache, sizeof(got), got);
@@ -751,13 +710,7 @@ static void test_cache_fp8(void)
     const int table[1] = {0}, table_offset = 0, bt = BT, start = 0;
     float out[ROWS * (RKV + DR)];
     cl_mem tb = buffer(sizeof(table), table), ob = buffer(sizeof(out), NULL);
-    ARG(kg, 0, cache);
-    ARG(kg, 1, tb);
-    ARG(kg, 2, table_offset);
-    ARG(kg, 3, bt);
-    ARG(kg, 4, start);
-    ARG(kg, 5, ob);
-    ARG(kg, 6, zero);
+    ARGS(kg, 0, KARG(cache), KARG(tb), KARG(table_offset), KARG(bt), KARG(start), KARG(ob), KARG(zero));
     const size_t gg[2] = {RKV + DR, ROWS};
     if (launch(kg, 2, gg, NULL)) {
         download(ob, sizeof(out), out);
@@ -799,13 +752,7 @@ static void test_cache_gather(void)
         }
         cl_mem cache = f16 ? buffer(sizeof(halves), halves) : buffer(sizeof(values), values);
         cl_mem tb = buffer(sizeof(table), table), ob = buffer(out_n * sizeof(float), sentinel);
-        ARG(k, 0, cache);
-        ARG(k, 1, tb);
-        ARG(k, 2, table_offset);
-        ARG(k, 3, bt);
-        ARG(k, 4, start);
-        ARG(k, 5, ob);
-        ARG(k, 6, out_off);
+        ARGS(k, 0, KARG(cache), KARG(tb), KARG(table_offset), KARG(bt), KARG(start), KARG(ob), KARG(out_off));
         const size_t global[2] = {CW_ROW, N};
         if (launch(k, 2, global, NULL)) {
             download(ob, out_n * sizeof(float), got);
@@ -966,28 +913,9 @@ static void run_latent(const latent_case *c)
     cl_mem tb = buffer((size_t)num_seqs * max_blocks * sizeof(int), table);
     cl_mem tsb = buffer((size_t)T * sizeof(int), c->token_seq), tcb = buffer((size_t)T * sizeof(int), c->ctx_len);
     cl_mem ob = buffer(nout * sizeof(float), out), lb = buffer(nlse * sizeof(float), lse);
-    ARG(k, 0, qlb);
-    ARG(k, 1, ql_off);
-    ARG(k, 2, ql_tok);
-    ARG(k, 3, ql_head);
-    ARG(k, 4, qrb);
-    ARG(k, 5, qr_off);
-    ARG(k, 6, qr_tok);
-    ARG(k, 7, qr_head);
-    ARG(k, 8, cache);
-    ARG(k, 9, tb);
-    ARG(k, 10, max_blocks);
-    ARG(k, 11, c->bt);
-    ARG(k, 12, tsb);
-    ARG(k, 13, tcb);
-    ARG(k, 14, H);
-    ARG(k, 15, S);
-    ARG(k, 16, c->split_tokens);
-    ARG(k, 17, scale);
-    ARG(k, 18, ob);
-    ARG(k, 19, out_off);
-    ARG(k, 20, lb);
-    ARG(k, 21, lse_off);
+    ARGS(k, 0, KARG(qlb), KARG(ql_off), KARG(ql_tok), KARG(ql_head), KARG(qrb), KARG(qr_off), KARG(qr_tok),
+         KARG(qr_head), KARG(cache), KARG(tb), KARG(max_blocks), KARG(c->bt), KARG(tsb), KARG(tcb), KARG(H), KARG(S),
+         KARG(c->split_tokens), KARG(scale), KARG(ob), KARG(out_off), KARG(lb), KARG(lse_off));
     const int topk = S * c->split_tokens, idx_off = 2;
     int32_t *list = malloc(((size_t)idx_off + (size_t)T * topk) * sizeof(int32_t));
     list[0] = list[1] = 0;
@@ -1001,9 +929,7 @@ static void run_latent(const latent_case *c)
         }
     cl_mem ib = buffer(((size_t)idx_off + (size_t)T * topk) * sizeof(int32_t), list);
     if (latent_sparse) {
-        ARG(k, 22, ib);
-        ARG(k, 23, idx_off);
-        ARG(k, 24, topk);
+        ARGS(k, 22, KARG(ib), KARG(idx_off), KARG(topk));
     }
     cl_mem no_first = NULL; /* token_first: none, runs of latent_query_len tokens */
     int next_arg = latent_sparse ? 25 : 22;
@@ -1365,14 +1291,7 @@ static void run_attn_combine(const char *kernel_name)
     cl_mem pob = buffer(sizeof(part_out), part_out), plb = buffer(sizeof(part_lse), part_lse);
     cl_mem ob = buffer(sizeof(out), out), lb = buffer(sizeof(lse), lse);
     const int splits = S, heads = H, out_off = OUT_OFF, lse_off = LSE_OFF;
-    ARG(k, 0, pob);
-    ARG(k, 1, plb);
-    ARG(k, 2, splits);
-    ARG(k, 3, heads);
-    ARG(k, 4, ob);
-    ARG(k, 5, out_off);
-    ARG(k, 6, lb);
-    ARG(k, 7, lse_off);
+    ARGS(k, 0, KARG(pob), KARG(plb), KARG(splits), KARG(heads), KARG(ob), KARG(out_off), KARG(lb), KARG(lse_off));
     const size_t global[3] = {RKV, H, T}, row_global[2] = {H, T}, row_local[2] = {1, 1};
     if (rows ? launch(k, 2, row_global, row_local) : launch(k, 3, global, NULL)) {
         download(ob, sizeof(out), out);
@@ -1459,21 +1378,8 @@ static void run_prefill(const prefill_case *c)
         }
     cl_mem qb = buffer(nq * sizeof(float), q), kb = buffer(nkvu * sizeof(float), kvu), gb = buffer(ng * sizeof(float), g);
     cl_mem ob = buffer(no * sizeof(float), out);
-    ARG(k, 0, qb);
-    ARG(k, 1, q_off);
-    ARG(k, 2, q_stride);
-    ARG(k, 3, kb);
-    ARG(k, 4, kvu_off);
-    ARG(k, 5, kvu_stride);
-    ARG(k, 6, gb);
-    ARG(k, 7, rkv);
-    ARG(k, 8, row);
-    ARG(k, 9, c->n_queries);
-    ARG(k, 10, c->prefix);
-    ARG(k, 11, scale);
-    ARG(k, 12, ob);
-    ARG(k, 13, o_off);
-    ARG(k, 14, o_stride);
+    ARGS(k, 0, KARG(qb), KARG(q_off), KARG(q_stride), KARG(kb), KARG(kvu_off), KARG(kvu_stride), KARG(gb), KARG(rkv),
+         KARG(row), KARG(c->n_queries), KARG(c->prefix), KARG(scale), KARG(ob), KARG(o_off), KARG(o_stride));
     const size_t per = (size_t)c->nt,
                  threads = c->rows == 1 ? 1 : c->rows == 2 ? (size_t)(c->nt / 2) * (size_t)(c->kt / 4) : per;
     const size_t global[2] = {((size_t)c->n_queries + per - 1) / per * threads, (size_t)H}, local[2] = {threads, 1};
@@ -1629,23 +1535,8 @@ static void run_gemm(const gemm_case *c)
     cl_mem ab = buffer(na * sizeof(float), a), cb = buffer(nc * sizeof(float), cm);
     cl_mem bb = bp ? buffer(nbp * sizeof(float), bp) : buffer(nb * sizeof(float), b);
     const int b_stride_arg = bp ? packed_stride : b_stride;
-    ARG(k, 0, M);
-    ARG(k, 1, N);
-    ARG(k, 2, K);
-    ARG(k, 3, c->alpha);
-    ARG(k, 4, ab);
-    ARG(k, 5, ao);
-    ARG(k, 6, lda);
-    ARG(k, 7, a_stride);
-    ARG(k, 8, bb);
-    ARG(k, 9, bo);
-    ARG(k, 10, ldb);
-    ARG(k, 11, b_stride_arg);
-    ARG(k, 12, c->beta);
-    ARG(k, 13, cb);
-    ARG(k, 14, co);
-    ARG(k, 15, ldc);
-    ARG(k, 16, c_stride);
+    ARGS(k, 0, KARG(M), KARG(N), KARG(K), KARG(c->alpha), KARG(ab), KARG(ao), KARG(lda), KARG(a_stride), KARG(bb),
+         KARG(bo), KARG(ldb), KARG(b_stride_arg), KARG(c->beta), KARG(cb), KARG(co), KARG(ldc), KARG(c_stride));
     const cl_mem no_scale = NULL; /* float32 B: no block scales (test_linear runs the weight dtypes) */
     const int no_scale_ld = 0;
     ARG(k, 17, no_scale);
@@ -1694,14 +1585,7 @@ static void test_gemm_weight_f32(void)
     cl_mem cb = buffer((size_t)R * K, codes), sb = buffer(sizeof(scales), scales);
     cl_mem ob = buffer((size_t)ROWS * K * sizeof(float), NULL);
     const int b_offset = FIRST * K, ldb = K, rows = ROWS, cols = K, bs_ld = 3;
-    ARG(k, 0, cb);
-    ARG(k, 1, b_offset);
-    ARG(k, 2, ldb);
-    ARG(k, 3, rows);
-    ARG(k, 4, cols);
-    ARG(k, 5, sb);
-    ARG(k, 6, bs_ld);
-    ARG(k, 7, ob);
+    ARGS(k, 0, KARG(cb), KARG(b_offset), KARG(ldb), KARG(rows), KARG(cols), KARG(sb), KARG(bs_ld), KARG(ob));
     const size_t global[2] = {K, ROWS}, local[2] = {4, 1};
     if (launch(k, 2, global, local)) {
         download(ob, (size_t)ROWS * K * sizeof(float), got);
@@ -1770,27 +1654,9 @@ static void test_gemm_packed_wide(void)
         cl_mem cb = buffer(sizeof(c), c), sb = buffer(sizeof(scales), scales);
         const int M = 1, n_ = N, k_ = K, zero = 0, lda = K, off = OFF, ldb = K, ldc = N, bs_ld = 3, panel = P, one = 1;
         const float alpha = 1.0f, beta = 0.5f;
-        ARG(k, 0, M);
-        ARG(k, 1, n_);
-        ARG(k, 2, k_);
-        ARG(k, 3, alpha);
-        ARG(k, 4, ab);
-        ARG(k, 5, zero);
-        ARG(k, 6, lda);
-        ARG(k, 7, zero);
-        ARG(k, 8, bb);
-        ARG(k, 9, off);
-        ARG(k, 10, ldb);
-        ARG(k, 11, zero);
-        ARG(k, 12, beta);
-        ARG(k, 13, cb);
-        ARG(k, 14, zero);
-        ARG(k, 15, ldc);
-        ARG(k, 16, zero);
-        ARG(k, 17, sb);
-        ARG(k, 18, bs_ld);
-        ARG(k, 19, panel);
-        ARG(k, 20, one);
+        ARGS(k, 0, KARG(M), KARG(n_), KARG(k_), KARG(alpha), KARG(ab), KARG(zero), KARG(lda), KARG(zero), KARG(bb),
+             KARG(off), KARG(ldb), KARG(zero), KARG(beta), KARG(cb), KARG(zero), KARG(ldc), KARG(zero), KARG(sb),
+             KARG(bs_ld), KARG(panel), KARG(one));
         const size_t global[2] = {(N + P - 1) / P, 1}, local[2] = {1, 1};
         if (launch(k, 2, global, local)) {
             float got[N];
@@ -2167,16 +2033,8 @@ static void key_writer_args(cl_kernel kw, cl_mem src, int src_off, int src_ld, c
                             cl_mem positions, cl_mem table, cl_mem slots, cl_mem keys)
 {
     const float eps = 1e-6f;
-    ARG(kw, 0, src);
-    ARG(kw, 1, src_off);
-    ARG(kw, 2, src_ld);
-    ARG(kw, 3, norm_w);
-    ARG(kw, 4, norm_b);
-    ARG(kw, 5, eps);
-    ARG(kw, 6, positions);
-    ARG(kw, 7, table);
-    ARG(kw, 8, slots);
-    ARG(kw, 9, keys);
+    ARGS(kw, 0, KARG(src), KARG(src_off), KARG(src_ld), KARG(norm_w), KARG(norm_b), KARG(eps), KARG(positions),
+         KARG(table), KARG(slots), KARG(keys));
 }
 
 /* d_I 10 (rope 6 first), work-groups of 4 items (the strided loops wrap), 3 tokens at table rows 2, 0,
@@ -2246,10 +2104,7 @@ static void test_indexer_writer(void)
         }
         cl_mem qb = buffer(sizeof(q), q), qp = buffer(sizeof(qpos), qpos);
         const int q_off = QOFF;
-        ARG(kq, 0, qb);
-        ARG(kq, 1, q_off);
-        ARG(kq, 2, qp);
-        ARG(kq, 3, tb);
+        ARGS(kq, 0, KARG(qb), KARG(q_off), KARG(qp), KARG(tb));
         const size_t qg[3] = {DR / 2, HI, QT};
         if (launch(kq, 3, qg, NULL)) {
             float got[QOFF + QT * HI * DI];
@@ -2474,23 +2329,8 @@ static void test_indexer_scores(void)
         cl_mem ob = buffer(sizeof(got), got);
         const int q_off = QOFF, w_off = WOFF, nb = NB, rows = 2, mb = MB, tokens = T, maxc = MAXC, chunk = 8;
         const int s_off = SOFF, stride = STRIDE;
-        ARG(k, 0, qb);
-        ARG(k, 1, q_off);
-        ARG(k, 2, wb);
-        ARG(k, 3, w_off);
-        ARG(k, 4, kb);
-        ARG(k, 5, nb);
-        ARG(k, 6, tb);
-        ARG(k, 7, rows);
-        ARG(k, 8, mb);
-        ARG(k, 9, sb);
-        ARG(k, 10, lb);
-        ARG(k, 11, tokens);
-        ARG(k, 12, maxc);
-        ARG(k, 13, chunk);
-        ARG(k, 14, ob);
-        ARG(k, 15, s_off);
-        ARG(k, 16, stride);
+        ARGS(k, 0, KARG(qb), KARG(q_off), KARG(wb), KARG(w_off), KARG(kb), KARG(nb), KARG(tb), KARG(rows), KARG(mb),
+             KARG(sb), KARG(lb), KARG(tokens), KARG(maxc), KARG(chunk), KARG(ob), KARG(s_off), KARG(stride));
         const int tok_off = 0;
         ARG(k, 17, tok_off);
         /* 2 items of 8 keys cover 13; a group of 2 adds items past max_ctx, a column past T */
@@ -2529,15 +2369,8 @@ static void test_indexer_topk(void)
             got[i] = 777;
         cl_mem sb = buffer(sizeof(sc), sc), lb = buffer(sizeof(len), len), ob = buffer(sizeof(got), got);
         const int s_off = 0, stride = L, tokens = T, maxc = L, topk = K, o_off = OOFF;
-        ARG(k, 0, sb);
-        ARG(k, 1, s_off);
-        ARG(k, 2, stride);
-        ARG(k, 3, lb);
-        ARG(k, 4, tokens);
-        ARG(k, 5, maxc);
-        ARG(k, 6, topk);
-        ARG(k, 7, ob);
-        ARG(k, 8, o_off);
+        ARGS(k, 0, KARG(sb), KARG(s_off), KARG(stride), KARG(lb), KARG(tokens), KARG(maxc), KARG(topk), KARG(ob),
+             KARG(o_off));
         cl_int e = clSetKernelArg(k, 9, 2 * (size_t)items * sizeof(cl_uint), NULL);
         CHECK(e == CL_SUCCESS, "indexer_topk local argument: %d", e);
         const int tok_off = 0;
@@ -2656,11 +2489,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    clmla_status st = clmla_context_create(NULL, &ctx);
-    if (st != CLMLA_SUCCESS) {
-        printf("skipped: no OpenCL device (%s: %s)\n", clmla_status_string(st), clmla_last_error(NULL));
+    if (tu_context_or_skip(&ctx) != 0)
         return 77;
-    }
     clmla_device_info info;
     clmla_context_device(ctx, &info);
     printf("# device: %s (%s)\n", info.name, info.platform_name);

@@ -1626,10 +1626,8 @@ int main(int argc, char **argv)
     const tu_parts_options options = {.on_request = "presets"};
     const tu_parts_result ran =
         tu_run_parts(argc, argv, parts, (int)(sizeof(parts) / sizeof(parts[0])), &options, &ctx, &check_failed);
-    if (ran == TU_PARTS_UNKNOWN)
-        return 2;
-    if (ran == TU_PARTS_NO_DEVICE)
-        return 77; /* tu_run_parts said why */
+    if (ran != TU_PARTS_RAN)
+        return tu_parts_exit(ran);
     /* `test_layer presets` with no preset that fits this device has tested nothing. */
     if (presets_requested(argc, argv) && presets_run == 0 && check_failed == 0) {
         printf("skipped: no preset fits this device\n");

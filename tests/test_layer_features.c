@@ -695,11 +695,6 @@ static const tu_part parts[] = {
 int main(int argc, char **argv)
 {
     _Static_assert(sizeof(parts) / sizeof(parts[0]) == NUM_CASES, "one part per case");
-    const tu_parts_result ran =
-        tu_run_parts(argc, argv, parts, (int)(sizeof(parts) / sizeof(parts[0])), NULL, &ctx, &check_failed);
-    if (ran == TU_PARTS_UNKNOWN)
-        return 2;
-    if (ran == TU_PARTS_NO_DEVICE)
-        return 77; /* tu_run_parts said why */
-    return check_summary();
+    return tu_parts_exit(
+        tu_run_parts(argc, argv, parts, (int)(sizeof(parts) / sizeof(parts[0])), NULL, &ctx, &check_failed));
 }

@@ -51,11 +51,7 @@ static double *reference(const float *x, const float *w, int m, int n, int k)
 
 static cl_mem make_buffer(size_t floats, const float *host)
 {
-    cl_int err = CL_SUCCESS;
-    cl_mem m = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0),
-                              (floats ? floats : 1) * sizeof(float), (void *)host, &err);
-    CHECK(err == CL_SUCCESS && m, "clCreateBuffer(%zu floats): %d", floats, err);
-    return m;
+    return tu_buffer(ctx, (floats ? floats : 1) * sizeof(float), host);
 }
 
 /* Both forms for one W and every row count; `what` names the variant. */
@@ -828,11 +824,6 @@ static const tu_part parts[] = {
 
 int main(int argc, char **argv)
 {
-    const tu_parts_result ran =
-        tu_run_parts(argc, argv, parts, (int)(sizeof(parts) / sizeof(parts[0])), NULL, &ctx, &check_failed);
-    if (ran == TU_PARTS_UNKNOWN)
-        return 2;
-    if (ran == TU_PARTS_NO_DEVICE)
-        return 77;
-    return check_summary();
+    return tu_parts_exit(
+        tu_run_parts(argc, argv, parts, (int)(sizeof(parts) / sizeof(parts[0])), NULL, &ctx, &check_failed));
 }

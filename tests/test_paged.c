@@ -57,18 +57,13 @@ typedef struct fixture {
 
 static cl_mem make_buffer(size_t bytes, const void *host)
 {
-    cl_int err;
-    cl_mem m = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0),
-                              bytes ? bytes : 4, (void *)host, &err);
-    CHECK(err == CL_SUCCESS && m, "clCreateBuffer(%zu): %d", bytes, err);
-    return m;
+    return tu_buffer(ctx, bytes, host);
 }
 
 static void *read_buffer(cl_mem m, size_t bytes)
 {
     void *h = malloc(bytes);
-    cl_int err = clEnqueueReadBuffer(clmla_context_queue(ctx), m, CL_TRUE, 0, bytes, h, 0, NULL, NULL);
-    CHECK(err == CL_SUCCESS, "clEnqueueReadBuffer: %d", err);
+    tu_read_buffer(ctx, m, bytes, h);
     return h;
 }
 
@@ -169,38 +164,16 @@ static int fixture_make_index(fixture *f, int rkv, int dr, int bs, clmla_cache_d
     tu_rng rng = tu_rng_seed(seed);
     f->ckv = malloc((size_t)f->total * rkv * sizeof(float));
     f->kr = malloc((size_t)f->total * dr * sizeof(float));
-    tu_fill_uniform(f->ckv, (size_t)f->total * rkv, 0.0f, 1.7320508f, &rng);
-    tu_fill_uniform(f->kr, (size_t)f->total * dr, 0.0f, 1.7320508f, &rng);
-    cl_mem ckv_buf = make_buffer((size_t)f->total * rkv * sizeof(float), f->ckv);
-    cl_mem kr_buf = make_buffer((size_t)f->total * dr * sizeof(float), f->kr);
-    for (int s = 0; s < nseq; s++)
-        CHECK_STATUS(clmla_cache_seq_add(f->cache, &f->id[s]), CLMLA_SUCCESS, ctx);
-    if (check_failed == failed_before)
-        CHECK_STATUS(tu_cache_fill_round_robin(f->cache, f->id, f->len, nseq, rkv, dr, bs, ckv_buf, kr_buf, &rng),
-                     CLMLA_SUCCESS, ctx);
-    clFinish(clmla_context_queue(ctx));
-    clReleaseMemObject(ckv_buf);
-    clReleaseMemObject(kr_buf);
+    tu_cache_fill_random(ctx, f->cache, f->id, f->len, nseq, rkv, dr, bs, f->ckv, f->kr, &rng, failed_before);
 
-    int most = 1;
-    for (int s = 0; s < nseq; s++)
-        most = (f->len[s] + bs - 1) / bs > most ? (f->len[s] + bs - 1) / bs : most;
-    f->max_blocks = most + 1;
+    f->max_blocks = tu_max_blocks(f->len, nseq, bs);
     f->table = malloc((size_t)nseq * f->max_blocks * sizeof(int32_t));
     f->slots = malloc((size_t)f->total * sizeof(int32_t));
     for (int s = 0; s < nseq && check_failed == failed_before; s++) {
         const int n = f->len[s];
-        float *c = malloc(((size_t)n * rkv + 1) * sizeof(float)), *r = malloc(((size_t)n * dr + 1) * sizeof(float));
-        CHECK_STATUS(clmla_cache_read(f->cache, 0, f->id[s], 0, n, c, r), CLMLA_SUCCESS, ctx);
-        f->hold_ckv[s] = tu_to_double(c, (size_t)n * rkv);
-        f->hold_kr[s] = tu_to_double(r, (size_t)n * dr);
-        free(c);
-        free(r);
-        int nb = 0;
         int32_t *row = f->table + (size_t)s * f->max_blocks;
-        CHECK_STATUS(clmla_cache_seq_blocks(f->cache, f->id[s], row, f->max_blocks, &nb), CLMLA_SUCCESS, ctx);
-        for (int k = nb; k < f->max_blocks; k++)
-            row[k] = (row[0] + 1 + k) % blocks; /* past the sequence: some other valid block */
+        tu_cache_seq_snapshot(ctx, f->cache, f->id[s], n, rkv, dr, &f->hold_ckv[s], &f->hold_kr[s], row, f->max_blocks,
+                              blocks);
         for (int j = 0; j < n; j++)
             f->slots[f->start[s] + j] = row[j / bs] * bs + j % bs;
     }
@@ -1257,11 +1230,6 @@ static const tu_part parts[] = {
 
 int main(int argc, char **argv)
 {
-    const tu_parts_result ran =
-        tu_run_parts(argc, argv, parts, (int)(sizeof(parts) / sizeof(parts[0])), NULL, &ctx, &check_failed);
-    if (ran == TU_PARTS_UNKNOWN)
-        return 2;
-    if (ran == TU_PARTS_NO_DEVICE)
-        return 77;
-    return check_summary();
+    return tu_parts_exit(
+        tu_run_parts(argc, argv, parts, (int)(sizeof(parts) / sizeof(parts[0])), NULL, &ctx, &check_failed));
 }

@@ -70,11 +70,7 @@ static double *copy_doubles(const double *a, size_t n)
 
 static cl_mem make_buffer(size_t bytes, const void *host)
 {
-    cl_int err;
-    cl_mem m = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0),
-                              bytes ? bytes : 4, (void *)host, &err);
-    CHECK(err == CL_SUCCESS && m, "clCreateBuffer(%zu): %d", bytes, err);
-    return m;
+    return tu_buffer(ctx, bytes, host);
 }
 
 static void pool_free(pool *p)
@@ -113,42 +109,16 @@ static int pool_make(pool *p, int rkv, int dr, int bt, clmla_cache_dtype dtype, 
         return -1;
     tu_rng rng = tu_rng_seed(seed);
     float *ckv = malloc((size_t)total * rkv * sizeof(float)), *kr = malloc((size_t)total * dr * sizeof(float));
-    tu_fill_uniform(ckv, (size_t)total * rkv, 0.0f, 1.7320508f, &rng); /* c^KV after RMSNorm: rms ~1 */
-    tu_fill_uniform(kr, (size_t)total * dr, 0.0f, 1.7320508f, &rng);
-    cl_mem ckv_buf = make_buffer((size_t)total * rkv * sizeof(float), ckv);
-    cl_mem kr_buf = make_buffer((size_t)total * dr * sizeof(float), kr);
-    for (int s = 0; s < nseq; s++)
-        CHECK_STATUS(clmla_cache_seq_add(p->cache, &p->id[s]), CLMLA_SUCCESS, ctx);
-    /* round robin in chunks of 1 .. 2*bt tokens, so that every sequence's blocks are scattered */
-    if (check_failed == failed_before)
-        CHECK_STATUS(tu_cache_fill_round_robin(p->cache, p->id, p->len, nseq, rkv, dr, bt, ckv_buf, kr_buf, &rng),
-                     CLMLA_SUCCESS, ctx);
-    clFinish(clmla_context_queue(ctx));
-    clReleaseMemObject(ckv_buf);
-    clReleaseMemObject(kr_buf);
+    tu_cache_fill_random(ctx, p->cache, p->id, p->len, nseq, rkv, dr, bt, ckv, kr, &rng, failed_before);
     free(ckv);
     free(kr);
 
     /* the values as the cache holds them, and the block tables (rows padded with other valid ids) */
-    int most = 1;
-    for (int s = 0; s < nseq; s++)
-        most = (p->len[s] + bt - 1) / bt > most ? (p->len[s] + bt - 1) / bt : most;
-    p->max_blocks = most + 1;
+    p->max_blocks = tu_max_blocks(p->len, nseq, bt);
     p->table = malloc((size_t)nseq * p->max_blocks * sizeof(int32_t));
-    for (int s = 0; s < nseq && check_failed == failed_before; s++) {
-        const int n = p->len[s];
-        float *c = malloc((size_t)n * rkv * sizeof(float)), *r = malloc(((size_t)n * dr + 1) * sizeof(float));
-        CHECK_STATUS(clmla_cache_read(p->cache, 0, p->id[s], 0, n, c, r), CLMLA_SUCCESS, ctx);
-        p->ckv[s] = tu_to_double(c, (size_t)n * rkv);
-        p->kr[s] = tu_to_double(r, (size_t)n * dr);
-        free(c);
-        free(r);
-        int nb = 0;
-        int32_t *row = p->table + (size_t)s * p->max_blocks;
-        CHECK_STATUS(clmla_cache_seq_blocks(p->cache, p->id[s], row, p->max_blocks, &nb), CLMLA_SUCCESS, ctx);
-        for (int k = nb; k < p->max_blocks; k++)
-            row[k] = (row[0] + 1 + k) % blocks; /* past the sequence: some other block */
-    }
+    for (int s = 0; s < nseq && check_failed == failed_before; s++)
+        tu_cache_seq_snapshot(ctx, p->cache, p->id[s], p->len[s], rkv, dr, &p->ckv[s], &p->kr[s],
+                              p->table + (size_t)s * p->max_blocks, p->max_blocks, blocks);
     p->table_buf = make_buffer((size_t)nseq * p->max_blocks * sizeof(int32_t), p->table);
     p->key = tu_hash_bytes(TU_HASH_START, p->len, sizeof(p->len));
     const int shape[2] = {rkv, dr};
@@ -597,11 +567,8 @@ static void run_all(void)
 
 int main(void)
 {
-    clmla_status st = clmla_context_create(NULL, &ctx);
-    if (st != CLMLA_SUCCESS) {
-        printf("skipped: no OpenCL device (%s: %s)\n", clmla_status_string(st), clmla_last_error(NULL));
+    if (tu_context_or_skip(&ctx) != 0)
         return 77;
-    }
     static const struct {
         int variant;
         const char *name;

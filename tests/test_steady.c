@@ -704,11 +704,7 @@ static void latent_free(latent_data *d)
 
 static cl_mem device_copy(const void *host, size_t bytes)
 {
-    cl_int err = CL_SUCCESS;
-    cl_mem m = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0), bytes,
-                              (void *)host, &err);
-    CHECK(m != NULL, "clCreateBuffer(%zu): %d", bytes, err);
-    return m;
+    return tu_buffer(ctx, bytes, host);
 }
 
 static int latent_make(latent_data *d)
@@ -1043,11 +1039,6 @@ static const tu_part parts[] = {
 
 int main(int argc, char **argv)
 {
-    const tu_parts_result ran =
-        tu_run_parts(argc, argv, parts, (int)(sizeof(parts) / sizeof(parts[0])), NULL, &ctx, &check_failed);
-    if (ran == TU_PARTS_UNKNOWN)
-        return 2;
-    if (ran == TU_PARTS_NO_DEVICE)
-        return 77; /* tu_run_parts said why */
-    return check_summary();
+    return tu_parts_exit(
+        tu_run_parts(argc, argv, parts, (int)(sizeof(parts) / sizeof(parts[0])), NULL, &ctx, &check_failed));
 }

@@ -436,11 +436,8 @@ static void run(const char *name, clmla_cache_dtype dtype, long ops, uint64_t se
 int main(int argc, char **argv)
 {
     const long ops_f32 = argc > 1 ? atol(argv[1]) : 6000, ops_f16 = argc > 2 ? atol(argv[2]) : 3000;
-    clmla_status st = clmla_context_create(NULL, &ctx);
-    if (st != CLMLA_SUCCESS) {
-        printf("skipped: no OpenCL device (%s: %s)\n", clmla_status_string(st), clmla_last_error(NULL));
+    if (tu_context_or_skip(&ctx) != 0)
         return 77;
-    }
     run("f32 cache", CLMLA_CACHE_F32, ops_f32, 101);
     run("f16 cache", CLMLA_CACHE_F16, ops_f16, 202);
     clmla_context_destroy(ctx);

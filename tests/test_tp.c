@@ -38,7 +38,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #ifndef CLMLA_CLI_PATH
 #error "CLMLA_CLI_PATH must name the clmla executable"
@@ -741,21 +740,12 @@ static void part_model(void)
 
 static int run_cli(const char *args, const char *log)
 {
-    char cmd[4096];
-    snprintf(cmd, sizeof(cmd), "'%s' run %s >'%s' 2>&1", CLMLA_CLI_PATH, args, log);
-    const int rc = system(cmd);
-    return rc == -1 ? -1 : WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+    return ckpt_run_cli(CLMLA_CLI_PATH, args, log);
 }
 
 static const char *read_text(const char *path)
 {
-    static char text[16384];
-    FILE *f = fopen(path, "rb");
-    const size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
-    if (f)
-        fclose(f);
-    text[n] = '\0';
-    return text;
+    return ckpt_read_text(path);
 }
 
 static void part_cli(void)
@@ -844,9 +834,5 @@ int main(int argc, char **argv)
     const tu_parts_result ran =
         tu_run_parts(argc, argv, parts, (int)(sizeof(parts) / sizeof(parts[0])), NULL, &ctx, &check_failed);
     clmla_context_destroy(logged);
-    if (ran == TU_PARTS_UNKNOWN)
-        return 2;
-    if (ran == TU_PARTS_NO_DEVICE)
-        return 77;
-    return check_summary();
+    return tu_parts_exit(ran);
 }

@@ -295,6 +295,25 @@ int tu_sweeps_short(void)
     exit(2);
 }
 
+int tu_context_or_skip(clmla_context **ctx)
+{
+    clmla_status st = clmla_context_create(NULL, ctx);
+    if (st == CLMLA_SUCCESS)
+        return 0;
+    printf("skipped: no OpenCL device (%s: %s)\n", clmla_status_string(st), clmla_last_error(NULL));
+    return 1;
+}
+
+int tu_max_blocks(const int *lens, int nseq, int block_tokens)
+{
+    int most = 1;
+    for (int s = 0; s < nseq; s++) {
+        const int blocks = (lens[s] + block_tokens - 1) / block_tokens;
+        most = blocks > most ? blocks : most;
+    }
+    return most + 1;
+}
+
 /* Whether the part NAME runs for the arguments argv[1 .. argc-1] (each of them a part or "all"). */
 static int part_selected(int argc, char **argv, const char *name, const char *on_request)
 {
@@ -326,11 +345,8 @@ tu_parts_result tu_run_parts(int argc, char **argv, const tu_part *parts, int n,
             return TU_PARTS_UNKNOWN;
         }
     }
-    clmla_status st = clmla_context_create(NULL, ctx);
-    if (st != CLMLA_SUCCESS) {
-        printf("skipped: no OpenCL device (%s: %s)\n", clmla_status_string(st), clmla_last_error(NULL));
+    if (tu_context_or_skip(ctx) != 0)
         return TU_PARTS_NO_DEVICE;
-    }
     for (int p = 0; p < n; p++) {
         if (!part_selected(argc, argv, parts[p].name, on_request))
             continue;

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 /* ---- random numbers ----------------------------------------------------------------------- */
 
@@ -116,6 +117,14 @@ int tu_count_outside(const float *a, size_t n, size_t offset, size_t len, float 
 clmla_status tu_cache_fill_round_robin(clmla_cache *cache, const int32_t *ids, const int *lens, int nseq, int rkv,
                                        int dr, int block_tokens, cl_mem ckv, cl_mem kr, tu_rng *rng);
 
+/* Creates the default context into *ctx: 0, or 1 after printing "skipped: no OpenCL device (...)"
+   (main then returns 77). */
+int tu_context_or_skip(clmla_context **ctx);
+
+/* 1 + the most blocks of block_tokens rows that one of the nseq sequences of lens[] takes (at least
+   1): a block table's row length with one spare entry. */
+int tu_max_blocks(const int *lens, int nseq, int block_tokens);
+
 /* ---- named parts -------------------------------------------------------------------------- */
 
 /* One part of a test: `test_x NAME...` runs the named parts, no argument runs them all. */
@@ -162,6 +171,79 @@ tu_parts_result tu_run_parts(int argc, char **argv, const tu_part *parts, int n,
               err_, tol_, worst_ / cols_, worst_ % cols_, n_ ? (double)(got)[worst_] : 0.0,                  \
               n_ ? (double)(want)[worst_] : 0.0);                                                          \
     } while (0)
+
+/* main's exit code after tu_run_parts: 2 for an unknown part, 77 (skipped) without a device
+   (tu_run_parts said why), else check_summary(). */
+static inline int tu_parts_exit(tu_parts_result ran)
+{
+    if (ran == TU_PARTS_UNKNOWN)
+        return 2;
+    if (ran == TU_PARTS_NO_DEVICE)
+        return 77;
+    return check_summary();
+}
+
+/* One CHECK: a read-write buffer of `bytes` (4 when 0) in ctx's OpenCL context, a copy of host
+   when host is not NULL. */
+static inline cl_mem tu_buffer(clmla_context *ctx, size_t bytes, const void *host)
+{
+    cl_int err = CL_SUCCESS;
+    cl_mem m = clCreateBuffer(clmla_context_cl_context(ctx), CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0),
+                              bytes ? bytes : 4, (void *)host, &err);
+    CHECK(err == CL_SUCCESS && m, "clCreateBuffer(%zu): %d", bytes, err);
+    return m;
+}
+
+/* Fills ckv [total, rkv] and kr [total, dr] (total: the sum of lens) with values uniform in
+   +-sqrt(3) (rms 1, as c^KV after its RMSNorm) from rng, adds nseq sequences to layer 0 of cache
+   (one CHECK_STATUS each, their ids into ids[]) and then, unless check_failed has grown past
+   failed_before, appends the rows to them with tu_cache_fill_round_robin (one CHECK_STATUS):
+   sequence s gets its lens[s] rows in chunks of 1 .. 2 x block_tokens, its blocks scattered. */
+static inline void tu_cache_fill_random(clmla_context *ctx, clmla_cache *cache, int32_t *ids, const int *lens,
+                                        int nseq, int rkv, int dr, int block_tokens, float *ckv, float *kr,
+                                        tu_rng *rng, int failed_before)
+{
+    size_t total = 0;
+    for (int s = 0; s < nseq; s++)
+        total += (size_t)lens[s];
+    tu_fill_uniform(ckv, total * rkv, 0.0f, 1.7320508f, rng);
+    tu_fill_uniform(kr, total * dr, 0.0f, 1.7320508f, rng);
+    cl_mem ckv_buf = tu_buffer(ctx, total * rkv * sizeof(float), ckv);
+    cl_mem kr_buf = tu_buffer(ctx, total * dr * sizeof(float), kr);
+    for (int s = 0; s < nseq; s++)
+        CHECK_STATUS(clmla_cache_seq_add(cache, &ids[s]), CLMLA_SUCCESS, ctx);
+    if (check_failed == failed_before)
+        CHECK_STATUS(tu_cache_fill_round_robin(cache, ids, lens, nseq, rkv, dr, block_tokens, ckv_buf, kr_buf, rng),
+                     CLMLA_SUCCESS, ctx);
+    clFinish(clmla_context_queue(ctx));
+    clReleaseMemObject(ckv_buf);
+    clReleaseMemObject(kr_buf);
+}
+
+/* Sequence id's n rows of layer 0 as cache holds them, as float64 into *ckv [n, rkv] and *kr [n, dr]
+   (malloc'ed), and its block table into row[max_blocks], the entries past its own blocks other
+   valid block ids (below num_blocks): two CHECK_STATUS. */
+static inline void tu_cache_seq_snapshot(clmla_context *ctx, clmla_cache *cache, int32_t id, int n, int rkv, int dr,
+                                         double **ckv, double **kr, int32_t *row, int max_blocks, int num_blocks)
+{
+    float *c = malloc(((size_t)n * rkv + 1) * sizeof(float)), *r = malloc(((size_t)n * dr + 1) * sizeof(float));
+    CHECK_STATUS(clmla_cache_read(cache, 0, id, 0, n, c, r), CLMLA_SUCCESS, ctx);
+    *ckv = tu_to_double(c, (size_t)n * rkv);
+    *kr = tu_to_double(r, (size_t)n * dr);
+    free(c);
+    free(r);
+    int nb = 0;
+    CHECK_STATUS(clmla_cache_seq_blocks(cache, id, row, max_blocks, &nb), CLMLA_SUCCESS, ctx);
+    for (int k = nb; k < max_blocks; k++)
+        row[k] = (row[0] + 1 + k) % num_blocks;
+}
+
+/* One CHECK: a blocking read of the first `bytes` of m into host on ctx's queue. */
+static inline void tu_read_buffer(clmla_context *ctx, cl_mem m, size_t bytes, void *host)
+{
+    cl_int err = clEnqueueReadBuffer(clmla_context_queue(ctx), m, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
+    CHECK(err == CL_SUCCESS, "clEnqueueReadBuffer: %d", err);
+}
 #endif
 
 #endif
