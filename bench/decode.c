@@ -899,19 +899,9 @@ int bench_decode(const bench_case *c, bench_row *row)
         return 1;
     }
 
-    decode_state st;
-    memset(&st, 0, sizeof(st));
-    st.dev = c->dev;
-    st.s = s;
-    st.batch = B;
-    st.ctx = ctx;
-    st.f16 = f16;
-    st.dtype = c->dtype;
-    st.q_len = QL;
-    st.topk = sparse || indexer ? c->topk : 0;
-    st.index_heads = indexer ? HI : 0;
-    st.index_dim = indexer ? dI : 0;
-    st.paged = paged;
+    decode_state st = {.dev = c->dev, .s = s, .batch = B, .ctx = ctx, .f16 = f16, .dtype = c->dtype, .q_len = QL,
+                       .topk = sparse || indexer ? c->topk : 0, .index_heads = indexer ? HI : 0,
+                       .index_dim = indexer ? dI : 0, .paged = paged};
     int rc = absorbed ? absorbed_setup(&st, c->block_tokens, c->seed)
                       : mha ? mha_setup(&st, c->seed) : decompressed_setup(&st, c->seed);
     if (!rc && paged)

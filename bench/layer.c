@@ -214,15 +214,7 @@ int bench_layer(const bench_case *c, bench_row *row)
     const int cache_tokens = prefill ? prefix + ctx : ctx + slack + MAX_STEPS_PER_SAMPLE;
     const int blocks_per_seq = (cache_tokens + c->block_tokens - 1) / c->block_tokens;
 
-    layer_state st;
-    memset(&st, 0, sizeof(st));
-    st.dev = dev;
-    st.s = s;
-    st.batch = B;
-    st.ctx = ctx;
-    st.prefill = prefill;
-    st.prefix = prefix;
-    st.slack = slack;
+    layer_state st = {.dev = dev, .s = s, .batch = B, .ctx = ctx, .prefill = prefill, .prefix = prefix, .slack = slack};
     /* The path auto picks is known only once the layer exists (its threshold); size the check for
        the costlier one. */
     const double memory = layer_memory(s, B, blocks_per_seq * c->block_tokens, B * step_tokens, keys,

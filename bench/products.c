@@ -103,12 +103,7 @@ int bench_products(const bench_case *c, bench_row *row)
         snprintf(row->note, sizeof(row->note), "this model shape has no %s", c->path);
         return -1;
     }
-    product_state st;
-    memset(&st, 0, sizeof(st));
-    st.dev = c->dev;
-    st.m = (size_t)c->batch;
-    st.n = n;
-    st.k = k;
+    product_state st = {.dev = c->dev, .m = (size_t)c->batch, .n = n, .k = k};
     /* W is made on the device (the same values as every other phase's weights), then read back:
        the host copy feeds clmla_linear_create and the check. */
     const size_t w_bytes = n * k * sizeof(float);

@@ -55,10 +55,9 @@
  * On a GPU what limits the kernel is the load traffic per FMA through L1 and local memory, not
  * DRAM, hence: KPT = 4 keys per item (each query float4 read from local memory feeds four keys)
  * with NT = 128; acc[][] indexed only by constants once the loops are unrolled (a loop with an
- * early exit makes compilers keep it in stack memory); UA = 4 float4s of each row in flight (246
- * registers on an H100, still two groups per compute unit); the queries staged by float4s in one
- * unrolled loop. The figures behind each are in docs/perf-log.md, "GPUs: attn_latent on an
- * NVIDIA H100".
+ * early exit makes compilers keep it in stack memory); UA = 4 float4s of each row in flight
+ * (within the registers that leave two groups per compute unit); the queries staged by float4s in
+ * one unrolled loop. The runs behind each are in docs/perf-log.md, "GPUs: attn_latent".
  *
  * Output rows are per split: out [T, num_splits, H, RKV], lse [T, num_splits, H]; with one split
  * that is the final [T, H, RKV] / [T, H], else attn_combine.cl merges the splits by their lse.
@@ -497,8 +496,8 @@ void attn_latent(__global const float *q_latent, const int q_latent_offset, cons
  * core does well (HGC even; a multiple of 4 uses the 4-head blocks throughout). Scores are kept in base 2 (q is pre-scaled by scale * log2(e), weights are exp2, the lse is
  * converted back to natural log at the end) and key-major, p[key][head], so that the softmax is
  * vertical vector work: one exp2 of eight heads per key and no horizontal max or sum.
- * Outputs as attn_latent. The figures behind these choices (PoCL on Zen 3) are in docs/perf-log.md,
- * "CPU devices: attn_latent_rows". */
+ * Outputs as attn_latent. The runs behind these choices are in docs/perf-log.md, "CPU devices:
+ * attn_latent_rows". */
 /* With CLMLA_PREFETCH (CPU devices, clang-based compilers), the next tile's rows are prefetched
  * one 64-byte line every PFS vector steps of the score passes, so that the misses overlap the fma
  * instead of queueing behind each other as one burst per tile would. The score loop runs in

@@ -421,8 +421,7 @@ void attn_prefill_rows(__global const float *q, const int q_offset, const int q_
 #pragma unroll
             for (int kk = 0; kk < KTC; kk += 4) {
                 float8 s00 = 0, s01 = 0, s02 = 0, s03 = 0, s10 = 0, s11 = 0, s12 = 0, s13 = 0;
-                /* unrolled by 4: 13% faster together with the vertical softmax below (scratch
-                   harness, 2048 queries, two runs) */
+                /* unrolled by 4, together with the vertical softmax below (docs/perf-log.md) */
 #pragma unroll 4
                 for (int d = 0; d < DQ8; d += 8) {
                     const float8 a = vload8(0, &qv[r][d]), b = vload8(0, &qv[r + 1][d]);

@@ -351,12 +351,10 @@ void gemm_skinny_nn_rows(const int M, const int N, const int K, const float alph
  * kv_lora_rank 512) and walks B row by row, adding A[m, k] times row k's run into MR x NW float8
  * sums kept in private memory (L1, 8 KiB per row of x), so that the weights are read as
  * sequential streams: NWS of them, rows k, k + K/NWS, ... taken together (the rows past NWS
- * (K/NWS) one at a time). On the Intel Xeon 8 streams took 0.86-0.91 of one stream's time for
- * V2-Lite's W^UK at one row with fp8 weights, whose decoding keeps a lone stream's reads from
- * overlapping it, and 0.96-0.99 with f32 and bf16 (docs/perf-log.md). gemm_skinny_nn_rows keeps
- * its sums in registers but then reads 64 columns of every row before the next 64, a stride the
- * prefetchers follow badly: V2-Lite's W^UK at one row took 1.3-2x as long that way
- * (docs/perf-log.md, "The absorbed path's per-head products").
+ * (K/NWS) one at a time), so that several streams overlap what decoding a weight of fp8 keeps
+ * a lone stream from overlapping. gemm_skinny_nn_rows keeps its sums in registers but then reads
+ * 64 columns of every row before the next 64, a stride the prefetchers follow badly
+ * (docs/perf-log.md, "The absorbed path's per-head products", has the runs behind both).
  * fp8 weights: A[m, k] is taken times the scale of its block once per 128 columns, so each weight
  * costs its decode and an FMA; the scale carries DT_E4M3_UNIT (2^120 with the shift decoder,
  * cl/prelude.cl), so x is taken times DT_E4M3_SUM_X^-1 as well (2^-64 there), which keeps it finite
@@ -664,10 +662,9 @@ void gemm_packed_rows(const int M, const int N, const int K, const float alpha,
                     int k = kb;
 #if defined(BLOCK_SUMS) && defined(CLMLA_FP8_HALF) && MRP == 1
                     /* One row: 16 codes a stream a step, sign-extended in one 256-bit operation
-                       where two loads of 8 take one each (dt_e4m3x16h), against x's 16 values;
-                       0.91 of the 8-code loop's time over V2-Lite's and V3's products on a Zen 3
-                       EPYC (docs/perf-log.md). Only with the block sums: a block scale on each
-                       weight here made the compiler keep the decoded halves on the stack. */
+                       where two loads of 8 take one each (dt_e4m3x16h), against x's 16 values
+                       (docs/perf-log.md). Only with the block sums: a block scale on each weight
+                       here makes the compiler keep the decoded halves on the stack. */
                     for (; k + 16 <= kend; k += 16) {
                         const float16 xv = vload16(0, xs[pass] + k0 + k) * X_FACTOR;
 #pragma unroll

@@ -130,12 +130,7 @@ static clmla_paged *paged_for(clmla_ggml_device *d, const fa_shape *s)
         memmove(d->layout, d->layout + 1, sizeof(d->layout[0]) * (CLMLA_GGML_MAX_LAYOUTS - 1));
         d->layouts--;
     }
-    clmla_paged_config c;
-    memset(&c, 0, sizeof(c));
-    c.kv_lora_rank = s->rkv;
-    c.rope_dim = s->dr;
-    c.block_size = s->block;
-    c.dtype = s->dtype;
+    clmla_paged_config c = {.kv_lora_rank = s->rkv, .rope_dim = s->dr, .block_size = s->block, .dtype = s->dtype};
     clmla_paged *p = NULL;
     if (clmla_paged_create(d->ctx, &c, &p) != CLMLA_SUCCESS) {
         fprintf(stderr, "ggml-clmla: %s\n", clmla_last_error(d->ctx));

@@ -598,24 +598,15 @@ const char *ckpt_read_text(const char *path)
 
 mla_ref_config ckpt_ref_config(const clmla_layer_config *c)
 {
-    mla_ref_config r;
-    memset(&r, 0, sizeof(r));
-    r.hidden = c->hidden_size;
-    r.heads = c->num_heads;
-    r.q_lora_rank = c->q_lora_rank;
-    r.kv_lora_rank = c->kv_lora_rank;
-    r.nope_dim = c->qk_nope_head_dim;
-    r.rope_dim = c->qk_rope_head_dim;
-    r.v_dim = c->v_head_dim;
-    r.rms_eps = 1e-6;
-    r.rope_theta = c->rope_theta ? c->rope_theta : 10000.0;
-    r.rope_half_split = c->rope_pairing == CLMLA_ROPE_HALF_SPLIT;
-    r.yarn_factor = c->yarn_factor;
-    r.yarn_original_max_pos = c->yarn_original_max_position ? c->yarn_original_max_position : 4096;
-    r.yarn_beta_fast = c->yarn_beta_fast ? c->yarn_beta_fast : 32.0;
-    r.yarn_beta_slow = c->yarn_beta_slow ? c->yarn_beta_slow : 1.0;
-    r.yarn_mscale = c->yarn_mscale;
-    r.yarn_mscale_all_dim = c->yarn_mscale_all_dim;
+    mla_ref_config r = {.hidden = c->hidden_size, .heads = c->num_heads, .q_lora_rank = c->q_lora_rank,
+                        .kv_lora_rank = c->kv_lora_rank, .nope_dim = c->qk_nope_head_dim,
+                        .rope_dim = c->qk_rope_head_dim, .v_dim = c->v_head_dim, .rms_eps = 1e-6,
+                        .rope_theta = c->rope_theta ? c->rope_theta : 10000.0,
+                        .rope_half_split = c->rope_pairing == CLMLA_ROPE_HALF_SPLIT, .yarn_factor = c->yarn_factor,
+                        .yarn_original_max_pos = c->yarn_original_max_position ? c->yarn_original_max_position : 4096,
+                        .yarn_beta_fast = c->yarn_beta_fast ? c->yarn_beta_fast : 32.0,
+                        .yarn_beta_slow = c->yarn_beta_slow ? c->yarn_beta_slow : 1.0, .yarn_mscale = c->yarn_mscale,
+                        .yarn_mscale_all_dim = c->yarn_mscale_all_dim};
     return r;
 }
 
@@ -629,18 +620,9 @@ mla_ref_weights ckpt_ref_weights(const ckpt_weights *w)
 /* D 160 and rkv 144 are past one 128-wide scale block and not a multiple of it. */
 clmla_layer_config ckpt_tiny_config(int q_lora, int yarn)
 {
-    clmla_layer_config c;
-    memset(&c, 0, sizeof(c));
-    c.hidden_size = 160;
-    c.num_heads = 2;
-    c.q_lora_rank = q_lora ? 136 : 0;
-    c.kv_lora_rank = 144;
-    c.qk_nope_head_dim = 16;
-    c.qk_rope_head_dim = 8;
-    c.v_head_dim = 16;
-    c.rms_norm_eps = 1e-6;
-    c.rope_theta = 10000.0;
-    c.rope_pairing = CLMLA_ROPE_INTERLEAVED;
+    clmla_layer_config c = {.hidden_size = 160, .num_heads = 2, .q_lora_rank = q_lora ? 136 : 0, .kv_lora_rank = 144,
+                            .qk_nope_head_dim = 16, .qk_rope_head_dim = 8, .v_head_dim = 16, .rms_norm_eps = 1e-6,
+                            .rope_theta = 10000.0, .rope_pairing = CLMLA_ROPE_INTERLEAVED};
     if (yarn) {
         /* Different mscales, so that both the RoPE amplitude and the softmax factor are not 1. */
         c.yarn_factor = 40.0;

@@ -286,12 +286,8 @@ static void test_stored_dtypes(void)
         char dir[600], sub[32], path[1200];
         snprintf(sub, sizeof(sub), "stored%zu", k);
         subdir(dir, sizeof(dir), sub);
-        ckpt_model m;
-        memset(&m, 0, sizeof(m));
-        m.config = odd_config(cases[k].q_lora);
-        m.dtype = cases[k].dtype;
-        m.scale_dtype = cases[k].scale_dtype;
-        m.seed = 40 + (unsigned)k;
+        ckpt_model m = {.config = odd_config(cases[k].q_lora), .dtype = cases[k].dtype,
+                        .scale_dtype = cases[k].scale_dtype, .seed = 40 + (unsigned)k};
         ckpt_weights w;
         memset(&w, 0, sizeof(w));
         if (ckpt_write_model(dir, &m, &w) != 0) {
@@ -717,13 +713,8 @@ static int write_model(const char *name, ckpt_model *m, char *dir, size_t size)
 
 static ckpt_model base_model(const char *dtype, int shards, int q_lora)
 {
-    ckpt_model m;
-    memset(&m, 0, sizeof(m));
-    m.config = ckpt_tiny_config(q_lora, 1);
-    m.dtype = dtype;
-    m.shards = shards;
-    m.num_layers = 2;
-    m.seed = 7;
+    ckpt_model m = {.config = ckpt_tiny_config(q_lora, 1), .dtype = dtype, .shards = shards, .num_layers = 2,
+                    .seed = 7};
     return m;
 }
 

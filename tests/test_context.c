@@ -363,13 +363,8 @@ static void test_log(void)
     char dir[] = "/tmp/clmla-test-log-XXXXXX";
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     log_record r;
-    clmla_context_options o;
-    memset(&o, 0, sizeof(o));
-    o.cache_dir = dir;
-    o.clblast_tuning = "auto";
-    o.log = keep_log;
-    o.log_user = &r;
-    o.log_level = CLMLA_LOG_INFO;
+    clmla_context_options o = {.cache_dir = dir, .clblast_tuning = "auto", .log = keep_log, .log_user = &r,
+                               .log_level = CLMLA_LOG_INFO};
     const char *opts = "-D WG=8 -D CLMLA_TEST_LOG=1";
     log_build(&o, opts, &r);
     CHECK(strstr(r.text, "kernel rmsnorm.cl [-D WG=8 -D CLMLA_TEST_LOG=1]: built from source") != NULL,

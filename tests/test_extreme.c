@@ -167,20 +167,9 @@ static void latent_case(int heads, int n_keys, double magnitude, double shift, c
     cl_mem table = buffer((size_t)nb * sizeof(int32_t), blocks), tsb = buffer(sizeof(token_seq), token_seq);
     cl_mem tcb = buffer(sizeof(ctx_len), ctx_len), outb = buffer(nq * sizeof(float), NULL);
     cl_mem lseb = buffer((size_t)T * heads * sizeof(float), NULL);
-    clmla_latent_attention_args a;
-    memset(&a, 0, sizeof(a));
-    a.num_tokens = T;
-    a.num_heads = heads;
-    a.softmax_scale = scale;
-    a.q_latent = qlb;
-    a.q_rope = qrb;
-    a.block_table = table;
-    a.max_blocks_per_seq = nb;
-    a.token_seq = tsb;
-    a.token_ctx_len = tcb;
-    a.max_ctx_len = n_keys;
-    a.out = outb;
-    a.lse = lseb;
+    clmla_latent_attention_args a = {.num_tokens = T, .num_heads = heads, .softmax_scale = scale, .q_latent = qlb,
+                                     .q_rope = qrb, .block_table = table, .max_blocks_per_seq = nb, .token_seq = tsb,
+                                     .token_ctx_len = tcb, .max_ctx_len = n_keys, .out = outb, .lse = lseb};
     CHECK_STATUS(clmla_attention_latent(cache, 0, &a, NULL), CLMLA_SUCCESS, ctx);
     float *out = malloc(nq * sizeof(float)), *lse = malloc((size_t)T * heads * sizeof(float));
     read_buffer(outb, nq * sizeof(float), out);
@@ -353,20 +342,10 @@ static void test_long(void)
         cl_mem qlb = buffer(sizeof(ql), ql), qrb = buffer(sizeof(qr), qr);
         cl_mem table = buffer((size_t)nb * sizeof(int32_t), blocks), tsb = buffer(sizeof(token_seq), token_seq);
         cl_mem tcb = buffer(sizeof(ctx_len), ctx_len), outb = buffer(sizeof(ql), NULL), lseb = buffer(T * H * sizeof(float), NULL);
-        clmla_latent_attention_args a;
-        memset(&a, 0, sizeof(a));
-        a.num_tokens = T;
-        a.num_heads = H;
-        a.softmax_scale = 0.3f;
-        a.q_latent = qlb;
-        a.q_rope = qrb;
-        a.block_table = table;
-        a.max_blocks_per_seq = nb;
-        a.token_seq = tsb;
-        a.token_ctx_len = tcb;
-        a.max_ctx_len = N;
-        a.out = outb;
-        a.lse = lseb;
+        clmla_latent_attention_args a = {.num_tokens = T, .num_heads = H, .softmax_scale = 0.3f, .q_latent = qlb,
+                                         .q_rope = qrb, .block_table = table, .max_blocks_per_seq = nb,
+                                         .token_seq = tsb, .token_ctx_len = tcb, .max_ctx_len = N, .out = outb,
+                                         .lse = lseb};
         double t1 = tu_seconds();
         CHECK_STATUS(clmla_attention_latent(cache, 0, &a, NULL), CLMLA_SUCCESS, ctx);
         float out[2 * 4 * 16], lse[8];
@@ -553,19 +532,9 @@ static void test_nonfinite(void)
         cl_mem qlb = buffer(sizeof(ql), ql), qrb = buffer(sizeof(qr), qr), tb = buffer(sizeof(table), table);
         cl_mem tsb = buffer(sizeof(token_seq), token_seq), tcb = buffer(sizeof(ctx_len), ctx_len);
         cl_mem outb = buffer(sizeof(ql), NULL);
-        clmla_latent_attention_args a;
-        memset(&a, 0, sizeof(a));
-        a.num_tokens = T;
-        a.num_heads = H;
-        a.softmax_scale = 0.25f;
-        a.q_latent = qlb;
-        a.q_rope = qrb;
-        a.block_table = tb;
-        a.max_blocks_per_seq = 5;
-        a.token_seq = tsb;
-        a.token_ctx_len = tcb;
-        a.max_ctx_len = n;
-        a.out = outb;
+        clmla_latent_attention_args a = {.num_tokens = T, .num_heads = H, .softmax_scale = 0.25f, .q_latent = qlb,
+                                         .q_rope = qrb, .block_table = tb, .max_blocks_per_seq = 5, .token_seq = tsb,
+                                         .token_ctx_len = tcb, .max_ctx_len = n, .out = outb};
         double t0 = tu_seconds();
         CHECK_STATUS(clmla_attention_latent(cache, 0, &a, NULL), CLMLA_SUCCESS, ctx);
         float out[T * H * 16];

@@ -712,55 +712,37 @@ static void read_verify(void *arg)
 static clmla_status latent_run(void *arg)
 {
     raw_state *r = arg;
-    clmla_latent_attention_args a;
-    memset(&a, 0, sizeof(a));
-    a.num_tokens = 1;
-    a.num_heads = r->heads;
-    a.softmax_scale = 0.25f;
-    a.q_latent = r->q_latent;
-    a.q_rope = r->q_rope;
-    a.block_table = r->table;
-    a.max_blocks_per_seq = r->max_blocks;
-    a.token_seq = r->token_seq;
-    a.token_ctx_len = r->token_ctx;
-    a.max_ctx_len = r->len[1];
-    a.out = r->out;
-    a.lse = r->lse;
+    clmla_latent_attention_args a = {.num_tokens = 1, .num_heads = r->heads, .softmax_scale = 0.25f,
+                                     .q_latent = r->q_latent, .q_rope = r->q_rope, .block_table = r->table,
+                                     .max_blocks_per_seq = r->max_blocks, .token_seq = r->token_seq,
+                                     .token_ctx_len = r->token_ctx, .max_ctx_len = r->len[1], .out = r->out,
+                                     .lse = r->lse};
     return clmla_attention_latent(r->cache, 0, &a, NULL);
 }
 
 static clmla_status paged_run(void *arg)
 {
     raw_state *r = arg;
-    clmla_paged_attention_args a;
-    memset(&a, 0, sizeof(a));
-    a.batch = 1;
-    a.num_heads = r->heads;
-    a.softmax_scale = 0.25f;
-    a.q = (clmla_buffer){NULL, r->q_paged, 0, sizeof(r->q_paged)};
-    a.kv_cache.mem = r->rows_buf;
-    a.num_blocks = 128;
-    a.block_table = (clmla_buffer){NULL, r->paged_table, 0, (size_t)r->max_blocks * 4};
-    a.max_blocks = r->max_blocks;
-    a.cache_seqlens = (clmla_buffer){NULL, &r->paged_len, 0, 4};
-    a.out = (clmla_buffer){NULL, r->paged_out, 0, sizeof(r->paged_out)};
-    a.lse = (clmla_buffer){NULL, r->paged_lse, 0, sizeof(r->paged_lse)};
+    clmla_paged_attention_args a = {.batch = 1, .num_heads = r->heads, .softmax_scale = 0.25f,
+                                    .q = (clmla_buffer){NULL, r->q_paged, 0, sizeof(r->q_paged)},
+                                    .kv_cache.mem = r->rows_buf, .num_blocks = 128,
+                                    .block_table = (clmla_buffer){NULL, r->paged_table, 0, (size_t)r->max_blocks * 4},
+                                    .max_blocks = r->max_blocks,
+                                    .cache_seqlens = (clmla_buffer){NULL, &r->paged_len, 0, 4},
+                                    .out = (clmla_buffer){NULL, r->paged_out, 0, sizeof(r->paged_out)},
+                                    .lse = (clmla_buffer){NULL, r->paged_lse, 0, sizeof(r->paged_lse)}};
     return clmla_paged_attention(r->paged, &a, NULL);
 }
 
 static clmla_status paged_write_run(void *arg)
 {
     raw_state *r = arg;
-    clmla_paged_write_args w;
-    memset(&w, 0, sizeof(w));
-    w.num_tokens = 2;
-    w.kv_c = (clmla_buffer){NULL, r->write_src, 0, sizeof(r->write_src)};
-    w.kv_c_stride = r->rkv + r->dr;
-    w.k_pe = (clmla_buffer){NULL, r->write_src + r->rkv, 0, sizeof(r->write_src) - (size_t)r->rkv * 4};
-    w.k_pe_stride = r->rkv + r->dr;
-    w.slot_mapping = (clmla_buffer){NULL, r->write_slots, 0, sizeof(r->write_slots)};
-    w.kv_cache.mem = r->write_cache;
-    w.num_blocks = 128;
+    clmla_paged_write_args w = {.num_tokens = 2, .kv_c = (clmla_buffer){NULL, r->write_src, 0, sizeof(r->write_src)},
+                                .kv_c_stride = r->rkv + r->dr,
+                                .k_pe = (clmla_buffer){NULL, r->write_src + r->rkv, 0, sizeof(r->write_src) - (size_t)r->rkv * 4},
+                                .k_pe_stride = r->rkv + r->dr,
+                                .slot_mapping = (clmla_buffer){NULL, r->write_slots, 0, sizeof(r->write_slots)},
+                                .kv_cache.mem = r->write_cache, .num_blocks = 128};
     return clmla_paged_write(r->paged, &w, NULL);
 }
 

@@ -126,12 +126,7 @@ static void part_ref_tiny(void)
     CHECK(NEAR(bound16, 8 * ldexp(1.0, -11) / (1 - 8 * ldexp(1.0, -11)) * 3.5, 1e-15), "fp16 bound %.17g", bound16);
 
     /* MLA's tables: plain RoPE (theta 1e4, dr 8) and YaRN's corrected frequencies */
-    mla_ref_config mc;
-    memset(&mc, 0, sizeof(mc));
-    mc.rope_dim = 8;
-    mc.nope_dim = 8;
-    mc.rope_theta = 10000.0;
-    mc.yarn_factor = 1.0;
+    mla_ref_config mc = {.rope_dim = 8, .nope_dim = 8, .rope_theta = 10000.0, .yarn_factor = 1.0};
     double rc[4], rs[4];
     idx_ref_rope_row(&mc, NULL, 7, rc, rs);
     ok = 1;
@@ -412,22 +407,10 @@ static float *run_scores(clmla_index_kernels *ik, const key_pool *p, const batch
     cl_mem tb = make_buffer((size_t)b->rows * b->max_blocks * sizeof(int32_t), b->table);
     cl_mem seqb = make_buffer((size_t)T * sizeof(int32_t), seq), lenb = make_buffer((size_t)T * sizeof(int32_t), len);
 
-    clmla_index_scores_args a;
-    memset(&a, 0, sizeof(a));
-    a.num_tokens = T;
-    a.q = qb;
-    a.q_offset = q_off;
-    a.weights = wb;
-    a.weights_offset = w_off;
-    a.keys = p->buf;
-    a.block_table = tb;
-    a.max_blocks_per_seq = b->max_blocks;
-    a.token_seq = seqb;
-    a.token_ctx_len = lenb;
-    a.max_ctx_len = b->max_ctx;
-    a.scores = sb;
-    a.scores_offset = s_off;
-    a.scores_stride = stride;
+    clmla_index_scores_args a = {.num_tokens = T, .q = qb, .q_offset = q_off, .weights = wb, .weights_offset = w_off,
+                                 .keys = p->buf, .block_table = tb, .max_blocks_per_seq = b->max_blocks,
+                                 .token_seq = seqb, .token_ctx_len = lenb, .max_ctx_len = b->max_ctx, .scores = sb,
+                                 .scores_offset = s_off, .scores_stride = stride};
     cl_event ev = NULL;
     clmla_status st = clmla_index_scores(ik, &a, &ev);
     CHECK(st == CLMLA_SUCCESS && ev, "%s: clmla_index_scores: %s: %s", what, clmla_status_string(st),
@@ -568,17 +551,9 @@ static void check_topk(clmla_index_kernels *ik, const float *scores, int T, int 
     cl_mem sb = make_buffer((s_off + (size_t)T * stride) * sizeof(float), sh);
     cl_mem ob = make_buffer(o_n * sizeof(int32_t), oh);
     cl_mem lb = make_buffer((size_t)T * sizeof(int32_t), len);
-    clmla_index_topk_args a;
-    memset(&a, 0, sizeof(a));
-    a.num_tokens = T;
-    a.top_k = K;
-    a.scores = sb;
-    a.scores_offset = s_off;
-    a.scores_stride = stride;
-    a.token_ctx_len = lb;
-    a.max_ctx_len = max_ctx;
-    a.indices = ob;
-    a.indices_offset = o_off;
+    clmla_index_topk_args a = {.num_tokens = T, .top_k = K, .scores = sb, .scores_offset = s_off,
+                               .scores_stride = stride, .token_ctx_len = lb, .max_ctx_len = max_ctx, .indices = ob,
+                               .indices_offset = o_off};
     clmla_status st = clmla_index_topk(ik, &a, NULL);
     CHECK(st == CLMLA_SUCCESS, "%s: clmla_index_topk: %s: %s", what, clmla_status_string(st), clmla_last_error(ctx));
     if (st == CLMLA_SUCCESS) {

@@ -62,13 +62,7 @@ static int in_list(const void *t, const void *cands, int n, size_t size)
 
 static clmla_kernel_tune_options tiny(seen *s)
 {
-    clmla_kernel_tune_options o;
-    memset(&o, 0, sizeof(o));
-    o.quick = 1;
-    o.repetitions = 1;
-    o.max_candidates = 2;
-    o.progress = progress;
-    o.user = s;
+    clmla_kernel_tune_options o = {.quick = 1, .repetitions = 1, .max_candidates = 2, .progress = progress, .user = s};
     return o;
 }
 

@@ -309,19 +309,9 @@ static void test_attention(clmla_context *ctx, int variant)
     cl_mem bql = clCreateBuffer(clctx, CL_MEM_COPY_HOST_PTR, T * H * RKV * 4, ql, &err);
     cl_mem bqr = clCreateBuffer(clctx, CL_MEM_COPY_HOST_PTR, T * H * DR * 4, qr, &err);
     cl_mem bo = clCreateBuffer(clctx, CL_MEM_READ_WRITE, T * H * RKV * 4, NULL, &err);
-    clmla_latent_attention_args a;
-    memset(&a, 0, sizeof(a));
-    a.num_tokens = T;
-    a.num_heads = H;
-    a.softmax_scale = 0.04f;
-    a.q_latent = bql;
-    a.q_rope = bqr;
-    a.block_table = bt;
-    a.max_blocks_per_seq = per_seq;
-    a.token_seq = bs;
-    a.token_ctx_len = bl;
-    a.max_ctx_len = 700;
-    a.out = bo;
+    clmla_latent_attention_args a = {.num_tokens = T, .num_heads = H, .softmax_scale = 0.04f, .q_latent = bql,
+                                     .q_rope = bqr, .block_table = bt, .max_blocks_per_seq = per_seq, .token_seq = bs,
+                                     .token_ctx_len = bl, .max_ctx_len = 700, .out = bo};
     CHECK_STATUS(clmla_attention_latent(cache, 0, &a, NULL), CLMLA_SUCCESS, ctx);
     clEnqueueReadBuffer(clmla_context_queue(ctx), bo, CL_TRUE, 0, T * H * RKV * 4, got, 0, NULL, NULL);
     double worst = 0, sc[700], ref[RKV];

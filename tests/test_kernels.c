@@ -1925,20 +1925,9 @@ static void layer_pass(const char *kind)
     cl_mem qlb = buffer(sizeof(ql), ql), qrb = buffer(sizeof(qr), qr), tb = buffer((size_t)nb * sizeof(int32_t), table);
     cl_mem tsb = buffer(sizeof(int), &zero), tcb = buffer(sizeof(int), &len);
     cl_mem ob = buffer(sizeof(out), NULL), lb = buffer(sizeof(lse), NULL);
-    clmla_latent_attention_args la;
-    memset(&la, 0, sizeof(la));
-    la.num_tokens = 1;
-    la.num_heads = H;
-    la.softmax_scale = 0.3f;
-    la.q_latent = qlb;
-    la.q_rope = qrb;
-    la.block_table = tb;
-    la.max_blocks_per_seq = nb;
-    la.token_seq = tsb;
-    la.token_ctx_len = tcb;
-    la.max_ctx_len = N;
-    la.out = ob;
-    la.lse = lb;
+    clmla_latent_attention_args la = {.num_tokens = 1, .num_heads = H, .softmax_scale = 0.3f, .q_latent = qlb,
+                                      .q_rope = qrb, .block_table = tb, .max_blocks_per_seq = nb, .token_seq = tsb,
+                                      .token_ctx_len = tcb, .max_ctx_len = N, .out = ob, .lse = lb};
     CHECK_STATUS(clmla_attention_latent(cache, 0, &la, NULL), CLMLA_SUCCESS, ctx);
     download(ob, sizeof(out), out);
     download(lb, sizeof(lse), lse);

@@ -77,12 +77,7 @@ static int32_t add_seq(clmla_cache *cache)
 static clmla_status forward(clmla_layer *layer, clmla_cache *cache, int cache_layer, const clmla_batch_entry *entries,
                             int num_entries, clmla_attention_path path, const float *x, float *out)
 {
-    clmla_forward_args a;
-    memset(&a, 0, sizeof(a));
-    a.entries = entries;
-    a.num_entries = num_entries;
-    a.cache_layer = cache_layer;
-    a.path = path;
+    clmla_forward_args a = {.entries = entries, .num_entries = num_entries, .cache_layer = cache_layer, .path = path};
     return clmla_layer_forward(layer, cache, &a, x, out);
 }
 

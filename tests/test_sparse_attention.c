@@ -296,24 +296,11 @@ static void run_case(const pool *p, int H, int topk, const tok *toks, int T, int
     cl_mem out_buf = make_buffer(out_n * sizeof(float), out);
     cl_mem lse_buf = make_buffer(lse_n * sizeof(float), lse);
 
-    clmla_latent_attention_args a;
-    memset(&a, 0, sizeof(a));
-    a.num_tokens = T;
-    a.num_heads = H;
-    a.softmax_scale = tau;
-    a.q_latent = ql_buf;
-    a.q_latent_offset = q_off;
-    a.q_rope = qr_buf;
-    a.q_rope_offset = r_off;
-    a.block_table = p->table_buf;
-    a.max_blocks_per_seq = p->max_blocks;
-    a.token_seq = seq_buf;
-    a.token_ctx_len = len_buf;
-    a.max_ctx_len = max_ctx;
-    a.out = out_buf;
-    a.out_offset = out_off;
-    a.lse = lse_buf;
-    a.lse_offset = lse_off;
+    clmla_latent_attention_args a = {.num_tokens = T, .num_heads = H, .softmax_scale = tau, .q_latent = ql_buf,
+                                     .q_latent_offset = q_off, .q_rope = qr_buf, .q_rope_offset = r_off,
+                                     .block_table = p->table_buf, .max_blocks_per_seq = p->max_blocks,
+                                     .token_seq = seq_buf, .token_ctx_len = len_buf, .max_ctx_len = max_ctx,
+                                     .out = out_buf, .out_offset = out_off, .lse = lse_buf, .lse_offset = lse_off};
     cl_event ev = NULL;
     const double t0 = tu_seconds();
     clmla_status st = clmla_attention_latent_sparse(p->cache, 0, &a, idx_buf, idx_off, topk, &ev);

@@ -830,24 +830,13 @@ static int run_latent_pass(const latent_data *d, clmla_cache *cache, float scale
                                    NULL, NULL) == CL_SUCCESS;
         if (!ok)
             break;
-        clmla_latent_attention_args a;
-        memset(&a, 0, sizeof(a));
-        a.num_tokens = st->T;
-        a.num_heads = HEADS;
-        a.softmax_scale = scale;
-        a.q_latent = d->q_lat_b;
-        a.q_latent_offset = (size_t)st->row0 * HEADS * RKV;
-        a.q_rope = d->q_rope_b;
-        a.q_rope_offset = (size_t)st->row0 * HEADS * DR;
-        a.block_table = d->table_b;
-        a.max_blocks_per_seq = MAX_BLOCKS;
-        a.token_seq = d->seq_b;
-        a.token_ctx_len = d->ctx_b;
-        a.max_ctx_len = st->max_ctx;
-        a.out = d->out_b;
-        a.out_offset = (size_t)st->row0 * HEADS * RKV;
-        a.lse = st->with_lse ? d->lse_b : NULL;
-        a.lse_offset = (size_t)st->row0 * HEADS;
+        clmla_latent_attention_args a = {.num_tokens = st->T, .num_heads = HEADS, .softmax_scale = scale,
+                                         .q_latent = d->q_lat_b, .q_latent_offset = (size_t)st->row0 * HEADS * RKV,
+                                         .q_rope = d->q_rope_b, .q_rope_offset = (size_t)st->row0 * HEADS * DR,
+                                         .block_table = d->table_b, .max_blocks_per_seq = MAX_BLOCKS,
+                                         .token_seq = d->seq_b, .token_ctx_len = d->ctx_b, .max_ctx_len = st->max_ctx,
+                                         .out = d->out_b, .out_offset = (size_t)st->row0 * HEADS * RKV,
+                                         .lse = st->with_lse ? d->lse_b : NULL, .lse_offset = (size_t)st->row0 * HEADS};
         const clmla_status status =
             sparse ? clmla_attention_latent_sparse(cache, 0, &a, d->idx_b, (size_t)st->row0 * MAX_KEYS, MAX_KEYS, NULL)
                    : clmla_attention_latent(cache, 0, &a, NULL);

@@ -318,13 +318,8 @@ static int run_steps(clmla_context *c, clmla_layer *layer, const float *x, clmla
 {
     clmla_layer_config lc;
     CHECK_STATUS(clmla_layer_get_config(layer, &lc), CLMLA_SUCCESS, c);
-    clmla_cache_config cc;
-    memset(&cc, 0, sizeof(cc));
-    cc.num_layers = 1;
-    cc.kv_lora_rank = lc.kv_lora_rank;
-    cc.rope_dim = lc.qk_rope_head_dim;
-    cc.block_tokens = BLOCK_TOKENS;
-    cc.num_blocks = (T + BLOCK_TOKENS - 1) / BLOCK_TOKENS;
+    clmla_cache_config cc = {.num_layers = 1, .kv_lora_rank = lc.kv_lora_rank, .rope_dim = lc.qk_rope_head_dim,
+                             .block_tokens = BLOCK_TOKENS, .num_blocks = (T + BLOCK_TOKENS - 1) / BLOCK_TOKENS};
     clmla_cache *cache = NULL;
     int32_t seq = -1;
     clmla_status st = clmla_cache_create(c, &cc, &cache);
@@ -640,12 +635,7 @@ static void model_case(const char *what, const clmla_layer_config *config, const
         CHECK(0, "%s: no context or temporary folder", what);
         return;
     }
-    ckpt_model m;
-    memset(&m, 0, sizeof(m));
-    m.config = *config;
-    m.dtype = dtype;
-    m.shards = shards;
-    m.seed = 11;
+    ckpt_model m = {.config = *config, .dtype = dtype, .shards = shards, .seed = 11};
     ckpt_weights lw;
     memset(&lw, 0, sizeof(lw));
     if (ckpt_write_model(dir, &m, &lw) != 0) {

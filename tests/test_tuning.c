@@ -969,12 +969,7 @@ static void test_tune(void)
     progress_log log;
     memset(&log, 0, sizeof(log));
     log.last_index = -1;
-    clmla_tune_options o;
-    memset(&o, 0, sizeof(o));
-    o.size = 128;
-    o.max_candidates = 2;
-    o.progress = on_progress;
-    o.user = &log;
+    clmla_tune_options o = {.size = 128, .max_candidates = 2, .progress = on_progress, .user = &log};
     memset(&best, 0, sizeof(best));
     CHECK_STATUS(clmla_tune_xgemm(c, &o, &best), CLMLA_SUCCESS, c);
     CHECK(best.gflops > 0 && best.default_gflops > 0, "gflops %g, default_gflops %g", best.gflops,

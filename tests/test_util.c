@@ -107,15 +107,9 @@ void tu_ref_config(const clmla_layer_config *c, mla_ref_config *r)
 clmla_layer_config tu_small_config(int hidden, int heads, int q_lora_rank, int kv_lora_rank, int nope_dim,
                                    int rope_dim, int v_dim)
 {
-    clmla_layer_config c;
-    memset(&c, 0, sizeof(c));
-    c.hidden_size = hidden;
-    c.num_heads = heads;
-    c.q_lora_rank = q_lora_rank;
-    c.kv_lora_rank = kv_lora_rank;
-    c.qk_nope_head_dim = nope_dim;
-    c.qk_rope_head_dim = rope_dim;
-    c.v_head_dim = v_dim;
+    clmla_layer_config c = {.hidden_size = hidden, .num_heads = heads, .q_lora_rank = q_lora_rank,
+                            .kv_lora_rank = kv_lora_rank, .qk_nope_head_dim = nope_dim, .qk_rope_head_dim = rope_dim,
+                            .v_head_dim = v_dim};
     return c;
 }
 

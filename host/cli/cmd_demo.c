@@ -36,8 +36,7 @@ static int compare_double(const void *a, const void *b)
       store the neighbour of r(v), nothing further. Each value is a product over the hidden size D
       (then normed and rotated), summed in an order each device picks, so float32 error is taken
       as 4 sqrt(D) float32 epsilons of the row's largest value, at least 2e-6 (1.1e-5 at D 2048,
-      1.7e-5 at D 5120: an H100 summed V2's in an order 33 values of 24768 away from float64 by
-      more than 2e-6, where the smallest dtype step the check is for, bf16's, is 3.9e-3);
+      1.7e-5 at D 5120), far below the smallest dtype step the check is for, bf16's 3.9e-3;
    2. the output against the reference's attention over those stored values, at 1e-4.
    rw holds the weights as the layer holds them (rounded to its weights dtype), so that both parts
    compare like with like. Then, for information, the output against an unrounded cache: the cache

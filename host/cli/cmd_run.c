@@ -16,14 +16,9 @@
 static clmla_status run_shared_stack(clmla_context *ctx, const char *dir, const clmla_model_options *mo, int dtype,
                                      int block_size, int T, clmla_model **stack, int *at)
 {
-    clmla_model_spec spec;
-    memset(&spec, 0, sizeof(spec));
-    spec.weights_dtype = mo->weights_dtype;
-    spec.tp_rank = mo->tp_rank;
-    spec.tp_size = mo->tp_size;
-    spec.cache_dtype = (clmla_cache_dtype)dtype;
-    spec.block_tokens = block_size;
-    spec.num_blocks = (T + block_size - 1) / block_size;
+    clmla_model_spec spec = {.weights_dtype = mo->weights_dtype, .tp_rank = mo->tp_rank, .tp_size = mo->tp_size,
+                             .cache_dtype = (clmla_cache_dtype)dtype, .block_tokens = block_size,
+                             .num_blocks = (T + block_size - 1) / block_size};
     clmla_status st = CLMLA_ERROR_INVALID_CONFIG;
     for (int full = mo->layer - 1; full >= 0; full--) {
         spec.first_layer = full;
@@ -186,14 +181,8 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "clmla run: %s\n", clmla_last_error(NULL));
         goto done;
     }
-    clmla_model_options mo;
-    memset(&mo, 0, sizeof(mo));
-    mo.layer = layer_index;
-    mo.sublayer = sublayer;
-    mo.weights_dtype = (clmla_weights_dtype)wdtype;
-    mo.tp_rank = tp_rank;
-    mo.tp_size = tp_size;
-    mo.dense = dense;
+    clmla_model_options mo = {.layer = layer_index, .sublayer = sublayer, .weights_dtype = (clmla_weights_dtype)wdtype,
+                              .tp_rank = tp_rank, .tp_size = tp_size, .dense = dense};
     if (clmla_layer_create_from_model_opts(ctx, model, &mo, &layer) != CLMLA_SUCCESS) {
         fprintf(stderr, "clmla run: %s\n", clmla_last_error(ctx));
         goto done;
@@ -210,14 +199,9 @@ int cmd_run(int argc, char **argv)
         clmla_model_layer(stack, shared_at, &layer);
         clmla_model_cache(stack, &cache);
     }
-    clmla_cache_config cc;
-    memset(&cc, 0, sizeof(cc));
-    cc.num_layers = 1;
-    cc.kv_lora_rank = config.kv_lora_rank;
-    cc.rope_dim = config.qk_rope_head_dim;
-    cc.block_tokens = block_size;
-    cc.num_blocks = (T + block_size - 1) / block_size;
-    cc.dtype = (clmla_cache_dtype)dtype;
+    clmla_cache_config cc = {.num_layers = 1, .kv_lora_rank = config.kv_lora_rank, .rope_dim = config.qk_rope_head_dim,
+                             .block_tokens = block_size, .num_blocks = (T + block_size - 1) / block_size,
+                             .dtype = (clmla_cache_dtype)dtype};
     clmla_layer_config held;
     if (clmla_layer_get_config(layer, &held) == CLMLA_SUCCESS && held.index_n_heads > 0) {
         cc.index_head_dim = held.index_head_dim;

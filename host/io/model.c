@@ -560,24 +560,12 @@ clmla_status clmla_layer_create_from_model_opts(clmla_context *ctx, const char *
 
     if (st == CLMLA_SUCCESS) {
         /* Absent tensors (the other query form, no biases) stay zeroed: data NULL. */
-        clmla_layer_weights w;
-        memset(&w, 0, sizeof(w));
-        w.q_proj = q.t;
-        w.q_a_proj = q_a.t;
-        w.q_a_layernorm = q_a_norm.t;
-        w.q_b_proj = q_b.t;
-        w.kv_a_proj_with_mqa = kv_a.t;
-        w.kv_a_layernorm = kv_norm.t;
-        w.kv_b_proj = kv_b.t;
-        w.o_proj = o.t;
-        w.q_a_proj_bias = q_a_bias.t;
-        w.kv_a_proj_with_mqa_bias = kv_a_bias.t;
-        w.o_proj_bias = o_bias.t;
-        w.indexer_wq_b = iq.t;
-        w.indexer_wk = ik.t;
-        w.indexer_k_norm = inorm.t;
-        w.indexer_k_norm_bias = inorm_b.t;
-        w.indexer_weights_proj = iw.t;
+        clmla_layer_weights w = {.q_proj = q.t, .q_a_proj = q_a.t, .q_a_layernorm = q_a_norm.t, .q_b_proj = q_b.t,
+                                 .kv_a_proj_with_mqa = kv_a.t, .kv_a_layernorm = kv_norm.t, .kv_b_proj = kv_b.t,
+                                 .o_proj = o.t, .q_a_proj_bias = q_a_bias.t, .kv_a_proj_with_mqa_bias = kv_a_bias.t,
+                                 .o_proj_bias = o_bias.t, .indexer_wq_b = iq.t, .indexer_wk = ik.t,
+                                 .indexer_k_norm = inorm.t, .indexer_k_norm_bias = inorm_b.t,
+                                 .indexer_weights_proj = iw.t};
         st = clmla_layer_create(ctx, &c, &w, layer);
     }
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)

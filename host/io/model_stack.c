@@ -115,14 +115,9 @@ static clmla_status describe_and_cache(clmla_context *ctx, const clmla_model_spe
         }
     }
     if (st == CLMLA_SUCCESS) {
-        clmla_cache_config cc;
-        memset(&cc, 0, sizeof(cc));
-        cc.num_layers = m->count;
-        cc.kv_lora_rank = c[0].kv_lora_rank;
-        cc.rope_dim = c[0].qk_rope_head_dim;
-        cc.block_tokens = spec->block_tokens;
-        cc.num_blocks = spec->num_blocks;
-        cc.dtype = spec->cache_dtype;
+        clmla_cache_config cc = {.num_layers = m->count, .kv_lora_rank = c[0].kv_lora_rank,
+                                 .rope_dim = c[0].qk_rope_head_dim, .block_tokens = spec->block_tokens,
+                                 .num_blocks = spec->num_blocks, .dtype = spec->cache_dtype};
         if (first_indexed >= 0) {
             cc.index_head_dim = c[first_indexed].index_head_dim;
             cc.index_dtype = clmla_cache_index_dtype(cc.dtype, cc.index_head_dim);
@@ -168,14 +163,9 @@ clmla_status clmla_model_create(clmla_context *ctx, const char *dir, const clmla
             st = clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     }
     for (int i = 0; st == CLMLA_SUCCESS && i < m->count; i++) {
-        clmla_model_options mo;
-        memset(&mo, 0, sizeof(mo));
-        mo.layer = m->info[i].layer;
-        mo.sublayer = m->info[i].sublayer;
-        mo.weights_dtype = spec->weights_dtype;
-        mo.tp_rank = spec->tp_rank;
-        mo.tp_size = spec->tp_size;
-        mo.dense = spec->dense;
+        clmla_model_options mo = {.layer = m->info[i].layer, .sublayer = m->info[i].sublayer,
+                                  .weights_dtype = spec->weights_dtype, .tp_rank = spec->tp_rank,
+                                  .tp_size = spec->tp_size, .dense = spec->dense};
         st = clmla_layer_create_from_model_opts(ctx, dir, &mo, &m->layers[i]);
     }
     clmla_model_desc_free(&d);

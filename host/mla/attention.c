@@ -35,12 +35,10 @@ cl_kernel clmla_latent_kernel_built(const clmla_cache *cache, int rows, int hg, 
 /* The kernels' parameters (heads per group or item, keys per item or tile, work-group size, groups
    per compute unit) come from clmla_latent_tuning_for (kernel_tuning.h: a forced set, the user's kernel
    tuning file, the built-in table, else the defaults, which are the values below).
-   Keys per work-item in attn_latent's score step: 4 (cl/attn_latent.cl, measured there).
-   Work-groups wanted per compute unit when splitting. attn_latent: 8. On an H100 (two groups of
-   its 246-register items fit a compute unit) 4 left batch 32 with 17 splits, 544 groups for 264
-   places: a third wave of 16 groups. With 8, ctx 4096 and 32768 at batch 32 took 0.42 and 2.86 ms
-   against 0.53 and 3.74, batch 8 at ctx 32768 0.78 against 0.75, batch 1 the same; 16 was no
-   better (docs/perf-log.md). attn_latent_rows (CPUs): 4, as measured on PoCL. */
+   Keys per work-item in attn_latent's score step: 4 (cl/attn_latent.cl).
+   Work-groups wanted per compute unit when splitting: attn_latent 8, so that a batch's splits
+   fill the device in whole waves; attn_latent_rows (CPUs) 4. The runs behind both are in
+   docs/perf-log.md. */
 
 /* attn_latent pads a group of hg heads to whole quads, a power of two (HGP in cl/attn_latent.cl). */
 static int padded_heads(int hg)
@@ -285,7 +283,7 @@ static int fold_for(int num_heads, int max_run, const clmla_latent_tuning *tn)
 int clmla_latent_lanes_vectors(const clmla_latent_tuning *tn, int num_heads)
 {
     /* attn_latent_lanes fills 16 lanes with heads (rows_lanes 2: two vectors of them): with fewer
-       heads (8 on the Intel Xeon: 1.1-1.45x attn_latent_rows' time) the row kernel computes less */
+       heads the row kernel, which computes no empty lanes, runs instead */
     return tn->rows_lanes == 2 && num_heads >= 32 ? 2 : tn->rows_lanes && num_heads >= 16;
 }
 

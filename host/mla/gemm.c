@@ -6,6 +6,7 @@
 #include "gemm.h"
 #include "clcall.h"
 #include "program.h"
+#include "kernel_store.h"
 #include "scratch.h"
 #include "dtype.h"
 #include "trace.h"
@@ -26,59 +27,37 @@ static CLBlastTranspose op(const clmla_matrix *x)
     return x->transposed ? CLBlastTransposeYes : CLBlastTransposeNo;
 }
 
-/* The product kernels of a context for one weight dtype and shape class, built on first use with
-   the class's parameters and kept until the context is destroyed or retuned. */
-typedef struct clmla_dtype_kernels {
-    cl_kernel skinny_nt[2][4][4]; /* gemm_skinny_nt, [aligned] for 1, 2, 4, 8 rows x 1, 2, 4, 8 columns per group */
-    int skinny_nt_threads[2][4][4];
-    cl_kernel skinny_nn;         /* gemm_skinny_nn */
-    int skinny_nn_threads;
-    cl_kernel skinny_nn_split[2][4];/* gemm_skinny_nn_split [whole-vector loads][1, 2, 4, 8 rows] (skinny_nn_slices > 1) */
-    int skinny_nn_split_threads[2][4];
-    cl_kernel skinny_rows[4];    /* gemm_skinny_nt_rows for 1, 2, 4, 8 rows (CPU devices) */
-    cl_kernel skinny_nn_rows[4]; /* gemm_skinny_nn_rows likewise */
-    cl_kernel skinny_nn_wide[3]; /* gemm_skinny_nn_wide for 1, 2, 4 rows (CPU devices) */
-    cl_kernel skinny_rows_large; /* gemm_skinny_nt_rows for 9-63 rows, without prefetch */
-    cl_kernel tiled_rows[2];     /* gemm_tiled_rows, x W^T for 64 rows or more on CPUs: W row-major, packed */
-    cl_kernel packed_rows[4];    /* gemm_packed_rows for 1, 2, 4, 8 (and more) rows (CPU devices) */
-    cl_kernel weight_f32;        /* gemm_weight_f32: rows of a weight decoded for CLBlast */
-} clmla_dtype_kernels;
+/* The families of the context's product kernel store (clmla_products.kernels), each kept per shape
+   class and weight dtype (the store's first key) and per form (its second key), built on first use
+   with the class's parameters and kept until the context is destroyed or retuned. */
+enum {
+    PK_SKINNY_NT = 1,  /* gemm_skinny_nt: form aligned * 16 + rows bucket * 4 + log2 columns per group */
+    PK_SKINNY_NN,      /* gemm_skinny_nn */
+    PK_SKINNY_NN_SPLIT,/* gemm_skinny_nn_split (skinny_nn_slices > 1): aligned * 4 + rows bucket */
+    PK_NT_ROWS,        /* gemm_skinny_nt_rows (CPU devices): rows bucket for 1, 2, 4, 8 rows */
+    PK_NN_ROWS,        /* gemm_skinny_nn_rows likewise */
+    PK_NN_WIDE,        /* gemm_skinny_nn_wide for 1, 2, 4 rows (CPU devices) */
+    PK_NT_ROWS_LARGE,  /* gemm_skinny_nt_rows for 9-63 rows, without prefetch */
+    PK_TILED_ROWS,     /* gemm_tiled_rows, x W^T for 64 rows or more on CPUs: form 1 where W is packed */
+    PK_PACKED_ROWS,    /* gemm_packed_rows: rows bucket for 1, 2, 4, 8 (and more) rows (CPU devices) */
+    PK_WEIGHT_F32      /* gemm_weight_f32: rows of a weight decoded for CLBlast */
+};
 
 #define NUM_DTYPES 4
 /* Shape classes of the product tuning (clmla_product_k_class - 1): K up to CLMLA_PRODUCT_SMALL_K, larger. */
 #define NUM_CLASSES 2
 typedef struct clmla_products {
-    clmla_dtype_kernels k[NUM_CLASSES][NUM_DTYPES]; /* by shape class and clmla_dtype */
+    clmla_kernel_store kernels;                     /* the PK_ families above */
     clmla_product_tuning tuning[NUM_CLASSES];       /* the parameters of each class, */
     int tuned;                                      /* looked up (1) at the first product since creation or retuning */
     int force_clblast;                              /* test hook: every product through CLBlast */
     size_t weight_piece;                            /* test hook: decoded pieces' bytes (0: WEIGHT_PIECE_BYTES) */
 } clmla_products;
 
-static void release_kernels(cl_kernel *k, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (k[i])
-            clReleaseKernel(k[i]);
-}
-
-/* Releases every kernel of P and clears their slots. */
+/* Releases every kernel of P. */
 static void release_all(clmla_products *P)
 {
-    for (int d = 0; d < NUM_CLASSES * NUM_DTYPES; d++) {
-        clmla_dtype_kernels *K = &P->k[d / NUM_DTYPES][d % NUM_DTYPES];
-        release_kernels(&K->skinny_nt[0][0][0], 32);
-        release_kernels(&K->skinny_nn, 1);
-        release_kernels(&K->skinny_nn_split[0][0], 2 * 4);
-        release_kernels(K->skinny_rows, 4);
-        release_kernels(K->skinny_nn_rows, 4);
-        release_kernels(K->skinny_nn_wide, 3);
-        release_kernels(&K->skinny_rows_large, 1);
-        release_kernels(K->tiled_rows, 2);
-        release_kernels(K->packed_rows, 4);
-        release_kernels(&K->weight_f32, 1);
-        memset(K, 0, sizeof(*K));
-    }
+    clmla_kernel_store_release(&P->kernels);
 }
 
 static void products_release(void *p)
@@ -99,11 +78,16 @@ static int shape_class(size_t k)
     return k > CLMLA_PRODUCT_SMALL_K;
 }
 
-/* The kernels reading weights of `dtype` (a valid clmla_dtype: the layer and clmla_linear check)
-   for products of K = k. */
-static clmla_dtype_kernels *kernels(const clmla_context *ctx, clmla_dtype dtype, size_t k)
+/* The entry of family `family` and form `form` reading weights of `dtype` (a valid clmla_dtype:
+   the layer and clmla_linear check) for products of K = k; NULL (failure recorded) where memory for
+   a new entry cannot be had. */
+static clmla_stored_kernel *entry(clmla_context *ctx, int family, clmla_dtype dtype, size_t k, int form)
 {
-    return &products(ctx)->k[shape_class(k)][dtype];
+    clmla_stored_kernel *e =
+        clmla_kernel_store_entry(&products(ctx)->kernels, family, shape_class(k) * NUM_DTYPES + (int)dtype, form);
+    if (!e)
+        clmla_fail(ctx, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "products: no memory for a kernel entry");
+    return e;
 }
 
 /* The parameters of products of K = k (looked up by ensure_products). */
@@ -213,16 +197,23 @@ static clmla_status sized_kernel(clmla_context *ctx, const char *name, const cha
 
 /* gemm_skinny_nn (work-group form) for products of K = k: skinny_nn_items items (64 by default)
    or the device's limit. */
-static clmla_status nn_kernel(clmla_context *ctx, clmla_dtype dtype, size_t k)
+static clmla_status nn_kernel(clmla_context *ctx, clmla_dtype dtype, size_t k, cl_kernel *kernel, int *threads)
 {
-    clmla_dtype_kernels *K = kernels(ctx, dtype, k);
-    if (K->skinny_nn)
+    clmla_stored_kernel *e = entry(ctx, PK_SKINNY_NN, dtype, k, 0);
+    if (!e)
+        return CLMLA_ERROR_OUT_OF_HOST_MEMORY;
+    *kernel = e->kernel;
+    *threads = e->threads;
+    if (e->kernel)
         return CLMLA_SUCCESS;
     char extra[64], options[128];
     snprintf(extra, sizeof(extra), "-D MMAX=%d", SKINNY_MAX_ROWS);
     dtype_options(ctx, dtype, extra, options, sizeof(options));
-    return sized_kernel(ctx, "gemm_skinny_nn", options, tuning(ctx, k)->skinny_nn_items, 1, NULL, NULL, &K->skinny_nn,
-                        &K->skinny_nn_threads);
+    clmla_status st = sized_kernel(ctx, "gemm_skinny_nn", options, tuning(ctx, k)->skinny_nn_items, 1, NULL, NULL,
+                                   &e->kernel, &e->threads);
+    *kernel = e->kernel;
+    *threads = e->threads;
+    return st;
 }
 
 /* Local memory of gemm_skinny_nn_split: a float4 of partial sums per row and item. */
@@ -238,30 +229,28 @@ static size_t nn_split_local_bytes(int items, const void *arg)
 static clmla_status nn_split_kernel(clmla_context *ctx, clmla_dtype dtype, size_t k, int bucket, int aligned,
                                     cl_kernel *kernel, int *threads)
 {
-    clmla_dtype_kernels *K = kernels(ctx, dtype, k);
-    if (!K->skinny_nn_split[aligned][bucket]) {
+    clmla_stored_kernel *e = entry(ctx, PK_SKINNY_NN_SPLIT, dtype, k, aligned * 4 + bucket);
+    if (!e)
+        return CLMLA_ERROR_OUT_OF_HOST_MEMORY;
+    if (!e->kernel) {
         const clmla_product_tuning *t = tuning(ctx, k);
         const int rows = 1 << bucket;
         char extra[64], options[160];
         snprintf(extra, sizeof(extra), "-D MR=%d -D KS=%d%s", rows, t->skinny_nn_slices, aligned ? " -D W_ALIGNED" : "");
         dtype_options(ctx, dtype, extra, options, sizeof(options));
         clmla_status st = sized_kernel(ctx, "gemm_skinny_nn_split", options, t->skinny_nn_items, t->skinny_nn_slices,
-                                       nn_split_local_bytes, &rows, &K->skinny_nn_split[aligned][bucket],
-                                       &K->skinny_nn_split_threads[aligned][bucket]);
+                                       nn_split_local_bytes, &rows, &e->kernel, &e->threads);
         if (st != CLMLA_SUCCESS)
             return st;
     }
-    *kernel = K->skinny_nn_split[aligned][bucket];
-    *threads = K->skinny_nn_split_threads[aligned][bucket];
+    *kernel = e->kernel;
+    *threads = e->threads;
     return CLMLA_SUCCESS;
 }
 
 /* Items per work-group of gemm_skinny_nt, and float4s of each weight row loaded per item before
-   any is used (cl/gemm_skinny.cl). On an H100, against the kernel before (64 items, 4 columns,
-   partial sums added by one item each, 32-way bank conflicts at 8 rows) with the V2-Lite
-   projections: 8 rows 1.2-2.0x faster, 1 row 1.0-1.3x; 64 or 256 items, 4 float4s in flight,
-   and fixed 1, 2 or 4 columns were within a few microseconds of these (docs/perf-log.md, "Products on GPUs").
-   Now the product tuning's skinny_items and skinny_unroll (defaults 128 and 2: the values above). */
+   any is used (cl/gemm_skinny.cl): the product tuning's skinny_items and skinny_unroll (defaults
+   128 and 2; docs/perf-log.md, "Products on GPUs", has the runs behind them). */
 
 /* Local memory of gemm_skinny_nt: the partial sums, rows x columns x items floats. */
 static size_t nt_local_bytes(int items, const void *arg)
@@ -277,8 +266,11 @@ static size_t nt_local_bytes(int items, const void *arg)
 static clmla_status nt_kernel(clmla_context *ctx, clmla_dtype dtype, size_t k, int bucket, int nc_log, int aligned,
                               cl_kernel *kernel, int *threads)
 {
-    cl_kernel *slot = &kernels(ctx, dtype, k)->skinny_nt[aligned][bucket][nc_log];
-    int *slot_threads = &kernels(ctx, dtype, k)->skinny_nt_threads[aligned][bucket][nc_log];
+    clmla_stored_kernel *e = entry(ctx, PK_SKINNY_NT, dtype, k, aligned * 16 + bucket * 4 + nc_log);
+    if (!e)
+        return CLMLA_ERROR_OUT_OF_HOST_MEMORY;
+    cl_kernel *slot = &e->kernel;
+    int *slot_threads = &e->threads;
     if (!*slot) {
         const clmla_product_tuning *t = tuning(ctx, k);
         const int rows = 1 << bucket, nc = 1 << nc_log, sums = rows * nc;
@@ -378,15 +370,19 @@ static clmla_status cpu_kernel(clmla_context *ctx, clmla_dtype dtype, size_t k, 
 
 /* The CPU forms for m rows: rows bucket 1, 2, 4 or 8, column blocks 8 / bucket (of single
    columns for the x W^T kernel, of float8 strips for the x B kernel). `large`: the x W^T kernel
-   for 9 to TILED_MIN_ROWS - 1 rows, built without the weight prefetch (20% slower there: 2048^3
-   in 200 against 170 ms, while 8 rows of the decode-shaped products gain 25-40%). */
+   for 9 to TILED_MIN_ROWS - 1 rows, built without the weight prefetch, which slows products of
+   that many rows and speeds the decode-shaped ones (docs/perf-log.md). */
 static clmla_status rows_kernel(clmla_context *ctx, clmla_dtype dtype, size_t k, size_t m, int transposed_b, int large,
                                 cl_kernel *kernel, int *columns)
 {
     const int bucket = rows_bucket(m), rows = 1 << bucket;
     *columns = 8 / rows;
-    clmla_dtype_kernels *K = kernels(ctx, dtype, k);
-    cl_kernel *slot = large ? &K->skinny_rows_large : transposed_b ? &K->skinny_rows[bucket] : &K->skinny_nn_rows[bucket];
+    clmla_stored_kernel *e = large          ? entry(ctx, PK_NT_ROWS_LARGE, dtype, k, 0)
+                             : transposed_b ? entry(ctx, PK_NT_ROWS, dtype, k, bucket)
+                                            : entry(ctx, PK_NN_ROWS, dtype, k, bucket);
+    if (!e)
+        return CLMLA_ERROR_OUT_OF_HOST_MEMORY;
+    cl_kernel *slot = &e->kernel;
     clmla_status st =
         cpu_kernel(ctx, dtype, k, rows, large, transposed_b ? "gemm_skinny_nt_rows" : "gemm_skinny_nn_rows", slot);
     *kernel = *slot;
@@ -464,7 +460,10 @@ static clmla_status nn_wide(clmla_context *ctx, size_t m, size_t n, size_t k, fl
                             size_t batch, cl_event *event)
 {
     const int bucket = rows_bucket(m);
-    cl_kernel *slot = &kernels(ctx, b.dtype, k)->skinny_nn_wide[bucket];
+    clmla_stored_kernel *e = entry(ctx, PK_NN_WIDE, b.dtype, k, bucket);
+    if (!e)
+        return CLMLA_ERROR_OUT_OF_HOST_MEMORY;
+    cl_kernel *slot = &e->kernel;
     clmla_status st = cpu_product(ctx, "gemm_skinny_nn_wide", slot, 1 << bucket, m, n, k, alpha, a, a_stride, b,
                                   b_stride, beta, c, c_stride);
     if (st != CLMLA_SUCCESS)
@@ -517,9 +516,7 @@ static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, flo
         bucket = rows_bucket(m);
         st = nn_split_kernel(ctx, b.dtype, k, bucket, nn_aligned(ctx, k, &b, b_stride, batch), &kernel, &wg);
     } else {
-        st = nn_kernel(ctx, b.dtype, k);
-        kernel = kernels(ctx, b.dtype, k)->skinny_nn;
-        wg = kernels(ctx, b.dtype, k)->skinny_nn_threads;
+        st = nn_kernel(ctx, b.dtype, k, &kernel, &wg);
     }
     if (st != CLMLA_SUCCESS)
         return st;
@@ -582,15 +579,17 @@ static int use_skinny(size_t m, const clmla_matrix *a, const clmla_matrix *b, co
    x tiled_columns of C per work-item (256 x 48 by default), K in chunks of tiled_k_chunk (1024; the
    packing's chunk where W is packed), tiled_weight_rows (3) rows of W against 4 of x at a time.
    Below TILED_MIN_ROWS, where the read of W and not the arithmetic sets the time, blocks of rows
-   that stream W again per block were faster (16 and 32 rows: 1.2-2x); at 64 rows the two were
-   even, from 128 the tiles faster. Sizes measured on the EPYC (docs/perf-log.md). */
+   that stream W again per block run instead (docs/perf-log.md has the crossover). */
 #define TILED_MIN_ROWS 64
 static clmla_status tiled(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
                           clmla_matrix b, float beta, clmla_matrix c, cl_event *event)
 {
     const int packed_b = b.panel != 0;
     const clmla_product_tuning *t = tuning(ctx, k);
-    cl_kernel *slot = &kernels(ctx, b.dtype, k)->tiled_rows[packed_b];
+    clmla_stored_kernel *e = entry(ctx, PK_TILED_ROWS, b.dtype, k, packed_b);
+    if (!e)
+        return CLMLA_ERROR_OUT_OF_HOST_MEMORY;
+    cl_kernel *slot = &e->kernel;
     if (!*slot) {
         char extra[128], options[224], mc[16] = "";
         if (t->tiled_weight_rows != 3) /* the kernel's own MC: the defaults build the options of before */
@@ -681,7 +680,10 @@ static clmla_status packed_rows(clmla_context *ctx, size_t m, size_t n, size_t k
                                 size_t c_stride, size_t batch, size_t panel, cl_event *event)
 {
     const int bucket = rows_bucket(m);
-    cl_kernel *slot = &kernels(ctx, b.dtype, k)->packed_rows[bucket];
+    clmla_stored_kernel *e = entry(ctx, PK_PACKED_ROWS, b.dtype, k, bucket);
+    if (!e)
+        return CLMLA_ERROR_OUT_OF_HOST_MEMORY;
+    cl_kernel *slot = &e->kernel;
     clmla_status st = cpu_product(ctx, "gemm_packed_rows", slot, 1 << bucket, m, n, k, alpha, a, a_stride, b, b_stride,
                                   beta, c, c_stride);
     if (st != CLMLA_SUCCESS)
@@ -762,7 +764,10 @@ static CLBlastStatusCode clblast_sgemm(clmla_context *ctx, CLBlastTranspose a_op
 static clmla_status decode_rows(clmla_context *ctx, clmla_matrix b, size_t k, size_t offset, size_t nr, size_t cols,
                                 cl_mem f32)
 {
-    cl_kernel *kernel = &kernels(ctx, b.dtype, k)->weight_f32;
+    clmla_stored_kernel *e = entry(ctx, PK_WEIGHT_F32, b.dtype, k, 0);
+    if (!e)
+        return CLMLA_ERROR_OUT_OF_HOST_MEMORY;
+    cl_kernel *kernel = &e->kernel;
     if (!*kernel) {
         char options[96];
         dtype_options(ctx, b.dtype, "", options, sizeof(options));
@@ -847,10 +852,8 @@ clmla_status clmla_gemm(clmla_context *ctx, size_t m, size_t n, size_t k, float 
    operands the _rows kernels take (x B: N a multiple of 8; W not packed): the kernels in blocks of
    rows, dimension 1 over (product, block). x W^T: blocks of 4 rows x 64 columns, all of K
    (rows_large's kernel); x B: blocks of 8 rows x 8 columns, each item walking enough of them along
-   N for about cpu_items items in all. Through CLBlast's batched GEMM, which ran these before, a
-   256-token absorbed prefill took 2.6x as long on PoCL (docs/perf-log.md, "Which path,
-   prefix-aware"), and a weight of another dtype went through it one decoded product per batch
-   entry. */
+   N for about cpu_items items in all, instead of CLBlast's batched GEMM, which would decode a
+   weight of another dtype once per batch entry (docs/perf-log.md, "Which path, prefix-aware"). */
 static clmla_status batched_rows(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
                                  size_t a_stride, clmla_matrix b, size_t b_stride, float beta, clmla_matrix c,
                                  size_t c_stride, size_t batch, cl_event *event)

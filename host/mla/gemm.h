@@ -25,8 +25,7 @@ typedef struct clmla_matrix {
    chunk of x stays in L1: panels of clmla_weight_panel() rows, each stored
    [chunk of clmla_pack_chunk() values of K][row of the panel][value].
    A chunk holds 2 KiB of each row whatever the dtype (512 values of f32, 1024 of f16 or bf16, 2048
-   of fp8), so that a stream runs as long between its jumps with narrow weights as with f32 ones:
-   with fp8 in 512-value chunks, runs of 512 bytes, the small products ran 10-30% slower
+   of fp8), so that a stream runs as long between its jumps with narrow weights as with f32 ones
    (docs/perf-log.md, "Packed chunks by bytes"). */
 #define CLMLA_PACK_CHUNK_BYTES 2048
 

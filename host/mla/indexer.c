@@ -420,35 +420,19 @@ clmla_status clmla_index_select_enqueue(clmla_index_kernels *ik, cl_mem keys, co
     clmla_status st = clmla_scratch(ctx, SCRATCH_INDEX_SCORES, (size_t)rows * ctx_len * sizeof(float), &scores);
     for (int r0 = 0; st == CLMLA_SUCCESS && r0 < T; r0 += rows) {
         const int n = T - r0 < rows ? T - r0 : rows;
-        clmla_index_scores_args sa;
-        memset(&sa, 0, sizeof(sa));
-        sa.num_tokens = n;
-        sa.q = a->q;
-        sa.q_offset = a->q_offset + (size_t)r0 * HI * dI;
-        sa.weights = a->weights;
-        sa.weights_offset = a->weights_offset + (size_t)r0 * HI;
-        sa.keys = keys;
-        sa.block_table = a->block_table;
-        sa.max_blocks_per_seq = a->max_blocks_per_seq;
-        sa.token_seq = a->token_seq;
-        sa.token_ctx_len = a->token_ctx_len;
-        sa.max_ctx_len = a->max_ctx_len;
-        sa.scores = scores;
-        sa.scores_stride = a->max_ctx_len;
-        sa.token_offset = r0;
+        clmla_index_scores_args sa = {.num_tokens = n, .q = a->q, .q_offset = a->q_offset + (size_t)r0 * HI * dI,
+                                      .weights = a->weights, .weights_offset = a->weights_offset + (size_t)r0 * HI,
+                                      .keys = keys, .block_table = a->block_table,
+                                      .max_blocks_per_seq = a->max_blocks_per_seq, .token_seq = a->token_seq,
+                                      .token_ctx_len = a->token_ctx_len, .max_ctx_len = a->max_ctx_len,
+                                      .scores = scores, .scores_stride = a->max_ctx_len, .token_offset = r0};
         st = clmla_index_scores(ik, &sa, NULL);
         if (st == CLMLA_SUCCESS) {
-            clmla_index_topk_args ta;
-            memset(&ta, 0, sizeof(ta));
-            ta.num_tokens = n;
-            ta.top_k = a->top_k;
-            ta.scores = scores;
-            ta.scores_stride = a->max_ctx_len;
-            ta.token_ctx_len = a->token_ctx_len;
-            ta.max_ctx_len = a->max_ctx_len;
-            ta.indices = a->indices;
-            ta.indices_offset = a->indices_offset + (size_t)r0 * a->top_k;
-            ta.token_offset = r0;
+            clmla_index_topk_args ta = {.num_tokens = n, .top_k = a->top_k, .scores = scores,
+                                        .scores_stride = a->max_ctx_len, .token_ctx_len = a->token_ctx_len,
+                                        .max_ctx_len = a->max_ctx_len, .indices = a->indices,
+                                        .indices_offset = a->indices_offset + (size_t)r0 * a->top_k,
+                                        .token_offset = r0};
             st = clmla_index_topk(ik, &ta, r0 + n >= T ? event : NULL);
         }
     }

@@ -236,10 +236,9 @@ static clmla_status build_kernels(clmla_layer *L)
 {
     clmla_context *ctx = L->ctx;
     char options[256];
-    /* A row per work-group. Each item's loads run in turn, and a GPU waits out each one's latency:
-       64 items took 6.5 us for V2-Lite's 512 latent values and 14 us for V3's 1536 query latents on
-       an H100 (docs/perf-log.md), so GPUs take 512 items (one to three values each); CPU devices
-       run a group's items as loops and keep 64. */
+    /* A row per work-group. Each item's loads run in turn, and a GPU waits out each one's latency,
+       so GPUs take 512 items (one to three values each: docs/perf-log.md); CPU devices run a
+       group's items as loops and keep 64. */
     const clmla_kernel_fit norm_fit = {"rmsnorm", "rmsnorm", "", "WG", ctx->info.kind == CLMLA_DEVICE_KIND_CPU ? 64 : 512,
                                        1, rmsnorm_local_bytes, NULL};
     clmla_status st = clmla_kernel_create_fitted(ctx, &norm_fit, &L->rmsnorm, &L->rmsnorm_threads);

@@ -119,8 +119,8 @@ static int decompressed_over_budget(const clmla_layer *L, long long prefix, long
 }
 
 /* In a selecting step AUTO sends an entry decompressed only up to this many keys. CPU devices:
-   none, as measured on PoCL (16 heads, top-k 512: absorbed 1.2-2.3x faster for prefills of 1024 to
-   4096 tokens; docs/perf-log.md). Elsewhere, until measured, the FLOP count: the decompressed
+   none (the absorbed path was the faster at every prefill run: docs/perf-log.md). Elsewhere, until
+   measured, the FLOP count: the decompressed
    kernels score every key (2 dq FLOPs a key, per query and head) and weight the selected ones
    (2 dv each), the absorbed ones only the index_topk selected (2 (2 rkv + dr) each), so past
    index_topk (2 rkv + dr - dv) / dq keys (5 index_topk for DeepSeek-V3.2) the absorbed path does

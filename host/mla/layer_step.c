@@ -491,16 +491,9 @@ static clmla_status select_keys(clmla_layer *L, clmla_cache *cache, int layer, c
         st = clmla_gemm(ctx, T, (size_t)HI, L->D, wscale, mat(x, x_offset, L->D, 0), clmla_weight_matrix(&L->idx_ww), 0.0f,
                         mat(b->idx_w, 0, (size_t)HI, 0), NULL);
     if (st == CLMLA_SUCCESS) {
-        clmla_index_select_args sa;
-        memset(&sa, 0, sizeof(sa));
-        sa.num_tokens = T;
-        sa.num_heads = HI;
-        sa.top_k = L->topk;
-        sa.q = b->idx_q;
-        sa.weights = b->idx_w;
-        sa.block_table = b->tables;
-        sa.max_blocks_per_seq = p->max_blocks;
-        sa.token_seq = b->token_seq;
+        clmla_index_select_args sa = {.num_tokens = T, .num_heads = HI, .top_k = L->topk, .q = b->idx_q,
+                                      .weights = b->idx_w, .block_table = b->tables,
+                                      .max_blocks_per_seq = p->max_blocks, .token_seq = b->token_seq};
         sa.token_ctx_len = b->visible; /* every token, whichever path attends for it */
         sa.max_ctx_len = p->max_ctx;
         sa.indices = b->idx_topk;
@@ -530,24 +523,12 @@ static clmla_status absorbed_attention(clmla_layer *L, clmla_cache *cache, const
             st = clmla_gemm_strided_batched(ctx, hi - lo, rkv, dn, 1.0f, mat(b->q, (size_t)lo * q_ld, (size_t)q_ld, 0),
                                             L->dq, clmla_weight_slice(&L->kv_b_proj, 0, 0), kvb_head, 0.0f,
                                             mat(b->q_abs, (size_t)(lo - R0) * H * rkv, (size_t)H * rkv, 0), rkv, H, NULL);
-        latent_launch lp;
-        memset(&lp, 0, sizeof(lp));
-        lp.num_tokens = R1 - R0;
-        lp.num_heads = H;
-        lp.scale = L->scale;
-        lp.q_latent = b->q_abs;
-        lp.q_latent_token_stride = H * rkv;
-        lp.q_latent_head_stride = rkv;
-        lp.q_rope = b->q;
-        lp.q_rope_offset = (size_t)R0 * q_ld + (size_t)dn;
-        lp.q_rope_token_stride = q_ld;
-        lp.q_rope_head_stride = L->dq;
-        lp.block_table = b->tables;
-        lp.max_blocks_per_seq = p->max_blocks;
-        lp.token_seq = b->token_seq;
-        lp.token_ctx_len = b->token_ctx;
-        lp.max_ctx_len = p->max_ctx;
-        lp.out = b->latent;
+        latent_launch lp = {.num_tokens = R1 - R0, .num_heads = H, .scale = L->scale, .q_latent = b->q_abs,
+                            .q_latent_token_stride = H * rkv, .q_latent_head_stride = rkv, .q_rope = b->q,
+                            .q_rope_offset = (size_t)R0 * q_ld + (size_t)dn, .q_rope_token_stride = q_ld,
+                            .q_rope_head_stride = L->dq, .block_table = b->tables, .max_blocks_per_seq = p->max_blocks,
+                            .token_seq = b->token_seq, .token_ctx_len = b->token_ctx, .max_ctx_len = p->max_ctx,
+                            .out = b->latent};
         if (pieces > 1 && st == CLMLA_SUCCESS) {
             /* the kernels read the token tables from token 0: the piece's rows, copied on the device */
             const size_t bytes = (size_t)(R1 - R0) * sizeof(cl_int), at = (size_t)R0 * sizeof(cl_int);

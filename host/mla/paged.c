@@ -546,17 +546,11 @@ clmla_status clmla_paged_attention(clmla_paged *p, const clmla_paged_attention_a
         st = enqueue_tokens(p, &t, table, lens, token_seq, token_ctx);
     }
     if (st == CLMLA_SUCCESS) {
-        latent_launch lp;
-        memset(&lp, 0, sizeof(lp));
-        lp.num_tokens = (int)T;
-        lp.num_heads = a->num_heads;
-        lp.scale = a->softmax_scale != 0.0f ? a->softmax_scale : (float)(1.0 / sqrt((double)(rkv + dr)));
-        lp.q_latent = q->mem;
-        lp.q_latent_offset = q->offset / 4;
-        lp.q_latent_token_stride = a->num_heads * (rkv + dr);
-        lp.q_latent_head_stride = rkv + dr;
-        lp.q_rope = q->mem;
-        lp.q_rope_offset = q->offset / 4 + (size_t)rkv;
+        latent_launch lp = {.num_tokens = (int)T, .num_heads = a->num_heads,
+                            .scale = a->softmax_scale != 0.0f ? a->softmax_scale : (float)(1.0 / sqrt((double)(rkv + dr))),
+                            .q_latent = q->mem, .q_latent_offset = q->offset / 4,
+                            .q_latent_token_stride = a->num_heads * (rkv + dr), .q_latent_head_stride = rkv + dr,
+                            .q_rope = q->mem, .q_rope_offset = q->offset / 4 + (size_t)rkv};
         lp.q_rope_token_stride = lp.q_latent_token_stride;
         lp.q_rope_head_stride = rkv + dr;
         lp.block_table = t.slots ? p->identity : table->mem;
@@ -636,22 +630,12 @@ clmla_status clmla_paged_index_select(clmla_paged *p, const clmla_paged_index_ar
         return st;
     st = enqueue_tokens(p, &t, table, lens, token_seq, token_ctx);
     if (st == CLMLA_SUCCESS) {
-        clmla_index_select_args sa;
-        memset(&sa, 0, sizeof(sa));
-        sa.num_tokens = (int)T;
-        sa.num_heads = a->num_heads;
-        sa.top_k = a->top_k;
-        sa.q = q->mem;
-        sa.q_offset = q->offset / 4;
-        sa.weights = w->mem;
-        sa.weights_offset = w->offset / 4;
-        sa.block_table = table->mem;
-        sa.max_blocks_per_seq = a->max_blocks;
-        sa.token_seq = token_seq;
-        sa.token_ctx_len = token_ctx;
-        sa.max_ctx_len = max_ctx > 0 ? max_ctx : 1;
-        sa.indices = idx->mem;
-        sa.indices_offset = idx->offset / 4;
+        clmla_index_select_args sa = {.num_tokens = (int)T, .num_heads = a->num_heads, .top_k = a->top_k, .q = q->mem,
+                                      .q_offset = q->offset / 4, .weights = w->mem, .weights_offset = w->offset / 4,
+                                      .block_table = table->mem, .max_blocks_per_seq = a->max_blocks,
+                                      .token_seq = token_seq, .token_ctx_len = token_ctx,
+                                      .max_ctx_len = max_ctx > 0 ? max_ctx : 1, .indices = idx->mem,
+                                      .indices_offset = idx->offset / 4};
         st = clmla_index_select_enqueue(ik, keys->mem, &sa, event);
     }
     return finish_call(&c, st);

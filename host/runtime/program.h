@@ -8,10 +8,9 @@
 clmla_status clmla_program_get(clmla_context *ctx, const char *name, const char *options, cl_program *program);
 
 /* The fp8 decoder a context's kernels use (cl/prelude.cl; a test hook forces one: hooks.h):
-   on CPUs the one through half precision, whose smallest codes never become float denormals (an
-   Intel core takes a microcode assist on each vector that holds one: a product with 1% of its codes
-   subnormal ran 5x slower, docs/perf-log.md); elsewhere the branch-free shift, or, where the device
-   flushes float denormals, the rebiasing one. */
+   on CPUs the one through half precision, whose smallest codes never become float denormals (a
+   CPU core may take a microcode assist on each vector that holds one: docs/perf-log.md); elsewhere
+   the branch-free shift, or, where the device flushes float denormals, the rebiasing one. */
 /* 1 where the device keeps float denormals (CL_DEVICE_SINGLE_FP_CONFIG), which the shift needs. */
 int clmla_device_denormals(const clmla_context *ctx);
 enum { CLMLA_FP8_DECODER_AUTO = 0, CLMLA_FP8_DECODER_SHIFT = 1, CLMLA_FP8_DECODER_HALF = 2, CLMLA_FP8_DECODER_REBIAS = 3 };

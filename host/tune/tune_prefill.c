@@ -179,13 +179,8 @@ clmla_status clmla_tune_prefill(clmla_context *ctx, const clmla_kernel_tune_opti
     reference.prefill_chunk = defaults.prefill_chunk;
     reference.prefill_rows_queries = defaults.prefill_rows_queries;
 
-    pf_run r;
-    memset(&r, 0, sizeof(r));
-    r.ctx = ctx;
-    r.reps = s.reps;
-    r.prompt = s.quick ? 80 : (ctx_len < 2048 ? ctx_len : 2048);
-    r.prefix = s.quick ? 100 : ctx_len;
-    r.chunk = s.quick ? 40 : 512;
+    pf_run r = {.ctx = ctx, .reps = s.reps, .prompt = s.quick ? 80 : (ctx_len < 2048 ? ctx_len : 2048),
+                .prefix = s.quick ? 100 : ctx_len, .chunk = s.quick ? 40 : 512};
     r.seq_prompt = r.seq_chunk = -1;
     int x_rows = r.prompt > r.prefix + r.chunk ? r.prompt : r.prefix + r.chunk;
     x_rows = x_rows > PF_CHECK ? x_rows : PF_CHECK;

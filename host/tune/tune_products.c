@@ -184,14 +184,8 @@ static clmla_status pt_measure(void *state, const void *tuning, float *out, doub
     for (int w = 0; w < r->nw && st == CLMLA_SUCCESS; w++) {
         const pt_weight *wt = &r->ws[w];
         const size_t n = (size_t)wt->shape->n;
-        clmla_tensor t;
-        memset(&t, 0, sizeof(t));
-        t.data = wt->codes;
-        t.ndim = 2;
-        t.shape[0] = (int64_t)n;
-        t.shape[1] = (int64_t)wt->shape->k;
-        t.dtype = wt->dtype;
-        t.scale = wt->scales;
+        clmla_tensor t = {.data = wt->codes, .ndim = 2, .shape[0] = (int64_t)n, .shape[1] = (int64_t)wt->shape->k,
+                          .dtype = wt->dtype, .scale = wt->scales};
         clmla_linear *lin = NULL;
         st = clmla_linear_create(r->ctx, &t, &lin);
         if (st == CLMLA_SUCCESS)

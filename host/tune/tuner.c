@@ -149,13 +149,7 @@ void clmla_tuner_report_stage(const tune_settings *s, const char *stage, const c
 {
     if (!s->progress)
         return;
-    clmla_tune_event e;
-    memset(&e, 0, sizeof(e));
-    e.kind = CLMLA_TUNE_STAGE;
-    e.stage = stage;
-    e.detail = detail;
-    e.total = total;
-    e.error = -1;
+    clmla_tune_event e = {.kind = CLMLA_TUNE_STAGE, .stage = stage, .detail = detail, .total = total, .error = -1};
     s->progress(s->user, &e);
 }
 
@@ -165,14 +159,8 @@ void clmla_tuner_report_best(const tune_settings *s, const tune_space *space, co
         return;
     char label[512];
     clmla_tuner_label(space, best, label, sizeof(label));
-    clmla_tune_event e;
-    memset(&e, 0, sizeof(e));
-    e.kind = CLMLA_TUNE_BEST;
-    e.stage = space->kernel;
-    e.tuning = best;
-    e.label = label;
-    e.ratio = ratio;
-    e.error = -1;
+    clmla_tune_event e = {.kind = CLMLA_TUNE_BEST, .stage = space->kernel, .tuning = best, .label = label,
+                          .ratio = ratio, .error = -1};
     s->progress(s->user, &e);
 }
 
@@ -184,21 +172,10 @@ static void report_candidate(const tune_settings *s, const tune_family *f, const
         return;
     char label[512];
     clmla_tuner_label(f->space, cand, label, sizeof(label));
-    clmla_tune_event e;
-    memset(&e, 0, sizeof(e));
-    e.kind = CLMLA_TUNE_CANDIDATE;
-    e.stage = stage;
-    e.index = index;
-    e.total = total;
-    e.tuning = cand;
-    e.label = label;
-    e.measured = measured;
-    e.note = note;
-    e.error = error;
-    e.times = measured ? times : NULL;
-    e.time_names = f->time_names;
-    e.num_times = measured ? f->num_times : 0;
-    e.ratio = ratio;
+    clmla_tune_event e = {.kind = CLMLA_TUNE_CANDIDATE, .stage = stage, .index = index, .total = total, .tuning = cand,
+                          .label = label, .measured = measured, .note = note, .error = error,
+                          .times = measured ? times : NULL, .time_names = f->time_names,
+                          .num_times = measured ? f->num_times : 0, .ratio = ratio};
     s->progress(s->user, &e);
 }
 
