@@ -212,33 +212,17 @@ static int absorbed_setup(decode_state *st, int block_tokens, unsigned seed)
     free(lens);
     if (rc)
         return 1;
-    clmla_latent_attention_args *a = &st->args;
-    memset(a, 0, sizeof(*a));
-    a->num_tokens = st->batch * st->q_len;
-    a->num_heads = s->H;
-    a->softmax_scale = s->scale;
-    a->q_latent = st->q_latent;
-    a->q_rope = st->q_rope;
-    a->block_table = st->block_table;
-    a->max_blocks_per_seq = blocks_per_seq;
-    a->token_seq = st->token_seq;
-    a->token_ctx_len = st->token_ctx;
-    a->max_ctx_len = st->ctx;
-    a->query_len = st->q_len; /* a sequence's new tokens together (folded where the kernel can) */
-    a->out = st->out;
-    clmla_index_select_args *x = &st->select;
-    memset(x, 0, sizeof(*x));
-    x->num_tokens = a->num_tokens;
-    x->num_heads = st->index_heads;
-    x->top_k = st->topk;
-    x->q = st->index_q;
-    x->weights = st->index_w;
-    x->block_table = st->block_table;
-    x->max_blocks_per_seq = blocks_per_seq;
-    x->token_seq = st->token_seq;
-    x->token_ctx_len = st->token_ctx;
-    x->max_ctx_len = st->ctx;
-    x->indices = st->indices_buf;
+    /* query_len: a sequence's new tokens together (folded where the kernel can) */
+    st->args = (clmla_latent_attention_args){
+        .num_tokens = st->batch * st->q_len, .num_heads = s->H, .softmax_scale = s->scale, .q_latent = st->q_latent,
+        .q_rope = st->q_rope, .block_table = st->block_table, .max_blocks_per_seq = blocks_per_seq,
+        .token_seq = st->token_seq, .token_ctx_len = st->token_ctx, .max_ctx_len = st->ctx, .query_len = st->q_len,
+        .out = st->out};
+    st->select = (clmla_index_select_args){
+        .num_tokens = st->args.num_tokens, .num_heads = st->index_heads, .top_k = st->topk, .q = st->index_q,
+        .weights = st->index_w, .block_table = st->block_table, .max_blocks_per_seq = blocks_per_seq,
+        .token_seq = st->token_seq, .token_ctx_len = st->token_ctx, .max_ctx_len = st->ctx,
+        .indices = st->indices_buf};
     return 0;
 }
 
@@ -272,20 +256,11 @@ static int paged_setup(decode_state *st, int block_tokens, unsigned seed)
         return 1;
     }
     clmla_paged_attention_args *a = &st->paged_args;
-    memset(a, 0, sizeof(*a));
-    a->batch = st->batch;
-    a->seqlen_q = st->q_len;
-    a->num_heads = s->H;
-    a->softmax_scale = s->scale;
-    a->causal = 1;
-    a->num_blocks = blocks;
-    a->max_blocks = st->args.max_blocks_per_seq;
-    a->max_seqlen = st->ctx;
-    a->q.mem = st->paged_q;
-    a->kv_cache.mem = rows;
-    a->block_table.mem = st->block_table;
-    a->cache_seqlens.mem = st->paged_lens;
-    a->out.mem = st->out;
+    *a = (clmla_paged_attention_args){
+        .batch = st->batch, .seqlen_q = st->q_len, .num_heads = s->H, .softmax_scale = s->scale, .causal = 1,
+        .num_blocks = blocks, .max_blocks = st->args.max_blocks_per_seq, .max_seqlen = st->ctx, .q.mem = st->paged_q,
+        .kv_cache.mem = rows, .block_table.mem = st->block_table, .cache_seqlens.mem = st->paged_lens,
+        .out.mem = st->out};
     if (st->paged == 1) {
         free(lens);
         return 0;

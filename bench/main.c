@@ -4,6 +4,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,35 @@ typedef struct options {
 } options;
 
 static const char *const dim_names[7] = {"hidden", "heads", "q-lora-rank", "kv-lora-rank", "nope-dim", "rope-dim", "v-dim"};
+
+/* An option's name (without "--") and the field of options it sets. */
+typedef struct option_name {
+    const char *name;
+    size_t offset;
+} option_name;
+#define OPTION(name, field) {name, offsetof(options, field)}
+
+/* The options without a value (int fields set to 1), with a text value, an integer and a number. */
+static const option_name flag_options[] = {OPTION("quick", quick), OPTION("peak", peak), OPTION("no-peak", no_peak),
+                                           OPTION("check", check), OPTION("warm-cache", warm_cache),
+                                           OPTION("help", help), OPTION("version", version)};
+static const option_name text_options[] = {
+    OPTION("device", device), OPTION("preset", preset), OPTION("json", json), OPTION("peaks", peaks),
+    OPTION("phase", phase), OPTION("ctx", ctx), OPTION("batch", batch), OPTION("path", path),
+    OPTION("cache-dtype", dtype), OPTION("weights-dtype", wdtype), OPTION("flush", flush), OPTION("q-len", q_len),
+    OPTION("prefix", prefix)};
+static const option_name number_options[] = {OPTION("block-tokens", block_tokens), OPTION("seed", seed),
+                                             OPTION("topk", topk)};
+static const option_name real_options[] = {OPTION("max-mem", max_mem_mib), OPTION("max-time", max_time)};
+
+/* The field of o that option key names among the n of table, or NULL. */
+static void *option_field(options *o, const char *key, const option_name *table, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(key, table[i].name) == 0)
+            return (char *)o + table[i].offset;
+    return NULL;
+}
 
 static void usage(FILE *out)
 {
@@ -189,14 +219,7 @@ static int parse_args(int argc, char **argv, options *o)
         const char *eq = strchr(name, '=');
         const size_t len = eq ? (size_t)(eq - name) : strlen(name);
         snprintf(key, sizeof(key), "%.*s", (int)(len < sizeof(key) - 1 ? len : sizeof(key) - 1), name);
-        int *flag = strcmp(key, "quick") == 0     ? &o->quick
-                    : strcmp(key, "peak") == 0    ? &o->peak
-                    : strcmp(key, "no-peak") == 0 ? &o->no_peak
-                    : strcmp(key, "check") == 0   ? &o->check
-                    : strcmp(key, "warm-cache") == 0 ? &o->warm_cache
-                    : strcmp(key, "help") == 0    ? &o->help
-                    : strcmp(key, "version") == 0 ? &o->version
-                                                  : NULL;
+        int *flag = option_field(o, key, flag_options, sizeof(flag_options) / sizeof(flag_options[0]));
         if (flag) {
             if (eq) {
                 fprintf(stderr, "clmla-bench: --%s takes no value\n", key);
@@ -210,28 +233,12 @@ static int parse_args(int argc, char **argv, options *o)
             fprintf(stderr, "clmla-bench: --%s needs a value\n", key);
             return 1;
         }
-        const char **text = strcmp(key, "device") == 0        ? &o->device
-                            : strcmp(key, "preset") == 0      ? &o->preset
-                            : strcmp(key, "json") == 0        ? &o->json
-                            : strcmp(key, "peaks") == 0       ? &o->peaks
-                            : strcmp(key, "phase") == 0       ? &o->phase
-                            : strcmp(key, "ctx") == 0         ? &o->ctx
-                            : strcmp(key, "batch") == 0       ? &o->batch
-                            : strcmp(key, "path") == 0        ? &o->path
-                            : strcmp(key, "cache-dtype") == 0 ? &o->dtype
-                            : strcmp(key, "weights-dtype") == 0 ? &o->wdtype
-                            : strcmp(key, "flush") == 0       ? &o->flush
-                            : strcmp(key, "q-len") == 0       ? &o->q_len
-                            : strcmp(key, "prefix") == 0      ? &o->prefix
-                                                              : NULL;
+        const char **text = option_field(o, key, text_options, sizeof(text_options) / sizeof(text_options[0]));
         if (text) {
             *text = value;
             continue;
         }
-        int *number = strcmp(key, "block-tokens") == 0 ? &o->block_tokens
-                      : strcmp(key, "seed") == 0       ? &o->seed
-                      : strcmp(key, "topk") == 0       ? &o->topk
-                                                       : NULL;
+        int *number = option_field(o, key, number_options, sizeof(number_options) / sizeof(number_options[0]));
         for (int d = 0; !number && d < 7; d++)
             if (strcmp(key, dim_names[d]) == 0)
                 number = &o->dims[d];
@@ -242,7 +249,7 @@ static int parse_args(int argc, char **argv, options *o)
             }
             continue;
         }
-        double *real = strcmp(key, "max-mem") == 0 ? &o->max_mem_mib : strcmp(key, "max-time") == 0 ? &o->max_time : NULL;
+        double *real = option_field(o, key, real_options, sizeof(real_options) / sizeof(real_options[0]));
         if (real) {
             char *end = NULL;
             *real = strtod(value, &end);

@@ -111,6 +111,19 @@ static void add_number_or_null(cJSON *o, const char *name, double value, int val
 }
 
 /* name: value where valid, else null. */
+/* A JSON number field: its name and value. */
+typedef struct named_number {
+    const char *name;
+    double value;
+} named_number;
+
+/* Adds the n fields of v to o in order. */
+static void add_numbers(cJSON *o, const named_number *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        cJSON_AddNumberToObject(o, v[i].name, v[i].value);
+}
+
 static void add_string_or_null(cJSON *o, const char *name, const char *value, int valid)
 {
     if (valid)
@@ -231,13 +244,10 @@ int bench_report_row(bench_report *r, const bench_row *row)
     /* null where the row has no weights (peak, decode's absorbed and mha) or no cache (peak, products) */
     add_string_or_null(o, "weights_dtype", row->weights_dtype, row->weights_dtype[0] != 0);
     add_string_or_null(o, "cache_dtype", row->cache_dtype, row->cache_dtype[0] != 0);
-    cJSON_AddNumberToObject(o, "hidden_size", s->D);
-    cJSON_AddNumberToObject(o, "num_heads", s->H);
-    cJSON_AddNumberToObject(o, "q_lora_rank", s->rq);
-    cJSON_AddNumberToObject(o, "kv_lora_rank", s->rkv);
-    cJSON_AddNumberToObject(o, "qk_nope_head_dim", s->dn);
-    cJSON_AddNumberToObject(o, "qk_rope_head_dim", s->dr);
-    cJSON_AddNumberToObject(o, "v_head_dim", s->dv);
+    const named_number shape[] = {{"hidden_size", s->D}, {"num_heads", s->H}, {"q_lora_rank", s->rq},
+                                  {"kv_lora_rank", s->rkv}, {"qk_nope_head_dim", s->dn}, {"qk_rope_head_dim", s->dr},
+                                  {"v_head_dim", s->dv}};
+    add_numbers(o, shape, sizeof(shape) / sizeof(shape[0]));
     cJSON_AddStringToObject(o, "timer", row->t.timer ? row->t.timer : "wall");
     cJSON_AddBoolToObject(o, "cold_cache", r->dev->flush_buffer != NULL);
     if (r->dev->flush_buffer)
@@ -245,11 +255,10 @@ int bench_report_row(bench_report *r, const bench_row *row)
     cJSON_AddNumberToObject(o, "samples", row->t.samples);
     cJSON_AddNumberToObject(o, "calls_per_sample", row->t.calls_per_sample);
     cJSON_AddBoolToObject(o, "stable", row->t.stable);
-    cJSON_AddNumberToObject(o, "first_ms", row->t.first_ms);
-    cJSON_AddNumberToObject(o, "median_ms", row->t.median_ms);
-    cJSON_AddNumberToObject(o, "min_ms", row->t.min_ms);
-    cJSON_AddNumberToObject(o, "max_ms", row->t.max_ms);
-    cJSON_AddNumberToObject(o, "wall_median_ms", row->t.wall_median_ms);
+    const named_number times[] = {{"first_ms", row->t.first_ms}, {"median_ms", row->t.median_ms},
+                                  {"min_ms", row->t.min_ms}, {"max_ms", row->t.max_ms},
+                                  {"wall_median_ms", row->t.wall_median_ms}};
+    add_numbers(o, times, sizeof(times) / sizeof(times[0]));
     add_number_or_null(o, "tokens_per_s", tokens_per_s, tokens_per_s > 0);
     cJSON_AddNumberToObject(o, "bytes", row->bytes);
     add_number_or_null(o, "weight_bytes", row->weight_bytes, row->weights_dtype[0] != 0);
@@ -273,12 +282,10 @@ int bench_report_row(bench_report *r, const bench_row *row)
     add_number_or_null(o, "check_rel_error", row->check_error, row->check_error >= 0);
     if (strcmp(row->phase, "cold") == 0) {
         /* the parts of a cold start (medians over the samples) and the programs of the last one */
-        cJSON_AddNumberToObject(o, "context_ms", row->cold_context_ms);
-        cJSON_AddNumberToObject(o, "layer_create_ms", row->cold_layer_ms);
-        cJSON_AddNumberToObject(o, "warmup_ms", row->cold_warmup_ms);
-        cJSON_AddNumberToObject(o, "first_step_ms", row->cold_first_step_ms);
-        cJSON_AddNumberToObject(o, "programs_built", row->cold_built);
-        cJSON_AddNumberToObject(o, "programs_loaded", row->cold_loaded);
+        const named_number cold[] = {{"context_ms", row->cold_context_ms}, {"layer_create_ms", row->cold_layer_ms},
+                                     {"warmup_ms", row->cold_warmup_ms}, {"first_step_ms", row->cold_first_step_ms},
+                                     {"programs_built", row->cold_built}, {"programs_loaded", row->cold_loaded}};
+        add_numbers(o, cold, sizeof(cold) / sizeof(cold[0]));
     }
     cJSON_AddStringToObject(o, "note", row->note);
     cJSON_AddItemToArray(r->rows, o);

@@ -32,17 +32,36 @@ static void write_text(const char *path, const char *text)
     }
 }
 
+/* The text of path (at most size - 1 bytes) into buf; "" when it cannot be read. */
+static void read_text(const char *path, char *buf, size_t size)
+{
+    FILE *f = fopen(path, "r");
+    buf[0] = '\0';
+    if (f) {
+        buf[fread(buf, 1, size - 1, f)] = '\0';
+        fclose(f);
+    }
+}
+
+/* The two devices the parse tests match tuning files against: a PoCL CPU, and one that differs
+   from it only in its name. */
+static const clmla_device_info pocl = {.vendor = "AuthenticAMD", .name = "pthread-haswell-AMD EPYC",
+                                       .platform_name = "Portable Computing Language", .driver_version = "3.1+debian"};
+static const clmla_device_info other = {.vendor = "AuthenticAMD", .name = "Some GPU",
+                                        .platform_name = "Portable Computing Language", .driver_version = "3.1+debian"};
+
+/* An int parameter of a tuning struct at offset, set to a value its check refuses naming the field:
+   the rows of the tables of refusals below. */
+typedef struct bad_value {
+    size_t offset;
+    int value;
+    const char *name;
+} bad_value;
+#define LATENT_BAD(field, value) {offsetof(clmla_latent_tuning, field), value, #field}
+#define PRODUCT_BAD(field, value) {offsetof(clmla_product_tuning, field), value, #field}
+
 static void test_parse(void)
 {
-    clmla_device_info pocl, other;
-    memset(&pocl, 0, sizeof(pocl));
-    snprintf(pocl.vendor, sizeof(pocl.vendor), "AuthenticAMD");
-    snprintf(pocl.name, sizeof(pocl.name), "pthread-haswell-AMD EPYC");
-    snprintf(pocl.platform_name, sizeof(pocl.platform_name), "Portable Computing Language");
-    snprintf(pocl.driver_version, sizeof(pocl.driver_version), "3.1+debian");
-    other = pocl;
-    snprintf(other.name, sizeof(other.name), "Some GPU");
-
     clmla_latent_tuning t, d;
     clmla_latent_tuning_defaults(&d);
     CHECK(d.rows_heads == 16 && d.rows_keys == 8 && d.rows_groups_per_cu == 4 && d.group_heads == 16 &&
@@ -159,21 +178,10 @@ static void test_parse(void)
         clmla_latent_tuning_list_free(&list);
     }
     /* values out of range, each refused naming its field */
-    static const struct {
-        size_t offset;
-        int value;
-        const char *name;
-    } out_of_range[] = {
-        {offsetof(clmla_latent_tuning, group_aligned), -1, "group_aligned"},
-        {offsetof(clmla_latent_tuning, group_aligned), 3, "group_aligned"},
-        {offsetof(clmla_latent_tuning, group_row_slices), -1, "group_row_slices"},
-        {offsetof(clmla_latent_tuning, group_row_slices), 3, "group_row_slices"},
-        {offsetof(clmla_latent_tuning, group_row_slices), 5, "group_row_slices"},
-        {offsetof(clmla_latent_tuning, group_row_slices), 8, "group_row_slices"},
-        {offsetof(clmla_latent_tuning, rows_lanes), -1, "rows_lanes"},
-        {offsetof(clmla_latent_tuning, rows_lanes), 3, "rows_lanes"},
-        {offsetof(clmla_latent_tuning, group_mma), -1, "group_mma"},
-        {offsetof(clmla_latent_tuning, group_mma), 2, "group_mma"},
+    static const bad_value out_of_range[] = {
+        LATENT_BAD(group_aligned, -1), LATENT_BAD(group_aligned, 3), LATENT_BAD(group_row_slices, -1),
+        LATENT_BAD(group_row_slices, 3), LATENT_BAD(group_row_slices, 5), LATENT_BAD(group_row_slices, 8),
+        LATENT_BAD(rows_lanes, -1), LATENT_BAD(rows_lanes, 3), LATENT_BAD(group_mma, -1), LATENT_BAD(group_mma, 2),
     };
     for (size_t i = 0; i < sizeof(out_of_range) / sizeof(out_of_range[0]); i++) {
         t = d;
@@ -200,22 +208,12 @@ static void test_parse(void)
           "rows_lanes from a file: %s", why);
     clmla_latent_tuning_list_free(&list);
     /* attn_prefill_tiled's tiles: BQ a power of two (the build halves it to fit), BK and KC float4s */
-    static const struct {
-        size_t offset;
-        int value;
-        const char *name;
-    } tiles[] = {{offsetof(clmla_latent_tuning, prefill_queries), 24, "prefill_queries"},
-                 {offsetof(clmla_latent_tuning, prefill_queries), 2, "prefill_queries"},
-                 {offsetof(clmla_latent_tuning, prefill_queries), 128, "prefill_queries"},
-                 {offsetof(clmla_latent_tuning, prefill_keys), 4, "prefill_keys"},
-                 {offsetof(clmla_latent_tuning, prefill_keys), 30, "prefill_keys"},
-                 {offsetof(clmla_latent_tuning, prefill_keys), 68, "prefill_keys"},
-                 {offsetof(clmla_latent_tuning, prefill_chunk), 12, "prefill_chunk"},
-                 {offsetof(clmla_latent_tuning, prefill_chunk), 66, "prefill_chunk"},
-                 {offsetof(clmla_latent_tuning, prefill_chunk), 260, "prefill_chunk"},
-                 {offsetof(clmla_latent_tuning, prefill_rows_queries), 0, "prefill_rows_queries"},
-                 {offsetof(clmla_latent_tuning, prefill_rows_queries), 10, "prefill_rows_queries"},
-                 {offsetof(clmla_latent_tuning, prefill_rows_queries), 68, "prefill_rows_queries"}};
+    static const bad_value tiles[] = {
+        LATENT_BAD(prefill_queries, 24), LATENT_BAD(prefill_queries, 2), LATENT_BAD(prefill_queries, 128),
+        LATENT_BAD(prefill_keys, 4), LATENT_BAD(prefill_keys, 30), LATENT_BAD(prefill_keys, 68),
+        LATENT_BAD(prefill_chunk, 12), LATENT_BAD(prefill_chunk, 66), LATENT_BAD(prefill_chunk, 260),
+        LATENT_BAD(prefill_rows_queries, 0), LATENT_BAD(prefill_rows_queries, 10), LATENT_BAD(prefill_rows_queries, 68),
+    };
     for (size_t i = 0; i < sizeof(tiles) / sizeof(tiles[0]); i++) {
         t = d;
         *(int *)((char *)&t + tiles[i].offset) = tiles[i].value;
@@ -250,12 +248,8 @@ static void test_parse(void)
     CHECK_STATUS(clmla_latent_tuning_save(path, &other, 0, &d, NULL), CLMLA_SUCCESS, NULL);
     t.rows_keys = 4;
     CHECK_STATUS(clmla_latent_tuning_save(path, &pocl, 16, &t, NULL), CLMLA_SUCCESS, NULL);
-    FILE *f = fopen(path, "r");
-    char buf[8192] = "";
-    if (f) {
-        buf[fread(buf, 1, sizeof(buf) - 1, f)] = '\0';
-        fclose(f);
-    }
+    char buf[8192];
+    read_text(path, buf, sizeof(buf));
     CHECK(clmla_latent_tuning_parse(buf, &list, why, sizeof(why)) == 0 && list.count == 2, "saved file: %s", why);
     CHECK(clmla_latent_tuning_resolve(&list, "f", &pocl, 16, &t, &src) == 2 && t.rows_keys == 4, "replaced entry");
     CHECK(clmla_latent_tuning_resolve(&list, "f", &other, 3, &t, &src) == 2, "merged entry");
@@ -356,15 +350,6 @@ static void test_attention(clmla_context *ctx, int variant)
 
 static void test_products_parse(void)
 {
-    clmla_device_info pocl, other;
-    memset(&pocl, 0, sizeof(pocl));
-    snprintf(pocl.vendor, sizeof(pocl.vendor), "AuthenticAMD");
-    snprintf(pocl.name, sizeof(pocl.name), "pthread-haswell-AMD EPYC");
-    snprintf(pocl.platform_name, sizeof(pocl.platform_name), "Portable Computing Language");
-    snprintf(pocl.driver_version, sizeof(pocl.driver_version), "3.1+debian");
-    other = pocl;
-    snprintf(other.name, sizeof(other.name), "Some GPU");
-
     clmla_product_tuning t, d;
     clmla_product_tuning_defaults(&d);
     CHECK(d.skinny_items == 128 && d.skinny_unroll == 2 && d.skinny_columns == 4 && d.skinny_nn_items == 256 &&
@@ -455,39 +440,17 @@ static void test_products_parse(void)
     clmla_product_tuning_list_free(&list);
 
     /* every check, by name */
-    static const struct {
-        size_t offset;
-        int value;
-        const char *name;
-    } out_of_range[] = {
-        {offsetof(clmla_product_tuning, skinny_items), 8, "skinny_items"},
-        {offsetof(clmla_product_tuning, skinny_items), 100, "skinny_items"},
-        {offsetof(clmla_product_tuning, skinny_unroll), 0, "skinny_unroll"},
-        {offsetof(clmla_product_tuning, skinny_unroll), 9, "skinny_unroll"},
-        {offsetof(clmla_product_tuning, skinny_columns), 3, "skinny_columns"},
-        {offsetof(clmla_product_tuning, skinny_columns), 16, "skinny_columns"},
-        {offsetof(clmla_product_tuning, skinny_nn_items), 2048, "skinny_nn_items"},
-        {offsetof(clmla_product_tuning, cpu_items_per_cu), 0, "cpu_items_per_cu"},
-        {offsetof(clmla_product_tuning, cpu_items_per_cu), 65, "cpu_items_per_cu"},
-        {offsetof(clmla_product_tuning, packed_streams_1), 9, "packed_streams_1"},
-        {offsetof(clmla_product_tuning, packed_streams_2), 0, "packed_streams_2"},
-        {offsetof(clmla_product_tuning, packed_streams_4), 5, "packed_streams_4"},
-        {offsetof(clmla_product_tuning, cpu_prefetch), 2, "cpu_prefetch"},
-        {offsetof(clmla_product_tuning, tiled_rows), 130, "tiled_rows"},
-        {offsetof(clmla_product_tuning, tiled_rows), 0, "tiled_rows"},
-        {offsetof(clmla_product_tuning, tiled_columns), 513, "tiled_columns"},
-        {offsetof(clmla_product_tuning, tiled_weight_rows), 5, "tiled_weight_rows"},
-        {offsetof(clmla_product_tuning, tiled_k_chunk), 1000, "tiled_k_chunk"},
-        {offsetof(clmla_product_tuning, tiled_k_chunk), 0, "tiled_k_chunk"},
-        {offsetof(clmla_product_tuning, skinny_nn_slices), 0, "skinny_nn_slices"},
-        {offsetof(clmla_product_tuning, skinny_nn_slices), 6, "skinny_nn_slices"},
-        {offsetof(clmla_product_tuning, skinny_nn_slices), 128, "skinny_nn_slices"},
-        {offsetof(clmla_product_tuning, skinny_aligned), 2, "skinny_aligned"},
-        {offsetof(clmla_product_tuning, skinny_aligned), -1, "skinny_aligned"},
-        {offsetof(clmla_product_tuning, cpu_wide), 2, "cpu_wide"},
-        {offsetof(clmla_product_tuning, cpu_wide), -1, "cpu_wide"},
-        {offsetof(clmla_product_tuning, cpu_min_panel), -1, "cpu_min_panel"},
-        {offsetof(clmla_product_tuning, cpu_min_panel), 65537, "cpu_min_panel"},
+    static const bad_value out_of_range[] = {
+        PRODUCT_BAD(skinny_items, 8), PRODUCT_BAD(skinny_items, 100), PRODUCT_BAD(skinny_unroll, 0),
+        PRODUCT_BAD(skinny_unroll, 9), PRODUCT_BAD(skinny_columns, 3), PRODUCT_BAD(skinny_columns, 16),
+        PRODUCT_BAD(skinny_nn_items, 2048), PRODUCT_BAD(cpu_items_per_cu, 0), PRODUCT_BAD(cpu_items_per_cu, 65),
+        PRODUCT_BAD(packed_streams_1, 9), PRODUCT_BAD(packed_streams_2, 0), PRODUCT_BAD(packed_streams_4, 5),
+        PRODUCT_BAD(cpu_prefetch, 2), PRODUCT_BAD(tiled_rows, 130), PRODUCT_BAD(tiled_rows, 0),
+        PRODUCT_BAD(tiled_columns, 513), PRODUCT_BAD(tiled_weight_rows, 5), PRODUCT_BAD(tiled_k_chunk, 1000),
+        PRODUCT_BAD(tiled_k_chunk, 0), PRODUCT_BAD(skinny_nn_slices, 0), PRODUCT_BAD(skinny_nn_slices, 6),
+        PRODUCT_BAD(skinny_nn_slices, 128), PRODUCT_BAD(skinny_aligned, 2), PRODUCT_BAD(skinny_aligned, -1),
+        PRODUCT_BAD(cpu_wide, 2), PRODUCT_BAD(cpu_wide, -1), PRODUCT_BAD(cpu_min_panel, -1),
+        PRODUCT_BAD(cpu_min_panel, 65537),
     };
     for (size_t i = 0; i < sizeof(out_of_range) / sizeof(out_of_range[0]); i++) {
         const char *w = NULL;
@@ -520,12 +483,8 @@ static void test_products_parse(void)
     CHECK_STATUS(clmla_product_tuning_save(path, &pocl, 1536, &t, NULL), CLMLA_SUCCESS, NULL); /* replaces "small" */
     t.tiled_rows = 130;
     CHECK_STATUS(clmla_product_tuning_save(path, &pocl, 1536, &t, NULL), CLMLA_ERROR_INVALID_ARGUMENT, NULL);
-    FILE *f = fopen(path, "r");
-    char buf[16384] = "";
-    if (f) {
-        buf[fread(buf, 1, sizeof(buf) - 1, f)] = '\0';
-        fclose(f);
-    }
+    char buf[16384];
+    read_text(path, buf, sizeof(buf));
     CHECK(clmla_product_tuning_parse(buf, &list, why, sizeof(why)) == 0 && list.count == 3, "saved file: %s (%zu)", why,
           list.count);
     CHECK(clmla_product_tuning_resolve(&list, "f", &pocl, 2048, &t, &src) == 2 && t.tiled_columns == 96 &&

@@ -1203,12 +1203,43 @@ static void test_naive_features(void)
     }
 }
 
+/* What the refusal tests call the reference with: the odd configuration's layer (seed 5) and an
+   input of `tokens` tokens (seed 6) with room for its output. */
+typedef struct refusal_setup {
+    layer L;
+    float *x;
+    double *out;
+} refusal_setup;
+
+static refusal_setup refusal_setup_make(int tokens)
+{
+    const mla_ref_config cfg = odd_config(0);
+    refusal_setup r;
+    r.L = make_layer(&cfg, 5);
+    r.x = rand_input(tokens, cfg.hidden, 6);
+    r.out = dalloc((size_t)tokens * cfg.hidden);
+    return r;
+}
+
+static void refusal_setup_free(refusal_setup *r)
+{
+    free(r->out);
+    free(r->x);
+    free_layer(&r->L);
+}
+
+/* One check: every one of the n bad calls was rejected (bad == n) and the valid call went through. */
+static void check_refusals(const char *name, int bad, int n, int good)
+{
+    check(bad == n && good, name, "%d of %d bad calls rejected, valid call ok: %s", bad, n, good ? "yes" : "no");
+}
+
 static void test_bad_features(void)
 {
-    mla_ref_config cfg = odd_config(0);
-    layer L = make_layer(&cfg, 5);
-    float *x = rand_input(3, cfg.hidden, 6);
-    double *out = dalloc(3 * (size_t)cfg.hidden);
+    refusal_setup r = refusal_setup_make(3);
+    layer L = r.L;
+    float *x = r.x;
+    double *out = r.out;
     static const double ok_f[4] = { 1, 1, 1, 1 }, zero_f[4] = { 1, 0, 1, 1 };
     int bad = 0, n = 0;
     mla_ref_features f = { 0 };
@@ -1247,25 +1278,22 @@ static void test_bad_features(void)
     memset(&f, 0, sizeof f);
     const int good = mla_ref_forward_ext(&L.cfg, &f, &L.w, 3, x, short_steps, 0, 0, out, NULL, NULL, NULL, NULL,
                                          NULL, NULL) == 0;
-    check(bad == n && good, "bad_features", "%d of %d bad calls rejected, valid call ok: %s", bad, n,
-          good ? "yes" : "no");
-    free(out);
-    free(x);
+    check_refusals("bad_features", bad, n, good);
     free_layer(&Q);
-    free_layer(&L);
+    refusal_setup_free(&r);
 }
 
 static void test_bad_arguments(void)
 {
-    mla_ref_config cfg = odd_config(0);
-    layer L = make_layer(&cfg, 5);
-    float *x = rand_input(2, cfg.hidden, 6);
-    double *out = dalloc(2 * (size_t)cfg.hidden);
+    refusal_setup r = refusal_setup_make(2);
+    layer L = r.L;
+    float *x = r.x;
+    double *out = r.out;
     int bad = 0;
     bad += mla_ref_forward(&L.cfg, &L.w, 2, x, 2, out, NULL, NULL, NULL, NULL, NULL, NULL) == -1;
     bad += mla_ref_forward(&L.cfg, &L.w, 2, NULL, 0, out, NULL, NULL, NULL, NULL, NULL, NULL) == -1;
     bad += mla_ref_forward(&L.cfg, &L.w, 0, x, 0, out, NULL, NULL, NULL, NULL, NULL, NULL) == -1;
-    mla_ref_config odd_dr = cfg;
+    mla_ref_config odd_dr = L.cfg;
     odd_dr.rope_dim = 7;
     bad += mla_ref_forward(&odd_dr, &L.w, 2, x, 0, out, NULL, NULL, NULL, NULL, NULL, NULL) == -1;
     mla_ref_weights nw = L.w;
@@ -1273,11 +1301,8 @@ static void test_bad_arguments(void)
     bad += mla_ref_forward(&L.cfg, &nw, 2, x, 0, out, NULL, NULL, NULL, NULL, NULL, NULL) == -1;
     const int good = mla_ref_forward(&L.cfg, &L.w, 2, x, 0, out, NULL, NULL, NULL, NULL, NULL,
                                      NULL) == 0;
-    check(bad == 5 && good, "bad_arguments", "%d of 5 bad calls rejected, valid call ok: %s", bad,
-          good ? "yes" : "no");
-    free(out);
-    free(x);
-    free_layer(&L);
+    check_refusals("bad_arguments", bad, 5, good);
+    refusal_setup_free(&r);
 }
 
 static void test_max_rel_err(void)

@@ -352,6 +352,31 @@ static int run_both(clmla_context *c, clmla_layer *layer, const float *x, size_t
     return 0;
 }
 
+/* A case's outputs of n values on each path: the whole layer's, one run's, the reference's and the
+   shards' sum (zeroed). 1 when all eight were allocated; outputs_free frees them either way. */
+static int outputs_make(size_t n, float *whole[2], float *out[2], double *ref[2], float *sum[2])
+{
+    int ok = 1;
+    for (int p = 0; p < 2; p++) {
+        whole[p] = malloc(n * sizeof(float));
+        out[p] = malloc(n * sizeof(float));
+        ref[p] = malloc(n * sizeof(double));
+        sum[p] = calloc(n, sizeof(float));
+        ok = ok && whole[p] && out[p] && ref[p] && sum[p];
+    }
+    return ok;
+}
+
+static void outputs_free(float *whole[2], float *out[2], double *ref[2], float *sum[2])
+{
+    for (int p = 0; p < 2; p++) {
+        free(whole[p]);
+        free(out[p]);
+        free(ref[p]);
+        free(sum[p]);
+    }
+}
+
 /* Compares the shards' sums with the whole layer's output and the reference on both paths. */
 static void compare_sums(const char *what, float *sum[2], float *whole[2], double *ref[2], size_t n, int D)
 {
@@ -389,12 +414,10 @@ static void run_case(const case_def *k)
     const int D = k->D;
     const size_t n = (size_t)T * (size_t)D;
     float *x = tu_random_inputs(T, D, 0x1234 + (uint64_t)(k - cases));
-    float *whole[2] = {malloc(n * sizeof(float)), malloc(n * sizeof(float))};
-    float *out[2] = {malloc(n * sizeof(float)), malloc(n * sizeof(float))};
-    double *ref[2] = {malloc(n * sizeof(double)), malloc(n * sizeof(double))};
-    float *sum[2] = {malloc(n * sizeof(float)), malloc(n * sizeof(float))};
+    float *whole[2], *out[2], *sum[2];
+    double *ref[2];
     clmla_layer *layer = NULL;
-    int ok = x && whole[0] && whole[1] && out[0] && out[1] && ref[0] && ref[1] && sum[0] && sum[1] && cw.w.o_proj;
+    int ok = outputs_make(n, whole, out, ref, sum) && x && cw.w.o_proj;
     CHECK(ok, "%s: out of memory", k->name);
     /* the reference, fed the weights as their dtype holds them */
     for (int p = 0; ok && p < 2; p++) {
@@ -495,12 +518,7 @@ static void run_case(const case_def *k)
             printf("  %-52s ok (%d grid warnings)\n", what, grid_warnings - grid_before);
         }
     }
-    for (int p = 0; p < 2; p++) {
-        free(whole[p]);
-        free(out[p]);
-        free(ref[p]);
-        free(sum[p]);
-    }
+    outputs_free(whole, out, ref, sum);
     free(x);
     case_weights_free(&cw);
 }
@@ -646,11 +664,9 @@ static void model_case(const char *what, const clmla_layer_config *config, const
     const int D = config->hidden_size;
     const size_t n = (size_t)T * (size_t)D;
     float *x = tu_random_inputs(T, D, 77);
-    float *whole[2] = {malloc(n * sizeof(float)), malloc(n * sizeof(float))};
-    float *out[2] = {malloc(n * sizeof(float)), malloc(n * sizeof(float))};
-    double *ref[2] = {malloc(n * sizeof(double)), malloc(n * sizeof(double))};
-    float *sum[2] = {calloc(n, sizeof(float)), calloc(n, sizeof(float))};
-    int ok = x && whole[0] && whole[1] && out[0] && out[1] && ref[0] && ref[1] && sum[0] && sum[1];
+    float *whole[2], *out[2], *sum[2];
+    double *ref[2];
+    int ok = outputs_make(n, whole, out, ref, sum) && x;
     CHECK(ok, "%s: out of memory", what);
     const mla_ref_config rc = ckpt_ref_config(config);
     const mla_ref_weights rw = ckpt_ref_weights(&lw);
@@ -700,12 +716,7 @@ static void model_case(const char *what, const clmla_layer_config *config, const
     snprintf(needle, sizeof(needle), "tp_size %d does not divide num_heads %d", config->num_heads + 1,
              config->num_heads);
     CHECK(bad == NULL && strstr(clmla_last_error(c), needle), "%s: %s", what, clmla_last_error(c));
-    for (int p = 0; p < 2; p++) {
-        free(whole[p]);
-        free(out[p]);
-        free(ref[p]);
-        free(sum[p]);
-    }
+    outputs_free(whole, out, ref, sum);
     free(x);
     ckpt_weights_free(&lw);
     ckpt_remove_dir(dir);

@@ -639,6 +639,21 @@ static void expect_not_from_file(const char *path, const char *what)
     clmla_context_destroy(c);
 }
 
+/* Creates a context; checks it applies no CLBlast tuning at all (status unsupported, source "none"). */
+static void expect_no_tuning(const char *what)
+{
+    clmla_status st;
+    clmla_context *c = create(&st);
+    CHECK(c != NULL, "%s: %s: %s", what, clmla_status_string(st), clmla_last_error(NULL));
+    if (c) {
+        clmla_xgemm_tuning t;
+        const char *source = NULL;
+        CHECK_STATUS(clmla_context_xgemm_tuning(c, &t, &source), CLMLA_ERROR_UNSUPPORTED, c);
+        CHECK(source && strcmp(source, "none") == 0, "%s: source '%s', want 'none'", what, source ? source : "(null)");
+    }
+    clmla_context_destroy(c);
+}
+
 /* A part's folder NAME with tuning.json (*path) and a cache folder (*cache) whose tuning file
    would be *cache_file. */
 static void part_files(const char *name, char path[512], char cache[512], char cache_file[600])
@@ -695,18 +710,7 @@ static void test_applied(void)
     write_tuning_file(cache_file, entries_b, 1);
     unsetenv("CLMLA_CLBLAST_TUNING");
     setenv("CLMLA_CACHE_DIR", cache, 1);
-    {
-        clmla_status st0;
-        clmla_context *c0 = create(&st0);
-        CHECK(c0 != NULL, "unset: %s: %s", clmla_status_string(st0), clmla_last_error(NULL));
-        if (c0) {
-            clmla_xgemm_tuning t0;
-            const char *source0 = NULL;
-            CHECK_STATUS(clmla_context_xgemm_tuning(c0, &t0, &source0), CLMLA_ERROR_UNSUPPORTED, c0);
-            CHECK(source0 && strcmp(source0, "none") == 0, "unset: source '%s', want 'none'", source0 ? source0 : "(null)");
-        }
-        clmla_context_destroy(c0);
-    }
+    expect_no_tuning("unset");
     /* ... <cache dir>/clblast-tuning.json with "auto" (what the clmla commands ask for) ... */
     setenv("CLMLA_CLBLAST_TUNING", "auto", 1);
     c = expect_applied(cache_file, good_b, "set B from the cache folder");
@@ -795,16 +799,7 @@ static void test_refused(void)
 
     /* ... and "off" applies nothing at all, not even from the cache folder. */
     setenv("CLMLA_CLBLAST_TUNING", "off", 1);
-    clmla_status st;
-    clmla_context *c = create(&st);
-    CHECK(c != NULL, "CLMLA_CLBLAST_TUNING=off: %s: %s", clmla_status_string(st), clmla_last_error(NULL));
-    if (c) {
-        clmla_xgemm_tuning t;
-        const char *source = NULL;
-        CHECK_STATUS(clmla_context_xgemm_tuning(c, &t, &source), CLMLA_ERROR_UNSUPPORTED, c);
-        CHECK(source && strcmp(source, "none") == 0, "off: source '%s', want 'none'", source ? source : "(null)");
-    }
-    clmla_context_destroy(c);
+    expect_no_tuning("CLMLA_CLBLAST_TUNING=off");
 
     /* CLMLA_CLBLAST_TUNING naming a file that does not exist: it holds no entry, and the cache
        folder's file is not read instead (even with set B for this device in it). */
@@ -819,7 +814,8 @@ static void test_refused(void)
         } else {
             setenv("CLMLA_CACHE_DIR", empty_cache, 1);
         }
-        c = create(&st);
+        clmla_status st;
+        clmla_context *c = create(&st);
         CHECK(c != NULL, "a missing CLMLA_CLBLAST_TUNING file%s: %s", with_cache ? " (cache file present)" : "",
               clmla_last_error(NULL));
         if (!c)
