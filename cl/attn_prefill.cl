@@ -30,16 +30,21 @@
 #endif
 #define DQ (DN + DR)
 
-__kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
-void attn_prefill(__global const float *q, const int q_offset, const int q_row_stride,
-                  __global const float *kv_up, const int kv_up_offset, const int kv_up_row_stride,
-                  __global const float *k_rope, const int k_rope_offset, const int k_rope_row_stride,
-                  const int n_queries, const int prefix, const float scale,
-                  __global float *out, const int out_offset, const int out_row_stride
+/* The arguments every prefill kernel takes, in order, and the index lists the sparse ones take after
+   them. */
+#define PREFILL_PARAMS                                                                                     \
+    __global const float *q, const int q_offset, const int q_row_stride, __global const float *kv_up,       \
+        const int kv_up_offset, const int kv_up_row_stride, __global const float *k_rope,                   \
+        const int k_rope_offset, const int k_rope_row_stride, const int n_queries, const int prefix,        \
+        const float scale, __global float *out, const int out_offset, const int out_row_stride
 #ifdef SPARSE
-                  , __global const int *indices, const int indices_offset, const int topk
+#define PREFILL_SPARSE_PARAMS , __global const int *indices, const int indices_offset, const int topk
+#else
+#define PREFILL_SPARSE_PARAMS
 #endif
-                  )
+
+__kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
+void attn_prefill(PREFILL_PARAMS PREFILL_SPARSE_PARAMS)
 {
     __local float key[KT][DQ];
     __local float value[KT][DV];
@@ -170,11 +175,7 @@ void attn_prefill(__global const float *q, const int q_offset, const int q_row_s
 
 #ifdef TILED
 __kernel __attribute__((reqd_work_group_size(TNT, 1, 1)))
-void attn_prefill_tiled(__global const float *q, const int q_offset, const int q_row_stride,
-                        __global const float *kv_up, const int kv_up_offset, const int kv_up_row_stride,
-                        __global const float *k_rope, const int k_rope_offset, const int k_rope_row_stride,
-                        const int n_queries, const int prefix, const float scale,
-                        __global float *out, const int out_offset, const int out_row_stride)
+void attn_prefill_tiled(PREFILL_PARAMS)
 {
     __local float4 qs[BQ * QS4];
     __local float4 kv[KV4];
@@ -347,15 +348,7 @@ void attn_prefill_tiled(__global const float *q, const int q_offset, const int q
 #define DV8 (DV / 8 * 8)
 
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
-void attn_prefill_rows(__global const float *q, const int q_offset, const int q_row_stride,
-                       __global const float *kv_up, const int kv_up_offset, const int kv_up_row_stride,
-                       __global const float *k_rope, const int k_rope_offset, const int k_rope_row_stride,
-                       const int n_queries, const int prefix, const float scale,
-                       __global float *out, const int out_offset, const int out_row_stride
-#ifdef SPARSE
-                       , __global const int *indices, const int indices_offset, const int topk
-#endif
-                       )
+void attn_prefill_rows(PREFILL_PARAMS PREFILL_SPARSE_PARAMS)
 {
     const int i0 = get_global_id(0) * QBC;
     const int h = get_global_id(1);

@@ -100,42 +100,20 @@ double mla_ref_round_bf16(double x)
     return round_to_bits(x, 8, -126);
 }
 
-double mla_ref_decode_f16(unsigned bits)
+/* The value of a sign-exponent-mantissa code with `ebits` exponent bits, `mbits` mantissa bits and
+   bias `bias`: exponent field 0 for subnormals; the largest exponent field holds infinity and NaN
+   (ieee), or only NaN with an all-ones mantissa (e4m3). */
+static double decode_code(unsigned bits, int ebits, int mbits, int bias, int ieee)
 {
-    const int sign = (bits >> 15) & 1, e = (bits >> 10) & 31, m = bits & 1023;
+    const int top = (1 << ebits) - 1, ones = (1 << mbits) - 1;
+    const int sign = (bits >> (ebits + mbits)) & 1, e = (bits >> mbits) & top, m = bits & ones;
     double v;
-    if (e == 31)
-        v = m ? NAN : INFINITY;
+    if (e == top && (ieee || m == ones))
+        v = ieee && !m ? INFINITY : NAN;
     else if (e == 0)
-        v = ldexp((double)m, -24);
+        v = ldexp((double)m, 1 - bias - mbits);
     else
-        v = ldexp(1024.0 + m, e - 25);
-    return sign ? -v : v;
-}
-
-double mla_ref_decode_bf16(unsigned bits)
-{
-    const int sign = (bits >> 15) & 1, e = (bits >> 7) & 255, m = bits & 127;
-    double v;
-    if (e == 255)
-        v = m ? NAN : INFINITY;
-    else if (e == 0)
-        v = ldexp((double)m, -133);
-    else
-        v = ldexp(128.0 + m, e - 134);
-    return sign ? -v : v;
-}
-
-double mla_ref_decode_e4m3(unsigned bits)
-{
-    const int sign = (bits >> 7) & 1, e = (bits >> 3) & 15, m = bits & 7;
-    double v;
-    if (e == 15 && m == 7)
-        v = NAN;
-    else if (e == 0)
-        v = ldexp((double)m, -9);
-    else
-        v = ldexp(8.0 + m, e - 10);
+        v = ldexp((double)(ones + 1 + m), e - bias - mbits);
     return sign ? -v : v;
 }
 
@@ -206,20 +184,15 @@ static int encode_bits(double x, int ebits, int mbits, int bias, int ieee)
     return sign | field << mbits | mant;
 }
 
-int mla_ref_encode_f16(double x)
-{
-    return encode_bits(x, 5, 10, 15, 1);
-}
-
-int mla_ref_encode_bf16(double x)
-{
-    return encode_bits(x, 8, 7, 127, 1);
-}
-
-int mla_ref_encode_e4m3(double x)
-{
-    return encode_bits(x, 4, 3, 7, 0);
-}
+/* mla_ref_decode_NAME and mla_ref_encode_NAME of each format, from its exponent and mantissa bits,
+   bias and kind of the largest exponent field. */
+#define CODE_FORMAT(name, ebits, mbits, bias, ieee)                                                          \
+    double mla_ref_decode_##name(unsigned bits) { return decode_code(bits, ebits, mbits, bias, ieee); }     \
+    int mla_ref_encode_##name(double x) { return encode_bits(x, ebits, mbits, bias, ieee); }
+CODE_FORMAT(f16, 5, 10, 15, 1)
+CODE_FORMAT(bf16, 8, 7, 127, 1)
+CODE_FORMAT(e4m3, 4, 3, 7, 0)
+#undef CODE_FORMAT
 
 /* Number of FP8 scale blocks along a dimension of n values. */
 static size_t fp8_blocks(size_t n)
@@ -565,14 +538,13 @@ void mla_ref_rope_apply(const mla_ref_config *cfg, double *x /* [dr] */, long po
 /* Attention kernels                                                                           */
 /* ------------------------------------------------------------------------------------------ */
 
-void mla_ref_latent_attention(int heads, int kv_lora_rank, int rope_dim, double scale, int n_keys,
-                              const double *q_tilde /* [H, rkv] */, const double *q_rope /* [H, dr] */,
-                              const double *ckv /* [n_keys, rkv] */, const double *kr /* [n_keys, dr] */,
-                              double *latent_out /* [H, rkv] */, double *lse_out /* [H] */)
+/* Latent attention of every head over `count` keys: key i is indices[i] (a row of ckv and kr; one
+   outside [0, n_keys) is no key, one listed twice counts twice) or, with indices NULL, i. `any`:
+   whether any key counts (else latent 0 and lse -infinity). */
+static void latent_attention(int heads, size_t rkv, size_t dr, double scale, int n_keys, const int *indices, int count,
+                             int any, const double *q_tilde, const double *q_rope, const double *ckv, const double *kr,
+                             double *latent_out, double *lse_out)
 {
-    const size_t rkv = (size_t)kv_lora_rank;
-    const size_t dr = (size_t)rope_dim;
-
     for (int h = 0; h < heads; h++) {
         const double *qt = q_tilde + (size_t)h * rkv; /* [rkv] */
         const double *qr = q_rope + (size_t)h * dr;   /* [dr] */
@@ -580,65 +552,15 @@ void mla_ref_latent_attention(int heads, int kv_lora_rank, int rope_dim, double 
 
         for (size_t r = 0; r < rkv; r++)
             lat[r] = 0.0;
-        if (n_keys <= 0) {
+        if (!any) {
             lse_out[h] = -INFINITY;
             continue;
         }
 
         /* Pass 1: the maximum score, for a numerically stable softmax. */
         double m = -INFINITY;
-        for (int j = 0; j < n_keys; j++) {
-            const double s = scale * (dot_dd(qt, ckv + (size_t)j * rkv, rkv) +
-                                      dot_dd(qr, kr + (size_t)j * dr, dr));
-            if (s > m)
-                m = s;
-        }
-
-        /* Pass 2: recompute each score, weight exp(s - m), accumulate the weighted latents. */
-        double sum = 0.0;
-        for (int j = 0; j < n_keys; j++) {
-            const double *c = ckv + (size_t)j * rkv; /* [rkv] */
-            const double s = scale * (dot_dd(qt, c, rkv) + dot_dd(qr, kr + (size_t)j * dr, dr));
-            const double e = exp(s - m);
-            sum += e;
-            for (size_t r = 0; r < rkv; r++)
-                lat[r] += e * c[r];
-        }
-        for (size_t r = 0; r < rkv; r++)
-            lat[r] /= sum;
-        lse_out[h] = m + log(sum);
-    }
-}
-
-int mla_ref_sparse_latent_attention(int heads, int kv_lora_rank, int rope_dim, double scale, int n_keys,
-                                    const int *indices /* [topk] */, int topk,
-                                    const double *q_tilde /* [H, rkv] */, const double *q_rope /* [H, dr] */,
-                                    const double *ckv /* [n_keys, rkv] */, const double *kr /* [n_keys, dr] */,
-                                    double *latent_out /* [H, rkv] */, double *lse_out /* [H] */)
-{
-    const size_t rkv = (size_t)kv_lora_rank;
-    const size_t dr = (size_t)rope_dim;
-    int valid = 0;
-    for (int i = 0; i < topk; i++)
-        if (indices[i] >= 0 && indices[i] < n_keys)
-            valid++;
-
-    for (int h = 0; h < heads; h++) {
-        const double *qt = q_tilde + (size_t)h * rkv; /* [rkv] */
-        const double *qr = q_rope + (size_t)h * dr;   /* [dr] */
-        double *lat = latent_out + (size_t)h * rkv;   /* [rkv] */
-
-        for (size_t r = 0; r < rkv; r++)
-            lat[r] = 0.0;
-        if (valid == 0) {
-            lse_out[h] = -INFINITY;
-            continue;
-        }
-
-        /* Pass 1: the maximum score over the listed keys. */
-        double m = -INFINITY;
-        for (int i = 0; i < topk; i++) {
-            const int j = indices[i];
+        for (int i = 0; i < count; i++) {
+            const int j = indices ? indices[i] : i;
             if (j < 0 || j >= n_keys)
                 continue; /* no key */
             const double s = scale * (dot_dd(qt, ckv + (size_t)j * rkv, rkv) +
@@ -647,10 +569,10 @@ int mla_ref_sparse_latent_attention(int heads, int kv_lora_rank, int rope_dim, d
                 m = s;
         }
 
-        /* Pass 2: each listed key's weight exp(s - m), once per time it is listed. */
+        /* Pass 2: recompute each score, weight exp(s - m), accumulate the weighted latents. */
         double sum = 0.0;
-        for (int i = 0; i < topk; i++) {
-            const int j = indices[i];
+        for (int i = 0; i < count; i++) {
+            const int j = indices ? indices[i] : i;
             if (j < 0 || j >= n_keys)
                 continue;
             const double *c = ckv + (size_t)j * rkv; /* [rkv] */
@@ -664,12 +586,45 @@ int mla_ref_sparse_latent_attention(int heads, int kv_lora_rank, int rope_dim, d
             lat[r] /= sum;
         lse_out[h] = m + log(sum);
     }
+}
+
+void mla_ref_latent_attention(int heads, int kv_lora_rank, int rope_dim, double scale, int n_keys,
+                              const double *q_tilde /* [H, rkv] */, const double *q_rope /* [H, dr] */,
+                              const double *ckv /* [n_keys, rkv] */, const double *kr /* [n_keys, dr] */,
+                              double *latent_out /* [H, rkv] */, double *lse_out /* [H] */)
+{
+    latent_attention(heads, (size_t)kv_lora_rank, (size_t)rope_dim, scale, n_keys, NULL, n_keys, n_keys > 0, q_tilde,
+                     q_rope, ckv, kr, latent_out, lse_out);
+}
+
+int mla_ref_sparse_latent_attention(int heads, int kv_lora_rank, int rope_dim, double scale, int n_keys,
+                                    const int *indices /* [topk] */, int topk,
+                                    const double *q_tilde /* [H, rkv] */, const double *q_rope /* [H, dr] */,
+                                    const double *ckv /* [n_keys, rkv] */, const double *kr /* [n_keys, dr] */,
+                                    double *latent_out /* [H, rkv] */, double *lse_out /* [H] */)
+{
+    int valid = 0;
+    for (int i = 0; i < topk; i++)
+        if (indices[i] >= 0 && indices[i] < n_keys)
+            valid++;
+    latent_attention(heads, (size_t)kv_lora_rank, (size_t)rope_dim, scale, n_keys, indices, topk, valid > 0, q_tilde,
+                     q_rope, ckv, kr, latent_out, lse_out);
     return valid;
 }
 
 /* ------------------------------------------------------------------------------------------ */
 /* Full forward pass                                                                           */
 /* ------------------------------------------------------------------------------------------ */
+
+/* out[0..width) = sum over j < n of p[j] * rows[j][0..width), summed in the order of j. */
+static void weighted_sum(double *out, const double *p, size_t n, const double *rows, size_t width)
+{
+    for (size_t i = 0; i < width; i++)
+        out[i] = 0.0;
+    for (size_t j = 0; j < n; j++)
+        for (size_t i = 0; i < width; i++)
+            out[i] += p[j] * rows[j * width + i];
+}
 
 /* malloc of a * b doubles (at least one), NULL on overflow or failure. */
 static double *alloc_doubles(size_t a, size_t b)
@@ -946,23 +901,11 @@ int mla_ref_forward_ext(const mla_ref_config *cfg, const mla_ref_features *f, co
                 for (size_t j = 0; j <= t; j++)
                     p[j] /= sum;
 
-                double *o_th = o + (t * H + h) * dv; /* [dv] */
-                for (size_t i = 0; i < dv; i++)
-                    o_th[i] = 0.0;
-                for (size_t j = 0; j <= t; j++)
-                    for (size_t i = 0; i < dv; i++)
-                        o_th[i] += p[j] * vc[j * dv + i];
-
+                weighted_sum(o + (t * H + h) * dv, p, t + 1, vc, dv);
                 if (lse_out)
                     lse_out[t * H + h] = m + log(sum);
-                if (latent_out) {
-                    double *lat_th = latent_out + (t * H + h) * rkv; /* [rkv] */
-                    for (size_t r = 0; r < rkv; r++)
-                        lat_th[r] = 0.0;
-                    for (size_t j = 0; j <= t; j++)
-                        for (size_t r = 0; r < rkv; r++)
-                            lat_th[r] += p[j] * ckv[j * rkv + r];
-                }
+                if (latent_out)
+                    weighted_sum(latent_out + (t * H + h) * rkv, p, t + 1, ckv, rkv);
             }
         }
     }

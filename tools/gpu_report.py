@@ -241,44 +241,38 @@ def prefill_ab(folder):
                         ["absorbed / decompressed"]), rows)
 
 
+def dtype_table(rows, first, title, header, cell, order=None):
+    """A table a row per (rows' `first` field, batch): cell(row) of the f32, bf16 and fp8 runs, then
+    the ratios f32 / bf16 and f32 / fp8 of their medians."""
+    t = by(rows, (first, "batch", "weights_dtype"))
+    print(title)
+    print()
+    out = []
+    for name, batch in sorted({(r[first], r["batch"]) for r in rows}, key=order):
+        f32, bf16, fp8 = (t.get((name, batch, w)) for w in ("f32", "bf16", "fp8"))
+        cells = [name, batch] + [cell(r) for r in (f32, bf16, fp8)]
+        cells += [ratio(f32["median_ms"] if f32 else None, r["median_ms"] if r else None) for r in (bf16, fp8)]
+        out.append(cells)
+    table(header, out)
+
+
 def products(folder):
     rows = [r for r in load(folder, "products-v3.json") if r.get("phase") == "products"]
     if not rows:
         return
-    t = by(rows, ("path", "batch", "weights_dtype"))
-    print("**V3's products** (ms, % of the bound; ratios f32 / dtype):")
-    print()
-    out = []
-    for path, batch in sorted({(r["path"], r["batch"]) for r in rows}, key=lambda x: (x[1], x[0])):
-        f32, bf16, fp8 = (t.get((path, batch, w)) for w in ("f32", "bf16", "fp8"))
-        cells = [path, batch]
-        for r in (f32, bf16, fp8):
-            cells += [f"{ms(r['median_ms'])} ({pct(r.get('of_bound'))})" if r else "-"]
-        cells += [ratio(f32["median_ms"] if f32 else None, bf16["median_ms"] if bf16 else None),
-                  ratio(f32["median_ms"] if f32 else None, fp8["median_ms"] if fp8 else None)]
-        out.append(cells)
-    table(["product", "rows", "f32", "bf16", "fp8", "f32 / bf16", "f32 / fp8"], out)
+    dtype_table(rows, "path", "**V3's products** (ms, % of the bound; ratios f32 / dtype):",
+                ["product", "rows", "f32", "bf16", "fp8", "f32 / bf16", "f32 / fp8"],
+                lambda r: f"{ms(r['median_ms'])} ({pct(r.get('of_bound'))})" if r else "-",
+                order=lambda x: (x[1], x[0]))
 
 
 def layer(folder):
     rows = [r for name in ("layer.json", "layer-v3.json") for r in load(folder, name) if r.get("phase") == "layer"]
     if not rows:
         return
-    t = by(rows, ("preset", "batch", "weights_dtype"))
-    print("**A layer's decode step** (ctx 4096; ratios f32 / dtype):")
-    print()
-    out = []
-    for preset, batch in sorted({(r["preset"], r["batch"]) for r in rows}):
-        f32 = t.get((preset, batch, "f32"))
-        cells = [preset, batch]
-        for w in ("f32", "bf16", "fp8"):
-            r = t.get((preset, batch, w))
-            cells.append(ms(r["median_ms"]) if r else "-")
-        for w in ("bf16", "fp8"):
-            r = t.get((preset, batch, w))
-            cells.append(ratio(f32["median_ms"] if f32 else None, r["median_ms"] if r else None))
-        out.append(cells)
-    table(["shape", "batch", "f32 ms", "bf16 ms", "fp8 ms", "f32 / bf16", "f32 / fp8"], out)
+    dtype_table(rows, "preset", "**A layer's decode step** (ctx 4096; ratios f32 / dtype):",
+                ["shape", "batch", "f32 ms", "bf16 ms", "fp8 ms", "f32 / bf16", "f32 / fp8"],
+                lambda r: ms(r["median_ms"]) if r else "-")
 
 
 def qlen(folder):

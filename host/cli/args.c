@@ -14,9 +14,12 @@ static cli_option *find(cli_option *opts, const char *name, size_t len)
     return NULL;
 }
 
-int cli_parse(const char *command, cli_option *opts, int argc, char **argv, int first)
+/* Parses argv[2..argc) against opts and --help (into *help). Returns 0, or prints a message to stderr
+   and returns 2. */
+static int parse(const char *command, cli_option *opts, int argc, char **argv, int *help)
 {
-    for (int i = first; i < argc; i++) {
+    cli_option help_option = {"help", CLI_FLAG, help, "this text"};
+    for (int i = 2; i < argc; i++) {
         const char *arg = argv[i];
         if (strncmp(arg, "--", 2) != 0) {
             fprintf(stderr, "clmla %s: unexpected argument '%s' (see --help)\n", command, arg);
@@ -26,6 +29,8 @@ int cli_parse(const char *command, cli_option *opts, int argc, char **argv, int 
         const char *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
         cli_option *o = find(opts, name, len);
+        if (!o && len == 4 && strncmp(name, "help", 4) == 0)
+            o = &help_option;
         if (!o) {
             fprintf(stderr, "clmla %s: unknown option '%s' (see --help)\n", command, arg);
             return 2;
@@ -74,11 +79,17 @@ int cli_parse(const char *command, cli_option *opts, int argc, char **argv, int 
     return 0;
 }
 
-void cli_usage(const char *command, const char *summary, const cli_option *opts)
+int cli_start(const char *command, const char *summary, cli_option *opts, int argc, char **argv, int *exit_code)
 {
+    int help = 0;
+    *exit_code = parse(command, opts, argc, argv, &help);
+    if (*exit_code || !help)
+        return *exit_code != 0;
     printf("usage: clmla %s [options]\n\n%s\n\noptions:\n", command, summary);
     for (const cli_option *o = opts; o->name; o++)
         printf("  --%-14s %s\n", o->name, o->help);
+    printf("  --%-14s %s\n", "help", "this text");
+    return 1;
 }
 
 static const char *const cache_dtype_names[] = {"f32", "f16", "bf16", "fp8"}; /* clmla_cache_dtype's order */
@@ -129,11 +140,15 @@ int cli_weights_dtype(const char *name)
     return -1;
 }
 
-clmla_status cli_context_create(const char *device, clmla_context **ctx)
+int cli_context_create(const char *command, const char *device, clmla_context **ctx, clmla_device_info *info)
 {
-    clmla_context_options o;
-    memset(&o, 0, sizeof(o));
-    o.device = device;
-    o.clblast_tuning = getenv("CLMLA_CLBLAST_TUNING") ? NULL : "auto";
-    return clmla_context_create_opts(&o, ctx);
+    const clmla_context_options o = {.device = device,
+                                     .clblast_tuning = getenv("CLMLA_CLBLAST_TUNING") ? NULL : "auto"};
+    if (clmla_context_create_opts(&o, ctx) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla %s: %s\n", command, clmla_last_error(NULL));
+        return 1;
+    }
+    if (info)
+        clmla_context_device(*ctx, info);
+    return 0;
 }

@@ -14,14 +14,16 @@ typedef struct cli_option {
     const char *help;  /* "SPEC  device to use (see clmla devices)" */
 } cli_option;
 
-/* Parses argv[first..argc) against opts (a {NULL}-terminated array); --help and --device are
-   expected to be among them. Returns 0 on success, or prints a message to stderr and returns 2. */
-int cli_parse(const char *command, cli_option *opts, int argc, char **argv, int first);
-void cli_usage(const char *command, const char *summary, const cli_option *opts);
+/* Parses a subcommand's arguments, argv[2..argc), against opts (a {NULL}-terminated array; --device
+   is expected among them) and --help, which prints the usage: `summary`, then every option. Returns
+   0 when the command goes on, else 1 with the status the command exits with in *exit_code: 0 after
+   the usage, 2 after a message on stderr. */
+int cli_start(const char *command, const char *summary, cli_option *opts, int argc, char **argv, int *exit_code);
 /* A context on the device spec (NULL: the default), with CLBlast's parameters overridden from
    the tuning entries ("auto") unless CLMLA_CLBLAST_TUNING says otherwise: a clmla command is a
-   process of its own, so nobody else's CLBlast parameters are at stake. */
-clmla_status cli_context_create(const char *device, clmla_context **ctx);
+   process of its own, so nobody else's CLBlast parameters are at stake. Its device's description
+   goes to *info (unless NULL). Returns 0, or says why not ("clmla COMMAND: ...") and returns 1. */
+int cli_context_create(const char *command, const char *device, clmla_context **ctx, clmla_device_info *info);
 
 /* The cache dtype named "f32", "f16", "bf16" or "fp8"; -1 for any other name. */
 int cli_cache_dtype(const char *name);

@@ -15,6 +15,12 @@
 #include <string.h>
 #include <time.h>
 
+/* What clmla demo --help says of the command. */
+static const char summary[] =
+    "DeepSeek-shaped MLA (V2-Lite unless --preset) with random weights: a prefill step, then token-by-token\n"
+    "decode through the paged latent cache; prints speed, cache size and the error of the\n"
+    "last step against the float64 CPU reference.";
+
 static double now_seconds(void)
 {
     struct timespec ts;
@@ -139,7 +145,7 @@ out:
 
 int cmd_demo(int argc, char **argv)
 {
-    int help = 0, prefill = 512, decode = 64, seed = 1, no_check = 0;
+    int exit_code = 0, prefill = 512, decode = 64, seed = 1, no_check = 0;
     const char *device = NULL, *cache_dtype = "f32", *weights_dtype = "auto", *preset_name = "v2-lite";
     cli_option opts[] = {
         {"device", CLI_STRING, &device, "SPEC  device to run on (see clmla devices)"},
@@ -151,18 +157,10 @@ int cmd_demo(int argc, char **argv)
          CLI_WEIGHTS_DTYPES "  weights on the device (default auto: f32, as the random weights are made)"},
         {"seed", CLI_INT, &seed, "N     seed of the random weights and inputs (default 1)"},
         {"no-check", CLI_FLAG, &no_check, "skip the float64 CPU reference check"},
-        {"help", CLI_FLAG, &help, "this text"},
         {NULL, CLI_FLAG, NULL, NULL},
     };
-    if (cli_parse("demo", opts, argc, argv, 2))
-        return 2;
-    if (help) {
-        cli_usage("demo", "DeepSeek-shaped MLA (V2-Lite unless --preset) with random weights: a prefill step, then token-by-token\n"
-                          "decode through the paged latent cache; prints speed, cache size and the error of the\n"
-                          "last step against the float64 CPU reference.",
-                  opts);
-        return 0;
-    }
+    if (cli_start("demo", summary, opts, argc, argv, &exit_code))
+        return exit_code;
     const int dtype = cli_cache_dtype(cache_dtype);
     if (dtype < 0) {
         fprintf(stderr, "clmla demo: --cache-dtype must be one of " CLI_CACHE_DTYPES ", not '%s'\n", cache_dtype);
@@ -190,12 +188,9 @@ int cmd_demo(int argc, char **argv)
     }
 
     clmla_context *ctx = NULL;
-    if (cli_context_create(device, &ctx) != CLMLA_SUCCESS) {
-        fprintf(stderr, "clmla demo: %s\n", clmla_last_error(NULL));
-        return 1;
-    }
     clmla_device_info info;
-    clmla_context_device(ctx, &info);
+    if (cli_context_create("demo", device, &ctx, &info))
+        return 1;
     printf("device       %s (%s, %s), %u compute units\n", info.name, info.platform_name, info.driver_version,
            info.compute_units);
 

@@ -8,6 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* What clmla devices --help says of the command. */
+static const char summary[] =
+    "Lists every OpenCL device: flat index, P:D, type, vendor, name, global memory,\n"
+    "compute units, max work-group size, local memory, fp16 arithmetic; '*' marks the\n"
+    "device the default spec picks, '>' the one --device picks.";
+
 static int print_json(const clmla_device_info *devs, size_t n, size_t selected)
 {
     cJSON *arr = cJSON_CreateArray();
@@ -104,24 +110,16 @@ static void print_tuning(const clmla_device_info *devs, size_t n)
 
 int cmd_devices(int argc, char **argv)
 {
-    int help = 0, json = 0, verbose = 0;
+    int exit_code = 0, json = 0, verbose = 0;
     const char *device = NULL;
     cli_option opts[] = {
         {"device", CLI_STRING, &device, "SPEC  mark the device SPEC picks (fails when it picks none)"},
         {"json", CLI_FLAG, &json, "print a JSON array instead of the table"},
         {"verbose", CLI_FLAG, &verbose, "also say which kernel tuning (latent attention, products) applies to each device"},
-        {"help", CLI_FLAG, &help, "this text"},
         {NULL, CLI_FLAG, NULL, NULL},
     };
-    if (cli_parse("devices", opts, argc, argv, 2))
-        return 2;
-    if (help) {
-        cli_usage("devices", "Lists every OpenCL device: flat index, P:D, type, vendor, name, global memory,\n"
-                             "compute units, max work-group size, local memory, fp16 arithmetic; '*' marks the\n"
-                             "device the default spec picks, '>' the one --device picks.",
-                  opts);
-        return 0;
-    }
+    if (cli_start("devices", summary, opts, argc, argv, &exit_code))
+        return exit_code;
     clmla_device_info *devs = NULL;
     size_t n = 0;
     clmla_status st = clmla_devices_list(&devs, &n);

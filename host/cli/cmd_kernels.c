@@ -15,6 +15,13 @@
 #include <string.h>
 #include <unistd.h>
 
+/* What clmla kernels --help says of the command. */
+static const char summary[] =
+    "The programs and build options clmla would build on the device a profile describes: one line\n"
+    "per build, PRESET<TAB>CACHE_DTYPE<TAB>FILE.cl<TAB>OPTIONS, for every kernel the presets' layers\n"
+    "select (clmla_layer_warmup: both paths, every step size). Nothing is compiled: an OpenCL driver\n"
+    "that reports the profile stands in for the device's (tools/vendor/profile_icd.c).";
+
 #ifndef CLMLA_PROFILE_ICD_PATH
 #define CLMLA_PROFILE_ICD_PATH ""
 #endif
@@ -175,7 +182,7 @@ static int split_list(char *text, char **items, int max)
 
 int cmd_kernels(int argc, char **argv)
 {
-    int help = 0;
+    int exit_code = 0;
     const char *profile = NULL, *presets_arg = "v2-lite,v2,v3,kimi-k2", *dtypes_arg = "f32,f16,bf16,fp8",
                *weights = "f32", *record = NULL, *driver = NULL, *device = NULL;
     cli_option opts[] = {
@@ -190,20 +197,10 @@ int cmd_kernels(int argc, char **argv)
          "PATH  the profile driver, libclmla_profile_icd.so (default: CLMLA_PROFILE_ICD,\n"
          "                         else the one this build made)"},
         {"device", CLI_STRING, &device, "SPEC  ignored: the device is the profile's"},
-        {"help", CLI_FLAG, &help, "this text"},
         {NULL, CLI_FLAG, NULL, NULL},
     };
-    if (cli_parse("kernels", opts, argc, argv, 2))
-        return 2;
-    if (help) {
-        cli_usage("kernels",
-                  "The programs and build options clmla would build on the device a profile describes: one line\n"
-                  "per build, PRESET<TAB>CACHE_DTYPE<TAB>FILE.cl<TAB>OPTIONS, for every kernel the presets' layers\n"
-                  "select (clmla_layer_warmup: both paths, every step size). Nothing is compiled: an OpenCL driver\n"
-                  "that reports the profile stands in for the device's (tools/vendor/profile_icd.c).",
-                  opts);
-        return 0;
-    }
+    if (cli_start("kernels", summary, opts, argc, argv, &exit_code))
+        return exit_code;
     (void)device;
     if (!profile) {
         fprintf(stderr, "clmla kernels: --profile FILE is required (see --help)\n");

@@ -10,6 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* What clmla run --help says of the command. */
+static const char summary[] =
+    "Runs the attention of one layer of a Hugging Face model folder (config.json +\n"
+    "safetensors, F32/F16/BF16/F8_E4M3) over the hidden states X of one sequence at\n"
+    "positions 0..T-1 and writes the output after o_proj (no residual) to Y. A\n"
+    "\"shared\" sparse-attention layer (glm_moe_dsa) runs after its full layer, which\n"
+    "takes the same X, in every step.";
+
 /* A shared layer (glm_moe_dsa) attends to the selection of the full layer before it: the model of
    layers [full, N] (clmla_model), found by starting the range one layer earlier until it begins on
    the full layer, with a cache for T tokens. *at: layer N's attention in it. */
@@ -59,7 +67,7 @@ static int parse_path(const char *text, clmla_attention_path *path)
 
 int cmd_run(int argc, char **argv)
 {
-    int help = 0, layer_index = 0, sublayer = 0, prefill = -1, chunk = 0, block_size = 64, tp_rank = 0, tp_size = 1,
+    int exit_code = 0, layer_index = 0, sublayer = 0, prefill = -1, chunk = 0, block_size = 64, tp_rank = 0, tp_size = 1,
         dense = 0;
     const char *device = NULL, *model = NULL, *input = NULL, *output = NULL, *path_name = "auto", *cache_dtype = "f32",
                *weights_dtype = "auto";
@@ -81,20 +89,12 @@ int cmd_run(int argc, char **argv)
         {"dense", CLI_FLAG, &dense,
          "      sparse-attention models (deepseek_v32, glm_moe_dsa): no indexer, every query attends to all its keys"},
         {"device", CLI_STRING, &device, "SPEC  device to run on (see clmla devices)"},
-        {"help", CLI_FLAG, &help, "this text"},
         {NULL, CLI_FLAG, NULL, NULL},
     };
-    if (cli_parse("run", opts, argc, argv, 2))
-        return 2;
-    if (help) {
-        cli_usage("run", "Runs the attention of one layer of a Hugging Face model folder (config.json +\n"
-                         "safetensors, F32/F16/BF16/F8_E4M3) over the hidden states X of one sequence at\n"
-                         "positions 0..T-1 and writes the output after o_proj (no residual) to Y. A\n"
-                         "\"shared\" sparse-attention layer (glm_moe_dsa) runs after its full layer, which\n"
-                         "takes the same X, in every step.",
-                  opts);
-        printf("\nmodel_type values it runs (docs/MODELS.md): %s\n", clmla_model_types());
-        return 0;
+    if (cli_start("run", summary, opts, argc, argv, &exit_code)) {
+        if (exit_code == 0)
+            printf("\nmodel_type values it runs (docs/MODELS.md): %s\n", clmla_model_types());
+        return exit_code;
     }
     clmla_attention_path path = CLMLA_PATH_AUTO;
     if (!model || !input || !output) {
@@ -177,10 +177,8 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "clmla run: out of host memory\n");
         goto done;
     }
-    if (cli_context_create(device, &ctx) != CLMLA_SUCCESS) {
-        fprintf(stderr, "clmla run: %s\n", clmla_last_error(NULL));
+    if (cli_context_create("run", device, &ctx, NULL))
         goto done;
-    }
     clmla_model_options mo = {.layer = layer_index, .sublayer = sublayer, .weights_dtype = (clmla_weights_dtype)wdtype,
                               .tp_rank = tp_rank, .tp_size = tp_size, .dense = dense};
     if (clmla_layer_create_from_model_opts(ctx, model, &mo, &layer) != CLMLA_SUCCESS) {

@@ -12,6 +12,14 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* What clmla tune --help says of the command. */
+static const char summary[] =
+    "Searches the 16 parameters of CLBlast's Xgemm kernel (its SGEMM above the direct-kernel\n"
+    "size) for a device: times the SGEMM with CLBlast's own values, then with each candidate\n"
+    "(every candidate compiles once: seconds each on a CPU), keeps only exact results, and adds\n"
+    "the fastest to a tuning file. Every later clmla context on that device applies it (set\n"
+    "CLMLA_CLBLAST_TUNING=off to stop that). Nothing is written when CLBlast's own values win.";
+
 static void print_values(const size_t *v)
 {
     for (int i = 0; i < CLMLA_XGEMM_PARAMETERS; i++)
@@ -87,20 +95,22 @@ static void kernel_progress(void *user, const clmla_tune_event *e)
     fflush(stdout);
 }
 
-/* The kernel tuning file `clmla tune --kernels` writes into path: --out, else the one the library
-   reads (CLMLA_KERNEL_TUNING, else the cache folder's). 0, else the command's exit code (the
-   reason printed): 1 the path is too long, 2 there is none and this is no dry run. */
-static int kernel_tuning_target(const char *out, int dry_run, char *path, size_t size)
+/* The tuning file `clmla tune` writes into path: --out, else the one the library reads (xgemm:
+   CLMLA_CLBLAST_TUNING's for CLBlast's parameters, else CLMLA_KERNEL_TUNING's for clmla's kernels;
+   else the cache folder's). 0, else the command's exit code (the reason printed): 1 the path is too
+   long, 2 there is none and this is no dry run. */
+static int tuning_target(const char *out, int dry_run, int xgemm, char *path, size_t size)
 {
     if (out)
         snprintf(path, size, "%s", out);
-    else if (clmla_latent_tuning_path(path, size) != CLMLA_SUCCESS) {
+    else if ((xgemm ? clmla_xgemm_tuning_path(path, size) : clmla_latent_tuning_path(path, size)) != CLMLA_SUCCESS) {
         fprintf(stderr, "clmla tune: %s\n", clmla_last_error(NULL));
         return 1;
     }
     if (!dry_run && !path[0]) {
-        fprintf(stderr, "clmla tune: no kernel tuning file to write (set --out, CLMLA_KERNEL_TUNING or CLMLA_CACHE_DIR), "
-                        "or use --dry-run\n");
+        fprintf(stderr, "clmla tune: %s, or use --dry-run\n",
+                xgemm ? "no tuning file to write (no cache folder: set --out, CLMLA_CLBLAST_TUNING or CLMLA_CACHE_DIR)"
+                      : "no kernel tuning file to write (set --out, CLMLA_KERNEL_TUNING or CLMLA_CACHE_DIR)");
         return 2;
     }
     return 0;
@@ -133,11 +143,8 @@ static void job_options(const kernel_job *j, tune_print *p, clmla_kernel_tune_op
 static int job_start(const kernel_job *j, int products, clmla_context **ctx, clmla_device_info *info, tune_print *p,
                      clmla_kernel_tune_options *o)
 {
-    if (cli_context_create(j->device, ctx) != CLMLA_SUCCESS) {
-        fprintf(stderr, "clmla tune: %s\n", clmla_last_error(NULL));
+    if (cli_context_create("tune", j->device, ctx, info))
         return 1;
-    }
-    clmla_context_device(*ctx, info);
     *p = (tune_print){info, products};
     job_options(j, p, o);
     return 0;
@@ -151,24 +158,49 @@ static int job_end(clmla_context *ctx, clmla_status st)
     return rc;
 }
 
+/* Runs the latent kernel's search (clmla_tune_latent at cache dtype `dtype`) or, where `prefill`,
+   the prefill tiles' (clmla_tune_prefill from `from`) on the job's device: 0 with the device in
+   *info, the result in *r and the time the search began in *start, else the exit code (said). */
+static int latent_job(const kernel_job *j, int prefill, clmla_cache_dtype dtype, const clmla_latent_tuning *from,
+                      clmla_device_info *info, clmla_latent_tune_result *r, double *start)
+{
+    clmla_context *ctx = NULL;
+    tune_print p;
+    clmla_kernel_tune_options o;
+    if (job_start(j, 0, &ctx, info, &p, &o))
+        return 1;
+    if (prefill)
+        o.from = from;
+    else
+        o.cache_dtype = dtype;
+    *start = now_s();
+    const clmla_status st = prefill ? clmla_tune_prefill(ctx, &o, r) : clmla_tune_latent(ctx, &o, r);
+    return job_end(ctx, st);
+}
+
+/* Saves the latent entry `best` for the job's head count, with `note`, to path: 0, or 1 (said). */
+static int save_latent(const kernel_job *j, const char *path, const clmla_device_info *info,
+                       const clmla_latent_tuning *best, const char *note)
+{
+    if (clmla_latent_tuning_save(path, info, j->heads, best, note) != CLMLA_SUCCESS) {
+        fprintf(stderr, "clmla tune: %s\n", clmla_last_error(NULL));
+        return 1;
+    }
+    printf("saved to %s\n", path);
+    return 0;
+}
+
 /* The latent kernel's parameters (clmla_tune_latent), what it chose (saved or not) in *chosen. */
 static int tune_kernels(const kernel_job *j, clmla_cache_dtype dtype, clmla_latent_tuning *chosen)
 {
     char path[4096];
-    const int bad = kernel_tuning_target(j->out, j->dry_run, path, sizeof(path));
+    const int bad = tuning_target(j->out, j->dry_run, 0, path, sizeof(path));
     if (bad)
         return bad;
-    clmla_context *ctx = NULL;
     clmla_device_info info;
-    tune_print p;
-    clmla_kernel_tune_options o;
-    if (job_start(j, 0, &ctx, &info, &p, &o))
-        return 1;
-    o.cache_dtype = dtype;
     clmla_latent_tune_result r;
-    const double start = now_s();
-    const clmla_status st = clmla_tune_latent(ctx, &o, &r);
-    const int failed = job_end(ctx, st);
+    double start = 0;
+    const int failed = latent_job(j, 0, dtype, NULL, &info, &r, &start);
     if (failed)
         return failed;
     printf("%.0f s; batch 1 %.1f us, batch 8 %.1f us against %.1f and %.1f with the current parameters (%s)\n",
@@ -179,19 +211,14 @@ static int tune_kernels(const kernel_job *j, clmla_cache_dtype dtype, clmla_late
     char note[256];
     snprintf(note, sizeof(note), "ctx %d: batch 1 %.1f us, batch 8 %.1f us; current (%s) %.1f, %.1f us",
              j->quick ? 512 : j->ctx_len, r.best_us[0], r.best_us[1], r.source, r.base_us[0], r.base_us[1]);
-    if (clmla_latent_tuning_save(path, &info, j->heads, &r.best, note) != CLMLA_SUCCESS) {
-        fprintf(stderr, "clmla tune: %s\n", clmla_last_error(NULL));
-        return 1;
-    }
-    printf("saved to %s\n", path);
-    return 0;
+    return save_latent(j, path, &info, &r.best, note);
 }
 
 /* The product kernels' parameters (clmla_tune_products), each class of K into its entry. */
 static int tune_products(const kernel_job *j)
 {
     char path[4096];
-    const int bad = kernel_tuning_target(j->out, j->dry_run, path, sizeof(path));
+    const int bad = tuning_target(j->out, j->dry_run, 0, path, sizeof(path));
     if (bad)
         return bad;
     clmla_context *ctx = NULL;
@@ -243,7 +270,7 @@ static int tune_products(const kernel_job *j)
 static int tune_prefill(const kernel_job *j, int implied, const clmla_latent_tuning *from)
 {
     char path[4096];
-    const int bad = kernel_tuning_target(j->out, j->dry_run, path, sizeof(path));
+    const int bad = tuning_target(j->out, j->dry_run, 0, path, sizeof(path));
     if (bad)
         return bad;
     if (j->heads != 16 && j->heads != 128 && implied) {
@@ -255,17 +282,10 @@ static int tune_prefill(const kernel_job *j, int implied, const clmla_latent_tun
                 j->heads);
         return 2;
     }
-    clmla_context *ctx = NULL;
     clmla_device_info info;
-    tune_print p;
-    clmla_kernel_tune_options o;
-    if (job_start(j, 0, &ctx, &info, &p, &o))
-        return 1;
-    o.from = from;
     clmla_latent_tune_result r;
-    const double start = now_s();
-    const clmla_status st = clmla_tune_prefill(ctx, &o, &r);
-    const int failed = job_end(ctx, st);
+    double start = 0;
+    const int failed = latent_job(j, 1, CLMLA_CACHE_F32, from, &info, &r, &start);
     if (failed)
         return failed;
     const char *source = from ? "the latent search's choice" : r.source;
@@ -278,12 +298,7 @@ static int tune_prefill(const kernel_job *j, int implied, const clmla_latent_tun
     char note[256];
     snprintf(note, sizeof(note), "prefill %d tokens %.0f us, %d after %d %.0f us (%.3f of %s)", prompt, r.best_us[0], chunk,
              prefix, r.best_us[1], r.ratio, source);
-    if (clmla_latent_tuning_save(path, &info, j->heads, &r.best, note) != CLMLA_SUCCESS) {
-        fprintf(stderr, "clmla tune: %s\n", clmla_last_error(NULL));
-        return 1;
-    }
-    printf("saved to %s\n", path);
-    return 0;
+    return save_latent(j, path, &info, &r.best, note);
 }
 
 /* --export: the parameters that apply to the device now (the user file, the built-in table or the
@@ -293,7 +308,7 @@ static int tune_prefill(const kernel_job *j, int implied, const clmla_latent_tun
 static int export_kernels(const char *device, int dry_run, const char *out)
 {
     char path[4096];
-    const int bad = kernel_tuning_target(out, dry_run, path, sizeof(path));
+    const int bad = tuning_target(out, dry_run, 0, path, sizeof(path));
     if (bad)
         return bad;
     clmla_device_info *devs = NULL, info;
@@ -339,7 +354,7 @@ static int export_kernels(const char *device, int dry_run, const char *out)
 
 int cmd_tune(int argc, char **argv)
 {
-    int help = 0, size = 1024, candidates = 40, dry_run = 0, kernels = 0, heads = 16, ctx_len = 4096, quick = 0;
+    int exit_code = 0, size = 1024, candidates = 40, dry_run = 0, kernels = 0, heads = 16, ctx_len = 4096, quick = 0;
     int latent = 0, products = 0, prefill = 0, export_tuning = 0;
     double max_seconds = 0;
     const char *device = NULL, *out = NULL, *cache_dtype = "f32";
@@ -369,21 +384,10 @@ int cmd_tune(int argc, char **argv)
         {"quick", CLI_FLAG, &quick, "with --kernels: a small grid (latent: two candidates at ctx 512; products:\n"
                                     "                       V2-Lite's o_proj, f32 and bf16, 128 prefill rows;\n"
                                     "                       prefill: three or four candidates, a prompt of 80)"},
-        {"help", CLI_FLAG, &help, "this text"},
         {NULL, CLI_FLAG, NULL, NULL},
     };
-    if (cli_parse("tune", opts, argc, argv, 2))
-        return 2;
-    if (help) {
-        cli_usage("tune",
-                  "Searches the 16 parameters of CLBlast's Xgemm kernel (its SGEMM above the direct-kernel\n"
-                  "size) for a device: times the SGEMM with CLBlast's own values, then with each candidate\n"
-                  "(every candidate compiles once: seconds each on a CPU), keeps only exact results, and adds\n"
-                  "the fastest to a tuning file. Every later clmla context on that device applies it (set\n"
-                  "CLMLA_CLBLAST_TUNING=off to stop that). Nothing is written when CLBlast's own values win.",
-                  opts);
-        return 0;
-    }
+    if (cli_start("tune", summary, opts, argc, argv, &exit_code))
+        return exit_code;
     if (export_tuning && !kernels) {
         fprintf(stderr, "clmla tune: --export goes with --kernels\n");
         return 2;
@@ -428,17 +432,9 @@ int cmd_tune(int argc, char **argv)
         return 2;
     }
     char path[4096];
-    if (out)
-        snprintf(path, sizeof(path), "%s", out);
-    else if (clmla_xgemm_tuning_path(path, sizeof(path)) != CLMLA_SUCCESS) {
-        fprintf(stderr, "clmla tune: %s\n", clmla_last_error(NULL));
-        return 1;
-    }
-    if (!dry_run && !path[0]) {
-        fprintf(stderr, "clmla tune: no tuning file to write (no cache folder: set --out, CLMLA_CLBLAST_TUNING or "
-                        "CLMLA_CACHE_DIR), or use --dry-run\n");
-        return 2;
-    }
+    const int bad = tuning_target(out, dry_run, 1, path, sizeof(path));
+    if (bad)
+        return bad;
     if (!dry_run) { /* fail before minutes of tuning, not after */
         char folder[4096];
         snprintf(folder, sizeof(folder), "%s", path);
@@ -456,12 +452,9 @@ int cmd_tune(int argc, char **argv)
     /* Measure against CLBlast's own values, not an entry applied earlier. */
     setenv("CLMLA_CLBLAST_TUNING", "off", 1);
     clmla_context *ctx = NULL;
-    if (cli_context_create(device, &ctx) != CLMLA_SUCCESS) {
-        fprintf(stderr, "clmla tune: %s\n", clmla_last_error(NULL));
-        return 1;
-    }
     clmla_device_info info;
-    clmla_context_device(ctx, &info);
+    if (cli_context_create("tune", device, &ctx, &info))
+        return 1;
     printf("tuning CLBlast Xgemm on %s (%s, %s), SGEMM %d x %d x %d\n", info.name, info.vendor, info.platform_name,
            size, size, size);
     clmla_tune_options o = {size, candidates, max_seconds, progress, NULL};

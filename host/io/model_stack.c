@@ -129,6 +129,21 @@ static clmla_status describe_and_cache(clmla_context *ctx, const clmla_model_spe
     return st;
 }
 
+/* The end of a model's creation so far at status st: its layers described and its cache made
+   (describe_and_cache), then *out = m; or, where anything failed, m destroyed. */
+static clmla_status finish_model(clmla_context *ctx, const clmla_model_spec *spec, clmla_model *m, clmla_status st,
+                                 clmla_model **out)
+{
+    if (st == CLMLA_SUCCESS)
+        st = describe_and_cache(ctx, spec, m);
+    if (st != CLMLA_SUCCESS) {
+        clmla_model_destroy(m);
+        return st;
+    }
+    *out = m;
+    return CLMLA_SUCCESS;
+}
+
 clmla_status clmla_model_create(clmla_context *ctx, const char *dir, const clmla_model_spec *spec, clmla_model **out)
 {
     if (!out)
@@ -169,14 +184,7 @@ clmla_status clmla_model_create(clmla_context *ctx, const char *dir, const clmla
         st = clmla_layer_create_from_model_opts(ctx, dir, &mo, &m->layers[i]);
     }
     clmla_model_desc_free(&d);
-    if (st == CLMLA_SUCCESS)
-        st = describe_and_cache(ctx, spec, m);
-    if (st != CLMLA_SUCCESS) {
-        clmla_model_destroy(m);
-        return st;
-    }
-    *out = m;
-    return CLMLA_SUCCESS;
+    return finish_model(ctx, spec, m, st, out);
 }
 
 clmla_status clmla_model_create_from_layers(clmla_context *ctx, clmla_layer **layers, int count,
@@ -204,14 +212,7 @@ clmla_status clmla_model_create_from_layers(clmla_context *ctx, clmla_layer **la
         m->layers[i] = layers[i];
         m->count++;
     }
-    if (st == CLMLA_SUCCESS)
-        st = describe_and_cache(ctx, spec, m);
-    if (st != CLMLA_SUCCESS) {
-        clmla_model_destroy(m);
-        return st;
-    }
-    *out = m;
-    return CLMLA_SUCCESS;
+    return finish_model(ctx, spec, m, st, out);
 }
 
 clmla_status clmla_model_num_attentions(const clmla_model *m, int *count)
@@ -282,33 +283,38 @@ static clmla_status check_source(const clmla_model *m, int index)
                       index, a->layer, a->source, src->layer, s->layer, made->layer);
 }
 
+/* The arguments of a step through attention `index` of m, once m, index and the attention's source
+   pass (fn: the caller, in messages). */
+static clmla_status forward_args(clmla_model *m, const char *fn, int index, const clmla_batch_entry *entries,
+                                 int num_entries, clmla_attention_path path, clmla_forward_args *args)
+{
+    if (!m)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "%s: NULL model", fn);
+    clmla_status st = check_index(m, fn, index);
+    if (st == CLMLA_SUCCESS)
+        st = check_source(m, index);
+    if (st == CLMLA_SUCCESS)
+        *args = (clmla_forward_args){entries, num_entries, m->info[index].cache_layer, path};
+    return st;
+}
+
 clmla_status clmla_model_forward(clmla_model *m, int index, const clmla_batch_entry *entries, int num_entries,
                                  clmla_attention_path path, const float *x, float *out)
 {
-    if (!m)
-        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_model_forward: NULL model");
-    clmla_status st = check_index(m, "clmla_model_forward", index);
-    if (st == CLMLA_SUCCESS)
-        st = check_source(m, index);
-    if (st != CLMLA_SUCCESS)
-        return st;
-    const clmla_forward_args args = {entries, num_entries, m->info[index].cache_layer, path};
-    return clmla_layer_forward(m->layers[index], m->cache, &args, x, out);
+    clmla_forward_args args;
+    const clmla_status st = forward_args(m, "clmla_model_forward", index, entries, num_entries, path, &args);
+    return st != CLMLA_SUCCESS ? st : clmla_layer_forward(m->layers[index], m->cache, &args, x, out);
 }
 
 clmla_status clmla_model_forward_cl(clmla_model *m, int index, const clmla_batch_entry *entries, int num_entries,
                                     clmla_attention_path path, cl_mem x, size_t x_offset, cl_mem out, size_t out_offset,
                                     cl_event *event)
 {
-    if (!m)
-        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_model_forward_cl: NULL model");
-    clmla_status st = check_index(m, "clmla_model_forward_cl", index);
-    if (st == CLMLA_SUCCESS)
-        st = check_source(m, index);
-    if (st != CLMLA_SUCCESS)
-        return st;
-    const clmla_forward_args args = {entries, num_entries, m->info[index].cache_layer, path};
-    return clmla_layer_forward_cl(m->layers[index], m->cache, &args, x, x_offset, out, out_offset, event);
+    clmla_forward_args args;
+    const clmla_status st = forward_args(m, "clmla_model_forward_cl", index, entries, num_entries, path, &args);
+    return st != CLMLA_SUCCESS ? st
+                               : clmla_layer_forward_cl(m->layers[index], m->cache, &args, x, x_offset, out, out_offset,
+                                                        event);
 }
 
 clmla_status clmla_model_run(clmla_model *m, const clmla_batch_entry *entries, int num_entries,

@@ -405,27 +405,12 @@ static clmla_status set_product_args(clmla_context *ctx, cl_kernel kernel, size_
     const int ao = (int)a.offset, lda = (int)a.ld, as = (int)a_stride;
     const int bo = (int)b.offset, ldb = (int)b.ld, bs = (int)b_stride;
     const int co = (int)c.offset, ldc = (int)c.ld, cs = (int)c_stride;
-    CLMLA_SET_ARG(ctx, kernel, 0, M);
-    CLMLA_SET_ARG(ctx, kernel, 1, N);
-    CLMLA_SET_ARG(ctx, kernel, 2, K);
-    CLMLA_SET_ARG(ctx, kernel, 3, alpha);
-    CLMLA_SET_ARG(ctx, kernel, 4, a.buffer);
-    CLMLA_SET_ARG(ctx, kernel, 5, ao);
-    CLMLA_SET_ARG(ctx, kernel, 6, lda);
-    CLMLA_SET_ARG(ctx, kernel, 7, as);
-    CLMLA_SET_ARG(ctx, kernel, 8, b.buffer);
-    CLMLA_SET_ARG(ctx, kernel, 9, bo);
-    CLMLA_SET_ARG(ctx, kernel, 10, ldb);
-    CLMLA_SET_ARG(ctx, kernel, 11, bs);
-    CLMLA_SET_ARG(ctx, kernel, 12, beta);
-    CLMLA_SET_ARG(ctx, kernel, 13, c.buffer);
-    CLMLA_SET_ARG(ctx, kernel, 14, co);
-    CLMLA_SET_ARG(ctx, kernel, 15, ldc);
-    CLMLA_SET_ARG(ctx, kernel, 16, cs);
     const cl_mem scale = b.dtype == CLMLA_DTYPE_FP8_E4M3 ? b.scale : NULL;
     const int scale_ld = (int)b.scale_ld;
-    CLMLA_SET_ARG(ctx, kernel, 17, scale);
-    CLMLA_SET_ARG(ctx, kernel, 18, scale_ld);
+    CLMLA_SET_ARGS(ctx, kernel, 0, CLMLA_ARG(M), CLMLA_ARG(N), CLMLA_ARG(K), CLMLA_ARG(alpha), CLMLA_ARG(a.buffer),
+                   CLMLA_ARG(ao), CLMLA_ARG(lda), CLMLA_ARG(as), CLMLA_ARG(b.buffer), CLMLA_ARG(bo), CLMLA_ARG(ldb),
+                   CLMLA_ARG(bs), CLMLA_ARG(beta), CLMLA_ARG(c.buffer), CLMLA_ARG(co), CLMLA_ARG(ldc), CLMLA_ARG(cs),
+                   CLMLA_ARG(scale), CLMLA_ARG(scale_ld));
     return CLMLA_SUCCESS;
 }
 

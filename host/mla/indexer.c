@@ -190,6 +190,16 @@ static clmla_status extent(clmla_context *ctx, const char *fn, const char *what,
     return CLMLA_SUCCESS;
 }
 
+/* Buffer m holds `count` elements of `unit` bytes from `offset` on (extent, then buffer_bytes for at
+   least one byte). */
+static clmla_status check_span(clmla_context *ctx, const char *fn, const char *what, cl_mem m, size_t offset,
+                               long long count, size_t unit)
+{
+    size_t need = 0, size = 0;
+    const clmla_status st = extent(ctx, fn, what, offset, count, unit, &need);
+    return st == CLMLA_SUCCESS ? buffer_bytes(ctx, fn, what, m, need ? need : 1, &size) : st;
+}
+
 /* The inputs of a scores launch for T tokens (all but the scores buffer), checked before anything is
    enqueued; *table_rows and *num_blocks: the rows and blocks that block_table and keys hold, for the
    kernel's clamps. fn names the caller in the messages. */
@@ -205,14 +215,10 @@ static clmla_status check_inputs(clmla_index_kernels *ik, const char *fn, int T,
                           "%s: num_tokens %d, max_blocks_per_seq %d and max_ctx_len %d must be >= 1, max_ctx_len at "
                           "most max_blocks_per_seq * block_tokens (%d)",
                           fn, T, max_blocks, max_ctx, P);
-    size_t need = 0, size = 0;
-    clmla_status st = extent(ctx, fn, "q [T, H_I, d_I]", q_offset, (long long)T * H * dI, sizeof(float), &need);
+    size_t size = 0;
+    clmla_status st = check_span(ctx, fn, "q [T, H_I, d_I]", q, q_offset, (long long)T * H * dI, sizeof(float));
     if (st == CLMLA_SUCCESS)
-        st = buffer_bytes(ctx, fn, "q [T, H_I, d_I]", q, need, &size);
-    if (st == CLMLA_SUCCESS)
-        st = extent(ctx, fn, "weights [T, H_I]", weights_offset, (long long)T * H, sizeof(float), &need);
-    if (st == CLMLA_SUCCESS)
-        st = buffer_bytes(ctx, fn, "weights [T, H_I]", weights, need, &size);
+        st = check_span(ctx, fn, "weights [T, H_I]", weights, weights_offset, (long long)T * H, sizeof(float));
     if (st == CLMLA_SUCCESS && (token_offset < 0 || token_offset > INT_MAX - T))
         st = clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: token_offset %d", fn, token_offset);
     const size_t tok_bytes = ((size_t)token_offset + (size_t)T) * sizeof(cl_int);
@@ -237,11 +243,10 @@ static clmla_status check_inputs(clmla_index_kernels *ik, const char *fn, int T,
 clmla_status clmla_index_scores(clmla_index_kernels *ik, const clmla_index_scores_args *a, cl_event *event)
 {
     static const char fn[] = "clmla_index_scores";
-    if (event)
-        *event = NULL;
-    if (!ik || !a)
-        return clmla_fail(ik ? ik->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "%s: NULL %s", fn,
-                          !ik ? "kernels" : "arguments");
+    const clmla_status bad =
+        clmla_entry(ik ? ik->ctx : NULL, fn, !ik ? "kernels" : !a ? "arguments" : NULL, event);
+    if (bad != CLMLA_SUCCESS)
+        return bad;
     clmla_context *ctx = ik->ctx;
     const int T = a->num_tokens;
     int table_rows = 0, num_blocks = 0;
@@ -251,12 +256,9 @@ clmla_status clmla_index_scores(clmla_index_kernels *ik, const clmla_index_score
     if (st == CLMLA_SUCCESS && a->scores_stride < a->max_ctx_len)
         st = clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: scores_stride %d must be >= max_ctx_len %d", fn,
                         a->scores_stride, a->max_ctx_len);
-    size_t need = 0, size = 0;
     if (st == CLMLA_SUCCESS)
-        st = extent(ctx, fn, "scores [T, scores_stride]", a->scores_offset,
-                    (long long)(T - 1) * a->scores_stride + a->max_ctx_len, sizeof(float), &need);
-    if (st == CLMLA_SUCCESS)
-        st = buffer_bytes(ctx, fn, "scores [T, scores_stride]", a->scores, need, &size);
+        st = check_span(ctx, fn, "scores [T, scores_stride]", a->scores, a->scores_offset,
+                        (long long)(T - 1) * a->scores_stride + a->max_ctx_len, sizeof(float));
     if (st != CLMLA_SUCCESS)
         return st;
     /* keys per work-item: enough items for every compute unit, none under the minimum */
@@ -294,11 +296,10 @@ clmla_status clmla_index_scores(clmla_index_kernels *ik, const clmla_index_score
 clmla_status clmla_index_topk(clmla_index_kernels *ik, const clmla_index_topk_args *a, cl_event *event)
 {
     static const char fn[] = "clmla_index_topk";
-    if (event)
-        *event = NULL;
-    if (!ik || !a)
-        return clmla_fail(ik ? ik->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "%s: NULL %s", fn,
-                          !ik ? "kernels" : "arguments");
+    const clmla_status bad =
+        clmla_entry(ik ? ik->ctx : NULL, fn, !ik ? "kernels" : !a ? "arguments" : NULL, event);
+    if (bad != CLMLA_SUCCESS)
+        return bad;
     clmla_context *ctx = ik->ctx;
     const int T = a->num_tokens;
     if (T < 1 || a->top_k < 1 || a->max_ctx_len < 0 || a->scores_stride < a->max_ctx_len || a->scores_stride < 1)
@@ -306,15 +307,12 @@ clmla_status clmla_index_topk(clmla_index_kernels *ik, const clmla_index_topk_ar
                           "%s: num_tokens %d and top_k %d must be >= 1, max_ctx_len %d >= 0 and scores_stride %d >= "
                           "max(max_ctx_len, 1)",
                           fn, T, a->top_k, a->max_ctx_len, a->scores_stride);
-    size_t need = 0, size = 0;
-    clmla_status st = extent(ctx, fn, "scores [T, scores_stride]", a->scores_offset,
-                             (long long)(T - 1) * a->scores_stride + a->max_ctx_len, sizeof(float), &need);
+    size_t size = 0;
+    clmla_status st = check_span(ctx, fn, "scores [T, scores_stride]", a->scores, a->scores_offset,
+                                 (long long)(T - 1) * a->scores_stride + a->max_ctx_len, sizeof(float));
     if (st == CLMLA_SUCCESS)
-        st = buffer_bytes(ctx, fn, "scores [T, scores_stride]", a->scores, need ? need : 1, &size);
-    if (st == CLMLA_SUCCESS)
-        st = extent(ctx, fn, "indices [T, top_k]", a->indices_offset, (long long)T * a->top_k, sizeof(cl_int), &need);
-    if (st == CLMLA_SUCCESS)
-        st = buffer_bytes(ctx, fn, "indices [T, top_k]", a->indices, need, &size);
+        st = check_span(ctx, fn, "indices [T, top_k]", a->indices, a->indices_offset, (long long)T * a->top_k,
+                        sizeof(cl_int));
     if (st == CLMLA_SUCCESS && (a->token_offset < 0 || a->token_offset > INT_MAX - T))
         st = clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: token_offset %d", fn, a->token_offset);
     if (st == CLMLA_SUCCESS)
@@ -442,10 +440,9 @@ clmla_status clmla_index_select_enqueue(clmla_index_kernels *ik, cl_mem keys, co
 clmla_status clmla_index_select(clmla_cache *cache, int layer, const clmla_index_select_args *a, cl_event *event)
 {
     static const char fn[] = "clmla_index_select";
-    if (event)
-        *event = NULL;
-    if (!cache || !a)
-        return clmla_fail(cache ? cache->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+    const clmla_status bad = clmla_entry(cache ? cache->ctx : NULL, fn, !cache || !a ? "argument" : NULL, event);
+    if (bad != CLMLA_SUCCESS)
+        return bad;
     clmla_context *ctx = cache->ctx;
     cl_mem keys = clmla_cache_index_keys(cache, layer);
     if (!keys)
@@ -458,11 +455,8 @@ clmla_status clmla_index_select(clmla_cache *cache, int layer, const clmla_index
                           a->num_heads, a->top_k, CLMLA_SPARSE_MAX_TOPK);
     if (!a->indices)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: indices is NULL", fn);
-    size_t need = 0, size = 0;
-    clmla_status st = extent(ctx, fn, "indices [T, top_k]", a->indices_offset, (long long)a->num_tokens * a->top_k,
-                             sizeof(cl_int), &need);
-    if (st == CLMLA_SUCCESS)
-        st = buffer_bytes(ctx, fn, "indices [T, top_k]", a->indices, need, &size);
+    clmla_status st = check_span(ctx, fn, "indices [T, top_k]", a->indices, a->indices_offset,
+                                 (long long)a->num_tokens * a->top_k, sizeof(cl_int));
     clmla_index_kernels *ik = NULL;
     if (st == CLMLA_SUCCESS)
         st = clmla_index_kernels_for(cache, a->num_heads, 0, CLMLA_ROPE_INTERLEAVED, &ik);

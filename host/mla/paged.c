@@ -494,10 +494,9 @@ static clmla_status token_tables(clmla_paged *p, size_t T, cl_mem *token_seq, cl
 clmla_status clmla_paged_attention(clmla_paged *p, const clmla_paged_attention_args *a, cl_event *event)
 {
     static const char fn[] = "clmla_paged_attention";
-    if (event)
-        *event = NULL;
-    if (!p || !a)
-        return clmla_fail(p ? p->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+    const clmla_status bad = clmla_entry(p ? p->ctx : NULL, fn, !p || !a ? "argument" : NULL, event);
+    if (bad != CLMLA_SUCCESS)
+        return bad;
     clmla_context *ctx = p->ctx;
     const int sparse = a->topk > 0;
     const ptables t = {a->batch,      a->seqlen_q ? a->seqlen_q : 1, a->causal, a->num_blocks, a->max_blocks,
@@ -589,10 +588,9 @@ clmla_status clmla_paged_attention(clmla_paged *p, const clmla_paged_attention_a
 clmla_status clmla_paged_index_select(clmla_paged *p, const clmla_paged_index_args *a, cl_event *event)
 {
     static const char fn[] = "clmla_paged_index_select";
-    if (event)
-        *event = NULL;
-    if (!p || !a)
-        return clmla_fail(p ? p->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+    const clmla_status bad = clmla_entry(p ? p->ctx : NULL, fn, !p || !a ? "argument" : NULL, event);
+    if (bad != CLMLA_SUCCESS)
+        return bad;
     clmla_context *ctx = p->ctx;
     const ptables t = {a->batch,      a->seqlen_q ? a->seqlen_q : 1, a->causal, a->num_blocks, a->max_blocks,
                        a->max_seqlen, 0};
@@ -646,10 +644,9 @@ clmla_status clmla_paged_index_select(clmla_paged *p, const clmla_paged_index_ar
 clmla_status clmla_paged_write(clmla_paged *p, const clmla_paged_write_args *a, cl_event *event)
 {
     static const char fn[] = "clmla_paged_write";
-    if (event)
-        *event = NULL;
-    if (!p || !a)
-        return clmla_fail(p ? p->ctx : NULL, CLMLA_ERROR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+    const clmla_status bad = clmla_entry(p ? p->ctx : NULL, fn, !p || !a ? "argument" : NULL, event);
+    if (bad != CLMLA_SUCCESS)
+        return bad;
     clmla_context *ctx = p->ctx;
     const int rkv = p->config.kv_lora_rank, dr = p->config.rope_dim, bs = p->config.block_size;
     const int kv_stride = a->kv_c_stride ? a->kv_c_stride : rkv, pe_stride = a->k_pe_stride ? a->k_pe_stride : dr;

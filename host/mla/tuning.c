@@ -329,12 +329,9 @@ static CLBlastStatusCode override(clmla_context *ctx, const size_t *values)
 int clmla_tuning_parse(const char *text, const clmla_device_info *device, clmla_xgemm_tuning *found, char *why,
                        size_t why_size)
 {
-    cJSON *list = cJSON_Parse(text);
-    if (!cJSON_IsArray(list)) {
-        cJSON_Delete(list);
-        snprintf(why, why_size, "not a JSON array of entries");
+    cJSON *list = clmla_tuning_json_list(text, why, why_size);
+    if (!list)
         return -1;
-    }
     int result = 0;
     const cJSON *item = NULL;
     cJSON_ArrayForEach(item, list)

@@ -28,4 +28,7 @@ typedef int (*clmla_tuning_entry_parser)(const struct cJSON *item, void *slot, c
                                          size_t why_size);
 int clmla_tuning_list_parse(const char *text, size_t size, clmla_tuning_entry_parser parse, const void *arg,
                             void **entries, size_t *count, char *why, size_t why_size);
+/* A tuning file's text (NULL: none) parsed as a JSON array (the caller deletes it), or NULL with why
+   saying "not a JSON array of entries". */
+struct cJSON *clmla_tuning_json_list(const char *text, char *why, size_t why_size);
 #endif

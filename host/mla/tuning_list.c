@@ -6,18 +6,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+cJSON *clmla_tuning_json_list(const char *text, char *why, size_t why_size)
+{
+    cJSON *list = text ? cJSON_Parse(text) : NULL;
+    if (cJSON_IsArray(list))
+        return list;
+    cJSON_Delete(list);
+    snprintf(why, why_size, "not a JSON array of entries");
+    return NULL;
+}
+
 int clmla_tuning_list_parse(const char *text, size_t size, clmla_tuning_entry_parser parse, const void *arg,
                             void **entries, size_t *count, char *why, size_t why_size)
 {
     *entries = NULL;
     *count = 0;
     why[0] = '\0';
-    cJSON *list = text ? cJSON_Parse(text) : NULL;
-    if (!cJSON_IsArray(list)) {
-        cJSON_Delete(list);
-        snprintf(why, why_size, "not a JSON array of entries");
+    cJSON *list = clmla_tuning_json_list(text, why, why_size);
+    if (!list)
         return -1;
-    }
     const int n = cJSON_GetArraySize(list);
     char *slots = calloc(n > 0 ? (size_t)n : 1, size);
     if (!slots) {

@@ -150,27 +150,32 @@ cl_int clmla_cl_enqueue_rows(clmla_context *ctx, cl_kernel kernel, cl_uint dims,
     return clmla_cl_enqueue(ctx, kernel, dims, g, local, event);
 }
 
-cl_int clmla_cl_write(clmla_context *ctx, cl_mem buffer, size_t offset, size_t bytes, const void *host)
+/* A transfer between buffer and host: into host (read) or from it, blocking or, with event, not;
+   traced, and the caller's event counted. */
+static cl_int transfer(clmla_context *ctx, int read, cl_mem buffer, cl_bool blocking, size_t offset, size_t bytes,
+                       void *host, cl_event *event)
 {
     if (clmla_fault_hit(ctx))
         return CL_OUT_OF_RESOURCES;
-    cl_event own = NULL, *ev = clmla_trace_event(ctx, NULL, &own);
-    const cl_int err = clEnqueueWriteBuffer(ctx->queue, buffer, CL_TRUE, offset, bytes, host, 0, NULL, ev);
-    clmla_trace_record(ctx, err, "write", "write", 0, &bytes, ev, 1);
+    cl_event own = NULL, *ev = clmla_trace_event(ctx, event, &own);
+    const cl_int err = read ? clEnqueueReadBuffer(ctx->queue, buffer, blocking, offset, bytes, host, 0, NULL, ev)
+                            : clEnqueueWriteBuffer(ctx->queue, buffer, blocking, offset, bytes, host, 0, NULL, ev);
+    if (err == CL_SUCCESS && event)
+        ctx->counts.events++;
+    const char *what = read ? "read" : "write";
+    clmla_trace_record(ctx, err, what, what, 0, &bytes, ev, ev == &own);
     return err;
+}
+
+cl_int clmla_cl_write(clmla_context *ctx, cl_mem buffer, size_t offset, size_t bytes, const void *host)
+{
+    return transfer(ctx, 0, buffer, CL_TRUE, offset, bytes, (void *)host, NULL);
 }
 
 cl_int clmla_cl_write_async(clmla_context *ctx, cl_mem buffer, size_t offset, size_t bytes, const void *host,
                             cl_event *event)
 {
-    if (clmla_fault_hit(ctx))
-        return CL_OUT_OF_RESOURCES;
-    cl_event own = NULL, *ev = clmla_trace_event(ctx, event, &own);
-    cl_int err = clEnqueueWriteBuffer(ctx->queue, buffer, CL_FALSE, offset, bytes, host, 0, NULL, ev);
-    if (err == CL_SUCCESS && event)
-        ctx->counts.events++;
-    clmla_trace_record(ctx, err, "write", "write", 0, &bytes, ev, ev == &own);
-    return err;
+    return transfer(ctx, 0, buffer, CL_FALSE, offset, bytes, (void *)host, event);
 }
 
 void clmla_cl_event_done(clmla_context *ctx, cl_event *event)
@@ -185,12 +190,7 @@ void clmla_cl_event_done(clmla_context *ctx, cl_event *event)
 
 cl_int clmla_cl_read(clmla_context *ctx, cl_mem buffer, size_t offset, size_t bytes, void *host)
 {
-    if (clmla_fault_hit(ctx))
-        return CL_OUT_OF_RESOURCES;
-    cl_event own = NULL, *ev = clmla_trace_event(ctx, NULL, &own);
-    const cl_int err = clEnqueueReadBuffer(ctx->queue, buffer, CL_TRUE, offset, bytes, host, 0, NULL, ev);
-    clmla_trace_record(ctx, err, "read", "read", 0, &bytes, ev, 1);
-    return err;
+    return transfer(ctx, 1, buffer, CL_TRUE, offset, bytes, host, NULL);
 }
 
 cl_int clmla_cl_copy(clmla_context *ctx, cl_mem src, size_t src_offset, cl_mem dst, size_t dst_offset, size_t bytes)

@@ -82,6 +82,9 @@ clmla_status clmla_fail(clmla_context *ctx, clmla_status status, const char *fmt
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+/* The start of an entry point fn: *event (when not NULL) cleared, then CLMLA_SUCCESS, or the refusal
+   "fn: NULL missing" for ctx where `missing` names an argument that is NULL. */
+clmla_status clmla_entry(clmla_context *ctx, const char *fn, const char *missing, cl_event *event);
 /* As clmla_fail, for an OpenCL or CLBlast code returned by `what`. */
 clmla_status clmla_fail_cl(clmla_context *ctx, cl_int err, const char *what);
 /* Hands a message to the context's log callback when its level is enabled. */

@@ -100,6 +100,13 @@ clmla_status clmla_fail(clmla_context *ctx, clmla_status status, const char *fmt
     return status;
 }
 
+clmla_status clmla_entry(clmla_context *ctx, const char *fn, const char *missing, cl_event *event)
+{
+    if (event)
+        *event = NULL;
+    return missing ? clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: NULL %s", fn, missing) : CLMLA_SUCCESS;
+}
+
 clmla_status clmla_fail_cl(clmla_context *ctx, cl_int err, const char *what)
 {
     return clmla_fail(ctx, err, "%s failed: %s (%d)", what, clmla_status_string(err), err);

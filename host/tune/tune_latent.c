@@ -261,15 +261,11 @@ clmla_status clmla_tune_latent(clmla_context *ctx, const clmla_kernel_tune_optio
     clmla_kernel_tune_options o;
     tune_settings s;
     clmla_status st = clmla_tuner_settings_resolve(ctx, "clmla_tune_latent", result, options, &o, &s);
+    int heads = 0, ctx_len = 0;
+    if (st == CLMLA_SUCCESS)
+        st = clmla_tuner_latent_shape(ctx, "clmla_tune_latent", &o, 0, &heads, &ctx_len);
     if (st != CLMLA_SUCCESS)
         return st;
-    const int heads = o.heads ? o.heads : 16, ctx_len = o.ctx_len ? o.ctx_len : 4096;
-    if (heads < 1 || heads > 1024)
-        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_tune_latent: options->heads must be 1..1024, not %d",
-                          o.heads);
-    if (ctx_len < 64 || ctx_len > 65536)
-        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_tune_latent: options->ctx_len must be 64..65536, not %d",
-                          o.ctx_len);
     if ((int)o.cache_dtype < (int)CLMLA_CACHE_F32 || (int)o.cache_dtype > (int)CLMLA_CACHE_FP8)
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_tune_latent: options->cache_dtype %d is not a cache dtype",
                           (int)o.cache_dtype);

@@ -141,15 +141,11 @@ clmla_status clmla_tune_prefill(clmla_context *ctx, const clmla_kernel_tune_opti
     clmla_kernel_tune_options o;
     tune_settings s;
     clmla_status st = clmla_tuner_settings_resolve(ctx, "clmla_tune_prefill", result, options, &o, &s);
+    int heads = 0, ctx_len = 0;
+    if (st == CLMLA_SUCCESS)
+        st = clmla_tuner_latent_shape(ctx, "clmla_tune_prefill", &o, 1, &heads, &ctx_len);
     if (st != CLMLA_SUCCESS)
         return st;
-    const int heads = o.heads ? o.heads : 16, ctx_len = o.ctx_len ? o.ctx_len : 4096;
-    if (heads != 16 && heads != 128)
-        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
-                          "clmla_tune_prefill: options->heads must be 16 (a V2-Lite layer) or 128 (V3), not %d", heads);
-    if (ctx_len < 64 || ctx_len > 65536)
-        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_tune_prefill: options->ctx_len must be 64..65536, not %d",
-                          o.ctx_len);
     if (o.from && clmla_latent_tuning_check(o.from, NULL) != CLMLA_SUCCESS) {
         const char *why = NULL;
         clmla_latent_tuning_check(o.from, &why);

@@ -353,6 +353,23 @@ clmla_status clmla_tuner_settings_resolve(clmla_context *ctx, const char *call, 
     return CLMLA_SUCCESS;
 }
 
+clmla_status clmla_tuner_latent_shape(clmla_context *ctx, const char *call, const clmla_kernel_tune_options *o,
+                                      int prefill, int *heads, int *ctx_len)
+{
+    *heads = o->heads ? o->heads : 16;
+    *ctx_len = o->ctx_len ? o->ctx_len : 4096;
+    if (prefill && *heads != 16 && *heads != 128)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
+                          "%s: options->heads must be 16 (a V2-Lite layer) or 128 (V3), not %d", call, *heads);
+    if (!prefill && (*heads < 1 || *heads > 1024))
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: options->heads must be 1..1024, not %d", call,
+                          o->heads);
+    if (*ctx_len < 64 || *ctx_len > 65536)
+        return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT, "%s: options->ctx_len must be 64..65536, not %d", call,
+                          o->ctx_len);
+    return CLMLA_SUCCESS;
+}
+
 /* ---- random layers ---------------------------------------------------------------------------- */
 
 void clmla_tuner_random_layer_free(clmla_tuner_random_layer *r)

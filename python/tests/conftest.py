@@ -13,6 +13,14 @@ import clmla
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
+# The shape of the tiny random DeepSeek models that the transformers tests build (each test file adds
+# its vocabulary and layer count), as transformers' config keywords.
+TINY_DEEPSEEK = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=32,
+                     qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, intermediate_size=16,
+                     moe_intermediate_size=8, n_routed_experts=2, num_experts_per_tok=1, n_shared_experts=1,
+                     first_k_dense_replace=1, n_group=1, topk_group=1, max_position_embeddings=256,
+                     tie_word_embeddings=False)
+
 # Tiny DeepSeek shapes: V3-like (query LoRA, YaRN) and V2-Lite-like (q_proj, default RoPE).
 V3_SMALL = dict(hidden_size=64, num_heads=4, q_lora_rank=24, kv_lora_rank=32, qk_nope_head_dim=16,
                 qk_rope_head_dim=8, v_head_dim=16, rope_theta=10000.0, yarn_factor=40.0,

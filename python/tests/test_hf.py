@@ -13,11 +13,9 @@ transformers = pytest.importorskip("transformers")
 import clmla  # noqa: E402
 import clmla.hf  # noqa: E402
 
-BASE = dict(vocab_size=48, hidden_size=64, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=24,
-            kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, num_hidden_layers=2,
-            intermediate_size=16, moe_intermediate_size=8, n_routed_experts=2, num_experts_per_tok=1,
-            n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1, max_position_embeddings=256,
-            tie_word_embeddings=False, pad_token_id=0)
+from conftest import TINY_DEEPSEEK  # noqa: E402
+
+BASE = dict(TINY_DEEPSEEK, vocab_size=48, num_hidden_layers=2, pad_token_id=0)
 
 
 def tiny(model_type="deepseek_v3", seed=0, **kw):

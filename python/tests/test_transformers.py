@@ -18,13 +18,9 @@ transformers = pytest.importorskip("transformers")
 
 import clmla  # noqa: E402
 
-from conftest import rel_err, run_sequence, write_safetensors  # noqa: E402
+from conftest import TINY_DEEPSEEK, rel_err, run_sequence, write_safetensors  # noqa: E402
 
-BASE = dict(vocab_size=32, hidden_size=64, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=24,
-            kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, num_hidden_layers=1,
-            intermediate_size=16, moe_intermediate_size=8, n_routed_experts=2, num_experts_per_tok=1,
-            n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1, max_position_embeddings=256,
-            tie_word_embeddings=False)
+BASE = dict(TINY_DEEPSEEK, vocab_size=32, num_hidden_layers=1)
 YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
         "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}
 YARN_V2 = dict(YARN, mscale=0.707, mscale_all_dim=0.707)

@@ -20,7 +20,6 @@ Types are written canonically: "const char*", "clmla_context**", "char[128]",
 "void(*)(void*,int,const char*)".
 """
 
-import pprint
 import re
 import sys
 
@@ -59,41 +58,34 @@ def _preprocess(text):
     return "\n".join(out), defines
 
 
-def _statements(code):
-    """Top-level statements, split at ';' outside braces and parentheses."""
-    stmts, depth, cur = [], 0, []
-    for ch in code:
-        if ch in "{(":
-            depth += 1
-        elif ch in "})":
-            depth -= 1
-        if ch == ";" and depth == 0:
-            s = " ".join("".join(cur).split())
-            if s:
-                stmts.append(s)
-            cur = []
-        else:
-            cur.append(ch)
-    if "".join(cur).strip():
-        raise ValueError("header: text after the last ';': %r" % "".join(cur).strip()[:80])
-    return stmts
-
-
-def _split_commas(s):
+def _split_outside(text, sep):
+    """The pieces of text between the `sep` characters outside brackets, braces and parentheses, and
+    what follows the last one."""
     parts, depth, cur = [], 0, []
-    for ch in s:
+    for ch in text:
         if ch in "([{":
             depth += 1
         elif ch in ")]}":
             depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(cur).strip())
+        if ch == sep and depth == 0:
+            parts.append("".join(cur))
             cur = []
         else:
             cur.append(ch)
-    if "".join(cur).strip():
-        parts.append("".join(cur).strip())
-    return parts
+    return parts, "".join(cur)
+
+
+def _statements(code):
+    """Top-level statements, split at ';' outside braces and parentheses."""
+    parts, rest = _split_outside(code, ";")
+    if rest.strip():
+        raise ValueError("header: text after the last ';': %r" % rest.strip()[:80])
+    return [s for s in (" ".join(p.split()) for p in parts) if s]
+
+
+def _split_commas(s):
+    parts, rest = _split_outside(s, ",")
+    return [p.strip() for p in parts] + ([rest.strip()] if rest.strip() else [])
 
 
 def _canon_base(tokens):
@@ -254,7 +246,13 @@ def render(decls, source="include/clmla.h and include/clmla_tuning.h"):
         "",
     ]
     for key in ("defines", "enums", "typedefs", "opaque", "structs", "functions"):
-        lines.append("%s = %s" % (key.upper(), pprint.pformat(decls[key], width=110, sort_dicts=False)))
+        table = decls[key]
+        if isinstance(table, dict):  # one entry a line
+            lines.append("%s = {" % key.upper())
+            lines.extend("    %r: %r," % item for item in table.items())
+            lines.append("}")
+        else:
+            lines.append("%s = %r" % (key.upper(), table))
         lines.append("")
     return "\n".join(lines)
 
