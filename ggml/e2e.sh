@@ -41,7 +41,9 @@ gen() {
 }
 (unset GGML_BACKEND_PATH; gen -fa on) >"$work/e2e-cpu.txt" 2>"$work/e2e-cpu.log"
 (unset GGML_BACKEND_PATH; gen -fa off) >"$work/e2e-cpu-nofa.txt" 2>"$work/e2e-cpu-nofa.log"
-GGML_BACKEND_PATH=$backend gen -fa on >"$work/e2e-clmla.txt" 2>"$work/e2e-clmla.log"
+# CLMLA_GGML_MIN_KV=0: every attention node on CLMLA, also those over the short contexts that the
+# backend otherwise leaves to the CPU backend on CPU devices
+CLMLA_GGML_MIN_KV=0 GGML_BACKEND_PATH=$backend gen -fa on >"$work/e2e-clmla.txt" 2>"$work/e2e-clmla.log"
 status=0
 # the model's greedy tokens must not depend on rounding: llama.cpp's own two CPU attention paths
 # (flash attention, which accumulates V in f16, and the separate matrix products) agree on them
@@ -78,7 +80,7 @@ py() {
 		"$model" 64
 }
 (unset GGML_BACKEND_PATH; py) >"$work/e2e-py-cpu.txt" 2>"$work/e2e-py-cpu.log" || true
-GGML_BACKEND_PATH=$backend py >"$work/e2e-py-clmla.txt" 2>"$work/e2e-py-clmla.log" || true
+CLMLA_GGML_MIN_KV=0 GGML_BACKEND_PATH=$backend py >"$work/e2e-py-clmla.txt" 2>"$work/e2e-py-clmla.log" || true
 counted=$(grep -o "CLMLA: so far computed [0-9]* FLASH_ATTN_EXT nodes[^;]*" "$work/e2e-py-clmla.log" | tail -n 1 || true)
 if grep -q "^TOKENS " "$work/e2e-py-cpu.txt" && cmp -s "$work/e2e-py-cpu.txt" "$work/e2e-py-clmla.txt"; then
 	echo "e2e: llama-cpp-python: the 64 greedy tokens are the same; $counted"
