@@ -36,14 +36,26 @@ function(check_bounds json file source)
   endforeach()
 endfunction()
 
-execute_process(
-  COMMAND ${BENCH} --quick --check --phase decode --path absorbed,mha,decompressed,sparse,indexer --cache-dtype f32,f16
-          --ctx 300 --batch 2 --topk 100 --max-time 0.2 --warm-cache --json ${OUT}
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+# clmla-bench ARGN must exit 0; sets out to what it printed.
+function(run_bench what)
+  execute_process(COMMAND ${BENCH} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "clmla-bench ${what} exited with ${rc}:\n${out}\n${err}")
+  endif()
+  set(out "${out}" PARENT_SCOPE)
+endfunction()
+
+# clmla-bench ARGN must fail with an error matching regex.
+function(expect_bench_refused what regex)
+  execute_process(COMMAND ${BENCH} ${ARGN} RESULT_VARIABLE bad_rc OUTPUT_VARIABLE bad_out ERROR_VARIABLE bad_err)
+  if(bad_rc EQUAL 0 OR NOT bad_err MATCHES "${regex}")
+    message(FATAL_ERROR "${what}: exit ${bad_rc}, stderr:\n${bad_err}")
+  endif()
+endfunction()
+
+run_bench("--phase decode" --quick --check --phase decode --path absorbed,mha,decompressed,sparse,indexer
+          --cache-dtype f32,f16 --ctx 300 --batch 2 --topk 100 --max-time 0.2 --warm-cache --json ${OUT})
 message("${out}")
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "clmla-bench exited with ${rc}:\n${err}")
-endif()
 # columns: phase, path, weights dtype ("-" where the row has no weights), cache dtype, batch, ctx
 foreach(path absorbed mha decompressed sparse indexer)
   if(NOT out MATCHES "\ndecode +${path} +[^ ]+ +f32 +2 +300 "
@@ -90,14 +102,9 @@ message(STATUS "bench_smoke: ${rows} rows, valid JSON, all paths agree with the 
 # Multi-token decode: 3 new tokens per sequence, each seeing the keys up to itself, against the
 # host's float64 attention over that many keys (a kernel that ignored the causal limit among the
 # new tokens would be off by far more than 1e-3); mha has no q-len and is skipped, not failed.
-execute_process(
-  COMMAND ${BENCH} --quick --check --phase decode --path absorbed,mha --q-len 1,3 --ctx 130 --batch 2
-          --max-time 0.2 --no-peak --json ${OUT}
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+run_bench("--q-len" --quick --check --phase decode --path absorbed,mha --q-len 1,3 --ctx 130 --batch 2
+          --max-time 0.2 --no-peak --json ${OUT})
 message("${out}")
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "clmla-bench --q-len exited with ${rc}:\n${err}")
-endif()
 file(READ ${OUT} json)
 string(JSON rows LENGTH "${json}")
 if(NOT rows EQUAL 3)
@@ -122,25 +129,16 @@ message(STATUS "bench_smoke: multi-token decode rows agree with the host result"
 
 # The products phase with the caches flushed by a read: the header says so (one dtype and row count,
 # since a read of 4x the last-level cache before every call is most of the phase's time).
-execute_process(
-  COMMAND ${BENCH} --quick --phase products --batch 1 --weights-dtype f32 --max-time 0.2 --flush read --no-peak
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "clmla-bench --phase products --flush read exited with ${rc}:\n${out}\n${err}")
-endif()
+run_bench("--phase products --flush read" --quick --phase products --batch 1 --weights-dtype f32 --max-time 0.2
+          --flush read --no-peak)
 if(NOT out MATCHES "caches flushed before every call \\(a read of the flush size")
   message(FATAL_ERROR "--flush read: the header does not say the flush is a read:\n${out}")
 endif()
 # Every projection of the shape with 1 and 3 rows, weights given to clmla_linear in three dtypes,
 # each checked against float64 of the weights the dtype denotes by the bench itself (it fails on an
 # error above 1e-4), with their bounds.
-execute_process(
-  COMMAND ${BENCH} --quick --phase products --batch 1,3 --weights-dtype f32,bf16,fp8 --max-time 0.2 --warm-cache
-          --json ${OUT}.products.json
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "clmla-bench --phase products exited with ${rc}:\n${out}\n${err}")
-endif()
+run_bench("--phase products" --quick --phase products --batch 1,3 --weights-dtype f32,bf16,fp8 --max-time 0.2
+          --warm-cache --json ${OUT}.products.json)
 foreach(path q_proj kv_a_proj kv_b_proj o_proj)
   foreach(wdtype f32 bf16 fp8)
     if(NOT out MATCHES "\nproducts +${path} +${wdtype} +- +1 +0 .*check"
@@ -158,13 +156,8 @@ check_bounds("${json}" ${OUT}.products.json brief)
 # The layer phase with the weights converted by the layer: each row names its weights dtype, and the
 # bytes the layer reports for them shrink with it. With --no-peak no peak is measured, and the bound
 # columns say so.
-execute_process(
-  COMMAND ${BENCH} --quick --phase layer --ctx 64 --batch 1 --weights-dtype auto,bf16,fp8 --max-time 0.2 --no-peak
-          --warm-cache --json ${OUT}.layer.json
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "clmla-bench --phase layer --weights-dtype auto,bf16,fp8 exited with ${rc}:\n${out}\n${err}")
-endif()
+run_bench("--phase layer --weights-dtype auto,bf16,fp8" --quick --phase layer --ctx 64 --batch 1
+          --weights-dtype auto,bf16,fp8 --max-time 0.2 --no-peak --warm-cache --json ${OUT}.layer.json)
 file(READ ${OUT}.layer.json json)
 set(previous "")
 set(wanted f32 bf16 fp8)
@@ -221,13 +214,8 @@ if(device_type STREQUAL "cpu")
 else()
   set(first_path absorbed)
 endif()
-execute_process(
-  COMMAND ${BENCH} --quick --phase prefill --ctx 20 --prefix 0,200 --max-time 0.2 --no-peak --warm-cache
-          --json ${OUT}.prefix.json
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "clmla-bench --phase prefill --prefix 0,200 exited with ${rc}:\n${out}\n${err}")
-endif()
+run_bench("--phase prefill --prefix 0,200" --quick --phase prefill --ctx 20 --prefix 0,200 --max-time 0.2 --no-peak
+          --warm-cache --json ${OUT}.prefix.json)
 file(READ ${OUT}.prefix.json json)
 string(JSON prefix0 GET "${json}" 0 prefix)
 string(JSON prefix1 GET "${json}" 1 prefix)
@@ -251,12 +239,7 @@ endif()
 # from one filled beforehand (cache). The build row builds programs and loads none; the cache row
 # loads them and builds none (a program the disk cache does not serve would show here); the parts
 # and the counts are in the JSON.
-execute_process(
-  COMMAND ${BENCH} --quick --phase cold --ctx 3 --batch 2 --no-peak --json ${OUT}.cold.json
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "clmla-bench --phase cold exited with ${rc}:\n${out}\n${err}")
-endif()
+run_bench("--phase cold" --quick --phase cold --ctx 3 --batch 2 --no-peak --json ${OUT}.cold.json)
 file(READ ${OUT}.cold.json json)
 string(JSON rows LENGTH "${json}")
 if(NOT rows EQUAL 2)
@@ -285,11 +268,9 @@ message(STATUS "bench_smoke: cold start rows (build, cache) with their parts and
 
 # --phase peak: the four limits and the floor of a call, a row each; the floor has no bytes or
 # FLOPs, so no bound (its median is only required to be there).
-execute_process(
-  COMMAND ${BENCH} --quick --phase peak --max-time 0.2 --json ${OUT}.peak.json
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0 OR NOT out MATCHES "a call's floor [0-9.]+ ms")
-  message(FATAL_ERROR "clmla-bench --phase peak exited with ${rc}:\n${out}\n${err}")
+run_bench("--phase peak" --quick --phase peak --max-time 0.2 --json ${OUT}.peak.json)
+if(NOT out MATCHES "a call's floor [0-9.]+ ms")
+  message(FATAL_ERROR "clmla-bench --phase peak printed no call's floor:\n${out}")
 endif()
 file(READ ${OUT}.peak.json json)
 string(JSON rows LENGTH "${json}")
@@ -307,25 +288,11 @@ endif()
 message(STATUS "bench_smoke: peak rows, the call's floor ${floor_ms} ms")
 
 # --no-peak with a peak to measure or read is refused.
-execute_process(
-  COMMAND ${BENCH} --phase decode --peak --no-peak
-  RESULT_VARIABLE bad_rc OUTPUT_VARIABLE bad_out ERROR_VARIABLE bad_err)
-if(bad_rc EQUAL 0 OR NOT bad_err MATCHES "--no-peak contradicts --peak")
-  message(FATAL_ERROR "--peak --no-peak: exit ${bad_rc}, stderr:\n${bad_err}")
-endif()
+expect_bench_refused("--peak --no-peak" "--no-peak contradicts --peak" --phase decode --peak --no-peak)
 
 # A flush that is neither read nor write is refused, with the choices named.
-execute_process(
-  COMMAND ${BENCH} --phase products --flush sideways
-  RESULT_VARIABLE bad_rc OUTPUT_VARIABLE bad_out ERROR_VARIABLE bad_err)
-if(bad_rc EQUAL 0 OR NOT bad_err MATCHES "--flush is read or write, got 'sideways'")
-  message(FATAL_ERROR "--flush sideways: exit ${bad_rc}, stderr:\n${bad_err}")
-endif()
+expect_bench_refused("--flush sideways" "--flush is read or write, got 'sideways'" --phase products --flush sideways)
 
 # So is a weights dtype that does not exist.
-execute_process(
-  COMMAND ${BENCH} --phase products --weights-dtype f32,bf8
-  RESULT_VARIABLE bad_rc OUTPUT_VARIABLE bad_out ERROR_VARIABLE bad_err)
-if(bad_rc EQUAL 0 OR NOT bad_err MATCHES "--weights-dtype: 'bf8' is not one of auto f32 f16 bf16 fp8")
-  message(FATAL_ERROR "--weights-dtype f32,bf8: exit ${bad_rc}, stderr:\n${bad_err}")
-endif()
+expect_bench_refused("--weights-dtype f32,bf8" "--weights-dtype: 'bf8' is not one of auto f32 f16 bf16 fp8"
+                     --phase products --weights-dtype f32,bf8)

@@ -10,16 +10,58 @@ function(expect_devices_verbose what regex)
     message(FATAL_ERROR "clmla devices --verbose ${what}: exit ${rc}\n${out}\n${err}")
   endif()
 endfunction()
+# clmla tune --kernels ARGS... --out file under the environment ENV... (NAME=VALUE ...) must exit 0
+# with output matching every regex of MATCHES...; file is removed first. Sets out to the output and
+# text to what the file then holds.
+function(expect_tune what file)
+  cmake_parse_arguments(PARSE_ARGV 2 arg "" "" "ENV;ARGS;MATCHES")
+  file(REMOVE ${file})
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env ${arg_ENV} ${CLMLA} tune --kernels ${arg_ARGS} --out ${file}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  set(failed FALSE)
+  if(NOT rc EQUAL 0)
+    set(failed TRUE)
+  endif()
+  foreach(regex IN LISTS arg_MATCHES)
+    if(NOT out MATCHES "${regex}")
+      set(failed TRUE)
+    endif()
+  endforeach()
+  if(failed)
+    message(FATAL_ERROR "${what}: exit ${rc}\n${out}\n${err}")
+  endif()
+  file(READ ${file} text)
+  set(out "${out}" PARENT_SCOPE)
+  set(text "${text}" PARENT_SCOPE)
+endfunction()
+# clmla ARGS... under the environment ENV... (NAME=VALUE ...) must exit 2 with an error matching regex.
+function(expect_refused what regex)
+  cmake_parse_arguments(PARSE_ARGV 2 arg "" "" "ENV;ARGS")
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env ${arg_ENV} ${CLMLA} ${arg_ARGS}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 2 OR NOT err MATCHES "${regex}")
+    message(FATAL_ERROR "${what}: exit ${rc}\n${out}\n${err}")
+  endif()
+endfunction()
+# Sets var to parameter param of the first entry of the caller's text (a tuning file's JSON), which
+# must equal one of the values after what (else the test fails with what and the text).
+function(saved_parameter var param what)
+  string(JSON value GET "${text}" 0 parameters ${param})
+  set(found FALSE)
+  foreach(allowed IN LISTS ARGN)
+    if(value EQUAL allowed)
+      set(found TRUE)
+    endif()
+  endforeach()
+  if(NOT found)
+    message(FATAL_ERROR "${what} (${param} ${value}):\n${text}")
+  endif()
+  set(${var} ${value} PARENT_SCOPE)
+endfunction()
 
 set(file ${OUT_DIR}/kernel-tuning-test.json)
-file(REMOVE ${file})
-execute_process(COMMAND ${CLMLA} tune --kernels --quick --out ${file}
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0 OR NOT out MATCHES "best: " OR NOT out MATCHES "batch 8" OR NOT out MATCHES "decode products"
-   OR NOT out MATCHES "saved the \"small\" entry")
-  message(FATAL_ERROR "clmla tune --kernels --quick: exit ${rc}\n${out}\n${err}")
-endif()
-file(READ ${file} text)
+expect_tune("clmla tune --kernels --quick" ${file} ARGS --quick
+            MATCHES "best: " "batch 8" "decode products" "saved the \"small\" entry")
 string(JSON kernel GET "${text}" 0 kernel)
 string(JSON heads GET "${text}" 0 heads)
 string(JSON keys GET "${text}" 0 parameters rows_keys)
@@ -62,20 +104,14 @@ if(product_rows AND out MATCHES "per-head absorption")
   message(FATAL_ERROR "the per-head search ran on the CPU forms:\n${out}")
 endif()
 set(file3 ${OUT_DIR}/kernel-tuning-test-group.json)
-file(REMOVE ${file3})
-execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_PRODUCT_KERNELS=group
-                        ${CLMLA} tune --kernels --products --quick --out ${file3}
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0 OR NOT out MATCHES "decode products \\(gemm_skinny_nt\\)"
-   OR NOT out MATCHES "per-head absorption x W\\^UK"
-   OR NOT out MATCHES "skinny_nn_items=64 +skinny_nn_slices=16 +[0-9]+ +err [0-9.e-]+"
-   OR NOT out MATCHES "best: skinny_nn_items=[0-9]+ skinny_nn_slices=[0-9]+")
-  message(FATAL_ERROR "CLMLA_PRODUCT_KERNELS=group clmla tune --kernels --products --quick: exit ${rc}\n${out}\n${err}")
-endif()
-file(READ ${file3} text)
-string(JSON slices GET "${text}" 0 parameters skinny_nn_slices)
+expect_tune("CLMLA_PRODUCT_KERNELS=group clmla tune --kernels --products --quick" ${file3}
+            ENV CLMLA_PRODUCT_KERNELS=group ARGS --products --quick
+            MATCHES "decode products \\(gemm_skinny_nt\\)" "per-head absorption x W\\^UK"
+                    "skinny_nn_items=64 +skinny_nn_slices=16 +[0-9]+ +err [0-9.e-]+"
+                    "best: skinny_nn_items=[0-9]+ skinny_nn_slices=[0-9]+")
+saved_parameter(slices skinny_nn_slices "the group forms' entry in ${file3}" 1 8 16)
 string(JSON note GET "${text}" 0 measured)
-if(NOT (slices EQUAL 1 OR slices EQUAL 8 OR slices EQUAL 16) OR NOT note MATCHES "per-head x W\\^UK")
+if(NOT note MATCHES "per-head x W\\^UK")
   message(FATAL_ERROR "the group forms' entry in ${file3}:\n${text}")
 endif()
 # devices --verbose names the parameters of the forms in force, the saved split among them
@@ -95,45 +131,24 @@ endif()
 # --cache-dtype: group_decode_heads alone, timed over a bf16 cache, on the work-group kernel (forced
 # here so that CPUs run it too); refused where the device runs the row kernel, and with --products
 set(file2 ${OUT_DIR}/kernel-tuning-test-bf16.json)
-file(REMOVE ${file2})
-execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_ATTENTION_KERNELS=group
-                        ${CLMLA} tune --kernels --latent --quick --cache-dtype bf16 --out ${file2}
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0 OR NOT out MATCHES "bf16 cache" OR NOT out MATCHES "group_decode_heads=16"
-   OR NOT out MATCHES "err [0-9.e-]+ +batch 1")
-  message(FATAL_ERROR "clmla tune --kernels --latent --cache-dtype bf16: exit ${rc}\n${out}\n${err}")
-endif()
-file(READ ${file2} text)
-string(JSON dh GET "${text}" 0 parameters group_decode_heads)
+expect_tune("clmla tune --kernels --latent --cache-dtype bf16" ${file2}
+            ENV CLMLA_ATTENTION_KERNELS=group ARGS --latent --quick --cache-dtype bf16
+            MATCHES "bf16 cache" "group_decode_heads=16" "err [0-9.e-]+ +batch 1")
 # --quick tries the value in force (8, the default, where no entry sets it) and 16; which is saved
 # is the device's timing
-if(NOT (dh EQUAL 4 OR dh EQUAL 8 OR dh EQUAL 16))
-  message(FATAL_ERROR "--cache-dtype bf16 saved group_decode_heads ${dh}:\n${text}")
-endif()
+saved_parameter(dh group_decode_heads "--cache-dtype bf16 saved" 4 8 16)
 # devices --verbose shows the work-group kernel's parameters where it runs, the saved value among them
 expect_devices_verbose("with the bf16 entry" "16  heads: file [^\n]*attn_latent group_heads[^\n]*group_decode_heads=${dh}"
                        CLMLA_ATTENTION_KERNELS=group CLMLA_KERNEL_TUNING=${file2})
-execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_ATTENTION_KERNELS=rows
-                        ${CLMLA} tune --kernels --latent --quick --cache-dtype fp8 --dry-run
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 2 OR NOT err MATCHES "attn_latent_rows")
-  message(FATAL_ERROR "--cache-dtype on the row kernel: exit ${rc}\n${out}\n${err}")
-endif()
-execute_process(COMMAND ${CLMLA} tune --kernels --cache-dtype fp8 --dry-run
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 2 OR NOT err MATCHES "--kernels --latent alone")
-  message(FATAL_ERROR "--cache-dtype with the products: exit ${rc}\n${out}\n${err}")
-endif()
+expect_refused("--cache-dtype on the row kernel" "attn_latent_rows" ENV CLMLA_ATTENTION_KERNELS=rows
+               ARGS tune --kernels --latent --quick --cache-dtype fp8 --dry-run)
+expect_refused("--cache-dtype with the products" "--kernels --latent alone"
+               ARGS tune --kernels --cache-dtype fp8 --dry-run)
 # --export: the parameters in force (here the bf16 entry's file for 16 heads, the table or the
 # defaults otherwise) written as four whole entries, every parameter named
 set(file3 ${OUT_DIR}/kernel-tuning-test-export.json)
-file(REMOVE ${file3})
-execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_KERNEL_TUNING=${file2} ${CLMLA} tune --kernels --export --out ${file3}
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0 OR NOT out MATCHES "attn_latent, 16 heads: file ")
-  message(FATAL_ERROR "clmla tune --kernels --export: exit ${rc}\n${out}\n${err}")
-endif()
-file(READ ${file3} text)
+expect_tune("clmla tune --kernels --export" ${file3} ENV CLMLA_KERNEL_TUNING=${file2} ARGS --export
+            MATCHES "attn_latent, 16 heads: file ")
 string(JSON count LENGTH "${text}")
 string(JSON heads0 GET "${text}" 0 heads)
 string(JSON dh0 GET "${text}" 0 parameters group_decode_heads)
@@ -153,30 +168,21 @@ endif()
 # without --out it would write into the file every context reads: refused, nothing written
 set(file4 ${OUT_DIR}/kernel-tuning-test-export-default.json)
 file(REMOVE ${file4})
-execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_KERNEL_TUNING=${file4} ${CLMLA} tune --kernels --export
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 2 OR NOT err MATCHES "--export needs --out FILE" OR EXISTS ${file4})
-  message(FATAL_ERROR "--export without --out: exit ${rc}\n${out}\n${err}")
+expect_refused("--export without --out" "--export needs --out FILE" ENV CLMLA_KERNEL_TUNING=${file4}
+               ARGS tune --kernels --export)
+if(EXISTS ${file4})
+  message(FATAL_ERROR "--export without --out wrote ${file4}")
 endif()
-execute_process(COMMAND ${CLMLA} tune --export --dry-run RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 2 OR NOT err MATCHES "--export goes with --kernels")
-  message(FATAL_ERROR "--export without --kernels: exit ${rc}\n${out}\n${err}")
-endif()
+expect_refused("--export without --kernels" "--export goes with --kernels" ARGS tune --export --dry-run)
 # --prefill: attn_prefill_tiled's tiles (forced here so that CPUs run it), each candidate's layer
 # checked against float64 in two chunks before it is timed; the entry in force saved with the
 # winner's prefill parameters. Refused at head counts other than V2-Lite's and V3's.
 set(file4 ${OUT_DIR}/kernel-tuning-test-prefill.json)
-file(REMOVE ${file4})
-execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_ATTENTION_KERNELS=group
-                        ${CLMLA} tune --kernels --prefill --quick --out ${file4}
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0 OR NOT out MATCHES "tuning attn_prefill_tiled on [^\n]*V2-Lite layer \\(16 heads"
-   OR NOT out MATCHES "prefill_queries=16 prefill_keys=16 prefill_chunk=32 +err [0-9.e-]+ +prompt +[0-9.]+ us +chunk"
-   OR NOT out MATCHES "prefill_tiled=0 \\(attn_prefill\\) +err"
-   OR NOT out MATCHES "best: " OR NOT out MATCHES "saved to ")
-  message(FATAL_ERROR "CLMLA_ATTENTION_KERNELS=group clmla tune --kernels --prefill --quick: exit ${rc}\n${out}\n${err}")
-endif()
-file(READ ${file4} text)
+expect_tune("CLMLA_ATTENTION_KERNELS=group clmla tune --kernels --prefill --quick" ${file4}
+            ENV CLMLA_ATTENTION_KERNELS=group ARGS --prefill --quick
+            MATCHES "tuning attn_prefill_tiled on [^\n]*V2-Lite layer \\(16 heads"
+                    "prefill_queries=16 prefill_keys=16 prefill_chunk=32 +err [0-9.e-]+ +prompt +[0-9.]+ us +chunk"
+                    "prefill_tiled=0 \\(attn_prefill\\) +err" "best: " "saved to ")
 string(JSON count LENGTH "${text}")
 string(JSON kernel GET "${text}" 0 kernel)
 string(JSON heads GET "${text}" 0 heads)
@@ -192,25 +198,11 @@ expect_devices_verbose("with the prefill entry" "16  heads: file [^\n]*prefill_k
                        CLMLA_ATTENTION_KERNELS=group CLMLA_KERNEL_TUNING=${file4})
 # the row kernels (forced here so that GPUs run them too): attn_prefill_rows's queries an item
 set(file5 ${OUT_DIR}/kernel-tuning-test-prefill-rows.json)
-file(REMOVE ${file5})
-execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_ATTENTION_KERNELS=rows
-                        ${CLMLA} tune --kernels --prefill --quick --out ${file5}
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0 OR NOT out MATCHES "tuning attn_prefill_rows on "
-   OR NOT out MATCHES "prefill_rows_queries=32 +err [0-9.e-]+ +prompt +[0-9.]+ us +chunk")
-  message(FATAL_ERROR "--prefill on the row kernels: exit ${rc}\n${out}\n${err}")
-endif()
-file(READ ${file5} text)
-string(JSON qbc GET "${text}" 0 parameters prefill_rows_queries)
-if(NOT (qbc EQUAL 8 OR qbc EQUAL 16 OR qbc EQUAL 32))
-  message(FATAL_ERROR "the row kernels' prefill entry in ${file5}:\n${text}")
-endif()
+expect_tune("--prefill on the row kernels" ${file5} ENV CLMLA_ATTENTION_KERNELS=rows ARGS --prefill --quick
+            MATCHES "tuning attn_prefill_rows on " "prefill_rows_queries=32 +err [0-9.e-]+ +prompt +[0-9.]+ us +chunk")
+saved_parameter(qbc prefill_rows_queries "the row kernels' prefill entry in ${file5}" 8 16 32)
 expect_devices_verbose("with the row kernels' prefill entry" "16  heads: file [^\n]*attn_latent_(rows|lanes) [^\n]*prefill_rows_queries=${qbc}"
                        CLMLA_ATTENTION_KERNELS=rows CLMLA_KERNEL_TUNING=${file5})
-execute_process(COMMAND ${CMAKE_COMMAND} -E env CLMLA_ATTENTION_KERNELS=group
-                        ${CLMLA} tune --kernels --prefill --heads 64 --dry-run
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 2 OR NOT err MATCHES "--heads 16")
-  message(FATAL_ERROR "--prefill at 64 heads: exit ${rc}\n${out}\n${err}")
-endif()
+expect_refused("--prefill at 64 heads" "--heads 16" ENV CLMLA_ATTENTION_KERNELS=group
+               ARGS tune --kernels --prefill --heads 64 --dry-run)
 message(STATUS "clmla tune --kernels wrote ${file}, ${file2}, ${file3}, ${file4} and ${file5}")

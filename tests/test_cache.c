@@ -792,6 +792,20 @@ typedef struct share_model {
     int copies, full, refused, forks, truncates;
 } share_model;
 
+static void sm_destroy(share_model *m)
+{
+    clmla_cache_destroy(m->cache);
+    for (int s = 0; s < SM_SEQS; s++)
+        for (int l = 0; l < MAX_LAYERS; l++) {
+            free(m->seqs[s].ckv[l]);
+            free(m->seqs[s].kr[l]);
+        }
+    free(m->vrefs);
+    memset(m, 0, sizeof(*m));
+}
+
+/* A model over a new cache of the given shape: 0, or -1 (m freed) where the cache or the
+   model's memory could not be made. */
 static int sm_create(share_model *m, const char *name, int layers, int rkv, int dr, int bt, int num_blocks,
                      clmla_cache_dtype dtype, uint64_t seed)
 {
@@ -809,19 +823,10 @@ static int sm_create(share_model *m, const char *name, int layers, int rkv, int 
     clmla_status st = clmla_cache_create(ctx, &m->cfg, &m->cache);
     CHECK(st == CLMLA_SUCCESS && m->cache, "%s: cache_create: %s: %s", name, clmla_status_string(st),
           clmla_last_error(ctx));
-    return st == CLMLA_SUCCESS && m->cache && m->vrefs ? 0 : -1;
-}
-
-static void sm_destroy(share_model *m)
-{
-    clmla_cache_destroy(m->cache);
-    for (int s = 0; s < SM_SEQS; s++)
-        for (int l = 0; l < MAX_LAYERS; l++) {
-            free(m->seqs[s].ckv[l]);
-            free(m->seqs[s].kr[l]);
-        }
-    free(m->vrefs);
-    memset(m, 0, sizeof(*m));
+    if (st == CLMLA_SUCCESS && m->cache && m->vrefs)
+        return 0;
+    sm_destroy(m);
+    return -1;
 }
 
 static int sm_free_blocks(const share_model *m)
@@ -1234,10 +1239,8 @@ static int error_mentions(const char *a, const char *b)
 static void test_truncate(void)
 {
     share_model m;
-    if (sm_create(&m, "truncate", 3, 24, 8, 8, 20, CLMLA_CACHE_F32, 61)) {
-        sm_destroy(&m);
+    if (sm_create(&m, "truncate", 3, 24, 8, 8, 20, CLMLA_CACHE_F32, 61))
         return;
-    }
     int a = sm_add(&m), b = sm_add(&m);
     sm_append_all(&m, a, 14);
     sm_append(&m, b, 0, 20);
@@ -1314,10 +1317,8 @@ static void test_fork(void)
 {
     for (int dt = 0; dt < 3; dt++) {
         share_model m;
-        if (sm_create(&m, (const char *[]){"fork f32", "fork f16", "fork bf16"}[dt], 3, 24, 8, 8, 20, (clmla_cache_dtype)dt, 71 + dt)) {
-            sm_destroy(&m);
+        if (sm_create(&m, (const char *[]){"fork f32", "fork f16", "fork bf16"}[dt], 3, 24, 8, 8, 20, (clmla_cache_dtype)dt, 71 + dt))
             continue;
-        }
         /* An empty sequence: the fork lists no block; each then grows on its own. */
         int e = sm_add(&m), f = sm_fork(&m, e);
         CHECK(f >= 0 && m.used == 0 && m.seqs[f].nb == 0, "%s: fork of an empty sequence", m.name);
@@ -1391,10 +1392,8 @@ static void test_fork(void)
 static void test_fork_chain(void)
 {
     share_model m;
-    if (sm_create(&m, "fork chain", 3, 24, 8, 8, 24, CLMLA_CACHE_F32, 75)) {
-        sm_destroy(&m);
+    if (sm_create(&m, "fork chain", 3, 24, 8, 8, 24, CLMLA_CACHE_F32, 75))
         return;
-    }
     int g0 = sm_add(&m);
     sm_append_all(&m, g0, 13);
     int g1 = sm_fork(&m, g0), g2 = sm_fork(&m, g1);
@@ -1464,10 +1463,8 @@ static void test_fork_chain(void)
 static void test_fork_full(void)
 {
     share_model m;
-    if (sm_create(&m, "fork full", 3, 24, 8, 8, 6, CLMLA_CACHE_F32, 77)) {
-        sm_destroy(&m);
+    if (sm_create(&m, "fork full", 3, 24, 8, 8, 6, CLMLA_CACHE_F32, 77))
         return;
-    }
     int a = sm_add(&m), b = sm_add(&m);
     sm_append_all(&m, a, 20);
     sm_append(&m, b, 0, 24);
@@ -1519,10 +1516,8 @@ static void test_fork_full(void)
 static void test_fork_step(void)
 {
     share_model m;
-    if (sm_create(&m, "fork step", 3, 24, 8, 8, 12, CLMLA_CACHE_F32, 79)) {
-        sm_destroy(&m);
+    if (sm_create(&m, "fork step", 3, 24, 8, 8, 12, CLMLA_CACHE_F32, 79))
         return;
-    }
     int p = sm_add(&m);
     sm_append_all(&m, p, 12);
     int c = sm_fork(&m, p), d = sm_fork(&m, p);
@@ -1590,10 +1585,8 @@ static void test_fork_step(void)
 static void test_fork_faults(void)
 {
     share_model m;
-    if (sm_create(&m, "fork faults", 3, 24, 8, 8, 10, CLMLA_CACHE_F32, 83)) {
-        sm_destroy(&m);
+    if (sm_create(&m, "fork faults", 3, 24, 8, 8, 10, CLMLA_CACHE_F32, 83))
         return;
-    }
     int p = sm_add(&m);
     sm_append_all(&m, p, 13);
     int c = sm_fork(&m, p), r = sm_fork(&m, p);
@@ -1641,10 +1634,8 @@ static void test_fork_random(void)
         share_model m;
         if (sm_create(&m, (const char *[]){"fork random f32", "fork random f16", "fork random bf16", "fork random fp8"}[dt], 3,
                       dt == CLMLA_CACHE_FP8 ? 128 : 20, 4, 4, 40, (clmla_cache_dtype)dt,
-                      91 + dt)) {
-            sm_destroy(&m);
+                      91 + dt))
             continue;
-        }
         for (int step = 0; step < 600 && check_failed < 20; step++) {
             int live[SM_SEQS], nlive = 0;
             for (int s = 0; s < SM_SEQS; s++)
@@ -1831,10 +1822,8 @@ static void test_fork_layer(void)
 static void test_fork_bad_arguments(void)
 {
     share_model m;
-    if (sm_create(&m, "fork bad args", 3, 16, 4, 4, 8, CLMLA_CACHE_F32, 97)) {
-        sm_destroy(&m);
+    if (sm_create(&m, "fork bad args", 3, 16, 4, 4, 8, CLMLA_CACHE_F32, 97))
         return;
-    }
     int s = sm_add(&m), f = sm_add(&m);
     sm_append_all(&m, s, 6);
     const int32_t id = m.seqs[s].id, freed = m.seqs[f].id;

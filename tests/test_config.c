@@ -278,24 +278,30 @@ static void test_validate(void)
     c.qk_rope_head_dim = 1;
     EXPECT_INVALID(c, "odd rope dim 1");
 
-    /* Products that overflow a dimension. */
-    c = valid_config();
-    c.hidden_size = 1 << 30;
-    c.num_heads = 1 << 30;
-    EXPECT_INVALID(c, "hidden 2^30 x heads 2^30");
-    c = valid_config();
-    c.num_heads = 1 << 16;
-    c.qk_nope_head_dim = 1 << 15;
-    c.v_head_dim = 1 << 15;
-    EXPECT_INVALID(c, "heads * (dn + dv) = 2^32");
-    c = valid_config();
-    c.num_heads = 1 << 20;
-    c.qk_nope_head_dim = 1 << 11;
-    c.qk_rope_head_dim = 1 << 11;
-    EXPECT_INVALID(c, "heads * (dn + dr) = 2^32");
-    c = valid_config();
-    c.kv_lora_rank = INT_MAX;
-    EXPECT_INVALID(c, "kv_lora_rank + rope dim past INT_MAX");
+    /* Products and sums that overflow a dimension: the sizes an entry sets (those it leaves 0 are
+       valid_config's). */
+    static const struct {
+        int hidden_size, num_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, q_lora_rank;
+        const char *what;
+    } overflows[] = {
+        {.hidden_size = 1 << 30, .num_heads = 1 << 30, .what = "hidden 2^30 x heads 2^30"},
+        {.num_heads = 1 << 16, .qk_nope_head_dim = 1 << 15, .v_head_dim = 1 << 15, .what = "heads * (dn + dv) = 2^32"},
+        {.num_heads = 1 << 20, .qk_nope_head_dim = 1 << 11, .qk_rope_head_dim = 1 << 11,
+         .what = "heads * (dn + dr) = 2^32"},
+        {.kv_lora_rank = INT_MAX, .what = "kv_lora_rank + rope dim past INT_MAX"},
+        {.qk_nope_head_dim = INT_MAX - 4, .what = "dn + dr past INT_MAX"},
+        {.q_lora_rank = 1 << 30, .hidden_size = 1 << 30, .what = "q_lora_rank 2^30 x hidden 2^30"},
+    };
+    for (size_t i = 0; i < sizeof(overflows) / sizeof(overflows[0]); i++) {
+        const int sizes[7] = {overflows[i].hidden_size,      overflows[i].num_heads,        overflows[i].kv_lora_rank,
+                              overflows[i].qk_nope_head_dim, overflows[i].qk_rope_head_dim, overflows[i].v_head_dim,
+                              overflows[i].q_lora_rank}; /* in the order of fields */
+        c = valid_config();
+        for (int f = 0; f < 7; f++)
+            if (sizes[f])
+                *fields[f] = sizes[f];
+        EXPECT_INVALID(c, overflows[i].what);
+    }
     /* An attention factor only yarn and longrope have: refused, not applied or ignored. */
     const clmla_rope_type no_factor[] = {CLMLA_ROPE_TYPE_DEFAULT, CLMLA_ROPE_TYPE_LINEAR, CLMLA_ROPE_TYPE_LLAMA3,
                                          CLMLA_ROPE_TYPE_NONE};
@@ -311,13 +317,6 @@ static void test_validate(void)
         snprintf(what, sizeof(what), "rope_attention_factor with rope_type %d", (int)no_factor[i]);
         EXPECT_INVALID(c, what);
     }
-    c = valid_config();
-    c.qk_nope_head_dim = INT_MAX - 4;
-    EXPECT_INVALID(c, "dn + dr past INT_MAX");
-    c = valid_config();
-    c.q_lora_rank = 1 << 30;
-    c.hidden_size = 1 << 30;
-    EXPECT_INVALID(c, "q_lora_rank 2^30 x hidden 2^30");
 
     /* Malformed values. */
     c = valid_config();

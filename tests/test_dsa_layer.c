@@ -105,6 +105,16 @@ static void model_free(dsa_model *m)
     free(m->wq), free(m->wk), free(m->kn), free(m->kb), free(m->ww);
 }
 
+/* model_make, failing the test (out of host memory) where it fails; m is then freed. */
+static int model_make_or_fail(dsa_model *m, int index_dim, int topk, clmla_rope_pairing pairing, uint64_t seed)
+{
+    if (model_make(m, index_dim, topk, pairing, seed) == 0)
+        return 0;
+    CHECK(0, "out of host memory");
+    model_free(m);
+    return -1;
+}
+
 /* The reference of one sequence of T tokens: out [T, D] and its index keys [T, d_I]. */
 static double *reference(const dsa_model *m, int T, const float *x, clmla_cache_dtype keys, clmla_cache_dtype latent,
                          const char *what)
@@ -279,16 +289,47 @@ static void part_group(void)
     clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
 }
 
+/* A batched step over S sequences, tokens[s] tokens of sequence s (0: not in the step): its
+   entries, in sequence order, into e; returns how many. */
+static int step_entries(clmla_batch_entry *e, const int32_t *seq, const int *tokens, int S)
+{
+    int n = 0;
+    for (int s = 0; s < S; s++)
+        if (tokens[s] > 0)
+            e[n++] = (clmla_batch_entry){seq[s], tokens[s]};
+    return n;
+}
+
+/* The step's input rows (44 values each) in the entries' order: sequence s's next tokens[s] rows
+   of src[s], past the done[s] already run. */
+static void step_gather(float *dst, float *const *src, const int *tokens, const int *done, int S)
+{
+    for (int s = 0, row = 0; s < S; s++)
+        if (tokens[s] > 0) {
+            memcpy(dst + (size_t)row * 44, src[s] + (size_t)done[s] * 44, (size_t)tokens[s] * 44 * sizeof(float));
+            row += tokens[s];
+        }
+}
+
+/* The step's output rows back into each sequence's got[s] past its done[s] rows, which then count
+   the step's tokens too. */
+static void step_scatter(float **got, const float *out, const int *tokens, int *done, int S)
+{
+    for (int s = 0, row = 0; s < S; s++)
+        if (tokens[s] > 0) {
+            memcpy(got[s] + (size_t)done[s] * 44, out + (size_t)row * 44, (size_t)tokens[s] * 44 * sizeof(float));
+            row += tokens[s];
+            done[s] += tokens[s];
+        }
+}
+
 /* Three sequences of different lengths, stepped together: entry lists mixing a prefill chunk with
    decode tokens; each sequence against its own reference. */
 static void part_batch(void)
 {
     dsa_model m;
-    if (model_make(&m, 10, 3, CLMLA_ROPE_HALF_SPLIT, 17) != 0) {
-        CHECK(0, "out of host memory");
-        model_free(&m);
+    if (model_make_or_fail(&m, 10, 3, CLMLA_ROPE_HALF_SPLIT, 17) != 0)
         return;
-    }
     enum { S = 3 };
     static const int lens[S] = {11, 7, 14};
     /* tokens per step and sequence (0: not in the step) */
@@ -312,23 +353,12 @@ static void part_batch(void)
     float *xin = malloc(MAX_T * 44 * sizeof(float)), *yout = malloc(MAX_T * 44 * sizeof(float));
     for (size_t k = 0; cache && xin && yout && st == CLMLA_SUCCESS && k < sizeof(steps) / sizeof(steps[0]); k++) {
         clmla_batch_entry e[S];
-        int n = 0, row = 0;
-        for (int s = 0; s < S; s++)
-            if (steps[k][s] > 0) {
-                e[n++] = (clmla_batch_entry){seq[s], steps[k][s]};
-                memcpy(xin + (size_t)row * 44, x[s] + (size_t)done[s] * 44, (size_t)steps[k][s] * 44 * sizeof(float));
-                row += steps[k][s];
-            }
+        const int n = step_entries(e, seq, steps[k], S);
+        step_gather(xin, x, steps[k], done, S);
         clmla_forward_args a = {e, n, 0, CLMLA_PATH_AUTO};
         st = clmla_layer_forward(layer, cache, &a, xin, yout);
         CHECK(st == CLMLA_SUCCESS, "batch: step %zu: %s", k, clmla_last_error(ctx));
-        row = 0;
-        for (int s = 0; s < S; s++)
-            if (steps[k][s] > 0) {
-                memcpy(got[s] + (size_t)done[s] * 44, yout + (size_t)row * 44, (size_t)steps[k][s] * 44 * sizeof(float));
-                row += steps[k][s];
-                done[s] += steps[k][s];
-            }
+        step_scatter(got, yout, steps[k], done, S);
     }
     for (int s = 0; st == CLMLA_SUCCESS && s < S; s++) {
         CHECK(done[s] == lens[s], "batch: sequence %d ran %d of %d tokens", s, done[s], lens[s]);
@@ -350,11 +380,8 @@ static void part_batch(void)
 static void part_dense(void)
 {
     dsa_model m;
-    if (model_make(&m, 10, 64, CLMLA_ROPE_INTERLEAVED, 23) != 0) {
-        CHECK(0, "out of host memory");
-        model_free(&m);
+    if (model_make_or_fail(&m, 10, 64, CLMLA_ROPE_INTERLEAVED, 23) != 0)
         return;
-    }
     static const int chunks[] = {6, 1, 1, 1, 0};
     const int T = 9;
     float *x = tu_random_inputs(T, 44, 99);
@@ -387,11 +414,8 @@ static void part_dense(void)
 static void part_refusals(void)
 {
     dsa_model m;
-    if (model_make(&m, 10, 4, CLMLA_ROPE_HALF_SPLIT, 31) != 0) {
-        CHECK(0, "out of host memory");
-        model_free(&m);
+    if (model_make_or_fail(&m, 10, 4, CLMLA_ROPE_HALF_SPLIT, 31) != 0)
         return;
-    }
     clmla_layer *layer = NULL;
     /* a missing indexer tensor, named */
     clmla_layer_weights w = m.layer;
@@ -485,11 +509,8 @@ static void part_refusals(void)
 static void part_select(void)
 {
     dsa_model m;
-    if (model_make(&m, 16, 4, CLMLA_ROPE_HALF_SPLIT, 6) != 0) {
-        CHECK(0, "out of host memory");
-        model_free(&m);
+    if (model_make_or_fail(&m, 16, 4, CLMLA_ROPE_HALF_SPLIT, 6) != 0)
         return;
-    }
     enum { T = 2, HI = 3, K = 5, N = 14, DI = 16 };
     float *x = tu_random_inputs(N, 44, 77), y[N * 44];
     clmla_layer *layer = NULL;
@@ -653,14 +674,9 @@ static void shared_run(const dsa_model *m, const tu_weights *sw, const clmla_lay
     float *yout = malloc(MAX_T * 44 * sizeof(float));
     for (size_t j = 0; ok && xin && xsin && yout && st == CLMLA_SUCCESS && j < sizeof(steps) / sizeof(steps[0]); j++) {
         clmla_batch_entry e[S];
-        int n = 0, row = 0;
-        for (int s = 0; s < S; s++)
-            if (steps[j][s] > 0) {
-                e[n++] = (clmla_batch_entry){seq[s], steps[j][s]};
-                memcpy(xin + (size_t)row * 44, x[s] + (size_t)done[s] * 44, (size_t)steps[j][s] * 44 * sizeof(float));
-                memcpy(xsin + (size_t)row * 44, xs[s] + (size_t)done[s] * 44, (size_t)steps[j][s] * 44 * sizeof(float));
-                row += steps[j][s];
-            }
+        const int n = step_entries(e, seq, steps[j], S);
+        step_gather(xin, x, steps[j], done, S);
+        step_gather(xsin, xs, steps[j], done, S);
         clmla_forward_args a = {e, n, 0, k->path};
         st = clmla_layer_forward(fl, cache, &a, xin, yout);
         CHECK(st == CLMLA_SUCCESS, "%s: step %zu, full layer: %s", what, j, clmla_last_error(ctx));
@@ -668,13 +684,7 @@ static void shared_run(const dsa_model *m, const tu_weights *sw, const clmla_lay
         if (st == CLMLA_SUCCESS)
             st = clmla_layer_forward(sl, cache, &a, xsin, yout);
         CHECK(st == CLMLA_SUCCESS, "%s: step %zu, shared layer: %s", what, j, clmla_last_error(ctx));
-        row = 0;
-        for (int s = 0; s < S; s++)
-            if (steps[j][s] > 0) {
-                memcpy(got[s] + (size_t)done[s] * 44, yout + (size_t)row * 44, (size_t)steps[j][s] * 44 * sizeof(float));
-                row += steps[j][s];
-                done[s] += steps[j][s];
-            }
+        step_scatter(got, yout, steps[j], done, S);
     }
     for (int s = 0; ok && st == CLMLA_SUCCESS && s < S; s++) {
         CHECK(done[s] == lens[s], "%s: sequence %d ran %d of %d tokens", what, s, done[s], lens[s]);
@@ -697,6 +707,34 @@ static clmla_layer_config shared_config(const dsa_model *m)
     return c;
 }
 
+/* The cases over a model made from seed and its shared layer's weights (seed + 2): on the attention
+   kernel in force, or (each_kernel) on the work-group and the row-walking ones in turn. */
+static void shared_cases(const shared_case *cases, size_t n, uint64_t seed, int each_kernel)
+{
+    dsa_model m;
+    tu_weights sw;
+    memset(&sw, 0, sizeof(sw));
+    if (model_make(&m, 16, 4, CLMLA_ROPE_INTERLEAVED, seed) == 0) {
+        const clmla_layer_config sc = shared_config(&m);
+        const int first = each_kernel ? CLMLA_LATENT_GROUP : 0, last = each_kernel ? CLMLA_LATENT_ROWS : 0;
+        if (tu_weights_make(&sw, &sc, seed + 2) == 0)
+            for (int variant = first; variant <= last; variant++) {
+                if (each_kernel)
+                    clmla_attention_set_variant(ctx, variant);
+                for (size_t i = 0; i < n; i++)
+                    shared_run(&m, &sw, &sc, &cases[i]);
+            }
+        else
+            CHECK(0, "out of host memory");
+        if (each_kernel)
+            clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
+    } else {
+        CHECK(0, "out of host memory");
+    }
+    tu_weights_free(&sw);
+    model_free(&m);
+}
+
 static void part_shared(void)
 {
     static const shared_case cases[] = {
@@ -705,21 +743,7 @@ static void part_shared(void)
         {CLMLA_CACHE_F16, CLMLA_CACHE_BF16, CLMLA_PATH_ABSORBED},
         {CLMLA_CACHE_BF16, CLMLA_CACHE_FP8, CLMLA_PATH_AUTO},
     };
-    dsa_model m;
-    tu_weights sw;
-    memset(&sw, 0, sizeof(sw));
-    if (model_make(&m, 16, 4, CLMLA_ROPE_INTERLEAVED, 41) == 0) {
-        const clmla_layer_config sc = shared_config(&m);
-        if (tu_weights_make(&sw, &sc, 43) == 0)
-            for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-                shared_run(&m, &sw, &sc, &cases[i]);
-        else
-            CHECK(0, "out of host memory");
-    } else {
-        CHECK(0, "out of host memory");
-    }
-    tu_weights_free(&sw);
-    model_free(&m);
+    shared_cases(cases, sizeof(cases) / sizeof(cases[0]), 41, 0);
 }
 
 /* Shared layers over FlashMLA's fp8 latent cache (kv_lora_rank 128), with fp8 index keys, on the
@@ -729,25 +753,7 @@ static void part_shared_fp8(void)
     static const shared_case cases[] = {{CLMLA_CACHE_FP8, CLMLA_CACHE_FP8, CLMLA_PATH_AUTO},
                                         {CLMLA_CACHE_FP8, CLMLA_CACHE_F32, CLMLA_PATH_DECOMPRESSED}};
     model_rkv = 128;
-    dsa_model m;
-    tu_weights sw;
-    memset(&sw, 0, sizeof(sw));
-    if (model_make(&m, 16, 4, CLMLA_ROPE_INTERLEAVED, 67) == 0) {
-        const clmla_layer_config sc = shared_config(&m);
-        if (tu_weights_make(&sw, &sc, 69) == 0)
-            for (int variant = CLMLA_LATENT_GROUP; variant <= CLMLA_LATENT_ROWS; variant++) {
-                clmla_attention_set_variant(ctx, variant);
-                for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-                    shared_run(&m, &sw, &sc, &cases[i]);
-            }
-        else
-            CHECK(0, "out of host memory");
-        clmla_attention_set_variant(ctx, CLMLA_LATENT_AUTO);
-    } else {
-        CHECK(0, "out of host memory");
-    }
-    tu_weights_free(&sw);
-    model_free(&m);
+    shared_cases(cases, sizeof(cases) / sizeof(cases[0]), 67, 1);
     model_rkv = 36;
 }
 
@@ -766,11 +772,8 @@ static void part_shared_refusals(void)
     dsa_model m;
     tu_weights sw;
     memset(&sw, 0, sizeof(sw));
-    if (model_make(&m, 10, 3, CLMLA_ROPE_INTERLEAVED, 47) != 0) {
-        CHECK(0, "out of host memory");
-        model_free(&m);
+    if (model_make_or_fail(&m, 10, 3, CLMLA_ROPE_INTERLEAVED, 47) != 0)
         return;
-    }
     clmla_layer_config sc = shared_config(&m);
     clmla_layer *fl = NULL, *sl = NULL, *other = NULL;
     clmla_cache *cache = NULL;

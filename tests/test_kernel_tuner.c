@@ -66,6 +66,19 @@ static clmla_kernel_tune_options tiny(seen *s)
     return o;
 }
 
+/* The candidates (at most 2) that space declares around base on c's device, for 16 heads at one
+   token over a cache of dtype; fills info with the device's and returns how many. */
+static int declared_candidates(clmla_context *c, const tune_space *space, clmla_cache_dtype dtype,
+                               const clmla_latent_tuning *base, clmla_latent_tuning *cands, clmla_device_info *info)
+{
+    clmla_context_device(c, info);
+    clmla_latent_tuning defaults;
+    clmla_latent_tuning_defaults(&defaults);
+    const int rows = clmla_attention_variant(c) == CLMLA_LATENT_ROWS;
+    const tune_env env = {1, 16, rows, dtype, info->max_work_group_size, info};
+    return clmla_tuner_enumerate(space, &env, base, &defaults, cands, 2);
+}
+
 static void latent_on(clmla_context *c, clmla_cache_dtype dtype, const char *what)
 {
     clmla_context *saved = ctx;
@@ -84,12 +97,9 @@ static void latent_on(clmla_context *c, clmla_cache_dtype dtype, const char *wha
     CHECK(clmla_latent_tuning_check(&r.best, NULL) == CLMLA_SUCCESS, "%s: the best is not legal", what);
     /* the declared candidates around the same base */
     clmla_device_info info;
-    clmla_context_device(c, &info);
-    clmla_latent_tuning defaults, cands[TUNE_MAX_CANDIDATES];
-    clmla_latent_tuning_defaults(&defaults);
+    clmla_latent_tuning cands[TUNE_MAX_CANDIDATES];
     const int rows = clmla_attention_variant(c) == CLMLA_LATENT_ROWS;
-    const tune_env env = {1, 16, rows, dtype, info.max_work_group_size, &info};
-    const int n = clmla_tuner_enumerate(clmla_tuner_latent_space(rows, dtype), &env, &r.base, &defaults, cands, 2);
+    const int n = declared_candidates(c, clmla_tuner_latent_space(rows, dtype), dtype, &r.base, cands, &info);
     CHECK(n == r.candidates, "%s: %d candidates declared, %d searched", what, n, r.candidates);
     CHECK(in_list(&r.best, cands, n, sizeof(r.best)), "%s: the best is not a declared candidate", what);
     CHECK(memcmp(&cands[0], &r.base, sizeof(r.base)) == 0, "%s: the first candidate is not the base", what);
@@ -139,12 +149,9 @@ static void part_prefill(void)
     CHECK(s.stages >= 1 && s.bad_stage == 0 && s.best_events == 1, "prefill: stages %d, bad %d", s.stages, s.bad_stage);
     CHECK(clmla_latent_tuning_check(&r.best, NULL) == CLMLA_SUCCESS, "prefill: the best is not legal");
     clmla_device_info info;
-    clmla_context_device(ctx, &info);
-    clmla_latent_tuning defaults, cands[TUNE_MAX_CANDIDATES];
-    clmla_latent_tuning_defaults(&defaults);
+    clmla_latent_tuning cands[TUNE_MAX_CANDIDATES];
     const int rows = clmla_attention_variant(ctx) == CLMLA_LATENT_ROWS;
-    const tune_env env = {1, 16, rows, CLMLA_CACHE_F32, info.max_work_group_size, &info};
-    const int n = clmla_tuner_enumerate(clmla_tuner_prefill_space(rows), &env, &r.base, &defaults, cands, 2);
+    const int n = declared_candidates(ctx, clmla_tuner_prefill_space(rows), CLMLA_CACHE_F32, &r.base, cands, &info);
     CHECK(n == r.candidates, "prefill: %d declared, %d searched", n, r.candidates);
     /* the best is the base with a declared candidate's prefill fields (here the candidates differ
        from the base in those fields alone) */

@@ -49,6 +49,15 @@ static const char *dtype_name(clmla_cache_dtype d)
     return d == CLMLA_CACHE_F16 ? "f16" : "f32";
 }
 
+/* tu_weights_make, failing the test (what: out of host memory) where it fails; 0 or -1. */
+static int weights_or_fail(tu_weights *w, const clmla_layer_config *c, uint64_t seed, const char *what)
+{
+    if (tu_weights_make(w, c, seed) == 0)
+        return 0;
+    CHECK(0, "%s: out of host memory", what);
+    return -1;
+}
+
 static clmla_layer *make_layer(const tu_weights *w, const char *what)
 {
     clmla_layer *layer = NULL;
@@ -255,10 +264,8 @@ static void test_shapes(void)
         char desc[200];
         tu_config_describe(&c, desc, sizeof(desc));
         tu_weights w;
-        if (tu_weights_make(&w, &c, 1000 + (uint64_t)s) != 0) {
-            CHECK(0, "%s: out of host memory", desc);
+        if (weights_or_fail(&w, &c, 1000 + (uint64_t)s, desc) != 0)
             continue;
-        }
         float *x = tu_random_inputs(T, c.hidden_size, 2000 + (uint64_t)s);
         tu_ref_run ref;
         CHECK(tu_ref_run_make(&ref, &w, T, x, MLA_REF_DECOMPRESSED) == 0, "%s: reference failed", desc);
@@ -320,10 +327,8 @@ static void test_auto_path_kind(auto_rule rule)
     const clmla_layer_config c = tu_small_config(48, 4, 16, 64, 16, 8, 16);
     const int D = c.hidden_size;
     tu_weights w;
-    if (tu_weights_make(&w, &c, 4242) != 0) {
-        CHECK(0, "auto path: out of host memory");
+    if (weights_or_fail(&w, &c, 4242, "auto path") != 0)
         return;
-    }
     clmla_layer *layer = make_layer(&w, "auto path");
     int n = 0;
     clmla_attention_path got = CLMLA_PATH_AUTO;
@@ -451,10 +456,8 @@ static void test_decompressed_budget(void)
     const clmla_device_kind real_kind = ctx->info.kind;
     const uint64_t real_alloc = ctx->info.max_alloc_bytes, real_mem = ctx->info.global_mem_bytes;
     tu_weights w;
-    if (tu_weights_make(&w, &c, 4243) != 0) {
-        CHECK(0, "decompressed budget: out of host memory");
+    if (weights_or_fail(&w, &c, 4243, "decompressed budget") != 0)
         return;
-    }
     ctx->info.kind = CLMLA_DEVICE_KIND_CPU;
     clmla_layer *layer = make_layer(&w, "decompressed budget");
     clmla_cache *cache = make_cache(&c, 1, bt, 40, CLMLA_CACHE_F32);
@@ -1354,10 +1357,8 @@ static void test_built_kernels(void)
 {
     clmla_layer_config c = shape_config(1);
     tu_weights w;
-    if (tu_weights_make(&w, &c, 4747) != 0) {
-        CHECK(0, "built kernels: out of host memory");
+    if (weights_or_fail(&w, &c, 4747, "built kernels") != 0)
         return;
-    }
     static const struct {
         int variant, tiled;
         const char *what;
@@ -1428,10 +1429,8 @@ static void test_prefill_tiles(void)
     const clmla_attention_path path = CLMLA_PATH_DECOMPRESSED;
     clmla_layer_config c = shape_config(1); /* 5 heads, dq 24, dv 24 */
     tu_weights w;
-    if (tu_weights_make(&w, &c, 4545) != 0) {
-        CHECK(0, "prefill tiles: out of host memory");
+    if (weights_or_fail(&w, &c, 4545, "prefill tiles") != 0)
         return;
-    }
     float *x = tu_random_inputs(T, c.hidden_size, 4546);
     tu_ref_run ref;
     CHECK(tu_ref_run_make(&ref, &w, T, x, MLA_REF_DECOMPRESSED) == 0, "prefill tiles: reference failed");
@@ -1492,10 +1491,8 @@ static void test_dense_limit(void)
     clmla_layer_config c = tu_small_config(40, 3, 16, 24, 8, 6, 8);
     c.dense_max_keys = 5;
     tu_weights w;
-    if (tu_weights_make(&w, &c, 77) != 0) {
-        CHECK(0, "dense limit: weights");
+    if (weights_or_fail(&w, &c, 77, "dense limit") != 0)
         return;
-    }
     clmla_layer *layer = make_layer(&w, "dense limit");
     clmla_cache *cache = make_cache(&c, 1, 4, 8, CLMLA_CACHE_F32);
     float *x = tu_random_inputs(6, 40, 78), *out = malloc(6 * 40 * sizeof(float));
@@ -1537,10 +1534,8 @@ static void test_per_sequence_rope(void)
     c.query_scale_beta = 0.3;
     c.query_scale_interval = 3;
     tu_weights w;
-    if (tu_weights_make(&w, &c, 91) != 0) {
-        CHECK(0, "per-sequence rope: weights");
+    if (weights_or_fail(&w, &c, 91, "per-sequence rope") != 0)
         return;
-    }
     clmla_layer *layer = make_layer(&w, "per-sequence rope");
     float *x = tu_random_inputs(12, D, 92), *alone = malloc(12 * D * sizeof(float)), *both = malloc(12 * D * sizeof(float));
     for (int path = CLMLA_PATH_ABSORBED; layer && x && alone && both && path <= CLMLA_PATH_DECOMPRESSED; path++) {

@@ -731,6 +731,20 @@ static void test_aligned(void)
     }
 }
 
+/* A context of its own on the default device, for a part that changes its product tuning; NULL
+   (after saying so, under part's name) where the device runs no CPU product kernels. */
+static clmla_context *cpu_products_context(const char *part)
+{
+    clmla_context *c = NULL;
+    CHECK_STATUS(clmla_context_create(NULL, &c), CLMLA_SUCCESS, NULL);
+    if (c && !clmla_products_rows(c)) {
+        printf("%s: the device runs no CPU product kernels, nothing to test\n", part);
+        clmla_context_destroy(c);
+        c = NULL;
+    }
+    return c;
+}
+
 /* gemm_packed_rows' line-wide form (the product tuning's cpu_wide, read on CPU devices: bf16, and fp8
    where the context decodes it through half precision, as CPUs do): K a multiple of 128 within one
    packing chunk (1024 bf16, 2048 fp8 values) and over several with a short last one, panels of fewer
@@ -739,15 +753,9 @@ static void test_aligned(void)
    every row count, through CLBlast too, against float64. */
 static void test_wide(void)
 {
-    clmla_context *wc = NULL;
-    CHECK_STATUS(clmla_context_create(NULL, &wc), CLMLA_SUCCESS, NULL);
+    clmla_context *wc = cpu_products_context("wide");
     if (!wc)
         return;
-    if (!clmla_products_rows(wc)) {
-        printf("wide: the device runs no CPU product kernels, nothing to test\n");
-        clmla_context_destroy(wc);
-        return;
-    }
     clmla_product_tuning t;
     clmla_product_tuning_defaults(&t);
     t.cpu_wide = 1;
@@ -775,15 +783,9 @@ static void test_wide(void)
    against float64. */
 static void test_min_panel(void)
 {
-    clmla_context *pc = NULL;
-    CHECK_STATUS(clmla_context_create(NULL, &pc), CLMLA_SUCCESS, NULL);
+    clmla_context *pc = cpu_products_context("min-panel");
     if (!pc)
         return;
-    if (!clmla_products_rows(pc)) {
-        printf("min-panel: the device runs no CPU product kernels, nothing to test\n");
-        clmla_context_destroy(pc);
-        return;
-    }
     clmla_context *const main_ctx = ctx;
     ctx = pc;
     const int cus = pc->info.compute_units ? (int)pc->info.compute_units : 1;

@@ -105,43 +105,51 @@ static void test_layouts(void)
           (int)d.layer.rope_type, d.layer.rope_theta);
     clmla_model_desc_free(&d);
 
-    /* A top-level original_max_position_embeddings overrides the dict's (transformers). */
-    d = parse_ok(make("youtu", "\"original_max_position_embeddings\": 512, \"rope_parameters\": {\"rope_type\": \"yarn\","
-                               " \"factor\": 4, \"original_max_position_embeddings\": 1024}"),
-                 "top-level original");
-    CHECK(d.layer.yarn_original_max_position == 512, "original %d, expected 512", d.layer.yarn_original_max_position);
-    clmla_model_desc_free(&d);
-
-    /* Absent original: max_position_embeddings in transformers' reading, 4096 in DeepSeek's code. */
-    d = parse_ok(make("youtu", "\"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 4}"), "original absent");
-    CHECK(d.layer.yarn_original_max_position == 2048, "original %d, expected max_position_embeddings 2048",
-          d.layer.yarn_original_max_position);
-    clmla_model_desc_free(&d);
-    d = parse_ok(make("deepseek_v2", "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4}"), "remote original absent");
-    CHECK(d.layer.yarn_original_max_position == 4096, "DeepSeek legacy original %d, expected 4096",
-          d.layer.yarn_original_max_position);
-    clmla_model_desc_free(&d);
+    /* YaRN's original length, by the config's family and members */
+    static const struct {
+        const char *family, *extra, *what;
+        int want;
+    } originals[] = {
+        /* a top-level original_max_position_embeddings overrides the dict's (transformers) */
+        {"youtu",
+         "\"original_max_position_embeddings\": 512, \"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 4,"
+         " \"original_max_position_embeddings\": 1024}",
+         "top-level original", 512},
+        /* absent: max_position_embeddings in transformers' reading, 4096 in DeepSeek's code */
+        {"youtu", "\"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 4}",
+         "original absent (max_position_embeddings)", 2048},
+        {"deepseek_v2", "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4}", "remote original absent (DeepSeek legacy)",
+         4096},
+    };
+    for (size_t i = 0; i < sizeof(originals) / sizeof(originals[0]); i++) {
+        d = parse_ok(make(originals[i].family, originals[i].extra), originals[i].what);
+        CHECK(d.layer.yarn_original_max_position == originals[i].want, "%s: original %d, expected %d", originals[i].what,
+              d.layer.yarn_original_max_position, originals[i].want);
+        clmla_model_desc_free(&d);
+    }
 }
 
 static void test_yarn_amplitude(void)
 {
-    /* Only mscale_all_dim: DeepSeek's code g(s,1)/g(s,m_all); transformers g(s,1). */
-    clmla_model_desc d = parse_ok(make("deepseek_v3", "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 40,"
-                                                      " \"mscale_all_dim\": 0.707}"),
-                                  "remote yarn");
-    CHECK(NEAR(d.layer.rope_attention_factor, g(40, 1) / g(40, 0.707)), "remote A %.12g, expected %.12g",
-          d.layer.rope_attention_factor, g(40, 1) / g(40, 0.707));
-    clmla_model_desc_free(&d);
-    d = parse_ok(make("deepseek_v3", "\"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 40, \"mscale_all_dim\": 0.707}"),
-                 "transformers yarn");
-    CHECK(NEAR(d.layer.rope_attention_factor, g(40, 1)), "transformers A %.12g, expected %.12g", d.layer.rope_attention_factor,
-          g(40, 1));
-    clmla_model_desc_free(&d);
-    /* Only mscale: DeepSeek g(s, m); transformers g(s, 1). */
-    d = parse_ok(make("kimi_k2", "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 32, \"mscale\": 0.5}"), "remote mscale");
-    CHECK(NEAR(d.layer.rope_attention_factor, g(32, 0.5)), "remote A %.12g, expected %.12g", d.layer.rope_attention_factor,
-          g(32, 0.5));
-    clmla_model_desc_free(&d);
+    /* The amplitude A, by the layout: only mscale_all_dim: DeepSeek's code g(s,1)/g(s,m_all),
+       transformers g(s,1); only mscale: DeepSeek g(s, m) (transformers g(s, 1)). */
+    const struct {
+        const char *family, *extra, *what;
+        double want;
+    } amplitudes[] = {
+        {"deepseek_v3", "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 40, \"mscale_all_dim\": 0.707}", "remote yarn",
+         g(40, 1) / g(40, 0.707)},
+        {"deepseek_v3", "\"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 40, \"mscale_all_dim\": 0.707}",
+         "transformers yarn", g(40, 1)},
+        {"kimi_k2", "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 32, \"mscale\": 0.5}", "remote mscale", g(32, 0.5)},
+    };
+    clmla_model_desc d;
+    for (size_t i = 0; i < sizeof(amplitudes) / sizeof(amplitudes[0]); i++) {
+        d = parse_ok(make(amplitudes[i].family, amplitudes[i].extra), amplitudes[i].what);
+        CHECK(NEAR(d.layer.rope_attention_factor, amplitudes[i].want), "%s: A %.12g, expected %.12g", amplitudes[i].what,
+              d.layer.rope_attention_factor, amplitudes[i].want);
+        clmla_model_desc_free(&d);
+    }
     /* attention_factor wins; truncate false; beta 0 means the default. */
     d = parse_ok(make("youtu", "\"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 8, \"attention_factor\": 1.5,"
                                " \"truncate\": false, \"beta_fast\": 0, \"mscale\": 1, \"mscale_all_dim\": 1}"),

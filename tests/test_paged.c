@@ -430,6 +430,16 @@ static void run_own(const call *c, const fixture *f, float *out, float *lse)
     free(ctxl);
 }
 
+/* The bounds on a case's worst output and lse errors from float64, and on its count of values
+   that are not 0 / -inf where the queries are empty (empty_what says which ones). */
+static void check_worst(const fixture *f, const char *what, double worst, double worst_lse, int empty_bad,
+                        const char *empty_what)
+{
+    CHECK(worst <= TOL_F32_CACHE, "%s %s: out %.3g from float64", f->name, what, worst);
+    CHECK(worst_lse <= 1e-4, "%s %s: lse %.3g from float64", f->name, what, worst_lse);
+    CHECK(empty_bad == 0, "%s %s: %d values of %s are not 0 / -inf", f->name, what, empty_bad, empty_what);
+}
+
 /* Every query against the float64 reference over the values the cache holds. */
 static void check_reference(const call *c, const fixture *f, const char *what)
 {
@@ -473,9 +483,7 @@ static void check_reference(const call *c, const fixture *f, const char *what)
             worst_lse = d > worst_lse || isnan(d) ? d : worst_lse;
         }
     }
-    CHECK(worst <= TOL_F32_CACHE, "%s %s: out %.3g from float64", f->name, what, worst);
-    CHECK(worst_lse <= 1e-4, "%s %s: lse %.3g from float64", f->name, what, worst_lse);
-    CHECK(empty_bad == 0, "%s %s: %d values of queries without keys are not 0 / -inf", f->name, what, empty_bad);
+    check_worst(f, what, worst, worst_lse, empty_bad, "queries without keys");
     free(qt);
     free(qrp);
     free(want);
@@ -978,9 +986,7 @@ static void mask_case(const fixture *f, int heads, int sq, int causal, uint64_t 
             worst_lse = le > worst_lse || isnan(le) ? le : worst_lse;
         }
     }
-    CHECK(worst <= TOL_F32_CACHE, "%s %s: out %.3g from float64", f->name, what, worst);
-    CHECK(worst_lse <= 1e-4, "%s %s: lse %.3g from float64", f->name, what, worst_lse);
-    CHECK(empty_bad == 0, "%s %s: %d values of fully masked queries are not 0 / -inf", f->name, what, empty_bad);
+    check_worst(f, what, worst, worst_lse, empty_bad, "fully masked queries");
     free(s);
     free(o);
 

@@ -1124,47 +1124,37 @@ static void test_longrope_steps(void)
 static void test_naive_features(void)
 {
     static const double short_f[4] = { 1.0, 1.3, 2.2, 3.1 }, long_f[4] = { 1.1, 4.0, 7.0, 19.0 };
+    /* each variant's RoPE (YaRN's also sets the config's factor and original length, below) */
+    static const struct {
+        const char *what;
+        mla_ref_features f;
+    } variants[] = {
+        { "yarn", { .rope_type = MLA_REF_ROPE_YARN, .yarn_no_truncate = 1, .rope_attention_factor = 1.2 } },
+        { "llama3",
+          { .rope_type = MLA_REF_ROPE_LLAMA3,
+            .llama3_factor = 8.0,
+            .llama3_low_freq_factor = 1.0,
+            .llama3_high_freq_factor = 8.0,
+            .llama3_original_max_pos = 256.0 } },
+        { "longrope",
+          { .rope_type = MLA_REF_ROPE_LONGROPE,
+            .longrope_short_factor = short_f,
+            .longrope_long_factor = long_f,
+            .longrope_factor = 3.0,
+            .longrope_original_max_pos = 4.0 } },
+        { "none", { .rope_type = MLA_REF_ROPE_NONE } },
+        { "linear", { .rope_type = MLA_REF_ROPE_LINEAR, .linear_factor = 3.0 } },
+    };
     for (int variant = 0; variant < 5; variant++) {
         mla_ref_config cfg = variant % 2 ? base_config(29, 5, 0, 23, 7, 8, 9) : odd_config(0);
         cfg.rope_half_split = variant % 2;
         cfg.yarn_mscale_all_dim = 0.8;
         layer L = make_layer(&cfg, 81 + (uint64_t)variant);
-        mla_ref_features f = { 0 };
-        const char *what = "";
-        switch (variant) {
-        case 0:
-            f.rope_type = MLA_REF_ROPE_YARN;
+        mla_ref_features f = variants[variant].f;
+        const char *what = variants[variant].what;
+        if (f.rope_type == MLA_REF_ROPE_YARN) {
             cfg.yarn_factor = 8.0;
             cfg.yarn_original_max_pos = 64.0;
-            f.yarn_no_truncate = 1;
-            f.rope_attention_factor = 1.2;
-            what = "yarn";
-            break;
-        case 1:
-            f.rope_type = MLA_REF_ROPE_LLAMA3;
-            f.llama3_factor = 8.0;
-            f.llama3_low_freq_factor = 1.0;
-            f.llama3_high_freq_factor = 8.0;
-            f.llama3_original_max_pos = 256.0;
-            what = "llama3";
-            break;
-        case 2:
-            f.rope_type = MLA_REF_ROPE_LONGROPE;
-            f.longrope_short_factor = short_f;
-            f.longrope_long_factor = long_f;
-            f.longrope_factor = 3.0;
-            f.longrope_original_max_pos = 4.0;
-            what = "longrope";
-            break;
-        case 3:
-            f.rope_type = MLA_REF_ROPE_NONE;
-            what = "none";
-            break;
-        default:
-            f.rope_type = MLA_REF_ROPE_LINEAR;
-            f.linear_factor = 3.0;
-            what = "linear";
-            break;
         }
         L.cfg = cfg;
         f.query_scale_beta = 0.4;

@@ -77,16 +77,8 @@ YARN_V3 = {  # DeepSeek-V3 style: mscale = mscale_all_dim (A = 1, tau x g(s,1)^2
     "mscale": 1.0,
     "mscale_all_dim": 1.0,
 }
-YARN_V2 = {  # DeepSeek-V2(-Lite) style
-    "rope_type": "yarn",
-    "rope_theta": 10000.0,
-    "factor": 40.0,
-    "original_max_position_embeddings": 4096,
-    "beta_fast": 32,
-    "beta_slow": 1,
-    "mscale": 0.707,
-    "mscale_all_dim": 0.707,
-}
+# DeepSeek-V2(-Lite) style: V3's with mscale = mscale_all_dim = 0.707
+YARN_V2 = {**YARN_V3, "mscale": 0.707, "mscale_all_dim": 0.707}
 
 
 def with_(d, **kw):
@@ -97,6 +89,16 @@ def with_(d, **kw):
 
 def drop(d, *keys):
     return {k: v for k, v in d.items() if k not in keys}
+
+
+# kimi_linear's test model: layer 0 KDA (linear attention), layer 1 NoPE MLA
+KIMI_LINEAR = dict(vocab_size=32, hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
+                   q_lora_rank=None, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                   num_hidden_layers=2, intermediate_size=16, moe_intermediate_size=8, num_experts=2,
+                   num_experts_per_token=1, num_shared_experts=1, first_k_dense_replace=1,
+                   layer_types=["linear_attention", "full_attention"], linear_head_dim=16,
+                   linear_num_heads=4, linear_conv_kernel_dim=4, max_position_embeddings=256,
+                   tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 
 # Each case: name, family (model_type), cfg (config kwargs), layouts, layer, sublayer, T, P, auto
@@ -226,22 +228,12 @@ CASES = [
     dict(name="longcat_flash-s1", family="longcat_flash", cfg="longcat_flash-s0",
          layouts=("params", "legacy"), layer=0, sublayer=1, T=11, P=5),
     # kimi_linear: NoPE MLA on the full-attention layers, KDA elsewhere (pure-torch fallback)
-    dict(name="kimi_linear-kda", family="kimi_linear",
-         cfg=dict(vocab_size=32, hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
-                  q_lora_rank=None, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
-                  num_hidden_layers=2, intermediate_size=16, moe_intermediate_size=8, num_experts=2,
-                  num_experts_per_token=1, num_shared_experts=1, first_k_dense_replace=1,
-                  layer_types=["linear_attention", "full_attention"], linear_head_dim=16,
-                  linear_num_heads=4, linear_conv_kernel_dim=4, max_position_embeddings=256,
-                  tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    dict(name="kimi_linear-kda", family="kimi_linear", cfg=KIMI_LINEAR,
          layouts=("params", "legacy"), layer=1, T=11, P=5),
+    # the same model with both layers full attention (no KDA parameters)
     dict(name="kimi_linear-allfull", family="kimi_linear",
-         cfg=dict(vocab_size=32, hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
-                  q_lora_rank=None, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
-                  num_hidden_layers=2, intermediate_size=16, moe_intermediate_size=8, num_experts=2,
-                  num_experts_per_token=1, num_shared_experts=1, first_k_dense_replace=1,
-                  layer_types=["full_attention", "full_attention"], max_position_embeddings=256,
-                  tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+         cfg=drop(with_(KIMI_LINEAR, layer_types=["full_attention", "full_attention"]),
+                  "linear_head_dim", "linear_num_heads", "linear_conv_kernel_dim"),
          layouts=("params",), layer=1, T=11, P=5),
     # DSA families with T <= index_topk: the indexer removes nothing beyond causal (dense)
     dict(name="deepseek_v32-yarn", family="deepseek_v32",
