@@ -327,12 +327,8 @@ typedef struct clmla_product_tuning {
     int cpu_min_panel;
 } clmla_product_tuning;
 
-/* Fills *tuning with the defaults: the parameters that apply where no entry does. */
+/* As clmla_latent_tuning_defaults and clmla_latent_tuning_check, for the product kernels' parameters. */
 void clmla_product_tuning_defaults(clmla_product_tuning *tuning);
-
-/* Checks every value. Returns CLMLA_SUCCESS when every value is legal, else
-   CLMLA_ERROR_INVALID_ARGUMENT with *why (static text, may be NULL) naming the first illegal
-   value. */
 clmla_status clmla_product_tuning_check(const clmla_product_tuning *tuning, const char **why);
 
 /* Fills *tuning with the parameters that apply to `device` for products of K = k (0: the "any"

@@ -158,23 +158,31 @@ static int job_end(clmla_context *ctx, clmla_status st)
     return rc;
 }
 
+/* A latent_job's device, result and the time its search began. */
+typedef struct latent_run {
+    clmla_device_info info;
+    clmla_latent_tune_result r;
+    double start;
+} latent_run;
+
 /* Runs the latent kernel's search (clmla_tune_latent at cache dtype `dtype`) or, where `prefill`,
-   the prefill tiles' (clmla_tune_prefill from `from`) on the job's device: 0 with the device in
-   *info, the result in *r and the time the search began in *start, else the exit code (said). */
+   the prefill tiles' (clmla_tune_prefill from `from`) on the job's device: 0 with *run filled, else
+   the exit code (said). */
 static int latent_job(const kernel_job *j, int prefill, clmla_cache_dtype dtype, const clmla_latent_tuning *from,
-                      clmla_device_info *info, clmla_latent_tune_result *r, double *start)
+                      latent_run *run)
 {
     clmla_context *ctx = NULL;
     tune_print p;
     clmla_kernel_tune_options o;
-    if (job_start(j, 0, &ctx, info, &p, &o))
+    run->start = 0;
+    if (job_start(j, 0, &ctx, &run->info, &p, &o))
         return 1;
     if (prefill)
         o.from = from;
     else
         o.cache_dtype = dtype;
-    *start = now_s();
-    const clmla_status st = prefill ? clmla_tune_prefill(ctx, &o, r) : clmla_tune_latent(ctx, &o, r);
+    run->start = now_s();
+    const clmla_status st = prefill ? clmla_tune_prefill(ctx, &o, &run->r) : clmla_tune_latent(ctx, &o, &run->r);
     return job_end(ctx, st);
 }
 
@@ -197,21 +205,20 @@ static int tune_kernels(const kernel_job *j, clmla_cache_dtype dtype, clmla_late
     const int bad = tuning_target(j->out, j->dry_run, 0, path, sizeof(path));
     if (bad)
         return bad;
-    clmla_device_info info;
-    clmla_latent_tune_result r;
-    double start = 0;
-    const int failed = latent_job(j, 0, dtype, NULL, &info, &r, &start);
+    latent_run run;
+    const int failed = latent_job(j, 0, dtype, NULL, &run);
     if (failed)
         return failed;
     printf("%.0f s; batch 1 %.1f us, batch 8 %.1f us against %.1f and %.1f with the current parameters (%s)\n",
-           now_s() - start, r.best_us[0], r.best_us[1], r.base_us[0], r.base_us[1], r.source);
-    *chosen = r.best;
+           now_s() - run.start, run.r.best_us[0], run.r.best_us[1], run.r.base_us[0], run.r.base_us[1], run.r.source);
+    *chosen = run.r.best;
     if (j->dry_run)
         return 0;
     char note[256];
     snprintf(note, sizeof(note), "ctx %d: batch 1 %.1f us, batch 8 %.1f us; current (%s) %.1f, %.1f us",
-             j->quick ? 512 : j->ctx_len, r.best_us[0], r.best_us[1], r.source, r.base_us[0], r.base_us[1]);
-    return save_latent(j, path, &info, &r.best, note);
+             j->quick ? 512 : j->ctx_len, run.r.best_us[0], run.r.best_us[1], run.r.source, run.r.base_us[0],
+             run.r.base_us[1]);
+    return save_latent(j, path, &run.info, &run.r.best, note);
 }
 
 /* The product kernels' parameters (clmla_tune_products), each class of K into its entry. */
@@ -282,23 +289,21 @@ static int tune_prefill(const kernel_job *j, int implied, const clmla_latent_tun
                 j->heads);
         return 2;
     }
-    clmla_device_info info;
-    clmla_latent_tune_result r;
-    double start = 0;
-    const int failed = latent_job(j, 1, CLMLA_CACHE_F32, from, &info, &r, &start);
+    latent_run run;
+    const int failed = latent_job(j, 1, CLMLA_CACHE_F32, from, &run);
     if (failed)
         return failed;
-    const char *source = from ? "the latent search's choice" : r.source;
-    printf("%.0f s; %.3f of the current (%s)\n", now_s() - start, r.ratio, source);
+    const char *source = from ? "the latent search's choice" : run.r.source;
+    printf("%.0f s; %.3f of the current (%s)\n", now_s() - run.start, run.r.ratio, source);
     if (j->dry_run)
         return 0;
     /* the prompt, chunk and prefix clmla_tune_prefill times (clmla_tuning.h) */
     const int prompt = j->quick ? 80 : (j->ctx_len < 2048 ? j->ctx_len : 2048), chunk = j->quick ? 40 : 512;
     const int prefix = j->quick ? 100 : j->ctx_len;
     char note[256];
-    snprintf(note, sizeof(note), "prefill %d tokens %.0f us, %d after %d %.0f us (%.3f of %s)", prompt, r.best_us[0], chunk,
-             prefix, r.best_us[1], r.ratio, source);
-    return save_latent(j, path, &info, &r.best, note);
+    snprintf(note, sizeof(note), "prefill %d tokens %.0f us, %d after %d %.0f us (%.3f of %s)", prompt,
+             run.r.best_us[0], chunk, prefix, run.r.best_us[1], run.r.ratio, source);
+    return save_latent(j, path, &run.info, &run.r.best, note);
 }
 
 /* --export: the parameters that apply to the device now (the user file, the built-in table or the

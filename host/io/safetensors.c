@@ -248,15 +248,26 @@ static int only_white_space(const char *p, const char *end)
     return 1;
 }
 
+/* The start of a parse of `size` bytes at `input` into `out` (out_size bytes, zeroed): refuses a
+   NULL out, then a NULL input of some size (named `input_name`), as from fname. */
+static clmla_status parse_start(const void *input, size_t size, const char *input_name, void *out, size_t out_size,
+                                const char *fname, char *err, size_t errsize)
+{
+    if (!out)
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, fname, "NULL output");
+    memset(out, 0, out_size);
+    if (!input && size)
+        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, fname, "%s", input_name);
+    return CLMLA_SUCCESS;
+}
+
 clmla_status clmla_st_parse(const uint8_t *data, size_t size, const char *name, clmla_st_file *out, char *err,
                             size_t errsize)
 {
     const char *fname = name ? name : "(buffer)";
-    if (!out)
-        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, fname, "NULL output");
-    memset(out, 0, sizeof(*out));
-    if (!data && size)
-        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, fname, "NULL data");
+    const clmla_status bad = parse_start(data, size, "NULL data", out, sizeof(*out), fname, err, errsize);
+    if (bad != CLMLA_SUCCESS)
+        return bad;
     if (size < 8)
         return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_FILE, fname,
                     "the file is %zu bytes long, too short for a safetensors header length (8 bytes)", size);
@@ -561,11 +572,9 @@ clmla_status clmla_st_index_parse(const char *text, size_t length, const char *n
                                   size_t errsize)
 {
     const char *fname = name ? name : "(index)";
-    if (!out)
-        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, fname, "NULL output");
-    memset(out, 0, sizeof(*out));
-    if (!text && length)
-        return clmla_file_error(err, errsize, CLMLA_ERROR_INVALID_ARGUMENT, fname, "NULL text");
+    const clmla_status bad = parse_start(text, length, "NULL text", out, sizeof(*out), fname, err, errsize);
+    if (bad != CLMLA_SUCCESS)
+        return bad;
     const char *parse_end = NULL;
     cJSON *root = length ? cJSON_ParseWithLengthOpts(text, length, &parse_end, 0) : NULL;
     if (!root) {

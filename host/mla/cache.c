@@ -164,11 +164,9 @@ void clmla_cache_destroy(clmla_cache *cache)
     if (cache->layers) {
         clFinish(cache->ctx->queue);
         for (int l = 0; l < cache->config.num_layers; l++)
-            if (cache->layers[l])
-                clReleaseMemObject(cache->layers[l]);
+            clmla_release_mem(cache->layers[l]);
         for (int l = 0; cache->index_layers && l < cache->config.num_layers; l++)
-            if (cache->index_layers[l])
-                clReleaseMemObject(cache->index_layers[l]);
+            clmla_release_mem(cache->index_layers[l]);
     }
     free(cache->index_layers);
     clmla_selection_release(&cache->selection);
@@ -177,8 +175,7 @@ void clmla_cache_destroy(clmla_cache *cache)
             cache->index_kernels_release(cache->index_kernels[i]);
     cl_kernel kernels[] = {cache->write_kernel, cache->gather_kernel, cache->combine_kernel, cache->combine_rows_kernel};
     for (size_t i = 0; i < sizeof(kernels) / sizeof(kernels[0]); i++)
-        if (kernels[i])
-            clReleaseKernel(kernels[i]);
+        clmla_release_kernel(kernels[i]);
     clmla_kernel_store_release(&cache->latent_kernels);
     for (int i = 0; i < cache->num_seqs; i++) {
         free(cache->seqs[i].blocks);
@@ -220,6 +217,20 @@ clmla_status clmla_cache_seq_view(const clmla_cache *cache, int32_t seq_id, int 
 static clmla_status unknown(const clmla_cache *cache, const char *fn, int32_t seq_id)
 {
     return clmla_fail(cache->ctx, CLMLA_ERROR_UNKNOWN_SEQUENCE, "%s: sequence %d is not in the cache", fn, (int)seq_id);
+}
+
+/* Sequence seq_id of the cache for entry point fn, or NULL with *st the refusal: a NULL cache or an
+   unknown id. */
+static cache_seq *seq_for(clmla_cache *cache, const char *fn, int32_t seq_id, clmla_status *st)
+{
+    if (!cache) {
+        *st = clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "%s: NULL cache", fn);
+        return NULL;
+    }
+    cache_seq *s = clmla_cache_find(cache, seq_id);
+    if (!s)
+        *st = unknown(cache, fn, seq_id);
+    return s;
 }
 
 /* The lowest free sequence id, marked in use with zero lengths and no blocks. May move
@@ -457,11 +468,10 @@ void clmla_cache_rollback(clmla_cache *cache, cache_txn *txn)
 
 clmla_status clmla_cache_seq_free(clmla_cache *cache, int32_t seq_id)
 {
-    if (!cache)
-        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_seq_free: NULL cache");
-    cache_seq *s = clmla_cache_find(cache, seq_id);
+    clmla_status st = CLMLA_SUCCESS;
+    cache_seq *s = seq_for(cache, "clmla_cache_seq_free", seq_id, &st);
     if (!s)
-        return unknown(cache, "clmla_cache_seq_free", seq_id);
+        return st;
     clmla_selection_forget(&cache->selection, seq_id);
     shrink_blocks(cache, s, 0);
     s->in_use = 0;
@@ -470,11 +480,10 @@ clmla_status clmla_cache_seq_free(clmla_cache *cache, int32_t seq_id)
 
 clmla_status clmla_cache_seq_truncate(clmla_cache *cache, int32_t seq_id, int tokens)
 {
-    if (!cache)
-        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_seq_truncate: NULL cache");
-    cache_seq *s = clmla_cache_find(cache, seq_id);
+    clmla_status st = CLMLA_SUCCESS;
+    cache_seq *s = seq_for(cache, "clmla_cache_seq_truncate", seq_id, &st);
     if (!s)
-        return unknown(cache, "clmla_cache_seq_truncate", seq_id);
+        return st;
     if (tokens < 0)
         return clmla_fail(cache->ctx, CLMLA_ERROR_INVALID_ARGUMENT, "cannot truncate sequence %d to %d tokens",
                           (int)seq_id, tokens);
@@ -527,11 +536,10 @@ clmla_status clmla_cache_seq_fork(clmla_cache *cache, int32_t src_seq, int32_t *
 
 clmla_status clmla_cache_seq_reserve(clmla_cache *cache, int32_t seq_id, int tokens)
 {
-    if (!cache)
-        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_cache_seq_reserve: NULL cache");
-    cache_seq *s = clmla_cache_find(cache, seq_id);
+    clmla_status st = CLMLA_SUCCESS;
+    cache_seq *s = seq_for(cache, "clmla_cache_seq_reserve", seq_id, &st);
     if (!s)
-        return unknown(cache, "clmla_cache_seq_reserve", seq_id);
+        return st;
     if (tokens < 0)
         return clmla_fail(cache->ctx, CLMLA_ERROR_INVALID_ARGUMENT, "cannot reserve %d tokens", tokens);
     const int want = blocks_for(cache, tokens);
@@ -556,7 +564,7 @@ clmla_status clmla_cache_seq_reserve(clmla_cache *cache, int32_t seq_id, int tok
                           (int)seq_id, grow + copies, tokens, copies, cache->num_free);
     }
     cache_txn txn;
-    clmla_status st = txn_open(cache, &txn, 0, 1, copies);
+    st = txn_open(cache, &txn, 0, 1, copies);
     if (st != CLMLA_SUCCESS)
         return st;
     txn.seq[0] = seq_id;
@@ -849,10 +857,8 @@ clmla_status clmla_cache_read(const clmla_cache *ccache, int layer, int32_t seq_
                 memcpy(k_rope + (size_t)i * cache->config.rope_dim, host + (size_t)i * cache->row + cache->config.kv_lora_rank,
                        (size_t)cache->config.rope_dim * sizeof(float));
         }
-    if (table)
-        clReleaseMemObject(table);
-    if (dense)
-        clReleaseMemObject(dense);
+    clmla_release_mem(table);
+    clmla_release_mem(dense);
     free(host);
     return st;
 }

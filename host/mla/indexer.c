@@ -127,14 +127,10 @@ void clmla_index_kernels_destroy(clmla_index_kernels *ik)
 {
     if (!ik)
         return;
-    if (ik->scores)
-        clReleaseKernel(ik->scores);
-    if (ik->topk)
-        clReleaseKernel(ik->topk);
-    if (ik->key_write)
-        clReleaseKernel(ik->key_write);
-    if (ik->q_rope)
-        clReleaseKernel(ik->q_rope);
+    clmla_release_kernel(ik->scores);
+    clmla_release_kernel(ik->topk);
+    clmla_release_kernel(ik->key_write);
+    clmla_release_kernel(ik->q_rope);
     free(ik);
 }
 
@@ -243,10 +239,7 @@ static clmla_status check_inputs(clmla_index_kernels *ik, const char *fn, int T,
 clmla_status clmla_index_scores(clmla_index_kernels *ik, const clmla_index_scores_args *a, cl_event *event)
 {
     static const char fn[] = "clmla_index_scores";
-    const clmla_status bad =
-        clmla_entry(ik ? ik->ctx : NULL, fn, !ik ? "kernels" : !a ? "arguments" : NULL, event);
-    if (bad != CLMLA_SUCCESS)
-        return bad;
+    CLMLA_ENTRY(ik, a, fn, "kernels", "arguments", event);
     clmla_context *ctx = ik->ctx;
     const int T = a->num_tokens;
     int table_rows = 0, num_blocks = 0;
@@ -296,10 +289,7 @@ clmla_status clmla_index_scores(clmla_index_kernels *ik, const clmla_index_score
 clmla_status clmla_index_topk(clmla_index_kernels *ik, const clmla_index_topk_args *a, cl_event *event)
 {
     static const char fn[] = "clmla_index_topk";
-    const clmla_status bad =
-        clmla_entry(ik ? ik->ctx : NULL, fn, !ik ? "kernels" : !a ? "arguments" : NULL, event);
-    if (bad != CLMLA_SUCCESS)
-        return bad;
+    CLMLA_ENTRY(ik, a, fn, "kernels", "arguments", event);
     clmla_context *ctx = ik->ctx;
     const int T = a->num_tokens;
     if (T < 1 || a->top_k < 1 || a->max_ctx_len < 0 || a->scores_stride < a->max_ctx_len || a->scores_stride < 1)
@@ -440,9 +430,7 @@ clmla_status clmla_index_select_enqueue(clmla_index_kernels *ik, cl_mem keys, co
 clmla_status clmla_index_select(clmla_cache *cache, int layer, const clmla_index_select_args *a, cl_event *event)
 {
     static const char fn[] = "clmla_index_select";
-    const clmla_status bad = clmla_entry(cache ? cache->ctx : NULL, fn, !cache || !a ? "argument" : NULL, event);
-    if (bad != CLMLA_SUCCESS)
-        return bad;
+    CLMLA_ENTRY(cache, a, fn, "argument", "argument", event);
     clmla_context *ctx = cache->ctx;
     cl_mem keys = clmla_cache_index_keys(cache, layer);
     if (!keys)

@@ -486,28 +486,17 @@ static int resolve(const kernel_kind *k, const kernel_entry_list *user, const ch
 
 /* ---- the user file, read once per process ------------------------------------------------------ */
 
+/* CLMLA_KERNEL_TUNING's path: none for "off", "" (the cache folder's file) for "auto". */
+static const char *kernel_file_given(const clmla_env *env)
+{
+    const char *v = env->kernel_tuning;
+    return strcmp(v, "off") == 0 ? NULL : strcmp(v, "auto") != 0 ? v : "";
+}
+
 clmla_status clmla_latent_tuning_path(char *buf, size_t size)
 {
-    if (!buf || size == 0)
-        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_latent_tuning_path: no buffer");
-    clmla_env env;
-    clmla_env_read(&env);
-    const char *v = env.kernel_tuning;
-    int n = 0;
-    if (strcmp(v, "off") == 0)
-        buf[0] = '\0';
-    else if (*v && strcmp(v, "auto") != 0)
-        n = snprintf(buf, size, "%s", v);
-    else if (env.cache_dir[0])
-        n = snprintf(buf, size, "%s/kernel-tuning.json", env.cache_dir);
-    else
-        buf[0] = '\0';
-    if (n < 0 || (size_t)n >= size) {
-        buf[0] = '\0';
-        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "the kernel tuning path needs %d bytes, the buffer has %zu",
-                          n + 1, size);
-    }
-    return CLMLA_SUCCESS;
+    return clmla_tuning_file_path(buf, size, "clmla_latent_tuning_path", kernel_file_given, "kernel-tuning.json",
+                                  "kernel tuning");
 }
 
 static pthread_once_t user_once = PTHREAD_ONCE_INIT;
@@ -617,6 +606,24 @@ static clmla_status load_for_save(const char *path, cJSON **list)
     return CLMLA_SUCCESS;
 }
 
+/* An entry of kind k, for same_key. */
+typedef struct entry_key {
+    const kernel_kind *k;
+    kernel_entry entry;
+} entry_key;
+
+/* Whether the file entry `item` is of the kind of the entry_key `key` with the same device,
+   platform, driver and class. */
+static int same_key(const cJSON *item, const void *key)
+{
+    const entry_key *mine = key;
+    kernel_entry e;
+    char why[512];
+    return kind_of(item) == mine->k && entry_parse(mine->k, item, &e, why, sizeof(why)) && e.cls == mine->entry.cls &&
+           strcmp(e.vendor, mine->entry.vendor) == 0 && strcmp(e.device, mine->entry.device) == 0 &&
+           strcmp(e.platform, mine->entry.platform) == 0 && strcmp(e.driver, mine->entry.driver) == 0;
+}
+
 /* Adds the entry of kind k for (device, cls) to the file at path, replacing the one with the same
    key (device, platform, driver, class), else appended; the file's other entries kept. */
 static clmla_status save(const kernel_kind *k, const char *path, const clmla_device_info *device, int cls,
@@ -644,63 +651,67 @@ static clmla_status save(const kernel_kind *k, const char *path, const clmla_dev
     cJSON_AddItemToObject(o, "parameters", p);
     if (note && *note)
         cJSON_AddStringToObject(o, "measured", note);
-    kernel_entry mine, e;
+    entry_key key = {.k = k};
     char why[512];
-    entry_parse(k, o, &mine, why, sizeof(why));
-    int index = 0, replaced = 0;
-    const cJSON *item = NULL;
-    cJSON_ArrayForEach(item, list)
-    {
-        if (kind_of(item) == k && entry_parse(k, item, &e, why, sizeof(why)) && e.cls == mine.cls &&
-            strcmp(e.vendor, mine.vendor) == 0 && strcmp(e.device, mine.device) == 0 &&
-            strcmp(e.platform, mine.platform) == 0 && strcmp(e.driver, mine.driver) == 0) {
-            cJSON_ReplaceItemInArray(list, index, o);
-            replaced = 1;
-            break;
-        }
-        index++;
-    }
-    if (!replaced)
-        cJSON_AddItemToArray(list, o);
-    return clmla_tuning_save_json(path, list);
+    entry_parse(k, o, &key.entry, why, sizeof(why));
+    return clmla_tuning_save_json(path, list, o, same_key, &key);
 }
 
 /* ---- the API of each kind ------------------------------------------------------------------------ */
 
-void clmla_latent_tuning_defaults(clmla_latent_tuning *tuning)
-{
-    if (tuning)
-        *tuning = latent_defaults;
-}
+/* The public functions of kind K (latent, product) whose entries are keyed by the class CLS, computed
+   from the argument CLS_NAME of type CLS_T; CLS_BAD refuses an argument, and LOOKUP_WHY ends the
+   lookup's refusal. */
+#define KIND_API(K, CLS_T, CLS_NAME, CLS, CLS_BAD, LOOKUP_WHY)                                                       \
+    void clmla_##K##_tuning_defaults(clmla_##K##_tuning *tuning)                                                     \
+    {                                                                                                                \
+        if (tuning)                                                                                                  \
+            *tuning = K##_defaults;                                                                                  \
+    }                                                                                                                \
+    clmla_status clmla_##K##_tuning_check(const clmla_##K##_tuning *tuning, const char **why)                        \
+    {                                                                                                                \
+        return refuse_illegal(&K##_kind, NULL, tuning, why);                                                         \
+    }                                                                                                                \
+    int clmla_##K##_tuning_parse(const char *text, K##_entry_list *out, char *why, size_t why_size)                  \
+    {                                                                                                                \
+        return list_parse(&K##_kind, text, out, why, why_size);                                                      \
+    }                                                                                                                \
+    void clmla_##K##_tuning_list_free(K##_entry_list *list)                                                          \
+    {                                                                                                                \
+        list_free(list);                                                                                             \
+    }                                                                                                                \
+    int clmla_##K##_tuning_resolve(const K##_entry_list *user, const char *user_src, const clmla_device_info *device, \
+                                   CLS_T CLS_NAME, clmla_##K##_tuning *tuning, const char **source)                  \
+    {                                                                                                                \
+        return resolve(&K##_kind, user, user_src, device, CLS, tuning, source);                                      \
+    }                                                                                                                \
+    clmla_status clmla_##K##_tuning_lookup(const clmla_device_info *device, CLS_T CLS_NAME,                          \
+                                           clmla_##K##_tuning *tuning, const char **source)                          \
+    {                                                                                                                \
+        if (!device || !tuning || (CLS_BAD))                                                                         \
+            return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT,                                                    \
+                              "clmla_" #K "_tuning_lookup: NULL argument" LOOKUP_WHY);                               \
+        return lookup(&K##_kind, device, CLS, tuning, source);                                                       \
+    }                                                                                                                \
+    void clmla_##K##_tuning_for(const clmla_context *ctx, CLS_T CLS_NAME, clmla_##K##_tuning *tuning)                \
+    {                                                                                                                \
+        if (ctx->K##_forced_set)                                                                                     \
+            *tuning = ctx->K##_forced;                                                                               \
+        else                                                                                                         \
+            for_context(&K##_kind, ctx, CLS, tuning);                                                                \
+    }                                                                                                                \
+    clmla_status clmla_##K##_tuning_save(const char *path, const clmla_device_info *device, CLS_T CLS_NAME,          \
+                                         const clmla_##K##_tuning *tuning, const char *note)                         \
+    {                                                                                                                \
+        if (!path || !*path || !device || !tuning || (CLS_BAD))                                                      \
+            return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_" #K "_tuning_save: NULL or empty argument"); \
+        if (refuse_illegal(&K##_kind, NULL, tuning, NULL) != CLMLA_SUCCESS)                                          \
+            return CLMLA_ERROR_INVALID_ARGUMENT;                                                                     \
+        return save(&K##_kind, path, device, CLS, tuning, note);                                                     \
+    }
 
-clmla_status clmla_latent_tuning_check(const clmla_latent_tuning *tuning, const char **why)
-{
-    return refuse_illegal(&latent_kind, NULL, tuning, why);
-}
-
-int clmla_latent_tuning_parse(const char *text, latent_entry_list *out, char *why, size_t why_size)
-{
-    return list_parse(&latent_kind, text, out, why, why_size);
-}
-
-void clmla_latent_tuning_list_free(latent_entry_list *list)
-{
-    list_free(list);
-}
-
-int clmla_latent_tuning_resolve(const latent_entry_list *user, const char *user_src, const clmla_device_info *device,
-                                int num_heads, clmla_latent_tuning *tuning, const char **source)
-{
-    return resolve(&latent_kind, user, user_src, device, num_heads, tuning, source);
-}
-
-clmla_status clmla_latent_tuning_lookup(const clmla_device_info *device, int num_heads, clmla_latent_tuning *tuning,
-                                        const char **source)
-{
-    if (!device || !tuning || num_heads < 0)
-        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_latent_tuning_lookup: NULL argument or heads < 0");
-    return lookup(&latent_kind, device, num_heads, tuning, source);
-}
+KIND_API(latent, int, num_heads, num_heads, num_heads < 0, " or heads < 0")
+KIND_API(product, size_t, k, clmla_product_k_class(k), 0, "")
 
 clmla_status clmla_context_set_latent_tuning(clmla_context *ctx, const clmla_latent_tuning *tuning)
 {
@@ -712,75 +723,4 @@ clmla_status clmla_context_set_latent_tuning(clmla_context *ctx, const clmla_lat
         ctx->latent_forced = *tuning;
     ctx->latent_forced_set = tuning != NULL;
     return CLMLA_SUCCESS;
-}
-
-void clmla_latent_tuning_for(const clmla_context *ctx, int num_heads, clmla_latent_tuning *tuning)
-{
-    if (ctx->latent_forced_set)
-        *tuning = ctx->latent_forced;
-    else
-        for_context(&latent_kind, ctx, num_heads, tuning);
-}
-
-clmla_status clmla_latent_tuning_save(const char *path, const clmla_device_info *device, int num_heads,
-                                      const clmla_latent_tuning *tuning, const char *note)
-{
-    if (!path || !*path || !device || !tuning || num_heads < 0)
-        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_latent_tuning_save: NULL or empty argument");
-    if (refuse_illegal(&latent_kind, NULL, tuning, NULL) != CLMLA_SUCCESS)
-        return CLMLA_ERROR_INVALID_ARGUMENT;
-    return save(&latent_kind, path, device, num_heads, tuning, note);
-}
-
-void clmla_product_tuning_defaults(clmla_product_tuning *tuning)
-{
-    if (tuning)
-        *tuning = product_defaults;
-}
-
-clmla_status clmla_product_tuning_check(const clmla_product_tuning *tuning, const char **why)
-{
-    return refuse_illegal(&product_kind, NULL, tuning, why);
-}
-
-int clmla_product_tuning_parse(const char *text, product_entry_list *out, char *why, size_t why_size)
-{
-    return list_parse(&product_kind, text, out, why, why_size);
-}
-
-void clmla_product_tuning_list_free(product_entry_list *list)
-{
-    list_free(list);
-}
-
-int clmla_product_tuning_resolve(const product_entry_list *user, const char *user_src, const clmla_device_info *device,
-                                 size_t k, clmla_product_tuning *tuning, const char **source)
-{
-    return resolve(&product_kind, user, user_src, device, clmla_product_k_class(k), tuning, source);
-}
-
-clmla_status clmla_product_tuning_lookup(const clmla_device_info *device, size_t k, clmla_product_tuning *tuning,
-                                         const char **source)
-{
-    if (!device || !tuning)
-        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_product_tuning_lookup: NULL argument");
-    return lookup(&product_kind, device, clmla_product_k_class(k), tuning, source);
-}
-
-void clmla_product_tuning_for(const clmla_context *ctx, size_t k, clmla_product_tuning *tuning)
-{
-    if (ctx->product_forced_set)
-        *tuning = ctx->product_forced;
-    else
-        for_context(&product_kind, ctx, clmla_product_k_class(k), tuning);
-}
-
-clmla_status clmla_product_tuning_save(const char *path, const clmla_device_info *device, size_t k,
-                                       const clmla_product_tuning *tuning, const char *note)
-{
-    if (!path || !*path || !device || !tuning)
-        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_product_tuning_save: NULL or empty argument");
-    if (refuse_illegal(&product_kind, NULL, tuning, NULL) != CLMLA_SUCCESS)
-        return CLMLA_ERROR_INVALID_ARGUMENT;
-    return save(&product_kind, path, device, clmla_product_k_class(k), tuning, note);
 }

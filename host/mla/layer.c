@@ -419,12 +419,10 @@ void clmla_layer_destroy(clmla_layer *L)
     cl_mem bufs[] = {L->q_a_layernorm, L->kv_a_layernorm, L->rope_table, L->qkv_bias, L->o_bias, L->idx_norm_w,
                      L->idx_norm_b};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
-        if (bufs[i])
-            clReleaseMemObject(bufs[i]);
+        clmla_release_mem(bufs[i]);
     cl_kernel ks[] = {L->rmsnorm, L->rope, L->prefill[0].kernel, L->add_bias, L->prefill[1].kernel};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
-        if (ks[i])
-            clReleaseKernel(ks[i]);
+        clmla_release_kernel(ks[i]);
     clmla_cl_event_done(L->ctx, &L->written);
     clmla_staged_release(&L->tables);
     free(L->entry_info);

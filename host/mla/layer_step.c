@@ -682,14 +682,9 @@ clmla_status clmla_layer_forward(clmla_layer *L, clmla_cache *cache, const clmla
         return st;
     const size_t bytes = (size_t)T * L->D * sizeof(float);
     cl_mem xb = NULL, ob = NULL;
-    st = clmla_scratch(ctx, SCRATCH_X, bytes, &xb);
-    if (st == CLMLA_SUCCESS)
-        st = clmla_scratch(ctx, SCRATCH_OUT, bytes, &ob);
+    st = clmla_scratch_in_out(ctx, x, bytes, bytes, "clEnqueueWriteBuffer(x)", &xb, &ob);
     if (st != CLMLA_SUCCESS)
         return st;
-    cl_int err = clmla_cl_write(ctx, xb, 0, bytes, x);
-    if (err != CL_SUCCESS)
-        return clmla_fail_cl(ctx, err, "clEnqueueWriteBuffer(x)");
     cache_txn txn;
     st = forward_enqueue(L, cache, a, xb, 0, ob, 0, NULL, &txn);
     if (st != CLMLA_SUCCESS) {
@@ -697,7 +692,7 @@ clmla_status clmla_layer_forward(clmla_layer *L, clmla_cache *cache, const clmla
         return st;
     }
     /* The step counts only once its output is read: a failed read puts the cache back too. */
-    err = clmla_cl_read(ctx, ob, 0, bytes, out);
+    const cl_int err = clmla_cl_read(ctx, ob, 0, bytes, out);
     if (err != CL_SUCCESS) {
         clmla_cache_rollback(cache, &txn);
         if (L->HI > 0)

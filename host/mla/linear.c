@@ -188,20 +188,15 @@ clmla_status clmla_linear_forward(clmla_linear *lin, int m, const float *x, floa
         return clmla_fail(ctx, CLMLA_ERROR_INVALID_ARGUMENT,
                           "clmla_linear_forward: x [%d, %zu] or y [%d, %zu] is too large to address", m, lin->k, m, lin->n);
     cl_mem xb = NULL, yb = NULL;
-    st = clmla_scratch(ctx, SCRATCH_X, x_bytes, &xb);
-    if (st == CLMLA_SUCCESS)
-        st = clmla_scratch(ctx, SCRATCH_OUT, y_bytes, &yb);
+    st = clmla_scratch_in_out(ctx, x, x_bytes, y_bytes, "clmla_linear_forward: clEnqueueWriteBuffer(x)", &xb, &yb);
     if (st != CLMLA_SUCCESS)
         return st;
-    cl_int err = clmla_cl_write(ctx, xb, 0, x_bytes, x);
-    if (err != CL_SUCCESS)
-        return clmla_fail_cl(ctx, err, "clmla_linear_forward: clEnqueueWriteBuffer(x)");
     st = enqueue(lin, (size_t)m, xb, 0, yb, 0, NULL);
     if (st != CLMLA_SUCCESS) {
         clFinish(ctx->queue);
         return st;
     }
-    err = clmla_cl_read(ctx, yb, 0, y_bytes, y);
+    const cl_int err = clmla_cl_read(ctx, yb, 0, y_bytes, y);
     if (err != CL_SUCCESS)
         return clmla_fail_cl(ctx, err, "clmla_linear_forward: clEnqueueReadBuffer(y)");
     return CLMLA_SUCCESS;

@@ -88,14 +88,10 @@ void clmla_paged_destroy(clmla_paged *p)
         return;
     clFinish(p->ctx->queue);
     clmla_cache_destroy(p->shell);
-    if (p->tokens_kernel)
-        clReleaseKernel(p->tokens_kernel);
-    if (p->write_kernel)
-        clReleaseKernel(p->write_kernel);
-    if (p->status)
-        clReleaseMemObject(p->status);
-    if (p->identity)
-        clReleaseMemObject(p->identity);
+    clmla_release_kernel(p->tokens_kernel);
+    clmla_release_kernel(p->write_kernel);
+    clmla_release_mem(p->status);
+    clmla_release_mem(p->identity);
     free(p);
 }
 
@@ -339,8 +335,7 @@ static clmla_status identity_table(clmla_paged *p, int blocks)
     free(ids);
     if (!m)
         return clmla_fail_cl(p->ctx, err, "clmla_paged_attention: the table of slot-indexed calls");
-    if (p->identity)
-        clReleaseMemObject(p->identity);
+    clmla_release_mem(p->identity);
     p->identity = m;
     p->identity_blocks = blocks;
     return CLMLA_SUCCESS;
@@ -484,19 +479,20 @@ static clmla_status enqueue_tokens(clmla_paged *p, const ptables *t, const pbuf 
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue paged_tokens");
 }
 
-/* The scratch tables of T query tokens. */
-static clmla_status token_tables(clmla_paged *p, size_t T, cl_mem *token_seq, cl_mem *token_ctx)
+/* The scratch tables of T query tokens, then the call's buffers made ready (materialize). */
+static clmla_status token_tables(pcall *c, size_t T, cl_mem *token_seq, cl_mem *token_ctx)
 {
+    clmla_paged *p = c->p;
     clmla_status st = clmla_scratch(p->ctx, SCRATCH_PAGED_SEQ, T * sizeof(cl_int), token_seq);
-    return st == CLMLA_SUCCESS ? clmla_scratch(p->ctx, SCRATCH_PAGED_CTX, T * sizeof(cl_int), token_ctx) : st;
+    if (st == CLMLA_SUCCESS)
+        st = clmla_scratch(p->ctx, SCRATCH_PAGED_CTX, T * sizeof(cl_int), token_ctx);
+    return st == CLMLA_SUCCESS ? materialize(c) : st;
 }
 
 clmla_status clmla_paged_attention(clmla_paged *p, const clmla_paged_attention_args *a, cl_event *event)
 {
     static const char fn[] = "clmla_paged_attention";
-    const clmla_status bad = clmla_entry(p ? p->ctx : NULL, fn, !p || !a ? "argument" : NULL, event);
-    if (bad != CLMLA_SUCCESS)
-        return bad;
+    CLMLA_ENTRY(p, a, fn, "argument", "argument", event);
     clmla_context *ctx = p->ctx;
     const int sparse = a->topk > 0;
     const ptables t = {a->batch,      a->seqlen_q ? a->seqlen_q : 1, a->causal, a->num_blocks, a->max_blocks,
@@ -529,10 +525,7 @@ clmla_status clmla_paged_attention(clmla_paged *p, const clmla_paged_attention_a
     if (t.slots && (st = identity_table(p, a->num_blocks)) != CLMLA_SUCCESS)
         return st;
     cl_mem token_seq = NULL, token_ctx = NULL;
-    if ((st = token_tables(p, T, &token_seq, &token_ctx)) != CLMLA_SUCCESS)
-        return st;
-
-    if ((st = materialize(&c)) != CLMLA_SUCCESS)
+    if ((st = token_tables(&c, T, &token_seq, &token_ctx)) != CLMLA_SUCCESS)
         return st;
     if (t.slots) { /* every query sees slot s as position s of one sequence whose table is 0, 1, 2, .. */
         const cl_int zero = 0, all = a->num_blocks * bs;
@@ -588,9 +581,7 @@ clmla_status clmla_paged_attention(clmla_paged *p, const clmla_paged_attention_a
 clmla_status clmla_paged_index_select(clmla_paged *p, const clmla_paged_index_args *a, cl_event *event)
 {
     static const char fn[] = "clmla_paged_index_select";
-    const clmla_status bad = clmla_entry(p ? p->ctx : NULL, fn, !p || !a ? "argument" : NULL, event);
-    if (bad != CLMLA_SUCCESS)
-        return bad;
+    CLMLA_ENTRY(p, a, fn, "argument", "argument", event);
     clmla_context *ctx = p->ctx;
     const ptables t = {a->batch,      a->seqlen_q ? a->seqlen_q : 1, a->causal, a->num_blocks, a->max_blocks,
                        a->max_seqlen, 0};
@@ -622,9 +613,7 @@ clmla_status clmla_paged_index_select(clmla_paged *p, const clmla_paged_index_ar
     if ((st = clmla_index_kernels_for(p->shell, a->num_heads, 0, CLMLA_ROPE_INTERLEAVED, &ik)) != CLMLA_SUCCESS)
         return st;
     cl_mem token_seq = NULL, token_ctx = NULL;
-    if ((st = token_tables(p, T, &token_seq, &token_ctx)) != CLMLA_SUCCESS)
-        return st;
-    if ((st = materialize(&c)) != CLMLA_SUCCESS)
+    if ((st = token_tables(&c, T, &token_seq, &token_ctx)) != CLMLA_SUCCESS)
         return st;
     st = enqueue_tokens(p, &t, table, lens, token_seq, token_ctx);
     if (st == CLMLA_SUCCESS) {
@@ -644,9 +633,7 @@ clmla_status clmla_paged_index_select(clmla_paged *p, const clmla_paged_index_ar
 clmla_status clmla_paged_write(clmla_paged *p, const clmla_paged_write_args *a, cl_event *event)
 {
     static const char fn[] = "clmla_paged_write";
-    const clmla_status bad = clmla_entry(p ? p->ctx : NULL, fn, !p || !a ? "argument" : NULL, event);
-    if (bad != CLMLA_SUCCESS)
-        return bad;
+    CLMLA_ENTRY(p, a, fn, "argument", "argument", event);
     clmla_context *ctx = p->ctx;
     const int rkv = p->config.kv_lora_rank, dr = p->config.rope_dim, bs = p->config.block_size;
     const int kv_stride = a->kv_c_stride ? a->kv_c_stride : rkv, pe_stride = a->k_pe_stride ? a->k_pe_stride : dr;

@@ -16,8 +16,7 @@ clmla_status clmla_selection_buffer(cache_selection *s, clmla_context *ctx, size
         bytes = sizeof(cl_int);
     if (!s->indices || s->indices_bytes < bytes) {
         s->valid = 0;
-        if (s->indices)
-            clReleaseMemObject(s->indices);
+        clmla_release_mem(s->indices);
         s->indices = NULL;
         s->indices_bytes = 0;
         const size_t grown = bytes + bytes / 2;
@@ -112,8 +111,7 @@ clmla_status clmla_selection_check_entry(const cache_selection *s, clmla_context
 
 void clmla_selection_release(cache_selection *s)
 {
-    if (s->indices)
-        clReleaseMemObject(s->indices);
+    clmla_release_mem(s->indices);
     free(s->seq);
     free(s->tokens);
     memset(s, 0, sizeof(*s));

@@ -90,23 +90,38 @@ clmla_status clmla_xgemm_values_check(const clmla_context *ctx, const size_t val
 
 /* ---- files ----------------------------------------------------------------------------------- */
 
+/* CLMLA_CLBLAST_TUNING's path: "" (the cache folder's file) for "off" and "auto". */
+static const char *xgemm_file_given(const clmla_env *env)
+{
+    const char *v = env->clblast_tuning;
+    return strcmp(v, "off") != 0 && strcmp(v, "auto") != 0 ? v : "";
+}
+
 clmla_status clmla_xgemm_tuning_path(char *buf, size_t size)
 {
+    return clmla_tuning_file_path(buf, size, "clmla_xgemm_tuning_path", xgemm_file_given, "clblast-tuning.json",
+                                  "tuning");
+}
+
+clmla_status clmla_tuning_file_path(char *buf, size_t size, const char *fn, const char *(*given)(const clmla_env *env),
+                                    const char *file, const char *what)
+{
     if (!buf || size == 0)
-        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_xgemm_tuning_path: no buffer");
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "%s: no buffer", fn);
     clmla_env env;
     clmla_env_read(&env);
+    const char *path = given(&env);
     int n = 0;
-    if (env.clblast_tuning[0] && strcmp(env.clblast_tuning, "off") != 0 && strcmp(env.clblast_tuning, "auto") != 0)
-        n = snprintf(buf, size, "%s", env.clblast_tuning);
-    else if (env.cache_dir[0])
-        n = snprintf(buf, size, "%s/clblast-tuning.json", env.cache_dir);
+    if (path && *path)
+        n = snprintf(buf, size, "%s", path);
+    else if (path && env.cache_dir[0])
+        n = snprintf(buf, size, "%s/%s", env.cache_dir, file);
     else
         buf[0] = '\0';
     if (n < 0 || (size_t)n >= size) {
         buf[0] = '\0';
-        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "the tuning path needs %d bytes, the buffer has %zu", n + 1,
-                          size);
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "the %s path needs %d bytes, the buffer has %zu", what,
+                          n + 1, size);
     }
     return CLMLA_SUCCESS;
 }
@@ -190,8 +205,22 @@ static cJSON *entry_json(const clmla_xgemm_tuning *t)
     return o;
 }
 
-clmla_status clmla_tuning_save_json(const char *path, cJSON *list)
+clmla_status clmla_tuning_save_json(const char *path, cJSON *list, cJSON *entry,
+                                    int (*same)(const cJSON *item, const void *key), const void *key)
 {
+    int index = 0, replaced = 0;
+    const cJSON *item = NULL;
+    cJSON_ArrayForEach(item, list)
+    {
+        if (same(item, key)) {
+            cJSON_ReplaceItemInArray(list, index, entry);
+            replaced = 1;
+            break;
+        }
+        index++;
+    }
+    if (!replaced)
+        cJSON_AddItemToArray(list, entry);
     char *text = cJSON_Print(list);
     cJSON_Delete(list);
     if (!text)
@@ -208,6 +237,16 @@ clmla_status clmla_tuning_save_json(const char *path, cJSON *list)
     const clmla_status st = clmla_write_file_replacing(path, with_newline, len + 1, err, sizeof(err));
     free(with_newline);
     return st == CLMLA_SUCCESS ? st : clmla_fail(NULL, st, "%s", err);
+}
+
+/* Whether the file entry `item` is for the vendor and device of the clmla_xgemm_tuning `key`. */
+static int entry_for_device(const cJSON *item, const void *key)
+{
+    const clmla_xgemm_tuning *tuning = key;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(item, "vendor");
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(item, "device");
+    return cJSON_IsString(v) && cJSON_IsString(d) && strcmp(v->valuestring, tuning->vendor) == 0 &&
+           strcmp(d->valuestring, tuning->device) == 0;
 }
 
 clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning *tuning)
@@ -251,24 +290,8 @@ clmla_status clmla_xgemm_tuning_save(const char *path, const clmla_xgemm_tuning 
         cJSON_Delete(entry);
         return clmla_fail(NULL, CLMLA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     }
-    /* Replace the entry for the same vendor and device, else append. */
-    int index = 0, replaced = 0;
-    const cJSON *item = NULL;
-    cJSON_ArrayForEach(item, list)
-    {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(item, "vendor");
-        const cJSON *d = cJSON_GetObjectItemCaseSensitive(item, "device");
-        if (cJSON_IsString(v) && cJSON_IsString(d) && strcmp(v->valuestring, tuning->vendor) == 0 &&
-            strcmp(d->valuestring, tuning->device) == 0) {
-            cJSON_ReplaceItemInArray(list, index, entry);
-            replaced = 1;
-            break;
-        }
-        index++;
-    }
-    if (!replaced)
-        cJSON_AddItemToArray(list, entry);
-    return clmla_tuning_save_json(path, list);
+    /* the entry for the same vendor and device is replaced */
+    return clmla_tuning_save_json(path, list, entry, entry_for_device, tuning);
 }
 
 /* ---- the built-in entries ------------------------------------------------------------------- */

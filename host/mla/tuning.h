@@ -24,8 +24,17 @@ size_t clmla_xgemm_tuning_builtin(const clmla_xgemm_tuning **entries);
    not one. */
 #define CLMLA_TUNING_FILE_MAX_BYTES ((size_t)16 << 20)
 
-/* Writes the JSON array `list` (then deleted) as the file at path, replacing it whole
-   (clmla_write_file_replacing): a failure leaves the old file as it was. */
+/* Writes into buf the path of a tuning file for entry point fn: given(env) where not empty, ""
+   where that is NULL (no file), else `file` in the cache folder where there is one, else "". Returns
+   CLMLA_SUCCESS, or CLMLA_ERROR_INVALID_ARGUMENT for no buffer, or (buf holding "") when the path
+   does not fit, naming it "the <what> path". */
+clmla_status clmla_tuning_file_path(char *buf, size_t size, const char *fn, const char *(*given)(const clmla_env *env),
+                                    const char *file, const char *what);
+
+/* Puts `entry` into the JSON array `list` in place of the first item for which same(item, key)
+   holds, else at its end, then writes the list (then deleted) as the file at path, replacing it
+   whole (clmla_write_file_replacing): a failure leaves the old file as it was. */
 struct cJSON;
-clmla_status clmla_tuning_save_json(const char *path, struct cJSON *list);
+clmla_status clmla_tuning_save_json(const char *path, struct cJSON *list, struct cJSON *entry,
+                                    int (*same)(const struct cJSON *item, const void *key), const void *key);
 #endif

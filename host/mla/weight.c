@@ -214,10 +214,8 @@ clmla_status clmla_weight_upload(clmla_context *ctx, const char *name, const clm
 
 void clmla_weight_release(clmla_weight *w)
 {
-    if (w->data)
-        clReleaseMemObject(w->data);
-    if (w->scale)
-        clReleaseMemObject(w->scale);
+    clmla_release_mem(w->data);
+    clmla_release_mem(w->scale);
     memset(w, 0, sizeof(*w));
 }
 

@@ -85,6 +85,26 @@ clmla_status clmla_fail(clmla_context *ctx, clmla_status status, const char *fmt
 /* The start of an entry point fn: *event (when not NULL) cleared, then CLMLA_SUCCESS, or the refusal
    "fn: NULL missing" for ctx where `missing` names an argument that is NULL. */
 clmla_status clmla_entry(clmla_context *ctx, const char *fn, const char *missing, cl_event *event);
+/* Opens entry point fn on `obj` (a handle with a ctx member) and the argument struct `args`: returns
+   clmla_entry's refusal "fn: NULL obj_name" or "fn: NULL args_name" from the caller when one is NULL. */
+#define CLMLA_ENTRY(obj, args, fn, obj_name, args_name, event)                                                     \
+    do {                                                                                                             \
+        const clmla_status bad_ =                                                                                    \
+            clmla_entry((obj) ? (obj)->ctx : NULL, fn, !(obj) ? (obj_name) : !(args) ? (args_name) : NULL, event); \
+        if (bad_ != CLMLA_SUCCESS)                                                                                   \
+            return bad_;                                                                                             \
+    } while (0)
+/* Releases a kernel or a buffer; NULL is skipped. */
+static inline void clmla_release_kernel(cl_kernel k)
+{
+    if (k)
+        clReleaseKernel(k);
+}
+static inline void clmla_release_mem(cl_mem m)
+{
+    if (m)
+        clReleaseMemObject(m);
+}
 /* As clmla_fail, for an OpenCL or CLBlast code returned by `what`. */
 clmla_status clmla_fail_cl(clmla_context *ctx, cl_int err, const char *what);
 /* Hands a message to the context's log callback when its level is enabled. */

@@ -33,8 +33,7 @@ clmla_stored_kernel *clmla_kernel_store_entry(clmla_kernel_store *store, int fam
 void clmla_kernel_store_release(clmla_kernel_store *store)
 {
     for (int i = 0; i < store->count; i++)
-        if (store->entries[i].kernel)
-            clReleaseKernel(store->entries[i].kernel);
+        clmla_release_kernel(store->entries[i].kernel);
     free(store->entries);
     *store = (clmla_kernel_store){NULL, 0, 0};
 }

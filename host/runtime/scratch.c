@@ -29,19 +29,29 @@ clmla_status clmla_scratch_capped(clmla_context *ctx, clmla_scratch_slot slot, s
     cl_mem fresh = clmla_cl_buffer(ctx, CL_MEM_READ_WRITE, grown, NULL, &err);
     if (!fresh)
         return clmla_fail(ctx, err, "allocating %zu bytes of device scratch failed: %s", grown, clmla_status_string(err));
-    if (ctx->scratch[slot])
-        clReleaseMemObject(ctx->scratch[slot]); /* freed by OpenCL once queued commands are done */
+    clmla_release_mem(ctx->scratch[slot]); /* freed by OpenCL once queued commands are done */
     ctx->scratch[slot] = fresh;
     ctx->scratch_bytes[slot] = grown;
     *buffer = fresh;
     return CLMLA_SUCCESS;
 }
 
+clmla_status clmla_scratch_in_out(clmla_context *ctx, const void *x, size_t x_bytes, size_t out_bytes, const char *what,
+                                  cl_mem *x_buf, cl_mem *out_buf)
+{
+    clmla_status st = clmla_scratch(ctx, SCRATCH_X, x_bytes, x_buf);
+    if (st == CLMLA_SUCCESS)
+        st = clmla_scratch(ctx, SCRATCH_OUT, out_bytes, out_buf);
+    if (st != CLMLA_SUCCESS)
+        return st;
+    const cl_int err = clmla_cl_write(ctx, *x_buf, 0, x_bytes, x);
+    return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, what);
+}
+
 void clmla_scratch_release(clmla_context *ctx)
 {
     for (int i = 0; i < SCRATCH_COUNT; i++)
-        if (ctx->scratch[i])
-            clReleaseMemObject(ctx->scratch[i]);
+        clmla_release_mem(ctx->scratch[i]);
 }
 
 clmla_status clmla_upload(clmla_context *ctx, const void *data, size_t bytes, cl_mem *buffer)
@@ -66,10 +76,8 @@ static size_t round_up(size_t v, size_t to)
 static void release_device(int subs, cl_mem device, cl_mem *part)
 {
     for (int i = 0; i < subs; i++)
-        if (part[i])
-            clReleaseMemObject(part[i]);
-    if (device)
-        clReleaseMemObject(device);
+        clmla_release_mem(part[i]);
+    clmla_release_mem(device);
 }
 
 clmla_status clmla_staged_reserve(clmla_context *ctx, clmla_staged *s, int parts, const size_t *need)

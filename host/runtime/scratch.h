@@ -30,6 +30,10 @@ typedef enum clmla_scratch_slot {
 /* A buffer of at least `bytes` for the slot (grown by half again when too small, to at most the
    device's largest buffer). */
 clmla_status clmla_scratch(clmla_context *ctx, clmla_scratch_slot slot, size_t bytes, cl_mem *buffer);
+/* The host-pointer forward's scratch: *x_buf (SCRATCH_X) holding the x_bytes at x, written
+   (blocking), and *out_buf (SCRATCH_OUT) of out_bytes; `what` names the write in its refusal. */
+clmla_status clmla_scratch_in_out(clmla_context *ctx, const void *x, size_t x_bytes, size_t out_bytes, const char *what,
+                                  cl_mem *x_buf, cl_mem *out_buf);
 /* The same, grown to at most `cap` bytes (or `bytes` where that is more): for a slot whose size has
    a budget, so that the growth does not keep more than it. */
 clmla_status clmla_scratch_capped(clmla_context *ctx, clmla_scratch_slot slot, size_t bytes, size_t cap,

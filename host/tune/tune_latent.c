@@ -112,8 +112,7 @@ static void lt_case_free(lt_case *c)
 {
     cl_mem *m[] = {&c->table, &c->seq, &c->clen, &c->ql, &c->qr, &c->out};
     for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++)
-        if (*m[i])
-            clReleaseMemObject(*m[i]);
+        clmla_release_mem(*m[i]);
     clmla_cache_destroy(c->cache);
     memset(c, 0, sizeof(*c));
 }
@@ -260,10 +259,8 @@ clmla_status clmla_tune_latent(clmla_context *ctx, const clmla_kernel_tune_optio
 {
     clmla_kernel_tune_options o;
     tune_settings s;
-    clmla_status st = clmla_tuner_settings_resolve(ctx, "clmla_tune_latent", result, options, &o, &s);
     int heads = 0, ctx_len = 0;
-    if (st == CLMLA_SUCCESS)
-        st = clmla_tuner_latent_shape(ctx, "clmla_tune_latent", &o, 0, &heads, &ctx_len);
+    clmla_status st = clmla_tuner_latent_start(ctx, "clmla_tune_latent", result, options, 0, &o, &s, &heads, &ctx_len);
     if (st != CLMLA_SUCCESS)
         return st;
     if ((int)o.cache_dtype < (int)CLMLA_CACHE_F32 || (int)o.cache_dtype > (int)CLMLA_CACHE_FP8)
@@ -332,10 +329,8 @@ clmla_status clmla_tune_latent(clmla_context *ctx, const clmla_kernel_tune_optio
             memcpy(result->base_us, out.base_times, sizeof(result->base_us));
         }
     }
-    if (r.ckv)
-        clReleaseMemObject(r.ckv);
-    if (r.kr)
-        clReleaseMemObject(r.kr);
+    clmla_release_mem(r.ckv);
+    clmla_release_mem(r.kr);
     free(cands);
     clmla_context_set_latent_tuning(ctx, NULL);
     return st;

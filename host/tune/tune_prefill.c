@@ -140,10 +140,8 @@ clmla_status clmla_tune_prefill(clmla_context *ctx, const clmla_kernel_tune_opti
 {
     clmla_kernel_tune_options o;
     tune_settings s;
-    clmla_status st = clmla_tuner_settings_resolve(ctx, "clmla_tune_prefill", result, options, &o, &s);
     int heads = 0, ctx_len = 0;
-    if (st == CLMLA_SUCCESS)
-        st = clmla_tuner_latent_shape(ctx, "clmla_tune_prefill", &o, 1, &heads, &ctx_len);
+    clmla_status st = clmla_tuner_latent_start(ctx, "clmla_tune_prefill", result, options, 1, &o, &s, &heads, &ctx_len);
     if (st != CLMLA_SUCCESS)
         return st;
     if (o.from && clmla_latent_tuning_check(o.from, NULL) != CLMLA_SUCCESS) {
@@ -238,10 +236,8 @@ clmla_status clmla_tune_prefill(clmla_context *ctx, const clmla_kernel_tune_opti
         }
     }
     clmla_cache_destroy(r.cache);
-    if (r.x)
-        clReleaseMemObject(r.x);
-    if (r.out)
-        clReleaseMemObject(r.out);
+    clmla_release_mem(r.x);
+    clmla_release_mem(r.out);
     clmla_tuner_random_layer_free(&r.rl);
     free(cands);
     clmla_context_set_latent_tuning(ctx, NULL);

@@ -242,10 +242,8 @@ static void nn_free(nn_layer *n)
 {
     clmla_layer_destroy(n->layer);
     clmla_cache_destroy(n->cache);
-    if (n->x)
-        clReleaseMemObject(n->x);
-    if (n->out)
-        clReleaseMemObject(n->out);
+    clmla_release_mem(n->x);
+    clmla_release_mem(n->out);
     clmla_tuner_random_layer_free(&n->rl);
     memset(n, 0, sizeof(*n));
 }
@@ -478,10 +476,8 @@ clmla_status clmla_tune_products(clmla_context *ctx, const clmla_kernel_tune_opt
     }
     for (int w = 0; w < nw; w++)
         pt_weight_free(&ws[w]);
-    if (r.x)
-        clReleaseMemObject(r.x);
-    if (r.y)
-        clReleaseMemObject(r.y);
+    clmla_release_mem(r.x);
+    clmla_release_mem(r.y);
     if (st == CLMLA_SUCCESS && !cpu && small) { /* the per-head absorption's K split (K = 128: the small class) */
         nn_run nr;
         memset(&nr, 0, sizeof(nr));

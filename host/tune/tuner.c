@@ -353,9 +353,13 @@ clmla_status clmla_tuner_settings_resolve(clmla_context *ctx, const char *call, 
     return CLMLA_SUCCESS;
 }
 
-clmla_status clmla_tuner_latent_shape(clmla_context *ctx, const char *call, const clmla_kernel_tune_options *o,
-                                      int prefill, int *heads, int *ctx_len)
+clmla_status clmla_tuner_latent_start(clmla_context *ctx, const char *call, const void *result,
+                                      const clmla_kernel_tune_options *options, int prefill,
+                                      clmla_kernel_tune_options *o, tune_settings *s, int *heads, int *ctx_len)
 {
+    const clmla_status st = clmla_tuner_settings_resolve(ctx, call, result, options, o, s);
+    if (st != CLMLA_SUCCESS)
+        return st;
     *heads = o->heads ? o->heads : 16;
     *ctx_len = o->ctx_len ? o->ctx_len : 4096;
     if (prefill && *heads != 16 && *heads != 128)

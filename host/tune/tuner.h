@@ -134,11 +134,13 @@ clmla_status clmla_tuner_search(clmla_context *ctx, const tune_family *family, c
 clmla_status clmla_tuner_settings_resolve(clmla_context *ctx, const char *call, const void *result,
                                           const clmla_kernel_tune_options *options, clmla_kernel_tune_options *o,
                                           tune_settings *s);
-/* The layer shape of a latent or prefill search: *heads from o->heads (0: 16), 1..1024, or for a
-   prefill search 16 (V2-Lite) or 128 (V3); *ctx_len from o->ctx_len (0: 4096), 64..65536. A bad one
-   is refused, named as `call`: options->field. */
-clmla_status clmla_tuner_latent_shape(clmla_context *ctx, const char *call, const clmla_kernel_tune_options *o,
-                                      int prefill, int *heads, int *ctx_len);
+/* The start of a latent or prefill search: clmla_tuner_settings_resolve, then the layer shape:
+   *heads from o->heads (0: 16), 1..1024, or for a prefill search 16 (V2-Lite) or 128 (V3);
+   *ctx_len from o->ctx_len (0: 4096), 64..65536. A bad one is refused, named as `call`:
+   options->field. */
+clmla_status clmla_tuner_latent_start(clmla_context *ctx, const char *call, const void *result,
+                                      const clmla_kernel_tune_options *options, int prefill,
+                                      clmla_kernel_tune_options *o, tune_settings *s, int *heads, int *ctx_len);
 
 /* Reports a STAGE, or a BEST with its label and ratio, through the settings' callback. */
 void clmla_tuner_report_stage(const tune_settings *s, const char *stage, const char *detail, int total);
