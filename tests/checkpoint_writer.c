@@ -284,32 +284,25 @@ static int add_weight(tensor_list *l, const char *name, const char *dtype, const
     t->ndim = cols ? 2 : 1;
     t->shape[0] = rows;
     t->shape[1] = cols;
-    if (strcmp(dtype, "F32") == 0) {
-        t->bytes = (size_t)n * 4;
+    const int f32 = strcmp(dtype, "F32") == 0, half = strcmp(dtype, "F16") == 0;
+    if (f32 || half || strcmp(dtype, "BF16") == 0) {
+        /* little-endian bytes of the f32 bits, or of the 16-bit code (w[i] becomes its value) */
+        const int size = f32 ? 4 : 2;
+        t->bytes = (size_t)n * size;
         t->data = malloc(t->bytes);
         if (!t->data)
             return -1;
         unsigned char *p = t->data;
         for (int64_t i = 0; i < n; i++) {
             uint32_t u;
-            memcpy(&u, &w[i], 4);
-            for (int b = 0; b < 4; b++)
-                p[4 * i + b] = (unsigned char)(u >> (8 * b));
-        }
-        return 0;
-    }
-    if (strcmp(dtype, "F16") == 0 || strcmp(dtype, "BF16") == 0) {
-        const int half = strcmp(dtype, "F16") == 0;
-        t->bytes = (size_t)n * 2;
-        t->data = malloc(t->bytes);
-        if (!t->data)
-            return -1;
-        unsigned char *p = t->data;
-        for (int64_t i = 0; i < n; i++) {
-            const uint16_t bits = half ? ckpt_encode_f16(w[i]) : ckpt_encode_bf16(w[i]);
-            p[2 * i] = (unsigned char)bits;
-            p[2 * i + 1] = (unsigned char)(bits >> 8);
-            w[i] = (float)(half ? ckpt_value_f16(bits) : ckpt_value_bf16(bits));
+            if (f32) {
+                memcpy(&u, &w[i], 4);
+            } else {
+                u = half ? ckpt_encode_f16(w[i]) : ckpt_encode_bf16(w[i]);
+                w[i] = (float)(half ? ckpt_value_f16((uint16_t)u) : ckpt_value_bf16((uint16_t)u));
+            }
+            for (int b = 0; b < size; b++)
+                p[size * i + b] = (unsigned char)(u >> (8 * b));
         }
         return 0;
     }
@@ -354,21 +347,6 @@ static void free_list(tensor_list *l)
     for (int i = 0; i < l->count; i++)
         free(l->items[i].data);
     free(l->items);
-}
-
-void ckpt_weights_free(ckpt_weights *w)
-{
-    if (!w)
-        return;
-    free(w->q_a_proj);
-    free(w->q_a_layernorm);
-    free(w->q_b_proj);
-    free(w->q_proj);
-    free(w->kv_a_proj_with_mqa);
-    free(w->kv_a_layernorm);
-    free(w->kv_b_proj);
-    free(w->o_proj);
-    memset(w, 0, sizeof(*w));
 }
 
 static float *random_weight(int64_t n, float scale, float bias, uint64_t *rng)
@@ -481,7 +459,7 @@ int ckpt_write_model(const char *dir, const ckpt_model *m, ckpt_weights *layers)
         if (rc == 0 && layers)
             layers[layer] = w;
         else
-            ckpt_weights_free(&w);
+            tu_weights_free(&w);
     }
     /* Leave out, relabel or reshape what the test asks for. */
     for (int i = 0; rc == 0 && i < list.count; i++) {
@@ -539,7 +517,7 @@ int ckpt_write_model(const char *dir, const ckpt_model *m, ckpt_weights *layers)
     free_list(&list);
     if (rc != 0 && layers)
         for (int layer = 0; layer < num_layers; layer++)
-            ckpt_weights_free(&layers[layer]);
+            tu_weights_free(&layers[layer]);
     return rc;
 }
 

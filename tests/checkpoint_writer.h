@@ -9,6 +9,7 @@
 #define CLMLA_TEST_CHECKPOINT_WRITER_H
 #include "clmla.h"
 #include "mla_ref.h"
+#include "test_util.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -35,22 +36,14 @@ typedef struct ckpt_model {
     unsigned seed;
 } ckpt_model;
 
-/* One layer's weights, float32, checkpoint layout (docs/MLA.md section 1); absent ones NULL. */
-typedef struct ckpt_weights {
-    float *q_a_proj;           /* [rq, D] */
-    float *q_a_layernorm;      /* [rq] */
-    float *q_b_proj;           /* [H*(dn+dr), rq] */
-    float *q_proj;             /* [H*(dn+dr), D] */
-    float *kv_a_proj_with_mqa; /* [rkv+dr, D] */
-    float *kv_a_layernorm;     /* [rkv] */
-    float *kv_b_proj;          /* [H*(dn+dv), rkv] */
-    float *o_proj;             /* [D, H*dv] */
-} ckpt_weights;
+/* One layer's weights, float32, checkpoint layout (docs/MLA.md section 1); absent ones NULL. Only
+   the 8 tensors of test_util.h's tu_weights are set (its config and views stay zero); free with
+   tu_weights_free. */
+typedef tu_weights ckpt_weights;
 
 /* Creates dir (if needed) and writes the model; layers (may be NULL) receives num_layers entries,
-   free each with ckpt_weights_free. Returns 0, or -1 after printing why. */
+   free each with tu_weights_free. Returns 0, or -1 after printing why. */
 int ckpt_write_model(const char *dir, const ckpt_model *model, ckpt_weights *layers);
-void ckpt_weights_free(ckpt_weights *w);
 
 /* One tensor for ckpt_write_safetensors: raw little-endian bytes. */
 typedef struct ckpt_tensor {

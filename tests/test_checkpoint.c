@@ -148,7 +148,7 @@ static void test_good_models(void)
         }
         check_loaded(cases[i].name, dir, cases[i].layer, &m.config, &w[cases[i].layer]);
         for (int l = 0; l < cases[i].layers; l++)
-            ckpt_weights_free(&w[l]);
+            tu_weights_free(&w[l]);
     }
 }
 
@@ -380,7 +380,7 @@ static void test_stored_dtypes(void)
         clmla_layer_destroy(F);
         for (int i = 0; i < NW; i++)
             free(values[i]);
-        ckpt_weights_free(&w);
+        tu_weights_free(&w);
     }
 }
 

@@ -209,8 +209,8 @@ int main(void)
     run_fails("--bogus", 2, "unknown option '--bogus'");
 
     for (int l = 0; l < 2; l++)
-        ckpt_weights_free(&wa[l]);
-    ckpt_weights_free(&wb[0]);
+        tu_weights_free(&wa[l]);
+    tu_weights_free(&wb[0]);
     free(x);
     free(ref_a0);
     free(ref_a1);

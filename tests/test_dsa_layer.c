@@ -411,6 +411,16 @@ static void part_dense(void)
     model_free(&m);
 }
 
+/* A refused step: one CHECK_STATUS that layer's forward of args returns want, one CHECK that the
+   error names a and b (b NULL: a alone); what names the case in the message. */
+static void check_refused(clmla_layer *layer, clmla_cache *cache, const clmla_forward_args *args, const float *x,
+                          float *y, clmla_status want, const char *a, const char *b, const char *what)
+{
+    CHECK_STATUS(clmla_layer_forward(layer, cache, args, x, y), want, ctx);
+    const char *e = clmla_last_error(ctx);
+    CHECK(strstr(e, a) && (!b || strstr(e, b)), "%s: %s", what, e);
+}
+
 static void part_refusals(void)
 {
     dsa_model m;
@@ -462,9 +472,7 @@ static void part_refusals(void)
         float x[2 * 44] = {0}, y[2 * 44];
         clmla_batch_entry e = {seq, 2};
         clmla_forward_args a = {&e, 1, 0, CLMLA_PATH_AUTO};
-        CHECK_STATUS(clmla_layer_forward(layer, cache, &a, x, y), CLMLA_ERROR_SHAPE_MISMATCH, ctx);
-        CHECK(strstr(clmla_last_error(ctx), "10") && strstr(clmla_last_error(ctx), "index_head_dim"),
-              "no index keys: %s", clmla_last_error(ctx));
+        check_refused(layer, cache, &a, x, y, CLMLA_ERROR_SHAPE_MISMATCH, "10", "index_head_dim", "no index keys");
         int len = -1;
         clmla_cache_seq_length(cache, seq, 0, &len);
         CHECK(len == 0, "the refused step left %d tokens", len);
@@ -803,8 +811,8 @@ static void part_shared_refusals(void)
         /* no full layer has run */
         clmla_batch_entry e = {seq, 5};
         clmla_forward_args a = {&e, 1, 1, CLMLA_PATH_AUTO};
-        CHECK_STATUS(clmla_layer_forward(sl, cache, &a, x, y), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
-        CHECK(strstr(clmla_last_error(ctx), "no full layer has run"), "before any full layer: %s", clmla_last_error(ctx));
+        check_refused(sl, cache, &a, x, y, CLMLA_ERROR_INVALID_ARGUMENT, "no full layer has run", NULL,
+                      "before any full layer");
         lengths(cache, seq, &l0, &l1);
         CHECK(l0 == 0 && l1 == 0, "a refused step changed the cache: lengths %d, %d", l0, l1);
         /* the full layer's step (5 tokens: selecting past top-k 3), then the shared one with other tokens */
@@ -812,28 +820,22 @@ static void part_shared_refusals(void)
         CHECK(clmla_layer_forward(fl, cache, &a, x, y) == CLMLA_SUCCESS, "full step: %s", clmla_last_error(ctx));
         clmla_batch_entry other_count = {seq, 4};
         clmla_forward_args b = {&other_count, 1, 1, CLMLA_PATH_AUTO};
-        CHECK_STATUS(clmla_layer_forward(sl, cache, &b, x, y), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
-        CHECK(strstr(clmla_last_error(ctx), "4 tokens") && strstr(clmla_last_error(ctx), "5 tokens"),
-              "other token count: %s", clmla_last_error(ctx));
+        check_refused(sl, cache, &b, x, y, CLMLA_ERROR_INVALID_ARGUMENT, "4 tokens", "5 tokens", "other token count");
         clmla_batch_entry other_seq = {seq2, 5};
         b.entries = &other_seq;
-        CHECK_STATUS(clmla_layer_forward(sl, cache, &b, x, y), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
-        CHECK(strstr(clmla_last_error(ctx), "sequence 1") && strstr(clmla_last_error(ctx), "sequence 0"),
-              "other sequence: %s", clmla_last_error(ctx));
+        check_refused(sl, cache, &b, x, y, CLMLA_ERROR_INVALID_ARGUMENT, "sequence 1", "sequence 0", "other sequence");
         clmla_batch_entry two[2] = {{seq, 5}, {seq2, 1}};
         b.entries = two;
         b.num_entries = 2;
-        CHECK_STATUS(clmla_layer_forward(sl, cache, &b, x, y), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
-        CHECK(strstr(clmla_last_error(ctx), "2 entries"), "another entry count: %s", clmla_last_error(ctx));
+        check_refused(sl, cache, &b, x, y, CLMLA_ERROR_INVALID_ARGUMENT, "2 entries", NULL, "another entry count");
         /* a shared layer of another top-k */
         clmla_layer_config sc2 = sc;
         sc2.index_topk = 4;
         CHECK(clmla_layer_create(ctx, &sc2, &sw.layer, &other) == CLMLA_SUCCESS, "top-k 4: %s", clmla_last_error(ctx));
         a.cache_layer = 1;
         if (other) {
-            CHECK_STATUS(clmla_layer_forward(other, cache, &a, x, y), CLMLA_ERROR_INVALID_CONFIG, ctx);
-            CHECK(strstr(clmla_last_error(ctx), "index_topk 4") && strstr(clmla_last_error(ctx), "index_topk 3"),
-                  "another top-k: %s", clmla_last_error(ctx));
+            check_refused(other, cache, &a, x, y, CLMLA_ERROR_INVALID_CONFIG, "index_topk 4", "index_topk 3",
+                          "another top-k");
         }
         lengths(cache, seq, &l0, &l1);
         CHECK(l0 == 5 && l1 == 0, "refused steps changed the cache: lengths %d, %d", l0, l1);
@@ -841,13 +843,11 @@ static void part_shared_refusals(void)
         CHECK(clmla_layer_forward(sl, cache, &a, x, y) == CLMLA_SUCCESS, "shared step: %s", clmla_last_error(ctx));
         clmla_batch_entry one = {seq, 1};
         clmla_forward_args c = {&one, 1, 1, CLMLA_PATH_AUTO};
-        CHECK_STATUS(clmla_layer_forward(sl, cache, &c, x, y), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
-        CHECK(strstr(clmla_last_error(ctx), "position 5") && strstr(clmla_last_error(ctx), "position 0"),
-              "the next step without its full layer: %s", clmla_last_error(ctx));
+        check_refused(sl, cache, &c, x, y, CLMLA_ERROR_INVALID_ARGUMENT, "position 5", "position 0",
+                      "the next step without its full layer");
         /* a truncate makes the record stale, even where the positions would match again */
         CHECK(clmla_cache_seq_truncate(cache, seq, 0) == CLMLA_SUCCESS, "truncate: %s", clmla_last_error(ctx));
-        CHECK_STATUS(clmla_layer_forward(sl, cache, &a, x, y), CLMLA_ERROR_INVALID_ARGUMENT, ctx);
-        CHECK(strstr(clmla_last_error(ctx), "truncated"), "after a truncate: %s", clmla_last_error(ctx));
+        check_refused(sl, cache, &a, x, y, CLMLA_ERROR_INVALID_ARGUMENT, "truncated", NULL, "after a truncate");
         lengths(cache, seq, &l0, &l1);
         CHECK(l0 == 0 && l1 == 0, "refused steps changed the cache: lengths %d, %d", l0, l1);
         /* a warm-up of the shared layer runs without a full layer and leaves no record behind */

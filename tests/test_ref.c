@@ -617,6 +617,30 @@ static void test_sparse_latent_attention(void)
     check(valid == 0 && zeros, "sparse_latent_no_key", "out 0 and lse -inf");
 }
 
+/* naive_last_token's products of a float32 input: out[r] = W[r, :] . h, plus bias[r] when bias is
+   not NULL, for r < rows (W row-major [rows, D]). */
+static void naive_rows(const float *W, const float *bias, const float *h, int rows, int D, double *out)
+{
+    for (int r = 0; r < rows; r++) {
+        double a = 0.0;
+        for (int i = 0; i < D; i++)
+            a += (double)W[(size_t)r * D + i] * h[i];
+        if (bias)
+            a += bias[r];
+        out[r] = a;
+    }
+}
+
+/* RMSNorm of v[0..n) in place with weight w and epsilon eps, then times scale. */
+static void naive_rms_norm(double *v, const float *w, int n, double eps, double scale)
+{
+    double ss = 0.0;
+    for (int r = 0; r < n; r++)
+        ss += v[r] * v[r];
+    for (int r = 0; r < n; r++)
+        v[r] *= w[r] / sqrt(ss / n + eps) * scale;
+}
+
 /* An independent, deliberately naive evaluation of the last token of a sequence straight from
    docs/MLA.md section 2 and the weight layout of section 1 (index arithmetic written out again).
    With features f (NULL = none): biases added after their products, the latent scales after the
@@ -642,43 +666,17 @@ static void naive_last_token(const layer *L, const mla_ref_features *f, const lo
 
     for (int j = 0; j < T; j++) {
         const float *h = x + (size_t)j * D;
-        double ss = 0.0;
-        for (int r = 0; r < rkv; r++) {
-            double a = 0.0;
-            for (int i = 0; i < D; i++)
-                a += (double)L->kv_a[(size_t)r * D + i] * h[i];
-            if (f->kv_a_proj_with_mqa_bias)
-                a += f->kv_a_proj_with_mqa_bias[r];
-            ckv[(size_t)j * rkv + r] = a;
-            ss += a * a;
-        }
-        for (int r = 0; r < rkv; r++)
-            ckv[(size_t)j * rkv + r] *= L->kv_a_ln[r] / sqrt(ss / rkv + c->rms_eps) * skv;
-        for (int r = 0; r < dr; r++) {
-            double a = 0.0;
-            for (int i = 0; i < D; i++)
-                a += (double)L->kv_a[(size_t)(rkv + r) * D + i] * h[i];
-            if (f->kv_a_proj_with_mqa_bias)
-                a += f->kv_a_proj_with_mqa_bias[rkv + r];
-            kr[(size_t)j * dr + r] = a;
-        }
+        const float *kv_bias = f->kv_a_proj_with_mqa_bias;
+        naive_rows(L->kv_a, kv_bias, h, rkv, D, ckv + (size_t)j * rkv);
+        naive_rms_norm(ckv + (size_t)j * rkv, L->kv_a_ln, rkv, c->rms_eps, skv);
+        naive_rows(L->kv_a + (size_t)rkv * D, kv_bias ? kv_bias + rkv : NULL, h, dr, D, kr + (size_t)j * dr);
         mla_ref_rope_apply_ext(c, f, kr + (size_t)j * dr, j, step_last ? step_last[j] : last);
     }
 
     const float *h = x + (size_t)(T - 1) * D;
     if (rq > 0) {
-        double ss = 0.0;
-        for (int r = 0; r < rq; r++) {
-            double a = 0.0;
-            for (int i = 0; i < D; i++)
-                a += (double)L->q_a_proj[(size_t)r * D + i] * h[i];
-            if (f->q_a_proj_bias)
-                a += f->q_a_proj_bias[r];
-            cq[r] = a;
-            ss += a * a;
-        }
-        for (int r = 0; r < rq; r++)
-            cq[r] *= L->q_a_layernorm[r] / sqrt(ss / rq + c->rms_eps) * sq;
+        naive_rows(L->q_a_proj, f->q_a_proj_bias, h, rq, D, cq);
+        naive_rms_norm(cq, L->q_a_layernorm, rq, c->rms_eps, sq);
         for (int r = 0; r < H * dq; r++) {
             double a = 0.0;
             for (int i = 0; i < rq; i++)
@@ -686,12 +684,7 @@ static void naive_last_token(const layer *L, const mla_ref_features *f, const lo
             q[r] = a;
         }
     } else {
-        for (int r = 0; r < H * dq; r++) {
-            double a = 0.0;
-            for (int i = 0; i < D; i++)
-                a += (double)L->q_proj[(size_t)r * D + i] * h[i];
-            q[r] = a;
-        }
+        naive_rows(L->q_proj, NULL, h, H * dq, D, q);
     }
 
     for (int hd = 0; hd < H; hd++) {
@@ -843,18 +836,25 @@ static void test_yarn_features(void)
           A_a, A_auto);
 }
 
-static void test_longrope_freqs(void)
+/* LongRoPE features with these factor lists, factor 4 and original length 8. */
+static mla_ref_features longrope_features(const double *short_f, const double *long_f)
 {
-    /* dr 8, theta 1e4: f0 = 1, 0.1, 0.01, 0.001. s 4, L 8: A = sqrt(1 + ln 4 / ln 8)
-       = sqrt(1 + 2/3) = sqrt(5/3) = 1.29099444873... for both factor lists. */
-    static const double short_f[4] = { 1.0, 2.0, 4.0, 8.0 }, long_f[4] = { 1.5, 3.0, 10.0, 40.0 };
-    mla_ref_config c = base_config(37, 3, 24, 40, 12, 8, 10);
     mla_ref_features f = { 0 };
     f.rope_type = MLA_REF_ROPE_LONGROPE;
     f.longrope_short_factor = short_f;
     f.longrope_long_factor = long_f;
     f.longrope_factor = 4.0;
     f.longrope_original_max_pos = 8.0;
+    return f;
+}
+
+static void test_longrope_freqs(void)
+{
+    /* dr 8, theta 1e4: f0 = 1, 0.1, 0.01, 0.001. s 4, L 8: A = sqrt(1 + ln 4 / ln 8)
+       = sqrt(1 + 2/3) = sqrt(5/3) = 1.29099444873... for both factor lists. */
+    static const double short_f[4] = { 1.0, 2.0, 4.0, 8.0 }, long_f[4] = { 1.5, 3.0, 10.0, 40.0 };
+    mla_ref_config c = base_config(37, 3, 24, 40, 12, 8, 10);
+    mla_ref_features f = longrope_features(short_f, long_f);
     double is[4], il[4], As = 0.0, Al = 0.0;
     mla_ref_rope_tables_ext(&c, &f, 7, is, &As); /* last position 7: 7 + 1 > 8 is false: short */
     mla_ref_rope_tables_ext(&c, &f, 8, il, &Al); /* last position 8: long */
@@ -1054,12 +1054,7 @@ static void test_longrope_steps(void)
     static const double short_f[4] = { 1.0, 1.7, 2.9, 4.3 }, long_f[4] = { 2.0, 5.0, 9.0, 30.0 };
     mla_ref_config cfg = odd_config(0);
     layer L = make_layer(&cfg, 71);
-    mla_ref_features f = { 0 };
-    f.rope_type = MLA_REF_ROPE_LONGROPE;
-    f.longrope_short_factor = short_f;
-    f.longrope_long_factor = long_f;
-    f.longrope_factor = 4.0;
-    f.longrope_original_max_pos = 8.0;
+    mla_ref_features f = longrope_features(short_f, long_f);
     enum { T = 11 };
     const size_t D = (size_t)cfg.hidden, rkv = (size_t)cfg.kv_lora_rank, dr = (size_t)cfg.rope_dim;
     float *x = rand_input(T, cfg.hidden, 72);

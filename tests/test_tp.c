@@ -718,7 +718,7 @@ static void model_case(const char *what, const clmla_layer_config *config, const
     CHECK(bad == NULL && strstr(clmla_last_error(c), needle), "%s: %s", what, clmla_last_error(c));
     outputs_free(whole, out, ref, sum);
     free(x);
-    ckpt_weights_free(&lw);
+    tu_weights_free(&lw);
     ckpt_remove_dir(dir);
 }
 
@@ -818,7 +818,7 @@ static void part_cli(void)
              dir);
     rc = run_cli(args, log);
     CHECK(rc == 2 && strstr(read_text(log), "--tp-rank"), "--tp-rank 2 --tp-size 2: exit %d:\n%s", rc, read_text(log));
-    ckpt_weights_free(&lw);
+    tu_weights_free(&lw);
     free(x);
     free(sum);
     ckpt_remove_dir(dir);

@@ -7,6 +7,7 @@
    the last tune, wins), so every part that runs an SGEMM first creates the context whose values it
    checks. */
 #include "check.h"
+#include "checkpoint_writer.h"
 #include "clmla.h"
 #include "clmla_tuning.h"
 #include "test_util.h"
@@ -146,25 +147,6 @@ static int folder_entries(const char *dir)
         n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
     closedir(d);
     return n;
-}
-
-static void remove_tree(const char *path)
-{
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        char child[1024];
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            snprintf(child, sizeof(child), "%s/%s", path, e->d_name);
-            remove_tree(child);
-        }
-        closedir(d);
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
 }
 
 /* One entry of a hand-written tuning file (written with cJSON, not with the library's writer). */
@@ -1051,7 +1033,7 @@ int main(int argc, char **argv)
     char stray[400];
     snprintf(stray, sizeof(stray), "%s/clblast-tuning.json", empty_cache);
     CHECK(!file_exists(stray), "something wrote %s", stray);
-    remove_tree(base_dir);
+    ckpt_remove_dir(base_dir);
     if (ran == TU_PARTS_UNKNOWN)
         return 2;
     if (ran == TU_PARTS_NO_DEVICE)

@@ -194,19 +194,6 @@ oom:
     return -1;
 }
 
-void tu_weights_free(tu_weights *w)
-{
-    free(w->q_a_proj);
-    free(w->q_a_layernorm);
-    free(w->q_b_proj);
-    free(w->q_proj);
-    free(w->kv_a_proj_with_mqa);
-    free(w->kv_a_layernorm);
-    free(w->kv_b_proj);
-    free(w->o_proj);
-    memset(w, 0, sizeof(*w));
-}
-
 int tu_ref_run_make(tu_ref_run *run, const tu_weights *w, int tokens, const float *x, int path)
 {
     memset(run, 0, sizeof(*run));

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* ---- random numbers ----------------------------------------------------------------------- */
 
@@ -70,7 +71,19 @@ typedef struct tu_weights {
 
 /* Returns 0, or -1 when memory ran out (then nothing stays allocated). */
 int tu_weights_make(tu_weights *w, const clmla_layer_config *config, uint64_t seed);
-void tu_weights_free(tu_weights *w);
+
+/* Frees the 8 tensors (w may be NULL) and zeroes *w. Here rather than in test_util.c because the
+   checkpoint tests (checkpoint_writer.h's ckpt_weights) use it without linking test_util.c. */
+static inline void tu_weights_free(tu_weights *w)
+{
+    if (!w)
+        return;
+    float *const tensors[] = {w->q_a_proj,         w->q_a_layernorm, w->q_b_proj, w->q_proj,
+                              w->kv_a_proj_with_mqa, w->kv_a_layernorm, w->kv_b_proj, w->o_proj};
+    for (size_t i = 0; i < sizeof(tensors) / sizeof(tensors[0]); i++)
+        free(tensors[i]);
+    memset(w, 0, sizeof(*w));
+}
 
 /* ---- the reference, run once per sequence --------------------------------------------------- */
 

@@ -101,18 +101,9 @@ static clmla_tensor *proj_tensor(clmla_layer_weights *lw, int i)
    mla_ref_round_weight's). */
 static int kept_dtype(int given, clmla_weights_dtype keep)
 {
-    switch (keep) {
-    case CLMLA_WEIGHTS_F32:
-        return CLMLA_DTYPE_F32;
-    case CLMLA_WEIGHTS_F16:
-        return CLMLA_DTYPE_F16;
-    case CLMLA_WEIGHTS_BF16:
-        return CLMLA_DTYPE_BF16;
-    case CLMLA_WEIGHTS_FP8:
-        return CLMLA_DTYPE_FP8_E4M3;
-    default:
-        return given;
-    }
+    static const int held[] = {[CLMLA_WEIGHTS_F32] = CLMLA_DTYPE_F32, [CLMLA_WEIGHTS_F16] = CLMLA_DTYPE_F16,
+                               [CLMLA_WEIGHTS_BF16] = CLMLA_DTYPE_BF16, [CLMLA_WEIGHTS_FP8] = CLMLA_DTYPE_FP8_E4M3};
+    return keep > CLMLA_WEIGHTS_AS_GIVEN && keep <= CLMLA_WEIGHTS_FP8 ? held[keep] : given;
 }
 
 /* ---- one way of giving a layer its weights ---------------------------------------------------- */

@@ -43,14 +43,18 @@
 #define LOAD(p, i) ((p)[i])
 #endif
 
+/* The arguments of mha_decode and mha_decode_rows (the host sets them alike for either). */
+#define MHA_DECODE_ARGS                                                                                        \
+    __global const float *q, /* [B, H, DQ] */                                                                  \
+    __global const KV_T *k_nope, const int kn_offset, const int kn_seq, const int kn_head, const int kn_token, \
+    __global const KV_T *k_rope, const int kr_offset, const int kr_seq, const int kr_head, const int kr_token, \
+    __global const KV_T *v, const int v_offset, const int v_seq, const int v_head, const int v_token,         \
+    const int ctx_len, const int split_tokens, const float scale, const int b0,                               \
+    __global float *part_out, /* [B, H, S, DV] */                                                              \
+    __global float *part_lse  /* [B, H, S] */
+
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
-void mha_decode(__global const float *q, /* [B, H, DQ] */
-                __global const KV_T *k_nope, const int kn_offset, const int kn_seq, const int kn_head, const int kn_token,
-                __global const KV_T *k_rope, const int kr_offset, const int kr_seq, const int kr_head, const int kr_token,
-                __global const KV_T *v, const int v_offset, const int v_seq, const int v_head, const int v_token,
-                const int ctx_len, const int split_tokens, const float scale, const int b0,
-                __global float *part_out, /* [B, H, S, DV] */
-                __global float *part_lse) /* [B, H, S] */
+void mha_decode(MHA_DECODE_ARGS)
 {
     const int lid = get_local_id(0);
     const int split = get_group_id(0), h = get_group_id(1), b = get_group_id(2);
@@ -155,13 +159,7 @@ static float dot_row(const float *q, __global const KV_T *row, const int n, cons
 }
 
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
-void mha_decode_rows(__global const float *q, /* [B, H, DQ] */
-                     __global const KV_T *k_nope, const int kn_offset, const int kn_seq, const int kn_head, const int kn_token,
-                     __global const KV_T *k_rope, const int kr_offset, const int kr_seq, const int kr_head, const int kr_token,
-                     __global const KV_T *v, const int v_offset, const int v_seq, const int v_head, const int v_token,
-                     const int ctx_len, const int split_tokens, const float scale, const int b0,
-                     __global float *part_out, /* [B, H, S, DV] */
-                     __global float *part_lse) /* [B, H, S] */
+void mha_decode_rows(MHA_DECODE_ARGS)
 {
     const int split = get_global_id(0), h = get_global_id(1), b = get_global_id(2);
     const int qb = b0 + b;
