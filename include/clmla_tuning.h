@@ -261,9 +261,8 @@ clmla_status clmla_latent_tuning_save(const char *path, const clmla_device_info 
    size; none changes how weights are laid out except cpu_items_per_cu and cpu_min_panel, which set
    the panel width of weights packed for CPU devices: a weight keeps the panel it was packed with,
    and the kernels read it from the weight, so a change applies to weights created after it.
-   Which apply to a device and a product's K (its shape class: "small" K <= 4096, which holds
-   V2-Lite's projections and V3's q_b_proj and kv_b_proj; "large" K > 4096, V3's projections of the
-   hidden state and its o_proj), in order: an entry of the user file of "Latent attention kernel
+   Which apply to a device and a product's K (its shape class: "small" K <= 4096, "large" K >
+   4096), in order: an entry of the user file of "Latent attention kernel
    tuning" (the same file, CLMLA_KERNEL_TUNING or <cache dir>/kernel-tuning.json), an entry of the
    table built into the library, else the defaults (clmla_product_tuning_defaults). An entry is
    {"kernel": "products", "vendor", "device", "platform", "driver" (as for attn_latent entries),
@@ -372,7 +371,7 @@ clmla_status clmla_product_tuning_save(const char *path, const clmla_device_info
    again beside it in alternations and kept only when still at least as fast. Each call forces the
    candidates on the context and leaves the lookup in force when it returns; it writes no file
    (clmla_latent_tuning_save and clmla_product_tuning_save do). Searches compile a kernel set per
-   candidate: seconds to minutes each. */
+   candidate. */
 
 /* What a progress report is about. */
 typedef enum clmla_tune_event_kind {
@@ -407,12 +406,10 @@ typedef void (*clmla_tune_progress_fn)(void *user, const clmla_tune_event *event
 
 /* The options of the three searches; zeroed: the defaults. */
 typedef struct clmla_kernel_tune_options {
-    int quick;            /* 1: the small grid each search declares for a quick check (latent: 2 to 4
-                             candidates at ctx 512; prefill: 3 or 4, a prompt of 80 after nothing and
-                             40 tokens after 100; products: V2-Lite's o_proj in f32 and bf16, 128
-                             prefill rows, the small class only); 0: the full grid */
-    int heads;            /* latent: attention heads, 1..1024 (0: 16); prefill: 16 (V2-Lite's layer)
-                             or 128 (V3's) (0: 16); products: not read */
+    int quick;            /* 1: the small grid and short cases each search declares for a quick
+                             check (products: the small class only); 0: the full grid */
+    int heads;            /* latent: attention heads, 1..1024 (0: 16); prefill: 16 or 128, the
+                             layer presets of that many heads (0: 16); products: not read */
     int ctx_len;          /* latent: keys per sequence timed; prefill: the prefix of a 512-token chunk
                              and the prompt (up to 2048); 64..65536 (0: 4096); quick: not read */
     clmla_cache_dtype cache_dtype; /* latent: the cache timed; f32 searches the grid of the kernel
@@ -455,8 +452,8 @@ clmla_status clmla_tune_latent(clmla_context *ctx, const clmla_kernel_tune_optio
 /* Searches the decompressed path's attention tiles for the context's device (attn_prefill_tiled's
    prefill_queries, prefill_keys, prefill_chunk and prefill_tiled 0, or on contexts that run the
    row kernels attn_prefill_rows's prefill_rows_queries) in whole prefill steps of a layer with
-   random weights: V2-Lite's (16 heads, bf16 weights) or V3's (128 heads, fp8), a prompt alone and
-   a chunk after a prefix. result->best is options->from (or the lookup's) with the prefill fields
+   random weights of the preset with options->heads heads, a prompt alone and a chunk after a
+   prefix. result->best is options->from (or the lookup's) with the prefill fields
    of the winner. Returns CLMLA_SUCCESS with *result filled, CLMLA_ERROR_INVALID_ARGUMENT naming the
    field of a bad option (heads other than 16 or 128 among them), or the status of the step that
    failed. */
@@ -477,8 +474,8 @@ typedef struct clmla_product_tune_result {
 
 /* Searches the product kernels' parameters for products of K = k's class (k <= 4096 "small", else
    "large"): the decode-shaped kernels the context runs (gemm_packed_rows on the CPU forms,
-   gemm_skinny_nt on the work-group forms) at 1 row of x on V2-Lite's and V3's projections of that
-   class in f32, bf16 and fp8; then on the CPU forms gemm_tiled_rows's tiles at prefill rows, and on
+   gemm_skinny_nt on the work-group forms) at 1 row of x on the presets' projections of that class
+   in f32, bf16 and fp8; then on the CPU forms gemm_tiled_rows's tiles at prefill rows, and on
    the work-group forms (small class) the per-head absorption's K split (skinny_nn_items,
    skinny_nn_slices) in decode steps of layers with random weights. Returns CLMLA_SUCCESS with
    *result filled, CLMLA_ERROR_INVALID_ARGUMENT naming a bad option or k 0, or the status of the
