@@ -33,12 +33,7 @@ def model_v2_lite(layers):
                          "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1,
                          "mscale": 0.707, "mscale_all_dim": 0.707},
         tie_word_embeddings=False, pad_token_id=0)
-    torch.manual_seed(0)
-    m = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").eval()
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            p.copy_(1.0 + 0.1 * torch.randn_like(p) if "norm" in name else torch.randn_like(p) / p.shape[-1] ** 0.5)
-    return m
+    return clmla.hf.random_model(cfg, norm_std=0.1)
 
 
 def timed_decode(model, prompt, steps):

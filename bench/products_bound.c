@@ -347,23 +347,12 @@ static void *thread_main(void *arg)
     job *jb = arg;
     int n0, n1;
     share(jb, &n0, &n1);
-    switch (jb->kind) {
-    case READ:
-        run_read(jb, n0, n1);
-        break;
-    case READ_FMA:
-        run_read_fma(jb, n0, n1);
-        break;
-    case WALK:
-        run_walk(jb, n0, n1);
-        break;
-    case STREAMS:
-        run_streams(jb, n0, n1);
-        break;
-    default:
+    static void (*const run[CASES])(job *, int, int) = {
+        [READ] = run_read, [READ_FMA] = run_read_fma, [WALK] = run_walk, [STREAMS] = run_streams};
+    if (run[jb->kind])
+        run[jb->kind](jb, n0, n1);
+    else /* PAIRS, PAIRS_PF */
         run_pairs(jb, n0, n1, jb->kind == PAIRS_PF ? jb->prefetch_lines : 0);
-        break;
-    }
     return NULL;
 }
 

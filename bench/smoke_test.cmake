@@ -10,6 +10,17 @@
 # last-level cache before every sample was most of the test's time.
 #   cmake -DBENCH=path/to/clmla-bench -DCLMLA=path/to/clmla -DOUT=file.json -P smoke_test.cmake
 
+# Row `i` of the JSON array `json` has each field named after `mode` (NOT_NULL: and none is null);
+# a missing one fails the test, naming `where` and the field.
+function(require_fields json i where mode)
+  foreach(field IN LISTS ARGN)
+    string(JSON type ERROR_VARIABLE field_error TYPE "${json}" ${i} ${field})
+    if(field_error OR (mode STREQUAL "NOT_NULL" AND type STREQUAL "NULL"))
+      message(FATAL_ERROR "${where}: field ${field} missing or null ${field_error}")
+    endif()
+  endforeach()
+endfunction()
+
 # Every row of the JSON array `json` (read from `file`) has a bound: bound_ms and of_bound positive,
 # bound_by bw or flops, from the peaks named by peaks_source.
 function(check_bounds json file source)
@@ -18,12 +29,7 @@ function(check_bounds json file source)
   foreach(i RANGE ${last})
     string(JSON phase GET "${json}" ${i} phase)
     string(JSON path GET "${json}" ${i} path)
-    foreach(field peaks_source bound_ms bound_by of_bound)
-      string(JSON type ERROR_VARIABLE field_error TYPE "${json}" ${i} ${field})
-      if(field_error OR type STREQUAL "NULL")
-        message(FATAL_ERROR "${file} row ${i} (${phase} ${path}): ${field} missing or null ${field_error}")
-      endif()
-    endforeach()
+    require_fields("${json}" ${i} "${file} row ${i} (${phase} ${path})" NOT_NULL peaks_source bound_ms bound_by of_bound)
     string(JSON peaks GET "${json}" ${i} peaks_source)
     string(JSON bound_ms GET "${json}" ${i} bound_ms)
     string(JSON bound_by GET "${json}" ${i} bound_by)
@@ -74,14 +80,9 @@ if(NOT rows EQUAL 10)
 endif()
 math(EXPR last "${rows} - 1")
 foreach(i RANGE ${last})
-  foreach(field device vendor driver preset phase path batch ctx weights_dtype cache_dtype median_ms min_ms max_ms
-                tokens_per_s bytes weight_bytes gbs gflops frac_peak_bw frac_peak_flops cache_mib mha_cache_mib
-                peaks_source bound_ms bound_by of_bound)
-    string(JSON value ERROR_VARIABLE field_error GET "${json}" ${i} ${field})
-    if(field_error)
-      message(FATAL_ERROR "row ${i} has no field ${field}: ${field_error}")
-    endif()
-  endforeach()
+  require_fields("${json}" ${i} "row ${i}" ANY device vendor driver preset phase path batch ctx weights_dtype
+                 cache_dtype median_ms min_ms max_ms tokens_per_s bytes weight_bytes gbs gflops frac_peak_bw
+                 frac_peak_flops cache_mib mha_cache_mib peaks_source bound_ms bound_by of_bound)
   string(JSON path GET "${json}" ${i} path)
   string(JSON dtype GET "${json}" ${i} cache_dtype)
   string(JSON error GET "${json}" ${i} check_rel_error)

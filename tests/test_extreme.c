@@ -208,10 +208,7 @@ static void latent_case(int heads, int n_keys, double magnitude, double shift, c
         }
         CHECK(worst <= 1e-5, "%s token %d: lse relative error %.3g", what, t, worst);
     }
-    cl_mem bufs[] = {qlb, qrb, table, tsb, tcb, outb, lseb};
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
-        if (bufs[i])
-            clReleaseMemObject(bufs[i]);
+    RELEASE_MEMS(qlb, qrb, table, tsb, tcb, outb, lseb);
     clmla_cache_destroy(cache);
     free(rows);
     free(ql);

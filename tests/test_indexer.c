@@ -376,11 +376,7 @@ static void batch_make(batch *b, const key_pool *p, int H, int T, const int *ctx
 
 static void batch_free(batch *b)
 {
-    free(b->table);
-    free(b->q);
-    free(b->w);
-    free(b->ref);
-    free(b->eps);
+    FREE_ALL(b->table, b->q, b->w, b->ref, b->eps);
 }
 
 /* Runs indexer_scores for the batch (scores with a row stride of max_ctx + 3, from offset 2, the

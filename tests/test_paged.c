@@ -232,12 +232,7 @@ typedef struct call {
 
 static void call_free(call *c)
 {
-    free(c->q);
-    free(c->seqlens);
-    free(c->indices);
-    free(c->positions);
-    free(c->out);
-    free(c->lse);
+    FREE_ALL(c->q, c->seqlens, c->indices, c->positions, c->out, c->lse);
     memset(c, 0, sizeof(*c));
 }
 
@@ -420,14 +415,8 @@ static void run_own(const call *c, const fixture *f, float *out, float *lse)
         CHECK_STATUS(clmla_attention_latent(f->cache, 0, &a, NULL), CLMLA_SUCCESS, ctx);
     clEnqueueReadBuffer(clmla_context_queue(ctx), bout, CL_TRUE, 0, T * H * rkv * 4, out, 0, NULL, NULL);
     clEnqueueReadBuffer(clmla_context_queue(ctx), blse, CL_TRUE, 0, T * H * 4, lse, 0, NULL, NULL);
-    cl_mem all[] = {bql, bqr, table, bseq, bctx, bout, blse, idx};
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-        if (all[i])
-            clReleaseMemObject(all[i]);
-    free(ql);
-    free(qr);
-    free(seq);
-    free(ctxl);
+    RELEASE_MEMS(bql, bqr, table, bseq, bctx, bout, blse, idx);
+    FREE_ALL(ql, qr, seq, ctxl);
 }
 
 /* The bounds on a case's worst output and lse errors from float64, and on its count of values

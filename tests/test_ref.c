@@ -6,6 +6,7 @@
  */
 #include "indexer_ref.h"
 #include "mla_ref.h"
+#include "free_all.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -136,14 +137,7 @@ static layer make_layer(const mla_ref_config *cfg, uint64_t seed)
 
 static void free_layer(layer *L)
 {
-    free(L->q_a_proj);
-    free(L->q_a_layernorm);
-    free(L->q_b_proj);
-    free(L->q_proj);
-    free(L->kv_a);
-    free(L->kv_a_ln);
-    free(L->kv_b);
-    free(L->o_proj);
+    FREE_ALL(L->q_a_proj, L->q_a_layernorm, L->q_b_proj, L->q_proj, L->kv_a, L->kv_a_ln, L->kv_b, L->o_proj);
 }
 
 /* T x D input tokens, U(-1, 1). */

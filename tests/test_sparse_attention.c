@@ -376,10 +376,7 @@ static void run_case(const pool *p, int H, int topk, const tok *toks, int T, int
         free(lse_got);
         free(lse_want);
     }
-    cl_mem bufs[] = {ql_buf, qr_buf, idx_buf, seq_buf, len_buf, out_buf, lse_buf};
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
-        if (bufs[i])
-            clReleaseMemObject(bufs[i]);
+    RELEASE_MEMS(ql_buf, qr_buf, idx_buf, seq_buf, len_buf, out_buf, lse_buf);
     free(ql);
     free(qr);
     free(list);

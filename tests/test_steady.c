@@ -163,50 +163,22 @@ CL_API_ENTRY cl_int CL_API_CALL clCreateKernelsInProgram(cl_program program, cl_
 }
 
 /* The allocators, wrapped at link time (-Wl,--wrap=NAME: calls of NAME in this program's objects
-   and the static library's come here, __real_NAME is libc's). */
-void *__real_malloc(size_t size);
-void *__real_calloc(size_t count, size_t size);
-void *__real_realloc(void *ptr, size_t size);
-int __real_posix_memalign(void **ptr, size_t alignment, size_t size);
-void *__real_aligned_alloc(size_t alignment, size_t size);
-char *__real_strdup(const char *s);
-void *__wrap_malloc(size_t size);
-void *__wrap_calloc(size_t count, size_t size);
-void *__wrap_realloc(void *ptr, size_t size);
-int __wrap_posix_memalign(void **ptr, size_t alignment, size_t size);
-void *__wrap_aligned_alloc(size_t alignment, size_t size);
-char *__wrap_strdup(const char *s);
-
-void *__wrap_malloc(size_t size)
-{
-    host_allocs += watching;
-    return __real_malloc(size);
-}
-void *__wrap_calloc(size_t count, size_t size)
-{
-    host_allocs += watching;
-    return __real_calloc(count, size);
-}
-void *__wrap_realloc(void *ptr, size_t size)
-{
-    host_allocs += watching;
-    return __real_realloc(ptr, size);
-}
-int __wrap_posix_memalign(void **ptr, size_t alignment, size_t size)
-{
-    host_allocs += watching;
-    return __real_posix_memalign(ptr, alignment, size);
-}
-void *__wrap_aligned_alloc(size_t alignment, size_t size)
-{
-    host_allocs += watching;
-    return __real_aligned_alloc(alignment, size);
-}
-char *__wrap_strdup(const char *s)
-{
-    host_allocs += watching;
-    return __real_strdup(s);
-}
+   and the static library's come here, __real_NAME is libc's): each counts the call while watching,
+   then calls libc's. */
+#define WRAP_ALLOC(ret, name, params, args) \
+    ret __real_##name params;               \
+    ret __wrap_##name params;               \
+    ret __wrap_##name params                \
+    {                                       \
+        host_allocs += watching;            \
+        return __real_##name args;          \
+    }
+WRAP_ALLOC(void *, malloc, (size_t size), (size))
+WRAP_ALLOC(void *, calloc, (size_t count, size_t size), (count, size))
+WRAP_ALLOC(void *, realloc, (void *ptr, size_t size), (ptr, size))
+WRAP_ALLOC(int, posix_memalign, (void **ptr, size_t alignment, size_t size), (ptr, alignment, size))
+WRAP_ALLOC(void *, aligned_alloc, (size_t alignment, size_t size), (alignment, size))
+WRAP_ALLOC(char *, strdup, (const char *s), (s))
 
 /* What one watched pass made. */
 typedef struct watch {
@@ -690,16 +662,9 @@ typedef struct latent_data {
 
 static void latent_free(latent_data *d)
 {
-    cl_mem m[] = {d->ckv_b, d->kr_b, d->q_lat_b, d->q_rope_b, d->out_b, d->lse_b, d->table_b, d->seq_b, d->ctx_b, d->idx_b};
-    for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++)
-        if (m[i])
-            clReleaseMemObject(m[i]);
-    free(d->ckv);
-    free(d->kr);
-    free(d->q_lat);
-    free(d->q_rope);
-    free(d->token_seq);
-    free(d->token_ctx);
+    RELEASE_MEMS(d->ckv_b, d->kr_b, d->q_lat_b, d->q_rope_b, d->out_b, d->lse_b, d->table_b, d->seq_b, d->ctx_b,
+                 d->idx_b);
+    FREE_ALL(d->ckv, d->kr, d->q_lat, d->q_rope, d->token_seq, d->token_ctx);
 }
 
 static cl_mem device_copy(const void *host, size_t bytes)

@@ -6,6 +6,7 @@
 #define CLMLA_TEST_UTIL_H
 
 #include "clmla.h"
+#include "free_all.h"
 #include "mla_ref.h"
 
 #include <stddef.h>

@@ -25,11 +25,7 @@ config = transformers.DeepseekV3Config(
                      "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1,
                      "mscale": 1.0, "mscale_all_dim": 1.0},
     tie_word_embeddings=False, pad_token_id=0)
-torch.manual_seed(0)
-model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-with torch.no_grad():
-    for name, p in model.named_parameters():
-        p.copy_(1.0 + 0.2 * torch.randn_like(p) if "norm" in name else 0.05 * torch.randn_like(p))
+model = clmla.hf.random_model(config, std=0.05)
 model.generation_config.eos_token_id = None
 model.generation_config.pad_token_id = 0
 

@@ -20,11 +20,7 @@ BASE = dict(TINY_DEEPSEEK, vocab_size=48, num_hidden_layers=2, pad_token_id=0)
 
 def tiny(model_type="deepseek_v3", seed=0, **kw):
     cfg = transformers.AutoConfig.for_model(model_type, **dict(BASE, **kw))
-    torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(1.0 + 0.2 * torch.randn_like(p) if "norm" in name else 0.1 * torch.randn_like(p))
+    model = clmla.hf.random_model(cfg, seed=seed, std=0.1)
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
     return model

@@ -27,7 +27,7 @@ import numpy as np
 
 from ._core import Cache, Context, Layer, LayerConfig, Model, _ctx, _invalid
 
-__all__ = ["attach", "detach", "attention_modules"]
+__all__ = ["attach", "detach", "attention_modules", "random_model"]
 
 _CACHE_DTYPES = ("f32", "f16", "bf16", "fp8")
 # transformers' MLA attention modules all hold these projections
@@ -209,3 +209,20 @@ def detach(model):
     model._clmla_attached = None
     return model
 
+
+
+def random_model(config, *, seed: int = 0, std: Optional[float] = None, norm_std: float = 0.2):
+    """A transformers causal LM of ``config`` (eager attention, eval mode) with random weights,
+    for trying clmla without a checkpoint: each norm's weight is 1 + norm_std * N(0, 1), every other
+    parameter std * N(0, 1) (std None: 1 / sqrt of the parameter's last dimension), drawn after
+    ``torch.manual_seed(seed)``. Returns the model."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            scale = std if std is not None else p.shape[-1] ** -0.5
+            p.copy_(1.0 + norm_std * torch.randn_like(p) if "norm" in name else scale * torch.randn_like(p))
+    return model
