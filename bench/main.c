@@ -25,7 +25,7 @@ typedef struct name_list {
 typedef struct options {
     const char *device, *preset, *json, *peaks;
     const char *phase, *ctx, *batch, *path, *dtype, *wdtype, *flush, *q_len, *prefix;
-    int quick, peak, no_peak, check, warm_cache, block_tokens, seed, topk, help, version;
+    int quick, peak, no_peak, check, warm_cache, block_tokens, seed, topk, flush_mib, help, version;
     double max_mem_mib, max_time;
     int dims[7]; /* hidden, heads, q-lora-rank, kv-lora-rank, nope-dim, rope-dim, v-dim; -1 = preset's */
 } options;
@@ -49,7 +49,7 @@ static const option_name text_options[] = {
     OPTION("cache-dtype", dtype), OPTION("weights-dtype", wdtype), OPTION("flush", flush), OPTION("q-len", q_len),
     OPTION("prefix", prefix)};
 static const option_name number_options[] = {OPTION("block-tokens", block_tokens), OPTION("seed", seed),
-                                             OPTION("topk", topk)};
+                                             OPTION("topk", topk), OPTION("flush-mib", flush_mib)};
 static const option_name real_options[] = {OPTION("max-mem", max_mem_mib), OPTION("max-time", max_time)};
 
 /* The field of o that option key names among the n of table, or NULL. */
@@ -126,6 +126,7 @@ static void usage(FILE *out)
             "                       so that a cache that fits in the last-level cache is not read from it)\n"
             "  --flush read|write   how: read 4x the last-level cache on every compute unit, or write as much\n"
             "                       from the queue (triton's do_bench; leaves that many dirty lines) (default write)\n"
+            "  --flush-mib N        the flush's size in MiB (default, or 0: 4x the last-level cache, at least 64)\n"
             "  --block-tokens N     tokens per cache block (default 64)\n"
             "  --topk N             decode, sparse and indexer: positions each query token attends to / selects\n"
             "                       (default 2048, DSA's)\n"
@@ -554,6 +555,8 @@ int main(int argc, char **argv)
         cl_ulong llc = 0;
         clGetDeviceInfo(dev.device, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof(llc), &llc, NULL);
         dev.flush_bytes = (size_t)llc * 4 > ((size_t)64 << 20) ? (size_t)llc * 4 : ((size_t)64 << 20);
+        if (o.flush_mib > 0)
+            dev.flush_bytes = (size_t)o.flush_mib << 20;
         if (dev.flush_bytes > dev.info.max_alloc_bytes)
             dev.flush_bytes = (size_t)dev.info.max_alloc_bytes;
         dev.flush_buffer = bench_buffer(&dev, dev.flush_bytes, "cache flush buffer");

@@ -6,8 +6,8 @@
 # none), that the cold-start rows count the programs they build or load, and that --phase peak
 # gives its five rows (the limits and a call's floor). Timings are never
 # asserted, only that the bound and its fraction are positive. The runs keep the device's caches
-# warm (--warm-cache) but for the one whose check is the flush's header: a flush of 4x the
-# last-level cache before every sample was most of the test's time.
+# warm (--warm-cache) but for the one whose check is the flush's header, which flushes 80 MiB: a
+# flush of 4x the last-level cache before every sample was most of the test's time.
 #   cmake -DBENCH=path/to/clmla-bench -DCLMLA=path/to/clmla -DOUT=file.json -P smoke_test.cmake
 
 # Row `i` of the JSON array `json` has each field named after `mode` (NOT_NULL: and none is null);
@@ -128,12 +128,13 @@ if(NOT out MATCHES "q-len 3; check")
 endif()
 message(STATUS "bench_smoke: multi-token decode rows agree with the host result")
 
-# The products phase with the caches flushed by a read: the header says so (one dtype and row count,
-# since a read of 4x the last-level cache before every call is most of the phase's time).
+# The products phase with the caches flushed by a read of a size given: the header says so (one dtype
+# and row count, and a small flush: a read of 4x the last-level cache before every call would be
+# most of the phase's time).
 run_bench("--phase products --flush read" --quick --phase products --batch 1 --weights-dtype f32 --max-time 0.2
-          --flush read --no-peak)
-if(NOT out MATCHES "caches flushed before every call \\(a read of the flush size")
-  message(FATAL_ERROR "--flush read: the header does not say the flush is a read:\n${out}")
+          --flush read --flush-mib 80 --no-peak)
+if(NOT out MATCHES "caches flushed before every call \\(a read of the flush size" OR NOT out MATCHES "\nflush +80 MiB")
+  message(FATAL_ERROR "--flush read --flush-mib 80: the header does not say the flush is a read of 80 MiB:\n${out}")
 endif()
 # Every projection of the shape with 1 and 3 rows, weights given to clmla_linear in three dtypes,
 # each checked against float64 of the weights the dtype denotes by the bench itself (it fails on an
@@ -269,7 +270,7 @@ message(STATUS "bench_smoke: cold start rows (build, cache) with their parts and
 
 # --phase peak: the four limits and the floor of a call, a row each; the floor has no bytes or
 # FLOPs, so no bound (its median is only required to be there).
-run_bench("--phase peak" --quick --phase peak --max-time 0.2 --json ${OUT}.peak.json)
+run_bench("--phase peak" --quick --phase peak --max-time 0.2 --warm-cache --json ${OUT}.peak.json)
 if(NOT out MATCHES "a call's floor [0-9.]+ ms")
   message(FATAL_ERROR "clmla-bench --phase peak printed no call's floor:\n${out}")
 endif()
@@ -293,6 +294,8 @@ expect_bench_refused("--peak --no-peak" "--no-peak contradicts --peak" --phase d
 
 # A flush that is neither read nor write is refused, with the choices named.
 expect_bench_refused("--flush sideways" "--flush is read or write, got 'sideways'" --phase products --flush sideways)
+expect_bench_refused("--flush-mib -5" "--flush-mib expects a non-negative integer, got '-5'" --phase products
+                     --flush-mib -5)
 
 # So is a weights dtype that does not exist.
 expect_bench_refused("--weights-dtype f32,bf8" "--weights-dtype: 'bf8' is not one of auto f32 f16 bf16 fp8"
