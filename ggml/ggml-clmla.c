@@ -37,13 +37,19 @@ typedef struct clmla_ggml_device {
     /* what the backend ran, logged when the backend is freed */
     uint64_t nodes, query_rows;
     /* FLASH_ATTN_EXT over fewer KV rows is declined (left to the CPU backend, whose cost per node
-       is lower): CLMLA_GGML_MIN_KV, else CLMLA_GGML_CPU_MIN_KV on a CPU device, 0 on others */
-    int min_kv;
+       is lower): CLMLA_GGML_MIN_KV, else CLMLA_GGML_CPU_MIN_KV on a CPU device, 0 on others; and,
+       without CLMLA_GGML_MIN_KV on a CPU device, over fewer than kv_per_query KV rows per query
+       token (CLMLA_GGML_CPU_KV_PER_QUERY; 0: no such rule) */
+    int min_kv, kv_per_query;
 } clmla_ggml_device;
 
 /* The default of min_kv on a CPU device: over fewer KV rows (the first tokens of a generation) the
    call's fixed cost is more than the CPU backend's whole node (docs/LLAMA_CPP.md). */
 #define CLMLA_GGML_CPU_MIN_KV 512
+/* and of kv_per_query: a prefill node (many query tokens over few more keys) costs the latent
+   kernels, which take each query token's keys apart, more than the CPU backend's tiled node
+   (docs/LLAMA_CPP.md: 512 query tokens over 512 keys) */
+#define CLMLA_GGML_CPU_KV_PER_QUERY 3
 
 static clmla_ggml_device g_device;
 static struct ggml_backend_device g_dev;
@@ -528,7 +534,8 @@ static bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op
 {
     const clmla_ggml_device *d = dev->context;
     fa_shape s;
-    return d->ctx && (empty_op(op->op) || (fa_shape_of(op, &s) && s.kv >= d->min_kv));
+    return d->ctx && (empty_op(op->op) || (fa_shape_of(op, &s) && s.kv >= d->min_kv &&
+                                           (int64_t)s.kv >= (int64_t)d->kv_per_query * s.tokens));
 }
 
 static bool dev_supports_buft(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft)
@@ -620,6 +627,7 @@ static ggml_backend_reg_t clmla_ggml_reg(void)
             clmla_context_device(d->ctx, &info);
             snprintf(d->description, sizeof(d->description), "clmla %s on %s", clmla_version_string(), info.name);
             d->min_kv = info.kind == CLMLA_DEVICE_KIND_CPU ? CLMLA_GGML_CPU_MIN_KV : 0;
+            d->kv_per_query = info.kind == CLMLA_DEVICE_KIND_CPU ? CLMLA_GGML_CPU_KV_PER_QUERY : 0;
             const char *env = getenv("CLMLA_GGML_MIN_KV");
             if (env && *env) {
                 char *end = NULL;
@@ -628,7 +636,7 @@ static ggml_backend_reg_t clmla_ggml_reg(void)
                     GGML_LOG_WARN("%s: CLMLA_GGML_MIN_KV must be a count of KV rows, 0 or more, not \"%s\"; using %d\n",
                                   CLMLA_GGML_NAME, env, d->min_kv);
                 else
-                    d->min_kv = (int)v;
+                    d->min_kv = (int)v, d->kv_per_query = 0;
             }
         }
         g_dev.iface = device_iface;
