@@ -39,9 +39,8 @@ extern "C" {
 /* ---- CLBlast tuning ------------------------------------------------------------------------ */
 
 /* CLBlast's Xgemm kernel (its SGEMM for every size above CLBlast's direct-kernel threshold) has 16
-   tuning parameters. CLBlast ships tuned values for many GPUs and generic ones for other devices,
-   which can be far off (docs/perf-log.md, "CLBlast tuning"). An entry holds the values found for
-   one device. Only when asked to (the context option clblast_tuning, or CLMLA_CLBLAST_TUNING, set
+   tuning parameters. CLBlast ships tuned values for many GPUs and generic ones for other devices.
+   An entry holds the values found for one device. Only when asked to (the context option clblast_tuning, or CLMLA_CLBLAST_TUNING, set
    to a file or "auto"; the clmla commands and clmla-bench ask for "auto") does context creation
    apply the entry matching the device's vendor and name with CLBlastOverrideParameters, which
    CLBlast keeps per device for the whole process (every CLBlast SGEMM on that device then uses
@@ -140,8 +139,7 @@ typedef struct clmla_latent_tuning {
     int group_max_items;     /* attn_latent: most work-items per group (NT), a power of two 4..1024 (128) */
     int group_groups_per_cu; /* attn_latent: work-groups wanted per compute unit when splitting keys, 1..64 (8) */
     /* attn_latent's queries in local memory (QLAYOUT): 0 [head][row]; 1 [row][4][head quad]
-       (default), so that the items scoring one key read adjacent float4s, which on GPUs with 32
-       four-byte banks removes a four-way bank conflict of layout 0 */
+       (default), so that the items scoring one key read adjacent float4s of local memory */
     int group_query_layout;
     /* attn_latent's multi-token decode: the most query tokens of one sequence a work-group takes
        together, its heads then (token, head) pairs, so that the cache rows are read once for all of
@@ -186,7 +184,7 @@ typedef struct clmla_latent_tuning {
     int group_aligned;
     /* CPU devices: 1 runs attn_latent_lanes in place of attn_latent_rows, 16 heads per work-item in
        the lanes of one 16-wide vector (queries and accumulators stored transposed, each cache value
-       broadcast to the 16 heads), for cores with 512-bit vectors; rows_heads is then 16 whatever its
+       broadcast to the 16 heads), for 16-float vectors; rows_heads is then 16 whatever its
        value, and a group of fewer heads computes the missing lanes for nothing, so calls with fewer
        than 16 heads keep attn_latent_rows. 2: the same with two vectors, 32 heads per work-item,
        each cache value feeding two FMAs, for calls of 32 heads or more; with 16 to 31 heads, two
@@ -202,16 +200,16 @@ typedef struct clmla_latent_tuning {
     /* 1 runs attn_latent_mma in place of attn_latent over a cache of any dtype (rkv a multiple of
        256 and rkv + dr of 32, every preset of docs/MODELS.md; up to 16 heads a work-group, or with
        multi-token decode 16 heads times tokens; dense or sparse; elsewhere attn_latent runs): both
-       products of a tile through mma.sync in inline PTX (compute capability 8.0 and later). Over bf16 and fp8 (whose e4m3 codes are bf16 values; the scales are
-       applied outside the products) the queries and the softmax weights are each split into two
-       bf16 terms (about 16 significant bits kept); over f16 into two f16 terms (about 22), each
+       products of a tile through mma.sync in inline PTX, where the device has it. Over bf16 and fp8
+       (whose e4m3 codes are bf16 values; the scales are applied outside the products) the queries
+       and the softmax weights are each split into two bf16 terms; over f16 into two f16 terms, each
        query row first scaled into f16's range by a power of two; over f32 every operand into two
-       tf32 terms, three products each (3xTF32, about 21 bits); sums in float32. Other devices run
+       tf32 terms, three products each; sums in float32 (the precision kept: docs/DESIGN.md). Other devices run
        the same kernel with each product computed by its work-items (CPUs, so that the tests check
        it) or keep attn_latent (GPUs without it). Experimental; 0 (default): attn_latent. */
     int group_mma;
-    /* 1 builds attn_latent with -cl-intel-256-GRF-per-thread (256 registers a thread, half as many
-       threads an EU) on GPUs whose vendor string names Intel; 0 (default): the compiler's choice.
+    /* 1 builds attn_latent with -cl-intel-256-GRF-per-thread (more registers a thread, fewer threads)
+       on GPUs whose vendor string names Intel; 0 (default): the compiler's choice.
        Other devices do not read it. */
     int group_large_grf;
 } clmla_latent_tuning;
