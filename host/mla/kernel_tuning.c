@@ -659,59 +659,112 @@ static clmla_status save(const kernel_kind *k, const char *path, const clmla_dev
 
 /* ---- the API of each kind ------------------------------------------------------------------------ */
 
-/* The public functions of kind K (latent, product) whose entries are keyed by the class CLS, computed
-   from the argument CLS_NAME of type CLS_T; CLS_BAD refuses an argument, and LOOKUP_WHY ends the
-   lookup's refusal. */
-#define KIND_API(K, CLS_T, CLS_NAME, CLS, CLS_BAD, LOOKUP_WHY)                                                       \
-    void clmla_##K##_tuning_defaults(clmla_##K##_tuning *tuning)                                                     \
-    {                                                                                                                \
-        if (tuning)                                                                                                  \
-            *tuning = K##_defaults;                                                                                  \
-    }                                                                                                                \
-    clmla_status clmla_##K##_tuning_check(const clmla_##K##_tuning *tuning, const char **why)                        \
-    {                                                                                                                \
-        return refuse_illegal(&K##_kind, NULL, tuning, why);                                                         \
-    }                                                                                                                \
-    int clmla_##K##_tuning_parse(const char *text, K##_entry_list *out, char *why, size_t why_size)                  \
-    {                                                                                                                \
-        return list_parse(&K##_kind, text, out, why, why_size);                                                      \
-    }                                                                                                                \
-    void clmla_##K##_tuning_list_free(K##_entry_list *list)                                                          \
-    {                                                                                                                \
-        list_free(list);                                                                                             \
-    }                                                                                                                \
-    int clmla_##K##_tuning_resolve(const K##_entry_list *user, const char *user_src, const clmla_device_info *device, \
-                                   CLS_T CLS_NAME, clmla_##K##_tuning *tuning, const char **source)                  \
-    {                                                                                                                \
-        return resolve(&K##_kind, user, user_src, device, CLS, tuning, source);                                      \
-    }                                                                                                                \
-    clmla_status clmla_##K##_tuning_lookup(const clmla_device_info *device, CLS_T CLS_NAME,                          \
-                                           clmla_##K##_tuning *tuning, const char **source)                          \
-    {                                                                                                                \
-        if (!device || !tuning || (CLS_BAD))                                                                         \
-            return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT,                                                    \
-                              "clmla_" #K "_tuning_lookup: NULL argument" LOOKUP_WHY);                               \
-        return lookup(&K##_kind, device, CLS, tuning, source);                                                       \
-    }                                                                                                                \
-    void clmla_##K##_tuning_for(const clmla_context *ctx, CLS_T CLS_NAME, clmla_##K##_tuning *tuning)                \
-    {                                                                                                                \
-        if (ctx->K##_forced_set)                                                                                     \
-            *tuning = ctx->K##_forced;                                                                               \
-        else                                                                                                         \
-            for_context(&K##_kind, ctx, CLS, tuning);                                                                \
-    }                                                                                                                \
-    clmla_status clmla_##K##_tuning_save(const char *path, const clmla_device_info *device, CLS_T CLS_NAME,          \
-                                         const clmla_##K##_tuning *tuning, const char *note)                         \
-    {                                                                                                                \
-        if (!path || !*path || !device || !tuning || (CLS_BAD))                                                      \
-            return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_" #K "_tuning_save: NULL or empty argument"); \
-        if (refuse_illegal(&K##_kind, NULL, tuning, NULL) != CLMLA_SUCCESS)                                          \
-            return CLMLA_ERROR_INVALID_ARGUMENT;                                                                     \
-        return save(&K##_kind, path, device, CLS, tuning, note);                                                     \
-    }
+void clmla_latent_tuning_defaults(clmla_latent_tuning *tuning)
+{
+    if (tuning)
+        *tuning = latent_defaults;
+}
 
-KIND_API(latent, int, num_heads, num_heads, num_heads < 0, " or heads < 0")
-KIND_API(product, size_t, k, clmla_product_k_class(k), 0, "")
+clmla_status clmla_latent_tuning_check(const clmla_latent_tuning *tuning, const char **why)
+{
+    return refuse_illegal(&latent_kind, NULL, tuning, why);
+}
+
+int clmla_latent_tuning_parse(const char *text, latent_entry_list *out, char *why, size_t why_size)
+{
+    return list_parse(&latent_kind, text, out, why, why_size);
+}
+
+void clmla_latent_tuning_list_free(latent_entry_list *list)
+{
+    list_free(list);
+}
+
+int clmla_latent_tuning_resolve(const latent_entry_list *user, const char *user_src, const clmla_device_info *device,
+                                int num_heads, clmla_latent_tuning *tuning, const char **source)
+{
+    return resolve(&latent_kind, user, user_src, device, num_heads, tuning, source);
+}
+
+clmla_status clmla_latent_tuning_lookup(const clmla_device_info *device, int num_heads, clmla_latent_tuning *tuning,
+                                        const char **source)
+{
+    if (!device || !tuning || num_heads < 0)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_latent_tuning_lookup: NULL argument or heads < 0");
+    return lookup(&latent_kind, device, num_heads, tuning, source);
+}
+
+void clmla_latent_tuning_for(const clmla_context *ctx, int num_heads, clmla_latent_tuning *tuning)
+{
+    if (ctx->latent_forced_set)
+        *tuning = ctx->latent_forced;
+    else
+        for_context(&latent_kind, ctx, num_heads, tuning);
+}
+
+clmla_status clmla_latent_tuning_save(const char *path, const clmla_device_info *device, int num_heads,
+                                      const clmla_latent_tuning *tuning, const char *note)
+{
+    if (!path || !*path || !device || !tuning || num_heads < 0)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_latent_tuning_save: NULL or empty argument");
+    if (refuse_illegal(&latent_kind, NULL, tuning, NULL) != CLMLA_SUCCESS)
+        return CLMLA_ERROR_INVALID_ARGUMENT;
+    return save(&latent_kind, path, device, num_heads, tuning, note);
+}
+
+/* The product kind's, keyed by the class of K (clmla_product_k_class). */
+void clmla_product_tuning_defaults(clmla_product_tuning *tuning)
+{
+    if (tuning)
+        *tuning = product_defaults;
+}
+
+clmla_status clmla_product_tuning_check(const clmla_product_tuning *tuning, const char **why)
+{
+    return refuse_illegal(&product_kind, NULL, tuning, why);
+}
+
+int clmla_product_tuning_parse(const char *text, product_entry_list *out, char *why, size_t why_size)
+{
+    return list_parse(&product_kind, text, out, why, why_size);
+}
+
+void clmla_product_tuning_list_free(product_entry_list *list)
+{
+    list_free(list);
+}
+
+int clmla_product_tuning_resolve(const product_entry_list *user, const char *user_src, const clmla_device_info *device,
+                                 size_t k, clmla_product_tuning *tuning, const char **source)
+{
+    return resolve(&product_kind, user, user_src, device, clmla_product_k_class(k), tuning, source);
+}
+
+clmla_status clmla_product_tuning_lookup(const clmla_device_info *device, size_t k, clmla_product_tuning *tuning,
+                                         const char **source)
+{
+    if (!device || !tuning)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_product_tuning_lookup: NULL argument");
+    return lookup(&product_kind, device, clmla_product_k_class(k), tuning, source);
+}
+
+void clmla_product_tuning_for(const clmla_context *ctx, size_t k, clmla_product_tuning *tuning)
+{
+    if (ctx->product_forced_set)
+        *tuning = ctx->product_forced;
+    else
+        for_context(&product_kind, ctx, clmla_product_k_class(k), tuning);
+}
+
+clmla_status clmla_product_tuning_save(const char *path, const clmla_device_info *device, size_t k,
+                                       const clmla_product_tuning *tuning, const char *note)
+{
+    if (!path || !*path || !device || !tuning)
+        return clmla_fail(NULL, CLMLA_ERROR_INVALID_ARGUMENT, "clmla_product_tuning_save: NULL or empty argument");
+    if (refuse_illegal(&product_kind, NULL, tuning, NULL) != CLMLA_SUCCESS)
+        return CLMLA_ERROR_INVALID_ARGUMENT;
+    return save(&product_kind, path, device, clmla_product_k_class(k), tuning, note);
+}
 
 clmla_status clmla_context_set_latent_tuning(clmla_context *ctx, const clmla_latent_tuning *tuning)
 {

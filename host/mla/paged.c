@@ -479,14 +479,11 @@ static clmla_status enqueue_tokens(clmla_paged *p, const ptables *t, const pbuf 
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue paged_tokens");
 }
 
-/* The scratch tables of T query tokens, then the call's buffers made ready (materialize). */
-static clmla_status token_tables(pcall *c, size_t T, cl_mem *token_seq, cl_mem *token_ctx)
+/* The scratch tables of T query tokens. */
+static clmla_status token_tables(clmla_paged *p, size_t T, cl_mem *token_seq, cl_mem *token_ctx)
 {
-    clmla_paged *p = c->p;
     clmla_status st = clmla_scratch(p->ctx, SCRATCH_PAGED_SEQ, T * sizeof(cl_int), token_seq);
-    if (st == CLMLA_SUCCESS)
-        st = clmla_scratch(p->ctx, SCRATCH_PAGED_CTX, T * sizeof(cl_int), token_ctx);
-    return st == CLMLA_SUCCESS ? materialize(c) : st;
+    return st == CLMLA_SUCCESS ? clmla_scratch(p->ctx, SCRATCH_PAGED_CTX, T * sizeof(cl_int), token_ctx) : st;
 }
 
 clmla_status clmla_paged_attention(clmla_paged *p, const clmla_paged_attention_args *a, cl_event *event)
@@ -525,7 +522,7 @@ clmla_status clmla_paged_attention(clmla_paged *p, const clmla_paged_attention_a
     if (t.slots && (st = identity_table(p, a->num_blocks)) != CLMLA_SUCCESS)
         return st;
     cl_mem token_seq = NULL, token_ctx = NULL;
-    if ((st = token_tables(&c, T, &token_seq, &token_ctx)) != CLMLA_SUCCESS)
+    if ((st = token_tables(p, T, &token_seq, &token_ctx)) != CLMLA_SUCCESS || (st = materialize(&c)) != CLMLA_SUCCESS)
         return st;
     if (t.slots) { /* every query sees slot s as position s of one sequence whose table is 0, 1, 2, .. */
         const cl_int zero = 0, all = a->num_blocks * bs;
@@ -613,7 +610,7 @@ clmla_status clmla_paged_index_select(clmla_paged *p, const clmla_paged_index_ar
     if ((st = clmla_index_kernels_for(p->shell, a->num_heads, 0, CLMLA_ROPE_INTERLEAVED, &ik)) != CLMLA_SUCCESS)
         return st;
     cl_mem token_seq = NULL, token_ctx = NULL;
-    if ((st = token_tables(&c, T, &token_seq, &token_ctx)) != CLMLA_SUCCESS)
+    if ((st = token_tables(p, T, &token_seq, &token_ctx)) != CLMLA_SUCCESS || (st = materialize(&c)) != CLMLA_SUCCESS)
         return st;
     st = enqueue_tokens(p, &t, table, lens, token_seq, token_ctx);
     if (st == CLMLA_SUCCESS) {
