@@ -54,5 +54,5 @@ cmake --build "$tree/build" -j"$jobs" --target test-backend-ops llama-completion
 	>"$work/llama-build.log" 2>&1
 cmake -S "$root" -B "$root/build-ggml" -DCMAKE_BUILD_TYPE=Release -DCLMLA_TESTS=OFF -DCLMLA_BENCH=OFF \
 	-DCLMLA_GGML=ON -DCLMLA_GGML_SOURCE="$tree" >"$work/clmla-configure.log" 2>&1
-cmake --build "$root/build-ggml" -j"$jobs" --target ggml-clmla >"$work/clmla-build.log" 2>&1
+cmake --build "$root/build-ggml" -j"$jobs" --target ggml-clmla ggml-clmla-test-masks >"$work/clmla-build.log" 2>&1
 echo "$tree"

@@ -34,22 +34,17 @@ typedef struct clmla_ggml_device {
     /* and of the rows a sparse mask leaves, gathered (fa_compute) */
     void *gather;
     size_t gather_bytes;
-    /* what the backend ran, logged when the backend is freed */
-    uint64_t nodes, query_rows;
+    /* what the backend ran, logged when the backend is freed: nodes, their query rows, and the
+       nodes whose tokens each read their own range of keys (per_token_ranges) */
+    uint64_t nodes, query_rows, ranged;
     /* FLASH_ATTN_EXT over fewer KV rows is declined (left to the CPU backend, whose cost per node
-       is lower): CLMLA_GGML_MIN_KV, else CLMLA_GGML_CPU_MIN_KV on a CPU device, 0 on others; and,
-       without CLMLA_GGML_MIN_KV on a CPU device, over fewer than kv_per_query KV rows per query
-       token (CLMLA_GGML_CPU_KV_PER_QUERY; 0: no such rule) */
-    int min_kv, kv_per_query;
+       is lower): CLMLA_GGML_MIN_KV, else CLMLA_GGML_CPU_MIN_KV on a CPU device, 0 on others */
+    int min_kv;
 } clmla_ggml_device;
 
 /* The default of min_kv on a CPU device: over fewer KV rows (the first tokens of a generation) the
    call's fixed cost is more than the CPU backend's whole node (docs/LLAMA_CPP.md). */
 #define CLMLA_GGML_CPU_MIN_KV 512
-/* and of kv_per_query: a prefill node (many query tokens over few more keys) costs the latent
-   kernels, which take each query token's keys apart, more than the CPU backend's tiled node
-   (docs/LLAMA_CPP.md: 512 query tokens over 512 keys) */
-#define CLMLA_GGML_CPU_KV_PER_QUERY 3
 
 static clmla_ggml_device g_device;
 static struct ggml_backend_device g_dev;
@@ -285,6 +280,34 @@ static enum ggml_status gather_live(clmla_ggml_device *d, const fa_shape *s, con
     return GGML_STATUS_SUCCESS;
 }
 
+/* Where each query token's live keys end at its own place, as in llama.cpp's causal masks (token t
+   of a slice sees the keys up to depth + t), the call is made causal: token t reads keys 0 ..
+   reach - T + t, reach the least length that still gives every token all its live keys (reach[b]:
+   the most, over the slice's tokens, of the token's live keys plus the tokens after it), instead of
+   every token reading up to the slice's last live key (lens). Taken when it reads fewer keys in all
+   and every slice has a live key; lens then become the reaches. Returns 1 when taken. */
+static int per_token_ranges(const fa_shape *s, int32_t *lens, const int32_t *reach, const int *any_live)
+{
+    const int B = s->seqs * s->kv_heads, T = s->tokens;
+    if (T < 2)
+        return 0;
+    double flat = 0, ranged = 0;
+    for (int b = 0; b < B; b++) {
+        if (!any_live[b] || reach[b] > s->kv)
+            return 0;
+        flat += (double)T * lens[b];
+        for (int t = 0; t < T; t++) {
+            const int n = reach[b] - T + 1 + t;
+            ranged += n > 0 ? n : 0;
+        }
+    }
+    if (ranged >= flat)
+        return 0;
+    for (int b = 0; b < B; b++)
+        lens[b] = reach[b];
+    return 1;
+}
+
 /* One FA node: batch B = sequences x KV heads, each one block of K (its slice), its query heads'
    tokens gathered from q, the mask's rows per sequence and token, the output scattered into dst. */
 static enum ggml_status fa_compute(clmla_ggml_device *d, const fa_shape *s)
@@ -298,13 +321,15 @@ static enum ggml_status fa_compute(clmla_ggml_device *d, const fa_shape *s)
     const int max_blocks = s->kv / s->block;
     const size_t tables = (size_t)B * max_blocks * 4, lens_bytes = (size_t)B * 4;
     char *base = scratch(d, up_align(q_bytes) + up_align(out_bytes) + up_align(mask_bytes) + up_align(tables) +
-                                up_align(lens_bytes));
+                                3 * up_align(lens_bytes));
     if (!base)
         return GGML_STATUS_ALLOC_FAILED;
     float *qb = (float *)base, *ob = (float *)(base + up_align(q_bytes));
     uint16_t *mb = (uint16_t *)(base + up_align(q_bytes) + up_align(out_bytes));
     int32_t *table = (int32_t *)(base + up_align(q_bytes) + up_align(out_bytes) + up_align(mask_bytes));
     int32_t *lens = (int32_t *)((char *)table + up_align(tables));
+    int32_t *reach = (int32_t *)((char *)lens + up_align(lens_bytes)); /* per_token_ranges' */
+    int *any_live = (int *)((char *)reach + up_align(lens_bytes));
     const size_t block = (size_t)s->block * s->row_bytes;
     const struct ggml_tensor *q = s->q, *k = s->k, *m = s->mask;
     int32_t most = 0;
@@ -317,7 +342,8 @@ static enum ggml_status fa_compute(clmla_ggml_device *d, const fa_shape *s)
                 most = table[(size_t)b * max_blocks + j] > most ? table[(size_t)b * max_blocks + j] : most;
             }
             lens[b] = s->kv;
-            int live = 0; /* keys up to the last one the mask leaves to some token */
+            int live = 0;    /* keys up to the last one the mask leaves to some token */
+            int32_t far = 0; /* the most of a token's live keys plus the tokens after it */
             for (int t = 0; t < T; t++) {
                 for (int r = 0; r < H; r++) {
                     const char *src = (const char *)q->data + (size_t)t * q->nb[1] + (size_t)(h * H + r) * q->nb[2] +
@@ -330,11 +356,14 @@ static enum ggml_status fa_compute(clmla_ggml_device *d, const fa_shape *s)
                     uint16_t *to = mb + ((size_t)b * T + t) * s->kv;
                     memcpy(to, mrow, (size_t)s->kv * 2);
                     int j = s->kv;
-                    while (j > live && to[j - 1] == HALF_NEG_INF)
+                    while (j > 0 && to[j - 1] == HALF_NEG_INF)
                         j--;
-                    live = j;
+                    live = j > live ? j : live;
+                    far = j + (T - 1 - t) > far ? j + (T - 1 - t) : far;
                 }
             }
+            reach[b] = far;
+            any_live[b] = live > 0;
             /* keys past the last live one add nothing: the call stops there (where none is live, it
                reads them all, as ggml does) */
             if (m && live > 0)
@@ -354,11 +383,13 @@ static enum ggml_status fa_compute(clmla_ggml_device *d, const fa_shape *s)
         if (st != GGML_STATUS_SUCCESS)
             return st;
     }
+    const int causal = m && call == p && per_token_ranges(s, lens, reach, any_live);
     clmla_paged_attention_args a;
     memset(&a, 0, sizeof(a));
     a.batch = B;
     a.seqlen_q = T;
     a.num_heads = H;
+    a.causal = causal;
     memcpy(&a.softmax_scale, s->dst->op_params, sizeof(float));
     a.q.host = qb;
     a.q.bytes = q_bytes;
@@ -381,6 +412,7 @@ static enum ggml_status fa_compute(clmla_ggml_device *d, const fa_shape *s)
         return GGML_STATUS_FAILED;
     }
     d->nodes++;
+    d->ranged += causal;
     d->query_rows += (uint64_t)s->seqs * T * s->q_heads;
     /* dst [rkv, q_heads, tokens, seqs] */
     const struct ggml_tensor *dst = s->dst;
@@ -419,9 +451,10 @@ static void backend_free(ggml_backend_t backend)
     }
     if (d->nodes)
         GGML_LOG_INFO("%s: so far computed %llu FLASH_ATTN_EXT nodes (%llu query "
-                      "rows); host regions used in place %llu, "
+                      "rows, %llu nodes with a key range per token); host regions used in place %llu, "
                       "copied %llu (%.1f MiB)\n",
                       CLMLA_GGML_NAME, (unsigned long long)d->nodes, (unsigned long long)d->query_rows,
+                      (unsigned long long)d->ranged,
                       (unsigned long long)wrapped, (unsigned long long)copied, copied_bytes / 1048576.0);
     free(backend);
 }
@@ -534,8 +567,7 @@ static bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op
 {
     const clmla_ggml_device *d = dev->context;
     fa_shape s;
-    return d->ctx && (empty_op(op->op) || (fa_shape_of(op, &s) && s.kv >= d->min_kv &&
-                                           (int64_t)s.kv >= (int64_t)d->kv_per_query * s.tokens));
+    return d->ctx && (empty_op(op->op) || (fa_shape_of(op, &s) && s.kv >= d->min_kv));
 }
 
 static bool dev_supports_buft(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft)
@@ -627,7 +659,6 @@ static ggml_backend_reg_t clmla_ggml_reg(void)
             clmla_context_device(d->ctx, &info);
             snprintf(d->description, sizeof(d->description), "clmla %s on %s", clmla_version_string(), info.name);
             d->min_kv = info.kind == CLMLA_DEVICE_KIND_CPU ? CLMLA_GGML_CPU_MIN_KV : 0;
-            d->kv_per_query = info.kind == CLMLA_DEVICE_KIND_CPU ? CLMLA_GGML_CPU_KV_PER_QUERY : 0;
             const char *env = getenv("CLMLA_GGML_MIN_KV");
             if (env && *env) {
                 char *end = NULL;
@@ -636,7 +667,7 @@ static ggml_backend_reg_t clmla_ggml_reg(void)
                     GGML_LOG_WARN("%s: CLMLA_GGML_MIN_KV must be a count of KV rows, 0 or more, not \"%s\"; using %d\n",
                                   CLMLA_GGML_NAME, env, d->min_kv);
                 else
-                    d->min_kv = (int)v, d->kv_per_query = 0;
+                    d->min_kv = (int)v;
             }
         }
         g_dev.iface = device_iface;
