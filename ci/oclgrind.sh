@@ -80,23 +80,20 @@ report() {
     fi
 }
 
-# attn_latent_mma's tf32 form with its products emulated is the slowest case by far under every
-# check (about a minute); run 1 runs its bf16 form, which shares every line but the operand
+# attn_latent_mma's tf32 form (three emulated products for each of the others' one) is its slowest
+# case under every check; run 1 runs its bf16 form, which shares every line but the operand
 # splits, and its fp8 form (the weights' terms made only where a scale block begins: what the
 # uninitialised-value checker is for); run 3 runs the tf32 form and the f16 one, which differs
 # from the bf16 one in its conversions and its queries' scaling ("mma: rkv 256 dr 32, 3 heads, 2
 # splits, f32" and "..., f16" in tests/test_kernels.c: the text below picks them and the fp8 case,
-# which it skips, and run 3 fails unless attn_latent_mma ran). Run 3 used to run every case again
-# (190 s of the CI's 30 minutes), but the accesses a kernel makes are its source's, which runs 1
-# and 2 check; LLVM's optimiser drops some, and hoists or widens a load only where it is known to
+# which it skips, and run 3 fails unless attn_latent_mma ran). Run 3 does not run every case again:
+# the accesses a kernel makes are its source's, which runs 1 and 2 check; LLVM's optimiser drops some, and hoists or widens a load only where it is known to
 # be in bounds.
 mma_left="mma: rkv 256 dr 32, 3 heads, 2 splits, f"
 every_check="--check-api --data-races --uninitialized --local-mem-size 32768 --build-options -cl-opt-disable"
-# The runs are six processes side by side, one thread each (OCLGRIND_NUM_THREADS): run 1 is four
-# of them, the latent group but for attn_latent_mma, attn_latent_mma's bf16 case and its fp8 case
-# (the longest, minutes each under every check), and the other three groups. On 2 cores
-# (2026-11-29): 498 s so (392 s as five processes, before the fp8 case joined run 1; 442 s as four
-# processes of two threads; about 500 s one run after another).
+# The runs are processes side by side, one thread each (OCLGRIND_NUM_THREADS): run 1 is four of
+# them, the latent group but for attn_latent_mma, attn_latent_mma's bf16 case and its fp8 case, and
+# the other three groups (docs/perf-log.md has their times).
 mma_bf16="mma: rkv 256 dr 32, 3 heads, 2 splits, bf16"
 mma_fp8="mma: rkv 256 dr 32, 3 heads, 2 splits, fp8"
 # shellcheck disable=SC2086

@@ -229,6 +229,24 @@ inline float mma_operand(const uint x, const int sub)
     return as_float(x & 0xFFFFE000u);
 #endif
 }
+/* s += the products of a register of A and one of B, value by value (sub 0 first) */
+#if defined(MMA16) && !defined(CACHE_F16)
+/* bf16: the low half's value is the register shifted up, the high half's the register with its low
+   half cleared (dt_bf16's conversion, written out) */
+#define MMA_TERMS(s, a, b)                                                                          \
+    do {                                                                                            \
+        s = fma(as_float((a) << 16), as_float((b) << 16), s);                                       \
+        s = fma(as_float((a) & 0xFFFF0000u), as_float((b) & 0xFFFF0000u), s);                       \
+    } while (0)
+#elif defined(MMA16)
+#define MMA_TERMS(s, a, b)                                                                          \
+    do {                                                                                            \
+        s = fma(mma_operand(a, 0), mma_operand(b, 0), s);                                           \
+        s = fma(mma_operand(a, 1), mma_operand(b, 1), s);                                           \
+    } while (0)
+#else
+#define MMA_TERMS(s, a, b) s = fma(as_float((a) & 0xFFFFE000u), as_float((b) & 0xFFFFE000u), s)
+#endif
 inline void mma_emulated(float *d, const uint a0, const uint a1, const uint a2, const uint a3, const uint b0,
                          const uint b1, __local uint *x, const int lane)
 {
@@ -239,16 +257,18 @@ inline void mma_emulated(float *d, const uint a0, const uint a1, const uint a2, 
     x[lane * 6 + 4] = b0;
     x[lane * 6 + 5] = b1;
     barrier(CLK_LOCAL_MEM_FENCE);
-    const int g = lane / 4, t = lane % 4, kh = MMA_K / 2;
+    /* k = hi * kh + owner * MMA_P + sub in order: A's row r and B's column c are held by the 4
+       lanes 4 (r % 8) .. + 3 and 4 c .. + 3 (the owners), MMA_P values a register */
+    const int g = lane / 4, t = lane % 4;
     for (int i = 0; i < 4; i++) {
         const int r = g + 8 * (i >> 1), c = 2 * t + (i & 1);
+        __local const uint *ar = x + (r % 8) * 24 + (r >= 8), *bc = x + c * 24 + 4;
         float s = d[i];
-        for (int k = 0; k < MMA_K; k++) {
-            const int hi = k >= kh, kk = k % kh, owner = kk / MMA_P, sub = kk % MMA_P;
-            const uint a = x[((r % 8) * 4 + owner) * 6 + (r >= 8) + 2 * hi];
-            const uint b = x[(c * 4 + owner) * 6 + 4 + hi];
-            s = fma(mma_operand(a, sub), mma_operand(b, sub), s);
-        }
+        for (int hi = 0; hi < 2; hi++)
+            for (int owner = 0; owner < MMA_K / 2 / MMA_P; owner++) {
+                const uint a = ar[owner * 6 + 2 * hi], b = bc[owner * 6 + hi];
+                MMA_TERMS(s, a, b);
+            }
         d[i] = s;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
