@@ -25,5 +25,5 @@ echo "ggml: test-backend-ops $* on CLMLA ($root/build-ggml/ggml/libggml-clmla.so
 GGML_BACKEND_PATH="$root/build-ggml/ggml/libggml-clmla.so" "$tree/build/bin/test-backend-ops" -b CLMLA "$@"
 if [ "$masks" = 1 ]; then
 	echo "ggml: test-masks on CLMLA"
-	"$root/build-ggml/ggml/ggml-clmla-test-masks" "$tree/build/bin" "$root/build-ggml/ggml/libggml-clmla.so" 2>/dev/null
+	"$root/build-ggml/ggml/ggml-clmla-test-masks" "$tree/build/bin" "$root/build-ggml/ggml/libggml-clmla.so"
 fi

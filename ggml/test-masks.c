@@ -67,7 +67,6 @@ static float mask_value(const mask_case *c, int s, int t, int j)
 static double ranged_seen;
 static void on_log(enum ggml_log_level level, const char *text, void *user)
 {
-    (void)level;
     (void)user;
     const char *at = strstr(text, "CLMLA: so far computed");
     if (at) {
@@ -75,7 +74,8 @@ static void on_log(enum ggml_log_level level, const char *text, void *user)
         if (r)
             ranged_seen = atof(r + strlen("query rows, "));
     }
-    fputs(text, stderr);
+    if (level == GGML_LOG_LEVEL_WARN || level == GGML_LOG_LEVEL_ERROR)
+        fputs(text, stderr);
 }
 
 /* float64 attention of one case: out [seqs][tokens][q_heads][hsv] */
