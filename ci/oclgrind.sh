@@ -87,8 +87,8 @@ report() {
 # from the bf16 one in its conversions and its queries' scaling ("mma: rkv 256 dr 32, 3 heads, 2
 # splits, f32" and "..., f16" in tests/test_kernels.c: the text below picks them and the fp8 case,
 # which it skips, and run 3 fails unless attn_latent_mma ran). Run 3 does not run every case again:
-# the accesses a kernel makes are its source's, which runs 1 and 2 check; LLVM's optimiser drops some, and hoists or widens a load only where it is known to
-# be in bounds.
+# the accesses a kernel makes are its source's, which runs 1 and 2 check; LLVM's optimiser drops
+# some, and hoists or widens a load only where it is known to be in bounds.
 mma_left="mma: rkv 256 dr 32, 3 heads, 2 splits, f"
 every_check="--check-api --data-races --uninitialized --local-mem-size 32768 --build-options -cl-opt-disable"
 # The runs are processes side by side, one thread each (OCLGRIND_NUM_THREADS): run 1 is four of

@@ -40,8 +40,9 @@ extern "C" {
 
 /* CLBlast's Xgemm kernel (its SGEMM for every size above CLBlast's direct-kernel threshold) has 16
    tuning parameters. CLBlast ships tuned values for many GPUs and generic ones for other devices.
-   An entry holds the values found for one device. Only when asked to (the context option clblast_tuning, or CLMLA_CLBLAST_TUNING, set
-   to a file or "auto"; the clmla commands and clmla-bench ask for "auto") does context creation
+   An entry holds the values found for one device. Only when asked to (the context option
+   clblast_tuning, or CLMLA_CLBLAST_TUNING, set to a file or "auto"; the clmla commands and
+   clmla-bench ask for "auto") does context creation
    apply the entry matching the device's vendor and name with CLBlastOverrideParameters, which
    CLBlast keeps per device for the whole process (every CLBlast SGEMM on that device then uses
    it), taken from:
@@ -204,9 +205,10 @@ typedef struct clmla_latent_tuning {
        (whose e4m3 codes are bf16 values; the scales are applied outside the products) the queries
        and the softmax weights are each split into two bf16 terms; over f16 into two f16 terms, each
        query row first scaled into f16's range by a power of two; over f32 every operand into two
-       tf32 terms, three products each; sums in float32 (the precision kept: docs/DESIGN.md). Other devices run
-       the same kernel with each product computed by its work-items (CPUs, so that the tests check
-       it) or keep attn_latent (GPUs without it). Experimental; 0 (default): attn_latent. */
+       tf32 terms, three products each; sums in float32 (the precision kept: docs/DESIGN.md). Other
+       devices run the same kernel with each product computed by its work-items (CPUs, so that the
+       tests check it) or keep attn_latent (GPUs without it). Experimental; 0 (default):
+       attn_latent. */
     int group_mma;
     /* 1 builds attn_latent with -cl-intel-256-GRF-per-thread (more registers a thread, fewer threads)
        on GPUs whose vendor string names Intel; 0 (default): the compiler's choice.
@@ -374,7 +376,7 @@ clmla_status clmla_product_tuning_save(const char *path, const clmla_device_info
 /* What a progress report is about. */
 typedef enum clmla_tune_event_kind {
     CLMLA_TUNE_STAGE = 0,     /* a search begins: stage, detail and total are set */
-    CLMLA_TUNE_CANDIDATE = 1, /* a candidate was measured, refused or skipped */
+    CLMLA_TUNE_CANDIDATE = 1, /* a candidate was timed, refused or skipped */
     CLMLA_TUNE_BEST = 2       /* a search chose: tuning and label name the winner, ratio its time */
 } clmla_tune_event_kind;
 
@@ -390,13 +392,13 @@ typedef struct clmla_tune_event {
                              clmla_tune_prefill) or a clmla_product_tuning (clmla_tune_products) */
     const char *label;    /* CANDIDATE, BEST: the parameters the search varies, "name=value ..." */
     int measured;         /* CANDIDATE: 1 checked and timed; 0 refused or skipped (note says why) */
-    const char *note;     /* CANDIDATE: why it was refused or skipped; NULL when measured */
+    const char *note;     /* CANDIDATE: why it was refused or skipped; NULL when timed */
     double error;         /* CANDIDATE: the largest difference of its output from the reference
                              output, relative to that output's largest value; -1 when it did not run */
-    const double *times;  /* CANDIDATE (measured): median microseconds of each timed case */
+    const double *times;  /* CANDIDATE (measured 1): median microseconds of each timed case */
     const char **time_names; /* their names ("batch 1", "prompt", ...), or NULL */
     int num_times;
-    double ratio;         /* CANDIDATE (measured), BEST: the mean of its times over the first
+    double ratio;         /* CANDIDATE (measured 1), BEST: the mean of its times over the first
                              candidate's (1 for the first) */
 } clmla_tune_event;
 
