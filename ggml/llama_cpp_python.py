@@ -3,7 +3,9 @@ llama.cpp that its 0.3.36 source distribution carries, built with dynamic backen
 ggml/build.sh: the CPU variants load from the libraries' folder, and the CLMLA backend from
 GGML_BACKEND_PATH when it is set. Prints one line, "TOKENS t1 t2 ...".
 
-    LLAMA_CPP_LIB_PATH=<tree>/build/bin PYTHONPATH=<sdist>:<diskcache> python ggml/llama_cpp_python.py MODEL.gguf N
+    LLAMA_CPP_LIB_PATH=<tree>/build/bin PYTHONPATH=<sdist>:<diskcache> python ggml/llama_cpp_python.py MODEL.gguf N [off]
+
+With "off" the model runs without flash attention (llama.cpp's separate attention products).
 """
 
 import ctypes
@@ -18,6 +20,7 @@ PROMPT = "The latent cache holds one row per token, and the kernels read it"
 
 def main():
     model, count = sys.argv[1], int(sys.argv[2])
+    flash = not (len(sys.argv) > 3 and sys.argv[3] == "off")
     lib = os.environ["LLAMA_CPP_LIB_PATH"]
     # A llama.cpp built with dynamic backends has none until they are loaded, and llama-cpp-python
     # 0.3.36 loads none itself: the CPU variants from the libraries' folder, and the library that
@@ -35,7 +38,7 @@ def main():
         return params
 
     lowlevel.llama_model_default_params = no_repack
-    llm = Llama(model_path=model, n_ctx=4096, n_threads=os.cpu_count(), flash_attn=True, seed=1, verbose=True)
+    llm = Llama(model_path=model, n_ctx=4096, n_threads=os.cpu_count(), flash_attn=flash, seed=1, verbose=True)
     tokens = []
     for t in llm.generate(llm.tokenize(PROMPT.encode()), top_k=1, temp=0.0, reset=True):
         tokens.append(t)
