@@ -283,7 +283,8 @@ static clmla_status materialize(pcall *c)
 static clmla_status finish_call(pcall *c, clmla_status st)
 {
     clmla_context *ctx = c->p->ctx;
-    int host = 0;
+    int host = 0, maps = 0;
+    cl_event mapped[PAGED_MAX_BUFFERS];
     for (int i = 0; i < c->count; i++) {
         pbuf *b = &c->b[i];
         const clmla_buffer *g = b->given;
@@ -299,16 +300,29 @@ static clmla_status finish_call(pcall *c, clmla_status st)
                 st = clmla_fail_cl(ctx, err, "reading back a result into host memory");
             continue;
         }
+        /* host memory used in place: a map makes the results visible there; the queue is in order,
+           so one wait below covers every map, each checked by its event */
         cl_int err = CL_SUCCESS;
-        void *m = clEnqueueMapBuffer(ctx->queue, b->mem, CL_TRUE, CL_MAP_READ, 0, b->need, 0, NULL, NULL, &err);
+        cl_event ev = NULL;
+        void *m = clEnqueueMapBuffer(ctx->queue, b->mem, CL_FALSE, CL_MAP_READ, 0, b->need, 0, NULL, &ev, &err);
         if (!m || err != CL_SUCCESS) {
             st = clmla_fail_cl(ctx, err, "mapping host memory the call wrote");
+            if (ev)
+                clReleaseEvent(ev);
             continue;
         }
+        mapped[maps++] = ev;
         clEnqueueUnmapMemObject(ctx->queue, b->mem, m, 0, NULL, NULL);
     }
     if (host)
         clFinish(ctx->queue);
+    for (int i = 0; i < maps; i++) {
+        cl_int done = CL_COMPLETE;
+        cl_int err = clGetEventInfo(mapped[i], CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(done), &done, NULL);
+        if ((err != CL_SUCCESS || done < 0) && st == CLMLA_SUCCESS)
+            st = clmla_fail_cl(ctx, err != CL_SUCCESS ? err : done, "mapping host memory the call wrote");
+        clReleaseEvent(mapped[i]);
+    }
     release_call(c);
     return st;
 }
