@@ -39,7 +39,7 @@ extern "C" {
 /* ---- CLBlast tuning ------------------------------------------------------------------------ */
 
 /* CLBlast's Xgemm kernel (its SGEMM for every size above CLBlast's direct-kernel threshold) has 16
-   tuning parameters. CLBlast ships tuned values for many GPUs and generic ones for other devices.
+   tuning parameters, which CLBlast sets itself for each device unless an entry overrides them.
    An entry holds the values found for one device. Only when asked to (the context option
    clblast_tuning, or CLMLA_CLBLAST_TUNING, set to a file or "auto"; the clmla commands and
    clmla-bench ask for "auto") does context creation
@@ -177,11 +177,10 @@ typedef struct clmla_latent_tuning {
     int prefill_rows_queries;
     /* attn_latent over a cache of f16, bf16 or fp8: 1 reads each 4 values of a row in the score
        step as one load of the vector type (vloada_half4, ushort4, uchar4) where the rows allow it
-       (rows, and an fp8 row's k^R part, at multiples of 8 bytes: every preset of docs/MODELS.md;
-       elsewhere the kernel of 0 runs); 0 through vloadN, which promises only an element's
-       alignment. Default 1. 2: as 1, and an f16 cache's 4 values read as one ushort4 and converted
-       in registers; experimental (docs/DESIGN.md, "Whole-vector row loads"). CPU devices do not
-       read it. */
+       (rows, and an fp8 row's k^R part, at multiples of 8 bytes; elsewhere the kernel of 0 runs);
+       0 through vloadN, which promises only an element's alignment. Default 1. 2: as 1, and an
+       f16 cache's 4 values read as one ushort4 and converted in registers; experimental
+       (docs/DESIGN.md, "Whole-vector row loads"). CPU devices do not read it. */
     int group_aligned;
     /* CPU devices: 1 runs attn_latent_lanes in place of attn_latent_rows, 16 heads per work-item in
        the lanes of one 16-wide vector (queries and accumulators stored transposed, each cache value
@@ -194,14 +193,14 @@ typedef struct clmla_latent_tuning {
     int rows_lanes;
     /* attn_latent: 2 or 4 items share each key's dot products in the score step, each over every
        2nd or 4th float4 of the row, their partial scores added in the softmax step: tiles of 2 or 4
-       times fewer keys, each item's chain of loads as many times shorter. For few work-groups
-       (batch 1, with a small group_min_split_keys), where that chain sets the time. 0 or 1
+       times fewer keys, each item's chain of loads as many times shorter; meant for calls of few
+       work-groups (batch 1, with a small group_min_split_keys). 0 or 1
        (default): one item per key and set of heads. Experimental. */
     int group_row_slices;
     /* 1 runs attn_latent_mma in place of attn_latent over a cache of any dtype (rkv a multiple of
-       256 and rkv + dr of 32, every preset of docs/MODELS.md; up to 16 heads a work-group, or with
-       multi-token decode 16 heads times tokens; dense or sparse; elsewhere attn_latent runs): both
-       products of a tile through mma.sync in inline PTX, where the device has it. Over bf16 and fp8
+       256 and rkv + dr of 32; up to 16 heads a work-group, or with multi-token decode 16 heads
+       times tokens; dense or sparse; elsewhere attn_latent runs): both products of a tile through
+       mma.sync in inline PTX, where the device has it. Over bf16 and fp8
        (whose e4m3 codes are bf16 values; the scales are applied outside the products) the queries
        and the softmax weights are each split into two bf16 terms; over f16 into two f16 terms, each
        query row first scaled into f16's range by a power of two; over f32 every operand into two
@@ -315,8 +314,8 @@ typedef struct clmla_product_tuning {
        4. Default 1. CPU devices do not read it. */
     int skinny_aligned;
     /* gemm_packed_rows (CPUs) with bf16 or fp8 weights at 1 row of x, K a multiple of 128: 1 reads
-       each stream of the weight a 64-byte line at a time and decodes it with 32-bit operations in
-       512-bit registers (fp8 through half precision), against x's chunk reordered to match; 0
+       each stream of the weight a 64-byte line at a time and decodes it with 32-bit operations on
+       16-value vectors (fp8 through half precision), against x's chunk reordered to match; 0
        (default) 8 values at a time */
     int cpu_wide;
     /* CPUs, weights packed in panels: the fewest weight rows a work-item's panel holds, 0..65536 (0,
@@ -363,7 +362,7 @@ clmla_status clmla_product_tuning_save(const char *path, const clmla_device_info
    declared in the library as data (the fields a search varies, their candidate values, and the
    constraints: values that apply only on CPUs, on GPUs, over decoded caches, or within the
    device's work-group size). A search starts from the parameters in force (the lookup's: the user
-   file, the built-in table, else the defaults), measures every candidate the space allows, and
+   file, the built-in table, else the defaults), times every candidate the space allows, and
    refuses a candidate whose output differs from the output of the defaults on the same inputs by
    more than a tolerance (relative to the largest value of that output: 1e-4, or 1e-3 over a cache
    of f16, bf16 or fp8), or that fails to build or run. The best is the lowest mean, over the timed
