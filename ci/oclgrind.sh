@@ -4,7 +4,7 @@
 # launches of them for CPU and GPU devices) in three runs, as processes side by side:
 #   1. the direct launches with every check: --check-api --data-races --uninitialized, 32 KiB of
 #      local memory (the smallest common device), and --inst-counts, whose per-kernel report
-#      shows which kernels oclgrind really ran (four processes: below);
+#      shows which kernels oclgrind really ran (five processes: below);
 #   2. the library's launches with every check (CLBlast's kernels included);
 #   3. the two cases run 1 leaves out (below) with the kernels optimised (--check-api --data-races,
 #      --inst-counts);
@@ -91,13 +91,20 @@ report() {
 # some, and hoists or widens a load only where it is known to be in bounds.
 mma_left="mma: rkv 256 dr 32, 3 heads, 2 splits, f"
 every_check="--check-api --data-races --uninitialized --local-mem-size 32768 --build-options -cl-opt-disable"
-# The runs are processes side by side, one thread each (OCLGRIND_NUM_THREADS): run 1 is four of
-# them, the latent group but for attn_latent_mma, attn_latent_mma's bf16 case and its fp8 case, and
-# the other three groups (docs/perf-log.md has their times).
+# The runs are processes side by side, one thread each (OCLGRIND_NUM_THREADS): run 1 is five of
+# them, attn_latent's two cases that take longest under every check (each built with each of its
+# variants' options), the rest of the latent group but for attn_latent_mma, attn_latent_mma's bf16
+# case and its fp8 case, and the other three groups (docs/perf-log.md has their times). The latent
+# group's checks that are not cases (attn_combine's) run in both of its processes.
 mma_bf16="mma: rkv 256 dr 32, 3 heads, 2 splits, bf16"
 mma_fp8="mma: rkv 256 dr 32, 3 heads, 2 splits, fp8"
+group_d="rkv 21 dr 2, 13 heads / 16 per group"
+group_b="rkv 72 dr 8, 8 heads / 8 per group"
 # shellcheck disable=SC2086
-run kernels-latent $every_check --inst-counts -- --keep-buffers --skip "mma:" latent &
+run kernels-group $every_check --inst-counts -- --keep-buffers --only "$group_d" --only "$group_b" latent &
+# shellcheck disable=SC2086
+run kernels-latent $every_check --inst-counts -- --keep-buffers --skip "mma:" --skip "$group_d" --skip "$group_b" \
+    latent &
 # shellcheck disable=SC2086
 run kernels-mma $every_check --inst-counts -- --keep-buffers --only "$mma_bf16" latent &
 # shellcheck disable=SC2086
@@ -111,7 +118,7 @@ run optimised --check-api --data-races --local-mem-size 32768 --inst-counts -- -
 run_bin=$build/tests/test_paged run paged --check-api --data-races --local-mem-size 32768 -- bad_tables index mask \
     refusals &
 wait
-for name in kernels-latent kernels-mma kernels-mma-fp8 kernels-other library optimised paged; do
+for name in kernels-group kernels-latent kernels-mma kernels-mma-fp8 kernels-other library optimised paged; do
     report "$name"
 done
 if ! grep -q "^Instructions executed for kernel 'attn_latent_mma':" "$work/optimised.out"; then

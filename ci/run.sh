@@ -53,16 +53,33 @@ stage "devices and demo"
 ctest --test-dir build --output-on-failure -j"$(nproc)"
 stage "ctest"
 
-# The Python package as pip builds it (a wheel through scikit-build-core) and its pytest suite.
-sh ci/python.sh
-stage "python"
-
-# Reliability (docs/RELIABILITY.md): every kernel under oclgrind, the whole suite again under
+# The Python package as pip builds it (a wheel through scikit-build-core) and its pytest suite, in
+# the background beside oclgrind: it keeps one core busy at most, and oclgrind's processes take
+# whatever it leaves. Its output is printed when both are done; either failing fails the run.
+# Then reliability (docs/RELIABILITY.md): every kernel under oclgrind, the whole suite again under
 # AddressSanitizer + UndefinedBehaviorSanitizer (its sweeps short: ci/sanitize.sh), then the file
 # parsers and the device-spec grammar under libFuzzer, 20 s per target from the committed corpus
 # (ci/fuzz.sh's default is a minute; CI's 30 minutes do not hold six of them).
-sh ci/oclgrind.sh build
-stage "oclgrind"
+python_log=$(mktemp)
+trap 'rm -f "$times_file" "$python_log"' EXIT
+python_start=$(date +%s)
+(
+    rc=0
+    sh ci/python.sh >"$python_log" 2>&1 || rc=$?
+    echo "python: ci/python.sh exited $rc after $(($(date +%s) - python_start)) s" >>"$python_log"
+    exit "$rc"
+) &
+python_pid=$!
+oclgrind_rc=0
+sh ci/oclgrind.sh build || oclgrind_rc=$?
+python_rc=0
+wait "$python_pid" || python_rc=$?
+cat "$python_log"
+stage "python and oclgrind"
+if [ "$python_rc" != 0 ] || [ "$oclgrind_rc" != 0 ]; then
+    echo "ci: failed: ci/python.sh exited $python_rc, ci/oclgrind.sh $oclgrind_rc"
+    exit 1
+fi
 sh ci/sanitize.sh build-asan
 stage "sanitize"
 sh ci/fuzz.sh 20
