@@ -111,14 +111,17 @@ run kernels-mma $every_check --inst-counts -- --keep-buffers --only "$mma_bf16" 
 run kernels-mma-fp8 $every_check --inst-counts -- --keep-buffers --only "$mma_fp8" latent &
 # shellcheck disable=SC2086
 run kernels-other $every_check --inst-counts -- --keep-buffers other prefill gemm &
+# run 2 is two processes: the library's launches as on a CPU device, and as on a GPU
 # shellcheck disable=SC2086
-run library $every_check -- --keep-buffers layer &
+run library-cpu $every_check -- --keep-buffers layer-cpu &
+# shellcheck disable=SC2086
+run library-gpu $every_check -- --keep-buffers layer-gpu &
 run optimised --check-api --data-races --local-mem-size 32768 --inst-counts -- --keep-buffers --only "$mma_left" \
     --skip "$mma_fp8" latent &
 run_bin=$build/tests/test_paged run paged --check-api --data-races --local-mem-size 32768 -- bad_tables index mask \
     refusals &
 wait
-for name in kernels-group kernels-latent kernels-mma kernels-mma-fp8 kernels-other library optimised paged; do
+for name in kernels-group kernels-latent kernels-mma kernels-mma-fp8 kernels-other library-cpu library-gpu optimised paged; do
     report "$name"
 done
 if ! grep -q "^Instructions executed for kernel 'attn_latent_mma':" "$work/optimised.out"; then

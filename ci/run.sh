@@ -53,31 +53,45 @@ stage "devices and demo"
 ctest --test-dir build --output-on-failure -j"$(nproc)"
 stage "ctest"
 
-# The Python package as pip builds it (a wheel through scikit-build-core) and its pytest suite, in
-# the background beside oclgrind: it keeps one core busy at most, and oclgrind's processes take
-# whatever it leaves. Its output is printed when both are done; either failing fails the run.
-# Then reliability (docs/RELIABILITY.md): every kernel under oclgrind, the whole suite again under
-# AddressSanitizer + UndefinedBehaviorSanitizer (its sweeps short: ci/sanitize.sh), then the file
-# parsers and the device-spec grammar under libFuzzer, 20 s per target from the committed corpus
-# (ci/fuzz.sh's default is a minute; CI's 30 minutes do not hold six of them).
+# Three things side by side, since none of them keeps both cores busy from start to end: the
+# Python package as pip builds it (a wheel through scikit-build-core) and its pytest suite; the
+# AddressSanitizer + UndefinedBehaviorSanitizer build of ci/sanitize.sh; and every kernel under
+# oclgrind (docs/RELIABILITY.md). The first two print their output when all three are done; any of
+# them failing fails the run. Then the whole suite again under the sanitizers (its sweeps short:
+# ci/sanitize.sh), then the file parsers and the device-spec grammar under libFuzzer, 20 s per
+# target from the committed corpus (ci/fuzz.sh's default is a minute; CI's 30 minutes do not hold
+# six of them).
 python_log=$(mktemp)
-trap 'rm -f "$times_file" "$python_log"' EXIT
-python_start=$(date +%s)
-(
-    rc=0
-    sh ci/python.sh >"$python_log" 2>&1 || rc=$?
-    echo "python: ci/python.sh exited $rc after $(($(date +%s) - python_start)) s" >>"$python_log"
-    exit "$rc"
-) &
+asan_log=$(mktemp)
+trap 'rm -f "$times_file" "$python_log" "$asan_log"' EXIT
+side_start=$(date +%s)
+# beside LOG COMMAND...: COMMAND in the background, its output and then its exit status in LOG
+beside() {
+    log=$1
+    shift
+    (
+        rc=0
+        "$@" >"$log" 2>&1 || rc=$?
+        echo "ci: '$*' exited $rc after $(($(date +%s) - side_start)) s" >>"$log"
+        exit "$rc"
+    ) &
+}
+beside "$python_log" sh ci/python.sh
 python_pid=$!
+beside "$asan_log" env CLMLA_SANITIZE_BUILD_ONLY=1 sh ci/sanitize.sh build-asan
+asan_pid=$!
 oclgrind_rc=0
 sh ci/oclgrind.sh build || oclgrind_rc=$?
 python_rc=0
 wait "$python_pid" || python_rc=$?
+asan_rc=0
+wait "$asan_pid" || asan_rc=$?
 cat "$python_log"
-stage "python and oclgrind"
-if [ "$python_rc" != 0 ] || [ "$oclgrind_rc" != 0 ]; then
-    echo "ci: failed: ci/python.sh exited $python_rc, ci/oclgrind.sh $oclgrind_rc"
+tail -n 3 "$asan_log"
+stage "python, the sanitizers' build and oclgrind"
+if [ "$python_rc" != 0 ] || [ "$asan_rc" != 0 ] || [ "$oclgrind_rc" != 0 ]; then
+    [ "$asan_rc" = 0 ] || cat "$asan_log"
+    echo "ci: failed: ci/python.sh exited $python_rc, the sanitizers' build $asan_rc, ci/oclgrind.sh $oclgrind_rc"
     exit 1
 fi
 sh ci/sanitize.sh build-asan

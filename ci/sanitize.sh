@@ -5,6 +5,8 @@
 # LeakSanitizer finds in clmla, fails the run; leaks inside PoCL and LLVM are suppressed by
 # ci/lsan.supp (which says why, and how OpenCL-object leaks are caught instead).
 #   sh ci/sanitize.sh [BUILD_DIR] [CTEST_ARGS...]      (default build-asan)
+#   CLMLA_SANITIZE_BUILD_ONLY=1 sh ci/sanitize.sh ...   builds and stops (ci/run.sh builds beside
+#                                                      oclgrind, then runs the suite)
 #
 # The runtime options, and why:
 #   ASAN_OPTIONS detect_leaks=1           LeakSanitizer at exit (the default on x86-64 Linux, said
@@ -44,6 +46,10 @@ CC=${CC:-gcc} cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS="$flags" \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
 cmake --build "$build" -j"$(nproc)"
+if [ "${CLMLA_SANITIZE_BUILD_ONLY:-0}" = 1 ]; then
+    echo "sanitize: built in $build (CLMLA_SANITIZE_BUILD_ONLY=1: the suite is not run)"
+    exit 0
+fi
 
 export ASAN_OPTIONS="detect_leaks=1:verify_asan_link_order=0"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"

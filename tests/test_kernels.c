@@ -15,7 +15,8 @@
  *             prefix, padded strides and offsets);
  *   layer     clmla_layer_forward (both paths, f32 and f16 caches, a mixed AUTO batch),
  *             clmla_attention_latent with split-KV, clmla_cache_read, against the float64
- *             reference.
+ *             reference, with the launches of a CPU device and of a GPU (layer-cpu and layer-gpu
+ *             run one of the two).
  *
  * Every device buffer this program makes lives until exit. With --keep-buffers the library's own
  * clReleaseMemObject calls are kept from freeing too (this file defines clReleaseMemObject, which
@@ -2009,14 +2010,31 @@ static void layer_pass(const char *kind)
 
 /* The library picks kernels by device type (CPU: the _rows forms and gemm_skinny_*_rows; else the
    work-group forms, gemm_skinny_nt/nn and CLBlast): both choices run here, whatever the device. */
+/* The layer's launches as on a device of that kind (the context's kind set for the pass). */
+static void layer_as(clmla_device_kind kind)
+{
+    const clmla_device_kind real = ctx->info.kind;
+    ctx->info.kind = kind;
+    layer_pass(kind == CLMLA_DEVICE_KIND_CPU ? "CPU" : "GPU");
+    ctx->info.kind = real;
+}
+
+static void test_layer_cpu(void)
+{
+    layer_as(CLMLA_DEVICE_KIND_CPU);
+}
+
+static void test_layer_gpu(void)
+{
+    layer_as(CLMLA_DEVICE_KIND_GPU);
+}
+
+/* Both kinds, the device's own first. */
 static void test_layer(void)
 {
     const clmla_device_kind real = ctx->info.kind;
-    const clmla_device_kind other = real == CLMLA_DEVICE_KIND_CPU ? CLMLA_DEVICE_KIND_GPU : CLMLA_DEVICE_KIND_CPU;
-    layer_pass(real == CLMLA_DEVICE_KIND_CPU ? "CPU" : "GPU");
-    ctx->info.kind = other;
-    layer_pass(other == CLMLA_DEVICE_KIND_CPU ? "CPU" : "GPU");
-    ctx->info.kind = real;
+    layer_as(real);
+    layer_as(real == CLMLA_DEVICE_KIND_CPU ? CLMLA_DEVICE_KIND_GPU : CLMLA_DEVICE_KIND_CPU);
 }
 
 /* ---- indexer_key_write / indexer_q_rope (cl/indexer.cl) ----------------------------------------------- */
@@ -2454,8 +2472,9 @@ static void test_kernels(void)
 static const struct {
     const char *name;
     void (*run)(void);
-} parts[] = {{"kernels", test_kernels}, {"layer", test_layer},          {"latent", kernels_latent},
-             {"prefill", kernels_prefill}, {"gemm", kernels_gemm}, {"other", kernels_other}};
+} parts[] = {{"kernels", test_kernels},      {"layer", test_layer},         {"latent", kernels_latent},
+             {"prefill", kernels_prefill},    {"gemm", kernels_gemm},        {"other", kernels_other},
+             {"layer-cpu", test_layer_cpu}, {"layer-gpu", test_layer_gpu}};
 enum { NUM_PARTS = sizeof(parts) / sizeof(parts[0]) };
 
 int main(int argc, char **argv)
@@ -2479,7 +2498,7 @@ int main(int argc, char **argv)
             if (strcmp(argv[a], parts[p].name) == 0)
                 known = selected[p] = any = 1;
         if (!known) {
-            printf("usage: test_kernels [--keep-buffers] [--skip TEXT]... [--only TEXT]... [kernels | latent prefill gemm other] [layer]\n");
+            printf("usage: test_kernels [--keep-buffers] [--skip TEXT]... [--only TEXT]... [kernels | latent prefill gemm other] [layer | layer-cpu layer-gpu]\n");
             return 2;
         }
     }
