@@ -1,7 +1,7 @@
 #!/bin/sh
 # Runs every kernel of cl/ under oclgrind, an OpenCL simulator that checks each memory access:
 # tests/test_kernels (small odd shapes, every kernel launched directly, then the library's own
-# launches of them for CPU and GPU devices) in three runs, as processes side by side:
+# launches of them for CPU and GPU devices) in four runs, as processes side by side:
 #   1. the direct launches with every check: --check-api --data-races --uninitialized, 32 KiB of
 #      local memory (the smallest common device), and --inst-counts, whose per-kernel report
 #      shows which kernels oclgrind really ran (five processes: below);
@@ -111,17 +111,18 @@ run kernels-mma $every_check --inst-counts -- --keep-buffers --only "$mma_bf16" 
 run kernels-mma-fp8 $every_check --inst-counts -- --keep-buffers --only "$mma_fp8" latent &
 # shellcheck disable=SC2086
 run kernels-other $every_check --inst-counts -- --keep-buffers other prefill gemm &
-# run 2 is two processes: the library's launches as on a CPU device, and as on a GPU
+# run 2 is two processes: the dense layer, and DSA's layer with the split attention (each as on a
+# CPU device and as on a GPU)
 # shellcheck disable=SC2086
-run library-cpu $every_check -- --keep-buffers layer-cpu &
+run library-dense $every_check -- --keep-buffers layer-dense &
 # shellcheck disable=SC2086
-run library-gpu $every_check -- --keep-buffers layer-gpu &
+run library-dsa $every_check -- --keep-buffers layer-dsa &
 run optimised --check-api --data-races --local-mem-size 32768 --inst-counts -- --keep-buffers --only "$mma_left" \
     --skip "$mma_fp8" latent &
 run_bin=$build/tests/test_paged run paged --check-api --data-races --local-mem-size 32768 -- bad_tables index mask \
     refusals &
 wait
-for name in kernels-group kernels-latent kernels-mma kernels-mma-fp8 kernels-other library-cpu library-gpu optimised paged; do
+for name in kernels-group kernels-latent kernels-mma kernels-mma-fp8 kernels-other library-dense library-dsa optimised paged; do
     report "$name"
 done
 if ! grep -q "^Instructions executed for kernel 'attn_latent_mma':" "$work/optimised.out"; then

@@ -15,8 +15,8 @@
  *             prefix, padded strides and offsets);
  *   layer     clmla_layer_forward (both paths, f32 and f16 caches, a mixed AUTO batch),
  *             clmla_attention_latent with split-KV, clmla_cache_read, against the float64
- *             reference, with the launches of a CPU device and of a GPU (layer-cpu and layer-gpu
- *             run one of the two).
+ *             reference, with the launches of a CPU device and of a GPU (layer-dense: the dense
+ *             layer alone; layer-dsa: DSA's layer and the split attention).
  *
  * Every device buffer this program makes lives until exit. With --keep-buffers the library's own
  * clReleaseMemObject calls are kept from freeing too (this file defines clReleaseMemObject, which
@@ -1852,7 +1852,12 @@ static void layer_pass(const char *kind)
     free(xa);
     free(xb);
     tu_weights_free(&w);
+}
 
+/* The rest of the layer's launches on the current kind: DSA's layer, then clmla_attention_latent
+   split across work-groups. */
+static void layer_pass_dsa(void)
+{
     /* a layer with DSA's indexer (3 heads of 8, top-k 3), fp8 and f32 index keys: 9 tokens decompressed
        (the key writer, the queries' RoPE, scores, top-k and the sparse attn_prefill kernel), then 2
        decoded absorbed (the sparse latent kernel); against the float64 DSA reference */
@@ -2010,31 +2015,41 @@ static void layer_pass(const char *kind)
 
 /* The library picks kernels by device type (CPU: the _rows forms and gemm_skinny_*_rows; else the
    work-group forms, gemm_skinny_nt/nn and CLBlast): both choices run here, whatever the device. */
-/* The layer's launches as on a device of that kind (the context's kind set for the pass). */
-static void layer_as(clmla_device_kind kind)
+/* The layer's launches as on a device of that kind (the context's kind set for the pass): the
+   dense layer (dense 1), DSA's layer and the split attention (dsa 1). */
+static void layer_as(clmla_device_kind kind, int dense, int dsa)
 {
     const clmla_device_kind real = ctx->info.kind;
     ctx->info.kind = kind;
-    layer_pass(kind == CLMLA_DEVICE_KIND_CPU ? "CPU" : "GPU");
+    if (dense)
+        layer_pass(kind == CLMLA_DEVICE_KIND_CPU ? "CPU" : "GPU");
+    if (dsa)
+        layer_pass_dsa();
     ctx->info.kind = real;
 }
 
-static void test_layer_cpu(void)
-{
-    layer_as(CLMLA_DEVICE_KIND_CPU);
-}
-
-static void test_layer_gpu(void)
-{
-    layer_as(CLMLA_DEVICE_KIND_GPU);
-}
-
-/* Both kinds, the device's own first. */
-static void test_layer(void)
+/* Both kinds, the device's own first: everything (layer), or the dense layers or the rest alone
+   (layer-dense, layer-dsa: ci/oclgrind.sh runs them as two processes). */
+static void layers(int dense, int dsa)
 {
     const clmla_device_kind real = ctx->info.kind;
-    layer_as(real);
-    layer_as(real == CLMLA_DEVICE_KIND_CPU ? CLMLA_DEVICE_KIND_GPU : CLMLA_DEVICE_KIND_CPU);
+    layer_as(real, dense, dsa);
+    layer_as(real == CLMLA_DEVICE_KIND_CPU ? CLMLA_DEVICE_KIND_GPU : CLMLA_DEVICE_KIND_CPU, dense, dsa);
+}
+
+static void test_layer(void)
+{
+    layers(1, 1);
+}
+
+static void test_layer_dense(void)
+{
+    layers(1, 0);
+}
+
+static void test_layer_dsa(void)
+{
+    layers(0, 1);
 }
 
 /* ---- indexer_key_write / indexer_q_rope (cl/indexer.cl) ----------------------------------------------- */
@@ -2474,7 +2489,7 @@ static const struct {
     void (*run)(void);
 } parts[] = {{"kernels", test_kernels},      {"layer", test_layer},         {"latent", kernels_latent},
              {"prefill", kernels_prefill},    {"gemm", kernels_gemm},        {"other", kernels_other},
-             {"layer-cpu", test_layer_cpu}, {"layer-gpu", test_layer_gpu}};
+             {"layer-dense", test_layer_dense}, {"layer-dsa", test_layer_dsa}};
 enum { NUM_PARTS = sizeof(parts) / sizeof(parts[0]) };
 
 int main(int argc, char **argv)
@@ -2498,7 +2513,7 @@ int main(int argc, char **argv)
             if (strcmp(argv[a], parts[p].name) == 0)
                 known = selected[p] = any = 1;
         if (!known) {
-            printf("usage: test_kernels [--keep-buffers] [--skip TEXT]... [--only TEXT]... [kernels | latent prefill gemm other] [layer | layer-cpu layer-gpu]\n");
+            printf("usage: test_kernels [--keep-buffers] [--skip TEXT]... [--only TEXT]... [kernels | latent prefill gemm other] [layer | layer-dense layer-dsa]\n");
             return 2;
         }
     }
