@@ -67,7 +67,7 @@ typedef struct clmla_xgemm_tuning {
 } clmla_xgemm_tuning;
 
 /* The name of parameter i: "GEMMK", "KREG", "KWG", "KWI", "MDIMA", "MDIMC", "MWG", "NDIMB",
-   "NDIMC", "NWG", "SA", "SB", "STRM", "STRN", "VWM", "VWN" (CLBlast 1.5's names, sorted).
+   "NDIMC", "NWG", "SA", "SB", "STRM", "STRN", "VWM", "VWN" (CLBlast's names, sorted).
    Returns static text, or NULL outside 0..15. */
 const char *clmla_xgemm_parameter_name(int i);
 
@@ -152,9 +152,8 @@ typedef struct clmla_latent_tuning {
        attn_prefill, one query per work-item. Steps that select keys keep attn_prefill. */
     int prefill_tiled;
     /* attn_latent's heads per work-item in its score step for a cache of f16, bf16 or fp8 (f32
-       caches: 4): 4, 8 (default) or 16. Each cached value is decoded by every item that scores it,
-       so more heads per item decode each value fewer times per work-group (16: once), at the price
-       of more query loads per FMA; each item keeps group_keys x 4 scores, so its keys become
+       caches: 4): 4, 8 (default) or 16. Each cached value is decoded by every item that scores it
+       (at 16, once per work-group); each item keeps group_keys x 4 scores, so its keys become
        group_keys x 4 / group_decode_heads (at least 1). */
     int group_decode_heads;
     /* attn_latent's split-KV: the fewest keys one work-group of a split takes, 16..4096 (default
@@ -172,8 +171,7 @@ typedef struct clmla_latent_tuning {
     int prefill_chunk;
     /* attn_prefill_rows (the decompressed path's attention on CPU devices): the queries of one
        work-item, a multiple of 4 from 4 to 64 (default 16; multiples of 8 run the softmax 8
-       queries a vector). More queries read each key tile for more of them; fewer give short chunks
-       more items. `clmla tune --kernels --prefill` searches it on CPUs. */
+       queries a vector). `clmla tune --kernels --prefill` searches it on CPUs. */
     int prefill_rows_queries;
     /* attn_latent over a cache of f16, bf16 or fp8: 1 reads each 4 values of a row in the score
        step as one load of the vector type (vloada_half4, ushort4, uchar4) where the rows allow it
@@ -193,9 +191,7 @@ typedef struct clmla_latent_tuning {
     int rows_lanes;
     /* attn_latent: 2 or 4 items share each key's dot products in the score step, each over every
        2nd or 4th float4 of the row, their partial scores added in the softmax step: tiles of 2 or 4
-       times fewer keys, each item's chain of loads as many times shorter; meant for calls of few
-       work-groups (batch 1, with a small group_min_split_keys). 0 or 1
-       (default): one item per key and set of heads. Experimental. */
+       times fewer keys. 0 or 1 (default): one item per key and set of heads. Experimental. */
     int group_row_slices;
     /* 1 runs attn_latent_mma in place of attn_latent over a cache of any dtype (rkv a multiple of
        256 and rkv + dr of 32; up to 16 heads a work-group, or with multi-token decode 16 heads
@@ -293,8 +289,8 @@ typedef struct clmla_product_tuning {
                              2 KiB of a row: 512 f32, 1024 f16 or bf16, 2048 fp8 values */
     /* gemm_packed_rows with fp8 weights at 1 and 2 rows of x: 1 sums each 128-value block's products
        unscaled (with the shift decoder the activations times 2^64, exact) and applies the block's
-       scale once, saving a multiply per weight but holding twice the accumulators, and at 1 row
-       decodes 16 codes at a time; 0 (default) scales every weight */
+       scale once, with twice the accumulators, and at 1 row decodes 16 codes at a time; 0
+       (default) scales every weight */
     int cpu_fp8_block_sums;
     /* gemm_skinny_nt (GPUs): weight values per work-item and load (VW), 4, 8 or 16 (4): 4 fp8 codes
        are a 4-byte load; 16 make it as wide as f32's and look the block scale up once */
@@ -302,8 +298,8 @@ typedef struct clmla_product_tuning {
     /* gemm_skinny_nn (GPUs: x B, the per-head W^UK absorption at decode): 1, one work-item per
        column walks K; 2..64 (a power of two, at most skinny_nn_items) splits K into that many
        slices over the items of a work-group, which then take skinny_nn_items / skinny_nn_slices
-       float4s of columns (gemm_skinny_nn_split, for N a multiple of 4), so that more of the weight
-       is in flight at once. Default 16 (with 256 items). */
+       float4s of columns (gemm_skinny_nn_split, for N a multiple of 4). Default 16 (with 256
+       items). */
     int skinny_nn_slices;
     /* gemm_skinny_nt (GPUs): 1 reads each vector of skinny_vector values of the weight and of x as
        one load of the vector type where every such vector is aligned (offsets, row lengths and
@@ -320,8 +316,8 @@ typedef struct clmla_product_tuning {
     int cpu_wide;
     /* CPUs, weights packed in panels: the fewest weight rows a work-item's panel holds, 0..65536 (0,
        default: no floor). Where cpu_items_per_cu items per compute unit would each get fewer rows,
-       fewer items per compute unit are used (at least one), so that each of an item's streams walks
-       a longer run of the weight; it sets the panel at packing, as cpu_items_per_cu does */
+       fewer items per compute unit are used (at least one); it sets the panel at packing, as
+       cpu_items_per_cu does */
     int cpu_min_panel;
 } clmla_product_tuning;
 

@@ -2013,10 +2013,10 @@ static void layer_pass_dsa(void)
     clmla_cache_destroy(cache);
 }
 
-/* The library picks kernels by device type (CPU: the _rows forms and gemm_skinny_*_rows; else the
-   work-group forms, gemm_skinny_nt/nn and CLBlast): both choices run here, whatever the device. */
 /* The layer's launches as on a device of that kind (the context's kind set for the pass): the
-   dense layer (dense 1), DSA's layer and the split attention (dsa 1). */
+   dense layer (dense 1), DSA's layer and the split attention (dsa 1). The library picks kernels by
+   device type (CPU: the _rows forms and gemm_skinny_*_rows; else the work-group forms,
+   gemm_skinny_nt/nn and CLBlast), so both choices run, whatever the device. */
 static void layer_as(clmla_device_kind kind, int dense, int dsa)
 {
     const clmla_device_kind real = ctx->info.kind;
