@@ -60,12 +60,12 @@ function(expect_bench_refused what regex)
 endfunction()
 
 run_bench("--phase decode" --quick --check --phase decode --path absorbed,mha,decompressed,sparse,indexer
-          --cache-dtype f32,f16 --ctx 300 --batch 2 --topk 100 --max-time 0.2 --warm-cache --json ${OUT})
+          --cache-dtype f32,f16 --ctx 150 --batch 2 --topk 100 --max-time 0.2 --warm-cache --json ${OUT})
 message("${out}")
 # columns: phase, path, weights dtype ("-" where the row has no weights), cache dtype, batch, ctx
 foreach(path absorbed mha decompressed sparse indexer)
-  if(NOT out MATCHES "\ndecode +${path} +[^ ]+ +f32 +2 +300 "
-     OR NOT out MATCHES "\ndecode +${path} +[^ ]+ +f16 +2 +300 ")
+  if(NOT out MATCHES "\ndecode +${path} +[^ ]+ +f32 +2 +150 "
+     OR NOT out MATCHES "\ndecode +${path} +[^ ]+ +f16 +2 +150 ")
     message(FATAL_ERROR "no f32 and f16 table rows for decode ${path}")
   endif()
 endforeach()
@@ -86,7 +86,7 @@ foreach(i RANGE ${last})
   string(JSON path GET "${json}" ${i} path)
   string(JSON dtype GET "${json}" ${i} cache_dtype)
   string(JSON error GET "${json}" ${i} check_rel_error)
-  # f32: rounding of sums over 300 keys; f16: the same data read back through vload_half on both sides.
+  # f32: rounding of sums over 150 keys; f16: the same data read back through vload_half on both sides.
   # indexer: how far an unselected key outscores a selected one, relative to the largest score.
   if(error STREQUAL "" OR error STREQUAL "null" OR error GREATER 0.001)
     message(FATAL_ERROR "row ${i} (${path} ${dtype}): relative error ${error} against the float64 host result")

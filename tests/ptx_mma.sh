@@ -32,15 +32,16 @@ for shape in "-D CACHE_BF16 -D RKV=512 -D DR=64 -D HG=16" "-D CACHE_BF16 -D RKV=
              "-D CACHE_FP8 -D RKV=512 -D DR=64 -D HG=16 -D SPARSE" "-D CACHE_BF16 -D RKV=512 -D DR=64 -D HG=16 -D SPARSE" \
              "-D CACHE_FP8 -D RKV=512 -D DR=64 -D HG=16 -D HT=8 -D FOLD=2" "-D RKV=512 -D DR=64 -D HG=12 -D HT=3 -D FOLD=4" \
              "-D CACHE_F16 -D RKV=512 -D DR=64 -D HG=16" "-D CACHE_F16 -D RKV=256 -D DR=32 -D HG=3"; do
+    # one PTX per shape (clang's target CPU is sm_80 for both), assembled by ptxas for each sm
+    # shellcheck disable=SC2086
+    if ! "$clang" -x cl -cl-std=CL1.2 -Xclang -cl-ext=+cl_khr_fp16 -Xclang -finclude-default-header \
+            -target nvptx64-nvidia-nvcl -Xclang -target-cpu -Xclang sm_80 -O2 -D CLMLA_PTX_MMA \
+            $shape -S -o "$tmp/k.ptx" "$tmp/k.cl" 2>"$tmp/err"; then
+        echo "FAIL [$shape]: clang:"; head -20 "$tmp/err"; fail=1; continue
+    fi
+    n=$(grep -c 'mma\.sync\.aligned\.m16n8k[0-9]*\.row\.col.f32\.[bt]*f[0-9]*\.[bt]*f[0-9]*\.f32' "$tmp/k.ptx")
+    calls=$(grep -c 'call\.uni' "$tmp/k.ptx")
     for sm in sm_80 sm_90; do
-        # shellcheck disable=SC2086
-        if ! "$clang" -x cl -cl-std=CL1.2 -Xclang -cl-ext=+cl_khr_fp16 -Xclang -finclude-default-header \
-                -target nvptx64-nvidia-nvcl -Xclang -target-cpu -Xclang sm_80 -O2 -D CLMLA_PTX_MMA \
-                $shape -S -o "$tmp/k.ptx" "$tmp/k.cl" 2>"$tmp/err"; then
-            echo "FAIL [$shape]: clang:"; head -20 "$tmp/err"; fail=1; continue
-        fi
-        n=$(grep -c 'mma\.sync\.aligned\.m16n8k[0-9]*\.row\.col.f32\.[bt]*f[0-9]*\.[bt]*f[0-9]*\.f32' "$tmp/k.ptx")
-        calls=$(grep -c 'call\.uni' "$tmp/k.ptx")
         if ! info=$("$ptxas" -arch="$sm" -v -o "$tmp/k.cubin" "$tmp/k.ptx" 2>&1); then
             echo "FAIL [$shape] $sm: ptxas:"; echo "$info" | head -20; fail=1; continue
         fi

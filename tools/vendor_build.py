@@ -26,11 +26,19 @@ the package that provides it, never as passed; with no compiler at all the exit 
 
 By default one profile per vendor runs (mi300x, arc-a770, h100): every kernel the library selects
 there; --full runs every profile.
+
+A compile that succeeded is kept in a result cache (--reuse DIR, default CLMLA_VENDOR_CACHE, else
+$XDG_CACHE_HOME/clmla-vendor-build or ~/.cache/clmla-vendor-build; "off" keeps none), keyed by the
+vendor, the target, the program's exact source and options, and the toolchain: each tool's path,
+size and modification time, and the package versions the report names. A program whose key is
+there is not compiled again: its registers, spills and local memory are read back and judged as a
+new compile's would be. A failed compile is never kept, so it runs again every time.
 """
 
 import argparse
 import concurrent.futures
 import glob
+import hashlib
 import json
 import math
 import os
@@ -294,6 +302,77 @@ def nvidia_compile(tc, target, src, options, work):
 COMPILE = {"amd": amd_compile, "intel": intel_compile, "nvidia": nvidia_compile}
 
 
+# ---- the result cache --------------------------------------------------------------------------
+
+CACHE_FORMAT = 1
+
+
+def default_cache_dir():
+    env = os.environ.get("CLMLA_VENDOR_CACHE")
+    if env:
+        return env
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "clmla-vendor-build")
+
+
+def toolchain_identity(tc):
+    """What names a vendor's toolchain in the cache key: its entries (paths and the versions that
+    dpkg and the tools report) and, for each path among them, its size and modification time (for a
+    folder, those of the files in it)."""
+    ident = []
+    for k in sorted(tc):
+        v = tc[k]
+        ident.append([k, v])
+        if not isinstance(v, str) or not os.path.isabs(v):
+            continue
+        files = sorted(glob.glob(os.path.join(v, "*"))) if os.path.isdir(v) else [v]
+        for f in files:
+            try:
+                st = os.stat(f)
+                ident.append([f, st.st_size, st.st_mtime_ns])
+            except OSError:
+                ident.append([f, None])
+    return ident
+
+
+def cache_key(vendor, tc, target, src, options):
+    with open(src, "rb") as f:
+        source = f.read()
+    h = hashlib.sha256()
+    h.update(json.dumps([CACHE_FORMAT, vendor, target, options, toolchain_identity(tc)]).encode())
+    h.update(source)
+    return h.hexdigest()
+
+
+def cache_load(cache_dir, key):
+    """The kept (cmd, secs, res) of a key, or None where there is none or it does not read back."""
+    if not cache_dir:
+        return None
+    try:
+        with open(os.path.join(cache_dir, key + ".json")) as f:
+            d = json.load(f)
+        if d.get("format") != CACHE_FORMAT or not isinstance(d.get("res"), dict):
+            return None
+        return d["cmd"], float(d["secs"]), d["res"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def cache_store(cache_dir, key, cmd, secs, res):
+    """Keeps a successful compile's result; written to a temporary name and renamed, so that a reader
+    never sees half a file. A cache that cannot be written is left alone."""
+    if not cache_dir:
+        return
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"format": CACHE_FORMAT, "cmd": cmd, "secs": secs, "res": res}, f)
+        os.replace(tmp, os.path.join(cache_dir, key + ".json"))
+    except OSError:
+        pass
+
+
 # ---- occupancy ---------------------------------------------------------------------------------
 
 def align(x, a):
@@ -406,6 +485,8 @@ def main():
     ap.add_argument("--allowances", default=ALLOWANCES)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--keep", action="store_true", help="keep the compilers' outputs under --out/work")
+    ap.add_argument("--reuse", default=default_cache_dir(), help="folder of kept compile results, or 'off' "
+                    "(default: CLMLA_VENDOR_CACHE, else ~/.cache/clmla-vendor-build)")
     args = ap.parse_args()
     t_start = time.time()
 
@@ -478,10 +559,22 @@ def main():
             os.makedirs(work, exist_ok=True)
             jobs.append((entry, prof, p, work, sorted(uses.get((p["file"], opts), []))))
 
+    cache_dir = None if args.reuse in ("", "off") else args.reuse
+    reused = []
+
     def compile_one(job):
         entry, prof, p, work, used = job
-        vendor = prof["compiler"]["vendor"]
-        return COMPILE[vendor](tc[vendor], prof["compiler"]["target"], p["source"], p["options"], work)
+        vendor, target = prof["compiler"]["vendor"], prof["compiler"]["target"]
+        key = cache_key(vendor, tc[vendor], target, p["source"], p["options"]) if cache_dir else None
+        kept = cache_load(cache_dir, key) if key else None
+        if kept:
+            reused.append(key)
+            cmd, secs, res = kept
+            return 0, cmd, "", secs, res
+        rc, cmd, log, secs, res = COMPILE[vendor](tc[vendor], target, p["source"], p["options"], work)
+        if rc == 0 and key:
+            cache_store(cache_dir, key, cmd, secs, res)
+        return rc, cmd, log, secs, res
 
     failures, violations, notes = [], [], []
     used_allowances = set()
@@ -546,6 +639,7 @@ def main():
     report = {"compilers": {v: t.get("version", t.get("skipped")) for v, t in tc.items()},
               "profiles": [e for e, _ in profiles], "failures": failures, "violations": violations,
               "problems": problems, "notes": notes, "wall_seconds": round(wall, 1), "jobs": args.jobs,
+              "compiled": len(jobs) - len(reused), "reused": len(reused), "cache": cache_dir or "off",
               "subset": not args.full and not args.profile}
     with open(os.path.join(args.out, "vendor-report.json"), "w") as f:
         json.dump(report, f, indent=1, default=sorted)
@@ -559,9 +653,10 @@ def main():
     bad = failures + violations + problems
     for b in bad:
         print("vendor_build: FAILED: " + b, file=sys.stderr)
-    print("vendor_build: %d programs compiled on %d profiles in %.0f s; %d failures, %d violations" % (
-        len(jobs), sum(1 for e, _ in profiles if e["status"] == "compiled"), wall, len(failures),
-        len(violations) + len(problems)))
+    print("vendor_build: %d programs on %d profiles (%d compiled, %d results reused from %s) in %.0f s; "
+          "%d failures, %d violations" % (
+              len(jobs), sum(1 for e, _ in profiles if e["status"] == "compiled"), len(jobs) - len(reused),
+              len(reused), cache_dir or "no cache", wall, len(failures), len(violations) + len(problems)))
     return 1 if bad else 0
 
 
@@ -576,8 +671,10 @@ def eval_items(shape):
 
 def markdown(r):
     out = ["# clmla's kernels as each vendor's compiler builds them", ""]
-    out.append("Written by tools/vendor_build.py in %.0f s with %d jobs (%s)." % (
-        r["wall_seconds"], r["jobs"], "one profile per vendor" if r["subset"] else "the profiles asked for"))
+    out.append("Written by tools/vendor_build.py in %.0f s with %d jobs (%s): %d programs compiled, %d results "
+               "reused from earlier compiles of the same source, options and toolchain." % (
+                   r["wall_seconds"], r["jobs"], "one profile per vendor" if r["subset"] else "the profiles asked for",
+                   r["compiled"], r["reused"]))
     out += ["", "## Compilers", "", "| vendor | compiler |", "| --- | --- |"]
     for v, c in r["compilers"].items():
         out.append("| %s | %s |" % (v, c))
