@@ -60,7 +60,7 @@ function(expect_bench_refused what regex)
 endfunction()
 
 run_bench("--phase decode" --quick --check --phase decode --path absorbed,mha,decompressed,sparse,indexer
-          --cache-dtype f32,f16 --ctx 150 --batch 2 --topk 100 --max-time 0.2 --warm-cache --json ${OUT})
+          --cache-dtype f32,f16 --ctx 150 --batch 2 --topk 100 --max-time 0.05 --warm-cache --json ${OUT})
 message("${out}")
 # columns: phase, path, weights dtype ("-" where the row has no weights), cache dtype, batch, ctx
 foreach(path absorbed mha decompressed sparse indexer)
@@ -104,7 +104,7 @@ message(STATUS "bench_smoke: ${rows} rows, valid JSON, all paths agree with the 
 # host's float64 attention over that many keys (a kernel that ignored the causal limit among the
 # new tokens would be off by far more than 1e-3); mha has no q-len and is skipped, not failed.
 run_bench("--q-len" --quick --check --phase decode --path absorbed,mha --q-len 1,3 --ctx 130 --batch 2
-          --max-time 0.2 --no-peak --json ${OUT})
+          --max-time 0.05 --no-peak --json ${OUT})
 message("${out}")
 file(READ ${OUT} json)
 string(JSON rows LENGTH "${json}")
@@ -131,7 +131,7 @@ message(STATUS "bench_smoke: multi-token decode rows agree with the host result"
 # The products phase with the caches flushed by a read of a size given: the header says so (one dtype
 # and row count, and a small flush: a read of 4x the last-level cache before every call would be
 # most of the phase's time).
-run_bench("--phase products --flush read" --quick --phase products --batch 1 --weights-dtype f32 --max-time 0.2
+run_bench("--phase products --flush read" --quick --phase products --batch 1 --weights-dtype f32 --max-time 0.05
           --flush read --flush-mib 80 --no-peak)
 if(NOT out MATCHES "caches flushed before every call \\(a read of the flush size" OR NOT out MATCHES "\nflush +80 MiB")
   message(FATAL_ERROR "--flush read --flush-mib 80: the header does not say the flush is a read of 80 MiB:\n${out}")
@@ -139,7 +139,7 @@ endif()
 # Every projection of the shape with 1 and 3 rows, weights given to clmla_linear in three dtypes,
 # each checked against float64 of the weights the dtype denotes by the bench itself (it fails on an
 # error above 1e-4), with their bounds.
-run_bench("--phase products" --quick --phase products --batch 1,3 --weights-dtype f32,bf16,fp8 --max-time 0.2
+run_bench("--phase products" --quick --phase products --batch 1,3 --weights-dtype f32,bf16,fp8 --max-time 0.05
           --warm-cache --json ${OUT}.products.json)
 foreach(path q_proj kv_a_proj kv_b_proj o_proj)
   foreach(wdtype f32 bf16 fp8)
@@ -159,7 +159,7 @@ check_bounds("${json}" ${OUT}.products.json brief)
 # bytes the layer reports for them shrink with it. With --no-peak no peak is measured, and the bound
 # columns say so.
 run_bench("--phase layer --weights-dtype auto,bf16,fp8" --quick --phase layer --ctx 64 --batch 1
-          --weights-dtype auto,bf16,fp8 --max-time 0.2 --no-peak --warm-cache --json ${OUT}.layer.json)
+          --weights-dtype auto,bf16,fp8 --max-time 0.05 --no-peak --warm-cache --json ${OUT}.layer.json)
 file(READ ${OUT}.layer.json json)
 set(previous "")
 set(wanted f32 bf16 fp8)
@@ -216,7 +216,7 @@ if(device_type STREQUAL "cpu")
 else()
   set(first_path absorbed)
 endif()
-run_bench("--phase prefill --prefix 0,200" --quick --phase prefill --ctx 20 --prefix 0,200 --max-time 0.2 --no-peak
+run_bench("--phase prefill --prefix 0,200" --quick --phase prefill --ctx 20 --prefix 0,200 --max-time 0.05 --no-peak
           --warm-cache --json ${OUT}.prefix.json)
 file(READ ${OUT}.prefix.json json)
 string(JSON prefix0 GET "${json}" 0 prefix)
@@ -270,7 +270,7 @@ message(STATUS "bench_smoke: cold start rows (build, cache) with their parts and
 
 # --phase peak: the four limits and the floor of a call, a row each; the floor has no bytes or
 # FLOPs, so no bound (its median is only required to be there).
-run_bench("--phase peak" --quick --phase peak --max-time 0.2 --warm-cache --json ${OUT}.peak.json)
+run_bench("--phase peak" --quick --phase peak --max-time 0.05 --warm-cache --json ${OUT}.peak.json)
 if(NOT out MATCHES "a call's floor [0-9.]+ ms")
   message(FATAL_ERROR "clmla-bench --phase peak printed no call's floor:\n${out}")
 endif()
