@@ -390,10 +390,10 @@ typedef struct clmla_tune_event {
     const char *note;     /* CANDIDATE: why it was refused or skipped; NULL when timed */
     double error;         /* CANDIDATE: the largest difference of its output from the reference
                              output, relative to that output's largest value; -1 when it did not run */
-    const double *times;  /* CANDIDATE (measured 1): median microseconds of each timed case */
+    const double *times;  /* CANDIDATE, when timed: median microseconds of each timed case */
     const char **time_names; /* their names ("batch 1", "prompt", ...), or NULL */
     int num_times;
-    double ratio;         /* CANDIDATE (measured 1), BEST: the mean of its times over the first
+    double ratio;         /* CANDIDATE when timed, and BEST: the mean of its times over the first
                              candidate's (1 for the first) */
 } clmla_tune_event;
 

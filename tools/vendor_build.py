@@ -335,11 +335,11 @@ def toolchain_identity(tc):
     return ident
 
 
-def cache_key(vendor, tc, target, src, options):
+def cache_key(vendor, identity, target, src, options):
     with open(src, "rb") as f:
         source = f.read()
     h = hashlib.sha256()
-    h.update(json.dumps([CACHE_FORMAT, vendor, target, options, toolchain_identity(tc)]).encode())
+    h.update(json.dumps([CACHE_FORMAT, vendor, target, options, identity]).encode())
     h.update(source)
     return h.hexdigest()
 
@@ -560,12 +560,13 @@ def main():
             jobs.append((entry, prof, p, work, sorted(uses.get((p["file"], opts), []))))
 
     cache_dir = None if args.reuse in ("", "off") else args.reuse
+    identities = {v: toolchain_identity(t) for v, t in tc.items() if cache_dir and "skipped" not in t}
     reused = []
 
     def compile_one(job):
         entry, prof, p, work, used = job
         vendor, target = prof["compiler"]["vendor"], prof["compiler"]["target"]
-        key = cache_key(vendor, tc[vendor], target, p["source"], p["options"]) if cache_dir else None
+        key = cache_key(vendor, identities[vendor], target, p["source"], p["options"]) if cache_dir else None
         kept = cache_load(cache_dir, key) if key else None
         if kept:
             reused.append(key)
