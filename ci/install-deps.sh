@@ -7,6 +7,7 @@ PACKAGES="cmake make gcc pkg-config ocl-icd-opencl-dev opencl-headers pocl-openc
 libclblast-dev clinfo libcjson-dev clang libclang-rt-dev oclgrind perl
 python3-venv python3-numpy python3-pytest"
 PACKAGES="$PACKAGES clang-15 libclc-15 rocm-device-libs intel-opencl-icd" # vendor compilers: tools/vendor_build.py
+PACKAGES="$PACKAGES ccache" # ci/run.sh: compiles kept between CI runs
 
 missing=""
 for p in $PACKAGES; do

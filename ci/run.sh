@@ -37,9 +37,31 @@ else
 fi
 stage "install-deps"
 
-# A cache directory of the run's own, from empty. On PoCL's CPU device the library keeps no program
-# binaries there unless asked (CLMLA_PROGRAM_BINARIES); test_context asks, to exercise that cache.
+# Compiles kept between runs: every CMake build below (the library and tests, the sanitizers' and
+# the fuzzers' builds, the Python wheel, the install test's consumer) goes through ccache, which
+# reuses an object only for the same compiler, options and source with its headers. Paths under the
+# checkout are hashed relative to it, and the build folder left out of -g builds' hashes, so that a
+# clone elsewhere finds the objects too.
+if command -v ccache >/dev/null 2>&1; then
+    export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
+    export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
+    ccache --zero-stats >/dev/null
+fi
+
+# A cache directory of the run's own, from empty, shared by the suite, the Python stage and the
+# suite under the sanitizers. On PoCL's CPU device the library keeps no program binaries unless
+# asked, because PoCL compiles every kernel of a program for any work-group size before it gives
+# the binary. PoCL keeps those compiles in its own cache across runs, so on a machine where that
+# cache holds anything the binaries are asked for: a program's second build, in another test or
+# under the sanitizers, is then a load, without the preprocessing of the source that PoCL does on
+# every build from source, its cache holding the program or not (docs/perf-log.md, "CI time"). On a
+# fresh machine they stay off: there every compile is new, and the binaries would double them.
 export CLMLA_CACHE_DIR="${CLMLA_CACHE_DIR:-$PWD/build/clmla-cache}"
+pocl_kcache="${POCL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/pocl/kcache}"
+if [ -z "${CLMLA_PROGRAM_BINARIES:-}" ] && [ -n "$(ls -A "$pocl_kcache" 2>/dev/null)" ]; then
+    export CLMLA_PROGRAM_BINARIES=on
+fi
+echo "ci: program binaries ${CLMLA_PROGRAM_BINARIES:-auto} (PoCL's cache: $pocl_kcache)"
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCLMLA_WERROR=ON
 cmake --build build -j"$(nproc)"
@@ -98,3 +120,6 @@ sh ci/sanitize.sh build-asan
 stage "sanitize"
 sh ci/fuzz.sh 20
 stage "fuzz"
+if [ -n "${CMAKE_C_COMPILER_LAUNCHER:-}" ]; then
+    echo "ci: ccache over the run: $(ccache --print-stats | awk '$1 ~ /^(direct_cache_hit|preprocessed_cache_hit|cache_miss)$/ { printf "%s %s ", $1, $2 }')"
+fi
