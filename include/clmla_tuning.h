@@ -127,8 +127,9 @@ clmla_status clmla_xgemm_tuning_path(char *buf, size_t size);
    one. The file is read once per process, at the first use; a malformed file is reported
    (clmla_log at warning level on the first context that runs attention, and by
    clmla_latent_tuning_lookup) and ignored, as is an entry with an illegal value (the message names
-   the value). Other keys of an entry ("date", "commit", "measured", "status", "note") are ignored:
-   provenance, kept so by the built-in entries (host/mla/tuning_data's JSON files, this format).
+   the value). Other keys of an entry ("date", "commit", "machine", "figure", "status", "note") are
+   ignored: provenance, kept so by the built-in entries (host/mla/tuning_data's JSON files, this
+   format).
    "group_stage_keys", a parameter removed in 0.4.0, is taken at 0 and refused at any other value.
    Thread-safe. Each field's legal values follow its description; the default is in parentheses. */
 typedef struct clmla_latent_tuning {
@@ -241,7 +242,7 @@ clmla_status clmla_context_set_latent_tuning(clmla_context *ctx, const clmla_lat
 
 /* Adds an entry for `device` (its vendor, name, platform and driver version) at num_heads heads
    (0: "any") to the file at path, replacing one with the same key and keeping the others; writes
-   through a sibling file and rename. `note`, when not NULL, is stored as the entry's "measured"
+   through a sibling file and rename. `note`, when not NULL, is stored as the entry's "figure"
    text. Returns CLMLA_SUCCESS, CLMLA_ERROR_INVALID_ARGUMENT naming an illegal value,
    CLMLA_ERROR_INVALID_FILE when the file is not a valid tuning file (it is left as it is), or
    CLMLA_ERROR_IO when it cannot be read or written. */
@@ -345,7 +346,7 @@ clmla_status clmla_context_set_product_tuning(clmla_context *ctx, const clmla_pr
 /* Adds an entry for `device` (vendor, name, platform, driver version) for products of K = k's
    class (0: "any") to the file at path, replacing one with the same key and keeping every other
    entry (attn_latent ones included); writes through a sibling file and rename. `note`, when not
-   NULL, is stored as the entry's "measured" text. Returns CLMLA_SUCCESS,
+   NULL, is stored as the entry's "figure" text. Returns CLMLA_SUCCESS,
    CLMLA_ERROR_INVALID_ARGUMENT naming an illegal value, CLMLA_ERROR_INVALID_FILE when the file is
    not a valid tuning file (it is left as it is), or CLMLA_ERROR_IO when it cannot be read or
    written. */
@@ -386,7 +387,7 @@ typedef struct clmla_tune_event {
     const void *tuning;   /* CANDIDATE, BEST: the candidate, a clmla_latent_tuning (clmla_tune_latent,
                              clmla_tune_prefill) or a clmla_product_tuning (clmla_tune_products) */
     const char *label;    /* CANDIDATE, BEST: the parameters the search varies, "name=value ..." */
-    int measured;         /* CANDIDATE: 1 checked and timed; 0 refused or skipped (note says why) */
+    int timed;            /* CANDIDATE: 1 checked and timed; 0 refused or skipped (note says why) */
     const char *note;     /* CANDIDATE: why it was refused or skipped; NULL when timed */
     double error;         /* CANDIDATE: the largest difference of its output from the reference
                              output, relative to that output's largest value; -1 when it did not run */
@@ -427,7 +428,7 @@ typedef struct clmla_latent_tune_result {
     clmla_latent_tuning base; /* the parameters the search started from */
     const char *source;   /* where base came from (as clmla_latent_tuning_lookup's, or "options") */
     int candidates;       /* candidates enumerated */
-    int measured;         /* candidates that passed the check and were timed */
+    int timed;            /* candidates that passed the check and were timed */
     double ratio;         /* best's time relative to base's (1 when base was kept) */
     double best_us[2];    /* best's median microseconds: latent batch 1 and 8; prefill the prompt and
                              the chunk after the prefix */

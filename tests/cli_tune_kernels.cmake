@@ -110,7 +110,7 @@ expect_tune("CLMLA_PRODUCT_KERNELS=group clmla tune --kernels --products --quick
                     "skinny_nn_items=64 +skinny_nn_slices=16 +[0-9]+ +err [0-9.e-]+"
                     "best: skinny_nn_items=[0-9]+ skinny_nn_slices=[0-9]+")
 saved_parameter(slices skinny_nn_slices "the group forms' entry in ${file3}" 1 8 16)
-string(JSON note GET "${text}" 0 measured)
+string(JSON note GET "${text}" 0 figure)
 if(NOT note MATCHES "per-head x W\\^UK")
   message(FATAL_ERROR "the group forms' entry in ${file3}:\n${text}")
 endif()
@@ -188,7 +188,7 @@ string(JSON kernel GET "${text}" 0 kernel)
 string(JSON heads GET "${text}" 0 heads)
 string(JSON keys GET "${text}" 0 parameters prefill_keys)
 string(JSON chunk GET "${text}" 0 parameters prefill_chunk)
-string(JSON note GET "${text}" 0 measured)
+string(JSON note GET "${text}" 0 figure)
 if(NOT count EQUAL 1 OR NOT kernel STREQUAL "attn_latent" OR NOT heads EQUAL 16
    OR NOT (keys EQUAL 16 OR keys EQUAL 32 OR keys EQUAL 64) OR NOT (chunk EQUAL 32 OR chunk EQUAL 64 OR chunk EQUAL 128)
    OR NOT note MATCHES "prefill 80 tokens")

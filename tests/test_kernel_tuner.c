@@ -15,7 +15,7 @@ static clmla_context *ctx;
 
 /* What the progress callback saw: per stage, the total announced and the candidates reported. */
 typedef struct seen {
-    int stages, bad_stage, best_events, measured;
+    int stages, bad_stage, best_events, timed;
     int total, counted; /* of the stage in progress */
     int last_index_ok;
 } seen;
@@ -33,7 +33,7 @@ static void progress(void *user, const clmla_tune_event *e)
         s->counted++;
         if (e->index != s->counted || e->total != s->total || !e->label || !e->tuning)
             s->bad_stage++;
-        s->measured += e->measured;
+        s->timed += e->timed;
     } else
         s->best_events++;
 }
@@ -92,8 +92,8 @@ static void latent_on(clmla_context *c, clmla_cache_dtype dtype, const char *wha
     seen_end(&s);
     CHECK(s.stages >= 1 && s.bad_stage == 0 && s.best_events == 1, "%s: stages %d, bad %d, best %d", what, s.stages,
           s.bad_stage, s.best_events);
-    CHECK(r.candidates >= 1 && r.candidates <= 2 && r.measured >= 1, "%s: %d candidates, %d measured", what,
-          r.candidates, r.measured);
+    CHECK(r.candidates >= 1 && r.candidates <= 2 && r.timed >= 1, "%s: %d candidates, %d timed", what,
+          r.candidates, r.timed);
     CHECK(clmla_latent_tuning_check(&r.best, NULL) == CLMLA_SUCCESS, "%s: the best is not legal", what);
     /* the declared candidates around the same base */
     clmla_device_info info;
@@ -133,8 +133,8 @@ static void part_latent(void)
     clmla_latent_tune_result r;
     CHECK_STATUS(clmla_tune_latent(ctx, &o, &r), CLMLA_SUCCESS, ctx);
     seen_end(&s);
-    CHECK(s.bad_stage == 0 && s.measured == 1 && r.measured == 1, "max_seconds: bad %d, measured %d", s.bad_stage,
-          s.measured);
+    CHECK(s.bad_stage == 0 && s.timed == 1 && r.timed == 1, "max_seconds: bad %d, timed %d", s.bad_stage,
+          s.timed);
     CHECK(memcmp(&r.best, &r.base, sizeof(r.base)) == 0, "max_seconds: the base was not kept");
 }
 

@@ -1,5 +1,5 @@
 /* The built-in tuning entries (the JSON files of host/mla/tuning_data, embedded at build): every entry parses
-   through the user files' parser, carries its provenance ("date", "measured"), has a key of its own,
+   through the user files' parser, carries its provenance ("date", "figure"), has a key of its own,
    and changes the defaults, each parameter it lists being off its default; the lookup gives, for
    every device and class of the C tables the files replaced, the values those tables gave (written
    out below from them), and the path planner's rates (plan.json) those of the constants they
@@ -120,10 +120,10 @@ static void check_kind(int kind)
         char device[160];
         text_field(device, sizeof(device), e, "device", "?");
         const cJSON *date = cJSON_GetObjectItemCaseSensitive(e, "date");
-        const cJSON *measured = cJSON_GetObjectItemCaseSensitive(e, "measured");
-        CHECK(cJSON_IsString(date) && strlen(date->valuestring) == 10 && cJSON_IsString(measured) &&
-                  measured->valuestring[0],
-              "%s.json entry %d (%s): no \"date\" (YYYY-MM-DD) or \"measured\" text", name, index, device);
+        const cJSON *figure = cJSON_GetObjectItemCaseSensitive(e, "figure");
+        CHECK(cJSON_IsString(date) && strlen(date->valuestring) == 10 && cJSON_IsString(figure) &&
+                  figure->valuestring[0],
+              "%s.json entry %d (%s): no \"date\" (YYYY-MM-DD) or \"figure\" text", name, index, device);
         /* one key each: a second entry of the same key would never apply */
         const cJSON *o = NULL;
         int same = 0;
@@ -323,8 +323,8 @@ static void check_clblast(void)
         char why[512] = "";
         CHECK(clmla_tuning_parse(text, &d, &found, why, sizeof(why)) == 1, "clblast.json, %s: %s", d.name, why);
         const cJSON *date = cJSON_GetObjectItemCaseSensitive(e, "date");
-        const cJSON *measured = cJSON_GetObjectItemCaseSensitive(e, "measured");
-        CHECK(cJSON_IsString(date) && cJSON_IsString(measured), "clblast.json, %s: no \"date\" or \"measured\"",
+        const cJSON *figure = cJSON_GetObjectItemCaseSensitive(e, "figure");
+        CHECK(cJSON_IsString(date) && cJSON_IsString(figure), "clblast.json, %s: no \"date\" or \"figure\"",
               d.name);
     }
     cJSON_Delete(array);
@@ -401,11 +401,11 @@ static void check_plan_entries(void)
         if (!who[0])
             text_field(who, sizeof(who), e, "device", "?");
         const cJSON *date = cJSON_GetObjectItemCaseSensitive(e, "date");
-        const cJSON *measured = cJSON_GetObjectItemCaseSensitive(e, "measured");
-        const cJSON *on = cJSON_GetObjectItemCaseSensitive(e, "measured_on");
-        CHECK(cJSON_IsString(date) && strlen(date->valuestring) == 10 && cJSON_IsString(measured) &&
-                  measured->valuestring[0] && cJSON_IsString(on) && on->valuestring[0],
-              "plan.json entry %d (%s): no \"date\" (YYYY-MM-DD), \"measured_on\" or \"measured\" text", index, who);
+        const cJSON *figure = cJSON_GetObjectItemCaseSensitive(e, "figure");
+        const cJSON *on = cJSON_GetObjectItemCaseSensitive(e, "machine");
+        CHECK(cJSON_IsString(date) && strlen(date->valuestring) == 10 && cJSON_IsString(figure) &&
+                  figure->valuestring[0] && cJSON_IsString(on) && on->valuestring[0],
+              "plan.json entry %d (%s): no \"date\" (YYYY-MM-DD), \"machine\" or \"figure\" text", index, who);
         const char *keys[] = {"device_type", "vendor", "device", "platform", "driver"};
         const cJSON *o = NULL;
         int same = 0;

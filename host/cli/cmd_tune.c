@@ -73,7 +73,7 @@ static void kernel_progress(void *user, const clmla_tune_event *e)
                    p->info->platform_name, p->info->driver_version, e->detail, e->total);
     } else if (e->kind == CLMLA_TUNE_CANDIDATE) {
         printf("[%2d/%d] %s", e->index, e->total, e->label);
-        if (!e->measured)
+        if (!e->timed)
             printf("  refused: %s\n", e->note ? e->note : "failed");
         else {
             const int current = confirming ? e->index % 2 == 1 : e->index == 1;

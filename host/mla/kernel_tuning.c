@@ -650,7 +650,7 @@ static clmla_status save(const kernel_kind *k, const char *path, const clmla_dev
         cJSON_AddNumberToObject(p, k->params[i].name, *(const int *)((const char *)tuning + k->params[i].offset));
     cJSON_AddItemToObject(o, "parameters", p);
     if (note && *note)
-        cJSON_AddStringToObject(o, "measured", note);
+        cJSON_AddStringToObject(o, "figure", note);
     entry_key key = {.k = k};
     char why[512];
     entry_parse(k, o, &key.entry, why, sizeof(why));

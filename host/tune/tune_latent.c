@@ -323,7 +323,7 @@ clmla_status clmla_tune_latent(clmla_context *ctx, const clmla_kernel_tune_optio
         if (st == CLMLA_SUCCESS) {
             result->best = cands[out.best];
             result->candidates = out.candidates;
-            result->measured = out.measured;
+            result->timed = out.timed;
             result->ratio = out.ratio;
             memcpy(result->best_us, out.best_times, sizeof(result->best_us));
             memcpy(result->base_us, out.base_times, sizeof(result->base_us));

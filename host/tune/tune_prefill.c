@@ -229,7 +229,7 @@ clmla_status clmla_tune_prefill(clmla_context *ctx, const clmla_kernel_tune_opti
             result->best.prefill_chunk = b->prefill_chunk;
             result->best.prefill_rows_queries = b->prefill_rows_queries;
             result->candidates = out.candidates;
-            result->measured = out.measured;
+            result->timed = out.timed;
             result->ratio = out.ratio;
             memcpy(result->best_us, out.best_times, sizeof(result->best_us));
             memcpy(result->base_us, out.base_times, sizeof(result->base_us));

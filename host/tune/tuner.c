@@ -165,7 +165,7 @@ void clmla_tuner_report_best(const tune_settings *s, const tune_space *space, co
 }
 
 static void report_candidate(const tune_settings *s, const tune_family *f, const char *stage, int index, int total,
-                             const void *cand, int measured, const char *note, double error, const double *times,
+                             const void *cand, int timed, const char *note, double error, const double *times,
                              double ratio)
 {
     if (!s->progress)
@@ -173,9 +173,9 @@ static void report_candidate(const tune_settings *s, const tune_family *f, const
     char label[512];
     clmla_tuner_label(f->space, cand, label, sizeof(label));
     clmla_tune_event e = {.kind = CLMLA_TUNE_CANDIDATE, .stage = stage, .index = index, .total = total, .tuning = cand,
-                          .label = label, .measured = measured, .note = note, .error = error,
-                          .times = measured ? times : NULL, .time_names = f->time_names,
-                          .num_times = measured ? f->num_times : 0, .ratio = ratio};
+                          .label = label, .timed = timed, .note = note, .error = error,
+                          .times = timed ? times : NULL, .time_names = f->time_names,
+                          .num_times = timed ? f->num_times : 0, .ratio = ratio};
     s->progress(s->user, &e);
 }
 
@@ -266,7 +266,7 @@ clmla_status clmla_tuner_search(clmla_context *ctx, const tune_family *f, const 
         if (i == 0)
             memcpy(o->base_times, times, sizeof(times));
         const double ratio = mean_ratio(times, o->base_times, f->num_times);
-        o->measured++;
+        o->timed++;
         report_candidate(s, f, f->space->kernel, i + 1, n, cand, 1, NULL, err, times, ratio);
         if (o->best < 0 || ratio < best_ratio) {
             o->best = i;

@@ -116,7 +116,7 @@ typedef struct tune_settings {
 typedef struct tune_outcome {
     int best;           /* index into cands of the best */
     int candidates;     /* how many were enumerated (after max_candidates) */
-    int measured;       /* how many passed the check and were timed */
+    int timed;          /* how many passed the check and were timed */
     double ratio;       /* the best's times relative to the first's (confirmed) */
     double best_times[TUNE_MAX_TIMES], base_times[TUNE_MAX_TIMES];
 } tune_outcome;
