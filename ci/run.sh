@@ -48,20 +48,12 @@ if command -v ccache >/dev/null 2>&1; then
     ccache --zero-stats >/dev/null
 fi
 
-# A cache directory of the run's own, from empty, shared by the suite, the Python stage and the
-# suite under the sanitizers. On PoCL's CPU device the library keeps no program binaries unless
-# asked, because PoCL compiles every kernel of a program for any work-group size before it gives
-# the binary. PoCL keeps those compiles in its own cache across runs, so on a machine where that
-# cache holds anything the binaries are asked for: a program's second build, in another test or
-# under the sanitizers, is then a load, without the preprocessing of the source that PoCL does on
-# every build from source, its cache holding the program or not (docs/perf-log.md, "CI time"). On a
-# fresh machine they stay off: there every compile is new, and the binaries would double them.
+# A cache directory of the run's own, from empty. On PoCL's CPU device the library keeps no program
+# binaries there unless asked (CLMLA_PROGRAM_BINARIES); test_context asks, to exercise that cache.
+# Asking for them in every test would make PoCL compile every kernel of each new program for any
+# work-group size too: a run after a kernel change would take several times as long to compile
+# (docs/perf-log.md, "CI time").
 export CLMLA_CACHE_DIR="${CLMLA_CACHE_DIR:-$PWD/build/clmla-cache}"
-pocl_kcache="${POCL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/pocl/kcache}"
-if [ -z "${CLMLA_PROGRAM_BINARIES:-}" ] && [ -n "$(ls -A "$pocl_kcache" 2>/dev/null)" ]; then
-    export CLMLA_PROGRAM_BINARIES=on
-fi
-echo "ci: program binaries ${CLMLA_PROGRAM_BINARIES:-auto} (PoCL's cache: $pocl_kcache)"
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCLMLA_WERROR=ON
 cmake --build build -j"$(nproc)"
