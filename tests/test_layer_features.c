@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static clmla_context *ctx;
 
@@ -521,6 +522,10 @@ static void biases_free(biases *b)
 
 /* ---- one case ------------------------------------------------------------------------------------ */
 
+/* 1: run_case runs its schedules on f32 caches only (a cache dtype is a program of its own for the
+   cache and attention kernels, built for a shape of its own). */
+static int f32_cache_only;
+
 static void run_case(int which)
 {
     const feature_case k = make_case(which);
@@ -625,7 +630,7 @@ static void run_case(int which)
         snprintf(what, sizeof(what), "%s: chunks 6/4/3, paths alternating", k.name);
         e[4] = run_steps(layer, c, T, x, chunks, nchunks, alternate, 2, CLMLA_CACHE_F32, &r_chunks, what);
         snprintf(what, sizeof(what), "%s: f16 cache, auto prefill of %d", k.name, T);
-        e[5] = run_steps(layer, c, T, x, one, 1, &AUTO, 1, CLMLA_CACHE_F16, &r_one, what);
+        e[5] = f32_cache_only ? 0.0 : run_steps(layer, c, T, x, one, 1, &AUTO, 1, CLMLA_CACHE_F16, &r_one, what);
         printf("    max rel err: prefill abs %.2e dec %.2e | decode abs %.2e dec %.2e | chunks %.2e | f16 %.2e"
                " (tol %.0e / %.0e); smallest feature effect %.3g\n",
                e[0], e[1], e[2], e[3], e[4], e[5], TOL_F32_CACHE, TOL_F16_CACHE, effect_min);
@@ -634,7 +639,7 @@ static void run_case(int which)
         static const clmla_cache_dtype dts[3] = {CLMLA_CACHE_F16, CLMLA_CACHE_BF16, CLMLA_CACHE_FP8};
         static const mla_ref_cache_type rts[3] = {MLA_REF_CACHE_F16, MLA_REF_CACHE_BF16, MLA_REF_CACHE_FP8};
         static const char *const dt_names[3] = {"f16", "bf16", "fp8"};
-        for (int i = 0; i < (c->kv_lora_rank % 128 == 0 ? 3 : 2); i++) {
+        for (int i = 0; !f32_cache_only && i < (c->kv_lora_rank % 128 == 0 ? 3 : 2); i++) {
             ref_view vr = v;
             vr.f.cache_type = rts[i];
             ref_result r_round;
@@ -674,7 +679,36 @@ CASE_PART(part_none, CASE_NONE)
 CASE_PART(part_query_scale, CASE_QUERY_SCALE)
 CASE_PART(part_query_scale_l, CASE_QUERY_SCALE_L)
 CASE_PART(part_latent_scales, CASE_LATENT_SCALES)
-CASE_PART(part_biases, CASE_BIASES)
+/* The biases case; then its schedules on f32 caches again, in a context of its own that traces
+   (CLMLA_TRACE): add_bias, and every other kernel of the steps, runs in one work-group shape the
+   library gives, whatever the step's token count (13, 5, 1, 6, 4, 3). */
+static void part_biases(void)
+{
+    run_case(CASE_BIASES);
+    char path[64];
+    snprintf(path, sizeof(path), "test_layer_features_%d.tsv", (int)getpid());
+    remove(path);
+    clmla_context_options o;
+    memset(&o, 0, sizeof(o));
+    o.trace = path;
+    clmla_context *outer = ctx, *traced = NULL;
+    CHECK_STATUS(clmla_context_create_opts(&o, &traced), CLMLA_SUCCESS, NULL);
+    if (!traced)
+        return;
+    ctx = traced;
+    f32_cache_only = 1;
+    run_case(CASE_BIASES);
+    f32_cache_only = 0;
+    ctx = outer;
+    clmla_context_destroy(traced);
+    int kernels = 0;
+    const int bad = tu_trace_one_shape(path, &kernels);
+    CHECK(bad == 0, "biases: %d kernel(s) ran in more than one work-group shape or in the driver's (%d kernel lines)",
+          bad, kernels);
+    if (bad == 0)
+        printf("    the trace: %d kernel lines, each kernel in one work-group shape\n", kernels);
+    remove(path);
+}
 CASE_PART(part_biases_q_proj, CASE_BIASES_Q_PROJ)
 
 static const tu_part parts[] = {

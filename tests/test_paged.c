@@ -31,6 +31,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static clmla_context *ctx;
 
@@ -546,6 +547,44 @@ static void part_rows(void)
 static void part_group(void)
 {
     run_layouts(CLMLA_LATENT_GROUP);
+}
+
+/* Calls of 1, 4, 8, 12 and 80 query tokens (one sequence or four, s_q 1 to 20) over one layout, in a
+   context of its own that traces (CLMLA_TRACE): paged_tokens, and every other kernel of the calls
+   and of the cache's own, runs in one work-group shape the library gives, whatever the tokens. */
+static void part_shapes(void)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "test_paged_shapes_%d.tsv", (int)getpid());
+    remove(path);
+    clmla_context_options o;
+    memset(&o, 0, sizeof(o));
+    o.trace = path;
+    clmla_context *outer = ctx, *traced = NULL;
+    CHECK_STATUS(clmla_context_create_opts(&o, &traced), CLMLA_SUCCESS, NULL);
+    if (!traced)
+        return;
+    ctx = traced;
+    static const int one[] = {37};
+    fixture f;
+    if (fixture_make(&f, 128, 16, 16, CLMLA_CACHE_F16, 1, one, 31) == 0)
+        case_run(&f, 16, 1, 0, 0, 0, 300);
+    fixture_free(&f);
+    if (fixture_make(&f, 128, 16, 16, CLMLA_CACHE_F16, 4, LENS_A, 32) == 0) {
+        static const int sqs[] = {1, 2, 3, 20};
+        for (size_t i = 0; i < sizeof(sqs) / sizeof(sqs[0]); i++)
+            case_run(&f, 16, sqs[i], 0, 0, 0, 301 + i);
+    }
+    fixture_free(&f);
+    ctx = outer;
+    clmla_context_destroy(traced);
+    int kernels = 0;
+    const int bad = tu_trace_one_shape(path, &kernels);
+    CHECK(bad == 0, "%d kernel(s) ran in more than one work-group shape or in the driver's (%d kernel lines)", bad,
+          kernels);
+    if (bad == 0)
+        printf("# the trace: %d kernel lines, each kernel in one work-group shape\n", kernels);
+    remove(path);
 }
 
 /* ---- host memory -------------------------------------------------------------------------- */
@@ -1223,7 +1262,7 @@ static void part_refusals(void)
 }
 
 static const tu_part parts[] = {
-    {"rows", part_rows},         {"group", part_group},       {"host", part_host},
+    {"rows", part_rows},         {"group", part_group},       {"shapes", part_shapes},     {"host", part_host},
     {"bad_tables", part_bad_tables}, {"index", part_index}, {"mask", part_mask}, {"refusals", part_refusals},
 };
 

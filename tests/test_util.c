@@ -369,3 +369,51 @@ clmla_status tu_cache_fill_round_robin(clmla_cache *cache, const int32_t *ids, c
     }
     return CLMLA_SUCCESS;
 }
+
+int tu_trace_one_shape(const char *path, int *kernels)
+{
+    enum { MAX_KERNELS = 128 };
+    static struct {
+        char name[96], local[64];
+        int reported;
+    } seen[MAX_KERNELS];
+    int n = 0, bad = 0;
+    *kernels = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        printf("# trace %s: cannot be read\n", path);
+        return -1;
+    }
+    char line[1024];
+    while (fgets(line, sizeof(line), f)) {
+        char kind[16], name[96], size[64];
+        if (line[0] == '#' || sscanf(line, "%*d\t%15[^\t]\t%95[^\t]\t%63[^\t]", kind, name, size) != 3 ||
+            strcmp(kind, "kernel") != 0)
+            continue;
+        ++*kernels;
+        const char *slash = strchr(size, '/');
+        const char *local = slash ? slash + 1 : "";
+        int i = 0;
+        while (i < n && strcmp(seen[i].name, name) != 0)
+            i++;
+        if (i == n) {
+            if (n == MAX_KERNELS)
+                continue;
+            snprintf(seen[n].name, sizeof(seen[n].name), "%s", name);
+            snprintf(seen[n].local, sizeof(seen[n].local), "%s", local);
+            seen[n].reported = 0;
+            n++;
+        }
+        const int driver = strcmp(local, "-") == 0 || !local[0];
+        if ((driver || strcmp(seen[i].local, local) != 0) && !seen[i].reported) {
+            if (driver)
+                printf("# %s: its work-group size left to the driver (%s)\n", name, size);
+            else
+                printf("# %s: work-group sizes %s and %s\n", name, seen[i].local, local);
+            seen[i].reported = 1;
+            bad++;
+        }
+    }
+    fclose(f);
+    return *kernels ? bad : -1;
+}

@@ -710,7 +710,7 @@ static void trace_clblast(clmla_context *ctx, CLBlastStatusCode bs, size_t batch
         snprintf(what, sizeof(what), "CLBlastSgemm (m,n,k)");
     else
         snprintf(what, sizeof(what), "CLBlastSgemmStridedBatched x%zu (m,n,k)", batch);
-    clmla_trace_record(ctx, bs == CLBlastSuccess ? CL_SUCCESS : bs, "clblast", what, 3, mnk, ev, owned);
+    clmla_trace_record(ctx, bs == CLBlastSuccess ? CL_SUCCESS : bs, "clblast", what, 3, mnk, NULL, ev, owned);
 }
 
 /* CLBlastSgemm with its temporary buffer (padded copies of the operands, for its indirect kernel)

@@ -96,7 +96,7 @@ static clmla_status enqueue_bias(clmla_layer *L, cl_mem x, int offset, int rows,
     CLMLA_SET_ARGS(ctx, L->add_bias, 0, CLMLA_ARG(x), CLMLA_ARG(offset), CLMLA_ARG(stride), CLMLA_ARG(cols),
                    CLMLA_ARG(bias));
     const size_t global[2] = {(size_t)cols, (size_t)rows};
-    cl_int err = clmla_cl_enqueue(ctx, L->add_bias, 2, global, NULL, event);
+    cl_int err = clmla_cl_enqueue_rows(ctx, L->add_bias, 2, global, event);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue add_bias");
 }
 

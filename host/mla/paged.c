@@ -488,8 +488,7 @@ static clmla_status enqueue_tokens(clmla_paged *p, const ptables *t, const pbuf 
                    CLMLA_ARG(t->causal));
     const int tokens = t->batch * t->sq;
     CLMLA_SET_ARGS(ctx, k, 9, CLMLA_ARG(tokens), CLMLA_ARG(token_seq), CLMLA_ARG(token_ctx), CLMLA_ARG(p->status));
-    const size_t global[1] = {(size_t)tokens};
-    cl_int err = clmla_cl_enqueue_rows(ctx, k, 1, global, NULL);
+    cl_int err = clmla_cl_enqueue_items(ctx, k, (size_t)tokens, NULL);
     return err == CL_SUCCESS ? CLMLA_SUCCESS : clmla_fail_cl(ctx, err, "enqueue paged_tokens");
 }
 

@@ -126,12 +126,14 @@ cl_int clmla_cl_enqueue(clmla_context *ctx, cl_kernel kernel, cl_uint dims, cons
     if (ctx->trace) {
         char name[88];
         clmla_trace_kernel_name(kernel, name, sizeof(name));
-        clmla_trace_record(ctx, err, "kernel", name, dims, global, ev, ev == &own);
+        clmla_trace_record(ctx, err, "kernel", name, dims, global, local, ev, ev == &own);
     }
     return err;
 }
 
-cl_int clmla_cl_enqueue_rows(clmla_context *ctx, cl_kernel kernel, cl_uint dims, const size_t *global, cl_event *event)
+/* The largest power of two <= 64 that the device and the kernel allow as a work-group's size, and no
+   larger than `need` calls for (its half below need). */
+static size_t rows_local(clmla_context *ctx, cl_kernel kernel, size_t need)
 {
     size_t limit = 0;
     if (clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(limit), &limit, NULL) != CL_SUCCESS)
@@ -141,13 +143,26 @@ cl_int clmla_cl_enqueue_rows(clmla_context *ctx, cl_kernel kernel, cl_uint dims,
     if (ctx->info.max_work_group_size > 0 && ctx->info.max_work_group_size < limit)
         limit = ctx->info.max_work_group_size;
     size_t l = 64;
-    while (l > 1 && (l > limit || l / 2 >= global[0]))
+    while (l > 1 && (l > limit || l / 2 >= need))
         l /= 2;
+    return l;
+}
+
+cl_int clmla_cl_enqueue_rows(clmla_context *ctx, cl_kernel kernel, cl_uint dims, const size_t *global, cl_event *event)
+{
+    const size_t l = rows_local(ctx, kernel, global[0]);
     size_t g[3] = {0, 1, 1}, local[3] = {l, 1, 1};
     for (cl_uint i = 0; i < dims && i < 3; i++)
         g[i] = global[i];
     g[0] = (global[0] + l - 1) / l * l;
     return clmla_cl_enqueue(ctx, kernel, dims, g, local, event);
+}
+
+cl_int clmla_cl_enqueue_items(clmla_context *ctx, cl_kernel kernel, size_t n, cl_event *event)
+{
+    const size_t l = rows_local(ctx, kernel, 64);
+    const size_t global = (n + l - 1) / l * l;
+    return clmla_cl_enqueue(ctx, kernel, 1, &global, &l, event);
 }
 
 /* A transfer between buffer and host: into host (read) or from it, blocking or, with event, not;
@@ -163,7 +178,7 @@ static cl_int transfer(clmla_context *ctx, int read, cl_mem buffer, cl_bool bloc
     if (err == CL_SUCCESS && event)
         ctx->counts.events++;
     const char *what = read ? "read" : "write";
-    clmla_trace_record(ctx, err, what, what, 0, &bytes, ev, ev == &own);
+    clmla_trace_record(ctx, err, what, what, 0, &bytes, NULL, ev, ev == &own);
     return err;
 }
 
@@ -199,7 +214,7 @@ cl_int clmla_cl_copy(clmla_context *ctx, cl_mem src, size_t src_offset, cl_mem d
         return CL_OUT_OF_RESOURCES;
     cl_event own = NULL, *ev = clmla_trace_event(ctx, NULL, &own);
     const cl_int err = clEnqueueCopyBuffer(ctx->queue, src, dst, src_offset, dst_offset, bytes, 0, NULL, ev);
-    clmla_trace_record(ctx, err, "copy", "copy", 0, &bytes, ev, 1);
+    clmla_trace_record(ctx, err, "copy", "copy", 0, &bytes, NULL, ev, 1);
     return err;
 }
 

@@ -45,11 +45,16 @@ cl_kernel clmla_cl_kernel(clmla_context *ctx, cl_program program, const char *na
 cl_int clmla_cl_enqueue(clmla_context *ctx, cl_kernel kernel, cl_uint dims, const size_t *global, const size_t *local,
                         cl_event *event);
 /* An element-wise kernel whose dimension 0 runs over global[0] values (it returns for indices past
-   them), launched with the fixed work-group shape {L, 1, 1}: L is the largest power of two <= 64
-   that the device and the kernel allow (and no larger than global[0] needs), and dimension 0 is
-   rounded up to a multiple of L. A driver left to pick the shape itself may pick a new one for
-   each token count, and PoCL compiles each shape anew. */
+   them), launched with the work-group shape {L, 1, 1}: L is the largest power of two <= 64 that
+   the device and the kernel allow (and no larger than global[0] needs), and dimension 0 is
+   rounded up to a multiple of L. Dimension 0 must be fixed by the configuration (a row's values),
+   never a count that changes between calls: L follows it, and a driver that compiles a kernel
+   per work-group shape (PoCL) compiles each new L anew. The other dimensions take any count. */
 cl_int clmla_cl_enqueue_rows(clmla_context *ctx, cl_kernel kernel, cl_uint dims, const size_t *global, cl_event *event);
+/* A kernel of one dimension over n items, n a count that changes between calls (a call's tokens; the
+   kernel returns for items past it): the work-group size is L as above for 64 values whatever n,
+   so the kernel runs in one shape, and n is rounded up to a multiple of it. */
+cl_int clmla_cl_enqueue_items(clmla_context *ctx, cl_kernel kernel, size_t n, cl_event *event);
 /* Sets argument i of kernel k to the value of the lvalue v; on failure returns, from the function
    that uses it, a status whose message names the kernel and the argument. */
 #define CLMLA_SET_ARG(ctx, k, i, v)                                                                     \

@@ -44,7 +44,7 @@ void clmla_trace_open(clmla_context *ctx, const char *path)
        file interleave whole lines */
     setvbuf(f, NULL, _IOLBF, 1024);
     if (ftell(f) == 0)
-        fprintf(f, "# context\tkind\tname\twork size or bytes\tqueued_ns\tsubmitted_ns\tstarted_ns\tended_ns\n");
+        fprintf(f, "# context\tkind\tname\twork size (global/local) or bytes\tqueued_ns\tsubmitted_ns\tstarted_ns\tended_ns\n");
     t->file = f;
     t->id = atomic_fetch_add(&next_id, 1);
     fprintf(f, "# context %d: %s (%s, driver %s)\n", t->id, ctx->info.name, ctx->info.platform_name,
@@ -103,7 +103,7 @@ void clmla_trace_kernel_name(cl_kernel kernel, char *name, size_t size)
 }
 
 void clmla_trace_record(clmla_context *ctx, cl_int err, const char *kind, const char *what, cl_uint dims,
-                        const size_t *size, cl_event *used, int owned)
+                        const size_t *size, const size_t *local, cl_event *used, int owned)
 {
     clmla_trace *t = ctx->trace;
     if (!t || err != CL_SUCCESS || !used || !*used)
@@ -115,9 +115,17 @@ void clmla_trace_record(clmla_context *ctx, cl_int err, const char *kind, const 
     snprintf(r->what, sizeof(r->what), "%s", what);
     if (dims == 0)
         snprintf(r->size, sizeof(r->size), "%zu", size[0]);
-    else
-        snprintf(r->size, sizeof(r->size), "%zu,%zu,%zu", size[0], dims > 1 ? size[1] : (size_t)1,
-                 dims > 2 ? size[2] : (size_t)1);
+    else {
+        int n = snprintf(r->size, sizeof(r->size), "%zu,%zu,%zu", size[0], dims > 1 ? size[1] : (size_t)1,
+                         dims > 2 ? size[2] : (size_t)1);
+        if (strcmp(kind, "kernel") == 0 && n > 0 && (size_t)n < sizeof(r->size)) {
+            if (local)
+                snprintf(r->size + n, sizeof(r->size) - (size_t)n, "/%zu,%zu,%zu", local[0],
+                         dims > 1 ? local[1] : (size_t)1, dims > 2 ? local[2] : (size_t)1);
+            else
+                snprintf(r->size + n, sizeof(r->size) - (size_t)n, "/-");
+        }
+    }
     r->event = *used;
     if (t->n == TRACE_RECORDS) {
         write_out(t);

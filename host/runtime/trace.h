@@ -9,7 +9,8 @@
  * the file marks) and when the context is destroyed. Tracing needs a profiling queue (every
  * context the library creates has one; a caller's queue without profiling is not traced, with a
  * warning). Each line: context number, kind (kernel, clblast, write, read), name, work size or
- * bytes, then queued, submitted, started and ended in device nanoseconds. */
+ * bytes (a kernel's as global/local, "-" for a local size left to the driver), then queued,
+ * submitted, started and ended in device nanoseconds. */
 #ifndef CLMLA_TRACE_H
 #define CLMLA_TRACE_H
 #include "internal.h"
@@ -28,9 +29,11 @@ cl_event *clmla_trace_event(const clmla_context *ctx, cl_event *caller, cl_event
 /* Records a command enqueued with `used` (clmla_trace_event's result; nothing when tracing is off
    or the enqueue failed, err != CL_SUCCESS). `owned`: the event is the trace's own, released when
    written; otherwise it is retained here and the caller keeps its reference. `what` names the
-   command; `size` is its work size (kernels, up to 3 dimensions) or bytes (transfers, dims 0). */
+   command; `size` is its work size (kernels, up to 3 dimensions) or bytes (transfers, dims 0);
+   `local` a kernel's work-group size (NULL: the driver's choice; not read for kind other than
+   "kernel"). */
 void clmla_trace_record(clmla_context *ctx, cl_int err, const char *kind, const char *what, cl_uint dims,
-                        const size_t *size, cl_event *used, int owned);
+                        const size_t *size, const size_t *local, cl_event *used, int owned);
 /* A kernel's name for clmla_trace_record. */
 void clmla_trace_kernel_name(cl_kernel kernel, char *name, size_t size);
 #endif
