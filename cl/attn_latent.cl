@@ -1000,9 +1000,12 @@ void attn_latent_lanes(__global const float *q_latent, const int q_latent_offset
         for (int kk = 0; kk < KTC; kk++) {
 #if defined(CACHE_FP8) && defined(CLMLA_FP8_HALF)
             /* c^KV 16 codes at a time (RKV is whole blocks of 128), then k^R as below */
-            for (int d16 = 0; d16 < RKV / 16; d16++)
-                vstore16(dt_e4m3x16h(vload16(d16, hrow[kk])) * (DT_E4M3_UNIT * FP8_SCALES(hrow[kk])[d16 / 8]), d16,
-                         tile[kk]);
+            for (int d16 = 0; d16 < RKV / 16; d16++) {
+                float16 v;
+                dt_e4m3x16h(vload16(d16, hrow[kk]), &v);
+                v *= DT_E4M3_UNIT * FP8_SCALES(hrow[kk])[d16 / 8];
+                V16_STORE(v, d16, tile[kk]);
+            }
             for (int d8 = RKV / 8; d8 < ROW / 8; d8++)
 #else
             for (int d8 = 0; d8 < ROW / 8; d8++)
@@ -1049,7 +1052,7 @@ void attn_latent_lanes(__global const float *q_latent, const int q_latent_offset
                     const float16 c = (float16)(LROW(kk)[d + u]);
 #pragma unroll
                     for (int v = 0; v < LHV; v++)
-                        s[kk * LHV + v] = fma(q[(d + u) * LHV + v], c, s[kk * LHV + v]);
+                        s[kk * LHV + v] = V16_FMA(q[(d + u) * LHV + v], c, s[kk * LHV + v]);
                 }
             }
         }
@@ -1059,7 +1062,7 @@ void attn_latent_lanes(__global const float *q_latent, const int q_latent_offset
                 const float16 c = (float16)(LROW(kk)[d]);
 #pragma unroll
                 for (int v = 0; v < LHV; v++)
-                    s[kk * LHV + v] = fma(q[d * LHV + v], c, s[kk * LHV + v]);
+                    s[kk * LHV + v] = V16_FMA(q[d * LHV + v], c, s[kk * LHV + v]);
             }
         }
 #undef LANES_PREFETCH
@@ -1071,16 +1074,16 @@ void attn_latent_lanes(__global const float *q_latent, const int q_latent_offset
 #pragma unroll
             for (int kk = 0; kk < KTC; kk++)
                 if (LLIVEV(kk, v))
-                    m = select(m, s[kk * LHV + v], s[kk * LHV + v] > m);
-            a[v] = exp2(run_max[v] - m); /* 0 on the first tile (run_max = -inf) */
+                    m = V16_SELECT(m, s[kk * LHV + v], s[kk * LHV + v] > m);
+            a[v] = V16_EXP2(run_max[v] - m); /* 0 on the first tile (run_max = -inf) */
 #ifdef LFOLD
             /* no key of this token yet (a split, or tiles, past its last key): nothing to rescale */
-            a[v] = select(a[v], (float16)(1.0f), m == (float16)(-INFINITY));
+            a[v] = V16_SELECT(a[v], (float16)(1.0f), m == (float16)(-INFINITY));
 #endif
             float16 sum = run_sum[v] * a[v];
 #pragma unroll
             for (int kk = 0; kk < KTC; kk++) {
-                s[kk * LHV + v] = LLIVEV(kk, v) ? exp2(s[kk * LHV + v] - m) : (float16)(0.0f);
+                s[kk * LHV + v] = LLIVEV(kk, v) ? V16_EXP2(s[kk * LHV + v] - m) : (float16)(0.0f);
                 sum += s[kk * LHV + v];
             }
             run_max[v] = m;
@@ -1110,9 +1113,9 @@ void attn_latent_lanes(__global const float *q_latent, const int q_latent_offset
             }                                                                                       \
         }                                                                                           \
     }
-#define LADD(kk, v, c, x) fma(s[(kk) * LHV + (v)], (c), (x))
+#define LADD(kk, v, c, x) V16_FMA(s[(kk) * LHV + (v)], (c), (x))
 #ifdef LFOLD
-#define LADD_GUARDED(kk, v, c, x) (LLIVEV(kk, v) ? fma(s[(kk) * LHV + (v)], (c), (x)) : (x))
+#define LADD_GUARDED(kk, v, c, x) (LLIVEV(kk, v) ? V16_FMA(s[(kk) * LHV + (v)], (c), (x)) : (x))
         if (j0 + nk > ctx_min) /* keys that one of the tokens does not see */
             LVALUES(LADD_GUARDED)
         else

@@ -492,8 +492,11 @@ void gemm_skinny_nn_wide(const int M, const int N, const int K, const float alph
 #ifndef WIDE_AHEAD
 #define WIDE_AHEAD 1024 /* bytes of a stream prefetched ahead, with CLMLA_PREFETCH */
 #endif
-float sum16(const float16 v) /* lane by lane: oclgrind marks the halves of a float16 taken as float8s uninitialised */
+/* *p's 16 values summed, lane by lane (oclgrind marks the halves of a float16 taken as float8s
+   uninitialised), through a pointer (no call with a 512-bit vector: cl/prelude.cl, dt_bf16x16) */
+float sum16(const float16 *p)
 {
+    const float16 v = *p;
     return sum8((float8)(v.s0 + v.s8, v.s1 + v.s9, v.s2 + v.sa, v.s3 + v.sb, v.s4 + v.sc, v.s5 + v.sd, v.s6 + v.se,
                          v.s7 + v.sf));
 }
@@ -536,35 +539,35 @@ void packed_wide_row(const int K, __global const float *x, __global const W_T *c
                     float16 xv[WIDE_LINE / 16];
 #pragma unroll
                     for (int j = 0; j < WIDE_LINE / 16; j++)
-                        xv[j] = vload16(j, xp + kw);
+                        xv[j] = V16_LOAD(float, j, xp + kw);
 #pragma unroll
                     for (int s = 0; s < 8; s++) {
 #ifdef CLMLA_PREFETCH
                         __builtin_prefetch(w[s] + kw + WIDE_AHEAD / sizeof(W_T), 0, 3);
 #endif
-                        const uint16 d = vload16(0, (__global const uint *)(w[s] + kw));
+                        const uint16 d = V16_LOAD(uint, 0, (__global const uint *)(w[s] + kw));
                         float16 q[WIDE_LINE / 16];
 #if W_DTYPE == 3
-                        dt_e4m3x64p(d, q);
+                        dt_e4m3x64p(&d, q);
 #else
-                        dt_bf16x32p(d, q);
+                        dt_bf16x32p(&d, q);
 #endif
 #pragma unroll
                         for (int j = 0; j < WIDE_LINE / 16; j++)
-                            WIDE_SUMS[s] = fma(xv[j], q[j], WIDE_SUMS[s]);
+                            WIDE_SUMS[s] = V16_FMA(xv[j], q[j], WIDE_SUMS[s]);
                     }
                 }
 #undef WIDE_SUMS
 #if W_DTYPE == 3
 #pragma unroll
                 for (int s = 0; s < 8; s++)
-                    acc[s] = fma(blk[s], (float16)(W_SCALE(Bs, bs_ld, row0 + wr[s], k0 + kb)), acc[s]);
+                    acc[s] = V16_FMA(blk[s], (float16)(W_SCALE(Bs, bs_ld, row0 + wr[s], k0 + kb)), acc[s]);
 #endif
             }
 #pragma unroll
             for (int s = 0; s < 8; s++)
                 if (s * seg + i < rows_p)
-                    store_chunk(C + s * seg + i, sum16(acc[s]), k0, alpha, beta);
+                    store_chunk(C + s * seg + i, sum16(&acc[s]), k0, alpha, beta);
         }
         chunk += (size_t)len * rows_p;
     }
@@ -666,10 +669,11 @@ void gemm_packed_rows(const int M, const int N, const int K, const float alpha,
                        (docs/perf-log.md). Only with the block sums: a block scale on each weight
                        here makes the compiler keep the decoded halves on the stack. */
                     for (; k + 16 <= kend; k += 16) {
-                        const float16 xv = vload16(0, xs[pass] + k0 + k) * X_FACTOR;
+                        const float16 xv = V16_LOAD(float, 0, xs[pass] + k0 + k) * X_FACTOR;
 #pragma unroll
                         for (int s = 0; s < STREAMS; s++) {
-                            const float16 q = dt_e4m3x16h(vload16(0, w[s] + k));
+                            float16 q;
+                            dt_e4m3x16h(vload16(0, w[s] + k), &q);
                             SUMS[0][s] = fma(xv.lo, q.lo, SUMS[0][s]);
                             SUMS[0][s] = fma(xv.hi, q.hi, SUMS[0][s]);
                         }

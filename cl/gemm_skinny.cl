@@ -45,7 +45,7 @@
 #if VW == 16
 #define VEC float16
 #define W_LOADV W_LOAD16
-#define VLOADV vload16
+#define VLOADV(i, p) V16_LOAD(float, i, p)
 #define VDOT(a, b) (dot((a).s0123, (b).s0123) + dot((a).s4567, (b).s4567) + dot((a).s89ab, (b).s89ab) + \
                     dot((a).scdef, (b).scdef))
 #elif VW == 8

@@ -109,10 +109,42 @@ inline float8 dt_bf16x8(const ushort8 b)
     return as_float8(convert_uint8(b) << 16);
 }
 
+/* On x86 no function is called with a 16-value vector of 32-bit values (512 bits), passed or
+   returned: without AVX-512 (PoCL on AVX2 processors) clang warns that such a call depends on
+   AVX-512 for its convention (-Wpsabi), and PoCL prints "warnings generated" at every build of a
+   program that holds one (tests/kernel_warnings.sh checks it). There the 16-value forms are macros
+   that join two 8-value halves (b is read twice: give an expression without side effects), and
+   the 64-byte lines below go through pointers. */
+#ifdef __x86_64__
+#define dt_bf16x16(b) ((float16)(dt_bf16x8((b).lo), dt_bf16x8((b).hi)))
+#else
 inline float16 dt_bf16x16(const ushort16 b)
 {
     return as_float16(convert_uint16(b) << 16);
 }
+#endif
+/* The CPU kernels' 16-lane built-ins, on x86 as two calls over 8 lanes each (each argument is read
+   twice), elsewhere one call (oclgrind, which runs every kernel, marks the halves of a 16-value
+   vector taken as 8-value ones uninitialised):
+     V16_FMA(a, b, c), V16_EXP2(x), V16_SELECT(a, b, c)   fma, exp2, select
+     V16_LOAD(T, i, p), V16_STORE(v, i, p)                 vload16 as a T##16, vstore16 */
+#ifdef __x86_64__
+#define V16_FMA(a, b, c) ((float16)(fma((a).lo, (b).lo, (c).lo), fma((a).hi, (b).hi, (c).hi)))
+#define V16_EXP2(x) ((float16)(exp2((x).lo), exp2((x).hi)))
+#define V16_SELECT(a, b, c) ((float16)(select((a).lo, (b).lo, (c).lo), select((a).hi, (b).hi, (c).hi)))
+#define V16_LOAD(T, i, p) ((T##16)(vload8(2 * (i), (p)), vload8(2 * (i) + 1, (p))))
+#define V16_STORE(v, i, p)                                                                          \
+    do {                                                                                            \
+        vstore8((v).lo, 2 * (i), (p));                                                              \
+        vstore8((v).hi, 2 * (i) + 1, (p));                                                          \
+    } while (0)
+#else
+#define V16_FMA(a, b, c) fma((a), (b), (c))
+#define V16_EXP2(x) exp2(x)
+#define V16_SELECT(a, b, c) select((a), (b), (c))
+#define V16_LOAD(T, i, p) vload16((i), (p))
+#define V16_STORE(v, i, p) vstore16((v), (i), (p))
+#endif
 
 inline ushort dt_to_bf16(const float v)
 {
@@ -211,64 +243,64 @@ inline float dt_e4m3u(const uchar b)
     }
 DT_E4M3_VECTOR(4)
 DT_E4M3_VECTOR(8)
+#ifdef __x86_64__
+#define dt_e4m3x16u(b) ((float16)(dt_e4m3x8u((b).lo), dt_e4m3x8u((b).hi))) /* see dt_bf16x16 */
+#else
 DT_E4M3_VECTOR(16)
+#endif
 DT_E4M3_SCALED(4)
 DT_E4M3_SCALED(8)
 
 /* Whole 64-byte lines, read as a uint16 whose byte j is element j (a little-endian device), decoded
  * with 32-bit operations, in an order of their own: the even elements first, then the odd ones.
- *   dt_half16(u, i)   halves 16i .. 16i + 15 of the 32 whose bits u holds, as float16. On PoCL for
+ *   dt_half16(u, i)   halves 16i .. 16i + 15 of the 32 whose bits u (an lvalue) holds, as float16. On
+ *                     PoCL for
  *                     x86 (clang 15 or later, F16C) through clang's _Float16 vectors: one
  *                     vcvtph2ps of a 256-bit register, where vload_half16 converts 8 at a time and
  *                     joins them; oclgrind, which has no _Float16, and other devices take
  *                     vload_half16 (from all of u: oclgrind takes the halves of a 16-value vector
- *                     for uninitialised values)
- *   dt_halfbits16(h)  the 16 halves whose bits h holds, as float16, the same two ways
- *   dt_bf16x32p(d, q) the 32 bf16 values of d: q[0] elements 0, 2, .., 30, q[1] elements 1, .., 31
+ *                     for uninitialised values), other x86 compilers two vload_half8
+ *   dt_halfbits16(h)  the 16 halves whose bits h (an lvalue) holds, as float16, the same two ways
+ *   dt_bf16x32p(d, q) the 32 bf16 values of *d: q[0] elements 0, 2, .., 30, q[1] elements 1, .., 31
  *                     (each 32-bit lane holds two: the low one shifted up, the high one masked)
- *   dt_e4m3x64p(d, q) the 64 fp8 codes of d as dt_e4m3u decodes them under CLMLA_FP8_HALF
+ *   dt_e4m3x64p(d, q) the 64 fp8 codes of *d as dt_e4m3u decodes them under CLMLA_FP8_HALF
  *                     (2^-8 times the value): q[0], q[1] codes 0, 2, .., 62, q[2], q[3] codes
  *                     1, 3, .., 63. Each 16-bit half of a lane holds two codes: the low code's
  *                     7 bits shifted up 7 under its sign shifted up 8, the high code's shifted
- *                     down 1 under its own sign, which is the half S.0.eeee.mmm.0000000 */
+ *                     down 1 under its own sign, which is the half S.0.eeee.mmm.0000000
+ * The first two are macros and the others take the 64-byte line through a pointer (see
+ * dt_bf16x16). */
 #if defined(__x86_64__) && defined(__F16C__) && defined(__clang__) && __clang_major__ >= 15 /* _Float16 on x86 */
 typedef _Float16 dt_half16_t __attribute__((ext_vector_type(16)));
-inline float16 dt_half16(const uint16 u, const int i)
-{
-    return __builtin_convertvector(__builtin_astype(i ? u.hi : u.lo, dt_half16_t), float16);
-}
-inline float16 dt_halfbits16(const ushort16 h)
-{
-    return __builtin_convertvector(__builtin_astype(h, dt_half16_t), float16);
-}
+#define dt_half16(u, i) __builtin_convertvector(__builtin_astype((i) ? (u).hi : (u).lo, dt_half16_t), float16)
+#define dt_halfbits16(h) __builtin_convertvector(__builtin_astype((h), dt_half16_t), float16)
+#elif defined(__x86_64__)
+#define dt_half16(u, i)                                                                             \
+    ((float16)(vload_half8(2 * (i), (const half *)&(u)), vload_half8(2 * (i) + 1, (const half *)&(u))))
+#define dt_halfbits16(h) ((float16)(vload_half8(0, (const half *)&(h)), vload_half8(1, (const half *)&(h))))
 #else
-inline float16 dt_half16(const uint16 u, const int i)
-{
-    return vload_half16(i, (const half *)&u);
-}
-inline float16 dt_halfbits16(const ushort16 h)
-{
-    return vload_half16(0, (const half *)&h);
-}
+#define dt_half16(u, i) vload_half16((i), (const half *)&(u))
+#define dt_halfbits16(h) vload_half16(0, (const half *)&(h))
 #endif
 
-inline void dt_bf16x32p(const uint16 d, float16 *q)
+inline void dt_bf16x32p(const uint16 *d, float16 *q)
 {
-    q[0] = as_float16(d << 16);
-    q[1] = as_float16(d & 0xFFFF0000u);
+    q[0] = as_float16(*d << 16);
+    q[1] = as_float16(*d & 0xFFFF0000u);
 }
 
 #ifdef CLMLA_FP8_HALF
-/* 16 fp8 codes in their own order as dt_e4m3u decodes them (2^-8 times the value), through
-   dt_halfbits16: one conversion of 16 halves where dt_e4m3x16u's vload_half16 takes 8 at a time */
-inline float16 dt_e4m3x16h(const uchar16 b)
+/* 16 fp8 codes in their own order as dt_e4m3u decodes them (2^-8 times the value) into *q, through
+   dt_halfbits16: one conversion of 16 halves where dt_e4m3x16u converts 8 at a time */
+inline void dt_e4m3x16h(const uchar16 b, float16 *q)
 {
-    return dt_halfbits16(as_ushort16(convert_short16(as_char16(b)) << (short)7) & (ushort)0xBF80u);
+    const ushort16 h = as_ushort16(convert_short16(as_char16(b)) << (short)7) & (ushort)0xBF80u;
+    *q = dt_halfbits16(h);
 }
-inline void dt_e4m3x64p(const uint16 d, float16 *q)
+inline void dt_e4m3x64p(const uint16 *d, float16 *q)
 {
-    const uint16 ev = ((d << 7) & 0x3F803F80u) | ((d << 8) & 0x80008000u);
-    const uint16 od = ((d >> 1) & 0x3F803F80u) | (d & 0x80008000u);
+    const uint16 ev = ((*d << 7) & 0x3F803F80u) | ((*d << 8) & 0x80008000u);
+    const uint16 od = ((*d >> 1) & 0x3F803F80u) | (*d & 0x80008000u);
     q[0] = dt_half16(ev, 0);
     q[1] = dt_half16(ev, 1);
     q[2] = dt_half16(od, 0);
@@ -389,6 +421,10 @@ inline float8 fp8_load8(__global const uchar *r, const int i)
 #define W_LOAD4(p, i, s) W_VLOAD(float, 4, (i), (p))
 #define W_LOAD8(p, i, s) W_VLOAD(float, 8, (i), (p))
 #define W_LOAD16(p, i, s) W_VLOAD(float, 16, (i), (p))
+#endif
+#ifdef __x86_64__ /* two loads of 8 (see dt_bf16x16) */
+#undef W_LOAD16
+#define W_LOAD16(p, i, s) ((float16)(W_LOAD8((p), 2 * (i), (s)), W_LOAD8((p), 2 * (i) + 1, (s))))
 #endif
 /* Bs [blocks(rows), bs_ld] holds fp8's block scales as stored */
 #ifdef W_SCALED
