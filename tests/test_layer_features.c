@@ -38,7 +38,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static clmla_context *ctx;
 
@@ -686,13 +685,8 @@ static void part_biases(void)
 {
     run_case(CASE_BIASES);
     char path[64];
-    snprintf(path, sizeof(path), "test_layer_features_%d.tsv", (int)getpid());
-    remove(path);
-    clmla_context_options o;
-    memset(&o, 0, sizeof(o));
-    o.trace = path;
-    clmla_context *outer = ctx, *traced = NULL;
-    CHECK_STATUS(clmla_context_create_opts(&o, &traced), CLMLA_SUCCESS, NULL);
+    clmla_context *outer = ctx, *traced = tu_traced_context("test_layer_features", path, sizeof(path));
+    CHECK(traced != NULL, "biases: no context that traces");
     if (!traced)
         return;
     ctx = traced;
@@ -700,14 +694,8 @@ static void part_biases(void)
     run_case(CASE_BIASES);
     f32_cache_only = 0;
     ctx = outer;
-    clmla_context_destroy(traced);
-    int kernels = 0;
-    const int bad = tu_trace_one_shape(path, &kernels);
-    CHECK(bad == 0, "biases: %d kernel(s) ran in more than one work-group shape or in the driver's (%d kernel lines)",
-          bad, kernels);
-    if (bad == 0)
-        printf("    the trace: %d kernel lines, each kernel in one work-group shape\n", kernels);
-    remove(path);
+    const int bad = tu_traced_context_shapes(traced, path);
+    CHECK(bad == 0, "biases: %d kernel(s) ran in more than one work-group shape or in the driver's", bad);
 }
 CASE_PART(part_biases_q_proj, CASE_BIASES_Q_PROJ)
 

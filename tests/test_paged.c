@@ -31,7 +31,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static clmla_context *ctx;
 
@@ -555,13 +554,8 @@ static void part_group(void)
 static void part_shapes(void)
 {
     char path[64];
-    snprintf(path, sizeof(path), "test_paged_shapes_%d.tsv", (int)getpid());
-    remove(path);
-    clmla_context_options o;
-    memset(&o, 0, sizeof(o));
-    o.trace = path;
-    clmla_context *outer = ctx, *traced = NULL;
-    CHECK_STATUS(clmla_context_create_opts(&o, &traced), CLMLA_SUCCESS, NULL);
+    clmla_context *outer = ctx, *traced = tu_traced_context("test_paged_shapes", path, sizeof(path));
+    CHECK(traced != NULL, "no context that traces");
     if (!traced)
         return;
     ctx = traced;
@@ -577,14 +571,8 @@ static void part_shapes(void)
     }
     fixture_free(&f);
     ctx = outer;
-    clmla_context_destroy(traced);
-    int kernels = 0;
-    const int bad = tu_trace_one_shape(path, &kernels);
-    CHECK(bad == 0, "%d kernel(s) ran in more than one work-group shape or in the driver's (%d kernel lines)", bad,
-          kernels);
-    if (bad == 0)
-        printf("# the trace: %d kernel lines, each kernel in one work-group shape\n", kernels);
-    remove(path);
+    const int bad = tu_traced_context_shapes(traced, path);
+    CHECK(bad == 0, "%d kernel(s) ran in more than one work-group shape or in the driver's", bad);
 }
 
 /* ---- host memory -------------------------------------------------------------------------- */

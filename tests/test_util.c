@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 tu_rng tu_rng_seed(uint64_t seed)
 {
@@ -370,7 +371,7 @@ clmla_status tu_cache_fill_round_robin(clmla_cache *cache, const int32_t *ids, c
     return CLMLA_SUCCESS;
 }
 
-int tu_trace_one_shape(const char *path, int *kernels)
+static int trace_one_shape(const char *path, int *kernels)
 {
     enum { MAX_KERNELS = 128 };
     static struct {
@@ -416,4 +417,29 @@ int tu_trace_one_shape(const char *path, int *kernels)
     }
     fclose(f);
     return *kernels ? bad : -1;
+}
+
+clmla_context *tu_traced_context(const char *name, char *path, size_t size)
+{
+    snprintf(path, size, "%s_%d.tsv", name, (int)getpid());
+    remove(path);
+    clmla_context_options o;
+    memset(&o, 0, sizeof(o));
+    o.trace = path;
+    clmla_context *traced = NULL;
+    const clmla_status st = clmla_context_create_opts(&o, &traced);
+    if (st != CLMLA_SUCCESS)
+        printf("# a context that traces into %s: %s\n", path, clmla_status_string(st));
+    return traced;
+}
+
+int tu_traced_context_shapes(clmla_context *traced, const char *path)
+{
+    clmla_context_destroy(traced);
+    int kernels = 0;
+    const int bad = trace_one_shape(path, &kernels);
+    if (bad == 0)
+        printf("# the trace: %d kernel lines, each kernel in one work-group shape\n", kernels);
+    remove(path);
+    return bad;
 }

@@ -135,12 +135,17 @@ clmla_status tu_cache_fill_round_robin(clmla_cache *cache, const int32_t *ids, c
    (main then returns 77). */
 int tu_context_or_skip(clmla_context **ctx);
 
-/* Reads a CLMLA_TRACE file (host/runtime/trace.h) and checks that each kernel ran in one work-group
-   shape on all of its lines, a shape the library gave ("global/local", never "/-": the driver's
-   choice), so that a driver that compiles a kernel per shape (PoCL) compiles it once whatever the
-   calls' token counts. Prints each kernel that breaks it and returns how many did (-1: the file
-   could not be read, or holds no kernel line); *kernels gets the kernel lines read. */
-int tu_trace_one_shape(const char *path, int *kernels);
+/* A context of its own on the default device that traces (CLMLA_TRACE, host/runtime/trace.h) into
+   the file "NAME_PID.tsv", whose name goes to path[size] (an old one is removed first); NULL, after
+   printing why, where it cannot be created. */
+clmla_context *tu_traced_context(const char *name, char *path, size_t size);
+/* Destroys `traced`, which writes its trace out, and checks the file: each kernel ran in one
+   work-group shape on all of its lines, a shape the library gave ("global/local", never "/-": the
+   driver's choice), so that a driver that compiles a kernel per shape (PoCL) compiles it once
+   whatever the calls' token counts. Prints each kernel that breaks it, or the kernel lines read,
+   and removes the file. Returns how many kernels broke it, -1 where the file could not be read or
+   held no kernel line. */
+int tu_traced_context_shapes(clmla_context *traced, const char *path);
 
 /* 1 + the most blocks of block_tokens rows that one of the nseq sequences of lens[] takes (at least
    1): a block table's row length with one spare entry. */
