@@ -50,11 +50,24 @@ out=${2:?usage: sh tools/gpu-check.sh BUILD OUT [SECONDS [PARTS]]}
 budget=${3:-500}
 mkdir -p "$out"
 clmla=$build/clmla
-# the device the default spec picks (the line `clmla devices` marks with *): NVIDIA's or another's
+# the device the default spec picks (the line `clmla devices` marks with *): NVIDIA's or another's;
+# CLMLA_GPU_CHECK_VENDOR=nvidia, intel (an Intel GPU) or other says which instead
+# (tools/gpu-check-dry.sh runs each vendor's steps on a CPU device so)
 nvidia=0
-"$clmla" devices 2>/dev/null | grep '^\*' | grep -q NVIDIA && nvidia=1
 intel=0
-"$clmla" devices 2>/dev/null | awk '/^\*/ && $4 == "gpu" && /Intel/' | grep -q . && intel=1
+case ${CLMLA_GPU_CHECK_VENDOR:-} in
+nvidia) nvidia=1 ;;
+intel) intel=1 ;;
+other) ;;
+'')
+    "$clmla" devices 2>/dev/null | grep '^\*' | grep -q NVIDIA && nvidia=1
+    "$clmla" devices 2>/dev/null | awk '/^\*/ && $4 == "gpu" && /Intel/' | grep -q . && intel=1
+    ;;
+*)
+    echo "gpu-check: CLMLA_GPU_CHECK_VENDOR is nvidia, intel or other, not '$CLMLA_GPU_CHECK_VENDOR'" >&2
+    exit 2
+    ;;
+esac
 if [ "$nvidia" = 1 ]; then
     parts=${4:-mma,ab,tune,ptx,bench,tests}
 else
