@@ -112,12 +112,10 @@ inline float8 dt_bf16x8(const ushort8 b)
 /* On x86 no function is called with a 16-value vector of 32-bit values (512 bits), passed or
    returned: without AVX-512 (PoCL on AVX2 processors) clang warns that such a call depends on
    AVX-512 for its convention (-Wpsabi), and PoCL prints "warnings generated" at every build of a
-   program that holds one (tests/kernel_warnings.sh checks it). There the 16-value forms are macros
-   that join two 8-value halves (b is read twice: give an expression without side effects), and
-   the 64-byte lines below go through pointers. */
-#ifdef __x86_64__
-#define dt_bf16x16(b) ((float16)(dt_bf16x8((b).lo), dt_bf16x8((b).hi)))
-#else
+   program that holds one (tests/kernel_warnings.sh checks it). There the 16-value decoders
+   (dt_bf16x16, dt_e4m3x16u) are not defined: W_LOAD16 is two W_LOAD8 (below), and the 64-byte
+   lines below go through pointers. */
+#ifndef __x86_64__
 inline float16 dt_bf16x16(const ushort16 b)
 {
     return as_float16(convert_uint16(b) << 16);
@@ -243,9 +241,7 @@ inline float dt_e4m3u(const uchar b)
     }
 DT_E4M3_VECTOR(4)
 DT_E4M3_VECTOR(8)
-#ifdef __x86_64__
-#define dt_e4m3x16u(b) ((float16)(dt_e4m3x8u((b).lo), dt_e4m3x8u((b).hi))) /* see dt_bf16x16 */
-#else
+#ifndef __x86_64__ /* see dt_bf16x16 */
 DT_E4M3_VECTOR(16)
 #endif
 DT_E4M3_SCALED(4)
@@ -291,7 +287,7 @@ inline void dt_bf16x32p(const uint16 *d, float16 *q)
 
 #ifdef CLMLA_FP8_HALF
 /* 16 fp8 codes in their own order as dt_e4m3u decodes them (2^-8 times the value) into *q, through
-   dt_halfbits16: one conversion of 16 halves where dt_e4m3x16u converts 8 at a time */
+   dt_halfbits16: one conversion of 16 halves where dt_e4m3x8u converts 8 */
 inline void dt_e4m3x16h(const uchar16 b, float16 *q)
 {
     const ushort16 h = as_ushort16(convert_short16(as_char16(b)) << (short)7) & (ushort)0xBF80u;
@@ -422,7 +418,7 @@ inline float8 fp8_load8(__global const uchar *r, const int i)
 #define W_LOAD8(p, i, s) W_VLOAD(float, 8, (i), (p))
 #define W_LOAD16(p, i, s) W_VLOAD(float, 16, (i), (p))
 #endif
-#ifdef __x86_64__ /* two loads of 8 (see dt_bf16x16) */
+#ifdef __x86_64__ /* two loads of 8, in place of the forms above (x86 has no 16-value decoder: see dt_bf16x16) */
 #undef W_LOAD16
 #define W_LOAD16(p, i, s) ((float16)(W_LOAD8((p), 2 * (i), (s)), W_LOAD8((p), 2 * (i) + 1, (s))))
 #endif
