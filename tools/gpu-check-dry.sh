@@ -39,7 +39,11 @@ while [ "\$n" -gt 0 ]; do
     case \$a in
     --ctx | --batch | --max-time)
         [ "\$n" -gt 0 ] && { shift; n=\$((n - 1)); }
-        case \$a in --ctx) set -- "\$@" --ctx 64 ;; --batch) set -- "\$@" --batch 1 ;; *) timed=1; set -- "\$@" --max-time 0.02 ;; esac
+        case \$a in
+        --ctx) set -- "\$@" --ctx 64 ;;
+        --batch) set -- "\$@" --batch 1 ;;
+        *) timed=1 && set -- "\$@" --max-time 0.02 ;;
+        esac
         ;;
     *) set -- "\$@" "\$a" ;;
     esac
@@ -83,7 +87,7 @@ for vendor in nvidia intel; do
         fi
     done
     if grep -q 'skipped (budget' "$out/$vendor/summary.txt"; then
-        echo "  steps skipped for the budget:" $(grep 'skipped (budget' "$out/$vendor/summary.txt" | cut -d: -f1)
+        echo "  steps skipped for the budget: $(grep 'skipped (budget' "$out/$vendor/summary.txt" | cut -d: -f1 | tr '\n' ' ')"
         echo x >>"$out/failed"
     fi
 done
