@@ -249,9 +249,8 @@ DT_E4M3_SCALED(8)
 
 /* Whole 64-byte lines, read as a uint16 whose byte j is element j (a little-endian device), decoded
  * with 32-bit operations, in an order of their own: the even elements first, then the odd ones.
- *   dt_half16(u, i)   halves 16i .. 16i + 15 of the 32 whose bits u (an lvalue) holds, as float16. On
- *                     PoCL for
- *                     x86 (clang 15 or later, F16C) through clang's _Float16 vectors: one
+ *   dt_half16(u, i)   halves 16i .. 16i + 15 of the 32 whose bits u (an lvalue) holds, as float16.
+ *                     On PoCL for x86 (clang 15 or later, F16C) through clang's _Float16 vectors: one
  *                     vcvtph2ps of a 256-bit register, where vload_half16 converts 8 at a time and
  *                     joins them; oclgrind, which has no _Float16, and other devices take
  *                     vload_half16 (from all of u: oclgrind takes the halves of a 16-value vector
