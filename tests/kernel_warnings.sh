@@ -7,10 +7,12 @@
 # Compiled to x86-64 assembly for an AVX2 processor without AVX-512, as PoCL compiles on one, with
 # every inline function emitted (-fgnu89-inline; PoCL's builds emit them too): a call passing or
 # returning a 512-bit vector there draws clang's -Wpsabi warning, which PoCL prints at every build
-# of a program that holds one. The sets below include what the CPU kernels are built with. A set
-# of options whose preprocessed file equals an earlier set's for the same file is not compiled
-# again (the same text gives the same diagnostics). Nothing runs. Skipped (77) without a clang
-# that compiles OpenCL C.
+# of a program that holds one (clang gives it while making LLVM IR, so no machine code is made).
+# The sets below include what the CPU kernels are built with. For each file a set first loses the
+# -D of every name the file (with the prelude) never spells, since those cannot change its text;
+# a set that is then one already seen, or whose preprocessed file equals an earlier set's, is not
+# compiled again (the same text gives the same diagnostics). Nothing runs. Skipped (77) without a
+# clang that compiles OpenCL C.
 #   sh tests/kernel_warnings.sh CL_DIR
 set -u
 dir=${1:?usage: kernel_warnings.sh CL_DIR}
@@ -18,7 +20,7 @@ clang=${CLANG:-clang}
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 cl="$clang -x cl -cl-std=CL1.2 -Xclang -finclude-default-header"
-target="-target x86_64-pc-linux-gnu -march=haswell -fgnu89-inline -O0 -S -o /dev/null"
+target="-target x86_64-pc-linux-gnu -march=haswell -fgnu89-inline -O0 -S -emit-llvm -o /dev/null"
 printf '__kernel void k(__global float *x) { x[0] = 1.0f; }\n' >"$tmp/probe.cl"
 # shellcheck disable=SC2086
 if ! $cl $target "$tmp/probe.cl" 2>/dev/null; then
@@ -71,7 +73,13 @@ for f in "$dir"/*.cl; do
     [ "$(basename "$f")" = prelude.cl ] && continue
     cat "$dir/prelude.cl" "$f" >"$tmp/k.cl"
     : >"$tmp/seen"
-    echo "$sets" | while IFS= read -r opts; do
+    # each set cut to the names the text spells, each distinct cut set once
+    echo "$sets" | awk 'NR == FNR { for (i = 1; i <= NF; i++) spelt[$i]; next }
+        { cut = ""
+          for (i = 1; i < NF; i++)
+              if ($i == "-D") { name = $(i + 1); sub(/=.*/, "", name); if (name in spelt) cut = cut " -D " $(i + 1) }
+          if (!(cut in done)) { done[cut]; print cut } }' FS='[^A-Za-z0-9_]+' "$tmp/k.cl" FS=' ' - |
+    while IFS= read -r opts; do
         # shellcheck disable=SC2086
         text=$($cl -E -P $opts "$tmp/k.cl" 2>&1 | cksum)
         grep -qxF "$text" "$tmp/seen" && continue
