@@ -218,6 +218,10 @@ static const clmla_latent_tuning latent_old_cdna_arc = {16, 8, 4, 8, 2, 256, 8, 
 static const clmla_latent_tuning latent_old_pvc = {16, 8, 4, 8, 1, 512, 8, 1, 16, 1, 4,
                                                    128, 32, 32, 64, 16, 1, 0, 1, 0, 1};
 
+/* The EPYC AVX2 at one and two heads: added since the tables (4 keys a tile in attn_latent_rows) */
+static const clmla_latent_tuning latent_epyc_few_heads = {16, 4, 4, 16, 4, 128, 8, 1, 16, 1, 8,
+                                                          128, 32, 32, 64, 16, 1, 0, 1, 0, 0};
+
 static const clmla_product_tuning product_old_defaults = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256,
                                                           48, 3, 1024, 0, 4, 16, 1, 0, 0};
 static const clmla_product_tuning product_old_epyc = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256, 48,
@@ -264,10 +268,11 @@ static void check_old_tables(void)
     clmla_product_tuning_defaults(&pd);
     CHECK(memcmp(&pd, &product_old_defaults, sizeof(pd)) == 0, "the product defaults moved");
 
-    const int heads[] = {0, 1, 16, 32, 64, 128};
+    const int heads[] = {0, 1, 2, 3, 16, 32, 64, 128};
     for (size_t i = 0; i < sizeof(heads) / sizeof(heads[0]); i++) {
         const int h = heads[i];
-        expect_latent(EPYC, h, h == 16 ? &latent_old_epyc : &latent_old_defaults);
+        expect_latent(EPYC, h,
+                      h == 16 ? &latent_old_epyc : h == 1 || h == 2 ? &latent_epyc_few_heads : &latent_old_defaults);
         expect_latent(EPYC512, h, h == 16 ? &latent_old_epyc : &latent_old_defaults);
         expect_latent(XEON, h, h == 16 ? &latent_old_xeon_16 : &latent_old_xeon_other);
         expect_latent(H100, h, h == 16 ? &latent_old_h100_16 : h == 128 ? &latent_old_h100_128 : &latent_old_defaults);
