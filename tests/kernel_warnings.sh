@@ -4,10 +4,10 @@
 # weight and cache dtypes and their whole-vector loads, the CPU options, the query layout, masks, row
 # slices, sparse lists. A warning here is a warning on some device's compiler (PoCL prints "N warnings
 # generated" and clmla logs the build log at info level).
-# Compiled to x86-64 assembly for an AVX2 processor without AVX-512, as PoCL compiles on one, with
+# Compiled to LLVM IR for an x86-64 AVX2 processor without AVX-512, as PoCL compiles on one, with
 # every inline function emitted (-fgnu89-inline; PoCL's builds emit them too): a call passing or
 # returning a 512-bit vector there draws clang's -Wpsabi warning, which PoCL prints at every build
-# of a program that holds one (clang gives it while making LLVM IR, so no machine code is made).
+# of a program that holds one (clang gives it while making the IR, so no machine code is made).
 # The sets below include what the CPU kernels are built with. For each file a set first loses the
 # -D of every name the file (with the prelude) never spells, since those cannot change its text;
 # a set that is then one already seen, or whose preprocessed file equals an earlier set's, is not
