@@ -23,7 +23,7 @@
 #   LSAN_OPTIONS suppressions=ci/lsan.supp
 #                use_tls=0                 thread-local storage is not scanned for pointers: PoCL
 #                                          dlopens one library per compiled kernel, and with enough
-#                                          of them (the weight-dtype kernels, 2026-11-25) LeakSanitizer
+#                                          of them (the weight-dtype kernels) LeakSanitizer
 #                                          read a garbage dynamic-TLS range of the main thread and
 #                                          crashed at exit in every run of test_extreme ("Tracer
 #                                          caught signal 11", after "DTLS 7 at 0x9f5-0x800001af7").

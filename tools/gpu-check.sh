@@ -162,13 +162,11 @@ bench_setup() {
 
 # The parameters in force against variants, each right after its baseline: the layer step at
 # V2-Lite's and V3's shapes, traced kernel by kernel, with gemm_skinny_nt and gemm_skinny_nn_split
-# reading through vloadN (skinny_aligned 0: the default 1, whole-vector loads, was decided on the
-# H200 of 2026-11-28 and is checked again on each new device); then latent decode over every cache
-# dtype at V2-Lite's and V3's shapes, over bf16 and fp8 again through vloadN (group_aligned 0) and
-# over f16 with its halves read as ushort4s and converted in registers (group_aligned 2,
-# experimental); then both paths by prefix (AUTO's crossover). (Measured and decided on the H100 of
-# 2026-11-27: skinny_nn_slices, group_min_split_keys 32, group_stage_keys 1, group_decode_heads 4;
-# on the H200 of 2026-11-28: skinny_aligned at 4 values a load, not 16, and group_aligned 1.)
+# reading through vloadN (skinny_aligned 0, against the default 1, whole-vector loads, checked again
+# on each new device); then latent decode over every cache dtype at V2-Lite's and V3's shapes, over
+# bf16 and fp8 again through vloadN (group_aligned 0) and over f16 with its halves read as ushort4s
+# and converted in registers (group_aligned 2, experimental); then both paths by prefix (AUTO's
+# crossover). What earlier GPUs decided, and on which: docs/perf-log.md, "What is planned".
 part_ab() {
     bench_setup
     variant_tuning "$out/kernel-tuning-al0.json" products skinny_aligned=0
