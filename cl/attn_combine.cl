@@ -41,9 +41,9 @@ __kernel void attn_combine(__global const float *part_out, __global const float 
 }
 
 /* attn_combine_rows: the same merge for CPU devices, one work-item per (h, t) walking the row in
- * float8 steps. attn_combine computes every split's weight once per output value (RKV times over);
- * on PoCL those exps made the merge 0.27-0.5 ms, 4% of a ctx 32K decode and up to a fifth of one
- * at ctx 4096. Here each weight is computed once per row: out = sum_s (w_s / sum) out_s. */
+ * float8 steps. attn_combine computes every split's weight once per output value (RKV times over),
+ * which on a CPU is most of the merge's time (docs/perf-log.md). Here each weight is computed once
+ * per row: out = sum_s (w_s / sum) out_s. */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void attn_combine_rows(__global const float *part_out, __global const float *part_lse, const int num_splits,
                        const int num_heads, __global float *out, const int out_offset, __global float *lse,

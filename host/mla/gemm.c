@@ -466,7 +466,8 @@ static clmla_status nn_wide(clmla_context *ctx, size_t m, size_t n, size_t k, fl
    packed layout, through gemm_packed_rows in panels of a work-item's share (W^UV: 8 streams far
    apart instead of 8 adjacent rows); x B with 1 to 4 rows and work for two items per compute unit
    at least, through gemm_skinny_nn_wide (W^UK: whole rows in turn instead of 64 columns of every
-   row; with 8 rows its sums in L1 cost more than the stride: 1.2x slower at V2-Lite's shape). */
+   row; with 8 rows its sums no longer fit in registers, and the L1 traffic costs more than the
+   stride saves). */
 static clmla_status skinny(clmla_context *ctx, size_t m, size_t n, size_t k, float alpha, clmla_matrix a,
                            size_t a_stride, clmla_matrix b, size_t b_stride, float beta, clmla_matrix c, size_t c_stride,
                            size_t batch, cl_event *event)

@@ -46,7 +46,7 @@ void clmla_scratch_release(clmla_context *ctx);
    sub-buffer per table for the kernels. A table's capacity grows by half again when a step needs
    more; the block, the buffer and the sub-buffers are then made anew, and kept. A step's tables go
    to the device in as few non-blocking writes as the gaps between them allow (each write command
-   costs about 3 us more on PoCL, as much as copying tens of KiB), so the host block may be
+   costs about as much as copying tens of KiB), so the host block may be
    rewritten, or grown, only once the last write from it has completed. */
 #define CLMLA_STAGED_PARTS 8
 typedef struct clmla_staged {
