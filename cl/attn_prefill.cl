@@ -132,21 +132,24 @@ void attn_prefill(PREFILL_PARAMS PREFILL_SPARSE_PARAMS)
 
 /* ---- attn_prefill_tiled: the same attention in tiles for GPUs (experimental) --------------------
  *
- * Work-group (block of BQ queries, head) of NT = (BQ/2) * (BK/4) work-items. attn_prefill gives each
+ * Work-group (block of BQ queries, head) of NT = (BQ/2) * (BK/KPI) work-items. attn_prefill gives each
  * item one query and its DQ + DV floats of state, so a chunk has few work-groups and its items spill;
  * here the block's queries (scaled) sit in local memory and each tile of BK keys is one small
  * matrix product per step:
- *   A. scores: item (query pair qg, key group kg) computes the 2 x 4 scores of queries 2qg, 2qg+1
- *      with keys kg + NKG*kk (kk < 4, NKG = BK/4), dot products in float4 steps over the key tile,
+ *   A. scores: item (query pair qg, key group kg) computes the 2 x KPI scores of queries 2qg, 2qg+1
+ *      with keys kg + NKG*kk (kk < KPI, NKG = BK/KPI; KPI 4, 2 or 1: fewer keys an item make more
+ *      items share the same local memory), dot products in float4 steps over the key tile,
  *      which is staged in chunks of KC dimensions (rows KS = KC + 4 floats apart, so that the NKG
  *      items of a query pair read different banks) -> ps[q][k], -inf past each query's position;
  *   B. online softmax: item q < BQ owns row q: the tile's maximum, the rescale alpha of its running
  *      sums, the weights exp(s - max) in place; meanwhile every item stages the tile's values;
- *   C. values: item (query quad, float4 of DV) for (BQ/4) * (DV/4) such pairs, OPI per item:
+ *   C. values: item (query group of QC, float4 of DV) for (BQ/QC) * (DV/4) such pairs, OPI per item
+ *      (QC 4, or 2 where quads would leave items idle):
  *      acc = alpha acc + sum_k w[q][k] v[k], keys past a query's position skipped (not weighted 0:
  *      0 times a later token's NaN would be NaN).
- * Selected by the latent tuning's prefill_tiled (off by default until measured on a GPU). No SPARSE
- * form: steps that select keys keep attn_prefill. */
+ * Selected by the latent tuning's prefill_tiled (on by default where work-group kernels run), its
+ * tiles by prefill_queries, prefill_keys, prefill_chunk and prefill_item_keys (KPI). No SPARSE form:
+ * steps that select keys keep attn_prefill. */
 #ifndef BQ
 #define BQ 32
 #endif
@@ -156,21 +159,32 @@ void attn_prefill(PREFILL_PARAMS PREFILL_SPARSE_PARAMS)
 #ifndef KC
 #define KC 64
 #endif
+#ifndef KPI
+#define KPI 4
+#endif
 #if defined(TILED) && (BQ % 4 || BK % 4 || KC % 4 || DV % 4)
 #error "attn_prefill_tiled: BQ, BK, KC and DV must be multiples of 4"
 #endif
 #if defined(TILED) && BK < 8
 #error "attn_prefill_tiled: BK must be at least 8 (an item per query row in step B)"
 #endif
-#define NKG (BK / 4)                      /* key groups: items per query pair in step A */
+#if defined(TILED) && KPI != 1 && KPI != 2 && KPI != 4
+#error "attn_prefill_tiled: KPI must be 1, 2 or 4"
+#endif
+#define NKG (BK / KPI)                    /* key groups: items per query pair in step A */
 #define TNT ((BQ / 2) * NKG)              /* work-items */
 #define DQP ((DQ + 3) / 4 * 4)            /* a query row padded to whole float4s */
 #define QS4 (DQP / 4 + 1)                 /* float4s between query rows in local memory */
 #define KS4 (KC / 4 + 1)                  /* float4s between key rows of a staged chunk */
 #define DV4 (DV / 4)
 #define KV4 (BK * KS4 > BK * DV4 ? BK * KS4 : BK * DV4) /* a key chunk or the value tile */
-#define PV_GROUPS ((BQ / 4) * DV4)
-#define OPI ((PV_GROUPS + TNT - 1) / TNT) /* (query quad, value float4) pairs per item */
+#if (BQ / 4) * DV4 >= TNT
+#define QC 4                              /* queries of an item in step C */
+#else
+#define QC 2
+#endif
+#define PV_GROUPS ((BQ / QC) * DV4)
+#define OPI ((PV_GROUPS + TNT - 1) / TNT) /* (query group, value float4) pairs per item */
 #define PS (BK + 1)                       /* floats between rows of the weights */
 
 #ifdef TILED
@@ -198,16 +212,16 @@ void attn_prefill_tiled(PREFILL_PARAMS)
                                                  : 0.0f;
     }
     float m_run = -INFINITY, l_run = 0.0f; /* row lid (items lid < BQ) */
-    float4 acc[OPI][4];
+    float4 acc[OPI][QC];
     for (int i = 0; i < OPI; i++)
-        for (int r = 0; r < 4; r++)
+        for (int r = 0; r < QC; r++)
             acc[i][r] = 0.0f;
 
     for (int j0 = 0; j0 < key_end; j0 += BK) {
         /* A. scores */
-        float4 a[2][4];
+        float4 a[2][KPI];
         for (int r = 0; r < 2; r++)
-            for (int kk = 0; kk < 4; kk++)
+            for (int kk = 0; kk < KPI; kk++)
                 a[r][kk] = 0.0f;
         for (int c0 = 0; c0 < DQP; c0 += KC) {
             barrier(CLK_LOCAL_MEM_FENCE); /* the chunk (or the last tile's values) read by all */
@@ -224,7 +238,7 @@ void attn_prefill_tiled(PREFILL_PARAMS)
             for (int d4 = 0; d4 < n4; d4++) {
                 const float4 x0 = qs[(2 * qg) * QS4 + c0 / 4 + d4], x1 = qs[(2 * qg + 1) * QS4 + c0 / 4 + d4];
                 #pragma unroll
-                for (int kk = 0; kk < 4; kk++) {
+                for (int kk = 0; kk < KPI; kk++) {
                     const float4 k4 = kv[(kg + NKG * kk) * KS4 + d4];
                     a[0][kk] = fma(x0, k4, a[0][kk]);
                     a[1][kk] = fma(x1, k4, a[1][kk]);
@@ -233,7 +247,7 @@ void attn_prefill_tiled(PREFILL_PARAMS)
         }
         for (int r = 0; r < 2; r++) {
             const int qr = 2 * qg + r;
-            for (int kk = 0; kk < 4; kk++) {
+            for (int kk = 0; kk < KPI; kk++) {
                 const int k = kg + NKG * kk;
                 ps[qr * PS + k] = qr < nq && j0 + k <= prefix + q0 + qr
                                       ? a[r][kk].x + a[r][kk].y + a[r][kk].z + a[r][kk].w
@@ -274,18 +288,18 @@ void attn_prefill_tiled(PREFILL_PARAMS)
             const int g = lid + i * TNT;
             if (PV_GROUPS % TNT == 0 || g < PV_GROUPS) {
                 const int qq = g / DV4, v4 = g % DV4;
-                int nv[4]; /* keys of the tile each of the quad's queries sees */
-                for (int r = 0; r < 4; r++) {
-                    const int qr = 4 * qq + r;
+                int nv[QC]; /* keys of the tile each of the group's queries sees */
+                for (int r = 0; r < QC; r++) {
+                    const int qr = QC * qq + r;
                     acc[i][r] *= alpha_l[qr];
                     nv[r] = qr < nq ? clamp(prefix + q0 + qr - j0 + 1, 0, BK) : 0;
                 }
                 for (int k = 0; k < BK; k++) {
                     const float4 v = kv[k * DV4 + v4];
                     #pragma unroll
-                    for (int r = 0; r < 4; r++)
+                    for (int r = 0; r < QC; r++)
                         if (k < nv[r])
-                            acc[i][r] = fma((float4)(ps[(4 * qq + r) * PS + k]), v, acc[i][r]);
+                            acc[i][r] = fma((float4)(ps[(QC * qq + r) * PS + k]), v, acc[i][r]);
                 }
             }
         }
@@ -299,8 +313,8 @@ void attn_prefill_tiled(PREFILL_PARAMS)
         const int g = lid + i * TNT;
         if (PV_GROUPS % TNT == 0 || g < PV_GROUPS) {
             const int qq = g / DV4, v4 = g % DV4;
-            for (int r = 0; r < 4; r++) {
-                const int qr = 4 * qq + r;
+            for (int r = 0; r < QC; r++) {
+                const int qr = QC * qq + r;
                 if (qr < nq)
                     vstore4(acc[i][r] / l_l[qr], 0,
                             out + out_offset + (size_t)(q0 + qr) * out_row_stride + (size_t)h * DV + 4 * v4);

@@ -164,7 +164,7 @@ typedef struct clmla_latent_tuning {
     int group_min_split_keys;
     /* attn_prefill_tiled's tiles (prefill_tiled 1): the most queries of one block, a power of two
        4..64 (default 32; the build takes the largest, down to 4, whose local memory and work-group
-       of queries / 2 x keys / 4 items fit the device); the keys of one tile, a multiple of 4 from 8
+       of queries / 2 x keys / prefill_item_keys items fit the device); the keys of one tile, a multiple of 4 from 8
        to 64 (32); the dimensions of the keys staged at a time, a multiple of 4 from 16 to 256 (64).
        `clmla tune --kernels --prefill` searches them. */
     int prefill_queries;
@@ -210,6 +210,12 @@ typedef struct clmla_latent_tuning {
        on GPUs whose vendor string names Intel; 0 (default): the compiler's choice.
        Other devices do not read it. */
     int group_large_grf;
+    /* attn_prefill_tiled's keys per work-item in its score step: 4 (default), 2 or 1. Each item
+       scores two queries against this many keys of a tile, so a block of prefill_queries queries and
+       a tile of prefill_keys keys takes prefill_queries / 2 x prefill_keys / prefill_item_keys items
+       in the same local memory: fewer keys an item, more items (and waves) a work-group and fewer
+       registers each, with more local-memory reads per product. */
+    int prefill_item_keys;
 } clmla_latent_tuning;
 
 /* Fills *tuning with the defaults: the parameters that apply where no entry does. */
@@ -446,11 +452,11 @@ clmla_status clmla_tune_latent(clmla_context *ctx, const clmla_kernel_tune_optio
                                clmla_latent_tune_result *result);
 
 /* Searches the decompressed path's attention tiles for the context's device (attn_prefill_tiled's
-   prefill_queries, prefill_keys, prefill_chunk and prefill_tiled 0, or on contexts that run the
-   row kernels attn_prefill_rows's prefill_rows_queries) in whole prefill steps of a layer with
-   random weights of the preset with options->heads heads, a prompt alone and a chunk after a
-   prefix. result->best is options->from (or the lookup's) with the prefill fields
-   of the winner. Returns CLMLA_SUCCESS with *result filled, CLMLA_ERROR_INVALID_ARGUMENT naming the
+   prefill_queries, prefill_keys, prefill_chunk, prefill_item_keys and prefill_tiled 0, or on
+   contexts that run the row kernels attn_prefill_rows's prefill_rows_queries) in whole prefill
+   steps of a layer with random weights of the preset with options->heads heads, a prompt alone
+   and a chunk after a prefix. result->best is options->from (or the lookup's) with the prefill
+   fields of the winner. Returns CLMLA_SUCCESS with *result filled, CLMLA_ERROR_INVALID_ARGUMENT naming the
    field of a bad option (heads other than 16 or 128 among them), or the status of the step that
    failed. */
 clmla_status clmla_tune_prefill(clmla_context *ctx, const clmla_kernel_tune_options *options,

@@ -181,20 +181,24 @@ set(file4 ${OUT_DIR}/kernel-tuning-test-prefill.json)
 expect_tune("CLMLA_ATTENTION_KERNELS=group clmla tune --kernels --prefill --quick" ${file4}
             ENV CLMLA_ATTENTION_KERNELS=group ARGS --prefill --quick
             MATCHES "tuning attn_prefill_tiled on [^\n]*V2-Lite layer \\(16 heads"
-                    "prefill_queries=16 prefill_keys=16 prefill_chunk=32 +err [0-9.e-]+ +prompt +[0-9.]+ us +chunk"
+                    "prefill_queries=16 prefill_keys=16 prefill_chunk=32 prefill_item_keys=4 +err [0-9.e-]+ +prompt +[0-9.]+ us +chunk"
+                    "prefill_queries=16 prefill_keys=32 prefill_chunk=64 prefill_item_keys=1 +err [0-9.e-]+ +prompt"
                     "prefill_tiled=0 \\(attn_prefill\\) +err" "best: " "saved to ")
 string(JSON count LENGTH "${text}")
 string(JSON kernel GET "${text}" 0 kernel)
 string(JSON heads GET "${text}" 0 heads)
 string(JSON keys GET "${text}" 0 parameters prefill_keys)
 string(JSON chunk GET "${text}" 0 parameters prefill_chunk)
+string(JSON item_keys GET "${text}" 0 parameters prefill_item_keys)
 string(JSON note GET "${text}" 0 figure)
 if(NOT count EQUAL 1 OR NOT kernel STREQUAL "attn_latent" OR NOT heads EQUAL 16
    OR NOT (keys EQUAL 16 OR keys EQUAL 32 OR keys EQUAL 64) OR NOT (chunk EQUAL 32 OR chunk EQUAL 64 OR chunk EQUAL 128)
+   OR NOT (item_keys EQUAL 1 OR item_keys EQUAL 2 OR item_keys EQUAL 4)
    OR NOT note MATCHES "prefill 80 tokens")
   message(FATAL_ERROR "the prefill tiles' entry in ${file4}:\n${text}")
 endif()
-expect_devices_verbose("with the prefill entry" "16  heads: file [^\n]*prefill_keys=${keys} prefill_chunk=${chunk}"
+expect_devices_verbose("with the prefill entry"
+                       "16  heads: file [^\n]*prefill_keys=${keys} prefill_chunk=${chunk} prefill_item_keys=${item_keys}"
                        CLMLA_ATTENTION_KERNELS=group CLMLA_KERNEL_TUNING=${file4})
 # the row kernels (forced here so that GPUs run them too): attn_prefill_rows's queries an item
 set(file5 ${OUT_DIR}/kernel-tuning-test-prefill-rows.json)

@@ -2,8 +2,8 @@
 # Every kernel file, compiled as the library compiles it (cl/prelude.cl first) by the host's clang
 # for OpenCL C 1.2 with -Wall -Werror, under each set of build options that selects other code: the
 # weight and cache dtypes and their whole-vector loads, the CPU options, the query layout, masks, row
-# slices, sparse lists. A warning here is a warning on some device's compiler (PoCL prints "N warnings
-# generated" and clmla logs the build log at info level).
+# slices, sparse lists, the prefill tiles. A warning here is a warning on some device's compiler
+# (PoCL prints "N warnings generated" and clmla logs the build log at info level).
 # Compiled to LLVM IR for an x86-64 AVX2 processor without AVX-512, as PoCL compiles on one, with
 # every inline function emitted (-fgnu89-inline; PoCL's builds emit them too): a call passing or
 # returning a 512-bit vector there draws clang's -Wpsabi warning, which PoCL prints at every build
@@ -67,7 +67,10 @@ sets='
 -D MR=1 -D NCC=8 -D PCH=2048 -D CLMLA_PREFETCH -D PACKED_WIDE -D W_DTYPE=3 -D CLMLA_FP8_HALF
 -D MR=1 -D NCC=8 -D PCH=1024 -D CLMLA_PREFETCH -D PACKED_WIDE -D W_DTYPE=2
 -D MR=1 -D NCC=8 -D PCH=2048 -D CLMLA_PREFETCH -D W_BLOCK_SUMS -D W_DTYPE=3 -D CLMLA_FP8_HALF
--D TR=256 -D TC=48 -D KC=2048 -D TILED_DECODE -D W_DTYPE=3 -D CLMLA_FP8_HALF'
+-D TR=256 -D TC=48 -D KC=2048 -D TILED_DECODE -D W_DTYPE=3 -D CLMLA_FP8_HALF
+-D TILED
+-D TILED -D BQ=16 -D KPI=1
+-D TILED -D BK=16 -D KPI=2 -D DN=16 -D DR=8 -D DV=8'
 failed=0 checked=0
 for f in "$dir"/*.cl; do
     [ "$(basename "$f")" = prelude.cl ] && continue

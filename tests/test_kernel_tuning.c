@@ -76,8 +76,9 @@ static void test_parse(void)
               memcmp(&t, &d, sizeof(t)) == 0,
           "other device: %s", src);
     /* the compiled-not-run vendor entries (issue 58, docs/VENDORS.md): AMD CDNA by its ISA name,
-       any platform and driver and any heads: 8 heads of 256 items, group_keys 2, the rest the
-       defaults; the H100's entry keeps its measured 16 heads */
+       any platform and driver and any heads: 8 heads of 256 items, group_keys 2, attn_prefill_tiled
+       in blocks of 16 queries with 1 key an item, the rest the defaults; the H100's entry keeps its
+       measured 16 heads */
     {
         clmla_device_info gpu;
         memset(&gpu, 0, sizeof(gpu));
@@ -88,6 +89,8 @@ static void test_parse(void)
         want.group_heads = 8;
         want.group_max_items = 256;
         want.group_keys = 2;
+        want.prefill_queries = 16;
+        want.prefill_item_keys = 1;
         CHECK(clmla_latent_tuning_resolve(NULL, "", &gpu, 128, &t, &src) == 1 && memcmp(&t, &want, sizeof(t)) == 0 &&
                   strstr(src, "compiled, not run"),
               "MI300X: %s, heads %d items %d keys %d", src, t.group_heads, t.group_max_items, t.group_keys);
@@ -213,6 +216,7 @@ static void test_parse(void)
         LATENT_BAD(prefill_keys, 4), LATENT_BAD(prefill_keys, 30), LATENT_BAD(prefill_keys, 68),
         LATENT_BAD(prefill_chunk, 12), LATENT_BAD(prefill_chunk, 66), LATENT_BAD(prefill_chunk, 260),
         LATENT_BAD(prefill_rows_queries, 0), LATENT_BAD(prefill_rows_queries, 10), LATENT_BAD(prefill_rows_queries, 68),
+        LATENT_BAD(prefill_item_keys, 0), LATENT_BAD(prefill_item_keys, 3), LATENT_BAD(prefill_item_keys, 8),
     };
     for (size_t i = 0; i < sizeof(tiles) / sizeof(tiles[0]); i++) {
         t = d;
@@ -225,15 +229,17 @@ static void test_parse(void)
     t.prefill_keys = 8;
     t.prefill_chunk = 16;
     t.prefill_rows_queries = 4;
+    t.prefill_item_keys = 1;
     CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_SUCCESS, "the smallest tiles refused: %s", w ? w : "");
     t.prefill_queries = 64;
     t.prefill_keys = 64;
     t.prefill_chunk = 256;
     t.prefill_rows_queries = 64;
     CHECK(clmla_latent_tuning_check(&t, &w) == CLMLA_SUCCESS, "the largest tiles refused: %s", w ? w : "");
-    CHECK(d.prefill_queries == 32 && d.prefill_keys == 32 && d.prefill_chunk == 64 && d.prefill_rows_queries == 16,
-          "default tiles %d x %d, chunk %d, %d queries an item on CPUs", d.prefill_queries, d.prefill_keys,
-          d.prefill_chunk, d.prefill_rows_queries);
+    CHECK(d.prefill_queries == 32 && d.prefill_keys == 32 && d.prefill_chunk == 64 && d.prefill_rows_queries == 16 &&
+              d.prefill_item_keys == 4,
+          "default tiles %d x %d, chunk %d, %d keys an item, %d queries an item on CPUs", d.prefill_queries,
+          d.prefill_keys, d.prefill_chunk, d.prefill_item_keys, d.prefill_rows_queries);
     CHECK(d.group_query_layout == 1 && d.prefill_tiled == 1 && d.group_decode_heads == 8,
           "defaults: query layout %d, prefill_tiled %d, group_decode_heads %d", d.group_query_layout, d.prefill_tiled,
           d.group_decode_heads);
@@ -754,14 +760,15 @@ int main(int argc, char **argv)
                  "\"group_keys\": 2, \"group_max_items\": 64, \"group_groups_per_cu\": 3, \"group_query_layout\": 0, "
                  "\"prefill_tiled\": 0, \"group_decode_heads\": 16, \"prefill_queries\": 8, "
                  "\"prefill_keys\": 16, \"prefill_chunk\": 128, \"prefill_rows_queries\": 24, \"group_aligned\": 2, "
-                 "\"group_row_slices\": 0}}]",
+                 "\"group_row_slices\": 0, \"prefill_item_keys\": 2}}]",
                  info.vendor, info.name);
         write_text(user, text);
         CHECK_STATUS(clmla_latent_tuning_lookup(&info, 16, &t, &src), CLMLA_SUCCESS, NULL);
         CHECK(strncmp(src, "file ", 5) == 0 && t.rows_heads == 6 && t.rows_keys == 12 && t.group_max_items == 64 &&
                   t.group_query_layout == 0 && t.prefill_tiled == 0 && t.group_decode_heads == 16 &&
                   t.prefill_queries == 8 && t.prefill_keys == 16 && t.prefill_chunk == 128 &&
-                  t.prefill_rows_queries == 24 && t.group_aligned == 2 && t.group_row_slices == 0,
+                  t.prefill_rows_queries == 24 && t.group_aligned == 2 && t.group_row_slices == 0 &&
+                  t.prefill_item_keys == 2,
               "user entry not applied: %s", src);
         test_attention(ctx, CLMLA_LATENT_ROWS);
         test_attention(ctx, CLMLA_LATENT_GROUP);

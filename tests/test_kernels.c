@@ -1323,19 +1323,25 @@ typedef struct prefill_case {
                  kc its key chunk) */
     int dn, dr, dv, nt, kt, heads, n_queries, prefix, kc;
     int poison; /* the last key's first value of head 0 NaN: only the last query may see it */
+    int kpi;    /* attn_prefill_tiled: keys an item in the score step (KPI), 0 for the kernel's default 4 */
 } prefill_case;
 
 static void run_prefill(const prefill_case *c)
 {
     const int dq = c->dn + c->dr, H = c->heads, L = c->prefix + c->n_queries, rkv = 6, row = rkv + c->dr;
-    char options[128];
+    char options[160];
     static const char *const names[3] = {"attn_prefill", "attn_prefill_rows", "attn_prefill_tiled"};
+    const int kpi = c->kpi ? c->kpi : 4;
     const char *name = names[c->rows];
     if (c->rows == 1)
         snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D QBC=%d", c->dn, c->dr, c->dv, c->nt);
-    else if (c->rows == 2)
-        snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D TILED -D BQ=%d -D BK=%d -D KC=%d", c->dn,
-                 c->dr, c->dv, c->nt, c->kt, c->kc);
+    else if (c->rows == 2) {
+        char kpi_option[16] = "";
+        if (c->kpi)
+            snprintf(kpi_option, sizeof(kpi_option), " -D KPI=%d", c->kpi);
+        snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D TILED -D BQ=%d -D BK=%d -D KC=%d%s", c->dn,
+                 c->dr, c->dv, c->nt, c->kt, c->kc, kpi_option);
+    }
     else
         snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D NT=%d -D KT=%d", c->dn, c->dr, c->dv, c->nt,
                  c->kt);
@@ -1387,7 +1393,7 @@ static void run_prefill(const prefill_case *c)
     ARGS(k, 0, KARG(qb), KARG(q_off), KARG(q_stride), KARG(kb), KARG(kvu_off), KARG(kvu_stride), KARG(gb), KARG(rkv),
          KARG(row), KARG(c->n_queries), KARG(c->prefix), KARG(scale), KARG(ob), KARG(o_off), KARG(o_stride));
     const size_t per = (size_t)c->nt,
-                 threads = c->rows == 1 ? 1 : c->rows == 2 ? (size_t)(c->nt / 2) * (size_t)(c->kt / 4) : per;
+                 threads = c->rows == 1 ? 1 : c->rows == 2 ? (size_t)(c->nt / 2) * (size_t)(c->kt / kpi) : per;
     const size_t global[2] = {((size_t)c->n_queries + per - 1) / per * threads, (size_t)H}, local[2] = {threads, 1};
     if (launch(k, 2, global, local)) {
         download(ob, no * sizeof(float), out);
@@ -1397,8 +1403,8 @@ static void run_prefill(const prefill_case *c)
                   want[at]);
             out[at] = want[at] = 0.0f;
         }
-        CHECK_NEAR(out, want, no, o_stride, 1e-5, "%s %s=%d H=%d queries %d after %d (all of out)", name,
-                   c->rows == 1 ? "QBC" : c->rows == 2 ? "BQ" : "NT", c->nt, H, c->n_queries, c->prefix);
+        CHECK_NEAR(out, want, no, o_stride, 1e-5, "%s %s=%d KPI=%d H=%d queries %d after %d (all of out)", name,
+                   c->rows == 1 ? "QBC" : c->rows == 2 ? "BQ" : "NT", c->nt, kpi, H, c->n_queries, c->prefix);
     }
     free(q);
     free(kvu);
@@ -1410,8 +1416,8 @@ static void run_prefill(const prefill_case *c)
 
 static void test_attn_prefill(void)
 {
-    const prefill_case a = {0, 4, 2, 3, 8, 4, 2, 11, 5, 0, 1}; /* 2 query tiles, the second cut short; a NaN key */
-    const prefill_case b = {0, 8, 4, 8, 32, 16, 3, 37, 0, 0, 0}; /* the library's tile sizes */
+    const prefill_case a = {0, 4, 2, 3, 8, 4, 2, 11, 5, 0, 1, 0}; /* 2 query tiles, the second cut short; a NaN key */
+    const prefill_case b = {0, 8, 4, 8, 32, 16, 3, 37, 0, 0, 0, 0}; /* the library's tile sizes */
     run_prefill(&a);
     run_prefill(&b);
 }
@@ -1426,32 +1432,48 @@ static void test_attn_prefill_tiled(void)
        second block cut short) and 37 with none. e: 8 items for 20 pairs (3 a piece, the last short).
        a and e: a NaN in the last key's values, which only the last query may see.
        f: DeepSeek's dims (dq 192 in 3 chunks, dv 128) in blocks of 16 (the library's choice where
-       local memory is 32 KiB), 2 pairs a piece. */
-    const prefill_case a = {2, 4, 2, 4, 4, 8, 2, 11, 5, 4, 1};
-    const prefill_case b = {2, 8, 4, 12, 8, 16, 3, 29, 3, 8, 0};
-    const prefill_case c = {2, 16, 8, 8, 32, 32, 2, 45, 70, 64, 0};
-    const prefill_case d = {2, 16, 8, 8, 32, 32, 1, 37, 0, 64, 0};
-    const prefill_case e = {2, 8, 4, 40, 8, 8, 1, 19, 9, 16, 1};
-    const prefill_case f = {2, 128, 64, 128, 16, 32, 1, 21, 40, 64, 0};
+       local memory is 32 KiB), 2 pairs a piece.
+       Fewer keys an item in the score step (KPI), more items: g, DeepSeek's dims in blocks of 16 with
+       1 key an item, 256 items, whose value step takes query pairs (quads would leave half idle);
+       h, dq 24 and dv 128 in 32 x 32 tiles with 2 keys an item, 256 items, quads, one pair each; i,
+       the same over tiles of 16 keys (128 items, quads, 2 pairs each) with a NaN key; j, a's small shape with 1 key an item
+       (query pairs, items past the last pair idle); k, e's with 2 keys an item (quads, 2 pairs an
+       item, the last short); both with a NaN key. */
+    const prefill_case a = {2, 4, 2, 4, 4, 8, 2, 11, 5, 4, 1, 0};
+    const prefill_case b = {2, 8, 4, 12, 8, 16, 3, 29, 3, 8, 0, 0};
+    const prefill_case c = {2, 16, 8, 8, 32, 32, 2, 45, 70, 64, 0, 0};
+    const prefill_case d = {2, 16, 8, 8, 32, 32, 1, 37, 0, 64, 0, 0};
+    const prefill_case e = {2, 8, 4, 40, 8, 8, 1, 19, 9, 16, 1, 0};
+    const prefill_case f = {2, 128, 64, 128, 16, 32, 1, 21, 40, 64, 0, 0};
+    const prefill_case g = {2, 128, 64, 128, 16, 32, 1, 21, 40, 64, 0, 1};
+    const prefill_case h = {2, 16, 8, 128, 32, 32, 1, 37, 19, 64, 0, 2};
+    const prefill_case i = {2, 16, 8, 128, 32, 16, 1, 37, 40, 64, 1, 2};
+    const prefill_case j = {2, 4, 2, 4, 4, 8, 2, 11, 5, 4, 1, 1};
+    const prefill_case k = {2, 8, 4, 40, 8, 8, 1, 19, 9, 16, 1, 2};
     run_prefill(&a);
     run_prefill(&b);
     run_prefill(&c);
     run_prefill(&d);
     run_prefill(&e);
     run_prefill(&f);
+    run_prefill(&g);
+    run_prefill(&h);
+    run_prefill(&i);
+    run_prefill(&j);
+    run_prefill(&k);
 }
 
 static void test_attn_prefill_rows(void)
 {
     /* Blocks of 4 queries after a 5-token prefix (no dimension reaches a float8), and the library's
        16 with dq 12 and dv 8 (float8 parts and tails), 37 queries: the last block is cut short. */
-    const prefill_case a = {1, 4, 2, 3, 4, 0, 2, 11, 5, 0, 0};
-    const prefill_case b = {1, 8, 4, 8, 16, 0, 3, 37, 0, 0, 0};
-    const prefill_case c = {1, 8, 4, 8, 16, 0, 2, 20, 13, 0, 1}; /* a NaN in the last key */
+    const prefill_case a = {1, 4, 2, 3, 4, 0, 2, 11, 5, 0, 0, 0};
+    const prefill_case b = {1, 8, 4, 8, 16, 0, 3, 37, 0, 0, 0, 0};
+    const prefill_case c = {1, 8, 4, 8, 16, 0, 2, 20, 13, 0, 1, 0}; /* a NaN in the last key */
     /* dv 24 and 33 (the cases above stop at 8): the weighted sum in several float8 steps, with no
        value and with one left over; dq 13 (8 + 5 left over); tiles wholly visible and on the diagonal */
-    const prefill_case d = {1, 8, 4, 24, 16, 0, 2, 45, 19, 0, 0};
-    const prefill_case e = {1, 10, 3, 33, 8, 0, 1, 29, 40, 0, 0};
+    const prefill_case d = {1, 8, 4, 24, 16, 0, 2, 45, 19, 0, 0, 0};
+    const prefill_case e = {1, 10, 3, 33, 8, 0, 1, 29, 40, 0, 0, 0};
     run_prefill(&a);
     run_prefill(&b);
     run_prefill(&c);

@@ -1404,27 +1404,42 @@ static void test_built_kernels(void)
 }
 
 /* The decompressed path's attention with tiles other than the defaults: attn_prefill_tiled (the
-   latent tuning's prefill_queries, prefill_keys, prefill_chunk) with the smallest legal ones (blocks
-   of 4 queries, tiles of 8 keys, chunks of 4 float4s: dq 24 in two chunks), 16 keys in chunks longer
-   than a query row, and the largest block and tile; attn_prefill_rows (prefill_rows_queries) with 4,
-   12 (the softmax 4 queries a vector) and 24 queries an item. Then the fits on a device with less
-   local memory (the context's figure lowered for one layer): 16 KiB takes the block of 64 queries
-   down to 16 (15.3 KiB), 4 KiB fits no block and attn_prefill runs with fewer keys staged. 45
-   tokens in chunks of 19 and 26, so that blocks and tiles end mid-chunk and the second chunk's
-   tiles cross its prefix, against float64; three kernel objects per layer whichever runs. */
-/* Records whether setup said that no block of attn_prefill_tiled fits. */
-static void note_no_block(void *user, clmla_log_level level, const char *message)
+   latent tuning's prefill_queries, prefill_keys, prefill_chunk, prefill_item_keys) with the
+   smallest legal ones (blocks of 4 queries, tiles of 8 keys, chunks of 4 float4s: dq 24 in two
+   chunks), 16 keys in chunks longer than a query row, the largest block and tile, and 1 and 2 keys
+   an item; attn_prefill_rows (prefill_rows_queries) with 4, 12 (the softmax 4 queries a vector) and
+   24 queries an item. Then the fits on a device with less local memory or smaller work-groups (the
+   context's figures lowered for one layer): 16 KiB takes the block of 64 queries down to 16 (15.3
+   KiB), 4 KiB fits no block and attn_prefill runs with fewer keys staged, and 256 items take 64
+   queries of 64 keys at 1 key an item (2048 items) down to 8. 45 tokens in chunks of 19 and 26, so
+   that blocks and tiles end mid-chunk and the second chunk's tiles cross its prefix, against
+   float64; three kernel objects per layer whichever runs. */
+/* What setup said of attn_prefill_tiled: that no block fits, and the options of the last program of
+   it built. */
+typedef struct tiled_notes {
+    int no_block;
+    char options[256];
+} tiled_notes;
+
+static void note_tiled(void *user, clmla_log_level level, const char *message)
 {
     (void)level;
+    tiled_notes *n = user;
+    const char *opts = strstr(message, "attn_prefill.cl [");
     if (strstr(message, "attn_prefill_tiled: no block of queries fits"))
-        *(int *)user = 1;
+        n->no_block = 1;
+    else if (opts && strstr(message, "-D TILED"))
+        snprintf(n->options, sizeof(n->options), "%s", opts);
 }
 
 static void test_prefill_tiles(void)
 {
-    /* queries, keys, chunk (attn_prefill_tiled) or queries an item (attn_prefill_rows), local memory */
-    static const int tiles[][5] = {{4, 8, 16, 0, 0},  {8, 16, 128, 0, 0}, {64, 64, 32, 0, 0},    {0, 0, 0, 4, 0},
-                                   {0, 0, 0, 12, 0},  {0, 0, 0, 24, 0},   {64, 64, 32, 0, 16384}, {32, 32, 64, 0, 4096}};
+    /* queries, keys, chunk (attn_prefill_tiled) or queries an item (attn_prefill_rows), local memory,
+       keys an item (attn_prefill_tiled; 0: the default), most items a work-group (0: the device's) */
+    static const int tiles[][7] = {{4, 8, 16, 0, 0, 0, 0},     {8, 16, 128, 0, 0, 0, 0},  {64, 64, 32, 0, 0, 0, 0},
+                                   {16, 32, 64, 0, 0, 1, 0},   {32, 16, 16, 0, 0, 2, 0},  {0, 0, 0, 4, 0, 0, 0},
+                                   {0, 0, 0, 12, 0, 0, 0},     {0, 0, 0, 24, 0, 0, 0},    {64, 64, 32, 0, 16384, 0, 0},
+                                   {32, 32, 64, 0, 4096, 0, 0}, {64, 64, 32, 0, 0, 1, 256}};
     const int T = 45, chunks[] = {19, 26};
     const clmla_attention_path path = CLMLA_PATH_DECOMPRESSED;
     clmla_layer_config c = shape_config(1); /* 5 heads, dq 24, dv 24 */
@@ -1446,32 +1461,41 @@ static void test_prefill_tiles(void)
             t.prefill_queries = tiles[i][0];
             t.prefill_keys = tiles[i][1];
             t.prefill_chunk = tiles[i][2];
+            if (tiles[i][5])
+                t.prefill_item_keys = tiles[i][5];
             clmla_attention_set_variant(ctx, CLMLA_LATENT_GROUP);
-            snprintf(what, sizeof(what), "attn_prefill_tiled, %d queries x %d keys, chunks of %d, %d bytes of local memory: "
-                     "prefill 19 + 26", tiles[i][0], tiles[i][1], tiles[i][2],
-                     tiles[i][4] ? tiles[i][4] : (int)ctx->info.local_mem_bytes);
+            snprintf(what, sizeof(what), "attn_prefill_tiled, %d queries x %d keys, chunks of %d, keys an item %d, "
+                     "%d bytes of local memory, at most %d items: prefill 19 + 26", tiles[i][0], tiles[i][1],
+                     tiles[i][2], t.prefill_item_keys, tiles[i][4] ? tiles[i][4] : (int)ctx->info.local_mem_bytes,
+                     tiles[i][6] ? tiles[i][6] : (int)ctx->info.max_work_group_size);
         }
         CHECK_STATUS(clmla_context_set_latent_tuning(ctx, &t), CLMLA_SUCCESS, ctx);
-        const size_t local = ctx->info.local_mem_bytes;
+        const size_t local = ctx->info.local_mem_bytes, items = ctx->info.max_work_group_size;
         const clmla_log_fn log = ctx->log;
         void *const log_user = ctx->log_user;
         const clmla_log_level log_level = ctx->log_level;
-        int no_block = 0;
+        tiled_notes notes = {0, ""};
         if (tiles[i][4])
             ctx->info.local_mem_bytes = (size_t)tiles[i][4];
-        ctx->log = note_no_block;
-        ctx->log_user = &no_block;
+        if (tiles[i][6])
+            ctx->info.max_work_group_size = (size_t)tiles[i][6];
+        ctx->log = note_tiled;
+        ctx->log_user = &notes;
         ctx->log_level = CLMLA_LOG_INFO;
         const long before = clmla_cl_counts_get(ctx).kernels;
         clmla_layer *layer = make_layer(&w, what);
         const long made = clmla_cl_counts_get(ctx).kernels - before;
         ctx->info.local_mem_bytes = local;
+        ctx->info.max_work_group_size = items;
         ctx->log = log;
         ctx->log_user = log_user;
         ctx->log_level = log_level;
         CHECK(made == 3, "%s: the layer made %ld kernel objects, not 3", what, made);
-        CHECK(no_block == (tiles[i][4] == 4096), "%s: %s", what,
-              no_block ? "no block fitted" : "a block fitted where none does");
+        CHECK(notes.no_block == (tiles[i][4] == 4096), "%s: %s", what,
+              notes.no_block ? "no block fitted" : "a block fitted where none does");
+        if (tiles[i][6]) /* 8 queries / 2 x 64 keys / 1 key an item: the largest block of 256 items */
+            CHECK(strstr(notes.options, "-D BQ=8 ") && strstr(notes.options, "-D KPI=1"), "%s: built %s", what,
+                  notes.options[0] ? notes.options : "nothing");
         if (layer)
             free(run_schedule(layer, &w, &ref, T, x, CLMLA_CACHE_F32, 8, chunks, 2, &path, 1, what));
         clmla_layer_destroy(layer);

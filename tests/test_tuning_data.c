@@ -194,33 +194,41 @@ static clmla_device_info device(const char *vendor, const char *name, const char
 #define AMD_GPU(n) "Advanced Micro Devices, Inc.", n, "AMD Accelerated Parallel Processing"
 #define ARC "Intel(R) Corporation", "Intel(R) Arc(TM) A770 Graphics", "Intel(R) OpenCL Graphics"
 #define PVC "Intel(R) Corporation", "Intel(R) Data Center GPU Max 1550", "Intel(R) OpenCL Graphics"
+#define XE_LP "Intel(R) Corporation", "Intel(R) Iris(R) Xe Graphics", "Intel(R) OpenCL Graphics"
 
 /* The values of the C tables the JSON files replaced (host/mla/kernel_tuning.c and tuning.c before
    issue 57), field by field in the structs' order; the fields that an old entry left out at its end
    (C's zero) are written out as 0; group_stage_keys, 0 in every one and removed since, is left out;
-   group_large_grf, added since, is 0 in every one; PVC's entry has changed since (below). */
+   group_large_grf, added since, is 0 in every one, and prefill_item_keys, added later, 4 (its
+   default); the CDNA, Arc and PVC entries have changed since (below). */
 static const clmla_latent_tuning latent_old_defaults = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8,
-                                                        128, 32, 32, 64, 16, 1, 0, 1, 0, 0};
+                                                        128, 32, 32, 64, 16, 1, 0, 1, 0, 0, 4};
 static const clmla_latent_tuning latent_old_epyc = {16, 8, 4, 16, 4, 128, 8, 0, 16, 0, 4,
-                                                    128, 32, 32, 64, 16, 0, 0, 1, 0, 0};
+                                                    128, 32, 32, 64, 16, 0, 0, 1, 0, 0, 4};
 static const clmla_latent_tuning latent_old_xeon_16 = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8,
-                                                       128, 32, 32, 64, 32, 0, 2, 1, 0, 0};
+                                                       128, 32, 32, 64, 32, 0, 2, 1, 0, 0, 4};
 static const clmla_latent_tuning latent_old_xeon_other = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8,
-                                                          128, 32, 32, 64, 16, 0, 2, 1, 0, 0};
+                                                          128, 32, 32, 64, 16, 0, 2, 1, 0, 0, 4};
 static const clmla_latent_tuning latent_old_h100_16 = {16, 8, 4, 16, 4, 128, 4, 1, 16, 1, 8,
-                                                       128, 32, 32, 64, 16, 1, 0, 1, 0, 0};
+                                                       128, 32, 32, 64, 16, 1, 0, 1, 0, 0, 4};
 static const clmla_latent_tuning latent_old_h100_128 = {16, 8, 4, 16, 4, 256, 8, 1, 16, 1, 8,
-                                                        128, 32, 32, 64, 16, 1, 0, 1, 0, 0};
-static const clmla_latent_tuning latent_old_cdna_arc = {16, 8, 4, 8, 2, 256, 8, 1, 16, 1, 8,
-                                                        128, 32, 32, 64, 16, 1, 0, 1, 0, 0};
+                                                        128, 32, 32, 64, 16, 1, 0, 1, 0, 0, 4};
+/* CDNA and Arc: the tables' attn_latent, and since then attn_prefill_tiled in blocks of 16 queries
+   with 1 key an item (prefill_queries, prefill_item_keys: 4x the waves or threads, docs/VENDORS.md) */
+static const clmla_latent_tuning latent_cdna_arc = {16, 8, 4, 8, 2, 256, 8, 1, 16, 1, 8,
+                                                    128, 16, 32, 64, 16, 1, 0, 1, 0, 0, 1};
 /* PVC: changed since the tables, to IGC's 256-GRF mode (group_large_grf 1), where 512 items and 4
-   heads an item in the score step (group_decode_heads) leave no spill (docs/VENDORS.md) */
-static const clmla_latent_tuning latent_old_pvc = {16, 8, 4, 8, 1, 512, 8, 1, 16, 1, 4,
-                                                   128, 32, 32, 64, 16, 1, 0, 1, 0, 1};
+   heads an item in the score step (group_decode_heads) leave no spill, and to the same prefill
+   tiles (docs/VENDORS.md) */
+static const clmla_latent_tuning latent_pvc = {16, 8, 4, 8, 1, 512, 8, 1, 16, 1, 4,
+                                               128, 16, 32, 64, 16, 1, 0, 1, 0, 1, 1};
+/* Xe-LP: added since the tables, 8 heads of 256 items with group_keys 1 and the same prefill tiles */
+static const clmla_latent_tuning latent_xe_lp = {16, 8, 4, 8, 1, 256, 8, 1, 16, 1, 8,
+                                                 128, 16, 32, 64, 16, 1, 0, 1, 0, 0, 1};
 
 /* The EPYC AVX2 at one and two heads: added since the tables (4 keys a tile in attn_latent_rows) */
 static const clmla_latent_tuning latent_epyc_few_heads = {16, 4, 4, 16, 4, 128, 8, 1, 16, 1, 8,
-                                                          128, 32, 32, 64, 16, 1, 0, 1, 0, 0};
+                                                          128, 32, 32, 64, 16, 1, 0, 1, 0, 0, 4};
 
 static const clmla_product_tuning product_old_defaults = {128, 2, 4, 256, 8, 8, 4, 3, 1, 256,
                                                           48, 3, 1024, 0, 4, 16, 1, 0, 0};
@@ -276,12 +284,13 @@ static void check_old_tables(void)
         expect_latent(EPYC512, h, h == 16 ? &latent_old_epyc : &latent_old_defaults);
         expect_latent(XEON, h, h == 16 ? &latent_old_xeon_16 : &latent_old_xeon_other);
         expect_latent(H100, h, h == 16 ? &latent_old_h100_16 : h == 128 ? &latent_old_h100_128 : &latent_old_defaults);
-        expect_latent(AMD_GPU("gfx942:sramecc+:xnack-"), h, &latent_old_cdna_arc);
-        expect_latent(AMD_GPU("gfx942:sramecc+:xnack+"), h, &latent_old_cdna_arc);
-        expect_latent(AMD_GPU("gfx90a:sramecc+:xnack-"), h, &latent_old_cdna_arc);
-        expect_latent(AMD_GPU("gfx90a:sramecc+:xnack+"), h, &latent_old_cdna_arc);
-        expect_latent(ARC, h, &latent_old_cdna_arc);
-        expect_latent(PVC, h, &latent_old_pvc);
+        expect_latent(AMD_GPU("gfx942:sramecc+:xnack-"), h, &latent_cdna_arc);
+        expect_latent(AMD_GPU("gfx942:sramecc+:xnack+"), h, &latent_cdna_arc);
+        expect_latent(AMD_GPU("gfx90a:sramecc+:xnack-"), h, &latent_cdna_arc);
+        expect_latent(AMD_GPU("gfx90a:sramecc+:xnack+"), h, &latent_cdna_arc);
+        expect_latent(ARC, h, &latent_cdna_arc);
+        expect_latent(PVC, h, &latent_pvc);
+        expect_latent(XE_LP, h, &latent_xe_lp);
         /* the PoCL and NVIDIA entries name their platform */
         expect_latent("NVIDIA Corporation", "NVIDIA H100 80GB HBM3", "Another Platform", h, &latent_old_defaults);
         expect_latent("AuthenticAMD", "pthread-haswell-AMD EPYC", "Another Platform", h, &latent_old_defaults);

@@ -1,7 +1,7 @@
 #!/bin/sh
 # `clmla kernels` on every device profile of tools/vendor/profiles: the library's own choice of
 # programs and build options for each (V2-Lite, bf16 cache), which must name attn_latent with the
-# heads and items its tuning gives; and the profiles that must be refused, each by the field that
+# heads and items its tuning gives, and attn_prefill_tiled with its tiles; and the profiles that must be refused, each by the field that
 # is wrong: compute units of zero, a missing local memory size, local memory under what the kernels
 # are written for, and (by tools/vendor_build.py) a missing architecture limit. Nothing is compiled.
 #   sh tests/vendor_profiles.sh CLMLA ROOT
@@ -16,15 +16,24 @@ for p in "$root"/tools/vendor/profiles/*.json; do
         echo "FAIL $p: clmla kernels exited non-zero:"; cat "$tmp/err"; fail=1; continue
     fi
     # 16 heads a group, but where a built-in entry (host/mla/tuning_data/attn_latent.json, issue 58's
-    # compiled-not-run vendor entries) sets 8 heads of 256 items (AMD CDNA, Arc A770) or of 512 in
-    # IGC's 256-GRF mode (Max 1550)
+    # compiled-not-run vendor entries) sets 8 heads of 256 items (AMD CDNA, Arc A770, Xe-LP) or of
+    # 512 in IGC's 256-GRF mode (Max 1550)
     case $(basename "$p" .json) in
-    mi300x | mi250 | arc-a770) want="-D HG=8 .*-D NT=256" ;;
+    mi300x | mi250 | arc-a770 | xe-lp) want="-D HG=8 .*-D NT=256" ;;
     max1550) want="-D HG=8 .*-cl-intel-256-GRF-per-thread -D NT=512" ;;
     *) want="-D HG=16 .*-D NT=128" ;;
     esac
     if ! grep -q "^v2-lite	bf16	attn_latent.cl	.*$want" "$tmp/out"; then
         echo "FAIL $p: no attn_latent build with $want:"; cat "$tmp/out"; fail=1
+    fi
+    # attn_prefill_tiled in blocks of 32 queries with 4 keys an item, but in blocks of 16 with 1 key
+    # an item where a built-in entry sets them (AMD CDNA, Arc A770, Max 1550, Xe-LP)
+    case $(basename "$p" .json) in
+    mi300x | mi250 | arc-a770 | max1550 | xe-lp) want="-D BQ=16 -D BK=32 -D KC=64 -D KPI=1\$" ;;
+    *) want="-D BQ=32 -D BK=32 -D KC=64\$" ;;
+    esac
+    if ! grep -q "^v2-lite	bf16	attn_prefill.cl	.*-D TILED $want" "$tmp/out"; then
+        echo "FAIL $p: no attn_prefill_tiled build with $want:"; cat "$tmp/out"; fail=1
     fi
 done
 h100="$root/tools/vendor/profiles/h100.json"

@@ -135,8 +135,8 @@ part_tune() {
         --cache-dtype fp8 --out "$tuning"
     step tune-latent-fp8-128 30 env CLMLA_KERNEL_TUNING="$tuning" "$clmla" tune --kernels --latent --heads 128 \
         --cache-dtype fp8 --out "$tuning"
-    # attn_prefill_tiled's tiles (29 candidates, each a layer built and checked; estimates: V3's
-    # float64 reference of 41 tokens takes the host tens of seconds)
+    # attn_prefill_tiled's tiles and keys an item (about 33 candidates, each a layer built and
+    # checked; V3's float64 reference of 41 tokens takes the host tens of seconds)
     step tune-prefill-16 60 env CLMLA_KERNEL_TUNING="$tuning" "$clmla" tune --kernels --prefill --heads 16 \
         --out "$tuning"
     step tune-prefill-128 120 env CLMLA_KERNEL_TUNING="$tuning" "$clmla" tune --kernels --prefill --heads 128 \

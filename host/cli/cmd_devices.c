@@ -76,11 +76,11 @@ static void print_tuning(const clmla_device_info *devs, size_t n)
                 printf("attn_latent group_heads=%d group_keys=%d group_max_items=%d group_groups_per_cu=%d "
                        "group_query_layout=%d group_fold=%d group_decode_heads=%d group_min_split_keys=%d "
                        "group_aligned=%d group_row_slices=%d group_mma=%d group_large_grf=%d, prefill_tiled=%d "
-                       "prefill_queries=%d prefill_keys=%d prefill_chunk=%d\n",
+                       "prefill_queries=%d prefill_keys=%d prefill_chunk=%d prefill_item_keys=%d\n",
                        t.group_heads, t.group_keys, t.group_max_items, t.group_groups_per_cu, t.group_query_layout,
                        t.group_fold, t.group_decode_heads, t.group_min_split_keys, t.group_aligned,
                        t.group_row_slices, t.group_mma, t.group_large_grf, t.prefill_tiled, t.prefill_queries,
-                       t.prefill_keys, t.prefill_chunk);
+                       t.prefill_keys, t.prefill_chunk, t.prefill_item_keys);
         }
     }
     printf("\nproduct kernel tuning (the same file):\n");

@@ -50,7 +50,7 @@ typedef struct kernel_kind {
 /* ---- latent attention (cl/attn_latent.cl) --------------------------------------------------- */
 
 /* The parameters where no entry applies (include/clmla_tuning.h gives each field's default). */
-static const clmla_latent_tuning latent_defaults = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 32, 32, 64, 16, 1, 0, 1, 0, 0};
+static const clmla_latent_tuning latent_defaults = {16, 8, 4, 16, 4, 128, 8, 1, 16, 1, 8, 128, 32, 32, 64, 16, 1, 0, 1, 0, 0, 4};
 
 static const tuning_param latent_names[] = {
     {"rows_heads", offsetof(clmla_latent_tuning, rows_heads)},
@@ -74,6 +74,7 @@ static const tuning_param latent_names[] = {
     {"group_row_slices", offsetof(clmla_latent_tuning, group_row_slices)},
     {"group_mma", offsetof(clmla_latent_tuning, group_mma)},
     {"group_large_grf", offsetof(clmla_latent_tuning, group_large_grf)},
+    {"prefill_item_keys", offsetof(clmla_latent_tuning, prefill_item_keys)},
 };
 
 /* The kernels' constraints (cl/attn_latent.cl): attn_latent_rows walks heads two at a time and keys
@@ -125,6 +126,8 @@ static const char *latent_check(const clmla_latent_tuning *t)
         return "group_mma must be 0 or 1";
     if (t->group_large_grf < 0 || t->group_large_grf > 1)
         return "group_large_grf must be 0 or 1";
+    if (t->prefill_item_keys != 1 && t->prefill_item_keys != 2 && t->prefill_item_keys != 4)
+        return "prefill_item_keys must be 1, 2 or 4";
     return NULL;
 }
 

@@ -171,21 +171,24 @@ static size_t tiled_local_bytes(const clmla_layer *L, int bq, int bk, int kc)
 }
 
 /* attn_prefill_tiled into pk when the tuning tn asks for it and a block fits, else pk left empty.
-   The tuning's tile of keys and chunk of dimensions; its block of queries, or the largest smaller
-   one whose local memory and work-group (queries / 2 x keys / 4 items) fit the device. */
+   The tuning's tile of keys, chunk of dimensions and keys an item; its block of queries, or the
+   largest smaller one whose local memory and work-group (queries / 2 x keys / keys an item) fit the
+   device. */
 static clmla_status build_prefill_tiled(clmla_layer *L, const clmla_latent_tuning *tn, prefill_kernels *pk)
 {
     clmla_context *ctx = L->ctx;
     if (!tn->prefill_tiled || L->dv % 4)
         return CLMLA_SUCCESS;
-    const int bk = tn->prefill_keys, kc = tn->prefill_chunk;
+    const int bk = tn->prefill_keys, kc = tn->prefill_chunk, kpi = tn->prefill_item_keys;
     for (int bq = tn->prefill_queries; bq >= 4; bq /= 2) {
-        const int items = bq / 2 * (bk / 4);
+        const int items = bq / 2 * (bk / kpi);
         if ((size_t)items > ctx->info.max_work_group_size || tiled_local_bytes(L, bq, bk, kc) > ctx->info.local_mem_bytes)
             continue;
-        char options[256];
-        snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D TILED -D BQ=%d -D BK=%d -D KC=%d", L->dn, L->dr,
-                 L->dv, bq, bk, kc);
+        char options[256], kpi_option[16] = ""; /* the kernel's own default, 4, is not spelled */
+        if (kpi != 4)
+            snprintf(kpi_option, sizeof(kpi_option), " -D KPI=%d", kpi);
+        snprintf(options, sizeof(options), "-D DN=%d -D DR=%d -D DV=%d -D TILED -D BQ=%d -D BK=%d -D KC=%d%s", L->dn,
+                 L->dr, L->dv, bq, bk, kc, kpi_option);
         pk->tiled = 1;
         pk->queries = bq;
         pk->items = items;

@@ -35,7 +35,7 @@ static int tiled_label(const void *c, char *buf, size_t size)
 }
 
 static const tune_axis tiled_fields[] = {{LT(prefill_queries), 0, {0}}, {LT(prefill_keys), 0, {0}},
-                                         {LT(prefill_chunk), 0, {0}}};
+                                         {LT(prefill_chunk), 0, {0}}, {LT(prefill_item_keys), 0, {0}}};
 static const tune_block tiled_blocks[] = {
     {TUNE_BOTH, 0, NULL, NULL, 1, {{LT(prefill_tiled), 1, {TUNE_TOGGLE}}}},
     {TUNE_QUICK, 1, NULL, NULL, 4,
@@ -44,9 +44,14 @@ static const tune_block tiled_blocks[] = {
     {TUNE_FULL, 0, NULL, NULL, 4,
      {{LT(prefill_tiled), 1, {1}}, {LT(prefill_queries), 3, {16, 32, 64}}, {LT(prefill_keys), 3, {16, 32, 64}},
       {LT(prefill_chunk), 3, {32, 64, 128}}}},
+    /* more items a group in the same local memory: blocks of 16 or 32 queries, 1 or 2 keys an item */
+    {TUNE_QUICK, 1, NULL, NULL, 3, {{LT(prefill_tiled), 2, {1, 1}}, {LT(prefill_queries), 2, {16, 32}},
+                                    {LT(prefill_item_keys), 2, {1, 2}}}},
+    {TUNE_FULL, 0, NULL, NULL, 3, {{LT(prefill_tiled), 1, {1}}, {LT(prefill_queries), 2, {16, 32}},
+                                   {LT(prefill_item_keys), 3, {1, 2, 4}}}},
 };
-static const tune_space tiled_space = {"attn_prefill_tiled", sizeof(clmla_latent_tuning), 0, tiled_fields, 3,
-                                       tiled_blocks, 3, latent_valid, tiled_label, NULL, 0};
+static const tune_space tiled_space = {"attn_prefill_tiled", sizeof(clmla_latent_tuning), 0, tiled_fields, 4,
+                                       tiled_blocks, 5, latent_valid, tiled_label, NULL, 0};
 
 const tune_space *clmla_tuner_prefill_space(int rows)
 {
@@ -171,6 +176,7 @@ clmla_status clmla_tune_prefill(clmla_context *ctx, const clmla_kernel_tune_opti
     reference.prefill_queries = defaults.prefill_queries;
     reference.prefill_keys = defaults.prefill_keys;
     reference.prefill_chunk = defaults.prefill_chunk;
+    reference.prefill_item_keys = defaults.prefill_item_keys;
     reference.prefill_rows_queries = defaults.prefill_rows_queries;
 
     pf_run r = {.ctx = ctx, .reps = s.reps, .prompt = s.quick ? 80 : (ctx_len < 2048 ? ctx_len : 2048),
@@ -227,6 +233,7 @@ clmla_status clmla_tune_prefill(clmla_context *ctx, const clmla_kernel_tune_opti
             result->best.prefill_queries = b->prefill_queries;
             result->best.prefill_keys = b->prefill_keys;
             result->best.prefill_chunk = b->prefill_chunk;
+            result->best.prefill_item_keys = b->prefill_item_keys;
             result->best.prefill_rows_queries = b->prefill_rows_queries;
             result->candidates = out.candidates;
             result->timed = out.timed;
