@@ -164,9 +164,9 @@ typedef struct clmla_latent_tuning {
     int group_min_split_keys;
     /* attn_prefill_tiled's tiles (prefill_tiled 1): the most queries of one block, a power of two
        4..64 (default 32; the build takes the largest, down to 4, whose local memory and work-group
-       of queries / 2 x keys / prefill_item_keys items fit the device); the keys of one tile, a multiple of 4 from 8
-       to 64 (32); the dimensions of the keys staged at a time, a multiple of 4 from 16 to 256 (64).
-       `clmla tune --kernels --prefill` searches them. */
+       of queries / 2 x keys / prefill_item_keys items fit the device); the keys of one tile, a
+       multiple of 4 from 8 to 64 (32); the dimensions of the keys staged at a time, a multiple of 4
+       from 16 to 256 (64). `clmla tune --kernels --prefill` searches them. */
     int prefill_queries;
     int prefill_keys;
     int prefill_chunk;
@@ -456,9 +456,9 @@ clmla_status clmla_tune_latent(clmla_context *ctx, const clmla_kernel_tune_optio
    contexts that run the row kernels attn_prefill_rows's prefill_rows_queries) in whole prefill
    steps of a layer with random weights of the preset with options->heads heads, a prompt alone
    and a chunk after a prefix. result->best is options->from (or the lookup's) with the prefill
-   fields of the winner. Returns CLMLA_SUCCESS with *result filled, CLMLA_ERROR_INVALID_ARGUMENT naming the
-   field of a bad option (heads other than 16 or 128 among them), or the status of the step that
-   failed. */
+   fields of the winner. Returns CLMLA_SUCCESS with *result filled, CLMLA_ERROR_INVALID_ARGUMENT
+   naming the field of a bad option (heads other than 16 or 128 among them), or the status of the
+   step that failed. */
 clmla_status clmla_tune_prefill(clmla_context *ctx, const clmla_kernel_tune_options *options,
                                 clmla_latent_tune_result *result);
 
