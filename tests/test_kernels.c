@@ -1436,9 +1436,9 @@ static void test_attn_prefill_tiled(void)
        Fewer keys an item in the score step (KPI), more items: g, DeepSeek's dims in blocks of 16 with
        1 key an item, 256 items, whose value step takes query pairs (quads would leave half idle);
        h, dq 24 and dv 128 in 32 x 32 tiles with 2 keys an item, 256 items, quads, one pair each; i,
-       the same over tiles of 16 keys (128 items, quads, 2 pairs each) with a NaN key; j, a's small shape with 1 key an item
-       (query pairs, items past the last pair idle); k, e's with 2 keys an item (quads, 2 pairs an
-       item, the last short); both with a NaN key. */
+       the same over tiles of 16 keys (128 items, quads, 2 pairs each); j, a's small shape with 1 key
+       an item (query pairs, items past the last pair idle); k, e's with 2 keys an item (quads, 2
+       pairs an item, the last short); i, j and k with a NaN key. */
     const prefill_case a = {2, 4, 2, 4, 4, 8, 2, 11, 5, 4, 1, 0};
     const prefill_case b = {2, 8, 4, 12, 8, 16, 3, 29, 3, 8, 0, 0};
     const prefill_case c = {2, 16, 8, 8, 32, 32, 2, 45, 70, 64, 0, 0};

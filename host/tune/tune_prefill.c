@@ -140,6 +140,17 @@ static clmla_status pf_measure(void *state, const void *tuning, float *out, doub
     return st;
 }
 
+/* The fields this search sets (both kernels'), copied from src into dst; the rest of dst stays. */
+static void copy_prefill_fields(clmla_latent_tuning *dst, const clmla_latent_tuning *src)
+{
+    dst->prefill_tiled = src->prefill_tiled;
+    dst->prefill_queries = src->prefill_queries;
+    dst->prefill_keys = src->prefill_keys;
+    dst->prefill_chunk = src->prefill_chunk;
+    dst->prefill_item_keys = src->prefill_item_keys;
+    dst->prefill_rows_queries = src->prefill_rows_queries;
+}
+
 clmla_status clmla_tune_prefill(clmla_context *ctx, const clmla_kernel_tune_options *options,
                                 clmla_latent_tune_result *result)
 {
@@ -172,12 +183,7 @@ clmla_status clmla_tune_prefill(clmla_context *ctx, const clmla_kernel_tune_opti
     const int n = clmla_tuner_enumerate(space, &env, &result->base, &defaults, cands, most);
     /* the reference: the defaults' prefill parameters, the rest as the base */
     clmla_latent_tuning reference = result->base;
-    reference.prefill_tiled = defaults.prefill_tiled;
-    reference.prefill_queries = defaults.prefill_queries;
-    reference.prefill_keys = defaults.prefill_keys;
-    reference.prefill_chunk = defaults.prefill_chunk;
-    reference.prefill_item_keys = defaults.prefill_item_keys;
-    reference.prefill_rows_queries = defaults.prefill_rows_queries;
+    copy_prefill_fields(&reference, &defaults);
 
     pf_run r = {.ctx = ctx, .reps = s.reps, .prompt = s.quick ? 80 : (ctx_len < 2048 ? ctx_len : 2048),
                 .prefix = s.quick ? 100 : ctx_len, .chunk = s.quick ? 40 : 512};
@@ -229,12 +235,7 @@ clmla_status clmla_tune_prefill(clmla_context *ctx, const clmla_kernel_tune_opti
         if (st == CLMLA_SUCCESS) {
             const clmla_latent_tuning *b = &cands[out.best];
             result->best = result->base;
-            result->best.prefill_tiled = b->prefill_tiled;
-            result->best.prefill_queries = b->prefill_queries;
-            result->best.prefill_keys = b->prefill_keys;
-            result->best.prefill_chunk = b->prefill_chunk;
-            result->best.prefill_item_keys = b->prefill_item_keys;
-            result->best.prefill_rows_queries = b->prefill_rows_queries;
+            copy_prefill_fields(&result->best, b);
             result->candidates = out.candidates;
             result->timed = out.timed;
             result->ratio = out.ratio;
